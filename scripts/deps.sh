@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# deps.sh - install every Debian package traind's build, tests and demo need.
+#
+# Does nothing when they are all present.  Otherwise runs `apt-get update`
+# once and installs the missing ones (as root, or through sudo).  The CUDA
+# toolkit and cuDNN are not Debian packages: when /usr/local/cuda has them
+# the CUDA backend is built too, otherwise it is skipped.
+set -euo pipefail
+
+packages=(
+  # toolchain and build
+  gcc libc6-dev pkg-config meson ninja-build cmake
+  # libraries
+  libuv1-dev libjansson-dev libturbojpeg0-dev libjpeg62-turbo-dev libdnnl-dev
+  # tests
+  check libsubunit-dev
+  # the reference dataset for the demo and the accuracy benchmarks
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "deps: installing ${missing[*]}"
+as_root=()
+if ((EUID != 0)); then
+  if command -v sudo >/dev/null; then
+    as_root=(sudo)
+  else
+    echo "deps: missing packages and not root; run as root: $0" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update -q
+"${as_root[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# test.sh - the whole test suite, as the README's Quick start runs it.
+#
+#   1. install what is needed (scripts/deps.sh)
+#   2. plain build, CUDA backend if nvcc and cuDNN are found, warnings as
+#      errors: every suite (GPU-only tests skip without a device)
+#   3. ASan+UBSan build without CUDA: every suite
+#   4. ThreadSanitizer build without CUDA: the threaded suites
+#
+# Build trees go under $TD_BUILD_BASE (default: build-test/ in the tree) and
+# are reused between runs.  Ends with one line "tests: N passed, N failed,
+# N skipped" over all three builds, and exits non-zero if anything failed.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+base=${TD_BUILD_BASE:-$root/build-test}
+"$root/scripts/deps.sh"
+[[ -d /usr/local/cuda/bin ]] && export PATH="/usr/local/cuda/bin:$PATH"
+
+passed=0 failed=0 skipped=0
+status=0
+
+setup() { # dir, options...
+  local dir=$1; shift
+  if [[ -f "$dir/build.ninja" ]]; then
+    meson configure "$dir" "$@" >/dev/null
+  else
+    meson setup "$dir" "$root" "$@" >/dev/null
+  fi
+}
+
+count() { # dir: adds the results of its last `meson test` to the totals
+  local log=$1/meson-logs/testlog.json
+  [[ -f $log ]] || return 0
+  local p f s
+  p=$(grep -c '"result": "OK"' "$log" || true)
+  s=$(grep -c '"result": "SKIP"' "$log" || true)
+  f=$(grep -Ec '"result": "(FAIL|TIMEOUT|ERROR|UNEXPECTEDPASS)"' "$log" || true)
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+}
+
+run() { # name, dir, "test options", meson options...
+  local name=$1 dir=$2 topts=$3; shift 3
+  echo "== $name"
+  local t0=$SECONDS
+  setup "$dir" "$@"
+  rm -f "$dir/meson-logs/testlog.json"
+  # shellcheck disable=SC2086
+  if ! meson test -C "$dir" --print-errorlogs $topts; then
+    status=1
+    # A build that failed leaves no test log: count it as one failure.
+    [[ -f "$dir/meson-logs/testlog.json" ]] || failed=$((failed + 1))
+  fi
+  count "$dir"
+  echo "== $name: $((SECONDS - t0)) s"
+}
+
+run "plain build (CUDA auto, -Werror)" "$base/plain" "" \
+  -Dwerror=true -Dcuda=auto -Dbuildtype=debugoptimized
+run "ASan+UBSan build" "$base/asan" "" \
+  -Dwerror=true -Dcuda=disabled -Db_sanitize=address,undefined \
+  -Db_lundef=false -Dbuildtype=debug
+run "ThreadSanitizer build (threaded suites)" "$base/tsan" "--suite threaded" \
+  -Dwerror=true -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false \
+  -Dbuildtype=debugoptimized
+
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+if ((failed > 0)); then status=1; fi
+exit $status
