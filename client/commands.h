@@ -1,0 +1,27 @@
+/* commands.h - trainctl's subcommands.
+ *
+ * Each subcommand is one function in its own file (client/cmd_<name>.c)
+ * taking argv from the subcommand's name on, and returning an exit code.
+ * Each handles --help and --json itself.
+ */
+#ifndef TD_CLIENT_COMMANDS_H
+#define TD_CLIENT_COMMANDS_H
+
+enum {
+    TD_EXIT_OK = 0,          /* done */
+    TD_EXIT_REFUSED = 1,     /* the daemon (or the operation) said no */
+    TD_EXIT_USAGE = 2,       /* bad command line */
+    TD_EXIT_UNREACHABLE = 3, /* cannot reach the daemon */
+};
+
+typedef int (*td_cmd_fn)(int argc, char **argv);
+
+struct td_command {
+    const char *name;
+    const char *summary; /* one line for `trainctl --help` */
+    td_cmd_fn fn;
+};
+
+int td_cmd_version(int argc, char **argv);
+
+#endif
