@@ -1,0 +1,120 @@
+/* daemon.h - traind's loop thread: the state every daemon file shares.
+ *
+ * The loop thread owns everything in td_daemon: the listening socket, the
+ * clients, the job table, the settings, timers and signals.  It never
+ * blocks on disk, decode or compute.  Other threads (the trainer, the
+ * checkpoint writer) reach it only through td_daemon_post(), a mutex-
+ * protected inbox plus uv_async_send; the loop drains the whole inbox on
+ * every wake-up, because async wake-ups coalesce.
+ */
+#ifndef TD_DAEMON_H
+#define TD_DAEMON_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "jobs.h"
+#include "protocol.h"
+
+/* Event kinds a client can subscribe to (bit flags). */
+enum {
+    TD_EV_STEP = 1 << 0,
+    TD_EV_WINDOW = 1 << 1,
+    TD_EV_EPOCH = 1 << 2,
+    TD_EV_STATE = 1 << 3,
+    TD_EV_LOG = 1 << 4,
+    TD_EV_CHECKPOINT = 1 << 5,
+    TD_EV_ALL = (1 << 6) - 1,
+};
+
+struct td_daemon;
+
+typedef struct td_client {
+    uv_pipe_t pipe;            /* first: handle -> client by cast */
+    struct td_daemon *d;
+    td_linebuf in;
+    uid_t uid;
+    pid_t pid;
+    int closing;
+    /* subscription */
+    unsigned sub_events;       /* 0: not subscribed */
+    int64_t sub_job;           /* 0: every job */
+    int64_t every_steps;       /* step events: at most one per N steps */
+    int64_t every_ms;          /* ... and at most one per T ms */
+    int64_t last_step_sent;
+    int64_t last_step_ns;
+    char *pending_window;      /* newest window held back while slow */
+    uint64_t dropped_steps;
+    struct td_client *prev, *next;
+} td_client;
+
+/* A message from another thread to the loop. */
+typedef struct td_inbox_msg {
+    int kind;                  /* TD_EV_* for events; see daemon.c for more */
+    int64_t job;
+    double ts;
+    json_t *data;              /* owned by the message */
+    struct td_inbox_msg *next;
+} td_inbox_msg;
+
+typedef struct td_daemon_opts {
+    const char *socket_path;
+    const char *state_dir;
+    const char *config_path;   /* may be NULL */
+} td_daemon_opts;
+
+typedef struct td_daemon {
+    uv_loop_t *loop;
+    uv_pipe_t server;
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_async_t wake;
+    td_client *clients;
+    size_t nclients;
+    td_jobs jobs;
+    json_t *settings;
+    char socket_path[108];
+    char state_dir[3072];
+    char device_desc[300];
+    int listening;
+    int shutting_down;
+    int64_t started_ns;
+    /* inbox from other threads */
+    pthread_mutex_t inbox_mu;
+    td_inbox_msg *inbox_head, *inbox_tail;
+    size_t inbox_len;
+    uint64_t inbox_dropped;
+} td_daemon;
+
+/* daemon.c */
+int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o);
+int td_daemon_run(td_daemon *d);      /* until shutdown; 0 on clean exit */
+void td_daemon_shutdown(td_daemon *d, const char *why);
+void td_daemon_free(td_daemon *d);
+/* Any thread: queue an event for the loop.  Never blocks for long; step
+ * events are dropped (and counted) when the inbox is backed up. */
+void td_daemon_post(td_daemon *d, int kind, int64_t job, json_t *data);
+/* Loop thread: persist a job's record in the state dir (off the loop). */
+void td_daemon_persist_job(td_daemon *d, const td_job *j);
+/* Loop thread: change a job's state, persist it, tell subscribers. */
+int td_daemon_set_job_state(td_daemon *d, td_job *j, enum td_job_state s,
+                            const char *reason);
+double td_daemon_ts(const td_daemon *d);
+
+/* server.c */
+int td_server_listen(td_daemon *d);
+void td_server_close(td_daemon *d);
+/* Sends a reply line (owned) to one client; always queued, never dropped. */
+void td_client_send(td_client *c, char *line);
+/* Sends an event to every matching subscriber, applying back-pressure. */
+void td_server_broadcast(td_daemon *d, int kind, int64_t job, double ts,
+                         json_t *data);
+void td_client_close(td_client *c, const char *why);
+
+/* commands.c */
+void td_commands_dispatch(td_client *c, td_request *req);
+
+#endif

@@ -1,0 +1,250 @@
+/* jobs.c - the job table (see jobs.h).  Loop thread only; no locks, no
+ * I/O: persistence is the daemon's business. */
+#include "jobs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+
+static const char *const td__state_names[TD_JOB_NSTATES] = {
+    "pending", "running", "suspended", "completed", "cancelled", "failed",
+};
+
+const char *td_job_state_name(enum td_job_state s)
+{
+    return (unsigned)s < TD_JOB_NSTATES ? td__state_names[s] : "unknown";
+}
+
+int td_job_state_parse(const char *name, enum td_job_state *s)
+{
+    for (int i = 0; i < TD_JOB_NSTATES; i++) {
+        if (strcmp(name, td__state_names[i]) == 0) {
+            *s = (enum td_job_state)i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+int td_job_state_final(enum td_job_state s)
+{
+    return s == TD_JOB_COMPLETED || s == TD_JOB_CANCELLED ||
+           s == TD_JOB_FAILED;
+}
+
+void td_jobs_init(td_jobs *t)
+{
+    memset(t, 0, sizeof *t);
+    t->next_id = 1;
+}
+
+static void td__job_free(td_job *j)
+{
+    json_decref(j->spec);
+    json_decref(j->last_window);
+    json_decref(j->last_epoch);
+    json_decref(j->checkpoints);
+    free(j);
+}
+
+void td_jobs_free(td_jobs *t)
+{
+    td_job *j = t->head;
+    while (j) {
+        td_job *n = j->next;
+        td__job_free(j);
+        j = n;
+    }
+    memset(t, 0, sizeof *t);
+}
+
+static double td__wall_s(void) { return (double)td_wall_ns() / 1e9; }
+
+static void td__append(td_jobs *t, td_job *j)
+{
+    j->next = NULL;
+    if (t->tail)
+        t->tail->next = j;
+    else
+        t->head = j;
+    t->tail = j;
+    t->count++;
+}
+
+td_job *td_jobs_add(td_jobs *t, const char *name, uid_t uid, json_t *spec)
+{
+    td_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->checkpoints = json_array();
+    if (!j->checkpoints) {
+        free(j);
+        return NULL;
+    }
+    j->id = t->next_id++;
+    snprintf(j->name, sizeof j->name, "%s", name ? name : "job");
+    j->uid = uid;
+    j->state = TD_JOB_PENDING;
+    snprintf(j->reason, sizeof j->reason, "queued");
+    j->spec = json_incref(spec);
+    j->submitted = td__wall_s();
+    td__append(t, j);
+    return j;
+}
+
+void td_jobs_insert(td_jobs *t, td_job *j)
+{
+    td__append(t, j);
+    if (j->id >= t->next_id)
+        t->next_id = j->id + 1;
+}
+
+td_job *td_jobs_find(td_jobs *t, int64_t id)
+{
+    for (td_job *j = t->head; j; j = j->next)
+        if (j->id == id)
+            return j;
+    return NULL;
+}
+
+td_job *td_jobs_next_pending(td_jobs *t)
+{
+    for (td_job *j = t->head; j; j = j->next)
+        if (j->state == TD_JOB_PENDING)
+            return j;
+    return NULL;
+}
+
+static int td__allowed(enum td_job_state from, enum td_job_state to)
+{
+    switch (from) {
+    case TD_JOB_PENDING:
+        return to == TD_JOB_RUNNING || to == TD_JOB_CANCELLED ||
+               to == TD_JOB_FAILED || to == TD_JOB_SUSPENDED;
+    case TD_JOB_RUNNING:
+        /* running -> pending: interrupted by a daemon shutdown, to resume */
+        return to == TD_JOB_COMPLETED || to == TD_JOB_FAILED ||
+               to == TD_JOB_CANCELLED || to == TD_JOB_SUSPENDED ||
+               to == TD_JOB_PENDING;
+    case TD_JOB_SUSPENDED:
+        return to == TD_JOB_PENDING || to == TD_JOB_RUNNING ||
+               to == TD_JOB_CANCELLED || to == TD_JOB_FAILED;
+    default:
+        return 0; /* final states are final */
+    }
+}
+
+int td_job_set_state(td_job *j, enum td_job_state s, const char *reason)
+{
+    if (!td__allowed(j->state, s))
+        return -EINVAL;
+    j->state = s;
+    snprintf(j->reason, sizeof j->reason, "%s", reason ? reason : "");
+    if (s == TD_JOB_RUNNING && j->started == 0)
+        j->started = td__wall_s();
+    if (td_job_state_final(s))
+        j->ended = td__wall_s();
+    return 0;
+}
+
+int td_job_may_control(const td_job *j, uid_t uid)
+{
+    return uid == 0 || uid == j->uid;
+}
+
+json_t *td_job_summary(const td_job *j)
+{
+    json_t *o = json_pack(
+        "{s:I, s:s, s:I, s:s, s:s, s:f, s:I, s:I, s:I, s:I}", "id",
+        (json_int_t)j->id, "name", j->name, "uid", (json_int_t)j->uid,
+        "state", td_job_state_name(j->state), "reason", j->reason,
+        "submitted", j->submitted, "epoch", (json_int_t)j->epoch, "step",
+        (json_int_t)j->step, "steps_total", (json_int_t)j->steps_total,
+        "epochs_total", (json_int_t)j->epochs_total);
+    if (!o)
+        return NULL;
+    if (j->started)
+        json_object_set_new(o, "started", json_real(j->started));
+    if (j->ended)
+        json_object_set_new(o, "ended", json_real(j->ended));
+    if (j->last_window) {
+        json_t *sps = json_object_get(j->last_window, "samples_per_s");
+        json_t *verdict = json_object_get(j->last_window, "verdict");
+        if (sps)
+            json_object_set(o, "samples_per_s", sps);
+        if (verdict)
+            json_object_set(o, "verdict", verdict);
+    }
+    return o;
+}
+
+json_t *td_job_record(const td_job *j)
+{
+    json_t *o = td_job_summary(j);
+    if (!o)
+        return NULL;
+    json_object_set(o, "spec", j->spec ? j->spec : json_null());
+    json_object_set(o, "checkpoints", j->checkpoints);
+    if (j->last_window)
+        json_object_set(o, "last_window", j->last_window);
+    if (j->last_epoch)
+        json_object_set(o, "last_epoch", j->last_epoch);
+    return o;
+}
+
+td_job *td_job_from_record(json_t *rec, char *err, size_t errcap)
+{
+    json_int_t id, uid, epoch = 0, step = 0, steps_total = 0,
+                        epochs_total = 0;
+    const char *name, *state, *reason;
+    double submitted = 0;
+    json_t *spec = NULL;
+    json_error_t je;
+    enum td_job_state st;
+    if (json_unpack_ex(rec, &je, 0,
+                       "{s:I, s:s, s:I, s:s, s:s, s?F, s?I, s?I, s?I, s?I, "
+                       "s:o}",
+                       "id", &id, "name", &name, "uid", &uid, "state", &state,
+                       "reason", &reason, "submitted", &submitted, "epoch",
+                       &epoch, "step", &step, "steps_total", &steps_total,
+                       "epochs_total", &epochs_total, "spec", &spec)) {
+        snprintf(err, errcap, "job record: %s", je.text);
+        return NULL;
+    }
+    if (id <= 0 || td_job_state_parse(state, &st)) {
+        snprintf(err, errcap, "job record: bad id or state");
+        return NULL;
+    }
+    td_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        snprintf(err, errcap, "out of memory");
+        return NULL;
+    }
+    j->id = id;
+    snprintf(j->name, sizeof j->name, "%s", name);
+    j->uid = (uid_t)uid;
+    j->state = st;
+    snprintf(j->reason, sizeof j->reason, "%s", reason);
+    j->spec = json_incref(spec);
+    j->submitted = submitted;
+    json_t *v;
+    if ((v = json_object_get(rec, "started")))
+        j->started = json_number_value(v);
+    if ((v = json_object_get(rec, "ended")))
+        j->ended = json_number_value(v);
+    j->epoch = epoch;
+    j->step = step;
+    j->steps_total = steps_total;
+    j->epochs_total = epochs_total;
+    v = json_object_get(rec, "checkpoints");
+    j->checkpoints = json_is_array(v) ? json_deep_copy(v) : json_array();
+    if ((v = json_object_get(rec, "last_window")))
+        j->last_window = json_deep_copy(v);
+    if ((v = json_object_get(rec, "last_epoch")))
+        j->last_epoch = json_deep_copy(v);
+    return j;
+}

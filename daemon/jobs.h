@@ -1,0 +1,83 @@
+/* jobs.h - the job table: records, states and their transitions.
+ *
+ * Owned by the loop thread; nothing here locks.  A job moves through
+ * SLURM's states:
+ *
+ *   pending -> running -> completed | failed | cancelled
+ *   running <-> suspended (pause/resume: the device is freed while suspended)
+ *   pending | suspended -> cancelled
+ *
+ * Each change is stamped and carries a reason for people ("queued behind
+ * job 3", "cancelled by uid 1000", "checkpoint write failed: ...").
+ * Records are persisted as JSON in the state dir by the daemon, so the
+ * table survives restarts.
+ */
+#ifndef TD_JOBS_H
+#define TD_JOBS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+enum td_job_state {
+    TD_JOB_PENDING = 0,
+    TD_JOB_RUNNING,
+    TD_JOB_SUSPENDED,
+    TD_JOB_COMPLETED,
+    TD_JOB_CANCELLED,
+    TD_JOB_FAILED,
+    TD_JOB_NSTATES
+};
+
+typedef struct td_job {
+    int64_t id;
+    char name[128];
+    uid_t uid;               /* who submitted it (SO_PEERCRED) */
+    enum td_job_state state;
+    char reason[256];
+    json_t *spec;            /* the normalised spec (owned) */
+    double submitted, started, ended; /* wall-clock seconds */
+    /* progress, updated from the trainer's events */
+    int64_t epoch, step, steps_total, epochs_total;
+    json_t *last_window;     /* owned, may be NULL */
+    json_t *last_epoch;      /* owned, may be NULL */
+    json_t *checkpoints;     /* array of {path, step, epoch, bytes}, owned */
+    struct td_job *next;
+} td_job;
+
+typedef struct td_jobs {
+    td_job *head, *tail;     /* in submission order */
+    int64_t next_id;
+    size_t count;
+} td_jobs;
+
+const char *td_job_state_name(enum td_job_state s);
+/* -EINVAL for an unknown name. */
+int td_job_state_parse(const char *name, enum td_job_state *s);
+int td_job_state_final(enum td_job_state s);
+
+void td_jobs_init(td_jobs *t);
+void td_jobs_free(td_jobs *t);
+/* Adds a pending job (takes a reference to spec); NULL on ENOMEM. */
+td_job *td_jobs_add(td_jobs *t, const char *name, uid_t uid, json_t *spec);
+td_job *td_jobs_find(td_jobs *t, int64_t id);
+/* The oldest pending job, or NULL. */
+td_job *td_jobs_next_pending(td_jobs *t);
+
+/* Moves a job to state s with a reason; returns -EINVAL (with nothing
+ * changed) if the transition is not allowed by the diagram above. */
+int td_job_set_state(td_job *j, enum td_job_state s, const char *reason);
+
+/* May uid act on the job (cancel, pause, resume, checkpoint)? */
+int td_job_may_control(const td_job *j, uid_t uid);
+
+/* A summary (for list) or the full record (for show and persistence). */
+json_t *td_job_summary(const td_job *j);
+json_t *td_job_record(const td_job *j);
+/* Rebuilds a job from td_job_record()'s output (for restart). */
+td_job *td_job_from_record(json_t *rec, char *err, size_t errcap);
+/* Inserts a restored job keeping ids unique and increasing. */
+void td_jobs_insert(td_jobs *t, td_job *j);
+
+#endif

@@ -1,0 +1,44 @@
+/* settings.h - the daemon's settings: one table of keys with their type,
+ * range, default, whether they can change while running, and help text.
+ *
+ * The same table serves the config file, `config_get`/`config_set` over
+ * the socket, and the documentation (`traind --help-config`).  Values are
+ * kept in a JSON object; unknown keys are errors naming the key.
+ */
+#ifndef TD_SETTINGS_H
+#define TD_SETTINGS_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+enum td_setting_type {
+    TD_SET_INT,      /* integer in [min, max] */
+    TD_SET_AUTO_INT, /* "auto" or an integer in [min, max] */
+    TD_SET_STRING,
+    TD_SET_LEVEL,    /* a log level name */
+};
+
+typedef struct td_setting_def {
+    const char *key;
+    enum td_setting_type type;
+    const char *def;  /* default, as JSON text */
+    long long min, max;
+    int live;         /* 1: takes effect at once; 0: needs a restart */
+    const char *help;
+} td_setting_def;
+
+extern const td_setting_def td_setting_defs[]; /* ends with key == NULL */
+
+/* A new object holding every default. */
+json_t *td_settings_defaults(void);
+const td_setting_def *td_setting_find(const char *key);
+/* Validates and stores value (borrowed) under key.  *live_out (may be
+ * NULL) receives the key's live flag.  -EINVAL with err filled in. */
+int td_settings_set(json_t *settings, const char *key, json_t *value,
+                    int *live_out, char *err, size_t errcap);
+/* Convenience readers; "auto" reads as -1. */
+long long td_settings_int(const json_t *settings, const char *key);
+const char *td_settings_str(const json_t *settings, const char *key);
+
+#endif

@@ -1,0 +1,39 @@
+/* daemon_harness.h - start a real traind in a test and talk to it over its
+ * socket.  Each test gets its own temporary socket and state dir. */
+#ifndef TD_DAEMON_HARNESS_H
+#define TD_DAEMON_HARNESS_H
+
+#include <sys/types.h>
+
+#include <jansson.h>
+
+typedef struct td_harness {
+    pid_t pid;
+    char dir[64];          /* temporary root */
+    char sock[96];
+    char state[96];
+} td_harness;
+
+/* Starts build/daemon/traind (from $TD_BUILD_ROOT) with extra args
+ * (NULL-terminated, may be NULL) and waits until its socket accepts. */
+int th_start(td_harness *h, const char *const *extra_args);
+/* SIGTERM, then waits; returns the exit status (or -1). */
+int th_stop(td_harness *h);
+/* Restarts on the same dirs. */
+int th_restart(td_harness *h);
+void th_cleanup(td_harness *h); /* removes the temporary dir */
+
+/* A connected client.  Reads the hello line, into *hello if non-NULL. */
+int th_connect(const td_harness *h, json_t **hello);
+int th_send_raw(int fd, const char *data, size_t len);
+/* Reads one line (without '\n') with a timeout; NULL on EOF/timeout. */
+char *th_read_line(int fd, int timeout_ms);
+json_t *th_read_json(int fd, int timeout_ms);
+/* Sends {"id":N,"cmd":cmd,"args":args} (args stolen, may be NULL) and
+ * returns the reply with that id, skipping events. */
+json_t *th_request(int fd, const char *cmd, json_t *args);
+/* Convenience: the "ok" object of a reply (borrowed from reply) or NULL. */
+json_t *th_ok(json_t *reply);
+const char *th_err_class(json_t *reply);
+
+#endif

@@ -1,0 +1,358 @@
+/* test_daemon.c - traind live: started by each test on its own socket and
+ * state dir, driven over the control protocol. */
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon_harness.h"
+#include "tdtest.h"
+
+static td_harness H;
+
+static void setup(void) { ck_assert_int_eq(th_start(&H, NULL), 0); }
+/* Every test ends with a clean SIGTERM exit: status 0 also means no
+ * sanitizer report (ASan, LSan and TSan exit non-zero when they find one). */
+static void teardown(void)
+{
+    int st = th_stop(&H);
+    th_cleanup(&H);
+    ck_assert_msg(st == 0, "traind exited with status %d after SIGTERM", st);
+}
+
+static json_t *spec(void)
+{
+    return json_pack("{s:s, s:i}", "name", "tiny", "epochs", 1);
+}
+
+static int64_t submit(int fd)
+{
+    json_t *r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec()));
+    ck_assert_ptr_nonnull(th_ok(r));
+    int64_t id = json_integer_value(json_object_get(th_ok(r), "job"));
+    json_decref(r);
+    return id;
+}
+
+START_TEST(test_hello_and_version)
+{
+    json_t *hello;
+    int fd = th_connect(&H, &hello);
+    ck_assert_int_ge(fd, 0);
+    json_t *h = json_object_get(hello, "hello");
+    ck_assert_int_eq(json_integer_value(json_object_get(h, "proto")), 1);
+    ck_assert_ptr_nonnull(json_string_value(json_object_get(h, "version")));
+    ck_assert_str_eq(json_string_value(json_object_get(h, "device")), "cpu");
+    json_t *r = th_request(fd, "version", NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(th_ok(r), "proto")), 1);
+    json_decref(r);
+    json_decref(hello);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_socket_mode)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(H.sock, &st), 0);
+    ck_assert(S_ISSOCK(st.st_mode));
+    ck_assert_int_eq(st.st_mode & 0777, 0660);
+}
+END_TEST
+
+START_TEST(test_malformed_then_valid)
+{
+    int fd = th_connect(&H, NULL);
+    const char *bad = "{\"id\":1,\"cmd\":\n";
+    th_send_raw(fd, bad, strlen(bad));
+    json_t *r = th_read_json(fd, 5000);
+    ck_assert_str_eq(th_err_class(r), "bad_request");
+    json_decref(r);
+    r = th_request(fd, "explode", NULL);
+    ck_assert_str_eq(th_err_class(r), "unknown_command");
+    json_decref(r);
+    r = th_request(fd, "list", json_pack("{s:b}", "all", 1));
+    ck_assert_str_eq(th_err_class(r), "invalid_args");
+    json_decref(r);
+    r = th_request(fd, "version", NULL); /* the connection still works */
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_oversized_line_closes_only_that_client)
+{
+    int other = th_connect(&H, NULL);
+    int fd = th_connect(&H, NULL);
+    size_t n = 1024 * 1024 + 100;
+    char *big = malloc(n);
+    memset(big, 'a', n);
+    th_send_raw(fd, big, n);
+    free(big);
+    json_t *r = th_read_json(fd, 5000);
+    ck_assert_str_eq(th_err_class(r), "too_large");
+    json_decref(r);
+    ck_assert_ptr_null(th_read_line(fd, 5000)); /* then EOF */
+    close(fd);
+    r = th_request(other, "version", NULL);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(other);
+}
+END_TEST
+
+START_TEST(test_disconnect_mid_line)
+{
+    int fd = th_connect(&H, NULL);
+    const char *part = "{\"id\":1,\"cmd\":\"sub";
+    th_send_raw(fd, part, strlen(part));
+    close(fd);
+    fd = th_connect(&H, NULL);
+    json_t *r = th_request(fd, "list", NULL);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_submit_list_show_cancel)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t a = submit(fd), b = submit(fd);
+    ck_assert_int_eq(b, a + 1);
+    json_t *r = th_request(fd, "list", NULL);
+    json_t *jobs = json_object_get(th_ok(r), "jobs");
+    ck_assert_uint_eq(json_array_size(jobs), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(jobs, 0), "state")), "pending");
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_array_get(jobs, 0), "uid")), (int)getuid());
+    json_decref(r);
+    r = th_request(fd, "show", json_pack("{s:I}", "job", (json_int_t)a));
+    json_t *job = json_object_get(th_ok(r), "job");
+    ck_assert_str_eq(json_string_value(json_object_get(job, "name")), "tiny");
+    ck_assert_ptr_nonnull(json_object_get(job, "spec"));
+    json_decref(r);
+    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)a));
+    ck_assert_str_eq(json_string_value(json_object_get(th_ok(r), "state")),
+                     "cancelled");
+    json_decref(r);
+    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)a));
+    ck_assert_str_eq(th_err_class(r), "conflict");
+    json_decref(r);
+    r = th_request(fd, "list", json_pack("{s:s}", "state", "cancelled"));
+    ck_assert_uint_eq(json_array_size(json_object_get(th_ok(r), "jobs")), 1);
+    json_decref(r);
+    r = th_request(fd, "list", json_pack("{s:s}", "state", "sleeping"));
+    ck_assert_str_eq(th_err_class(r), "invalid_args");
+    json_decref(r);
+    r = th_request(fd, "show", json_pack("{s:i}", "job", 999));
+    ck_assert_str_eq(th_err_class(r), "not_found");
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_pause_resume_pending)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t a = submit(fd);
+    json_t *r = th_request(fd, "resume", json_pack("{s:I}", "job",
+                                                   (json_int_t)a));
+    ck_assert_str_eq(th_err_class(r), "conflict");
+    json_decref(r);
+    r = th_request(fd, "pause", json_pack("{s:I}", "job", (json_int_t)a));
+    ck_assert_str_eq(json_string_value(json_object_get(th_ok(r), "state")),
+                     "suspended");
+    json_decref(r);
+    r = th_request(fd, "resume", json_pack("{s:I}", "job", (json_int_t)a));
+    ck_assert_str_eq(json_string_value(json_object_get(th_ok(r), "state")),
+                     "pending");
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_state_events_reach_subscriber)
+{
+    int sub = th_connect(&H, NULL);
+    int fd = th_connect(&H, NULL);
+    json_t *r = th_request(sub, "subscribe",
+                           json_pack("{s:[s]}", "events", "state"));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    r = th_request(sub, "subscribe", json_pack("{s:[s]}", "events", "gossip"));
+    ck_assert_str_eq(th_err_class(r), "invalid_args");
+    json_decref(r);
+    int64_t a = submit(fd);
+    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)a));
+    json_decref(r);
+    json_t *ev = th_read_json(sub, 5000);
+    ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "state");
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "job")), a);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(ev, "data"), "state")), "cancelled");
+    json_decref(ev);
+    close(sub);
+    /* The daemon does not notice the vanished subscriber beyond closing. */
+    int64_t b = submit(fd);
+    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)b));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_other_uid_may_not_control)
+{
+    if (getuid() != 0) {
+        printf("skipped: needs root to connect as another uid\n");
+        return;
+    }
+    int fd = th_connect(&H, NULL);
+    int64_t a = submit(fd);
+    chmod(H.dir, 0755);
+    chmod(H.sock, 0666);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(65534) || setuid(65534))
+            _exit(10);
+        int cfd = th_connect(&H, NULL);
+        if (cfd < 0)
+            _exit(11);
+        json_t *r = th_request(cfd, "cancel", json_pack("{s:I}", "job",
+                                                        (json_int_t)a));
+        const char *cls = th_err_class(r);
+        _exit(cls && strcmp(cls, "permission_denied") == 0 ? 0 : 12);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert(WIFEXITED(st));
+    ck_assert_int_eq(WEXITSTATUS(st), 0);
+    json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
+                                                 (json_int_t)a));
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(th_ok(r), "job"), "state")),
+                     "pending");
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_config_get_set)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *r = th_request(fd, "config_get", NULL);
+    json_t *s = json_object_get(th_ok(r), "settings");
+    ck_assert_str_eq(json_string_value(json_object_get(s, "workers")), "auto");
+    json_decref(r);
+    r = th_request(fd, "config_set", json_pack("{s:s, s:i}", "key", "workers",
+                                               "value", 4));
+    ck_assert(json_is_false(json_object_get(th_ok(r), "restart_needed")));
+    json_decref(r);
+    r = th_request(fd, "config_get", json_pack("{s:s}", "key", "workers"));
+    ck_assert_int_eq(json_integer_value(json_object_get(th_ok(r), "value")), 4);
+    json_decref(r);
+    r = th_request(fd, "config_set", json_pack("{s:s, s:i}", "key", "workers",
+                                               "value", 0));
+    ck_assert_str_eq(th_err_class(r), "invalid_args");
+    json_decref(r);
+    r = th_request(fd, "config_set", json_pack("{s:s, s:i}", "key", "colour",
+                                               "value", 1));
+    ck_assert_str_eq(th_err_class(r), "invalid_args");
+    json_decref(r);
+    r = th_request(fd, "config_set", json_pack("{s:s, s:s}", "key", "device",
+                                               "value", "cpu"));
+    ck_assert(json_is_true(json_object_get(th_ok(r), "restart_needed")));
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_jobs_survive_restart)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t a = submit(fd);
+    int64_t b = submit(fd);
+    json_t *r = th_request(fd, "cancel", json_pack("{s:I}", "job",
+                                                   (json_int_t)b));
+    json_decref(r);
+    close(fd);
+    ck_assert_int_eq(th_stop(&H), 0); /* SIGTERM: clean exit */
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    r = th_request(fd, "list", NULL);
+    json_t *jobs = json_object_get(th_ok(r), "jobs");
+    ck_assert_uint_eq(json_array_size(jobs), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_array_get(jobs, 0), "id")), a);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(jobs, 1), "state")), "cancelled");
+    json_decref(r);
+    ck_assert_int_gt(submit(fd), b); /* ids keep increasing */
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_stale_socket_and_live_socket)
+{
+    /* A second daemon on a live socket refuses to steal it. */
+    td_harness second = H;
+    char exe[512];
+    snprintf(exe, sizeof exe, "%s/daemon/traind", getenv("TD_BUILD_ROOT"));
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(exe, exe, "--socket", H.sock, "--state-dir", H.state, NULL);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert(WIFEXITED(st));
+    ck_assert_int_eq(WEXITSTATUS(st), 1);
+    /* The first still answers. */
+    int fd = th_connect(&H, NULL);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    /* kill -9 leaves a stale socket file; a new daemon replaces it. */
+    kill(H.pid, SIGKILL);
+    waitpid(H.pid, &st, 0);
+    H.pid = 0;
+    struct stat sb;
+    ck_assert_int_eq(stat(H.sock, &sb), 0);
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    (void)second;
+}
+END_TEST
+
+static Suite *daemon_suite(void)
+{
+    Suite *s = suite_create("daemon");
+    TCase *tc = tcase_create("protocol");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_hello_and_version);
+    tcase_add_test(tc, test_socket_mode);
+    tcase_add_test(tc, test_malformed_then_valid);
+    tcase_add_test(tc, test_oversized_line_closes_only_that_client);
+    tcase_add_test(tc, test_disconnect_mid_line);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("jobs");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_submit_list_show_cancel);
+    tcase_add_test(tc, test_pause_resume_pending);
+    tcase_add_test(tc, test_state_events_reach_subscriber);
+    tcase_add_test(tc, test_other_uid_may_not_control);
+    tcase_add_test(tc, test_config_get_set);
+    tcase_add_test(tc, test_jobs_survive_restart);
+    tcase_add_test(tc, test_stale_socket_and_live_socket);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(daemon_suite)
