@@ -23,5 +23,15 @@ struct td_command {
 };
 
 int td_cmd_version(int argc, char **argv);
+int td_cmd_submit(int argc, char **argv);
+int td_cmd_queue(int argc, char **argv);
+int td_cmd_show(int argc, char **argv);
+int td_cmd_watch(int argc, char **argv);
+int td_cmd_logs(int argc, char **argv);
+int td_cmd_cancel(int argc, char **argv);
+int td_cmd_pause(int argc, char **argv);
+int td_cmd_resume(int argc, char **argv);
+int td_cmd_checkpoint(int argc, char **argv);
+int td_cmd_config(int argc, char **argv);
 
 #endif

@@ -11,19 +11,34 @@
 /* The command table.  Add a line per subcommand, in the order --help
  * lists them. */
 static const struct td_command td__commands[] = {
-    {"version", "print the client version and the devices found",
-     td_cmd_version},
+    {"submit", "submit a job spec; --follow to watch it", td_cmd_submit},
+    {"queue", "list jobs (alias: ls)", td_cmd_queue},
+    {"ls", "list jobs", td_cmd_queue},
+    {"show", "everything about one job", td_cmd_show},
+    {"watch", "follow a job live until it ends", td_cmd_watch},
+    {"logs", "print (or -f follow) a job's log", td_cmd_logs},
+    {"cancel", "cancel a job", td_cmd_cancel},
+    {"pause", "pause a job at a step boundary", td_cmd_pause},
+    {"resume", "resume a paused job", td_cmd_resume},
+    {"checkpoint", "write a checkpoint of a running job now",
+     td_cmd_checkpoint},
+    {"config", "get or set the daemon's live settings", td_cmd_config},
+    {"version", "client and daemon versions, devices", td_cmd_version},
 };
 
 #define TD__NCMD (sizeof td__commands / sizeof td__commands[0])
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: trainctl COMMAND [ARGS] [--json]\n\nCommands:\n");
+    fprintf(f, "usage: trainctl COMMAND [ARGS] [--json] [--socket PATH]\n"
+               "\nTalks to traind at $TRAIND_SOCKET or "
+               "/run/traind/traind.sock.\n\nCommands:\n");
     for (size_t i = 0; i < TD__NCMD; i++)
         fprintf(f, "  %-12s %s\n", td__commands[i].name,
                 td__commands[i].summary);
-    fprintf(f, "\nRun 'trainctl COMMAND --help' for a command's options.\n");
+    fprintf(f, "\nRun 'trainctl COMMAND --help' for a command's options.\n"
+               "Exit codes: 0 ok, 1 the daemon said no (or the job failed), "
+               "2 usage,\n3 cannot reach the daemon.\n");
 }
 
 int main(int argc, char **argv)

@@ -4,11 +4,14 @@
  * cannot (job ids, permissions, states), change the job table, and reply
  * with exactly one line.  Nothing here blocks.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "daemon.h"
+#include "error.h"
 #include "log.h"
 #include "settings.h"
 #include "td_config.h"
@@ -233,13 +236,81 @@ static void cmd_unsubscribe(td_client *c, td_request *req)
     td__ok(c, req, NULL);
 }
 
+/* logs: the last N lines of the job's log file, read off the loop. */
+typedef struct td_logs_req {
+    uv_work_t work;
+    td_daemon *d;
+    uint64_t client;
+    json_t *id;
+    char path[3200];
+    long lines;
+    json_t *result; /* array of strings, or NULL with err set */
+    int err;
+} td_logs_req;
+
+static void td__logs_work(uv_work_t *w)
+{
+    td_logs_req *r = w->data;
+    FILE *f = fopen(r->path, "r");
+    r->result = json_array();
+    if (!f) {
+        r->err = errno == ENOENT ? 0 : -errno; /* no file: no lines yet */
+        return;
+    }
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        json_array_append_new(r->result, json_string(line));
+        if ((long)json_array_size(r->result) > r->lines)
+            json_array_remove(r->result, 0);
+    }
+    fclose(f);
+}
+
+static void td__logs_done(uv_work_t *w, int status)
+{
+    td_logs_req *r = w->data;
+    td_client *c = td_server_client(r->d, r->client);
+    if (c && (status < 0 || r->err)) {
+        char m[256];
+        snprintf(m, sizeof m, "cannot read the job log: %s",
+                 status < 0 ? uv_strerror(status) : td_strerror(r->err));
+        td_client_send(c, td_proto_error(r->id, TD_ERR_INTERNAL, m));
+    } else if (c) {
+        td_client_send(c, td_proto_ok(r->id, json_pack("{s:O}", "lines",
+                                                       r->result)));
+    }
+    json_decref(r->result);
+    json_decref(r->id);
+    free(r);
+}
+
 static void cmd_logs(td_client *c, td_request *req)
 {
     td_job *j = td__job_arg(c, req, 0);
     if (!j)
         return;
-    ERRF(c, req, TD_ERR_CONFLICT, "job %lld: logs are not kept yet",
-         (long long)j->id);
+    json_t *n = json_object_get(req->args, "lines");
+    if (n && json_integer_value(n) < 1) {
+        ERRF(c, req, TD_ERR_INVALID_ARGS, "logs: lines must be >= 1");
+        return;
+    }
+    td_logs_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        ERRF(c, req, TD_ERR_INTERNAL, "out of memory");
+        return;
+    }
+    r->d = c->d;
+    r->client = c->id;
+    r->id = req->id ? json_incref(req->id) : NULL;
+    r->lines = n ? (long)json_integer_value(n) : 100;
+    td_daemon_job_log_path(c->d, j->id, r->path, sizeof r->path);
+    r->work.data = r;
+    if (uv_queue_work(c->d->loop, &r->work, td__logs_work, td__logs_done)) {
+        json_decref(r->id);
+        free(r);
+        ERRF(c, req, TD_ERR_INTERNAL, "cannot queue the log read");
+    }
 }
 
 static void cmd_config_get(td_client *c, td_request *req)

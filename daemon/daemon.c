@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -249,6 +250,39 @@ static void td__on_wake(uv_async_t *a)
     }
 }
 
+/* ---- job logs --------------------------------------------------------- */
+
+void td_daemon_job_log_path(const td_daemon *d, int64_t job, char *buf,
+                            size_t cap)
+{
+    snprintf(buf, cap, "%s/jobs/%lld.log", d->state_dir, (long long)job);
+}
+
+/* Every log line about a job is appended to its log file and sent to
+ * subscribers as a `log` event.  Runs on whichever thread logged.  Job
+ * lines are rare (state changes, epochs, checkpoints, bad samples), and an
+ * O_APPEND write lands in the page cache, so this does not stall the
+ * thread that logs. */
+static void td__job_log_sink(void *user, int level, long job,
+                             const char *line)
+{
+    td_daemon *d = user;
+    char path[3200];
+    if (job <= 0)
+        return;
+    td_daemon_job_log_path(d, job, path, sizeof path);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd >= 0) {
+        struct iovec iov[2] = {{(void *)line, strlen(line)}, {"\n", 1}};
+        ssize_t w = writev(fd, iov, 2);
+        (void)w; /* a lost job-log line must not fail anything */
+        close(fd);
+    }
+    td_daemon_post(d, TD_EV_LOG, job,
+                   json_pack("{s:s, s:s}", "level", td_log_level_name(level),
+                             "line", line));
+}
+
 /* ---- signals and life cycle ------------------------------------------- */
 
 static void td__on_signal(uv_signal_t *s, int signum)
@@ -326,6 +360,7 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     td__load_jobs(d);
     uv_async_init(loop, &d->wake, td__on_wake);
     d->wake.data = d;
+    td_log_set_sink(td__job_log_sink, d);
     uv_signal_init(loop, &d->sig_term);
     uv_signal_init(loop, &d->sig_int);
     uv_signal_init(loop, &d->sig_hup);
@@ -357,6 +392,7 @@ int td_daemon_run(td_daemon *d)
 
 void td_daemon_free(td_daemon *d)
 {
+    td_log_set_sink(NULL, NULL);
     td_inbox_msg *m = d->inbox_head;
     while (m) {
         td_inbox_msg *n = m->next;

@@ -36,6 +36,7 @@ struct td_daemon;
 typedef struct td_client {
     uv_pipe_t pipe;            /* first: handle -> client by cast */
     struct td_daemon *d;
+    uint64_t id;               /* unique for the daemon's life */
     td_linebuf in;
     uid_t uid;
     pid_t pid;
@@ -74,6 +75,7 @@ typedef struct td_daemon {
     uv_async_t wake;
     td_client *clients;
     size_t nclients;
+    uint64_t next_client_id;
     td_jobs jobs;
     json_t *settings;
     char socket_path[108];
@@ -103,6 +105,9 @@ void td_daemon_persist_job(td_daemon *d, const td_job *j);
 int td_daemon_set_job_state(td_daemon *d, td_job *j, enum td_job_state s,
                             const char *reason);
 double td_daemon_ts(const td_daemon *d);
+/* Path of a job's log file (state_dir/jobs/<id>.log). */
+void td_daemon_job_log_path(const td_daemon *d, int64_t job, char *buf,
+                            size_t cap);
 
 /* server.c */
 int td_server_listen(td_daemon *d);
@@ -113,6 +118,9 @@ void td_client_send(td_client *c, char *line);
 void td_server_broadcast(td_daemon *d, int kind, int64_t job, double ts,
                          json_t *data);
 void td_client_close(td_client *c, const char *why);
+/* The client with this id, or NULL if it has gone (for replies that are
+ * ready only after work off the loop). */
+td_client *td_server_client(td_daemon *d, uint64_t id);
 
 /* commands.c */
 void td_commands_dispatch(td_client *c, td_request *req);

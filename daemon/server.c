@@ -113,6 +113,14 @@ static void td__write_line(td_client *c, char *line)
 
 void td_client_send(td_client *c, char *line) { td__write_line(c, line); }
 
+td_client *td_server_client(td_daemon *d, uint64_t id)
+{
+    for (td_client *c = d->clients; c; c = c->next)
+        if (c->id == id && !c->closing)
+            return c;
+    return NULL;
+}
+
 /* Closes the client once everything queued so far has been written. */
 static void td__on_shutdown(uv_shutdown_t *req, int status)
 {
@@ -279,6 +287,7 @@ static void td__on_connection(uv_stream_t *server, int status)
         return;
     }
     c->d = d;
+    c->id = ++d->next_client_id;
     uv_pipe_init(d->loop, &c->pipe, 0);
     if (uv_accept(server, (uv_stream_t *)&c->pipe) < 0) {
         uv_close((uv_handle_t *)&c->pipe, td__on_close);

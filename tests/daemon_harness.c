@@ -208,3 +208,64 @@ const char *th_err_class(json_t *reply)
     return json_string_value(
         json_object_get(json_object_get(reply, "error"), "class"));
 }
+
+static char *th__slurp(int fd)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while (buf && (r = read(fd, buf + len, cap - len - 1)) > 0) {
+        len += (size_t)r;
+        if (cap - len < 2) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb)
+                break;
+            buf = nb;
+        }
+    }
+    if (buf)
+        buf[len] = '\0';
+    return buf;
+}
+
+int th_cli(const td_harness *h, char **out, char **err, const char *const *argv)
+{
+    const char *root = getenv("TD_BUILD_ROOT");
+    char exe[512];
+    int po[2], pe[2], st;
+    snprintf(exe, sizeof exe, "%s/client/trainctl", root ? root : "build");
+    if (pipe(po) || pipe(pe))
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *args[40] = {exe};
+        int n = 1;
+        for (int i = 0; argv[i] && n < 39; i++)
+            args[n++] = argv[i];
+        args[n] = NULL;
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        close(po[0]);
+        close(pe[0]);
+        setenv("TRAIND_SOCKET", h->sock, 1);
+        execv(exe, (char *const *)args);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    /* stderr output is small; read stdout fully first, then stderr. */
+    char *o = th__slurp(po[0]);
+    char *e = th__slurp(pe[0]);
+    close(po[0]);
+    close(pe[0]);
+    waitpid(pid, &st, 0);
+    if (out)
+        *out = o;
+    else
+        free(o);
+    if (err)
+        *err = e;
+    else
+        free(e);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}

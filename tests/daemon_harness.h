@@ -37,3 +37,8 @@ json_t *th_ok(json_t *reply);
 const char *th_err_class(json_t *reply);
 
 #endif
+
+/* Runs build/client/trainctl with argv (NULL-terminated, without the
+ * program name) against the harness's socket; captures stdout and stderr
+ * (malloc'd, NUL-terminated; may be NULL) and returns the exit status. */
+int th_cli(const td_harness *h, char **out, char **err, const char *const *argv);

@@ -1,0 +1,44 @@
+/* cli.h - argument handling shared by trainctl's subcommands.
+ *
+ * Every subcommand accepts --json, --socket PATH (or --socket=PATH) and
+ * -h/--help; its own flags are declared in a small table.  Positionals are
+ * collected in order.  Usage errors print a message and the usage text.
+ */
+#ifndef TD_CLIENT_CLI_H
+#define TD_CLIENT_CLI_H
+
+#include <stdint.h>
+
+#define TD_CLI_MAX_POS 8
+#define TD_CLI_MAX_MULTI 32
+
+typedef struct td_cli_flag {
+    const char *name;   /* "--follow" */
+    const char *alias;  /* "-f" or NULL */
+    int takes_value;
+    const char **value; /* where a value goes (last wins) */
+    int *set;           /* set to 1 when given (for flags without value) */
+    const char **multi; /* repeated values, NULL-terminated list */
+} td_cli_flag;
+
+typedef struct td_cli {
+    const char *cmd;
+    const char *usage;  /* the whole --help text */
+    int json;
+    const char *socket;
+    const char *pos[TD_CLI_MAX_POS];
+    int npos;
+} td_cli;
+
+/* Parses argv (argv[0] is the subcommand's name).  Returns -1 after
+ * printing help (exit 0), TD_EXIT_USAGE on a usage error, 0 otherwise.
+ * flags ends with a NULL name (or is NULL). */
+int td_cli_parse(td_cli *cli, int argc, char **argv, const td_cli_flag *flags,
+                 int min_pos, int max_pos);
+/* Parses a job id ("7" or "#7"); prints an error and returns -1 if bad. */
+int64_t td_cli_job_id(const td_cli *cli, const char *s);
+/* Prints "trainctl CMD: msg" and the usage hint; returns TD_EXIT_USAGE. */
+int td_cli_usage_error(const td_cli *cli, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

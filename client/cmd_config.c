@@ -1,0 +1,220 @@
+/* cmd_config.c - trainctl config get/set, logs, and version (client and
+ * daemon). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "conn.h"
+#include "device.h"
+#include "protocol.h"
+#include "td_config.h"
+#include "watch.h"
+
+static const char config_usage[] =
+    "usage: trainctl config get [KEY] [--json] [--socket PATH]\n"
+    "       trainctl config set KEY VALUE [--json] [--socket PATH]\n"
+    "\n"
+    "Read or change the daemon's live settings (workers, prefetch,\n"
+    "checkpoint_every_steps, checkpoint_keep, subscriber_soft_bytes,\n"
+    "subscriber_max_bytes, log_level, device).  VALUE is JSON if it parses\n"
+    "(4, \"auto\"), else a string (auto).  Settings that only take effect\n"
+    "after a restart say so.  Only root or the daemon's user may set.\n";
+
+int td_cmd_config(int argc, char **argv)
+{
+    td_cli cli = {.usage = config_usage};
+    int rc = td_cli_parse(&cli, argc, argv, NULL, 1, 3);
+    if (rc)
+        return rc < 0 ? TD_EXIT_OK : rc;
+    const char *op = cli.pos[0];
+    json_t *args;
+    const char *cmd;
+    if (strcmp(op, "get") == 0) {
+        if (cli.npos > 2)
+            return td_cli_usage_error(&cli, "get takes at most one KEY");
+        cmd = "config_get";
+        args = cli.npos == 2 ? json_pack("{s:s}", "key", cli.pos[1]) : NULL;
+    } else if (strcmp(op, "set") == 0) {
+        if (cli.npos != 3)
+            return td_cli_usage_error(&cli, "set takes KEY VALUE");
+        json_t *v = json_loads(cli.pos[2], JSON_DECODE_ANY, NULL);
+        if (!v)
+            v = json_string(cli.pos[2]);
+        cmd = "config_set";
+        args = json_pack("{s:s, s:o}", "key", cli.pos[1], "value", v);
+    } else {
+        return td_cli_usage_error(&cli, "expected 'get' or 'set', not '%s'",
+                                  op);
+    }
+    td_conn c;
+    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK) {
+        json_decref(args);
+        return rc;
+    }
+    json_t *r = td_conn_request(&c, cmd, args, NULL, NULL);
+    td_conn_close(&c);
+    if (!r)
+        return TD_EXIT_UNREACHABLE;
+    if ((rc = td_conn_check("config", r, cli.json)) == TD_EXIT_OK) {
+        json_t *ok = json_object_get(r, "ok");
+        if (cli.json) {
+            td_print_json(ok);
+        } else if (json_object_get(ok, "settings")) {
+            const char *k;
+            json_t *v;
+            json_object_foreach(json_object_get(ok, "settings"), k, v) {
+                char *s = json_dumps(v, JSON_ENCODE_ANY);
+                printf("%-24s %s\n", k, s ? s : "?");
+                free(s);
+            }
+        } else {
+            char *s = json_dumps(json_object_get(ok, "value"), JSON_ENCODE_ANY);
+            printf("%s = %s%s\n", json_string_value(json_object_get(ok, "key")),
+                   s ? s : "?",
+                   json_is_true(json_object_get(ok, "restart_needed"))
+                       ? " (takes effect after a restart)"
+                       : "");
+            free(s);
+        }
+    }
+    json_decref(r);
+    return rc;
+}
+
+static const char logs_usage[] =
+    "usage: trainctl logs JOB [-f] [--lines N] [--json] [--socket PATH]\n"
+    "\n"
+    "Print a job's log (the last N lines, default 100).  -f keeps following\n"
+    "new lines until the job ends.\n";
+
+static void td__print_log_event(json_t *ev, void *user)
+{
+    int json = *(int *)user;
+    if (strcmp(json_string_value(json_object_get(ev, "event")), "log") != 0)
+        return;
+    if (json)
+        td_print_json(ev);
+    else
+        printf("%s\n", json_string_value(json_object_get(
+                           json_object_get(ev, "data"), "line")));
+    fflush(stdout);
+}
+
+int td_cmd_logs(int argc, char **argv)
+{
+    td_cli cli = {.usage = logs_usage};
+    const char *lines = NULL;
+    int follow = 0;
+    td_cli_flag flags[] = {{"--follow", "-f", 0, NULL, &follow, NULL},
+                           {"--lines", "-n", 1, &lines, NULL, NULL},
+                           {NULL, NULL, 0, NULL, NULL, NULL}};
+    int rc = td_cli_parse(&cli, argc, argv, flags, 1, 1);
+    if (rc)
+        return rc < 0 ? TD_EXIT_OK : rc;
+    int64_t id = td_cli_job_id(&cli, cli.pos[0]);
+    if (id < 0)
+        return TD_EXIT_USAGE;
+    long n = lines ? strtol(lines, NULL, 10) : 100;
+    if (n < 1)
+        return td_cli_usage_error(&cli, "--lines must be a positive number");
+    td_conn c;
+    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
+        return rc;
+    if (follow) { /* subscribe first so that no line falls in between */
+        json_t *r = td_conn_request(
+            &c, "subscribe",
+            json_pack("{s:I, s:[s,s]}", "job", (json_int_t)id, "events", "log",
+                      "state"), NULL, NULL);
+        if (!r || (rc = td_conn_check("logs", r, cli.json)) != TD_EXIT_OK) {
+            json_decref(r);
+            td_conn_close(&c);
+            return r ? rc : TD_EXIT_UNREACHABLE;
+        }
+        json_decref(r);
+    }
+    json_t *r = td_conn_request(&c, "logs",
+                                json_pack("{s:I, s:i}", "job", (json_int_t)id,
+                                          "lines", (int)n), NULL, NULL);
+    if (!r) {
+        td_conn_close(&c);
+        return TD_EXIT_UNREACHABLE;
+    }
+    if ((rc = td_conn_check("logs", r, cli.json)) == TD_EXIT_OK) {
+        size_t i;
+        json_t *l;
+        if (cli.json)
+            td_print_json(json_object_get(r, "ok"));
+        else
+            json_array_foreach(json_object_get(json_object_get(r, "ok"),
+                                               "lines"), i, l)
+                printf("%s\n", json_string_value(l));
+        fflush(stdout);
+    }
+    json_decref(r);
+    while (rc == TD_EXIT_OK && follow) {
+        json_t *ev = td_conn_read(&c, -1, NULL);
+        if (!ev)
+            break;
+        const char *kind = json_string_value(json_object_get(ev, "event"));
+        if (kind && strcmp(kind, "log") == 0)
+            td__print_log_event(ev, &cli.json);
+        const char *st = json_string_value(json_object_get(
+            json_object_get(ev, "data"), "state"));
+        int done = kind && strcmp(kind, "state") == 0 && st &&
+                   (strcmp(st, "completed") == 0 ||
+                    strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0);
+        json_decref(ev);
+        if (done)
+            break;
+    }
+    td_conn_close(&c);
+    return rc;
+}
+
+static const char version_usage[] =
+    "usage: trainctl version [--json] [--socket PATH]\n"
+    "\n"
+    "Print trainctl's version and protocol, the devices this machine\n"
+    "offers, and the daemon's version if one answers on the socket.\n";
+
+int td_cmd_version(int argc, char **argv)
+{
+    td_cli cli = {.usage = version_usage};
+    int rc = td_cli_parse(&cli, argc, argv, NULL, 0, 0);
+    if (rc)
+        return rc < 0 ? TD_EXIT_OK : rc;
+    td_device_info info;
+    td_device_probe(&info);
+    json_t *out = json_pack("{s:s, s:i, s:b, s:i, s:s}", "client", TD_VERSION,
+                            "proto", TD_PROTO_VERSION, "cuda_built",
+                            info.cuda_built, "gpus", info.cuda_count,
+                            "device_note", info.reason);
+    /* The daemon is optional here: version works without one. */
+    td_conn c;
+    int reach = td_conn_try_open(&c, td_cli_socket(cli.socket));
+    if (reach == TD_EXIT_OK) {
+        json_t *h = json_object_get(c.hello, "hello");
+        json_object_set(out, "daemon", json_object_get(h, "version"));
+        json_object_set(out, "daemon_device", json_object_get(h, "device"));
+        td_conn_close(&c);
+    }
+    if (cli.json) {
+        td_print_json(out);
+    } else {
+        printf("trainctl %s (protocol %d)\n", TD_VERSION, TD_PROTO_VERSION);
+        if (reach == TD_EXIT_OK)
+            printf("traind   %s on %s at %s\n",
+                   json_string_value(json_object_get(out, "daemon")),
+                   json_string_value(json_object_get(out, "daemon_device")),
+                   td_cli_socket(cli.socket));
+        else
+            printf("traind   not reachable at %s\n", td_cli_socket(cli.socket));
+        printf("cuda:    %s, %d GPU(s)%s%s\n",
+               info.cuda_built ? "built" : "not built", info.cuda_count,
+               info.cuda_count ? "" : ": ", info.cuda_count ? "" : info.reason);
+    }
+    json_decref(out);
+    return TD_EXIT_OK;
+}

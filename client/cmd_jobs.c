@@ -1,0 +1,404 @@
+/* cmd_jobs.c - trainctl submit, queue (ls), show, cancel, pause, resume,
+ * checkpoint: one request each, a human table or --json. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "conn.h"
+#include "watch.h"
+
+/* ---- submit ----------------------------------------------------------- */
+
+static const char submit_usage[] =
+    "usage: trainctl submit JOB.json|- [--name NAME] [--set KEY=VALUE]...\n"
+    "                       [--follow] [--json] [--socket PATH]\n"
+    "\n"
+    "Submit a training job (a JSON job spec; '-' reads it from stdin) and\n"
+    "print its id.  Relative data paths in the spec are resolved against the\n"
+    "job file's folder.\n"
+    "\n"
+    "  --name NAME        the job's name (default: the spec's \"name\")\n"
+    "  --set KEY=VALUE    override a spec field by its dotted path, e.g.\n"
+    "                     --set epochs=3 --set optimizer.lr=0.1 (VALUE is\n"
+    "                     JSON if it parses as JSON, else a string)\n"
+    "  --follow           then watch the job live and exit with its outcome\n"
+    "                     (0 completed, 1 failed or cancelled)\n"
+    "  --json             print the daemon's reply as JSON\n";
+
+/* Sets root[a][b]... = value for a dotted path, creating objects. */
+static int td__set_path(json_t *root, const char *path, const char *value,
+                        char *err, size_t errcap)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *cur = root;
+    char *save = NULL, *tok = strtok_r(buf, ".", &save);
+    while (tok) {
+        char *next = strtok_r(NULL, ".", &save);
+        if (!next) {
+            json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+            if (!v)
+                v = json_string(value);
+            json_object_set_new(cur, tok, v);
+            return 0;
+        }
+        json_t *child = json_object_get(cur, tok);
+        if (!child) {
+            child = json_object();
+            json_object_set_new(cur, tok, child);
+        } else if (!json_is_object(child)) {
+            snprintf(err, errcap, "%s: '%s' is not an object", path, tok);
+            return -1;
+        }
+        cur = child;
+        tok = next;
+    }
+    snprintf(err, errcap, "empty key in '%s'", path);
+    return -1;
+}
+
+/* Makes relative data.train / data.val paths absolute against dir. */
+static void td__absolute_paths(json_t *spec, const char *dir)
+{
+    static const char *keys[] = {"train", "val"};
+    json_t *data = json_object_get(spec, "data");
+    for (size_t i = 0; i < 2 && json_is_object(data); i++) {
+        json_t *v = json_object_get(data, keys[i]);
+        const char *s = json_string_value(v);
+        if (!s || s[0] == '/')
+            continue;
+        char buf[PATH_MAX * 2];
+        snprintf(buf, sizeof buf, "%s/%s", dir, s);
+        json_object_set_new(data, keys[i], json_string(buf));
+    }
+}
+
+int td_cmd_submit(int argc, char **argv)
+{
+    td_cli cli = {.usage = submit_usage};
+    const char *name = NULL, *sets[TD_CLI_MAX_MULTI] = {NULL};
+    int follow = 0;
+    td_cli_flag flags[] = {
+        {"--name", NULL, 1, &name, NULL, NULL},
+        {"--set", NULL, 1, NULL, NULL, sets},
+        {"--follow", "-f", 0, NULL, &follow, NULL},
+        {NULL, NULL, 0, NULL, NULL, NULL},
+    };
+    int rc = td_cli_parse(&cli, argc, argv, flags, 1, 1);
+    if (rc)
+        return rc < 0 ? TD_EXIT_OK : rc;
+    json_error_t je;
+    const char *file = cli.pos[0];
+    json_t *spec = strcmp(file, "-") == 0 ? json_loadf(stdin, 0, &je)
+                                          : json_load_file(file, 0, &je);
+    if (!spec) {
+        fprintf(stderr, "trainctl submit: %s: %s (line %d, column %d)\n",
+                strcmp(file, "-") == 0 ? "stdin" : file, je.text, je.line,
+                je.column);
+        return TD_EXIT_USAGE;
+    }
+    if (!json_is_object(spec)) {
+        fprintf(stderr, "trainctl submit: %s: a job spec is a JSON object\n",
+                file);
+        json_decref(spec);
+        return TD_EXIT_USAGE;
+    }
+    for (int i = 0; sets[i]; i++) {
+        char err[300];
+        const char *eq = strchr(sets[i], '=');
+        if (!eq || eq == sets[i]) {
+            json_decref(spec);
+            return td_cli_usage_error(&cli, "--set takes KEY=VALUE, not '%s'",
+                                      sets[i]);
+        }
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
+        if (td__set_path(spec, key, eq + 1, err, sizeof err)) {
+            json_decref(spec);
+            return td_cli_usage_error(&cli, "--set %s", err);
+        }
+    }
+    char dir[PATH_MAX];
+    if (strcmp(file, "-") == 0 || !strchr(file, '/')) {
+        if (!getcwd(dir, sizeof dir))
+            snprintf(dir, sizeof dir, ".");
+    } else {
+        snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(file, '/') - file),
+                 file);
+        char real[PATH_MAX];
+        if (realpath(dir, real))
+            snprintf(dir, sizeof dir, "%s", real);
+    }
+    td__absolute_paths(spec, dir);
+
+    td_conn c;
+    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK) {
+        json_decref(spec);
+        return rc;
+    }
+    json_t *args = json_pack("{s:o}", "spec", spec);
+    if (name)
+        json_object_set_new(args, "name", json_string(name));
+    json_t *r = td_conn_request(&c, "submit", args, NULL, NULL);
+    if (!r) {
+        td_conn_close(&c);
+        return TD_EXIT_UNREACHABLE;
+    }
+    rc = td_conn_check("submit", r, cli.json);
+    if (rc == TD_EXIT_OK) {
+        json_int_t id = json_integer_value(json_object_get(
+            json_object_get(r, "ok"), "job"));
+        if (cli.json)
+            td_print_json(r);
+        else
+            printf("submitted job %lld\n", (long long)id);
+        fflush(stdout);
+        if (follow)
+            rc = td_watch_job(&c, id, cli.json, 1);
+    }
+    json_decref(r);
+    td_conn_close(&c);
+    return rc;
+}
+
+/* ---- queue ------------------------------------------------------------ */
+
+static const char queue_usage[] =
+    "usage: trainctl queue [--state STATE] [--json] [--socket PATH]\n"
+    "       trainctl ls ...\n"
+    "\n"
+    "List jobs, oldest first: id, name, user, state, reason, progress,\n"
+    "samples/s, verdict, age.  --state keeps one state (pending, running,\n"
+    "suspended, completed, cancelled, failed).\n";
+
+void td_fmt_age(double seconds, char *buf, size_t cap)
+{
+    if (seconds < 0)
+        seconds = 0;
+    if (seconds < 120)
+        snprintf(buf, cap, "%.0fs", seconds);
+    else if (seconds < 7200)
+        snprintf(buf, cap, "%.0fm", seconds / 60);
+    else if (seconds < 172800)
+        snprintf(buf, cap, "%.0fh", seconds / 3600);
+    else
+        snprintf(buf, cap, "%.0fd", seconds / 86400);
+}
+
+static double td__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+#define JINT(o, k) ((long long)json_integer_value(json_object_get((o), (k))))
+#define JSTR(o, k, d)                                                        \
+    (json_string_value(json_object_get((o), (k)))                            \
+         ? json_string_value(json_object_get((o), (k)))                      \
+         : (d))
+
+static void td__progress(json_t *j, char *buf, size_t cap)
+{
+    long long et = JINT(j, "epochs_total"), st = JINT(j, "steps_total");
+    if (st > 0)
+        snprintf(buf, cap, "e%lld/%lld %3.0f%%", JINT(j, "epoch") + 1, et,
+                 100.0 * (double)JINT(j, "step") / (double)st);
+    else
+        snprintf(buf, cap, "-");
+}
+
+int td_cmd_queue(int argc, char **argv)
+{
+    td_cli cli = {.usage = queue_usage};
+    const char *state = NULL;
+    td_cli_flag flags[] = {{"--state", NULL, 1, &state, NULL, NULL},
+                           {NULL, NULL, 0, NULL, NULL, NULL}};
+    int rc = td_cli_parse(&cli, argc, argv, flags, 0, 0);
+    if (rc)
+        return rc < 0 ? TD_EXIT_OK : rc;
+    td_conn c;
+    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
+        return rc;
+    json_t *args = state ? json_pack("{s:s}", "state", state) : NULL;
+    json_t *r = td_conn_request(&c, "list", args, NULL, NULL);
+    td_conn_close(&c);
+    if (!r)
+        return TD_EXIT_UNREACHABLE;
+    if ((rc = td_conn_check("queue", r, cli.json)) != TD_EXIT_OK) {
+        json_decref(r);
+        return rc;
+    }
+    json_t *jobs = json_object_get(json_object_get(r, "ok"), "jobs");
+    if (cli.json) {
+        td_print_json(json_object_get(r, "ok"));
+        json_decref(r);
+        return TD_EXIT_OK;
+    }
+    printf("%-5s %-18s %-6s %-10s %-12s %9s %-18s %5s  %s\n", "ID", "NAME",
+           "USER", "STATE", "PROGRESS", "SAMPLES/S", "VERDICT", "AGE",
+           "REASON");
+    size_t i;
+    json_t *j;
+    double now = td__now();
+    json_array_foreach(jobs, i, j) {
+        char prog[32], age[16], sps[16];
+        td__progress(j, prog, sizeof prog);
+        td_fmt_age(now - json_number_value(json_object_get(j, "submitted")),
+                   age, sizeof age);
+        json_t *v = json_object_get(j, "samples_per_s");
+        if (v)
+            snprintf(sps, sizeof sps, "%.0f", json_number_value(v));
+        else
+            snprintf(sps, sizeof sps, "-");
+        printf("%-5lld %-18.18s %-6lld %-10s %-12s %9s %-18.18s %5s  %s\n",
+               JINT(j, "id"), JSTR(j, "name", "?"), JINT(j, "uid"),
+               JSTR(j, "state", "?"), prog, sps, JSTR(j, "verdict", "-"), age,
+               JSTR(j, "reason", ""));
+    }
+    if (json_array_size(jobs) == 0)
+        printf("(no jobs)\n");
+    json_decref(r);
+    return TD_EXIT_OK;
+}
+
+/* ---- show ------------------------------------------------------------- */
+
+static const char show_usage[] =
+    "usage: trainctl show JOB [--json] [--socket PATH]\n"
+    "\n"
+    "Everything about one job: spec, state, progress, last window, last\n"
+    "epoch, checkpoints.\n";
+
+int td_cmd_show(int argc, char **argv)
+{
+    td_cli cli = {.usage = show_usage};
+    int rc = td_cli_parse(&cli, argc, argv, NULL, 1, 1);
+    if (rc)
+        return rc < 0 ? TD_EXIT_OK : rc;
+    int64_t id = td_cli_job_id(&cli, cli.pos[0]);
+    if (id < 0)
+        return TD_EXIT_USAGE;
+    td_conn c;
+    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
+        return rc;
+    json_t *r = td_conn_request(&c, "show",
+                                json_pack("{s:I}", "job", (json_int_t)id),
+                                NULL, NULL);
+    td_conn_close(&c);
+    if (!r)
+        return TD_EXIT_UNREACHABLE;
+    if ((rc = td_conn_check("show", r, cli.json)) != TD_EXIT_OK) {
+        json_decref(r);
+        return rc;
+    }
+    json_t *j = json_object_get(json_object_get(r, "ok"), "job");
+    if (cli.json) {
+        td_print_json(json_object_get(r, "ok"));
+    } else {
+        char prog[32];
+        td__progress(j, prog, sizeof prog);
+        printf("job %lld: %s\n", JINT(j, "id"), JSTR(j, "name", "?"));
+        printf("  state:     %s (%s)\n", JSTR(j, "state", "?"),
+               JSTR(j, "reason", ""));
+        printf("  user:      uid %lld\n", JINT(j, "uid"));
+        printf("  progress:  %s, step %lld of %lld\n", prog, JINT(j, "step"),
+               JINT(j, "steps_total"));
+        json_t *w = json_object_get(j, "last_window");
+        if (w)
+            printf("  last window: %.1f samples/s, verdict %s\n",
+                   json_number_value(json_object_get(w, "samples_per_s")),
+                   JSTR(w, "verdict", "-"));
+        json_t *e = json_object_get(j, "last_epoch");
+        if (e)
+            printf("  last epoch:  val_acc %.4f, val_loss %.4f\n",
+                   json_number_value(json_object_get(e, "val_acc")),
+                   json_number_value(json_object_get(e, "val_loss")));
+        size_t n = json_array_size(json_object_get(j, "checkpoints"));
+        printf("  checkpoints: %zu\n", n);
+        size_t i;
+        json_t *ck;
+        json_array_foreach(json_object_get(j, "checkpoints"), i, ck)
+            printf("    %s (step %lld)\n", JSTR(ck, "path", "?"),
+                   JINT(ck, "step"));
+        char *spec = json_dumps(json_object_get(j, "spec"),
+                                JSON_INDENT(2) | JSON_SORT_KEYS);
+        if (spec) {
+            printf("  spec:\n%s\n", spec);
+            free(spec);
+        }
+    }
+    json_decref(r);
+    return TD_EXIT_OK;
+}
+
+/* ---- cancel, pause, resume, checkpoint --------------------------------- */
+
+static int td__job_action(int argc, char **argv, const char *cmd,
+                          const char *usage, const char *done)
+{
+    td_cli cli = {.usage = usage};
+    int rc = td_cli_parse(&cli, argc, argv, NULL, 1, 1);
+    if (rc)
+        return rc < 0 ? TD_EXIT_OK : rc;
+    int64_t id = td_cli_job_id(&cli, cli.pos[0]);
+    if (id < 0)
+        return TD_EXIT_USAGE;
+    td_conn c;
+    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
+        return rc;
+    json_t *r = td_conn_request(&c, cmd,
+                                json_pack("{s:I}", "job", (json_int_t)id),
+                                NULL, NULL);
+    td_conn_close(&c);
+    if (!r)
+        return TD_EXIT_UNREACHABLE;
+    rc = td_conn_check(argv[0], r, cli.json);
+    if (rc == TD_EXIT_OK) {
+        if (cli.json)
+            td_print_json(json_object_get(r, "ok"));
+        else
+            printf("job %lld: %s\n", (long long)id, done);
+    }
+    json_decref(r);
+    return rc;
+}
+
+int td_cmd_cancel(int argc, char **argv)
+{
+    return td__job_action(argc, argv, "cancel",
+                          "usage: trainctl cancel JOB [--json] [--socket PATH]"
+                          "\n\nCancel a job (pending, running or suspended).\n",
+                          "cancelled");
+}
+
+int td_cmd_pause(int argc, char **argv)
+{
+    return td__job_action(argc, argv, "pause",
+                          "usage: trainctl pause JOB [--json] [--socket PATH]"
+                          "\n\nPause a job at its next step boundary; the "
+                          "device is freed until 'trainctl resume'.\n",
+                          "paused");
+}
+
+int td_cmd_resume(int argc, char **argv)
+{
+    return td__job_action(argc, argv, "resume",
+                          "usage: trainctl resume JOB [--json] [--socket PATH]"
+                          "\n\nResume a paused job exactly where it stopped.\n",
+                          "resumed");
+}
+
+int td_cmd_checkpoint(int argc, char **argv)
+{
+    return td__job_action(argc, argv, "checkpoint",
+                          "usage: trainctl checkpoint JOB [--json] "
+                          "[--socket PATH]\n\nAsk a running job to write a "
+                          "checkpoint at its next step boundary.\n",
+                          "checkpoint requested");
+}

@@ -1,0 +1,224 @@
+/* conn.c - see conn.h. */
+#include "conn.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "protocol.h"
+
+const char *td_cli_socket(const char *opt)
+{
+    if (opt && *opt)
+        return opt;
+    const char *env = getenv("TRAIND_SOCKET");
+    return env && *env ? env : TD_DEFAULT_SOCKET;
+}
+
+static void td__explain(const char *path, int err)
+{
+    fprintf(stderr, "trainctl: cannot reach traind at %s: %s", path,
+            strerror(err));
+    switch (err) {
+    case ENOENT:
+        fprintf(stderr,
+                "\n  is the service running? start it with "
+                "'systemctl start traind',\n  or run your own: "
+                "traind --foreground --socket %s --state-dir DIR\n",
+                path);
+        break;
+    case ECONNREFUSED:
+        fprintf(stderr, "\n  the socket file exists but no traind is "
+                        "listening (it stopped or crashed);\n  start it "
+                        "again with 'systemctl start traind'\n");
+        break;
+    case EACCES:
+    case EPERM:
+        fprintf(stderr,
+                "\n  the socket is only for root and the 'traind' group: "
+                "sudo usermod -aG traind $USER\n  (then log in again), or "
+                "point --socket / TRAIND_SOCKET at a daemon of your own\n");
+        break;
+    default:
+        fputc('\n', stderr);
+    }
+}
+
+static int td__open(td_conn *c, const char *path, int quiet)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+    c->next_id = 1;
+    if (strlen(path) >= sizeof sa.sun_path) {
+        fprintf(stderr, "trainctl: socket path too long: %s\n", path);
+        return TD_EXIT_UNREACHABLE;
+    }
+    snprintf(c->path, sizeof c->path, "%s", path);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        if (!quiet)
+            td__explain(path, errno);
+        td_conn_close(c);
+        return TD_EXIT_UNREACHABLE;
+    }
+    int timed_out = 0;
+    c->hello = td_conn_read(c, 10000, &timed_out);
+    if (!json_is_object(json_object_get(c->hello, "hello"))) {
+        if (!quiet)
+            fprintf(stderr, "trainctl: %s did not greet like traind (%s)\n", path,
+                timed_out ? "no answer in 10 s" : "unexpected first line");
+        td_conn_close(c);
+        return TD_EXIT_UNREACHABLE;
+    }
+    json_int_t proto = json_integer_value(
+        json_object_get(json_object_get(c->hello, "hello"), "proto"));
+    if (proto != TD_PROTO_VERSION) {
+        if (!quiet)
+            fprintf(stderr, "trainctl: traind speaks protocol %lld, this trainctl "
+                        "speaks %d: upgrade one of them\n",
+                (long long)proto, TD_PROTO_VERSION);
+        td_conn_close(c);
+        return TD_EXIT_UNREACHABLE;
+    }
+    return TD_EXIT_OK;
+}
+
+int td_conn_open(td_conn *c, const char *path)
+{
+    return td__open(c, path, 0);
+}
+
+int td_conn_try_open(td_conn *c, const char *path)
+{
+    return td__open(c, path, 1);
+}
+
+void td_conn_close(td_conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    json_decref(c->hello);
+    c->hello = NULL;
+    free(c->buf);
+    c->buf = NULL;
+    c->len = c->cap = 0;
+}
+
+json_t *td_conn_read(td_conn *c, int timeout_ms, int *timed_out)
+{
+    if (timed_out)
+        *timed_out = 0;
+    for (;;) {
+        char *nl = c->len ? memchr(c->buf, '\n', c->len) : NULL;
+        if (nl) {
+            size_t n = (size_t)(nl - c->buf);
+            json_t *o = json_loadb(c->buf, n, 0, NULL);
+            memmove(c->buf, nl + 1, c->len - n - 1);
+            c->len -= n + 1;
+            if (o)
+                return o;
+            continue; /* not JSON: skip the line */
+        }
+        if (c->len + 65536 > c->cap) {
+            size_t cap = c->cap ? c->cap * 2 : 131072;
+            char *nb = realloc(c->buf, cap);
+            if (!nb)
+                return NULL;
+            c->buf = nb;
+            c->cap = cap;
+        }
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int pr = poll(&p, 1, timeout_ms);
+        if (pr == 0 && timed_out)
+            *timed_out = 1;
+        if (pr <= 0)
+            return NULL;
+        ssize_t r = read(c->fd, c->buf + c->len, c->cap - c->len);
+        if (r <= 0)
+            return NULL;
+        c->len += (size_t)r;
+    }
+}
+
+json_t *td_conn_request(td_conn *c, const char *cmd, json_t *args,
+                        void (*on_event)(json_t *ev, void *user), void *user)
+{
+    int id = c->next_id++;
+    json_t *req = json_pack("{s:i, s:s}", "id", id, "cmd", cmd);
+    if (args)
+        json_object_set_new(req, "args", args);
+    char *s = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    if (!s)
+        return NULL;
+    size_t n = strlen(s);
+    char *line = realloc(s, n + 2);
+    if (!line) {
+        free(s);
+        return NULL;
+    }
+    line[n] = '\n';
+    size_t off = 0;
+    while (off < n + 1) {
+        ssize_t w = send(c->fd, line + off, n + 1 - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            fprintf(stderr, "trainctl: lost the connection to %s: %s\n",
+                    c->path, strerror(errno));
+            free(line);
+            return NULL;
+        }
+        off += (size_t)w;
+    }
+    free(line);
+    for (;;) {
+        json_t *r = td_conn_read(c, -1, NULL);
+        if (!r) {
+            fprintf(stderr, "trainctl: traind closed the connection\n");
+            return NULL;
+        }
+        json_t *rid = json_object_get(r, "id");
+        if (json_is_integer(rid) && json_integer_value(rid) == id)
+            return r;
+        if (json_object_get(r, "id") && !json_object_get(r, "event") &&
+            json_is_null(rid)) /* an error the daemon could not address */
+            return r;
+        if (on_event && json_object_get(r, "event"))
+            on_event(r, user);
+        json_decref(r);
+    }
+}
+
+int td_conn_check(const char *cmd, json_t *reply, int json)
+{
+    json_t *err = json_object_get(reply, "error");
+    if (!err)
+        return TD_EXIT_OK;
+    if (json) {
+        td_print_json(reply);
+    } else {
+        fprintf(stderr, "trainctl %s: %s\n", cmd,
+                json_string_value(json_object_get(err, "desc")));
+    }
+    return TD_EXIT_REFUSED;
+}
+
+void td_print_json(json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (s) {
+        puts(s);
+        free(s);
+    }
+    fflush(stdout);
+}

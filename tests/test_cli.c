@@ -1,0 +1,206 @@
+/* test_cli.c - trainctl against a live traind: every subcommand, human
+ * and --json output, exit codes, and the errors people see. */
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon_harness.h"
+#include "tdtest.h"
+
+static td_harness H;
+
+static void setup(void) { ck_assert_int_eq(th_start(&H, NULL), 0); }
+
+static void teardown(void)
+{
+    int st = th_stop(&H);
+    th_cleanup(&H);
+    ck_assert_msg(st == 0, "traind exited with status %d", st);
+}
+
+#define CLI(out, err, ...)                                                   \
+    th_cli(&H, (out), (err), (const char *const[]){__VA_ARGS__, NULL})
+
+static const char *job_file(void)
+{
+    static char path[128];
+    snprintf(path, sizeof path, "%s/job.json", H.dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"name\":\"cli-test\",\"epochs\":1,\"data\":{\"train\":\"d/t\"}}",
+          f);
+    fclose(f);
+    return path;
+}
+
+START_TEST(test_every_command_has_help)
+{
+    static const char *cmds[] = {"submit", "queue", "ls", "show", "watch",
+                                 "logs", "cancel", "pause", "resume",
+                                 "checkpoint", "config", "version"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char *out;
+        ck_assert_int_eq(CLI(&out, NULL, cmds[i], "--help"), 0);
+        ck_assert_msg(strstr(out, "usage: trainctl"), "%s: %s", cmds[i], out);
+        free(out);
+    }
+    char *out;
+    ck_assert_int_eq(CLI(&out, NULL, "--help"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "Exit codes"));
+    free(out);
+}
+END_TEST
+
+START_TEST(test_usage_errors_exit_2)
+{
+    char *err;
+    ck_assert_int_eq(CLI(NULL, &err, "frobnicate"), 2);
+    ck_assert_ptr_nonnull(strstr(err, "unknown command 'frobnicate'"));
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "show", "seven"), 2);
+    ck_assert_ptr_nonnull(strstr(err, "'seven' is not a job id"));
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "ls", "--colour"), 2);
+    ck_assert_ptr_nonnull(strstr(err, "unknown option '--colour'"));
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "cancel"), 2);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "submit", "/nonexistent/job.json"), 2);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/job.json"));
+    free(err);
+}
+END_TEST
+
+START_TEST(test_unreachable_exit_3)
+{
+    char *err, path[160];
+    snprintf(path, sizeof path, "%s/none.sock", H.dir);
+    ck_assert_int_eq(CLI(NULL, &err, "ls", "--socket", path), 3);
+    ck_assert_ptr_nonnull(strstr(err, "cannot reach traind at"));
+    ck_assert_ptr_nonnull(strstr(err, "is the service running?"));
+    free(err);
+    /* A file that is not a socket. */
+    ck_assert_int_eq(CLI(NULL, &err, "ls", "--socket", job_file()), 3);
+    ck_assert_ptr_nonnull(strstr(err, "cannot reach traind at"));
+    free(err);
+}
+END_TEST
+
+START_TEST(test_submit_queue_show_json)
+{
+    char *out;
+    ck_assert_int_eq(CLI(&out, NULL, "submit", job_file(), "--set",
+                         "epochs=2", "--set", "optimizer.lr=0.1", "--json"),
+                     0);
+    json_t *r = json_loads(out, 0, NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_object_get(r, "ok"), "job")), 1);
+    json_decref(r);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "ls", "--json"), 0);
+    r = json_loads(out, 0, NULL);
+    json_t *j = json_array_get(json_object_get(r, "jobs"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "name")),
+                     "cli-test");
+    json_decref(r);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "show", "1", "--json"), 0);
+    r = json_loads(out, 0, NULL);
+    json_t *spec = json_object_get(json_object_get(r, "job"), "spec");
+    ck_assert_int_eq(json_integer_value(json_object_get(spec, "epochs")), 2);
+    ck_assert_double_eq(json_number_value(json_object_get(
+                            json_object_get(spec, "optimizer"), "lr")), 0.1);
+    /* The relative data path was made absolute against the job's folder. */
+    const char *train = json_string_value(json_object_get(
+        json_object_get(spec, "data"), "train"));
+    ck_assert_msg(train[0] == '/' && strstr(train, "/d/t"), "%s", train);
+    json_decref(r);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "queue"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "cli-test"));
+    ck_assert_ptr_nonnull(strstr(out, "pending"));
+    free(out);
+}
+END_TEST
+
+START_TEST(test_job_actions_and_refusals)
+{
+    char *out, *err;
+    ck_assert_int_eq(CLI(NULL, NULL, "submit", job_file()), 0);
+    ck_assert_int_eq(CLI(&out, NULL, "pause", "1"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "job 1: paused"));
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "resume", "#1", "--json"), 0);
+    json_t *r = json_loads(out, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(r, "state")),
+                     "pending");
+    json_decref(r);
+    free(out);
+    ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);
+    ck_assert_int_eq(CLI(NULL, &err, "cancel", "1"), 1);
+    ck_assert_ptr_nonnull(strstr(err, "already cancelled"));
+    free(err);
+    ck_assert_int_eq(CLI(&out, NULL, "cancel", "1", "--json"), 1);
+    r = json_loads(out, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(r, "error"), "class")), "conflict");
+    json_decref(r);
+    free(out);
+    ck_assert_int_eq(CLI(NULL, &err, "show", "42"), 1);
+    ck_assert_ptr_nonnull(strstr(err, "no job 42"));
+    free(err);
+    /* watch on a finished job returns at once with its outcome. */
+    ck_assert_int_eq(CLI(&out, NULL, "watch", "1"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "cancelled"));
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "1"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "cancelled by uid"));
+    free(out);
+}
+END_TEST
+
+START_TEST(test_config_and_version)
+{
+    char *out, *err;
+    ck_assert_int_eq(CLI(&out, NULL, "config", "get", "--json"), 0);
+    json_t *r = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(json_object_get(json_object_get(r, "settings"),
+                                          "checkpoint_keep"));
+    json_decref(r);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "config", "set", "checkpoint_keep", "5"),
+                     0);
+    ck_assert_ptr_nonnull(strstr(out, "checkpoint_keep = 5"));
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "config", "get", "checkpoint_keep"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "= 5"));
+    free(out);
+    ck_assert_int_eq(CLI(NULL, &err, "config", "set", "workers", "-1"), 1);
+    ck_assert_ptr_nonnull(strstr(err, "workers: must be in"));
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "config", "fiddle"), 2);
+    free(err);
+    ck_assert_int_eq(CLI(&out, NULL, "version", "--json"), 0);
+    r = json_loads(out, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(r, "daemon")),
+                     json_string_value(json_object_get(r, "client")));
+    json_decref(r);
+    free(out);
+}
+END_TEST
+
+static Suite *cli_suite(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("trainctl");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_every_command_has_help);
+    tcase_add_test(tc, test_usage_errors_exit_2);
+    tcase_add_test(tc, test_unreachable_exit_3);
+    tcase_add_test(tc, test_submit_queue_show_json);
+    tcase_add_test(tc, test_job_actions_and_refusals);
+    tcase_add_test(tc, test_config_and_version);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(cli_suite)
