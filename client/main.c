@@ -13,6 +13,8 @@
 static const struct td_command td__commands[] = {
     {"version", "print the client version and the devices found",
      td_cmd_version},
+    {"pack", "write WebDataset tar shards from IDX files or an ImageFolder",
+     td_cmd_pack},
 };
 
 #define TD__NCMD (sizeof td__commands / sizeof td__commands[0])
