@@ -33,5 +33,6 @@ int td_cmd_pause(int argc, char **argv);
 int td_cmd_resume(int argc, char **argv);
 int td_cmd_checkpoint(int argc, char **argv);
 int td_cmd_config(int argc, char **argv);
+int td_cmd_pack(int argc, char **argv);
 
 #endif

@@ -24,6 +24,8 @@ static const struct td_command td__commands[] = {
      td_cmd_checkpoint},
     {"config", "get or set the daemon's live settings", td_cmd_config},
     {"version", "client and daemon versions, devices", td_cmd_version},
+    {"pack", "write WebDataset tar shards from IDX files or an ImageFolder",
+     td_cmd_pack},
 };
 
 #define TD__NCMD (sizeof td__commands / sizeof td__commands[0])

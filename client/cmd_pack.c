@@ -1,0 +1,204 @@
+/* cmd_pack.c - `trainctl pack`: write WebDataset tar shards.
+ *
+ *   trainctl pack --idx-images F --idx-labels F -o DIR
+ *   trainctl pack --idx-dir D -o DIR      (D/train-* -> DIR/train,
+ *                                           D/t10k-*  -> DIR/test)
+ *   trainctl pack --imagefolder ROOT -o DIR
+ * Options: --quality Q (IDX only, default 95), --shard-size MiB (default
+ * 256), --prefix NAME, --json.  Progress goes to stderr when it is a tty.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "commands.h"
+#include "error.h"
+#include "pack.h"
+
+struct td__pack_ui {
+    int tty;
+    const char *what;
+    int64_t t0;
+};
+
+static void td__pack_progress(void *user, size_t done, size_t total)
+{
+    struct td__pack_ui *ui = user;
+    if (!ui->tty)
+        return;
+    int width = 30, fill = total ? (int)(done * (size_t)width / total) : width;
+    double s = td_elapsed_s(ui->t0);
+    fprintf(stderr, "\r%-6s [%.*s%*s] %zu/%zu  %.0f img/s ", ui->what, fill,
+            "##############################", width - fill, "", done, total,
+            s > 0 ? (double)done / s : 0.0);
+    if (done == total)
+        fputc('\n', stderr);
+}
+
+static void td__pack_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: trainctl pack (--idx-images F --idx-labels F | --idx-dir D"
+            " | --imagefolder ROOT)\n"
+            "                     -o DIR [--quality Q] [--shard-size MiB]"
+            " [--prefix NAME] [--json]\n\n"
+            "Writes WebDataset tar shards (<key>.jpg + <key>.cls), each at "
+            "most --shard-size\n(default 256 MiB), with an index cache per "
+            "shard.\n"
+            "  --idx-images/--idx-labels  one IDX pair (gzip'd or not) -> "
+            "DIR\n"
+            "  --idx-dir D   MNIST layout: D/train-*-idx?-ubyte[.gz] -> "
+            "DIR/train,\n"
+            "                D/t10k-* -> DIR/test (e.g. "
+            "/usr/share/datasets/fashion-mnist)\n"
+            "  --imagefolder ROOT  ROOT/<class>/*.jpg, copied as they are\n"
+            "  --quality Q   JPEG quality for IDX images, 1-100 (default 95)\n");
+}
+
+/* First existing of D/base and D/base.gz. */
+static int td__find_idx(const char *dir, const char *base, char *out,
+                        size_t cap)
+{
+    struct stat st;
+    snprintf(out, cap, "%s/%s", dir, base);
+    if (stat(out, &st) == 0)
+        return 0;
+    snprintf(out, cap, "%s/%s.gz", dir, base);
+    return stat(out, &st) == 0 ? 0 : -1;
+}
+
+static json_t *td__pack_json(const char *set, const char *out,
+                             const td_pack_result *r, double s)
+{
+    return json_pack("{s:s, s:s, s:I, s:i, s:I, s:i, s:f, s:f}", "set", set,
+                     "output", out, "samples", (json_int_t)r->samples,
+                     "shards", r->shards, "bytes", (json_int_t)r->bytes,
+                     "classes", r->classes, "seconds", s, "images_per_s",
+                     s > 0 ? (double)r->samples / s : 0.0);
+}
+
+static int td__pack_one(const char *set, const char *images,
+                        const char *labels, const char *folder,
+                        const char *out, td_pack_options *opt, int json,
+                        json_t *sets)
+{
+    char err[512] = "";
+    td_pack_result r;
+    struct td__pack_ui ui = {isatty(2), set, td_now_ns()};
+    opt->progress = td__pack_progress;
+    opt->user = &ui;
+    int rc = folder ? td_pack_folder(folder, out, opt, &r, err, sizeof err)
+                    : td_pack_idx(images, labels, out, opt, &r, err,
+                                  sizeof err);
+    double s = td_elapsed_s(ui.t0);
+    if (rc) {
+        fprintf(stderr, "trainctl pack: %s\n", err[0] ? err : td_strerror(rc));
+        return TD_EXIT_REFUSED;
+    }
+    if (json)
+        json_array_append_new(sets, td__pack_json(set, out, &r, s));
+    else
+        printf("%s: %zu samples, %d classes -> %d shard(s), %.1f MiB in %s "
+               "(%.1f s, %.0f img/s)\n", set, r.samples, r.classes, r.shards,
+               (double)r.bytes / 1048576.0, out, s,
+               s > 0 ? (double)r.samples / s : 0.0);
+    return TD_EXIT_OK;
+}
+
+int td_cmd_pack(int argc, char **argv)
+{
+    const char *images = NULL, *labels = NULL, *idxdir = NULL, *folder = NULL;
+    const char *out = NULL;
+    int json = 0;
+    td_pack_options opt;
+    td_pack_options_default(&opt);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = 1;
+        if (strcmp(a, "--json") == 0) {
+            json = 1;
+            takes = 0;
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            td__pack_usage(stdout);
+            return TD_EXIT_OK;
+        } else if (!v) {
+            fprintf(stderr, "trainctl pack: unknown or incomplete argument "
+                            "'%s'\n", a);
+            return TD_EXIT_USAGE;
+        } else if (strcmp(a, "--idx-images") == 0) {
+            images = v;
+        } else if (strcmp(a, "--idx-labels") == 0) {
+            labels = v;
+        } else if (strcmp(a, "--idx-dir") == 0) {
+            idxdir = v;
+        } else if (strcmp(a, "--imagefolder") == 0) {
+            folder = v;
+        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+            out = v;
+        } else if (strcmp(a, "--prefix") == 0) {
+            opt.prefix = v;
+        } else if (strcmp(a, "--quality") == 0) {
+            opt.quality = atoi(v);
+            if (opt.quality < 1 || opt.quality > 100) {
+                fprintf(stderr, "trainctl pack: --quality must be 1..100\n");
+                return TD_EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--shard-size") == 0) {
+            double mib = atof(v);
+            if (mib <= 0) {
+                fprintf(stderr, "trainctl pack: --shard-size must be > 0 "
+                                "(MiB)\n");
+                return TD_EXIT_USAGE;
+            }
+            opt.shard_bytes = (uint64_t)(mib * 1048576.0);
+        } else {
+            fprintf(stderr, "trainctl pack: unknown argument '%s'\n", a);
+            return TD_EXIT_USAGE;
+        }
+        i += takes;
+    }
+    int modes = (images || labels) + !!idxdir + !!folder;
+    if (modes != 1 || !out || (!!images != !!labels)) {
+        td__pack_usage(stderr);
+        return TD_EXIT_USAGE;
+    }
+    json_t *sets = json_array();
+    int64_t t0 = td_now_ns();
+    int rc;
+    if (idxdir) {
+        char ti[4096], tl[4096], vi[4096], vl[4096], o1[4096], o2[4096];
+        if (td__find_idx(idxdir, "train-images-idx3-ubyte", ti, sizeof ti) ||
+            td__find_idx(idxdir, "train-labels-idx1-ubyte", tl, sizeof tl) ||
+            td__find_idx(idxdir, "t10k-images-idx3-ubyte", vi, sizeof vi) ||
+            td__find_idx(idxdir, "t10k-labels-idx1-ubyte", vl, sizeof vl)) {
+            fprintf(stderr, "trainctl pack: %s lacks the MNIST file set "
+                            "(train-images-idx3-ubyte[.gz], ...)\n", idxdir);
+            json_decref(sets);
+            return TD_EXIT_REFUSED;
+        }
+        snprintf(o1, sizeof o1, "%s/train", out);
+        snprintf(o2, sizeof o2, "%s/test", out);
+        rc = td__pack_one("train", ti, tl, NULL, o1, &opt, json, sets);
+        if (rc == TD_EXIT_OK)
+            rc = td__pack_one("test", vi, vl, NULL, o2, &opt, json, sets);
+    } else {
+        rc = td__pack_one(folder ? "imagefolder" : "idx", images, labels,
+                          folder, out, &opt, json, sets);
+    }
+    if (rc == TD_EXIT_OK && json) {
+        json_t *o = json_pack("{s:o, s:f, s:i}", "sets", sets, "seconds",
+                              td_elapsed_s(t0), "quality", opt.quality);
+        char *s = json_dumps(o, JSON_COMPACT);
+        puts(s);
+        free(s);
+        json_decref(o);
+    } else {
+        json_decref(sets);
+    }
+    return rc;
+}

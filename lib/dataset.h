@@ -1,0 +1,76 @@
+/* dataset.h - random access to labelled JPEG samples by index.
+ *
+ * Two sources behind one handle:
+ *  - an ImageFolder tree: root/<class>/<file>.jpg|.jpeg; classes sorted by
+ *    name (strcmp) give the label index, files sorted by name within each;
+ *  - WebDataset tar shards: members <key>.jpg (or .jpeg) and <key>.cls (the
+ *    label as decimal text) next to each other; shards sorted by path and
+ *    memory-mapped; the samples are found by walking the tar headers once,
+ *    and that index is cached beside each shard as <shard>.tdidx (checked
+ *    against the shard's size and mtime; written when the directory lets
+ *    us, silently skipped when it does not).
+ * A path names: a directory of *.tar shards, an ImageFolder root, one .tar
+ * file, or a glob of .tar files ("data/train-*.tar").
+ *
+ * Owns: the file handles and maps of a dataset, sample -> bytes + label.
+ * Never: decodes, and never allocates per sample (a folder sample is read
+ * into the caller's growing buffer; a shard sample is a pointer into the
+ * map).  Reading is thread-safe; opening and closing are not.
+ */
+#ifndef TD_DATASET_H
+#define TD_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct td_dataset td_dataset;
+
+/* A buffer that grows and is reused: the per-worker read scratch. */
+typedef struct td_buf {
+    uint8_t *p;
+    size_t len, cap;
+} td_buf;
+
+int td_buf_reserve(td_buf *b, size_t cap); /* 0 or -ENOMEM */
+void td_buf_free(td_buf *b);
+
+enum td_dataset_kind {
+    TD_DATASET_FOLDER = 1,
+    TD_DATASET_SHARDS = 2,
+};
+
+/* Opens the dataset at `path` (see above).  Errors: -ENOENT (nothing
+ * there), -ENOTDIR, TD_E_CORRUPT (a bad shard, a sample without a label),
+ * -ENODATA (no samples, or an empty class folder).  err gets a sentence
+ * naming the path and the problem. */
+int td_dataset_open(const char *path, td_dataset **out, char *err,
+                    size_t errcap);
+/* Opens a list of shard files as one dataset, in the order given. */
+int td_dataset_open_shards(const char *const *paths, int n, td_dataset **out,
+                           char *err, size_t errcap);
+void td_dataset_close(td_dataset *ds);
+
+enum td_dataset_kind td_dataset_kind(const td_dataset *ds);
+size_t td_dataset_count(const td_dataset *ds);
+/* 1 + the largest label. */
+int td_dataset_classes(const td_dataset *ds);
+int32_t td_dataset_label(const td_dataset *ds, size_t i);
+/* For ImageFolder: the class folder's name; for shards: NULL. */
+const char *td_dataset_class_name(const td_dataset *ds, int label);
+
+/* The bytes of sample i: *data points into the shard map, or into
+ * scratch (grown as needed) for a folder sample.  Returns 0, -ERANGE, or
+ * -errno from reading the file. */
+int td_dataset_read(const td_dataset *ds, size_t i, td_buf *scratch,
+                    const uint8_t **data, size_t *len);
+
+/* A name for sample i in log lines: "dir/class/file.jpg" or
+ * "shard.tar:key".  Writes into buf and returns it. */
+const char *td_dataset_sample_name(const td_dataset *ds, size_t i, char *buf,
+                                   size_t cap);
+
+/* Writes (or refreshes) the index cache of one shard file.  pack calls
+ * it after writing a shard.  Returns 0 or a negative code. */
+int td_dataset_index_shard(const char *shard_path, char *err, size_t errcap);
+
+#endif

@@ -1,0 +1,347 @@
+/* pack.c - the shard writer and the two packers (see pack.h). */
+#define _GNU_SOURCE
+#include "pack.h"
+
+#include <errno.h>
+#include <glob.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include "dataset.h"
+#include "error.h"
+#include "idx.h"
+#include "tar.h"
+
+void td_pack_options_default(td_pack_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->quality = TD_PACK_DEFAULT_QUALITY;
+    o->shard_bytes = TD_PACK_DEFAULT_SHARD_BYTES;
+    o->prefix = "shard";
+}
+
+static int td__perr(char *err, size_t cap, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int td__perr(char *err, size_t cap, int rc, const char *fmt, ...)
+{
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+int td_mkdirs(const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf)
+        return -ENAMETOOLONG;
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) && errno != EEXIST)
+        return -errno;
+    struct stat st;
+    if (stat(buf, &st))
+        return -errno;
+    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+/* ---- the rotating shard writer ---------------------------------------- */
+
+struct td__writer {
+    char dir[4096];
+    const char *prefix;
+    uint64_t cap;
+    FILE *f;
+    char tmp[4300], final[4200];
+    uint64_t bytes;       /* in the open shard */
+    int count;            /* samples in the open shard */
+    int shards;
+    uint64_t total;
+    int64_t mtime;
+    char *err;
+    size_t ecap;
+};
+
+static int td__writer_finish(struct td__writer *w)
+{
+    static const uint8_t zeros[2 * TD_TAR_BLOCK];
+    if (!w->f)
+        return 0;
+    int ok = fwrite(zeros, sizeof zeros, 1, w->f) == 1;
+    ok = fflush(w->f) == 0 && ok;
+    ok = fsync(fileno(w->f)) == 0 && ok;
+    ok = fclose(w->f) == 0 && ok;
+    w->f = NULL;
+    if (!ok || rename(w->tmp, w->final)) {
+        int rc = errno ? -errno : -EIO;
+        unlink(w->tmp);
+        return td__perr(w->err, w->ecap, rc, "%s: %s", w->final,
+                        td_strerror(rc));
+    }
+    w->total += w->bytes + sizeof zeros;
+    w->shards++;
+    return td_dataset_index_shard(w->final, w->err, w->ecap);
+}
+
+static int td__writer_member(struct td__writer *w, const char *name,
+                             const void *data, size_t len)
+{
+    uint8_t hdr[TD_TAR_BLOCK];
+    static const uint8_t pad[TD_TAR_BLOCK];
+    int rc = td_tar_header(hdr, name, len, w->mtime);
+    if (rc)
+        return td__perr(w->err, w->ecap, rc, "%s: %s", name, td_strerror(rc));
+    size_t padn = (TD_TAR_BLOCK - len % TD_TAR_BLOCK) % TD_TAR_BLOCK;
+    if (fwrite(hdr, sizeof hdr, 1, w->f) != 1 ||
+        (len && fwrite(data, len, 1, w->f) != 1) ||
+        (padn && fwrite(pad, padn, 1, w->f) != 1))
+        return td__perr(w->err, w->ecap, errno ? -errno : -EIO, "%s: %s",
+                        w->tmp, strerror(errno ? errno : EIO));
+    w->bytes += td_tar_member_bytes(len);
+    return 0;
+}
+
+static int td__writer_add(struct td__writer *w, size_t index, const void *jpg,
+                          size_t len, int32_t label)
+{
+    char name[64], cls[16];
+    int clen = snprintf(cls, sizeof cls, "%d", (int)label);
+    uint64_t need = td_tar_member_bytes(len) +
+                    td_tar_member_bytes((uint64_t)clen);
+    int rc;
+    if (w->f && w->count > 0 && w->bytes + need + 2 * TD_TAR_BLOCK > w->cap)
+        if ((rc = td__writer_finish(w)) != 0)
+            return rc;
+    if (!w->f) {
+        snprintf(w->final, sizeof w->final, "%s/%s-%06d.tar", w->dir,
+                 w->prefix, w->shards);
+        snprintf(w->tmp, sizeof w->tmp, "%s.tmp", w->final);
+        w->f = fopen(w->tmp, "wb");
+        if (!w->f)
+            return td__perr(w->err, w->ecap, -errno, "%s: %s", w->tmp,
+                            strerror(errno));
+        setvbuf(w->f, NULL, _IOFBF, 1 << 20);
+        w->bytes = 0;
+        w->count = 0;
+    }
+    snprintf(name, sizeof name, "%09zu.jpg", index);
+    if ((rc = td__writer_member(w, name, jpg, len)) != 0)
+        return rc;
+    snprintf(name, sizeof name, "%09zu.cls", index);
+    if ((rc = td__writer_member(w, name, cls, (size_t)clen)) != 0)
+        return rc;
+    w->count++;
+    return 0;
+}
+
+static void td__writer_abort(struct td__writer *w)
+{
+    if (w->f) {
+        fclose(w->f);
+        unlink(w->tmp);
+        w->f = NULL;
+    }
+}
+
+static int td__writer_init(struct td__writer *w, const char *outdir,
+                           const td_pack_options *opt, char *err, size_t ecap)
+{
+    memset(w, 0, sizeof *w);
+    w->err = err;
+    w->ecap = ecap;
+    w->prefix = opt->prefix && *opt->prefix ? opt->prefix : "shard";
+    w->cap = opt->shard_bytes ? opt->shard_bytes : TD_PACK_DEFAULT_SHARD_BYTES;
+    w->mtime = (int64_t)time(NULL);
+    if (strlen(outdir) >= sizeof w->dir - 64)
+        return td__perr(err, ecap, -ENAMETOOLONG, "%s: path too long", outdir);
+    snprintf(w->dir, sizeof w->dir, "%s", outdir);
+    int rc = td_mkdirs(outdir);
+    if (rc)
+        return td__perr(err, ecap, rc, "%s: %s", outdir, td_strerror(rc));
+    char pattern[4200];
+    glob_t g;
+    snprintf(pattern, sizeof pattern, "%s/*.tar", outdir);
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        globfree(&g);
+        return td__perr(err, ecap, -EEXIST,
+                        "%s already holds .tar shards; remove them or pick "
+                        "another output directory", outdir);
+    }
+    return 0;
+}
+
+static void td__progress(const td_pack_options *opt, size_t done,
+                         size_t total)
+{
+    if (opt->progress && (done % 512 == 0 || done == total))
+        opt->progress(opt->user, done, total);
+}
+
+/* ---- IDX -------------------------------------------------------------- */
+
+static int td__idx_shape(const td_idx *im, const td_idx *lb, const char *images,
+                         int *h, int *w, int *c, char *err, size_t ecap)
+{
+    if (lb->ndims != 1)
+        return td__perr(err, ecap, TD_E_CORRUPT,
+                        "labels file has %d dimensions, expected 1",
+                        lb->ndims);
+    if (im->ndims == 3 || (im->ndims == 4 && im->dims[3] == 3)) {
+        *h = (int)im->dims[1];
+        *w = (int)im->dims[2];
+        *c = im->ndims == 4 ? 3 : 1;
+    } else {
+        return td__perr(err, ecap, TD_E_CORRUPT,
+                        "%s: images must be n x h x w or n x h x w x 3",
+                        images);
+    }
+    if (im->dims[0] != lb->dims[0])
+        return td__perr(err, ecap, TD_E_CORRUPT,
+                        "%s has %u images but the labels file has %u labels",
+                        images, im->dims[0], lb->dims[0]);
+    if (*h > 65535 || *w > 65535)
+        return td__perr(err, ecap, TD_E_CORRUPT, "%s: images too large",
+                        images);
+    return 0;
+}
+
+int td_pack_idx(const char *images, const char *labels, const char *outdir,
+                const td_pack_options *opt, td_pack_result *res, char *err,
+                size_t errcap)
+{
+    td_idx im = {0}, lb = {0};
+    struct td__writer w;
+    tjhandle tj = NULL;
+    unsigned char *jpg = NULL;
+    unsigned long jcap = 0;
+    int h = 0, wd = 0, c = 0, rc;
+    memset(res, 0, sizeof *res);
+    if (opt->quality < 1 || opt->quality > 100)
+        return td__perr(err, errcap, -EINVAL, "quality %d: must be 1..100",
+                        opt->quality);
+    if ((rc = td_idx_load(images, &im, err, errcap)) != 0 ||
+        (rc = td_idx_load(labels, &lb, err, errcap)) != 0 ||
+        (rc = td__idx_shape(&im, &lb, images, &h, &wd, &c, err, errcap)) != 0)
+        goto out;
+    if ((rc = td__writer_init(&w, outdir, opt, err, errcap)) != 0)
+        goto out;
+    tj = tjInitCompress();
+    jcap = tjBufSize(wd, h, c == 1 ? TJSAMP_GRAY : TJSAMP_420);
+    jpg = tjAlloc((int)jcap);
+    if (!tj || !jpg) {
+        rc = td__perr(err, errcap, -ENOMEM, "cannot start the JPEG encoder");
+        goto out;
+    }
+    size_t n = im.dims[0], per = (size_t)h * (size_t)wd * (size_t)c;
+    for (size_t i = 0; i < n; i++) {
+        unsigned long jlen = jcap;
+        if (tjCompress2(tj, im.data + i * per, wd, 0, h,
+                        c == 1 ? TJPF_GRAY : TJPF_RGB, &jpg, &jlen,
+                        c == 1 ? TJSAMP_GRAY : TJSAMP_420, opt->quality,
+                        TJFLAG_NOREALLOC) != 0) {
+            rc = td__perr(err, errcap, TD_E_CORRUPT, "image %zu: %s", i,
+                          tjGetErrorStr2(tj));
+            break;
+        }
+        if ((rc = td__writer_add(&w, i, jpg, jlen, lb.data[i])) != 0)
+            break;
+        if ((int)lb.data[i] + 1 > res->classes)
+            res->classes = lb.data[i] + 1;
+        td__progress(opt, i + 1, n);
+    }
+    if (rc == 0)
+        rc = td__writer_finish(&w);
+    else
+        td__writer_abort(&w);
+    res->samples = rc ? 0 : n;
+    res->shards = w.shards;
+    res->bytes = w.total;
+    res->width = wd;
+    res->height = h;
+    res->channels = c;
+out:
+    if (tj)
+        tjDestroy(tj);
+    tjFree(jpg);
+    td_idx_free(&im);
+    td_idx_free(&lb);
+    return rc;
+}
+
+/* ---- ImageFolder ------------------------------------------------------ */
+
+int td_pack_folder(const char *root, const char *outdir,
+                   const td_pack_options *opt, td_pack_result *res, char *err,
+                   size_t errcap)
+{
+    td_dataset *ds = NULL;
+    struct td__writer w;
+    td_buf buf = {0};
+    int rc;
+    memset(res, 0, sizeof *res);
+    if ((rc = td_dataset_open(root, &ds, err, errcap)) != 0)
+        return rc;
+    if (td_dataset_kind(ds) != TD_DATASET_FOLDER) {
+        rc = td__perr(err, errcap, -EINVAL,
+                      "%s holds tar shards already, not an ImageFolder tree",
+                      root);
+        goto out;
+    }
+    if ((rc = td__writer_init(&w, outdir, opt, err, errcap)) != 0)
+        goto out;
+    size_t n = td_dataset_count(ds);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const uint8_t *data;
+        size_t len;
+        char name[512];
+        rc = td_dataset_read(ds, i, &buf, &data, &len);
+        if (rc) {
+            td__perr(err, errcap, rc, "%s: %s",
+                     td_dataset_sample_name(ds, i, name, sizeof name),
+                     td_strerror(rc));
+            break;
+        }
+        rc = td__writer_add(&w, i, data, len, td_dataset_label(ds, i));
+        td__progress(opt, i + 1, n);
+    }
+    if (rc == 0)
+        rc = td__writer_finish(&w);
+    else
+        td__writer_abort(&w);
+    if (rc == 0) {
+        /* classes.txt: the class folder names in label order. */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/classes.txt", outdir);
+        FILE *f = fopen(path, "w");
+        for (int c = 0; f && c < td_dataset_classes(ds); c++)
+            fprintf(f, "%s\n", td_dataset_class_name(ds, c));
+        if (!f || fclose(f) != 0)
+            rc = td__perr(err, errcap, -EIO, "%s: cannot write", path);
+    }
+    res->samples = rc ? 0 : n;
+    res->shards = w.shards;
+    res->bytes = w.total;
+    res->classes = td_dataset_classes(ds);
+out:
+    td_buf_free(&buf);
+    td_dataset_close(ds);
+    return rc;
+}

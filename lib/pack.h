@@ -1,0 +1,56 @@
+/* pack.h - writing WebDataset tar shards (<key>.jpg + <key>.cls).
+ *
+ * From IDX files (MNIST-style: images n x h x w, or n x h x w x 3, labels
+ * n) the pixels are JPEG-encoded with TurboJPEG (grayscale stays
+ * single-channel); from an ImageFolder tree the JPEG files are copied as
+ * they are (no re-encoding) with the class index as label.  Shards are
+ * named <prefix>-000000.tar, ... in the output directory, each at most
+ * shard_bytes (one sample larger than that gets a shard of its own),
+ * written as .tmp and renamed when complete, each with its index cache
+ * (<shard>.tdidx, see dataset.h).
+ * Owns: shard files.  Never: overwrites existing shards (refuses).
+ */
+#ifndef TD_PACK_H
+#define TD_PACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TD_PACK_DEFAULT_QUALITY 95
+#define TD_PACK_DEFAULT_SHARD_BYTES (UINT64_C(256) << 20)
+
+typedef struct td_pack_options {
+    int quality;           /* 1..100, default 95 (IDX only) */
+    uint64_t shard_bytes;  /* cap per shard, default 256 MiB */
+    const char *prefix;    /* shard name prefix, default "shard" */
+    /* Called every few hundred samples and at the end; may be NULL. */
+    void (*progress)(void *user, size_t done, size_t total);
+    void *user;
+} td_pack_options;
+
+typedef struct td_pack_result {
+    size_t samples;
+    int shards;
+    uint64_t bytes;      /* total size of the shards written */
+    int classes;         /* 1 + the largest label */
+    int width, height, channels; /* IDX only; 0 for ImageFolder */
+} td_pack_result;
+
+void td_pack_options_default(td_pack_options *o);
+
+/* Errors: those of td_idx_load, TD_E_CORRUPT when the two files disagree
+ * (counts) or the images are not n x h x w[x3], -EEXIST when outdir already
+ * holds .tar files, -errno for I/O.  err names the file and the problem. */
+int td_pack_idx(const char *images, const char *labels, const char *outdir,
+                const td_pack_options *opt, td_pack_result *res, char *err,
+                size_t errcap);
+
+/* Packs an ImageFolder tree (see dataset.h for its rules). */
+int td_pack_folder(const char *root, const char *outdir,
+                   const td_pack_options *opt, td_pack_result *res, char *err,
+                   size_t errcap);
+
+/* mkdir -p; 0 or -errno. */
+int td_mkdirs(const char *path);
+
+#endif
