@@ -1,6 +1,6 @@
 /* model.h - the layer graph of a model, built from its JSON definition.
  *
- * Owns: parsing a model definition (config/models/*.json), checking it,
+ * Owns: parsing a model definition (config/models/NAME.json), checking it,
  * inferring every tensor's shape, listing the trainable parameters and the
  * non-trained state (batch-norm running statistics) with their canonical
  * layouts, counting FLOPs, and seeded Kaiming initialisation on the host.

@@ -9,6 +9,7 @@
 #ifndef TD_OPTIM_H
 #define TD_OPTIM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 enum td_optim_type { TD_OPT_SGD = 0, TD_OPT_ADAMW = 1 };
