@@ -23,6 +23,7 @@
 #include "device.h"
 #include "error.h"
 #include "log.h"
+#include "notify.h"
 #include "settings.h"
 
 enum { TD_INBOX_MAX = 4096 }; /* step events beyond this are dropped */
@@ -285,14 +286,132 @@ static void td__job_log_sink(void *user, int level, long job,
 
 /* ---- signals and life cycle ------------------------------------------- */
 
+/* Defaults, then the config file, then the command line.  On failure
+ * returns a negative code with the reason in err. */
+static json_t *td__read_settings(td_daemon *d, int required, char *err,
+                                 size_t errcap)
+{
+    json_t *s = td_settings_defaults();
+    const char *k;
+    json_t *v;
+    if (!s) {
+        snprintf(err, errcap, "out of memory");
+        return NULL;
+    }
+    if (d->config_path[0]) {
+        int rc = td_settings_load_file(s, d->config_path, err, errcap);
+        if (rc && !(rc == -ENOENT && !required)) {
+            json_decref(s);
+            return NULL;
+        }
+    }
+    json_object_foreach(d->overrides, k, v) json_object_set(s, k, v);
+    return s;
+}
+
+static void td__apply_log_level(const json_t *settings)
+{
+    int level;
+    if (td_log_parse_level(td_settings_str(settings, "log_level"), &level) == 0)
+        td_log_set_level(level);
+}
+
+/* SIGHUP: read the config file again; apply what can change live and say
+ * which settings need a restart. */
+static void td__reload(td_daemon *d)
+{
+    char err[512];
+    json_t *fresh = td__read_settings(d, 1, err, sizeof err);
+    if (!fresh) {
+        td_error("SIGHUP: configuration not reloaded: %s", err);
+        return;
+    }
+    int changed = 0;
+    for (const td_setting_def *def = td_setting_defs; def->key; def++) {
+        json_t *old = json_object_get(d->settings, def->key);
+        json_t *now = json_object_get(fresh, def->key);
+        if (json_equal(old, now))
+            continue;
+        char *txt = json_dumps(now, JSON_ENCODE_ANY | JSON_COMPACT);
+        if (def->live) {
+            json_object_set(d->settings, def->key, now);
+            td_info("SIGHUP: %s = %s", def->key, txt ? txt : "?");
+            changed++;
+        } else {
+            td_warn("SIGHUP: %s = %s in %s needs a restart of traind to take "
+                    "effect", def->key, txt ? txt : "?", d->config_path);
+        }
+        free(txt);
+    }
+    td__apply_log_level(d->settings);
+    json_decref(fresh);
+    td_info("SIGHUP: configuration reloaded from %s (%d change(s) applied)",
+            d->config_path[0] ? d->config_path : "(defaults)", changed);
+}
+
 static void td__on_signal(uv_signal_t *s, int signum)
 {
     td_daemon *d = s->data;
     if (signum == SIGHUP) {
-        td_info("SIGHUP: configuration reload is not implemented yet");
+        td__reload(d);
         return;
     }
     td_daemon_shutdown(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* ---- systemd: status line and watchdog --------------------------------- */
+
+static void td__update_status(td_daemon *d)
+{
+    size_t pending = 0, running = 0;
+    td_job *run = NULL;
+    for (td_job *j = d->jobs.head; j; j = j->next) {
+        pending += j->state == TD_JOB_PENDING;
+        if (j->state == TD_JOB_RUNNING) {
+            running++;
+            run = j;
+        }
+    }
+    if (run) {
+        double sps = run->last_window
+                         ? json_number_value(json_object_get(run->last_window,
+                                                             "samples_per_s"))
+                         : 0;
+        td_notifyf("STATUS=job %lld %s: epoch %lld/%lld step %lld/%lld, "
+                   "%.0f samples/s; %zu pending",
+                   (long long)run->id, run->name, (long long)run->epoch + 1,
+                   (long long)run->epochs_total, (long long)run->step,
+                   (long long)run->steps_total, sps, pending);
+    } else {
+        td_notifyf("STATUS=idle on %s; %zu job(s) pending", d->device_desc,
+                   pending);
+    }
+    (void)running;
+}
+
+static void td__on_status_timer(uv_timer_t *t) { td__update_status(t->data); }
+
+/* The loop is alive if this runs; the trainer is alive if it stepped
+ * recently.  A stale trainer means no ping, so systemd restarts us. */
+static void td__on_watchdog(uv_timer_t *t)
+{
+    td_daemon *d = t->data;
+    int64_t hb = __atomic_load_n(&d->heartbeat_ns, __ATOMIC_RELAXED);
+    int64_t limit = (int64_t)td_notify_watchdog_usec() * 1000;
+    int busy = 0;
+    for (td_job *j = d->jobs.head; j; j = j->next)
+        busy |= j->state == TD_JOB_RUNNING;
+    if (busy && hb && td_now_ns() - hb > limit) {
+        td_warn("trainer silent for %.1f s: not pinging the watchdog",
+                (double)(td_now_ns() - hb) / 1e9);
+        return;
+    }
+    td_notify("WATCHDOG=1");
+}
+
+void td_daemon_heartbeat(td_daemon *d)
+{
+    __atomic_store_n(&d->heartbeat_ns, td_now_ns(), __ATOMIC_RELAXED);
 }
 
 static int td__mkdirs(const char *path)
@@ -314,37 +433,44 @@ static int td__mkdirs(const char *path)
 
 int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
 {
-    char sub[4200];
+    char sub[4200], err[512];
     int rc;
     memset(d, 0, sizeof *d);
     d->loop = loop;
     d->started_ns = td_now_ns();
-    if (strlen(o->socket_path) >= sizeof d->socket_path) {
+    pthread_mutex_init(&d->inbox_mu, NULL);
+    td_jobs_init(&d->jobs);
+    d->overrides = o->overrides ? json_incref(o->overrides) : json_object();
+    if (o->config_path)
+        snprintf(d->config_path, sizeof d->config_path, "%s", o->config_path);
+    d->settings = td__read_settings(d, o->config_required, err, sizeof err);
+    if (!d->settings) {
+        td_error("configuration: %s", err);
+        return -EINVAL;
+    }
+    td__apply_log_level(d->settings);
+    const char *sock = td_settings_str(d->settings, "socket");
+    const char *state = td_settings_str(d->settings, "state_dir");
+    if (strlen(sock) >= sizeof d->socket_path) {
         td_error("socket path too long (max %zu bytes): %s",
-                 sizeof d->socket_path - 1, o->socket_path);
+                 sizeof d->socket_path - 1, sock);
         return -ENAMETOOLONG;
     }
-    snprintf(d->socket_path, sizeof d->socket_path, "%s", o->socket_path);
-    if (strlen(o->state_dir) >= sizeof d->state_dir) {
+    snprintf(d->socket_path, sizeof d->socket_path, "%s", sock);
+    if (strlen(state) >= sizeof d->state_dir) {
         td_error("state dir path too long (max %zu bytes)",
                  sizeof d->state_dir - 1);
         return -ENAMETOOLONG;
     }
-    snprintf(d->state_dir, sizeof d->state_dir, "%s", o->state_dir);
+    snprintf(d->state_dir, sizeof d->state_dir, "%s", state);
     snprintf(sub, sizeof sub, "%s/jobs", d->state_dir);
     if ((rc = td__mkdirs(sub)) != 0) {
         td_error("cannot create state dir %s: %s", sub, td_strerror(rc));
         return rc;
     }
-    d->settings = td_settings_defaults();
-    if (!d->settings)
-        return -ENOMEM;
-    td_jobs_init(&d->jobs);
-    pthread_mutex_init(&d->inbox_mu, NULL);
 
     td_device_info info;
     td_device_choice ch;
-    char err[256];
     td_device_probe(&info);
     if (td_device_select(td_settings_str(d->settings, "device"), &info, &ch,
                          err, sizeof err) != 0) {
@@ -368,7 +494,24 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     uv_signal_start(&d->sig_term, td__on_signal, SIGTERM);
     uv_signal_start(&d->sig_int, td__on_signal, SIGINT);
     uv_signal_start(&d->sig_hup, td__on_signal, SIGHUP);
-    return td_server_listen(d);
+    uv_timer_init(loop, &d->status);
+    uv_timer_init(loop, &d->watchdog);
+    d->status.data = d->watchdog.data = d;
+    if ((rc = td_server_listen(d)) != 0)
+        return rc;
+    /* Listening and the device probed: ready. */
+    td_notify("READY=1");
+    td__update_status(d);
+    uv_timer_start(&d->status, td__on_status_timer, 2000, 2000);
+    uint64_t wd = td_notify_watchdog_usec();
+    if (wd) {
+        uint64_t half_ms = wd / 2000 ? wd / 2000 : 1;
+        uv_timer_start(&d->watchdog, td__on_watchdog, half_ms, half_ms);
+        d->watchdog_on = 1;
+        td_info("systemd watchdog: pinging every %llu ms",
+                (unsigned long long)half_ms);
+    }
+    return 0;
 }
 
 void td_daemon_shutdown(td_daemon *d, const char *why)
@@ -377,7 +520,10 @@ void td_daemon_shutdown(td_daemon *d, const char *why)
         return;
     d->shutting_down = 1;
     td_info("shutting down (%s)", why);
+    td_notify("STOPPING=1");
     td_server_close(d);
+    uv_close((uv_handle_t *)&d->status, NULL);
+    uv_close((uv_handle_t *)&d->watchdog, NULL);
     uv_close((uv_handle_t *)&d->sig_term, NULL);
     uv_close((uv_handle_t *)&d->sig_int, NULL);
     uv_close((uv_handle_t *)&d->sig_hup, NULL);
@@ -402,5 +548,6 @@ void td_daemon_free(td_daemon *d)
     }
     td_jobs_free(&d->jobs);
     json_decref(d->settings);
+    json_decref(d->overrides);
     pthread_mutex_destroy(&d->inbox_mu);
 }

@@ -63,9 +63,10 @@ typedef struct td_inbox_msg {
 } td_inbox_msg;
 
 typedef struct td_daemon_opts {
-    const char *socket_path;
-    const char *state_dir;
-    const char *config_path;   /* may be NULL */
+    const char *config_path;   /* NULL: none; read again on SIGHUP */
+    int config_required;       /* a missing config file is an error */
+    json_t *overrides;         /* settings from the command line (borrowed);
+                                  they win over the config file */
 } td_daemon_opts;
 
 typedef struct td_daemon {
@@ -73,6 +74,12 @@ typedef struct td_daemon {
     uv_pipe_t server;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_async_t wake;
+    uv_timer_t watchdog;       /* pings systemd at half WATCHDOG_USEC */
+    uv_timer_t status;         /* refreshes systemd's STATUS= line */
+    int watchdog_on;
+    int64_t heartbeat_ns;      /* trainer's last sign of life (atomic) */
+    char config_path[1024];
+    json_t *overrides;
     td_client *clients;
     size_t nclients;
     uint64_t next_client_id;
@@ -82,6 +89,7 @@ typedef struct td_daemon {
     char state_dir[3072];
     char device_desc[300];
     int listening;
+    int activated;             /* socket passed by systemd */
     int shutting_down;
     int64_t started_ns;
     /* inbox from other threads */
@@ -105,6 +113,8 @@ void td_daemon_persist_job(td_daemon *d, const td_job *j);
 int td_daemon_set_job_state(td_daemon *d, td_job *j, enum td_job_state s,
                             const char *reason);
 double td_daemon_ts(const td_daemon *d);
+/* Any thread (the trainer, each step): proof of life for the watchdog. */
+void td_daemon_heartbeat(td_daemon *d);
 /* Path of a job's log file (state_dir/jobs/<id>.log). */
 void td_daemon_job_log_path(const td_daemon *d, int64_t job, char *buf,
                             size_t cap);

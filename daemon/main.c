@@ -18,30 +18,36 @@
 #include "error.h"
 #include "device.h"
 #include "log.h"
+#include "settings.h"
 #include "td_config.h"
 
 #define TD_DEFAULT_SOCKET "/run/traind/traind.sock"
 #define TD_DEFAULT_STATE "/var/lib/traind"
+#define TD_DEFAULT_CONFIG "/etc/traind/traind.conf"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: traind [--foreground] [--socket PATH] [--state-dir DIR]\n"
-            "              [--log-level LEVEL] [--version] [--help]\n"
+            "usage: traind [--foreground] [--config FILE] [--socket PATH]\n"
+            "              [--state-dir DIR] [--log-level LEVEL] [--version]\n"
             "\n"
             "The traind training daemon: accepts jobs on a Unix socket, trains\n"
             "them on the GPU (or the CPU), and streams per-step metrics.\n"
             "\n"
             "  --foreground       run in the foreground (the only mode; systemd\n"
             "                     runs it this way too)\n"
+            "  --config FILE      settings file (default %s if it\n"
+            "                     exists); SIGHUP reads it again\n"
             "  --socket PATH      control socket (default %s,\n"
-            "                     or $TRAIND_SOCKET)\n"
+            "                     or $TRAIND_SOCKET); systemd socket\n"
+            "                     activation overrides it\n"
             "  --state-dir DIR    job records, logs and checkpoints\n"
             "                     (default %s)\n"
             "  --log-level LEVEL  error, warn, info (default) or debug\n"
+            "  --help-config      list every setting with its default\n"
             "  --version          print the version and the devices found\n"
             "  --help             this text\n",
-            TD_DEFAULT_SOCKET, TD_DEFAULT_STATE);
+            TD_DEFAULT_CONFIG, TD_DEFAULT_SOCKET, TD_DEFAULT_STATE);
 }
 
 static void print_version(void)
@@ -61,34 +67,49 @@ static void print_version(void)
     }
 }
 
+static void print_settings(void)
+{
+    printf("traind settings (config file keys; [restart] = not live):\n\n");
+    for (const td_setting_def *s = td_setting_defs; s->key; s++)
+        printf("  %-24s default %-26s %s%s\n", s->key, s->def,
+               s->live ? "" : "[restart] ", s->help);
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"foreground", no_argument, NULL, 'f'},
+        {"config", required_argument, NULL, 'c'},
         {"socket", required_argument, NULL, 's'},
         {"state-dir", required_argument, NULL, 'd'},
         {"log-level", required_argument, NULL, 'l'},
         {"version", no_argument, NULL, 'V'},
+        {"help-config", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    td_daemon_opts o = {
-        .socket_path = getenv("TRAIND_SOCKET") ? getenv("TRAIND_SOCKET")
-                                               : TD_DEFAULT_SOCKET,
-        .state_dir = TD_DEFAULT_STATE,
-    };
+    json_t *overrides = json_object();
+    td_daemon_opts o = {.config_path = TD_DEFAULT_CONFIG,
+                        .overrides = overrides};
     int c, level;
+    if (getenv("TRAIND_SOCKET") && *getenv("TRAIND_SOCKET"))
+        json_object_set_new(overrides, "socket",
+                            json_string(getenv("TRAIND_SOCKET")));
     td_log_detect_journal();
     td_log_set_thread_name("loop");
     while ((c = getopt_long(argc, argv, "fs:d:l:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'f':
             break;
+        case 'c':
+            o.config_path = optarg;
+            o.config_required = 1;
+            break;
         case 's':
-            o.socket_path = optarg;
+            json_object_set_new(overrides, "socket", json_string(optarg));
             break;
         case 'd':
-            o.state_dir = optarg;
+            json_object_set_new(overrides, "state_dir", json_string(optarg));
             break;
         case 'l':
             if (td_log_parse_level(optarg, &level)) {
@@ -96,10 +117,13 @@ int main(int argc, char **argv)
                                 "error, warn, info, debug\n", optarg);
                 return 2;
             }
-            td_log_set_level(level);
+            json_object_set_new(overrides, "log_level", json_string(optarg));
             break;
         case 'V':
             print_version();
+            return 0;
+        case 'C':
+            print_settings();
             return 0;
         case 'h':
             usage(stdout);
@@ -120,19 +144,22 @@ int main(int argc, char **argv)
     td_daemon d;
     uv_loop_init(&loop);
     td_info("traind %s starting (pid %d)", TD_VERSION, (int)getpid());
+    (void)level;
     int rc = td_daemon_init(&d, &loop, &o);
     if (rc) {
-        if (d.settings) { /* handles exist: close them cleanly */
+        if (d.wake.data) { /* handles exist: close them cleanly */
             td_daemon_shutdown(&d, "start-up failed");
             uv_run(&loop, UV_RUN_DEFAULT);
         }
         td_daemon_free(&d);
+        json_decref(overrides);
         uv_loop_close(&loop);
         td_error("traind could not start: %s", td_strerror(rc));
         return 1;
     }
     td_daemon_run(&d);
     td_daemon_free(&d);
+    json_decref(overrides);
     rc = uv_loop_close(&loop);
     if (rc)
         td_warn("loop closed with handles open: %s", uv_strerror(rc));

@@ -21,6 +21,7 @@
 #include "daemon.h"
 #include "error.h"
 #include "log.h"
+#include "notify.h"
 #include "settings.h"
 #include "td_config.h"
 
@@ -326,10 +327,40 @@ static int td__socket_alive(const char *path)
     return alive;
 }
 
+/* Adopts the listening socket systemd passed (socket activation). */
+static int td__listen_activated(td_daemon *d, int fd)
+{
+    int rc;
+    uv_pipe_init(d->loop, &d->server, 0);
+    d->server.data = d;
+    rc = uv_pipe_open(&d->server, fd);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&d->server, 128, td__on_connection);
+    if (rc < 0) {
+        td_error("cannot listen on the socket systemd passed: %s",
+                 uv_strerror(rc));
+        uv_close((uv_handle_t *)&d->server, NULL);
+        return rc;
+    }
+    char path[sizeof d->socket_path];
+    size_t len = sizeof path;
+    if (uv_pipe_getsockname(&d->server, path, &len) == 0 && len < sizeof path) {
+        path[len] = '\0';
+        snprintf(d->socket_path, sizeof d->socket_path, "%s", path);
+    }
+    d->listening = 1;
+    d->activated = 1;
+    td_info("listening on %s (socket activation)", d->socket_path);
+    return 0;
+}
+
 int td_server_listen(td_daemon *d)
 {
     struct stat st;
     int rc;
+    int fd = td_notify_listen_fd();
+    if (fd >= 0)
+        return td__listen_activated(d, fd);
     if (lstat(d->socket_path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) {
             td_error("%s exists and is not a socket; refusing to replace it",
@@ -366,7 +397,8 @@ void td_server_close(td_daemon *d)
     if (d->listening) {
         d->listening = 0;
         uv_close((uv_handle_t *)&d->server, NULL);
-        unlink(d->socket_path);
+        if (!d->activated) /* systemd owns an activated socket's file */
+            unlink(d->socket_path);
     }
     while (d->clients)
         td_client_close(d->clients, "daemon shutting down");

@@ -27,6 +27,15 @@ const td_setting_def td_setting_defs[] = {
      "error, warn, info or debug"},
     {"device", TD_SET_STRING, "\"auto\"", 0, 0, 0,
      "auto, cpu, cuda or cuda:N"},
+    {"socket", TD_SET_STRING, "\"/run/traind/traind.sock\"", 0, 0, 0,
+     "the control socket (ignored under socket activation)"},
+    {"state_dir", TD_SET_STRING, "\"/var/lib/traind\"", 0, 0, 0,
+     "job records, job logs and checkpoints"},
+    {"allowed_data_roots", TD_SET_PATHS, "[]", 0, 0, 1,
+     "folders datasets must lie under (empty: anywhere the submitting "
+     "user can read)"},
+    {"metrics_listen", TD_SET_STRING, "\"\"", 0, 0, 0,
+     "address:port for the Prometheus endpoint (empty: off)"},
     {NULL, 0, NULL, 0, 0, 0, NULL},
 };
 
@@ -73,6 +82,24 @@ static int td__check(const td_setting_def *s, json_t *v, char *err,
             return -EINVAL;
         }
         return 0;
+    case TD_SET_PATHS: {
+        size_t i;
+        json_t *x;
+        if (!json_is_array(v)) {
+            snprintf(err, errcap, "%s: must be a list of absolute paths",
+                     s->key);
+            return -EINVAL;
+        }
+        json_array_foreach(v, i, x) {
+            const char *p = json_string_value(x);
+            if (!p || p[0] != '/') {
+                snprintf(err, errcap, "%s: '%s' is not an absolute path",
+                         s->key, p ? p : "(not a string)");
+                return -EINVAL;
+            }
+        }
+        return 0;
+    }
     case TD_SET_LEVEL: {
         int level;
         if (!json_is_string(v) ||
@@ -87,20 +114,89 @@ static int td__check(const td_setting_def *s, json_t *v, char *err,
     return -EINVAL;
 }
 
+/* "a:b:c" -> ["a","b","c"] for path lists given as one string. */
+static json_t *td__split_paths(const char *s)
+{
+    json_t *arr = json_array();
+    const char *p = s;
+    while (arr && *p) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n)
+            json_array_append_new(arr, json_stringn(p, n));
+        p += n + (e ? 1 : 0);
+    }
+    return arr;
+}
+
 int td_settings_set(json_t *settings, const char *key, json_t *value,
                     int *live_out, char *err, size_t errcap)
 {
     const td_setting_def *s = td_setting_find(key);
+    json_t *v = json_incref(value);
     if (!s) {
         snprintf(err, errcap, "%s: unknown setting", key);
+        json_decref(v);
         return -EINVAL;
     }
-    int rc = td__check(s, value, err, errcap);
-    if (rc)
+    if (s->type == TD_SET_PATHS && json_is_string(value)) {
+        json_decref(v);
+        v = td__split_paths(json_string_value(value));
+    }
+    int rc = td__check(s, v, err, errcap);
+    if (rc == 0) {
+        if (live_out)
+            *live_out = s->live;
+        rc = json_object_set(settings, key, v) ? -ENOMEM : 0;
+    }
+    json_decref(v);
+    return rc;
+}
+
+int td_settings_load_file(json_t *settings, const char *path, char *err,
+                          size_t errcap)
+{
+    FILE *f = fopen(path, "r");
+    char line[4096], e[300];
+    int lineno = 0, rc = 0;
+    if (!f) {
+        rc = -errno;
+        snprintf(err, errcap, "%s: %s", path, strerror(errno));
         return rc;
-    if (live_out)
-        *live_out = s->live;
-    return json_object_set(settings, key, value) ? -ENOMEM : 0;
+    }
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash && (hash == line || hash[-1] == ' ' || hash[-1] == '\t'))
+            *hash = '\0';
+        char *k = line + strspn(line, " \t");
+        size_t len = strlen(k);
+        while (len && strchr(" \t\r\n", k[len - 1]))
+            k[--len] = '\0';
+        if (!*k)
+            continue;
+        char *eq = strchr(k, '=');
+        if (!eq) {
+            snprintf(err, errcap, "%s:%d: expected 'key = value'", path,
+                     lineno);
+            rc = -EINVAL;
+            break;
+        }
+        char *v = eq + 1 + strspn(eq + 1, " \t");
+        char *ke = eq;
+        while (ke > k && (ke[-1] == ' ' || ke[-1] == '\t'))
+            ke--;
+        *ke = '\0';
+        json_t *jv = json_loads(v, JSON_DECODE_ANY, NULL);
+        if (!jv)
+            jv = json_string(v);
+        rc = td_settings_set(settings, k, jv, NULL, e, sizeof e);
+        json_decref(jv);
+        if (rc)
+            snprintf(err, errcap, "%s:%d: %s", path, lineno, e);
+    }
+    fclose(f);
+    return rc;
 }
 
 long long td_settings_int(const json_t *settings, const char *key)

@@ -17,6 +17,8 @@ enum td_setting_type {
     TD_SET_AUTO_INT, /* "auto" or an integer in [min, max] */
     TD_SET_STRING,
     TD_SET_LEVEL,    /* a log level name */
+    TD_SET_PATHS,    /* a list of absolute paths (JSON array, or one
+                        string with paths separated by ':') */
 };
 
 typedef struct td_setting_def {
@@ -37,6 +39,12 @@ const td_setting_def *td_setting_find(const char *key);
  * NULL) receives the key's live flag.  -EINVAL with err filled in. */
 int td_settings_set(json_t *settings, const char *key, json_t *value,
                     int *live_out, char *err, size_t errcap);
+/* Reads a config file of `key = value` lines ('#' starts a comment; a
+ * value is JSON if it parses as JSON, else the text itself) into settings.
+ * Errors name the file, the line and the key: "traind.conf:4: colour:
+ * unknown setting".  -ENOENT if the file does not exist. */
+int td_settings_load_file(json_t *settings, const char *path, char *err,
+                          size_t errcap);
 /* Convenience readers; "auto" reads as -1. */
 long long td_settings_int(const json_t *settings, const char *key);
 const char *td_settings_str(const json_t *settings, const char *key);

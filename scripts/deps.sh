@@ -14,7 +14,7 @@ packages=(
   libuv1-dev libjansson-dev libturbojpeg0-dev libjpeg62-turbo-dev libdnnl-dev
   zlib1g-dev
   # tests
-  check libsubunit-dev
+  check libsubunit-dev systemd
   # the reference dataset for the demo and the accuracy benchmarks
   dataset-fashion-mnist
 )

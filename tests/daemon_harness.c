@@ -25,9 +25,10 @@ static int th__spawn(td_harness *h, const char *const *extra)
     const char *root = getenv("TD_BUILD_ROOT");
     char exe[512];
     snprintf(exe, sizeof exe, "%s/daemon/traind", root ? root : "build");
-    const char *argv[32] = {exe, "--foreground", "--socket", h->sock,
-                            "--state-dir", h->state, "--log-level", "debug"};
-    int n = 8;
+    const char *argv[32] = {exe, "--foreground", "--config", "/dev/null",
+                            "--socket", h->sock, "--state-dir", h->state,
+                            "--log-level", "debug"};
+    int n = 10;
     for (int i = 0; extra && extra[i] && n < 31; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
@@ -35,6 +36,8 @@ static int th__spawn(td_harness *h, const char *const *extra)
     if (h->pid < 0)
         return -errno;
     if (h->pid == 0) {
+        for (int i = 0; h->env && h->env[i]; i++)
+            putenv((char *)h->env[i]);
         execv(exe, (char *const *)argv);
         _exit(127);
     }
@@ -56,7 +59,14 @@ static int th__spawn(td_harness *h, const char *const *extra)
 
 int th_start(td_harness *h, const char *const *extra_args)
 {
+    return th_start_env(h, extra_args, NULL);
+}
+
+int th_start_env(td_harness *h, const char *const *extra_args,
+                 const char *const *env)
+{
     memset(h, 0, sizeof *h);
+    h->env = env;
     snprintf(h->dir, sizeof h->dir, "/tmp/traind-test-XXXXXX");
     if (!mkdtemp(h->dir))
         return -errno;

@@ -12,11 +12,17 @@ typedef struct td_harness {
     char dir[64];          /* temporary root */
     char sock[96];
     char state[96];
+    const char *const *env; /* extra environment for the daemon */
 } td_harness;
 
 /* Starts build/daemon/traind (from $TD_BUILD_ROOT) with extra args
- * (NULL-terminated, may be NULL) and waits until its socket accepts. */
+ * (NULL-terminated, may be NULL) and waits until its socket accepts.
+ * The daemon reads no config file unless extra_args name one. */
 int th_start(td_harness *h, const char *const *extra_args);
+/* The same with extra environment variables ("NAME=value", NULL-
+ * terminated, may be NULL) for the daemon. */
+int th_start_env(td_harness *h, const char *const *extra_args,
+                 const char *const *env);
 /* SIGTERM, then waits; returns the exit status (or -1). */
 int th_stop(td_harness *h);
 /* Restarts on the same dirs. */
