@@ -15,6 +15,8 @@ packages=(
   zlib1g-dev
   # tests
   check libsubunit-dev systemd
+  # the checkpoint format test reads a checkpoint with numpy
+  python3-numpy
   # the reference dataset for the demo and the accuracy benchmarks
   dataset-fashion-mnist
 )
