@@ -1,0 +1,408 @@
+/* augment.c - augmentation draws and the uint8 resampler (see augment.h). */
+#include "augment.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+/* ---- ops -------------------------------------------------------------- */
+
+static const char *const td__aug_names[] = {
+    [TD_AUG_RANDOM_RESIZED_CROP] = "random_resized_crop",
+    [TD_AUG_PAD_CROP] = "pad_crop",
+    [TD_AUG_CENTER_CROP] = "center_crop",
+    [TD_AUG_RESIZE] = "resize",
+    [TD_AUG_FLIP] = "flip",
+    [TD_AUG_COLOR_JITTER] = "color_jitter",
+};
+
+const char *td_augment_name(enum td_aug_op op)
+{
+    if (op < TD_AUG_RANDOM_RESIZED_CROP || op > TD_AUG_COLOR_JITTER)
+        return "unknown";
+    return td__aug_names[op];
+}
+
+void td_augment_default(td_augment *a, enum td_aug_op op)
+{
+    memset(a, 0, sizeof *a);
+    a->op = op;
+    a->scale[0] = 0.08;
+    a->scale[1] = 1.0;
+    a->ratio[0] = 3.0 / 4.0;
+    a->ratio[1] = 4.0 / 3.0;
+    a->pad = 4;
+    a->p = 0.5;
+    a->brightness = a->contrast = a->saturation = 0.4;
+}
+
+int td_augment_parse_list(const char *list, td_augment *ops, int max,
+                          char *err, size_t errcap)
+{
+    int n = 0;
+    const char *p = list;
+    while (p && *p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        int found = 0;
+        for (int op = TD_AUG_RANDOM_RESIZED_CROP; op <= TD_AUG_COLOR_JITTER;
+             op++)
+            if (strlen(td__aug_names[op]) == len &&
+                strncmp(p, td__aug_names[op], len) == 0) {
+                if (n == max) {
+                    snprintf(err, errcap, "more than %d augmentations", max);
+                    return -EINVAL;
+                }
+                td_augment_default(&ops[n++], (enum td_aug_op)op);
+                found = 1;
+            }
+        if (!found && len > 0) {
+            snprintf(err, errcap, "unknown augmentation '%.*s' (known: "
+                     "random_resized_crop, pad_crop, center_crop, resize, "
+                     "flip, color_jitter)", (int)len, p);
+            return -EINVAL;
+        }
+        p = e ? e + 1 : NULL;
+    }
+    return n;
+}
+
+static int td__geometric(enum td_aug_op op)
+{
+    return op == TD_AUG_RANDOM_RESIZED_CROP || op == TD_AUG_PAD_CROP ||
+           op == TD_AUG_CENTER_CROP || op == TD_AUG_RESIZE;
+}
+
+int td_augment_validate(const td_augment *ops, int n, char *err,
+                        size_t errcap)
+{
+    int geo = 0;
+    for (int i = 0; i < n; i++) {
+        const td_augment *a = &ops[i];
+        const char *name = td_augment_name(a->op);
+        if (a->op < TD_AUG_RANDOM_RESIZED_CROP || a->op > TD_AUG_COLOR_JITTER) {
+            snprintf(err, errcap, "augment[%d]: unknown op %d", i, (int)a->op);
+            return -EINVAL;
+        }
+        if (td__geometric(a->op) && geo++) {
+            snprintf(err, errcap, "augment[%d] (%s): only one of "
+                     "random_resized_crop, pad_crop, center_crop, resize",
+                     i, name);
+            return -EINVAL;
+        }
+        if (a->op == TD_AUG_RANDOM_RESIZED_CROP &&
+            !(a->scale[0] > 0 && a->scale[0] <= a->scale[1] &&
+              a->scale[1] <= 1 && a->ratio[0] > 0 &&
+              a->ratio[0] <= a->ratio[1])) {
+            snprintf(err, errcap, "augment[%d] (%s): need 0 < scale[0] <= "
+                     "scale[1] <= 1 and 0 < ratio[0] <= ratio[1]", i, name);
+            return -EINVAL;
+        }
+        if ((a->op == TD_AUG_PAD_CROP && (a->pad < 0 || a->pad > 4096)) ||
+            (a->op == TD_AUG_CENTER_CROP && (a->resize < 0 ||
+                                             a->resize > 65535)) ||
+            (a->op == TD_AUG_FLIP && !(a->p >= 0 && a->p <= 1)) ||
+            (a->op == TD_AUG_COLOR_JITTER &&
+             !(a->brightness >= 0 && a->contrast >= 0 &&
+               a->saturation >= 0 && a->brightness <= 10 &&
+               a->contrast <= 10 && a->saturation <= 10))) {
+            snprintf(err, errcap, "augment[%d] (%s): parameter out of range",
+                     i, name);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* ---- draws ------------------------------------------------------------ */
+
+/* Draw numbers within a sample's block of 64 (index = sample * 64 + k). */
+enum { TD__K_RRC = 0, TD__K_PAD = 48, TD__K_FLIP = 50, TD__K_JITTER = 51 };
+
+struct td__draw {
+    uint64_t seed, stream, base;
+};
+
+static double td__u(const struct td__draw *d, int k)
+{
+    return td_rng_uniform(d->seed, d->stream, d->base + (uint64_t)k);
+}
+
+static uint64_t td__below(const struct td__draw *d, int k, uint64_t n)
+{
+    return td_rng_below(d->seed, d->stream, d->base + (uint64_t)k, n);
+}
+
+static void td__rrc(const td_augment *a, const struct td__draw *d, int train,
+                    int W, int H, td_aug_plan *p)
+{
+    double area = (double)W * H;
+    double lr0 = log(a->ratio[0]), lr1 = log(a->ratio[1]);
+    for (int t = 0; train && t < 10; t++) {
+        double ta = area * (a->scale[0] + (a->scale[1] - a->scale[0]) *
+                                              td__u(d, TD__K_RRC + 4 * t));
+        double ar = exp(lr0 + (lr1 - lr0) * td__u(d, TD__K_RRC + 4 * t + 1));
+        int w = (int)lround(sqrt(ta * ar)), h = (int)lround(sqrt(ta / ar));
+        if (w > 0 && w <= W && h > 0 && h <= H) {
+            p->y = (double)td__below(d, TD__K_RRC + 4 * t + 2,
+                                     (uint64_t)(H - h + 1));
+            p->x = (double)td__below(d, TD__K_RRC + 4 * t + 3,
+                                     (uint64_t)(W - w + 1));
+            p->w = w;
+            p->h = h;
+            return;
+        }
+    }
+    /* torchvision's fallback: the centre crop with the ratio clamped. */
+    double in_ratio = (double)W / H;
+    int w = W, h = H;
+    if (in_ratio < a->ratio[0])
+        h = (int)lround(W / a->ratio[0]);
+    else if (in_ratio > a->ratio[1])
+        w = (int)lround(H * a->ratio[1]);
+    p->w = w;
+    p->h = h;
+    p->x = (W - w) / 2;
+    p->y = (H - h) / 2;
+}
+
+static void td__pad_crop(const td_augment *a, const struct td__draw *d,
+                         int train, int W, int H, int ow, int oh,
+                         td_aug_plan *p)
+{
+    int rx = W + 2 * a->pad - ow, ry = H + 2 * a->pad - oh;
+    p->w = ow;
+    p->h = oh;
+    if (train && rx >= 0 && ry >= 0) {
+        p->x = (double)td__below(d, TD__K_PAD, (uint64_t)rx + 1) - a->pad;
+        p->y = (double)td__below(d, TD__K_PAD + 1, (uint64_t)ry + 1) - a->pad;
+    } else {
+        p->x = (W - ow) / 2;
+        p->y = (H - oh) / 2;
+    }
+}
+
+static float td__factor(const struct td__draw *d, int k, double v)
+{
+    double lo = 1 - v > 0 ? 1 - v : 0;
+    return (float)(lo + (1 + v - lo) * td__u(d, k));
+}
+
+void td_augment_plan(const td_augment *ops, int n, int train, uint64_t seed,
+                     int64_t epoch, uint64_t sample, int W, int H, int ow,
+                     int oh, td_aug_plan *p)
+{
+    struct td__draw d = {seed, td_rng_stream(TD_RNG_AUGMENT, (uint64_t)epoch),
+                         sample * 64};
+    memset(p, 0, sizeof *p);
+    p->w = W;
+    p->h = H;
+    p->brightness = p->contrast = p->saturation = 1;
+    for (int i = 0; i < n; i++) {
+        const td_augment *a = &ops[i];
+        switch (a->op) {
+        case TD_AUG_RANDOM_RESIZED_CROP:
+            td__rrc(a, &d, train, W, H, p);
+            break;
+        case TD_AUG_PAD_CROP:
+            td__pad_crop(a, &d, train, W, H, ow, oh, p);
+            break;
+        case TD_AUG_CENTER_CROP: {
+            double r = a->resize ? a->resize : (ow < oh ? ow : oh);
+            double s = r / (W < H ? W : H);
+            p->w = ow / s;
+            p->h = oh / s;
+            p->x = (W - p->w) / 2;
+            p->y = (H - p->h) / 2;
+            break;
+        }
+        case TD_AUG_RESIZE:
+            break;
+        case TD_AUG_FLIP:
+            p->flip = train && td__u(&d, TD__K_FLIP) < a->p;
+            break;
+        case TD_AUG_COLOR_JITTER:
+            if (!train)
+                break;
+            p->brightness = td__factor(&d, TD__K_JITTER, a->brightness);
+            p->contrast = td__factor(&d, TD__K_JITTER + 1, a->contrast);
+            p->saturation = td__factor(&d, TD__K_JITTER + 2, a->saturation);
+            p->jitter = 1;
+            break;
+        }
+    }
+}
+
+/* ---- resampling ------------------------------------------------------- */
+
+int td_resampler_init(td_resampler *r, int out_w, int out_h, int c)
+{
+    memset(r, 0, sizeof *r);
+    r->out_w = out_w;
+    r->out_h = out_h;
+    r->c = c;
+    r->xo0 = malloc(sizeof(int32_t) * (size_t)out_w);
+    r->xo1 = malloc(sizeof(int32_t) * (size_t)out_w);
+    r->wx = malloc(sizeof(uint16_t) * (size_t)out_w);
+    r->yr0 = malloc(sizeof(int32_t) * (size_t)out_h);
+    r->yr1 = malloc(sizeof(int32_t) * (size_t)out_h);
+    r->wy = malloc(sizeof(uint16_t) * (size_t)out_h);
+    if (!r->xo0 || !r->xo1 || !r->wx || !r->yr0 || !r->yr1 || !r->wy) {
+        td_resampler_free(r);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void td_resampler_free(td_resampler *r)
+{
+    free(r->xo0);
+    free(r->xo1);
+    free(r->wx);
+    free(r->yr0);
+    free(r->yr1);
+    free(r->wy);
+    memset(r, 0, sizeof *r);
+}
+
+/* One axis: output i samples source coordinate start + (i + .5) * len / n
+ * - .5; in region pixels (scaled by f, offset by r0, r_len long).  Taps
+ * outside the image (pad) get -1. */
+static void td__axis(int n, double start, double len, int img, double f,
+                     int r0, int rlen, int flip, int32_t *t0, int32_t *t1,
+                     uint16_t *w, int mul)
+{
+    for (int i = 0; i < n; i++) {
+        int o = flip ? n - 1 - i : i;
+        double s = start + (o + 0.5) * len / n - 0.5;
+        if (s < -0.5 || s > img - 0.5) {
+            t0[i] = t1[i] = -1;
+            w[i] = 0;
+            continue;
+        }
+        double ss = (s + 0.5) * f - 0.5 - r0;
+        int k = (int)floor(ss);
+        double fr = ss - k;
+        if (k < 0) {
+            k = 0;
+            fr = 0;
+        } else if (k >= rlen - 1) {
+            k = rlen - 1;
+            fr = 0;
+        }
+        int wt = (int)lround(fr * 256);
+        int k1 = k + 1 < rlen ? k + 1 : k;
+        if (wt == 256) {
+            k = k1;
+            wt = 0;
+        }
+        t0[i] = k * mul;
+        t1[i] = k1 * mul;
+        w[i] = (uint16_t)wt;
+    }
+}
+
+static inline uint8_t td__lerp2(const uint8_t *r0, const uint8_t *r1,
+                                int32_t a, int32_t b, uint32_t wx,
+                                uint32_t wy)
+{
+    uint32_t top = r0[a] * (256 - wx) + r0[b] * wx;
+    uint32_t bot = r1[a] * (256 - wx) + r1[b] * wx;
+    return (uint8_t)((top * (256 - wy) + bot * wy + 32768) >> 16);
+}
+
+/* The inner loop, with c and the layout known at compile time. */
+static inline void td__rows(const td_resampler *r, const td_region *reg,
+                            uint8_t *dst, int c, int chw)
+{
+    const int ow = r->out_w, oh = r->out_h;
+    const size_t plane = (size_t)ow * (size_t)oh;
+    for (int y = 0; y < oh; y++) {
+        uint8_t *d = dst + (chw ? (size_t)y * ow : (size_t)y * ow * c);
+        if (r->yr0[y] < 0) {
+            for (int k = 0; k < (chw ? c : 1); k++)
+                memset(d + k * plane, 0, (size_t)(chw ? ow : ow * c));
+            continue;
+        }
+        const uint8_t *r0 = reg->px + (size_t)r->yr0[y] * reg->stride;
+        const uint8_t *r1 = reg->px + (size_t)r->yr1[y] * reg->stride;
+        uint32_t wy = r->wy[y];
+        for (int x = 0; x < ow; x++) {
+            int32_t a = r->xo0[x], b = r->xo1[x];
+            uint32_t wx = r->wx[x];
+            for (int k = 0; k < c; k++) {
+                uint8_t v = a < 0 ? 0 : td__lerp2(r0, r1, a + k, b + k, wx,
+                                                  wy);
+                if (chw)
+                    d[k * plane + (size_t)x] = v;
+                else
+                    d[x * c + k] = v;
+            }
+        }
+    }
+}
+
+static inline uint8_t td__clampf(float v)
+{
+    return (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : v + 0.5f);
+}
+
+/* Brightness, contrast (around the mean grey), saturation, in that order. */
+static void td__jitter(uint8_t *dst, int npx, int c, int chw,
+                       const td_aug_plan *p)
+{
+    size_t ps = chw ? 1 : (size_t)c, cs = chw ? (size_t)npx : 1;
+    double sum = 0;
+    for (int i = 0; i < npx; i++) {
+        uint8_t *q = dst + (size_t)i * ps;
+        float g = 0;
+        for (int k = 0; k < c; k++) {
+            q[k * cs] = td__clampf(q[k * cs] * p->brightness);
+            g += c == 3 ? (k == 0 ? 0.299f : k == 1 ? 0.587f : 0.114f) *
+                              q[k * cs]
+                        : q[k * cs];
+        }
+        sum += g;
+    }
+    float mean = (float)(sum / npx);
+    for (int i = 0; i < npx; i++) {
+        uint8_t *q = dst + (size_t)i * ps;
+        float v[3], g = 0;
+        for (int k = 0; k < c; k++)
+            v[k] = (q[k * cs] - mean) * p->contrast + mean;
+        if (c == 3) {
+            for (int k = 0; k < 3; k++)
+                v[k] = v[k] < 0 ? 0 : v[k] > 255 ? 255 : v[k];
+            g = 0.299f * v[0] + 0.587f * v[1] + 0.114f * v[2];
+            for (int k = 0; k < 3; k++)
+                v[k] = g + (v[k] - g) * p->saturation;
+        }
+        for (int k = 0; k < c; k++)
+            q[k * cs] = td__clampf(v[k]);
+    }
+}
+
+void td_augment_apply(td_resampler *r, const td_region *reg, int img_w,
+                      int img_h, const td_aug_plan *p, enum td_layout layout,
+                      uint8_t *dst)
+{
+    int c = r->c, chw = layout == TD_LAYOUT_NCHW;
+    double fx = (double)reg->scaled_w / img_w;
+    double fy = (double)reg->scaled_h / img_h;
+    td__axis(r->out_w, p->x, p->w, img_w, fx, reg->x0, reg->w, p->flip,
+             r->xo0, r->xo1, r->wx, c);
+    td__axis(r->out_h, p->y, p->h, img_h, fy, reg->y0, reg->h, 0, r->yr0,
+             r->yr1, r->wy, 1);
+    if (c == 3 && !chw)
+        td__rows(r, reg, dst, 3, 0);
+    else if (c == 3)
+        td__rows(r, reg, dst, 3, 1);
+    else
+        td__rows(r, reg, dst, 1, 0);
+    if (p->jitter)
+        td__jitter(dst, r->out_w * r->out_h, c, chw, p);
+}

@@ -1,0 +1,62 @@
+/* decode.h - JPEG decoding of just the part of an image a sample needs.
+ *
+ * One decoder per worker thread: a libjpeg decompressor and a scratch
+ * buffer that only grows, so steady state allocates nothing.  Use:
+ *   td_decoder_header(d, jpeg, len, &w, &h)            parse the headers
+ *   td_decoder_region(d, box, min_w, min_h, c, &reg)   decode the box
+ * The region call picks the smallest DCT scale M/8, M in {1, 2, 4, 8} (the
+ * scales libjpeg-turbo has SIMD IDCTs for), that keeps the box at least
+ * min_w x min_h pixels, decodes only the box's columns (jpeg_crop_scanline,
+ * widened to iMCU boundaries) and rows (jpeg_skip_scanlines), and stops
+ * after the box's last row (jpeg_abort_decompress).  Output is 1 (gray) or
+ * 3 (RGB) channels whatever the file holds: gray, YCbCr, RGB, CMYK and
+ * YCCK (Adobe-inverted or not) JPEGs, baseline or progressive.
+ * Owns: libjpeg state and its error recovery (setjmp).  Never: allocates
+ * per image once the scratch has grown to the largest box seen.
+ */
+#ifndef TD_DECODE_H
+#define TD_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct td_decoder td_decoder;
+
+/* The decoded part of an image, in scaled pixel coordinates. */
+typedef struct td_region {
+    const uint8_t *px;  /* rows of w * c bytes, `stride` apart */
+    size_t stride;
+    int x0, y0, w, h;   /* where these pixels sit in the scaled image */
+    int scaled_w, scaled_h; /* the whole image at this scale */
+    int scale_num;      /* M of M/8 */
+    int c;
+} td_region;
+
+enum {
+    TD_DECODE_FORCE_FULL_SCALE = 1, /* always 8/8 (reference decodes) */
+    TD_DECODE_NO_FANCY = 2,         /* box-filter chroma upsampling */
+};
+
+int td_decoder_create(td_decoder **out);
+void td_decoder_destroy(td_decoder *d);
+
+/* Parses the headers.  TD_E_CORRUPT for data that is not a JPEG or is
+ * damaged (the message is kept: td_decoder_message). */
+int td_decoder_header(td_decoder *d, const uint8_t *data, size_t len, int *w,
+                      int *h);
+
+/* Decodes the box (x, y, bw, bh in source pixels, clipped to the image)
+ * of the image whose header was just read.  flags: TD_DECODE_*.
+ * Returns 0, TD_E_CORRUPT (damaged or truncated data inside the box),
+ * -ENOMEM, or -EINVAL (no header read, c not 1 or 3). */
+int td_decoder_region(td_decoder *d, int x, int y, int bw, int bh, int min_w,
+                      int min_h, int c, int flags, td_region *out);
+
+/* libjpeg's message for the last failure ("" if none). */
+const char *td_decoder_message(const td_decoder *d);
+
+/* The scale M in {1,2,4,8} the decoder would pick for a box of bw x bh
+ * that must keep at least min_w x min_h pixels. */
+int td_decode_pick_scale(int bw, int bh, int min_w, int min_h);
+
+#endif
