@@ -13,14 +13,21 @@
 
 #include "device.h"
 #include "log.h"
+#include "run.h"
 #include "td_config.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: traind [--version] [--help]\n"
+            "       traind --run JOB.json [--json] [--window N] [--limit N]\n"
             "\n"
             "The traind training daemon.\n"
+            "  --run JOB   train one job in the foreground and exit\n"
+            "  --json      with --run: JSON lines instead of text\n"
+            "  --window N  with --run: steps per progress line (100)\n"
+            "  --limit N   with --run: use the first N training samples\n"
+            "  --steps N   with --run: steps per epoch on synthetic input\n"
             "  --version   print the version and the devices found, then exit\n"
             "  --help      this text\n");
 }
@@ -46,8 +53,15 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
+        {"run", required_argument, NULL, 'r'},
+        {"json", no_argument, NULL, 'j'},
+        {"window", required_argument, NULL, 'w'},
+        {"limit", required_argument, NULL, 'l'},
+        {"steps", required_argument, NULL, 's'},
         {NULL, 0, NULL, 0},
     };
+    td_run_options ro = {.window = 100};
+    const char *job = NULL;
     int c;
     td_log_detect_journal();
     while ((c = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
@@ -58,11 +72,28 @@ int main(int argc, char **argv)
         case 'h':
             usage(stdout);
             return 0;
+        case 'r':
+            job = optarg;
+            break;
+        case 'j':
+            ro.json = 1;
+            break;
+        case 'w':
+            ro.window = atoi(optarg) > 0 ? atoi(optarg) : 100;
+            break;
+        case 'l':
+            ro.limit = atoi(optarg);
+            break;
+        case 's':
+            ro.synthetic_steps = atoi(optarg);
+            break;
         default:
             usage(stderr);
             return 2;
         }
     }
+    if (job && optind == argc)
+        return td_run_job(job, &ro);
     usage(stderr);
     return 2;
 }
