@@ -18,6 +18,7 @@
 #include "error.h"
 #include "device.h"
 #include "log.h"
+#include "run.h"
 #include "settings.h"
 #include "td_config.h"
 
@@ -45,6 +46,16 @@ static void usage(FILE *f)
             "                     (default %s)\n"
             "  --log-level LEVEL  error, warn, info (default) or debug\n"
             "  --help-config      list every setting with its default\n"
+            "\n"
+            "       traind --run JOB.json [--json] [--window N] [--limit N]\n"
+            "                             [--steps N]\n"
+            "\n"
+            "  --run JOB.json     train one job in the foreground, print one\n"
+            "                     line per window and per epoch, and exit\n"
+            "  --json             with --run: JSON lines instead of text\n"
+            "  --window N         with --run: steps per progress line (100)\n"
+            "  --limit N          with --run: use the first N training samples\n"
+            "  --steps N          with --run: steps per epoch on synthetic input\n"
             "  --version          print the version and the devices found\n"
             "  --help             this text\n",
             TD_DEFAULT_CONFIG, TD_DEFAULT_SOCKET, TD_DEFAULT_STATE);
@@ -85,12 +96,19 @@ int main(int argc, char **argv)
         {"log-level", required_argument, NULL, 'l'},
         {"version", no_argument, NULL, 'V'},
         {"help-config", no_argument, NULL, 'C'},
+        {"run", required_argument, NULL, 1000},
+        {"json", no_argument, NULL, 1001},
+        {"window", required_argument, NULL, 1002},
+        {"limit", required_argument, NULL, 1003},
+        {"steps", required_argument, NULL, 1004},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     json_t *overrides = json_object();
     td_daemon_opts o = {.config_path = TD_DEFAULT_CONFIG,
                         .overrides = overrides};
+    td_run_options ro = {.window = 100};
+    const char *run_job = NULL;
     int c, level;
     if (getenv("TRAIND_SOCKET") && *getenv("TRAIND_SOCKET"))
         json_object_set_new(overrides, "socket",
@@ -125,6 +143,21 @@ int main(int argc, char **argv)
         case 'C':
             print_settings();
             return 0;
+        case 1000:
+            run_job = optarg;
+            break;
+        case 1001:
+            ro.json = 1;
+            break;
+        case 1002:
+            ro.window = atoi(optarg) > 0 ? atoi(optarg) : 100;
+            break;
+        case 1003:
+            ro.limit = atoi(optarg);
+            break;
+        case 1004:
+            ro.synthetic_steps = atoi(optarg);
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -137,6 +170,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "traind: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
         return 2;
+    }
+    if (run_job) {
+        json_decref(overrides);
+        return td_run_job(run_job, &ro);
     }
     signal(SIGPIPE, SIG_IGN); /* a vanished client is an error code, not death */
 
