@@ -46,21 +46,21 @@ static const struct {
     [TD_DT_BOOL] = {"BOOL", 1},
 };
 
-const char *td_dtype_name(enum td_dtype dt)
+const char *td_dtype_name(enum td_st_dtype dt)
 {
     return (unsigned)dt < TD_DT_COUNT ? td__dtypes[dt].name : "?";
 }
 
-size_t td_dtype_size(enum td_dtype dt)
+size_t td_dtype_size(enum td_st_dtype dt)
 {
     return (unsigned)dt < TD_DT_COUNT ? td__dtypes[dt].size : 0;
 }
 
-int td_dtype_parse(const char *name, enum td_dtype *out)
+int td_dtype_parse(const char *name, enum td_st_dtype *out)
 {
     for (int i = 0; i < TD_DT_COUNT; i++)
         if (strcmp(td__dtypes[i].name, name) == 0) {
-            *out = (enum td_dtype)i;
+            *out = (enum td_st_dtype)i;
             return 0;
         }
     return -EINVAL;
@@ -78,7 +78,7 @@ td__seterr(char *err, size_t cap, const char *fmt, ...)
 }
 
 /* Bytes of a tensor, or 0 with *ok = 0 on overflow / bad input. */
-static size_t td__tensor_bytes(enum td_dtype dt, int ndim,
+static size_t td__tensor_bytes(enum td_st_dtype dt, int ndim,
                                const int64_t *shape, int *ok)
 {
     size_t n = td_dtype_size(dt);
@@ -123,7 +123,7 @@ void td_ckpt_snapshot_reset(td_ckpt_snapshot *s)
 }
 
 int td_ckpt_snapshot_add(td_ckpt_snapshot *s, const char *name,
-                         enum td_dtype dtype, int ndim, const int64_t *shape,
+                         enum td_st_dtype dtype, int ndim, const int64_t *shape,
                          void **dst)
 {
     int ok;
@@ -714,7 +714,7 @@ const td_ckpt_tensor *td_ckpt_file_find(const td_ckpt_file *f,
 }
 
 int td_ckpt_file_read(const td_ckpt_file *f, const char *name,
-                      enum td_dtype dtype, void *dst, size_t cap, char *err,
+                      enum td_st_dtype dtype, void *dst, size_t cap, char *err,
                       size_t errcap)
 {
     const td_ckpt_tensor *t = td_ckpt_file_find(f, name);

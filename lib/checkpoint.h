@@ -35,21 +35,21 @@
 #define TD_CKPT_NAME_MAX 128
 #define TD_CKPT_FORMAT_VERSION 1
 
-enum td_dtype {
+enum td_st_dtype {
     TD_DT_F32 = 0, TD_DT_F64, TD_DT_F16, TD_DT_BF16,
     TD_DT_I8, TD_DT_U8, TD_DT_I32, TD_DT_I64, TD_DT_BOOL,
     TD_DT_COUNT
 };
 
 /* "F32" etc. (safetensors names) and byte sizes. */
-const char *td_dtype_name(enum td_dtype dt);
-size_t td_dtype_size(enum td_dtype dt);
+const char *td_dtype_name(enum td_st_dtype dt);
+size_t td_dtype_size(enum td_st_dtype dt);
 /* -EINVAL for a name that is not a known dtype. */
-int td_dtype_parse(const char *name, enum td_dtype *out);
+int td_dtype_parse(const char *name, enum td_st_dtype *out);
 
 typedef struct td_ckpt_tensor {
     char name[TD_CKPT_NAME_MAX];
-    enum td_dtype dtype;
+    enum td_st_dtype dtype;
     int ndim;
     int64_t shape[TD_CKPT_MAX_DIMS];
     size_t offset;          /* in the snapshot's data / the data region */
@@ -83,7 +83,7 @@ void td_ckpt_snapshot_reset(td_ckpt_snapshot *s);
 /* Appends a tensor; *dst receives where to copy its bytes.  -EINVAL
  * (bad dims/dtype/duplicate name), -ENAMETOOLONG, -ENOSPC (no room). */
 int td_ckpt_snapshot_add(td_ckpt_snapshot *s, const char *name,
-                         enum td_dtype dtype, int ndim, const int64_t *shape,
+                         enum td_st_dtype dtype, int ndim, const int64_t *shape,
                          void **dst);
 
 /* I/O hooks for tests (fault injection); NULL members use write/fsync. */
@@ -128,7 +128,7 @@ const td_ckpt_tensor *td_ckpt_file_find(const td_ckpt_file *f,
 /* Copies tensor `name` into dst, which holds cap bytes; the dtype must
  * match and cap must equal its size.  -ENOENT / -EINVAL with err. */
 int td_ckpt_file_read(const td_ckpt_file *f, const char *name,
-                      enum td_dtype dtype, void *dst, size_t cap, char *err,
+                      enum td_st_dtype dtype, void *dst, size_t cap, char *err,
                       size_t errcap);
 
 /* Opens the newest checkpoint in dir that validates, logging each newer

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "optim.h" /* enum td_optim_type, enum td_sched_type */
+
 #define TD_SPEC_AUTO 0      /* value of an "auto" integer field */
 #define TD_SPEC_MAX_AUG 16  /* augment ops per job */
 #define TD_SPEC_MAX_CH 4    /* channels */
@@ -53,8 +55,6 @@ typedef struct td_spec_paths {
 enum td_input_source { TD_SOURCE_FILES = 0, TD_SOURCE_SYNTHETIC = 1 };
 enum td_spec_layout { TD_SPEC_LAYOUT_AUTO = 0, TD_SPEC_LAYOUT_NHWC,
                       TD_SPEC_LAYOUT_NCHW };
-enum td_opt_type { TD_OPT_SGD = 0, TD_OPT_ADAMW = 1 };
-enum td_sched_type { TD_SCHED_CONSTANT = 0, TD_SCHED_STEP, TD_SCHED_COSINE };
 
 typedef struct td_job_spec {
     const char *name;
@@ -75,7 +75,7 @@ typedef struct td_job_spec {
     } input;
     const json_t *model;             /* zoo name (string) or inline object */
     struct {
-        enum td_opt_type type;
+        enum td_optim_type type;
         double lr, momentum, weight_decay, betas[2], eps;
         int nesterov;
         struct {
