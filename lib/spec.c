@@ -186,7 +186,7 @@ static const struct {
     {td__aug_flip, N(td__aug_flip)},     {td__aug_jitter, N(td__aug_jitter)},
 };
 
-const char *td_aug_op_name(enum td_aug_op op)
+const char *td_spec_aug_op_name(enum td_spec_aug_op op)
 {
     return (unsigned)op < N(td__aug_tables) ? td__ops[op] : "?";
 }

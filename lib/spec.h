@@ -27,17 +27,17 @@
 #define TD_SPEC_MAX_CH 4    /* channels */
 #define TD_SPEC_MAX_PATHS 64 /* shards in data.train / data.val */
 
-enum td_aug_op {
-    TD_AUG_RANDOM_RESIZED_CROP = 0,
-    TD_AUG_PAD_CROP,
-    TD_AUG_CENTER_CROP,
-    TD_AUG_RESIZE,
-    TD_AUG_FLIP,
-    TD_AUG_COLOR_JITTER,
+enum td_spec_aug_op {
+    TD_SPEC_AUG_RANDOM_RESIZED_CROP = 0,
+    TD_SPEC_AUG_PAD_CROP,
+    TD_SPEC_AUG_CENTER_CROP,
+    TD_SPEC_AUG_RESIZE,
+    TD_SPEC_AUG_FLIP,
+    TD_SPEC_AUG_COLOR_JITTER,
 };
 
 typedef struct td_aug_spec {
-    enum td_aug_op op;
+    enum td_spec_aug_op op;
     int size[2];       /* [h, w]; 0 = input.size (crops, resize) */
     double scale[2];   /* random_resized_crop: area share [lo, hi] */
     double ratio[2];   /* random_resized_crop: aspect w/h [lo, hi] */
@@ -135,6 +135,6 @@ int td_spec_apply_override(json_t *root, const char *path, const char *value,
 int td_spec_apply_set(json_t *root, const char *assignment, char *err,
                       size_t errcap);
 
-const char *td_aug_op_name(enum td_aug_op op);
+const char *td_spec_aug_op_name(enum td_spec_aug_op op);
 
 #endif

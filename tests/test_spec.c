@@ -74,9 +74,9 @@ START_TEST(test_design_example)
     ck_assert_int_eq(s.input.workers, TD_SPEC_AUTO);
     ck_assert_int_eq(s.input.prefetch, TD_SPEC_AUTO);
     ck_assert_int_eq(s.input.n_augment, 2);
-    ck_assert_int_eq(s.input.augment[0].op, TD_AUG_PAD_CROP);
+    ck_assert_int_eq(s.input.augment[0].op, TD_SPEC_AUG_PAD_CROP);
     ck_assert_int_eq(s.input.augment[0].pad, 2);
-    ck_assert_int_eq(s.input.augment[1].op, TD_AUG_FLIP);
+    ck_assert_int_eq(s.input.augment[1].op, TD_SPEC_AUG_FLIP);
     ck_assert_double_eq(s.input.mean[0], 0.2860);
     ck_assert_double_eq(s.input.std[0], 0.3530);
     ck_assert_str_eq(json_string_value(s.model), "fmnist-cnn");
@@ -447,9 +447,9 @@ START_TEST(test_reference_job)
     ck_assert_int_eq(s.input.channels, 1);
     ck_assert_int_eq(s.input.size[0], 28);
     ck_assert_int_eq(s.input.n_augment, 2);
-    ck_assert_int_eq(s.input.augment[0].op, TD_AUG_PAD_CROP);
+    ck_assert_int_eq(s.input.augment[0].op, TD_SPEC_AUG_PAD_CROP);
     ck_assert_int_eq(s.input.augment[0].pad, 2);
-    ck_assert_int_eq(s.input.augment[1].op, TD_AUG_FLIP);
+    ck_assert_int_eq(s.input.augment[1].op, TD_SPEC_AUG_FLIP);
     ck_assert_double_eq(s.input.mean[0], 0.2860);
     ck_assert_double_eq(s.input.std[0], 0.3530);
     ck_assert_str_eq(s.data.train.v[0], "/var/lib/traind/data/fmnist/train");
