@@ -47,15 +47,17 @@ static void usage(FILE *f)
             "  --log-level LEVEL  error, warn, info (default) or debug\n"
             "  --help-config      list every setting with its default\n"
             "\n"
-            "       traind --run JOB.json [--json] [--window N] [--limit N]\n"
-            "                             [--steps N]\n"
+            "       traind --run JOB.json [--set KEY=VALUE]... [--json]\n"
+            "              [--checkpoint-dir DIR [--resume]] [--steps N]\n"
             "\n"
             "  --run JOB.json     train one job in the foreground, print one\n"
-            "                     line per window and per epoch, and exit\n"
-            "  --json             with --run: JSON lines instead of text\n"
-            "  --window N         with --run: steps per progress line (100)\n"
-            "  --limit N          with --run: use the first N training samples\n"
-            "  --steps N          with --run: steps per epoch on synthetic input\n"
+            "                     line per window and per epoch, and exit;\n"
+            "                     Ctrl-C stops at a step boundary\n"
+            "  --set KEY=VALUE    override a spec field (--set epochs=1)\n"
+            "  --json             JSON lines instead of text\n"
+            "  --checkpoint-dir DIR  write checkpoints there as the spec says\n"
+            "  --resume           continue from the newest checkpoint in DIR\n"
+            "  --steps N          steps per epoch on synthetic input (100)\n"
             "  --version          print the version and the devices found\n"
             "  --help             this text\n",
             TD_DEFAULT_CONFIG, TD_DEFAULT_SOCKET, TD_DEFAULT_STATE);
@@ -98,16 +100,19 @@ int main(int argc, char **argv)
         {"help-config", no_argument, NULL, 'C'},
         {"run", required_argument, NULL, 1000},
         {"json", no_argument, NULL, 1001},
-        {"window", required_argument, NULL, 1002},
-        {"limit", required_argument, NULL, 1003},
+        {"set", required_argument, NULL, 1002},
+        {"checkpoint-dir", required_argument, NULL, 1003},
         {"steps", required_argument, NULL, 1004},
+        {"resume", no_argument, NULL, 1005},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     json_t *overrides = json_object();
     td_daemon_opts o = {.config_path = TD_DEFAULT_CONFIG,
                         .overrides = overrides};
-    td_run_options ro = {.window = 100};
+    td_run_options ro = {0};
+    const char *sets[64];
+    int nsets = 0;
     const char *run_job = NULL;
     int c, level;
     if (getenv("TRAIND_SOCKET") && *getenv("TRAIND_SOCKET"))
@@ -150,13 +155,20 @@ int main(int argc, char **argv)
             ro.json = 1;
             break;
         case 1002:
-            ro.window = atoi(optarg) > 0 ? atoi(optarg) : 100;
+            if (nsets == 64) {
+                fprintf(stderr, "traind: too many --set options\n");
+                return 2;
+            }
+            sets[nsets++] = optarg;
             break;
         case 1003:
-            ro.limit = atoi(optarg);
+            ro.checkpoint_dir = optarg;
             break;
         case 1004:
             ro.synthetic_steps = atoi(optarg);
+            break;
+        case 1005:
+            ro.resume = 1;
             break;
         case 'h':
             usage(stdout);
@@ -172,6 +184,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (run_job) {
+        ro.sets = sets;
+        ro.nsets = nsets;
         json_decref(overrides);
         return td_run_job(run_job, &ro);
     }

@@ -2,13 +2,13 @@
 #ifndef TD_RUN_H
 #define TD_RUN_H
 
-#include <inttypes.h>
-
 typedef struct td_run_options {
-    int json;            /* JSON lines instead of text */
-    int window;          /* steps per window line (default 100) */
-    int limit;           /* use only the first N training samples (0: all) */
-    int synthetic_steps; /* steps per epoch in synthetic mode (default 100) */
+    int json;                  /* JSON lines instead of text */
+    const char *const *sets;   /* "key.path=value" overrides, in order */
+    int nsets;
+    int synthetic_steps;       /* steps per epoch on synthetic input (100) */
+    const char *checkpoint_dir; /* NULL: no checkpoints */
+    int resume;                /* continue from the newest checkpoint there */
 } td_run_options;
 
 /* Returns the process exit status: 0 on success, 1 on any error (after

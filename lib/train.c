@@ -121,6 +121,13 @@ int td_trainer_snapshot(td_trainer *t, float *buf, size_t nfloats)
     return rc;
 }
 
+void td_trainer_position(const td_trainer *t, td_train_position *pos)
+{
+    pos->steps = t->steps;
+    pos->epoch = t->epoch;
+    pos->step_in_epoch = t->step_in_epoch;
+}
+
 int td_trainer_restore(td_trainer *t, const float *buf, size_t nfloats,
                        int64_t steps, int64_t epoch, int64_t step_in_epoch)
 {
@@ -332,6 +339,14 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
         return td__fail(t, rc, "training source");
     while (t->epoch < t->cfg.epochs && !atomic_load(&t->stop)) {
         td__pending *p = &t->pend[cur];
+        if (cb && cb->on_boundary) {
+            td_train_position pos;
+            td_trainer_position(t, &pos);
+            if (cb->on_boundary(cb->user, t, &pos)) {
+                atomic_store(&t->stop, 1);
+                break;
+            }
+        }
         int64_t wait, t0 = td_now_ns();
         if ((rc = td__take(t, train, &b, &wait)))
             return td__fail(t, rc, "training source");

@@ -58,10 +58,22 @@ typedef struct td_epoch_info {
 
 typedef struct td_trainer td_trainer;
 
-/* Return non-zero from a callback to stop at this step boundary. */
+/* Where training stands: `steps` steps applied to the parameters, and the
+ * next step to run is batch `step_in_epoch` of `epoch`. */
+typedef struct td_train_position {
+    int64_t steps, epoch, step_in_epoch;
+} td_train_position;
+
+/* Return non-zero from a callback to stop at this step boundary.
+ * on_step and on_epoch report steps one step late (their statistics are
+ * read while the next step runs), so the parameters have already moved on
+ * when they are called.  on_boundary runs before each step is taken, when
+ * the parameters are exactly those of `pos`: the place for snapshots. */
 typedef struct td_train_callbacks {
     int (*on_step)(void *user, td_trainer *t, const td_step_info *s);
     int (*on_epoch)(void *user, td_trainer *t, const td_epoch_info *e);
+    int (*on_boundary)(void *user, td_trainer *t,
+                       const td_train_position *pos);
     void *user;
 } td_train_callbacks;
 
@@ -98,5 +110,9 @@ int td_trainer_restore(td_trainer *t, const float *buf, size_t nfloats,
                        int64_t steps, int64_t epoch, int64_t step_in_epoch);
 
 td_backend *td_trainer_backend(td_trainer *t);
+
+/* The position the parameters correspond to (see td_train_position);
+ * exact between run() calls and inside on_boundary. */
+void td_trainer_position(const td_trainer *t, td_train_position *pos);
 
 #endif

@@ -1,0 +1,714 @@
+/* runner.c - one training job from spec to result (see runner.h).
+ *
+ * Owns: the model, the train and val pipelines, the trainer, the metrics
+ * accumulator, the checkpoint writer and two snapshot buffers (one being
+ * written, one being filled), and the translation of the job spec into
+ * each of their configurations.
+ * Never: blocks the trainer on the disk (a checkpoint that finds both
+ * buffers busy is skipped and counted), talks to sockets, exits.
+ */
+#define _GNU_SOURCE
+#include "runner.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "clock.h"
+#include "error.h"
+#include "log.h"
+#include "metrics.h"
+#include "model.h"
+#include "pipeline.h"
+#include "train.h"
+
+enum { TD__NSNAP = 2 };
+
+struct td_runner {
+    td_runner_opts o;
+    const td_job_spec *spec;
+    td_model *model;
+    td_pipeline *train, *val;
+    td_trainer *trainer;
+    td_metrics *metrics;
+    td_ckpt_writer *writer;
+    int64_t steps_per_epoch;
+    size_t snap_floats;
+    float *flat;                     /* trainer snapshot, flat layout */
+    td_ckpt_snapshot snap[TD__NSNAP];
+    atomic_int snap_busy[TD__NSNAP]; /* owned by the writer until done */
+    atomic_int stop_reason;
+    atomic_int ckpt_request;
+    int64_t last_ckpt_step;
+    int64_t pending_ckpt_ns;         /* checkpoint time not yet reported */
+    int64_t ckpt_written, ckpt_failed, ckpt_skipped;
+    char last_ckpt[4096];
+    pthread_mutex_t res_mu;          /* last_ckpt, counters (writer thread) */
+    double last_loss, last_lr;
+};
+
+static void td__emit(td_runner *r, const char *kind, json_t *data)
+{
+    if (r->o.event && data)
+        r->o.event(r->o.user, kind, data);
+    else
+        json_decref(data);
+}
+
+/* ---- spec -> configurations ------------------------------------------- */
+
+static int td__ncpu(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Maps the spec's augmentation list onto the pipeline's.  A "resize"
+ * followed by "center_crop" is torchvision's Resize(s)+CenterCrop(size):
+ * the pipeline's center_crop with resize = s. */
+static int td__augments(const td_job_spec *s, td_augment *out, int *n,
+                        char *err, size_t errcap)
+{
+    int k = 0, resize_side = 0;
+    for (int i = 0; i < s->input.n_augment; i++) {
+        const td_aug_spec *a = &s->input.augment[i];
+        if (k >= TD_AUG_MAX) {
+            snprintf(err, errcap, "input.augment: at most %d ops", TD_AUG_MAX);
+            return TD_E_SPEC;
+        }
+        switch (a->op) {
+        case TD_SPEC_AUG_RANDOM_RESIZED_CROP:
+            td_augment_default(&out[k], TD_AUG_RANDOM_RESIZED_CROP);
+            memcpy(out[k].scale, a->scale, sizeof a->scale);
+            memcpy(out[k].ratio, a->ratio, sizeof a->ratio);
+            break;
+        case TD_SPEC_AUG_PAD_CROP:
+            td_augment_default(&out[k], TD_AUG_PAD_CROP);
+            out[k].pad = a->pad;
+            break;
+        case TD_SPEC_AUG_RESIZE:
+            if (i + 1 < s->input.n_augment &&
+                s->input.augment[i + 1].op == TD_SPEC_AUG_CENTER_CROP) {
+                resize_side = a->size[0] < a->size[1] ? a->size[0]
+                                                      : a->size[1];
+                continue;
+            }
+            td_augment_default(&out[k], TD_AUG_RESIZE);
+            break;
+        case TD_SPEC_AUG_CENTER_CROP:
+            td_augment_default(&out[k], TD_AUG_CENTER_CROP);
+            out[k].resize = resize_side;
+            break;
+        case TD_SPEC_AUG_FLIP:
+            td_augment_default(&out[k], TD_AUG_FLIP);
+            out[k].p = a->p;
+            break;
+        case TD_SPEC_AUG_COLOR_JITTER:
+            td_augment_default(&out[k], TD_AUG_COLOR_JITTER);
+            out[k].brightness = a->brightness;
+            out[k].contrast = a->contrast;
+            out[k].saturation = a->saturation;
+            break;
+        }
+        k++;
+    }
+    *n = k;
+    return td_augment_validate(out, k, err, errcap);
+}
+
+static int td__pipeline(td_runner *r, const td_spec_paths *paths, int train,
+                        td_pipeline **out, char *err, size_t errcap)
+{
+    const td_job_spec *s = r->spec;
+    td_pipeline_config pc;
+    char e[512];
+    int rc;
+    if (paths->n > 1) {
+        snprintf(err, errcap, "data.%s: lists of several paths are not "
+                 "supported yet; name a directory of shards or a glob",
+                 train ? "train" : "val");
+        return TD_E_SPEC;
+    }
+    td_pipeline_config_default(&pc);
+    pc.data = paths->v[0];
+    pc.size[0] = s->input.size[0];
+    pc.size[1] = s->input.size[1];
+    pc.channels = s->input.channels;
+    if ((rc = td__augments(s, pc.augment, &pc.n_augment, e, sizeof e))) {
+        snprintf(err, errcap, "input.augment: %s", e);
+        return rc;
+    }
+    pc.batch_size = s->batch_size;
+    pc.workers = s->input.workers > 0 ? s->input.workers : td__ncpu();
+    pc.prefetch = s->input.prefetch > 0 ? s->input.prefetch : 4;
+    pc.seed = s->seed;
+    pc.max_bad_ratio = s->max_bad_ratio;
+    pc.layout = TD_LAYOUT_NHWC;
+    pc.train = train;
+    pc.drop_last = train;
+    pc.job = r->o.job;
+    rc = td_pipeline_create(&pc, out, e, sizeof e);
+    if (rc)
+        snprintf(err, errcap, "data.%s: %s", train ? "train" : "val",
+                 e[0] ? e : td_strerror(rc));
+    return rc;
+}
+
+static void td__optim(const td_job_spec *s, td_optim_config *o)
+{
+    td_optim_defaults(o, s->optimizer.type);
+    o->lr = s->optimizer.lr;
+    o->momentum = s->optimizer.momentum;
+    o->nesterov = s->optimizer.nesterov;
+    o->weight_decay = s->optimizer.weight_decay;
+    o->beta1 = s->optimizer.betas[0];
+    o->beta2 = s->optimizer.betas[1];
+    o->eps = s->optimizer.eps;
+    o->schedule.type = s->optimizer.schedule.type;
+    o->schedule.warmup_steps = s->optimizer.schedule.warmup_steps;
+    o->schedule.step_size = s->optimizer.schedule.step_size;
+    o->schedule.gamma = s->optimizer.schedule.gamma;
+}
+
+static int td__model(td_runner *r, char *err, size_t errcap)
+{
+    const td_job_spec *s = r->spec;
+    td_shape in = {s->input.channels, s->input.size[0], s->input.size[1]};
+    int classes = s->data.classes;
+    char e[512];
+    int rc;
+    if (classes == 0)
+        classes = r->train ? td_pipeline_classes(r->train) : 10;
+    if (json_is_string(s->model))
+        rc = td_model_load(r->o.models_dir ? r->o.models_dir : ".",
+                           json_string_value(s->model), in, classes,
+                           &r->model, e, sizeof e);
+    else
+        rc = td_model_build(s->model, in, classes, &r->model, e, sizeof e);
+    if (rc)
+        snprintf(err, errcap, "model: %s", e);
+    return rc;
+}
+
+int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
+                     size_t errcap)
+{
+    td_runner *r = calloc(1, sizeof *r);
+    const td_job_spec *s = opts->spec;
+    int rc;
+    if (!r)
+        return -ENOMEM;
+    r->o = *opts;
+    r->spec = s;
+    pthread_mutex_init(&r->res_mu, NULL);
+    r->last_ckpt_step = -1;
+    int synthetic = s->input.source == TD_SOURCE_SYNTHETIC;
+    if (!synthetic && (rc = td__pipeline(r, &s->data.train, 1, &r->train, err,
+                                         errcap)))
+        goto fail;
+    if (!synthetic && s->data.val.n &&
+        (rc = td__pipeline(r, &s->data.val, 0, &r->val, err, errcap)))
+        goto fail;
+    if ((rc = td__model(r, err, errcap)))
+        goto fail;
+
+    td_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.model = r->model;
+    tc.device = "cpu";
+    tc.backend.batch = s->batch_size;
+    tc.backend.threads = s->threads > 0 ? s->threads : 0;
+    tc.backend.dtype = TD_F32;
+    for (int c = 0; c < s->input.channels && c < 4; c++) {
+        tc.backend.mean[c] = (float)s->input.mean[c];
+        tc.backend.std[c] = (float)s->input.std[c];
+    }
+    tc.backend.seed = s->seed;
+    td__optim(s, &tc.backend.optim);
+    tc.epochs = s->epochs;
+    tc.synthetic = synthetic;
+    tc.steps_per_epoch = synthetic ? (opts->synthetic_steps > 0
+                                          ? opts->synthetic_steps : 100)
+                                   : td_pipeline_batches_per_epoch(r->train);
+    tc.warmup_steps = s->metrics.warmup_steps;
+    if (tc.steps_per_epoch < 1) {
+        snprintf(err, errcap, "data.train: %zu samples, fewer than one batch "
+                 "of %d", td_pipeline_dataset_size(r->train), s->batch_size);
+        rc = TD_E_SPEC;
+        goto fail;
+    }
+    r->steps_per_epoch = tc.steps_per_epoch;
+    if ((rc = td_trainer_create(&tc, &r->trainer, err, errcap)))
+        goto fail;
+    td_metrics_config mc = {s->metrics.warmup_steps, s->metrics.window_steps,
+                            8};
+    if ((rc = td_metrics_create(&r->metrics, &mc))) {
+        snprintf(err, errcap, "metrics: %s", td_strerror(rc));
+        goto fail;
+    }
+    r->snap_floats = td_trainer_snapshot_floats(r->trainer);
+    *out = r;
+    return 0;
+fail:
+    td_runner_free(r);
+    return rc;
+}
+
+/* ---- checkpoints ------------------------------------------------------ */
+
+static const char *td__slot_name(const td_optim_config *o, int slot)
+{
+    if (o->type == TD_OPT_ADAMW)
+        return slot == 0 ? "exp_avg" : "exp_avg_sq";
+    return "momentum_buffer";
+}
+
+/* Walks the snapshot's tensors in the flat layout of backend.h: calls fn
+ * with each tensor's name, dims and offset (in floats). */
+typedef int (*td__tensor_fn)(void *u, const char *name, int ndim,
+                             const int64_t *dims, size_t off, size_t count);
+
+static int td__walk(const td_runner *r, td__tensor_fn fn, void *u)
+{
+    const td_model *m = r->model;
+    td_optim_config oc;
+    td__optim(r->spec, &oc);
+    int slots = td_optim_slots(&oc);
+    size_t off = 0;
+    char name[256];
+    int rc;
+    for (int s = -1; s < slots; s++) {
+        for (int i = 0; i < m->nparams; i++) {
+            const td_param *p = &m->params[i];
+            int64_t dims[4];
+            for (int d = 0; d < p->ndims; d++)
+                dims[d] = p->dims[d];
+            if (s < 0)
+                snprintf(name, sizeof name, "%s", p->name);
+            else
+                snprintf(name, sizeof name, "optimizer.%s.%s",
+                         td__slot_name(&oc, s), p->name);
+            if ((rc = fn(u, name, p->ndims, dims, off, p->count)))
+                return rc;
+            off += p->count;
+        }
+    }
+    for (int i = 0; i < m->nstate; i++) {
+        int64_t dim = (int64_t)m->state[i].count;
+        if ((rc = fn(u, m->state[i].name, 1, &dim, off, m->state[i].count)))
+            return rc;
+        off += m->state[i].count;
+    }
+    return off == r->snap_floats ? 0 : -EINVAL;
+}
+
+typedef struct td__fill {
+    td_ckpt_snapshot *snap;
+    const float *flat;
+} td__fill;
+
+static int td__fill_one(void *u, const char *name, int ndim,
+                        const int64_t *dims, size_t off, size_t count)
+{
+    td__fill *f = u;
+    void *dst;
+    int rc = td_ckpt_snapshot_add(f->snap, name, TD_DT_F32, ndim, dims, &dst);
+    if (rc == 0)
+        memcpy(dst, f->flat + off, count * sizeof(float));
+    return rc;
+}
+
+static void td__ckpt_done(void *user, const td_ckpt_result *res)
+{
+    td_runner *r = user;
+    json_t *ev;
+    pthread_mutex_lock(&r->res_mu);
+    if (res->status == 0) {
+        r->ckpt_written++;
+        snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", res->path);
+    } else {
+        r->ckpt_failed++;
+    }
+    pthread_mutex_unlock(&r->res_mu);
+    if (res->status == 0) {
+        td_logf(TD_LOG_INFO, r->o.job, "checkpoint at step %" PRId64
+                " written: %s (%.1f MB in %.2f s)", res->step, res->path,
+                (double)res->bytes / 1e6, (double)res->write_ns / 1e9);
+        ev = json_pack("{s:b, s:s, s:I, s:I, s:f, s:f}", "ok", 1, "path",
+                       res->path, "step", (json_int_t)res->step, "bytes",
+                       (json_int_t)res->bytes, "write_s",
+                       (double)res->write_ns / 1e9, "queued_s",
+                       (double)res->queued_ns / 1e9);
+    } else {
+        td_logf(TD_LOG_ERROR, r->o.job, "checkpoint at step %" PRId64
+                " failed, training goes on: %s", res->step, res->err);
+        ev = json_pack("{s:b, s:s, s:I}", "ok", 0, "error", res->err, "step",
+                       (json_int_t)res->step);
+    }
+    for (int i = 0; i < TD__NSNAP; i++)
+        if (res->snap == &r->snap[i])
+            atomic_store(&r->snap_busy[i], 0);
+    td__emit(r, "checkpoint", ev);
+}
+
+static int td__writer(td_runner *r)
+{
+    if (r->writer || !r->o.ckpt_dir)
+        return 0;
+    if (mkdir(r->o.ckpt_dir, 0750) != 0 && errno != EEXIST)
+        return -errno;
+    td_ckpt_writer_config wc = {.dir = r->o.ckpt_dir,
+                                .keep = r->spec->checkpoint.keep,
+                                .done = td__ckpt_done, .user = r,
+                                .job = r->o.job};
+    return td_ckpt_writer_start(&r->writer, &wc);
+}
+
+/* Snapshots the trainer at pos and hands it to the writer.  Never waits
+ * for the disk: with both buffers busy the checkpoint is skipped. */
+static int td__checkpoint(td_runner *r, const td_train_position *pos)
+{
+    int rc, slot = -1;
+    int64_t t0 = td_now_ns();
+    if (!r->o.ckpt_dir)
+        return 0;
+    if ((rc = td__writer(r)) != 0) {
+        td_logf(TD_LOG_ERROR, r->o.job, "checkpoint writer: %s",
+                td_strerror(rc));
+        return rc;
+    }
+    for (int i = 0; i < TD__NSNAP && slot < 0; i++)
+        if (!atomic_load(&r->snap_busy[i]))
+            slot = i;
+    if (slot < 0) {
+        r->ckpt_skipped++;
+        td_logf(TD_LOG_WARN, r->o.job, "checkpoint at step %" PRId64
+                " skipped: the previous ones are still being written",
+                pos->steps);
+        return -EBUSY;
+    }
+    td_ckpt_snapshot *s = &r->snap[slot];
+    if (!s->data) {
+        size_t bytes = r->snap_floats * sizeof(float);
+        int tensors = 3 * r->model->nparams + r->model->nstate + 1;
+        if ((rc = td_ckpt_snapshot_init(s, bytes, tensors)))
+            return rc;
+    }
+    if (!r->flat && !(r->flat = malloc(r->snap_floats * sizeof(float))))
+        return -ENOMEM;
+    if ((rc = td_trainer_snapshot(r->trainer, r->flat, r->snap_floats)))
+        return rc;
+    td_ckpt_snapshot_reset(s);
+    td__fill f = {s, r->flat};
+    if ((rc = td__walk(r, td__fill_one, &f)))
+        return rc;
+    s->meta.spec_hash = td_spec_hash(r->spec);
+    s->meta.step = pos->steps;
+    s->meta.epoch = pos->epoch;
+    s->meta.sampler_pos = pos->step_in_epoch * r->spec->batch_size;
+    s->meta.seed = r->spec->seed;
+    atomic_store(&r->snap_busy[slot], 1);
+    rc = td_ckpt_writer_submit(r->writer, s);
+    if (rc) {
+        atomic_store(&r->snap_busy[slot], 0);
+        r->ckpt_skipped++;
+        return rc;
+    }
+    r->last_ckpt_step = pos->steps;
+    r->pending_ckpt_ns += td_now_ns() - t0;
+    return 0;
+}
+
+typedef struct td__load {
+    td_ckpt_file *f;
+    float *flat;
+    char *err;
+    size_t errcap;
+} td__load;
+
+static int td__load_one(void *u, const char *name, int ndim,
+                        const int64_t *dims, size_t off, size_t count)
+{
+    td__load *l = u;
+    (void)ndim;
+    (void)dims;
+    return td_ckpt_file_read(l->f, name, TD_DT_F32, l->flat + off,
+                             count * sizeof(float), l->err, l->errcap);
+}
+
+/* Restores the newest valid checkpoint, if there is one. */
+static int td__resume(td_runner *r, char *err, size_t errcap)
+{
+    char path[4096], e[512];
+    td_ckpt_file *f = NULL;
+    int rc = td_ckpt_load_latest(r->o.ckpt_dir, &f, path, sizeof path, e,
+                                 sizeof e);
+    if (rc == -ENOENT) {
+        if (strstr(e, "corrupt") || strstr(e, "CRC"))
+            td_logf(TD_LOG_WARN, r->o.job, "no usable checkpoint: %s", e);
+        return 0; /* nothing to resume from: start fresh */
+    }
+    if (rc) {
+        snprintf(err, errcap, "checkpoint: %s", e);
+        return rc;
+    }
+    const td_ckpt_meta *m = td_ckpt_file_meta(f);
+    if (m->spec_hash != td_spec_hash(r->spec)) {
+        snprintf(err, errcap, "checkpoint %s belongs to another job spec "
+                 "(hash %016" PRIx64 ", this job's is %016" PRIx64 ")", path,
+                 m->spec_hash, td_spec_hash(r->spec));
+        td_ckpt_close(f);
+        return TD_E_SPEC;
+    }
+    if (!r->flat && !(r->flat = malloc(r->snap_floats * sizeof(float)))) {
+        td_ckpt_close(f);
+        return -ENOMEM;
+    }
+    td__load l = {f, r->flat, e, sizeof e};
+    rc = td__walk(r, td__load_one, &l);
+    int64_t epoch = m->epoch, steps = m->step;
+    int64_t in_epoch = m->sampler_pos / r->spec->batch_size;
+    td_ckpt_close(f);
+    if (rc) {
+        snprintf(err, errcap, "checkpoint %s: %s", path, e);
+        return rc;
+    }
+    if (epoch >= r->spec->epochs) {
+        snprintf(err, errcap, "checkpoint %s is at the end of the job", path);
+        return -EINVAL;
+    }
+    if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats, steps,
+                                 epoch, in_epoch))) {
+        snprintf(err, errcap, "checkpoint %s: position epoch %" PRId64
+                 " step %" PRId64 " does not fit this job", path, epoch,
+                 in_epoch);
+        return rc;
+    }
+    r->last_ckpt_step = steps;
+    td_logf(TD_LOG_INFO, r->o.job, "resumed from %s: step %" PRId64
+            ", epoch %" PRId64 ", batch %" PRId64, path, steps, epoch + 1,
+            in_epoch);
+    return 0;
+}
+
+/* ---- trainer callbacks ------------------------------------------------ */
+
+static json_t *td__with_progress(td_runner *r, json_t *o, int64_t epoch)
+{
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "epoch", json_integer(epoch));
+    json_object_set_new(o, "epochs_total", json_integer(r->spec->epochs));
+    json_object_set_new(o, "steps_total",
+                        json_integer(r->spec->epochs * r->steps_per_epoch));
+    json_object_set_new(o, "batch_size", json_integer(r->spec->batch_size));
+    json_object_set_new(o, "lr", json_real(r->last_lr));
+    if (!json_object_get(o, "loss") && isfinite(r->last_loss))
+        json_object_set_new(o, "loss", json_real(r->last_loss));
+    return o;
+}
+
+static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
+{
+    td_runner *r = user;
+    (void)t;
+    td_step_times st = {
+        .step = s->step, .epoch = s->epoch, .total_ns = s->step_ns,
+        .data_wait_ns = s->data_wait_ns, .h2d_ns = s->h2d_ns,
+        .d2h_ns = s->d2h_ns, .checkpoint_ns = r->pending_ckpt_ns,
+        .samples = s->n, .compute_ns = s->compute_ns, .copy_ns = -1,
+        .loss = s->loss};
+    r->pending_ckpt_ns = 0;
+    r->last_loss = s->loss;
+    r->last_lr = s->lr;
+    int closed = td_metrics_step(r->metrics, &st);
+    json_t *step = td_metrics_step_json(r->metrics);
+    if (step) {
+        json_object_set_new(step, "step", json_integer(s->step + 1));
+        json_object_set_new(step, "correct", json_integer(s->correct));
+    }
+    td__emit(r, "step", td__with_progress(r, step, s->epoch));
+    if (closed > 0) {
+        json_t *w = td_metrics_window_json(r->metrics);
+        if (w)
+            json_object_set_new(w, "step", json_integer(s->step + 1));
+        td__emit(r, "window", td__with_progress(r, w, s->epoch));
+    }
+    return 0;
+}
+
+static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
+{
+    td_runner *r = user;
+    (void)t;
+    json_t *o = td_metrics_end_epoch(r->metrics);
+    if (!o)
+        return 0;
+    json_object_set_new(o, "epoch", json_integer(e->epoch));
+    json_object_set_new(o, "step", json_integer(e->steps));
+    json_object_set_new(o, "train_loss", json_real(e->train_loss));
+    json_object_set_new(o, "train_acc", json_real(e->train_acc));
+    json_object_set_new(o, "val_loss", isnan(e->val_loss)
+                                           ? json_null()
+                                           : json_real(e->val_loss));
+    json_object_set_new(o, "val_acc", isnan(e->val_acc)
+                                          ? json_null()
+                                          : json_real(e->val_acc));
+    json_object_set_new(o, "val_samples", json_integer(e->val_samples));
+    json_object_set_new(o, "train_s", json_real(e->train_s));
+    json_object_set_new(o, "eval_s", json_real(e->eval_s));
+    json_object_set_new(o, "epochs_total", json_integer(r->spec->epochs));
+    if (r->train) {
+        td_pipeline_stats ps;
+        td_pipeline_stats_get(r->train, &ps);
+        json_object_set_new(o, "bad_samples", json_integer(ps.bad_samples));
+    }
+    td_logf(TD_LOG_INFO, r->o.job, "epoch %" PRId64 "/%d: train loss %.4f, "
+            "val loss %.4f, val acc %.4f", e->epoch + 1, r->spec->epochs,
+            e->train_loss, e->val_loss, e->val_acc);
+    td__emit(r, "epoch", o);
+    return 0;
+}
+
+static int td__on_boundary(void *user, td_trainer *t,
+                           const td_train_position *pos)
+{
+    td_runner *r = user;
+    (void)t;
+    if (atomic_load(&r->stop_reason) != TD_STOP_NONE)
+        return 1;
+    int due = atomic_exchange(&r->ckpt_request, 0);
+    int64_t every = r->spec->checkpoint.every_steps;
+    if (pos->steps > 0 && pos->steps != r->last_ckpt_step) {
+        if (every > 0 && pos->steps % every == 0)
+            due = 1;
+        if (r->spec->checkpoint.at_epoch_end && pos->step_in_epoch == 0)
+            due = 1;
+    }
+    if (due && pos->steps != r->last_ckpt_step)
+        td__checkpoint(r, pos);
+    return 0;
+}
+
+/* ---- running ---------------------------------------------------------- */
+
+int td_runner_run(td_runner *r, td_runner_result *res, char *err,
+                  size_t errcap)
+{
+    td_train_result tr;
+    int rc;
+    memset(res, 0, sizeof *res);
+    res->val_loss = res->val_acc = NAN;
+    res->model_mflop = r->model->fwd_flops / 1e6;
+    snprintf(res->verdict, sizeof res->verdict, "none");
+    if (r->o.ckpt_dir && r->o.resume) {
+        struct stat st;
+        if (stat(r->o.ckpt_dir, &st) == 0 && (rc = td__resume(r, err, errcap)))
+            return rc;
+    }
+    td_logf(TD_LOG_INFO, r->o.job, "model %s: %.1f MFLOP/sample forward, "
+            "%zu parameters; batch %d, %d epoch(s) of %" PRId64 " steps",
+            r->model->name, r->model->fwd_flops / 1e6, r->model->param_count,
+            r->spec->batch_size, r->spec->epochs, r->steps_per_epoch);
+    td_batch_source tsrc, vsrc;
+    if (r->train)
+        tsrc = td_pipeline_source(r->train);
+    if (r->val)
+        vsrc = td_pipeline_source(r->val);
+    td_train_callbacks cb = {.on_step = td__on_step, .on_epoch = td__on_epoch,
+                             .on_boundary = td__on_boundary, .user = r};
+    rc = td_trainer_run(r->trainer, r->train ? &tsrc : NULL,
+                        r->val ? &vsrc : NULL, &cb, &tr, err, errcap);
+    enum td_stop_reason why = atomic_load(&r->stop_reason);
+    if (rc == 0 && tr.stopped && (why == TD_STOP_PAUSE ||
+                                  why == TD_STOP_SHUTDOWN)) {
+        td_train_position pos;
+        td_trainer_position(r->trainer, &pos);
+        if (pos.steps != r->last_ckpt_step && pos.epoch < r->spec->epochs) {
+            /* The final checkpoint must not be skipped: wait for a free
+             * buffer (the trainer has stopped, so waiting costs nothing). */
+            for (int i = 0; i < 6000 && td__checkpoint(r, &pos) == -EBUSY; i++)
+                td_sleep_ns(10 * TD_NS_PER_MS);
+        }
+    }
+    if (r->writer) { /* drains queued writes, then joins */
+        td_ckpt_writer_stop(r->writer);
+        r->writer = NULL;
+    }
+    res->steps = tr.steps;
+    res->epochs = tr.epochs;
+    res->samples_per_s = tr.samples_per_s;
+    res->val_loss = tr.val_loss;
+    res->val_acc = tr.val_acc;
+    res->stopped = tr.stopped ? why : TD_STOP_NONE;
+    td_metrics_counters mc;
+    td_metrics_get_counters(r->metrics, &mc);
+    snprintf(res->verdict, sizeof res->verdict, "%s",
+             td_verdict_name(mc.verdict));
+    if (r->train) {
+        td_pipeline_stats ps;
+        td_pipeline_stats_get(r->train, &ps);
+        res->bad_samples = ps.bad_samples;
+    }
+    pthread_mutex_lock(&r->res_mu);
+    res->checkpoints_written = r->ckpt_written;
+    res->checkpoints_failed = r->ckpt_failed;
+    res->checkpoints_skipped = r->ckpt_skipped;
+    snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s",
+             r->last_ckpt);
+    pthread_mutex_unlock(&r->res_mu);
+    return rc;
+}
+
+void td_runner_stop(td_runner *r, enum td_stop_reason why)
+{
+    int none = TD_STOP_NONE;
+    atomic_compare_exchange_strong(&r->stop_reason, &none, (int)why);
+    td_trainer_request_stop(r->trainer);
+    if (why == TD_STOP_CANCEL) { /* also wake a trainer waiting for data */
+        if (r->train)
+            td_pipeline_stop(r->train);
+        if (r->val)
+            td_pipeline_stop(r->val);
+    }
+}
+
+void td_runner_checkpoint_now(td_runner *r)
+{
+    atomic_store(&r->ckpt_request, 1);
+}
+
+int td_runner_set_workers(td_runner *r, int n)
+{
+    return r->train ? td_pipeline_set_workers(r->train, n) : 0;
+}
+
+int64_t td_runner_steps_total(const td_runner *r)
+{
+    return r->spec->epochs * r->steps_per_epoch;
+}
+
+void td_runner_free(td_runner *r)
+{
+    if (!r)
+        return;
+    if (r->writer)
+        td_ckpt_writer_stop(r->writer);
+    td_trainer_free(r->trainer);
+    td_pipeline_destroy(r->train);
+    td_pipeline_destroy(r->val);
+    td_metrics_destroy(r->metrics);
+    td_model_free(r->model);
+    for (int i = 0; i < TD__NSNAP; i++)
+        td_ckpt_snapshot_destroy(&r->snap[i]);
+    free(r->flat);
+    pthread_mutex_destroy(&r->res_mu);
+    free(r);
+}
