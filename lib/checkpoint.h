@@ -160,6 +160,9 @@ typedef struct td_ckpt_writer_config {
     void *user;
     long job;                   /* for log lines; <= 0 = none */
     const td_ckpt_io *io;       /* tests; NULL = real I/O */
+    int nice;                   /* 0-19: the writer thread's nice value, so
+                                   its CRC and copies yield to the trainer
+                                   on a busy machine (0 = unchanged) */
 } td_ckpt_writer_config;
 
 typedef struct td_ckpt_writer_stats {

@@ -10,6 +10,7 @@
  *     steps with the writer idle, and their ratio (target <= 1.05),
  *   - write throughput (write + fsync + rename + dir fsync).
  * Usage: bench_checkpoint [steps=60] [every=10] [step_ms=100] [dir=.]
+ *                         [writer nice=10]
  * Never fails on speed.
  */
 #include <errno.h>
@@ -102,6 +103,7 @@ int main(int argc, char **argv)
     int every = argc > 2 ? atoi(argv[2]) : 10;
     double step_ms = argc > 3 ? atof(argv[3]) : 100;
     const char *base = argc > 4 ? argv[4] : ".";
+    int nice = argc > 5 ? atoi(argv[5]) : 10;
     char dir[4096];
     td_ckpt_snapshot snap[2];
     td_ckpt_writer *w;
@@ -130,7 +132,7 @@ int main(int argc, char **argv)
             return 1;
     pthread_mutex_init(&d.mu, NULL);
     td_ckpt_writer_config cfg = {.dir = dir, .keep = 2, .done = on_done,
-                                 .user = &d};
+                                 .user = &d, .nice = nice};
     if ((r = td_ckpt_writer_start(&w, &cfg)) < 0) {
         fprintf(stderr, "writer: %s\n", td_strerror(r));
         return 1;
@@ -163,8 +165,9 @@ int main(int argc, char **argv)
     }
     td_ckpt_writer_stop(w);
     double mi = median_ms(idle_t, ni), mb = median_ms(busy_t, nb);
-    printf("checkpoint: %.1f MB state, %d steps of ~%.0f ms, every %d "
-           "(dir %s)\n", (double)bytes / 1e6, steps, step_ms, every, dir);
+    printf("checkpoint: %.1f MB state, %d steps of ~%.0f ms, every %d, "
+           "writer nice %d (dir %s)\n", (double)bytes / 1e6, steps, step_ms,
+           every, nice, dir);
     printf("checkpoint: trainer step median %.2f ms writer idle (%d steps), "
            "%.2f ms while writing (%d steps): ratio %.3f (target <= 1.05)\n",
            mi, ni, mb, nb, mi > 0 ? mb / mi : 0.0);
