@@ -103,8 +103,10 @@ int td_ckpt_write(const char *dir, const td_ckpt_snapshot *s, int keep,
                   const td_ckpt_io *io, char *path, size_t pathcap,
                   char *err, size_t errcap);
 
-/* Deletes all but the newest `keep` checkpoints in dir.  Returns how many
- * were deleted, or -errno. */
+/* Deletes all but the newest `keep` checkpoints in dir, and any stale
+ * ckpt-*.safetensors.tmp a crash left behind (so it must not run while a
+ * write into dir is in progress; td_ckpt_write calls it after its own).
+ * Returns how many checkpoints were deleted, or -errno. */
 int td_ckpt_prune(const char *dir, int keep);
 
 /* ---- reading ------------------------------------------------------------ */
