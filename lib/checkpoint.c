@@ -103,6 +103,9 @@ int td_ckpt_snapshot_init(td_ckpt_snapshot *s, size_t data_bytes,
         td_ckpt_snapshot_destroy(s);
         return -ENOMEM;
     }
+    /* Touch every page now, so the trainer's first snapshot copy does
+     * not pay the page faults. */
+    memset(s->data, 0, data_bytes);
     s->max_tensors = max_tensors;
     s->cap = data_bytes;
     return 0;

@@ -74,7 +74,8 @@ typedef struct td_ckpt_snapshot {
     int64_t submit_ns;      /* set by td_ckpt_writer_submit */
 } td_ckpt_snapshot;
 
-/* Allocates room for data_bytes and max_tensors.  0 or -ENOMEM/-EINVAL. */
+/* Allocates room for data_bytes and max_tensors, pages touched up front.
+ * 0 or -ENOMEM/-EINVAL. */
 int td_ckpt_snapshot_init(td_ckpt_snapshot *s, size_t data_bytes,
                           int max_tensors);
 void td_ckpt_snapshot_destroy(td_ckpt_snapshot *s);
