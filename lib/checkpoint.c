@@ -103,6 +103,9 @@ int td_ckpt_snapshot_init(td_ckpt_snapshot *s, size_t data_bytes,
         td_ckpt_snapshot_destroy(s);
         return -ENOMEM;
     }
+    /* Touch every page now, so the trainer's first snapshot copy does
+     * not pay the page faults. */
+    memset(s->data, 0, data_bytes);
     s->max_tensors = max_tensors;
     s->cap = data_bytes;
     return 0;
@@ -386,6 +389,30 @@ static int td__list(const char *dir, int64_t **out, int *n)
     return 0;
 }
 
+/* Removes ckpt-*.safetensors.tmp left by a crash during a write. */
+static void td__remove_stale_tmp(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char base[64], path[4200];
+    int64_t step;
+    if (!d)
+        return;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l != 33 || strcmp(e->d_name + 29, ".tmp") != 0)
+            continue;
+        memcpy(base, e->d_name, 29);
+        base[29] = '\0';
+        if (!td__parse_name(base, &step))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0)
+            td_info("checkpoint: removed stale %s", path);
+    }
+    closedir(d);
+}
+
 int td_ckpt_prune(const char *dir, int keep)
 {
     int64_t *steps;
@@ -394,6 +421,7 @@ int td_ckpt_prune(const char *dir, int keep)
     int r = td__list(dir, &steps, &n);
     if (r < 0)
         return r;
+    td__remove_stale_tmp(dir);
     for (int i = 0; i < n - keep; i++) {
         td_ckpt_filename(steps[i], name, sizeof name);
         snprintf(path, sizeof path, "%s/%s", dir, name);

@@ -74,7 +74,8 @@ typedef struct td_ckpt_snapshot {
     int64_t submit_ns;      /* set by td_ckpt_writer_submit */
 } td_ckpt_snapshot;
 
-/* Allocates room for data_bytes and max_tensors.  0 or -ENOMEM/-EINVAL. */
+/* Allocates room for data_bytes and max_tensors, pages touched up front.
+ * 0 or -ENOMEM/-EINVAL. */
 int td_ckpt_snapshot_init(td_ckpt_snapshot *s, size_t data_bytes,
                           int max_tensors);
 void td_ckpt_snapshot_destroy(td_ckpt_snapshot *s);
@@ -103,8 +104,10 @@ int td_ckpt_write(const char *dir, const td_ckpt_snapshot *s, int keep,
                   const td_ckpt_io *io, char *path, size_t pathcap,
                   char *err, size_t errcap);
 
-/* Deletes all but the newest `keep` checkpoints in dir.  Returns how many
- * were deleted, or -errno. */
+/* Deletes all but the newest `keep` checkpoints in dir, and any stale
+ * ckpt-*.safetensors.tmp a crash left behind (so it must not run while a
+ * write into dir is in progress; td_ckpt_write calls it after its own).
+ * Returns how many checkpoints were deleted, or -errno. */
 int td_ckpt_prune(const char *dir, int keep);
 
 /* ---- reading ------------------------------------------------------------ */
@@ -160,6 +163,9 @@ typedef struct td_ckpt_writer_config {
     void *user;
     long job;                   /* for log lines; <= 0 = none */
     const td_ckpt_io *io;       /* tests; NULL = real I/O */
+    int nice;                   /* 0-19: the writer thread's nice value, so
+                                   its CRC and copies yield to the trainer
+                                   on a busy machine (0 = unchanged) */
 } td_ckpt_writer_config;
 
 typedef struct td_ckpt_writer_stats {

@@ -7,12 +7,15 @@
  * Never: touches a device, calls back into the trainer other than through
  * the done callback, or fails the job - a failed write is a result.
  */
+#define _GNU_SOURCE /* gettid */
 #include "checkpoint.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "error.h"
@@ -29,6 +32,7 @@ struct td_ckpt_writer {
     long job;
     td_ckpt_io io;
     int has_io;
+    int nice;
     pthread_mutex_t mu;        /* guards everything below */
     td_ckpt_writer_stats st;
     int in_flight;
@@ -85,6 +89,11 @@ static void *td__writer_main(void *arg)
     td_ckpt_writer *w = arg;
     void *item;
     td_log_set_thread_name("ckpt-writer");
+    /* Linux: nice is per thread.  Lowering it cannot fail for lack of
+     * privilege; if it fails anyway, the writer just runs at normal
+     * priority. */
+    if (w->nice > 0 && setpriority(PRIO_PROCESS, (id_t)gettid(), w->nice) < 0)
+        td_debug("checkpoint writer: setpriority: %s", td_strerror(-errno));
     while (td_queue_pop(&w->q, &item) == 0)
         td__write_one(w, item, ((td_ckpt_snapshot *)item)->submit_ns);
     return NULL;
@@ -108,6 +117,7 @@ int td_ckpt_writer_start(td_ckpt_writer **out,
     w->done = cfg->done;
     w->user = cfg->user;
     w->job = cfg->job;
+    w->nice = cfg->nice < 0 ? 0 : cfg->nice > 19 ? 19 : cfg->nice;
     if (cfg->io) {
         w->io = *cfg->io;
         w->has_io = 1;

@@ -455,39 +455,80 @@ static int td__parse_augment(struct td__ctx *c, const json_t *v,
 
 /* Checks one leaf value v (never NULL) and stores it; *norm receives the
  * normalised JSON for it. */
+/* Integer kinds: K_INT, K_I64, K_U64, K_CHANNELS, and K_AUTO's number. */
+static int td__leaf_int(struct td__ctx *c, const struct td__field *f,
+                        const json_t *v, const char *path, void *dst,
+                        json_t **norm)
+{
+    long long i;
+    int r = td__get_int(c, path, f, v, &i);
+    if (r < 0)
+        return r;
+    if (f->kind == K_CHANNELS && i != 1 && i != 3)
+        return td__fail(c, path, "must be 1 or 3");
+    if (f->kind == K_I64)
+        *(int64_t *)dst = i;
+    else if (f->kind == K_U64)
+        *(uint64_t *)dst = (uint64_t)i;
+    else
+        *(int *)dst = (int)i;
+    *norm = json_integer(i);
+    return 0;
+}
+
+static int td__leaf_enum(struct td__ctx *c, const struct td__field *f,
+                         const json_t *v, const char *path, void *dst,
+                         json_t **norm)
+{
+    char list[256] = "";
+    for (int k = 0; json_is_string(v) && f->names[k]; k++)
+        if (strcmp(f->names[k], json_string_value(v)) == 0) {
+            *(int *)dst = k;
+            *norm = json_string(f->names[k]);
+            return 0;
+        }
+    for (int k = 0; f->names[k]; k++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                 k ? ", " : "", f->names[k]);
+    return td__fail(c, path, "must be one of %s", list);
+}
+
+/* String-valued kinds kept as JSON: model, device, name. */
+static int td__leaf_str(struct td__ctx *c, const struct td__field *f,
+                        const json_t *v, const char *path, json_t **norm)
+{
+    const char *s = json_string_value(v);
+    if (f->kind == K_MODEL && json_is_object(v)) {
+        *norm = json_deep_copy(v);
+        return 0;
+    }
+    if (f->kind == K_MODEL && (!s || !*s))
+        return td__fail(c, path, "must be a model name or a model object");
+    if (f->kind == K_DEVICE && (!s || !td__device_ok(s)))
+        return td__fail(c, path, "must be auto, cpu, cuda or cuda:N");
+    if (f->kind == K_NAME && (!s || !td__name_ok(s)))
+        return td__fail(c, path,
+                        "must be 1-64 characters of A-Z a-z 0-9 . _ -");
+    *norm = json_string(s);
+    return 0;
+}
+
+/* Checks one leaf value v (never NULL) and stores it; *norm receives the
+ * normalised JSON for it. */
 static int td__leaf(struct td__ctx *c, const struct td__field *f,
                     const json_t *v, const char *path, char *base,
                     json_t **norm)
 {
     void *dst = base + f->off;
-    long long i;
     double d;
-    int r = 0;
+    int r;
 
     switch (f->kind) {
     case K_INT:
     case K_I64:
     case K_U64:
-        if ((r = td__get_int(c, path, f, v, &i)) < 0)
-            return r;
-        if (f->kind == K_U64 && i < 0)
-            return td__fail(c, path, "must be an integer >= 0");
-        if (f->kind == K_INT)
-            *(int *)dst = (int)i;
-        else if (f->kind == K_I64)
-            *(int64_t *)dst = i;
-        else
-            *(uint64_t *)dst = (uint64_t)i;
-        *norm = json_integer(i);
-        return 0;
     case K_CHANNELS:
-        if ((r = td__get_int(c, path, f, v, &i)) < 0)
-            return r;
-        if (i != 1 && i != 3)
-            return td__fail(c, path, "must be 1 or 3");
-        *(int *)dst = (int)i;
-        *norm = json_integer(i);
-        return 0;
+        return td__leaf_int(c, f, v, path, dst, norm);
     case K_NUM:
         if ((r = td__get_num(c, path, f, v, &d)) < 0)
             return r;
@@ -502,19 +543,7 @@ static int td__leaf(struct td__ctx *c, const struct td__field *f,
         *norm = json_boolean(json_is_true(v));
         return 0;
     case K_ENUM:
-        for (int k = 0; json_is_string(v) && f->names[k]; k++)
-            if (strcmp(f->names[k], json_string_value(v)) == 0) {
-                *(int *)dst = k;
-                *norm = json_string(f->names[k]);
-                return 0;
-            }
-        {
-            char list[256] = "";
-            for (int k = 0; f->names[k]; k++)
-                snprintf(list + strlen(list), sizeof list - strlen(list),
-                         "%s%s", k ? ", " : "", f->names[k]);
-            return td__fail(c, path, "must be one of %s", list);
-        }
+        return td__leaf_enum(c, f, v, path, dst, norm);
     case K_AUTO:
         if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0) {
             *(int *)dst = TD_SPEC_AUTO;
@@ -523,11 +552,7 @@ static int td__leaf(struct td__ctx *c, const struct td__field *f,
         }
         if (!json_is_integer(v))
             return td__fail(c, path, "must be \"auto\" or an integer");
-        if ((r = td__get_int(c, path, f, v, &i)) < 0)
-            return r;
-        *(int *)dst = (int)i;
-        *norm = json_integer(i);
-        return 0;
+        return td__leaf_int(c, f, v, path, dst, norm);
     case K_SIZE2:
         return td__size2(c, path, f, v, dst, norm);
     case K_PAIR:
@@ -536,28 +561,12 @@ static int td__leaf(struct td__ctx *c, const struct td__field *f,
         return td__chlist(c, path, f, v, dst, norm);
     case K_PATHS:
         return td__paths(c, path, v, dst, norm);
-    case K_MODEL:
-        if (json_is_string(v) && json_string_length(v) > 0)
-            *norm = json_string(json_string_value(v));
-        else if (json_is_object(v))
-            *norm = json_deep_copy(v);
-        else
-            return td__fail(c, path,
-                            "must be a model name or a model object");
-        return 0;
     case K_AUGLIST:
         return td__parse_augment(c, v, path, norm);
+    case K_MODEL:
     case K_DEVICE:
-        if (!json_is_string(v) || !td__device_ok(json_string_value(v)))
-            return td__fail(c, path, "must be auto, cpu, cuda or cuda:N");
-        *norm = json_string(json_string_value(v));
-        return 0;
     case K_NAME:
-        if (!json_is_string(v) || !td__name_ok(json_string_value(v)))
-            return td__fail(c, path, "must be 1-64 characters of "
-                                     "A-Z a-z 0-9 . _ -");
-        *norm = json_string(json_string_value(v));
-        return 0;
+        return td__leaf_str(c, f, v, path, norm);
     case K_OBJ:
         break;
     }

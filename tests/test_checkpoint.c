@@ -322,6 +322,10 @@ START_TEST(test_keep_last_k)
     scratch_dir(dir, sizeof dir);
     snprintf(stray, sizeof stray, "%s/notes.txt", dir);
     spit(stray, "x", 1);
+    /* a write that crashed half-way, long ago */
+    snprintf(stray, sizeof stray, "%s/ckpt-000000000050.safetensors.tmp",
+             dir);
+    spit(stray, "half", 4);
     for (int step = 1; step <= 5; step++) {
         make_snapshot(&s, step * 100);
         ck_assert_int_eq(td_ckpt_write(dir, &s, 3, NULL, NULL, 0, err,
@@ -330,6 +334,7 @@ START_TEST(test_keep_last_k)
     }
     ck_assert_int_eq(count_files(dir, ".safetensors"), 3);
     ck_assert_int_eq(count_files(dir, ".txt"), 1); /* not ours: kept */
+    ck_assert_int_eq(count_files(dir, ".tmp"), 0);  /* stale tmp: gone */
     ck_assert_int_eq(access(strcat(strcpy(stray, dir),
                                    "/ckpt-000000000200.safetensors"), F_OK),
                      -1);
@@ -501,6 +506,32 @@ START_TEST(test_unwritable_dir)
 }
 END_TEST
 
+/* A read-only file system (EROFS), which binds root as well: a read-only
+ * tmpfs in a private mount namespace.  Skipped where mounting is denied. */
+START_TEST(test_read_only_fs)
+{
+    char dir[64], err[512];
+    td_ckpt_snapshot s;
+    scratch_dir(dir, sizeof dir);
+    if (unshare(CLONE_NEWNS) < 0 ||
+        mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+        mount("tdtest", dir, "tmpfs", MS_RDONLY, "size=64k") < 0) {
+        printf("test_read_only_fs: SKIPPED, cannot mount a tmpfs here (%s)\n",
+               strerror(errno));
+        rmdir(dir);
+        return;
+    }
+    make_snapshot(&s, 100);
+    ck_assert_int_eq(td_ckpt_write(dir, &s, 1, NULL, NULL, 0, err,
+                                   sizeof err), -EROFS);
+    ck_assert_ptr_nonnull(strstr(err, "cannot create"));
+    ck_assert_ptr_nonnull(strstr(err, "Read-only file system"));
+    td_ckpt_snapshot_destroy(&s);
+    umount2(dir, MNT_DETACH);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *checkpoint_suite(void)
 {
     Suite *s = suite_create("checkpoint");
@@ -518,6 +549,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_injected_enospc_and_eio);
     tcase_add_test(tc, test_real_enospc);
     tcase_add_test(tc, test_unwritable_dir);
+    tcase_add_test(tc, test_read_only_fs);
     suite_add_tcase(s, tc);
     return s;
 }

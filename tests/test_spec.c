@@ -336,6 +336,8 @@ START_TEST(test_overrides)
                                        sizeof err), 0);
     ck_assert_int_eq(td_spec_apply_set(j, "device=cuda:1", err, sizeof err),
                      0);
+    ck_assert_int_eq(td_spec_apply_set(j, "model={\"layers\": [1, 2]}", err,
+                                       sizeof err), 0);
     ck_assert_int_eq(td_spec_parse(j, "/data/", &s, err, sizeof err), 0);
     ck_assert_double_eq(s.optimizer.lr, 0.1);
     ck_assert_int_eq(s.epochs, 3);
@@ -346,6 +348,9 @@ START_TEST(test_overrides)
     ck_assert_str_eq(s.data.train.v[1], "/data/b.tar");
     ck_assert_int_eq(s.input.augment[0].pad, 3);
     ck_assert_str_eq(s.device, "cuda:1");
+    /* an inline model is kept whole for the compute core */
+    ck_assert(json_is_object(s.model));
+    ck_assert_uint_eq(json_array_size(json_object_get(s.model, "layers")), 2);
     td_spec_free(&s);
     json_decref(j);
 }

@@ -5,11 +5,14 @@
  * momentum (93.6 MB).  Every EVERY steps it copies the state into a host
  * snapshot (the CPU backend's equivalent of the async device-to-host copy)
  * and hands it to the td_ckpt_writer thread.  Prints:
+ *   - median time of checkpoint steps (work + snapshot copy + submit) vs
+ *     the other steps, and their ratio,
  *   - the snapshot copy time (paid on the trainer thread),
  *   - median step time of steps that ran while a write was in flight vs
  *     steps with the writer idle, and their ratio (target <= 1.05),
  *   - write throughput (write + fsync + rename + dir fsync).
  * Usage: bench_checkpoint [steps=60] [every=10] [step_ms=100] [dir=.]
+ *                         [writer nice=10]
  * Never fails on speed.
  */
 #include <errno.h>
@@ -102,6 +105,7 @@ int main(int argc, char **argv)
     int every = argc > 2 ? atoi(argv[2]) : 10;
     double step_ms = argc > 3 ? atof(argv[3]) : 100;
     const char *base = argc > 4 ? argv[4] : ".";
+    int nice = argc > 5 ? atoi(argv[5]) : 10;
     char dir[4096];
     td_ckpt_snapshot snap[2];
     td_ckpt_writer *w;
@@ -119,8 +123,11 @@ int main(int argc, char **argv)
     int64_t *busy_t = calloc((size_t)steps, sizeof(int64_t));
     int64_t *idle_t = calloc((size_t)steps, sizeof(int64_t));
     int64_t *copy_t = calloc((size_t)steps, sizeof(int64_t));
-    int nb = 0, ni = 0, nc = 0;
-    if (!wts || !mom || !buf || !busy_t || !idle_t || !copy_t)
+    int64_t *ck_t = calloc((size_t)steps, sizeof(int64_t)); /* whole step */
+    int64_t *other_t = calloc((size_t)steps, sizeof(int64_t));
+    int nb = 0, ni = 0, nc = 0, nk = 0, no = 0;
+    if (!wts || !mom || !buf || !busy_t || !idle_t || !copy_t || !ck_t ||
+        !other_t)
         return 1;
     for (long i = 0; i < NPARAM; i++)
         wts[i] = mom[i] = (float)i * 1e-7f;
@@ -130,7 +137,7 @@ int main(int argc, char **argv)
             return 1;
     pthread_mutex_init(&d.mu, NULL);
     td_ckpt_writer_config cfg = {.dir = dir, .keep = 2, .done = on_done,
-                                 .user = &d};
+                                 .user = &d, .nice = nice};
     if ((r = td_ckpt_writer_start(&w, &cfg)) < 0) {
         fprintf(stderr, "writer: %s\n", td_strerror(r));
         return 1;
@@ -146,28 +153,35 @@ int main(int argc, char **argv)
             busy_t[nb++] = t1 - t0;
         else
             idle_t[ni++] = t1 - t0;
-        if (step % every == 0) {
-            td_ckpt_snapshot *s = &snap[next];
-            if (td_ckpt_writer_in_flight(w) == 2) { /* both buffers held */
-                busy++;
-                continue;
-            }
-            int64_t c0 = td_now_ns();
-            fill(s, wts, mom, step);
-            copy_t[nc++] = td_now_ns() - c0;
-            if (td_ckpt_writer_submit(w, s) == -EBUSY)
-                busy++;
-            else
-                next ^= 1;
+        if (step % every != 0) {
+            other_t[no++] = t1 - t0;
+            continue;
         }
+        td_ckpt_snapshot *s = &snap[next];
+        if (td_ckpt_writer_in_flight(w) == 2) { /* both buffers held */
+            busy++;
+            continue;
+        }
+        fill(s, wts, mom, step);
+        if (td_ckpt_writer_submit(w, s) == -EBUSY)
+            busy++;
+        else
+            next ^= 1;
+        copy_t[nc++] = td_now_ns() - t1;
+        ck_t[nk++] = td_now_ns() - t0;
     }
     td_ckpt_writer_stop(w);
     double mi = median_ms(idle_t, ni), mb = median_ms(busy_t, nb);
-    printf("checkpoint: %.1f MB state, %d steps of ~%.0f ms, every %d "
-           "(dir %s)\n", (double)bytes / 1e6, steps, step_ms, every, dir);
+    double mk = median_ms(ck_t, nk), mo = median_ms(other_t, no);
+    printf("checkpoint: %.1f MB state, %d steps of ~%.0f ms, every %d, "
+           "writer nice %d (dir %s)\n", (double)bytes / 1e6, steps, step_ms,
+           every, nice, dir);
     printf("checkpoint: trainer step median %.2f ms writer idle (%d steps), "
            "%.2f ms while writing (%d steps): ratio %.3f (target <= 1.05)\n",
            mi, ni, mb, nb, mi > 0 ? mb / mi : 0.0);
+    printf("checkpoint: checkpoint steps (work + snapshot copy + submit) "
+           "median %.2f ms vs other steps %.2f ms: ratio %.3f\n", mk, mo,
+           mo > 0 ? mk / mo : 0.0);
     printf("checkpoint: snapshot copy on the trainer: median %.2f ms "
            "(%d copies) = %.1f%% of a step\n", median_ms(copy_t, nc), nc,
            mi > 0 ? 100.0 * median_ms(copy_t, nc) / mi : 0.0);
@@ -186,5 +200,7 @@ int main(int argc, char **argv)
     free(busy_t);
     free(idle_t);
     free(copy_t);
+    free(ck_t);
+    free(other_t);
     return 0;
 }
