@@ -42,7 +42,15 @@ struct td_event {
 
 static const td_backend_ops td__cuda_ops;
 
-static td__cuda *td__be(td_backend *b) { return (td__cuda *)b; }
+/* The backend's GPU becomes the calling thread's current device (CUDA
+ * keeps it per thread); cheap when it already is. */
+static td__cuda *td__be(td_backend *b)
+{
+    td__cuda *be = (td__cuda *)b;
+    if (be->compute)
+        (void)cudaSetDevice(be->dev);
+    return be;
+}
 
 int td__cuda_fail(td__cuda *be, const char *file, int line, const char *call,
                   const char *msg)
@@ -147,6 +155,7 @@ static void td__carve(td__cuda *be, td__cursor *c)
     be->row_ok = td__take(c, sizeof(int) * (size_t)be->batch);
     be->acc = td__take(c, sizeof(td_dev_stats));
     be->work = td__take(c, be->work_bytes);
+    be->blas_ws = td__take(c, TD__BLAS_WS);
     for (int L = 0; L < m->nlayers; L++) {
         const td_layer *l = &m->layers[L];
         td__gl *g = &be->gl[L];
@@ -288,14 +297,17 @@ static int td__cuda_init(td__cuda *be)
     TD__TRY(td__events(be));
     TD__BLAS(be, cublasCreate(&be->blas));
     TD__BLAS(be, cublasSetStream(be->blas, be->compute));
-    /* plain fp32 GEMMs: no TF32, so results match the CPU backend */
-    TD__BLAS(be, cublasSetMathMode(be->blas, CUBLAS_PEDANTIC_MATH));
+    /* CUBLAS_DEFAULT_MATH keeps fp32 GEMMs in fp32 (no TF32) unless the
+     * environment sets NVIDIA_TF32_OVERRIDE; results match the CPU's */
+    TD__BLAS(be, cublasSetMathMode(be->blas, CUBLAS_DEFAULT_MATH));
     be->gl = calloc((size_t)m->nlayers, sizeof *be->gl);
     if (!be->gl)
         return -ENOMEM;
     td__roots(be);
     TD__TRY(td__dnn_create(be, &be->work_bytes));
     TD__TRY(td__arena(be));
+    /* cuBLAS's scratch comes from the arena too: nothing allocates later */
+    TD__BLAS(be, cublasSetWorkspace(be->blas, be->blas_ws, TD__BLAS_WS));
     TD__TRY(td__init_values(be));
     const td_shape in = m->layers[0].out;
     for (int c = 0; c < in.c; c++)
@@ -518,13 +530,19 @@ static int td__cuda_restore(td_backend *b, const float *host, size_t nfloats)
     size_t pc = b->model->param_count, f = sizeof(float);
     TD__TRY(td__snap_check(be, nfloats, "restore"));
     TD__TRY(td__sync_streams(be));
-    TD__CU(be, cudaMemcpy(be->params, host, pc * f, cudaMemcpyHostToDevice));
+    /* on the compute stream: a plain cudaMemcpy from pageable memory may
+     * return before its DMA ends, and the compute stream does not wait for
+     * the legacy default stream */
+    TD__CU(be, cudaMemcpyAsync(be->params, host, pc * f,
+                               cudaMemcpyHostToDevice, be->compute));
     if (be->nslots)
-        TD__CU(be, cudaMemcpy(be->slots, host + pc, be->nslots * pc * f,
-                              cudaMemcpyHostToDevice));
+        TD__CU(be, cudaMemcpyAsync(be->slots, host + pc, be->nslots * pc * f,
+                                   cudaMemcpyHostToDevice, be->compute));
     if (be->nstate)
-        TD__CU(be, cudaMemcpy(be->state, host + pc * (1 + be->nslots),
-                              be->nstate * f, cudaMemcpyHostToDevice));
+        TD__CU(be, cudaMemcpyAsync(be->state, host + pc * (1 + be->nslots),
+                                   be->nstate * f, cudaMemcpyHostToDevice,
+                                   be->compute));
+    TD__CU(be, cudaStreamSynchronize(be->compute));
     return 0;
 }
 
@@ -555,9 +573,9 @@ static int td__cuda_read_tensor(td_backend *b, enum td_tensor_kind kind,
                  "tensor has %zu", nfloats, n);
         return -EINVAL;
     }
+    TD__CU(be, cudaMemcpyAsync(host, src, n * sizeof *host,
+                               cudaMemcpyDeviceToHost, be->compute));
     TD__CU(be, cudaStreamSynchronize(be->compute));
-    TD__CU(be, cudaMemcpy(host, src, n * sizeof *host,
-                          cudaMemcpyDeviceToHost));
     return 0;
 }
 
@@ -568,9 +586,10 @@ static int td__cuda_write_param(td_backend *b, int index, const float *host,
     const td_model *m = b->model;
     if (index < 0 || index >= m->nparams || nfloats != m->params[index].count)
         return -EINVAL;
+    TD__CU(be, cudaMemcpyAsync(be->params + td__param_off(m, index), host,
+                               nfloats * sizeof *host, cudaMemcpyHostToDevice,
+                               be->compute));
     TD__CU(be, cudaStreamSynchronize(be->compute));
-    TD__CU(be, cudaMemcpy(be->params + td__param_off(m, index), host,
-                          nfloats * sizeof *host, cudaMemcpyHostToDevice));
     return 0;
 }
 
@@ -623,10 +642,8 @@ static int td__query(td__cuda *be, cudaEvent_t e)
     cudaError_t r = cudaEventQuery(e);
     if (r == cudaSuccess)
         return 1;
-    if (r == cudaErrorNotReady) {
-        (void)cudaGetLastError();
+    if (r == cudaErrorNotReady) /* not an error, and not sticky */
         return 0;
-    }
     TD__CU(be, r);
     return 1;
 }

@@ -65,6 +65,7 @@ typedef struct td__stat_slot {
 } td__stat_slot;
 
 #define TD__NSTAT 16
+#define TD__BLAS_WS ((size_t)32 << 20) /* what cuBLAS asks for on Hopper */
 
 typedef struct td__cuda {
     td_backend base;
@@ -91,6 +92,7 @@ typedef struct td__cuda {
     td_dev_stats *acc;
     void *work;
     size_t work_bytes;          /* cuDNN workspace (max over layers) */
+    void *blas_ws;              /* cuBLAS workspace, TD__BLAS_WS bytes */
     float nscale[4], nbias[4];
     td__stat_slot *stat;         /* pinned ring for read_stats */
     int stat_next;

@@ -89,7 +89,7 @@ END_TEST
 
 static void xent_case(const float *z, int k, int label, double offset_tol)
 {
-    double zd[1024], gref[1024];
+    double zd[1024] = {0}, gref[1024] = {0};
     float g[1024];
     int ok = -1;
     const float inv_n = 1.0f / 8;
