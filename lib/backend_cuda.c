@@ -873,3 +873,14 @@ int td_backend_cuda_step_times(td_backend *b, int64_t step,
     TD__TRY(td__ms(be, t->k1, &out->compute_end));
     return 0;
 }
+
+int td_backend_cuda_copy_done(td_backend *b, int64_t upload)
+{
+    if (!b || b->ops != &td__cuda_ops || upload < 0)
+        return -EINVAL;
+    td__cuda *be = td__be(b);
+    td__times_ev *t = &be->times[upload % TD_CUDA_TIMES_KEPT];
+    if (t->step != upload)
+        return -ENOENT;
+    return td__query(be, t->c1);
+}

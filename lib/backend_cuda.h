@@ -46,5 +46,12 @@ typedef struct td_cuda_step_times {
 int td_backend_cuda_step_times(td_backend *be, int64_t step,
                                td_cuda_step_times *out);
 
+/* Whether the host-to-device copy of upload number `upload` has finished,
+ * so its batch slot can go back to the pipeline: 1 yes, 0 not yet (never
+ * blocks), -ENOENT when older than the last TD_CUDA_TIMES_KEPT uploads,
+ * TD_E_DEVICE on a device error.  Unlike a td_event recorded after the
+ * upload, this does not also wait for the compute stream. */
+int td_backend_cuda_copy_done(td_backend *be, int64_t upload);
+
 #endif
 #endif

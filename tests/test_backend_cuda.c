@@ -402,6 +402,8 @@ START_TEST(test_copy_overlaps_compute)
     }
     ck_assert_msg(overlapped > 0, "no copy overlapped the previous step");
     ck_assert_int_eq(td_backend_cuda_step_times(be, steps, &t[0]), -ENOENT);
+    ck_assert_int_eq(td_backend_cuda_copy_done(be, steps - 1), 1);
+    ck_assert_int_eq(td_backend_cuda_copy_done(be, steps), -ENOENT);
     pin.free(pin.user, px);
     pin.free(pin.user, lab);
     td_backend_destroy(be);

@@ -131,6 +131,7 @@ START_TEST(test_cuda_helpers_refuse_other_backends)
                      0);
     td_cuda_step_times t;
     ck_assert_int_eq(td_backend_cuda_step_times(be, 0, &t), -EINVAL);
+    ck_assert_int_eq(td_backend_cuda_copy_done(be, 0), -EINVAL);
     ck_assert_uint_eq(td_backend_cuda_arena_bytes(be), 0);
     ck_assert_uint_eq(td_backend_cuda_arena_bytes(NULL), 0);
     td_backend_destroy(be);
