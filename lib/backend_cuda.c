@@ -677,7 +677,10 @@ static int td__cuda_event_elapsed(td_backend *b, td_event *a, td_event *e,
     float ms = 0;
     if (!a->recorded || !e->recorded)
         return -EINVAL;
-    TD__CU(be, cudaEventElapsedTime(&ms, a->c, e->c));
+    cudaError_t r = cudaEventElapsedTime(&ms, a->c, e->c);
+    if (r == cudaErrorNotReady) /* asked too early: not a device failure */
+        return -EAGAIN;
+    TD__CU(be, r);
     *ns = (int64_t)((double)ms * 1e6);
     return 0;
 }
