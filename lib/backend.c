@@ -1,7 +1,9 @@
 /* backend.c - picks a backend implementation by name (see backend.h). */
 #include "backend.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
@@ -14,10 +16,25 @@ int td_backend_create(const char *kind, const td_model *model,
     *out = NULL;
     if (strcmp(kind, "cpu") == 0)
         return td_backend_cpu_create(model, cfg, out, err, errcap);
-    if (strncmp(kind, "cuda", 4) == 0) {
-        snprintf(err, errcap, "device %s: the CUDA backend is not written "
-                 "yet", kind);
+    if (strcmp(kind, "cuda") == 0 || strncmp(kind, "cuda:", 5) == 0) {
+        long dev = 0;
+        if (kind[4] == ':') {
+            char *end;
+            errno = 0;
+            dev = strtol(kind + 5, &end, 10);
+            if (end == kind + 5 || *end || errno || dev < 0 || dev > 1024) {
+                snprintf(err, errcap, "device \"%s\": expected cuda or "
+                         "cuda:N", kind);
+                return -EINVAL;
+            }
+        }
+#if TD_HAVE_CUDA
+        return td_backend_cuda_create(model, cfg, (int)dev, out, err, errcap);
+#else
+        snprintf(err, errcap, "device %s: this traind was built without "
+                 "CUDA", kind);
         return TD_E_NOTSUP;
+#endif
     }
     snprintf(err, errcap, "device: unknown backend \"%s\"", kind);
     return -EINVAL;

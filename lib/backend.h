@@ -128,9 +128,15 @@ int td_backend_create(const char *kind, const td_model *model,
                       const td_backend_config *cfg, td_backend **out,
                       char *err, size_t errcap);
 
-/* Implementations (backend_cpu.c, later backend_cuda.cu). */
+/* Implementations (backend_cpu.c, backend_cuda.c). */
 int td_backend_cpu_create(const td_model *model, const td_backend_config *cfg,
                           td_backend **out, char *err, size_t errcap);
+/* GPU `device` (the N of "cuda:N"); only in builds with TD_HAVE_CUDA.
+ * Fails with TD_E_DEVICE and the runtime's reason when that GPU is absent
+ * or the model does not fit in its memory. */
+int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
+                           int device, td_backend **out, char *err,
+                           size_t errcap);
 
 /* Floats in a snapshot for this model and optimizer. */
 size_t td_backend_snapshot_floats(const td_model *m, const td_optim_config *o);

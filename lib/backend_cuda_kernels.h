@@ -1,0 +1,54 @@
+/* backend_cuda_kernels.h - launchers of the CUDA backend's kernels.
+ *
+ * Owns: the C interface of backend_cuda_kernels.cu.  Each launcher
+ * enqueues one kernel on stream s and returns cudaGetLastError().
+ * Included by the .cu file itself so C and C++ agree on every signature.
+ * Never does: pull in cuBLAS, cuDNN or anything C++.
+ */
+#ifndef TD_BACKEND_CUDA_KERNELS_H
+#define TD_BACKEND_CUDA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stats.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+cudaError_t td__k_normalize(cudaStream_t s, const uint8_t *nhwc, float *y,
+                            int n, int c, int h, int w, const float *scale,
+                            const float *bias);
+cudaError_t td__k_xent(cudaStream_t s, const float *z, int k,
+                       const int32_t *labels, int n, int rows, float inv_n,
+                       float *grad, double *row_loss, int *row_ok);
+cudaError_t td__k_stats(cudaStream_t s, td_dev_stats *acc,
+                        const double *row_loss, const int *row_ok, int n);
+cudaError_t td__k_sgd(cudaStream_t s, float *w, float *v, const float *g,
+                      size_t count, float lr, float mu, float wd,
+                      int nesterov);
+cudaError_t td__k_adamw(cudaStream_t s, float *w, float *m, float *v,
+                        const float *g, size_t count, float lr, float b1,
+                        float b2, float eps, float wd, float c1, float c2);
+cudaError_t td__k_add(cudaStream_t s, const float *a, const float *b,
+                      float *y, size_t count);
+cudaError_t td__k_accum(cudaStream_t s, float *d, const float *src,
+                        size_t count, int accumulate);
+cudaError_t td__k_bias_add(cudaStream_t s, float *y, const float *b,
+                           int rows, int out);
+cudaError_t td__k_bias_grad(cudaStream_t s, const float *dy, float *db,
+                            int rows, int out);
+cudaError_t td__k_dropout_fwd(cudaStream_t s, const float *x, float *y,
+                              uint8_t *mask, size_t count, uint64_t seed,
+                              uint64_t stream, uint64_t base, float keep);
+cudaError_t td__k_dropout_bwd(cudaStream_t s, const float *dy, float *dx,
+                              const uint8_t *mask, size_t count, float keep,
+                              int accumulate);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
