@@ -87,7 +87,7 @@ static void td__draw(td_view *v)
              "input wait %.0f%%   loss %.4f",
              sps, 100 * JNUM(w, "device_idle_ratio"),
              100 * JNUM(w, "input_wait_ratio"), JNUM(s ? s : w, "loss"));
-        json_t *ph = json_object_get(w, "phase_share");
+        json_t *ph = json_object_get(w, "phase_shares");
         if (json_is_object(ph)) {
             char buf[256];
             int n = 0;

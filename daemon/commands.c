@@ -4,7 +4,11 @@
  * cannot (job ids, permissions, states), change the job table, and reply
  * with exactly one line.  Nothing here blocks.
  */
+#define _GNU_SOURCE /* getgrouplist */
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +18,12 @@
 #include "error.h"
 #include "log.h"
 #include "settings.h"
+#include "spec.h"
 #include "td_config.h"
 
 #define ERRF(c, req, cls, ...)                                               \
     do {                                                                     \
-        char m_[512];                                                        \
+        char m_[2048];                                                        \
         snprintf(m_, sizeof m_, __VA_ARGS__);                                \
         td_client_send((c), td_proto_error((req)->id, (cls), m_));           \
     } while (0)
@@ -54,23 +59,144 @@ static void cmd_version(td_client *c, td_request *req)
                              c->d->device_desc));
 }
 
+/* Could uid read path?  (The daemon may run as root: it must not read a
+ * dataset for a user who could not.)  Owner, group (with the user's
+ * supplementary groups) and other bits, checked on the path and on every
+ * directory above it. */
+static int td__uid_may_read(uid_t uid, const char *path, char *why,
+                            size_t cap)
+{
+    struct passwd pw, *pwp = NULL;
+    char buf[4096], dir[4096];
+    gid_t groups[256];
+    int ngroups = 256;
+    if (uid == 0)
+        return 1;
+    if (getpwuid_r(uid, &pw, buf, sizeof buf, &pwp) != 0 || !pwp) {
+        snprintf(why, cap, "uid %u has no passwd entry", (unsigned)uid);
+        return 0;
+    }
+    if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &ngroups) < 0)
+        ngroups = 0;
+    snprintf(dir, sizeof dir, "%s", path);
+    for (int depth = 0; dir[0]; depth++) {
+        struct stat st;
+        if (stat(dir, &st) != 0) {
+            snprintf(why, cap, "%.300s: %s", dir, strerror(errno));
+            return 0;
+        }
+        mode_t need = depth == 0 && !S_ISDIR(st.st_mode) ? 4 : 1;
+        if (depth == 0 && S_ISDIR(st.st_mode))
+            need = 5; /* list and enter the dataset folder itself */
+        mode_t have = st.st_mode & 7;
+        if (st.st_uid == uid) {
+            have = (st.st_mode >> 6) & 7;
+        } else {
+            for (int g = 0; g < ngroups; g++)
+                if (groups[g] == st.st_gid)
+                    have = (st.st_mode >> 3) & 7;
+        }
+        if ((have & need) != need) {
+            snprintf(why, cap, "%.300s is not readable by uid %u", dir,
+                     (unsigned)uid);
+            return 0;
+        }
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+            break;
+        *slash = '\0';
+    }
+    return 1;
+}
+
+/* Checks data.train / data.val against allowed_data_roots and the
+ * submitter's permissions; fills err on refusal. */
+static int td__check_data(td_client *c, const td_job_spec *s, char *err,
+                          size_t cap)
+{
+    const td_spec_paths *sets[2] = {&s->data.train, &s->data.val};
+    const char *names[2] = {"data.train", "data.val"};
+    json_t *roots = json_object_get(c->d->settings, "allowed_data_roots");
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < sets[k]->n; i++) {
+            const char *p = sets[k]->v[i];
+            char why[512];
+            if (json_array_size(roots)) {
+                int ok = 0;
+                size_t ri;
+                json_t *r;
+                json_array_foreach(roots, ri, r) {
+                    const char *root = json_string_value(r);
+                    size_t n = strlen(root);
+                    if (strncmp(p, root, n) == 0 &&
+                        (p[n] == '/' || p[n] == '\0' || root[n - 1] == '/'))
+                        ok = 1;
+                }
+                if (!ok) {
+                    snprintf(err, cap, "%s: %s is outside the allowed data "
+                             "roots (see 'trainctl config get "
+                             "allowed_data_roots')", names[k], p);
+                    return -EACCES;
+                }
+            }
+            /* Globs are checked by the pipeline; plain paths here. */
+            if (!strpbrk(p, "*?[") &&
+                !td__uid_may_read(c->uid, p, why, sizeof why)) {
+                snprintf(err, cap, "%s: %s", names[k], why);
+                return -EACCES;
+            }
+        }
+    }
+    return 0;
+}
+
 static void cmd_submit(td_client *c, td_request *req)
 {
     json_t *spec = json_object_get(req->args, "spec");
     json_t *name = json_object_get(req->args, "name");
+    td_job_spec parsed;
+    char err[1024];
+    if (td_spec_parse(spec, NULL, &parsed, err, sizeof err)) {
+        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        const td_spec_paths *ps = k ? &parsed.data.val : &parsed.data.train;
+        for (int i = 0; i < ps->n; i++) {
+            if (ps->v[i][0] != '/') {
+                ERRF(c, req, TD_ERR_INVALID_SPEC, "data.%s: '%s' must be an "
+                     "absolute path (trainctl submit resolves relative ones)",
+                     k ? "val" : "train", ps->v[i]);
+                td_spec_free(&parsed);
+                return;
+            }
+        }
+    }
+    if (td__check_data(c, &parsed, err, sizeof err)) {
+        ERRF(c, req, TD_ERR_PERMISSION, "%s", err);
+        td_spec_free(&parsed);
+        return;
+    }
+    json_t *norm = td_spec_to_json(&parsed);
     const char *n = json_string_value(name);
     if (!n)
-        n = json_string_value(json_object_get(spec, "name"));
-    td_job *j = td_jobs_add(&c->d->jobs, n ? n : "job", c->uid, spec);
+        n = parsed.name;
+    td_job *j = norm ? td_jobs_add(&c->d->jobs, n && *n ? n : "job", c->uid,
+                                   norm)
+                     : NULL;
+    json_decref(norm);
+    td_spec_free(&parsed);
     if (!j) {
         ERRF(c, req, TD_ERR_INTERNAL, "out of memory");
         return;
     }
+    j->epochs_total = json_integer_value(json_object_get(j->spec, "epochs"));
     td_logf(TD_LOG_INFO, j->id, "submitted by uid %u: %s", (unsigned)c->uid,
             j->name);
     td_daemon_persist_job(c->d, j);
     td__ok(c, req, json_pack("{s:I, s:s}", "job", (json_int_t)j->id,
                              "state", td_job_state_name(j->state)));
+    td_daemon_schedule(c->d);
 }
 
 static void cmd_list(td_client *c, td_request *req)
@@ -109,6 +235,16 @@ static void cmd_cancel(td_client *c, td_request *req)
     }
     char why[64];
     snprintf(why, sizeof why, "cancelled by uid %u", (unsigned)c->uid);
+    if (j->state == TD_JOB_RUNNING && c->d->trainer) {
+        /* The trainer stops at its next step boundary; the state changes
+         * when it has. */
+        snprintf(j->stop_note, sizeof j->stop_note, "%s", why);
+        td_trainer_slot_request(c->d->trainer, TD_STOP_CANCEL);
+        td__ok(c, req, json_pack("{s:I, s:s, s:s}", "job", (json_int_t)j->id,
+                                 "state", td_job_state_name(j->state),
+                                 "stopping", "cancelled"));
+        return;
+    }
     td_daemon_set_job_state(c->d, j, TD_JOB_CANCELLED, why);
     td__ok(c, req, json_pack("{s:I, s:s}", "job", (json_int_t)j->id, "state",
                              td_job_state_name(j->state)));
@@ -127,6 +263,14 @@ static void cmd_pause(td_client *c, td_request *req)
     }
     char why[64];
     snprintf(why, sizeof why, "paused by uid %u", (unsigned)c->uid);
+    if (j->state == TD_JOB_RUNNING && c->d->trainer) {
+        snprintf(j->stop_note, sizeof j->stop_note, "%s", why);
+        td_trainer_slot_request(c->d->trainer, TD_STOP_PAUSE);
+        td__ok(c, req, json_pack("{s:I, s:s, s:s}", "job", (json_int_t)j->id,
+                                 "state", td_job_state_name(j->state),
+                                 "stopping", "suspended"));
+        return;
+    }
     td_daemon_set_job_state(c->d, j, TD_JOB_SUSPENDED, why);
     td__ok(c, req, json_pack("{s:I, s:s}", "job", (json_int_t)j->id, "state",
                              td_job_state_name(j->state)));
@@ -147,6 +291,7 @@ static void cmd_resume(td_client *c, td_request *req)
     td_daemon_set_job_state(c->d, j, TD_JOB_PENDING, why);
     td__ok(c, req, json_pack("{s:I, s:s}", "job", (json_int_t)j->id, "state",
                              td_job_state_name(j->state)));
+    td_daemon_schedule(c->d);
 }
 
 static void cmd_checkpoint(td_client *c, td_request *req)
@@ -154,14 +299,16 @@ static void cmd_checkpoint(td_client *c, td_request *req)
     td_job *j = td__job_arg(c, req, 1);
     if (!j)
         return;
-    if (j->state != TD_JOB_RUNNING) {
+    if (j->state != TD_JOB_RUNNING || !c->d->trainer ||
+        td_trainer_slot_job(c->d->trainer) != j->id) {
         ERRF(c, req, TD_ERR_CONFLICT, "job %lld is %s; only a running job "
              "can be checkpointed on request", (long long)j->id,
              td_job_state_name(j->state));
         return;
     }
-    ERRF(c, req, TD_ERR_CONFLICT, "job %lld: no trainer attached yet",
-         (long long)j->id);
+    td_trainer_slot_checkpoint(c->d->trainer);
+    td__ok(c, req, json_pack("{s:I, s:b}", "job", (json_int_t)j->id,
+                             "requested", 1));
 }
 
 static unsigned td__event_mask(json_t *events, char *bad, size_t cap)
@@ -344,6 +491,8 @@ static void cmd_config_set(td_client *c, td_request *req)
         ERRF(c, req, TD_ERR_INVALID_ARGS, "%s", err);
         return;
     }
+    if (strcmp(k, "workers") == 0 && c->d->trainer && json_is_integer(v))
+        td_trainer_slot_set_workers(c->d->trainer, (int)json_integer_value(v));
     if (strcmp(k, "log_level") == 0) {
         int level;
         if (td_log_parse_level(json_string_value(v), &level) == 0)

@@ -37,6 +37,8 @@ double td_daemon_ts(const td_daemon *d)
 
 typedef struct td_persist_req {
     uv_work_t work;
+    td_daemon *d;
+    int64_t job;
     char dir[4096];
     char name[64];
     char *text;
@@ -94,12 +96,26 @@ static void td__persist_done(uv_work_t *w, int status)
     td_persist_req *r = w->data;
     if (status == 0 && r->rc)
         td_error("cannot save %s/%s: %s", r->dir, r->name, td_strerror(r->rc));
+    td_job *j = td_jobs_find(&r->d->jobs, r->job);
+    if (j) {
+        j->persist_busy = 0;
+        if (j->persist_dirty) { /* changed while being written: again */
+            j->persist_dirty = 0;
+            td_daemon_persist_job(r->d, j);
+        }
+    }
     free(r->text);
     free(r);
 }
 
-void td_daemon_persist_job(td_daemon *d, const td_job *j)
+/* One write per job at a time, so that records land in order; changes
+ * made meanwhile are written once it finishes. */
+void td_daemon_persist_job(td_daemon *d, td_job *j)
 {
+    if (j->persist_busy) {
+        j->persist_dirty = 1;
+        return;
+    }
     json_t *rec = td_job_record(j);
     td_persist_req *r = calloc(1, sizeof *r);
     if (!rec || !r)
@@ -110,10 +126,14 @@ void td_daemon_persist_job(td_daemon *d, const td_job *j)
     snprintf(r->dir, sizeof r->dir, "%s/jobs", d->state_dir);
     snprintf(r->name, sizeof r->name, "%lld.json", (long long)j->id);
     r->work.data = r;
+    r->d = d;
+    r->job = j->id;
     json_decref(rec);
     if (uv_queue_work(d->loop, &r->work, td__persist_work,
-                      td__persist_done) == 0)
+                      td__persist_done) == 0) {
+        j->persist_busy = 1;
         return;
+    }
     free(r->text);
     free(r);
     td_error("job %lld: cannot queue its record for saving", (long long)j->id);
@@ -156,6 +176,7 @@ static void td__load_jobs(td_daemon *d)
             json_decref(j->checkpoints);
             json_decref(j->last_window);
             json_decref(j->last_epoch);
+            json_decref(j->result);
             free(j);
             continue;
         }
@@ -234,6 +255,114 @@ void td_daemon_post(td_daemon *d, int kind, int64_t job, json_t *data)
     uv_async_send(&d->wake);
 }
 
+/* ---- the trainer: scheduling, progress, completion --------------------- */
+
+static void td__close_handles(td_daemon *d)
+{
+    uv_close((uv_handle_t *)&d->status, NULL);
+    uv_close((uv_handle_t *)&d->watchdog, NULL);
+    uv_close((uv_handle_t *)&d->wake, NULL);
+}
+
+void td_daemon_schedule(td_daemon *d)
+{
+    char err[1024];
+    while (!d->trainer && !d->shutting_down) {
+        td_job *j = td_jobs_next_pending(&d->jobs);
+        if (!j)
+            return;
+        if (td_trainer_slot_start(d, j, &d->trainer, err, sizeof err) != 0) {
+            td_daemon_set_job_state(d, j, TD_JOB_RUNNING, "starting");
+            td_daemon_set_job_state(d, j, TD_JOB_FAILED, err);
+            continue;
+        }
+        td_daemon_set_job_state(d, j, TD_JOB_RUNNING, "training");
+    }
+}
+
+/* Keeps a job's progress current from its events. */
+static void td__progress(td_daemon *d, td_job *j, int kind, json_t *data)
+{
+    json_t *v;
+    if ((v = json_object_get(data, "step")))
+        j->step = json_integer_value(v);
+    if ((v = json_object_get(data, "epoch")) && kind != TD_EV_EPOCH)
+        j->epoch = json_integer_value(v);
+    if ((v = json_object_get(data, "steps_total")))
+        j->steps_total = json_integer_value(v);
+    if ((v = json_object_get(data, "epochs_total")))
+        j->epochs_total = json_integer_value(v);
+    if (kind == TD_EV_WINDOW) {
+        json_decref(j->last_window);
+        j->last_window = json_incref(data);
+    } else if (kind == TD_EV_EPOCH) {
+        json_decref(j->last_epoch);
+        j->last_epoch = json_incref(data);
+    } else if (kind == TD_EV_CHECKPOINT &&
+               json_is_true(json_object_get(data, "ok"))) {
+        json_array_append_new(j->checkpoints,
+                              json_pack("{s:O, s:O, s:O}", "path",
+                                        json_object_get(data, "path"), "step",
+                                        json_object_get(data, "step"),
+                                        "bytes",
+                                        json_object_get(data, "bytes")));
+        while (json_array_size(j->checkpoints) > 16)
+            json_array_remove(j->checkpoints, 0);
+    }
+    if (kind == TD_EV_WINDOW || kind == TD_EV_EPOCH ||
+        kind == TD_EV_CHECKPOINT)
+        td_daemon_persist_job(d, j);
+}
+
+/* The trainer thread finished job m->job: decide its state. */
+static void td__job_done(td_daemon *d, td_inbox_msg *m)
+{
+    td_job *j = td_jobs_find(&d->jobs, m->job);
+    json_t *r = m->data;
+    char why[512];
+    if (d->trainer) {
+        td_trainer_slot_join(d->trainer);
+        d->trainer = NULL;
+    }
+    if (j) {
+        int rc = (int)json_integer_value(json_object_get(r, "rc"));
+        int stopped = (int)json_integer_value(json_object_get(r, "stopped"));
+        json_decref(j->result);
+        j->result = json_incref(r);
+        if (rc) {
+            td_daemon_set_job_state(d, j, TD_JOB_FAILED,
+                                    json_string_value(json_object_get(
+                                        r, "error")));
+        } else if (stopped == TD_STOP_CANCEL) {
+            td_daemon_set_job_state(d, j, TD_JOB_CANCELLED, j->stop_note);
+        } else if (stopped == TD_STOP_PAUSE) {
+            td_daemon_set_job_state(d, j, TD_JOB_SUSPENDED, j->stop_note);
+        } else if (stopped == TD_STOP_SHUTDOWN) {
+            snprintf(why, sizeof why, "interrupted by a daemon shutdown at "
+                     "step %lld; resumes from its last checkpoint",
+                     (long long)json_integer_value(json_object_get(r,
+                                                                   "steps")));
+            td_daemon_set_job_state(d, j, TD_JOB_PENDING, why);
+        } else {
+            json_t *acc = json_object_get(r, "val_acc");
+            char accs[32] = "n/a";
+            if (json_is_number(acc))
+                snprintf(accs, sizeof accs, "%.4f", json_number_value(acc));
+            snprintf(why, sizeof why,
+                     "%lld epochs, %.1f samples/s, val_acc %s, verdict %s",
+                     (long long)json_integer_value(json_object_get(r,
+                                                                   "epochs")),
+                     json_number_value(json_object_get(r, "samples_per_s")),
+                     accs, json_string_value(json_object_get(r, "verdict")));
+            td_daemon_set_job_state(d, j, TD_JOB_COMPLETED, why);
+        }
+    }
+    if (d->shutting_down)
+        td__close_handles(d);
+    else
+        td_daemon_schedule(d);
+}
+
 static void td__on_wake(uv_async_t *a)
 {
     td_daemon *d = a->data;
@@ -244,7 +373,21 @@ static void td__on_wake(uv_async_t *a)
     pthread_mutex_unlock(&d->inbox_mu);
     while (m) {
         td_inbox_msg *next = m->next;
-        td_server_broadcast(d, m->kind, m->job, m->ts, m->data);
+        td_job *j = td_jobs_find(&d->jobs, m->job);
+        if (m->kind == TD_MSG_DONE) {
+            td__job_done(d, m);
+        } else if (m->kind == TD_MSG_STARTED) {
+            if (j) {
+                j->steps_total = json_integer_value(json_object_get(
+                    m->data, "steps_total"));
+                j->epochs_total = json_integer_value(json_object_get(
+                    j->spec, "epochs"));
+            }
+        } else {
+            if (j)
+                td__progress(d, j, m->kind, m->data);
+            td_server_broadcast(d, m->kind, m->job, m->ts, m->data);
+        }
         json_decref(m->data);
         free(m);
         m = next;
@@ -497,6 +640,11 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     uv_timer_init(loop, &d->status);
     uv_timer_init(loop, &d->watchdog);
     d->status.data = d->watchdog.data = d;
+    snprintf(sub, sizeof sub, "%s/checkpoints", d->state_dir);
+    if ((rc = td__mkdirs(sub)) != 0) {
+        td_error("cannot create %s: %s", sub, td_strerror(rc));
+        return rc;
+    }
     if ((rc = td_server_listen(d)) != 0)
         return rc;
     /* Listening and the device probed: ready. */
@@ -511,6 +659,7 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
         td_info("systemd watchdog: pinging every %llu ms",
                 (unsigned long long)half_ms);
     }
+    td_daemon_schedule(d);
     return 0;
 }
 
@@ -522,12 +671,21 @@ void td_daemon_shutdown(td_daemon *d, const char *why)
     td_info("shutting down (%s)", why);
     td_notify("STOPPING=1");
     td_server_close(d);
-    uv_close((uv_handle_t *)&d->status, NULL);
-    uv_close((uv_handle_t *)&d->watchdog, NULL);
     uv_close((uv_handle_t *)&d->sig_term, NULL);
     uv_close((uv_handle_t *)&d->sig_int, NULL);
     uv_close((uv_handle_t *)&d->sig_hup, NULL);
-    uv_close((uv_handle_t *)&d->wake, NULL);
+    if (d->trainer) {
+        /* Finish the step, write a checkpoint, then close (td__job_done). */
+        td_job *j = td_jobs_find(&d->jobs, td_trainer_slot_job(d->trainer));
+        if (j)
+            snprintf(j->stop_note, sizeof j->stop_note, "daemon shutdown");
+        td_notify("EXTEND_TIMEOUT_USEC=120000000");
+        td_trainer_slot_request(d->trainer, TD_STOP_SHUTDOWN);
+        td_info("waiting for the running job to reach a step boundary and "
+                "write its checkpoint");
+    } else {
+        td__close_handles(d);
+    }
 }
 
 int td_daemon_run(td_daemon *d)

@@ -19,6 +19,7 @@
 
 #include "jobs.h"
 #include "protocol.h"
+#include "trainer.h"
 
 /* Event kinds a client can subscribe to (bit flags). */
 enum {
@@ -29,6 +30,9 @@ enum {
     TD_EV_LOG = 1 << 4,
     TD_EV_CHECKPOINT = 1 << 5,
     TD_EV_ALL = (1 << 6) - 1,
+    /* inbox messages that are not events */
+    TD_MSG_STARTED = 1 << 8, /* the trainer built the job and trains */
+    TD_MSG_DONE = 1 << 9,    /* the trainer thread is done with the job */
 };
 
 struct td_daemon;
@@ -92,6 +96,7 @@ typedef struct td_daemon {
     int activated;             /* socket passed by systemd */
     int shutting_down;
     int64_t started_ns;
+    td_trainer_slot *trainer;  /* the running job's thread, or NULL */
     /* inbox from other threads */
     pthread_mutex_t inbox_mu;
     td_inbox_msg *inbox_head, *inbox_tail;
@@ -108,11 +113,13 @@ void td_daemon_free(td_daemon *d);
  * events are dropped (and counted) when the inbox is backed up. */
 void td_daemon_post(td_daemon *d, int kind, int64_t job, json_t *data);
 /* Loop thread: persist a job's record in the state dir (off the loop). */
-void td_daemon_persist_job(td_daemon *d, const td_job *j);
+void td_daemon_persist_job(td_daemon *d, td_job *j);
 /* Loop thread: change a job's state, persist it, tell subscribers. */
 int td_daemon_set_job_state(td_daemon *d, td_job *j, enum td_job_state s,
                             const char *reason);
 double td_daemon_ts(const td_daemon *d);
+/* Loop thread: starts the oldest pending job if the device is free. */
+void td_daemon_schedule(td_daemon *d);
 /* Any thread (the trainer, each step): proof of life for the watchdog. */
 void td_daemon_heartbeat(td_daemon *d);
 /* Path of a job's log file (state_dir/jobs/<id>.log). */

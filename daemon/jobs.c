@@ -48,6 +48,7 @@ static void td__job_free(td_job *j)
     json_decref(j->last_window);
     json_decref(j->last_epoch);
     json_decref(j->checkpoints);
+    json_decref(j->result);
     free(j);
 }
 
@@ -193,6 +194,8 @@ json_t *td_job_record(const td_job *j)
         json_object_set(o, "last_window", j->last_window);
     if (j->last_epoch)
         json_object_set(o, "last_epoch", j->last_epoch);
+    if (j->result)
+        json_object_set(o, "result", j->result);
     return o;
 }
 
@@ -246,5 +249,7 @@ td_job *td_job_from_record(json_t *rec, char *err, size_t errcap)
         j->last_window = json_deep_copy(v);
     if ((v = json_object_get(rec, "last_epoch")))
         j->last_epoch = json_deep_copy(v);
+    if ((v = json_object_get(rec, "result")))
+        j->result = json_deep_copy(v);
     return j;
 }

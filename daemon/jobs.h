@@ -42,7 +42,11 @@ typedef struct td_job {
     int64_t epoch, step, steps_total, epochs_total;
     json_t *last_window;     /* owned, may be NULL */
     json_t *last_epoch;      /* owned, may be NULL */
-    json_t *checkpoints;     /* array of {path, step, epoch, bytes}, owned */
+    json_t *checkpoints;     /* array of {path, step, bytes}, owned */
+    json_t *result;          /* the trainer's final figures, owned, or NULL */
+    char stop_note[128];     /* why a stop was requested (loop only) */
+    int persist_busy;        /* a write of the record is under way */
+    int persist_dirty;       /* ... and the record changed since */
     struct td_job *next;
 } td_job;
 

@@ -222,7 +222,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     td_train_config tc;
     memset(&tc, 0, sizeof tc);
     tc.model = r->model;
-    tc.device = "cpu";
+    tc.device = opts->device ? opts->device : "cpu";
     tc.backend.batch = s->batch_size;
     tc.backend.threads = s->threads > 0 ? s->threads : 0;
     tc.backend.dtype = TD_F32;
@@ -627,11 +627,14 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
     rc = td_trainer_run(r->trainer, r->train ? &tsrc : NULL,
                         r->val ? &vsrc : NULL, &cb, &tr, err, errcap);
     enum td_stop_reason why = atomic_load(&r->stop_reason);
-    if (rc == 0 && tr.stopped && (why == TD_STOP_PAUSE ||
-                                  why == TD_STOP_SHUTDOWN)) {
+    /* The trained model is the job's product: a completed job ends with a
+     * checkpoint of its final state, and a paused or interrupted one with
+     * a checkpoint to resume from. */
+    if (rc == 0 && (!tr.stopped || why == TD_STOP_PAUSE ||
+                    why == TD_STOP_SHUTDOWN)) {
         td_train_position pos;
         td_trainer_position(r->trainer, &pos);
-        if (pos.steps != r->last_ckpt_step && pos.epoch < r->spec->epochs) {
+        if (pos.steps != r->last_ckpt_step) {
             /* The final checkpoint must not be skipped: wait for a free
              * buffer (the trainer has stopped, so waiting costs nothing). */
             for (int i = 0; i < 6000 && td__checkpoint(r, &pos) == -EBUSY; i++)

@@ -40,6 +40,7 @@ typedef struct td_runner_opts {
     const td_job_spec *spec;   /* borrowed; must outlive the runner */
     long job;                  /* job id for log lines; 0: none */
     const char *models_dir;    /* where zoo model names are looked up */
+    const char *device;        /* backend: "cpu" (NULL) or "cuda:N" */
     const char *ckpt_dir;      /* NULL: no checkpoints */
     int resume;                /* continue from the newest checkpoint */
     int synthetic_steps;       /* steps per epoch on synthetic input (100) */

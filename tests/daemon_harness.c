@@ -36,6 +36,10 @@ static int th__spawn(td_harness *h, const char *const *extra)
     if (h->pid < 0)
         return -errno;
     if (h->pid == 0) {
+        char models[600];
+        const char *src = getenv("TD_SOURCE_ROOT");
+        snprintf(models, sizeof models, "%s/config/models", src ? src : ".");
+        setenv("TD_MODELS_DIR", models, 0);
         for (int i = 0; h->env && h->env[i]; i++)
             putenv((char *)h->env[i]);
         execv(exe, (char *const *)argv);
@@ -278,4 +282,69 @@ int th_cli(const td_harness *h, char **out, char **err, const char *const *argv)
     else
         free(e);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+json_t *th_tiny_spec(int epochs, int every)
+{
+    return th_spec(epochs, every, 8, 4);
+}
+
+json_t *th_spec(int epochs, int every, int size, int channels)
+{
+    return json_pack(
+        "{s:s, s:{s:i}, s:{s:[i,i], s:i, s:s, s:{s:[f], s:[f]}},"
+        " s:{s:[{s:s, s:s, s:i, s:i, s:i}, {s:s, s:s}, {s:s, s:s},"
+        "       {s:s, s:s, s:s}]},"
+        " s:{s:s, s:f, s:f}, s:i, s:i, s:i, s:i,"
+        " s:{s:i, s:i}, s:{s:i, s:i}}",
+        "name", "tiny", "data", "classes", 4,
+        "input", "size", size, size, "channels", 1, "source", "synthetic",
+        "normalize", "mean", 0.5, "std", 0.25,
+        "model", "layers",
+        "type", "conv2d", "name", "c1", "channels", channels, "kernel", 3,
+        "pad", 1,
+        "type", "relu", "name", "r1", "type", "flatten", "name", "f",
+        "type", "dense", "name", "fc", "units", "classes",
+        "optimizer", "type", "sgd", "lr", 0.01, "momentum", 0.9,
+        "batch_size", 8, "epochs", epochs, "seed", 1, "threads", 1,
+        "metrics", "warmup_steps", 5, "window_steps", 10,
+        "checkpoint", "every_steps", every, "keep", 3);
+}
+
+json_t *th_wait_event(int fd, const char *kind, int64_t job,
+                      const char *state, int timeout_ms, json_t *log)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 100) {
+        json_t *ev = th_read_json(fd, 100);
+        if (!ev)
+            continue;
+        if (log)
+            json_array_append(log, ev);
+        const char *k = json_string_value(json_object_get(ev, "event"));
+        const char *st = json_string_value(json_object_get(
+            json_object_get(ev, "data"), "state"));
+        if (k && strcmp(k, kind) == 0 &&
+            json_integer_value(json_object_get(ev, "job")) == job &&
+            (!state || (st && strcmp(st, state) == 0)))
+            return ev;
+        json_decref(ev);
+    }
+    return NULL;
+}
+
+int th_wait_state(int fd, int64_t job, const char *state, int timeout_ms)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+        json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
+                                                     (json_int_t)job));
+        const char *st = json_string_value(json_object_get(
+            json_object_get(th_ok(r), "job"), "state"));
+        int ok = st && strcmp(st, state) == 0;
+        json_decref(r);
+        if (ok)
+            return 1;
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
 }

@@ -38,6 +38,22 @@ json_t *th_read_json(int fd, int timeout_ms);
 /* Sends {"id":N,"cmd":cmd,"args":args} (args stolen, may be NULL) and
  * returns the reply with that id, skipping events. */
 json_t *th_request(int fd, const char *cmd, json_t *args);
+/* A small valid job: synthetic 8x8 input, a tiny conv net, 100 steps per
+ * epoch, one compute thread (deterministic), metrics windows of 10 steps
+ * after 5 warm-up steps, checkpoints every `every` steps (0: none). */
+json_t *th_tiny_spec(int epochs, int every);
+/* The same with an input of size x size and a first conv of `channels`
+ * (bigger = slower steps). */
+json_t *th_spec(int epochs, int every, int size, int channels);
+/* Reads events from fd until one of `kind` for job arrives whose
+ * data.state equals state (state may be NULL: any); returns it or NULL
+ * after timeout_ms.  Every event read is appended to log if non-NULL. */
+json_t *th_wait_event(int fd, const char *kind, int64_t job,
+                      const char *state, int timeout_ms, json_t *log);
+/* Polls `show` until the job's state is `state` (or timeout_ms passes);
+ * returns 1 if it got there. */
+int th_wait_state(int fd, int64_t job, const char *state, int timeout_ms);
+
 /* Convenience: the "ok" object of a reply (borrowed from reply) or NULL. */
 json_t *th_ok(json_t *reply);
 const char *th_err_class(json_t *reply);

@@ -20,16 +20,23 @@ static void teardown(void)
 #define CLI(out, err, ...)                                                   \
     th_cli(&H, (out), (err), (const char *const[]){__VA_ARGS__, NULL})
 
-static const char *job_file(void)
+/* A job file: the harness's tiny synthetic job with `epochs` epochs and
+ * a relative data path (to check that trainctl resolves it). */
+static const char *job_file_epochs(int epochs)
 {
     static char path[128];
-    snprintf(path, sizeof path, "%s/job.json", H.dir);
-    FILE *f = fopen(path, "w");
-    fputs("{\"name\":\"cli-test\",\"epochs\":1,\"data\":{\"train\":\"d/t\"}}",
-          f);
-    fclose(f);
+    snprintf(path, sizeof path, "%s/job-%d.json", H.dir, epochs);
+    json_t *spec = th_tiny_spec(epochs, 0);
+    json_object_set_new(spec, "name", json_string("cli-test"));
+    json_object_set_new(json_object_get(spec, "data"), "train",
+                        json_string("d/t"));
+    ck_assert_int_eq(json_dump_file(spec, path, 0), 0);
+    json_decref(spec);
     return path;
 }
+
+/* A job that trains until cancelled. */
+static const char *job_file(void) { return job_file_epochs(100000); }
 
 START_TEST(test_every_command_has_help)
 {
@@ -88,8 +95,8 @@ START_TEST(test_submit_queue_show_json)
 {
     char *out;
     ck_assert_int_eq(CLI(&out, NULL, "submit", job_file(), "--set",
-                         "epochs=2", "--set", "optimizer.lr=0.1", "--json"),
-                     0);
+                         "epochs=90000", "--set", "optimizer.lr=0.1",
+                         "--json"), 0);
     json_t *r = json_loads(out, 0, NULL);
     ck_assert_int_eq(json_integer_value(json_object_get(
                          json_object_get(r, "ok"), "job")), 1);
@@ -105,7 +112,8 @@ START_TEST(test_submit_queue_show_json)
     ck_assert_int_eq(CLI(&out, NULL, "show", "1", "--json"), 0);
     r = json_loads(out, 0, NULL);
     json_t *spec = json_object_get(json_object_get(r, "job"), "spec");
-    ck_assert_int_eq(json_integer_value(json_object_get(spec, "epochs")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(spec, "epochs")),
+                     90000);
     ck_assert_double_eq(json_number_value(json_object_get(
                             json_object_get(spec, "optimizer"), "lr")), 0.1);
     /* The relative data path was made absolute against the job's folder. */
@@ -116,29 +124,38 @@ START_TEST(test_submit_queue_show_json)
     free(out);
     ck_assert_int_eq(CLI(&out, NULL, "queue"), 0);
     ck_assert_ptr_nonnull(strstr(out, "cli-test"));
-    ck_assert_ptr_nonnull(strstr(out, "pending"));
+    ck_assert_ptr_nonnull(strstr(out, "running"));
     free(out);
+    ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);
 }
 END_TEST
 
 START_TEST(test_job_actions_and_refusals)
 {
     char *out, *err;
+    /* Job 1 trains; job 2 waits behind it. */
     ck_assert_int_eq(CLI(NULL, NULL, "submit", job_file()), 0);
-    ck_assert_int_eq(CLI(&out, NULL, "pause", "1"), 0);
-    ck_assert_ptr_nonnull(strstr(out, "job 1: paused"));
+    ck_assert_int_eq(CLI(NULL, NULL, "submit", job_file()), 0);
+    ck_assert_int_eq(CLI(&out, NULL, "checkpoint", "1", "--json"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"requested\":true"));
     free(out);
-    ck_assert_int_eq(CLI(&out, NULL, "resume", "#1", "--json"), 0);
+    ck_assert_int_eq(CLI(NULL, &err, "checkpoint", "2"), 1);
+    ck_assert_ptr_nonnull(strstr(err, "only a running job"));
+    free(err);
+    ck_assert_int_eq(CLI(&out, NULL, "pause", "2"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "job 2: paused"));
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "resume", "#2", "--json"), 0);
     json_t *r = json_loads(out, 0, NULL);
     ck_assert_str_eq(json_string_value(json_object_get(r, "state")),
                      "pending");
     json_decref(r);
     free(out);
-    ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);
-    ck_assert_int_eq(CLI(NULL, &err, "cancel", "1"), 1);
+    ck_assert_int_eq(CLI(NULL, NULL, "cancel", "2"), 0);
+    ck_assert_int_eq(CLI(NULL, &err, "cancel", "2"), 1);
     ck_assert_ptr_nonnull(strstr(err, "already cancelled"));
     free(err);
-    ck_assert_int_eq(CLI(&out, NULL, "cancel", "1", "--json"), 1);
+    ck_assert_int_eq(CLI(&out, NULL, "cancel", "2", "--json"), 1);
     r = json_loads(out, 0, NULL);
     ck_assert_str_eq(json_string_value(json_object_get(
                          json_object_get(r, "error"), "class")), "conflict");
@@ -148,11 +165,46 @@ START_TEST(test_job_actions_and_refusals)
     ck_assert_ptr_nonnull(strstr(err, "no job 42"));
     free(err);
     /* watch on a finished job returns at once with its outcome. */
-    ck_assert_int_eq(CLI(&out, NULL, "watch", "1"), 1);
+    ck_assert_int_eq(CLI(&out, NULL, "watch", "2"), 1);
     ck_assert_ptr_nonnull(strstr(out, "cancelled"));
     free(out);
-    ck_assert_int_eq(CLI(&out, NULL, "logs", "1"), 0);
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "2"), 0);
     ck_assert_ptr_nonnull(strstr(out, "cancelled by uid"));
+    free(out);
+    /* Cancelling the running job: watch follows it to its end. */
+    ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);
+    ck_assert_int_eq(CLI(&out, NULL, "watch", "1"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "job 1 cancelled"));
+    free(out);
+}
+END_TEST
+
+START_TEST(test_submit_follow_to_completion)
+{
+    char *out;
+    /* Not a tty: plain lines, one per window and epoch, then the end. */
+    ck_assert_int_eq(CLI(&out, NULL, "submit", job_file_epochs(2),
+                         "--follow"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "submitted job 1"));
+    ck_assert_ptr_nonnull(strstr(out, "samples/s"));
+    ck_assert_ptr_nonnull(strstr(out, "job 1 epoch 2 done"));
+    ck_assert_ptr_nonnull(strstr(out, "job 1 completed"));
+    free(out);
+    /* --json: every line is a JSON object, the last one the final state. */
+    ck_assert_int_eq(CLI(&out, NULL, "submit", job_file_epochs(1),
+                         "--follow", "--json"), 0);
+    char *save = NULL, *last = NULL;
+    int lines = 0;
+    for (char *l = strtok_r(out, "\n", &save); l;
+         l = strtok_r(NULL, "\n", &save)) {
+        json_t *o = json_loads(l, 0, NULL);
+        ck_assert_msg(o != NULL, "not JSON: %s", l);
+        json_decref(o);
+        last = l;
+        lines++;
+    }
+    ck_assert_int_gt(lines, 3);
+    ck_assert_ptr_nonnull(strstr(last, "\"completed\""));
     free(out);
 }
 END_TEST
@@ -199,6 +251,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_submit_queue_show_json);
     tcase_add_test(tc, test_job_actions_and_refusals);
     tcase_add_test(tc, test_config_and_version);
+    tcase_add_test(tc, test_submit_follow_to_completion);
     suite_add_tcase(s, tc);
     return s;
 }

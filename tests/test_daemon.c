@@ -21,18 +21,35 @@ static void teardown(void)
     ck_assert_msg(st == 0, "traind exited with status %d after SIGTERM", st);
 }
 
-static json_t *spec(void)
+static int64_t submit_spec(int fd, json_t *spec)
 {
-    return json_pack("{s:s, s:i}", "name", "tiny", "epochs", 1);
-}
-
-static int64_t submit(int fd)
-{
-    json_t *r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec()));
-    ck_assert_ptr_nonnull(th_ok(r));
+    json_t *r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec));
+    ck_assert_msg(th_ok(r) != NULL, "submit refused: %s",
+                  json_string_value(json_object_get(
+                      json_object_get(r, "error"), "desc")));
     int64_t id = json_integer_value(json_object_get(th_ok(r), "job"));
     json_decref(r);
     return id;
+}
+
+/* A job that trains until it is cancelled, keeping later jobs pending. */
+static int64_t submit_blocker(int fd)
+{
+    int64_t id = submit_spec(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, id, "running", 10000));
+    return id;
+}
+
+/* A tiny job; pending while a blocker runs. */
+static int64_t submit(int fd) { return submit_spec(fd, th_tiny_spec(1, 0)); }
+
+static void cancel_and_wait(int fd, int64_t id)
+{
+    json_t *r = th_request(fd, "cancel", json_pack("{s:I}", "job",
+                                                   (json_int_t)id));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    ck_assert(th_wait_state(fd, id, "cancelled", 20000));
 }
 
 START_TEST(test_hello_and_version)
@@ -120,13 +137,17 @@ END_TEST
 START_TEST(test_submit_list_show_cancel)
 {
     int fd = th_connect(&H, NULL);
+    int64_t blocker = submit_blocker(fd);
     int64_t a = submit(fd), b = submit(fd);
+    ck_assert_int_eq(a, blocker + 1);
     ck_assert_int_eq(b, a + 1);
     json_t *r = th_request(fd, "list", NULL);
     json_t *jobs = json_object_get(th_ok(r), "jobs");
-    ck_assert_uint_eq(json_array_size(jobs), 2);
+    ck_assert_uint_eq(json_array_size(jobs), 3);
     ck_assert_str_eq(json_string_value(json_object_get(
-                         json_array_get(jobs, 0), "state")), "pending");
+                         json_array_get(jobs, 0), "state")), "running");
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(jobs, 1), "state")), "pending");
     ck_assert_int_eq(json_integer_value(json_object_get(
                          json_array_get(jobs, 0), "uid")), (int)getuid());
     json_decref(r);
@@ -145,6 +166,10 @@ START_TEST(test_submit_list_show_cancel)
     r = th_request(fd, "list", json_pack("{s:s}", "state", "cancelled"));
     ck_assert_uint_eq(json_array_size(json_object_get(th_ok(r), "jobs")), 1);
     json_decref(r);
+    /* Cancelling the running job stops it at a step boundary; then the
+     * next pending job runs to completion. */
+    cancel_and_wait(fd, blocker);
+    ck_assert(th_wait_state(fd, b, "completed", 30000));
     r = th_request(fd, "list", json_pack("{s:s}", "state", "sleeping"));
     ck_assert_str_eq(th_err_class(r), "invalid_args");
     json_decref(r);
@@ -158,6 +183,7 @@ END_TEST
 START_TEST(test_pause_resume_pending)
 {
     int fd = th_connect(&H, NULL);
+    int64_t blocker = submit_blocker(fd);
     int64_t a = submit(fd);
     json_t *r = th_request(fd, "resume", json_pack("{s:I}", "job",
                                                    (json_int_t)a));
@@ -171,6 +197,7 @@ START_TEST(test_pause_resume_pending)
     ck_assert_str_eq(json_string_value(json_object_get(th_ok(r), "state")),
                      "pending");
     json_decref(r);
+    cancel_and_wait(fd, blocker);
     close(fd);
 }
 END_TEST
@@ -179,6 +206,7 @@ START_TEST(test_state_events_reach_subscriber)
 {
     int sub = th_connect(&H, NULL);
     int fd = th_connect(&H, NULL);
+    int64_t blocker = submit_blocker(fd);
     json_t *r = th_request(sub, "subscribe",
                            json_pack("{s:[s]}", "events", "state"));
     ck_assert_ptr_nonnull(th_ok(r));
@@ -201,6 +229,7 @@ START_TEST(test_state_events_reach_subscriber)
     r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)b));
     ck_assert_ptr_nonnull(th_ok(r));
     json_decref(r);
+    cancel_and_wait(fd, blocker);
     close(fd);
 }
 END_TEST
@@ -212,7 +241,7 @@ START_TEST(test_other_uid_may_not_control)
         return;
     }
     int fd = th_connect(&H, NULL);
-    int64_t a = submit(fd);
+    int64_t a = submit_blocker(fd);
     chmod(H.dir, 0755);
     chmod(H.sock, 0666);
     pid_t pid = fork();
@@ -235,8 +264,9 @@ START_TEST(test_other_uid_may_not_control)
                                                  (json_int_t)a));
     ck_assert_str_eq(json_string_value(json_object_get(
                          json_object_get(th_ok(r), "job"), "state")),
-                     "pending");
+                     "running");
     json_decref(r);
+    cancel_and_wait(fd, a);
     close(fd);
 }
 END_TEST
@@ -274,7 +304,7 @@ END_TEST
 START_TEST(test_jobs_survive_restart)
 {
     int fd = th_connect(&H, NULL);
-    int64_t a = submit(fd);
+    int64_t a = submit_blocker(fd);
     int64_t b = submit(fd);
     json_t *r = th_request(fd, "cancel", json_pack("{s:I}", "job",
                                                    (json_int_t)b));
@@ -291,7 +321,10 @@ START_TEST(test_jobs_survive_restart)
     ck_assert_str_eq(json_string_value(json_object_get(
                          json_array_get(jobs, 1), "state")), "cancelled");
     json_decref(r);
+    /* The interrupted job runs again after the restart. */
+    ck_assert(th_wait_state(fd, a, "running", 10000));
     ck_assert_int_gt(submit(fd), b); /* ids keep increasing */
+    cancel_and_wait(fd, a);
     close(fd);
 }
 END_TEST

@@ -1,0 +1,211 @@
+/* trainer.c - the daemon's trainer thread: runs one job at a time on the
+ * device, and the loop-side bookkeeping around it.
+ *
+ * The loop thread starts a job (td_trainer_slot_start), sends it requests
+ * (stop, checkpoint, worker count) and learns everything else from the
+ * inbox: the runner's step/window/epoch/checkpoint events, and a final
+ * TD_MSG_DONE when the thread is about to exit.  Only then does the loop
+ * join the thread, decide the job's final state and start the next job.
+ * The trainer thread never touches the job table or a socket.
+ */
+#include "trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "daemon.h"
+#include "device.h"
+#include "error.h"
+#include "log.h"
+#include "notify.h"
+#include "runner.h"
+#include "settings.h"
+#include "spec.h"
+
+struct td_trainer_slot {
+    td_daemon *d;
+    pthread_t thread;
+    int64_t job;
+    char device[64];
+    char models_dir[4096];
+    char ckpt_dir[4200];
+    td_job_spec spec;
+    pthread_mutex_t mu;        /* runner, pending requests */
+    td_runner *runner;         /* set by the thread once created */
+    enum td_stop_reason pending_stop;
+    int pending_workers;
+};
+
+/* ---- the thread ------------------------------------------------------- */
+
+static int td__event_kind(const char *kind)
+{
+    if (strcmp(kind, "step") == 0)
+        return TD_EV_STEP;
+    if (strcmp(kind, "window") == 0)
+        return TD_EV_WINDOW;
+    if (strcmp(kind, "epoch") == 0)
+        return TD_EV_EPOCH;
+    if (strcmp(kind, "checkpoint") == 0)
+        return TD_EV_CHECKPOINT;
+    return 0;
+}
+
+/* Runner events, on the trainer or the checkpoint writer thread. */
+static void td__on_event(void *user, const char *kind, json_t *data)
+{
+    td_trainer_slot *s = user;
+    int k = td__event_kind(kind);
+    if (k == TD_EV_STEP)
+        td_daemon_heartbeat(s->d);
+    if (k)
+        td_daemon_post(s->d, k, s->job, data);
+    else
+        json_decref(data);
+}
+
+static void *td__thread(void *arg)
+{
+    td_trainer_slot *s = arg;
+    td_runner_result res;
+    char err[1024] = "";
+    td_runner *r = NULL;
+    int rc;
+    td_log_set_thread_name("trainer");
+    memset(&res, 0, sizeof res);
+    td_runner_opts o = {.spec = &s->spec, .job = s->job,
+                        .models_dir = s->models_dir, .device = s->device,
+                        .ckpt_dir = s->ckpt_dir, .resume = 1,
+                        .event = td__on_event, .user = s};
+    rc = td_runner_create(&o, &r, err, sizeof err);
+    if (rc == 0) {
+        pthread_mutex_lock(&s->mu);
+        s->runner = r;
+        if (s->pending_stop != TD_STOP_NONE)
+            td_runner_stop(r, s->pending_stop);
+        if (s->pending_workers > 0)
+            td_runner_set_workers(r, s->pending_workers);
+        pthread_mutex_unlock(&s->mu);
+        td_daemon_heartbeat(s->d);
+        td_daemon_post(s->d, TD_MSG_STARTED, s->job,
+                       json_pack("{s:I}", "steps_total",
+                                 (json_int_t)td_runner_steps_total(r)));
+        rc = td_runner_run(r, &res, err, sizeof err);
+    }
+    json_t *done = json_pack(
+        "{s:i, s:s, s:i, s:I, s:I, s:o, s:o, s:o, s:s, s:I, s:I, s:s}",
+        "rc", rc, "error", err[0] ? err : td_strerror(rc), "stopped",
+        (int)res.stopped, "steps", (json_int_t)res.steps, "epochs",
+        (json_int_t)res.epochs, "samples_per_s",
+        isfinite(res.samples_per_s) ? json_real(res.samples_per_s)
+                                    : json_null(),
+        "val_acc", isnan(res.val_acc) ? json_null() : json_real(res.val_acc),
+        "val_loss", isnan(res.val_loss) ? json_null()
+                                        : json_real(res.val_loss),
+        "verdict", res.verdict, "bad_samples", (json_int_t)res.bad_samples,
+        "checkpoints_failed", (json_int_t)res.checkpoints_failed,
+        "last_checkpoint", res.last_checkpoint);
+    /* The runner's threads (workers, writer) end here, off the loop. */
+    pthread_mutex_lock(&s->mu);
+    s->runner = NULL;
+    pthread_mutex_unlock(&s->mu);
+    td_runner_free(r);
+    td_daemon_post(s->d, TD_MSG_DONE, s->job, done);
+    return NULL;
+}
+
+/* ---- loop side -------------------------------------------------------- */
+
+static void td__models_dir(char *out, size_t cap)
+{
+    const char *env = getenv("TD_MODELS_DIR");
+    snprintf(out, cap, "%s", env && *env ? env : TD_MODELS_INSTALL_DIR);
+}
+
+int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
+                          char *err, size_t errcap)
+{
+    td_trainer_slot *s = calloc(1, sizeof *s);
+    td_device_info info;
+    td_device_choice ch;
+    int rc;
+    if (!s) {
+        snprintf(err, errcap, "out of memory");
+        return -ENOMEM;
+    }
+    s->d = d;
+    s->job = j->id;
+    pthread_mutex_init(&s->mu, NULL);
+    if ((rc = td_spec_parse(j->spec, NULL, &s->spec, err, errcap)))
+        goto fail;
+    td_device_probe(&info);
+    if ((rc = td_device_select(s->spec.device, &info, &ch, err, errcap)))
+        goto fail;
+    if (ch.kind == TD_DEVICE_CUDA)
+        snprintf(s->device, sizeof s->device, "cuda:%d", ch.index);
+    else
+        snprintf(s->device, sizeof s->device, "cpu");
+    td_logf(TD_LOG_INFO, j->id, "device: %s%s%s", ch.desc,
+            ch.kind == TD_DEVICE_CPU && info.cuda_built ? " — " : "",
+            ch.kind == TD_DEVICE_CPU && info.cuda_built ? info.reason : "");
+    td__models_dir(s->models_dir, sizeof s->models_dir);
+    snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s/checkpoints/%lld",
+             d->state_dir, (long long)j->id);
+    long long w = td_settings_int(d->settings, "workers");
+    s->pending_workers = w > 0 && s->spec.input.workers == 0 ? (int)w : 0;
+    if ((rc = pthread_create(&s->thread, NULL, td__thread, s)) != 0) {
+        snprintf(err, errcap, "cannot start the trainer thread: %s",
+                 strerror(rc));
+        rc = -rc;
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    td_spec_free(&s->spec);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return rc;
+}
+
+void td_trainer_slot_request(td_trainer_slot *s, enum td_stop_reason why)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->runner)
+        td_runner_stop(s->runner, why);
+    else if (s->pending_stop == TD_STOP_NONE)
+        s->pending_stop = why;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void td_trainer_slot_checkpoint(td_trainer_slot *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->runner)
+        td_runner_checkpoint_now(s->runner);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void td_trainer_slot_set_workers(td_trainer_slot *s, int n)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->runner)
+        td_runner_set_workers(s->runner, n);
+    else
+        s->pending_workers = n;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int64_t td_trainer_slot_job(const td_trainer_slot *s) { return s->job; }
+
+void td_trainer_slot_join(td_trainer_slot *s)
+{
+    pthread_join(s->thread, NULL);
+    td_spec_free(&s->spec);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
