@@ -266,6 +266,7 @@ void td_resampler_free(td_resampler *r)
     free(r->yr0);
     free(r->yr1);
     free(r->wy);
+    free(r->tmp);
     memset(r, 0, sizeof *r);
 }
 
@@ -306,43 +307,78 @@ static void td__axis(int n, double start, double len, int img, double f,
     }
 }
 
-static inline uint8_t td__lerp2(const uint8_t *r0, const uint8_t *r1,
-                                int32_t a, int32_t b, uint32_t wx,
-                                uint32_t wy)
+/* Separable bilinear in 8.8 fixed point, vertical pass first: each output
+ * row blends its two source rows over the region's width into a uint16
+ * row (value x 256; contiguous, so it vectorises), then the horizontal
+ * pass gathers two taps per output value from it.  Each pass runs once
+ * per output row whatever the scale factor. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("tree-vectorize")))
+#endif
+static void td__vpass(const uint8_t *r0, const uint8_t *r1, uint32_t wy,
+                      uint16_t *d, int n)
 {
-    uint32_t top = r0[a] * (256 - wx) + r0[b] * wx;
-    uint32_t bot = r1[a] * (256 - wx) + r1[b] * wx;
-    return (uint8_t)((top * (256 - wy) + bot * wy + 32768) >> 16);
+    uint32_t w0 = 256 - wy;
+    for (int i = 0; i < n; i++)
+        d[i] = (uint16_t)(r0[i] * w0 + r1[i] * wy);
 }
 
-/* The inner loop, with c and the layout known at compile time. */
-static inline void td__rows(const td_resampler *r, const td_region *reg,
-                            uint8_t *dst, int c, int chw)
+/* Out-of-image columns (pad) point at c zeros kept after the row. */
+static inline uint8_t td__h(const uint16_t *t, int32_t a, int32_t b,
+                            uint32_t w0, uint32_t w1)
 {
-    const int ow = r->out_w, oh = r->out_h;
-    const size_t plane = (size_t)ow * (size_t)oh;
+    return (uint8_t)((t[a] * w0 + t[b] * w1 + 32768) >> 16);
+}
+
+static void td__hpass3(const td_resampler *r, const uint16_t *t, uint8_t *d,
+                       size_t plane)
+{
+    for (int x = 0; x < r->out_w; x++) {
+        int32_t a = r->xo0[x], b = r->xo1[x];
+        uint32_t w1 = r->wx[x], w0 = 256 - w1;
+        uint8_t v0 = td__h(t, a, b, w0, w1), v1 = td__h(t, a + 1, b + 1, w0, w1),
+                v2 = td__h(t, a + 2, b + 2, w0, w1);
+        if (plane) {
+            d[x] = v0;
+            d[plane + (size_t)x] = v1;
+            d[2 * plane + (size_t)x] = v2;
+        } else {
+            d[3 * x] = v0;
+            d[3 * x + 1] = v1;
+            d[3 * x + 2] = v2;
+        }
+    }
+}
+
+static void td__hpass1(const td_resampler *r, const uint16_t *t, uint8_t *d)
+{
+    for (int x = 0; x < r->out_w; x++) {
+        uint32_t w1 = r->wx[x];
+        d[x] = td__h(t, r->xo0[x], r->xo1[x], 256 - w1, w1);
+    }
+}
+
+static void td__rows(td_resampler *r, const td_region *reg, uint8_t *dst,
+                     int chw)
+{
+    const int ow = r->out_w, oh = r->out_h, c = r->c;
+    const size_t plane = (size_t)ow * (size_t)oh, n = (size_t)ow * c;
+    const int rn = reg->w * c;
+    uint16_t *t = r->tmp;
     for (int y = 0; y < oh; y++) {
-        uint8_t *d = dst + (chw ? (size_t)y * ow : (size_t)y * ow * c);
+        uint8_t *d = dst + (chw ? (size_t)y * ow : (size_t)y * n);
         if (r->yr0[y] < 0) {
             for (int k = 0; k < (chw ? c : 1); k++)
-                memset(d + k * plane, 0, (size_t)(chw ? ow : ow * c));
+                memset(d + (size_t)k * plane, 0, chw ? (size_t)ow : n);
             continue;
         }
         const uint8_t *r0 = reg->px + (size_t)r->yr0[y] * reg->stride;
         const uint8_t *r1 = reg->px + (size_t)r->yr1[y] * reg->stride;
-        uint32_t wy = r->wy[y];
-        for (int x = 0; x < ow; x++) {
-            int32_t a = r->xo0[x], b = r->xo1[x];
-            uint32_t wx = r->wx[x];
-            for (int k = 0; k < c; k++) {
-                uint8_t v = a < 0 ? 0 : td__lerp2(r0, r1, a + k, b + k, wx,
-                                                  wy);
-                if (chw)
-                    d[k * plane + (size_t)x] = v;
-                else
-                    d[x * c + k] = v;
-            }
-        }
+        td__vpass(r0, r1, r->wy[y], t, rn);
+        if (c == 3)
+            td__hpass3(r, t, d, chw ? plane : 0);
+        else
+            td__hpass1(r, t, d);
     }
 }
 
@@ -386,23 +422,33 @@ static void td__jitter(uint8_t *dst, int npx, int c, int chw,
     }
 }
 
-void td_augment_apply(td_resampler *r, const td_region *reg, int img_w,
-                      int img_h, const td_aug_plan *p, enum td_layout layout,
-                      uint8_t *dst)
+int td_augment_apply(td_resampler *r, const td_region *reg, int img_w,
+                     int img_h, const td_aug_plan *p, enum td_layout layout,
+                     uint8_t *dst)
 {
     int c = r->c, chw = layout == TD_LAYOUT_NCHW;
+    size_t need = (size_t)reg->w * (size_t)c + (size_t)c;
+    if (need > r->tmp_cap) { /* grows to the widest region, then stays */
+        uint16_t *t = realloc(r->tmp, need * sizeof *t);
+        if (!t)
+            return -ENOMEM;
+        r->tmp = t;
+        r->tmp_cap = need;
+    }
     double fx = (double)reg->scaled_w / img_w;
     double fy = (double)reg->scaled_h / img_h;
     td__axis(r->out_w, p->x, p->w, img_w, fx, reg->x0, reg->w, p->flip,
              r->xo0, r->xo1, r->wx, c);
     td__axis(r->out_h, p->y, p->h, img_h, fy, reg->y0, reg->h, 0, r->yr0,
              r->yr1, r->wy, 1);
-    if (c == 3 && !chw)
-        td__rows(r, reg, dst, 3, 0);
-    else if (c == 3)
-        td__rows(r, reg, dst, 3, 1);
-    else
-        td__rows(r, reg, dst, 1, 0);
+    int32_t zeros = reg->w * c; /* pad columns read the zeros after a row */
+    for (int k = 0; k < c; k++)
+        r->tmp[zeros + k] = 0;
+    for (int x = 0; x < r->out_w; x++)
+        if (r->xo0[x] < 0)
+            r->xo0[x] = r->xo1[x] = zeros;
+    td__rows(r, reg, dst, chw);
     if (p->jitter)
         td__jitter(dst, r->out_w * r->out_h, c, chw, p);
+    return 0;
 }

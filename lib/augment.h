@@ -88,15 +88,18 @@ typedef struct td_resampler {
     uint16_t *wx;           /* weight of the second tap, 0..256 */
     int32_t *yr0, *yr1;
     uint16_t *wy;
+    uint16_t *tmp;          /* one vertically blended region row */
+    size_t tmp_cap;
 } td_resampler;
 
 int td_resampler_init(td_resampler *r, int out_w, int out_h, int c);
 void td_resampler_free(td_resampler *r);
 
-/* Writes the sample (out_w x out_h x c) at dst: HWC with row stride
- * out_w*c, or CHW with plane stride plane (= out_h*out_w in a batch). */
-void td_augment_apply(td_resampler *r, const td_region *reg, int img_w,
-                      int img_h, const td_aug_plan *plan,
-                      enum td_layout layout, uint8_t *dst);
+/* Writes the sample (out_w x out_h x c) at dst: HWC, or CHW (planes of
+ * out_h*out_w).  0, or -ENOMEM when the row scratch cannot grow (it grows
+ * to the widest region seen, then stays). */
+int td_augment_apply(td_resampler *r, const td_region *reg, int img_w,
+                     int img_h, const td_aug_plan *plan,
+                     enum td_layout layout, uint8_t *dst);
 
 #endif

@@ -175,7 +175,11 @@ static int td__sample(td_pipeline *p, struct td__worker *w, int64_t epoch,
         *msg = rc == -ENOMEM ? "out of memory" : td_decoder_message(w->dec);
         return rc;
     }
-    td_augment_apply(&w->rs, &reg, iw, ih, &plan, c->layout, dst);
+    rc = td_augment_apply(&w->rs, &reg, iw, ih, &plan, c->layout, dst);
+    if (rc) {
+        *msg = "out of memory";
+        return rc;
+    }
     int64_t t3 = td_now_ns();
     atomic_fetch_add_explicit(&w->read_ns, t1 - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->decode_ns, t2 - t1, memory_order_relaxed);
@@ -659,6 +663,26 @@ void td_pipeline_stats_get(td_pipeline *p, td_pipeline_stats *s)
     s->batches = atomic_load_explicit(&p->batches, memory_order_relaxed);
     s->bad_samples = atomic_load_explicit(&p->bad_count, memory_order_relaxed);
     s->prefetch = p->nslots;
+}
+
+int td_pipeline_drain(td_pipeline *p, int64_t first_epoch, int epochs,
+                      int64_t *images, double *seconds)
+{
+    int64_t n = 0, t0 = td_now_ns();
+    int rc = td_pipeline_start(p, first_epoch, 0);
+    for (int64_t i = 0; rc == 0 && i < epochs * p->bpe; i++) {
+        td_batch b;
+        rc = td_pipeline_next(p, &b, NULL);
+        if (rc == 0) {
+            n += b.n;
+            td_pipeline_release(p, &b);
+        }
+    }
+    if (images)
+        *images = n;
+    if (seconds)
+        *seconds = td_elapsed_s(t0);
+    return rc;
 }
 
 size_t td_pipeline_dataset_size(const td_pipeline *p) { return p->n; }

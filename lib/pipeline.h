@@ -106,6 +106,13 @@ typedef struct td_pipeline_stats {
 
 void td_pipeline_stats_get(td_pipeline *p, td_pipeline_stats *s);
 
+/* Runs the pipeline alone: starts at (first_epoch, 0) and takes and
+ * releases every batch of `epochs` epochs as fast as they come; for
+ * benchmarks (bench-input).  *images and *seconds (start to last batch)
+ * may be NULL.  0 or the error next() returned. */
+int td_pipeline_drain(td_pipeline *p, int64_t first_epoch, int epochs,
+                      int64_t *images, double *seconds);
+
 size_t td_pipeline_dataset_size(const td_pipeline *p);
 int64_t td_pipeline_batches_per_epoch(const td_pipeline *p);
 int td_pipeline_classes(const td_pipeline *p);

@@ -199,7 +199,7 @@ static void run_sample(td_decoder *d, td_resampler *rs, const uint8_t *j,
     int bw = (int)ceil(pl->x + pl->w) - bx, bh = (int)ceil(pl->y + pl->h) - by;
     ck_assert_int_eq(td_decoder_region(d, bx, by, bw, bh, ow, oh, c, flags,
                                        &r), 0);
-    td_augment_apply(rs, &r, iw, ih, pl, lay, out);
+    ck_assert_int_eq(td_augment_apply(rs, &r, iw, ih, pl, lay, out), 0);
 }
 
 /* The bound: a random_resized_crop to 224 decoded at a reduced DCT scale
