@@ -24,5 +24,6 @@ struct td_command {
 
 int td_cmd_version(int argc, char **argv);
 int td_cmd_pack(int argc, char **argv);
+int td_cmd_bench_input(int argc, char **argv);
 
 #endif

@@ -2,6 +2,7 @@
 #include "augment.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,84 @@ int td_augment_parse_list(const char *list, td_augment *ops, int max,
         p = e ? e + 1 : NULL;
     }
     return n;
+}
+
+static int td__json_pair(json_t *v, double out[2])
+{
+    if (!json_is_array(v) || json_array_size(v) != 2 ||
+        !json_is_number(json_array_get(v, 0)) ||
+        !json_is_number(json_array_get(v, 1)))
+        return -1;
+    out[0] = json_number_value(json_array_get(v, 0));
+    out[1] = json_number_value(json_array_get(v, 1));
+    return 0;
+}
+
+/* One key of an augment object into a; -1 if the key is unknown or
+ * its value has the wrong type. */
+static int td__json_key(td_augment *a, const char *k, json_t *v)
+{
+    if (strcmp(k, "op") == 0)
+        return 0;
+    if (strcmp(k, "scale") == 0)
+        return td__json_pair(v, a->scale);
+    if (strcmp(k, "ratio") == 0)
+        return td__json_pair(v, a->ratio);
+    if (strcmp(k, "pad") == 0 || strcmp(k, "resize") == 0) {
+        if (!json_is_integer(v))
+            return -1;
+        *(k[0] == 'p' ? &a->pad : &a->resize) = (int)json_integer_value(v);
+        return 0;
+    }
+    double *d = strcmp(k, "p") == 0            ? &a->p
+                : strcmp(k, "brightness") == 0 ? &a->brightness
+                : strcmp(k, "contrast") == 0   ? &a->contrast
+                : strcmp(k, "saturation") == 0 ? &a->saturation
+                                               : NULL;
+    if (!d || !json_is_number(v))
+        return -1;
+    *d = json_number_value(v);
+    return 0;
+}
+
+int td_augment_from_json(const struct json_t *arr, td_augment *ops, int max,
+                         char *err, size_t errcap)
+{
+    json_t *a = (json_t *)arr;
+    if (!json_is_array(a)) {
+        snprintf(err, errcap, "augment: must be an array of objects");
+        return -EINVAL;
+    }
+    if ((int)json_array_size(a) > max) {
+        snprintf(err, errcap, "augment: more than %d entries", max);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *o = json_array_get(a, i), *v;
+        const char *op = json_string_value(json_object_get(o, "op")), *k;
+        int found = 0;
+        for (int t = TD_AUG_RANDOM_RESIZED_CROP; op && t <= TD_AUG_COLOR_JITTER;
+             t++)
+            if (strcmp(op, td__aug_names[t]) == 0) {
+                td_augment_default(&ops[i], (enum td_aug_op)t);
+                found = 1;
+            }
+        if (!found) {
+            snprintf(err, errcap, "augment[%zu].op: %s%s%s", i,
+                     op ? "unknown op '" : "missing", op ? op : "",
+                     op ? "'" : "");
+            return -EINVAL;
+        }
+        json_object_foreach(o, k, v)
+        {
+            if (td__json_key(&ops[i], k, v)) {
+                snprintf(err, errcap, "augment[%zu].%s: unknown key or wrong "
+                         "type for %s", i, k, op);
+                return -EINVAL;
+            }
+        }
+    }
+    return (int)json_array_size(a);
 }
 
 static int td__geometric(enum td_aug_op op)

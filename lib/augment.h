@@ -65,6 +65,13 @@ void td_augment_default(td_augment *a, enum td_aug_op op);
 int td_augment_parse_list(const char *list, td_augment *ops, int max,
                           char *err, size_t errcap);
 const char *td_augment_name(enum td_aug_op op);
+/* Reads a job spec's input.augment array: objects {"op": NAME, ...} with
+ * the parameters above as keys (scale and ratio as [lo, hi] arrays);
+ * missing keys keep their defaults, unknown keys are errors.  Returns the
+ * count or -EINVAL; err names the element and key ("augment[1].pad: ..."). */
+struct json_t;
+int td_augment_from_json(const struct json_t *arr, td_augment *ops, int max,
+                         char *err, size_t errcap);
 /* Checks ranges and that at most one geometric op is present. */
 int td_augment_validate(const td_augment *ops, int n, char *err,
                         size_t errcap);
