@@ -7,6 +7,8 @@
 #include <string.h>
 #include <turbojpeg.h>
 
+#include <jansson.h>
+
 #include "augment.h"
 #include "decode.h"
 #include "error.h"
@@ -451,6 +453,36 @@ START_TEST(test_parse_and_validate)
 }
 END_TEST
 
+START_TEST(test_augment_from_json)
+{
+    td_augment ops[TD_AUG_MAX];
+    char err[256];
+    json_t *j = json_loads("[{\"op\": \"pad_crop\", \"pad\": 2}, {\"op\": "
+                           "\"flip\"}, {\"op\": \"random_resized_crop\", "
+                           "\"scale\": [0.25, 1], \"ratio\": [0.5, 2]}]",
+                           0, NULL);
+    ck_assert_int_eq(td_augment_from_json(j, ops, TD_AUG_MAX, err,
+                                          sizeof err), 3);
+    ck_assert_int_eq(ops[0].op, TD_AUG_PAD_CROP);
+    ck_assert_int_eq(ops[0].pad, 2);
+    ck_assert_double_eq(ops[1].p, 0.5); /* default kept */
+    ck_assert_double_eq(ops[2].scale[0], 0.25);
+    ck_assert_double_eq(ops[2].ratio[1], 2);
+    json_decref(j);
+    j = json_loads("[{\"op\": \"flip\"}, {\"op\": \"pad_crop\", "
+                   "\"padding\": 2}]", 0, NULL);
+    ck_assert_int_eq(td_augment_from_json(j, ops, TD_AUG_MAX, err,
+                                          sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "augment[1].padding"));
+    json_decref(j);
+    j = json_loads("[{\"op\": \"rotate\"}]", 0, NULL);
+    ck_assert_int_eq(td_augment_from_json(j, ops, TD_AUG_MAX, err,
+                                          sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "augment[0].op: unknown op 'rotate'"));
+    json_decref(j);
+}
+END_TEST
+
 static Suite *decode_suite(void)
 {
     Suite *s = suite_create("decode");
@@ -471,6 +503,7 @@ static Suite *decode_suite(void)
     tcase_add_test(ta, test_center_crop_box);
     tcase_add_test(ta, test_color_jitter);
     tcase_add_test(ta, test_parse_and_validate);
+    tcase_add_test(ta, test_augment_from_json);
     suite_add_tcase(s, ta);
     return s;
 }

@@ -29,11 +29,11 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void report(const char *what, double *v, int n)
+static void report(const char *what, double *v, int n, const char *unit)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
-    printf("%-34s median %8.1f img/s  (min %.1f, max %.1f, %d runs)\n", what,
-           v[n / 2], v[0], v[n - 1], n);
+    printf("%-34s median %8.2f %s  (min %.2f, max %.2f, %d runs)\n", what,
+           v[n / 2], unit, v[0], v[n - 1], n);
 }
 
 /* A: full decodes of every image, `passes` times. */
@@ -151,15 +151,13 @@ int main(int argc, char **argv)
             ratio[w][k] = pipe[w][k] / ref[k];
         }
     }
-    report("tjDecompress2 full image, 1 thread", ref, runs);
+    report("tjDecompress2 full image, 1 thread", ref, runs, "img/s");
     for (int w = 0; w < nw; w++) {
         char what[64];
         snprintf(what, sizeof what, "pipeline, %d worker(s)", wl[w]);
-        report(what, pipe[w], runs);
-        snprintf(what, sizeof what, "  ratio to tjDecompress2 (x100)");
-        for (int k = 0; k < runs; k++)
-            ratio[w][k] *= 100;
-        report(what, ratio[w], runs);
+        report(what, pipe[w], runs, "img/s");
+        snprintf(what, sizeof what, "  ratio to tjDecompress2, same run");
+        report(what, ratio[w], runs, "x");
         double tot = (double)st[w].samples;
         printf("  last run per image: read %.1f us, decode %.1f us, augment "
                "%.1f us, slot wait %.1f us; consumer waited %.3f s\n",
