@@ -59,6 +59,22 @@ static double tj_loop(td_dataset *ds, int passes, uint8_t *out)
     return (double)(n * (size_t)passes) / s;
 }
 
+/* Resident set in KiB (VmRSS), or -1. */
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            kib = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+static long rss_growth = 0, rss_after_warmup = 0;
+
 static double pipe_run(const char *shards, int workers, int epochs,
                        td_pipeline_stats *st)
 {
@@ -79,11 +95,16 @@ static double pipe_run(const char *shards, int workers, int epochs,
     }
     int64_t images;
     double s;
-    if (td_pipeline_drain(p, 0, 1, NULL, NULL) ||      /* warm-up epoch */
-        td_pipeline_drain(p, 1, epochs, &images, &s)) {
+    if (td_pipeline_drain(p, 0, 1, NULL, NULL)) {      /* warm-up epoch */
         fprintf(stderr, "pipeline failed\n");
         exit(1);
     }
+    rss_after_warmup = rss_kib();
+    if (td_pipeline_drain(p, 1, epochs, &images, &s)) {
+        fprintf(stderr, "pipeline failed\n");
+        exit(1);
+    }
+    rss_growth = rss_kib() - rss_after_warmup;
     td_pipeline_stats_get(p, st);
     td_pipeline_destroy(p);
     return (double)images / s;
@@ -167,6 +188,11 @@ int main(int argc, char **argv)
                td_ns_to_s(st[w].slot_wait_ns) / tot * 1e6,
                td_ns_to_s(st[w].consumer_wait_ns));
     }
+    printf("resident set after the warm-up epoch of the last run: %ld KiB "
+           "(shard pages included), growth over the %d timed epoch(s): %ld "
+           "KiB; slots: %d x %zu KiB\n", rss_after_warmup, epochs,
+           rss_growth, 2 * wl[nw - 1] + 2,
+           (size_t)64 * 224 * 224 * 3 / 1024);
     free(out);
     td_dataset_close(ds);
     td_test_rmtree(tmp);
