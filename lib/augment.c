@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "rng.h"
 
@@ -330,7 +333,9 @@ int td_resampler_init(td_resampler *r, int out_w, int out_h, int c)
     r->yr0 = malloc(sizeof(int32_t) * (size_t)out_h);
     r->yr1 = malloc(sizeof(int32_t) * (size_t)out_h);
     r->wy = malloc(sizeof(uint16_t) * (size_t)out_h);
-    if (!r->xo0 || !r->xo1 || !r->wx || !r->yr0 || !r->yr1 || !r->wy) {
+    r->wx4 = malloc(sizeof(uint64_t) * ((size_t)out_w + 1));
+    if (!r->xo0 || !r->xo1 || !r->wx || !r->yr0 || !r->yr1 || !r->wy ||
+        !r->wx4) {
         td_resampler_free(r);
         return -ENOMEM;
     }
@@ -346,6 +351,7 @@ void td_resampler_free(td_resampler *r)
     free(r->yr1);
     free(r->wy);
     free(r->tmp);
+    free(r->wx4);
     memset(r, 0, sizeof *r);
 }
 
@@ -386,33 +392,35 @@ static void td__axis(int n, double start, double len, int img, double f,
     }
 }
 
-/* Separable bilinear in 8.8 fixed point, vertical pass first: each output
- * row blends its two source rows over the region's width into a uint16
- * row (value x 256; contiguous, so it vectorises), then the horizontal
- * pass gathers two taps per output value from it.  Each pass runs once
- * per output row whatever the scale factor. */
+/* Separable bilinear with 8-bit weights, vertical pass first: each
+ * output row blends its two source rows over the region's width into a
+ * uint8 row (contiguous, so it vectorises), then the horizontal pass
+ * gathers two taps per output value from it (SSE2 for RGB: one pixel's
+ * three channels per 16-bit lane group).  Each pass runs once per output
+ * row whatever the scale factor.  Both passes round, so a value can be
+ * one level off an exact bilinear interpolation. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("tree-vectorize")))
 #endif
 static void td__vpass(const uint8_t *r0, const uint8_t *r1, uint32_t wy,
-                      uint16_t *d, int n)
+                      uint8_t *d, int n)
 {
-    uint32_t w0 = 256 - wy;
+    uint16_t w0 = (uint16_t)(256 - wy), w1 = (uint16_t)wy;
     for (int i = 0; i < n; i++)
-        d[i] = (uint16_t)(r0[i] * w0 + r1[i] * wy);
+        d[i] = (uint8_t)((uint16_t)(r0[i] * w0 + r1[i] * w1 + 128) >> 8);
 }
 
-/* Out-of-image columns (pad) point at c zeros kept after the row. */
-static inline uint8_t td__h(const uint16_t *t, int32_t a, int32_t b,
+/* Out-of-image columns (pad) point at zeros kept after the row. */
+static inline uint8_t td__h(const uint8_t *t, int32_t a, int32_t b,
                             uint32_t w0, uint32_t w1)
 {
-    return (uint8_t)((t[a] * w0 + t[b] * w1 + 32768) >> 16);
+    return (uint8_t)((t[a] * w0 + t[b] * w1 + 128) >> 8);
 }
 
-static void td__hpass3(const td_resampler *r, const uint16_t *t, uint8_t *d,
-                       size_t plane)
+static void td__hpass3(const td_resampler *r, const uint8_t *t, uint8_t *d,
+                       size_t plane, int from)
 {
-    for (int x = 0; x < r->out_w; x++) {
+    for (int x = from; x < r->out_w; x++) {
         int32_t a = r->xo0[x], b = r->xo1[x];
         uint32_t w1 = r->wx[x], w0 = 256 - w1;
         uint8_t v0 = td__h(t, a, b, w0, w1), v1 = td__h(t, a + 1, b + 1, w0, w1),
@@ -429,7 +437,46 @@ static void td__hpass3(const td_resampler *r, const uint16_t *t, uint8_t *d,
     }
 }
 
-static void td__hpass1(const td_resampler *r, const uint16_t *t, uint8_t *d)
+#if defined(__SSE2__)
+/* HWC RGB, two pixels per step: each pixel's taps are 4-byte loads (the
+ * 4th byte belongs to the next pixel or the zero padding), blended in
+ * 16-bit lanes with the weights replicated per pixel (r->wx4); the 8-byte
+ * store spills two bytes into the pixel after, which is written next.  The
+ * last pixels of the row take the scalar path. */
+static inline __m128i td__taps2(const uint8_t *t, int32_t p, int32_t q)
+{
+    uint32_t u, v;
+    memcpy(&u, t + p, 4);
+    memcpy(&v, t + q, 4);
+    __m128i x = _mm_unpacklo_epi32(_mm_cvtsi32_si128((int)u),
+                                   _mm_cvtsi32_si128((int)v));
+    return _mm_unpacklo_epi8(x, _mm_setzero_si128());
+}
+
+static void td__hpass3_hwc(const td_resampler *r, const uint8_t *t,
+                           uint8_t *d)
+{
+    const __m128i half = _mm_set1_epi16(128), full = _mm_set1_epi16(256);
+    int x = 0;
+    for (; x + 2 < r->out_w; x += 2) {
+        __m128i va = td__taps2(t, r->xo0[x], r->xo0[x + 1]);
+        __m128i vb = td__taps2(t, r->xo1[x], r->xo1[x + 1]);
+        __m128i w1 = _mm_loadu_si128((const __m128i *)(r->wx4 + x));
+        __m128i w0 = _mm_sub_epi16(full, w1);
+        __m128i v = _mm_add_epi16(_mm_mullo_epi16(va, w0),
+                                  _mm_mullo_epi16(vb, w1));
+        v = _mm_srli_epi16(_mm_add_epi16(v, half), 8);
+        v = _mm_packus_epi16(v, v);
+        /* pixel x in bytes 0-2, pixel x+1 in bytes 4-6: close the gap */
+        uint64_t o = (uint64_t)_mm_cvtsi128_si64(v);
+        o = (o & 0xffffffu) | ((o >> 8) & 0xffffff000000u);
+        memcpy(d + 3 * x, &o, 8);
+    }
+    td__hpass3(r, t, d, 0, x);
+}
+#endif
+
+static void td__hpass1(const td_resampler *r, const uint8_t *t, uint8_t *d)
 {
     for (int x = 0; x < r->out_w; x++) {
         uint32_t w1 = r->wx[x];
@@ -443,7 +490,7 @@ static void td__rows(td_resampler *r, const td_region *reg, uint8_t *dst,
     const int ow = r->out_w, oh = r->out_h, c = r->c;
     const size_t plane = (size_t)ow * (size_t)oh, n = (size_t)ow * c;
     const int rn = reg->w * c;
-    uint16_t *t = r->tmp;
+    uint8_t *t = r->tmp;
     for (int y = 0; y < oh; y++) {
         uint8_t *d = dst + (chw ? (size_t)y * ow : (size_t)y * n);
         if (r->yr0[y] < 0) {
@@ -454,10 +501,14 @@ static void td__rows(td_resampler *r, const td_region *reg, uint8_t *dst,
         const uint8_t *r0 = reg->px + (size_t)r->yr0[y] * reg->stride;
         const uint8_t *r1 = reg->px + (size_t)r->yr1[y] * reg->stride;
         td__vpass(r0, r1, r->wy[y], t, rn);
-        if (c == 3)
-            td__hpass3(r, t, d, chw ? plane : 0);
-        else
+        if (c == 1)
             td__hpass1(r, t, d);
+#if defined(__SSE2__)
+        else if (!chw)
+            td__hpass3_hwc(r, t, d);
+#endif
+        else
+            td__hpass3(r, t, d, chw ? plane : 0, 0);
     }
 }
 
@@ -506,9 +557,9 @@ int td_augment_apply(td_resampler *r, const td_region *reg, int img_w,
                      uint8_t *dst)
 {
     int c = r->c, chw = layout == TD_LAYOUT_NCHW;
-    size_t need = (size_t)reg->w * (size_t)c + (size_t)c;
+    size_t need = (size_t)reg->w * (size_t)c + 4; /* + zeros, see hpass */
     if (need > r->tmp_cap) { /* grows to the widest region, then stays */
-        uint16_t *t = realloc(r->tmp, need * sizeof *t);
+        uint8_t *t = realloc(r->tmp, need);
         if (!t)
             return -ENOMEM;
         r->tmp = t;
@@ -521,11 +572,12 @@ int td_augment_apply(td_resampler *r, const td_region *reg, int img_w,
     td__axis(r->out_h, p->y, p->h, img_h, fy, reg->y0, reg->h, 0, r->yr0,
              r->yr1, r->wy, 1);
     int32_t zeros = reg->w * c; /* pad columns read the zeros after a row */
-    for (int k = 0; k < c; k++)
-        r->tmp[zeros + k] = 0;
-    for (int x = 0; x < r->out_w; x++)
+    memset(r->tmp + zeros, 0, 4);
+    for (int x = 0; x < r->out_w; x++) {
         if (r->xo0[x] < 0)
             r->xo0[x] = r->xo1[x] = zeros;
+        r->wx4[x] = UINT64_C(0x0001000100010001) * r->wx[x];
+    }
     td__rows(r, reg, dst, chw);
     if (p->jitter)
         td__jitter(dst, r->out_w * r->out_h, c, chw, p);

@@ -93,9 +93,10 @@ typedef struct td_resampler {
     int out_w, out_h, c;
     int32_t *xo0, *xo1;     /* byte offsets of the two taps, -1: zero */
     uint16_t *wx;           /* weight of the second tap, 0..256 */
+    uint64_t *wx4;          /* wx replicated in four 16-bit lanes */
     int32_t *yr0, *yr1;
     uint16_t *wy;
-    uint16_t *tmp;          /* one vertically blended region row */
+    uint8_t *tmp;           /* one vertically blended region row */
     size_t tmp_cap;
 } td_resampler;
 
