@@ -49,8 +49,7 @@ static int td__int_arg(const char *v, int lo, int hi, int *out)
 }
 
 /* --spec: the fields of a job spec the pipeline uses. */
-static int td__bi_spec(const char *path, td_pipeline_config *c, char **data,
-                       int *workers_set)
+static int td__bi_spec(const char *path, td_pipeline_config *c, char **data)
 {
     json_error_t je;
     char err[256];
@@ -62,8 +61,10 @@ static int td__bi_spec(const char *path, td_pipeline_config *c, char **data,
     }
     const char *train = json_string_value(
         json_object_get(json_object_get(s, "data"), "train"));
-    if (train)
+    if (train) {
+        free(*data);
         *data = strdup(train);
+    }
     in = json_object_get(s, "input");
     if ((v = json_object_get(in, "size")) && json_array_size(v) == 2) {
         c->size[0] = (int)json_integer_value(json_array_get(v, 0));
@@ -71,10 +72,8 @@ static int td__bi_spec(const char *path, td_pipeline_config *c, char **data,
     }
     if ((v = json_object_get(in, "channels")))
         c->channels = (int)json_integer_value(v);
-    if ((v = json_object_get(in, "workers")) && json_is_integer(v)) {
+    if ((v = json_object_get(in, "workers")) && json_is_integer(v))
         c->workers = (int)json_integer_value(v);
-        *workers_set = 1;
-    }
     if ((v = json_object_get(in, "prefetch")) && json_is_integer(v))
         c->prefetch = (int)json_integer_value(v);
     if ((v = json_object_get(s, "batch_size")))
@@ -129,110 +128,127 @@ static void td__bi_print(const td_pipeline_stats *st, int64_t images,
            td_ns_to_s(st->consumer_wait_ns), (long long)st->bad_samples);
 }
 
-int td_cmd_bench_input(int argc, char **argv)
-{
+struct td__bi {
     td_pipeline_config c;
-    char *data = NULL, err[512] = "";
-    int json = 0, epochs = 1, workers_set = 0, prefetch_set = 0, n;
-    td_pipeline_config_default(&c);
-    c.workers = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    c.workers = c.workers < 1 ? 1 : c.workers > 64 ? 64 : c.workers;
+    char *data;
+    int json, epochs, prefetch_set;
+};
+
+/* One option that takes a value.  0 ok, 1 bad value or unknown option,
+ * 2 a --spec that failed (already reported). */
+static int td__bi_value(struct td__bi *o, const char *a, const char *v,
+                        char *err, size_t ecap)
+{
+    td_pipeline_config *c = &o->c;
+    int h, w, n;
+    if (strcmp(a, "--data") == 0) {
+        free(o->data);
+        o->data = strdup(v);
+        return 0;
+    }
+    if (strcmp(a, "--spec") == 0)
+        return td__bi_spec(v, c, &o->data) ? 2 : 0;
+    if (strcmp(a, "--size") == 0) {
+        if (sscanf(v, "%dx%d", &h, &w) == 2) {
+            c->size[0] = h;
+            c->size[1] = w;
+            return 0;
+        }
+        c->size[1] = c->size[0] = atoi(v);
+        return c->size[0] < 1 || c->size[0] > 8192;
+    }
+    if (strcmp(a, "--augment") == 0) {
+        n = td_augment_parse_list(v, c->augment, TD_AUG_MAX, err, ecap);
+        c->n_augment = n < 0 ? 0 : n;
+        return n < 0;
+    }
+    if (strcmp(a, "--layout") == 0) {
+        c->layout = strcmp(v, "nchw") == 0 ? TD_LAYOUT_NCHW : TD_LAYOUT_NHWC;
+        return strcmp(v, "nhwc") != 0 && strcmp(v, "nchw") != 0;
+    }
+    if (strcmp(a, "--seed") == 0) {
+        c->seed = strtoull(v, NULL, 10);
+        return 0;
+    }
+    o->prefetch_set |= strcmp(a, "--prefetch") == 0;
+    return strcmp(a, "--channels") == 0 ? td__int_arg(v, 1, 3, &c->channels)
+           : strcmp(a, "--workers") == 0 ? td__int_arg(v, 1, 64, &c->workers)
+           : strcmp(a, "--batch") == 0
+               ? td__int_arg(v, 1, 65536, &c->batch_size)
+           : strcmp(a, "--epochs") == 0
+               ? td__int_arg(v, 1, 1000000, &o->epochs)
+           : strcmp(a, "--prefetch") == 0
+               ? td__int_arg(v, 1, 1024, &c->prefetch)
+               : 1;
+}
+
+/* Parses argv into o.  -1: go on; else the exit code to return. */
+static int td__bi_args(int argc, char **argv, struct td__bi *o)
+{
+    char err[512] = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0, takes = 1;
         if (strcmp(a, "--json") == 0) {
-            json = 1;
-            takes = 0;
+            o->json = 1;
         } else if (strcmp(a, "--eval") == 0) {
-            c.train = 0;
-            c.drop_last = 0;
-            takes = 0;
+            o->c.train = 0;
+            o->c.drop_last = 0;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             td__bi_usage(stdout);
-            free(data);
             return TD_EXIT_OK;
-        } else if (!v) {
-            bad = 1;
-        } else if (strcmp(a, "--data") == 0) {
-            free(data);
-            data = strdup(v);
-        } else if (strcmp(a, "--spec") == 0) {
-            if (td__bi_spec(v, &c, &data, &workers_set)) {
-                free(data);
-                return TD_EXIT_USAGE;
-            }
-        } else if (strcmp(a, "--size") == 0) {
-            int h, w;
-            if (sscanf(v, "%dx%d", &h, &w) == 2) {
-                c.size[0] = h;
-                c.size[1] = w;
-            } else {
-                bad = td__int_arg(v, 1, 8192, &c.size[0]);
-                c.size[1] = c.size[0];
-            }
-        } else if (strcmp(a, "--augment") == 0) {
-            n = td_augment_parse_list(v, c.augment, TD_AUG_MAX, err,
-                                      sizeof err);
-            bad = n < 0;
-            c.n_augment = n < 0 ? 0 : n;
-        } else if (strcmp(a, "--channels") == 0) {
-            bad = td__int_arg(v, 1, 3, &c.channels);
-        } else if (strcmp(a, "--workers") == 0) {
-            bad = td__int_arg(v, 1, 64, &c.workers);
-            workers_set = 1;
-        } else if (strcmp(a, "--batch") == 0) {
-            bad = td__int_arg(v, 1, 65536, &c.batch_size);
-        } else if (strcmp(a, "--epochs") == 0) {
-            bad = td__int_arg(v, 1, 1000000, &epochs);
-        } else if (strcmp(a, "--prefetch") == 0) {
-            bad = td__int_arg(v, 1, 1024, &c.prefetch);
-            prefetch_set = 1;
-        } else if (strcmp(a, "--seed") == 0) {
-            c.seed = strtoull(v, NULL, 10);
-        } else if (strcmp(a, "--layout") == 0) {
-            bad = strcmp(v, "nhwc") != 0 && strcmp(v, "nchw") != 0;
-            c.layout = strcmp(v, "nchw") == 0 ? TD_LAYOUT_NCHW
-                                              : TD_LAYOUT_NHWC;
         } else {
-            bad = 1;
+            int rc = v ? td__bi_value(o, a, v, err, sizeof err) : 1;
+            if (rc == 1)
+                fprintf(stderr, "trainctl bench-input: bad or unknown "
+                        "argument '%s%s%s'%s%s\n", a, v ? " " : "",
+                        v ? v : "", err[0] ? ": " : "", err);
+            if (rc)
+                return TD_EXIT_USAGE;
+            i++;
         }
-        if (bad) {
-            fprintf(stderr, "trainctl bench-input: bad or unknown argument "
-                    "'%s%s%s'%s%s\n", a, v && takes ? " " : "",
-                    v && takes ? v : "", err[0] ? ": " : "", err);
-            free(data);
-            return TD_EXIT_USAGE;
-        }
-        i += takes;
     }
-    (void)workers_set;
-    if (!data) {
+    if (!o->data) {
         td__bi_usage(stderr);
         return TD_EXIT_USAGE;
     }
-    if (!prefetch_set)
-        c.prefetch = 2 * c.workers;
-    c.data = data;
+    return -1;
+}
+
+int td_cmd_bench_input(int argc, char **argv)
+{
+    struct td__bi o = {.epochs = 1};
+    char err[512] = "";
+    td_pipeline_config_default(&o.c);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    o.c.workers = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
+    int rc = td__bi_args(argc, argv, &o);
+    if (rc >= 0) {
+        free(o.data);
+        return rc;
+    }
+    if (!o.prefetch_set)
+        o.c.prefetch = 2 * o.c.workers;
+    o.c.data = o.data;
     td_pipeline *p;
-    int rc = td_pipeline_create(&c, &p, err, sizeof err);
+    rc = td_pipeline_create(&o.c, &p, err, sizeof err);
     if (rc) {
         fprintf(stderr, "trainctl bench-input: %s\n",
                 err[0] ? err : td_strerror(rc));
-        free(data);
+        free(o.data);
         return TD_EXIT_REFUSED;
     }
     int64_t images = 0;
     double secs = 0;
-    rc = td_pipeline_drain(p, 0, epochs, &images, &secs);
+    rc = td_pipeline_drain(p, 0, o.epochs, &images, &secs);
     td_pipeline_stats st;
     td_pipeline_stats_get(p, &st);
     td_pipeline_destroy(p);
-    free(data);
+    free(o.data);
     if (rc) {
         fprintf(stderr, "trainctl bench-input: the pipeline failed: %s\n",
                 td_strerror(rc));
         return TD_EXIT_REFUSED;
     }
-    td__bi_print(&st, images, secs, epochs, c.batch_size, json);
+    td__bi_print(&st, images, secs, o.epochs, o.c.batch_size, o.json);
     return TD_EXIT_OK;
 }
