@@ -21,6 +21,9 @@
  * `prefetch` batches are ever in flight and memory stays at
  * prefetch x batch bytes + per-worker scratch.
  *
+ * One consumer thread calls start/next/release; stop, set_workers and
+ * stats_get may be called from any thread.
+ *
  * Owns: the worker threads, the slots (through the allocator), the
  * decoders.  Never: allocates per image, or blocks the consumer except in
  * td_pipeline_next.
@@ -68,7 +71,8 @@ void td_pipeline_config_default(td_pipeline_config *cfg);
 int td_pipeline_create(const td_pipeline_config *cfg, td_pipeline **out,
                        char *err, size_t errcap);
 /* Stops and joins the workers and frees everything.  Batches still held
- * by the consumer become invalid. */
+ * by the consumer become invalid.  No thread may be inside a pipeline call
+ * (stop the consumer with td_pipeline_stop and let next() return first). */
 void td_pipeline_destroy(td_pipeline *p);
 
 /* (Re)positions at batch `step` of `epoch`.  Every batch taken must have
