@@ -495,6 +495,48 @@ START_TEST(test_augment_from_json)
 }
 END_TEST
 
+/* Tiny and thin images through every geometric op, both layouts. */
+START_TEST(test_tiny_images_every_op)
+{
+    static const int sizes[][2] = {{1, 1}, {1, 17}, {17, 1}, {3, 5},
+                                   {16, 16}, {33, 9}};
+    static const enum td_aug_op geo[] = {TD_AUG_RANDOM_RESIZED_CROP,
+                                         TD_AUG_PAD_CROP, TD_AUG_CENTER_CROP,
+                                         TD_AUG_RESIZE};
+    td_decoder *d;
+    td_resampler rs;
+    uint8_t out[12 * 10 * 3];
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    ck_assert_int_eq(td_resampler_init(&rs, 12, 10, 3), 0);
+    for (int si = 0; si < 6; si++)
+        for (int g = 0; g < 4; g++)
+            for (uint64_t sample = 0; sample < 4; sample++) {
+                int w = sizes[si][0], h = sizes[si][1];
+                uint8_t *j;
+                size_t n;
+                td_test_jpeg(w, h, TD_TEST_RGB, 420, 90, 0, (uint32_t)si, &j,
+                             &n);
+                td_augment ops[2];
+                td_augment_default(&ops[0], geo[g]);
+                td_augment_default(&ops[1], TD_AUG_FLIP);
+                td_aug_plan pl;
+                td_augment_plan(ops, 2, 1, 1, 0, sample, w, h, 12, 10, &pl);
+                memset(out, 0xab, sizeof out);
+                run_sample(d, &rs, j, n, &pl, 12, 10, 3, 0,
+                           sample % 2 ? TD_LAYOUT_NCHW : TD_LAYOUT_NHWC, out);
+                if (g != 1) { /* no padding: no byte left untouched */
+                    int untouched = 0;
+                    for (size_t i = 0; i < sizeof out; i++)
+                        untouched += out[i] == 0xab;
+                    ck_assert_int_lt(untouched, (int)sizeof out / 4);
+                }
+                free(j);
+            }
+    td_resampler_free(&rs);
+    td_decoder_destroy(d);
+}
+END_TEST
+
 static Suite *decode_suite(void)
 {
     Suite *s = suite_create("decode");
@@ -516,6 +558,7 @@ static Suite *decode_suite(void)
     tcase_add_test(ta, test_color_jitter);
     tcase_add_test(ta, test_parse_and_validate);
     tcase_add_test(ta, test_augment_from_json);
+    tcase_add_test(ta, test_tiny_images_every_op);
     suite_add_tcase(s, ta);
     return s;
 }
