@@ -51,7 +51,9 @@ typedef struct td_pipeline_config {
     int workers;            /* active workers at start, >= 1 */
     int max_workers;        /* upper bound for set_workers; 0: 2 x workers,
                                at least the number of online CPUs */
-    int prefetch;           /* batch slots in the ring, >= 1 */
+    int prefetch;           /* batches prepared ahead of the consumer */
+    int max_prefetch;       /* slots allocated (upper bound for
+                               set_prefetch); 0: = prefetch */
     uint64_t seed;
     double max_bad_ratio;   /* share of the dataset allowed to be bad */
     enum td_layout layout;
@@ -91,6 +93,10 @@ void td_pipeline_stop(td_pipeline *p);
  * a worker over the limit finishes its chunk and waits.  0 or -EINVAL. */
 int td_pipeline_set_workers(td_pipeline *p, int n);
 
+/* Changes how many batches the workers prepare ahead of the consumer
+ * (1..max_prefetch) while running.  0 or -EINVAL. */
+int td_pipeline_set_prefetch(td_pipeline *p, int n);
+
 /* The trainer's view (see batch.h). */
 td_batch_source td_pipeline_source(td_pipeline *p);
 
@@ -105,7 +111,7 @@ typedef struct td_pipeline_stats {
     int64_t bad_samples;      /* distinct bad samples seen */
     int64_t decoded_bytes;    /* compressed bytes decoded */
     int workers;              /* active */
-    int prefetch;
+    int prefetch;             /* current depth */
 } td_pipeline_stats;
 
 void td_pipeline_stats_get(td_pipeline *p, td_pipeline_stats *s);
