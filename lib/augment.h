@@ -21,9 +21,10 @@
  *   color_jitter         brightness, contrast, saturation factors drawn
  *                        uniformly from [max(0, 1 - v), 1 + v], applied in
  *                        that order (torchvision shuffles the order)
- * Eval mode (train == 0) draws nothing: random_resized_crop becomes the
- * centre crop torchvision's fallback takes... of the whole image with the
- * aspect ratio clamped, pad_crop the centred crop, flip and jitter nothing.
+ * Eval mode (train == 0) draws nothing: random_resized_crop takes its
+ * fallback (the centre crop of the whole image with the aspect ratio
+ * clamped to the range), pad_crop the centred crop, flip and jitter do
+ * nothing.
  *
  * Owns: the draws and the pixel loops.  Never: allocates (the caller's
  * td_resampler holds the tables), or touches files.
