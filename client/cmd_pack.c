@@ -109,67 +109,90 @@ static int td__pack_one(const char *set, const char *images,
     return TD_EXIT_OK;
 }
 
-int td_cmd_pack(int argc, char **argv)
-{
-    const char *images = NULL, *labels = NULL, *idxdir = NULL, *folder = NULL;
-    const char *out = NULL;
-    int json = 0;
+struct td__pack_args {
+    const char *images, *labels, *idxdir, *folder, *out;
+    int json;
     td_pack_options opt;
-    td_pack_options_default(&opt);
+};
+
+/* One option with its value; 0, or -1 after printing what is wrong. */
+static int td__pack_value(struct td__pack_args *o, const char *a,
+                          const char *v)
+{
+    const char **slot = strcmp(a, "--idx-images") == 0   ? &o->images
+                        : strcmp(a, "--idx-labels") == 0 ? &o->labels
+                        : strcmp(a, "--idx-dir") == 0    ? &o->idxdir
+                        : strcmp(a, "--imagefolder") == 0 ? &o->folder
+                        : strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0
+                            ? &o->out
+                        : strcmp(a, "--prefix") == 0 ? &o->opt.prefix
+                                                     : NULL;
+    if (slot) {
+        *slot = v;
+        return 0;
+    }
+    if (strcmp(a, "--quality") == 0) {
+        o->opt.quality = atoi(v);
+        if (o->opt.quality >= 1 && o->opt.quality <= 100)
+            return 0;
+        fprintf(stderr, "trainctl pack: --quality must be 1..100\n");
+        return -1;
+    }
+    if (strcmp(a, "--shard-size") == 0) {
+        double mib = atof(v);
+        o->opt.shard_bytes = (uint64_t)(mib * 1048576.0);
+        if (mib > 0)
+            return 0;
+        fprintf(stderr, "trainctl pack: --shard-size must be > 0 (MiB)\n");
+        return -1;
+    }
+    fprintf(stderr, "trainctl pack: unknown argument '%s'\n", a);
+    return -1;
+}
+
+/* -1: go on; else the exit code to return. */
+static int td__pack_args(int argc, char **argv, struct td__pack_args *o)
+{
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--json") == 0) {
-            json = 1;
-            takes = 0;
-        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            o->json = 1;
+            continue;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             td__pack_usage(stdout);
             return TD_EXIT_OK;
-        } else if (!v) {
+        }
+        if (!v) {
             fprintf(stderr, "trainctl pack: unknown or incomplete argument "
                             "'%s'\n", a);
             return TD_EXIT_USAGE;
-        } else if (strcmp(a, "--idx-images") == 0) {
-            images = v;
-        } else if (strcmp(a, "--idx-labels") == 0) {
-            labels = v;
-        } else if (strcmp(a, "--idx-dir") == 0) {
-            idxdir = v;
-        } else if (strcmp(a, "--imagefolder") == 0) {
-            folder = v;
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            out = v;
-        } else if (strcmp(a, "--prefix") == 0) {
-            opt.prefix = v;
-        } else if (strcmp(a, "--quality") == 0) {
-            opt.quality = atoi(v);
-            if (opt.quality < 1 || opt.quality > 100) {
-                fprintf(stderr, "trainctl pack: --quality must be 1..100\n");
-                return TD_EXIT_USAGE;
-            }
-        } else if (strcmp(a, "--shard-size") == 0) {
-            double mib = atof(v);
-            if (mib <= 0) {
-                fprintf(stderr, "trainctl pack: --shard-size must be > 0 "
-                                "(MiB)\n");
-                return TD_EXIT_USAGE;
-            }
-            opt.shard_bytes = (uint64_t)(mib * 1048576.0);
-        } else {
-            fprintf(stderr, "trainctl pack: unknown argument '%s'\n", a);
-            return TD_EXIT_USAGE;
         }
-        i += takes;
+        if (td__pack_value(o, a, v))
+            return TD_EXIT_USAGE;
+        i++;
     }
-    int modes = (images || labels) + !!idxdir + !!folder;
-    if (modes != 1 || !out || (!!images != !!labels)) {
+    int modes = (o->images || o->labels) + !!o->idxdir + !!o->folder;
+    if (modes != 1 || !o->out || (!!o->images != !!o->labels)) {
         td__pack_usage(stderr);
         return TD_EXIT_USAGE;
     }
+    return -1;
+}
+
+int td_cmd_pack(int argc, char **argv)
+{
+    struct td__pack_args o = {0};
+    td_pack_options_default(&o.opt);
+    int rc = td__pack_args(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    const char *images = o.images, *labels = o.labels, *idxdir = o.idxdir;
+    const char *folder = o.folder, *out = o.out;
+    int json = o.json;
+    td_pack_options opt = o.opt;
     json_t *sets = json_array();
     int64_t t0 = td_now_ns();
-    int rc;
     if (idxdir) {
         char ti[4096], tl[4096], vi[4096], vl[4096], o1[4096], o2[4096];
         if (td__find_idx(idxdir, "train-images-idx3-ubyte", ti, sizeof ti) ||
@@ -191,12 +214,12 @@ int td_cmd_pack(int argc, char **argv)
                           folder, out, &opt, json, sets);
     }
     if (rc == TD_EXIT_OK && json) {
-        json_t *o = json_pack("{s:o, s:f, s:i}", "sets", sets, "seconds",
-                              td_elapsed_s(t0), "quality", opt.quality);
-        char *s = json_dumps(o, JSON_COMPACT);
+        json_t *sum = json_pack("{s:o, s:f, s:i}", "sets", sets, "seconds",
+                                td_elapsed_s(t0), "quality", opt.quality);
+        char *s = json_dumps(sum, JSON_COMPACT);
         puts(s);
         free(s);
-        json_decref(o);
+        json_decref(sum);
     } else {
         json_decref(sets);
     }

@@ -34,5 +34,6 @@ int td_cmd_resume(int argc, char **argv);
 int td_cmd_checkpoint(int argc, char **argv);
 int td_cmd_config(int argc, char **argv);
 int td_cmd_pack(int argc, char **argv);
+int td_cmd_bench_input(int argc, char **argv);
 
 #endif

@@ -26,6 +26,8 @@ static const struct td_command td__commands[] = {
     {"version", "client and daemon versions, devices", td_cmd_version},
     {"pack", "write WebDataset tar shards from IDX files or an ImageFolder",
      td_cmd_pack},
+    {"bench-input", "run the input pipeline alone and print images/s",
+     td_cmd_bench_input},
 };
 
 #define TD__NCMD (sizeof td__commands / sizeof td__commands[0])

@@ -21,9 +21,10 @@
  *   color_jitter         brightness, contrast, saturation factors drawn
  *                        uniformly from [max(0, 1 - v), 1 + v], applied in
  *                        that order (torchvision shuffles the order)
- * Eval mode (train == 0) draws nothing: random_resized_crop becomes the
- * centre crop torchvision's fallback takes... of the whole image with the
- * aspect ratio clamped, pad_crop the centred crop, flip and jitter nothing.
+ * Eval mode (train == 0) draws nothing: random_resized_crop takes its
+ * fallback (the centre crop of the whole image with the aspect ratio
+ * clamped to the range), pad_crop the centred crop, flip and jitter do
+ * nothing.
  *
  * Owns: the draws and the pixel loops.  Never: allocates (the caller's
  * td_resampler holds the tables), or touches files.
@@ -65,6 +66,13 @@ void td_augment_default(td_augment *a, enum td_aug_op op);
 int td_augment_parse_list(const char *list, td_augment *ops, int max,
                           char *err, size_t errcap);
 const char *td_augment_name(enum td_aug_op op);
+/* Reads a job spec's input.augment array: objects {"op": NAME, ...} with
+ * the parameters above as keys (scale and ratio as [lo, hi] arrays);
+ * missing keys keep their defaults, unknown keys are errors.  Returns the
+ * count or -EINVAL; err names the element and key ("augment[1].pad: ..."). */
+struct json_t;
+int td_augment_from_json(const struct json_t *arr, td_augment *ops, int max,
+                         char *err, size_t errcap);
 /* Checks ranges and that at most one geometric op is present. */
 int td_augment_validate(const td_augment *ops, int n, char *err,
                         size_t errcap);
@@ -86,17 +94,21 @@ typedef struct td_resampler {
     int out_w, out_h, c;
     int32_t *xo0, *xo1;     /* byte offsets of the two taps, -1: zero */
     uint16_t *wx;           /* weight of the second tap, 0..256 */
+    uint64_t *wx4;          /* wx replicated in four 16-bit lanes */
     int32_t *yr0, *yr1;
     uint16_t *wy;
+    uint8_t *tmp;           /* one vertically blended region row */
+    size_t tmp_cap;
 } td_resampler;
 
 int td_resampler_init(td_resampler *r, int out_w, int out_h, int c);
 void td_resampler_free(td_resampler *r);
 
-/* Writes the sample (out_w x out_h x c) at dst: HWC with row stride
- * out_w*c, or CHW with plane stride plane (= out_h*out_w in a batch). */
-void td_augment_apply(td_resampler *r, const td_region *reg, int img_w,
-                      int img_h, const td_aug_plan *plan,
-                      enum td_layout layout, uint8_t *dst);
+/* Writes the sample (out_w x out_h x c) at dst: HWC, or CHW (planes of
+ * out_h*out_w).  0, or -ENOMEM when the row scratch cannot grow (it grows
+ * to the widest region seen, then stays). */
+int td_augment_apply(td_resampler *r, const td_region *reg, int img_w,
+                     int img_h, const td_aug_plan *plan,
+                     enum td_layout layout, uint8_t *dst);
 
 #endif

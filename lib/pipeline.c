@@ -71,6 +71,7 @@ struct td_pipeline {
     int running, stopped, quitting;
     int fatal;            /* an error every next() returns */
     int active, nthreads, busy, held;
+    int depth;            /* batches prepared ahead of next_seq */
     struct td__worker *workers;
     _Atomic uint8_t *bad;
     _Atomic int64_t bad_count, consumer_wait_ns, batches;
@@ -175,7 +176,11 @@ static int td__sample(td_pipeline *p, struct td__worker *w, int64_t epoch,
         *msg = rc == -ENOMEM ? "out of memory" : td_decoder_message(w->dec);
         return rc;
     }
-    td_augment_apply(&w->rs, &reg, iw, ih, &plan, c->layout, dst);
+    rc = td_augment_apply(&w->rs, &reg, iw, ih, &plan, c->layout, dst);
+    if (rc) {
+        *msg = "out of memory";
+        return rc;
+    }
     int64_t t3 = td_now_ns();
     atomic_fetch_add_explicit(&w->read_ns, t1 - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->decode_ns, t2 - t1, memory_order_relaxed);
@@ -239,6 +244,7 @@ static int td__chunk(td_pipeline *p, struct td__worker *w, int64_t seq,
 static int td__can_claim(td_pipeline *p, int id)
 {
     return p->running && !p->fatal && id < p->active &&
+           p->claim_seq < p->next_seq + p->depth &&
            td__slot_of(p, p->claim_seq)->seq == p->claim_seq;
 }
 
@@ -340,8 +346,10 @@ static int td__check_config(const td_pipeline_config *c, char *err,
     else if (c->workers < 1 || c->workers > TD_PIPELINE_MAX_WORKERS ||
              c->max_workers < 0 || c->max_workers > TD_PIPELINE_MAX_WORKERS)
         bad = "workers: must be 1..64";
-    else if (c->prefetch < 1 || c->prefetch > 1024)
-        bad = "prefetch: must be 1..1024";
+    else if (c->prefetch < 1 || c->prefetch > 1024 || c->max_prefetch < 0 ||
+             c->max_prefetch > 1024 ||
+             (c->max_prefetch && c->max_prefetch < c->prefetch))
+        bad = "prefetch: must be 1..1024 (and <= max_prefetch)";
     else if (!(c->max_bad_ratio >= 0 && c->max_bad_ratio <= 1))
         bad = "max_bad_ratio: must be 0..1";
     else if (c->layout != TD_LAYOUT_NHWC && c->layout != TD_LAYOUT_NCHW)
@@ -432,8 +440,9 @@ int td_pipeline_create(const td_pipeline_config *cfg, td_pipeline **out,
     }
     p->sample_bytes = (size_t)cfg->size[0] * (size_t)cfg->size[1] *
                       (size_t)cfg->channels;
-    p->nslots = cfg->prefetch;
-    p->nperms = cfg->prefetch + 2;
+    p->nslots = cfg->max_prefetch ? cfg->max_prefetch : cfg->prefetch;
+    p->depth = cfg->prefetch;
+    p->nperms = p->nslots + 2;
     p->active = cfg->workers;
     if ((rc = td__alloc_ring(p)) != 0) {
         snprintf(err, errcap, "cannot allocate %d batch slots of %zu bytes",
@@ -550,6 +559,8 @@ int td_pipeline_next(td_pipeline *p, td_batch *b, int64_t *wait_ns)
         int64_t seq = p->next_seq++;
         s->out = 1;
         p->held++;
+        if (p->depth < p->nslots) /* the work window moved */
+            pthread_cond_broadcast(&p->work_cv);
         *b = (td_batch){.data = s->data, .labels = s->labels,
                         .n = td__batch_n(p, seq), .h = p->cfg.size[0],
                         .w = p->cfg.size[1], .c = p->cfg.channels,
@@ -612,6 +623,17 @@ int td_pipeline_set_workers(td_pipeline *p, int n)
     return rc;
 }
 
+int td_pipeline_set_prefetch(td_pipeline *p, int n)
+{
+    if (n < 1 || n > p->nslots)
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    p->depth = n;
+    pthread_cond_broadcast(&p->work_cv);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
 /* ---- the batch-source adapter and stats ------------------------------- */
 
 static int td__src_start(void *self, int64_t epoch, int64_t step)
@@ -640,6 +662,7 @@ void td_pipeline_stats_get(td_pipeline *p, td_pipeline_stats *s)
     pthread_mutex_lock(&p->mu);
     int nt = p->nthreads;
     s->workers = p->active;
+    s->prefetch = p->depth;
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < nt; i++) {
         struct td__worker *w = &p->workers[i];
@@ -658,7 +681,26 @@ void td_pipeline_stats_get(td_pipeline *p, td_pipeline_stats *s)
                                                memory_order_relaxed);
     s->batches = atomic_load_explicit(&p->batches, memory_order_relaxed);
     s->bad_samples = atomic_load_explicit(&p->bad_count, memory_order_relaxed);
-    s->prefetch = p->nslots;
+}
+
+int td_pipeline_drain(td_pipeline *p, int64_t first_epoch, int epochs,
+                      int64_t *images, double *seconds)
+{
+    int64_t n = 0, t0 = td_now_ns();
+    int rc = td_pipeline_start(p, first_epoch, 0);
+    for (int64_t i = 0; rc == 0 && i < epochs * p->bpe; i++) {
+        td_batch b;
+        rc = td_pipeline_next(p, &b, NULL);
+        if (rc == 0) {
+            n += b.n;
+            td_pipeline_release(p, &b);
+        }
+    }
+    if (images)
+        *images = n;
+    if (seconds)
+        *seconds = td_elapsed_s(t0);
+    return rc;
 }
 
 size_t td_pipeline_dataset_size(const td_pipeline *p) { return p->n; }

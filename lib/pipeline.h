@@ -21,6 +21,9 @@
  * `prefetch` batches are ever in flight and memory stays at
  * prefetch x batch bytes + per-worker scratch.
  *
+ * One consumer thread calls start/next/release; stop, set_workers and
+ * stats_get may be called from any thread.
+ *
  * Owns: the worker threads, the slots (through the allocator), the
  * decoders.  Never: allocates per image, or blocks the consumer except in
  * td_pipeline_next.
@@ -48,7 +51,9 @@ typedef struct td_pipeline_config {
     int workers;            /* active workers at start, >= 1 */
     int max_workers;        /* upper bound for set_workers; 0: 2 x workers,
                                at least the number of online CPUs */
-    int prefetch;           /* batch slots in the ring, >= 1 */
+    int prefetch;           /* batches prepared ahead of the consumer */
+    int max_prefetch;       /* slots allocated (upper bound for
+                               set_prefetch); 0: = prefetch */
     uint64_t seed;
     double max_bad_ratio;   /* share of the dataset allowed to be bad */
     enum td_layout layout;
@@ -68,7 +73,8 @@ void td_pipeline_config_default(td_pipeline_config *cfg);
 int td_pipeline_create(const td_pipeline_config *cfg, td_pipeline **out,
                        char *err, size_t errcap);
 /* Stops and joins the workers and frees everything.  Batches still held
- * by the consumer become invalid. */
+ * by the consumer become invalid.  No thread may be inside a pipeline call
+ * (stop the consumer with td_pipeline_stop and let next() return first). */
 void td_pipeline_destroy(td_pipeline *p);
 
 /* (Re)positions at batch `step` of `epoch`.  Every batch taken must have
@@ -87,6 +93,10 @@ void td_pipeline_stop(td_pipeline *p);
  * a worker over the limit finishes its chunk and waits.  0 or -EINVAL. */
 int td_pipeline_set_workers(td_pipeline *p, int n);
 
+/* Changes how many batches the workers prepare ahead of the consumer
+ * (1..max_prefetch) while running.  0 or -EINVAL. */
+int td_pipeline_set_prefetch(td_pipeline *p, int n);
+
 /* The trainer's view (see batch.h). */
 td_batch_source td_pipeline_source(td_pipeline *p);
 
@@ -101,10 +111,17 @@ typedef struct td_pipeline_stats {
     int64_t bad_samples;      /* distinct bad samples seen */
     int64_t decoded_bytes;    /* compressed bytes decoded */
     int workers;              /* active */
-    int prefetch;
+    int prefetch;             /* current depth */
 } td_pipeline_stats;
 
 void td_pipeline_stats_get(td_pipeline *p, td_pipeline_stats *s);
+
+/* Runs the pipeline alone: starts at (first_epoch, 0) and takes and
+ * releases every batch of `epochs` epochs as fast as they come; for
+ * benchmarks (bench-input).  *images and *seconds (start to last batch)
+ * may be NULL.  0 or the error next() returned. */
+int td_pipeline_drain(td_pipeline *p, int64_t first_epoch, int epochs,
+                      int64_t *images, double *seconds);
 
 size_t td_pipeline_dataset_size(const td_pipeline *p);
 int64_t td_pipeline_batches_per_epoch(const td_pipeline *p);

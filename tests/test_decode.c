@@ -7,21 +7,31 @@
 #include <string.h>
 #include <turbojpeg.h>
 
+#include <jansson.h>
+
 #include "augment.h"
 #include "decode.h"
 #include "error.h"
 #include "support/jpeggen.h"
 #include "tdtest.h"
 
-/* Full reference decode with TurboJPEG (fancy upsampling, islow). */
-static uint8_t *tj_decode(const uint8_t *j, size_t n, int w, int h, int c)
+/* Full reference decode with TurboJPEG (islow; fancy upsampling unless
+ * fast). */
+static uint8_t *tj_decode_f(const uint8_t *j, size_t n, int w, int h, int c,
+                            int fast)
 {
     tjhandle tj = tjInitDecompress();
     uint8_t *px = malloc((size_t)w * (size_t)h * (size_t)c);
     ck_assert_int_eq(tjDecompress2(tj, j, n, px, w, 0, h,
-                                   c == 1 ? TJPF_GRAY : TJPF_RGB, 0), 0);
+                                   c == 1 ? TJPF_GRAY : TJPF_RGB,
+                                   fast ? TJFLAG_FASTUPSAMPLE : 0), 0);
     tjDestroy(tj);
     return px;
+}
+
+static uint8_t *tj_decode(const uint8_t *j, size_t n, int w, int h, int c)
+{
+    return tj_decode_f(j, n, w, h, c, 0);
 }
 
 static const struct {
@@ -65,15 +75,17 @@ START_TEST(test_full_decode_matches_turbojpeg)
 END_TEST
 
 /* A crop decoded with crop_scanline + skip_scanlines has the same pixels
- * as the same rectangle of the full decode. */
+ * as the same rectangle of the full decode, with fancy upsampling (even
+ * loop indices) and without (odd ones: merged upsampling for 4:2:x). */
 START_TEST(test_crop_equals_full_decode_rectangle)
 {
     uint8_t *j;
     size_t n;
-    int w = 203, h = 157, iw, ih, c = kinds[_i].c;
-    td_test_jpeg(w, h, kinds[_i].cs, kinds[_i].sub, 90, kinds[_i].prog, 9,
+    int k = _i / 2, fast = _i % 2;
+    int w = 203, h = 157, iw, ih, c = kinds[k].c;
+    td_test_jpeg(w, h, kinds[k].cs, kinds[k].sub, 90, kinds[k].prog, 9,
                  &j, &n);
-    uint8_t *ref = tj_decode(j, n, w, h, c);
+    uint8_t *ref = tj_decode_f(j, n, w, h, c, fast);
     td_decoder *d;
     td_region r;
     ck_assert_int_eq(td_decoder_create(&d), 0);
@@ -83,7 +95,9 @@ START_TEST(test_crop_equals_full_decode_rectangle)
         ck_assert_int_eq(td_decoder_header(d, j, n, &iw, &ih), 0);
         ck_assert_int_eq(td_decoder_region(d, boxes[b][0], boxes[b][1],
                                            boxes[b][2], boxes[b][3], 1, 1, c,
-                                           TD_DECODE_FORCE_FULL_SCALE, &r), 0);
+                                           TD_DECODE_FORCE_FULL_SCALE |
+                                               (fast ? TD_DECODE_NO_FANCY : 0),
+                                           &r), 0);
         ck_assert_int_le(r.x0, boxes[b][0]);
         ck_assert_int_ge(r.x0 + r.w, boxes[b][0] + boxes[b][2]);
         ck_assert_int_le(r.y0, boxes[b][1]);
@@ -199,7 +213,7 @@ static void run_sample(td_decoder *d, td_resampler *rs, const uint8_t *j,
     int bw = (int)ceil(pl->x + pl->w) - bx, bh = (int)ceil(pl->y + pl->h) - by;
     ck_assert_int_eq(td_decoder_region(d, bx, by, bw, bh, ow, oh, c, flags,
                                        &r), 0);
-    td_augment_apply(rs, &r, iw, ih, pl, lay, out);
+    ck_assert_int_eq(td_augment_apply(rs, &r, iw, ih, pl, lay, out), 0);
 }
 
 /* The bound: a random_resized_crop to 224 decoded at a reduced DCT scale
@@ -451,14 +465,86 @@ START_TEST(test_parse_and_validate)
 }
 END_TEST
 
+START_TEST(test_augment_from_json)
+{
+    td_augment ops[TD_AUG_MAX];
+    char err[256];
+    json_t *j = json_loads("[{\"op\": \"pad_crop\", \"pad\": 2}, {\"op\": "
+                           "\"flip\"}, {\"op\": \"random_resized_crop\", "
+                           "\"scale\": [0.25, 1], \"ratio\": [0.5, 2]}]",
+                           0, NULL);
+    ck_assert_int_eq(td_augment_from_json(j, ops, TD_AUG_MAX, err,
+                                          sizeof err), 3);
+    ck_assert_int_eq(ops[0].op, TD_AUG_PAD_CROP);
+    ck_assert_int_eq(ops[0].pad, 2);
+    ck_assert_double_eq(ops[1].p, 0.5); /* default kept */
+    ck_assert_double_eq(ops[2].scale[0], 0.25);
+    ck_assert_double_eq(ops[2].ratio[1], 2);
+    json_decref(j);
+    j = json_loads("[{\"op\": \"flip\"}, {\"op\": \"pad_crop\", "
+                   "\"padding\": 2}]", 0, NULL);
+    ck_assert_int_eq(td_augment_from_json(j, ops, TD_AUG_MAX, err,
+                                          sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "augment[1].padding"));
+    json_decref(j);
+    j = json_loads("[{\"op\": \"rotate\"}]", 0, NULL);
+    ck_assert_int_eq(td_augment_from_json(j, ops, TD_AUG_MAX, err,
+                                          sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "augment[0].op: unknown op 'rotate'"));
+    json_decref(j);
+}
+END_TEST
+
+/* Tiny and thin images through every geometric op, both layouts. */
+START_TEST(test_tiny_images_every_op)
+{
+    static const int sizes[][2] = {{1, 1}, {1, 17}, {17, 1}, {3, 5},
+                                   {16, 16}, {33, 9}};
+    static const enum td_aug_op geo[] = {TD_AUG_RANDOM_RESIZED_CROP,
+                                         TD_AUG_PAD_CROP, TD_AUG_CENTER_CROP,
+                                         TD_AUG_RESIZE};
+    td_decoder *d;
+    td_resampler rs;
+    uint8_t out[12 * 10 * 3];
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    ck_assert_int_eq(td_resampler_init(&rs, 12, 10, 3), 0);
+    for (int si = 0; si < 6; si++)
+        for (int g = 0; g < 4; g++)
+            for (uint64_t sample = 0; sample < 4; sample++) {
+                int w = sizes[si][0], h = sizes[si][1];
+                uint8_t *j;
+                size_t n;
+                td_test_jpeg(w, h, TD_TEST_RGB, 420, 90, 0, (uint32_t)si, &j,
+                             &n);
+                td_augment ops[2];
+                td_augment_default(&ops[0], geo[g]);
+                td_augment_default(&ops[1], TD_AUG_FLIP);
+                td_aug_plan pl;
+                td_augment_plan(ops, 2, 1, 1, 0, sample, w, h, 12, 10, &pl);
+                memset(out, 0xab, sizeof out);
+                run_sample(d, &rs, j, n, &pl, 12, 10, 3, 0,
+                           sample % 2 ? TD_LAYOUT_NCHW : TD_LAYOUT_NHWC, out);
+                if (g != 1) { /* no padding: no byte left untouched */
+                    int untouched = 0;
+                    for (size_t i = 0; i < sizeof out; i++)
+                        untouched += out[i] == 0xab;
+                    ck_assert_int_lt(untouched, (int)sizeof out / 4);
+                }
+                free(j);
+            }
+    td_resampler_free(&rs);
+    td_decoder_destroy(d);
+}
+END_TEST
+
 static Suite *decode_suite(void)
 {
     Suite *s = suite_create("decode");
     TCase *tc = tcase_create("decode");
     int nk = (int)(sizeof kinds / sizeof kinds[0]);
-    tcase_add_loop_test(tc, test_full_decode_matches_turbojpeg, 0, nk - 1);
+    tcase_add_loop_test(tc, test_full_decode_matches_turbojpeg, 0, nk);
     tcase_add_loop_test(tc, test_crop_equals_full_decode_rectangle, 0,
-                        nk - 1);
+                        2 * nk);
     tcase_add_test(tc, test_cmyk_and_ycck_to_rgb);
     tcase_add_test(tc, test_pick_scale);
     tcase_add_test(tc, test_corrupt_inputs_fail_cleanly);
@@ -471,6 +557,8 @@ static Suite *decode_suite(void)
     tcase_add_test(ta, test_center_crop_box);
     tcase_add_test(ta, test_color_jitter);
     tcase_add_test(ta, test_parse_and_validate);
+    tcase_add_test(ta, test_augment_from_json);
+    tcase_add_test(ta, test_tiny_images_every_op);
     suite_add_tcase(s, ta);
     return s;
 }

@@ -79,7 +79,8 @@ static uint32_t batch_crc(const td_batch *b)
 }
 
 /* Takes `count` batches from (epoch, step); records CRCs; between batches
- * may change the worker count (script[i] > 0). */
+ * may change the worker count (script[i] > 0) or the prefetch depth
+ * (script[i] < 0: depth -script[i]). */
 static void run(td_pipeline_config *c, int64_t epoch, int64_t step, int count,
                 uint32_t *crcs, const int *script)
 {
@@ -91,6 +92,8 @@ static void run(td_pipeline_config *c, int64_t epoch, int64_t step, int count,
         td_batch b;
         if (script && script[i] > 0)
             ck_assert_int_eq(td_pipeline_set_workers(p, script[i]), 0);
+        if (script && script[i] < 0)
+            ck_assert_int_eq(td_pipeline_set_prefetch(p, -script[i]), 0);
         ck_assert_int_eq(td_pipeline_next(p, &b, NULL), 0);
         int64_t seq = epoch * 6 + step + i;
         ck_assert_int_eq(b.epoch, seq / 6);
@@ -115,9 +118,11 @@ START_TEST(test_same_batches_for_any_worker_count)
     c.prefetch = 5;
     run(&c, 0, 0, 12, got, NULL);
     ck_assert_mem_eq(ref, got, sizeof ref);
-    /* Live changes of the worker count, up and down. */
-    const int script[12] = {0, 4, 0, 1, 0, 0, 2, 0, 1, 3, 0, 0};
+    /* Live changes of the worker count and the depth, up and down. */
+    const int script[12] = {0, 4, -1, 1, 0, -4, 2, 0, 1, 3, -2, 0};
     c.workers = 2;
+    c.prefetch = 2;
+    c.max_prefetch = 4;
     run(&c, 0, 0, 12, got, script);
     ck_assert_mem_eq(ref, got, sizeof ref);
 }
@@ -273,6 +278,12 @@ START_TEST(test_lifecycle_errors)
     td_pipeline_release(p, &b2);
     ck_assert_int_eq(td_pipeline_set_workers(p, 0), -EINVAL);
     ck_assert_int_eq(td_pipeline_set_workers(p, 65), -EINVAL);
+    ck_assert_int_eq(td_pipeline_set_prefetch(p, 0), -EINVAL);
+    ck_assert_int_eq(td_pipeline_set_prefetch(p, c.prefetch + 1), -EINVAL);
+    ck_assert_int_eq(td_pipeline_set_prefetch(p, 1), 0);
+    td_pipeline_stats st;
+    td_pipeline_stats_get(p, &st);
+    ck_assert_int_eq(st.prefetch, 1);
     td_pipeline_stop(p);
     ck_assert_int_eq(td_pipeline_next(p, &b, NULL), TD_E_CLOSED);
     td_pipeline_destroy(p);

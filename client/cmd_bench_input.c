@@ -1,0 +1,254 @@
+/* cmd_bench_input.c - `trainctl bench-input`: the input pipeline alone at
+ * full speed (the input ceiling of DESIGN §5), with the per-stage split.
+ *
+ *   trainctl bench-input --data PATH [--size N|HxW] [--channels 1|3]
+ *       [--augment random_resized_crop,flip] [--workers N] [--batch N]
+ *       [--epochs N] [--prefetch N] [--seed N] [--layout nhwc|nchw]
+ *       [--eval] [--spec job.json] [--json]
+ * --spec reads data.train, input.size/channels/workers/prefetch/augment,
+ * batch_size and seed from a job spec; later options override it.
+ * Runs locally (no daemon).
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "commands.h"
+#include "error.h"
+#include "pipeline.h"
+
+static void td__bi_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: trainctl bench-input --data PATH [--size N|HxW] "
+        "[--channels 1|3]\n"
+        "         [--augment LIST] [--workers N] [--batch N] [--epochs N]\n"
+        "         [--prefetch N] [--seed N] [--layout nhwc|nchw] [--eval]\n"
+        "         [--spec job.json] [--json]\n\n"
+        "Runs the input pipeline alone as fast as it goes and prints "
+        "images/s and where\nthe time went (read, decode, augment, waiting "
+        "for a free slot, consumer wait).\n"
+        "Defaults: --size 224 --channels 3 --workers <online CPUs> --batch "
+        "128 --epochs 1\n"
+        "--prefetch 2 x workers --augment none (whole image resized).\n"
+        "LIST: comma-separated among random_resized_crop, pad_crop, "
+        "center_crop, resize,\nflip, color_jitter (default parameters).\n");
+}
+
+static int td__int_arg(const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > hi)
+        return -1;
+    *out = (int)x;
+    return 0;
+}
+
+/* --spec: the fields of a job spec the pipeline uses. */
+static int td__bi_spec(const char *path, td_pipeline_config *c, char **data)
+{
+    json_error_t je;
+    char err[256];
+    json_t *s = json_load_file(path, 0, &je), *in, *v;
+    if (!s) {
+        fprintf(stderr, "trainctl bench-input: %s:%d: %s\n", path, je.line,
+                je.text);
+        return -1;
+    }
+    const char *train = json_string_value(
+        json_object_get(json_object_get(s, "data"), "train"));
+    if (train) {
+        free(*data);
+        *data = strdup(train);
+    }
+    in = json_object_get(s, "input");
+    if ((v = json_object_get(in, "size")) && json_array_size(v) == 2) {
+        c->size[0] = (int)json_integer_value(json_array_get(v, 0));
+        c->size[1] = (int)json_integer_value(json_array_get(v, 1));
+    }
+    if ((v = json_object_get(in, "channels")))
+        c->channels = (int)json_integer_value(v);
+    if ((v = json_object_get(in, "workers")) && json_is_integer(v))
+        c->workers = (int)json_integer_value(v);
+    if ((v = json_object_get(in, "prefetch")) && json_is_integer(v))
+        c->prefetch = (int)json_integer_value(v);
+    if ((v = json_object_get(s, "batch_size")))
+        c->batch_size = (int)json_integer_value(v);
+    if ((v = json_object_get(s, "seed")))
+        c->seed = (uint64_t)json_integer_value(v);
+    int n = 0;
+    if ((v = json_object_get(in, "augment")) &&
+        (n = td_augment_from_json(v, c->augment, TD_AUG_MAX, err,
+                                  sizeof err)) < 0)
+        fprintf(stderr, "trainctl bench-input: %s: input.%s\n", path, err);
+    c->n_augment = n < 0 ? 0 : n;
+    json_decref(s);
+    return n < 0 ? -1 : 0;
+}
+
+static void td__bi_print(const td_pipeline_stats *st, int64_t images,
+                         double secs, int epochs, int batch, int json)
+{
+    /* ns summed over workers -> us per image */
+    double per = st->samples > 0 ? 1e-3 / (double)st->samples : 0;
+    if (json) {
+        json_t *o = json_pack(
+            "{s:f, s:I, s:f, s:I, s:i, s:i, s:i, s:i, s:{s:f, s:f, s:f, s:f,"
+            " s:f}, s:{s:f, s:f, s:f}}",
+            "images_per_s", secs > 0 ? (double)images / secs : 0.0, "images",
+            (json_int_t)images, "seconds", secs, "bad_samples",
+            (json_int_t)st->bad_samples, "workers", st->workers, "batch",
+            batch, "epochs", epochs, "prefetch", st->prefetch, "stages",
+            "read_s", td_ns_to_s(st->read_ns), "decode_s",
+            td_ns_to_s(st->decode_ns), "augment_s",
+            td_ns_to_s(st->augment_ns), "slot_wait_s",
+            td_ns_to_s(st->slot_wait_ns), "consumer_wait_s",
+            td_ns_to_s(st->consumer_wait_ns), "per_image_us", "read",
+            (double)st->read_ns * per, "decode", (double)st->decode_ns * per,
+            "augment", (double)st->augment_ns * per);
+        char *s = json_dumps(o, JSON_COMPACT);
+        puts(s);
+        free(s);
+        json_decref(o);
+        return;
+    }
+    printf("bench-input: %lld images in %.2f s (%d epoch(s), batch %d, %d "
+           "workers, prefetch %d): %.1f images/s\n", (long long)images, secs,
+           epochs, batch, st->workers, st->prefetch,
+           secs > 0 ? (double)images / secs : 0.0);
+    printf("  per image, summed over workers: read %.1f us, decode %.1f us, "
+           "augment %.1f us\n", (double)st->read_ns * per,
+           (double)st->decode_ns * per, (double)st->augment_ns * per);
+    printf("  workers waited for a free slot %.3f s; the consumer waited "
+           "%.3f s; bad samples %lld\n", td_ns_to_s(st->slot_wait_ns),
+           td_ns_to_s(st->consumer_wait_ns), (long long)st->bad_samples);
+}
+
+struct td__bi {
+    td_pipeline_config c;
+    char *data;
+    int json, epochs, prefetch_set;
+};
+
+/* One option that takes a value.  0 ok, 1 bad value or unknown option,
+ * 2 a --spec that failed (already reported). */
+static int td__bi_value(struct td__bi *o, const char *a, const char *v,
+                        char *err, size_t ecap)
+{
+    td_pipeline_config *c = &o->c;
+    int h, w, n;
+    if (strcmp(a, "--data") == 0) {
+        free(o->data);
+        o->data = strdup(v);
+        return 0;
+    }
+    if (strcmp(a, "--spec") == 0)
+        return td__bi_spec(v, c, &o->data) ? 2 : 0;
+    if (strcmp(a, "--size") == 0) {
+        if (sscanf(v, "%dx%d", &h, &w) == 2) {
+            c->size[0] = h;
+            c->size[1] = w;
+            return 0;
+        }
+        c->size[1] = c->size[0] = atoi(v);
+        return c->size[0] < 1 || c->size[0] > 8192;
+    }
+    if (strcmp(a, "--augment") == 0) {
+        n = td_augment_parse_list(v, c->augment, TD_AUG_MAX, err, ecap);
+        c->n_augment = n < 0 ? 0 : n;
+        return n < 0;
+    }
+    if (strcmp(a, "--layout") == 0) {
+        c->layout = strcmp(v, "nchw") == 0 ? TD_LAYOUT_NCHW : TD_LAYOUT_NHWC;
+        return strcmp(v, "nhwc") != 0 && strcmp(v, "nchw") != 0;
+    }
+    if (strcmp(a, "--seed") == 0) {
+        c->seed = strtoull(v, NULL, 10);
+        return 0;
+    }
+    o->prefetch_set |= strcmp(a, "--prefetch") == 0;
+    return strcmp(a, "--channels") == 0 ? td__int_arg(v, 1, 3, &c->channels)
+           : strcmp(a, "--workers") == 0 ? td__int_arg(v, 1, 64, &c->workers)
+           : strcmp(a, "--batch") == 0
+               ? td__int_arg(v, 1, 65536, &c->batch_size)
+           : strcmp(a, "--epochs") == 0
+               ? td__int_arg(v, 1, 1000000, &o->epochs)
+           : strcmp(a, "--prefetch") == 0
+               ? td__int_arg(v, 1, 1024, &c->prefetch)
+               : 1;
+}
+
+/* Parses argv into o.  -1: go on; else the exit code to return. */
+static int td__bi_args(int argc, char **argv, struct td__bi *o)
+{
+    char err[512] = "";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--json") == 0) {
+            o->json = 1;
+        } else if (strcmp(a, "--eval") == 0) {
+            o->c.train = 0;
+            o->c.drop_last = 0;
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            td__bi_usage(stdout);
+            return TD_EXIT_OK;
+        } else {
+            int rc = v ? td__bi_value(o, a, v, err, sizeof err) : 1;
+            if (rc == 1)
+                fprintf(stderr, "trainctl bench-input: bad or unknown "
+                        "argument '%s%s%s'%s%s\n", a, v ? " " : "",
+                        v ? v : "", err[0] ? ": " : "", err);
+            if (rc)
+                return TD_EXIT_USAGE;
+            i++;
+        }
+    }
+    if (!o->data) {
+        td__bi_usage(stderr);
+        return TD_EXIT_USAGE;
+    }
+    return -1;
+}
+
+int td_cmd_bench_input(int argc, char **argv)
+{
+    struct td__bi o = {.epochs = 1};
+    char err[512] = "";
+    td_pipeline_config_default(&o.c);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    o.c.workers = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
+    int rc = td__bi_args(argc, argv, &o);
+    if (rc >= 0) {
+        free(o.data);
+        return rc;
+    }
+    if (!o.prefetch_set)
+        o.c.prefetch = 2 * o.c.workers;
+    o.c.data = o.data;
+    td_pipeline *p;
+    rc = td_pipeline_create(&o.c, &p, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "trainctl bench-input: %s\n",
+                err[0] ? err : td_strerror(rc));
+        free(o.data);
+        return TD_EXIT_REFUSED;
+    }
+    int64_t images = 0;
+    double secs = 0;
+    rc = td_pipeline_drain(p, 0, o.epochs, &images, &secs);
+    td_pipeline_stats st;
+    td_pipeline_stats_get(p, &st);
+    td_pipeline_destroy(p);
+    free(o.data);
+    if (rc) {
+        fprintf(stderr, "trainctl bench-input: the pipeline failed: %s\n",
+                td_strerror(rc));
+        return TD_EXIT_REFUSED;
+    }
+    td__bi_print(&st, images, secs, o.epochs, o.c.batch_size, o.json);
+    return TD_EXIT_OK;
+}

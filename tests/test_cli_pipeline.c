@@ -1,0 +1,153 @@
+/* test_cli_pipeline.c - `trainctl pack` and `trainctl bench-input` as a
+ * user runs them: exit codes, --json summaries, error messages. */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "support/jpeggen.h"
+#include "tdtest.h"
+
+static char *tmp;
+
+static void setup(void) { tmp = td_test_tmpdir("cli"); }
+static void teardown(void)
+{
+    td_test_rmtree(tmp);
+    free(tmp);
+}
+
+/* Runs `trainctl ARGS` (stderr into *err_out, stdout returned); *rc gets
+ * the exit status. */
+static char *trainctl(const char *args, int *rc, char **err_out)
+{
+    const char *b = getenv("TD_BUILD_ROOT");
+    char *cmd, *errf;
+    ck_assert_int_gt(asprintf(&errf, "%s/stderr.txt", tmp), 0);
+    ck_assert_int_gt(asprintf(&cmd, "%s/client/trainctl %s 2>%s",
+                              b ? b : "build", args, errf), 0);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char *out = NULL;
+    size_t cap = 0;
+    FILE *m = open_memstream(&out, &cap);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0)
+        fwrite(buf, 1, n, m);
+    fclose(m);
+    int st = pclose(p);
+    *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (err_out) {
+        FILE *f = fopen(errf, "r");
+        *err_out = calloc(1, 8192);
+        if (f) {
+            size_t got = fread(*err_out, 1, 8191, f);
+            (*err_out)[got] = '\0';
+            fclose(f);
+        }
+    }
+    free(cmd);
+    free(errf);
+    return out;
+}
+
+static void make_idx(int n)
+{
+    char p[4096];
+    uint8_t *px = malloc((size_t)n * 784), *lb = malloc((size_t)n);
+    for (int i = 0; i < n; i++) {
+        td_test_photo(px + (size_t)i * 784, 28, 28, 1, (uint32_t)i);
+        lb[i] = (uint8_t)(i % 10);
+    }
+    uint32_t d3[3] = {(uint32_t)n, 28, 28}, d1[1] = {(uint32_t)n};
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", tmp);
+    td_test_write_idx(p, 1, 3, d3, px);
+    snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte.gz", tmp);
+    td_test_write_idx(p, 1, 3, d3, px);
+    snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte.gz", tmp);
+    td_test_write_idx(p, 1, 1, d1, lb);
+    snprintf(p, sizeof p, "%s/t10k-labels-idx1-ubyte.gz", tmp);
+    td_test_write_idx(p, 1, 1, d1, lb);
+    free(px);
+    free(lb);
+}
+
+START_TEST(test_pack_idx_dir_json_then_bench_input)
+{
+    char args[8192];
+    int rc;
+    make_idx(96);
+    snprintf(args, sizeof args, "pack --idx-dir %s -o %s/fm --json", tmp, tmp);
+    char *out = trainctl(args, &rc, NULL);
+    ck_assert_int_eq(rc, 0);
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    json_t *sets = json_object_get(j, "sets");
+    ck_assert_int_eq(json_array_size(sets), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(sets, 1), "set")), "test");
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_array_get(sets, 0), "samples")), 96);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_array_get(sets, 0), "classes")), 10);
+    json_decref(j);
+    free(out);
+    snprintf(args, sizeof args, "bench-input --data %s/fm/train --size 28 "
+             "--channels 1 --augment pad_crop,flip --batch 16 --workers 2 "
+             "--epochs 2 --json", tmp);
+    out = trainctl(args, &rc, NULL);
+    ck_assert_int_eq(rc, 0);
+    j = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "images")), 192);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "bad_samples")),
+                     0);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "workers")), 2);
+    ck_assert(json_number_value(json_object_get(j, "images_per_s")) > 0);
+    json_t *st = json_object_get(j, "stages");
+    ck_assert(json_number_value(json_object_get(st, "decode_s")) > 0);
+    ck_assert_ptr_nonnull(json_object_get(st, "slot_wait_s"));
+    json_decref(j);
+    free(out);
+}
+END_TEST
+
+START_TEST(test_cli_errors)
+{
+    char args[8192], *err;
+    int rc;
+    free(trainctl("pack -o /tmp/x", &rc, NULL));
+    ck_assert_int_eq(rc, 2); /* no source */
+    snprintf(args, sizeof args, "pack --idx-dir %s/none -o %s/o", tmp, tmp);
+    free(trainctl(args, &rc, &err));
+    ck_assert_int_eq(rc, 1);
+    ck_assert_ptr_nonnull(strstr(err, "lacks the MNIST file set"));
+    free(err);
+    snprintf(args, sizeof args, "bench-input --data %s/missing", tmp);
+    free(trainctl(args, &rc, &err));
+    ck_assert_int_eq(rc, 1);
+    ck_assert_ptr_nonnull(strstr(err, "missing"));
+    free(err);
+    snprintf(args, sizeof args, "bench-input --data %s --augment rotate", tmp);
+    free(trainctl(args, &rc, &err));
+    ck_assert_int_eq(rc, 2);
+    ck_assert_ptr_nonnull(strstr(err, "unknown augmentation 'rotate'"));
+    free(err);
+}
+END_TEST
+
+static Suite *cli_suite(void)
+{
+    Suite *s = suite_create("cli_pipeline");
+    TCase *tc = tcase_create("cli");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_pack_idx_dir_json_then_bench_input);
+    tcase_add_test(tc, test_cli_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(cli_suite)
