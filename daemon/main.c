@@ -141,6 +141,7 @@ int main(int argc, char **argv)
                 return 2;
             }
             json_object_set_new(overrides, "log_level", json_string(optarg));
+            td_log_set_level(level);
             break;
         case 'V':
             print_version();
@@ -195,7 +196,6 @@ int main(int argc, char **argv)
     td_daemon d;
     uv_loop_init(&loop);
     td_info("traind %s starting (pid %d)", TD_VERSION, (int)getpid());
-    (void)level;
     int rc = td_daemon_init(&d, &loop, &o);
     if (rc) {
         if (d.wake.data) { /* handles exist: close them cleanly */
