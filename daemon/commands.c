@@ -365,8 +365,10 @@ static void cmd_subscribe(td_client *c, td_request *req)
     }
     c->sub_events = mask;
     c->sub_job = job ? json_integer_value(job) : 0;
+    /* Without a rate, step events come at most 10 times a second: a
+     * subscriber that wants every step says every_steps 1. */
     c->every_steps = es ? json_integer_value(es) : 1;
-    c->every_ms = em ? json_integer_value(em) : 0;
+    c->every_ms = em ? json_integer_value(em) : es ? 0 : 100;
     c->last_step_sent = 0;
     c->last_step_ns = 0;
     td__ok(c, req, json_pack("{s:I, s:I, s:I}", "job",

@@ -238,6 +238,20 @@ void td_daemon_post(td_daemon *d, int kind, int64_t job, json_t *data)
     m->data = data;
     m->next = NULL;
     pthread_mutex_lock(&d->inbox_mu);
+    /* Step events coalesce: while the loop has not taken the previous one
+     * of this job, the newer replaces it (the loop only ever needs the
+     * latest progress; windows, epochs and states are never dropped). */
+    if (kind == TD_EV_STEP && d->inbox_tail &&
+        d->inbox_tail->kind == TD_EV_STEP && d->inbox_tail->job == job) {
+        json_t *old = d->inbox_tail->data;
+        d->inbox_tail->data = data;
+        d->inbox_tail->ts = m->ts;
+        d->inbox_coalesced++;
+        pthread_mutex_unlock(&d->inbox_mu);
+        json_decref(old);
+        free(m);
+        return;
+    }
     if (kind == TD_EV_STEP && d->inbox_len >= TD_INBOX_MAX) {
         d->inbox_dropped++;
         pthread_mutex_unlock(&d->inbox_mu);

@@ -102,6 +102,7 @@ typedef struct td_daemon {
     td_inbox_msg *inbox_head, *inbox_tail;
     size_t inbox_len;
     uint64_t inbox_dropped;
+    uint64_t inbox_coalesced;
 } td_daemon;
 
 /* daemon.c */

@@ -153,27 +153,32 @@ int th_send_raw(int fd, const char *data, size_t len)
 
 char *th_read_line(int fd, int timeout_ms)
 {
-    size_t cap = 4096, len = 0;
+    size_t cap = 65536, len = 0;
     char *buf = malloc(cap);
     while (buf) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, timeout_ms) <= 0)
             break;
-        char ch;
-        ssize_t r = read(fd, &ch, 1); /* byte-wise: simple, tests only */
-        if (r <= 0)
-            break;
-        if (ch == '\n') {
-            buf[len] = '\0';
-            return buf;
-        }
-        if (len + 2 > cap) {
+        /* Peek, and take exactly up to the newline: the next line stays
+         * in the socket for the next call. */
+        if (cap - len < 4096) {
             char *nb = realloc(buf, cap *= 2);
             if (!nb)
                 break;
             buf = nb;
         }
-        buf[len++] = ch;
+        ssize_t r = recv(fd, buf + len, cap - len - 1, MSG_PEEK);
+        if (r <= 0)
+            break;
+        char *nl = memchr(buf + len, '\n', (size_t)r);
+        size_t take = nl ? (size_t)(nl - (buf + len)) + 1 : (size_t)r;
+        if (read(fd, buf + len, take) != (ssize_t)take)
+            break;
+        len += take;
+        if (nl) {
+            buf[len - 1] = '\0';
+            return buf;
+        }
     }
     free(buf);
     return NULL;
