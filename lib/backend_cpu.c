@@ -113,35 +113,40 @@ static int td__forward_layer(td__cpu *be, int L, int train)
     switch (l->kind) {
     case TD_L_CONV:
     case TD_L_DENSE:
-        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SRC, x},
-                {DNNL_ARG_WEIGHTS, c->w_f ? c->w_f : c->w},
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, c->w_f ? c->w_f : c->w},
                 {DNNL_ARG_BIAS, c->b}, {DNNL_ARG_DST, c->y});
         break;
     case TD_L_BN:
         if (!train) {
-            TD__RUN(be, c->inf, l->name, {DNNL_ARG_SRC, x},
+            TD__RUN(be, c->inf, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[1]},
+                    {DNNL_ARG_SRC, x},
                     {DNNL_ARG_MEAN, c->rmean}, {DNNL_ARG_VARIANCE, c->rvar},
                     {DNNL_ARG_SCALE, c->w}, {DNNL_ARG_SHIFT, c->b},
                     {DNNL_ARG_DST, c->y});
             break;
         }
-        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SRC, x},
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x},
                 {DNNL_ARG_MEAN, c->mean}, {DNNL_ARG_VARIANCE, c->var},
                 {DNNL_ARG_SCALE, c->w}, {DNNL_ARG_SHIFT, c->b},
                 {DNNL_ARG_WORKSPACE, c->ws}, {DNNL_ARG_DST, c->y});
         td__bn_running(be, L);
         break;
     case TD_L_RELU:
-        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SRC, x}, {DNNL_ARG_DST, c->y});
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_DST, c->y});
         break;
     case TD_L_MAXPOOL:
     case TD_L_AVGPOOL:
     case TD_L_GAP:
-        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SRC, x}, {DNNL_ARG_DST, c->y},
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_DST, c->y},
                 {DNNL_ARG_WORKSPACE, c->ws});
         break;
     case TD_L_ADD:
-        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SRC_0, x},
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC_0, x},
                 {DNNL_ARG_SRC_1, be->cl[be->cl[l->in[1]].root].y},
                 {DNNL_ARG_DST, c->y});
         break;
@@ -256,7 +261,8 @@ static int td__backward_layer(td__cpu *be, int L)
     switch (l->kind) {
     case TD_L_CONV:
     case TD_L_DENSE:
-        TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SRC, x},
+        TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
+                {DNNL_ARG_SRC, x},
                 {DNNL_ARG_DIFF_DST, c->dy},
                 {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
                 {DNNL_ARG_DIFF_BIAS, c->db});
@@ -264,27 +270,30 @@ static int td__backward_layer(td__cpu *be, int L)
             return rc;
         if (c->no_dsrc)
             return 0;
-        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_DIFF_DST, c->dy},
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_DIFF_DST, c->dy},
                 {DNNL_ARG_WEIGHTS, c->w_bd ? c->w_bd : c->w},
                 {DNNL_ARG_DIFF_SRC, t});
         break;
     case TD_L_BN:
-        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SRC, x},
-                {DNNL_ARG_MEAN, c->mean}, {DNNL_ARG_VARIANCE, c->var},
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_MEAN, c->mean}, {DNNL_ARG_VARIANCE, c->var},
                 {DNNL_ARG_SCALE, c->w}, {DNNL_ARG_SHIFT, c->b},
                 {DNNL_ARG_WORKSPACE, c->ws}, {DNNL_ARG_DIFF_DST, c->dy},
                 {DNNL_ARG_DIFF_SRC, t}, {DNNL_ARG_DIFF_SCALE, c->dw},
                 {DNNL_ARG_DIFF_SHIFT, c->db});
         break;
     case TD_L_RELU:
-        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SRC, x},
-                {DNNL_ARG_DIFF_DST, c->dy}, {DNNL_ARG_DIFF_SRC, t});
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, c->dy},
+                {DNNL_ARG_DIFF_SRC, t});
         break;
     case TD_L_MAXPOOL:
     case TD_L_AVGPOOL:
     case TD_L_GAP:
-        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_DIFF_DST, c->dy},
-                {DNNL_ARG_WORKSPACE, c->ws}, {DNNL_ARG_DIFF_SRC, t});
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_DIFF_DST, c->dy}, {DNNL_ARG_WORKSPACE, c->ws},
+                {DNNL_ARG_DIFF_SRC, t});
         break;
     case TD_L_DROPOUT: {
         const float *dy = td__f(c->dy);
