@@ -19,7 +19,7 @@ static td_model *load(const char *name, td_shape in, int classes)
 {
     char path[4096], err[256] = "";
     const char *root = getenv("TD_SOURCE_ROOT");
-    if (strcmp(name, "fmnist-cnn") == 0)
+    if (strcmp(name, "fmnist-cnn") == 0 || strncmp(name, "resnet", 6) == 0)
         snprintf(path, sizeof path, "%s/config/models/%s.json",
                  root ? root : ".", name);
     else
@@ -184,6 +184,43 @@ START_TEST(test_fmnist_cnn_matches_reference)
     fixture f;
     setup_fx(&f, "fmnist-cnn", (td_shape){1, 28, 28}, 10, 3, TD_OPT_SGD);
     compare_step(&f, 0);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* Residual blocks with 1x1 stride-2 shortcuts, in blocked layouts. */
+START_TEST(test_resnet20_matches_reference)
+{
+    fixture f;
+    setup_fx(&f, "resnet20", (td_shape){3, 16, 16}, 10, 2, TD_OPT_SGD);
+    compare_step(&f, 1);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* The ImageNet models plan and train a step: resnet18 at full size,
+ * resnet50 (bottlenecks) on 64x64 to keep the suite short. */
+START_TEST(test_imagenet_models_step)
+{
+    const char *names[2] = {"resnet18", "resnet50"};
+    int size = _i == 0 ? 224 : 64;
+    fixture f;
+    setup_fx(&f, names[_i], (td_shape){3, size, size}, 1000, 1, TD_OPT_SGD);
+    td_step_stats st;
+    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
+    ck_assert_int_eq(td_backend_train_step(f.be, 0.01f, 1), 0);
+    ck_assert_int_eq(td_backend_read_stats(f.be, &st), 0);
+    ck_assert(isfinite(st.loss_sum) && st.loss_sum > 0);
+    int fc = f.m->nparams - 2;
+    size_t n = f.m->params[fc].count;
+    float *g = malloc(n * sizeof *g);
+    ck_assert_int_eq(f.be->ops->read_tensor(f.be, TD_T_PARAM_GRAD, fc, g, n),
+                     0);
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += fabs(g[i]);
+    ck_assert(s > 0 && isfinite(s));
+    free(g);
     teardown_fx(&f);
 }
 END_TEST
@@ -416,6 +453,7 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_all_layers_match_reference);
     tcase_add_test(tc, test_flatten_matches_reference);
     tcase_add_test(tc, test_fmnist_cnn_matches_reference);
+    tcase_add_test(tc, test_resnet20_matches_reference);
     tcase_add_test(tc, test_running_stats_and_inference);
     tcase_add_test(tc, test_sgd_update);
     tcase_add_test(tc, test_adamw_update);
@@ -424,6 +462,10 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_create_errors);
     tcase_add_test(tc, test_dropout_train_and_eval);
     suite_add_tcase(s, tc);
+    TCase *big = tcase_create("imagenet");
+    tcase_set_timeout(big, 120);
+    tcase_add_loop_test(big, test_imagenet_models_step, 0, 2);
+    suite_add_tcase(s, big);
     return s;
 }
 
