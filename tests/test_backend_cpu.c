@@ -8,7 +8,7 @@
 
 #include "backend.h"
 #include "error.h"
-#include "kernels/optim_update.h"
+#include "optim_update.h"
 #include "ref_layers.h"
 #include "rng.h"
 #include "tdtest.h"
