@@ -341,6 +341,32 @@ START_TEST(test_snapshot_restore_round_trip)
 }
 END_TEST
 
+/* The named layout matches what snapshot() writes. */
+START_TEST(test_snapshot_layout_names)
+{
+    fixture f;
+    setup_fx(&f, "tiny-flat", (td_shape){2, 9, 9}, K, N, TD_OPT_ADAMW);
+    td_snapshot_entry e[16];
+    int n = td_backend_snapshot_layout(f.m, &f.be->cfg.optim, e, 16);
+    ck_assert_int_eq(n, 3 * f.m->nparams + f.m->nstate);
+    ck_assert_str_eq(e[0].name, "c1.weight");
+    ck_assert_int_eq(e[0].ndims, 4);
+    ck_assert_int_eq(e[0].dims[1], 2);
+    ck_assert_str_eq(e[f.m->nparams].name, "c1.weight.exp_avg");
+    ck_assert_str_eq(e[2 * f.m->nparams + 1].name, "d1.weight.exp_avg_sq");
+    size_t nf = td_backend_snapshot_floats(f.m, &f.be->cfg.optim);
+    ck_assert_uint_eq(e[n - 1].offset + e[n - 1].count, nf);
+    float *snap = malloc(nf * sizeof *snap), *w = malloc(e[1].count * 4);
+    ck_assert_int_eq(td_backend_snapshot(f.be, snap, nf), 0);
+    ck_assert_int_eq(f.be->ops->read_tensor(f.be, TD_T_PARAM, 1, w,
+                                            e[1].count), 0);
+    ck_assert_mem_eq(snap + e[1].offset, w, e[1].count * sizeof *w);
+    free(snap);
+    free(w);
+    teardown_fx(&f);
+}
+END_TEST
+
 START_TEST(test_bad_batches_refused)
 {
     fixture f;
@@ -458,6 +484,7 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_sgd_update);
     tcase_add_test(tc, test_adamw_update);
     tcase_add_test(tc, test_snapshot_restore_round_trip);
+    tcase_add_test(tc, test_snapshot_layout_names);
     tcase_add_test(tc, test_bad_batches_refused);
     tcase_add_test(tc, test_create_errors);
     tcase_add_test(tc, test_dropout_train_and_eval);
