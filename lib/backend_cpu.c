@@ -168,10 +168,16 @@ static int td__forward(td__cpu *be, int train)
         return rc;
     float *x = td__f(be->cl[0].y);
     size_t per = (size_t)in.c * in.h * in.w;
+    int planar = be->layout == TD_LAYOUT_NCHW;
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < be->batch; i++)
-        td_normalize_batch(be->pixels + i * per, x + i * per, 1, in.c, in.h,
-                           in.w, be->nscale, be->nbias);
+    for (int i = 0; i < be->batch; i++) {
+        if (planar)
+            td_normalize_planar(be->pixels + i * per, x + i * per, 1, in.c,
+                                in.h, in.w, be->nscale, be->nbias);
+        else
+            td_normalize_batch(be->pixels + i * per, x + i * per, 1, in.c,
+                               in.h, in.w, be->nscale, be->nbias);
+    }
     for (int L = 1; L < be->base.model->nlayers; L++)
         if (be->cl[L].root == L && (rc = td__forward_layer(be, L, train)))
             return rc;
@@ -384,13 +390,14 @@ static int td__cpu_upload(td_backend *b, const td_batch *bt)
     td__cpu *be = td__be(b);
     const td_model *m = b->model;
     const td_shape in = m->layers[0].out;
-    if (bt->layout != TD_LAYOUT_NHWC || bt->c != in.c || bt->h != in.h ||
+    int known = bt->layout == TD_LAYOUT_NHWC || bt->layout == TD_LAYOUT_NCHW;
+    if (!known || bt->c != in.c || bt->h != in.h ||
         bt->w != in.w || bt->n < 1 || bt->n > be->batch) {
         snprintf(b->err, sizeof b->err, "upload: batch of %d %dx%dx%d (%s) "
-                 "does not fit the model's %dx%dx%d NHWC input, batch <= %d",
+                 "does not fit the model's %dx%dx%d input, batch <= %d",
                  bt->n, bt->c, bt->h, bt->w,
-                 bt->layout == TD_LAYOUT_NHWC ? "NHWC" : "NCHW", in.c, in.h,
-                 in.w, be->batch);
+                 !known ? "unknown layout" : bt->layout == TD_LAYOUT_NHWC
+                 ? "NHWC" : "NCHW", in.c, in.h, in.w, be->batch);
         return -EINVAL;
     }
     for (int i = 0; i < bt->n; i++)
@@ -406,6 +413,7 @@ static int td__cpu_upload(td_backend *b, const td_batch *bt)
            per * (size_t)(be->batch - bt->n));
     memcpy(be->labels, bt->labels, sizeof *be->labels * (size_t)bt->n);
     be->n = bt->n;
+    be->layout = bt->layout;
     return 0;
 }
 

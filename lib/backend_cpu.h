@@ -60,6 +60,7 @@ typedef struct td__cpu {
     uint8_t *pixels;     /* the uploaded batch (the "device" copy) */
     int32_t *labels;
     int n;               /* samples in the uploaded batch */
+    enum td_layout layout; /* of the uploaded pixels */
     float nscale[4], nbias[4];
     dnnl_memory_t logits;   /* plain [batch, classes] view of the logits */
     dnnl_memory_t dlogits;  /* plain gradient of the logits */

@@ -341,6 +341,31 @@ START_TEST(test_snapshot_restore_round_trip)
 }
 END_TEST
 
+/* A planar (NCHW) batch computes exactly what its NHWC twin does. */
+START_TEST(test_nchw_upload_equals_nhwc)
+{
+    fixture f;
+    setup_fx(&f, "tiny-flat", (td_shape){2, 9, 9}, K, N, TD_OPT_SGD);
+    td_step_stats a, b;
+    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
+    ck_assert_int_eq(td_backend_eval_step(f.be), 0);
+    td_backend_read_stats(f.be, &a);
+    uint8_t planar[N * 2 * 81];
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < 2; c++)
+            for (int p = 0; p < 81; p++)
+                planar[(i * 2 + c) * 81 + p] = f.px[(i * 81 + p) * 2 + c];
+    td_batch t = f.b;
+    t.data = planar;
+    t.layout = TD_LAYOUT_NCHW;
+    ck_assert_int_eq(td_backend_upload(f.be, &t), 0);
+    ck_assert_int_eq(td_backend_eval_step(f.be), 0);
+    td_backend_read_stats(f.be, &b);
+    ck_assert_double_eq(a.loss_sum, b.loss_sum);
+    teardown_fx(&f);
+}
+END_TEST
+
 /* The named layout matches what snapshot() writes. */
 START_TEST(test_snapshot_layout_names)
 {
@@ -485,6 +510,7 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_adamw_update);
     tcase_add_test(tc, test_snapshot_restore_round_trip);
     tcase_add_test(tc, test_snapshot_layout_names);
+    tcase_add_test(tc, test_nchw_upload_equals_nhwc);
     tcase_add_test(tc, test_bad_batches_refused);
     tcase_add_test(tc, test_create_errors);
     tcase_add_test(tc, test_dropout_train_and_eval);
