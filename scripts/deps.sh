@@ -12,6 +12,7 @@ packages=(
   gcc libc6-dev pkg-config meson ninja-build cmake
   # libraries
   libuv1-dev libjansson-dev libturbojpeg0-dev libjpeg62-turbo-dev libdnnl-dev
+  zlib1g-dev
   # tests
   check libsubunit-dev
   # the reference dataset for the demo and the accuracy benchmarks
