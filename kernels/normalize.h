@@ -5,6 +5,7 @@
  * uint8 NHWC; the output is float NCHW (what the first convolution reads).
  * One element per call so a CUDA kernel maps one thread to one output
  * element; td_normalize_batch is the host loop over the same function.
+ * Batches that arrive planar (NCHW) use td_normalize_planar.
  * Never does: allocation, augmentation.
  */
 #ifndef TD_KERNELS_NORMALIZE_H
@@ -49,6 +50,22 @@ static inline void td_normalize_batch(const uint8_t *nhwc, float *nchw, int n,
             float s = scale[ch], b = bias[ch];
             for (size_t x = 0; x < hw; x++)
                 dst[x] = (float)src[x * c] * s + b;
+        }
+}
+
+/* Host loop for batches that arrive planar (NCHW uint8). */
+static inline void td_normalize_planar(const uint8_t *nchw, float *out, int n,
+                                       int c, int h, int w,
+                                       const float *scale, const float *bias)
+{
+    size_t hw = (size_t)h * w;
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++) {
+            const uint8_t *src = nchw + ((size_t)i * c + ch) * hw;
+            float *dst = out + ((size_t)i * c + ch) * hw;
+            float s = scale[ch], b = bias[ch];
+            for (size_t x = 0; x < hw; x++)
+                dst[x] = (float)src[x] * s + b;
         }
 }
 

@@ -39,3 +39,39 @@ int td_backend_create(const char *kind, const td_model *model,
     snprintf(err, errcap, "device: unknown backend \"%s\"", kind);
     return -EINVAL;
 }
+
+int td_backend_snapshot_layout(const td_model *m, const td_optim_config *o,
+                               td_snapshot_entry *out, int cap)
+{
+    static const char *const sgd[] = {"", ".momentum_buffer"};
+    static const char *const adamw[] = {"", ".exp_avg", ".exp_avg_sq"};
+    const char *const *suffix = o->type == TD_OPT_ADAMW ? adamw : sgd;
+    int slots = td_optim_slots(o), k = 0;
+    size_t off = 0;
+    for (int s = 0; s <= slots; s++)
+        for (int p = 0; p < m->nparams; p++, k++) {
+            const td_param *pr = &m->params[p];
+            if (k < cap) {
+                td_snapshot_entry *e = &out[k];
+                snprintf(e->name, sizeof e->name, "%s%s", pr->name,
+                         suffix[s]);
+                e->ndims = pr->ndims;
+                memcpy(e->dims, pr->dims, sizeof e->dims);
+                e->offset = off;
+                e->count = pr->count;
+            }
+            off += pr->count;
+        }
+    for (int i = 0; i < m->nstate; i++, k++) {
+        if (k < cap) {
+            td_snapshot_entry *e = &out[k];
+            snprintf(e->name, sizeof e->name, "%s", m->state[i].name);
+            e->ndims = 1;
+            e->dims[0] = (int)m->state[i].count;
+            e->offset = off;
+            e->count = m->state[i].count;
+        }
+        off += m->state[i].count;
+    }
+    return k;
+}

@@ -141,6 +141,21 @@ int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
 /* Floats in a snapshot for this model and optimizer. */
 size_t td_backend_snapshot_floats(const td_model *m, const td_optim_config *o);
 
+/* One tensor of a snapshot, for writers that name tensors (safetensors):
+ * "conv1.weight", "conv1.weight.momentum_buffer" (SGD),
+ * "conv1.weight.exp_avg" and ".exp_avg_sq" (AdamW), "bn1.running_mean". */
+typedef struct td_snapshot_entry {
+    char name[TD_NAME_MAX + 32];
+    int ndims;
+    int dims[4];
+    size_t offset;   /* in floats from the start of the snapshot */
+    size_t count;
+} td_snapshot_entry;
+
+/* Number of entries (params * (1 + slots) + state); fills at most cap. */
+int td_backend_snapshot_layout(const td_model *m, const td_optim_config *o,
+                               td_snapshot_entry *out, int cap);
+
 /* Thin wrappers, so callers read as prose. */
 static inline void td_backend_destroy(td_backend *be)
 {

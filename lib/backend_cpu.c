@@ -113,35 +113,40 @@ static int td__forward_layer(td__cpu *be, int L, int train)
     switch (l->kind) {
     case TD_L_CONV:
     case TD_L_DENSE:
-        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SRC, x},
-                {DNNL_ARG_WEIGHTS, c->w_f ? c->w_f : c->w},
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, c->w_f ? c->w_f : c->w},
                 {DNNL_ARG_BIAS, c->b}, {DNNL_ARG_DST, c->y});
         break;
     case TD_L_BN:
         if (!train) {
-            TD__RUN(be, c->inf, l->name, {DNNL_ARG_SRC, x},
+            TD__RUN(be, c->inf, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[1]},
+                    {DNNL_ARG_SRC, x},
                     {DNNL_ARG_MEAN, c->rmean}, {DNNL_ARG_VARIANCE, c->rvar},
                     {DNNL_ARG_SCALE, c->w}, {DNNL_ARG_SHIFT, c->b},
                     {DNNL_ARG_DST, c->y});
             break;
         }
-        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SRC, x},
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x},
                 {DNNL_ARG_MEAN, c->mean}, {DNNL_ARG_VARIANCE, c->var},
                 {DNNL_ARG_SCALE, c->w}, {DNNL_ARG_SHIFT, c->b},
                 {DNNL_ARG_WORKSPACE, c->ws}, {DNNL_ARG_DST, c->y});
         td__bn_running(be, L);
         break;
     case TD_L_RELU:
-        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SRC, x}, {DNNL_ARG_DST, c->y});
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_DST, c->y});
         break;
     case TD_L_MAXPOOL:
     case TD_L_AVGPOOL:
     case TD_L_GAP:
-        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SRC, x}, {DNNL_ARG_DST, c->y},
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_DST, c->y},
                 {DNNL_ARG_WORKSPACE, c->ws});
         break;
     case TD_L_ADD:
-        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SRC_0, x},
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC_0, x},
                 {DNNL_ARG_SRC_1, be->cl[be->cl[l->in[1]].root].y},
                 {DNNL_ARG_DST, c->y});
         break;
@@ -163,10 +168,16 @@ static int td__forward(td__cpu *be, int train)
         return rc;
     float *x = td__f(be->cl[0].y);
     size_t per = (size_t)in.c * in.h * in.w;
+    int planar = be->layout == TD_LAYOUT_NCHW;
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < be->batch; i++)
-        td_normalize_batch(be->pixels + i * per, x + i * per, 1, in.c, in.h,
-                           in.w, be->nscale, be->nbias);
+    for (int i = 0; i < be->batch; i++) {
+        if (planar)
+            td_normalize_planar(be->pixels + i * per, x + i * per, 1, in.c,
+                                in.h, in.w, be->nscale, be->nbias);
+        else
+            td_normalize_batch(be->pixels + i * per, x + i * per, 1, in.c,
+                               in.h, in.w, be->nscale, be->nbias);
+    }
     for (int L = 1; L < be->base.model->nlayers; L++)
         if (be->cl[L].root == L && (rc = td__forward_layer(be, L, train)))
             return rc;
@@ -256,7 +267,8 @@ static int td__backward_layer(td__cpu *be, int L)
     switch (l->kind) {
     case TD_L_CONV:
     case TD_L_DENSE:
-        TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SRC, x},
+        TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
+                {DNNL_ARG_SRC, x},
                 {DNNL_ARG_DIFF_DST, c->dy},
                 {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
                 {DNNL_ARG_DIFF_BIAS, c->db});
@@ -264,27 +276,30 @@ static int td__backward_layer(td__cpu *be, int L)
             return rc;
         if (c->no_dsrc)
             return 0;
-        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_DIFF_DST, c->dy},
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_DIFF_DST, c->dy},
                 {DNNL_ARG_WEIGHTS, c->w_bd ? c->w_bd : c->w},
                 {DNNL_ARG_DIFF_SRC, t});
         break;
     case TD_L_BN:
-        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SRC, x},
-                {DNNL_ARG_MEAN, c->mean}, {DNNL_ARG_VARIANCE, c->var},
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_MEAN, c->mean}, {DNNL_ARG_VARIANCE, c->var},
                 {DNNL_ARG_SCALE, c->w}, {DNNL_ARG_SHIFT, c->b},
                 {DNNL_ARG_WORKSPACE, c->ws}, {DNNL_ARG_DIFF_DST, c->dy},
                 {DNNL_ARG_DIFF_SRC, t}, {DNNL_ARG_DIFF_SCALE, c->dw},
                 {DNNL_ARG_DIFF_SHIFT, c->db});
         break;
     case TD_L_RELU:
-        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SRC, x},
-                {DNNL_ARG_DIFF_DST, c->dy}, {DNNL_ARG_DIFF_SRC, t});
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, c->dy},
+                {DNNL_ARG_DIFF_SRC, t});
         break;
     case TD_L_MAXPOOL:
     case TD_L_AVGPOOL:
     case TD_L_GAP:
-        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_DIFF_DST, c->dy},
-                {DNNL_ARG_WORKSPACE, c->ws}, {DNNL_ARG_DIFF_SRC, t});
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_DIFF_DST, c->dy}, {DNNL_ARG_WORKSPACE, c->ws},
+                {DNNL_ARG_DIFF_SRC, t});
         break;
     case TD_L_DROPOUT: {
         const float *dy = td__f(c->dy);
@@ -375,13 +390,14 @@ static int td__cpu_upload(td_backend *b, const td_batch *bt)
     td__cpu *be = td__be(b);
     const td_model *m = b->model;
     const td_shape in = m->layers[0].out;
-    if (bt->layout != TD_LAYOUT_NHWC || bt->c != in.c || bt->h != in.h ||
+    int known = bt->layout == TD_LAYOUT_NHWC || bt->layout == TD_LAYOUT_NCHW;
+    if (!known || bt->c != in.c || bt->h != in.h ||
         bt->w != in.w || bt->n < 1 || bt->n > be->batch) {
         snprintf(b->err, sizeof b->err, "upload: batch of %d %dx%dx%d (%s) "
-                 "does not fit the model's %dx%dx%d NHWC input, batch <= %d",
+                 "does not fit the model's %dx%dx%d input, batch <= %d",
                  bt->n, bt->c, bt->h, bt->w,
-                 bt->layout == TD_LAYOUT_NHWC ? "NHWC" : "NCHW", in.c, in.h,
-                 in.w, be->batch);
+                 !known ? "unknown layout" : bt->layout == TD_LAYOUT_NHWC
+                 ? "NHWC" : "NCHW", in.c, in.h, in.w, be->batch);
         return -EINVAL;
     }
     for (int i = 0; i < bt->n; i++)
@@ -397,6 +413,7 @@ static int td__cpu_upload(td_backend *b, const td_batch *bt)
            per * (size_t)(be->batch - bt->n));
     memcpy(be->labels, bt->labels, sizeof *be->labels * (size_t)bt->n);
     be->n = bt->n;
+    be->layout = bt->layout;
     return 0;
 }
 

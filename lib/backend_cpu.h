@@ -33,6 +33,7 @@ typedef struct td__cl {
     int written;   /* contributions written so far in this backward */
     dnnl_primitive_desc_t pd[4]; /* fwd, inference fwd, bwd data, bwd w */
     dnnl_primitive_t fwd, inf, bwd_d, bwd_w;
+    dnnl_memory_t sp[4];        /* views of the shared scratchpad per pd */
     dnnl_memory_t ws, mean, var; /* workspace, batch statistics */
     dnnl_memory_t rmean, rvar;  /* batch norm running statistics (views) */
     dnnl_primitive_t r_src1;    /* add: its gradient into input 1's layout */
@@ -47,6 +48,9 @@ typedef struct td__cpu {
     td_backend base;
     dnnl_engine_t eng;
     dnnl_stream_t strm;
+    dnnl_primitive_attr_t attr; /* user-managed scratchpad */
+    void *scratch;              /* one scratchpad shared by all primitives */
+    size_t scratch_bytes;
     int threads;
     int batch;
     td__cl *cl;          /* one per model layer */
@@ -56,6 +60,7 @@ typedef struct td__cpu {
     uint8_t *pixels;     /* the uploaded batch (the "device" copy) */
     int32_t *labels;
     int n;               /* samples in the uploaded batch */
+    enum td_layout layout; /* of the uploaded pixels */
     float nscale[4], nbias[4];
     dnnl_memory_t logits;   /* plain [batch, classes] view of the logits */
     dnnl_memory_t dlogits;  /* plain gradient of the logits */

@@ -59,8 +59,12 @@ static int td__pd(td__cpu *be, const void *op, const_dnnl_primitive_desc_t
                   hint, dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim,
                   const char *what, const char *layer)
 {
-    TD__DNNL(be, dnnl_primitive_desc_create(pd, op, NULL, be->eng, hint),
+    TD__DNNL(be, dnnl_primitive_desc_create(pd, op, be->attr, be->eng, hint),
              what, layer);
+    size_t sp = dnnl_memory_desc_get_size(
+        dnnl_primitive_desc_query_md(*pd, dnnl_query_scratchpad_md, 0));
+    if (sp > be->scratch_bytes)
+        be->scratch_bytes = sp;
     TD__DNNL(be, dnnl_primitive_create(prim, *pd), what, layer);
     const char *impl = NULL;
     dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &impl);
@@ -432,6 +436,34 @@ static int td__plan_logits(td__cpu *be)
     return 0;
 }
 
+/* One scratchpad buffer, viewed through each primitive's descriptor:
+ * oneDNN's own would be allocated (and page-faulted) per execution. */
+static int td__plan_scratch(td__cpu *be)
+{
+    size_t bytes = (be->scratch_bytes + 4095) / 4096 * 4096;
+    if (!bytes)
+        return 0;
+    be->scratch = aligned_alloc(4096, bytes);
+    if (!be->scratch)
+        return -ENOMEM;
+    for (int L = 0; L < be->base.model->nlayers; L++)
+        for (int i = 0; i < 4; i++) {
+            td__cl *c = &be->cl[L];
+            const dnnl_memory_desc_t *md;
+            if (!c->pd[i])
+                continue;
+            md = dnnl_primitive_desc_query_md(c->pd[i],
+                                              dnnl_query_scratchpad_md, 0);
+            if (dnnl_memory_desc_get_size(md) == 0)
+                continue;
+            int rc = td__mem(be, md, be->scratch, &c->sp[i],
+                             be->base.model->layers[L].name);
+            if (rc)
+                return rc;
+        }
+    return 0;
+}
+
 int td__cpu_plan(td__cpu *be)
 {
     const td_model *m = be->base.model;
@@ -443,6 +475,9 @@ int td__cpu_plan(td__cpu *be)
     if (!be->cl)
         return -ENOMEM;
     td__wire(be);
+    TD__DNNL(be, dnnl_primitive_attr_create(&be->attr), "attributes", NULL);
+    TD__DNNL(be, dnnl_primitive_attr_set_scratchpad_mode(be->attr,
+             dnnl_scratchpad_mode_user), "attributes", NULL);
     td__md(&md, 4, d, dnnl_nchw);
     if ((rc = td__output(be, 0, &md)))
         return rc;
@@ -484,6 +519,8 @@ int td__cpu_plan(td__cpu *be)
         rc = td__mem(be, &be->cl[0].md, NULL, &be->cl[0].acc, "input");
     if (rc == 0)
         rc = td__plan_logits(be);
+    if (rc == 0)
+        rc = td__plan_scratch(be);
     return rc;
 }
 
@@ -504,9 +541,12 @@ void td__cpu_unplan(td__cpu *be)
         for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
             if (mems[i])
                 dnnl_memory_destroy(mems[i]);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 4; i++) {
             if (c->pd[i])
                 dnnl_primitive_desc_destroy(c->pd[i]);
+            if (c->sp[i])
+                dnnl_memory_destroy(c->sp[i]);
+        }
         free(c->mask);
     }
     if (be->r_logits)
@@ -519,4 +559,9 @@ void td__cpu_unplan(td__cpu *be)
         dnnl_memory_destroy(be->dlogits);
     free(be->cl);
     be->cl = NULL;
+    free(be->scratch);
+    be->scratch = NULL;
+    if (be->attr)
+        dnnl_primitive_attr_destroy(be->attr);
+    be->attr = NULL;
 }

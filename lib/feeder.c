@@ -7,6 +7,7 @@
 
 #include <zlib.h>
 
+#include "clock.h"
 #include "error.h"
 #include "rng.h"
 
@@ -183,6 +184,7 @@ static void td__sample(td_feeder *f, int s, uint64_t pos, uint8_t *dst)
 static int td__next(void *self, td_batch *b, int64_t *wait_ns)
 {
     td_feeder *f = self;
+    int64_t t0 = td_now_ns();
     const td_dataset_mem *d = f->d;
     if (f->step >= f->nbatches) {
         f->epoch++;
@@ -205,8 +207,8 @@ static int td__next(void *self, td_batch *b, int64_t *wait_ns)
                     .step = f->step,
                     .last_in_epoch = f->step + 1 == f->nbatches};
     f->step++;
-    if (wait_ns)
-        *wait_ns = 0;
+    if (wait_ns) /* the trainer waited while this thread made the batch */
+        *wait_ns = td_now_ns() - t0;
     return 0;
 }
 

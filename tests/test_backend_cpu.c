@@ -8,7 +8,7 @@
 
 #include "backend.h"
 #include "error.h"
-#include "kernels/optim_update.h"
+#include "optim_update.h"
 #include "ref_layers.h"
 #include "rng.h"
 #include "tdtest.h"
@@ -19,7 +19,7 @@ static td_model *load(const char *name, td_shape in, int classes)
 {
     char path[4096], err[256] = "";
     const char *root = getenv("TD_SOURCE_ROOT");
-    if (strcmp(name, "fmnist-cnn") == 0)
+    if (strcmp(name, "fmnist-cnn") == 0 || strncmp(name, "resnet", 6) == 0)
         snprintf(path, sizeof path, "%s/config/models/%s.json",
                  root ? root : ".", name);
     else
@@ -188,6 +188,43 @@ START_TEST(test_fmnist_cnn_matches_reference)
 }
 END_TEST
 
+/* Residual blocks with 1x1 stride-2 shortcuts, in blocked layouts. */
+START_TEST(test_resnet20_matches_reference)
+{
+    fixture f;
+    setup_fx(&f, "resnet20", (td_shape){3, 16, 16}, 10, 2, TD_OPT_SGD);
+    compare_step(&f, 1);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* The ImageNet models plan and train a step: resnet18 at full size,
+ * resnet50 (bottlenecks) on 64x64 to keep the suite short. */
+START_TEST(test_imagenet_models_step)
+{
+    const char *names[2] = {"resnet18", "resnet50"};
+    int size = _i == 0 ? 224 : 64;
+    fixture f;
+    setup_fx(&f, names[_i], (td_shape){3, size, size}, 1000, 1, TD_OPT_SGD);
+    td_step_stats st;
+    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
+    ck_assert_int_eq(td_backend_train_step(f.be, 0.01f, 1), 0);
+    ck_assert_int_eq(td_backend_read_stats(f.be, &st), 0);
+    ck_assert(isfinite(st.loss_sum) && st.loss_sum > 0);
+    int fc = f.m->nparams - 2;
+    size_t n = f.m->params[fc].count;
+    float *g = malloc(n * sizeof *g);
+    ck_assert_int_eq(f.be->ops->read_tensor(f.be, TD_T_PARAM_GRAD, fc, g, n),
+                     0);
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += fabs(g[i]);
+    ck_assert(s > 0 && isfinite(s));
+    free(g);
+    teardown_fx(&f);
+}
+END_TEST
+
 START_TEST(test_running_stats_and_inference)
 {
     fixture f;
@@ -304,6 +341,57 @@ START_TEST(test_snapshot_restore_round_trip)
 }
 END_TEST
 
+/* A planar (NCHW) batch computes exactly what its NHWC twin does. */
+START_TEST(test_nchw_upload_equals_nhwc)
+{
+    fixture f;
+    setup_fx(&f, "tiny-flat", (td_shape){2, 9, 9}, K, N, TD_OPT_SGD);
+    td_step_stats a, b;
+    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
+    ck_assert_int_eq(td_backend_eval_step(f.be), 0);
+    td_backend_read_stats(f.be, &a);
+    uint8_t planar[N * 2 * 81];
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < 2; c++)
+            for (int p = 0; p < 81; p++)
+                planar[(i * 2 + c) * 81 + p] = f.px[(i * 81 + p) * 2 + c];
+    td_batch t = f.b;
+    t.data = planar;
+    t.layout = TD_LAYOUT_NCHW;
+    ck_assert_int_eq(td_backend_upload(f.be, &t), 0);
+    ck_assert_int_eq(td_backend_eval_step(f.be), 0);
+    td_backend_read_stats(f.be, &b);
+    ck_assert_double_eq(a.loss_sum, b.loss_sum);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* The named layout matches what snapshot() writes. */
+START_TEST(test_snapshot_layout_names)
+{
+    fixture f;
+    setup_fx(&f, "tiny-flat", (td_shape){2, 9, 9}, K, N, TD_OPT_ADAMW);
+    td_snapshot_entry e[16];
+    int n = td_backend_snapshot_layout(f.m, &f.be->cfg.optim, e, 16);
+    ck_assert_int_eq(n, 3 * f.m->nparams + f.m->nstate);
+    ck_assert_str_eq(e[0].name, "c1.weight");
+    ck_assert_int_eq(e[0].ndims, 4);
+    ck_assert_int_eq(e[0].dims[1], 2);
+    ck_assert_str_eq(e[f.m->nparams].name, "c1.weight.exp_avg");
+    ck_assert_str_eq(e[2 * f.m->nparams + 1].name, "d1.weight.exp_avg_sq");
+    size_t nf = td_backend_snapshot_floats(f.m, &f.be->cfg.optim);
+    ck_assert_uint_eq(e[n - 1].offset + e[n - 1].count, nf);
+    float *snap = malloc(nf * sizeof *snap), *w = malloc(e[1].count * 4);
+    ck_assert_int_eq(td_backend_snapshot(f.be, snap, nf), 0);
+    ck_assert_int_eq(f.be->ops->read_tensor(f.be, TD_T_PARAM, 1, w,
+                                            e[1].count), 0);
+    ck_assert_mem_eq(snap + e[1].offset, w, e[1].count * sizeof *w);
+    free(snap);
+    free(w);
+    teardown_fx(&f);
+}
+END_TEST
+
 START_TEST(test_bad_batches_refused)
 {
     fixture f;
@@ -416,14 +504,21 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_all_layers_match_reference);
     tcase_add_test(tc, test_flatten_matches_reference);
     tcase_add_test(tc, test_fmnist_cnn_matches_reference);
+    tcase_add_test(tc, test_resnet20_matches_reference);
     tcase_add_test(tc, test_running_stats_and_inference);
     tcase_add_test(tc, test_sgd_update);
     tcase_add_test(tc, test_adamw_update);
     tcase_add_test(tc, test_snapshot_restore_round_trip);
+    tcase_add_test(tc, test_snapshot_layout_names);
+    tcase_add_test(tc, test_nchw_upload_equals_nhwc);
     tcase_add_test(tc, test_bad_batches_refused);
     tcase_add_test(tc, test_create_errors);
     tcase_add_test(tc, test_dropout_train_and_eval);
     suite_add_tcase(s, tc);
+    TCase *big = tcase_create("imagenet");
+    tcase_set_timeout(big, 120);
+    tcase_add_loop_test(big, test_imagenet_models_step, 0, 2);
+    suite_add_tcase(s, big);
     return s;
 }
 
