@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "conn.h"
 
 int td_cli_usage_error(const td_cli *cli, const char *fmt, ...)
 {
@@ -113,4 +114,15 @@ int64_t td_cli_job_id(const td_cli *cli, const char *s)
         return -1;
     }
     return v;
+}
+
+int td_cli_job_command(td_cli *cli, int argc, char **argv,
+                       const td_cli_flag *flags, int64_t *id, td_conn *c)
+{
+    int rc = td_cli_parse(cli, argc, argv, flags, 1, 1);
+    if (rc)
+        return rc;
+    if ((*id = td_cli_job_id(cli, cli->pos[0])) < 0)
+        return TD_EXIT_USAGE;
+    return td_conn_open(c, td_cli_socket(cli->socket));
 }

@@ -37,6 +37,13 @@ int td_cli_parse(td_cli *cli, int argc, char **argv, const td_cli_flag *flags,
                  int min_pos, int max_pos);
 /* Parses a job id ("7" or "#7"); prints an error and returns -1 if bad. */
 int64_t td_cli_job_id(const td_cli *cli, const char *s);
+struct td_conn;
+/* For commands of the form `trainctl CMD JOB [flags]`: parses argv, the
+ * job id and connects.  Returns 0 when *id and *c are ready, -1 after
+ * printing help, or an exit code (usage error, unreachable). */
+int td_cli_job_command(td_cli *cli, int argc, char **argv,
+                       const td_cli_flag *flags, int64_t *id,
+                       struct td_conn *c);
 /* Prints "trainctl CMD: msg" and the usage hint; returns TD_EXIT_USAGE. */
 int td_cli_usage_error(const td_cli *cli, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -278,15 +278,11 @@ static const char show_usage[] =
 int td_cmd_show(int argc, char **argv)
 {
     td_cli cli = {.usage = show_usage};
-    int rc = td_cli_parse(&cli, argc, argv, NULL, 1, 1);
+    int64_t id;
+    td_conn c;
+    int rc = td_cli_job_command(&cli, argc, argv, NULL, &id, &c);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
-    int64_t id = td_cli_job_id(&cli, cli.pos[0]);
-    if (id < 0)
-        return TD_EXIT_USAGE;
-    td_conn c;
-    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
-        return rc;
     json_t *r = td_conn_request(&c, "show",
                                 json_pack("{s:I}", "job", (json_int_t)id),
                                 NULL, NULL);
@@ -343,15 +339,11 @@ static int td__job_action(int argc, char **argv, const char *cmd,
                           const char *usage, const char *done)
 {
     td_cli cli = {.usage = usage};
-    int rc = td_cli_parse(&cli, argc, argv, NULL, 1, 1);
+    int64_t id;
+    td_conn c;
+    int rc = td_cli_job_command(&cli, argc, argv, NULL, &id, &c);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
-    int64_t id = td_cli_job_id(&cli, cli.pos[0]);
-    if (id < 0)
-        return TD_EXIT_USAGE;
-    td_conn c;
-    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
-        return rc;
     json_t *r = td_conn_request(&c, cmd,
                                 json_pack("{s:I}", "job", (json_int_t)id),
                                 NULL, NULL);

@@ -240,15 +240,11 @@ static const char watch_usage[] =
 int td_cmd_watch(int argc, char **argv)
 {
     td_cli cli = {.usage = watch_usage};
-    int rc = td_cli_parse(&cli, argc, argv, NULL, 1, 1);
+    int64_t id;
+    td_conn c;
+    int rc = td_cli_job_command(&cli, argc, argv, NULL, &id, &c);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
-    int64_t id = td_cli_job_id(&cli, cli.pos[0]);
-    if (id < 0)
-        return TD_EXIT_USAGE;
-    td_conn c;
-    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
-        return rc;
     rc = td_watch_job(&c, id, cli.json, 0);
     td_conn_close(&c);
     return rc;

@@ -156,18 +156,10 @@ json_t *td_conn_request(td_conn *c, const char *cmd, json_t *args,
     json_t *req = json_pack("{s:i, s:s}", "id", id, "cmd", cmd);
     if (args)
         json_object_set_new(req, "args", args);
-    char *s = json_dumps(req, JSON_COMPACT);
-    json_decref(req);
-    if (!s)
+    char *line = td_proto_line(req);
+    if (!line)
         return NULL;
-    size_t n = strlen(s);
-    char *line = realloc(s, n + 2);
-    if (!line) {
-        free(s);
-        return NULL;
-    }
-    line[n] = '\n';
-    size_t off = 0;
+    size_t n = strlen(line) - 1, off = 0;
     while (off < n + 1) {
         ssize_t w = send(c->fd, line + off, n + 1 - off, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)

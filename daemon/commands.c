@@ -223,6 +223,28 @@ static void cmd_show(td_client *c, td_request *req)
         td__ok(c, req, json_pack("{s:o}", "job", td_job_record(j)));
 }
 
+/* Moves job j to `to` with "<verb> by uid N" as the reason.  A running
+ * job is asked to stop at its next step boundary instead (`stop`); its
+ * state changes when the trainer reports it has stopped. */
+static void td__stop_job(td_client *c, td_request *req, td_job *j,
+                         const char *verb, enum td_stop_reason stop,
+                         enum td_job_state to)
+{
+    char why[64];
+    snprintf(why, sizeof why, "%s by uid %u", verb, (unsigned)c->uid);
+    if (j->state == TD_JOB_RUNNING && c->d->trainer) {
+        snprintf(j->stop_note, sizeof j->stop_note, "%s", why);
+        td_trainer_slot_request(c->d->trainer, stop);
+        td__ok(c, req, json_pack("{s:I, s:s, s:s}", "job", (json_int_t)j->id,
+                                 "state", td_job_state_name(j->state),
+                                 "stopping", td_job_state_name(to)));
+        return;
+    }
+    td_daemon_set_job_state(c->d, j, to, why);
+    td__ok(c, req, json_pack("{s:I, s:s}", "job", (json_int_t)j->id, "state",
+                             td_job_state_name(j->state)));
+}
+
 static void cmd_cancel(td_client *c, td_request *req)
 {
     td_job *j = td__job_arg(c, req, 1);
@@ -233,21 +255,7 @@ static void cmd_cancel(td_client *c, td_request *req)
              (long long)j->id, td_job_state_name(j->state));
         return;
     }
-    char why[64];
-    snprintf(why, sizeof why, "cancelled by uid %u", (unsigned)c->uid);
-    if (j->state == TD_JOB_RUNNING && c->d->trainer) {
-        /* The trainer stops at its next step boundary; the state changes
-         * when it has. */
-        snprintf(j->stop_note, sizeof j->stop_note, "%s", why);
-        td_trainer_slot_request(c->d->trainer, TD_STOP_CANCEL);
-        td__ok(c, req, json_pack("{s:I, s:s, s:s}", "job", (json_int_t)j->id,
-                                 "state", td_job_state_name(j->state),
-                                 "stopping", "cancelled"));
-        return;
-    }
-    td_daemon_set_job_state(c->d, j, TD_JOB_CANCELLED, why);
-    td__ok(c, req, json_pack("{s:I, s:s}", "job", (json_int_t)j->id, "state",
-                             td_job_state_name(j->state)));
+    td__stop_job(c, req, j, "cancelled", TD_STOP_CANCEL, TD_JOB_CANCELLED);
 }
 
 static void cmd_pause(td_client *c, td_request *req)
@@ -261,19 +269,7 @@ static void cmd_pause(td_client *c, td_request *req)
              td_job_state_name(j->state));
         return;
     }
-    char why[64];
-    snprintf(why, sizeof why, "paused by uid %u", (unsigned)c->uid);
-    if (j->state == TD_JOB_RUNNING && c->d->trainer) {
-        snprintf(j->stop_note, sizeof j->stop_note, "%s", why);
-        td_trainer_slot_request(c->d->trainer, TD_STOP_PAUSE);
-        td__ok(c, req, json_pack("{s:I, s:s, s:s}", "job", (json_int_t)j->id,
-                                 "state", td_job_state_name(j->state),
-                                 "stopping", "suspended"));
-        return;
-    }
-    td_daemon_set_job_state(c->d, j, TD_JOB_SUSPENDED, why);
-    td__ok(c, req, json_pack("{s:I, s:s}", "job", (json_int_t)j->id, "state",
-                             td_job_state_name(j->state)));
+    td__stop_job(c, req, j, "paused", TD_STOP_PAUSE, TD_JOB_SUSPENDED);
 }
 
 static void cmd_resume(td_client *c, td_request *req)

@@ -276,8 +276,7 @@ void td_request_free(td_request *req)
 
 /* ---- replies and events ----------------------------------------------- */
 
-/* Serialises o (stolen) as one line. */
-static char *td__line(json_t *o)
+char *td_proto_line(json_t *o)
 {
     if (!o)
         return NULL;
@@ -300,26 +299,26 @@ static json_t *td__id(json_t *id) { return id ? json_incref(id) : json_null(); }
 
 char *td_proto_ok(json_t *id, json_t *ok)
 {
-    return td__line(json_pack("{s:o, s:o}", "id", td__id(id), "ok",
+    return td_proto_line(json_pack("{s:o, s:o}", "id", td__id(id), "ok",
                               ok ? ok : json_object()));
 }
 
 char *td_proto_error(json_t *id, const char *err_class, const char *desc)
 {
-    return td__line(json_pack("{s:o, s:{s:s, s:s}}", "id", td__id(id),
+    return td_proto_line(json_pack("{s:o, s:{s:s, s:s}}", "id", td__id(id),
                               "error", "class", err_class, "desc", desc));
 }
 
 char *td_proto_hello(const char *version, const char *device)
 {
-    return td__line(json_pack("{s:{s:i, s:s, s:s}}", "hello", "proto",
+    return td_proto_line(json_pack("{s:{s:i, s:s, s:s}}", "hello", "proto",
                               TD_PROTO_VERSION, "version", version, "device",
                               device));
 }
 
 char *td_proto_event(const char *event, double ts, int64_t job, json_t *data)
 {
-    return td__line(json_pack("{s:s, s:f, s:I, s:o}", "event", event, "ts",
+    return td_proto_line(json_pack("{s:s, s:f, s:I, s:o}", "event", event, "ts",
                               ts, "job", (json_int_t)job, "data",
                               data ? data : json_object()));
 }

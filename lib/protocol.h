@@ -97,8 +97,10 @@ void td_request_free(td_request *req);
 /* ---- replies and events ----------------------------------------------- */
 
 /* Each returns a malloc'd NUL-terminated line ending in '\n' (free()), or
- * NULL on allocation failure.  `ok` and `data` are stolen (may be NULL:
- * an empty object). */
+ * NULL on allocation failure.  td_proto_line serialises any object (stolen)
+ * as one compact ASCII line.  `ok` and `data` are stolen (may be NULL: an
+ * empty object). */
+char *td_proto_line(json_t *o);
 char *td_proto_ok(json_t *id, json_t *ok);
 char *td_proto_error(json_t *id, const char *err_class, const char *desc);
 char *td_proto_hello(const char *version, const char *device);

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "daemon_harness.h"
 
+#include <check.h>
+
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -352,4 +354,15 @@ int th_wait_state(int fd, int64_t job, const char *state, int timeout_ms)
         nanosleep(&ts, NULL);
     }
     return 0;
+}
+
+int64_t th_submit(int fd, json_t *spec)
+{
+    json_t *r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec));
+    ck_assert_msg(th_ok(r) != NULL, "submit refused: %s",
+                  json_string_value(json_object_get(
+                      json_object_get(r, "error"), "desc")));
+    int64_t id = json_integer_value(json_object_get(th_ok(r), "job"));
+    json_decref(r);
+    return id;
 }

@@ -54,6 +54,22 @@ json_t *th_wait_event(int fd, const char *kind, int64_t job,
  * returns 1 if it got there. */
 int th_wait_state(int fd, int64_t job, const char *state, int timeout_ms);
 
+/* Submits a spec (stolen); fails the test if it is refused. */
+int64_t th_submit(int fd, json_t *spec);
+
+/* Defines a harness H and Check fixtures that start traind before each
+ * test and require a clean SIGTERM exit (status 0, so no sanitizer
+ * report either) after it. */
+#define TH_FIXTURE(H)                                                        \
+    static td_harness H;                                                     \
+    static void setup(void) { ck_assert_int_eq(th_start(&H, NULL), 0); }     \
+    static void teardown(void)                                               \
+    {                                                                        \
+        int st_ = th_stop(&H);                                               \
+        th_cleanup(&H);                                                      \
+        ck_assert_msg(st_ == 0, "traind exited with status %d", st_);        \
+    }
+
 /* Convenience: the "ok" object of a reply (borrowed from reply) or NULL. */
 json_t *th_ok(json_t *reply);
 const char *th_err_class(json_t *reply);

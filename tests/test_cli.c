@@ -6,16 +6,7 @@
 #include "daemon_harness.h"
 #include "tdtest.h"
 
-static td_harness H;
-
-static void setup(void) { ck_assert_int_eq(th_start(&H, NULL), 0); }
-
-static void teardown(void)
-{
-    int st = th_stop(&H);
-    th_cleanup(&H);
-    ck_assert_msg(st == 0, "traind exited with status %d", st);
-}
+TH_FIXTURE(H)
 
 #define CLI(out, err, ...)                                                   \
     th_cli(&H, (out), (err), (const char *const[]){__VA_ARGS__, NULL})

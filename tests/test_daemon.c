@@ -9,39 +9,20 @@
 #include "daemon_harness.h"
 #include "tdtest.h"
 
-static td_harness H;
-
-static void setup(void) { ck_assert_int_eq(th_start(&H, NULL), 0); }
 /* Every test ends with a clean SIGTERM exit: status 0 also means no
  * sanitizer report (ASan, LSan and TSan exit non-zero when they find one). */
-static void teardown(void)
-{
-    int st = th_stop(&H);
-    th_cleanup(&H);
-    ck_assert_msg(st == 0, "traind exited with status %d after SIGTERM", st);
-}
-
-static int64_t submit_spec(int fd, json_t *spec)
-{
-    json_t *r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec));
-    ck_assert_msg(th_ok(r) != NULL, "submit refused: %s",
-                  json_string_value(json_object_get(
-                      json_object_get(r, "error"), "desc")));
-    int64_t id = json_integer_value(json_object_get(th_ok(r), "job"));
-    json_decref(r);
-    return id;
-}
+TH_FIXTURE(H)
 
 /* A job that trains until it is cancelled, keeping later jobs pending. */
 static int64_t submit_blocker(int fd)
 {
-    int64_t id = submit_spec(fd, th_tiny_spec(100000, 0));
+    int64_t id = th_submit(fd, th_tiny_spec(100000, 0));
     ck_assert(th_wait_state(fd, id, "running", 10000));
     return id;
 }
 
 /* A tiny job; pending while a blocker runs. */
-static int64_t submit(int fd) { return submit_spec(fd, th_tiny_spec(1, 0)); }
+static int64_t submit(int fd) { return th_submit(fd, th_tiny_spec(1, 0)); }
 
 static void cancel_and_wait(int fd, int64_t id)
 {

@@ -11,27 +11,8 @@
 #include "daemon_harness.h"
 #include "tdtest.h"
 
-static td_harness H;
+TH_FIXTURE(H)
 
-static void setup(void) { ck_assert_int_eq(th_start(&H, NULL), 0); }
-
-static void teardown(void)
-{
-    int st = th_stop(&H);
-    th_cleanup(&H);
-    ck_assert_msg(st == 0, "traind exited with status %d", st);
-}
-
-static int64_t submit_spec(int fd, json_t *spec)
-{
-    json_t *r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec));
-    ck_assert_msg(th_ok(r) != NULL, "submit refused: %s",
-                  json_string_value(json_object_get(
-                      json_object_get(r, "error"), "desc")));
-    int64_t id = json_integer_value(json_object_get(th_ok(r), "job"));
-    json_decref(r);
-    return id;
-}
 
 static void subscribe(int fd)
 {
@@ -45,7 +26,7 @@ START_TEST(test_job_completes_with_events_and_checkpoints)
 {
     int sub = th_connect(&H, NULL), fd = th_connect(&H, NULL);
     subscribe(sub);
-    int64_t id = submit_spec(fd, th_spec(2, 50, 16, 16));
+    int64_t id = th_submit(fd, th_spec(2, 50, 16, 16));
     json_t *log = json_array();
     json_t *done = th_wait_event(sub, "state", id, "completed", 60000, log);
     ck_assert_ptr_nonnull(done);
@@ -173,9 +154,9 @@ static void resume_test(int signal_no)
 {
     enum { EPOCHS = 10 }; /* 1,000 steps of ~1-2 ms: running when stopped */
     int fd = th_connect(&H, NULL);
-    int64_t a = submit_spec(fd, th_spec(EPOCHS, 50, 32, 32));
+    int64_t a = th_submit(fd, th_spec(EPOCHS, 50, 32, 32));
     ck_assert(th_wait_state(fd, a, "completed", 120000));
-    int64_t b = submit_spec(fd, th_spec(EPOCHS, 50, 32, 32));
+    int64_t b = th_submit(fd, th_spec(EPOCHS, 50, 32, 32));
     wait_steps(fd, b, 300);
     close(fd);
     if (signal_no == SIGTERM) {
