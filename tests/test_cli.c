@@ -1,6 +1,7 @@
 /* test_cli.c - trainctl against a live traind: every subcommand, human
  * and --json output, exit codes, and the errors people see. */
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon_harness.h"
@@ -79,6 +80,43 @@ START_TEST(test_unreachable_exit_3)
     ck_assert_int_eq(CLI(NULL, &err, "ls", "--socket", job_file()), 3);
     ck_assert_ptr_nonnull(strstr(err, "cannot reach traind at"));
     free(err);
+}
+END_TEST
+
+START_TEST(test_socket_permission_error)
+{
+    if (getuid() != 0) {
+        printf("skipped: needs root to run trainctl as another uid\n");
+        return;
+    }
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) { /* nobody may not use root's 0660 socket */
+        dup2(p[1], 2);
+        if (setgid(65534) || setuid(65534))
+            _exit(10);
+        char exe[512];
+        snprintf(exe, sizeof exe, "%s/client/trainctl",
+                 getenv("TD_BUILD_ROOT"));
+        execl(exe, exe, "ls", "--socket", H.sock, NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    char err[2048];
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof err - 1 &&
+           (n = read(p[0], err + len, sizeof err - 1 - len)) > 0)
+        len += (size_t)n;
+    err[len] = '\0';
+    close(p[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert(WIFEXITED(st));
+    ck_assert_int_eq(WEXITSTATUS(st), 3);
+    ck_assert_msg(strstr(err, "Permission denied") &&
+                  strstr(err, "traind' group"), "%s", err);
 }
 END_TEST
 
@@ -239,6 +277,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_every_command_has_help);
     tcase_add_test(tc, test_usage_errors_exit_2);
     tcase_add_test(tc, test_unreachable_exit_3);
+    tcase_add_test(tc, test_socket_permission_error);
     tcase_add_test(tc, test_submit_queue_show_json);
     tcase_add_test(tc, test_job_actions_and_refusals);
     tcase_add_test(tc, test_config_and_version);

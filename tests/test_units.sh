@@ -19,7 +19,9 @@ fail=0
 for f in bin/traind bin/trainctl lib/systemd/system/traind.service \
          lib/systemd/system/traind.socket lib/sysusers.d/traind.conf \
          lib/tmpfiles.d/traind.conf etc/traind/traind.conf \
-         share/traind/models/fmnist-cnn.json share/traind/jobs/fmnist-cnn.json; do
+         share/traind/models/fmnist-cnn.json share/traind/jobs/fmnist-cnn.json \
+         share/man/man8/traind.8 share/man/man1/trainctl.1 \
+         share/bash-completion/completions/trainctl; do
   if [[ -e "$dest$prefix/$f" ]]; then echo "installed: $prefix/$f"
   else echo "MISSING: $prefix/$f"; fail=1; fi
 done
