@@ -9,7 +9,7 @@
 #      $EPOCHS epochs (default 2) and follow it live with trainctl
 #   5. print the final accuracy, samples/s and the verdict; stop traind
 #
-# A few minutes on 2 cores.  EPOCHS=3 reaches the 0.91 reference accuracy.
+# About a minute of training on 2 cores.  EPOCHS=3 measured 0.909 top-1.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
