@@ -309,9 +309,13 @@ static int td__walk(const td_runner *r, td__tensor_fn fn, void *u)
     return off == r->snap_floats ? 0 : -EINVAL;
 }
 
+/* Adds each tensor to the snapshot; the snapshot packs tensors back to back
+ * in the flat layout's order, so the trainer can then write the whole
+ * flat snapshot into it with one copy. */
 typedef struct td__fill {
     td_ckpt_snapshot *snap;
-    const float *flat;
+    float *base;       /* where the first tensor landed */
+    int contiguous;
 } td__fill;
 
 static int td__fill_one(void *u, const char *name, int ndim,
@@ -320,9 +324,14 @@ static int td__fill_one(void *u, const char *name, int ndim,
     td__fill *f = u;
     void *dst;
     int rc = td_ckpt_snapshot_add(f->snap, name, TD_DT_F32, ndim, dims, &dst);
-    if (rc == 0)
-        memcpy(dst, f->flat + off, count * sizeof(float));
-    return rc;
+    (void)count;
+    if (rc)
+        return rc;
+    if (!f->base)
+        f->base = dst;
+    if ((float *)dst != f->base + off)
+        f->contiguous = 0;
+    return 0;
 }
 
 static void td__ckpt_done(void *user, const td_ckpt_result *res)
@@ -401,13 +410,13 @@ static int td__checkpoint(td_runner *r, const td_train_position *pos)
         if ((rc = td_ckpt_snapshot_init(s, bytes, tensors)))
             return rc;
     }
-    if (!r->flat && !(r->flat = malloc(r->snap_floats * sizeof(float))))
-        return -ENOMEM;
-    if ((rc = td_trainer_snapshot(r->trainer, r->flat, r->snap_floats)))
-        return rc;
     td_ckpt_snapshot_reset(s);
-    td__fill f = {s, r->flat};
+    td__fill f = {s, NULL, 1};
     if ((rc = td__walk(r, td__fill_one, &f)))
+        return rc;
+    if (!f.contiguous) /* the checkpoint format always packs; be safe */
+        return -EINVAL;
+    if ((rc = td_trainer_snapshot(r->trainer, f.base, r->snap_floats)))
         return rc;
     s->meta.spec_hash = td_spec_hash(r->spec);
     s->meta.step = pos->steps;
