@@ -27,7 +27,11 @@
 #include "metrics.h"
 #include "model.h"
 #include "pipeline.h"
+#include "td_config.h"
 #include "train.h"
+#if TD_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
 
 enum { TD__NSNAP = 2 };
 
@@ -154,6 +158,11 @@ static int td__pipeline(td_runner *r, const td_spec_paths *paths, int train,
     pc.train = train;
     pc.drop_last = train;
     pc.job = r->o.job;
+#if TD_HAVE_CUDA
+    /* On a GPU the batch slots are pinned, so copies are truly async. */
+    if (r->o.device && strncmp(r->o.device, "cuda", 4) == 0)
+        pc.alloc = td_cuda_pinned_allocator();
+#endif
     rc = td_pipeline_create(&pc, out, e, sizeof e);
     if (rc)
         snprintf(err, errcap, "data.%s: %s", train ? "train" : "val",

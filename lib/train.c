@@ -25,7 +25,21 @@ typedef struct td__pending {
     td_step_stats st;
     int64_t t_start;
     td_event *ev[EV_N];
+    td_batch held;               /* slot still being copied (GPU) */
+    td_batch_source *held_src;   /* NULL when nothing is held */
 } td__pending;
+
+/* Gives a held batch slot back once its host-to-device copy is done. */
+static int td__release_held(td_backend *be, td__pending *p)
+{
+    int rc = 0;
+    if (!p->held_src)
+        return 0;
+    rc = be->ops->event_sync(be, p->ev[EV_H2D]);
+    p->held_src->release(p->held_src->self, &p->held);
+    p->held_src = NULL;
+    return rc;
+}
 
 struct td_trainer {
     td_train_config cfg;
@@ -151,7 +165,8 @@ static int td__finish(td_trainer *t, td__pending *p, int64_t step_end)
     if (!p->valid)
         return 0;
     p->valid = 0;
-    if ((rc = be->ops->event_sync(be, p->ev[EV_D2H])))
+    if ((rc = td__release_held(be, p)) ||
+        (rc = be->ops->event_sync(be, p->ev[EV_D2H])))
         return td__fail(t, rc, "event");
     be->ops->event_elapsed_ns(be, p->ev[EV_H2D], p->ev[EV_COMPUTE],
                               &p->info.compute_ns);
@@ -287,11 +302,17 @@ static int td__step(td_trainer *t, td_batch_source *src, td_batch *b,
     o->event_record(be, p->ev[EV_START]);
     if (!t->cfg.synthetic) {
         rc = td_backend_upload(be, b);
-        o->event_record(be, p->ev[EV_H2D]);
-        /* the slot goes back once the copy is done (immediate on CPU) */
         if (rc == 0)
-            rc = o->event_sync(be, p->ev[EV_H2D]);
-        src->release(src->self, b);
+            rc = o->event_record(be, p->ev[EV_H2D]);
+        /* The slot goes back once its copy is done: at once when the copy
+         * already finished (always on the CPU), else when this step is
+         * finished, one step later, so that the copy overlaps compute. */
+        if (rc == 0 && o->event_query(be, p->ev[EV_H2D]) == 0) {
+            p->held = *b;
+            p->held_src = src;
+        } else {
+            src->release(src->self, b);
+        }
         if (rc)
             return td__fail(t, rc, "upload");
     } else {
