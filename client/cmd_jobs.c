@@ -1,6 +1,7 @@
 /* cmd_jobs.c - trainctl submit, queue (ls), show, cancel, pause, resume,
  * checkpoint: one request each, a human table or --json. */
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,6 +204,17 @@ static double td__now(void)
          ? json_string_value(json_object_get((o), (k)))                      \
          : (d))
 
+/* The user name for a uid, or the number when it has none here. */
+static void td__user(long long uid, char *buf, size_t cap)
+{
+    struct passwd pw, *pwp = NULL;
+    char tmp[1024];
+    if (getpwuid_r((uid_t)uid, &pw, tmp, sizeof tmp, &pwp) == 0 && pwp)
+        snprintf(buf, cap, "%s", pw.pw_name);
+    else
+        snprintf(buf, cap, "%lld", uid);
+}
+
 static void td__progress(json_t *j, char *buf, size_t cap)
 {
     long long et = JINT(j, "epochs_total"), st = JINT(j, "steps_total");
@@ -240,15 +252,16 @@ int td_cmd_queue(int argc, char **argv)
         json_decref(r);
         return TD_EXIT_OK;
     }
-    printf("%-5s %-18s %-6s %-10s %-12s %9s %-18s %5s  %s\n", "ID", "NAME",
+    printf("%-5s %-18s %-8s %-10s %-12s %9s %-18s %5s  %s\n", "ID", "NAME",
            "USER", "STATE", "PROGRESS", "SAMPLES/S", "VERDICT", "AGE",
            "REASON");
     size_t i;
     json_t *j;
     double now = td__now();
     json_array_foreach(jobs, i, j) {
-        char prog[32], age[16], sps[16];
+        char prog[32], age[16], sps[16], user[64];
         td__progress(j, prog, sizeof prog);
+        td__user(JINT(j, "uid"), user, sizeof user);
         td_fmt_age(now - json_number_value(json_object_get(j, "submitted")),
                    age, sizeof age);
         json_t *v = json_object_get(j, "samples_per_s");
@@ -256,8 +269,8 @@ int td_cmd_queue(int argc, char **argv)
             snprintf(sps, sizeof sps, "%.0f", json_number_value(v));
         else
             snprintf(sps, sizeof sps, "-");
-        printf("%-5lld %-18.18s %-6lld %-10s %-12s %9s %-18.18s %5s  %s\n",
-               JINT(j, "id"), JSTR(j, "name", "?"), JINT(j, "uid"),
+        printf("%-5lld %-18.18s %-8.8s %-10s %-12s %9s %-18.18s %5s  %s\n",
+               JINT(j, "id"), JSTR(j, "name", "?"), user,
                JSTR(j, "state", "?"), prog, sps, JSTR(j, "verdict", "-"), age,
                JSTR(j, "reason", ""));
     }
@@ -302,7 +315,9 @@ int td_cmd_show(int argc, char **argv)
         printf("job %lld: %s\n", JINT(j, "id"), JSTR(j, "name", "?"));
         printf("  state:     %s (%s)\n", JSTR(j, "state", "?"),
                JSTR(j, "reason", ""));
-        printf("  user:      uid %lld\n", JINT(j, "uid"));
+        char user[64];
+        td__user(JINT(j, "uid"), user, sizeof user);
+        printf("  user:      %s (uid %lld)\n", user, JINT(j, "uid"));
         printf("  progress:  %s, step %lld of %lld\n", prog, JINT(j, "step"),
                JINT(j, "steps_total"));
         json_t *w = json_object_get(j, "last_window");

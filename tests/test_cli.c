@@ -155,6 +155,16 @@ START_TEST(test_submit_queue_show_json)
     ck_assert_ptr_nonnull(strstr(out, "cli-test"));
     ck_assert_ptr_nonnull(strstr(out, "running"));
     free(out);
+    /* A spec the daemon rejects: exit 1 and the JSON path of the problem. */
+    char *err;
+    ck_assert_int_eq(CLI(NULL, &err, "submit", job_file(), "--set",
+                         "optimizer.lr=-1"), 1);
+    ck_assert_msg(strstr(err, "optimizer.lr: "), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "submit", job_file(), "--set",
+                         "input.colour=1"), 1);
+    ck_assert_msg(strstr(err, "input.colour: unknown key"), "%s", err);
+    free(err);
     ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);
 }
 END_TEST
