@@ -8,6 +8,8 @@
  * epoch and state change.  --json prints the events as they come.
  */
 #include <math.h>
+#include <stdarg.h>
+#include <sys/ioctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,8 @@ typedef struct td_view {
     int64_t job;
     int tty, json;
     int drawn;          /* lines drawn last time (tty) */
+    int lines;          /* lines drawn so far this time */
+    int cols;           /* terminal width */
     json_t *window;     /* last window event data */
     json_t *step;       /* last step event data */
     json_t *epochs;     /* array of epoch event data */
@@ -59,6 +63,31 @@ static void td__eta(double seconds, char *buf, size_t cap)
                  ((int)seconds % 3600) / 60);
 }
 
+/* One line of the live block, clipped to the terminal's width so that
+ * no line wraps (a wrapped line would break the redraw in place). */
+__attribute__((format(printf, 2, 3))) static void td__line(td_view *v,
+                                                           const char *fmt,
+                                                           ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    int cols = v->cols > 1 ? v->cols - 1 : 79;
+    if (v->tty && n > cols) { /* cut at a character boundary (UTF-8) */
+        int k = cols;
+        while (k > 0 && ((unsigned char)buf[k] & 0xC0) == 0x80)
+            k--;
+        buf[k] = '\0';
+    }
+    fputs(buf, stdout);
+    fputs(v->tty ? "\033[K\n" : "\n", stdout);
+    v->lines++;
+}
+
 static void td__draw(td_view *v)
 {
     json_t *w = v->window, *s = v->step;
@@ -69,15 +98,18 @@ static void td__draw(td_view *v)
     long long epochs = src ? JINT(src, "epochs_total") : 0;
     double sps = w ? JNUM(w, "samples_per_s") : 0;
     double frac = total > 0 ? (double)step / (double)total : 0;
-    char bar[41], eta[16];
-    td__bar(frac, bar, 40);
+    char bar[31], eta[16];
+    td__bar(frac, bar, 30);
     double batch = w ? JNUM(w, "batch_size") : 0;
     td__eta(sps > 0 && batch > 0 ? (double)(total - step) * batch / sps : NAN,
             eta, sizeof eta);
     if (v->tty && v->drawn)
         printf("\033[%dA", v->drawn); /* back to the top of the block */
-    int lines = 0;
-#define LINE(...) (printf(__VA_ARGS__), printf("\033[K\n"), lines++)
+    struct winsize ws;
+    v->cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col ? ws.ws_col
+                                                                     : 80;
+    v->lines = 0;
+#define LINE(...) td__line(v, __VA_ARGS__)
     LINE("job %lld  %s  [%s] %5.1f%%  epoch %lld/%lld  step %lld/%lld  "
          "ETA %s",
          (long long)v->job, v->state, bar, 100 * frac, epoch + 1, epochs, step,
@@ -99,7 +131,11 @@ static void td__draw(td_view *v)
                 if (n >= (int)sizeof buf)
                     break;
             }
-            LINE("  phases:%s", buf);
+            /* Host phases; on the CPU backend the compute itself runs on
+             * the host and shows as "other". */
+            double wall = JNUM(w, "wall_s"), busy = JNUM(w, "device_busy_s");
+            LINE("  device busy %.0f%% | host:%s", wall > 0 ? 100 * busy / wall
+                                                          : 0.0, buf);
         }
         LINE("  verdict: %s — %s", JSTR(w, "verdict", "-"),
              JSTR(w, "advice", ""));
@@ -110,7 +146,7 @@ static void td__draw(td_view *v)
         LINE("  epoch %lld: val_acc %.4f  val_loss %.4f", JINT(e, "epoch") + 1,
              JNUM(e, "val_acc"), JNUM(e, "val_loss"));
 #undef LINE
-    v->drawn = lines;
+    v->drawn = v->lines;
     fflush(stdout);
 }
 
