@@ -278,6 +278,33 @@ START_TEST(test_config_and_version)
 }
 END_TEST
 
+/* On a terminal, watch redraws its block in place (util-linux `script`
+ * gives it a pseudo-terminal). */
+START_TEST(test_watch_on_a_terminal)
+{
+    if (access("/usr/bin/script", X_OK) != 0) {
+        printf("skipped: util-linux script not installed\n");
+        return;
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "TRAIND_SOCKET=%s script -qec '%s/client/trainctl submit %s "
+             "--follow' /dev/null", H.sock, getenv("TD_BUILD_ROOT"),
+             job_file_epochs(2));
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    static char out[1 << 20];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    ck_assert_int_eq(pclose(p), 0);
+    ck_assert_msg(strstr(out, "\033[K"), "no in-place redraw: %s", out);
+    ck_assert_msg(strstr(out, "\033[4A") || strstr(out, "\033[5A") ||
+                  strstr(out, "\033[6A"), "never moved back up: %s", out);
+    ck_assert_ptr_nonnull(strstr(out, "verdict: "));
+    ck_assert_ptr_nonnull(strstr(out, "job 1 completed"));
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -292,6 +319,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_job_actions_and_refusals);
     tcase_add_test(tc, test_config_and_version);
     tcase_add_test(tc, test_submit_follow_to_completion);
+    tcase_add_test(tc, test_watch_on_a_terminal);
     suite_add_tcase(s, tc);
     return s;
 }
