@@ -159,7 +159,18 @@ static void resume_test(int signal_no)
     int64_t b = th_submit(fd, th_spec(EPOCHS, 50, 32, 32));
     wait_steps(fd, b, 300);
     close(fd);
-    if (signal_no == SIGTERM) {
+    if (signal_no == 0) { /* pause, then resume, in the same daemon */
+        fd = th_connect(&H, NULL);
+        json_t *r = th_request(fd, "pause", json_pack("{s:I}", "job",
+                                                      (json_int_t)b));
+        ck_assert_ptr_nonnull(th_ok(r));
+        json_decref(r);
+        ck_assert(th_wait_state(fd, b, "suspended", 30000));
+        r = th_request(fd, "resume", json_pack("{s:I}", "job",
+                                               (json_int_t)b));
+        ck_assert_ptr_nonnull(th_ok(r));
+        json_decref(r);
+    } else if (signal_no == SIGTERM) {
         ck_assert_int_eq(th_stop(&H), 0);
     } else {
         int st;
@@ -167,11 +178,13 @@ static void resume_test(int signal_no)
         waitpid(H.pid, &st, 0);
         H.pid = 0;
     }
-    ck_assert_int_eq(th_restart(&H), 0);
-    fd = th_connect(&H, NULL);
+    if (signal_no != 0) {
+        ck_assert_int_eq(th_restart(&H), 0);
+        fd = th_connect(&H, NULL);
+    }
     ck_assert(th_wait_state(fd, b, "completed", 120000));
     long resumed = resumed_step(fd, b);
-    if (signal_no == SIGTERM) /* the step it stopped at */
+    if (signal_no != SIGKILL) /* the step it stopped at */
         ck_assert_msg(resumed >= 300 && resumed < EPOCHS * 100,
                       "resumed at step %ld", resumed);
     else /* the last checkpoint completed before the kill (every 50) */
@@ -204,6 +217,9 @@ static void resume_test(int signal_no)
 START_TEST(test_sigterm_mid_run_resumes_exactly) { resume_test(SIGTERM); }
 END_TEST
 
+START_TEST(test_pause_resume_continues_exactly) { resume_test(0); }
+END_TEST
+
 START_TEST(test_kill9_mid_run_resumes_from_last_checkpoint)
 {
     resume_test(SIGKILL);
@@ -218,6 +234,7 @@ static Suite *jobs_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_job_completes_with_events_and_checkpoints);
     tcase_add_test(tc, test_sigterm_mid_run_resumes_exactly);
+    tcase_add_test(tc, test_pause_resume_continues_exactly);
     tcase_add_test(tc, test_kill9_mid_run_resumes_from_last_checkpoint);
     suite_add_tcase(s, tc);
     return s;
