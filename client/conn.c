@@ -56,12 +56,13 @@ static int td__open(td_conn *c, const char *path, int quiet)
     memset(c, 0, sizeof *c);
     c->fd = -1;
     c->next_id = 1;
-    if (strlen(path) >= sizeof sa.sun_path) {
-        fprintf(stderr, "trainctl: socket path too long: %s\n", path);
+    size_t len = path ? strlen(path) : 0;
+    if (len == 0 || len >= sizeof sa.sun_path) {
+        fprintf(stderr, "trainctl: bad socket path '%s'\n", path ? path : "");
         return TD_EXIT_UNREACHABLE;
     }
-    snprintf(c->path, sizeof c->path, "%s", path);
-    memcpy(sa.sun_path, path, strlen(path) + 1);
+    memcpy(c->path, path, len + 1); /* sizeof c->path == sizeof sun_path */
+    memcpy(sa.sun_path, path, len + 1);
     c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
         if (!quiet)
