@@ -251,6 +251,7 @@ static int td__region_plain(td_decoder *d, int x, int y, int bw, int bh,
     out->scaled_h = (int)ci->output_height;
     out->scale_num = b.m;
     out->c = c;
+    out->cut = 0;
     /* The box in scaled pixels with two pixels of margin: bilinear taps
      * reach one pixel out, and the outermost decoded column of a crop is
      * upsampled without its neighbour (it differs from a full decode). */
@@ -435,6 +436,7 @@ static int td__region_cut(td_decoder *d, int x, int y, int bw, int bh,
     rc = td__region_plain(d, x - X0, y - Y0, bw, bh, min_w, min_h, c, flags,
                           out);
     if (rc == 0) {
+        out->cut = 1;
         out->x0 += X0 * out->scale_num / 8;
         out->y0 += Y0 * out->scale_num / 8;
         out->scaled_w = (int)(((int64_t)W * out->scale_num + 7) / 8);

@@ -34,6 +34,7 @@ typedef struct td_region {
     int scaled_w, scaled_h; /* the whole image at this scale */
     int scale_num;      /* M of M/8 */
     int c;
+    int cut;            /* 1: decoded through a cut-out of restart segments */
 } td_region;
 
 enum {
