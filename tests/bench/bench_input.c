@@ -11,7 +11,9 @@
  * Pin to one core with `taskset -c 1` for per-core figures.
  *
  *   bench_input [--images N] [--runs N] [--workers 1,2] [--epochs N]
- *               [--restart N]
+ *               [--restart N] [--keep DIR]
+ * --keep DIR writes the images (DIR/tree) and shards (DIR/shards) there
+ * and keeps them, e.g. for scripts/bench_torch_input.py.
  * --restart N packs with restart markers every <= N MCUs (pack.h); both A
  * and B then read those packed files, and A is also timed, for reference,
  * on the original files.
@@ -119,11 +121,14 @@ static double pipe_run(const char *shards, int workers, int epochs,
 int main(int argc, char **argv)
 {
     int nimg = 384, runs = 3, epochs = 2, wl[8] = {1, 2}, nw = 2, rst = 0;
+    const char *keep = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--images") == 0)
             nimg = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--runs") == 0)
             runs = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--keep") == 0)
+            keep = argv[i + 1];
         else if (strcmp(argv[i], "--restart") == 0)
             rst = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--epochs") == 0)
@@ -140,7 +145,8 @@ int main(int argc, char **argv)
                         "[--workers 1,2] [--epochs N]\n");
         return 2;
     }
-    char *tmp = td_test_tmpdir("bench-input"), dir[4096], shards[4096];
+    char *tmp = keep ? strdup(keep) : td_test_tmpdir("bench-input");
+    char dir[4096], shards[4096];
     snprintf(dir, sizeof dir, "%s/tree/c0", tmp);
     td_mkdirs(dir);
     for (int i = 0; i < nimg; i++) {
@@ -212,7 +218,8 @@ int main(int argc, char **argv)
     free(out);
     td_dataset_close(ds);
     td_dataset_close(orig);
-    td_test_rmtree(tmp);
+    if (!keep)
+        td_test_rmtree(tmp);
     free(tmp);
     return 0;
 }
