@@ -180,7 +180,7 @@ int main(int argc, char **argv)
            "timed after 1 warm-up\n", nimg,
            (double)r.bytes / nimg / 1024.0, rst, r.restarted, epochs);
     uint8_t *out = malloc(800 * 520 * 3); /* the largest image: 750 x 500 */
-    double ref[50], ref_orig[50], pipe[8][50], ratio[8][50];
+    double ref[50], ref_orig[50], pipe[8][50], ratio[8][50], ratio_o[8][50];
     td_pipeline_stats st[8];
     tj_loop(ds, 1, out); /* warm-up */
     for (int k = 0; k < runs; k++) {
@@ -190,6 +190,8 @@ int main(int argc, char **argv)
         for (int w = 0; w < nw; w++) {
             pipe[w][k] = pipe_run(shards, wl[w], epochs, &st[w]);
             ratio[w][k] = pipe[w][k] / ref[k];
+            if (orig)
+                ratio_o[w][k] = pipe[w][k] / ref_orig[k];
         }
     }
     report("tjDecompress2 full image, 1 thread", ref, runs, "img/s");
@@ -201,6 +203,9 @@ int main(int argc, char **argv)
         report(what, pipe[w], runs, "img/s");
         snprintf(what, sizeof what, "  ratio to tjDecompress2, same run");
         report(what, ratio[w], runs, "x");
+        if (orig)
+            report("  ratio to it on the original files", ratio_o[w], runs,
+                   "x");
         double tot = (double)st[w].samples;
         printf("  last run per image: read %.1f us, decode %.1f us, augment "
                "%.1f us, slot wait %.1f us; consumer waited %.3f s\n",
