@@ -5,7 +5,9 @@
 #   traind: build/tests/bench/bench_input --workers 1 --runs 1 (rrc 224 +
 #           flip, batch 64, on shards packed with --restart RESTART)
 #   torch:  scripts/bench_torch_input.py --runs 1 on the same shards
-# and prints each pair and the median, min and max of the ratios.
+# and prints each pair and the median, min and max of the ratios, of
+# images per wall second and per CPU second (less disturbed by other work
+# on a shared machine).
 #   scripts/bench_vs_torch.sh [BUILD_DIR] [RUNS] [RESTART] [CPU]
 set -eu
 build=${1:-build} runs=${2:-5} restart=${3:-4} cpu=${4:-1}
@@ -18,21 +20,24 @@ trap 'rm -rf "$dir"' EXIT
 i=0
 while [ "$i" -lt "$runs" ]; do
     i=$((i + 1))
-    td=$(taskset -c "$cpu" "$build/tests/bench/bench_input" --workers 1 \
-             --runs 1 --epochs 2 --restart "$restart" |
-         awk '/^pipeline, 1 worker/ {print $5}')
+    out=$(taskset -c "$cpu" "$build/tests/bench/bench_input" --workers 1 \
+             --runs 1 --epochs 2 --restart "$restart")
+    td=$(printf '%s\n' "$out" | awk '/^pipeline, 1 worker/ {print $5}')
+    tdc=$(printf '%s\n' "$out" | awk '/per CPU second/ {print $7}')
     tv=$(taskset -c "$cpu" /usr/bin/python3 "$here/scripts/bench_torch_input.py" \
              "$dir/shards" --runs 1 --epochs 2 --json)
-    pil=$(printf '%s' "$tv" | /usr/bin/python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["pil"]["median"])')
-    tio=$(printf '%s' "$tv" | /usr/bin/python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["io"]["median"])')
-    echo "run $i: traind $td img/s, torchvision PIL $pil, torchvision.io $tio"
-    echo "$td $pil $tio" >> "$dir/ratios"
+    set -- $(printf '%s' "$tv" | /usr/bin/python3 -c 'import json,sys; j = json.load(sys.stdin); print(" ".join("%.1f" % j[k][m] for m in ("median", "cpu_median") for k in ("pil", "io")))')
+    echo "run $i: img/s traind $td, torchvision PIL $1, torchvision.io $2;" \
+         "img/cpu-s $tdc, $3, $4"
+    echo "$td $1 $2 $tdc $3 $4" >> "$dir/ratios"
 done
 /usr/bin/python3 - "$dir/ratios" <<'PY'
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
-for name, k in (("PIL", 1), ("torchvision.io", 2)):
-    r = [row[0] / row[k] for row in rows]
-    print(f"traind / torchvision {name}: median {statistics.median(r):.2f}x "
-          f"(min {min(r):.2f}, max {max(r):.2f}, {len(r)} runs)")
+for unit, o in (("img/s", 0), ("img/cpu-s", 3)):
+    for name, k in (("PIL", 1), ("torchvision.io", 2)):
+        r = [row[o] / row[o + k] for row in rows]
+        print(f"traind / torchvision {name}, {unit}: median "
+              f"{statistics.median(r):.2f}x (min {min(r):.2f}, "
+              f"max {max(r):.2f}, {len(r)} runs)")
 PY

@@ -82,6 +82,15 @@ static long rss_kib(void)
 }
 
 static long rss_growth = 0, rss_after_warmup = 0;
+static double last_cpu_rate; /* images per CPU second of the last pipe_run */
+
+/* CPU seconds used by the whole process (all threads). */
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 static double pipe_run(const char *shards, int workers, int epochs,
                        td_pipeline_stats *st)
@@ -108,10 +117,12 @@ static double pipe_run(const char *shards, int workers, int epochs,
         exit(1);
     }
     rss_after_warmup = rss_kib();
+    double c0 = cpu_s();
     if (td_pipeline_drain(p, 1, epochs, &images, &s)) {
         fprintf(stderr, "pipeline failed\n");
         exit(1);
     }
+    last_cpu_rate = (double)images / (cpu_s() - c0);
     rss_growth = rss_kib() - rss_after_warmup;
     td_pipeline_stats_get(p, st);
     td_pipeline_destroy(p);
@@ -181,6 +192,7 @@ int main(int argc, char **argv)
            (double)r.bytes / nimg / 1024.0, rst, r.restarted, epochs);
     uint8_t *out = malloc(800 * 520 * 3); /* the largest image: 750 x 500 */
     double ref[50], ref_orig[50], pipe[8][50], ratio[8][50], ratio_o[8][50];
+    double cpu_rate[8][50];
     td_pipeline_stats st[8];
     tj_loop(ds, 1, out); /* warm-up */
     for (int k = 0; k < runs; k++) {
@@ -189,6 +201,7 @@ int main(int argc, char **argv)
             ref_orig[k] = tj_loop(orig, epochs, out);
         for (int w = 0; w < nw; w++) {
             pipe[w][k] = pipe_run(shards, wl[w], epochs, &st[w]);
+            cpu_rate[w][k] = last_cpu_rate;
             ratio[w][k] = pipe[w][k] / ref[k];
             if (orig)
                 ratio_o[w][k] = pipe[w][k] / ref_orig[k];
@@ -201,6 +214,8 @@ int main(int argc, char **argv)
         char what[64];
         snprintf(what, sizeof what, "pipeline, %d worker(s)", wl[w]);
         report(what, pipe[w], runs, "img/s");
+        report("  per CPU second (all threads)", cpu_rate[w], runs,
+               "img/cpu-s");
         snprintf(what, sizeof what, "  ratio to tjDecompress2, same run");
         report(what, ratio[w], runs, "x");
         if (orig)
