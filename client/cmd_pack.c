@@ -5,7 +5,8 @@
  *                                           D/t10k-*  -> DIR/test)
  *   trainctl pack --imagefolder ROOT -o DIR
  * Options: --quality Q (IDX only, default 95), --shard-size MiB (default
- * 256), --prefix NAME, --json.  Progress goes to stderr when it is a tty.
+ * 256), --prefix NAME, --restart N (ImageFolder only), --json.
+ * Progress goes to stderr when it is a tty.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -45,7 +46,7 @@ static void td__pack_usage(FILE *f)
             "usage: trainctl pack (--idx-images F --idx-labels F | --idx-dir D"
             " | --imagefolder ROOT)\n"
             "                     -o DIR [--quality Q] [--shard-size MiB]"
-            " [--prefix NAME] [--json]\n\n"
+            " [--prefix NAME] [--restart N] [--json]\n\n"
             "Writes WebDataset tar shards (<key>.jpg + <key>.cls), each at "
             "most --shard-size\n(default 256 MiB), with an index cache per "
             "shard.\n"
@@ -56,7 +57,11 @@ static void td__pack_usage(FILE *f)
             "                D/t10k-* -> DIR/test (e.g. "
             "/usr/share/datasets/fashion-mnist)\n"
             "  --imagefolder ROOT  ROOT/<class>/*.jpg, copied as they are\n"
-            "  --quality Q   JPEG quality for IDX images, 1-100 (default 95)\n");
+            "  --quality Q   JPEG quality for IDX images, 1-100 (default 95)\n"
+            "  --restart N   ImageFolder: rewrite each JPEG losslessly with a "
+            "restart marker\n                every <= N MCUs (4 is a good "
+            "choice), so crops decode only\n                the segments "
+            "they cover; damaged files are copied as they are\n");
 }
 
 /* First existing of D/base and D/base.gz. */
@@ -74,11 +79,12 @@ static int td__find_idx(const char *dir, const char *base, char *out,
 static json_t *td__pack_json(const char *set, const char *out,
                              const td_pack_result *r, double s)
 {
-    return json_pack("{s:s, s:s, s:I, s:i, s:I, s:i, s:f, s:f}", "set", set,
-                     "output", out, "samples", (json_int_t)r->samples,
+    return json_pack("{s:s, s:s, s:I, s:i, s:I, s:i, s:f, s:f, s:I}", "set",
+                     set, "output", out, "samples", (json_int_t)r->samples,
                      "shards", r->shards, "bytes", (json_int_t)r->bytes,
                      "classes", r->classes, "seconds", s, "images_per_s",
-                     s > 0 ? (double)r->samples / s : 0.0);
+                     s > 0 ? (double)r->samples / s : 0.0, "restarted",
+                     (json_int_t)r->restarted);
 }
 
 static int td__pack_one(const char *set, const char *images,
@@ -136,6 +142,16 @@ static int td__pack_value(struct td__pack_args *o, const char *a,
         if (o->opt.quality >= 1 && o->opt.quality <= 100)
             return 0;
         fprintf(stderr, "trainctl pack: --quality must be 1..100\n");
+        return -1;
+    }
+    if (strcmp(a, "--restart") == 0) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        o->opt.restart = (int)n;
+        if (*v && !*end && n >= 0 && n <= 65535)
+            return 0;
+        fprintf(stderr, "trainctl pack: --restart must be 0..65535 (MCUs "
+                        "per restart segment, 0 = copy as they are)\n");
         return -1;
     }
     if (strcmp(a, "--shard-size") == 0) {

@@ -26,6 +26,10 @@ struct td_decoder {
     struct td__jerr jerr;
     td_buf rows;     /* decoded box */
     td_buf line;     /* one CMYK line before conversion */
+    td_buf syn;      /* the cut-out JPEG of the restart-segment path */
+    td_buf marks;    /* size_t offsets of the restart segments */
+    const uint8_t *src; /* the JPEG whose header was read */
+    size_t src_len, sos_end; /* its length, where its entropy data starts */
     int have_header;
     char msg[JMSG_LENGTH_MAX];
 };
@@ -72,6 +76,8 @@ void td_decoder_destroy(td_decoder *d)
     jpeg_destroy_decompress(&d->ci);
     td_buf_free(&d->rows);
     td_buf_free(&d->line);
+    td_buf_free(&d->syn);
+    td_buf_free(&d->marks);
     free(d);
 }
 
@@ -106,6 +112,9 @@ int td_decoder_header(td_decoder *d, const uint8_t *data, size_t len, int *w,
     }
     *w = (int)d->ci.image_width;
     *h = (int)d->ci.image_height;
+    d->src = data;
+    d->src_len = len;
+    d->sos_end = (size_t)(d->ci.src->next_input_byte - data);
     d->have_header = 1;
     return 0;
 }
@@ -215,8 +224,9 @@ static int td__crop_read(td_decoder *d, struct td__box *b, td_region *out)
     return td__read_rows(d, out, b->c, b->cmyk, b->sy1 - b->sy0);
 }
 
-int td_decoder_region(td_decoder *d, int x, int y, int bw, int bh, int min_w,
-                      int min_h, int c, int flags, td_region *out)
+static int td__region_plain(td_decoder *d, int x, int y, int bw, int bh,
+                            int min_w, int min_h, int c, int flags,
+                            td_region *out)
 {
     struct jpeg_decompress_struct *ci = &d->ci;
     struct td__box b;
@@ -241,6 +251,7 @@ int td_decoder_region(td_decoder *d, int x, int y, int bw, int bh, int min_w,
     out->scaled_h = (int)ci->output_height;
     out->scale_num = b.m;
     out->c = c;
+    out->cut = 0;
     /* The box in scaled pixels with two pixels of margin: bilinear taps
      * reach one pixel out, and the outermost decoded column of a crop is
      * upsampled without its neighbour (it differs from a full decode). */
@@ -261,4 +272,188 @@ int td_decoder_region(td_decoder *d, int x, int y, int bw, int bh, int min_w,
         jpeg_abort_decompress(ci);
     d->have_header = 0;
     return rc;
+}
+
+/* ---- Restart segments: entropy-decode only the MCUs a box needs --------
+ * A baseline JPEG whose restart interval R divides the MCUs of a row
+ * (`trainctl pack --restart`) is a grid of independently coded segments of
+ * R MCUs: Huffman state and DC predictors restart at each.  For a box we
+ * copy the headers (SOF's size patched), the segments covering it with
+ * their markers renumbered in order, and an EOI into a small JPEG of its
+ * own, and decode that: rows above and columns beside the box are never
+ * entropy-decoded.  Anything unexpected falls back to the plain path. */
+
+struct td__grid {
+    int mcu_w, mcu_h, R, spr; /* MCU in pixels, MCUs/segment, segments/row */
+    int r0, r1, s0, s1;       /* the cut: MCU rows, segment columns */
+};
+
+static int td__grid_init(const struct jpeg_decompress_struct *ci,
+                         struct td__grid *g)
+{
+    if (ci->progressive_mode || ci->arith_code || ci->restart_interval == 0 ||
+        ci->data_precision != 8 ||
+        (ci->num_components > 1 && ci->comps_in_scan != ci->num_components))
+        return 0;
+    int one = ci->num_components == 1;
+    g->mcu_w = one ? DCTSIZE : ci->max_h_samp_factor * DCTSIZE;
+    g->mcu_h = one ? DCTSIZE : ci->max_v_samp_factor * DCTSIZE;
+    int mpr = ((int)ci->image_width + g->mcu_w - 1) / g->mcu_w;
+    g->R = (int)ci->restart_interval;
+    if (mpr % g->R)
+        return 0;
+    g->spr = mpr / g->R;
+    return 1;
+}
+
+/* Finds segments 0..need-1 of the entropy data: marks[2k] is where
+ * segment k starts, marks[2k+1] where its marker begins.  0, 1 when the
+ * markers are not where they should be, -ENOMEM. */
+static int td__find_segments(td_decoder *d, size_t need)
+{
+    if (td_buf_reserve(&d->marks, need * 2 * sizeof(size_t)))
+        return -ENOMEM;
+    size_t *m = (size_t *)(void *)d->marks.p, pos = d->sos_end, k = 0;
+    const uint8_t *p = d->src;
+    m[0] = pos;
+    while (k < need) {
+        const uint8_t *f = memchr(p + pos, 0xff, d->src_len - pos);
+        if (!f || (size_t)(f - p) + 1 >= d->src_len)
+            return 1;
+        size_t at = (size_t)(f - p);
+        uint8_t b = p[at + 1];
+        if (b == 0x00 || b == 0xff) { /* stuffed zero, fill byte */
+            pos = at + (b == 0x00 ? 2 : 1);
+            continue;
+        }
+        m[2 * k + 1] = at;
+        int rst = b >= 0xd0 && b <= 0xd7;
+        if (rst && b != 0xd0 + (k & 7))
+            return 1;
+        if (!rst && k + 1 < need) /* EOI or another marker too early */
+            return 1;
+        if (++k < need)
+            m[2 * k] = pos = at + 2;
+    }
+    return 0;
+}
+
+/* Offset of the SOF0/SOF1 marker in the headers, or 0. */
+static size_t td__find_sof(const uint8_t *p, size_t end)
+{
+    size_t pos = 2;
+    while (pos + 9 <= end && p[pos] == 0xff) {
+        if (p[pos + 1] == 0xff) {
+            pos++;
+            continue;
+        }
+        if (p[pos + 1] == 0xc0 || p[pos + 1] == 0xc1)
+            return pos;
+        pos += 2 + ((size_t)p[pos + 2] << 8 | p[pos + 3]);
+    }
+    return 0;
+}
+
+/* Writes the cut-out JPEG of g's segments to d->syn; its size in *cw, *ch
+ * given the source's W x H.  0, 1 (no SOF found), -ENOMEM. */
+static int td__cut(td_decoder *d, const struct td__grid *g, int W, int H,
+                   size_t *len, int *cw, int *ch)
+{
+    const size_t *m = (const size_t *)(const void *)d->marks.p;
+    size_t sof = td__find_sof(d->src, d->sos_end), n = d->sos_end + 2;
+    if (!sof)
+        return 1;
+    for (int r = g->r0; r < g->r1; r++)
+        for (int s = g->s0; s < g->s1; s++) {
+            size_t k = (size_t)r * (size_t)g->spr + (size_t)s;
+            n += m[2 * k + 1] - m[2 * k] + 2;
+        }
+    if (td_buf_reserve(&d->syn, n))
+        return -ENOMEM;
+    uint8_t *o = d->syn.p;
+    memcpy(o, d->src, d->sos_end);
+    int segw = g->R * g->mcu_w;
+    *cw = (g->s1 * segw < W ? g->s1 * segw : W) - g->s0 * segw;
+    *ch = (g->r1 * g->mcu_h < H ? g->r1 * g->mcu_h : H) - g->r0 * g->mcu_h;
+    o[sof + 5] = (uint8_t)(*ch >> 8);
+    o[sof + 6] = (uint8_t)*ch;
+    o[sof + 7] = (uint8_t)(*cw >> 8);
+    o[sof + 8] = (uint8_t)*cw;
+    size_t at = d->sos_end;
+    unsigned count = 0;
+    for (int r = g->r0; r < g->r1; r++)
+        for (int s = g->s0; s < g->s1; s++) {
+            size_t k = (size_t)r * (size_t)g->spr + (size_t)s;
+            size_t sl = m[2 * k + 1] - m[2 * k];
+            if (count++)
+                o[at++] = 0xff, o[at++] = (uint8_t)(0xd0 + ((count - 2) & 7));
+            memcpy(o + at, d->src + m[2 * k], sl);
+            at += sl;
+        }
+    o[at++] = 0xff;
+    o[at++] = 0xd9;
+    *len = at;
+    return 0;
+}
+
+/* The box through a cut-out JPEG: 0 or an error as td_decoder_region, 1
+ * when the image has no usable restart grid or the box needs all of it. */
+static int td__region_cut(td_decoder *d, int x, int y, int bw, int bh,
+                          int min_w, int min_h, int c, int flags,
+                          td_region *out)
+{
+    struct td__grid g;
+    struct jpeg_decompress_struct *ci = &d->ci;
+    if (!td__grid_init(ci, &g))
+        return 1;
+    int W = (int)ci->image_width, H = (int)ci->image_height;
+    int m = (flags & TD_DECODE_FORCE_FULL_SCALE)
+                ? 8 : td_decode_pick_scale(bw, bh, min_w, min_h);
+    int mg = 16 / m + 2; /* 2 scaled pixels of margin, in source pixels */
+    int x0 = x - mg < 0 ? 0 : x - mg, y0 = y - mg < 0 ? 0 : y - mg;
+    int x1 = x + bw + mg > W ? W : x + bw + mg;
+    int y1 = y + bh + mg > H ? H : y + bh + mg;
+    int segw = g.R * g.mcu_w;
+    if (x0 >= W || y0 >= H || x1 <= x0 || y1 <= y0)
+        return 1;
+    g.r0 = y0 / g.mcu_h;
+    g.r1 = (y1 + g.mcu_h - 1) / g.mcu_h;
+    g.s0 = x0 / segw;
+    g.s1 = (x1 + segw - 1) / segw;
+    if (g.r0 == 0 && g.s0 == 0 && g.s1 == g.spr)
+        return 1; /* whole rows from the top: nothing to skip */
+    size_t len;
+    int cw, ch, rc = td__find_segments(d, (size_t)(g.r1 - 1) * (size_t)g.spr +
+                                              (size_t)g.s1);
+    if (rc == 0)
+        rc = td__cut(d, &g, W, H, &len, &cw, &ch);
+    if (rc)
+        return rc;
+    jpeg_abort_decompress(ci);
+    int X0 = g.s0 * segw, Y0 = g.r0 * g.mcu_h, sw, sh;
+    if ((rc = td_decoder_header(d, d->syn.p, len, &sw, &sh)) != 0)
+        return rc;
+    rc = td__region_plain(d, x - X0, y - Y0, bw, bh, min_w, min_h, c, flags,
+                          out);
+    if (rc == 0) {
+        out->cut = 1;
+        out->x0 += X0 * out->scale_num / 8;
+        out->y0 += Y0 * out->scale_num / 8;
+        out->scaled_w = (int)(((int64_t)W * out->scale_num + 7) / 8);
+        out->scaled_h = (int)(((int64_t)H * out->scale_num + 7) / 8);
+    }
+    return rc;
+}
+
+int td_decoder_region(td_decoder *d, int x, int y, int bw, int bh, int min_w,
+                      int min_h, int c, int flags, td_region *out)
+{
+    if (!d->have_header || (c != 1 && c != 3))
+        return -EINVAL;
+    if (!(flags & TD_DECODE_NO_CUT)) {
+        int rc = td__region_cut(d, x, y, bw, bh, min_w, min_h, c, flags, out);
+        if (rc != 1)
+            return rc;
+    }
+    return td__region_plain(d, x, y, bw, bh, min_w, min_h, c, flags, out);
 }

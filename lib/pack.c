@@ -9,9 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <setjmp.h>
 #include <time.h>
 #include <turbojpeg.h>
 #include <unistd.h>
+
+#include <jpeglib.h>
 
 #include "dataset.h"
 #include "error.h"
@@ -195,6 +198,96 @@ static void td__progress(const td_pack_options *opt, size_t done,
         opt->progress(opt->user, done, total);
 }
 
+/* ---- Restart markers (lossless transcoding) --------------------------- */
+
+struct td__tjerr {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    int warned;
+};
+
+static void td__tj_exit(j_common_ptr ci)
+{
+    longjmp(((struct td__tjerr *)(void *)ci->err)->jb, 1);
+}
+
+static void td__tj_emit(j_common_ptr ci, int level)
+{
+    if (level < 0)
+        ((struct td__tjerr *)(void *)ci->err)->warned = 1;
+}
+
+int td_pack_restart_interval(int mcus_per_row, int max_mcus)
+{
+    for (int r = max_mcus < mcus_per_row ? max_mcus : mcus_per_row; r > 1;
+         r--)
+        if (mcus_per_row % r == 0)
+            return r;
+    return 1;
+}
+
+/* Copies the APPn/COM markers libjpeg does not write itself. */
+static void td__copy_markers(struct jpeg_decompress_struct *d,
+                             struct jpeg_compress_struct *c)
+{
+    for (jpeg_saved_marker_ptr m = d->marker_list; m; m = m->next) {
+        if ((m->marker == JPEG_APP0 && m->data_length >= 4 &&
+             memcmp(m->data, "JFIF", 4) == 0) ||
+            (m->marker == JPEG_APP0 + 14 && m->data_length >= 5 &&
+             memcmp(m->data, "Adobe", 5) == 0))
+            continue;
+        jpeg_write_marker(c, m->marker, m->data, m->data_length);
+    }
+}
+
+int td_pack_add_restarts(const uint8_t *in, size_t len, int max_mcus,
+                         uint8_t **out, size_t *out_len)
+{
+    struct jpeg_decompress_struct d;
+    struct jpeg_compress_struct c;
+    struct td__tjerr ed = {0}, ec = {0};
+    unsigned long olen = 0;
+    volatile int rc = TD_E_CORRUPT;
+    *out = NULL;
+    d.err = jpeg_std_error(&ed.pub);
+    c.err = jpeg_std_error(&ec.pub);
+    ed.pub.error_exit = ec.pub.error_exit = td__tj_exit;
+    ed.pub.emit_message = ec.pub.emit_message = td__tj_emit;
+    jpeg_create_decompress(&d);
+    jpeg_create_compress(&c);
+    if (setjmp(ed.jb) || setjmp(ec.jb))
+        goto out;
+    jpeg_mem_src(&d, in, (unsigned long)len);
+    for (int k = 0; k < 16; k++)
+        jpeg_save_markers(&d, JPEG_APP0 + k, 0xffff);
+    jpeg_save_markers(&d, JPEG_COM, 0xffff);
+    jpeg_read_header(&d, TRUE);
+    jvirt_barray_ptr *coef = jpeg_read_coefficients(&d);
+    if (ed.warned)
+        goto out;
+    jpeg_copy_critical_parameters(&d, &c);
+    int one = d.num_components == 1;
+    int mcu_w = one ? DCTSIZE : d.max_h_samp_factor * DCTSIZE;
+    int mpr = ((int)d.image_width + mcu_w - 1) / mcu_w;
+    c.restart_interval = (unsigned)td_pack_restart_interval(mpr, max_mcus);
+    c.optimize_coding = TRUE;
+    jpeg_mem_dest(&c, out, &olen);
+    jpeg_write_coefficients(&c, coef);
+    td__copy_markers(&d, &c);
+    jpeg_finish_compress(&c);
+    jpeg_finish_decompress(&d);
+    rc = ed.warned ? TD_E_CORRUPT : 0;
+out:
+    jpeg_destroy_compress(&c);
+    jpeg_destroy_decompress(&d);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+    }
+    *out_len = rc ? 0 : (size_t)olen;
+    return rc;
+}
+
 /* ---- IDX -------------------------------------------------------------- */
 
 static int td__idx_shape(const td_idx *im, const td_idx *lb, const char *images,
@@ -272,6 +365,8 @@ int td_pack_idx(const char *images, const char *labels, const char *outdir,
     else
         td__writer_abort(&w);
     res->samples = rc ? 0 : n;
+    if (rc)
+        res->restarted = 0;
     res->shards = w.shards;
     res->bytes = w.total;
     res->width = wd;
@@ -319,7 +414,16 @@ int td_pack_folder(const char *root, const char *outdir,
                      td_strerror(rc));
             break;
         }
+        uint8_t *rst = NULL;
+        size_t rlen = 0;
+        if (opt->restart > 0 && td_pack_add_restarts(data, len, opt->restart,
+                                                     &rst, &rlen) == 0) {
+            data = rst;
+            len = rlen;
+            res->restarted++;
+        }
         rc = td__writer_add(&w, i, data, len, td_dataset_label(ds, i));
+        free(rst);
         td__progress(opt, i + 1, n);
     }
     if (rc == 0)
@@ -337,6 +441,8 @@ int td_pack_folder(const char *root, const char *outdir,
             rc = td__perr(err, errcap, -EIO, "%s: cannot write", path);
     }
     res->samples = rc ? 0 : n;
+    if (rc)
+        res->restarted = 0;
     res->shards = w.shards;
     res->bytes = w.total;
     res->classes = td_dataset_classes(ds);

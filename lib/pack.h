@@ -23,6 +23,11 @@ typedef struct td_pack_options {
     int quality;           /* 1..100, default 95 (IDX only) */
     uint64_t shard_bytes;  /* cap per shard, default 256 MiB */
     const char *prefix;    /* shard name prefix, default "shard" */
+    /* ImageFolder only: 0 copies the JPEGs as they are; N > 0 rewrites
+     * each losslessly (same DCT coefficients, optimized Huffman tables)
+     * with a restart marker every R MCUs, R the largest divisor of the
+     * MCUs per row <= N, so decoders can skip to any segment (decode.h). */
+    int restart;
     /* Called every few hundred samples and at the end; may be NULL. */
     void (*progress)(void *user, size_t done, size_t total);
     void *user;
@@ -33,6 +38,8 @@ typedef struct td_pack_result {
     int shards;
     uint64_t bytes;      /* total size of the shards written */
     int classes;         /* 1 + the largest label */
+    size_t restarted;    /* ImageFolder files given restart markers; the
+                            others (damaged, not decodable) were copied */
     int width, height, channels; /* IDX only; 0 for ImageFolder */
 } td_pack_result;
 
@@ -49,6 +56,15 @@ int td_pack_idx(const char *images, const char *labels, const char *outdir,
 int td_pack_folder(const char *root, const char *outdir,
                    const td_pack_options *opt, td_pack_result *res, char *err,
                    size_t errcap);
+
+/* Lossless rewrite of one JPEG with restart markers every R MCUs (R =
+ * td_pack_restart_interval(MCUs per row, max_mcus)) into *out (malloc'd).
+ * 0, or TD_E_CORRUPT (not a JPEG, damaged or truncated: libjpeg warned). */
+int td_pack_add_restarts(const uint8_t *in, size_t len, int max_mcus,
+                         uint8_t **out, size_t *out_len);
+
+/* The largest divisor of mcus_per_row that is <= max_mcus (at least 1). */
+int td_pack_restart_interval(int mcus_per_row, int max_mcus);
 
 /* mkdir -p; 0 or -errno. */
 int td_mkdirs(const char *path);

@@ -1,32 +1,43 @@
-#!/usr/bin/env bash
-# bench_vs_torch.sh - traind's bench_train against PyTorch on fmnist-cnn,
-# batch 128, 2 threads, synthetic device-resident input, alternating
-# traind, torch, traind, torch... so both see the same machine load.
-# Prints every run, then medians (min..max) and the ratio of the medians.
+#!/bin/sh
+# bench_vs_torch.sh - traind's input pipeline against torchvision, per core.
 #
-#   scripts/bench_vs_torch.sh [RUNS=5] [STEPS=200]
-# Needs build/tests/bench/bench_train and Debian's python3-torch.
-set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-runs=${1:-5} steps=${2:-200}
-bench=${BENCH_TRAIN:-$root/build/tests/bench/bench_train}
-export TD_SOURCE_ROOT=$root
-td=() pt=()
-for ((i = 1; i <= runs; i++)); do
-  a=$("$bench" --steps "$steps" --warmup 20 --threads 2 --batch 128 --json)
-  b=$(/usr/bin/python3 "$root/scripts/bench_torch_fmnist.py" --steps "$steps" \
-        --warmup 20 --threads 2 --batch 128)
-  echo "run $i traind: $a"
-  echo "run $i torch:  $b"
-  td+=("$(sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/' <<<"$a")")
-  pt+=("$(sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/' <<<"$b")")
+# Alternates, RUNS times, pinned to one core (CPU, default 1):
+#   traind: build/tests/bench/bench_input --workers 1 --runs 1 (rrc 224 +
+#           flip, batch 64, on shards packed with --restart RESTART)
+#   torch:  scripts/bench_torch_input.py --runs 1 on the same shards
+# and prints each pair and the median, min and max of the ratios, of
+# images per wall second and per CPU second (less disturbed by other work
+# on a shared machine).
+#   scripts/bench_vs_torch.sh [BUILD_DIR] [RUNS] [RESTART] [CPU]
+set -eu
+build=${1:-build} runs=${2:-5} restart=${3:-4} cpu=${4:-1}
+here=$(cd "$(dirname "$0")/.." && pwd)
+dir=$(mktemp -d "${TMPDIR:-/tmp}/td-vs-torch-XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+"$build/tests/bench/bench_input" --keep "$dir" --restart "$restart" \
+    --runs 1 --workers 1 --epochs 1 >/dev/null
+: > "$dir/ratios"
+i=0
+while [ "$i" -lt "$runs" ]; do
+    i=$((i + 1))
+    out=$(taskset -c "$cpu" "$build/tests/bench/bench_input" --workers 1 \
+             --runs 1 --epochs 2 --restart "$restart")
+    td=$(printf '%s\n' "$out" | awk '/^pipeline, 1 worker/ {print $5}')
+    tdc=$(printf '%s\n' "$out" | awk '/per CPU second/ {print $7}')
+    tv=$(taskset -c "$cpu" /usr/bin/python3 "$here/scripts/bench_torch_input.py" \
+             "$dir/shards" --runs 1 --epochs 2 --json)
+    set -- $(printf '%s' "$tv" | /usr/bin/python3 -c 'import json,sys; j = json.load(sys.stdin); print(" ".join("%.1f" % j[k][m] for m in ("median", "cpu_median") for k in ("pil", "io")))')
+    echo "run $i: img/s traind $td, torchvision PIL $1, torchvision.io $2;" \
+         "img/cpu-s $tdc, $3, $4"
+    echo "$td $1 $2 $tdc $3 $4" >> "$dir/ratios"
 done
-stats() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {
-  m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2
-  printf "%.1f (%.1f..%.1f)", m, v[1], v[NR] }'; }
-med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {
-  print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }'; }
-echo "traind samples/s median (min..max): $(stats "${td[@]}")"
-echo "torch  samples/s median (min..max): $(stats "${pt[@]}")"
-awk -v a="$(med "${td[@]}")" -v b="$(med "${pt[@]}")" \
-  'BEGIN { printf "ratio traind/torch: %.2f; traind GFLOP/s (3 x 36.6 MFLOP per sample): %.1f\n", a / b, a * 3 * 0.0366 }'
+/usr/bin/python3 - "$dir/ratios" <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
+for unit, o in (("img/s", 0), ("img/cpu-s", 3)):
+    for name, k in (("PIL", 1), ("torchvision.io", 2)):
+        r = [row[o] / row[o + k] for row in rows]
+        print(f"traind / torchvision {name}, {unit}: median "
+              f"{statistics.median(r):.2f}x (min {min(r):.2f}, "
+              f"max {max(r):.2f}, {len(r)} runs)")
+PY

@@ -347,6 +347,58 @@ START_TEST(test_pack_folder_copies_bytes)
 }
 END_TEST
 
+/* --restart: every JPEG rewritten with restart markers and the same
+ * pixels; a file that is not a JPEG is copied as it is (it stays a bad
+ * sample for the pipeline to report). */
+START_TEST(test_pack_folder_restart_markers)
+{
+    char out[4096], bad[4200], err[512] = "";
+    snprintf(path, sizeof path, "%s/tree", tmp);
+    td_test_make_folder(path, 2, 3, 100, 60);
+    snprintf(bad, sizeof bad, "%s/tree/class1/zz.jpg", tmp);
+    td_test_write_file(bad, "not a jpeg", 10);
+    snprintf(out, sizeof out, "%s/shards", tmp);
+    td_pack_options opt;
+    td_pack_options_default(&opt);
+    opt.restart = 4;
+    td_pack_result r;
+    ck_assert_int_eq(td_pack_folder(path, out, &opt, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.samples, 7);
+    ck_assert_uint_eq(r.restarted, 6);
+    td_dataset *a, *b;
+    ck_assert_int_eq(td_dataset_open(path, &a, err, sizeof err), 0);
+    ck_assert_int_eq(td_dataset_open(out, &b, err, sizeof err), 0);
+    td_buf buf = {0};
+    tjhandle tj = tjInitDecompress();
+    uint8_t pa[100 * 60 * 3], pb[100 * 60 * 3];
+    for (size_t i = 0; i < 7; i++) {
+        const uint8_t *da, *db;
+        size_t na, nb;
+        td_dataset_read(a, i, &buf, &da, &na);
+        td_dataset_read(b, i, NULL, &db, &nb);
+        ck_assert_int_eq(td_dataset_label(a, i), td_dataset_label(b, i));
+        if (na == 10) { /* the bad file */
+            ck_assert_uint_eq(nb, 10);
+            ck_assert_mem_eq(da, db, 10);
+            continue;
+        }
+        /* A DRI marker (FF DD 00 04 00 R) with R = 4 MCUs of 16 px
+         * (100 px = 7 MCUs: 7 is prime, so R = 1). */
+        ck_assert_ptr_nonnull(memmem(db, nb, "\xff\xdd\x00\x04\x00\x01", 6));
+        ck_assert_ptr_null(memmem(da, na, "\xff\xdd", 2));
+        ck_assert_int_eq(tjDecompress2(tj, da, na, pa, 100, 0, 60, TJPF_RGB,
+                                       0), 0);
+        ck_assert_int_eq(tjDecompress2(tj, db, nb, pb, 100, 0, 60, TJPF_RGB,
+                                       0), 0);
+        ck_assert_mem_eq(pa, pb, sizeof pa);
+    }
+    tjDestroy(tj);
+    td_buf_free(&buf);
+    td_dataset_close(a);
+    td_dataset_close(b);
+}
+END_TEST
+
 static Suite *dataset_suite(void)
 {
     Suite *s = suite_create("dataset");
@@ -362,6 +414,7 @@ static Suite *dataset_suite(void)
     tcase_add_test(tc, test_shard_sample_without_label);
     tcase_add_test(tc, test_shard_glob_order_and_index_cache);
     tcase_add_test(tc, test_pack_folder_copies_bytes);
+    tcase_add_test(tc, test_pack_folder_restart_markers);
     suite_add_tcase(s, tc);
     return s;
 }

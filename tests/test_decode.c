@@ -12,6 +12,7 @@
 #include "augment.h"
 #include "decode.h"
 #include "error.h"
+#include "pack.h"
 #include "support/jpeggen.h"
 #include "tdtest.h"
 
@@ -195,6 +196,154 @@ START_TEST(test_corrupt_inputs_fail_cleanly)
     ck_assert_int_eq(td_decoder_header(d, j, n, &iw, &ih), 0);
     ck_assert_int_eq(td_decoder_region(d, 0, 0, 30, 20, 30, 20, 3, 0, &r), 0);
     td_decoder_destroy(d);
+    free(j);
+}
+END_TEST
+
+/* ---- restart markers (trainctl pack --restart) ------------------------- */
+
+/* The restart interval a JPEG declares (its DRI marker), 0 if none. */
+static int dri_of(const uint8_t *j, size_t n)
+{
+    for (size_t p = 2; p + 6 <= n && j[p] == 0xff && j[p + 1] != 0xda;
+         p += 2 + ((size_t)j[p + 2] << 8 | j[p + 3]))
+        if (j[p + 1] == 0xdd)
+            return j[p + 4] << 8 | j[p + 5];
+    return 0;
+}
+
+START_TEST(test_restart_interval_divides_the_row)
+{
+    ck_assert_int_eq(td_pack_restart_interval(30, 4), 3);
+    ck_assert_int_eq(td_pack_restart_interval(28, 4), 4);
+    ck_assert_int_eq(td_pack_restart_interval(13, 4), 1);
+    ck_assert_int_eq(td_pack_restart_interval(2, 4), 2);
+    ck_assert_int_eq(td_pack_restart_interval(14, 1000), 14);
+}
+END_TEST
+
+/* The rewrite keeps every pixel (same coefficients, progressive becomes
+ * baseline) and declares the interval asked for. */
+START_TEST(test_restart_transcode_is_lossless)
+{
+    int k = _i, w = 229, h = 157, c = kinds[k].c;
+    uint8_t *j, *t;
+    size_t n, tn;
+    td_test_jpeg(w, h, kinds[k].cs, kinds[k].sub, 90, kinds[k].prog, 5, &j,
+                 &n);
+    ck_assert_int_eq(td_pack_add_restarts(j, n, 4, &t, &tn), 0);
+    int mcu_w = kinds[k].cs == TD_TEST_GRAY || kinds[k].sub == 444 ? 8 : 16;
+    ck_assert_int_eq(dri_of(t, tn),
+                     td_pack_restart_interval((w + mcu_w - 1) / mcu_w, 4));
+    ck_assert_int_eq(dri_of(j, n), 0);
+    uint8_t *a = tj_decode(j, n, w, h, c), *b = tj_decode(t, tn, w, h, c);
+    ck_assert_mem_eq(a, b, (size_t)w * (size_t)h * (size_t)c);
+    free(a);
+    free(b);
+    free(t);
+    free(j);
+}
+END_TEST
+
+/* Boxes decoded through the cut-out of restart segments have exactly the
+ * pixels of the plain path on the same file, at every scale, with and
+ * without fancy upsampling, for 1..4 MCUs per segment and whole rows. */
+START_TEST(test_restart_cut_equals_plain_decode)
+{
+    int k = _i / 2, w = _i % 2 ? 229 : 224, h = 157, c = kinds[k].c;
+    uint8_t *j, *t;
+    size_t n, tn;
+    td_test_jpeg(w, h, kinds[k].cs, kinds[k].sub, 90, kinds[k].prog, 11, &j,
+                 &n);
+    td_decoder *d;
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    const int boxes[][4] = {{37, 51, 90, 60}, {0, 0, 20, 20},
+                            {150, 100, 70, 57}, {100, 3, 120, 150},
+                            {60, 90, 33, 40}, {145, 97, 40, 30}};
+    const int maxr[] = {1, 2, 4, 1000};
+    int cuts = 0;
+    for (int q = 0; q < 4; q++) {
+        ck_assert_int_eq(td_pack_add_restarts(j, n, maxr[q], &t, &tn), 0);
+        for (int b = 0; b < 6; b++) /* the last starts 1 px past an MCU */
+            for (int f = 0; f < 4; f++) {
+                int flags = (f & 1 ? TD_DECODE_NO_FANCY : 0) |
+                            (f & 2 ? 0 : TD_DECODE_FORCE_FULL_SCALE);
+                int mw = boxes[b][2] / 4, mh = boxes[b][3] / 4, iw, ih;
+                td_region p, r;
+                ck_assert_int_eq(td_decoder_header(d, t, tn, &iw, &ih), 0);
+                ck_assert_int_eq(td_decoder_region(d, boxes[b][0],
+                    boxes[b][1], boxes[b][2], boxes[b][3], mw, mh, c,
+                    flags | TD_DECODE_NO_CUT, &p), 0);
+                ck_assert_int_eq(p.cut, 0);
+                /* p's pixels live in the decoder: keep a copy. */
+                size_t pn = p.stride * (size_t)p.h;
+                uint8_t *pp = malloc(pn);
+                memcpy(pp, p.px, pn);
+                ck_assert_int_eq(td_decoder_header(d, t, tn, &iw, &ih), 0);
+                ck_assert_int_eq(td_decoder_region(d, boxes[b][0],
+                    boxes[b][1], boxes[b][2], boxes[b][3], mw, mh, c, flags,
+                    &r), 0);
+                cuts += r.cut;
+                ck_assert_int_eq(r.scale_num, p.scale_num);
+                ck_assert_int_eq(r.scaled_w, p.scaled_w);
+                ck_assert_int_eq(r.scaled_h, p.scaled_h);
+                int m = r.scale_num;
+                int x0 = boxes[b][0] * m / 8 - 1, y0 = boxes[b][1] * m / 8 - 1;
+                int x1 = ((boxes[b][0] + boxes[b][2]) * m + 7) / 8 + 1;
+                int y1 = ((boxes[b][1] + boxes[b][3]) * m + 7) / 8 + 1;
+                x0 = x0 < 0 ? 0 : x0;
+                y0 = y0 < 0 ? 0 : y0;
+                x1 = x1 > r.scaled_w ? r.scaled_w : x1;
+                y1 = y1 > r.scaled_h ? r.scaled_h : y1;
+                ck_assert_int_le(r.x0, x0);
+                ck_assert_int_le(r.y0, y0);
+                ck_assert_int_ge(r.x0 + r.w, x1);
+                ck_assert_int_ge(r.y0 + r.h, y1);
+                for (int y = y0; y < y1; y++)
+                    ck_assert_mem_eq(
+                        r.px + (size_t)(y - r.y0) * r.stride +
+                            (size_t)(x0 - r.x0) * (size_t)c,
+                        pp + (size_t)(y - p.y0) * p.stride +
+                            (size_t)(x0 - p.x0) * (size_t)c,
+                        (size_t)(x1 - x0) * (size_t)c);
+                free(pp);
+            }
+        free(t);
+    }
+    ck_assert_int_gt(cuts, 40); /* most boxes went through a cut-out */
+    td_decoder_destroy(d);
+    free(j);
+}
+END_TEST
+
+/* Damaged input: not rewritten (TD_E_CORRUPT, nothing returned); a
+ * restart file truncated inside a box's segments is TD_E_CORRUPT, while a
+ * box above the damage still decodes. */
+START_TEST(test_restart_damaged_inputs)
+{
+    uint8_t *j, *t = (uint8_t *)"x";
+    size_t n, tn = 7;
+    int iw, ih;
+    td_region r;
+    td_test_jpeg(320, 240, TD_TEST_RGB, 420, 90, 0, 3, &j, &n);
+    ck_assert_int_eq(td_pack_add_restarts(j, n / 2, 4, &t, &tn),
+                     TD_E_CORRUPT);
+    ck_assert_ptr_null(t);
+    ck_assert_int_eq(tn, 0);
+    ck_assert_int_eq(td_pack_add_restarts((const uint8_t *)"GIF89a..", 8, 4,
+                                          &t, &tn), TD_E_CORRUPT);
+    ck_assert_int_eq(td_pack_add_restarts(j, n, 4, &t, &tn), 0);
+    td_decoder *d;
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    ck_assert_int_eq(td_decoder_header(d, t, tn * 2 / 3, &iw, &ih), 0);
+    ck_assert_int_eq(td_decoder_region(d, 100, 200, 100, 40, 50, 20, 3, 0,
+                                       &r), TD_E_CORRUPT);
+    ck_assert_int_eq(td_decoder_header(d, t, tn * 2 / 3, &iw, &ih), 0);
+    ck_assert_int_eq(td_decoder_region(d, 100, 20, 100, 40, 50, 20, 3, 0,
+                                       &r), 0);
+    ck_assert_int_eq(r.cut, 1);
+    td_decoder_destroy(d);
+    free(t);
     free(j);
 }
 END_TEST
@@ -549,6 +698,10 @@ static Suite *decode_suite(void)
     tcase_add_test(tc, test_pick_scale);
     tcase_add_test(tc, test_corrupt_inputs_fail_cleanly);
     tcase_add_test(tc, test_crop_decode_error_is_bounded);
+    tcase_add_test(tc, test_restart_interval_divides_the_row);
+    tcase_add_loop_test(tc, test_restart_transcode_is_lossless, 0, nk);
+    tcase_add_loop_test(tc, test_restart_cut_equals_plain_decode, 0, 2 * nk);
+    tcase_add_test(tc, test_restart_damaged_inputs);
     suite_add_tcase(s, tc);
     TCase *ta = tcase_create("augment");
     tcase_add_test(ta, test_rrc_draws_follow_torchvision_ranges);

@@ -11,6 +11,12 @@
  * Pin to one core with `taskset -c 1` for per-core figures.
  *
  *   bench_input [--images N] [--runs N] [--workers 1,2] [--epochs N]
+ *               [--restart N] [--keep DIR]
+ * --keep DIR writes the images (DIR/tree) and shards (DIR/shards) there
+ * and keeps them, e.g. for scripts/bench_torch_input.py.
+ * --restart N packs with restart markers every <= N MCUs (pack.h); both A
+ * and B then read those packed files, and A is also timed, for reference,
+ * on the original files.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +46,7 @@ static void report(const char *what, double *v, int n, const char *unit)
 static double tj_loop(td_dataset *ds, int passes, uint8_t *out)
 {
     tjhandle tj = tjInitDecompress();
+    td_buf scratch = {0};
     size_t n = td_dataset_count(ds);
     int64_t t0 = td_now_ns();
     for (int p = 0; p < passes; p++)
@@ -47,7 +54,7 @@ static double tj_loop(td_dataset *ds, int passes, uint8_t *out)
             const uint8_t *d;
             size_t len;
             int w, h, sub, cs;
-            td_dataset_read(ds, i, NULL, &d, &len);
+            td_dataset_read(ds, i, &scratch, &d, &len);
             if (tjDecompressHeader3(tj, d, len, &w, &h, &sub, &cs) ||
                 tjDecompress2(tj, d, len, out, w, 0, h, TJPF_RGB, 0)) {
                 fprintf(stderr, "tjDecompress2: %s\n", tjGetErrorStr2(tj));
@@ -56,6 +63,7 @@ static double tj_loop(td_dataset *ds, int passes, uint8_t *out)
         }
     double s = td_elapsed_s(t0);
     tjDestroy(tj);
+    td_buf_free(&scratch);
     return (double)(n * (size_t)passes) / s;
 }
 
@@ -74,6 +82,15 @@ static long rss_kib(void)
 }
 
 static long rss_growth = 0, rss_after_warmup = 0;
+static double last_cpu_rate; /* images per CPU second of the last pipe_run */
+
+/* CPU seconds used by the whole process (all threads). */
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 static double pipe_run(const char *shards, int workers, int epochs,
                        td_pipeline_stats *st)
@@ -100,10 +117,12 @@ static double pipe_run(const char *shards, int workers, int epochs,
         exit(1);
     }
     rss_after_warmup = rss_kib();
+    double c0 = cpu_s();
     if (td_pipeline_drain(p, 1, epochs, &images, &s)) {
         fprintf(stderr, "pipeline failed\n");
         exit(1);
     }
+    last_cpu_rate = (double)images / (cpu_s() - c0);
     rss_growth = rss_kib() - rss_after_warmup;
     td_pipeline_stats_get(p, st);
     td_pipeline_destroy(p);
@@ -112,12 +131,17 @@ static double pipe_run(const char *shards, int workers, int epochs,
 
 int main(int argc, char **argv)
 {
-    int nimg = 384, runs = 3, epochs = 2, wl[8] = {1, 2}, nw = 2;
+    int nimg = 384, runs = 3, epochs = 2, wl[8] = {1, 2}, nw = 2, rst = 0;
+    const char *keep = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--images") == 0)
             nimg = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--runs") == 0)
             runs = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--keep") == 0)
+            keep = argv[i + 1];
+        else if (strcmp(argv[i], "--restart") == 0)
+            rst = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--epochs") == 0)
             epochs = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--workers") == 0) {
@@ -132,7 +156,8 @@ int main(int argc, char **argv)
                         "[--workers 1,2] [--epochs N]\n");
         return 2;
     }
-    char *tmp = td_test_tmpdir("bench-input"), dir[4096], shards[4096];
+    char *tmp = keep ? strdup(keep) : td_test_tmpdir("bench-input");
+    char dir[4096], shards[4096];
     snprintf(dir, sizeof dir, "%s/tree/c0", tmp);
     td_mkdirs(dir);
     for (int i = 0; i < nimg; i++) {
@@ -151,34 +176,51 @@ int main(int argc, char **argv)
     td_pack_result r;
     td_dataset *ds;
     char err[512];
+    td_dataset *orig = NULL;
     td_pack_options_default(&o);
+    o.restart = rst;
     if (td_pack_folder(dir, shards, &o, &r, err, sizeof err) ||
-        td_dataset_open(shards, &ds, err, sizeof err)) {
+        td_dataset_open(shards, &ds, err, sizeof err) ||
+        (rst && td_dataset_open(dir, &orig, err, sizeof err))) {
         fprintf(stderr, "bench_input: %s\n", err);
         return 1;
     }
     printf("bench_input: %d photo-like JPEGs, shorter side 300-500 px, q90 "
-           "4:2:0, %.1f KiB mean; rrc 224 + flip, batch 64, %d epoch(s) "
+           "4:2:0, %.1f KiB mean per packed sample; restart markers every "
+           "<= %d MCUs (%zu files); rrc 224 + flip, batch 64, %d epoch(s) "
            "timed after 1 warm-up\n", nimg,
-           (double)r.bytes / nimg / 1024.0, epochs);
+           (double)r.bytes / nimg / 1024.0, rst, r.restarted, epochs);
     uint8_t *out = malloc(800 * 520 * 3); /* the largest image: 750 x 500 */
-    double ref[50], pipe[8][50], ratio[8][50];
+    double ref[50], ref_orig[50], pipe[8][50], ratio[8][50], ratio_o[8][50];
+    double cpu_rate[8][50];
     td_pipeline_stats st[8];
     tj_loop(ds, 1, out); /* warm-up */
     for (int k = 0; k < runs; k++) {
         ref[k] = tj_loop(ds, epochs, out);
+        if (orig)
+            ref_orig[k] = tj_loop(orig, epochs, out);
         for (int w = 0; w < nw; w++) {
             pipe[w][k] = pipe_run(shards, wl[w], epochs, &st[w]);
+            cpu_rate[w][k] = last_cpu_rate;
             ratio[w][k] = pipe[w][k] / ref[k];
+            if (orig)
+                ratio_o[w][k] = pipe[w][k] / ref_orig[k];
         }
     }
     report("tjDecompress2 full image, 1 thread", ref, runs, "img/s");
+    if (orig)
+        report("  same on the original files", ref_orig, runs, "img/s");
     for (int w = 0; w < nw; w++) {
         char what[64];
         snprintf(what, sizeof what, "pipeline, %d worker(s)", wl[w]);
         report(what, pipe[w], runs, "img/s");
+        report("  per CPU second (all threads)", cpu_rate[w], runs,
+               "img/cpu-s");
         snprintf(what, sizeof what, "  ratio to tjDecompress2, same run");
         report(what, ratio[w], runs, "x");
+        if (orig)
+            report("  ratio to it on the original files", ratio_o[w], runs,
+                   "x");
         double tot = (double)st[w].samples;
         printf("  last run per image: read %.1f us, decode %.1f us, augment "
                "%.1f us, slot wait %.1f us; consumer waited %.3f s\n",
@@ -195,7 +237,9 @@ int main(int argc, char **argv)
            (size_t)64 * 224 * 224 * 3 / 1024);
     free(out);
     td_dataset_close(ds);
-    td_test_rmtree(tmp);
+    td_dataset_close(orig);
+    if (!keep)
+        td_test_rmtree(tmp);
     free(tmp);
     return 0;
 }
