@@ -8,7 +8,7 @@
 # and prints each pair and the median, min and max of the ratios, of
 # images per wall second and per CPU second (less disturbed by other work
 # on a shared machine).
-#   scripts/bench_vs_torch.sh [BUILD_DIR] [RUNS] [RESTART] [CPU]
+#   scripts/bench_input_vs_torch.sh [BUILD_DIR] [RUNS] [RESTART] [CPU]
 set -eu
 build=${1:-build} runs=${2:-5} restart=${3:-4} cpu=${4:-1}
 here=$(cd "$(dirname "$0")/.." && pwd)
