@@ -59,7 +59,7 @@ _trainctl()
         version)
             COMPREPLY=($(compgen -W "--json --socket --help" -- "$cur")) ;;
         pack)
-            COMPREPLY=($(compgen -W "--idx-images --idx-labels --idx-dir --imagefolder -o --quality --shard-size --prefix --json --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--idx-images --idx-labels --idx-dir --imagefolder -o --quality --shard-size --prefix --restart --json --help" -- "$cur")) ;;
         bench-input)
             COMPREPLY=($(compgen -W "--data --spec --size --channels --augment --workers --batch --epochs --json --help" -- "$cur")) ;;
     esac

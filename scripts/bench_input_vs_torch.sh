@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench_vs_torch.sh - traind's input pipeline against torchvision, per core.
+# bench_input_vs_torch.sh - traind's input pipeline against torchvision, per core.
 #
 # Alternates, RUNS times, pinned to one core (CPU, default 1):
 #   traind: build/tests/bench/bench_input --workers 1 --runs 1 (rrc 224 +

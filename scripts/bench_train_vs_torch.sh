@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_vs_torch.sh - traind's bench_train against PyTorch on fmnist-cnn,
+# bench_train_vs_torch.sh - traind's bench_train against PyTorch on fmnist-cnn,
 # batch 128, 2 threads, synthetic device-resident input, alternating
 # traind, torch, traind, torch... so both see the same machine load.
 # Prints every run, then medians (min..max) and the ratio of the medians.
