@@ -27,9 +27,10 @@
 #include "metrics.h"
 #include "model.h"
 #include "pipeline.h"
+#include "trace.h"
 #include "train.h"
 
-enum { TD__NSNAP = 2 };
+enum { TD__NSNAP = 2, TD__TRACE_CAP = 1 << 18 };
 
 struct td_runner {
     td_runner_opts o;
@@ -52,6 +53,15 @@ struct td_runner {
     char last_ckpt[4096];
     pthread_mutex_t res_mu;          /* last_ckpt, counters (writer thread) */
     double last_loss, last_lr;
+    /* timeline recording (trace.h): want is set by td_runner_trace from
+     * any thread; the rest belongs to the trainer thread */
+    td_trace *trace;
+    atomic_int trace_want;           /* steps requested; 0: none */
+    int tracing;                     /* armed by the trainer */
+    int64_t trace_from, trace_done;  /* first step recorded, steps done */
+    int64_t trace_origin_ns;
+    int64_t trace_copy_end, trace_compute_end; /* device track ends */
+    enum td_verdict trace_verdict;
 };
 
 static void td__emit(td_runner *r, const char *kind, json_t *data)
@@ -154,6 +164,7 @@ static int td__pipeline(td_runner *r, const td_spec_paths *paths, int train,
     pc.train = train;
     pc.drop_last = train;
     pc.job = r->o.job;
+    pc.trace = train ? r->trace : NULL;
     rc = td_pipeline_create(&pc, out, e, sizeof e);
     if (rc)
         snprintf(err, errcap, "data.%s: %s", train ? "train" : "val",
@@ -209,6 +220,10 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     r->spec = s;
     pthread_mutex_init(&r->res_mu, NULL);
     r->last_ckpt_step = -1;
+    if ((rc = td_trace_create(&r->trace, TD__TRACE_CAP))) {
+        snprintf(err, errcap, "trace: %s", td_strerror(rc));
+        goto fail;
+    }
     int synthetic = s->input.source == TD_SOURCE_SYNTHETIC;
     if (!synthetic && (rc = td__pipeline(r, &s->data.train, 1, &r->train, err,
                                          errcap)))
@@ -351,6 +366,14 @@ static void td__ckpt_done(void *user, const td_ckpt_result *res)
                 " failed, training goes on: %s", res->step, res->err);
         ev = json_pack("{s:b, s:s, s:I}", "ok", 0, "error", res->err, "step",
                        (json_int_t)res->step);
+    }
+    if (td_trace_on(r->trace)) {
+        int64_t now = td_now_ns();
+        td_trace_slice(r->trace, TD_TRACK_WRITER, "checkpoint write",
+                       now - res->write_ns, now, res->step);
+        td_trace_instant(r->trace, TD_TRACK_WRITER, res->status == 0
+                         ? "checkpoint written" : "checkpoint failed", now,
+                         NULL, res->step);
     }
     for (int i = 0; i < TD__NSNAP; i++)
         if (res->snap == &r->snap[i])
@@ -498,6 +521,93 @@ static int td__resume(td_runner *r, char *err, size_t errcap)
     return 0;
 }
 
+/* ---- timeline recording ----------------------------------------------- */
+
+/* Trainer thread, at a step boundary: arms a requested recording, so it
+ * starts with a whole step. */
+static void td__trace_boundary(td_runner *r, const td_train_position *pos)
+{
+    if (r->tracing || !atomic_load_explicit(&r->trace_want,
+                                            memory_order_relaxed))
+        return;
+    if (td_trace_arm(r->trace) != 0)
+        return;
+    r->tracing = 1;
+    r->trace_from = pos->steps;
+    r->trace_done = 0;
+    r->trace_origin_ns = td_now_ns();
+    td_metrics_counters mc;
+    td_metrics_get_counters(r->metrics, &mc);
+    r->trace_verdict = mc.verdict;
+}
+
+/* Trainer thread: ends the recording and hands the timeline on. */
+static void td__trace_finish(td_runner *r)
+{
+    int want = atomic_load(&r->trace_want);
+    if (!r->tracing) {
+        if (!want || td_trace_arm(r->trace)) /* requested, never started */
+            return;
+        r->trace_done = 0;
+        r->trace_origin_ns = td_now_ns();
+    }
+    td_trace_disarm(r->trace);
+    r->tracing = 0;
+    char name[64];
+    snprintf(name, sizeof name, "traind job %ld", r->o.job);
+    json_t *tr = td_trace_json(r->trace, name, r->o.job > 0 ? r->o.job : 1,
+                               r->trace_origin_ns);
+    json_t *ev = json_pack("{s:I, s:i, s:b, s:I, s:I, s:o}", "steps",
+                           (json_int_t)r->trace_done, "requested", want,
+                           "complete", r->trace_done >= want, "events",
+                           (json_int_t)td_trace_count(r->trace), "dropped",
+                           (json_int_t)td_trace_dropped(r->trace), "trace",
+                           tr ? tr : json_null());
+    atomic_store(&r->trace_want, 0);
+    td__emit(r, "trace", ev);
+}
+
+/* Trainer thread, per reported step: its slices and counters. */
+static void td__trace_step(td_runner *r, const td_step_info *s,
+                           int64_t ckpt_ns, int closed)
+{
+    if (!r->tracing || s->step < r->trace_from)
+        return;
+    td_trace_step ts = {.step = s->step, .start_ns = s->start_ns,
+                        .step_ns = s->step_ns,
+                        .data_wait_ns = s->data_wait_ns, .h2d_ns = s->h2d_ns,
+                        .compute_ns = s->compute_ns, .d2h_ns = s->d2h_ns,
+                        .checkpoint_ns = ckpt_ns, .copy_ns = s->copy_ns};
+    td_trace_add_step(r->trace, &ts);
+    int64_t end = s->start_ns + s->step_ns;
+    if (s->step_ns > 0)
+        td_trace_counter(r->trace, "samples_per_s", end,
+                         (double)s->n / ((double)s->step_ns / 1e9));
+    if (closed > 0) {
+        td_metrics_counters mc;
+        td_metrics_get_counters(r->metrics, &mc);
+        if (mc.device_idle_known)
+            td_trace_counter(r->trace, "device_idle_ratio", end,
+                             mc.device_idle_ratio);
+        if (mc.verdict != r->trace_verdict)
+            td_trace_instant(r->trace, TD_TRACK_TRAINER, "verdict changed",
+                             end, td_verdict_name(mc.verdict), s->step);
+        r->trace_verdict = mc.verdict;
+    }
+    if (++r->trace_done >= atomic_load(&r->trace_want))
+        td__trace_finish(r);
+}
+
+int td_runner_trace(td_runner *r, int steps)
+{
+    int none = 0;
+    if (steps < 1)
+        return -EINVAL;
+    if (!atomic_compare_exchange_strong(&r->trace_want, &none, steps))
+        return -EBUSY;
+    return 0;
+}
+
 /* ---- trainer callbacks ------------------------------------------------ */
 
 static json_t *td__with_progress(td_runner *r, json_t *o, int64_t epoch)
@@ -525,6 +635,7 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
         .d2h_ns = s->d2h_ns, .checkpoint_ns = r->pending_ckpt_ns,
         .samples = s->n, .compute_ns = s->compute_ns, .copy_ns = -1,
         .loss = s->loss};
+    int64_t ckpt_ns = r->pending_ckpt_ns;
     r->pending_ckpt_ns = 0;
     r->last_loss = s->loss;
     r->last_lr = s->lr;
@@ -541,6 +652,7 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
             json_object_set_new(w, "step", json_integer(s->step + 1));
         td__emit(r, "window", td__with_progress(r, w, s->epoch));
     }
+    td__trace_step(r, s, ckpt_ns, closed);
     return 0;
 }
 
@@ -592,8 +704,11 @@ static int td__on_boundary(void *user, td_trainer *t,
         if (r->spec->checkpoint.at_epoch_end && pos->step_in_epoch == 0)
             due = 1;
     }
-    if (due && pos->steps != r->last_ckpt_step)
-        td__checkpoint(r, pos);
+    if (due && pos->steps != r->last_ckpt_step &&
+        td__checkpoint(r, pos) == 0)
+        td_trace_instant(r->trace, TD_TRACK_TRAINER, "checkpoint taken",
+                         td_now_ns(), NULL, pos->steps);
+    td__trace_boundary(r, pos);
     return 0;
 }
 
@@ -626,6 +741,7 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
                              .on_boundary = td__on_boundary, .user = r};
     rc = td_trainer_run(r->trainer, r->train ? &tsrc : NULL,
                         r->val ? &vsrc : NULL, &cb, &tr, err, errcap);
+    td__trace_finish(r); /* a recording the job outlived: what there is */
     enum td_stop_reason why = atomic_load(&r->stop_reason);
     /* The trained model is the job's product: a completed job ends with a
      * checkpoint of its final state, and a paused or interrupted one with
@@ -708,6 +824,7 @@ void td_runner_free(td_runner *r)
     td_pipeline_destroy(r->train);
     td_pipeline_destroy(r->val);
     td_metrics_destroy(r->metrics);
+    td_trace_free(r->trace);
     td_model_free(r->model);
     for (int i = 0; i < TD__NSNAP; i++)
         td_ckpt_snapshot_destroy(&r->snap[i]);
