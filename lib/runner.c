@@ -62,6 +62,8 @@ struct td_runner {
     int64_t trace_origin_ns;
     int64_t trace_copy_end, trace_compute_end; /* device track ends */
     enum td_verdict trace_verdict;
+    int64_t snap_last_ns;            /* last opts.snapshot call */
+    double ckpt_write_s;             /* res_mu */
 };
 
 static void td__emit(td_runner *r, const char *kind, json_t *data)
@@ -345,6 +347,7 @@ static void td__ckpt_done(void *user, const td_ckpt_result *res)
     td_runner *r = user;
     json_t *ev;
     pthread_mutex_lock(&r->res_mu);
+    r->ckpt_write_s += (double)res->write_ns / 1e9;
     if (res->status == 0) {
         r->ckpt_written++;
         snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", res->path);
@@ -608,6 +611,44 @@ int td_runner_trace(td_runner *r, int steps)
     return 0;
 }
 
+/* ---- Prometheus snapshots --------------------------------------------- */
+
+static void td__snapshot(td_runner *r, int64_t epoch)
+{
+    td_prom_job pj;
+    if (!r->o.snapshot)
+        return;
+    memset(&pj, 0, sizeof pj);
+    pj.job = r->o.job;
+    snprintf(pj.device, sizeof pj.device, "%s",
+             r->o.device ? r->o.device : "cpu");
+    td_metrics_get_counters(r->metrics, &pj.mc);
+    pj.steps_planned = td_runner_steps_total(r);
+    pj.epoch = epoch;
+    if (r->train) {
+        td_pipeline_stats ps;
+        td_pipeline_stats_get(r->train, &ps);
+        pj.has_pipeline = 1;
+        pj.workers = ps.workers;
+        pj.prefetch = ps.prefetch;
+        pj.bad_samples = ps.bad_samples;
+        pj.decoded_samples = ps.samples;
+        pj.decoded_bytes = ps.decoded_bytes;
+        pj.read_s = (double)ps.read_ns / 1e9;
+        pj.decode_s = (double)ps.decode_ns / 1e9;
+        pj.augment_s = (double)ps.augment_ns / 1e9;
+        pj.slot_wait_s = (double)ps.slot_wait_ns / 1e9;
+    }
+    pthread_mutex_lock(&r->res_mu);
+    pj.ckpt_written = r->ckpt_written;
+    pj.ckpt_failed = r->ckpt_failed;
+    pj.ckpt_write_s = r->ckpt_write_s;
+    pthread_mutex_unlock(&r->res_mu);
+    pj.ckpt_skipped = r->ckpt_skipped;
+    r->snap_last_ns = td_now_ns();
+    r->o.snapshot(r->o.user, &pj);
+}
+
 /* ---- trainer callbacks ------------------------------------------------ */
 
 static json_t *td__with_progress(td_runner *r, json_t *o, int64_t epoch)
@@ -653,6 +694,9 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
         td__emit(r, "window", td__with_progress(r, w, s->epoch));
     }
     td__trace_step(r, s, ckpt_ns, closed);
+    if (r->o.snapshot && (closed > 0 || s->start_ns - r->snap_last_ns >=
+                                            TD_NS_PER_S))
+        td__snapshot(r, s->epoch);
     return 0;
 }
 
@@ -761,6 +805,7 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
         td_ckpt_writer_stop(r->writer);
         r->writer = NULL;
     }
+    td__snapshot(r, tr.epochs);
     res->steps = tr.steps;
     res->epochs = tr.epochs;
     res->samples_per_s = tr.samples_per_s;

@@ -30,6 +30,7 @@
 
 #include <jansson.h>
 
+#include "prom.h"
 #include "spec.h"
 
 /* kind is "step", "window", "epoch", "checkpoint" or "trace"; data is
@@ -46,6 +47,10 @@ typedef struct td_runner_opts {
     int resume;                /* continue from the newest checkpoint */
     int synthetic_steps;       /* steps per epoch on synthetic input (100) */
     td_runner_event_fn event;  /* may be NULL */
+    /* The job's figures for the Prometheus endpoint, on the trainer
+     * thread: about every second, on each window and at the end.  May be
+     * NULL; must not block. */
+    void (*snapshot)(void *user, const td_prom_job *s);
     void *user;
 } td_runner_opts;
 
