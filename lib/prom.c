@@ -25,7 +25,7 @@ __attribute__((format(printf, 2, 3))) static void td__put(td__out *o,
     va_list ap;
     size_t room = o->len < o->cap ? o->cap - o->len : 0;
     va_start(ap, fmt);
-    int n = vsnprintf(o->buf + (room ? o->len : 0), room, fmt, ap);
+    int n = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
     va_end(ap);
     if (n < 0 || (size_t)n >= room) {
         o->overflow = 1;
