@@ -557,6 +557,7 @@ static void td__trace_finish(td_runner *r)
     td_trace_disarm(r->trace);
     r->tracing = 0;
     char name[64];
+    int64_t t0 = td_now_ns();
     snprintf(name, sizeof name, "traind job %ld", r->o.job);
     json_t *tr = td_trace_json(r->trace, name, r->o.job > 0 ? r->o.job : 1,
                                r->trace_origin_ns);
@@ -567,6 +568,9 @@ static void td__trace_finish(td_runner *r)
                            (json_int_t)td_trace_dropped(r->trace), "trace",
                            tr ? tr : json_null());
     atomic_store(&r->trace_want, 0);
+    td_logf(TD_LOG_DEBUG, r->o.job, "trace of %" PRId64 " step(s): %zu "
+            "events, built in %.2f ms", r->trace_done,
+            td_trace_count(r->trace), (double)(td_now_ns() - t0) / 1e6);
     td__emit(r, "trace", ev);
 }
 

@@ -31,6 +31,26 @@
 enum { SCRAPERS = 4, RUNS = 3 };
 
 static int port;
+static pid_t daemon_pid;
+
+/* The daemon's CPU seconds so far (user + system, all threads). */
+static double daemon_cpu_s(void)
+{
+    char path[64], buf[1024];
+    unsigned long ut = 0, st = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)daemon_pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NAN;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                             "%lu %lu", &ut, &st) != 2)
+        return NAN;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
 static atomic_int stop_load;
 
 static int cmp(const void *a, const void *b)
@@ -144,8 +164,9 @@ enum { QUIET, STORM, TRACING };
 /* Runs a job for ~seconds under `load` and returns its samples/s (the
  * job's own figure, warm-up excluded). */
 static double run_job(td_harness *h, int fd, int seconds, int load, int rate,
-                      double *scrape_ms, int *nscrapes)
+                      double *scrape_ms, int *nscrapes, double *cpu_s)
 {
+    double cpu0 = daemon_cpu_s();
     json_t *spec = th_spec(100000, 0, 32, 32);
     json_object_set_new(json_object_get(spec, "metrics"), "window_steps",
                         json_integer(50));
@@ -165,6 +186,7 @@ static double run_job(td_harness *h, int fd, int seconds, int load, int rate,
     if (load == TRACING)
         pthread_create(&tt, NULL, trace_loop, &tr);
     sleep((unsigned)seconds);
+    *cpu_s = daemon_cpu_s() - cpu0;
     atomic_store(&stop_load, 1);
     *nscrapes = 0;
     for (int i = 0; load == STORM && i < SCRAPERS; i++) {
@@ -223,18 +245,23 @@ int main(int argc, char **argv)
     double q[RUNS], st[RUNS], tr[RUNS];
     double *ms = calloc(SCRAPERS * 1000000, sizeof(double));
     int n = 0, traces = 0;
+    double cq[RUNS], cs[RUNS], ct[RUNS];
+    daemon_pid = h.pid;
     /* A B C A B C ... */
     for (int i = 0; i < RUNS; i++) {
-        q[i] = run_job(&h, fd, seconds, QUIET, 0, ms, &n);
-        st[i] = run_job(&h, fd, seconds, STORM, rate, ms, &n);
+        q[i] = run_job(&h, fd, seconds, QUIET, 0, ms, &n, &cq[i]);
+        st[i] = run_job(&h, fd, seconds, STORM, rate, ms, &n, &cs[i]);
         qsort(ms, (size_t)n, sizeof *ms, cmp);
         printf("run %d: quiet %.1f samples/s; storm %.1f samples/s with %d "
                "scrapes in %d s (p50 %.2f ms, p99 %.2f ms)", i + 1, q[i],
                st[i], n, seconds, n ? ms[n / 2] : NAN,
                n ? ms[(size_t)(n * 0.99)] : NAN);
-        tr[i] = run_job(&h, fd, seconds, TRACING, 0, ms, &traces);
+        tr[i] = run_job(&h, fd, seconds, TRACING, 0, ms, &traces, &ct[i]);
         printf("; tracing %.1f samples/s (%d traces of 50 steps)\n", tr[i],
                traces);
+        printf("  daemon CPU: quiet %.2f s, storm %.2f s (%.3f ms per "
+               "scrape), tracing %.2f s\n", cq[i], cs[i],
+               n ? 1e3 * (cs[i] - cq[i]) / n : NAN, ct[i]);
         fflush(stdout);
     }
     double mq = median(q, RUNS), ms_ = median(st, RUNS), mt = median(tr, RUNS);
