@@ -259,6 +259,8 @@ static int td__parse_listen(const char *s, struct sockaddr_in *sa)
     return 0;
 }
 
+/* One server thread polling with epoll (MHD_USE_AUTO picks it on Linux),
+ * so descriptors above FD_SETSIZE are fine; 64 connections at most. */
 static int td__http_start(td_obs *o, const char *listen)
 {
     struct sockaddr_in sa;
@@ -269,7 +271,7 @@ static int td__http_start(td_obs *o, const char *listen)
         return -EINVAL;
     }
     o->http = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD, ntohs(sa.sin_port), NULL, NULL,
+        MHD_USE_AUTO_INTERNAL_THREAD, ntohs(sa.sin_port), NULL, NULL,
         td__on_http, o, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
