@@ -791,6 +791,18 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
                         r->val ? &vsrc : NULL, &cb, &tr, err, errcap);
     td__trace_finish(r); /* a recording the job outlived: what there is */
     enum td_stop_reason why = atomic_load(&r->stop_reason);
+    if (rc == TD_E_CLOSED && why == TD_STOP_CANCEL) {
+        /* cancelled while waiting for data: the pipeline was closed on
+         * purpose, that is a stop, not a failure */
+        td_train_position pos;
+        td_trainer_position(r->trainer, &pos);
+        tr.steps = pos.steps;
+        tr.epochs = pos.epoch;
+        tr.stopped = 1;
+        rc = 0;
+        if (errcap)
+            err[0] = '\0';
+    }
     /* The trained model is the job's product: a completed job ends with a
      * checkpoint of its final state, and a paused or interrupted one with
      * a checkpoint to resume from. */

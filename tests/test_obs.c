@@ -57,8 +57,32 @@ static void setup(void)
     start_with(listen);
 }
 
+/* Cancels what still runs, so stopping writes no final checkpoint. */
+static void cancel_running(void)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *r = th_request(fd, "list", json_pack("{s:s}", "state",
+                                                 "running")), *j;
+    size_t i;
+    json_array_foreach(json_object_get(th_ok(r), "jobs"), i, j) {
+        json_int_t id = json_integer_value(json_object_get(j, "id"));
+        json_t *c = th_request(fd, "cancel", json_pack("{s:I}", "job", id));
+        char *cs = json_dumps(c, 0);
+        json_decref(c);
+        if (!th_wait_state(fd, id, "cancelled", 30000)) {
+            json_t *sh = th_request(fd, "show", json_pack("{s:I}", "job", id));
+            char *t = json_dumps(sh, 0);
+            ck_abort_msg("cancel %s; then %.600s", cs, t);
+        }
+        free(cs);
+    }
+    json_decref(r);
+    close(fd);
+}
+
 static void teardown(void)
 {
+    cancel_running();
     int st = th_stop(&H);
     th_cleanup(&H);
     char cmd[128];
@@ -68,14 +92,15 @@ static void teardown(void)
 }
 
 /* A job that decodes the JPEG folder with 2 workers and runs until it is
- * cancelled. */
+ * cancelled; no checkpoints (the disk is not what these tests watch). */
 static int64_t submit_folder_job(int fd)
 {
     json_t *spec = json_pack(
         "{s:s, s:{s:s, s:i}, s:{s:[i,i], s:i, s:i, s:{s:[f,f,f], s:[f,f,f]}},"
         " s:{s:[{s:s, s:s, s:i, s:i, s:i}, {s:s, s:s}, {s:s, s:s},"
         "       {s:s, s:s, s:s}]},"
-        " s:{s:s, s:f, s:f}, s:i, s:i, s:i, s:i, s:{s:i, s:i}}",
+        " s:{s:s, s:f, s:f}, s:i, s:i, s:i, s:i, s:{s:i, s:i},"
+        " s:{s:i, s:b}}",
         "name", "folder", "data", "train", data_dir, "classes", 4, "input",
         "size", 32, 32, "channels", 3, "workers", 2, "normalize", "mean", 0.5,
         0.5, 0.5, "std", 0.25, 0.25, 0.25, "model", "layers", "type",
@@ -83,7 +108,8 @@ static int64_t submit_folder_job(int fd)
         "relu", "name", "r1", "type", "flatten", "name", "f", "type", "dense",
         "name", "fc", "units", "classes", "optimizer", "type", "sgd", "lr",
         0.01, "momentum", 0.9, "batch_size", 16, "epochs", 100000, "seed", 1,
-        "threads", 1, "metrics", "warmup_steps", 2, "window_steps", 8);
+        "threads", 1, "metrics", "warmup_steps", 2, "window_steps", 8,
+        "checkpoint", "every_steps", 0, "at_epoch_end", 0);
     ck_assert_ptr_nonnull(spec);
     int64_t id = th_submit(fd, spec);
     ck_assert(th_wait_state(fd, id, "running", 20000));
