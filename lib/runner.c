@@ -789,7 +789,6 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
                              .on_boundary = td__on_boundary, .user = r};
     rc = td_trainer_run(r->trainer, r->train ? &tsrc : NULL,
                         r->val ? &vsrc : NULL, &cb, &tr, err, errcap);
-    td__trace_finish(r); /* a recording the job outlived: what there is */
     enum td_stop_reason why = atomic_load(&r->stop_reason);
     if (rc == TD_E_CLOSED && why == TD_STOP_CANCEL) {
         /* cancelled while waiting for data: the pipeline was closed on
@@ -821,6 +820,8 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
         td_ckpt_writer_stop(r->writer);
         r->writer = NULL;
     }
+    /* a recording the job outlived: what there is, the last writes too */
+    td__trace_finish(r);
     td__snapshot(r, tr.epochs);
     res->steps = tr.steps;
     res->epochs = tr.epochs;

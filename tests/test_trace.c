@@ -3,9 +3,11 @@
  * concurrent appenders. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "obs_check.h"
+#include "runner.h"
 #include "tdtest.h"
 #include "trace.h"
 
@@ -315,6 +317,114 @@ START_TEST(test_disarm_during_appends_keeps_whole_events)
 }
 END_TEST
 
+/* ---- through the runner ----------------------------------------------- */
+
+typedef struct {
+    json_t *trace; /* the "trace" event's payload */
+    int traces;
+} seen_t;
+
+static void on_event(void *user, const char *kind, json_t *data)
+{
+    seen_t *s = user;
+    if (strcmp(kind, "trace") == 0) {
+        s->traces++;
+        json_decref(s->trace);
+        s->trace = data;
+        return;
+    }
+    json_decref(data);
+}
+
+static int has(json_t *tr, const char *ph, const char *name, long tid)
+{
+    json_t *e;
+    size_t i;
+    int n = 0;
+    json_array_foreach(json_object_get(tr, "traceEvents"), i, e) n +=
+        strcmp(json_string_value(json_object_get(e, "ph")), ph) == 0 &&
+        strcmp(json_string_value(json_object_get(e, "name")), name) == 0 &&
+        (tid < 0 || json_integer_value(json_object_get(e, "tid")) == tid);
+    return n;
+}
+
+/* A synthetic job of 40 steps with checkpoints every 4 steps: a trace of
+ * 12 steps comes once, whole, with the trainer's phases and the device
+ * tracks; a trace the job outlives comes at its end, with the checkpoint
+ * writer's slices. */
+START_TEST(test_runner_trace_with_checkpoints)
+{
+    char dir[] = "/tmp/td_trace_run_XXXXXX", err[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    json_t *js = json_pack(
+        "{s:s, s:{s:i}, s:{s:[i,i], s:i, s:s, s:{s:[f], s:[f]}},"
+        " s:{s:[{s:s, s:s, s:i, s:i, s:i}, {s:s, s:s}, {s:s, s:s},"
+        "       {s:s, s:s, s:s}]},"
+        " s:{s:s, s:f, s:f}, s:i, s:i, s:i, s:i, s:{s:i, s:i},"
+        " s:{s:i, s:i}}",
+        "name", "t", "data", "classes", 4, "input", "size", 8, 8, "channels",
+        1, "source", "synthetic", "normalize", "mean", 0.5, "std", 0.25,
+        "model", "layers", "type", "conv2d", "name", "c1", "channels", 4,
+        "kernel", 3, "pad", 1, "type", "relu", "name", "r1", "type",
+        "flatten", "name", "f", "type", "dense", "name", "fc", "units",
+        "classes", "optimizer", "type", "sgd", "lr", 0.01, "momentum", 0.9,
+        "batch_size", 8,
+        "epochs", 1, "seed", 1, "threads", 1, "metrics", "warmup_steps", 0,
+        "window_steps", 4, "checkpoint", "every_steps", 4, "keep", 2);
+    td_job_spec spec;
+    ck_assert_msg(td_spec_parse(js, NULL, &spec, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(js);
+    seen_t seen = {NULL, 0};
+    td_runner_opts o = {.spec = &spec, .ckpt_dir = dir, .synthetic_steps = 40,
+                        .event = on_event, .user = &seen};
+    td_runner *r;
+    td_runner_result res;
+    ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(td_runner_trace(r, 0), -EINVAL);
+    ck_assert_int_eq(td_runner_trace(r, 12), 0);
+    ck_assert_int_eq(td_runner_trace(r, 5), -EBUSY);
+    ck_assert_int_eq(td_runner_run(r, &res, err, sizeof err), 0);
+    td_runner_free(r);
+    ck_assert_int_eq(seen.traces, 1);
+    json_t *first = json_incref(seen.trace);
+    o.resume = 0;
+    ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(td_runner_trace(r, 10000), 0);
+    ck_assert_int_eq(td_runner_run(r, &res, err, sizeof err), 0);
+    td_runner_free(r);
+    ck_assert_int_eq(seen.traces, 2);
+    json_t *last = seen.trace;
+    seen.trace = first;
+    ck_assert_int_eq(json_integer_value(json_object_get(seen.trace, "steps")),
+                     12);
+    ck_assert(json_is_true(json_object_get(seen.trace, "complete")));
+    json_t *tr = json_object_get(seen.trace, "trace");
+    int n = 0;
+    ck_assert_msg(oc_trace_check(tr, 1e-3, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(oc_trace_phases_check(tr, 1.0, &n, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(n, 12);
+    ck_assert_int_eq(has(tr, "X", "compute", TD_TRACK_DEV_COMPUTE), 12);
+    ck_assert_int_ge(has(tr, "X", "checkpoint", TD_TRACK_TRAINER), 1);
+    ck_assert_int_ge(has(tr, "i", "checkpoint taken", TD_TRACK_TRAINER), 1);
+    ck_assert_int_ge(has(tr, "C", "device_idle_ratio", -1), 2);
+    /* the job outlived the second trace: all of it, writes included */
+    ck_assert(json_is_false(json_object_get(last, "complete")));
+    ck_assert_int_eq(json_integer_value(json_object_get(last, "steps")), 40);
+    tr = json_object_get(last, "trace");
+    ck_assert_msg(oc_trace_check(tr, 1e-3, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_ge(has(tr, "X", "checkpoint write", TD_TRACK_WRITER), 1);
+    ck_assert_int_ge(has(tr, "i", "checkpoint written", TD_TRACK_WRITER), 1);
+    json_decref(last);
+    json_decref(seen.trace);
+    td_spec_free(&spec);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *trace_suite(void)
 {
     Suite *s = suite_create("trace");
@@ -330,6 +440,9 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_checker_catches_overlap);
     tcase_add_test(tc, test_concurrent_appenders_keep_every_event);
     tcase_add_test(tc, test_disarm_during_appends_keeps_whole_events);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("runner");
+    tcase_add_test(tc, test_runner_trace_with_checkpoints);
     suite_add_tcase(s, tc);
     return s;
 }
