@@ -35,5 +35,7 @@ int td_cmd_checkpoint(int argc, char **argv);
 int td_cmd_config(int argc, char **argv);
 int td_cmd_pack(int argc, char **argv);
 int td_cmd_bench_input(int argc, char **argv);
+int td_cmd_trace(int argc, char **argv);
+int td_cmd_top(int argc, char **argv);
 
 #endif

@@ -12,14 +12,16 @@ _trainctl()
 {
     local cur prev words cword
     _init_completion || return
-    local cmds="submit queue ls show watch logs cancel pause resume checkpoint config version pack bench-input"
+    local cmds="submit queue ls show watch logs cancel pause resume checkpoint trace top config version pack bench-input"
     if ((cword == 1)); then
         COMPREPLY=($(compgen -W "$cmds --help" -- "$cur"))
         return
     fi
     local cmd=${words[1]}
     case $prev in
-        --socket | -o | --data | --idx-dir | --imagefolder | --checkpoint-dir)
+        --steps | -n | --interval | -d)
+            return ;;
+        --socket | -o | --output | --data | --idx-dir | --imagefolder | --checkpoint-dir)
             _filedir
             return ;;
         --spec | --idx-images | --idx-labels)
@@ -48,6 +50,14 @@ _trainctl()
             else
                 COMPREPLY=($(compgen -W "$(_trainctl_jobs)" -- "$cur"))
             fi ;;
+        trace)
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "--steps -n --output -o --json --socket --help" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W "$(_trainctl_jobs)" -- "$cur"))
+            fi ;;
+        top)
+            COMPREPLY=($(compgen -W "--interval -d --once --json --socket --help" -- "$cur")) ;;
         queue | ls)
             COMPREPLY=($(compgen -W "--state --json --socket --help" -- "$cur")) ;;
         config)

@@ -17,6 +17,7 @@
 #include "daemon.h"
 #include "error.h"
 #include "log.h"
+#include "obs.h"
 #include "settings.h"
 #include "spec.h"
 #include "td_config.h"
@@ -502,6 +503,37 @@ static void cmd_config_set(td_client *c, td_request *req)
                              "restart_needed", !live));
 }
 
+/* Records the next `steps` steps of a running job; the reply comes once
+ * they are recorded (trace_part events carry the Chrome trace text before
+ * it).  Anyone may trace: a timeline holds timings, not data. */
+static void cmd_trace(td_client *c, td_request *req)
+{
+    json_t *js = json_object_get(req->args, "steps");
+    json_int_t steps = js ? json_integer_value(js) : 20;
+    td_job *j = td__job_arg(c, req, 0);
+    if (!j)
+        return;
+    if (steps < 1 || steps > 10000) {
+        ERRF(c, req, TD_ERR_INVALID_ARGS, "steps: must be 1..10000, not %lld",
+             (long long)steps);
+        return;
+    }
+    if (j->state != TD_JOB_RUNNING || !c->d->trainer ||
+        td_trainer_slot_job(c->d->trainer) != j->id) {
+        ERRF(c, req, TD_ERR_CONFLICT, "job %lld is %s; only a running job "
+             "can be traced", (long long)j->id, td_job_state_name(j->state));
+        return;
+    }
+    int rc = td_trainer_slot_trace(c->d->trainer, (int)steps);
+    if (rc == -EBUSY) {
+        ERRF(c, req, TD_ERR_CONFLICT, "job %lld: a trace is already being "
+             "recorded; try again when it is done", (long long)j->id);
+        return;
+    }
+    if (rc || (rc = td_obs_trace_wait(c->d, c, req->id, j->id, (int)steps)))
+        ERRF(c, req, TD_ERR_INTERNAL, "trace: %s", td_strerror(rc));
+}
+
 static const struct {
     const char *cmd;
     void (*fn)(td_client *, td_request *);
@@ -512,7 +544,7 @@ static const struct {
     {"resume", cmd_resume},         {"checkpoint", cmd_checkpoint},
     {"subscribe", cmd_subscribe},   {"unsubscribe", cmd_unsubscribe},
     {"logs", cmd_logs},             {"config_get", cmd_config_get},
-    {"config_set", cmd_config_set},
+    {"config_set", cmd_config_set}, {"trace", cmd_trace},
 };
 
 void td_commands_dispatch(td_client *c, td_request *req)

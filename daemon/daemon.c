@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "daemon.h"
+#include "obs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -276,6 +277,7 @@ static void td__close_handles(td_daemon *d)
     uv_close((uv_handle_t *)&d->status, NULL);
     uv_close((uv_handle_t *)&d->watchdog, NULL);
     uv_close((uv_handle_t *)&d->wake, NULL);
+    td_obs_close(d);
 }
 
 void td_daemon_schedule(td_daemon *d)
@@ -389,7 +391,10 @@ static void td__on_wake(uv_async_t *a)
         td_inbox_msg *next = m->next;
         td_job *j = td_jobs_find(&d->jobs, m->job);
         if (m->kind == TD_MSG_DONE) {
+            td_obs_job_done(d, m->job);
             td__job_done(d, m);
+        } else if (m->kind == TD_MSG_TRACE) {
+            td_obs_trace_done(d, m->job, m->data);
         } else if (m->kind == TD_MSG_STARTED) {
             if (j) {
                 j->steps_total = json_integer_value(json_object_get(
@@ -661,6 +666,7 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     }
     if ((rc = td_server_listen(d)) != 0)
         return rc;
+    td_obs_init(d); /* a bad metrics_listen is logged; the endpoint is off */
     /* Listening and the device probed: ready. */
     td_notify("READY=1");
     td__update_status(d);
@@ -718,6 +724,7 @@ void td_daemon_free(td_daemon *d)
         free(m);
         m = n;
     }
+    td_obs_free(d);
     td_jobs_free(&d->jobs);
     json_decref(d->settings);
     json_decref(d->overrides);

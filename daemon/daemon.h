@@ -33,6 +33,7 @@ enum {
     /* inbox messages that are not events */
     TD_MSG_STARTED = 1 << 8, /* the trainer built the job and trains */
     TD_MSG_DONE = 1 << 9,    /* the trainer thread is done with the job */
+    TD_MSG_TRACE = 1 << 10,  /* a recorded timeline (obs.c) */
 };
 
 struct td_daemon;
@@ -97,6 +98,7 @@ typedef struct td_daemon {
     int shutting_down;
     int64_t started_ns;
     td_trainer_slot *trainer;  /* the running job's thread, or NULL */
+    struct td_obs *obs;        /* trace waiters, Prometheus (obs.c) */
     /* inbox from other threads */
     pthread_mutex_t inbox_mu;
     td_inbox_msg *inbox_head, *inbox_tail;

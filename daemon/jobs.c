@@ -172,13 +172,12 @@ json_t *td_job_summary(const td_job *j)
         json_object_set_new(o, "started", json_real(j->started));
     if (j->ended)
         json_object_set_new(o, "ended", json_real(j->ended));
-    if (j->last_window) {
-        json_t *sps = json_object_get(j->last_window, "samples_per_s");
-        json_t *verdict = json_object_get(j->last_window, "verdict");
-        if (sps)
-            json_object_set(o, "samples_per_s", sps);
-        if (verdict)
-            json_object_set(o, "verdict", verdict);
+    static const char *const from_window[] = {
+        "samples_per_s", "verdict", "device_idle_ratio", "input_wait_ratio"};
+    for (size_t k = 0; j->last_window && k < 4; k++) {
+        json_t *v = json_object_get(j->last_window, from_window[k]);
+        if (v)
+            json_object_set(o, from_window[k], v);
     }
     return o;
 }

@@ -22,6 +22,7 @@
 #include "error.h"
 #include "log.h"
 #include "notify.h"
+#include "obs.h"
 #include "runner.h"
 #include "settings.h"
 #include "spec.h"
@@ -38,6 +39,7 @@ struct td_trainer_slot {
     td_runner *runner;         /* set by the thread once created */
     enum td_stop_reason pending_stop;
     int pending_workers;
+    int pending_trace;         /* steps to record once the runner exists */
 };
 
 /* ---- the thread ------------------------------------------------------- */
@@ -52,6 +54,8 @@ static int td__event_kind(const char *kind)
         return TD_EV_EPOCH;
     if (strcmp(kind, "checkpoint") == 0)
         return TD_EV_CHECKPOINT;
+    if (strcmp(kind, "trace") == 0)
+        return TD_MSG_TRACE;
     return 0;
 }
 
@@ -62,10 +66,23 @@ static void td__on_event(void *user, const char *kind, json_t *data)
     int k = td__event_kind(kind);
     if (k == TD_EV_STEP)
         td_daemon_heartbeat(s->d);
+    if (k == TD_MSG_TRACE) { /* serialised here, off the loop */
+        char *text = json_dumps(json_object_get(data, "trace"),
+                                JSON_COMPACT | JSON_ENSURE_ASCII);
+        json_object_del(data, "trace");
+        json_object_set_new(data, "text", json_string(text ? text : "{}"));
+        free(text);
+    }
     if (k)
         td_daemon_post(s->d, k, s->job, data);
     else
         json_decref(data);
+}
+
+static void td__on_snapshot(void *user, const td_prom_job *snap)
+{
+    td_trainer_slot *s = user;
+    td_obs_job_snapshot(s->d, snap);
 }
 
 static void *td__thread(void *arg)
@@ -80,7 +97,8 @@ static void *td__thread(void *arg)
     td_runner_opts o = {.spec = &s->spec, .job = s->job,
                         .models_dir = s->models_dir, .device = s->device,
                         .ckpt_dir = s->ckpt_dir, .resume = 1,
-                        .event = td__on_event, .user = s};
+                        .event = td__on_event, .snapshot = td__on_snapshot,
+                        .user = s};
     rc = td_runner_create(&o, &r, err, sizeof err);
     if (rc == 0) {
         pthread_mutex_lock(&s->mu);
@@ -89,6 +107,8 @@ static void *td__thread(void *arg)
             td_runner_stop(r, s->pending_stop);
         if (s->pending_workers > 0)
             td_runner_set_workers(r, s->pending_workers);
+        if (s->pending_trace > 0)
+            td_runner_trace(r, s->pending_trace);
         pthread_mutex_unlock(&s->mu);
         td_daemon_heartbeat(s->d);
         td_daemon_post(s->d, TD_MSG_STARTED, s->job,
@@ -198,6 +218,20 @@ void td_trainer_slot_set_workers(td_trainer_slot *s, int n)
     else
         s->pending_workers = n;
     pthread_mutex_unlock(&s->mu);
+}
+
+int td_trainer_slot_trace(td_trainer_slot *s, int steps)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->runner)
+        rc = td_runner_trace(s->runner, steps);
+    else if (s->pending_trace > 0)
+        rc = -EBUSY;
+    else
+        s->pending_trace = steps;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 int64_t td_trainer_slot_job(const td_trainer_slot *s) { return s->job; }

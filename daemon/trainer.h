@@ -19,6 +19,9 @@ int td_trainer_slot_start(struct td_daemon *d, td_job *j,
 void td_trainer_slot_request(td_trainer_slot *s, enum td_stop_reason why);
 void td_trainer_slot_checkpoint(td_trainer_slot *s);
 void td_trainer_slot_set_workers(td_trainer_slot *s, int n);
+/* Loop thread: records the next `steps` steps; the timeline comes back as
+ * a TD_MSG_TRACE inbox message.  -EBUSY while one is being recorded. */
+int td_trainer_slot_trace(td_trainer_slot *s, int steps);
 int64_t td_trainer_slot_job(const td_trainer_slot *s);
 /* Loop thread, after TD_MSG_DONE: joins the thread and frees the slot. */
 void td_trainer_slot_join(td_trainer_slot *s);

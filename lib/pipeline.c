@@ -26,6 +26,7 @@
 #include "error.h"
 #include "log.h"
 #include "rng.h"
+#include "trace.h"
 
 #define TD__CHUNK 8 /* samples per work item */
 
@@ -186,6 +187,12 @@ static int td__sample(td_pipeline *p, struct td__worker *w, int64_t epoch,
     atomic_fetch_add_explicit(&w->decode_ns, t2 - t1, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->augment_ns, t3 - t2, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->bytes, (int64_t)len, memory_order_relaxed);
+    if (td_trace_on(c->trace)) {
+        int tr = TD_TRACK_WORKER0 + w->id;
+        td_trace_slice(c->trace, tr, "read", t0, t1, -1);
+        td_trace_slice(c->trace, tr, "decode", t1, t2, -1);
+        td_trace_slice(c->trace, tr, "augment", t2, t3, -1);
+    }
     return 0;
 }
 
@@ -241,6 +248,20 @@ static int td__chunk(td_pipeline *p, struct td__worker *w, int64_t seq,
 
 /* ---- workers ---------------------------------------------------------- */
 
+/* With p->mu held: the number of ready batches, as a trace counter. */
+static void td__trace_ready(td_pipeline *p)
+{
+    int ready = 0;
+    if (!td_trace_on(p->cfg.trace))
+        return;
+    for (int64_t q = p->next_seq; q < p->next_seq + p->nslots; q++) {
+        struct td__slot *s = td__slot_of(p, q);
+        if (s->seq == q && !s->out && s->done == td__chunks(p, q))
+            ready++;
+    }
+    td_trace_counter(p->cfg.trace, "ready_batches", td_now_ns(), ready);
+}
+
 static int td__can_claim(td_pipeline *p, int id)
 {
     return p->running && !p->fatal && id < p->active &&
@@ -265,9 +286,14 @@ static void *td__worker_main(void *arg)
         }
         if (p->quitting)
             break;
-        if (waited_for_slot)
-            atomic_fetch_add_explicit(&w->slot_wait_ns, td_now_ns() - tw,
+        if (waited_for_slot) {
+            int64_t now = td_now_ns();
+            atomic_fetch_add_explicit(&w->slot_wait_ns, now - tw,
                                       memory_order_relaxed);
+            if (td_trace_on(p->cfg.trace))
+                td_trace_slice(p->cfg.trace, TD_TRACK_WORKER0 + w->id,
+                               "wait_for_slot", tw, now, -1);
+        }
         int64_t seq = p->claim_seq;
         int chunk = p->claim_chunk;
         int bn = td__batch_n(p, seq);
@@ -286,8 +312,10 @@ static void *td__worker_main(void *arg)
         p->busy--;
         if (rc && !p->fatal)
             p->fatal = rc;
-        if (rc == 0 && ++s->done == td__chunks(p, seq))
+        if (rc == 0 && ++s->done == td__chunks(p, seq)) {
             pthread_cond_broadcast(&p->ready_cv);
+            td__trace_ready(p);
+        }
         if (rc || (!p->running && p->busy == 0))
             pthread_cond_broadcast(&p->ready_cv);
     }
@@ -559,6 +587,7 @@ int td_pipeline_next(td_pipeline *p, td_batch *b, int64_t *wait_ns)
         int64_t seq = p->next_seq++;
         s->out = 1;
         p->held++;
+        td__trace_ready(p);
         if (p->depth < p->nslots) /* the work window moved */
             pthread_cond_broadcast(&p->work_cv);
         *b = (td_batch){.data = s->data, .labels = s->labels,

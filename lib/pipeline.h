@@ -61,6 +61,7 @@ typedef struct td_pipeline_config {
     int drop_last;          /* drop the last partial batch (train default) */
     td_slot_allocator alloc; /* alloc == NULL: aligned malloc */
     long job;               /* for log lines; 0 if none */
+    struct td_trace *trace; /* timeline recorder (trace.h); NULL: none */
 } td_pipeline_config;
 
 /* Defaults: 224x224x3, no augmentation, batch 128, workers 2, prefetch 4,

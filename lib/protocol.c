@@ -113,6 +113,10 @@ static const td_arg_rule td__logs_args[] = {
     {"job", 1, JSON_INTEGER, 0},
     {"lines", 0, JSON_INTEGER, 0},
     TD__END};
+static const td_arg_rule td__trace_args[] = {
+    {"job", 1, JSON_INTEGER, 0},
+    {"steps", 0, JSON_INTEGER, 0},    /* default 20 */
+    TD__END};
 static const td_arg_rule td__config_get_args[] = {
     {"key", 0, JSON_STRING, 0}, TD__END};
 static const td_arg_rule td__config_set_args[] = {
@@ -134,6 +138,7 @@ const td_command_rule td_proto_commands[] = {
     {"logs", td__logs_args},
     {"config_get", td__config_get_args},
     {"config_set", td__config_set_args},
+    {"trace", td__trace_args},
     {NULL, NULL},
 };
 

@@ -28,12 +28,13 @@
 #include "model.h"
 #include "pipeline.h"
 #include "td_config.h"
+#include "trace.h"
 #include "train.h"
 #if TD_HAVE_CUDA
 #include "backend_cuda.h"
 #endif
 
-enum { TD__NSNAP = 2 };
+enum { TD__NSNAP = 2, TD__TRACE_CAP = 1 << 18 };
 
 struct td_runner {
     td_runner_opts o;
@@ -56,6 +57,17 @@ struct td_runner {
     char last_ckpt[4096];
     pthread_mutex_t res_mu;          /* last_ckpt, counters (writer thread) */
     double last_loss, last_lr;
+    /* timeline recording (trace.h): want is set by td_runner_trace from
+     * any thread; the rest belongs to the trainer thread */
+    td_trace *trace;
+    atomic_int trace_want;           /* steps requested; 0: none */
+    int tracing;                     /* armed by the trainer */
+    int64_t trace_from, trace_done;  /* first step recorded, steps done */
+    int64_t trace_origin_ns;
+    int64_t trace_copy_end, trace_compute_end; /* device track ends */
+    enum td_verdict trace_verdict;
+    int64_t snap_last_ns;            /* last opts.snapshot call */
+    double ckpt_write_s;             /* res_mu */
 };
 
 static void td__emit(td_runner *r, const char *kind, json_t *data)
@@ -163,6 +175,7 @@ static int td__pipeline(td_runner *r, const td_spec_paths *paths, int train,
     if (r->o.device && strncmp(r->o.device, "cuda", 4) == 0)
         pc.alloc = td_cuda_pinned_allocator();
 #endif
+    pc.trace = train ? r->trace : NULL;
     rc = td_pipeline_create(&pc, out, e, sizeof e);
     if (rc)
         snprintf(err, errcap, "data.%s: %s", train ? "train" : "val",
@@ -218,6 +231,10 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     r->spec = s;
     pthread_mutex_init(&r->res_mu, NULL);
     r->last_ckpt_step = -1;
+    if ((rc = td_trace_create(&r->trace, TD__TRACE_CAP))) {
+        snprintf(err, errcap, "trace: %s", td_strerror(rc));
+        goto fail;
+    }
     int synthetic = s->input.source == TD_SOURCE_SYNTHETIC;
     if (!synthetic && (rc = td__pipeline(r, &s->data.train, 1, &r->train, err,
                                          errcap)))
@@ -348,6 +365,7 @@ static void td__ckpt_done(void *user, const td_ckpt_result *res)
     td_runner *r = user;
     json_t *ev;
     pthread_mutex_lock(&r->res_mu);
+    r->ckpt_write_s += (double)res->write_ns / 1e9;
     if (res->status == 0) {
         r->ckpt_written++;
         snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", res->path);
@@ -369,6 +387,14 @@ static void td__ckpt_done(void *user, const td_ckpt_result *res)
                 " failed, training goes on: %s", res->step, res->err);
         ev = json_pack("{s:b, s:s, s:I}", "ok", 0, "error", res->err, "step",
                        (json_int_t)res->step);
+    }
+    if (td_trace_on(r->trace)) {
+        int64_t now = td_now_ns();
+        td_trace_slice(r->trace, TD_TRACK_WRITER, "checkpoint write",
+                       now - res->write_ns, now, res->step);
+        td_trace_instant(r->trace, TD_TRACK_WRITER, res->status == 0
+                         ? "checkpoint written" : "checkpoint failed", now,
+                         NULL, res->step);
     }
     for (int i = 0; i < TD__NSNAP; i++)
         if (res->snap == &r->snap[i])
@@ -516,6 +542,135 @@ static int td__resume(td_runner *r, char *err, size_t errcap)
     return 0;
 }
 
+/* ---- timeline recording ----------------------------------------------- */
+
+/* Trainer thread, at a step boundary: arms a requested recording, so it
+ * starts with a whole step. */
+static void td__trace_boundary(td_runner *r, const td_train_position *pos)
+{
+    if (r->tracing || !atomic_load_explicit(&r->trace_want,
+                                            memory_order_relaxed))
+        return;
+    if (td_trace_arm(r->trace) != 0)
+        return;
+    r->tracing = 1;
+    r->trace_from = pos->steps;
+    r->trace_done = 0;
+    r->trace_origin_ns = td_now_ns();
+    td_metrics_counters mc;
+    td_metrics_get_counters(r->metrics, &mc);
+    r->trace_verdict = mc.verdict;
+}
+
+/* Trainer thread: ends the recording and hands the timeline on. */
+static void td__trace_finish(td_runner *r)
+{
+    int want = atomic_load(&r->trace_want);
+    if (!r->tracing) {
+        if (!want || td_trace_arm(r->trace)) /* requested, never started */
+            return;
+        r->trace_done = 0;
+        r->trace_origin_ns = td_now_ns();
+    }
+    td_trace_disarm(r->trace);
+    r->tracing = 0;
+    char name[64];
+    int64_t t0 = td_now_ns();
+    snprintf(name, sizeof name, "traind job %ld", r->o.job);
+    json_t *tr = td_trace_json(r->trace, name, r->o.job > 0 ? r->o.job : 1,
+                               r->trace_origin_ns);
+    json_t *ev = json_pack("{s:I, s:i, s:b, s:I, s:I, s:o}", "steps",
+                           (json_int_t)r->trace_done, "requested", want,
+                           "complete", r->trace_done >= want, "events",
+                           (json_int_t)td_trace_count(r->trace), "dropped",
+                           (json_int_t)td_trace_dropped(r->trace), "trace",
+                           tr ? tr : json_null());
+    atomic_store(&r->trace_want, 0);
+    td_logf(TD_LOG_DEBUG, r->o.job, "trace of %" PRId64 " step(s): %zu "
+            "events, built in %.2f ms", r->trace_done,
+            td_trace_count(r->trace), (double)(td_now_ns() - t0) / 1e6);
+    td__emit(r, "trace", ev);
+}
+
+/* Trainer thread, per reported step: its slices and counters. */
+static void td__trace_step(td_runner *r, const td_step_info *s,
+                           int64_t ckpt_ns, int closed)
+{
+    if (!r->tracing || s->step < r->trace_from)
+        return;
+    td_trace_step ts = {.step = s->step, .start_ns = s->start_ns,
+                        .step_ns = s->step_ns,
+                        .data_wait_ns = s->data_wait_ns, .h2d_ns = s->h2d_ns,
+                        .compute_ns = s->compute_ns, .d2h_ns = s->d2h_ns,
+                        .checkpoint_ns = ckpt_ns, .copy_ns = s->copy_ns};
+    td_trace_add_step(r->trace, &ts);
+    int64_t end = s->start_ns + s->step_ns;
+    if (s->step_ns > 0)
+        td_trace_counter(r->trace, "samples_per_s", end,
+                         (double)s->n / ((double)s->step_ns / 1e9));
+    if (closed > 0) {
+        td_metrics_counters mc;
+        td_metrics_get_counters(r->metrics, &mc);
+        if (mc.device_idle_known)
+            td_trace_counter(r->trace, "device_idle_ratio", end,
+                             mc.device_idle_ratio);
+        if (mc.verdict != r->trace_verdict)
+            td_trace_instant(r->trace, TD_TRACK_TRAINER, "verdict changed",
+                             end, td_verdict_name(mc.verdict), s->step);
+        r->trace_verdict = mc.verdict;
+    }
+    if (++r->trace_done >= atomic_load(&r->trace_want))
+        td__trace_finish(r);
+}
+
+int td_runner_trace(td_runner *r, int steps)
+{
+    int none = 0;
+    if (steps < 1)
+        return -EINVAL;
+    if (!atomic_compare_exchange_strong(&r->trace_want, &none, steps))
+        return -EBUSY;
+    return 0;
+}
+
+/* ---- Prometheus snapshots --------------------------------------------- */
+
+static void td__snapshot(td_runner *r, int64_t epoch)
+{
+    td_prom_job pj;
+    if (!r->o.snapshot)
+        return;
+    memset(&pj, 0, sizeof pj);
+    pj.job = r->o.job;
+    snprintf(pj.device, sizeof pj.device, "%s",
+             r->o.device ? r->o.device : "cpu");
+    td_metrics_get_counters(r->metrics, &pj.mc);
+    pj.steps_planned = td_runner_steps_total(r);
+    pj.epoch = epoch;
+    if (r->train) {
+        td_pipeline_stats ps;
+        td_pipeline_stats_get(r->train, &ps);
+        pj.has_pipeline = 1;
+        pj.workers = ps.workers;
+        pj.prefetch = ps.prefetch;
+        pj.bad_samples = ps.bad_samples;
+        pj.decoded_samples = ps.samples;
+        pj.decoded_bytes = ps.decoded_bytes;
+        pj.read_s = (double)ps.read_ns / 1e9;
+        pj.decode_s = (double)ps.decode_ns / 1e9;
+        pj.augment_s = (double)ps.augment_ns / 1e9;
+        pj.slot_wait_s = (double)ps.slot_wait_ns / 1e9;
+    }
+    pthread_mutex_lock(&r->res_mu);
+    pj.ckpt_written = r->ckpt_written;
+    pj.ckpt_failed = r->ckpt_failed;
+    pj.ckpt_write_s = r->ckpt_write_s;
+    pthread_mutex_unlock(&r->res_mu);
+    pj.ckpt_skipped = r->ckpt_skipped;
+    r->snap_last_ns = td_now_ns();
+    r->o.snapshot(r->o.user, &pj);
+}
+
 /* ---- trainer callbacks ------------------------------------------------ */
 
 static json_t *td__with_progress(td_runner *r, json_t *o, int64_t epoch)
@@ -543,6 +698,7 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
         .d2h_ns = s->d2h_ns, .checkpoint_ns = r->pending_ckpt_ns,
         .samples = s->n, .compute_ns = s->compute_ns, .copy_ns = -1,
         .loss = s->loss};
+    int64_t ckpt_ns = r->pending_ckpt_ns;
     r->pending_ckpt_ns = 0;
     r->last_loss = s->loss;
     r->last_lr = s->lr;
@@ -559,6 +715,10 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
             json_object_set_new(w, "step", json_integer(s->step + 1));
         td__emit(r, "window", td__with_progress(r, w, s->epoch));
     }
+    td__trace_step(r, s, ckpt_ns, closed);
+    if (r->o.snapshot && (closed > 0 || s->start_ns - r->snap_last_ns >=
+                                            TD_NS_PER_S))
+        td__snapshot(r, s->epoch);
     return 0;
 }
 
@@ -610,8 +770,11 @@ static int td__on_boundary(void *user, td_trainer *t,
         if (r->spec->checkpoint.at_epoch_end && pos->step_in_epoch == 0)
             due = 1;
     }
-    if (due && pos->steps != r->last_ckpt_step)
-        td__checkpoint(r, pos);
+    if (due && pos->steps != r->last_ckpt_step &&
+        td__checkpoint(r, pos) == 0)
+        td_trace_instant(r->trace, TD_TRACK_TRAINER, "checkpoint taken",
+                         td_now_ns(), NULL, pos->steps);
+    td__trace_boundary(r, pos);
     return 0;
 }
 
@@ -645,6 +808,18 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
     rc = td_trainer_run(r->trainer, r->train ? &tsrc : NULL,
                         r->val ? &vsrc : NULL, &cb, &tr, err, errcap);
     enum td_stop_reason why = atomic_load(&r->stop_reason);
+    if (rc == TD_E_CLOSED && why == TD_STOP_CANCEL) {
+        /* cancelled while waiting for data: the pipeline was closed on
+         * purpose, that is a stop, not a failure */
+        td_train_position pos;
+        td_trainer_position(r->trainer, &pos);
+        tr.steps = pos.steps;
+        tr.epochs = pos.epoch;
+        tr.stopped = 1;
+        rc = 0;
+        if (errcap)
+            err[0] = '\0';
+    }
     /* The trained model is the job's product: a completed job ends with a
      * checkpoint of its final state, and a paused or interrupted one with
      * a checkpoint to resume from. */
@@ -663,6 +838,9 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
         td_ckpt_writer_stop(r->writer);
         r->writer = NULL;
     }
+    /* a recording the job outlived: what there is, the last writes too */
+    td__trace_finish(r);
+    td__snapshot(r, tr.epochs);
     res->steps = tr.steps;
     res->epochs = tr.epochs;
     res->samples_per_s = tr.samples_per_s;
@@ -726,6 +904,7 @@ void td_runner_free(td_runner *r)
     td_pipeline_destroy(r->train);
     td_pipeline_destroy(r->val);
     td_metrics_destroy(r->metrics);
+    td_trace_free(r->trace);
     td_model_free(r->model);
     for (int i = 0; i < TD__NSNAP; i++)
         td_ckpt_snapshot_destroy(&r->snap[i]);

@@ -30,9 +30,11 @@
 
 #include <jansson.h>
 
+#include "prom.h"
 #include "spec.h"
 
-/* kind is "step", "window", "epoch" or "checkpoint"; data is stolen. */
+/* kind is "step", "window", "epoch", "checkpoint" or "trace"; data is
+ * stolen. */
 typedef void (*td_runner_event_fn)(void *user, const char *kind,
                                    json_t *data);
 
@@ -45,6 +47,10 @@ typedef struct td_runner_opts {
     int resume;                /* continue from the newest checkpoint */
     int synthetic_steps;       /* steps per epoch on synthetic input (100) */
     td_runner_event_fn event;  /* may be NULL */
+    /* The job's figures for the Prometheus endpoint, on the trainer
+     * thread: about every second, on each window and at the end.  May be
+     * NULL; must not block. */
+    void (*snapshot)(void *user, const td_prom_job *s);
     void *user;
 } td_runner_opts;
 
@@ -83,6 +89,14 @@ void td_runner_free(td_runner *r);
 void td_runner_stop(td_runner *r, enum td_stop_reason why);
 void td_runner_checkpoint_now(td_runner *r);
 int td_runner_set_workers(td_runner *r, int n);
+
+/* Any thread: records the timeline of the next `steps` steps (from the
+ * next step boundary).  The Chrome trace arrives as a "trace" event on the
+ * trainer thread once they are recorded, or with what there is when the
+ * job ends first: {"steps": recorded, "requested", "complete", "events",
+ * "dropped", "trace": {"traceEvents": [...]}}.  -EINVAL for steps < 1,
+ * -EBUSY while another recording is requested or under way. */
+int td_runner_trace(td_runner *r, int steps);
 
 /* The total number of training steps of the job (epochs x steps). */
 int64_t td_runner_steps_total(const td_runner *r);

@@ -172,6 +172,8 @@ static int td__finish(td_trainer *t, td__pending *p, int64_t step_end)
                               &p->info.compute_ns);
     be->ops->event_elapsed_ns(be, p->ev[EV_COMPUTE], p->ev[EV_D2H],
                               &p->info.d2h_ns);
+    be->ops->event_elapsed_ns(be, p->ev[EV_START], p->ev[EV_H2D],
+                              &p->info.copy_ns);
     p->info.step_ns = step_end - p->t_start;
     p->info.loss = p->st.samples ? p->st.loss_sum / (double)p->st.samples
                                  : NAN;
@@ -330,7 +332,7 @@ static int td__step(td_trainer *t, td_batch_source *src, td_batch *b,
     p->info = (td_step_info){.step = t->steps, .epoch = t->epoch,
                              .step_in_epoch = t->step_in_epoch, .n = b->n,
                              .lr = lr, .data_wait_ns = wait,
-                             .h2d_ns = t2 - t1};
+                             .h2d_ns = t2 - t1, .start_ns = t0};
     return 0;
 }
 

@@ -46,6 +46,8 @@ typedef struct td_step_info {
     int64_t d2h_ns;             /* host time reading statistics back */
     int64_t step_ns;            /* wall time from this step's start to the
                                    next step's start (or the loop's end) */
+    int64_t start_ns;           /* host clock (td_now_ns) at the start */
+    int64_t copy_ns;            /* device time of the upload (events) */
 } td_step_info;
 
 typedef struct td_epoch_info {

@@ -13,6 +13,8 @@ packages=(
   # libraries
   libuv1-dev libjansson-dev libturbojpeg0-dev libjpeg62-turbo-dev libdnnl-dev
   zlib1g-dev
+  # the Prometheus endpoint (docs/observability.md)
+  libmicrohttpd-dev
   # tests
   check libsubunit-dev systemd
   # the checkpoint format test reads a checkpoint with numpy

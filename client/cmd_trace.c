@@ -1,0 +1,119 @@
+/* cmd_trace.c - `trainctl trace JOB --steps N -o FILE`: asks the daemon to
+ * record the next N steps of a running job and writes the Chrome trace
+ * JSON it sends back (in trace_part events, then the reply) into FILE.
+ * The client writes the file, so the daemon never writes into a user's
+ * directory.  Opens in https://ui.perfetto.dev or chrome://tracing.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "conn.h"
+
+static const char td__usage[] =
+    "usage: trainctl trace JOB [--steps N] -o FILE [--json] [--socket PATH]\n"
+    "\n"
+    "Record the timeline of the next N steps (default 20) of a running job\n"
+    "and write it to FILE as Chrome trace JSON (open it in\n"
+    "https://ui.perfetto.dev or chrome://tracing): the trainer's phases per\n"
+    "step, each decode worker's read/decode/augment, the device's copies\n"
+    "and compute, checkpoints, ready batches, samples/s and idle ratio.\n"
+    "Waits until the steps are recorded (or the job ends).\n";
+
+typedef struct td__parts {
+    FILE *f;
+    long next;
+    int bad;
+} td__parts;
+
+static void td__on_part(json_t *ev, void *user)
+{
+    td__parts *p = user;
+    const char *name = json_string_value(json_object_get(ev, "event"));
+    json_t *data = json_object_get(ev, "data");
+    if (!name || strcmp(name, "trace_part") != 0 || p->bad)
+        return;
+    const char *text = json_string_value(json_object_get(data, "text"));
+    long part = (long)json_integer_value(json_object_get(data, "part"));
+    if (!text || part != p->next) {
+        p->bad = EPROTO;
+        return;
+    }
+    p->next++;
+    if (fputs(text, p->f) == EOF)
+        p->bad = errno ? errno : EIO;
+}
+
+int td_cmd_trace(int argc, char **argv)
+{
+    const char *steps_s = NULL, *out = NULL;
+    td_cli_flag flags[] = {{"--steps", "-n", 1, &steps_s, NULL, NULL},
+                           {"--output", "-o", 1, &out, NULL, NULL},
+                           {NULL, NULL, 0, NULL, NULL, NULL}};
+    td_cli cli = {.usage = td__usage};
+    int64_t id;
+    td_conn c;
+    long steps = 20;
+    int rc = td_cli_job_command(&cli, argc, argv, flags, &id, &c);
+    if (rc)
+        return rc < 0 ? TD_EXIT_OK : rc;
+    if (steps_s) {
+        char *end;
+        steps = strtol(steps_s, &end, 10);
+        if (*end || end == steps_s || steps < 1 || steps > 10000) {
+            td_conn_close(&c);
+            return td_cli_usage_error(&cli, "--steps: expected 1..10000, "
+                                      "not '%s'", steps_s);
+        }
+    }
+    if (!out) {
+        td_conn_close(&c);
+        return td_cli_usage_error(&cli, "-o FILE is required");
+    }
+    td__parts p = {.f = fopen(out, "w")};
+    if (!p.f) {
+        fprintf(stderr, "trainctl trace: cannot write %s: %s\n", out,
+                strerror(errno));
+        td_conn_close(&c);
+        return TD_EXIT_REFUSED;
+    }
+    json_t *r = td_conn_request(&c, "trace",
+                                json_pack("{s:I, s:i}", "job", (json_int_t)id,
+                                          "steps", (int)steps),
+                                td__on_part, &p);
+    td_conn_close(&c);
+    int closed = fclose(p.f);
+    if (!r) {
+        remove(out);
+        return TD_EXIT_UNREACHABLE;
+    }
+    rc = td_conn_check(argv[0], r, cli.json);
+    json_t *ok = json_object_get(r, "ok");
+    long parts = (long)json_integer_value(json_object_get(ok, "parts"));
+    if (rc == TD_EXIT_OK && (p.bad || closed || p.next != parts)) {
+        fprintf(stderr, "trainctl trace: %s: %s\n", out,
+                p.bad == EPROTO || p.next != parts
+                    ? "the daemon's trace arrived incomplete"
+                    : strerror(p.bad ? p.bad : errno));
+        rc = TD_EXIT_REFUSED;
+    }
+    if (rc != TD_EXIT_OK) {
+        remove(out);
+    } else if (cli.json) {
+        json_object_set_new(ok, "file", json_string(out));
+        td_print_json(ok);
+    } else {
+        printf("job %lld: %lld step(s) traced%s, %lld events -> %s\n",
+               (long long)id,
+               (long long)json_integer_value(json_object_get(ok, "steps")),
+               json_is_true(json_object_get(ok, "complete"))
+                   ? "" : " (the job ended first)",
+               (long long)json_integer_value(json_object_get(ok, "events")),
+               out);
+    }
+    json_decref(r);
+    return rc;
+}

@@ -1,0 +1,338 @@
+/* obs.c - trace waiters and the Prometheus endpoint (see obs.h).
+ *
+ * Owns: the list of clients waiting for a timeline, the latest figures of
+ * recent jobs and of the process (behind `mu`), and the libmicrohttpd
+ * server thread that renders them on GET /metrics.
+ * Never: blocks the loop (the HTTP thread copies the figures under the
+ * mutex and renders outside it; the loop only swaps numbers in), writes a
+ * trace to disk (the client does).
+ */
+#define _GNU_SOURCE
+#include "obs.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <microhttpd.h>
+
+#include "clock.h"
+#include "daemon.h"
+#include "log.h"
+#include "settings.h"
+
+enum { TD__RECENT = 8, TD__PART = 256 * 1024 };
+
+typedef struct td__waiter {
+    uint64_t client;
+    json_t *id;
+    int64_t job;
+    struct td__waiter *next;
+} td__waiter;
+
+typedef struct td_obs {
+    td_daemon *d;
+    td__waiter *waiters;
+    uv_timer_t refresh;
+    int timer_on;
+    struct MHD_Daemon *http;
+    int port;
+    pthread_mutex_t mu;        /* everything below */
+    td_prom_job jobs[TD__RECENT]; /* newest first */
+    int njobs;
+    td_prom_process proc;
+} td_obs;
+
+static const char *const td__state_names[TD_JOB_NSTATES] = {
+    "pending", "running", "suspended", "completed", "cancelled", "failed"};
+
+/* ---- trace waiters ---------------------------------------------------- */
+
+int td_obs_trace_wait(td_daemon *d, td_client *c, json_t *req_id, int64_t job,
+                      int steps)
+{
+    td__waiter *w = calloc(1, sizeof *w);
+    (void)steps;
+    if (!w)
+        return -ENOMEM;
+    w->client = c->id;
+    w->id = req_id ? json_incref(req_id) : json_null();
+    w->job = job;
+    w->next = d->obs->waiters;
+    d->obs->waiters = w;
+    return 0;
+}
+
+/* Sends the timeline text in parts (lines stay under the 1 MiB cap),
+ * then the reply. */
+static void td__send_trace(td_daemon *d, td_client *c, td__waiter *w,
+                           json_t *data)
+{
+    const char *text = json_string_value(json_object_get(data, "text"));
+    size_t len = text ? strlen(text) : 0;
+    size_t parts = (len + TD__PART - 1) / TD__PART;
+    for (size_t i = 0; i < parts; i++) {
+        size_t n = len - i * TD__PART < TD__PART ? len - i * TD__PART
+                                                  : TD__PART;
+        json_t *ev = json_pack("{s:I, s:I, s:s%}", "part", (json_int_t)i,
+                               "parts", (json_int_t)parts, "text",
+                               text + i * TD__PART, n);
+        char *line = td_proto_event("trace_part", td_daemon_ts(d), w->job, ev);
+        if (line)
+            td_client_send(c, line);
+    }
+    json_t *ok = json_deep_copy(data);
+    json_object_del(ok, "text");
+    json_object_set_new(ok, "job", json_integer(w->job));
+    json_object_set_new(ok, "parts", json_integer((json_int_t)parts));
+    json_object_set_new(ok, "bytes", json_integer((json_int_t)len));
+    td_client_send(c, td_proto_ok(w->id, ok));
+}
+
+static void td__answer(td_daemon *d, int64_t job, json_t *data)
+{
+    td__waiter **pp = &d->obs->waiters;
+    while (*pp) {
+        td__waiter *w = *pp;
+        if (w->job != job) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        td_client *c = td_server_client(d, w->client);
+        if (c && data)
+            td__send_trace(d, c, w, data);
+        else if (c)
+            td_client_send(c, td_proto_error(
+                                  w->id, TD_ERR_CONFLICT,
+                                  "the job ended before its trace started"));
+        json_decref(w->id);
+        free(w);
+    }
+}
+
+void td_obs_trace_done(td_daemon *d, int64_t job, json_t *data)
+{
+    td__answer(d, job, data);
+}
+
+void td_obs_job_done(td_daemon *d, int64_t job) { td__answer(d, job, NULL); }
+
+/* ---- figures ---------------------------------------------------------- */
+
+void td_obs_job_snapshot(td_daemon *d, const td_prom_job *s)
+{
+    td_obs *o = d->obs;
+    int i;
+    if (!o)
+        return;
+    pthread_mutex_lock(&o->mu);
+    for (i = 0; i < o->njobs && o->jobs[i].job != s->job; i++)
+        ;
+    if (i == o->njobs && o->njobs < TD__RECENT)
+        o->njobs++;
+    if (i == TD__RECENT)
+        i = TD__RECENT - 1; /* the oldest goes */
+    memmove(&o->jobs[1], &o->jobs[0], (size_t)i * sizeof o->jobs[0]);
+    o->jobs[0] = *s;
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* Loop thread: the job table and clients, every second. */
+static void td__on_refresh(uv_timer_t *t)
+{
+    td_obs *o = t->data;
+    td_prom_process p;
+    memset(&p, 0, sizeof p);
+    for (td_job *j = o->d->jobs.head; j; j = j->next)
+        if ((int)j->state >= 0 && j->state < TD_JOB_NSTATES)
+            p.jobs[j->state]++;
+    p.clients = (int)o->d->nclients;
+    pthread_mutex_lock(&o->mu);
+    memcpy(o->proc.jobs, p.jobs, sizeof p.jobs);
+    o->proc.clients = p.clients;
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* HTTP thread: renders a copy of the figures. */
+static char *td__render(td_obs *o, size_t *len)
+{
+    td_prom_job jobs[TD__RECENT];
+    td_prom_process p;
+    pthread_mutex_lock(&o->mu);
+    int n = o->njobs;
+    memcpy(jobs, o->jobs, sizeof jobs);
+    p = o->proc;
+    p.scrapes = ++o->proc.scrapes;
+    pthread_mutex_unlock(&o->mu);
+    p.uptime_s = td_daemon_ts(o->d);
+    p.state_names = td__state_names;
+    p.nstates = TD_JOB_NSTATES;
+    for (size_t cap = 16384; cap <= (64u << 20); cap *= 2) {
+        char *buf = malloc(cap);
+        if (!buf)
+            return NULL;
+        int rc = td_prom_render(jobs, n, &p, buf, cap);
+        if (rc >= 0) {
+            *len = (size_t)rc;
+            return buf;
+        }
+        free(buf);
+    }
+    return NULL;
+}
+
+static enum MHD_Result td__reply(struct MHD_Connection *con, unsigned code,
+                                 const char *text)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+    enum MHD_Result rc = MHD_queue_response(con, code, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result td__on_http(void *cls, struct MHD_Connection *con,
+                                   const char *url, const char *method,
+                                   const char *version,
+                                   const char *upload_data,
+                                   size_t *upload_size, void **con_cls)
+{
+    td_obs *o = cls;
+    size_t len = 0;
+    (void)version;
+    (void)upload_data;
+    (void)upload_size;
+    (void)con_cls;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return td__reply(con, MHD_HTTP_METHOD_NOT_ALLOWED,
+                         "only GET /metrics\n");
+    if (strcmp(url, "/metrics") != 0)
+        return td__reply(con, MHD_HTTP_NOT_FOUND,
+                         "traind serves GET /metrics\n");
+    char *body = td__render(o, &len);
+    if (!body)
+        return td__reply(con, MHD_HTTP_INTERNAL_SERVER_ERROR,
+                         "out of memory\n");
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type",
+                            "text/plain; version=0.0.4; charset=utf-8");
+    enum MHD_Result rc = MHD_queue_response(con, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* "host:port" (IPv4 address or "localhost"; empty host: any). */
+static int td__parse_listen(const char *s, struct sockaddr_in *sa)
+{
+    const char *colon = strrchr(s, ':');
+    char host[64];
+    char *end;
+    if (!colon || (size_t)(colon - s) >= sizeof host)
+        return -EINVAL;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = '\0';
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || port < 1 || port > 65535)
+        return -EINVAL;
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    if (!host[0])
+        sa->sin_addr.s_addr = htonl(INADDR_ANY);
+    else if (strcmp(host, "localhost") == 0)
+        sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    else if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+        return -EINVAL;
+    return 0;
+}
+
+/* One server thread polling with epoll (MHD_USE_AUTO picks it on Linux),
+ * so descriptors above FD_SETSIZE are fine; 64 connections at most. */
+static int td__http_start(td_obs *o, const char *listen)
+{
+    struct sockaddr_in sa;
+    if (td__parse_listen(listen, &sa) != 0) {
+        td_error("metrics_listen '%s': expected ADDRESS:PORT with an IPv4 "
+                 "address, e.g. 127.0.0.1:9464; the endpoint stays off",
+                 listen);
+        return -EINVAL;
+    }
+    o->http = MHD_start_daemon(
+        MHD_USE_AUTO_INTERNAL_THREAD, ntohs(sa.sin_port), NULL, NULL,
+        td__on_http, o, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+    if (!o->http) {
+        td_error("metrics_listen %s: cannot listen (address in use or not "
+                 "this machine's); the endpoint stays off", listen);
+        return -EADDRNOTAVAIL;
+    }
+    o->port = ntohs(sa.sin_port);
+    td_info("metrics: serving GET http://%s/metrics", listen);
+    return 0;
+}
+
+int td_obs_init(td_daemon *d)
+{
+    td_obs *o = calloc(1, sizeof *o);
+    if (!o)
+        return -ENOMEM;
+    o->d = d;
+    pthread_mutex_init(&o->mu, NULL);
+    d->obs = o;
+    uv_timer_init(d->loop, &o->refresh);
+    o->refresh.data = o;
+    o->timer_on = 1;
+    td__on_refresh(&o->refresh);
+    uv_timer_start(&o->refresh, td__on_refresh, 1000, 1000);
+    const char *listen = td_settings_str(d->settings, "metrics_listen");
+    return listen && *listen ? td__http_start(o, listen) : 0;
+}
+
+void td_obs_close(td_daemon *d)
+{
+    td_obs *o = d->obs;
+    if (!o)
+        return;
+    if (o->http) {
+        MHD_stop_daemon(o->http);
+        o->http = NULL;
+    }
+    if (o->timer_on) {
+        uv_close((uv_handle_t *)&o->refresh, NULL);
+        o->timer_on = 0;
+    }
+}
+
+void td_obs_free(td_daemon *d)
+{
+    td_obs *o = d->obs;
+    if (!o)
+        return;
+    if (o->http)
+        MHD_stop_daemon(o->http);
+    while (o->waiters) {
+        td__waiter *w = o->waiters;
+        o->waiters = w->next;
+        json_decref(w->id);
+        free(w);
+    }
+    pthread_mutex_destroy(&o->mu);
+    free(o);
+    d->obs = NULL;
+}
+
+int td_obs_port(const td_daemon *d) { return d->obs ? d->obs->port : 0; }
