@@ -450,6 +450,15 @@ static int td__snap_check(td__cpu *be, size_t nfloats, const char *what)
     return -EINVAL;
 }
 
+/* memcpy of n floats; nothing at all when n is 0 (plain SGD has no
+ * optimizer slots and a model without batch norm no state: their pointers
+ * are NULL, which memcpy may not be given even for 0 bytes). */
+static void td__copy(float *dst, const float *src, size_t n)
+{
+    if (n)
+        memcpy(dst, src, n * sizeof *dst);
+}
+
 static int td__cpu_snapshot(td_backend *b, float *host, size_t nfloats)
 {
     td__cpu *be = td__be(b);
@@ -457,10 +466,10 @@ static int td__cpu_snapshot(td_backend *b, float *host, size_t nfloats)
     int rc = td__snap_check(be, nfloats, "snapshot");
     if (rc)
         return rc;
-    memcpy(host, be->params, pc * sizeof *host);
-    memcpy(host + pc, be->slots, be->nslots * pc * sizeof *host);
-    memcpy(host + pc * (1 + be->nslots), be->state,
-           td__state_count(b->model) * sizeof *host);
+    td__copy(host, be->params, pc);
+    td__copy(host + pc, be->slots, be->nslots * pc);
+    td__copy(host + pc * (1 + be->nslots), be->state,
+             td__state_count(b->model));
     return 0;
 }
 
@@ -471,10 +480,10 @@ static int td__cpu_restore(td_backend *b, const float *host, size_t nfloats)
     int rc = td__snap_check(be, nfloats, "restore");
     if (rc)
         return rc;
-    memcpy(be->params, host, pc * sizeof *host);
-    memcpy(be->slots, host + pc, be->nslots * pc * sizeof *host);
-    memcpy(be->state, host + pc * (1 + be->nslots),
-           td__state_count(b->model) * sizeof *host);
+    td__copy(be->params, host, pc);
+    td__copy(be->slots, host + pc, be->nslots * pc);
+    td__copy(be->state, host + pc * (1 + be->nslots),
+             td__state_count(b->model));
     be->weights_dirty = 1;
     return 0;
 }

@@ -93,6 +93,26 @@ START_TEST(test_job_completes_with_events_and_checkpoints)
 }
 END_TEST
 
+/* Plain SGD (no momentum buffers) and a model without batch norm: the
+ * snapshot has no optimizer slots and no state tensors. */
+START_TEST(test_plain_sgd_job_checkpoints)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *spec = th_tiny_spec(1, 25);
+    json_object_set_new(json_object_get(spec, "optimizer"), "momentum",
+                        json_real(0.0));
+    int64_t id = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, id, "completed", 60000));
+    json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
+                                                 (json_int_t)id));
+    json_t *cks = json_object_get(json_object_get(th_ok(r), "job"),
+                                  "checkpoints");
+    ck_assert_int_ge(json_array_size(cks), 1);
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
 /* Polls `show` until job id has done at least `steps` steps. */
 static void wait_steps(int fd, int64_t id, int steps)
 {
@@ -233,6 +253,7 @@ static Suite *jobs_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_job_completes_with_events_and_checkpoints);
+    tcase_add_test(tc, test_plain_sgd_job_checkpoints);
     tcase_add_test(tc, test_sigterm_mid_run_resumes_exactly);
     tcase_add_test(tc, test_pause_resume_continues_exactly);
     tcase_add_test(tc, test_kill9_mid_run_resumes_from_last_checkpoint);
