@@ -75,3 +75,18 @@ int td_backend_snapshot_layout(const td_model *m, const td_optim_config *o,
     }
     return k;
 }
+
+int td_backend_check_config(const td_model *m, const td_backend_config *cfg,
+                            char *err, size_t errcap)
+{
+    if (cfg->batch < 1 || cfg->batch > 65536) {
+        snprintf(err, errcap, "batch_size: must be 1..65536");
+        return -EINVAL;
+    }
+    for (int c = 0; c < m->layers[0].out.c; c++)
+        if (!(cfg->std[c] > 0)) {
+            snprintf(err, errcap, "input.normalize.std[%d]: must be > 0", c);
+            return -EINVAL;
+        }
+    return td_optim_validate(&cfg->optim, err, errcap);
+}

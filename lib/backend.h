@@ -138,6 +138,12 @@ int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
                            int device, td_backend **out, char *err,
                            size_t errcap);
 
+/* The checks every backend makes of its configuration (batch size,
+ * normalisation, optimizer); each adds its own.  -EINVAL/TD_E_SPEC with a
+ * message naming the job field. */
+int td_backend_check_config(const td_model *m, const td_backend_config *cfg,
+                            char *err, size_t errcap);
+
 /* Floats in a snapshot for this model and optimizer. */
 size_t td_backend_snapshot_floats(const td_model *m, const td_optim_config *o);
 

@@ -682,20 +682,11 @@ static int td__cpu_check(const td_model *m, const td_backend_config *cfg,
         snprintf(err, errcap, "cpu backend: only fp32 is supported");
         return TD_E_NOTSUP;
     }
-    if (cfg->batch < 1 || cfg->batch > 65536) {
-        snprintf(err, errcap, "batch_size: must be 1..65536");
-        return -EINVAL;
-    }
     if (cfg->threads < 0 || cfg->threads > 1024) {
         snprintf(err, errcap, "threads: must be 0..1024");
         return -EINVAL;
     }
-    for (int c = 0; c < m->layers[0].out.c; c++)
-        if (!(cfg->std[c] > 0)) {
-            snprintf(err, errcap, "input.normalize.std[%d]: must be > 0", c);
-            return -EINVAL;
-        }
-    return td_optim_validate(&cfg->optim, err, errcap);
+    return td_backend_check_config(m, cfg, err, errcap);
 }
 
 int td_backend_cpu_create(const td_model *model, const td_backend_config *cfg,
