@@ -1,5 +1,6 @@
 /* test_daemon.c - traind live: started by each test on its own socket and
  * state dir, driven over the control protocol. */
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -343,6 +344,49 @@ START_TEST(test_stale_socket_and_live_socket)
 }
 END_TEST
 
+/* A subscriber that never reads: it gets no step events past the soft
+ * limit and only the newest window; once even the rest passes the hard
+ * limit it is disconnected.  Training never waits for it. */
+START_TEST(test_subscriber_that_never_reads_is_dropped)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *r = th_request(fd, "config_set", json_pack("{s:s, s:i}", "key",
+                           "subscriber_soft_bytes", "value", 4096));
+    json_decref(r);
+    r = th_request(fd, "config_set", json_pack("{s:s, s:i}", "key",
+                   "subscriber_max_bytes", "value", 65536));
+    json_decref(r);
+    int lazy = th_connect(&H, NULL);
+    r = th_request(lazy, "subscribe", json_pack("{s:i}", "every_steps", 1));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    /* 300 epochs of 100 tiny steps: far more epoch events than the socket
+     * buffer and 64 KiB hold. */
+    int64_t id = th_submit(fd, th_tiny_spec(300, 0));
+    ck_assert(th_wait_state(fd, id, "completed", 120000));
+    /* Now read: what was queued comes out, then end-of-file, because the
+     * daemon closed this connection (a live one would just go quiet). */
+    int eof = 0, quiet = 0;
+    char buf[65536];
+    while (!eof && !quiet) {
+        struct pollfd p = {.fd = lazy, .events = POLLIN};
+        if (poll(&p, 1, 3000) <= 0) {
+            quiet = 1;
+            break;
+        }
+        ssize_t n = read(lazy, buf, sizeof buf);
+        if (n <= 0)
+            eof = 1;
+    }
+    ck_assert_msg(eof, "the lazy subscriber was not disconnected");
+    r = th_request(fd, "version", NULL); /* the others never noticed */
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(lazy);
+    close(fd);
+}
+END_TEST
+
 static Suite *daemon_suite(void)
 {
     Suite *s = suite_create("daemon");
@@ -365,6 +409,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(tc, test_config_get_set);
     tcase_add_test(tc, test_jobs_survive_restart);
     tcase_add_test(tc, test_stale_socket_and_live_socket);
+    tcase_add_test(tc, test_subscriber_that_never_reads_is_dropped);
     suite_add_tcase(s, tc);
     return s;
 }
