@@ -57,6 +57,10 @@ struct td_runner {
     char last_ckpt[4096];
     pthread_mutex_t res_mu;          /* last_ckpt, counters (writer thread) */
     double last_loss, last_lr;
+    /* the input autotuner (workers/prefetch "auto") */
+    int tune_workers, tune_prefetch; /* 1 when the spec leaves it to us */
+    int64_t tune_slot_wait_ns;       /* pipeline's slot wait at last look */
+    int tune_quiet_windows;          /* windows in a row without input wait */
     /* timeline recording (trace.h): want is set by td_runner_trace from
      * any thread; the rest belongs to the trainer thread */
     td_trace *trace;
@@ -164,6 +168,14 @@ static int td__pipeline(td_runner *r, const td_spec_paths *paths, int train,
     pc.batch_size = s->batch_size;
     pc.workers = s->input.workers > 0 ? s->input.workers : td__ncpu();
     pc.prefetch = s->input.prefetch > 0 ? s->input.prefetch : 4;
+    /* Room for the autotuner to grow the ring.  The slots are allocated up
+     * front, so at most 16 of them and at most 512 MiB in all. */
+    if (s->input.prefetch == 0) {
+        size_t slot = (size_t)s->batch_size * (size_t)s->input.size[0] *
+                      (size_t)s->input.size[1] * (size_t)s->input.channels;
+        size_t fit = slot ? ((size_t)512 << 20) / slot : 16;
+        pc.max_prefetch = fit > 16 ? 16 : fit < 4 ? 4 : (int)fit;
+    }
     pc.seed = s->seed;
     pc.max_bad_ratio = s->max_bad_ratio;
     pc.layout = TD_LAYOUT_NHWC;
@@ -242,6 +254,8 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     if (!synthetic && s->data.val.n &&
         (rc = td__pipeline(r, &s->data.val, 0, &r->val, err, errcap)))
         goto fail;
+    r->tune_workers = s->input.workers == 0;
+    r->tune_prefetch = s->input.prefetch == 0;
     if ((rc = td__model(r, err, errcap)))
         goto fail;
 
@@ -688,6 +702,54 @@ static json_t *td__with_progress(td_runner *r, json_t *o, int64_t epoch)
     return o;
 }
 
+/* The input autotuner, once per metrics window: when the trainer waited
+ * for input (input_wait_ratio >= 5%), add a decode worker, or once all
+ * are busy a batch of prefetch; when it never waited for three windows in
+ * a row and the workers spent time blocked on a full ring, take a worker
+ * away (they were idle: cores are better left to compute).  Only for the
+ * settings the job left "auto". */
+static void td__autotune(td_runner *r, const td_metrics_counters *mc,
+                         json_t *window)
+{
+    td_pipeline_stats ps;
+    if (!r->train)
+        return;
+    td_pipeline_stats_get(r->train, &ps);
+    int64_t slot_wait = ps.slot_wait_ns - r->tune_slot_wait_ns;
+    r->tune_slot_wait_ns = ps.slot_wait_ns;
+    int workers = ps.workers, prefetch = ps.prefetch;
+    const char *why = NULL;
+    if (mc->input_wait_ratio >= 0.05) {
+        r->tune_quiet_windows = 0;
+        if (r->tune_workers &&
+            td_pipeline_set_workers(r->train, workers + 1) == 0) {
+            workers++;
+            why = "the trainer waited for input";
+        } else if (r->tune_prefetch &&
+                   td_pipeline_set_prefetch(r->train, prefetch + 1) == 0) {
+            prefetch++;
+            why = "the trainer waited for input; all workers are busy";
+        }
+    } else if (mc->input_wait_ratio < 0.005 && slot_wait > 0) {
+        if (++r->tune_quiet_windows >= 3 && r->tune_workers && workers > 1 &&
+            td_pipeline_set_workers(r->train, workers - 1) == 0) {
+            workers--;
+            r->tune_quiet_windows = 0;
+            why = "no input wait and the workers idled on a full ring";
+        }
+    } else {
+        r->tune_quiet_windows = 0;
+    }
+    if (why)
+        td_logf(TD_LOG_INFO, r->o.job, "autotune: %d worker(s), prefetch %d "
+                "(%s: input wait %.1f%%)", workers, prefetch, why,
+                100 * mc->input_wait_ratio);
+    if (window) {
+        json_object_set_new(window, "workers", json_integer(workers));
+        json_object_set_new(window, "prefetch", json_integer(prefetch));
+    }
+}
+
 static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
 {
     td_runner *r = user;
@@ -711,8 +773,11 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
     td__emit(r, "step", td__with_progress(r, step, s->epoch));
     if (closed > 0) {
         json_t *w = td_metrics_window_json(r->metrics);
+        td_metrics_counters mc;
+        td_metrics_get_counters(r->metrics, &mc);
         if (w)
             json_object_set_new(w, "step", json_integer(s->step + 1));
+        td__autotune(r, &mc, w);
         td__emit(r, "window", td__with_progress(r, w, s->epoch));
     }
     td__trace_step(r, s, ckpt_ns, closed);

@@ -1,0 +1,80 @@
+/* test_autotune.c - the input autotuner in a live traind: a job whose
+ * input is the bottleneck (large JPEGs, a tiny model) and leaves workers
+ * and prefetch "auto" gets more decode workers, then a deeper ring, and
+ * says so in its log and its window events. */
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon_harness.h"
+#include "support/jpeggen.h"
+#include "tdtest.h"
+
+TH_FIXTURE(H)
+
+START_TEST(test_input_bound_job_gets_more_workers)
+{
+    char *data = td_test_tmpdir("autotune");
+    td_test_make_folder(data, 4, 24, 320, 320);
+    int fd = th_connect(&H, NULL);
+    json_t *spec = json_pack(
+        "{s:s, s:{s:s, s:i}, s:{s:[i,i], s:i, s:[{s:s}], s:{s:[f,f,f],"
+        " s:[f,f,f]}},"
+        " s:{s:[{s:s, s:s, s:i, s:i, s:i}, {s:s, s:s}, {s:s, s:s},"
+        "       {s:s, s:s, s:s}]},"
+        " s:{s:s, s:f}, s:i, s:i, s:i, s:i, s:{s:i, s:i}, s:{s:i, s:b}}",
+        "name", "input-bound", "data", "train", data, "classes", 4, "input",
+        "size", 32, 32, "channels", 3, "augment", "op", "random_resized_crop",
+        "normalize", "mean", 0.5, 0.5, 0.5, "std", 0.25, 0.25, 0.25, "model",
+        "layers", "type", "conv2d", "name", "c1", "channels", 4, "kernel", 3,
+        "pad", 1, "type", "relu", "name", "r1", "type", "flatten", "name",
+        "f", "type", "dense", "name", "fc", "units", "classes", "optimizer",
+        "type", "sgd", "lr", 0.01, "batch_size", 16, "epochs", 100000, "seed",
+        1, "threads", 1, "metrics", "warmup_steps", 2, "window_steps", 4,
+        "checkpoint", "every_steps", 0, "at_epoch_end", 0);
+    int64_t id = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, id, "running", 20000));
+    /* Watch the windows: the worker count (or the ring) must grow. */
+    json_t *r = th_request(fd, "subscribe",
+                           json_pack("{s:I, s:[s]}", "job", (json_int_t)id,
+                                     "events", "window"));
+    json_decref(r);
+    int first_workers = -1, grew = 0;
+    for (int i = 0; i < 40 && !grew; i++) {
+        json_t *ev = th_wait_event(fd, "window", id, NULL, 20000, NULL);
+        ck_assert_ptr_nonnull(ev);
+        json_t *d = json_object_get(ev, "data");
+        int w = (int)json_integer_value(json_object_get(d, "workers"));
+        int p = (int)json_integer_value(json_object_get(d, "prefetch"));
+        ck_assert_int_gt(w, 0);
+        if (first_workers < 0)
+            first_workers = w;
+        grew = w > first_workers || p > 4;
+        json_decref(ev);
+    }
+    ck_assert_msg(grew, "workers stayed at %d", first_workers);
+    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)id));
+    json_decref(r);
+    ck_assert(th_wait_state(fd, id, "cancelled", 20000));
+    r = th_request(fd, "logs", json_pack("{s:I}", "job", (json_int_t)id));
+    char *logs = json_dumps(th_ok(r), 0);
+    ck_assert_msg(strstr(logs, "autotune: "), "%s", logs);
+    free(logs);
+    json_decref(r);
+    close(fd);
+    td_test_rmtree(data);
+    free(data);
+}
+END_TEST
+
+static Suite *autotune_suite(void)
+{
+    Suite *s = suite_create("autotune");
+    TCase *tc = tcase_create("live");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 180);
+    tcase_add_test(tc, test_input_bound_job_gets_more_workers);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(autotune_suite)
