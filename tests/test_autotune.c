@@ -66,6 +66,58 @@ START_TEST(test_input_bound_job_gets_more_workers)
 }
 END_TEST
 
+/* A compute-bound job (tiny JPEGs, a wider model): the workers idle on a
+ * full ring and the trainer never waits, so one of them is taken away. */
+START_TEST(test_compute_bound_job_gets_fewer_workers)
+{
+    char *data = td_test_tmpdir("autotune-down");
+    td_test_make_folder(data, 4, 24, 24, 24);
+    int fd = th_connect(&H, NULL);
+    json_t *spec = json_pack(
+        "{s:s, s:{s:s, s:i}, s:{s:[i,i], s:i, s:{s:[f,f,f], s:[f,f,f]}},"
+        " s:{s:[{s:s, s:s, s:i, s:i, s:i}, {s:s, s:s}, {s:s, s:s, s:i,"
+        " s:i, s:i}, {s:s, s:s}, {s:s, s:s}, {s:s, s:s, s:s}]},"
+        " s:{s:s, s:f}, s:i, s:i, s:i, s:i, s:{s:i, s:i}, s:{s:i, s:b}}",
+        "name", "compute-bound", "data", "train", data, "classes", 4,
+        "input", "size", 24, 24, "channels", 3, "normalize",
+        "mean", 0.5, 0.5, 0.5, "std", 0.25, 0.25, 0.25, "model", "layers",
+        "type", "conv2d", "name", "c1", "channels", 64, "kernel", 3, "pad", 1,
+        "type", "relu", "name", "r1", "type", "conv2d", "name", "c2",
+        "channels", 64, "kernel", 3, "pad", 1, "type", "relu", "name", "r2",
+        "type", "flatten", "name", "f", "type", "dense", "name", "fc",
+        "units", "classes", "optimizer", "type", "sgd", "lr", 0.01,
+        "batch_size", 16, "epochs", 100000, "seed", 1, "threads", 1,
+        "metrics", "warmup_steps", 2, "window_steps", 4, "checkpoint",
+        "every_steps", 0, "at_epoch_end", 0);
+    ck_assert_ptr_nonnull(spec); /* workers and prefetch: "auto" */
+    int64_t id = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, id, "running", 20000));
+    json_t *r = th_request(fd, "subscribe",
+                           json_pack("{s:I, s:[s]}", "job", (json_int_t)id,
+                                     "events", "window"));
+    json_decref(r);
+    int first = -1, shrank = 0;
+    for (int i = 0; i < 60 && !shrank; i++) {
+        json_t *ev = th_wait_event(fd, "window", id, NULL, 20000, NULL);
+        ck_assert_ptr_nonnull(ev);
+        int w = (int)json_integer_value(json_object_get(
+            json_object_get(ev, "data"), "workers"));
+        if (first < 0)
+            first = w;
+        shrank = w < first;
+        json_decref(ev);
+    }
+    ck_assert_msg(first > 1, "started with %d worker(s)", first);
+    ck_assert_msg(shrank, "workers stayed at %d", first);
+    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)id));
+    json_decref(r);
+    ck_assert(th_wait_state(fd, id, "cancelled", 20000));
+    close(fd);
+    td_test_rmtree(data);
+    free(data);
+}
+END_TEST
+
 static Suite *autotune_suite(void)
 {
     Suite *s = suite_create("autotune");
@@ -73,6 +125,7 @@ static Suite *autotune_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_input_bound_job_gets_more_workers);
+    tcase_add_test(tc, test_compute_bound_job_gets_fewer_workers);
     suite_add_tcase(s, tc);
     return s;
 }
