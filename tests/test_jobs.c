@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "device.h"
 #include "daemon_harness.h"
 #include "tdtest.h"
 
@@ -109,6 +110,35 @@ START_TEST(test_plain_sgd_job_checkpoints)
                                   "checkpoints");
     ck_assert_int_ge(json_array_size(cks), 1);
     json_decref(r);
+    close(fd);
+}
+END_TEST
+
+/* A job for a GPU this machine does not have fails with the reason; the
+ * daemon goes on serving (and a CPU job after it completes). */
+START_TEST(test_absent_gpu_fails_the_job_only)
+{
+    int fd = th_connect(&H, NULL);
+    td_device_info info;
+    td_device_probe(&info);
+    if (info.cuda_count > 0) {
+        printf("skipped: this machine has a GPU\n");
+        close(fd);
+        return;
+    }
+    json_t *spec = th_tiny_spec(1, 0);
+    json_object_set_new(spec, "device", json_string("cuda:0"));
+    int64_t gpu = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, gpu, "failed", 20000));
+    json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
+                                                 (json_int_t)gpu));
+    const char *reason = json_string_value(json_object_get(
+        json_object_get(th_ok(r), "job"), "reason"));
+    ck_assert_msg(reason && strstr(reason, "cuda:0") &&
+                  strstr(reason, "not available"), "reason: %s", reason);
+    json_decref(r);
+    int64_t cpu = th_submit(fd, th_tiny_spec(1, 0));
+    ck_assert(th_wait_state(fd, cpu, "completed", 60000));
     close(fd);
 }
 END_TEST
@@ -254,6 +284,7 @@ static Suite *jobs_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_job_completes_with_events_and_checkpoints);
     tcase_add_test(tc, test_plain_sgd_job_checkpoints);
+    tcase_add_test(tc, test_absent_gpu_fails_the_job_only);
     tcase_add_test(tc, test_sigterm_mid_run_resumes_exactly);
     tcase_add_test(tc, test_pause_resume_continues_exactly);
     tcase_add_test(tc, test_kill9_mid_run_resumes_from_last_checkpoint);
