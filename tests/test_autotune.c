@@ -11,6 +11,44 @@
 
 TH_FIXTURE(H)
 
+/* Submits spec, waits until it runs, then reads its window events (at most
+ * max_windows) until the worker count moves in direction dir (+1 or -1),
+ * or, for dir > 0, the ring grows past its starting 4 slots.  Returns 1 if
+ * it did; *first gets the worker count of the first window. */
+static int workers_move(int fd, json_t *spec, int dir, int max_windows,
+                        int64_t *id, int *first)
+{
+    *id = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, *id, "running", 20000));
+    json_t *r = th_request(fd, "subscribe",
+                           json_pack("{s:I, s:[s]}", "job", (json_int_t)*id,
+                                     "events", "window"));
+    json_decref(r);
+    *first = -1;
+    int moved = 0;
+    for (int i = 0; i < max_windows && !moved; i++) {
+        json_t *ev = th_wait_event(fd, "window", *id, NULL, 20000, NULL);
+        ck_assert_ptr_nonnull(ev);
+        json_t *d = json_object_get(ev, "data");
+        int w = (int)json_integer_value(json_object_get(d, "workers"));
+        int p = (int)json_integer_value(json_object_get(d, "prefetch"));
+        ck_assert_int_gt(w, 0);
+        if (*first < 0)
+            *first = w;
+        moved = dir > 0 ? w > *first || p > 4 : w < *first;
+        json_decref(ev);
+    }
+    return moved;
+}
+
+static void cancel_job(int fd, int64_t id)
+{
+    json_t *r = th_request(fd, "cancel", json_pack("{s:I}", "job",
+                                                   (json_int_t)id));
+    json_decref(r);
+    ck_assert(th_wait_state(fd, id, "cancelled", 20000));
+}
+
 START_TEST(test_input_bound_job_gets_more_workers)
 {
     char *data = td_test_tmpdir("autotune");
@@ -31,31 +69,13 @@ START_TEST(test_input_bound_job_gets_more_workers)
         "type", "sgd", "lr", 0.01, "batch_size", 16, "epochs", 100000, "seed",
         1, "threads", 1, "metrics", "warmup_steps", 2, "window_steps", 4,
         "checkpoint", "every_steps", 0, "at_epoch_end", 0);
-    int64_t id = th_submit(fd, spec);
-    ck_assert(th_wait_state(fd, id, "running", 20000));
+    int64_t id;
+    int first;
     /* Watch the windows: the worker count (or the ring) must grow. */
-    json_t *r = th_request(fd, "subscribe",
-                           json_pack("{s:I, s:[s]}", "job", (json_int_t)id,
-                                     "events", "window"));
-    json_decref(r);
-    int first_workers = -1, grew = 0;
-    for (int i = 0; i < 40 && !grew; i++) {
-        json_t *ev = th_wait_event(fd, "window", id, NULL, 20000, NULL);
-        ck_assert_ptr_nonnull(ev);
-        json_t *d = json_object_get(ev, "data");
-        int w = (int)json_integer_value(json_object_get(d, "workers"));
-        int p = (int)json_integer_value(json_object_get(d, "prefetch"));
-        ck_assert_int_gt(w, 0);
-        if (first_workers < 0)
-            first_workers = w;
-        grew = w > first_workers || p > 4;
-        json_decref(ev);
-    }
-    ck_assert_msg(grew, "workers stayed at %d", first_workers);
-    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)id));
-    json_decref(r);
-    ck_assert(th_wait_state(fd, id, "cancelled", 20000));
-    r = th_request(fd, "logs", json_pack("{s:I}", "job", (json_int_t)id));
+    ck_assert_msg(workers_move(fd, spec, +1, 40, &id, &first),
+                  "workers stayed at %d", first);
+    cancel_job(fd, id);
+    json_t *r = th_request(fd, "logs", json_pack("{s:I}", "job", (json_int_t)id));
     char *logs = json_dumps(th_ok(r), 0);
     ck_assert_msg(strstr(logs, "autotune: "), "%s", logs);
     free(logs);
@@ -90,28 +110,12 @@ START_TEST(test_compute_bound_job_gets_fewer_workers)
         "metrics", "warmup_steps", 2, "window_steps", 4, "checkpoint",
         "every_steps", 0, "at_epoch_end", 0);
     ck_assert_ptr_nonnull(spec); /* workers and prefetch: "auto" */
-    int64_t id = th_submit(fd, spec);
-    ck_assert(th_wait_state(fd, id, "running", 20000));
-    json_t *r = th_request(fd, "subscribe",
-                           json_pack("{s:I, s:[s]}", "job", (json_int_t)id,
-                                     "events", "window"));
-    json_decref(r);
-    int first = -1, shrank = 0;
-    for (int i = 0; i < 60 && !shrank; i++) {
-        json_t *ev = th_wait_event(fd, "window", id, NULL, 20000, NULL);
-        ck_assert_ptr_nonnull(ev);
-        int w = (int)json_integer_value(json_object_get(
-            json_object_get(ev, "data"), "workers"));
-        if (first < 0)
-            first = w;
-        shrank = w < first;
-        json_decref(ev);
-    }
+    int64_t id;
+    int first;
+    int shrank = workers_move(fd, spec, -1, 60, &id, &first);
     ck_assert_msg(first > 1, "started with %d worker(s)", first);
     ck_assert_msg(shrank, "workers stayed at %d", first);
-    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)id));
-    json_decref(r);
-    ck_assert(th_wait_state(fd, id, "cancelled", 20000));
+    cancel_job(fd, id);
     close(fd);
     td_test_rmtree(data);
     free(data);
