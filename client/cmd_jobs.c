@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
+#include "spec.h"
 #include "watch.h"
 
 /* ---- submit ----------------------------------------------------------- */
@@ -30,38 +31,6 @@ static const char submit_usage[] =
     "  --follow           then watch the job live and exit with its outcome\n"
     "                     (0 completed, 1 failed or cancelled)\n"
     "  --json             print the daemon's reply as JSON\n";
-
-/* Sets root[a][b]... = value for a dotted path, creating objects. */
-static int td__set_path(json_t *root, const char *path, const char *value,
-                        char *err, size_t errcap)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    json_t *cur = root;
-    char *save = NULL, *tok = strtok_r(buf, ".", &save);
-    while (tok) {
-        char *next = strtok_r(NULL, ".", &save);
-        if (!next) {
-            json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
-            if (!v)
-                v = json_string(value);
-            json_object_set_new(cur, tok, v);
-            return 0;
-        }
-        json_t *child = json_object_get(cur, tok);
-        if (!child) {
-            child = json_object();
-            json_object_set_new(cur, tok, child);
-        } else if (!json_is_object(child)) {
-            snprintf(err, errcap, "%s: '%s' is not an object", path, tok);
-            return -1;
-        }
-        cur = child;
-        tok = next;
-    }
-    snprintf(err, errcap, "empty key in '%s'", path);
-    return -1;
-}
 
 /* Makes relative data.train / data.val paths absolute against dir. */
 static void td__absolute_paths(json_t *spec, const char *dir)
@@ -109,17 +78,9 @@ int td_cmd_submit(int argc, char **argv)
         json_decref(spec);
         return TD_EXIT_USAGE;
     }
-    for (int i = 0; sets[i]; i++) {
-        char err[300];
-        const char *eq = strchr(sets[i], '=');
-        if (!eq || eq == sets[i]) {
-            json_decref(spec);
-            return td_cli_usage_error(&cli, "--set takes KEY=VALUE, not '%s'",
-                                      sets[i]);
-        }
-        char key[256];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
-        if (td__set_path(spec, key, eq + 1, err, sizeof err)) {
+    for (int i = 0; sets[i]; i++) { /* the same code as traind --run */
+        char err[600];
+        if (td_spec_apply_set(spec, sets[i], err, sizeof err)) {
             json_decref(spec);
             return td_cli_usage_error(&cli, "--set %s", err);
         }
