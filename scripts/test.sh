@@ -19,6 +19,7 @@ base=${TD_BUILD_BASE:-$root/build-test}
 
 passed=0 failed=0 skipped=0
 status=0
+failures="" # Check's failure lines, repeated at the end where CI logs show them
 
 setup() { # dir, options...
   local dir=$1; shift
@@ -52,6 +53,11 @@ run() { # name, dir, "test options", meson options...
     [[ -f "$dir/meson-logs/testlog.json" ]] || failed=$((failed + 1))
   fi
   count "$dir"
+  if [[ $status -ne 0 && -f "$dir/meson-logs/testlog.txt" ]]; then
+    failures+=$(grep -E '^[^ ]+\.c:[0-9]+:[EF]:' "$dir/meson-logs/testlog.txt" |
+      sed "s|^|  [$name] |" | head -20 || true)
+    failures+=$'\n'
+  fi
   echo "== $name: $((SECONDS - t0)) s"
 }
 
@@ -64,6 +70,10 @@ run "ThreadSanitizer build (threaded suites)" "$base/tsan" "--suite threaded" \
   -Dwerror=true -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false \
   -Dbuildtype=debugoptimized
 
+if [[ -n ${failures//$'\n'/} ]]; then
+  echo "failed checks:"
+  printf '%s' "$failures" | grep -v '^$' || true
+fi
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 if ((failed > 0)); then status=1; fi
 exit $status

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "daemon_harness.h"
 
+#include "clock.h"
+
 #include <check.h>
 
 #include <errno.h>
@@ -321,7 +323,10 @@ json_t *th_spec(int epochs, int every, int size, int channels)
 json_t *th_wait_event(int fd, const char *kind, int64_t job,
                       const char *state, int timeout_ms, json_t *log)
 {
-    for (int waited = 0; waited < timeout_ms; waited += 100) {
+    /* A deadline on the clock, not a count of reads: a busy stream
+     * returns many events per 100 ms. */
+    int64_t deadline = td_now_ns() + (int64_t)timeout_ms * TD_NS_PER_MS;
+    while (td_now_ns() < deadline) {
         json_t *ev = th_read_json(fd, 100);
         if (!ev)
             continue;
@@ -341,7 +346,8 @@ json_t *th_wait_event(int fd, const char *kind, int64_t job,
 
 int th_wait_state(int fd, int64_t job, const char *state, int timeout_ms)
 {
-    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+    int64_t deadline = td_now_ns() + (int64_t)timeout_ms * TD_NS_PER_MS;
+    for (int first = 1; first || td_now_ns() < deadline; first = 0) {
         json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
                                                      (json_int_t)job));
         const char *st = json_string_value(json_object_get(
