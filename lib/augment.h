@@ -99,9 +99,15 @@ typedef struct td_resampler {
     uint16_t *wy;
     uint8_t *tmp;           /* one vertically blended region row */
     size_t tmp_cap;
+    int avx2;               /* use the AVX2 passes (same results) */
 } td_resampler;
 
+/* Tables for out_w x out_h x c; the AVX2 passes are used when the CPU
+ * has AVX2 (td_resampler_use_avx2 turns them off or on, for tests: both
+ * give the same bytes). */
 int td_resampler_init(td_resampler *r, int out_w, int out_h, int c);
+/* 1 if the AVX2 passes are now in use (the CPU must have AVX2). */
+int td_resampler_use_avx2(td_resampler *r, int on);
 void td_resampler_free(td_resampler *r);
 
 /* Writes the sample (out_w x out_h x c) at dst: HWC, or CHW (planes of

@@ -536,6 +536,66 @@ START_TEST(test_flip_mirrors_and_chw_transposes)
 }
 END_TEST
 
+/* The AVX2 passes give the same bytes as the SSE2/scalar ones: random
+ * crops (pad and flip included), RGB and gray, widths that leave every
+ * tail length, HWC and CHW. */
+START_TEST(test_avx2_resampler_matches_scalar)
+{
+    td_resampler probe;
+    ck_assert_int_eq(td_resampler_init(&probe, 8, 8, 3), 0);
+    int have = probe.avx2;
+    td_resampler_free(&probe);
+    if (!have) {
+        fprintf(stderr, "skipped: this CPU has no AVX2\n");
+        return;
+    }
+    static const int sizes[][2] = {{224, 224}, {37, 29}, {11, 16}, {64, 3}};
+    td_decoder *d;
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    for (int c = 1; c <= 3; c += 2)
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            int ow = sizes[k][0], oh = sizes[k][1];
+            uint8_t *j, *a = malloc((size_t)ow * oh * 3),
+                        *b = malloc((size_t)ow * oh * 3);
+            size_t n;
+            td_test_jpeg(300 + 17 * (int)k, 260, c == 3 ? TD_TEST_RGB
+                                                         : TD_TEST_GRAY,
+                         420, 90, 0, (int)k, &j, &n);
+            td_augment ops[3];
+            td_augment_default(&ops[0], k % 2 ? TD_AUG_PAD_CROP
+                                              : TD_AUG_RANDOM_RESIZED_CROP);
+            ops[0].pad = 5;
+            td_augment_default(&ops[1], TD_AUG_FLIP);
+            td_resampler rs;
+            ck_assert_int_eq(td_resampler_init(&rs, ow, oh, c), 0);
+            for (uint64_t s = 0; s < 24; s++)
+                for (int lay = 0; lay < 2; lay++) {
+                    enum td_layout l = lay ? TD_LAYOUT_NCHW : TD_LAYOUT_NHWC;
+                    td_aug_plan p;
+                    td_augment_plan(ops, 2, 1, 7, 0, s, 300 + 17 * (int)k,
+                                    260, k % 2 ? 300 + 17 * (int)k : ow,
+                                    k % 2 ? 260 : oh, &p);
+                    if (k % 2) { /* pad_crop keeps the input size: */
+                        p.w = ow; /* take an ow x oh window of it */
+                        p.h = oh;
+                    }
+                    ck_assert_int_eq(td_resampler_use_avx2(&rs, 1), 1);
+                    run_sample(d, &rs, j, n, &p, ow, oh, c, 0, l, a);
+                    ck_assert_int_eq(td_resampler_use_avx2(&rs, 0), 0);
+                    run_sample(d, &rs, j, n, &p, ow, oh, c, 0, l, b);
+                    ck_assert_msg(memcmp(a, b, (size_t)ow * oh * c) == 0,
+                                  "%dx%dx%d sample %d layout %d differs",
+                                  ow, oh, c, (int)s, lay);
+                }
+            td_resampler_free(&rs);
+            free(a);
+            free(b);
+            free(j);
+        }
+    td_decoder_destroy(d);
+}
+END_TEST
+
 START_TEST(test_center_crop_box)
 {
     td_augment ops[1];
@@ -707,6 +767,7 @@ static Suite *decode_suite(void)
     tcase_add_test(ta, test_rrc_draws_follow_torchvision_ranges);
     tcase_add_test(ta, test_pad_crop_is_a_shift_with_zeros);
     tcase_add_test(ta, test_flip_mirrors_and_chw_transposes);
+    tcase_add_test(ta, test_avx2_resampler_matches_scalar);
     tcase_add_test(ta, test_center_crop_box);
     tcase_add_test(ta, test_color_jitter);
     tcase_add_test(ta, test_parse_and_validate);
