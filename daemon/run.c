@@ -89,8 +89,7 @@ static void td__event(void *user, const char *kind, json_t *d)
     json_decref(d);
 }
 
-/* $TD_MODELS_DIR, else <job dir>/../models, else the installed zoo. */
-static void td__models_dir(const char *job, char *out, size_t cap)
+void td_models_dir(const char *job, char *out, size_t cap)
 {
     const char *env = getenv("TD_MODELS_DIR");
     char tmp[4096];
@@ -99,9 +98,12 @@ static void td__models_dir(const char *job, char *out, size_t cap)
         snprintf(out, cap, "%s", env);
         return;
     }
-    snprintf(tmp, sizeof tmp, "%s", job);
-    snprintf(out, cap, "%s/../models", dirname(tmp));
-    if (stat(out, &st) != 0)
+    out[0] = '\0';
+    if (job) {
+        snprintf(tmp, sizeof tmp, "%s", job);
+        snprintf(out, cap, "%s/../models", dirname(tmp));
+    }
+    if (!job || stat(out, &st) != 0)
         snprintf(out, cap, "%s", TD_MODELS_INSTALL_DIR);
 }
 
@@ -117,7 +119,7 @@ int td_run_job(const char *path, const td_run_options *opt)
                            sizeof err);
     if (rc)
         goto out;
-    td__models_dir(path, models, sizeof models);
+    td_models_dir(path, models, sizeof models);
     td_runner_opts ro = {.spec = &spec, .models_dir = models,
                          .ckpt_dir = opt->checkpoint_dir,
                          .resume = opt->resume,

@@ -2,6 +2,8 @@
 #ifndef TD_RUN_H
 #define TD_RUN_H
 
+#include <stddef.h>
+
 typedef struct td_run_options {
     int json;                  /* JSON lines instead of text */
     const char *const *sets;   /* "key.path=value" overrides, in order */
@@ -14,5 +16,10 @@ typedef struct td_run_options {
 /* Returns the process exit status: 0 on success, 1 on any error (after
  * printing a message naming the job file and the problem to stderr). */
 int td_run_job(const char *path, const td_run_options *opt);
+
+/* Where model names are looked up: $TD_MODELS_DIR, else (for a job file
+ * given by path, NULL for none) <its dir>/../models when that exists,
+ * else the installed zoo. */
+void td_models_dir(const char *job_path, char *out, size_t cap);
 
 #endif

@@ -20,6 +20,7 @@
 #include "daemon.h"
 #include "device.h"
 #include "error.h"
+#include "run.h"
 #include "log.h"
 #include "notify.h"
 #include "obs.h"
@@ -140,12 +141,6 @@ static void *td__thread(void *arg)
 
 /* ---- loop side -------------------------------------------------------- */
 
-static void td__models_dir(char *out, size_t cap)
-{
-    const char *env = getenv("TD_MODELS_DIR");
-    snprintf(out, cap, "%s", env && *env ? env : TD_MODELS_INSTALL_DIR);
-}
-
 int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
                           char *err, size_t errcap)
 {
@@ -172,7 +167,7 @@ int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
     td_logf(TD_LOG_INFO, j->id, "device: %s%s%s", ch.desc,
             ch.kind == TD_DEVICE_CPU && info.cuda_built ? " — " : "",
             ch.kind == TD_DEVICE_CPU && info.cuda_built ? info.reason : "");
-    td__models_dir(s->models_dir, sizeof s->models_dir);
+    td_models_dir(NULL, s->models_dir, sizeof s->models_dir);
     snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s/checkpoints/%lld",
              d->state_dir, (long long)j->id);
     long long w = td_settings_int(d->settings, "workers");

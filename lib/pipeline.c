@@ -75,7 +75,7 @@ struct td_pipeline {
     int depth;            /* batches prepared ahead of next_seq */
     struct td__worker *workers;
     _Atomic uint8_t *bad;
-    _Atomic int64_t bad_count, consumer_wait_ns, batches;
+    _Atomic int64_t bad_count, consumer_wait_ns, starved_ns, batches;
 };
 
 void td_pipeline_config_default(td_pipeline_config *c)
@@ -561,7 +561,7 @@ int td_pipeline_start(td_pipeline *p, int64_t epoch, int64_t step)
 
 int td_pipeline_next(td_pipeline *p, td_batch *b, int64_t *wait_ns)
 {
-    int64_t t0 = td_now_ns();
+    int64_t t0 = td_now_ns(), starved_from = 0;
     int rc = 0;
     pthread_mutex_lock(&p->mu);
     struct td__slot *s = td__slot_of(p, p->next_seq);
@@ -581,6 +581,8 @@ int td_pipeline_next(td_pipeline *p, td_batch *b, int64_t *wait_ns)
         if (s->seq == p->next_seq && !s->out &&
             s->done == td__chunks(p, p->next_seq))
             break;
+        if (!starved_from)
+            starved_from = td_now_ns();
         pthread_cond_wait(&p->ready_cv, &p->mu);
     }
     if (rc == 0) {
@@ -599,9 +601,12 @@ int td_pipeline_next(td_pipeline *p, td_batch *b, int64_t *wait_ns)
                         .slot = s};
     }
     pthread_mutex_unlock(&p->mu);
-    int64_t waited = td_now_ns() - t0;
+    int64_t now = td_now_ns(), waited = now - t0;
     atomic_fetch_add_explicit(&p->consumer_wait_ns, waited,
                               memory_order_relaxed);
+    if (starved_from)
+        atomic_fetch_add_explicit(&p->starved_ns, now - starved_from,
+                                  memory_order_relaxed);
     if (rc == 0)
         atomic_fetch_add_explicit(&p->batches, 1, memory_order_relaxed);
     if (wait_ns)
@@ -708,6 +713,7 @@ void td_pipeline_stats_get(td_pipeline *p, td_pipeline_stats *s)
     }
     s->consumer_wait_ns = atomic_load_explicit(&p->consumer_wait_ns,
                                                memory_order_relaxed);
+    s->starved_ns = atomic_load_explicit(&p->starved_ns, memory_order_relaxed);
     s->batches = atomic_load_explicit(&p->batches, memory_order_relaxed);
     s->bad_samples = atomic_load_explicit(&p->bad_count, memory_order_relaxed);
 }

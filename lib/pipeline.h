@@ -107,6 +107,8 @@ typedef struct td_pipeline_stats {
     int64_t read_ns, decode_ns, augment_ns;
     int64_t slot_wait_ns;     /* workers waiting for a free slot */
     int64_t consumer_wait_ns; /* time next() blocked */
+    int64_t starved_ns;       /* the part of it spent waiting for a batch
+                               * still being made (not for the lock) */
     int64_t samples;          /* samples written into slots */
     int64_t batches;          /* batches handed to the consumer */
     int64_t bad_samples;      /* distinct bad samples seen */

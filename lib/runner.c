@@ -423,22 +423,40 @@ static void td__autotune(td_runner *r, const td_metrics_counters *mc,
     if (!r->train)
         return;
     td_pipeline_stats_get(r->train, &ps);
+    int64_t now = td_now_ns();
     int64_t slot_wait = ps.slot_wait_ns - r->tune_slot_wait_ns;
+    int64_t starved = ps.starved_ns - r->tune_starved_ns;
+    int64_t span = r->tune_at_ns ? now - r->tune_at_ns : 0;
     r->tune_slot_wait_ns = ps.slot_wait_ns;
+    r->tune_starved_ns = ps.starved_ns;
+    r->tune_at_ns = now;
     int workers = ps.workers, prefetch = ps.prefetch;
     const char *why = NULL;
-    if (mc->input_wait_ratio >= 0.05) {
+    /* The share of the window the trainer waited for a batch that was
+     * not made yet.  input_wait_ratio also holds lock hand-offs and the
+     * trainer's own preemption on a loaded machine, which no worker count
+     * changes. */
+    double starved_ratio = span > 0 ? (double)starved / (double)span : 0;
+    /* A worker more only helps when every worker was busy all window: if
+     * some idled on a full ring, the trainer's waits came from bursts (a
+     * worker descheduled on a loaded machine, an odd slow image), which
+     * a deeper ring absorbs and more threads would make worse. */
+    if (span <= 0) {
+        /* the first window: nothing to compare with yet */
+    } else if (starved_ratio >= 0.05) {
         r->tune_quiet_windows = 0;
-        if (r->tune_workers &&
+        if (slot_wait == 0 && r->tune_workers &&
             td_pipeline_set_workers(r->train, workers + 1) == 0) {
             workers++;
             why = "the trainer waited for input";
         } else if (r->tune_prefetch &&
                    td_pipeline_set_prefetch(r->train, prefetch + 1) == 0) {
             prefetch++;
-            why = "the trainer waited for input; all workers are busy";
+            why = slot_wait > 0 ? "the trainer waited for input in bursts"
+                                : "the trainer waited for input; all "
+                                  "workers are busy";
         }
-    } else if (mc->input_wait_ratio < 0.005 && slot_wait > 0) {
+    } else if (starved_ratio < 0.01 && slot_wait > 0) {
         if (++r->tune_quiet_windows >= 3 && r->tune_workers && workers > 1 &&
             td_pipeline_set_workers(r->train, workers - 1) == 0) {
             workers--;
@@ -450,7 +468,8 @@ static void td__autotune(td_runner *r, const td_metrics_counters *mc,
     }
     if (why)
         td_logf(TD_LOG_INFO, r->o.job, "autotune: %d worker(s), prefetch %d "
-                "(%s: input wait %.1f%%)", workers, prefetch, why,
+                "(%s: starved %.1f%%, input wait %.1f%%)", workers,
+                prefetch, why, 100 * starved_ratio,
                 100 * mc->input_wait_ratio);
     if (window) {
         json_object_set_new(window, "workers", json_integer(workers));

@@ -42,6 +42,8 @@ struct td_runner {
     /* the input autotuner (workers/prefetch "auto") */
     int tune_workers, tune_prefetch; /* 1 when the spec leaves it to us */
     int64_t tune_slot_wait_ns;       /* pipeline's slot wait at last look */
+    int64_t tune_starved_ns;         /* and its consumer's starved time */
+    int64_t tune_at_ns;              /* when that was (0: not yet) */
     int tune_quiet_windows;          /* windows in a row without input wait */
     /* timeline recording (trace.h): want is set by td_runner_trace from
      * any thread; the rest belongs to the trainer thread */

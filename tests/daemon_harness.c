@@ -344,12 +344,16 @@ json_t *th_wait_event(int fd, const char *kind, int64_t job,
     return NULL;
 }
 
+json_t *th_job_request(int fd, const char *cmd, int64_t job)
+{
+    return th_request(fd, cmd, json_pack("{s:I}", "job", (json_int_t)job));
+}
+
 int th_wait_state(int fd, int64_t job, const char *state, int timeout_ms)
 {
     int64_t deadline = td_now_ns() + (int64_t)timeout_ms * TD_NS_PER_MS;
     for (int first = 1; first || td_now_ns() < deadline; first = 0) {
-        json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
-                                                     (json_int_t)job));
+        json_t *r = th_job_request(fd, "show", job);
         const char *st = json_string_value(json_object_get(
             json_object_get(th_ok(r), "job"), "state"));
         int ok = st && strcmp(st, state) == 0;

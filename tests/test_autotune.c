@@ -33,6 +33,11 @@ static int workers_move(int fd, json_t *spec, int dir, int max_windows,
         int w = (int)json_integer_value(json_object_get(d, "workers"));
         int p = (int)json_integer_value(json_object_get(d, "prefetch"));
         ck_assert_int_gt(w, 0);
+        if (getenv("TD_TEST_DEBUG"))
+            fprintf(stderr, "window: workers %d prefetch %d input_wait %.4f "
+                    "verdict %s\n", w, p, json_number_value(json_object_get(
+                        d, "input_wait_ratio")), json_string_value(
+                        json_object_get(d, "verdict")));
         if (*first < 0)
             *first = w;
         moved = dir > 0 ? w > *first || p > 4 : w < *first;
@@ -43,8 +48,7 @@ static int workers_move(int fd, json_t *spec, int dir, int max_windows,
 
 static void cancel_job(int fd, int64_t id)
 {
-    json_t *r = th_request(fd, "cancel", json_pack("{s:I}", "job",
-                                                   (json_int_t)id));
+    json_t *r = th_job_request(fd, "cancel", id);
     json_decref(r);
     ck_assert(th_wait_state(fd, id, "cancelled", 20000));
 }
@@ -75,7 +79,7 @@ START_TEST(test_input_bound_job_gets_more_workers)
     ck_assert_msg(workers_move(fd, spec, +1, 40, &id, &first),
                   "workers stayed at %d", first);
     cancel_job(fd, id);
-    json_t *r = th_request(fd, "logs", json_pack("{s:I}", "job", (json_int_t)id));
+    json_t *r = th_job_request(fd, "logs", id);
     char *logs = json_dumps(th_ok(r), 0);
     ck_assert_msg(strstr(logs, "autotune: "), "%s", logs);
     free(logs);

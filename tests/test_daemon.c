@@ -27,8 +27,7 @@ static int64_t submit(int fd) { return th_submit(fd, th_tiny_spec(1, 0)); }
 
 static void cancel_and_wait(int fd, int64_t id)
 {
-    json_t *r = th_request(fd, "cancel", json_pack("{s:I}", "job",
-                                                   (json_int_t)id));
+    json_t *r = th_job_request(fd, "cancel", id);
     ck_assert_ptr_nonnull(th_ok(r));
     json_decref(r);
     ck_assert(th_wait_state(fd, id, "cancelled", 20000));
@@ -133,16 +132,16 @@ START_TEST(test_submit_list_show_cancel)
     ck_assert_int_eq(json_integer_value(json_object_get(
                          json_array_get(jobs, 0), "uid")), (int)getuid());
     json_decref(r);
-    r = th_request(fd, "show", json_pack("{s:I}", "job", (json_int_t)a));
+    r = th_job_request(fd, "show", a);
     json_t *job = json_object_get(th_ok(r), "job");
     ck_assert_str_eq(json_string_value(json_object_get(job, "name")), "tiny");
     ck_assert_ptr_nonnull(json_object_get(job, "spec"));
     json_decref(r);
-    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)a));
+    r = th_job_request(fd, "cancel", a);
     ck_assert_str_eq(json_string_value(json_object_get(th_ok(r), "state")),
                      "cancelled");
     json_decref(r);
-    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)a));
+    r = th_job_request(fd, "cancel", a);
     ck_assert_str_eq(th_err_class(r), "conflict");
     json_decref(r);
     r = th_request(fd, "list", json_pack("{s:s}", "state", "cancelled"));
@@ -167,15 +166,14 @@ START_TEST(test_pause_resume_pending)
     int fd = th_connect(&H, NULL);
     int64_t blocker = submit_blocker(fd);
     int64_t a = submit(fd);
-    json_t *r = th_request(fd, "resume", json_pack("{s:I}", "job",
-                                                   (json_int_t)a));
+    json_t *r = th_job_request(fd, "resume", a);
     ck_assert_str_eq(th_err_class(r), "conflict");
     json_decref(r);
-    r = th_request(fd, "pause", json_pack("{s:I}", "job", (json_int_t)a));
+    r = th_job_request(fd, "pause", a);
     ck_assert_str_eq(json_string_value(json_object_get(th_ok(r), "state")),
                      "suspended");
     json_decref(r);
-    r = th_request(fd, "resume", json_pack("{s:I}", "job", (json_int_t)a));
+    r = th_job_request(fd, "resume", a);
     ck_assert_str_eq(json_string_value(json_object_get(th_ok(r), "state")),
                      "pending");
     json_decref(r);
@@ -197,7 +195,7 @@ START_TEST(test_state_events_reach_subscriber)
     ck_assert_str_eq(th_err_class(r), "invalid_args");
     json_decref(r);
     int64_t a = submit(fd);
-    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)a));
+    r = th_job_request(fd, "cancel", a);
     json_decref(r);
     json_t *ev = th_read_json(sub, 5000);
     ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "state");
@@ -208,7 +206,7 @@ START_TEST(test_state_events_reach_subscriber)
     close(sub);
     /* The daemon does not notice the vanished subscriber beyond closing. */
     int64_t b = submit(fd);
-    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)b));
+    r = th_job_request(fd, "cancel", b);
     ck_assert_ptr_nonnull(th_ok(r));
     json_decref(r);
     cancel_and_wait(fd, blocker);
@@ -233,8 +231,7 @@ START_TEST(test_other_uid_may_not_control)
         int cfd = th_connect(&H, NULL);
         if (cfd < 0)
             _exit(11);
-        json_t *r = th_request(cfd, "cancel", json_pack("{s:I}", "job",
-                                                        (json_int_t)a));
+        json_t *r = th_job_request(cfd, "cancel", a);
         const char *cls = th_err_class(r);
         _exit(cls && strcmp(cls, "permission_denied") == 0 ? 0 : 12);
     }
@@ -242,8 +239,7 @@ START_TEST(test_other_uid_may_not_control)
     waitpid(pid, &st, 0);
     ck_assert(WIFEXITED(st));
     ck_assert_int_eq(WEXITSTATUS(st), 0);
-    json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
-                                                 (json_int_t)a));
+    json_t *r = th_job_request(fd, "show", a);
     ck_assert_str_eq(json_string_value(json_object_get(
                          json_object_get(th_ok(r), "job"), "state")),
                      "running");
@@ -288,8 +284,7 @@ START_TEST(test_jobs_survive_restart)
     int fd = th_connect(&H, NULL);
     int64_t a = submit_blocker(fd);
     int64_t b = submit(fd);
-    json_t *r = th_request(fd, "cancel", json_pack("{s:I}", "job",
-                                                   (json_int_t)b));
+    json_t *r = th_job_request(fd, "cancel", b);
     json_decref(r);
     close(fd);
     ck_assert_int_eq(th_stop(&H), 0); /* SIGTERM: clean exit */

@@ -73,8 +73,7 @@ START_TEST(test_job_completes_with_events_and_checkpoints)
     ck_assert_int_ge(ckpts, 2);
     json_decref(log);
     /* The newest checkpoint named by `show` opens, and its CRC checks. */
-    json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
-                                                 (json_int_t)id));
+    json_t *r = th_job_request(fd, "show", id);
     json_t *job = json_object_get(th_ok(r), "job");
     json_t *cks = json_object_get(job, "checkpoints");
     ck_assert_int_ge(json_array_size(cks), 2);
@@ -104,8 +103,7 @@ START_TEST(test_plain_sgd_job_checkpoints)
                         json_real(0.0));
     int64_t id = th_submit(fd, spec);
     ck_assert(th_wait_state(fd, id, "completed", 60000));
-    json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
-                                                 (json_int_t)id));
+    json_t *r = th_job_request(fd, "show", id);
     json_t *cks = json_object_get(json_object_get(th_ok(r), "job"),
                                   "checkpoints");
     ck_assert_int_ge(json_array_size(cks), 1);
@@ -130,8 +128,7 @@ START_TEST(test_absent_gpu_fails_the_job_only)
     json_object_set_new(spec, "device", json_string("cuda:0"));
     int64_t gpu = th_submit(fd, spec);
     ck_assert(th_wait_state(fd, gpu, "failed", 20000));
-    json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
-                                                 (json_int_t)gpu));
+    json_t *r = th_job_request(fd, "show", gpu);
     const char *reason = json_string_value(json_object_get(
         json_object_get(th_ok(r), "job"), "reason"));
     ck_assert_msg(reason && strstr(reason, "cuda:0") &&
@@ -148,8 +145,7 @@ static void wait_steps(int fd, int64_t id, int steps)
 {
     int64_t done = 0;
     for (int waited = 0; waited < 120000 && done < steps; waited += 10) {
-        json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
-                                                     (json_int_t)id));
+        json_t *r = th_job_request(fd, "show", id);
         done = json_integer_value(json_object_get(
             json_object_get(th_ok(r), "job"), "step"));
         json_decref(r);
@@ -162,8 +158,7 @@ static void wait_steps(int fd, int64_t id, int steps)
 /* The newest checkpoint of a job (from `show`). */
 static td_ckpt_file *final_checkpoint(int fd, int64_t id, int64_t *step)
 {
-    json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
-                                                 (json_int_t)id));
+    json_t *r = th_job_request(fd, "show", id);
     json_t *cks = json_object_get(json_object_get(th_ok(r), "job"),
                                   "checkpoints");
     ck_assert_int_ge(json_array_size(cks), 1);
@@ -181,8 +176,7 @@ static td_ckpt_file *final_checkpoint(int fd, int64_t id, int64_t *step)
 /* The step job id resumed from, from its log; -1 if it never resumed. */
 static long resumed_step(int fd, int64_t id)
 {
-    json_t *r = th_request(fd, "logs", json_pack("{s:I}", "job",
-                                                 (json_int_t)id));
+    json_t *r = th_job_request(fd, "logs", id);
     long resumed = -1;
     size_t i;
     json_t *l;
@@ -211,13 +205,11 @@ static void resume_test(int signal_no)
     close(fd);
     if (signal_no == 0) { /* pause, then resume, in the same daemon */
         fd = th_connect(&H, NULL);
-        json_t *r = th_request(fd, "pause", json_pack("{s:I}", "job",
-                                                      (json_int_t)b));
+        json_t *r = th_job_request(fd, "pause", b);
         ck_assert_ptr_nonnull(th_ok(r));
         json_decref(r);
         ck_assert(th_wait_state(fd, b, "suspended", 30000));
-        r = th_request(fd, "resume", json_pack("{s:I}", "job",
-                                               (json_int_t)b));
+        r = th_job_request(fd, "resume", b);
         ck_assert_ptr_nonnull(th_ok(r));
         json_decref(r);
     } else if (signal_no == SIGTERM) {

@@ -66,11 +66,11 @@ static void cancel_running(void)
     size_t i;
     json_array_foreach(json_object_get(th_ok(r), "jobs"), i, j) {
         json_int_t id = json_integer_value(json_object_get(j, "id"));
-        json_t *c = th_request(fd, "cancel", json_pack("{s:I}", "job", id));
+        json_t *c = th_job_request(fd, "cancel", id);
         char *cs = json_dumps(c, 0);
         json_decref(c);
         if (!th_wait_state(fd, id, "cancelled", 30000)) {
-            json_t *sh = th_request(fd, "show", json_pack("{s:I}", "job", id));
+            json_t *sh = th_job_request(fd, "show", id);
             char *t = json_dumps(sh, 0);
             ck_abort_msg("cancel %s; then %.600s", cs, t);
         }
@@ -238,7 +238,7 @@ START_TEST(test_trace_errors)
     json_decref(r);
     /* a pending job cannot be traced */
     int64_t id2 = th_submit(fd, th_tiny_spec(1, 0));
-    r = th_request(fd, "trace", json_pack("{s:I}", "job", (json_int_t)id2));
+    r = th_job_request(fd, "trace", id2);
     ck_assert_str_eq(th_err_class(r), "conflict");
     json_decref(r);
     /* the running job still traces after the errors */
@@ -258,8 +258,7 @@ START_TEST(test_trace_outlived_by_the_job)
     char *text;
     int fd = th_connect(&H, NULL);
     int64_t id = submit_folder_job(fd);
-    json_t *r = th_request(fd, "subscribe", json_pack("{s:I}", "job",
-                                                      (json_int_t)id));
+    json_t *r = th_job_request(fd, "subscribe", id);
     json_decref(r);
     int fd2 = th_connect(&H, NULL);
     char *s = NULL;
@@ -269,7 +268,7 @@ START_TEST(test_trace_outlived_by_the_job)
     ck_assert_int_eq(th_send_raw(fd2, s, strlen(s)), 0);
     free(s);
     usleep(200000);
-    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)id));
+    r = th_job_request(fd, "cancel", id);
     json_decref(r);
     r = NULL;
     (void)text;

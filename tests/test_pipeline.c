@@ -248,6 +248,9 @@ START_TEST(test_allocator_stats_and_batch_source)
     td_pipeline_stats st;
     td_pipeline_stats_get(p, &st);
     ck_assert_int_eq(st.batches, 6);
+    /* the first batch was asked for as soon as the workers started */
+    ck_assert_int_gt(st.starved_ns, 0);
+    ck_assert_int_le(st.starved_ns, st.consumer_wait_ns);
     ck_assert_int_ge(st.samples, 6 * 32);
     ck_assert_int_gt(st.decode_ns, 0);
     ck_assert_int_gt(st.augment_ns, 0);

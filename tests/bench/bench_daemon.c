@@ -106,8 +106,7 @@ static void *status_client(void *p)
     int64_t next = td_now_ns();
     while (!atomic_load(&stop_load) && a->n < a->cap) {
         int64_t t0 = td_now_ns();
-        json_t *r = th_request(fd, "show", json_pack("{s:I}", "job",
-                                                     (json_int_t)a->job));
+        json_t *r = th_job_request(fd, "show", a->job);
         a->rtt_ms[a->n++] = (double)(td_now_ns() - t0) / 1e6;
         json_decref(r);
         next += TD_NS_PER_MS; /* 1,000 requests per second */
@@ -200,10 +199,10 @@ static run_result run_job(td_harness *h, int fd, json_t *spec, int seconds,
     }
     double cpu1 = thread_cpu_s(h->pid, "loop");
     out.loop_core = (cpu1 - cpu0) / ((double)(td_now_ns() - t0) / 1e9);
-    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)job));
+    r = th_job_request(fd, "cancel", job);
     json_decref(r);
     th_wait_state(fd, job, "cancelled", 20000);
-    r = th_request(fd, "show", json_pack("{s:I}", "job", (json_int_t)job));
+    r = th_job_request(fd, "show", job);
     out.sps = json_number_value(json_object_get(
         json_object_get(json_object_get(th_ok(r), "job"), "result"),
         "samples_per_s"));

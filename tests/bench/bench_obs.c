@@ -199,10 +199,10 @@ static double run_job(td_harness *h, int fd, int seconds, int load, int rate,
         pthread_join(tt, NULL);
         *nscrapes = tr.traces;
     }
-    r = th_request(fd, "cancel", json_pack("{s:I}", "job", (json_int_t)job));
+    r = th_job_request(fd, "cancel", job);
     json_decref(r);
     th_wait_state(fd, job, "cancelled", 20000);
-    r = th_request(fd, "show", json_pack("{s:I}", "job", (json_int_t)job));
+    r = th_job_request(fd, "show", job);
     double sps = json_number_value(json_object_get(
         json_object_get(json_object_get(th_ok(r), "job"), "result"),
         "samples_per_s"));
