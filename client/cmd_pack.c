@@ -5,7 +5,7 @@
  *                                           D/t10k-*  -> DIR/test)
  *   trainctl pack --imagefolder ROOT -o DIR
  * Options: --quality Q (IDX only, default 95), --shard-size MiB (default
- * 256), --prefix NAME, --restart N (ImageFolder only), --json.
+ * 256), --prefix NAME, --restart N (ImageFolder only, default 4), --json.
  * Progress goes to stderr when it is a tty.
  */
 #include <jansson.h>
@@ -56,12 +56,14 @@ static void td__pack_usage(FILE *f)
             "DIR/train,\n"
             "                D/t10k-* -> DIR/test (e.g. "
             "/usr/share/datasets/fashion-mnist)\n"
-            "  --imagefolder ROOT  ROOT/<class>/*.jpg, copied as they are\n"
+            "  --imagefolder ROOT  ROOT/<class>/*.jpg, rewritten losslessly "
+            "with\n                restart markers (see --restart)\n"
             "  --quality Q   JPEG quality for IDX images, 1-100 (default 95)\n"
             "  --restart N   ImageFolder: rewrite each JPEG losslessly with a "
-            "restart marker\n                every <= N MCUs (4 is a good "
-            "choice), so crops decode only\n                the segments "
-            "they cover; damaged files are copied as they are\n");
+            "restart marker\n                every <= N MCUs (default 4), so "
+            "crops decode only the\n                segments they cover; 0 "
+            "copies the files as they are;\n                damaged files "
+            "are always copied as they are\n");
 }
 
 /* First existing of D/base and D/base.gz. */
@@ -200,6 +202,9 @@ int td_cmd_pack(int argc, char **argv)
 {
     struct td__pack_args o = {0};
     td_pack_options_default(&o.opt);
+    /* ImageFolder files get restart markers unless asked not to: lossless,
+     * a few percent smaller, and random crops decode ~1.3x faster. */
+    o.opt.restart = 4;
     int rc = td__pack_args(argc, argv, &o);
     if (rc >= 0)
         return rc;

@@ -115,6 +115,44 @@ START_TEST(test_pack_idx_dir_json_then_bench_input)
 }
 END_TEST
 
+/* An ImageFolder is packed with restart markers by default (--json
+ * counts them), copied as it is with --restart 0; both read back. */
+START_TEST(test_pack_imagefolder_restarts_by_default)
+{
+    char args[8192], root[4200];
+    int rc;
+    snprintf(root, sizeof root, "%s/tree", tmp);
+    td_test_make_folder(root, 3, 4, 120, 90);
+    for (int r = 0; r < 2; r++) {
+        snprintf(args, sizeof args, "pack --imagefolder %s -o %s/p%d%s --json",
+                 root, tmp, r, r ? " --restart 0" : "");
+        char *out = trainctl(args, &rc, NULL);
+        ck_assert_int_eq(rc, 0);
+        json_t *j = json_loads(out, 0, NULL);
+        ck_assert_ptr_nonnull(j);
+        json_t *set = json_array_get(json_object_get(j, "sets"), 0);
+        ck_assert_int_eq(json_integer_value(json_object_get(set, "samples")),
+                         12);
+        ck_assert_int_eq(json_integer_value(json_object_get(set,
+                                                            "restarted")),
+                         r ? 0 : 12);
+        json_decref(j);
+        free(out);
+        snprintf(args, sizeof args, "bench-input --data %s/p%d --size 64 "
+                 "--augment random_resized_crop,flip --batch 4 --workers 1 "
+                 "--epochs 1 --json", tmp, r);
+        out = trainctl(args, &rc, NULL);
+        ck_assert_int_eq(rc, 0);
+        j = json_loads(out, 0, NULL);
+        ck_assert_int_eq(json_integer_value(json_object_get(j, "images")), 12);
+        ck_assert_int_eq(json_integer_value(json_object_get(j,
+                                                            "bad_samples")), 0);
+        json_decref(j);
+        free(out);
+    }
+}
+END_TEST
+
 START_TEST(test_cli_errors)
 {
     char args[8192], *err;
@@ -145,6 +183,7 @@ static Suite *cli_suite(void)
     TCase *tc = tcase_create("cli");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_pack_idx_dir_json_then_bench_input);
+    tcase_add_test(tc, test_pack_imagefolder_restarts_by_default);
     tcase_add_test(tc, test_cli_errors);
     suite_add_tcase(s, tc);
     return s;
