@@ -88,5 +88,9 @@ int td_backend_check_config(const td_model *m, const td_backend_config *cfg,
             snprintf(err, errcap, "input.normalize.std[%d]: must be > 0", c);
             return -EINVAL;
         }
+    if (!(cfg->label_smoothing >= 0 && cfg->label_smoothing < 1)) {
+        snprintf(err, errcap, "label_smoothing: must be >= 0 and < 1");
+        return -EINVAL;
+    }
     return td_optim_validate(&cfg->optim, err, errcap);
 }

@@ -65,6 +65,7 @@ typedef struct td_backend_config {
     float mean[4], std[4]; /* per-channel normalisation, pixel/255 units */
     uint64_t seed;         /* initialisation and dropout draws */
     td_optim_config optim;
+    float label_smoothing; /* training loss only; evaluation is plain CE */
 } td_backend_config;
 
 /* Counters accumulated on the device since the last read_stats. */

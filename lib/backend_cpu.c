@@ -196,6 +196,7 @@ static int td__loss(td__cpu *be, int train)
     const float *z = td__f(be->r_logits ? be->logits : last->y);
     float *g = td__f(be->r_logits ? be->dlogits : last->dy);
     float inv_n = 1.0f / (float)be->n;
+    float smooth = train ? be->base.cfg.label_smoothing : 0.0f;
     double loss = 0;
     int64_t correct = 0;
 #pragma omp parallel for schedule(static) reduction(+ : loss, correct)
@@ -206,8 +207,8 @@ static int td__loss(td__cpu *be, int train)
                 memset(g + (size_t)i * k, 0, (size_t)k * sizeof *g);
             continue;
         }
-        loss += td_xent_row(z + (size_t)i * k, k, be->labels[i], inv_n,
-                            train ? g + (size_t)i * k : NULL, &ok);
+        loss += td_xent_row(z + (size_t)i * k, k, be->labels[i], smooth,
+                            inv_n, train ? g + (size_t)i * k : NULL, &ok);
         correct += ok;
     }
     be->acc.loss_sum += loss;

@@ -53,8 +53,8 @@ __global__ void normalize_k(const uint8_t *nhwc, float *y, size_t total,
 /* One thread per row; rows >= n (padding of a short batch) get a zero
  * gradient and do not count. */
 __global__ void xent_k(const float *z, int k, const int32_t *labels, int n,
-                       int rows, float inv_n, float *grad, double *row_loss,
-                       int *row_ok)
+                       int rows, float smooth, float inv_n, float *grad,
+                       double *row_loss, int *row_ok)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows)
@@ -66,7 +66,8 @@ __global__ void xent_k(const float *z, int k, const int32_t *labels, int n,
         return;
     }
     int ok = 0;
-    row_loss[i] = td_xent_row(z + (size_t)i * k, k, labels[i], inv_n, g, &ok);
+    row_loss[i] = td_xent_row(z + (size_t)i * k, k, labels[i], smooth, inv_n,
+                              g, &ok);
     row_ok[i] = ok;
 }
 
@@ -158,12 +159,12 @@ extern "C" cudaError_t td__k_normalize(cudaStream_t s, const uint8_t *nhwc,
 
 extern "C" cudaError_t td__k_xent(cudaStream_t s, const float *z, int k,
                                   const int32_t *labels, int n, int rows,
-                                  float inv_n, float *grad, double *row_loss,
-                                  int *row_ok)
+                                  float smooth, float inv_n, float *grad,
+                                  double *row_loss, int *row_ok)
 {
     const int b = 128;
-    xent_k<<<(rows + b - 1) / b, b, 0, s>>>(z, k, labels, n, rows, inv_n,
-                                            grad, row_loss, row_ok);
+    xent_k<<<(rows + b - 1) / b, b, 0, s>>>(z, k, labels, n, rows, smooth,
+                                            inv_n, grad, row_loss, row_ok);
     return cudaGetLastError();
 }
 

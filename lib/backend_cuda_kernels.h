@@ -22,8 +22,9 @@ cudaError_t td__k_normalize(cudaStream_t s, const uint8_t *nhwc, float *y,
                             int n, int c, int h, int w, const float *scale,
                             const float *bias);
 cudaError_t td__k_xent(cudaStream_t s, const float *z, int k,
-                       const int32_t *labels, int n, int rows, float inv_n,
-                       float *grad, double *row_loss, int *row_ok);
+                       const int32_t *labels, int n, int rows, float smooth,
+                       float inv_n, float *grad, double *row_loss,
+                       int *row_ok);
 cudaError_t td__k_stats(cudaStream_t s, td_dev_stats *acc,
                         const double *row_loss, const int *row_ok, int n);
 cudaError_t td__k_sgd(cudaStream_t s, float *w, float *v, const float *g,

@@ -121,6 +121,7 @@ int td__cuda_loss(td__cuda *be, int train)
     td__gl *last = &be->gl[td__root(be, m->nlayers - 1)];
     TD__CU(be, td__k_xent(be->compute, last->y, m->classes,
                           be->labels[be->cur], be->n, be->batch,
+                          train ? be->base.cfg.label_smoothing : 0.0f,
                           1.0f / (float)be->n, train ? last->dy : NULL,
                           be->row_loss, be->row_ok));
     TD__CU(be, td__k_stats(be->compute, be->acc, be->row_loss, be->row_ok,

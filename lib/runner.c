@@ -234,6 +234,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
         tc.backend.std[c] = (float)s->input.std[c];
     }
     tc.backend.seed = s->seed;
+    tc.backend.label_smoothing = (float)s->label_smoothing;
     td__runner_optim(s, &tc.backend.optim);
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;

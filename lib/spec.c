@@ -124,6 +124,8 @@ static const struct td__field td__spec_fields[] = {
      S(optimizer.schedule.gamma)},
     {"optimizer.schedule.min_lr", K_NUM, "0", 0, INF, 0, NULL,
      S(optimizer.schedule.min_lr)},
+    {"label_smoothing", K_NUM, "0", 0, 1, F_HI_OPEN, NULL,
+     S(label_smoothing)},
     {"batch_size", K_INT, "64", 1, 65536, 0, NULL, S(batch_size)},
     {"epochs", K_INT, "10", 1, 100000, 0, NULL, S(epochs)},
     {"seed", K_U64, "1", 0, INF, 0, NULL, S(seed)},

@@ -84,6 +84,7 @@ typedef struct td_job_spec {
             double gamma, min_lr;
         } schedule;
     } optimizer;
+    double label_smoothing;          /* 0 <= e < 1, training loss only */
     int batch_size;
     int epochs;
     uint64_t seed;

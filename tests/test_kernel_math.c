@@ -40,13 +40,13 @@ START_TEST(test_xent_loss_grad_correct)
     float g[4];
     int ok = -1;
     double s = exp(0.5) + exp(-1.0) + exp(2.0) + exp(0.0);
-    double loss = td_xent_row(z, 4, 1, 0.25f, g, &ok);
+    double loss = td_xent_row(z, 4, 1, 0.0f, 0.25f, g, &ok);
     ck_assert_double_eq_tol(loss, log(s) + 1.0, 1e-9);
     ck_assert_int_eq(ok, 0);
     ck_assert_double_eq_tol(g[1], (exp(-1.0) / s - 1) * 0.25, 1e-7);
     ck_assert_double_eq_tol(g[2], exp(2.0) / s * 0.25, 1e-7);
     ck_assert_double_eq_tol(g[0] + g[1] + g[2] + g[3], 0, 1e-7);
-    td_xent_row(z, 4, 2, 1.0f, NULL, &ok);
+    td_xent_row(z, 4, 2, 0.0f, 1.0f, NULL, &ok);
     ck_assert_int_eq(ok, 1);
 }
 END_TEST
@@ -56,14 +56,14 @@ START_TEST(test_xent_stable_and_ties)
     const float big[3] = {1000.0f, 999.0f, -1000.0f};
     float g[3];
     int ok;
-    double loss = td_xent_row(big, 3, 1, 1.0f, g, &ok);
+    double loss = td_xent_row(big, 3, 1, 0.0f, 1.0f, g, &ok);
     ck_assert(isfinite(loss));
     ck_assert_double_eq_tol(loss, 1.0 + log(1 + exp(-1.0)), 1e-6);
     ck_assert(isfinite(g[0]) && isfinite(g[2]));
     const float tie[3] = {1.0f, 3.0f, 3.0f};
-    td_xent_row(tie, 3, 2, 1.0f, NULL, &ok);
+    td_xent_row(tie, 3, 2, 0.0f, 1.0f, NULL, &ok);
     ck_assert_int_eq(ok, 0); /* arg max is the first of the tied */
-    td_xent_row(tie, 3, 1, 1.0f, NULL, &ok);
+    td_xent_row(tie, 3, 1, 0.0f, 1.0f, NULL, &ok);
     ck_assert_int_eq(ok, 1);
 }
 END_TEST

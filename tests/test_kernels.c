@@ -96,7 +96,7 @@ static void xent_case(const float *z, int k, int label, double offset_tol)
     for (int j = 0; j < k; j++)
         zd[j] = z[j];
     double ref = td_ref_xent(zd, k, label, gref);
-    double got = td_xent_row(z, k, label, inv_n, g, &ok);
+    double got = td_xent_row(z, k, label, 0.0f, inv_n, g, &ok);
     close_to(got, ref, offset_tol, 1.0, "loss", label);
     int arg = 0;
     for (int j = 1; j < k; j++)
@@ -123,6 +123,47 @@ START_TEST(test_xent_random_rows)
 }
 END_TEST
 
+/* Label smoothing e: loss = -sum q_j log p_j with q = (1 - e) one-hot +
+ * e / k, gradient (p - q) / n, against a double reference; the gradient
+ * row sums to zero; e = 0 gives the plain loss bit for bit. */
+START_TEST(test_xent_label_smoothing)
+{
+    float z[64], g[64], g0[64];
+    const float inv_n = 1.0f / 16;
+    for (int r = 0; r < 40; r++) {
+        int k = 2 + r % 30, label = r % k, ok;
+        float e = (float)(r % 4) * 0.1f;
+        double m = -1e300, s = 0;
+        for (int j = 0; j < k; j++) {
+            z[j] = (float)unif(4, (uint64_t)r * 100 + j, -6, 6);
+            m = z[j] > m ? z[j] : m;
+        }
+        for (int j = 0; j < k; j++)
+            s += exp(z[j] - m);
+        double ref = 0, sum = 0;
+        for (int j = 0; j < k; j++) {
+            double logp = z[j] - m - log(s);
+            double q = (j == label ? 1.0 - e : 0.0) + (double)e / k;
+            ref -= q * logp;
+        }
+        double got = td_xent_row(z, k, label, e, inv_n, g, &ok);
+        close_to(got, ref, 1e-6, 1.0, "smoothed loss", r);
+        for (int j = 0; j < k; j++) {
+            double p = exp(z[j] - m) / s;
+            double q = (j == label ? 1.0 - e : 0.0) + (double)e / k;
+            close_to(g[j], (p - q) * inv_n, 1e-6, inv_n, "smoothed grad", j);
+            sum += g[j];
+        }
+        ck_assert_msg(fabs(sum) < 1e-6, "gradient sums to %g", sum);
+        if (e == 0.0f) { /* the smoothing path is not taken at all */
+            double plain = td_xent_row(z, k, label, 0.0f, inv_n, g0, &ok);
+            ck_assert(plain == got);
+            ck_assert_mem_eq(g, g0, (size_t)k * sizeof *g);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_xent_large_logits)
 {
     /* exp(z) alone overflows float and double here; the max shift keeps
@@ -138,7 +179,7 @@ START_TEST(test_xent_large_logits)
     double loss;
     float g[10];
     int ok;
-    loss = td_xent_row(z, 10, 0, 1.0f, g, &ok);
+    loss = td_xent_row(z, 10, 0, 0.0f, 1.0f, g, &ok);
     ck_assert_msg(isinf(loss) || loss > 1e38, "loss %g for a hopeless row",
                   loss);
     ck_assert_float_eq(g[0], -1.0f);
@@ -150,9 +191,9 @@ START_TEST(test_xent_ties_go_to_lowest_index)
 {
     float z[4] = {1.0f, 5.0f, 5.0f, 0.0f};
     int ok;
-    double l1 = td_xent_row(z, 4, 1, 1.0f, NULL, &ok);
+    double l1 = td_xent_row(z, 4, 1, 0.0f, 1.0f, NULL, &ok);
     ck_assert_int_eq(ok, 1);
-    double l2 = td_xent_row(z, 4, 2, 1.0f, NULL, &ok);
+    double l2 = td_xent_row(z, 4, 2, 0.0f, 1.0f, NULL, &ok);
     ck_assert_int_eq(ok, 0);
     ck_assert_double_eq_tol(l1, l2, 1e-12); /* same logit, same loss */
 }
@@ -162,7 +203,7 @@ START_TEST(test_xent_single_class)
 {
     float z[1] = {42.0f}, g[1];
     int ok;
-    double l = td_xent_row(z, 1, 0, 0.5f, g, &ok);
+    double l = td_xent_row(z, 1, 0, 0.0f, 0.5f, g, &ok);
     ck_assert_double_eq_tol(l, 0.0, 1e-12);
     ck_assert_int_eq(ok, 1);
     ck_assert_float_eq_tol(g[0], 0.0f, 1e-7f);
@@ -368,6 +409,7 @@ static Suite *kernels_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("xent");
     tcase_add_test(tc, test_xent_random_rows);
+    tcase_add_test(tc, test_xent_label_smoothing);
     tcase_add_test(tc, test_xent_large_logits);
     tcase_add_test(tc, test_xent_ties_go_to_lowest_index);
     tcase_add_test(tc, test_xent_single_class);

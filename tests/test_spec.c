@@ -137,6 +137,7 @@ START_TEST(test_defaults)
     ck_assert_double_eq(s.optimizer.momentum, 0.0);
     ck_assert_int_eq(s.optimizer.nesterov, 0);
     ck_assert_double_eq(s.optimizer.weight_decay, 0.0);
+    ck_assert_double_eq(s.label_smoothing, 0.0);
     ck_assert_double_eq(s.optimizer.betas[0], 0.9);
     ck_assert_double_eq(s.optimizer.betas[1], 0.999);
     ck_assert_double_eq(s.optimizer.eps, 1e-8);
@@ -200,6 +201,8 @@ START_TEST(test_range_errors)
     EXPECT_ERR("optimizer.lr=0", "optimizer.lr: must be in (0, 100]");
     EXPECT_ERR("optimizer.lr=-1", "optimizer.lr: must be in (0, 100]");
     EXPECT_ERR("optimizer.momentum=1", "optimizer.momentum: must be in [0, 1)");
+    EXPECT_ERR("label_smoothing=1", "label_smoothing: must be in [0, 1)");
+    EXPECT_ERR("label_smoothing=-0.1", "label_smoothing: must be in [0, 1)");
     EXPECT_ERR("batch_size=0", "batch_size: must be an integer in 1..65536");
     EXPECT_ERR("input.workers=0", "input.workers: must be an integer in 1..256");
     EXPECT_ERR("input.channels=2", "input.channels: must be 1 or 3");
