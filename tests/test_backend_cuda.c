@@ -68,6 +68,7 @@ static td_backend_config config(int batch, enum td_optim_type opt)
     td_optim_defaults(&c.optim, opt);
     c.optim.lr = opt == TD_OPT_SGD ? 0.05 : 1e-3;
     c.optim.weight_decay = opt == TD_OPT_SGD ? 5e-4 : 0.01;
+    c.label_smoothing = opt == TD_OPT_ADAMW ? 0.1f : 0.0f; /* both kinds */
     return c;
 }
 
