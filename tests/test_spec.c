@@ -463,6 +463,21 @@ START_TEST(test_reference_job)
     ck_assert_str_eq(s.data.train.v[0], "/var/lib/traind/data/fmnist/train");
     ck_assert_str_eq(s.data.val.v[0], "/var/lib/traind/data/fmnist/test");
     td_spec_free(&s);
+    /* The 10-epoch job: the same recipe and data, batch 64 (docs/compute.md
+     * says why); the synthetic one parses too. */
+    snprintf(path, sizeof path, "%s/config/jobs/fmnist-cnn-10.json", root);
+    ck_assert_int_eq(td_spec_load_file(path, NULL, 0, &s, err, sizeof err), 0);
+    ck_assert_int_eq(s.batch_size, 64);
+    ck_assert_int_eq(s.epochs, 10);
+    ck_assert_double_eq(s.optimizer.lr, 0.05);
+    ck_assert_str_eq(s.data.train.v[0], "/var/lib/traind/data/fmnist/train");
+    ck_assert_str_eq(s.data.val.v[0], "/var/lib/traind/data/fmnist/test");
+    td_spec_free(&s);
+    snprintf(path, sizeof path, "%s/config/jobs/fmnist-cnn-synthetic.json",
+             root);
+    ck_assert_msg(td_spec_load_file(path, NULL, 0, &s, err, sizeof err) == 0,
+                  "%s", err);
+    td_spec_free(&s);
 }
 END_TEST
 
