@@ -585,13 +585,13 @@ int td_pipeline_next(td_pipeline *p, td_batch *b, int64_t *wait_ns)
             starved_from = td_now_ns();
         pthread_cond_wait(&p->ready_cv, &p->mu);
     }
+    int moved = 0;
     if (rc == 0) {
         int64_t seq = p->next_seq++;
         s->out = 1;
         p->held++;
         td__trace_ready(p);
-        if (p->depth < p->nslots) /* the work window moved */
-            pthread_cond_broadcast(&p->work_cv);
+        moved = p->depth < p->nslots; /* the work window moved */
         *b = (td_batch){.data = s->data, .labels = s->labels,
                         .n = td__batch_n(p, seq), .h = p->cfg.size[0],
                         .w = p->cfg.size[1], .c = p->cfg.channels,
@@ -601,6 +601,10 @@ int td_pipeline_next(td_pipeline *p, td_batch *b, int64_t *wait_ns)
                         .slot = s};
     }
     pthread_mutex_unlock(&p->mu);
+    /* After the unlock: a woken worker does not block on the lock it
+     * would otherwise find held. */
+    if (moved)
+        pthread_cond_broadcast(&p->work_cv);
     int64_t now = td_now_ns(), waited = now - t0;
     atomic_fetch_add_explicit(&p->consumer_wait_ns, waited,
                               memory_order_relaxed);
