@@ -288,6 +288,222 @@ out:
     return rc;
 }
 
+/* ---- Restart segment index ---------------------------------------------
+ *
+ * The bit layout of every restart segment, worked out from the quantized
+ * coefficients and the file's Huffman code lengths instead of by decoding
+ * the entropy-coded data: the rewrite above is plain baseline sequential
+ * Huffman coding, so each block's bit length follows from its coefficients
+ * and the code length of each symbol.
+ */
+
+/* JPEG zigzag order: zigzag index -> natural (row-major) index. */
+static const uint8_t td__zigzag[DCTSIZE2] = {
+    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,
+    12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28,
+    35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+    58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
+};
+
+/* The magnitude category of v: the number of bits of |v|. */
+static int td__jcat(int v)
+{
+    unsigned a = (unsigned)(v < 0 ? -v : v);
+    int n = 0;
+    while (a) {
+        n++;
+        a >>= 1;
+    }
+    return n;
+}
+
+/* Code length per symbol of a DHT table (0: the symbol has no code). */
+static int td__huff_lengths(const JHUFF_TBL *t, uint8_t len[256])
+{
+    memset(len, 0, 256);
+    if (!t)
+        return TD_E_CORRUPT;
+    int k = 0;
+    for (int l = 1; l <= 16; l++)
+        for (int i = 0; i < t->bits[l]; i++, k++) {
+            if (k >= 256)
+                return TD_E_CORRUPT;
+            len[t->huffval[k]] = (uint8_t)l;
+        }
+    return 0;
+}
+
+/* The bits of one block's AC codes (with their extra bits) as a baseline
+ * encoder writes them, or -1 when the table lacks a symbol it needs. */
+static long td__ac_bits(const JCOEF *b, const uint8_t len[256])
+{
+    long n = 0;
+    int run = 0;
+    for (int k = 1; k < DCTSIZE2; k++) {
+        int v = b[td__zigzag[k]];
+        if (v == 0) {
+            run++;
+            continue;
+        }
+        for (; run > 15; run -= 16) { /* ZRL per 16 zeros */
+            if (!len[0xf0])
+                return -1;
+            n += len[0xf0];
+        }
+        int s = td__jcat(v);
+        if (s > 15 || !len[run << 4 | s])
+            return -1;
+        n += len[run << 4 | s] + s;
+        run = 0;
+    }
+    if (run) { /* EOB */
+        if (!len[0x00])
+            return -1;
+        n += len[0x00];
+    }
+    return n;
+}
+
+/* Walks the scan's MCUs in coding order and fills seg[0..nseg).  Every
+ * block of an edge MCU is taken from the coefficient arrays, the dummy
+ * blocks past the right/bottom image edge included: the arrays are padded
+ * to whole MCUs and the decoder stored in them what the file codes there
+ * (jpeg_write_coefficients writes zero AC and the DC of the block coded
+ * just before, jctrans.c, but other encoders may code anything), so their
+ * bit cost is the file's whatever wrote it. */
+static int td__seg_walk(struct jpeg_decompress_struct *d, jvirt_barray_ptr *coef,
+                        td_seg_info *seg, size_t nseg, char *err,
+                        size_t errcap)
+{
+    uint8_t dclen[MAX_COMPS_IN_SCAN][256], aclen[MAX_COMPS_IN_SCAN][256];
+    int ns = d->comps_in_scan;
+    for (int i = 0; i < ns; i++) {
+        jpeg_component_info *cp = d->cur_comp_info[i];
+        if (cp->dc_tbl_no < 0 || cp->dc_tbl_no >= NUM_HUFF_TBLS ||
+            cp->ac_tbl_no < 0 || cp->ac_tbl_no >= NUM_HUFF_TBLS ||
+            td__huff_lengths(d->dc_huff_tbl_ptrs[cp->dc_tbl_no], dclen[i]) ||
+            td__huff_lengths(d->ac_huff_tbl_ptrs[cp->ac_tbl_no], aclen[i]))
+            return td__perr(err, errcap, TD_E_CORRUPT,
+                            "component %d: Huffman table missing", i);
+    }
+    size_t mpr = d->MCUs_per_row, mrows = d->MCU_rows_in_scan;
+    size_t total = mpr * mrows;
+    size_t r = d->restart_interval ? d->restart_interval : total;
+    int pred[MAX_COMPS_IN_SCAN] = {0};
+    uint64_t pos = 0; /* bit position inside the current segment */
+    for (size_t m = 0; m < total; m++) {
+        size_t s = m / r, mrow = m / mpr, mcol = m % mpr;
+        if (s >= nseg)
+            return TD_E_CORRUPT; /* cannot happen: nseg = ceil(total / r) */
+        if (m % r == 0) {
+            if (s > 0)
+                seg[s - 1].bits = (uint32_t)pos;
+            memset(pred, 0, sizeof pred);
+            pos = 0;
+        }
+        for (int i = 0; i < ns; i++) {
+            jpeg_component_info *cp = d->cur_comp_info[i];
+            int ci = cp->component_index;
+            for (int y = 0; y < cp->MCU_height; y++) {
+                JBLOCKROW row = (*d->mem->access_virt_barray)(
+                    (j_common_ptr)d, coef[ci],
+                    (JDIMENSION)(mrow * (size_t)cp->MCU_height + (size_t)y),
+                    1, FALSE)[0];
+                for (int x = 0; x < cp->MCU_width; x++) {
+                    const JCOEF *b =
+                        row[mcol * (size_t)cp->MCU_width + (size_t)x];
+                    int dc = b[0];
+                    int cat = td__jcat(dc - pred[i]);
+                    long ac = td__ac_bits(b, aclen[i]);
+                    if (cat > 15 || !dclen[i][cat] || ac <= 0)
+                        return td__perr(err, errcap, TD_E_CORRUPT,
+                                        "component %d: coefficient without "
+                                        "a Huffman code", ci);
+                    if (m % r == 0 && y == 0 && x == 0) {
+                        seg[s].dc_off[ci] = (uint32_t)pos;
+                        seg[s].dc_first[ci] = (int16_t)dc;
+                        seg[s].dc_len[ci] = (uint8_t)(dclen[i][cat] + cat);
+                    }
+                    seg[s].dc_last[ci] = (int16_t)dc;
+                    pred[i] = dc;
+                    pos += (uint64_t)dclen[i][cat] + (uint64_t)cat +
+                           (uint64_t)ac;
+                    if (pos > UINT32_MAX)
+                        return td__perr(err, errcap, TD_E_NOTSUP,
+                                        "restart segment over 4 Gbit");
+                }
+            }
+        }
+    }
+    if (nseg)
+        seg[nseg - 1].bits = (uint32_t)pos;
+    return 0;
+}
+
+int td_pack_segment_info(const uint8_t *jpeg, size_t len, td_seg_info **out,
+                         size_t *nseg, char *err, size_t errcap)
+{
+    struct jpeg_decompress_struct d;
+    struct td__tjerr ed = {0};
+    td_seg_info *volatile seg = NULL;
+    volatile size_t n = 0;
+    volatile int rc = TD_E_CORRUPT;
+    *out = NULL;
+    *nseg = 0;
+    if (err && errcap)
+        err[0] = '\0';
+    d.err = jpeg_std_error(&ed.pub);
+    ed.pub.error_exit = td__tj_exit;
+    ed.pub.emit_message = td__tj_emit;
+    jpeg_create_decompress(&d);
+    if (setjmp(ed.jb)) {
+        char msg[JMSG_LENGTH_MAX];
+        (*ed.pub.format_message)((j_common_ptr)&d, msg);
+        rc = td__perr(err, errcap, TD_E_CORRUPT, "libjpeg: %s", msg);
+        goto out;
+    }
+    jpeg_mem_src(&d, jpeg, (unsigned long)len);
+    jpeg_read_header(&d, TRUE);
+    /* Only what td_pack_add_restarts writes: one sequential Huffman scan
+     * of all (at most 4) components of 8-bit samples. */
+    if (d.progressive_mode || d.arith_code || d.data_precision != 8 ||
+        d.num_components > MAX_COMPS_IN_SCAN) {
+        rc = td__perr(err, errcap, TD_E_NOTSUP,
+                      "not a baseline Huffman JPEG of <= 4 components");
+        goto out;
+    }
+    jvirt_barray_ptr *coef = jpeg_read_coefficients(&d);
+    if (ed.warned) {
+        rc = td__perr(err, errcap, TD_E_CORRUPT,
+                      "damaged or truncated JPEG");
+        goto out;
+    }
+    if (d.input_scan_number != 1 || d.comps_in_scan != d.num_components) {
+        rc = td__perr(err, errcap, TD_E_NOTSUP,
+                      "%d scans: one interleaved scan expected",
+                      d.input_scan_number);
+        goto out;
+    }
+    size_t total = (size_t)d.MCUs_per_row * (size_t)d.MCU_rows_in_scan;
+    size_t r = d.restart_interval ? d.restart_interval : total;
+    n = total ? (total + r - 1) / r : 0;
+    seg = calloc(n ? n : 1, sizeof *seg);
+    if (!seg) {
+        rc = td__perr(err, errcap, -ENOMEM, "out of memory");
+        goto out;
+    }
+    rc = td__seg_walk(&d, coef, seg, n, err, errcap);
+out:
+    jpeg_destroy_decompress(&d);
+    if (rc) {
+        free(seg);
+        return rc;
+    }
+    *out = seg;
+    *nseg = n;
+    return 0;
+}
+
 /* ---- IDX -------------------------------------------------------------- */
 
 static int td__idx_shape(const td_idx *im, const td_idx *lb, const char *images,

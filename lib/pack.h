@@ -63,6 +63,35 @@ int td_pack_folder(const char *root, const char *outdir,
 int td_pack_add_restarts(const uint8_t *in, size_t len, int max_mcus,
                          uint8_t **out, size_t *out_len);
 
+/* Per restart segment of a baseline, restart-marked JPEG (as written by
+ * td_pack_add_restarts): the entropy-coded bit length without the final
+ * 1-bit padding, and per component (up to 4, indexed as in the frame
+ * header) the bit offset inside the segment of the first block's DC code,
+ * that block's DC value (the segment starts with predictors reset to 0, so
+ * the coded difference is the value), the bit length of that DC code plus
+ * its extra bits, and the DC value of the component's last block coded in
+ * the segment (the DC predictor at the segment's end; in files libjpeg
+ * wrote, that of the last block inside the image, as the dummy blocks past
+ * the edge repeat it).  Entries of absent components are 0.  Lets a
+ * decoder join segments without restart markers by re-coding each
+ * segment's first DC differences. */
+typedef struct td_seg_info {
+    uint32_t bits;
+    uint32_t dc_off[4];
+    int16_t dc_first[4];
+    uint8_t dc_len[4];
+    int16_t dc_last[4];
+} td_seg_info;
+
+/* *out (malloc'd) gets *nseg entries, one per restart segment in file
+ * order (a file without restart markers is one segment).  Computed from
+ * the coefficients and the Huffman code lengths, not by decoding the
+ * entropy-coded data.  Errors: TD_E_CORRUPT (not a JPEG, damaged,
+ * truncated), TD_E_NOTSUP (progressive, arithmetic, 12-bit, more than 4
+ * components or more than one scan), -ENOMEM; err says which. */
+int td_pack_segment_info(const uint8_t *jpeg, size_t len, td_seg_info **out,
+                         size_t *nseg, char *err, size_t errcap);
+
 /* The largest divisor of mcus_per_row that is <= max_mcus (at least 1). */
 int td_pack_restart_interval(int mcus_per_row, int max_mcus);
 
