@@ -316,6 +316,64 @@ START_TEST(test_restart_cut_equals_plain_decode)
 }
 END_TEST
 
+/* Photo-sized 4:2:0 images with restart markers every 4 MCUs (dozens of
+ * segments per row, where the test above has a few), large boxes,
+ * box-filtered chroma as the pipeline decodes (NO_FANCY, libjpeg-turbo's
+ * merged upsampler): the plain crop decode and the cut-out both give
+ * exactly tjDecompress2's pixels (TJFLAG_FASTUPSAMPLE, full image). */
+START_TEST(test_restart_cut_no_fancy_large)
+{
+    static const int sizes[][2] = {{505, 337}, {460, 368}, {339, 339}};
+    td_decoder *d;
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    int checked = 0;
+    for (int k = 0; k < 3; k++) {
+        int W = sizes[k][0], H = sizes[k][1];
+        uint8_t *j, *t;
+        size_t n, tn;
+        td_test_jpeg(W, H, TD_TEST_RGB, 420, 90, 0, 50 + k, &j, &n);
+        ck_assert_int_eq(td_pack_add_restarts(j, n, 4, &t, &tn), 0);
+        uint8_t *full = tj_decode_f(t, tn, W, H, 3, 1);
+        for (int b = 0; b < 12; b++) {
+            int bw = W / 2 + (b * 37) % (W / 2), bh = H / 2 + (b * 53) % (H / 2);
+            int x = (b * 29) % (W - bw + 1), y = (b * 17) % (H - bh + 1);
+            td_region p, r;
+            int iw, ih;
+            ck_assert_int_eq(td_decoder_header(d, t, tn, &iw, &ih), 0);
+            ck_assert_int_eq(td_decoder_region(d, x, y, bw, bh, 224, 224, 3,
+                TD_DECODE_NO_FANCY | TD_DECODE_FORCE_FULL_SCALE |
+                TD_DECODE_NO_CUT, &p), 0);
+            size_t pn = p.stride * (size_t)p.h;
+            uint8_t *pp = malloc(pn);
+            memcpy(pp, p.px, pn);
+            ck_assert_int_eq(td_decoder_header(d, t, tn, &iw, &ih), 0);
+            ck_assert_int_eq(td_decoder_region(d, x, y, bw, bh, 224, 224, 3,
+                TD_DECODE_NO_FANCY | TD_DECODE_FORCE_FULL_SCALE, &r), 0);
+            checked += r.cut;
+            for (int yy = y; yy < y + bh; yy++) {
+                const uint8_t *fr = full + ((size_t)yy * W + (size_t)x) * 3;
+                ck_assert_msg(memcmp(pp + (size_t)(yy - p.y0) * p.stride +
+                                         (size_t)(x - p.x0) * 3,
+                                     fr, (size_t)bw * 3) == 0,
+                              "plain: %dx%d box %d,%d %dx%d: row %d differs",
+                              W, H, x, y, bw, bh, yy);
+                ck_assert_msg(memcmp(r.px + (size_t)(yy - r.y0) * r.stride +
+                                         (size_t)(x - r.x0) * 3,
+                                     fr, (size_t)bw * 3) == 0,
+                              "cut: %dx%d box %d,%d %dx%d: row %d differs",
+                              W, H, x, y, bw, bh, yy);
+            }
+            free(pp);
+        }
+        free(full);
+        free(t);
+        free(j);
+    }
+    ck_assert_int_gt(checked, 20);
+    td_decoder_destroy(d);
+}
+END_TEST
+
 /* Damaged input: not rewritten (TD_E_CORRUPT, nothing returned); a
  * restart file truncated inside a box's segments is TD_E_CORRUPT, while a
  * box above the damage still decodes. */
@@ -751,6 +809,7 @@ static Suite *decode_suite(void)
     Suite *s = suite_create("decode");
     TCase *tc = tcase_create("decode");
     int nk = (int)(sizeof kinds / sizeof kinds[0]);
+    tcase_add_test(tc, test_restart_cut_no_fancy_large);
     tcase_add_loop_test(tc, test_full_decode_matches_turbojpeg, 0, nk);
     tcase_add_loop_test(tc, test_crop_equals_full_decode_rectangle, 0,
                         2 * nk);

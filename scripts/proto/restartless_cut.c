@@ -7,14 +7,14 @@
  * libjpeg-turbo's fast Huffman path.
  *
  * Findings (2026-11-22, /tmp/bi/shards from `bench_input --keep /tmp/bi
- * --restart 4`, taskset -c 1): decode alone ~24% faster on the fast path
- * (about 292 vs 382 us per crop), but (1) this bit-at-a-time/16-bit copy
- * costs ~130 us per crop, far too slow: copy 64 bits at a time; (2) 26%
- * of crops need a DC category the optimized Huffman table has no code for
- * (pack must write DC tables that code every category, e.g. the standard
- * ones); (3) a bug remains: in some images the pixels differ from the
- * restart cut-out from some MCU row on (4.5% of compared values off by >
- * 20) - find it before building on this.
+ * --restart 4`, taskset -c 1): the restart-free cut-out gives exactly the
+ * restart cut-out's pixels (and tjDecompress2's: every compared row
+ * equal), and decoding it is ~24% faster on libjpeg-turbo's fast path
+ * (about 334 vs 441 us per crop in the last run), but (1) this
+ * bit-at-a-time/16-bit copy costs ~130-150 us per crop, far too slow: copy
+ * 64 bits at a time; (2) 26% of crops need a DC category the optimized
+ * Huffman table has no code for (pack must write DC tables that code
+ * every category, e.g. the standard ones); those fall back here.
  *
  * Build: gcc -O2 -std=gnu11 -I lib -I kernels -I build -o /tmp/proto \
  *   scripts/proto/restartless_cut.c build/lib/libtraind.a \
@@ -27,6 +27,7 @@
 #include <string.h>
 #include <stdint.h>
 #include <jpeglib.h>
+#include <turbojpeg.h>
 #include "clock.h"
 #include "dataset.h"
 #include "decode.h"
@@ -98,11 +99,18 @@ int main(int argc, char **argv)
         int bw = (int)(sqrt(a * W * H * r)), bh = (int)(sqrt(a * W * H / r));
         if (bw > W) bw = W; if (bh > H) bh = H;
         int x = (int)((W - bw) * U(7, 3, i * 10 + rep)), y = (int)((H - bh) * U(7, 4, i * 10 + rep));
+        if (getenv("FULL")) { x = 0; y = 0; bw = W; bh = H; }
         td_region reg;
         int64_t t0 = td_now_ns();
         td_decoder_header(d, dat[i], len[i], &W, &H);
         { int rr_ = td_decoder_region(d, x, y, bw, bh, 224, 224, 3, TD_DECODE_NO_FANCY, &reg); if (rr_) { fprintf(stderr, "old %zu rc %d %s box %d,%d %dx%d of %dx%d\n", i, rr_, td_decoder_message(d), x, y, bw, bh, W, H); return 2; } }
         int64_t t1 = td_now_ns();
+        /* the region lives in the decoder: keep its middle row before the
+         * second decode reuses the buffer */
+        static uint8_t saved[8192 * 3];
+        int yy_s = y + bh / 2, xx_s = x + 1;
+        if (reg.scale_num == 8)
+            memcpy(saved, reg.px + (size_t)(yy_s - reg.y0) * reg.stride + (size_t)(xx_s - reg.x0) * 3, (size_t)(bw - 2) * 3);
         t_old += t1 - t0; int64_t t_old_this = t1 - t0;
         /* new: rows r0..r1 (all segments of each row), restart-free */
         struct jpeg_decompress_struct ci; struct jpeg_error_mgr jerr;
@@ -169,9 +177,16 @@ int main(int argc, char **argv)
         /* compare a row in the middle: region coords are scaled; compare only same scale */
         if (rep == 0 && r2.scale_num == reg.scale_num && reg.scale_num == 8) {
             int yy = y + bh / 2, xx = x + 1;
-            const uint8_t *a1 = reg.px + (size_t)(yy - reg.y0) * reg.stride + (size_t)(xx - reg.x0) * 3;
+            const uint8_t *a1 = saved;
             const uint8_t *a2 = r2.px + (size_t)(yy - Y0 - r2.y0) * r2.stride + (size_t)(xx - X0 - r2.x0) * 3;
             int first_big = -1;
+            { /* both against a plain full decode (fast upsampling) */
+                static tjhandle tj; static uint8_t *full; if (!tj) { tj = tjInitDecompress(); full = malloc(4096 * 4096 * 3); }
+                tjDecompress2(tj, dat[i], len[i], full, W, 0, H, TJPF_RGB, TJFLAG_FASTUPSAMPLE);
+                const uint8_t *f = full + ((size_t)yy * W + xx) * 3; long bo = 0, bn = 0;
+                for (int j = 0; j < (bw - 2) * 3; j++) { bo += abs(a1[j] - f[j]) > 20; bn += abs(a2[j] - f[j]) > 20; }
+                if ((bo || bn) && shown < 8) fprintf(stderr, "img %zu vs plain: old path %ld big, new path %ld big\n", i, bo, bn);
+            }
             for (int j = 0; j < (bw - 2) * 3; j++) { int dd = abs(a1[j] - a2[j]); diff += dd; npx++; if (dd > 20) { big++; if (first_big < 0) first_big = j / 3; } }
             if (first_big >= 0 && shown++ < 8) fprintf(stderr, "img %zu W%d H%d box %d,%d %dx%d rows %d-%d segs %d-%d spr %d segw %d: first big at x=%d (abs %d), row y=%d (abs row in cut %d)\n", i, W, H, x, y, bw, bh, r0, r1, s0, s1, spr, segw, first_big, xx + first_big, yy, yy - Y0);
         }
