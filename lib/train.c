@@ -304,11 +304,13 @@ static int td__step(td_trainer *t, td_batch_source *src, td_batch *b,
     o->event_record(be, p->ev[EV_START]);
     if (!t->cfg.synthetic) {
         rc = td_backend_upload(be, b);
+        /* h2d is the host time the upload blocked, read before EV_H2D is
+         * recorded: compute starts at EV_H2D, so the two never overlap
+         * (a preemption between the two reads once made them sum to more
+         * than the step).  Giving the slot back is part of neither. */
+        t2 = td_now_ns();
         if (rc == 0)
             rc = o->event_record(be, p->ev[EV_H2D]);
-        /* h2d is the host time the upload blocked; giving the slot back
-         * is not part of it (nor of compute, which starts at EV_H2D). */
-        t2 = td_now_ns();
         /* The slot goes back once its copy is done: at once when the copy
          * already finished (always on the CPU), else when this step is
          * finished, one step later, so that the copy overlaps compute. */
@@ -321,8 +323,8 @@ static int td__step(td_trainer *t, td_batch_source *src, td_batch *b,
         if (rc)
             return td__fail(t, rc, "upload");
     } else {
-        o->event_record(be, p->ev[EV_H2D]);
         t2 = td_now_ns();
+        o->event_record(be, p->ev[EV_H2D]);
     }
     if ((rc = td_backend_train_step(be, (float)lr, t->steps + 1)))
         return td__fail(t, rc, "train step");
