@@ -44,21 +44,25 @@ enum { SUBSCRIBERS = 100 };
 static atomic_int stop_load;
 static int pin_load = 1;
 
-/* Moves the calling thread onto the last CPU it may run on. */
-static void pin_to_last_cpu(void)
+/* Pins thread tid (0: the calling thread) to the first or the last CPU
+ * this process may use; nothing when pinning is off or there is one CPU. */
+static void pin_thread(pid_t tid, int last)
 {
     cpu_set_t set;
     if (!pin_load || sched_getaffinity(0, sizeof set, &set) != 0)
         return;
-    int last = -1;
+    int first = -1, lastc = -1;
     for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &set))
-            last = c;
-    if (last < 1)
+        if (CPU_ISSET(c, &set)) {
+            if (first < 0)
+                first = c;
+            lastc = c;
+        }
+    if (first == lastc)
         return;
     CPU_ZERO(&set);
-    CPU_SET(last, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    CPU_SET(last ? lastc : first, &set);
+    sched_setaffinity(tid, sizeof set, &set);
 }
 
 /* CPU seconds (user + system) used so far by the thread of process pid
@@ -111,7 +115,7 @@ typedef struct {
 static void *status_client(void *p)
 {
     status_arg *a = p;
-    pin_to_last_cpu();
+    pin_thread(0, 1);
     int fd = th_connect(a->h, NULL);
     int64_t next = td_now_ns();
     while (!atomic_load(&stop_load) && a->n < a->cap) {
@@ -134,7 +138,7 @@ static void *subscribers(void *p)
     int fds[SUBSCRIBERS];
     struct pollfd pfd[SUBSCRIBERS];
     char buf[65536];
-    pin_to_last_cpu();
+    pin_thread(0, 1);
     for (int i = 0; i < SUBSCRIBERS; i++) {
         fds[i] = th_connect(h, NULL);
         const char *sub = "{\"id\":1,\"cmd\":\"subscribe\"}\n";
@@ -179,23 +183,9 @@ static json_t *reference_spec(void)
 /* Pins the daemon's thread `name` to the first or the last CPU. */
 static void pin_daemon_thread(pid_t pid, const char *name, int last)
 {
-    cpu_set_t set;
     pid_t tid = 0;
-    if (!pin_load || thread_cpu_s(pid, name, &tid) < 0 ||
-        sched_getaffinity(0, sizeof set, &set) != 0)
-        return;
-    int first = -1, lastc = -1;
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &set)) {
-            if (first < 0)
-                first = c;
-            lastc = c;
-        }
-    if (first == lastc)
-        return;
-    CPU_ZERO(&set);
-    CPU_SET(last ? lastc : first, &set);
-    sched_setaffinity(tid, sizeof set, &set);
+    if (thread_cpu_s(pid, name, &tid) >= 0)
+        pin_thread(tid, last);
 }
 
 static int64_t job_step(int fd, int64_t job)
