@@ -248,6 +248,31 @@ END_TEST
 /* Boxes decoded through the cut-out of restart segments have exactly the
  * pixels of the plain path on the same file, at every scale, with and
  * without fancy upsampling, for 1..4 MCUs per segment and whole rows. */
+/* td_decoder_header + td_decoder_region on j, asserting both succeed. */
+static void decode_box(td_decoder *d, const uint8_t *j, size_t n, int x,
+                       int y, int bw, int bh, int mw, int mh, int c,
+                       int flags, td_region *r)
+{
+    int iw, ih;
+    ck_assert_int_eq(td_decoder_header(d, j, n, &iw, &ih), 0);
+    ck_assert_int_eq(td_decoder_region(d, x, y, bw, bh, mw, mh, c, flags, r),
+                     0);
+}
+
+/* decode_box, with the pixels copied out of the decoder (its next decode
+ * reuses the buffer): r->px points into the returned malloc'd copy. */
+static uint8_t *decode_box_copy(td_decoder *d, const uint8_t *j, size_t n,
+                                int x, int y, int bw, int bh, int mw, int mh,
+                                int c, int flags, td_region *r)
+{
+    decode_box(d, j, n, x, y, bw, bh, mw, mh, c, flags, r);
+    size_t rn = r->stride * (size_t)r->h;
+    uint8_t *copy = malloc(rn);
+    memcpy(copy, r->px, rn);
+    r->px = copy;
+    return copy;
+}
+
 START_TEST(test_restart_cut_equals_plain_decode)
 {
     int k = _i / 2, w = _i % 2 ? 229 : 224, h = 157, c = kinds[k].c;
@@ -268,21 +293,14 @@ START_TEST(test_restart_cut_equals_plain_decode)
             for (int f = 0; f < 4; f++) {
                 int flags = (f & 1 ? TD_DECODE_NO_FANCY : 0) |
                             (f & 2 ? 0 : TD_DECODE_FORCE_FULL_SCALE);
-                int mw = boxes[b][2] / 4, mh = boxes[b][3] / 4, iw, ih;
+                int mw = boxes[b][2] / 4, mh = boxes[b][3] / 4;
                 td_region p, r;
-                ck_assert_int_eq(td_decoder_header(d, t, tn, &iw, &ih), 0);
-                ck_assert_int_eq(td_decoder_region(d, boxes[b][0],
+                uint8_t *pp = decode_box_copy(d, t, tn, boxes[b][0],
                     boxes[b][1], boxes[b][2], boxes[b][3], mw, mh, c,
-                    flags | TD_DECODE_NO_CUT, &p), 0);
+                    flags | TD_DECODE_NO_CUT, &p);
                 ck_assert_int_eq(p.cut, 0);
-                /* p's pixels live in the decoder: keep a copy. */
-                size_t pn = p.stride * (size_t)p.h;
-                uint8_t *pp = malloc(pn);
-                memcpy(pp, p.px, pn);
-                ck_assert_int_eq(td_decoder_header(d, t, tn, &iw, &ih), 0);
-                ck_assert_int_eq(td_decoder_region(d, boxes[b][0],
-                    boxes[b][1], boxes[b][2], boxes[b][3], mw, mh, c, flags,
-                    &r), 0);
+                decode_box(d, t, tn, boxes[b][0], boxes[b][1], boxes[b][2],
+                           boxes[b][3], mw, mh, c, flags, &r);
                 cuts += r.cut;
                 ck_assert_int_eq(r.scale_num, p.scale_num);
                 ck_assert_int_eq(r.scaled_w, p.scaled_w);
@@ -337,18 +355,11 @@ START_TEST(test_restart_cut_no_fancy_large)
         for (int b = 0; b < 12; b++) {
             int bw = W / 2 + (b * 37) % (W / 2), bh = H / 2 + (b * 53) % (H / 2);
             int x = (b * 29) % (W - bw + 1), y = (b * 17) % (H - bh + 1);
+            const int flags = TD_DECODE_NO_FANCY | TD_DECODE_FORCE_FULL_SCALE;
             td_region p, r;
-            int iw, ih;
-            ck_assert_int_eq(td_decoder_header(d, t, tn, &iw, &ih), 0);
-            ck_assert_int_eq(td_decoder_region(d, x, y, bw, bh, 224, 224, 3,
-                TD_DECODE_NO_FANCY | TD_DECODE_FORCE_FULL_SCALE |
-                TD_DECODE_NO_CUT, &p), 0);
-            size_t pn = p.stride * (size_t)p.h;
-            uint8_t *pp = malloc(pn);
-            memcpy(pp, p.px, pn);
-            ck_assert_int_eq(td_decoder_header(d, t, tn, &iw, &ih), 0);
-            ck_assert_int_eq(td_decoder_region(d, x, y, bw, bh, 224, 224, 3,
-                TD_DECODE_NO_FANCY | TD_DECODE_FORCE_FULL_SCALE, &r), 0);
+            uint8_t *pp = decode_box_copy(d, t, tn, x, y, bw, bh, 224, 224,
+                                          3, flags | TD_DECODE_NO_CUT, &p);
+            decode_box(d, t, tn, x, y, bw, bh, 224, 224, 3, flags, &r);
             checked += r.cut;
             for (int yy = y; yy < y + bh; yy++) {
                 const uint8_t *fr = full + ((size_t)yy * W + (size_t)x) * 3;
