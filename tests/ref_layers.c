@@ -307,6 +307,23 @@ double td_ref_xent(const double *z, int k, int label, double *grad)
     return log(s) + m - z[label];
 }
 
+double td_ref_xent_smooth(const double *z, int k, int label, double e,
+                          double *grad)
+{
+    double m = z[0], s = 0, loss = 0;
+    for (int j = 1; j < k; j++)
+        m = z[j] > m ? z[j] : m;
+    for (int j = 0; j < k; j++)
+        s += exp(z[j] - m);
+    for (int j = 0; j < k; j++) {
+        double q = (j == label ? 1.0 - e : 0.0) + e / k;
+        loss -= q * (z[j] - m - log(s));
+        if (grad)
+            grad[j] = exp(z[j] - m) / s - q;
+    }
+    return loss;
+}
+
 /* ---- the graph ----------------------------------------------------------- */
 
 void td_ref_forward(td_ref *r, int train)

@@ -44,5 +44,9 @@ void td_ref_conv_fwd(const double *x, int n, int c, int h, int w,
                      const double *wt, const double *b, int oc, int k,
                      int s, int p, double *y, int oh, int ow);
 double td_ref_xent(const double *z, int k, int label, double *grad);
+/* With label smoothing e, straight from the definition: -sum q_j log p_j,
+ * q = (1 - e) on the label + e / k everywhere; grad = p - q (unscaled). */
+double td_ref_xent_smooth(const double *z, int k, int label, double e,
+                          double *grad);
 
 #endif
