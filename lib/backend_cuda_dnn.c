@@ -84,6 +84,20 @@ static const td_shape *td__in_shape(const td__cuda *be, int L)
 
 /* ---- convolution: descriptors and algorithms ------------------------------ */
 
+/* Sets pick to the first of got cuDNN perf results that ran and fits the
+ * workspace cap, preferring plain FMA math (no TF32) in a first pass; -1
+ * if none.  The three *AlgoPerf_t types share these fields. */
+#define TD__PICK_ALGO(pf, got, cap, pick)                                     \
+    do {                                                                      \
+        (pick) = -1;                                                          \
+        for (int pass_ = 0; pass_ < 2 && (pick) < 0; pass_++)                 \
+            for (int i_ = 0; i_ < (got) && (pick) < 0; i_++)                  \
+                if ((pf)[i_].status == CUDNN_STATUS_SUCCESS &&                \
+                    (pf)[i_].memory <= (cap) &&                               \
+                    (pass_ || (pf)[i_].mathType == CUDNN_FMA_MATH))           \
+                    (pick) = i_;                                              \
+    } while (0)
+
 static int td__pick_fwd(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
 {
     cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -91,14 +105,7 @@ static int td__pick_fwd(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
     TD__DNN(be, cudnnGetConvolutionForwardAlgorithm_v7(be->dnn->h, d->x,
             d->wf, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
             pf));
-    for (int i = 0; i < got && pick < 0; i++)
-        if (pf[i].status == CUDNN_STATUS_SUCCESS &&
-            pf[i].memory <= be->dnn->ws_cap && pf[i].mathType == CUDNN_FMA_MATH)
-            pick = i;
-    for (int i = 0; i < got && pick < 0; i++)
-        if (pf[i].status == CUDNN_STATUS_SUCCESS &&
-            pf[i].memory <= be->dnn->ws_cap)
-            pick = i;
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
     if (pick < 0)
         return td__cuda_fail(be, __FILE__, __LINE__, "conv forward algorithm",
                              be->base.model->layers[L].name);
@@ -118,12 +125,7 @@ static int td__pick_bwd_data(td__cuda *be, int L, td__dnn_layer *d,
     TD__DNN(be, cudnnGetConvolutionBackwardDataAlgorithm_v7(be->dnn->h,
             d->wf, d->y, d->conv, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
             &got, pf));
-    for (int pass = 0; pass < 2 && pick < 0; pass++)
-        for (int i = 0; i < got && pick < 0; i++)
-            if (pf[i].status == CUDNN_STATUS_SUCCESS &&
-                pf[i].memory <= be->dnn->ws_cap &&
-                (pass || pf[i].mathType == CUDNN_FMA_MATH))
-                pick = i;
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
     if (pick < 0)
         return td__cuda_fail(be, __FILE__, __LINE__, "conv backward data "
                              "algorithm", be->base.model->layers[L].name);
@@ -144,12 +146,7 @@ static int td__pick_bwd_filter(td__cuda *be, int L, td__dnn_layer *d,
     TD__DNN(be, cudnnGetConvolutionBackwardFilterAlgorithm_v7(be->dnn->h,
             d->x, d->y, d->conv, d->wf,
             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf));
-    for (int pass = 0; pass < 2 && pick < 0; pass++)
-        for (int i = 0; i < got && pick < 0; i++)
-            if (pf[i].status == CUDNN_STATUS_SUCCESS &&
-                pf[i].memory <= be->dnn->ws_cap &&
-                (pass || pf[i].mathType == CUDNN_FMA_MATH))
-                pick = i;
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
     if (pick < 0)
         return td__cuda_fail(be, __FILE__, __LINE__, "conv backward filter "
                              "algorithm", be->base.model->layers[L].name);
