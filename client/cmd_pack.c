@@ -5,7 +5,8 @@
  *                                           D/t10k-*  -> DIR/test)
  *   trainctl pack --imagefolder ROOT -o DIR
  * Options: --quality Q (IDX only, default 95), --shard-size MiB (default
- * 256), --prefix NAME, --restart N (ImageFolder only, default 4), --json.
+ * 256), --prefix NAME, --index N (ImageFolder only, default 2), --restart N
+ * (ImageFolder only, instead of --index), --json.
  * Progress goes to stderr when it is a tty.
  */
 #include <jansson.h>
@@ -46,7 +47,8 @@ static void td__pack_usage(FILE *f)
             "usage: trainctl pack (--idx-images F --idx-labels F | --idx-dir D"
             " | --imagefolder ROOT)\n"
             "                     -o DIR [--quality Q] [--shard-size MiB]"
-            " [--prefix NAME] [--restart N] [--json]\n\n"
+            " [--prefix NAME] [--index N | --restart N]\n"
+            "                     [--json]\n\n"
             "Writes WebDataset tar shards (<key>.jpg + <key>.cls), each at "
             "most --shard-size\n(default 256 MiB), with an index cache per "
             "shard.\n"
@@ -57,13 +59,17 @@ static void td__pack_usage(FILE *f)
             "                D/t10k-* -> DIR/test (e.g. "
             "/usr/share/datasets/fashion-mnist)\n"
             "  --imagefolder ROOT  ROOT/<class>/*.jpg, rewritten losslessly "
-            "with\n                restart markers (see --restart)\n"
+            "with a crop\n                index (see --index)\n"
             "  --quality Q   JPEG quality for IDX images, 1-100 (default 95)\n"
-            "  --restart N   ImageFolder: rewrite each JPEG losslessly with a "
-            "restart marker\n                every <= N MCUs (default 4), so "
-            "crops decode only the\n                segments they cover; 0 "
-            "copies the files as they are;\n                damaged files "
-            "are always copied as they are\n");
+            "  --index N     ImageFolder: rewrite each JPEG losslessly (same "
+            "pixels,\n                optimized Huffman tables) with a crop "
+            "index every <= N MCUs\n                (default 2), so random "
+            "crops decode only the MCUs they\n                cover; 0 "
+            "copies the files as they are; damaged files are\n"
+            "                always copied as they are\n"
+            "  --restart N   ImageFolder: restart markers every <= N MCUs "
+            "instead of the\n                index (crops decode a little "
+            "slower, whole images too)\n");
 }
 
 /* First existing of D/base and D/base.gz. */
@@ -85,7 +91,7 @@ static json_t *td__pack_json(const char *set, const char *out,
                      set, "output", out, "samples", (json_int_t)r->samples,
                      "shards", r->shards, "bytes", (json_int_t)r->bytes,
                      "classes", r->classes, "seconds", s, "images_per_s",
-                     s > 0 ? (double)r->samples / s : 0.0, "restarted",
+                     s > 0 ? (double)r->samples / s : 0.0, "rewritten",
                      (json_int_t)r->restarted);
 }
 
@@ -111,9 +117,14 @@ static int td__pack_one(const char *set, const char *images,
         json_array_append_new(sets, td__pack_json(set, out, &r, s));
     else
         printf("%s: %zu samples, %d classes -> %d shard(s), %.1f MiB in %s "
-               "(%.1f s, %.0f img/s)\n", set, r.samples, r.classes, r.shards,
-               (double)r.bytes / 1048576.0, out, s,
-               s > 0 ? (double)r.samples / s : 0.0);
+               "(%.1f s, %.0f img/s)%s%zu%s\n", set, r.samples, r.classes,
+               r.shards, (double)r.bytes / 1048576.0, out, s,
+               s > 0 ? (double)r.samples / s : 0.0,
+               folder ? "; " : "", folder ? r.restarted : (size_t)0,
+               !folder ? ""
+               : opt->index > 0 ? " rewritten with a crop index"
+               : opt->restart > 0 ? " rewritten with restart markers"
+                                  : " rewritten");
     return TD_EXIT_OK;
 }
 
@@ -146,14 +157,16 @@ static int td__pack_value(struct td__pack_args *o, const char *a,
         fprintf(stderr, "trainctl pack: --quality must be 1..100\n");
         return -1;
     }
-    if (strcmp(a, "--restart") == 0) {
+    if (strcmp(a, "--restart") == 0 || strcmp(a, "--index") == 0) {
         char *end;
         long n = strtol(v, &end, 10);
-        o->opt.restart = (int)n;
-        if (*v && !*end && n >= 0 && n <= 65535)
+        if (*v && !*end && n >= 0 && n <= 65535) {
+            *(a[2] == 'r' ? &o->opt.restart : &o->opt.index) = (int)n;
             return 0;
-        fprintf(stderr, "trainctl pack: --restart must be 0..65535 (MCUs "
-                        "per restart segment, 0 = copy as they are)\n");
+        }
+        fprintf(stderr, "trainctl pack: %s must be 0..65535 (MCUs per %s, "
+                        "0 = none)\n", a,
+                a[2] == 'r' ? "restart segment" : "index interval");
         return -1;
     }
     if (strcmp(a, "--shard-size") == 0) {
@@ -202,12 +215,19 @@ int td_cmd_pack(int argc, char **argv)
 {
     struct td__pack_args o = {0};
     td_pack_options_default(&o.opt);
-    /* ImageFolder files get restart markers unless asked not to: lossless,
-     * a few percent smaller, and random crops decode ~1.3x faster. */
-    o.opt.restart = 4;
+    /* ImageFolder files get a crop index unless asked not to: lossless,
+     * and random crops decode only the MCUs they cover (docs/pipeline.md). */
+    o.opt.index = -1; /* default: 2, or 0 with --restart N */
     int rc = td__pack_args(argc, argv, &o);
     if (rc >= 0)
         return rc;
+    if (o.opt.index < 0)
+        o.opt.index = o.opt.restart > 0 ? 0 : 2;
+    if (o.opt.restart > 0 && o.opt.index > 0) {
+        fprintf(stderr, "trainctl pack: --restart N needs --index 0 (a file "
+                        "has restart markers or a crop index, not both)\n");
+        return TD_EXIT_USAGE;
+    }
     const char *images = o.images, *labels = o.labels, *idxdir = o.idxdir;
     const char *folder = o.folder, *out = o.out;
     int json = o.json;

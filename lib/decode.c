@@ -12,6 +12,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "cropidx.h"
 #include "dataset.h"
 #include "error.h"
 
@@ -28,8 +29,13 @@ struct td_decoder {
     td_buf line;     /* one CMYK line before conversion */
     td_buf syn;      /* the cut-out JPEG of the restart-segment path */
     td_buf marks;    /* size_t offsets of the restart segments */
+    td_buf unst;     /* unstuffed entropy data of one row of a crop */
     const uint8_t *src; /* the JPEG whose header was read */
     size_t src_len, sos_end; /* its length, where its entropy data starts */
+    size_t sof_at, sos_at;   /* its SOF0/1 and SOS markers (0: none) */
+    const uint8_t *ix[256];  /* crop index chunks by number (cropidx.h) */
+    size_t ix_len[256];      /* their payload lengths */
+    int ix_n;                /* chunks seen (0: no index) */
     int have_header;
     char msg[JMSG_LENGTH_MAX];
 };
@@ -78,6 +84,7 @@ void td_decoder_destroy(td_decoder *d)
     td_buf_free(&d->line);
     td_buf_free(&d->syn);
     td_buf_free(&d->marks);
+    td_buf_free(&d->unst);
     free(d);
 }
 
@@ -91,9 +98,45 @@ static int td__fail(td_decoder *d)
     return TD_E_CORRUPT;
 }
 
+/* Walks the header markers libjpeg has parsed (SOI to the end of SOS) for
+ * what the cut-outs need: where SOF and SOS are, and the crop index. */
+static void td__scan_header(td_decoder *d)
+{
+    const uint8_t *p = d->src;
+    size_t pos = 2, end = d->sos_end;
+    d->sof_at = d->sos_at = 0;
+    d->ix_n = 0;
+    while (pos + 4 <= end && p[pos] == 0xff) {
+        uint8_t m = p[pos + 1];
+        if (m == 0xff) {
+            pos++;
+            continue;
+        }
+        size_t l = (size_t)p[pos + 2] << 8 | p[pos + 3];
+        if (l < 2 || pos + 2 + l > end)
+            break;
+        const uint8_t *q = p + pos + 4;
+        if (m == 0xc0 || m == 0xc1)
+            d->sof_at = pos;
+        else if (m == 0xda)
+            d->sos_at = pos;
+        else if (m == TD_CROPIDX_MARKER && l - 2 >= TD_CROPIDX_HEAD &&
+                 memcmp(q, "TDIX", 4) == 0 && q[4] == TD_CROPIDX_VERSION &&
+                 q[5] < q[6] && !d->ix[q[5]]) {
+            d->ix[q[5]] = q;
+            d->ix_len[q[5]] = l - 2;
+            d->ix_n++;
+        }
+        pos += 2 + l;
+    }
+}
+
 int td_decoder_header(td_decoder *d, const uint8_t *data, size_t len, int *w,
                       int *h)
 {
+    if (d->ix_n) /* forget the previous image's index */
+        memset(d->ix, 0, sizeof d->ix);
+    d->ix_n = 0;
     d->msg[0] = '\0';
     d->have_header = 0;
     d->jerr.bad_warning = 0;
@@ -115,6 +158,7 @@ int td_decoder_header(td_decoder *d, const uint8_t *data, size_t len, int *w,
     d->src = data;
     d->src_len = len;
     d->sos_end = (size_t)(d->ci.src->next_input_byte - data);
+    td__scan_header(d);
     d->have_header = 1;
     return 0;
 }
@@ -202,6 +246,14 @@ static int td__start(td_decoder *d, const struct td__box *b, int fancy)
                           : b->c == 3 ? JCS_RGB : JCS_GRAYSCALE;
     ci->do_fancy_upsampling = fancy ? TRUE : FALSE;
     ci->dct_method = JDCT_ISLOW; /* as fast as IFAST with AVX2 (measured) */
+    /* libjpeg-turbo 2.1 leaves cconvert pointing at the previous image's
+     * (freed) color converter when this image uses the merged upsampler
+     * (no fancy upsampling), and jpeg_skip_scanlines then writes through
+     * it (valgrind: invalid write after a fancy decode then a plain one on
+     * the same decompressor).  Neither module exists until
+     * jpeg_start_decompress makes them, so clear the stale pointers. */
+    ci->cconvert = NULL;
+    ci->cquantize = NULL;
     if (setjmp(d->jerr.jb))
         return td__fail(d);
     jpeg_start_decompress(ci);
@@ -396,6 +448,11 @@ static int td__cut(td_decoder *d, const struct td__grid *g, int W, int H,
     return 0;
 }
 
+static int td__decode_cut(td_decoder *d, size_t len, int X0, int Y0, int W,
+                          int H, int x, int y, int bw, int bh, int min_w,
+                          int min_h, int c, int flags, int kind,
+                          td_region *out);
+
 /* The box through a cut-out JPEG: 0 or an error as td_decoder_region, 1
  * when the image has no usable restart grid or the box needs all of it. */
 static int td__region_cut(td_decoder *d, int x, int y, int bw, int bh,
@@ -429,14 +486,309 @@ static int td__region_cut(td_decoder *d, int x, int y, int bw, int bh,
         rc = td__cut(d, &g, W, H, &len, &cw, &ch);
     if (rc)
         return rc;
-    jpeg_abort_decompress(ci);
-    int X0 = g.s0 * segw, Y0 = g.r0 * g.mcu_h, sw, sh;
+    return td__decode_cut(d, len, g.s0 * segw, g.r0 * g.mcu_h, W, H, x, y,
+                          bw, bh, min_w, min_h, c, flags, 1, out);
+}
+
+/* ---- Crop index: start anywhere on the fast Huffman path ---------------
+ * A JPEG that carries a crop index (cropidx.h, `trainctl pack`) has no
+ * restart markers, so libjpeg-turbo decodes it on its fast Huffman path,
+ * which restart markers turn off.  For a box we build a cut-out JPEG of
+ * the MCUs it covers: per MCU row, the bits between two checkpoints,
+ * copied with a 56-bit shift (the rows' bits do not start on byte
+ * boundaries) and with each component's first DC difference re-coded
+ * against the predictor the previous row of the cut-out leaves.  The new
+ * difference may need a DC category the file's (optimized) table has no
+ * code for; such categories get codes appended after the table's longest
+ * ones (existing codes keep their bits), in a DHT of the cut-out's own. */
+
+/* jdhuff.c: decode_mcu uses the fast path only while bytes_in_buffer >=
+ * BUFSIZE (DCTSIZE2 * 8) * blocks_in_MCU (at most D_MAX_BLOCKS_IN_MCU). */
+#define TD__FAST_TAIL (DCTSIZE2 * 8 * D_MAX_BLOCKS_IN_MCU)
+
+static inline uint64_t td__be64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+}
+
+/* One DC Huffman table: canonical decoding and encoding, extended. */
+struct td__dct {
+    int32_t maxcode[17], valoff[17];
+    uint8_t bits[17], val[32];
+    int nval, extended;
+    uint16_t ecode[16];
+    uint8_t esize[16];
+};
+
+static int td__dct_build(const JHUFF_TBL *t, struct td__dct *o)
+{
+    int32_t code = 0;
+    int k = 0, lmax = 0;
+    memset(o, 0, sizeof *o);
+    if (!t)
+        return 1;
+    /* (a table without codes gets lmax 0 and is refused below) */
+    for (int l = 1; l <= 16; l++) {
+        o->bits[l] = t->bits[l];
+        o->valoff[l] = k - code;
+        o->maxcode[l] = t->bits[l] ? code + t->bits[l] - 1 : -1;
+        for (int i = 0; i < t->bits[l]; i++, k++, code++) {
+            if (k >= 16 || t->huffval[k] > 15)
+                return 1; /* not a DC table */
+            o->val[k] = t->huffval[k];
+            o->ecode[t->huffval[k]] = (uint16_t)code;
+            o->esize[t->huffval[k]] = (uint8_t)l;
+        }
+        if (code > (1 << l))
+            return 1;
+        if (t->bits[l])
+            lmax = l;
+        if (l < 16)
+            code <<= 1;
+    }
+    o->nval = k;
+    if (!lmax)
+        return 1;
+    /* code: the next free code of length 16; back to length lmax. */
+    uint32_t next = (uint32_t)code >> (16 - lmax);
+    int l = lmax;
+    for (int cat = 0; cat <= 11; cat++) {
+        if (o->esize[cat])
+            continue;
+        next <<= 1; /* one length longer: never all ones */
+        if (++l > 16 || next >= (1u << l) - 1)
+            break;
+        o->ecode[cat] = (uint16_t)next;
+        o->esize[cat] = (uint8_t)l;
+        o->bits[l]++;
+        o->val[o->nval++] = (uint8_t)cat;
+        o->extended = 1;
+        next++;
+    }
+    return 0;
+}
+
+/* Decodes the DC difference coded at bit p of u (8 readable bytes past
+ * it): 0 and its value and length, or 1. */
+static int td__dc_decode(const struct td__dct *t, const uint8_t *u,
+                         uint64_t p, int *diff, int *len)
+{
+    uint64_t v = td__be64(u + (p >> 3)) << (p & 7);
+    for (int l = 1; l <= 16; l++) {
+        int32_t code = (int32_t)(v >> (64 - l));
+        if (code > t->maxcode[l])
+            continue;
+        int cat = t->val[code + t->valoff[l]];
+        if (cat > 11)
+            return 1;
+        int e = cat ? (int)((v << l) >> (64 - cat)) : 0;
+        *diff = cat && e < (1 << (cat - 1)) ? e - (1 << cat) + 1 : e;
+        *len = l + cat;
+        return 0;
+    }
+    return 1;
+}
+
+/* Bit writer with byte stuffing; at most 7 bits pending between calls. */
+struct td__bw {
+    uint8_t *o;
+    uint64_t acc;
+    int n;
+};
+
+static inline void td__bw_byte(struct td__bw *w, unsigned b)
+{
+    *w->o++ = (uint8_t)b;
+    if (b == 0xff)
+        *w->o++ = 0;
+}
+
+static inline void td__bw_put(struct td__bw *w, uint32_t v, int len)
+{
+    w->acc = (w->acc << len) | (v & ((UINT64_C(1) << len) - 1));
+    w->n += len;
+    while (w->n >= 8) {
+        w->n -= 8;
+        td__bw_byte(w, (unsigned)(w->acc >> w->n) & 0xff);
+    }
+}
+
+/* Appends bits [f, f + n) of u (8 readable bytes past them). */
+static void td__bw_copy(struct td__bw *w, const uint8_t *u, uint64_t f,
+                        uint64_t n)
+{
+    const uint64_t m56 = (UINT64_C(1) << 56) - 1;
+    const uint64_t ones = UINT64_C(0x0101010101010101);
+    const uint64_t highs = UINT64_C(0x8080808080808080);
+    while (n >= 56) {
+        uint64_t v = (td__be64(u + (f >> 3)) << (f & 7)) >> 8;
+        uint64_t t = (w->acc << 56) | v;
+        uint64_t out = (t >> w->n) & m56;
+        /* A 0xff byte among the 7 needs a stuffed zero after it. */
+        uint64_t x = (~out & m56) | ~m56;
+        if (((x - ones) & ~x & highs) == 0) {
+            uint64_t be = __builtin_bswap64(out << 8);
+            memcpy(w->o, &be, 8);
+            w->o += 7;
+        } else {
+            for (int i = 48; i >= 0; i -= 8)
+                td__bw_byte(w, (unsigned)(out >> i) & 0xff);
+        }
+        w->acc = t;
+        f += 56;
+        n -= 56;
+    }
+    while (n > 0) {
+        int k = n > 24 ? 24 : (int)n;
+        uint64_t v = td__be64(u + (f >> 3)) << (f & 7);
+        td__bw_put(w, (uint32_t)(v >> (64 - k)), k);
+        f += (uint64_t)k;
+        n -= (uint64_t)k;
+    }
+}
+
+/* Unstuffs scan[a, b) into u; the count, or (size_t)-1 on a marker. */
+static size_t td__unstuff(const uint8_t *s, size_t a, size_t b, size_t slen,
+                          uint8_t *u)
+{
+    size_t n = 0;
+    while (a < b) {
+        const uint8_t *f = memchr(s + a, 0xff, b - a);
+        size_t q = f ? (size_t)(f - s) : b;
+        memcpy(u + n, s + a, q - a);
+        n += q - a;
+        if (!f)
+            break;
+        if (q + 1 >= slen || s[q + 1] != 0x00)
+            return (size_t)-1;
+        u[n++] = 0xff;
+        a = q + 2;
+    }
+    return a > b ? (size_t)-1 : n;
+}
+
+struct td__ix {
+    int nc, R, spr, rows, per;
+    size_t esz, slen;
+    const uint8_t *scan;
+};
+
+static const uint8_t *td__ix_entry(const td_decoder *d, const struct td__ix *x,
+                                   size_t k)
+{
+    return d->ix[k / (size_t)x->per] + TD_CROPIDX_HEAD +
+           (k % (size_t)x->per) * x->esz;
+}
+
+/* Validates the index against the file; 1 if it does not describe it. */
+static int td__ix_init(td_decoder *d, struct td__ix *x, int *mcu_w,
+                       int *mcu_h)
+{
+    const struct jpeg_decompress_struct *ci = &d->ci;
+    const uint8_t *h = d->ix[0];
+    if (!d->ix_n || !h || d->ix_n != h[6] || !d->sof_at || !d->sos_at ||
+        ci->progressive_mode || ci->arith_code || ci->restart_interval ||
+        ci->data_precision != 8 || ci->comps_in_scan != ci->num_components ||
+        ci->comps_in_scan != h[7] || ci->comps_in_scan > 4)
+        return 1;
+    x->nc = h[7];
+    x->R = (int)td_cropidx_u16(h + 8);
+    x->spr = (int)td_cropidx_u16(h + 10);
+    x->rows = (int)td_cropidx_u16(h + 12);
+    x->per = (int)td_cropidx_u16(h + 14);
+    x->slen = td_cropidx_u32(h + 16);
+    x->esz = (size_t)TD_CROPIDX_ENTRY(x->nc);
+    x->scan = d->src + d->sos_end;
+    int one = x->nc == 1;
+    *mcu_w = one ? DCTSIZE : ci->max_h_samp_factor * DCTSIZE;
+    *mcu_h = one ? DCTSIZE : ci->max_v_samp_factor * DCTSIZE;
+    int mpr = ((int)ci->image_width + *mcu_w - 1) / *mcu_w;
+    int mrows = ((int)ci->image_height + *mcu_h - 1) / *mcu_h;
+    size_t nent = (size_t)x->spr * (size_t)x->rows + 1;
+    if (x->R < 1 || x->per < 1 || x->R * x->spr != mpr || x->rows != mrows ||
+        d->src_len < d->sos_end + 2 ||
+        x->slen != d->src_len - 2 - d->sos_end ||
+        d->src[d->src_len - 2] != 0xff || d->src[d->src_len - 1] != 0xd9 ||
+        (nent + (size_t)x->per - 1) / (size_t)x->per != (size_t)d->ix_n)
+        return 1;
+    for (int c = 0; c < d->ix_n; c++) {
+        size_t n = c + 1 < d->ix_n ? (size_t)x->per
+                                   : nent - (size_t)c * (size_t)x->per;
+        if (!d->ix[c] || memcmp(d->ix[c] + 5, h + 5, 15) != 0 ||
+            d->ix_len[c] < TD_CROPIDX_HEAD + n * x->esz)
+            return 1;
+    }
+    return 0;
+}
+
+/* Writes the cut-out's headers: the source's without the index, SOF's
+ * size patched, extended DC tables, SOS.  Returns the end. */
+static uint8_t *td__ix_headers(td_decoder *d, uint8_t *o, int cw, int ch,
+                               const struct td__dct *dct, const int *used)
+{
+    const uint8_t *p = d->src;
+    size_t pos = 2;
+    o[0] = 0xff;
+    o[1] = 0xd8;
+    o += 2;
+    while (pos < d->sos_at) {
+        size_t l = (size_t)p[pos + 2] << 8 | p[pos + 3];
+        if (p[pos + 1] == 0xff) {
+            pos++;
+            continue;
+        }
+        if (p[pos + 1] != TD_CROPIDX_MARKER) {
+            memcpy(o, p + pos, l + 2);
+            if (pos == d->sof_at) {
+                o[5] = (uint8_t)(ch >> 8);
+                o[6] = (uint8_t)ch;
+                o[7] = (uint8_t)(cw >> 8);
+                o[8] = (uint8_t)cw;
+            }
+            o += l + 2;
+        }
+        pos += l + 2;
+    }
+    size_t dl = 2;
+    for (int t = 0; t < NUM_HUFF_TBLS; t++)
+        if (used[t] && dct[t].extended)
+            dl += 17 + (size_t)dct[t].nval;
+    if (dl > 2) {
+        *o++ = 0xff;
+        *o++ = 0xc4;
+        *o++ = (uint8_t)(dl >> 8);
+        *o++ = (uint8_t)dl;
+        for (int t = 0; t < NUM_HUFF_TBLS; t++) {
+            if (!used[t] || !dct[t].extended)
+                continue;
+            *o++ = (uint8_t)t; /* class 0 (DC), table t */
+            memcpy(o, dct[t].bits + 1, 16);
+            o += 16;
+            memcpy(o, dct[t].val, (size_t)dct[t].nval);
+            o += dct[t].nval;
+        }
+    }
+    memcpy(o, p + d->sos_at, d->sos_end - d->sos_at);
+    return o + (d->sos_end - d->sos_at);
+}
+
+/* Decodes a cut-out in d->syn (len bytes) holding the source's pixels
+ * from (X0, Y0): the box as td_decoder_region, in source coordinates. */
+static int td__decode_cut(td_decoder *d, size_t len, int X0, int Y0, int W,
+                          int H, int x, int y, int bw, int bh, int min_w,
+                          int min_h, int c, int flags, int kind,
+                          td_region *out)
+{
+    int sw, sh, rc;
+    jpeg_abort_decompress(&d->ci);
     if ((rc = td_decoder_header(d, d->syn.p, len, &sw, &sh)) != 0)
         return rc;
     rc = td__region_plain(d, x - X0, y - Y0, bw, bh, min_w, min_h, c, flags,
                           out);
     if (rc == 0) {
-        out->cut = 1;
+        out->cut = kind;
         out->x0 += X0 * out->scale_num / 8;
         out->y0 += Y0 * out->scale_num / 8;
         out->scaled_w = (int)(((int64_t)W * out->scale_num + 7) / 8);
@@ -445,13 +797,122 @@ static int td__region_cut(td_decoder *d, int x, int y, int bw, int bh,
     return rc;
 }
 
+/* The box through an indexed cut-out: as td__region_cut. */
+static int td__region_index(td_decoder *d, int x, int y, int bw, int bh,
+                            int min_w, int min_h, int c, int flags,
+                            td_region *out)
+{
+    struct jpeg_decompress_struct *ci = &d->ci;
+    struct td__ix ix;
+    int mcu_w, mcu_h;
+    if (td__ix_init(d, &ix, &mcu_w, &mcu_h))
+        return 1;
+    int W = (int)ci->image_width, H = (int)ci->image_height;
+    int m = (flags & TD_DECODE_FORCE_FULL_SCALE)
+                ? 8 : td_decode_pick_scale(bw, bh, min_w, min_h);
+    int mg = 16 / m + 2; /* 2 scaled pixels of margin, in source pixels */
+    int x0 = x - mg < 0 ? 0 : x - mg, y0 = y - mg < 0 ? 0 : y - mg;
+    int x1 = x + bw + mg > W ? W : x + bw + mg;
+    int y1 = y + bh + mg > H ? H : y + bh + mg;
+    int segw = ix.R * mcu_w;
+    if (x0 >= W || y0 >= H || x1 <= x0 || y1 <= y0)
+        return 1;
+    int r0 = y0 / mcu_h, r1 = (y1 + mcu_h - 1) / mcu_h;
+    int s0 = x0 / segw, s1 = (x1 + segw - 1) / segw;
+    if (r0 == 0 && s0 == 0 && s1 == ix.spr)
+        return 1; /* whole rows from the top: nothing to skip */
+    struct td__dct dct[NUM_HUFF_TBLS];
+    int used[NUM_HUFF_TBLS] = {0}, tbl[4];
+    for (int i = 0; i < ix.nc; i++) {
+        int t = ci->cur_comp_info[i]->dc_tbl_no;
+        if (t < 0 || t >= NUM_HUFF_TBLS)
+            return 1;
+        if (!used[t] && td__dct_build(ci->dc_huff_tbl_ptrs[t], &dct[t]))
+            return 1;
+        used[t] = 1;
+        tbl[i] = t;
+    }
+    /* Room: the headers, twice each row's bytes (restuffing), slack. */
+    size_t need = d->sos_end + 4 + NUM_HUFF_TBLS * 33 + 16 + TD__FAST_TAIL;
+    size_t umax = 0;
+    for (int r = r0; r < r1; r++) {
+        size_t k = (size_t)r * (size_t)ix.spr;
+        uint32_t a = td_cropidx_u32(td__ix_entry(d, &ix, k + (size_t)s0));
+        uint32_t b = td_cropidx_u32(td__ix_entry(d, &ix, k + (size_t)s1));
+        if (b < a || b > ix.slen)
+            return 1;
+        need += 2 * ((size_t)(b - a) + 8) + 16;
+        umax = (size_t)(b - a) > umax ? (size_t)(b - a) : umax;
+    }
+    if (td_buf_reserve(&d->syn, need) || td_buf_reserve(&d->unst, umax + 16))
+        return -ENOMEM;
+    int cw = (s1 * segw < W ? s1 * segw : W) - s0 * segw;
+    int ch = (r1 * mcu_h < H ? r1 * mcu_h : H) - r0 * mcu_h;
+    struct td__bw w = {td__ix_headers(d, d->syn.p, cw, ch, dct, used), 0, 0};
+    int pred[4] = {0};
+    uint8_t *u = d->unst.p;
+    for (int r = r0; r < r1; r++) {
+        size_t k = (size_t)r * (size_t)ix.spr;
+        const uint8_t *ea = td__ix_entry(d, &ix, k + (size_t)s0);
+        const uint8_t *eb = td__ix_entry(d, &ix, k + (size_t)s1);
+        uint32_t a = td_cropidx_u32(ea), b = td_cropidx_u32(eb);
+        if (ea[4] > 7 || eb[4] > 7)
+            return 1;
+        size_t n = td__unstuff(ix.scan, a, b, ix.slen, u);
+        if (n == (size_t)-1)
+            return 1;
+        u[n] = b < ix.slen ? ix.scan[b] : 0;
+        memset(u + n + 1, 0, 15);
+        uint64_t at = ea[4], end = (uint64_t)n * 8 + eb[4];
+        if (end < at)
+            return 1;
+        for (int i = 0; i < ix.nc; i++) {
+            uint64_t off = (uint64_t)ea[4] +
+                           (i ? td_cropidx_u16(ea + 5 + 2 * (i - 1)) : 0);
+            int diff, len;
+            if (off < at || off >= end ||
+                td__dc_decode(&dct[tbl[i]], u, off, &diff, &len) ||
+                off + (uint64_t)len > end)
+                return 1;
+            int p0 = (int16_t)td_cropidx_u16(ea + 5 + 2 * (ix.nc - 1) + 2 * i);
+            int v = p0 + diff - pred[i];
+            unsigned a_ = (unsigned)(v < 0 ? -v : v);
+            int cat = a_ ? 32 - __builtin_clz(a_) : 0;
+            if (cat > 11 || !dct[tbl[i]].esize[cat])
+                return 1;
+            td__bw_copy(&w, u, at, off - at);
+            td__bw_put(&w, dct[tbl[i]].ecode[cat], dct[tbl[i]].esize[cat]);
+            if (cat)
+                td__bw_put(&w, (uint32_t)(v < 0 ? v - 1 : v), cat);
+            at = off + (uint64_t)len;
+        }
+        td__bw_copy(&w, u, at, end - at);
+        for (int i = 0; i < ix.nc; i++)
+            pred[i] = (int16_t)td_cropidx_u16(eb + 5 + 2 * (ix.nc - 1) + 2 * i);
+    }
+    if (w.n)
+        td__bw_put(&w, 0x7f, 8 - w.n); /* pad with 1 bits */
+    *w.o++ = 0xff;
+    *w.o++ = 0xd9;
+    /* libjpeg-turbo takes its fast Huffman path only while the source
+     * holds more than TD__FAST_TAIL bytes; zeros after EOI keep it there
+     * to the last MCU (libjpeg stops reading at EOI). */
+    memset(w.o, 0, TD__FAST_TAIL);
+    w.o += TD__FAST_TAIL;
+    return td__decode_cut(d, (size_t)(w.o - d->syn.p), s0 * segw, r0 * mcu_h,
+                          W, H, x, y, bw, bh, min_w, min_h, c, flags, 2, out);
+}
+
 int td_decoder_region(td_decoder *d, int x, int y, int bw, int bh, int min_w,
                       int min_h, int c, int flags, td_region *out)
 {
     if (!d->have_header || (c != 1 && c != 3))
         return -EINVAL;
     if (!(flags & TD_DECODE_NO_CUT)) {
-        int rc = td__region_cut(d, x, y, bw, bh, min_w, min_h, c, flags, out);
+        int rc = td__region_index(d, x, y, bw, bh, min_w, min_h, c, flags,
+                                  out);
+        if (rc == 1)
+            rc = td__region_cut(d, x, y, bw, bh, min_w, min_h, c, flags, out);
         if (rc != 1)
             return rc;
     }

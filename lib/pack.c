@@ -17,6 +17,7 @@
 #include <jpeglib.h>
 
 #include "dataset.h"
+#include "cropidx.h"
 #include "error.h"
 #include "idx.h"
 #include "tar.h"
@@ -240,8 +241,11 @@ static void td__copy_markers(struct jpeg_decompress_struct *d,
     }
 }
 
-int td_pack_add_restarts(const uint8_t *in, size_t len, int max_mcus,
-                         uint8_t **out, size_t *out_len)
+/* Lossless rewrite: same coefficients, optimized Huffman tables, one
+ * interleaved baseline scan, a restart marker every R MCUs (R from
+ * max_mcus as td_pack_add_restarts says; max_mcus 0: none). */
+static int td__rewrite(const uint8_t *in, size_t len, int max_mcus,
+                       uint8_t **out, size_t *out_len)
 {
     struct jpeg_decompress_struct d;
     struct jpeg_compress_struct c;
@@ -269,7 +273,8 @@ int td_pack_add_restarts(const uint8_t *in, size_t len, int max_mcus,
     int one = d.num_components == 1;
     int mcu_w = one ? DCTSIZE : d.max_h_samp_factor * DCTSIZE;
     int mpr = ((int)d.image_width + mcu_w - 1) / mcu_w;
-    c.restart_interval = (unsigned)td_pack_restart_interval(mpr, max_mcus);
+    c.restart_interval =
+        max_mcus > 0 ? (unsigned)td_pack_restart_interval(mpr, max_mcus) : 0;
     c.optimize_coding = TRUE;
     jpeg_mem_dest(&c, out, &olen);
     jpeg_write_coefficients(&c, coef);
@@ -286,6 +291,12 @@ out:
     }
     *out_len = rc ? 0 : (size_t)olen;
     return rc;
+}
+
+int td_pack_add_restarts(const uint8_t *in, size_t len, int max_mcus,
+                         uint8_t **out, size_t *out_len)
+{
+    return td__rewrite(in, len, max_mcus > 0 ? max_mcus : 1, out, out_len);
 }
 
 /* ---- Restart segment index ---------------------------------------------
@@ -364,16 +375,27 @@ static long td__ac_bits(const JCOEF *b, const uint8_t len[256])
     return n;
 }
 
-/* Walks the scan's MCUs in coding order and fills seg[0..nseg).  Every
- * block of an edge MCU is taken from the coefficient arrays, the dummy
- * blocks past the right/bottom image edge included: the arrays are padded
- * to whole MCUs and the decoder stored in them what the file codes there
- * (jpeg_write_coefficients writes zero AC and the DC of the block coded
- * just before, jctrans.c, but other encoders may code anything), so their
- * bit cost is the file's whatever wrote it. */
-static int td__seg_walk(struct jpeg_decompress_struct *d, jvirt_barray_ptr *coef,
-                        td_seg_info *seg, size_t nseg, char *err,
-                        size_t errcap)
+/* Walks the scan's MCUs in coding order and calls visit for every block
+ * with its DC value and the bit lengths of its DC code (with its extra
+ * bits, against the predictor the file codes it with) and AC codes.
+ * Every block of an edge MCU is taken from the coefficient arrays, the
+ * dummy blocks past the right/bottom image edge included: the arrays are
+ * padded to whole MCUs and the decoder stored in them what the file codes
+ * there (jpeg_write_coefficients writes zero AC and the DC of the block
+ * coded just before, jctrans.c, but other encoders may code anything), so
+ * their bit cost is the file's whatever wrote it. */
+struct td__blk {
+    size_t m;         /* MCU number in the scan */
+    int i, ci;        /* component: in the scan, in the frame */
+    int first;        /* the component's first block in this MCU */
+    int dc;           /* its DC value */
+    unsigned dcbits;  /* DC code + extra bits */
+    unsigned long ac; /* AC codes + extra bits */
+};
+typedef int (*td__visit_fn)(void *user, const struct td__blk *b);
+
+static int td__walk(struct jpeg_decompress_struct *d, jvirt_barray_ptr *coef,
+                    td__visit_fn visit, void *user, char *err, size_t errcap)
 {
     uint8_t dclen[MAX_COMPS_IN_SCAN][256], aclen[MAX_COMPS_IN_SCAN][256];
     int ns = d->comps_in_scan;
@@ -387,57 +409,88 @@ static int td__seg_walk(struct jpeg_decompress_struct *d, jvirt_barray_ptr *coef
                             "component %d: Huffman table missing", i);
     }
     size_t mpr = d->MCUs_per_row, mrows = d->MCU_rows_in_scan;
-    size_t total = mpr * mrows;
-    size_t r = d->restart_interval ? d->restart_interval : total;
+    size_t total = mpr * mrows, ri = d->restart_interval;
     int pred[MAX_COMPS_IN_SCAN] = {0};
-    uint64_t pos = 0; /* bit position inside the current segment */
+    struct td__blk b;
     for (size_t m = 0; m < total; m++) {
-        size_t s = m / r, mrow = m / mpr, mcol = m % mpr;
-        if (s >= nseg)
-            return TD_E_CORRUPT; /* cannot happen: nseg = ceil(total / r) */
-        if (m % r == 0) {
-            if (s > 0)
-                seg[s - 1].bits = (uint32_t)pos;
+        size_t mrow = m / mpr, mcol = m % mpr;
+        if (ri && m % ri == 0)
             memset(pred, 0, sizeof pred);
-            pos = 0;
-        }
+        b.m = m;
         for (int i = 0; i < ns; i++) {
             jpeg_component_info *cp = d->cur_comp_info[i];
-            int ci = cp->component_index;
+            b.i = i;
+            b.ci = cp->component_index;
             for (int y = 0; y < cp->MCU_height; y++) {
                 JBLOCKROW row = (*d->mem->access_virt_barray)(
-                    (j_common_ptr)d, coef[ci],
+                    (j_common_ptr)d, coef[b.ci],
                     (JDIMENSION)(mrow * (size_t)cp->MCU_height + (size_t)y),
                     1, FALSE)[0];
                 for (int x = 0; x < cp->MCU_width; x++) {
-                    const JCOEF *b =
+                    const JCOEF *blk =
                         row[mcol * (size_t)cp->MCU_width + (size_t)x];
-                    int dc = b[0];
-                    int cat = td__jcat(dc - pred[i]);
-                    long ac = td__ac_bits(b, aclen[i]);
+                    int cat = td__jcat(blk[0] - pred[i]);
+                    long ac = td__ac_bits(blk, aclen[i]);
                     if (cat > 15 || !dclen[i][cat] || ac <= 0)
                         return td__perr(err, errcap, TD_E_CORRUPT,
                                         "component %d: coefficient without "
-                                        "a Huffman code", ci);
-                    if (m % r == 0 && y == 0 && x == 0) {
-                        seg[s].dc_off[ci] = (uint32_t)pos;
-                        seg[s].dc_first[ci] = (int16_t)dc;
-                        seg[s].dc_len[ci] = (uint8_t)(dclen[i][cat] + cat);
-                    }
-                    seg[s].dc_last[ci] = (int16_t)dc;
-                    pred[i] = dc;
-                    pos += (uint64_t)dclen[i][cat] + (uint64_t)cat +
-                           (uint64_t)ac;
-                    if (pos > UINT32_MAX)
-                        return td__perr(err, errcap, TD_E_NOTSUP,
-                                        "restart segment over 4 Gbit");
+                                        "a Huffman code", b.ci);
+                    b.first = y == 0 && x == 0;
+                    b.dc = blk[0];
+                    b.dcbits = (unsigned)dclen[i][cat] + (unsigned)cat;
+                    b.ac = (unsigned long)ac;
+                    pred[i] = blk[0];
+                    int rc = visit(user, &b);
+                    if (rc)
+                        return td__perr(err, errcap, rc,
+                                        "MCU %zu: layout out of range", m);
                 }
             }
         }
     }
-    if (nseg)
-        seg[nseg - 1].bits = (uint32_t)pos;
     return 0;
+}
+
+struct td__segw {
+    td_seg_info *seg;
+    size_t nseg, r;
+    uint64_t pos; /* bit position inside the current segment */
+};
+
+static int td__seg_visit(void *user, const struct td__blk *b)
+{
+    struct td__segw *w = user;
+    size_t s = b->m / w->r;
+    if (s >= w->nseg)
+        return TD_E_CORRUPT; /* cannot happen: nseg = ceil(total / r) */
+    if (b->m % w->r == 0 && b->i == 0 && b->first) {
+        if (s > 0)
+            w->seg[s - 1].bits = (uint32_t)w->pos;
+        w->pos = 0;
+    }
+    td_seg_info *g = &w->seg[s];
+    if (b->m % w->r == 0 && b->first) {
+        g->dc_off[b->ci] = (uint32_t)w->pos;
+        g->dc_first[b->ci] = (int16_t)b->dc;
+        g->dc_len[b->ci] = (uint8_t)b->dcbits;
+    }
+    g->dc_last[b->ci] = (int16_t)b->dc;
+    w->pos += b->dcbits + b->ac;
+    return w->pos > UINT32_MAX ? TD_E_NOTSUP : 0;
+}
+
+/* Fills seg[0..nseg) from the restart segments of the scan. */
+static int td__seg_walk(struct jpeg_decompress_struct *d, jvirt_barray_ptr *coef,
+                        td_seg_info *seg, size_t nseg, char *err,
+                        size_t errcap)
+{
+    size_t total = (size_t)d->MCUs_per_row * (size_t)d->MCU_rows_in_scan;
+    struct td__segw w = {seg, nseg,
+                         d->restart_interval ? d->restart_interval : total, 0};
+    int rc = td__walk(d, coef, td__seg_visit, &w, err, errcap);
+    if (rc == 0 && nseg)
+        seg[nseg - 1].bits = (uint32_t)w.pos;
+    return rc;
 }
 
 int td_pack_segment_info(const uint8_t *jpeg, size_t len, td_seg_info **out,
@@ -502,6 +555,209 @@ out:
     *out = seg;
     *nseg = n;
     return 0;
+}
+
+/* ---- Crop index (cropidx.h) ------------------------------------------ */
+
+struct td__ixw {
+    size_t R;
+    uint64_t pos;  /* bit position in the scan's (unstuffed) data */
+    uint64_t *at;  /* per checkpoint: its bit position */
+    int16_t *pred; /* per checkpoint: 4 predictors */
+    uint32_t *off; /* per checkpoint: 4 first-block offsets */
+    int cur[MAX_COMPS_IN_SCAN];
+};
+
+static int td__ix_visit(void *user, const struct td__blk *b)
+{
+    struct td__ixw *w = user;
+    if (b->m % w->R == 0) {
+        size_t k = b->m / w->R;
+        if (b->i == 0 && b->first) {
+            w->at[k] = w->pos;
+            for (int i = 0; i < MAX_COMPS_IN_SCAN; i++)
+                w->pred[k * 4 + (size_t)i] = (int16_t)w->cur[i];
+        }
+        if (b->first) {
+            uint64_t o = w->pos - w->at[k];
+            if (o > 0xffff)
+                return TD_E_NOTSUP;
+            w->off[k * 4 + (size_t)b->i] = (uint32_t)o;
+        }
+    }
+    w->cur[b->i] = b->dc;
+    w->pos += b->dcbits + b->ac;
+    return 0;
+}
+
+/* The index of jpg (a rewrite without restart markers) as APP15 marker
+ * segments in *idx (malloc'd, *idx_len bytes). */
+static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
+                          uint8_t **idx, size_t *idx_len, char *err,
+                          size_t errcap)
+{
+    struct jpeg_decompress_struct d;
+    struct td__tjerr ed = {0};
+    struct td__ixw w = {0};
+    volatile int rc = TD_E_CORRUPT;
+    uint8_t *volatile o = NULL;
+    *idx = NULL;
+    d.err = jpeg_std_error(&ed.pub);
+    ed.pub.error_exit = td__tj_exit;
+    ed.pub.emit_message = td__tj_emit;
+    jpeg_create_decompress(&d);
+    if (setjmp(ed.jb)) {
+        rc = td__perr(err, errcap, TD_E_CORRUPT, "libjpeg failed");
+        goto out;
+    }
+    jpeg_mem_src(&d, jpg, (unsigned long)len);
+    jpeg_read_header(&d, TRUE);
+    size_t sos_end = (size_t)(d.src->next_input_byte - jpg);
+    if (d.progressive_mode || d.arith_code || d.data_precision != 8 ||
+        d.restart_interval != 0 || d.num_components > MAX_COMPS_IN_SCAN ||
+        len < sos_end + 2 || jpg[len - 2] != 0xff || jpg[len - 1] != 0xd9) {
+        rc = td__perr(err, errcap, TD_E_NOTSUP, "not a plain baseline JPEG");
+        goto out;
+    }
+    jvirt_barray_ptr *coef = jpeg_read_coefficients(&d);
+    if (ed.warned || d.input_scan_number != 1 ||
+        d.comps_in_scan != d.num_components) {
+        rc = td__perr(err, errcap, TD_E_CORRUPT, "damaged or not one scan");
+        goto out;
+    }
+    size_t mpr = d.MCUs_per_row, rows = d.MCU_rows_in_scan;
+    int nc = d.comps_in_scan;
+    w.R = (size_t)td_pack_restart_interval((int)mpr, max_mcus);
+    size_t spr = mpr / w.R, nent = spr * rows + 1;
+    size_t esz = (size_t)TD_CROPIDX_ENTRY(nc);
+    size_t per = (TD_CROPIDX_MAX_PAYLOAD - TD_CROPIDX_HEAD) / esz;
+    size_t nchunks = (nent + per - 1) / per;
+    if (spr > 0xffff || rows > 0xffff || w.R > 0xffff || nchunks > 255 ||
+        len - 2 - sos_end > UINT32_MAX) {
+        rc = td__perr(err, errcap, TD_E_NOTSUP, "image too large to index");
+        goto out;
+    }
+    w.at = calloc(nent, sizeof *w.at);
+    w.pred = calloc(nent * 4, sizeof *w.pred);
+    w.off = calloc(nent * 4, sizeof *w.off);
+    *idx_len = nchunks * (4 + TD_CROPIDX_HEAD) + nent * esz;
+    o = malloc(*idx_len);
+    if (!w.at || !w.pred || !w.off || !o) {
+        rc = td__perr(err, errcap, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = td__walk(&d, coef, td__ix_visit, &w, err, errcap)) != 0)
+        goto out;
+    w.at[nent - 1] = w.pos;
+    for (int i = 0; i < MAX_COMPS_IN_SCAN; i++)
+        w.pred[(nent - 1) * 4 + (size_t)i] = (int16_t)w.cur[i];
+    /* Bit positions -> stuffed byte offsets; the walk must account for
+     * every byte of the scan (its last one holds the final padding). */
+    const uint8_t *scan = jpg + sos_end;
+    size_t slen = len - 2 - sos_end, sp = 0, up = 0, k = 0;
+    uint8_t *e = o;
+    size_t in_chunk = 0, chunk = 0;
+    for (k = 0; k < nent; k++) {
+        uint64_t ub = w.at[k] >> 3;
+        while (up < ub && sp < slen) {
+            if (scan[sp] == 0xff) {
+                if (sp + 1 >= slen || scan[sp + 1] != 0x00)
+                    break; /* a marker inside the scan */
+                sp++;
+            }
+            sp++;
+            up++;
+        }
+        if (up != ub) {
+            rc = td__perr(err, errcap, TD_E_CORRUPT,
+                          "scan data does not match its coefficients");
+            goto out;
+        }
+        if (in_chunk == 0) {
+            size_t n = nent - k < per ? nent - k : per;
+            size_t plen = TD_CROPIDX_HEAD + n * esz;
+            e[0] = 0xff;
+            e[1] = TD_CROPIDX_MARKER;
+            td_cropidx_put16(e + 2, (unsigned)(plen + 2));
+            memcpy(e + 4, "TDIX", 4);
+            e[8] = TD_CROPIDX_VERSION;
+            e[9] = (uint8_t)chunk;
+            e[10] = (uint8_t)nchunks;
+            e[11] = (uint8_t)nc;
+            td_cropidx_put16(e + 12, (unsigned)w.R);
+            td_cropidx_put16(e + 14, (unsigned)spr);
+            td_cropidx_put16(e + 16, (unsigned)rows);
+            td_cropidx_put16(e + 18, (unsigned)per);
+            td_cropidx_put32(e + 20, (uint32_t)slen);
+            e += 4 + TD_CROPIDX_HEAD;
+        }
+        td_cropidx_put32(e, (uint32_t)sp);
+        e[4] = (uint8_t)(w.at[k] & 7);
+        e += 5;
+        for (int i = 1; i < nc; i++, e += 2)
+            td_cropidx_put16(e, (unsigned)w.off[k * 4 + (size_t)i]);
+        for (int i = 0; i < nc; i++, e += 2)
+            td_cropidx_put16(e, (unsigned)(uint16_t)w.pred[k * 4 + (size_t)i]);
+        if (++in_chunk == per) {
+            in_chunk = 0;
+            chunk++;
+        }
+    }
+    /* The data ends at the last bit's byte (plus 1-bit padding to it). */
+    uint64_t last = (w.pos + 7) >> 3;
+    while (up < last && sp < slen) {
+        if (scan[sp] == 0xff) {
+            if (sp + 1 >= slen || scan[sp + 1] != 0x00)
+                break;
+            sp++;
+        }
+        sp++;
+        up++;
+    }
+    if (up != last || sp != slen) {
+        rc = td__perr(err, errcap, TD_E_CORRUPT,
+                      "scan data does not match its coefficients");
+        goto out;
+    }
+    rc = 0;
+out:
+    jpeg_destroy_decompress(&d);
+    free(w.at);
+    free(w.pred);
+    free(w.off);
+    if (rc)
+        free(o);
+    else
+        *idx = o;
+    return rc;
+}
+
+int td_pack_add_index(const uint8_t *in, size_t len, int max_mcus,
+                      uint8_t **out, size_t *out_len)
+{
+    uint8_t *rw = NULL, *ix = NULL;
+    size_t rlen = 0, ixlen = 0;
+    char err[128];
+    *out = NULL;
+    *out_len = 0;
+    int rc = td__rewrite(in, len, 0, &rw, &rlen);
+    if (rc == 0)
+        rc = td__crop_index(rw, rlen, max_mcus > 0 ? max_mcus : 1, &ix,
+                            &ixlen, err, sizeof err);
+    if (rc == 0) {
+        *out = malloc(rlen + ixlen);
+        if (!*out) {
+            rc = -ENOMEM;
+        } else { /* SOI, the index, the rest */
+            memcpy(*out, rw, 2);
+            memcpy(*out + 2, ix, ixlen);
+            memcpy(*out + 2 + ixlen, rw + 2, rlen - 2);
+            *out_len = rlen + ixlen;
+        }
+    }
+    free(rw);
+    free(ix);
+    return rc;
 }
 
 /* ---- IDX -------------------------------------------------------------- */
@@ -632,8 +888,11 @@ int td_pack_folder(const char *root, const char *outdir,
         }
         uint8_t *rst = NULL;
         size_t rlen = 0;
-        if (opt->restart > 0 && td_pack_add_restarts(data, len, opt->restart,
-                                                     &rst, &rlen) == 0) {
+        if ((opt->index > 0 &&
+             td_pack_add_index(data, len, opt->index, &rst, &rlen) == 0) ||
+            (opt->index <= 0 && opt->restart > 0 &&
+             td_pack_add_restarts(data, len, opt->restart, &rst, &rlen) ==
+                 0)) {
             data = rst;
             len = rlen;
             res->restarted++;

@@ -3,7 +3,8 @@
  * From IDX files (MNIST-style: images n x h x w, or n x h x w x 3, labels
  * n) the pixels are JPEG-encoded with TurboJPEG (grayscale stays
  * single-channel); from an ImageFolder tree the JPEG files are copied as
- * they are (no re-encoding) with the class index as label.  Shards are
+ * they are or rewritten losslessly with a crop index (the default) or
+ * restart markers, with the class index as label.  Shards are
  * named <prefix>-000000.tar, ... in the output directory, each at most
  * shard_bytes (one sample larger than that gets a shard of its own),
  * written as .tmp and renamed when complete, each with its index cache
@@ -28,6 +29,11 @@ typedef struct td_pack_options {
      * with a restart marker every R MCUs, R the largest divisor of the
      * MCUs per row <= N, so decoders can skip to any segment (decode.h). */
     int restart;
+    /* ImageFolder only, before `restart`: N > 0 rewrites each losslessly
+     * without restart markers and with a crop index every R MCUs (R as
+     * above; td_pack_add_index), so decoders can start at any R-th MCU on
+     * the fast Huffman path.  Default 4; 0: see `restart`. */
+    int index;
     /* Called every few hundred samples and at the end; may be NULL. */
     void (*progress)(void *user, size_t done, size_t total);
     void *user;
@@ -38,8 +44,9 @@ typedef struct td_pack_result {
     int shards;
     uint64_t bytes;      /* total size of the shards written */
     int classes;         /* 1 + the largest label */
-    size_t restarted;    /* ImageFolder files given restart markers; the
-                            others (damaged, not decodable) were copied */
+    size_t restarted;    /* ImageFolder files given restart markers or a
+                            crop index; the others (damaged, not
+                            decodable, too large) were copied */
     int width, height, channels; /* IDX only; 0 for ImageFolder */
 } td_pack_result;
 
@@ -62,6 +69,16 @@ int td_pack_folder(const char *root, const char *outdir,
  * 0, or TD_E_CORRUPT (not a JPEG, damaged or truncated: libjpeg warned). */
 int td_pack_add_restarts(const uint8_t *in, size_t len, int max_mcus,
                          uint8_t **out, size_t *out_len);
+
+/* Lossless rewrite of one JPEG without restart markers (same DCT
+ * coefficients, optimized Huffman tables, one baseline scan) carrying a
+ * crop index (cropidx.h) with a checkpoint every R MCUs, R =
+ * td_pack_restart_interval(MCUs per row, max_mcus), into *out (malloc'd).
+ * td_decoder_region then decodes crops from just the MCUs they cover, on
+ * libjpeg-turbo's fast Huffman path.  0, TD_E_CORRUPT (not a JPEG,
+ * damaged or truncated), TD_E_NOTSUP (too large to index), -ENOMEM. */
+int td_pack_add_index(const uint8_t *in, size_t len, int max_mcus,
+                      uint8_t **out, size_t *out_len);
 
 /* Per restart segment of a baseline, restart-marked JPEG (as written by
  * td_pack_add_restarts): the entropy-coded bit length without the final

@@ -3,25 +3,26 @@
 #
 # Alternates, RUNS times, pinned to one core (CPU, default 1):
 #   traind: build/tests/bench/bench_input --workers 1 --runs 1 (rrc 224 +
-#           flip, batch 64, on shards packed with --restart RESTART)
+#           flip, batch 64, on shards packed with --index INDEX, as
+#           `trainctl pack` does by default)
 #   torch:  scripts/bench_torch_input.py --runs 1 on the same shards
 # and prints each pair and the median, min and max of the ratios, of
 # images per wall second and per CPU second (less disturbed by other work
 # on a shared machine).
-#   scripts/bench_input_vs_torch.sh [BUILD_DIR] [RUNS] [RESTART] [CPU]
+#   scripts/bench_input_vs_torch.sh [BUILD_DIR] [RUNS] [INDEX] [CPU]
 set -eu
-build=${1:-build} runs=${2:-5} restart=${3:-4} cpu=${4:-1}
+build=${1:-build} runs=${2:-5} index=${3:-2} cpu=${4:-1}
 here=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(mktemp -d "${TMPDIR:-/tmp}/td-vs-torch-XXXXXX")
 trap 'rm -rf "$dir"' EXIT
-"$build/tests/bench/bench_input" --keep "$dir" --restart "$restart" \
+"$build/tests/bench/bench_input" --keep "$dir" --index "$index" \
     --runs 1 --workers 1 --epochs 1 >/dev/null
 : > "$dir/ratios"
 i=0
 while [ "$i" -lt "$runs" ]; do
     i=$((i + 1))
     out=$(taskset -c "$cpu" "$build/tests/bench/bench_input" --workers 1 \
-             --runs 1 --epochs 2 --restart "$restart")
+             --runs 1 --epochs 2 --index "$index")
     td=$(printf '%s\n' "$out" | awk '/^pipeline, 1 worker/ {print $5}')
     tdc=$(printf '%s\n' "$out" | awk '/per CPU second/ {print $7}')
     tv=$(taskset -c "$cpu" /usr/bin/python3 "$here/scripts/bench_torch_input.py" \

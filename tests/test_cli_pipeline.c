@@ -115,17 +115,48 @@ START_TEST(test_pack_idx_dir_json_then_bench_input)
 }
 END_TEST
 
-/* An ImageFolder is packed with restart markers by default (--json
- * counts them), copied as it is with --restart 0; both read back. */
-START_TEST(test_pack_imagefolder_restarts_by_default)
+START_TEST(test_pack_index_and_restart_conflict)
 {
     char args[8192], root[4200];
     int rc;
+    snprintf(root, sizeof root, "%s/tree2", tmp);
+    td_test_make_folder(root, 2, 2, 64, 48);
+    snprintf(args, sizeof args, "pack --imagefolder %s -o %s/q --index 2 "
+             "--restart 4", root, tmp);
+    char *err = NULL, *out = trainctl(args, &rc, &err);
+    ck_assert_int_eq(rc, 2);
+    ck_assert_ptr_nonnull(strstr(err, "--index 0"));
+    free(out);
+    free(err);
+}
+END_TEST
+
+/* Whether a shard of dir holds the bytes s. */
+static int shard_has(const char *dir, const char *s, size_t len)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/shard-000000.tar", dir);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    return memmem(buf, n, s, len) != NULL;
+}
+
+/* An ImageFolder is packed with a crop index by default (--json counts the
+ * files rewritten), with restart markers on --restart N, copied as it is
+ * with --index 0; all read back.  Both rewrites at once is a usage error. */
+START_TEST(test_pack_imagefolder_restarts_by_default)
+{
+    char args[8192], root[4200], dir[4300];
+    int rc;
     snprintf(root, sizeof root, "%s/tree", tmp);
     td_test_make_folder(root, 3, 4, 120, 90);
-    for (int r = 0; r < 2; r++) {
+    static const char *const mode[] = {"", " --restart 4", " --index 0"};
+    for (int r = 0; r < 3; r++) {
         snprintf(args, sizeof args, "pack --imagefolder %s -o %s/p%d%s --json",
-                 root, tmp, r, r ? " --restart 0" : "");
+                 root, tmp, r, mode[r]);
         char *out = trainctl(args, &rc, NULL);
         ck_assert_int_eq(rc, 0);
         json_t *j = json_loads(out, 0, NULL);
@@ -134,10 +165,13 @@ START_TEST(test_pack_imagefolder_restarts_by_default)
         ck_assert_int_eq(json_integer_value(json_object_get(set, "samples")),
                          12);
         ck_assert_int_eq(json_integer_value(json_object_get(set,
-                                                            "restarted")),
-                         r ? 0 : 12);
+                                                            "rewritten")),
+                         r < 2 ? 12 : 0);
         json_decref(j);
         free(out);
+        snprintf(dir, sizeof dir, "%s/p%d", tmp, r);
+        ck_assert_int_eq(shard_has(dir, "TDIX", 4), r == 0);
+        ck_assert_int_eq(shard_has(dir, "\xff\xdd\x00\x04", 4), r == 1);
         snprintf(args, sizeof args, "bench-input --data %s/p%d --size 64 "
                  "--augment random_resized_crop,flip --batch 4 --workers 1 "
                  "--epochs 1 --json", tmp, r);
@@ -184,6 +218,7 @@ static Suite *cli_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_pack_idx_dir_json_then_bench_input);
     tcase_add_test(tc, test_pack_imagefolder_restarts_by_default);
+    tcase_add_test(tc, test_pack_index_and_restart_conflict);
     tcase_add_test(tc, test_cli_errors);
     suite_add_tcase(s, tc);
     return s;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
+#include <jpeglib.h>
 
 #include <jansson.h>
 
@@ -273,9 +274,20 @@ static uint8_t *decode_box_copy(td_decoder *d, const uint8_t *j, size_t n,
     return copy;
 }
 
+/* The two rewrites that make cut-outs possible: restart markers (mode 0,
+ * td_region.cut 1) and the crop index (mode 1, td_region.cut 2). */
+static int rewrite(int mode, const uint8_t *j, size_t n, int max_mcus,
+                   uint8_t **t, size_t *tn)
+{
+    return mode ? td_pack_add_index(j, n, max_mcus, t, tn)
+                : td_pack_add_restarts(j, n, max_mcus, t, tn);
+}
+
+/* ... and so do boxes through an indexed cut-out (_i >= 2 * nk). */
 START_TEST(test_restart_cut_equals_plain_decode)
 {
-    int k = _i / 2, w = _i % 2 ? 229 : 224, h = 157, c = kinds[k].c;
+    int nk = (int)(sizeof kinds / sizeof kinds[0]), mode = _i / (2 * nk);
+    int k = _i / 2 % nk, w = _i % 2 ? 229 : 224, h = 157, c = kinds[k].c;
     uint8_t *j, *t;
     size_t n, tn;
     td_test_jpeg(w, h, kinds[k].cs, kinds[k].sub, 90, kinds[k].prog, 11, &j,
@@ -288,7 +300,7 @@ START_TEST(test_restart_cut_equals_plain_decode)
     const int maxr[] = {1, 2, 4, 1000};
     int cuts = 0;
     for (int q = 0; q < 4; q++) {
-        ck_assert_int_eq(td_pack_add_restarts(j, n, maxr[q], &t, &tn), 0);
+        ck_assert_int_eq(rewrite(mode, j, n, maxr[q], &t, &tn), 0);
         for (int b = 0; b < 6; b++) /* the last starts 1 px past an MCU */
             for (int f = 0; f < 4; f++) {
                 int flags = (f & 1 ? TD_DECODE_NO_FANCY : 0) |
@@ -301,7 +313,8 @@ START_TEST(test_restart_cut_equals_plain_decode)
                 ck_assert_int_eq(p.cut, 0);
                 decode_box(d, t, tn, boxes[b][0], boxes[b][1], boxes[b][2],
                            boxes[b][3], mw, mh, c, flags, &r);
-                cuts += r.cut;
+                ck_assert(r.cut == 0 || r.cut == mode + 1);
+                cuts += r.cut != 0;
                 ck_assert_int_eq(r.scale_num, p.scale_num);
                 ck_assert_int_eq(r.scaled_w, p.scaled_w);
                 ck_assert_int_eq(r.scaled_h, p.scaled_h);
@@ -342,6 +355,7 @@ END_TEST
 START_TEST(test_restart_cut_no_fancy_large)
 {
     static const int sizes[][2] = {{505, 337}, {460, 368}, {339, 339}};
+    int mode = _i;
     td_decoder *d;
     ck_assert_int_eq(td_decoder_create(&d), 0);
     int checked = 0;
@@ -350,7 +364,7 @@ START_TEST(test_restart_cut_no_fancy_large)
         uint8_t *j, *t;
         size_t n, tn;
         td_test_jpeg(W, H, TD_TEST_RGB, 420, 90, 0, 50 + k, &j, &n);
-        ck_assert_int_eq(td_pack_add_restarts(j, n, 4, &t, &tn), 0);
+        ck_assert_int_eq(rewrite(mode, j, n, 4, &t, &tn), 0);
         uint8_t *full = tj_decode_f(t, tn, W, H, 3, 1);
         for (int b = 0; b < 12; b++) {
             int bw = W / 2 + (b * 37) % (W / 2), bh = H / 2 + (b * 53) % (H / 2);
@@ -360,7 +374,7 @@ START_TEST(test_restart_cut_no_fancy_large)
             uint8_t *pp = decode_box_copy(d, t, tn, x, y, bw, bh, 224, 224,
                                           3, flags | TD_DECODE_NO_CUT, &p);
             decode_box(d, t, tn, x, y, bw, bh, 224, 224, 3, flags, &r);
-            checked += r.cut;
+            checked += r.cut == mode + 1;
             for (int yy = y; yy < y + bh; yy++) {
                 const uint8_t *fr = full + ((size_t)yy * W + (size_t)x) * 3;
                 ck_assert_msg(memcmp(pp + (size_t)(yy - p.y0) * p.stride +
@@ -411,6 +425,161 @@ START_TEST(test_restart_damaged_inputs)
     ck_assert_int_eq(td_decoder_region(d, 100, 20, 100, 40, 50, 20, 3, 0,
                                        &r), 0);
     ck_assert_int_eq(r.cut, 1);
+    td_decoder_destroy(d);
+    free(t);
+    free(j);
+}
+END_TEST
+
+/* ---- crop index -------------------------------------------------------- */
+
+/* The indexed rewrite keeps every pixel too, has no restart markers, and
+ * carries its index in APP15 right after SOI. */
+START_TEST(test_index_transcode_is_lossless)
+{
+    int k = _i, w = 229, h = 157, c = kinds[k].c;
+    uint8_t *j, *t;
+    size_t n, tn;
+    td_test_jpeg(w, h, kinds[k].cs, kinds[k].sub, 90, kinds[k].prog, 5, &j,
+                 &n);
+    ck_assert_int_eq(td_pack_add_index(j, n, 2, &t, &tn), 0);
+    ck_assert_int_eq(dri_of(t, tn), 0);
+    ck_assert(t[2] == 0xff && t[3] == 0xef && memcmp(t + 6, "TDIX", 4) == 0);
+    uint8_t *a = tj_decode(j, n, w, h, c), *b = tj_decode(t, tn, w, h, c);
+    ck_assert_mem_eq(a, b, (size_t)w * (size_t)h * (size_t)c);
+    free(a);
+    free(b);
+    free(t);
+    free(j);
+}
+END_TEST
+
+/* Boxes of an indexed file through the cut-out (td_region.cut 2) equal the
+ * plain decode; returns how many went through it minus how many should
+ * have: all but those whose MCU rows start at the top and span the width
+ * (segw = R MCUs in pixels; 4 = the decoder's margin at full scale). */
+static int index_boxes_equal_plain(td_decoder *d, const uint8_t *t, size_t tn,
+                                   int W, int H, int c, int nbox, int mcu_h,
+                                   int segw)
+{
+    int cuts = 0;
+    for (int b = 0; b < nbox; b++) {
+        int bw = 8 + (b * 37) % (W - 8), bh = 8 + (b * 53) % (H - 8);
+        int x = (b * 29) % (W - bw + 1), y = (b * 17 + 16) % (H - bh + 1);
+        td_region p, r;
+        uint8_t *pp = decode_box_copy(d, t, tn, x, y, bw, bh, bw, bh, c,
+                                      TD_DECODE_NO_CUT, &p);
+        decode_box(d, t, tn, x, y, bw, bh, bw, bh, c, 0, &r);
+        ck_assert_int_eq(r.scale_num, 8);
+        cuts += r.cut == 2;
+        int whole = (y - 4) / mcu_h <= 0 && (x - 4) / segw <= 0 &&
+                    (x + bw + 4 + segw - 1) / segw >= (W + segw - 1) / segw;
+        cuts -= !whole;
+        for (int yy = y; yy < y + bh; yy++)
+            ck_assert_msg(memcmp(r.px + (size_t)(yy - r.y0) * r.stride +
+                                     (size_t)(x - r.x0) * (size_t)c,
+                                 pp + (size_t)(yy - p.y0) * p.stride +
+                                     (size_t)(x - p.x0) * (size_t)c,
+                                 (size_t)bw * (size_t)c) == 0,
+                          "box %d,%d %dx%d: row %d differs", x, y, bw, bh,
+                          yy);
+        free(pp);
+    }
+    return cuts;
+}
+
+/* A gray image whose MCU rows are flat, each a step lighter than the one
+ * above: the file codes DC differences of 0, of one step and the first
+ * block's, so its optimized DC table lacks most categories, and a cut-out
+ * starting lower down must code differences the file never does.  Those
+ * get codes appended to the table (in the cut-out's own DHT): every box
+ * still goes through the cut-out and equals the plain decode. */
+START_TEST(test_index_codes_dc_categories_the_file_lacks)
+{
+    int W = 96, H = 160;
+    uint8_t *px = malloc((size_t)W * H), *jpg = NULL, *t;
+    for (int y = 0; y < H; y++)
+        memset(px + (size_t)y * W, 12 + 24 * (y / 16), (size_t)W);
+    unsigned long jn = 0;
+    size_t tn;
+    tjhandle tj = tjInitCompress();
+    ck_assert_int_eq(tjCompress2(tj, px, W, 0, H, TJPF_GRAY, &jpg, &jn,
+                                 TJSAMP_GRAY, 90, 0), 0);
+    tjDestroy(tj);
+    ck_assert_int_eq(td_pack_add_index(jpg, jn, 1, &t, &tn), 0);
+    /* The rewrite's DC table: few categories. */
+    struct jpeg_decompress_struct ci;
+    struct jpeg_error_mgr je;
+    ci.err = jpeg_std_error(&je);
+    jpeg_create_decompress(&ci);
+    jpeg_mem_src(&ci, t, (unsigned long)tn);
+    jpeg_read_header(&ci, TRUE);
+    int ncat = 0;
+    for (int l = 1; l <= 16; l++)
+        ncat += ci.dc_huff_tbl_ptrs[0]->bits[l];
+    jpeg_destroy_decompress(&ci);
+    ck_assert_int_le(ncat, 4);
+    td_decoder *d;
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    ck_assert_int_eq(index_boxes_equal_plain(d, t, tn, W, H, 1, 24, 8, 8), 0);
+    td_decoder_destroy(d);
+    free(t);
+    free(jpg);
+    free(px);
+}
+END_TEST
+
+/* Damage: a truncated indexed file no longer matches its index (the plain
+ * path then finds the damage: TD_E_CORRUPT below it, pixels above it); an
+ * index with changed geometry is ignored; changed entries never crash the
+ * decoder (0 or TD_E_CORRUPT; ASan and valgrind check the rest). */
+START_TEST(test_index_damaged)
+{
+    int W = 320, H = 240, iw, ih;
+    uint8_t *j, *t;
+    size_t n, tn;
+    td_region r;
+    td_test_jpeg(W, H, TD_TEST_RGB, 420, 90, 0, 3, &j, &n);
+    ck_assert_int_eq(td_pack_add_index(j, n / 2, 2, &t, &tn), TD_E_CORRUPT);
+    ck_assert_ptr_null(t);
+    ck_assert_int_eq(td_pack_add_index(j, n, 2, &t, &tn), 0);
+    td_decoder *d;
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    ck_assert_int_eq(td_decoder_header(d, t, tn * 2 / 3, &iw, &ih), 0);
+    ck_assert_int_eq(td_decoder_region(d, 100, 200, 100, 40, 50, 20, 3, 0,
+                                       &r), TD_E_CORRUPT);
+    ck_assert_int_eq(td_decoder_header(d, t, tn * 2 / 3, &iw, &ih), 0);
+    ck_assert_int_eq(td_decoder_region(d, 100, 20, 100, 40, 50, 20, 3, 0,
+                                       &r), 0);
+    ck_assert_int_eq(r.cut, 0);
+    /* Geometry: R (bytes 8-9 of the payload, at file offset 6). */
+    uint8_t *g = malloc(tn);
+    memcpy(g, t, tn);
+    g[6 + 9] ^= 1;
+    ck_assert_int_eq(td_decoder_header(d, g, tn, &iw, &ih), 0);
+    ck_assert_int_eq(td_decoder_region(d, 100, 60, 100, 40, 100, 40, 3, 0,
+                                       &r), 0);
+    ck_assert_int_eq(r.cut, 0);
+    /* Entries: flip bytes all over the index. */
+    size_t plen = (size_t)t[4] << 8 | t[5];
+    uint32_t x = 12345;
+    int ok = 0, bad = 0;
+    for (int k = 0; k < 300; k++) {
+        memcpy(g, t, tn);
+        for (int f = 0; f < 1 + k % 3; f++) {
+            x = x * 1103515245u + 12345u;
+            size_t at = 6 + 20 + (x >> 8) % (plen - 22);
+            g[at] ^= (uint8_t)(1u << (x >> 4) % 8);
+        }
+        ck_assert_int_eq(td_decoder_header(d, g, tn, &iw, &ih), 0);
+        int rc = td_decoder_region(d, (k * 37) % 200, (k * 23) % 150, 100, 80,
+                                   100, 80, 3, 0, &r);
+        ck_assert_msg(rc == 0 || rc == TD_E_CORRUPT, "rc %d", rc);
+        ok += rc == 0;
+        bad += rc != 0;
+    }
+    ck_assert_int_gt(ok, 0);
+    free(g);
     td_decoder_destroy(d);
     free(t);
     free(j);
@@ -820,7 +989,7 @@ static Suite *decode_suite(void)
     Suite *s = suite_create("decode");
     TCase *tc = tcase_create("decode");
     int nk = (int)(sizeof kinds / sizeof kinds[0]);
-    tcase_add_test(tc, test_restart_cut_no_fancy_large);
+    tcase_add_loop_test(tc, test_restart_cut_no_fancy_large, 0, 2);
     tcase_add_loop_test(tc, test_full_decode_matches_turbojpeg, 0, nk);
     tcase_add_loop_test(tc, test_crop_equals_full_decode_rectangle, 0,
                         2 * nk);
@@ -830,8 +999,11 @@ static Suite *decode_suite(void)
     tcase_add_test(tc, test_crop_decode_error_is_bounded);
     tcase_add_test(tc, test_restart_interval_divides_the_row);
     tcase_add_loop_test(tc, test_restart_transcode_is_lossless, 0, nk);
-    tcase_add_loop_test(tc, test_restart_cut_equals_plain_decode, 0, 2 * nk);
+    tcase_add_loop_test(tc, test_restart_cut_equals_plain_decode, 0, 4 * nk);
     tcase_add_test(tc, test_restart_damaged_inputs);
+    tcase_add_loop_test(tc, test_index_transcode_is_lossless, 0, nk);
+    tcase_add_test(tc, test_index_codes_dc_categories_the_file_lacks);
+    tcase_add_test(tc, test_index_damaged);
     suite_add_tcase(s, tc);
     TCase *ta = tcase_create("augment");
     tcase_add_test(ta, test_rrc_draws_follow_torchvision_ranges);

@@ -472,15 +472,17 @@ START_TEST(test_nchw_is_nhwc_transposed)
 }
 END_TEST
 
-/* Shards packed with restart markers (decoded through cut-outs of the
- * segments a crop covers) give bit-identical batches to the same images
- * copied as they are (decoded by skipping rows). */
+/* Shards packed with restart markers or with a crop index (decoded
+ * through cut-outs of the segments / MCUs a crop covers) give
+ * bit-identical batches to the same images copied as they are (decoded by
+ * skipping rows). */
 START_TEST(test_restart_packed_gives_same_batches)
 {
-    char plain[4200], rst[4200], err[256];
+    char plain[4200], rst[4200], ix[4200], err[256];
     td_test_make_folder(folder, 2, 16, 160, 120);
     snprintf(plain, sizeof plain, "%s/plain", tmp);
     snprintf(rst, sizeof rst, "%s/rst", tmp);
+    snprintf(ix, sizeof ix, "%s/ix", tmp);
     td_pack_options o;
     td_pack_result r;
     td_pack_options_default(&o);
@@ -490,12 +492,16 @@ START_TEST(test_restart_packed_gives_same_batches)
     o.restart = 4;
     ck_assert_int_eq(td_pack_folder(folder, rst, &o, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.restarted, 32);
-    uint32_t crc[2][8];
-    for (int k = 0; k < 2; k++) {
+    o.restart = 0;
+    o.index = 1;
+    ck_assert_int_eq(td_pack_folder(folder, ix, &o, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.restarted, 32);
+    uint32_t crc[3][8];
+    for (int k = 0; k < 3; k++) {
         td_pipeline_config c;
         td_pipeline *p;
         td_pipeline_config_default(&c);
-        c.data = k ? rst : plain;
+        c.data = k == 2 ? ix : k ? rst : plain;
         c.size[0] = c.size[1] = 40;
         c.batch_size = 8;
         c.workers = 2;
@@ -517,6 +523,7 @@ START_TEST(test_restart_packed_gives_same_batches)
     }
     ck_assert_uint_ne(crc[0][0], crc[0][4]);
     ck_assert_mem_eq(crc[0], crc[1], sizeof crc[0]);
+    ck_assert_mem_eq(crc[0], crc[2], sizeof crc[0]);
 }
 END_TEST
 

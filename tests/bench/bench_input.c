@@ -11,12 +11,13 @@
  * Pin to one core with `taskset -c 1` for per-core figures.
  *
  *   bench_input [--images N] [--runs N] [--workers 1,2] [--epochs N]
- *               [--restart N] [--keep DIR]
+ *               [--index N | --restart N] [--keep DIR]
  * --keep DIR writes the images (DIR/tree) and shards (DIR/shards) there
  * and keeps them, e.g. for scripts/bench_torch_input.py.
- * --restart N packs with restart markers every <= N MCUs (pack.h); both A
- * and B then read those packed files, and A is also timed, for reference,
- * on the original files.
+ * --index N packs with a crop index every <= N MCUs (pack.h; default 2, as
+ * `trainctl pack`), --restart N with restart markers instead, --index 0
+ * copies the files as they are; A and B read the packed files, and A is
+ * also timed, for reference, on the original files.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +133,7 @@ static double pipe_run(const char *shards, int workers, int epochs,
 int main(int argc, char **argv)
 {
     int nimg = 384, runs = 3, epochs = 2, wl[8] = {1, 2}, nw = 2, rst = 0;
+    int idx = -1; /* default: 2 as `trainctl pack`, 0 with --restart N */
     const char *keep = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--images") == 0)
@@ -142,6 +144,8 @@ int main(int argc, char **argv)
             keep = argv[i + 1];
         else if (strcmp(argv[i], "--restart") == 0)
             rst = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--index") == 0)
+            idx = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--epochs") == 0)
             epochs = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--workers") == 0) {
@@ -151,9 +155,13 @@ int main(int argc, char **argv)
                 wl[nw++] = atoi(t);
         }
     }
-    if (runs < 1 || runs > 50 || nimg < 64 || nw < 1) {
+    if (idx < 0)
+        idx = rst > 0 ? 0 : 2;
+    if (runs < 1 || runs > 50 || nimg < 64 || nw < 1 ||
+        (idx > 0 && rst > 0)) {
         fprintf(stderr, "usage: bench_input [--images N>=64] [--runs 1-50] "
-                        "[--workers 1,2] [--epochs N]\n");
+                        "[--workers 1,2] [--epochs N] [--index N | "
+                        "--restart N] [--keep DIR]\n");
         return 2;
     }
     char *tmp = keep ? strdup(keep) : td_test_tmpdir("bench-input");
@@ -179,17 +187,20 @@ int main(int argc, char **argv)
     td_dataset *orig = NULL;
     td_pack_options_default(&o);
     o.restart = rst;
+    o.index = idx;
     if (td_pack_folder(dir, shards, &o, &r, err, sizeof err) ||
         td_dataset_open(shards, &ds, err, sizeof err) ||
-        (rst && td_dataset_open(dir, &orig, err, sizeof err))) {
+        ((rst || idx) && td_dataset_open(dir, &orig, err, sizeof err))) {
         fprintf(stderr, "bench_input: %s\n", err);
         return 1;
     }
     printf("bench_input: %d photo-like JPEGs, shorter side 300-500 px, q90 "
-           "4:2:0, %.1f KiB mean per packed sample; restart markers every "
-           "<= %d MCUs (%zu files); rrc 224 + flip, batch 64, %d epoch(s) "
-           "timed after 1 warm-up\n", nimg,
-           (double)r.bytes / nimg / 1024.0, rst, r.restarted, epochs);
+           "4:2:0, %.1f KiB mean per packed sample; %s %d MCUs (%zu "
+           "files); rrc 224 + flip, batch 64, %d epoch(s) timed after 1 "
+           "warm-up\n", nimg, (double)r.bytes / nimg / 1024.0,
+           idx ? "crop index every <=" : rst ? "restart markers every <="
+                                             : "files copied, rewritten every",
+           idx ? idx : rst, r.restarted, epochs);
     uint8_t *out = malloc(800 * 520 * 3); /* the largest image: 750 x 500 */
     double ref[50], ref_orig[50], pipe[8][50], ratio[8][50], ratio_o[8][50];
     double cpu_rate[8][50];
