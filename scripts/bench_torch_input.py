@@ -18,7 +18,7 @@ runs alternate pil, io, pil, io...  Prints images/s per run, then the
 median, min and max; --json prints them as one object.
 
 Make the shards with the traind bench, e.g.
-  build/tests/bench/bench_input --keep /tmp/bi --restart 4 --runs 1
+  build/tests/bench/bench_input --keep /tmp/bi --runs 1
   (then DIR = /tmp/bi/shards)
 """
 import argparse
