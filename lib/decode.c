@@ -453,6 +453,29 @@ static int td__decode_cut(td_decoder *d, size_t len, int X0, int Y0, int W,
                           int min_h, int c, int flags, int kind,
                           td_region *out);
 
+/* What a cut-out for the box needs, with 2 scaled pixels of margin: MCU
+ * rows span[0]..span[1]-1 (mcu_h pixels each) and columns span[2]..
+ * span[3]-1 of segw pixels.  1 when the box is empty. */
+static int td__cut_span(const struct jpeg_decompress_struct *ci, int x, int y,
+                        int bw, int bh, int min_w, int min_h, int flags,
+                        int mcu_h, int segw, int span[4])
+{
+    int W = (int)ci->image_width, H = (int)ci->image_height;
+    int m = (flags & TD_DECODE_FORCE_FULL_SCALE)
+                ? 8 : td_decode_pick_scale(bw, bh, min_w, min_h);
+    int mg = 16 / m + 2; /* 2 scaled pixels of margin, in source pixels */
+    int x0 = x - mg < 0 ? 0 : x - mg, y0 = y - mg < 0 ? 0 : y - mg;
+    int x1 = x + bw + mg > W ? W : x + bw + mg;
+    int y1 = y + bh + mg > H ? H : y + bh + mg;
+    if (x0 >= W || y0 >= H || x1 <= x0 || y1 <= y0)
+        return 1;
+    span[0] = y0 / mcu_h;
+    span[1] = (y1 + mcu_h - 1) / mcu_h;
+    span[2] = x0 / segw;
+    span[3] = (x1 + segw - 1) / segw;
+    return 0;
+}
+
 /* The box through a cut-out JPEG: 0 or an error as td_decoder_region, 1
  * when the image has no usable restart grid or the box needs all of it. */
 static int td__region_cut(td_decoder *d, int x, int y, int bw, int bh,
@@ -464,19 +487,14 @@ static int td__region_cut(td_decoder *d, int x, int y, int bw, int bh,
     if (!td__grid_init(ci, &g))
         return 1;
     int W = (int)ci->image_width, H = (int)ci->image_height;
-    int m = (flags & TD_DECODE_FORCE_FULL_SCALE)
-                ? 8 : td_decode_pick_scale(bw, bh, min_w, min_h);
-    int mg = 16 / m + 2; /* 2 scaled pixels of margin, in source pixels */
-    int x0 = x - mg < 0 ? 0 : x - mg, y0 = y - mg < 0 ? 0 : y - mg;
-    int x1 = x + bw + mg > W ? W : x + bw + mg;
-    int y1 = y + bh + mg > H ? H : y + bh + mg;
-    int segw = g.R * g.mcu_w;
-    if (x0 >= W || y0 >= H || x1 <= x0 || y1 <= y0)
+    int segw = g.R * g.mcu_w, span[4];
+    if (td__cut_span(ci, x, y, bw, bh, min_w, min_h, flags, g.mcu_h, segw,
+                     span))
         return 1;
-    g.r0 = y0 / g.mcu_h;
-    g.r1 = (y1 + g.mcu_h - 1) / g.mcu_h;
-    g.s0 = x0 / segw;
-    g.s1 = (x1 + segw - 1) / segw;
+    g.r0 = span[0];
+    g.r1 = span[1];
+    g.s0 = span[2];
+    g.s1 = span[3];
     if (g.r0 == 0 && g.s0 == 0 && g.s1 == g.spr)
         return 1; /* whole rows from the top: nothing to skip */
     size_t len;
@@ -808,17 +826,11 @@ static int td__region_index(td_decoder *d, int x, int y, int bw, int bh,
     if (td__ix_init(d, &ix, &mcu_w, &mcu_h))
         return 1;
     int W = (int)ci->image_width, H = (int)ci->image_height;
-    int m = (flags & TD_DECODE_FORCE_FULL_SCALE)
-                ? 8 : td_decode_pick_scale(bw, bh, min_w, min_h);
-    int mg = 16 / m + 2; /* 2 scaled pixels of margin, in source pixels */
-    int x0 = x - mg < 0 ? 0 : x - mg, y0 = y - mg < 0 ? 0 : y - mg;
-    int x1 = x + bw + mg > W ? W : x + bw + mg;
-    int y1 = y + bh + mg > H ? H : y + bh + mg;
-    int segw = ix.R * mcu_w;
-    if (x0 >= W || y0 >= H || x1 <= x0 || y1 <= y0)
+    int segw = ix.R * mcu_w, span[4];
+    if (td__cut_span(ci, x, y, bw, bh, min_w, min_h, flags, mcu_h, segw,
+                     span))
         return 1;
-    int r0 = y0 / mcu_h, r1 = (y1 + mcu_h - 1) / mcu_h;
-    int s0 = x0 / segw, s1 = (x1 + segw - 1) / segw;
+    int r0 = span[0], r1 = span[1], s0 = span[2], s1 = span[3];
     if (r0 == 0 && s0 == 0 && s1 == ix.spr)
         return 1; /* whole rows from the top: nothing to skip */
     struct td__dct dct[NUM_HUFF_TBLS];

@@ -224,18 +224,26 @@ START_TEST(test_restart_interval_divides_the_row)
 END_TEST
 
 /* The rewrite keeps every pixel (same coefficients, progressive becomes
- * baseline) and declares the interval asked for. */
+ * baseline) and declares the interval asked for; with a crop index
+ * (_i >= nk) it has no restart markers and the index in APP15 right after
+ * SOI. */
 START_TEST(test_restart_transcode_is_lossless)
 {
-    int k = _i, w = 229, h = 157, c = kinds[k].c;
+    int nk = (int)(sizeof kinds / sizeof kinds[0]), ix = _i >= nk;
+    int k = _i % nk, w = 229, h = 157, c = kinds[k].c;
     uint8_t *j, *t;
     size_t n, tn;
     td_test_jpeg(w, h, kinds[k].cs, kinds[k].sub, 90, kinds[k].prog, 5, &j,
                  &n);
-    ck_assert_int_eq(td_pack_add_restarts(j, n, 4, &t, &tn), 0);
+    ck_assert_int_eq(ix ? td_pack_add_index(j, n, 2, &t, &tn)
+                        : td_pack_add_restarts(j, n, 4, &t, &tn), 0);
     int mcu_w = kinds[k].cs == TD_TEST_GRAY || kinds[k].sub == 444 ? 8 : 16;
     ck_assert_int_eq(dri_of(t, tn),
-                     td_pack_restart_interval((w + mcu_w - 1) / mcu_w, 4));
+                     ix ? 0
+                        : td_pack_restart_interval((w + mcu_w - 1) / mcu_w, 4));
+    if (ix)
+        ck_assert(t[2] == 0xff && t[3] == 0xef &&
+                  memcmp(t + 6, "TDIX", 4) == 0);
     ck_assert_int_eq(dri_of(j, n), 0);
     uint8_t *a = tj_decode(j, n, w, h, c), *b = tj_decode(t, tn, w, h, c);
     ck_assert_mem_eq(a, b, (size_t)w * (size_t)h * (size_t)c);
@@ -399,6 +407,21 @@ START_TEST(test_restart_cut_no_fancy_large)
 }
 END_TEST
 
+/* The first 2/3 of a 320x240 rewrite t: a box in the missing part is
+ * TD_E_CORRUPT, one above it decodes; returns how (td_region.cut). */
+static int truncated_box_cut(td_decoder *d, const uint8_t *t, size_t tn)
+{
+    int iw, ih;
+    td_region r;
+    ck_assert_int_eq(td_decoder_header(d, t, tn * 2 / 3, &iw, &ih), 0);
+    ck_assert_int_eq(td_decoder_region(d, 100, 200, 100, 40, 50, 20, 3, 0,
+                                       &r), TD_E_CORRUPT);
+    ck_assert_int_eq(td_decoder_header(d, t, tn * 2 / 3, &iw, &ih), 0);
+    ck_assert_int_eq(td_decoder_region(d, 100, 20, 100, 40, 50, 20, 3, 0,
+                                       &r), 0);
+    return r.cut;
+}
+
 /* Damaged input: not rewritten (TD_E_CORRUPT, nothing returned); a
  * restart file truncated inside a box's segments is TD_E_CORRUPT, while a
  * box above the damage still decodes. */
@@ -406,8 +429,6 @@ START_TEST(test_restart_damaged_inputs)
 {
     uint8_t *j, *t = (uint8_t *)"x";
     size_t n, tn = 7;
-    int iw, ih;
-    td_region r;
     td_test_jpeg(320, 240, TD_TEST_RGB, 420, 90, 0, 3, &j, &n);
     ck_assert_int_eq(td_pack_add_restarts(j, n / 2, 4, &t, &tn),
                      TD_E_CORRUPT);
@@ -418,13 +439,7 @@ START_TEST(test_restart_damaged_inputs)
     ck_assert_int_eq(td_pack_add_restarts(j, n, 4, &t, &tn), 0);
     td_decoder *d;
     ck_assert_int_eq(td_decoder_create(&d), 0);
-    ck_assert_int_eq(td_decoder_header(d, t, tn * 2 / 3, &iw, &ih), 0);
-    ck_assert_int_eq(td_decoder_region(d, 100, 200, 100, 40, 50, 20, 3, 0,
-                                       &r), TD_E_CORRUPT);
-    ck_assert_int_eq(td_decoder_header(d, t, tn * 2 / 3, &iw, &ih), 0);
-    ck_assert_int_eq(td_decoder_region(d, 100, 20, 100, 40, 50, 20, 3, 0,
-                                       &r), 0);
-    ck_assert_int_eq(r.cut, 1);
+    ck_assert_int_eq(truncated_box_cut(d, t, tn), 1);
     td_decoder_destroy(d);
     free(t);
     free(j);
@@ -432,27 +447,6 @@ START_TEST(test_restart_damaged_inputs)
 END_TEST
 
 /* ---- crop index -------------------------------------------------------- */
-
-/* The indexed rewrite keeps every pixel too, has no restart markers, and
- * carries its index in APP15 right after SOI. */
-START_TEST(test_index_transcode_is_lossless)
-{
-    int k = _i, w = 229, h = 157, c = kinds[k].c;
-    uint8_t *j, *t;
-    size_t n, tn;
-    td_test_jpeg(w, h, kinds[k].cs, kinds[k].sub, 90, kinds[k].prog, 5, &j,
-                 &n);
-    ck_assert_int_eq(td_pack_add_index(j, n, 2, &t, &tn), 0);
-    ck_assert_int_eq(dri_of(t, tn), 0);
-    ck_assert(t[2] == 0xff && t[3] == 0xef && memcmp(t + 6, "TDIX", 4) == 0);
-    uint8_t *a = tj_decode(j, n, w, h, c), *b = tj_decode(t, tn, w, h, c);
-    ck_assert_mem_eq(a, b, (size_t)w * (size_t)h * (size_t)c);
-    free(a);
-    free(b);
-    free(t);
-    free(j);
-}
-END_TEST
 
 /* Boxes of an indexed file through the cut-out (td_region.cut 2) equal the
  * plain decode; returns how many went through it minus how many should
@@ -545,13 +539,7 @@ START_TEST(test_index_damaged)
     ck_assert_int_eq(td_pack_add_index(j, n, 2, &t, &tn), 0);
     td_decoder *d;
     ck_assert_int_eq(td_decoder_create(&d), 0);
-    ck_assert_int_eq(td_decoder_header(d, t, tn * 2 / 3, &iw, &ih), 0);
-    ck_assert_int_eq(td_decoder_region(d, 100, 200, 100, 40, 50, 20, 3, 0,
-                                       &r), TD_E_CORRUPT);
-    ck_assert_int_eq(td_decoder_header(d, t, tn * 2 / 3, &iw, &ih), 0);
-    ck_assert_int_eq(td_decoder_region(d, 100, 20, 100, 40, 50, 20, 3, 0,
-                                       &r), 0);
-    ck_assert_int_eq(r.cut, 0);
+    ck_assert_int_eq(truncated_box_cut(d, t, tn), 0);
     /* Geometry: R (bytes 8-9 of the payload, at file offset 6). */
     uint8_t *g = malloc(tn);
     memcpy(g, t, tn);
@@ -998,10 +986,9 @@ static Suite *decode_suite(void)
     tcase_add_test(tc, test_corrupt_inputs_fail_cleanly);
     tcase_add_test(tc, test_crop_decode_error_is_bounded);
     tcase_add_test(tc, test_restart_interval_divides_the_row);
-    tcase_add_loop_test(tc, test_restart_transcode_is_lossless, 0, nk);
+    tcase_add_loop_test(tc, test_restart_transcode_is_lossless, 0, 2 * nk);
     tcase_add_loop_test(tc, test_restart_cut_equals_plain_decode, 0, 4 * nk);
     tcase_add_test(tc, test_restart_damaged_inputs);
-    tcase_add_loop_test(tc, test_index_transcode_is_lossless, 0, nk);
     tcase_add_test(tc, test_index_codes_dc_categories_the_file_lacks);
     tcase_add_test(tc, test_index_damaged);
     suite_add_tcase(s, tc);
