@@ -13,8 +13,9 @@
  * Huffman path (which restart markers would turn off).
  *
  * Written by `trainctl pack` (td_pack_add_index) as APP15 marker segments
- * right after SOI; decoders that do not know them skip them.  All
- * integers big-endian.  Each APP15 payload is one chunk:
+ * right after SOI; decoders that do not know them skip them.  All fixed
+ * integers big-endian.  Each APP15 payload is a 20-byte header and a piece
+ * of the index (the pieces, in chunk order, make the whole):
  *   0  "TDIX"            magic
  *   4  u8  version       TD_CROPIDX_VERSION
  *   5  u8  seq           this chunk's number, 0..nchunks-1
@@ -23,18 +24,25 @@
  *   8  u16 R             MCUs per checkpoint interval
  *  10  u16 spr           intervals per MCU row (R * spr = MCUs per row)
  *  12  u16 rows          MCU rows
- *  14  u16 per_chunk     entries per chunk (the last may hold fewer)
+ *  14  u16 0             reserved
  *  16  u32 scan_len      bytes of entropy-coded data (SOS's end to EOI)
- *  20  entries
- * Entry k (0 <= k <= spr * rows; entry spr * rows is the end of the scan),
- * TD_CROPIDX_ENTRY(ncomp) bytes:
+ * The index: a row table of rows + 1 records of TD_CROPIDX_ROW(ncomp)
+ * bytes (record `rows` is the end of the scan), then the checkpoints.
+ * Row record r, about the checkpoint that starts MCU row r:
  *   u32 byte    offset in the entropy-coded data (stuffed, as stored) of
- *               the byte holding the checkpoint's first bit
+ *               the byte holding its first bit
  *   u8  bit     that bit's position in the byte, 0 = most significant
- *   u16 off[c]  for c = 1..ncomp-1: bits from the checkpoint to the DC
- *               code of component c's first block (component 0's is 0)
- *   i16 pred[c] for c = 0..ncomp-1: the DC predictor at the checkpoint
- *               (the DC of the component's last block coded before it)
+ *   u32 at      where row r's checkpoints start, from the end of the table
+ *   i16 pred[c] for c = 0..ncomp-1: the DC predictors there (the DC of
+ *               each component's last block coded before it)
+ * Checkpoints of row r, s = 0..spr-1, each as LEB128 varints:
+ *   len         bits from checkpoint s to the next one (the next row's
+ *               first after the last)
+ *   d[c]        for c = 1..ncomp-1: bits from the checkpoint to the DC
+ *               code of component c's first block, minus the same for
+ *               component c-1 (component 0's is at 0)
+ *   dp[c]       for s > 0 and c = 0..ncomp-1: the change of the DC
+ *               predictor since checkpoint s-1, zigzag-coded
  * Owns: nothing; format only.
  */
 #ifndef TD_CROPIDX_H
@@ -44,9 +52,9 @@
 #include <stdint.h>
 
 #define TD_CROPIDX_MARKER 0xef /* APP15 */
-#define TD_CROPIDX_VERSION 1
+#define TD_CROPIDX_VERSION 2
 #define TD_CROPIDX_HEAD 20
-#define TD_CROPIDX_ENTRY(nc) (5 + 2 * ((nc) - 1) + 2 * (nc))
+#define TD_CROPIDX_ROW(nc) (9 + 2 * (nc))
 #define TD_CROPIDX_MAX_PAYLOAD 65533
 
 static inline unsigned td_cropidx_u16(const uint8_t *p)

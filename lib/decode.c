@@ -30,6 +30,8 @@ struct td_decoder {
     td_buf syn;      /* the cut-out JPEG of the restart-segment path */
     td_buf marks;    /* size_t offsets of the restart segments */
     td_buf unst;     /* unstuffed entropy data of one row of a crop */
+    td_buf ixb;      /* a crop index in several chunks, put together */
+    td_buf ixrows;   /* the layout of a tall cut-out's rows */
     const uint8_t *src; /* the JPEG whose header was read */
     size_t src_len, sos_end; /* its length, where its entropy data starts */
     size_t sof_at, sos_at;   /* its SOF0/1 and SOS markers (0: none) */
@@ -85,6 +87,8 @@ void td_decoder_destroy(td_decoder *d)
     td_buf_free(&d->syn);
     td_buf_free(&d->marks);
     td_buf_free(&d->unst);
+    td_buf_free(&d->ixb);
+    td_buf_free(&d->ixrows);
     free(d);
 }
 
@@ -523,6 +527,8 @@ static int td__region_cut(td_decoder *d, int x, int y, int bw, int bh,
 /* jdhuff.c: decode_mcu uses the fast path only while bytes_in_buffer >=
  * BUFSIZE (DCTSIZE2 * 8) * blocks_in_MCU (at most D_MAX_BLOCKS_IN_MCU). */
 #define TD__FAST_TAIL (DCTSIZE2 * 8 * D_MAX_BLOCKS_IN_MCU)
+/* MCU rows of a cut-out whose layout fits on the stack. */
+#define TD__IX_ROWS 64
 
 static inline uint64_t td__be64(const uint8_t *p)
 {
@@ -667,40 +673,74 @@ static void td__bw_copy(struct td__bw *w, const uint8_t *u, uint64_t f,
     }
 }
 
-/* Unstuffs scan[a, b) into u; the count, or (size_t)-1 on a marker. */
-static size_t td__unstuff(const uint8_t *s, size_t a, size_t b, size_t slen,
+/* The stuffed offset in s (slen bytes) after n unstuffed bytes from a, or
+ * (size_t)-1 past the end or on a marker. */
+static size_t td__unstuff_skip(const uint8_t *s, size_t a, size_t n,
+                               size_t slen)
+{
+    while (n > 0) {
+        if (a + n > slen)
+            return (size_t)-1;
+        const uint8_t *f = memchr(s + a, 0xff, n);
+        if (!f)
+            return a + n;
+        size_t q = (size_t)(f - s);
+        if (q + 1 >= slen || s[q + 1] != 0x00)
+            return (size_t)-1;
+        n -= q - a + 1;
+        a = q + 2;
+    }
+    return a;
+}
+
+/* Unstuffs up to n bytes of s from a into u (fewer at the end of s); the
+ * count, or (size_t)-1 on a marker. */
+static size_t td__unstuff(const uint8_t *s, size_t a, size_t n, size_t slen,
                           uint8_t *u)
 {
-    size_t n = 0;
-    while (a < b) {
-        const uint8_t *f = memchr(s + a, 0xff, b - a);
-        size_t q = f ? (size_t)(f - s) : b;
-        memcpy(u + n, s + a, q - a);
-        n += q - a;
+    size_t k = 0;
+    while (k < n && a < slen) {
+        size_t want = n - k < slen - a ? n - k : slen - a;
+        const uint8_t *f = memchr(s + a, 0xff, want);
+        size_t q = f ? (size_t)(f - s) : a + want;
+        memcpy(u + k, s + a, q - a);
+        k += q - a;
         if (!f)
             break;
         if (q + 1 >= slen || s[q + 1] != 0x00)
             return (size_t)-1;
-        u[n++] = 0xff;
+        u[k++] = 0xff;
         a = q + 2;
     }
-    return a > b ? (size_t)-1 : n;
+    return k;
 }
 
 struct td__ix {
-    int nc, R, spr, rows, per;
-    size_t esz, slen;
-    const uint8_t *scan;
+    int nc, R, spr, rows;
+    size_t rsz, slen, nstream;
+    const uint8_t *table, *stream, *scan;
 };
 
-static const uint8_t *td__ix_entry(const td_decoder *d, const struct td__ix *x,
-                                   size_t k)
+/* A varint of p[*at..end); 1 if it runs past end or over 32 bits. */
+static int td__ix_varint(const uint8_t *p, size_t *at, size_t end,
+                         uint32_t *v)
 {
-    return d->ix[k / (size_t)x->per] + TD_CROPIDX_HEAD +
-           (k % (size_t)x->per) * x->esz;
+    uint32_t x = 0;
+    for (int sh = 0; sh < 35; sh += 7) {
+        if (*at >= end)
+            return 1;
+        uint8_t b = p[(*at)++];
+        x |= (uint32_t)(b & 0x7f) << sh;
+        if (!(b & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return 1;
 }
 
-/* Validates the index against the file; 1 if it does not describe it. */
+/* Validates the index against the file and puts its pieces together
+ * (d->ixb when there are several); 1 if it does not describe the file. */
 static int td__ix_init(td_decoder *d, struct td__ix *x, int *mcu_w,
                        int *mcu_h)
 {
@@ -715,30 +755,102 @@ static int td__ix_init(td_decoder *d, struct td__ix *x, int *mcu_w,
     x->R = (int)td_cropidx_u16(h + 8);
     x->spr = (int)td_cropidx_u16(h + 10);
     x->rows = (int)td_cropidx_u16(h + 12);
-    x->per = (int)td_cropidx_u16(h + 14);
     x->slen = td_cropidx_u32(h + 16);
-    x->esz = (size_t)TD_CROPIDX_ENTRY(x->nc);
+    x->rsz = (size_t)TD_CROPIDX_ROW(x->nc);
     x->scan = d->src + d->sos_end;
     int one = x->nc == 1;
     *mcu_w = one ? DCTSIZE : ci->max_h_samp_factor * DCTSIZE;
     *mcu_h = one ? DCTSIZE : ci->max_v_samp_factor * DCTSIZE;
     int mpr = ((int)ci->image_width + *mcu_w - 1) / *mcu_w;
     int mrows = ((int)ci->image_height + *mcu_h - 1) / *mcu_h;
-    size_t nent = (size_t)x->spr * (size_t)x->rows + 1;
-    if (x->R < 1 || x->per < 1 || x->R * x->spr != mpr || x->rows != mrows ||
+    if (x->R < 1 || x->R * x->spr != mpr || x->rows != mrows ||
         d->src_len < d->sos_end + 2 ||
         x->slen != d->src_len - 2 - d->sos_end ||
-        d->src[d->src_len - 2] != 0xff || d->src[d->src_len - 1] != 0xd9 ||
-        (nent + (size_t)x->per - 1) / (size_t)x->per != (size_t)d->ix_n)
+        d->src[d->src_len - 2] != 0xff || d->src[d->src_len - 1] != 0xd9)
         return 1;
+    size_t total = 0;
     for (int c = 0; c < d->ix_n; c++) {
-        size_t n = c + 1 < d->ix_n ? (size_t)x->per
-                                   : nent - (size_t)c * (size_t)x->per;
-        if (!d->ix[c] || memcmp(d->ix[c] + 5, h + 5, 15) != 0 ||
-            d->ix_len[c] < TD_CROPIDX_HEAD + n * x->esz)
+        if (!d->ix[c] || memcmp(d->ix[c] + 6, h + 6, 14) != 0)
             return 1;
+        total += d->ix_len[c] - TD_CROPIDX_HEAD;
     }
+    const uint8_t *blob = h + TD_CROPIDX_HEAD;
+    if (d->ix_n > 1) { /* pieces in chunk order, one after the other */
+        if (td_buf_reserve(&d->ixb, total))
+            return 1;
+        for (int c = 0, at = 0; c < d->ix_n; c++) {
+            size_t n = d->ix_len[c] - TD_CROPIDX_HEAD;
+            memcpy(d->ixb.p + at, d->ix[c] + TD_CROPIDX_HEAD, n);
+            at += (int)n;
+        }
+        blob = d->ixb.p;
+    }
+    size_t tlen = ((size_t)x->rows + 1) * x->rsz;
+    if (total < tlen)
+        return 1;
+    x->table = blob;
+    x->stream = blob + tlen;
+    x->nstream = total - tlen;
     return 0;
+}
+
+/* Where row r's bits from checkpoint s0 to s1 are: the stuffed offset of
+ * the byte holding the first and that bit's position in it, the bit
+ * count, the first blocks' offsets (off[c], from the first bit), and the
+ * DC predictors at both ends.  1 if the index says something impossible. */
+struct td__ixrow {
+    size_t byte;
+    unsigned bit;
+    uint64_t nbits;
+    uint32_t off[4];
+    int pred0[4], pred1[4];
+};
+
+static int td__ix_row(const struct td__ix *x, int r, int s0, int s1,
+                      struct td__ixrow *o)
+{
+    const uint8_t *rec = x->table + (size_t)r * x->rsz;
+    const uint8_t *nxt = rec + x->rsz;
+    size_t at = td_cropidx_u32(rec + 5), end = td_cropidx_u32(nxt + 5);
+    if (at > end || end > x->nstream || rec[4] > 7)
+        return 1;
+    int pred[4];
+    for (int c = 0; c < x->nc; c++)
+        pred[c] = (int16_t)td_cropidx_u16(rec + 9 + 2 * c);
+    uint64_t pos = 0, start = 0;
+    for (int s = 0; s <= s1 && s < x->spr; s++) {
+        uint32_t len, off[4] = {0}, dp;
+        if (td__ix_varint(x->stream, &at, end, &len))
+            return 1;
+        for (int c = 1; c < x->nc; c++) {
+            if (td__ix_varint(x->stream, &at, end, &dp))
+                return 1;
+            off[c] = off[c - 1] + dp;
+        }
+        for (int c = 0; s > 0 && c < x->nc; c++) {
+            if (td__ix_varint(x->stream, &at, end, &dp))
+                return 1;
+            pred[c] += (int)(dp >> 1) ^ -(int)(dp & 1);
+        }
+        if (s == s0) {
+            start = pos;
+            memcpy(o->off, off, sizeof off);
+            memcpy(o->pred0, pred, sizeof pred);
+        }
+        if (s == s1)
+            break;
+        pos += len;
+    }
+    if (s1 == x->spr) /* the next row's first checkpoint */
+        for (int c = 0; c < x->nc; c++)
+            pred[c] = (int16_t)td_cropidx_u16(nxt + 9 + 2 * c);
+    memcpy(o->pred1, pred, sizeof pred);
+    uint64_t first = rec[4] + start;
+    o->byte = td__unstuff_skip(x->scan, td_cropidx_u32(rec),
+                               (size_t)(first >> 3), x->slen);
+    o->bit = (unsigned)(first & 7);
+    o->nbits = pos - start;
+    return o->byte == (size_t)-1;
 }
 
 /* Writes the cut-out's headers: the source's without the index, SOF's
@@ -847,14 +959,20 @@ static int td__region_index(td_decoder *d, int x, int y, int bw, int bh,
     /* Room: the headers, twice each row's bytes (restuffing), slack. */
     size_t need = d->sos_end + 4 + NUM_HUFF_TBLS * 33 + 16 + TD__FAST_TAIL;
     size_t umax = 0;
+    if (r1 - r0 > TD__IX_ROWS && td_buf_reserve(&d->ixrows,
+            (size_t)(r1 - r0) * sizeof(struct td__ixrow)))
+        return -ENOMEM;
+    struct td__ixrow rowbuf[TD__IX_ROWS];
+    struct td__ixrow *rows = r1 - r0 > TD__IX_ROWS
+                                 ? (struct td__ixrow *)(void *)d->ixrows.p
+                                 : rowbuf;
     for (int r = r0; r < r1; r++) {
-        size_t k = (size_t)r * (size_t)ix.spr;
-        uint32_t a = td_cropidx_u32(td__ix_entry(d, &ix, k + (size_t)s0));
-        uint32_t b = td_cropidx_u32(td__ix_entry(d, &ix, k + (size_t)s1));
-        if (b < a || b > ix.slen)
+        struct td__ixrow *q = &rows[r - r0];
+        if (td__ix_row(&ix, r, s0, s1, q))
             return 1;
-        need += 2 * ((size_t)(b - a) + 8) + 16;
-        umax = (size_t)(b - a) > umax ? (size_t)(b - a) : umax;
+        size_t nb = (size_t)((q->bit + q->nbits + 7) >> 3);
+        need += 2 * (nb + 8) + 16;
+        umax = nb > umax ? nb : umax;
     }
     if (td_buf_reserve(&d->syn, need) || td_buf_reserve(&d->unst, umax + 16))
         return -ENOMEM;
@@ -864,30 +982,21 @@ static int td__region_index(td_decoder *d, int x, int y, int bw, int bh,
     int pred[4] = {0};
     uint8_t *u = d->unst.p;
     for (int r = r0; r < r1; r++) {
-        size_t k = (size_t)r * (size_t)ix.spr;
-        const uint8_t *ea = td__ix_entry(d, &ix, k + (size_t)s0);
-        const uint8_t *eb = td__ix_entry(d, &ix, k + (size_t)s1);
-        uint32_t a = td_cropidx_u32(ea), b = td_cropidx_u32(eb);
-        if (ea[4] > 7 || eb[4] > 7)
+        const struct td__ixrow *q = &rows[r - r0];
+        uint64_t at = q->bit, end = q->bit + q->nbits;
+        size_t nb = (size_t)((end + 7) >> 3);
+        size_t n = td__unstuff(ix.scan, q->byte, nb, ix.slen, u);
+        if (n == (size_t)-1 || n < nb)
             return 1;
-        size_t n = td__unstuff(ix.scan, a, b, ix.slen, u);
-        if (n == (size_t)-1)
-            return 1;
-        u[n] = b < ix.slen ? ix.scan[b] : 0;
-        memset(u + n + 1, 0, 15);
-        uint64_t at = ea[4], end = (uint64_t)n * 8 + eb[4];
-        if (end < at)
-            return 1;
+        memset(u + n, 0, 16);
         for (int i = 0; i < ix.nc; i++) {
-            uint64_t off = (uint64_t)ea[4] +
-                           (i ? td_cropidx_u16(ea + 5 + 2 * (i - 1)) : 0);
+            uint64_t off = (uint64_t)q->bit + q->off[i];
             int diff, len;
             if (off < at || off >= end ||
                 td__dc_decode(&dct[tbl[i]], u, off, &diff, &len) ||
                 off + (uint64_t)len > end)
                 return 1;
-            int p0 = (int16_t)td_cropidx_u16(ea + 5 + 2 * (ix.nc - 1) + 2 * i);
-            int v = p0 + diff - pred[i];
+            int v = q->pred0[i] + diff - pred[i];
             unsigned a_ = (unsigned)(v < 0 ? -v : v);
             int cat = a_ ? 32 - __builtin_clz(a_) : 0;
             if (cat > 11 || !dct[tbl[i]].esize[cat])
@@ -899,8 +1008,7 @@ static int td__region_index(td_decoder *d, int x, int y, int bw, int bh,
             at = off + (uint64_t)len;
         }
         td__bw_copy(&w, u, at, end - at);
-        for (int i = 0; i < ix.nc; i++)
-            pred[i] = (int16_t)td_cropidx_u16(eb + 5 + 2 * (ix.nc - 1) + 2 * i);
+        memcpy(pred, q->pred1, sizeof pred);
     }
     if (w.n)
         td__bw_put(&w, 0x7f, 8 - w.n); /* pad with 1 bits */

@@ -590,8 +590,23 @@ static int td__ix_visit(void *user, const struct td__blk *b)
     return 0;
 }
 
+static uint8_t *td__varint(uint8_t *o, uint32_t v)
+{
+    while (v >= 0x80) {
+        *o++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *o++ = (uint8_t)v;
+    return o;
+}
+
+static uint32_t td__zz(int v)
+{
+    return v < 0 ? ((uint32_t)(-(v + 1)) << 1) | 1 : (uint32_t)v << 1;
+}
+
 /* The index of jpg (a rewrite without restart markers) as APP15 marker
- * segments in *idx (malloc'd, *idx_len bytes). */
+ * segments in *idx (malloc'd, *idx_len bytes); layout in cropidx.h. */
 static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
                           uint8_t **idx, size_t *idx_len, char *err,
                           size_t errcap)
@@ -600,7 +615,7 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
     struct td__tjerr ed = {0};
     struct td__ixw w = {0};
     volatile int rc = TD_E_CORRUPT;
-    uint8_t *volatile o = NULL;
+    uint8_t *volatile o = NULL, *volatile blob = NULL;
     *idx = NULL;
     d.err = jpeg_std_error(&ed.pub);
     ed.pub.error_exit = td__tj_exit;
@@ -629,36 +644,53 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
     int nc = d.comps_in_scan;
     w.R = (size_t)td_pack_restart_interval((int)mpr, max_mcus);
     size_t spr = mpr / w.R, nent = spr * rows + 1;
-    size_t esz = (size_t)TD_CROPIDX_ENTRY(nc);
-    size_t per = (TD_CROPIDX_MAX_PAYLOAD - TD_CROPIDX_HEAD) / esz;
-    size_t nchunks = (nent + per - 1) / per;
-    if (spr > 0xffff || rows > 0xffff || w.R > 0xffff || nchunks > 255 ||
-        len - 2 - sos_end > UINT32_MAX) {
+    size_t rsz = (size_t)TD_CROPIDX_ROW(nc), slen = len - 2 - sos_end;
+    if (spr > 0xffff || rows > 0xffff || w.R > 0xffff || slen > UINT32_MAX) {
         rc = td__perr(err, errcap, TD_E_NOTSUP, "image too large to index");
         goto out;
     }
     w.at = calloc(nent, sizeof *w.at);
     w.pred = calloc(nent * 4, sizeof *w.pred);
     w.off = calloc(nent * 4, sizeof *w.off);
-    *idx_len = nchunks * (4 + TD_CROPIDX_HEAD) + nent * esz;
-    o = malloc(*idx_len);
-    if (!w.at || !w.pred || !w.off || !o) {
+    size_t bcap = (rows + 1) * rsz + (nent - 1) * (size_t)(2 * nc) * 5;
+    blob = malloc(bcap);
+    if (!w.at || !w.pred || !w.off || !blob) {
         rc = td__perr(err, errcap, -ENOMEM, "out of memory");
         goto out;
     }
     if ((rc = td__walk(&d, coef, td__ix_visit, &w, err, errcap)) != 0)
         goto out;
+    rc = TD_E_CORRUPT;
     w.at[nent - 1] = w.pos;
     for (int i = 0; i < MAX_COMPS_IN_SCAN; i++)
         w.pred[(nent - 1) * 4 + (size_t)i] = (int16_t)w.cur[i];
-    /* Bit positions -> stuffed byte offsets; the walk must account for
-     * every byte of the scan (its last one holds the final padding). */
+    /* The checkpoints of each row, after the row table. */
+    uint8_t *e = blob + (rows + 1) * rsz;
+    for (size_t r = 0; r <= rows; r++) {
+        td_cropidx_put32(blob + r * rsz + 5, (uint32_t)(e - blob) -
+                                                 (uint32_t)((rows + 1) * rsz));
+        for (size_t sg = 0; r < rows && sg < spr; sg++) {
+            size_t k = r * spr + sg;
+            uint64_t n = w.at[k + 1] - w.at[k];
+            if (n > UINT32_MAX) {
+                rc = td__perr(err, errcap, TD_E_NOTSUP, "MCU too large");
+                goto out;
+            }
+            e = td__varint(e, (uint32_t)n);
+            for (int i = 1; i < nc; i++)
+                e = td__varint(e, w.off[k * 4 + (size_t)i] -
+                                      w.off[k * 4 + (size_t)i - 1]);
+            for (int i = 0; sg > 0 && i < nc; i++)
+                e = td__varint(e, td__zz(w.pred[k * 4 + (size_t)i] -
+                                             w.pred[(k - 1) * 4 + (size_t)i]));
+        }
+    }
+    /* Row starts -> stuffed byte offsets; the walk must account for every
+     * byte of the scan (its last one holds the final padding). */
     const uint8_t *scan = jpg + sos_end;
-    size_t slen = len - 2 - sos_end, sp = 0, up = 0, k = 0;
-    uint8_t *e = o;
-    size_t in_chunk = 0, chunk = 0;
-    for (k = 0; k < nent; k++) {
-        uint64_t ub = w.at[k] >> 3;
+    size_t sp = 0, up = 0;
+    for (size_t r = 0; r <= rows + 1; r++) {
+        uint64_t ub = r <= rows ? w.at[r * spr] >> 3 : (w.pos + 7) >> 3;
         while (up < ub && sp < slen) {
             if (scan[sp] == 0xff) {
                 if (sp + 1 >= slen || scan[sp + 1] != 0x00)
@@ -668,56 +700,53 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
             sp++;
             up++;
         }
-        if (up != ub) {
+        if (up != ub || (r > rows && sp != slen)) {
             rc = td__perr(err, errcap, TD_E_CORRUPT,
                           "scan data does not match its coefficients");
             goto out;
         }
-        if (in_chunk == 0) {
-            size_t n = nent - k < per ? nent - k : per;
-            size_t plen = TD_CROPIDX_HEAD + n * esz;
-            e[0] = 0xff;
-            e[1] = TD_CROPIDX_MARKER;
-            td_cropidx_put16(e + 2, (unsigned)(plen + 2));
-            memcpy(e + 4, "TDIX", 4);
-            e[8] = TD_CROPIDX_VERSION;
-            e[9] = (uint8_t)chunk;
-            e[10] = (uint8_t)nchunks;
-            e[11] = (uint8_t)nc;
-            td_cropidx_put16(e + 12, (unsigned)w.R);
-            td_cropidx_put16(e + 14, (unsigned)spr);
-            td_cropidx_put16(e + 16, (unsigned)rows);
-            td_cropidx_put16(e + 18, (unsigned)per);
-            td_cropidx_put32(e + 20, (uint32_t)slen);
-            e += 4 + TD_CROPIDX_HEAD;
-        }
-        td_cropidx_put32(e, (uint32_t)sp);
-        e[4] = (uint8_t)(w.at[k] & 7);
-        e += 5;
-        for (int i = 1; i < nc; i++, e += 2)
-            td_cropidx_put16(e, (unsigned)w.off[k * 4 + (size_t)i]);
-        for (int i = 0; i < nc; i++, e += 2)
-            td_cropidx_put16(e, (unsigned)(uint16_t)w.pred[k * 4 + (size_t)i]);
-        if (++in_chunk == per) {
-            in_chunk = 0;
-            chunk++;
-        }
+        if (r > rows)
+            break;
+        uint8_t *q = blob + r * rsz;
+        td_cropidx_put32(q, (uint32_t)sp);
+        q[4] = (uint8_t)(w.at[r * spr] & 7);
+        for (int i = 0; i < nc; i++)
+            td_cropidx_put16(q + 9 + 2 * i,
+                             (unsigned)(uint16_t)w.pred[r * spr * 4 +
+                                                        (size_t)i]);
     }
-    /* The data ends at the last bit's byte (plus 1-bit padding to it). */
-    uint64_t last = (w.pos + 7) >> 3;
-    while (up < last && sp < slen) {
-        if (scan[sp] == 0xff) {
-            if (sp + 1 >= slen || scan[sp + 1] != 0x00)
-                break;
-            sp++;
-        }
-        sp++;
-        up++;
-    }
-    if (up != last || sp != slen) {
-        rc = td__perr(err, errcap, TD_E_CORRUPT,
-                      "scan data does not match its coefficients");
+    /* Chunks of at most TD_CROPIDX_MAX_PAYLOAD bytes. */
+    size_t blen = (size_t)(e - blob);
+    size_t per = TD_CROPIDX_MAX_PAYLOAD - TD_CROPIDX_HEAD;
+    size_t nchunks = (blen + per - 1) / per;
+    if (nchunks > 255) {
+        rc = td__perr(err, errcap, TD_E_NOTSUP, "image too large to index");
         goto out;
+    }
+    *idx_len = nchunks * (4 + TD_CROPIDX_HEAD) + blen;
+    o = malloc(*idx_len);
+    if (!o) {
+        rc = td__perr(err, errcap, -ENOMEM, "out of memory");
+        goto out;
+    }
+    uint8_t *c = o;
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t n = blen - k * per < per ? blen - k * per : per;
+        c[0] = 0xff;
+        c[1] = TD_CROPIDX_MARKER;
+        td_cropidx_put16(c + 2, (unsigned)(TD_CROPIDX_HEAD + n + 2));
+        memcpy(c + 4, "TDIX", 4);
+        c[8] = TD_CROPIDX_VERSION;
+        c[9] = (uint8_t)k;
+        c[10] = (uint8_t)nchunks;
+        c[11] = (uint8_t)nc;
+        td_cropidx_put16(c + 12, (unsigned)w.R);
+        td_cropidx_put16(c + 14, (unsigned)spr);
+        td_cropidx_put16(c + 16, (unsigned)rows);
+        td_cropidx_put16(c + 18, 0);
+        td_cropidx_put32(c + 20, (uint32_t)slen);
+        memcpy(c + 4 + TD_CROPIDX_HEAD, blob + k * per, n);
+        c += 4 + TD_CROPIDX_HEAD + n;
     }
     rc = 0;
 out:
@@ -725,6 +754,7 @@ out:
     free(w.at);
     free(w.pred);
     free(w.off);
+    free(blob);
     if (rc)
         free(o);
     else

@@ -523,6 +523,29 @@ START_TEST(test_index_codes_dc_categories_the_file_lacks)
 }
 END_TEST
 
+/* An index over several APP15 chunks (a large 4:4:4 image, a checkpoint
+ * per MCU) is put back together: boxes anywhere equal the plain decode. */
+START_TEST(test_index_in_several_chunks)
+{
+    int W = 1200, H = 800;
+    uint8_t *j, *t;
+    size_t n, tn;
+    td_test_jpeg(W, H, TD_TEST_RGB, 444, 90, 0, 9, &j, &n);
+    ck_assert_int_eq(td_pack_add_index(j, n, 1, &t, &tn), 0);
+    int chunks = 0;
+    for (size_t p = 2; p + 4 < tn && t[p] == 0xff && t[p + 1] == 0xef;
+         p += 2 + ((size_t)t[p + 2] << 8 | t[p + 3]))
+        chunks++;
+    ck_assert_int_ge(chunks, 2);
+    td_decoder *d;
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    ck_assert_int_eq(index_boxes_equal_plain(d, t, tn, W, H, 3, 6, 8, 8), 0);
+    td_decoder_destroy(d);
+    free(t);
+    free(j);
+}
+END_TEST
+
 /* Damage: a truncated indexed file no longer matches its index (the plain
  * path then finds the damage: TD_E_CORRUPT below it, pixels above it); an
  * index with changed geometry is ignored; changed entries never crash the
@@ -991,6 +1014,7 @@ static Suite *decode_suite(void)
     tcase_add_test(tc, test_restart_damaged_inputs);
     tcase_add_test(tc, test_index_codes_dc_categories_the_file_lacks);
     tcase_add_test(tc, test_index_damaged);
+    tcase_add_test(tc, test_index_in_several_chunks);
     suite_add_tcase(s, tc);
     TCase *ta = tcase_create("augment");
     tcase_add_test(ta, test_rrc_draws_follow_torchvision_ranges);
