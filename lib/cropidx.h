@@ -38,6 +38,10 @@
  * Checkpoints of row r, s = 0..spr-1, each as LEB128 varints:
  *   len         bits from checkpoint s to the next one (the next row's
  *               first after the last)
+ *   z           stuffed zero bytes (after 0xff) between the two
+ *               checkpoints' bytes, so that a decoder finds checkpoint
+ *               s's byte without scanning: row byte + (row bit + the
+ *               lens before s) / 8 + the zs before s
  *   d[c]        for c = 1..ncomp-1: bits from the checkpoint to the DC
  *               code of component c's first block, minus the same for
  *               component c-1 (component 0's is at 0)

@@ -673,26 +673,6 @@ static void td__bw_copy(struct td__bw *w, const uint8_t *u, uint64_t f,
     }
 }
 
-/* The stuffed offset in s (slen bytes) after n unstuffed bytes from a, or
- * (size_t)-1 past the end or on a marker. */
-static size_t td__unstuff_skip(const uint8_t *s, size_t a, size_t n,
-                               size_t slen)
-{
-    while (n > 0) {
-        if (a + n > slen)
-            return (size_t)-1;
-        const uint8_t *f = memchr(s + a, 0xff, n);
-        if (!f)
-            return a + n;
-        size_t q = (size_t)(f - s);
-        if (q + 1 >= slen || s[q + 1] != 0x00)
-            return (size_t)-1;
-        n -= q - a + 1;
-        a = q + 2;
-    }
-    return a;
-}
-
 /* Unstuffs up to n bytes of s from a into u (fewer at the end of s); the
  * count, or (size_t)-1 on a marker. */
 static size_t td__unstuff(const uint8_t *s, size_t a, size_t n, size_t slen,
@@ -722,9 +702,13 @@ struct td__ix {
 };
 
 /* A varint of p[*at..end); 1 if it runs past end or over 32 bits. */
-static int td__ix_varint(const uint8_t *p, size_t *at, size_t end,
-                         uint32_t *v)
+static inline int td__ix_varint(const uint8_t *p, size_t *at, size_t end,
+                                uint32_t *v)
 {
+    if (*at < end && p[*at] < 0x80) { /* most are one byte */
+        *v = p[(*at)++];
+        return 0;
+    }
     uint32_t x = 0;
     for (int sh = 0; sh < 35; sh += 7) {
         if (*at >= end)
@@ -817,10 +801,11 @@ static int td__ix_row(const struct td__ix *x, int r, int s0, int s1,
     int pred[4];
     for (int c = 0; c < x->nc; c++)
         pred[c] = (int16_t)td_cropidx_u16(rec + 9 + 2 * c);
-    uint64_t pos = 0, start = 0;
+    uint64_t pos = 0, start = 0, zs = 0, zstart = 0;
     for (int s = 0; s <= s1 && s < x->spr; s++) {
-        uint32_t len, off[4] = {0}, dp;
-        if (td__ix_varint(x->stream, &at, end, &len))
+        uint32_t len, z, off[4] = {0}, dp;
+        if (td__ix_varint(x->stream, &at, end, &len) ||
+            td__ix_varint(x->stream, &at, end, &z))
             return 1;
         for (int c = 1; c < x->nc; c++) {
             if (td__ix_varint(x->stream, &at, end, &dp))
@@ -834,23 +819,25 @@ static int td__ix_row(const struct td__ix *x, int r, int s0, int s1,
         }
         if (s == s0) {
             start = pos;
+            zstart = zs;
             memcpy(o->off, off, sizeof off);
             memcpy(o->pred0, pred, sizeof pred);
         }
         if (s == s1)
             break;
         pos += len;
+        zs += z;
     }
     if (s1 == x->spr) /* the next row's first checkpoint */
         for (int c = 0; c < x->nc; c++)
             pred[c] = (int16_t)td_cropidx_u16(nxt + 9 + 2 * c);
     memcpy(o->pred1, pred, sizeof pred);
     uint64_t first = rec[4] + start;
-    o->byte = td__unstuff_skip(x->scan, td_cropidx_u32(rec),
-                               (size_t)(first >> 3), x->slen);
+    uint64_t byte = td_cropidx_u32(rec) + (first >> 3) + zstart;
+    o->byte = (size_t)byte;
     o->bit = (unsigned)(first & 7);
     o->nbits = pos - start;
-    return o->byte == (size_t)-1;
+    return byte >= x->slen;
 }
 
 /* Writes the cut-out's headers: the source's without the index, SOF's

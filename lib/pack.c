@@ -565,6 +565,7 @@ struct td__ixw {
     uint64_t *at;  /* per checkpoint: its bit position */
     int16_t *pred; /* per checkpoint: 4 predictors */
     uint32_t *off; /* per checkpoint: 4 first-block offsets */
+    size_t *sb;    /* per checkpoint: its stuffed byte offset */
     int cur[MAX_COMPS_IN_SCAN];
 };
 
@@ -652,9 +653,10 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
     w.at = calloc(nent, sizeof *w.at);
     w.pred = calloc(nent * 4, sizeof *w.pred);
     w.off = calloc(nent * 4, sizeof *w.off);
-    size_t bcap = (rows + 1) * rsz + (nent - 1) * (size_t)(2 * nc) * 5;
+    w.sb = calloc(nent, sizeof *w.sb);
+    size_t bcap = (rows + 1) * rsz + (nent - 1) * (size_t)(2 * nc + 1) * 5;
     blob = malloc(bcap);
-    if (!w.at || !w.pred || !w.off || !blob) {
+    if (!w.at || !w.pred || !w.off || !w.sb || !blob) {
         rc = td__perr(err, errcap, -ENOMEM, "out of memory");
         goto out;
     }
@@ -664,33 +666,13 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
     w.at[nent - 1] = w.pos;
     for (int i = 0; i < MAX_COMPS_IN_SCAN; i++)
         w.pred[(nent - 1) * 4 + (size_t)i] = (int16_t)w.cur[i];
-    /* The checkpoints of each row, after the row table. */
-    uint8_t *e = blob + (rows + 1) * rsz;
-    for (size_t r = 0; r <= rows; r++) {
-        td_cropidx_put32(blob + r * rsz + 5, (uint32_t)(e - blob) -
-                                                 (uint32_t)((rows + 1) * rsz));
-        for (size_t sg = 0; r < rows && sg < spr; sg++) {
-            size_t k = r * spr + sg;
-            uint64_t n = w.at[k + 1] - w.at[k];
-            if (n > UINT32_MAX) {
-                rc = td__perr(err, errcap, TD_E_NOTSUP, "MCU too large");
-                goto out;
-            }
-            e = td__varint(e, (uint32_t)n);
-            for (int i = 1; i < nc; i++)
-                e = td__varint(e, w.off[k * 4 + (size_t)i] -
-                                      w.off[k * 4 + (size_t)i - 1]);
-            for (int i = 0; sg > 0 && i < nc; i++)
-                e = td__varint(e, td__zz(w.pred[k * 4 + (size_t)i] -
-                                             w.pred[(k - 1) * 4 + (size_t)i]));
-        }
-    }
-    /* Row starts -> stuffed byte offsets; the walk must account for every
-     * byte of the scan (its last one holds the final padding). */
+    /* Checkpoints -> stuffed byte offsets, checked against the file: the
+     * walk must account for every byte of the scan (its last one holds the
+     * final padding). */
     const uint8_t *scan = jpg + sos_end;
     size_t sp = 0, up = 0;
-    for (size_t r = 0; r <= rows + 1; r++) {
-        uint64_t ub = r <= rows ? w.at[r * spr] >> 3 : (w.pos + 7) >> 3;
+    for (size_t k = 0; k <= nent; k++) {
+        uint64_t ub = k < nent ? w.at[k] >> 3 : (w.pos + 7) >> 3;
         while (up < ub && sp < slen) {
             if (scan[sp] == 0xff) {
                 if (sp + 1 >= slen || scan[sp + 1] != 0x00)
@@ -700,20 +682,45 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
             sp++;
             up++;
         }
-        if (up != ub || (r > rows && sp != slen)) {
+        if (up != ub || (k == nent && sp != slen)) {
             rc = td__perr(err, errcap, TD_E_CORRUPT,
                           "scan data does not match its coefficients");
             goto out;
         }
-        if (r > rows)
-            break;
+        if (k < nent)
+            w.sb[k] = sp;
+    }
+    /* The row table, then the checkpoints of each row. */
+    uint8_t *e = blob + (rows + 1) * rsz;
+    for (size_t r = 0; r <= rows; r++) {
         uint8_t *q = blob + r * rsz;
-        td_cropidx_put32(q, (uint32_t)sp);
+        td_cropidx_put32(q, (uint32_t)w.sb[r * spr]);
         q[4] = (uint8_t)(w.at[r * spr] & 7);
+        td_cropidx_put32(q + 5, (uint32_t)(e - blob) -
+                                    (uint32_t)((rows + 1) * rsz));
         for (int i = 0; i < nc; i++)
             td_cropidx_put16(q + 9 + 2 * i,
                              (unsigned)(uint16_t)w.pred[r * spr * 4 +
                                                         (size_t)i]);
+        for (size_t sg = 0; r < rows && sg < spr; sg++) {
+            size_t k = r * spr + sg;
+            uint64_t n = w.at[k + 1] - w.at[k];
+            /* stuffed zero bytes between the two checkpoints' bytes */
+            uint64_t z = (w.sb[k + 1] - w.sb[k]) -
+                         ((w.at[k + 1] >> 3) - (w.at[k] >> 3));
+            if (n > UINT32_MAX || z > UINT32_MAX) {
+                rc = td__perr(err, errcap, TD_E_NOTSUP, "MCU too large");
+                goto out;
+            }
+            e = td__varint(e, (uint32_t)n);
+            e = td__varint(e, (uint32_t)z);
+            for (int i = 1; i < nc; i++)
+                e = td__varint(e, w.off[k * 4 + (size_t)i] -
+                                      w.off[k * 4 + (size_t)i - 1]);
+            for (int i = 0; sg > 0 && i < nc; i++)
+                e = td__varint(e, td__zz(w.pred[k * 4 + (size_t)i] -
+                                         w.pred[(k - 1) * 4 + (size_t)i]));
+        }
     }
     /* Chunks of at most TD_CROPIDX_MAX_PAYLOAD bytes. */
     size_t blen = (size_t)(e - blob);
@@ -754,6 +761,7 @@ out:
     free(w.at);
     free(w.pred);
     free(w.off);
+    free(w.sb);
     free(blob);
     if (rc)
         free(o);
