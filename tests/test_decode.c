@@ -523,6 +523,85 @@ START_TEST(test_index_codes_dc_categories_the_file_lacks)
 }
 END_TEST
 
+/* Random damage to indexed files of every kind (index bytes, anything
+ * after it, random bytes anywhere, truncation), random boxes, scales,
+ * channel counts and upsampling: the decoder returns 0 or TD_E_CORRUPT and
+ * the rows it returns are readable (ASan and UBSan run this). */
+static uint32_t xs32(uint32_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 17;
+    *x ^= *x << 5;
+    return *x;
+}
+
+START_TEST(test_index_fuzz)
+{
+    static const int cs[] = {TD_TEST_RGB, TD_TEST_RGB, TD_TEST_RGB,
+                             TD_TEST_GRAY};
+    static const int sub[] = {444, 422, 420, 444};
+    uint32_t x = 2463534242u;
+    volatile unsigned sink = 0;
+    td_decoder *d;
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    int ok = 0;
+    for (int img = 0; img < 12; img++) {
+        int k = img % 4, W = 40 + (int)(xs32(&x) % 300);
+        int H = 30 + (int)(xs32(&x) % 260), q = 60 + (int)(xs32(&x) % 40);
+        int every = 1 + (int)(xs32(&x) % 4);
+        uint8_t *j, *t;
+        size_t n, tn;
+        td_test_jpeg(W, H, cs[k], sub[k], q, img % 5 == 0, (uint32_t)img, &j,
+                     &n);
+        ck_assert_int_eq(td_pack_add_index(j, n, every, &t, &tn), 0);
+        size_t ixend = 2;
+        while (ixend + 4 < tn && t[ixend] == 0xff && t[ixend + 1] == 0xef)
+            ixend += 2 + ((size_t)t[ixend + 2] << 8 | t[ixend + 3]);
+        uint8_t *g = malloc(tn);
+        for (int it = 0; it < 300; it++) {
+            memcpy(g, t, tn);
+            int mode = (int)(xs32(&x) % 4), nf = 1 + (int)(xs32(&x) % 4);
+            for (int f = 0; f < nf; f++) {
+                size_t at = mode == 0   ? 6 + xs32(&x) % (ixend - 6)
+                            : mode == 1 ? ixend + xs32(&x) % (tn - ixend)
+                                        : xs32(&x) % tn;
+                if (mode == 3)
+                    g[at] = (uint8_t)xs32(&x);
+                else
+                    g[at] ^= (uint8_t)(1u << (xs32(&x) % 8));
+            }
+            size_t len = xs32(&x) % 8 == 0 ? tn - xs32(&x) % (tn / 2) : tn;
+            int iw, ih;
+            td_region r;
+            if (td_decoder_header(d, g, len, &iw, &ih))
+                continue;
+            int bw = 1 + (int)(xs32(&x) % (unsigned)W);
+            int bh = 1 + (int)(xs32(&x) % (unsigned)H);
+            int bx = (int)(xs32(&x) % (unsigned)W) - (int)(xs32(&x) % 8);
+            int by = (int)(xs32(&x) % (unsigned)H);
+            int mw = 1 + (int)(xs32(&x) % 224), mh = 1 + (int)(xs32(&x) % 224);
+            int c = xs32(&x) % 2 ? 3 : 1;
+            int flags = xs32(&x) % 4 ? 0 : TD_DECODE_NO_FANCY;
+            int rc = td_decoder_region(d, bx, by, bw, bh, mw, mh, c, flags,
+                                       &r);
+            ck_assert_msg(rc == 0 || rc == TD_E_CORRUPT, "rc %d", rc);
+            if (rc == 0) {
+                for (int yy = 0; yy < r.h; yy++)
+                    sink += r.px[(size_t)yy * r.stride +
+                                 (size_t)(r.w * r.c - 1)];
+                ok++;
+            }
+        }
+        free(g);
+        free(t);
+        free(j);
+    }
+    (void)sink;
+    ck_assert_int_gt(ok, 1000);
+    td_decoder_destroy(d);
+}
+END_TEST
+
 /* An index over several APP15 chunks (a large 4:4:4 image, a checkpoint
  * per MCU) is put back together: boxes anywhere equal the plain decode. */
 START_TEST(test_index_in_several_chunks)
@@ -1015,6 +1094,7 @@ static Suite *decode_suite(void)
     tcase_add_test(tc, test_index_codes_dc_categories_the_file_lacks);
     tcase_add_test(tc, test_index_damaged);
     tcase_add_test(tc, test_index_in_several_chunks);
+    tcase_add_test(tc, test_index_fuzz);
     suite_add_tcase(s, tc);
     TCase *ta = tcase_create("augment");
     tcase_add_test(ta, test_rrc_draws_follow_torchvision_ranges);
