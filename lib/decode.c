@@ -565,7 +565,7 @@ static int td__dct_build(const JHUFF_TBL *t, struct td__dct *o)
             o->ecode[t->huffval[k]] = (uint16_t)code;
             o->esize[t->huffval[k]] = (uint8_t)l;
         }
-        if (code > (1 << l))
+        if (code >= (1 << l)) /* all ones: libjpeg refuses it too */
             return 1;
         if (t->bits[l])
             lmax = l;
@@ -747,7 +747,7 @@ static int td__ix_init(td_decoder *d, struct td__ix *x, int *mcu_w,
     *mcu_h = one ? DCTSIZE : ci->max_v_samp_factor * DCTSIZE;
     int mpr = ((int)ci->image_width + *mcu_w - 1) / *mcu_w;
     int mrows = ((int)ci->image_height + *mcu_h - 1) / *mcu_h;
-    if (x->R < 1 || x->R * x->spr != mpr || x->rows != mrows ||
+    if (x->R < 1 || (int64_t)x->R * x->spr != mpr || x->rows != mrows ||
         d->src_len < d->sos_end + 2 ||
         x->slen != d->src_len - 2 - d->sos_end ||
         d->src[d->src_len - 2] != 0xff || d->src[d->src_len - 1] != 0xd9)
@@ -815,7 +815,9 @@ static int td__ix_row(const struct td__ix *x, int r, int s0, int s1,
         for (int c = 0; s > 0 && c < x->nc; c++) {
             if (td__ix_varint(x->stream, &at, end, &dp))
                 return 1;
-            pred[c] += (int)(dp >> 1) ^ -(int)(dp & 1);
+            /* int16 arithmetic, as the writer's predictors (no overflow) */
+            pred[c] = (int16_t)(uint16_t)((uint32_t)pred[c] +
+                                          ((dp >> 1) ^ -(dp & 1)));
         }
         if (s == s0) {
             start = pos;
@@ -837,7 +839,10 @@ static int td__ix_row(const struct td__ix *x, int r, int s0, int s1,
     o->byte = (size_t)byte;
     o->bit = (unsigned)(first & 7);
     o->nbits = pos - start;
-    return byte >= x->slen;
+    /* the bits must lie in the scan (unstuffed bytes <= stuffed ones):
+     * this bounds what td__region_index allocates for them */
+    return byte >= x->slen ||
+           (o->bit + o->nbits + 7) / 8 > x->slen - byte;
 }
 
 /* Writes the cut-out's headers: the source's without the index, SOF's
@@ -944,8 +949,9 @@ static int td__region_index(td_decoder *d, int x, int y, int bw, int bh,
         tbl[i] = t;
     }
     /* Room: the headers, twice each row's bytes (restuffing), slack. */
-    size_t need = d->sos_end + 4 + NUM_HUFF_TBLS * 33 + 16 + TD__FAST_TAIL;
-    size_t umax = 0;
+    size_t need = d->sos_end + 4 + NUM_HUFF_TBLS * (4 + 17 + 32) + 16 +
+                  TD__FAST_TAIL;
+    size_t umax = 0, tot = 0;
     if (r1 - r0 > TD__IX_ROWS && td_buf_reserve(&d->ixrows,
             (size_t)(r1 - r0) * sizeof(struct td__ixrow)))
         return -ENOMEM;
@@ -958,6 +964,11 @@ static int td__region_index(td_decoder *d, int x, int y, int bw, int bh,
         if (td__ix_row(&ix, r, s0, s1, q))
             return 1;
         size_t nb = (size_t)((q->bit + q->nbits + 7) >> 3);
+        /* rows of the cut are disjoint in the scan (but for a byte
+         * shared by neighbours): the cut-out is at most about 2 scans */
+        tot += nb;
+        if (tot > ix.slen + (size_t)(r - r0 + 1))
+            return 1;
         need += 2 * (nb + 8) + 16;
         umax = nb > umax ? nb : umax;
     }

@@ -235,7 +235,9 @@ static void td__copy_markers(struct jpeg_decompress_struct *d,
         if ((m->marker == JPEG_APP0 && m->data_length >= 4 &&
              memcmp(m->data, "JFIF", 4) == 0) ||
             (m->marker == JPEG_APP0 + 14 && m->data_length >= 5 &&
-             memcmp(m->data, "Adobe", 5) == 0))
+             memcmp(m->data, "Adobe", 5) == 0) ||
+            (m->marker == TD_CROPIDX_MARKER && m->data_length >= 4 &&
+             memcmp(m->data, "TDIX", 4) == 0)) /* a stale crop index */
             continue;
         jpeg_write_marker(c, m->marker, m->data, m->data_length);
     }

@@ -523,6 +523,111 @@ START_TEST(test_index_codes_dc_categories_the_file_lacks)
 }
 END_TEST
 
+/* Re-packing an indexed file (or giving it restart markers) drops its old
+ * index instead of carrying two. */
+START_TEST(test_index_repack_drops_the_old_index)
+{
+    uint8_t *j, *t, *t2;
+    size_t n, tn, tn2;
+    td_test_jpeg(1200, 800, TD_TEST_RGB, 444, 90, 0, 4, &j, &n);
+    ck_assert_int_eq(td_pack_add_index(j, n, 1, &t, &tn), 0); /* 2+ chunks */
+    for (int mode = 0; mode < 2; mode++) {
+        ck_assert_int_eq(mode ? td_pack_add_restarts(t, tn, 4, &t2, &tn2)
+                              : td_pack_add_index(t, tn, 4, &t2, &tn2), 0);
+        int tdix = 0;
+        for (size_t p = 0; p + 4 <= tn2; p++)
+            tdix += memcmp(t2 + p, "TDIX", 4) == 0;
+        ck_assert_int_eq(tdix, mode ? 0 : 1);
+        if (!mode) {
+            td_decoder *d;
+            ck_assert_int_eq(td_decoder_create(&d), 0);
+            td_region r;
+            decode_box(d, t2, tn2, 500, 300, 300, 200, 300, 200, 3, 0, &r);
+            ck_assert_int_eq(r.cut, 2);
+            td_decoder_destroy(d);
+        }
+        free(t2);
+    }
+    free(t);
+    free(j);
+}
+END_TEST
+
+/* This process's virtual memory size (KiB), from /proc. */
+static long vm_kib(void)
+{
+    char line[256];
+    long v = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld", &v) == 1)
+            break;
+    fclose(f);
+    ck_assert_int_ge(v, 0);
+    return v;
+}
+
+/* A checkpoint whose bit length says ~4 Gbit (a damaged or hostile index)
+ * is refused before anything is allocated for it: the plain path decodes
+ * the box (the decoder used to reserve that much, or fail with -ENOMEM,
+ * which stops a pipeline). */
+START_TEST(test_index_huge_length_is_refused)
+{
+    uint8_t *j, *t;
+    size_t n, tn;
+    td_test_jpeg(320, 240, TD_TEST_RGB, 420, 90, 0, 6, &j, &n);
+    ck_assert_int_eq(td_pack_add_index(j, n, 1, &t, &tn), 0);
+    ck_assert(t[2] == 0xff && t[3] == 0xef);
+    size_t plen = ((size_t)t[4] << 8 | t[5]) - 2; /* one chunk */
+    const uint8_t *pay = t + 6, *blob = pay + 20;
+    ck_assert_int_eq(pay[6], 1);
+    int nc = pay[7], rows = pay[12] << 8 | pay[13];
+    size_t tab = (size_t)(rows + 1) * (size_t)(9 + 2 * nc), old = 1;
+    while (blob[tab + old - 1] & 0x80) /* row 0's first checkpoint's len */
+        old++;
+    const uint8_t huge[5] = {0x80, 0x80, 0x80, 0x80, 0x0f};
+    size_t delta = 5 - old, nlen = tn + delta;
+    uint8_t *g = malloc(nlen), *o = g;
+    memcpy(o, t, 6 + 20 + tab); /* SOI, marker, header, row table */
+    o[4] = (uint8_t)((plen + delta + 2) >> 8);
+    o[5] = (uint8_t)(plen + delta + 2);
+    for (int r = 1; r <= rows; r++) { /* later rows' stream offsets */
+        uint8_t *a = o + 26 + (size_t)r * (size_t)(9 + 2 * nc) + 5;
+        uint32_t v = (uint32_t)a[0] << 24 | (uint32_t)a[1] << 16 |
+                     (uint32_t)a[2] << 8 | a[3];
+        v += (uint32_t)delta;
+        a[0] = (uint8_t)(v >> 24);
+        a[1] = (uint8_t)(v >> 16);
+        a[2] = (uint8_t)(v >> 8);
+        a[3] = (uint8_t)v;
+    }
+    o += 26 + tab;
+    memcpy(o, huge, 5);
+    o += 5;
+    memcpy(o, blob + tab + old, tn - (size_t)(blob + tab + old - t));
+    td_decoder *d;
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    int iw, ih;
+    td_region r;
+    long vm0 = vm_kib();
+    ck_assert_int_eq(td_decoder_header(d, g, nlen, &iw, &ih), 0);
+    ck_assert_int_eq(td_decoder_region(d, 2, 4, 200, 40, 200, 40, 3, 0, &r),
+                     0);
+    ck_assert_int_eq(r.cut, 0);
+    /* the decoder's buffers (kept until it is destroyed) did not grow to
+     * what the length claims (~1 GiB of room for the cut-out) */
+    ck_assert_int_lt(vm_kib() - vm0, 256 * 1024);
+    /* ... while the same box of the intact file goes through the index. */
+    decode_box(d, t, tn, 2, 4, 200, 40, 200, 40, 3, 0, &r);
+    ck_assert_int_eq(r.cut, 2);
+    td_decoder_destroy(d);
+    free(g);
+    free(t);
+    free(j);
+}
+END_TEST
+
 /* Random damage to indexed files of every kind (index bytes, anything
  * after it, random bytes anywhere, truncation), random boxes, scales,
  * channel counts and upsampling: the decoder returns 0 or TD_E_CORRUPT and
@@ -1095,6 +1200,8 @@ static Suite *decode_suite(void)
     tcase_add_test(tc, test_index_damaged);
     tcase_add_test(tc, test_index_in_several_chunks);
     tcase_add_test(tc, test_index_fuzz);
+    tcase_add_test(tc, test_index_repack_drops_the_old_index);
+    tcase_add_test(tc, test_index_huge_length_is_refused);
     suite_add_tcase(s, tc);
     TCase *ta = tcase_create("augment");
     tcase_add_test(ta, test_rrc_draws_follow_torchvision_ranges);
