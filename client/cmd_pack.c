@@ -6,7 +6,8 @@
  *   trainctl pack --imagefolder ROOT -o DIR
  * Options: --quality Q (IDX only, default 95), --shard-size MiB (default
  * 256), --prefix NAME, --index N (ImageFolder only, default 2), --restart N
- * (ImageFolder only, instead of --index), --json.
+ * (ImageFolder only, instead of --index), --threads N (ImageFolder only,
+ * default one per CPU), --json.
  * Progress goes to stderr when it is a tty.
  */
 #include <jansson.h>
@@ -48,7 +49,7 @@ static void td__pack_usage(FILE *f)
             " | --imagefolder ROOT)\n"
             "                     -o DIR [--quality Q] [--shard-size MiB]"
             " [--prefix NAME] [--index N | --restart N]\n"
-            "                     [--json]\n\n"
+            "                     [--threads N] [--json]\n\n"
             "Writes WebDataset tar shards (<key>.jpg + <key>.cls), each at "
             "most --shard-size\n(default 256 MiB), with an index cache per "
             "shard.\n"
@@ -69,7 +70,10 @@ static void td__pack_usage(FILE *f)
             "                always copied as they are\n"
             "  --restart N   ImageFolder: restart markers every <= N MCUs "
             "instead of the\n                index (crops decode a little "
-            "slower, whole images too)\n");
+            "slower, whole images too)\n"
+            "  --threads N   ImageFolder: rewrite on N threads (default: one "
+            "per CPU);\n                the shards are the same whatever "
+            "N\n");
 }
 
 /* First existing of D/base and D/base.gz. */
@@ -167,6 +171,15 @@ static int td__pack_value(struct td__pack_args *o, const char *a,
         fprintf(stderr, "trainctl pack: %s must be 0..65535 (MCUs per %s, "
                         "0 = none)\n", a,
                 a[2] == 'r' ? "restart segment" : "index interval");
+        return -1;
+    }
+    if (strcmp(a, "--threads") == 0) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        o->opt.threads = (int)n;
+        if (*v && !*end && n >= 1 && n <= 256)
+            return 0;
+        fprintf(stderr, "trainctl pack: --threads must be 1..256\n");
         return -1;
     }
     if (strcmp(a, "--shard-size") == 0) {

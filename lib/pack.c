@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <glob.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -895,13 +896,142 @@ out:
 
 /* ---- ImageFolder ------------------------------------------------------ */
 
+/* One sample as stored: the rewrite (index or restart markers) or, when
+ * there is none or the file cannot be rewritten, its bytes as they are. */
+static int td__folder_sample(const td_dataset *ds, const td_pack_options *opt,
+                             size_t i, td_buf *scratch, uint8_t **out,
+                             size_t *len, int *rewritten)
+{
+    const uint8_t *data;
+    size_t n;
+    int rc = td_dataset_read(ds, i, scratch, &data, &n);
+    if (rc)
+        return rc;
+    *rewritten = (opt->index > 0 &&
+                  td_pack_add_index(data, n, opt->index, out, len) == 0) ||
+                 (opt->index <= 0 && opt->restart > 0 &&
+                  td_pack_add_restarts(data, n, opt->restart, out, len) ==
+                      0);
+    if (!*rewritten) {
+        *out = malloc(n ? n : 1);
+        if (!*out)
+            return -ENOMEM;
+        memcpy(*out, data, n);
+        *len = n;
+    }
+    return 0;
+}
+
+/* Parallel rewriting: workers claim samples in order and leave them in a
+ * ring of `cap` slots; the caller's thread writes them in order. */
+struct td__pslot {
+    uint8_t *out;
+    size_t len;
+    int rc, rewritten, full;
+};
+
+struct td__pfold {
+    const td_dataset *ds;
+    const td_pack_options *opt;
+    size_t n, next, written, cap;
+    struct td__pslot *ring;
+    int stop;
+    pthread_mutex_t mu;
+    pthread_cond_t space, ready;
+};
+
+static void *td__pfold_worker(void *arg)
+{
+    struct td__pfold *f = arg;
+    td_buf scratch = {0};
+    pthread_mutex_lock(&f->mu);
+    for (;;) {
+        while (!f->stop && f->next < f->n && f->next >= f->written + f->cap)
+            pthread_cond_wait(&f->space, &f->mu);
+        if (f->stop || f->next >= f->n)
+            break;
+        size_t i = f->next++;
+        pthread_mutex_unlock(&f->mu);
+        struct td__pslot s = {0};
+        s.rc = td__folder_sample(f->ds, f->opt, i, &scratch, &s.out, &s.len,
+                                 &s.rewritten);
+        s.full = 1;
+        pthread_mutex_lock(&f->mu);
+        f->ring[i % f->cap] = s;
+        pthread_cond_broadcast(&f->ready);
+    }
+    pthread_mutex_unlock(&f->mu);
+    td_buf_free(&scratch);
+    return NULL;
+}
+
+static int td__pack_samples(td_dataset *ds, struct td__writer *w,
+                            const td_pack_options *opt, td_pack_result *res,
+                            char *err, size_t errcap)
+{
+    size_t n = td_dataset_count(ds);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = opt->threads > 0 ? opt->threads : (int)online;
+    nt = nt < 1 ? 1 : nt > 256 ? 256 : nt;
+    if (opt->index <= 0 && opt->restart <= 0)
+        nt = 1; /* copying: nothing to spread */
+    struct td__pfold f = {.ds = ds, .opt = opt, .n = n, .cap = 4 * (size_t)nt};
+    pthread_t th[256];
+    int started = 0, rc = 0;
+    f.ring = calloc(f.cap, sizeof *f.ring);
+    if (!f.ring)
+        return td__perr(err, errcap, -ENOMEM, "out of memory");
+    pthread_mutex_init(&f.mu, NULL);
+    pthread_cond_init(&f.space, NULL);
+    pthread_cond_init(&f.ready, NULL);
+    for (; started < nt; started++)
+        if (pthread_create(&th[started], NULL, td__pfold_worker, &f) != 0)
+            break;
+    if (!started)
+        rc = td__perr(err, errcap, -EAGAIN, "cannot start a pack thread");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        pthread_mutex_lock(&f.mu);
+        while (!f.ring[i % f.cap].full)
+            pthread_cond_wait(&f.ready, &f.mu);
+        struct td__pslot s = f.ring[i % f.cap];
+        f.ring[i % f.cap].full = 0;
+        f.written = i + 1;
+        pthread_cond_broadcast(&f.space);
+        pthread_mutex_unlock(&f.mu);
+        char name[512];
+        if (s.rc) {
+            rc = td__perr(err, errcap, s.rc, "%s: %s",
+                          td_dataset_sample_name(ds, i, name, sizeof name),
+                          td_strerror(s.rc));
+        } else {
+            res->restarted += (size_t)s.rewritten;
+            rc = td__writer_add(w, i, s.out, s.len, td_dataset_label(ds, i));
+        }
+        free(s.out);
+        td__progress(opt, i + 1, n);
+    }
+    pthread_mutex_lock(&f.mu);
+    f.stop = 1;
+    pthread_cond_broadcast(&f.space);
+    pthread_mutex_unlock(&f.mu);
+    for (int t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    for (size_t k = 0; k < f.cap; k++) /* samples done past a failure */
+        if (f.ring[k].full)
+            free(f.ring[k].out);
+    free(f.ring);
+    pthread_mutex_destroy(&f.mu);
+    pthread_cond_destroy(&f.space);
+    pthread_cond_destroy(&f.ready);
+    return rc;
+}
+
 int td_pack_folder(const char *root, const char *outdir,
                    const td_pack_options *opt, td_pack_result *res, char *err,
                    size_t errcap)
 {
     td_dataset *ds = NULL;
     struct td__writer w;
-    td_buf buf = {0};
     int rc;
     memset(res, 0, sizeof *res);
     if ((rc = td_dataset_open(root, &ds, err, errcap)) != 0)
@@ -915,32 +1045,7 @@ int td_pack_folder(const char *root, const char *outdir,
     if ((rc = td__writer_init(&w, outdir, opt, err, errcap)) != 0)
         goto out;
     size_t n = td_dataset_count(ds);
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        const uint8_t *data;
-        size_t len;
-        char name[512];
-        rc = td_dataset_read(ds, i, &buf, &data, &len);
-        if (rc) {
-            td__perr(err, errcap, rc, "%s: %s",
-                     td_dataset_sample_name(ds, i, name, sizeof name),
-                     td_strerror(rc));
-            break;
-        }
-        uint8_t *rst = NULL;
-        size_t rlen = 0;
-        if ((opt->index > 0 &&
-             td_pack_add_index(data, len, opt->index, &rst, &rlen) == 0) ||
-            (opt->index <= 0 && opt->restart > 0 &&
-             td_pack_add_restarts(data, len, opt->restart, &rst, &rlen) ==
-                 0)) {
-            data = rst;
-            len = rlen;
-            res->restarted++;
-        }
-        rc = td__writer_add(&w, i, data, len, td_dataset_label(ds, i));
-        free(rst);
-        td__progress(opt, i + 1, n);
-    }
+    rc = td__pack_samples(ds, &w, opt, res, err, errcap);
     if (rc == 0)
         rc = td__writer_finish(&w);
     else
@@ -962,7 +1067,6 @@ int td_pack_folder(const char *root, const char *outdir,
     res->bytes = w.total;
     res->classes = td_dataset_classes(ds);
 out:
-    td_buf_free(&buf);
     td_dataset_close(ds);
     return rc;
 }

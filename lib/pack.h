@@ -34,6 +34,9 @@ typedef struct td_pack_options {
      * above; td_pack_add_index), so decoders can start at any R-th MCU on
      * the fast Huffman path.  Default 4; 0: see `restart`. */
     int index;
+    /* ImageFolder rewrites run on this many threads (0: one per online
+     * CPU); the shards are the same whatever the count. */
+    int threads;
     /* Called every few hundred samples and at the end; may be NULL. */
     void (*progress)(void *user, size_t done, size_t total);
     void *user;

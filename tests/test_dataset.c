@@ -399,6 +399,47 @@ START_TEST(test_pack_folder_restart_markers)
 }
 END_TEST
 
+/* Rewriting on several threads gives exactly the samples (bytes, labels,
+ * order) one thread gives, a bad file (copied as it is) included. */
+START_TEST(test_pack_folder_threads_same_shards)
+{
+    char out[4200], bad[4200], err[512] = "";
+    snprintf(path, sizeof path, "%s/tree", tmp);
+    td_test_make_folder(path, 3, 20, 90, 70);
+    snprintf(bad, sizeof bad, "%s/tree/class1/zz.jpg", tmp);
+    td_test_write_file(bad, "not a jpeg", 10);
+    td_dataset *ds[3];
+    static const int threads[3] = {1, 2, 5};
+    for (int k = 0; k < 3; k++) {
+        td_pack_options opt;
+        td_pack_options_default(&opt);
+        opt.index = 2;
+        opt.threads = threads[k];
+        td_pack_result r;
+        snprintf(out, sizeof out, "%s/shards%d", tmp, k);
+        ck_assert_int_eq(td_pack_folder(path, out, &opt, &r, err, sizeof err),
+                         0);
+        ck_assert_uint_eq(r.samples, 61);
+        ck_assert_uint_eq(r.restarted, 60);
+        ck_assert_int_eq(td_dataset_open(out, &ds[k], err, sizeof err), 0);
+    }
+    for (size_t i = 0; i < 61; i++) {
+        const uint8_t *d0, *d;
+        size_t n0, n;
+        ck_assert_int_eq(td_dataset_read(ds[0], i, NULL, &d0, &n0), 0);
+        for (int k = 1; k < 3; k++) {
+            ck_assert_int_eq(td_dataset_read(ds[k], i, NULL, &d, &n), 0);
+            ck_assert_uint_eq(n, n0);
+            ck_assert_mem_eq(d, d0, n);
+            ck_assert_int_eq(td_dataset_label(ds[k], i),
+                             td_dataset_label(ds[0], i));
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        td_dataset_close(ds[k]);
+}
+END_TEST
+
 static Suite *dataset_suite(void)
 {
     Suite *s = suite_create("dataset");
@@ -415,6 +456,7 @@ static Suite *dataset_suite(void)
     tcase_add_test(tc, test_shard_glob_order_and_index_cache);
     tcase_add_test(tc, test_pack_folder_copies_bytes);
     tcase_add_test(tc, test_pack_folder_restart_markers);
+    tcase_add_test(tc, test_pack_folder_threads_same_shards);
     suite_add_tcase(s, tc);
     return s;
 }
