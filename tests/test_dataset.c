@@ -347,16 +347,24 @@ START_TEST(test_pack_folder_copies_bytes)
 }
 END_TEST
 
+/* path = tmp/tree: `classes` folders of `per` w x h JPEGs, and
+ * class1/zz.jpg, 10 bytes that are not a JPEG. */
+static void tree_with_bad_file(int classes, int per, int w, int h)
+{
+    char bad[4200];
+    snprintf(path, sizeof path, "%s/tree", tmp);
+    td_test_make_folder(path, classes, per, w, h);
+    snprintf(bad, sizeof bad, "%s/tree/class1/zz.jpg", tmp);
+    td_test_write_file(bad, "not a jpeg", 10);
+}
+
 /* --restart: every JPEG rewritten with restart markers and the same
  * pixels; a file that is not a JPEG is copied as it is (it stays a bad
  * sample for the pipeline to report). */
 START_TEST(test_pack_folder_restart_markers)
 {
-    char out[4096], bad[4200], err[512] = "";
-    snprintf(path, sizeof path, "%s/tree", tmp);
-    td_test_make_folder(path, 2, 3, 100, 60);
-    snprintf(bad, sizeof bad, "%s/tree/class1/zz.jpg", tmp);
-    td_test_write_file(bad, "not a jpeg", 10);
+    char out[4096], err[512] = "";
+    tree_with_bad_file(2, 3, 100, 60);
     snprintf(out, sizeof out, "%s/shards", tmp);
     td_pack_options opt;
     td_pack_options_default(&opt);
@@ -403,11 +411,8 @@ END_TEST
  * order) one thread gives, a bad file (copied as it is) included. */
 START_TEST(test_pack_folder_threads_same_shards)
 {
-    char out[4200], bad[4200], err[512] = "";
-    snprintf(path, sizeof path, "%s/tree", tmp);
-    td_test_make_folder(path, 3, 20, 90, 70);
-    snprintf(bad, sizeof bad, "%s/tree/class1/zz.jpg", tmp);
-    td_test_write_file(bad, "not a jpeg", 10);
+    char out[4200], err[512] = "";
+    tree_with_bad_file(3, 20, 90, 70);
     td_dataset *ds[3];
     static const int threads[3] = {1, 2, 5};
     for (int k = 0; k < 3; k++) {
