@@ -11,10 +11,13 @@
  * after the box's last row (jpeg_abort_decompress).  Output is 1 (gray) or
  * 3 (RGB) channels whatever the file holds: gray, YCbCr, RGB, CMYK and
  * YCCK (Adobe-inverted or not) JPEGs, baseline or progressive.
- * Baseline files with restart markers every R MCUs, R dividing the MCUs
- * of a row (`trainctl pack --restart`), are decoded through a cut-out JPEG
- * of just the restart segments covering the box, so the entropy data of
- * rows above and columns beside it is not decoded at all.
+ * Files with a crop index (cropidx.h; `trainctl pack`, the default) are
+ * decoded through a cut-out JPEG of just the MCUs covering the box, built
+ * from the index; baseline files with restart markers every R MCUs, R
+ * dividing the MCUs of a row (`trainctl pack --restart`), through a
+ * cut-out of just the restart segments covering it.  Either way the
+ * entropy data of rows above and columns beside the box is not decoded
+ * at all, and the pixels are exactly the plain path's.
  * Owns: libjpeg state and its error recovery (setjmp).  Never: allocates
  * per image once the scratch has grown to the largest box seen.
  */
@@ -34,13 +37,14 @@ typedef struct td_region {
     int scaled_w, scaled_h; /* the whole image at this scale */
     int scale_num;      /* M of M/8 */
     int c;
-    int cut;            /* 1: decoded through a cut-out of restart segments */
+    int cut;            /* 0: plain decode; 1: through a cut-out of restart
+                           segments; 2: through an indexed cut-out */
 } td_region;
 
 enum {
     TD_DECODE_FORCE_FULL_SCALE = 1, /* always 8/8 (reference decodes) */
     TD_DECODE_NO_FANCY = 2,         /* box-filter chroma upsampling */
-    TD_DECODE_NO_CUT = 4,           /* ignore restart segments (tests) */
+    TD_DECODE_NO_CUT = 4,           /* no cut-outs (tests) */
 };
 
 int td_decoder_create(td_decoder **out);
