@@ -10,7 +10,10 @@ Pin it: `taskset -c 1 /usr/bin/python3 scripts/bench_torch_input.py DIR`.
 Two decoders, as users would pick them:
   pil  PIL.Image.open(...).convert("RGB"), transforms on the PIL image,
        PILToTensor (torchvision's ImageFolder default path);
-  io   torchvision.io.decode_jpeg to a uint8 tensor, transforms on it.
+  io   torchvision.io.decode_jpeg to a uint8 tensor, transforms on it;
+and with --normalize a third, the usual ImageNet recipe:
+  pil_norm  as pil, then ToTensor + Normalize (float32 batches: the
+       normalisation traind leaves to the device).
 Each run times --epochs passes after one untimed warm-up pass per decoder
 (images per wall second, and per CPU second of the process, which the
 other work on a shared machine disturbs less);
@@ -69,6 +72,21 @@ class PilSet(Dataset):
         return self.tf(img), 0
 
 
+class PilNormSet(PilSet):
+    """The usual ImageNet training recipe: ends in float32 tensors
+    normalized on the CPU (ToTensor + Normalize), work traind leaves to the
+    device (it hands over uint8)."""
+    def __init__(self, blobs):
+        super().__init__(blobs)
+        self.tf = transforms.Compose([
+            transforms.RandomResizedCrop(224),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize([0.485, 0.456, 0.406],
+                                 [0.229, 0.224, 0.225]),
+        ])
+
+
 class IoSet(Dataset):
     def __init__(self, blobs):
         self.blobs = [torch.frombuffer(bytearray(b), dtype=torch.uint8)
@@ -108,12 +126,17 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--normalize", action="store_true",
+                    help="also time pil_norm: ToTensor + Normalize (float32)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     blobs = load_jpegs(a.shards)
     loaders = {}
-    for name, ds in (("pil", PilSet(blobs)), ("io", IoSet(blobs))):
+    sets = [("pil", PilSet(blobs)), ("io", IoSet(blobs))]
+    if a.normalize:
+        sets.append(("pil_norm", PilNormSet(blobs)))
+    for name, ds in sets:
         loaders[name] = DataLoader(ds, batch_size=a.batch, shuffle=True,
                                    num_workers=0, drop_last=True)
         one_pass(loaders[name])  # warm-up
