@@ -344,6 +344,17 @@ struct td__grid {
     int r0, r1, s0, s1;       /* the cut: MCU rows, segment columns */
 };
 
+/* The MCU of a single-scan image in pixels (one block for a single
+ * component, else the largest sampling factors' blocks); the MCUs per row. */
+static int td__mcu_size(const struct jpeg_decompress_struct *ci, int *mcu_w,
+                        int *mcu_h)
+{
+    int one = ci->num_components == 1;
+    *mcu_w = one ? DCTSIZE : ci->max_h_samp_factor * DCTSIZE;
+    *mcu_h = one ? DCTSIZE : ci->max_v_samp_factor * DCTSIZE;
+    return ((int)ci->image_width + *mcu_w - 1) / *mcu_w;
+}
+
 static int td__grid_init(const struct jpeg_decompress_struct *ci,
                          struct td__grid *g)
 {
@@ -351,10 +362,7 @@ static int td__grid_init(const struct jpeg_decompress_struct *ci,
         ci->data_precision != 8 ||
         (ci->num_components > 1 && ci->comps_in_scan != ci->num_components))
         return 0;
-    int one = ci->num_components == 1;
-    g->mcu_w = one ? DCTSIZE : ci->max_h_samp_factor * DCTSIZE;
-    g->mcu_h = one ? DCTSIZE : ci->max_v_samp_factor * DCTSIZE;
-    int mpr = ((int)ci->image_width + g->mcu_w - 1) / g->mcu_w;
+    int mpr = td__mcu_size(ci, &g->mcu_w, &g->mcu_h);
     g->R = (int)ci->restart_interval;
     if (mpr % g->R)
         return 0;
@@ -394,29 +402,13 @@ static int td__find_segments(td_decoder *d, size_t need)
     return 0;
 }
 
-/* Offset of the SOF0/SOF1 marker in the headers, or 0. */
-static size_t td__find_sof(const uint8_t *p, size_t end)
-{
-    size_t pos = 2;
-    while (pos + 9 <= end && p[pos] == 0xff) {
-        if (p[pos + 1] == 0xff) {
-            pos++;
-            continue;
-        }
-        if (p[pos + 1] == 0xc0 || p[pos + 1] == 0xc1)
-            return pos;
-        pos += 2 + ((size_t)p[pos + 2] << 8 | p[pos + 3]);
-    }
-    return 0;
-}
-
 /* Writes the cut-out JPEG of g's segments to d->syn; its size in *cw, *ch
  * given the source's W x H.  0, 1 (no SOF found), -ENOMEM. */
 static int td__cut(td_decoder *d, const struct td__grid *g, int W, int H,
                    size_t *len, int *cw, int *ch)
 {
     const size_t *m = (const size_t *)(const void *)d->marks.p;
-    size_t sof = td__find_sof(d->src, d->sos_end), n = d->sos_end + 2;
+    size_t sof = d->sof_at, n = d->sos_end + 2;
     if (!sof)
         return 1;
     for (int r = g->r0; r < g->r1; r++)
@@ -742,10 +734,7 @@ static int td__ix_init(td_decoder *d, struct td__ix *x, int *mcu_w,
     x->slen = td_cropidx_u32(h + 16);
     x->rsz = (size_t)TD_CROPIDX_ROW(x->nc);
     x->scan = d->src + d->sos_end;
-    int one = x->nc == 1;
-    *mcu_w = one ? DCTSIZE : ci->max_h_samp_factor * DCTSIZE;
-    *mcu_h = one ? DCTSIZE : ci->max_v_samp_factor * DCTSIZE;
-    int mpr = ((int)ci->image_width + *mcu_w - 1) / *mcu_w;
+    int mpr = td__mcu_size(ci, mcu_w, mcu_h);
     int mrows = ((int)ci->image_height + *mcu_h - 1) / *mcu_h;
     if (x->R < 1 || (int64_t)x->R * x->spr != mpr || x->rows != mrows ||
         d->src_len < d->sos_end + 2 ||
