@@ -496,6 +496,40 @@ static int td__seg_walk(struct jpeg_decompress_struct *d, jvirt_barray_ptr *coef
     return rc;
 }
 
+/* Reads jpg's coefficients into d (error manager ed; the caller holds the
+ * setjmp): only one interleaved sequential Huffman scan of at most 4
+ * components of 8-bit samples is accepted.  NULL with *rc and err set
+ * otherwise; *sos_end gets where the scan's data starts. */
+static jvirt_barray_ptr *td__one_scan(struct jpeg_decompress_struct *d,
+                                      const struct td__tjerr *ed,
+                                      const uint8_t *jpg, size_t len,
+                                      size_t *sos_end, int *rc, char *err,
+                                      size_t errcap)
+{
+    jpeg_mem_src(d, jpg, (unsigned long)len);
+    jpeg_read_header(d, TRUE);
+    *sos_end = (size_t)(d->src->next_input_byte - jpg);
+    if (d->progressive_mode || d->arith_code || d->data_precision != 8 ||
+        d->num_components > MAX_COMPS_IN_SCAN) {
+        *rc = td__perr(err, errcap, TD_E_NOTSUP,
+                       "not a baseline Huffman JPEG of <= 4 components");
+        return NULL;
+    }
+    jvirt_barray_ptr *coef = jpeg_read_coefficients(d);
+    if (ed->warned) {
+        *rc = td__perr(err, errcap, TD_E_CORRUPT,
+                       "damaged or truncated JPEG");
+        return NULL;
+    }
+    if (d->input_scan_number != 1 || d->comps_in_scan != d->num_components) {
+        *rc = td__perr(err, errcap, TD_E_NOTSUP,
+                       "%d scans: one interleaved scan expected",
+                       d->input_scan_number);
+        return NULL;
+    }
+    return coef;
+}
+
 int td_pack_segment_info(const uint8_t *jpeg, size_t len, td_seg_info **out,
                          size_t *nseg, char *err, size_t errcap)
 {
@@ -518,26 +552,13 @@ int td_pack_segment_info(const uint8_t *jpeg, size_t len, td_seg_info **out,
         rc = td__perr(err, errcap, TD_E_CORRUPT, "libjpeg: %s", msg);
         goto out;
     }
-    jpeg_mem_src(&d, jpeg, (unsigned long)len);
-    jpeg_read_header(&d, TRUE);
-    /* Only what td_pack_add_restarts writes: one sequential Huffman scan
-     * of all (at most 4) components of 8-bit samples. */
-    if (d.progressive_mode || d.arith_code || d.data_precision != 8 ||
-        d.num_components > MAX_COMPS_IN_SCAN) {
-        rc = td__perr(err, errcap, TD_E_NOTSUP,
-                      "not a baseline Huffman JPEG of <= 4 components");
-        goto out;
-    }
-    jvirt_barray_ptr *coef = jpeg_read_coefficients(&d);
-    if (ed.warned) {
-        rc = td__perr(err, errcap, TD_E_CORRUPT,
-                      "damaged or truncated JPEG");
-        goto out;
-    }
-    if (d.input_scan_number != 1 || d.comps_in_scan != d.num_components) {
-        rc = td__perr(err, errcap, TD_E_NOTSUP,
-                      "%d scans: one interleaved scan expected",
-                      d.input_scan_number);
+    /* Only what td_pack_add_restarts writes. */
+    size_t sos_end;
+    int r1 = 0;
+    jvirt_barray_ptr *coef =
+        td__one_scan(&d, &ed, jpeg, len, &sos_end, &r1, err, errcap);
+    if (!coef) {
+        rc = r1;
         goto out;
     }
     size_t total = (size_t)d.MCUs_per_row * (size_t)d.MCU_rows_in_scan;
@@ -629,19 +650,18 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
         rc = td__perr(err, errcap, TD_E_CORRUPT, "libjpeg failed");
         goto out;
     }
-    jpeg_mem_src(&d, jpg, (unsigned long)len);
-    jpeg_read_header(&d, TRUE);
-    size_t sos_end = (size_t)(d.src->next_input_byte - jpg);
-    if (d.progressive_mode || d.arith_code || d.data_precision != 8 ||
-        d.restart_interval != 0 || d.num_components > MAX_COMPS_IN_SCAN ||
-        len < sos_end + 2 || jpg[len - 2] != 0xff || jpg[len - 1] != 0xd9) {
-        rc = td__perr(err, errcap, TD_E_NOTSUP, "not a plain baseline JPEG");
+    size_t sos_end;
+    int r1 = 0;
+    jvirt_barray_ptr *coef =
+        td__one_scan(&d, &ed, jpg, len, &sos_end, &r1, err, errcap);
+    if (!coef) {
+        rc = r1;
         goto out;
     }
-    jvirt_barray_ptr *coef = jpeg_read_coefficients(&d);
-    if (ed.warned || d.input_scan_number != 1 ||
-        d.comps_in_scan != d.num_components) {
-        rc = td__perr(err, errcap, TD_E_CORRUPT, "damaged or not one scan");
+    if (d.restart_interval != 0 || len < sos_end + 2 ||
+        jpg[len - 2] != 0xff || jpg[len - 1] != 0xd9) {
+        rc = td__perr(err, errcap, TD_E_NOTSUP,
+                      "restart markers or data after the scan");
         goto out;
     }
     size_t mpr = d.MCUs_per_row, rows = d.MCU_rows_in_scan;
