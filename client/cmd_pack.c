@@ -96,7 +96,7 @@ static json_t *td__pack_json(const char *set, const char *out,
                      "shards", r->shards, "bytes", (json_int_t)r->bytes,
                      "classes", r->classes, "seconds", s, "images_per_s",
                      s > 0 ? (double)r->samples / s : 0.0, "rewritten",
-                     (json_int_t)r->restarted);
+                     (json_int_t)r->rewritten);
 }
 
 static int td__pack_one(const char *set, const char *images,
@@ -124,7 +124,7 @@ static int td__pack_one(const char *set, const char *images,
                "(%.1f s, %.0f img/s)%s%zu%s\n", set, r.samples, r.classes,
                r.shards, (double)r.bytes / 1048576.0, out, s,
                s > 0 ? (double)r.samples / s : 0.0,
-               folder ? "; " : "", folder ? r.restarted : (size_t)0,
+               folder ? "; " : "", folder ? r.rewritten : (size_t)0,
                !folder ? ""
                : opt->index > 0 ? " rewritten with a crop index"
                : opt->restart > 0 ? " rewritten with restart markers"

@@ -899,7 +899,7 @@ int td_pack_idx(const char *images, const char *labels, const char *outdir,
         td__writer_abort(&w);
     res->samples = rc ? 0 : n;
     if (rc)
-        res->restarted = 0;
+        res->rewritten = 0;
     res->shards = w.shards;
     res->bytes = w.total;
     res->width = wd;
@@ -1024,7 +1024,7 @@ static int td__pack_samples(td_dataset *ds, struct td__writer *w,
                           td_dataset_sample_name(ds, i, name, sizeof name),
                           td_strerror(s.rc));
         } else {
-            res->restarted += (size_t)s.rewritten;
+            res->rewritten += (size_t)s.rewritten;
             rc = td__writer_add(w, i, s.out, s.len, td_dataset_label(ds, i));
         }
         free(s.out);
@@ -1082,7 +1082,7 @@ int td_pack_folder(const char *root, const char *outdir,
     }
     res->samples = rc ? 0 : n;
     if (rc)
-        res->restarted = 0;
+        res->rewritten = 0;
     res->shards = w.shards;
     res->bytes = w.total;
     res->classes = td_dataset_classes(ds);

@@ -47,7 +47,7 @@ typedef struct td_pack_result {
     int shards;
     uint64_t bytes;      /* total size of the shards written */
     int classes;         /* 1 + the largest label */
-    size_t restarted;    /* ImageFolder files given restart markers or a
+    size_t rewritten;    /* ImageFolder files given restart markers or a
                             crop index; the others (damaged, not
                             decodable, too large) were copied */
     int width, height, channels; /* IDX only; 0 for ImageFolder */

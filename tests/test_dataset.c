@@ -372,7 +372,7 @@ START_TEST(test_pack_folder_restart_markers)
     td_pack_result r;
     ck_assert_int_eq(td_pack_folder(path, out, &opt, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.samples, 7);
-    ck_assert_uint_eq(r.restarted, 6);
+    ck_assert_uint_eq(r.rewritten, 6);
     td_dataset *a, *b;
     ck_assert_int_eq(td_dataset_open(path, &a, err, sizeof err), 0);
     ck_assert_int_eq(td_dataset_open(out, &b, err, sizeof err), 0);
@@ -425,7 +425,7 @@ START_TEST(test_pack_folder_threads_same_shards)
         ck_assert_int_eq(td_pack_folder(path, out, &opt, &r, err, sizeof err),
                          0);
         ck_assert_uint_eq(r.samples, 61);
-        ck_assert_uint_eq(r.restarted, 60);
+        ck_assert_uint_eq(r.rewritten, 60);
         ck_assert_int_eq(td_dataset_open(out, &ds[k], err, sizeof err), 0);
     }
     for (size_t i = 0; i < 61; i++) {

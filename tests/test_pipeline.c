@@ -488,14 +488,14 @@ START_TEST(test_restart_packed_gives_same_batches)
     td_pack_options_default(&o);
     ck_assert_int_eq(td_pack_folder(folder, plain, &o, &r, err, sizeof err),
                      0);
-    ck_assert_uint_eq(r.restarted, 0);
+    ck_assert_uint_eq(r.rewritten, 0);
     o.restart = 4;
     ck_assert_int_eq(td_pack_folder(folder, rst, &o, &r, err, sizeof err), 0);
-    ck_assert_uint_eq(r.restarted, 32);
+    ck_assert_uint_eq(r.rewritten, 32);
     o.restart = 0;
     o.index = 1;
     ck_assert_int_eq(td_pack_folder(folder, ix, &o, &r, err, sizeof err), 0);
-    ck_assert_uint_eq(r.restarted, 32);
+    ck_assert_uint_eq(r.rewritten, 32);
     uint32_t crc[3][8];
     for (int k = 0; k < 3; k++) {
         td_pipeline_config c;

@@ -200,7 +200,7 @@ int main(int argc, char **argv)
            "warm-up\n", nimg, (double)r.bytes / nimg / 1024.0,
            idx ? "crop index every <=" : rst ? "restart markers every <="
                                              : "files copied, rewritten every",
-           idx ? idx : rst, r.restarted, epochs);
+           idx ? idx : rst, r.rewritten, epochs);
     uint8_t *out = malloc(800 * 520 * 3); /* the largest image: 750 x 500 */
     double ref[50], ref_orig[50], pipe[8][50], ratio[8][50], ratio_o[8][50];
     double cpu_rate[8][50];
