@@ -15,10 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "base/clock.h"
+#include "base/error.h"
 #include "commands.h"
-#include "error.h"
-#include "pipeline.h"
+#include "input/pipeline.h"
 
 static void td__bi_usage(FILE *f)
 {

@@ -7,8 +7,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
-#include "device.h"
-#include "protocol.h"
+#include "proto/protocol.h"
 #include "td_config.h"
 #include "watch.h"
 
@@ -176,8 +175,30 @@ int td_cmd_logs(int argc, char **argv)
 static const char version_usage[] =
     "usage: trainctl version [--json] [--socket PATH]\n"
     "\n"
-    "Print trainctl's version and protocol, the devices this machine\n"
-    "offers, and the daemon's version if one answers on the socket.\n";
+    "Print trainctl's version and protocol and, when a daemon answers on\n"
+    "the socket, its version, the device it trains on and the GPUs it\n"
+    "found (trainctl itself never loads the CUDA runtime).\n";
+
+/* "cuda: built, 2 GPU(s)" and one line per GPU, from the daemon's reply. */
+static void td__print_devices(const json_t *dev)
+{
+    const json_t *gpus = json_object_get(dev, "gpus");
+    size_t n = json_array_size(gpus);
+    printf("cuda:    %s, %zu GPU(s)%s%s\n",
+           json_is_true(json_object_get(dev, "cuda_built")) ? "built"
+                                                            : "not built",
+           n, n ? "" : ": ",
+           n ? "" : json_string_value(json_object_get(dev, "note")));
+    for (size_t i = 0; i < n; i++) {
+        const json_t *g = json_array_get(gpus, i);
+        printf("  cuda:%zu %s (%.1f GiB, sm_%d%d)\n", i,
+               json_string_value(json_object_get(g, "name")),
+               (double)json_integer_value(json_object_get(g, "mem_bytes")) /
+                   (1 << 30),
+               (int)json_integer_value(json_object_get(g, "cc_major")),
+               (int)json_integer_value(json_object_get(g, "cc_minor")));
+    }
+}
 
 int td_cmd_version(int argc, char **argv)
 {
@@ -185,12 +206,8 @@ int td_cmd_version(int argc, char **argv)
     int rc = td_cli_parse(&cli, argc, argv, NULL, 0, 0);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
-    td_device_info info;
-    td_device_probe(&info);
-    json_t *out = json_pack("{s:s, s:i, s:b, s:i, s:s}", "client", TD_VERSION,
-                            "proto", TD_PROTO_VERSION, "cuda_built",
-                            info.cuda_built, "gpus", info.cuda_count,
-                            "device_note", info.reason);
+    json_t *out = json_pack("{s:s, s:i}", "client", TD_VERSION, "proto",
+                            TD_PROTO_VERSION);
     /* The daemon is optional here: version works without one. */
     td_conn c;
     int reach = td_conn_try_open(&c, td_cli_socket(cli.socket));
@@ -198,6 +215,11 @@ int td_cmd_version(int argc, char **argv)
         json_t *h = json_object_get(c.hello, "hello");
         json_object_set(out, "daemon", json_object_get(h, "version"));
         json_object_set(out, "daemon_device", json_object_get(h, "device"));
+        json_t *rep = td_conn_request(&c, "version", NULL, NULL, NULL);
+        json_t *res = json_object_get(rep, "ok");
+        if (json_object_get(res, "devices"))
+            json_object_set(out, "devices", json_object_get(res, "devices"));
+        json_decref(rep);
         td_conn_close(&c);
     }
     if (cli.json) {
@@ -210,10 +232,10 @@ int td_cmd_version(int argc, char **argv)
                    json_string_value(json_object_get(out, "daemon_device")),
                    td_cli_socket(cli.socket));
         else
-            printf("traind   not reachable at %s\n", td_cli_socket(cli.socket));
-        printf("cuda:    %s, %d GPU(s)%s%s\n",
-               info.cuda_built ? "built" : "not built", info.cuda_count,
-               info.cuda_count ? "" : ": ", info.cuda_count ? "" : info.reason);
+            printf("traind   not reachable at %s (devices unknown)\n",
+                   td_cli_socket(cli.socket));
+        if (json_object_get(out, "devices"))
+            td__print_devices(json_object_get(out, "devices"));
     }
     json_decref(out);
     return TD_EXIT_OK;

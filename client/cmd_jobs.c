@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
-#include "spec.h"
+#include "job/spec.h"
 #include "watch.h"
 
 /* ---- submit ----------------------------------------------------------- */

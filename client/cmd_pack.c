@@ -17,10 +17,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "base/clock.h"
+#include "base/error.h"
 #include "commands.h"
-#include "error.h"
-#include "pack.h"
+#include "input/pack.h"
 
 struct td__pack_ui {
     int tty;

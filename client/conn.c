@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "protocol.h"
+#include "proto/protocol.h"
 
 const char *td_cli_socket(const char *opt)
 {

@@ -14,12 +14,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/error.h"
+#include "base/log.h"
 #include "daemon.h"
-#include "error.h"
-#include "log.h"
+#include "job/spec.h"
 #include "obs.h"
 #include "settings.h"
-#include "spec.h"
 #include "td_config.h"
 
 #define ERRF(c, req, cls, ...)                                               \
@@ -53,11 +53,30 @@ static td_job *td__job_arg(td_client *c, td_request *req, int control)
     return j;
 }
 
+/* The daemon's devices, as it probed them at start: trainctl does not
+ * link the CUDA runtime and learns about GPUs from here. */
+static json_t *td__devices_json(const td_device_info *info)
+{
+    json_t *gpus = json_array();
+    for (int i = 0; i < info->cuda_count; i++) {
+        const td_gpu_info *g = &info->gpus[i];
+        json_array_append_new(gpus, json_pack("{s:s, s:I, s:i, s:i}", "name",
+                                              g->name, "mem_bytes",
+                                              (json_int_t)g->mem_bytes,
+                                              "cc_major", g->cc_major,
+                                              "cc_minor", g->cc_minor));
+    }
+    return json_pack("{s:b, s:i, s:o, s:s}", "cuda_built", info->cuda_built,
+                     "cuda_runtime", info->cuda_runtime, "gpus", gpus,
+                     "note", info->reason);
+}
+
 static void cmd_version(td_client *c, td_request *req)
 {
-    td__ok(c, req, json_pack("{s:s, s:i, s:s}", "version", TD_VERSION,
+    td__ok(c, req, json_pack("{s:s, s:i, s:s, s:o}", "version", TD_VERSION,
                              "proto", TD_PROTO_VERSION, "device",
-                             c->d->device_desc));
+                             c->d->device_desc, "devices",
+                             td__devices_json(&c->d->devices)));
 }
 
 /* Could uid read path?  (The daemon may run as root: it must not read a

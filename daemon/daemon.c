@@ -20,10 +20,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "device.h"
-#include "error.h"
-#include "log.h"
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "job/device.h"
 #include "notify.h"
 #include "settings.h"
 
@@ -634,6 +634,7 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     td_device_info info;
     td_device_choice ch;
     td_device_probe(&info);
+    d->devices = info;
     if (td_device_select(td_settings_str(d->settings, "device"), &info, &ch,
                          err, sizeof err) != 0) {
         td_warn("%s; using the CPU", err);

@@ -17,8 +17,10 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "job/device.h"
+
 #include "jobs.h"
-#include "protocol.h"
+#include "proto/protocol.h"
 #include "trainer.h"
 
 /* Event kinds a client can subscribe to (bit flags). */
@@ -93,6 +95,7 @@ typedef struct td_daemon {
     char socket_path[108];
     char state_dir[3072];
     char device_desc[300];
+    td_device_info devices; /* probed at start; the version reply */
     int listening;
     int activated;             /* socket passed by systemd */
     int shutting_down;

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
+#include "base/clock.h"
 
 static const char *const td__state_names[TD_JOB_NSTATES] = {
     "pending", "running", "suspended", "completed", "cancelled", "failed",

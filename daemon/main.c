@@ -14,13 +14,16 @@
 
 #include <uv.h>
 
+#include "base/error.h"
+#include "base/log.h"
 #include "daemon.h"
-#include "error.h"
-#include "device.h"
-#include "log.h"
+#include "job/device.h"
 #include "run.h"
 #include "settings.h"
 #include "td_config.h"
+#if TD_HAVE_CUDA
+#include "backend/cuda/backend_cuda.h"
+#endif
 
 #define TD_DEFAULT_SOCKET "/run/traind/traind.sock"
 #define TD_DEFAULT_STATE "/var/lib/traind"
@@ -107,6 +110,9 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+#if TD_HAVE_CUDA
+    td_cuda_register(); /* the CUDA backend and the GPU probe */
+#endif
     json_t *overrides = json_object();
     td_daemon_opts o = {.config_path = TD_DEFAULT_CONFIG,
                         .overrides = overrides};

@@ -20,9 +20,9 @@
 
 #include <microhttpd.h>
 
-#include "clock.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "daemon.h"
-#include "log.h"
 #include "settings.h"
 
 enum { TD__RECENT = 8, TD__PART = 256 * 1024 };

@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "prom.h"
+#include "obs/prom.h"
 
 struct td_daemon;
 struct td_client;

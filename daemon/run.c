@@ -21,10 +21,10 @@
 
 #include <jansson.h>
 
-#include "error.h"
-#include "log.h"
-#include "runner.h"
-#include "spec.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "job/runner.h"
+#include "job/spec.h"
 #include "td_config.h"
 
 static td_runner *volatile td__active;

@@ -18,9 +18,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "base/error.h"
+#include "base/log.h"
 #include "daemon.h"
-#include "error.h"
-#include "log.h"
 #include "notify.h"
 #include "settings.h"
 #include "td_config.h"

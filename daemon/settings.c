@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
+#include "base/log.h"
 
 const td_setting_def td_setting_defs[] = {
     {"workers", TD_SET_AUTO_INT, "\"auto\"", 1, 256, 1,

@@ -17,16 +17,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/error.h"
+#include "base/log.h"
 #include "daemon.h"
-#include "device.h"
-#include "error.h"
-#include "run.h"
-#include "log.h"
+#include "job/device.h"
+#include "job/runner.h"
+#include "job/spec.h"
 #include "notify.h"
 #include "obs.h"
-#include "runner.h"
+#include "run.h"
 #include "settings.h"
-#include "spec.h"
 
 struct td_trainer_slot {
     td_daemon *d;

@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "job/runner.h"
 #include "jobs.h"
-#include "runner.h"
 
 struct td_daemon;
 typedef struct td_trainer_slot td_trainer_slot;

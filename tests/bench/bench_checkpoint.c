@@ -22,9 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "clock.h"
-#include "error.h"
+#include "base/clock.h"
+#include "base/error.h"
+#include "store/checkpoint.h"
 
 #define NPARAM 11700000L
 

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner.h"
-#include "spec.h"
+#include "job/runner.h"
+#include "job/spec.h"
 
 typedef struct {
     pthread_mutex_t mu;

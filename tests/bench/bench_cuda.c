@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "backend_cuda.h"
-#include "clock.h"
-#include "device.h"
-#include "error.h"
-#include "model.h"
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda.h"
+#include "base/clock.h"
+#include "base/error.h"
+#include "job/device.h"
+#include "model/model.h"
 #include "td_config.h"
 
 #if TD_HAVE_CUDA

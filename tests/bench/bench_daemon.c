@@ -36,7 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "base/clock.h"
 #include "daemon_harness.h"
 
 enum { SUBSCRIBERS = 100 };

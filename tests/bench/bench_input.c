@@ -24,11 +24,11 @@
 #include <string.h>
 #include <turbojpeg.h>
 
-#include "clock.h"
-#include "dataset.h"
-#include "pack.h"
-#include "pipeline.h"
-#include "../support/jpeggen.h"
+#include "base/clock.h"
+#include "input/dataset.h"
+#include "input/pack.h"
+#include "input/pipeline.h"
+#include "support/jpeggen.h"
 
 static int cmp_d(const void *a, const void *b)
 {

@@ -24,9 +24,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "base/clock.h"
 #include "daemon_harness.h"
-#include "trace.h"
+#include "obs/trace.h"
 
 enum { SCRAPERS = 4, RUNS = 3 };
 

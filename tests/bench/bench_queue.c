@@ -4,8 +4,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "clock.h"
-#include "queue.h"
+#include "base/clock.h"
+#include "base/queue.h"
 
 enum { ITEMS = 400000 };
 

@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "clock.h"
-#include "rng.h"
+#include "base/clock.h"
+#include "base/rng.h"
 
 int main(void)
 {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "job/train.h"
 
 static void shape_of(const char *model, td_shape *in, int *classes)
 {

@@ -11,7 +11,7 @@
 #include <zlib.h>
 #include <jpeglib.h>
 
-#include "pack.h"
+#include "input/pack.h"
 #include "philox.h"
 
 static void td__die(const char *what)

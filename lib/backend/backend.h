@@ -1,0 +1,216 @@
+/* backend.h - the contract between the trainer and a compute device.
+ *
+ * Owns: the interface every backend implements (cpu on oneDNN, cuda on
+ * cuDNN/cuBLAS).  Never does: input decoding, scheduling, metrics or file
+ * I/O; a backend only computes on tensors it owns.
+ *
+ * Execution model (CUDA semantics; the CPU backend is the degenerate case)
+ * ------------------------------------------------------------------------
+ * Every call below except create/destroy/restore/sync and the event queries
+ * is *enqueued* on the backend's stream and may return before the device
+ * has done the work.  Work executes in call order.  The host learns that
+ * work finished only through events (record, then query or sync) or
+ * through td_backend_sync().  A typical step:
+ *
+ *   upload(batch)          copy n*h*w*c uint8 (NHWC) + n int32 labels to
+ *                          the device; the host buffer must stay untouched
+ *                          until an event recorded after upload completes
+ *   record(ev_h2d)
+ *   train_step(lr, t)      on the device: cast+normalise to float, forward,
+ *                          softmax cross-entropy, backward, optimizer update;
+ *                          accumulates loss sum and correct count
+ *   record(ev_compute)
+ *   read_stats(&host)      async copy of the accumulated counters into
+ *                          `host` and reset of the counters
+ *   record(ev_d2h)
+ * and the trainer looks at step k-1's events and stats while step k runs.
+ * Snapshots are the same: snapshot(host_buf) enqueues a copy of parameters,
+ * optimizer state and batch-norm running statistics; the buffer is valid
+ * once an event recorded after it completes.  On a GPU the stream-ordered
+ * copy makes the snapshot consistent with the step boundary at which it was
+ * enqueued, while training continues.
+ *
+ * The CPU backend executes every call synchronously on the calling thread
+ * (with its oneDNN/OpenMP team of `threads`), so its events have completed
+ * when record() returns and carry the host time of that moment.
+ *
+ * All calls on one backend must come from one thread (the trainer).
+ * Host tensors exchanged with the backend (parameters, snapshots, tensor
+ * reads for tests) are fp32 in the canonical layouts of model.h whatever
+ * the device's compute type; `dtype` chooses the device's compute type.
+ *
+ * Snapshot layout: float32, concatenated in this order:
+ *   parameters (model order, m->param_count floats),
+ *   optimizer slot 0 for all parameters (SGD momentum buffer / AdamW m),
+ *   optimizer slot 1 (AdamW v),
+ *   state tensors (batch-norm running mean, running var, in model order).
+ * td_backend_snapshot_floats() gives the total.
+ */
+#ifndef TD_BACKEND_H
+#define TD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "input/batch.h"
+#include "model/model.h"
+#include "model/optim.h"
+
+enum td_dtype { TD_F32 = 0, TD_BF16 = 1 };
+
+typedef struct td_backend_config {
+    int batch;             /* largest batch; smaller eval batches are fine */
+    int threads;           /* CPU: OpenMP/oneDNN threads (0 = all cores) */
+    enum td_dtype dtype;   /* compute type; CPU supports TD_F32 only */
+    float mean[4], std[4]; /* per-channel normalisation, pixel/255 units */
+    uint64_t seed;         /* initialisation and dropout draws */
+    td_optim_config optim;
+    float label_smoothing; /* training loss only; evaluation is plain CE */
+} td_backend_config;
+
+/* Counters accumulated on the device since the last read_stats. */
+typedef struct td_step_stats {
+    double loss_sum;       /* sum of per-sample cross-entropy */
+    int64_t correct;       /* samples whose arg-max matched the label */
+    int64_t samples;
+} td_step_stats;
+
+enum td_tensor_kind {
+    TD_T_VALUE = 0,        /* a layer's output (forward) */
+    TD_T_GRAD = 1,         /* d loss / d (layer output) */
+    TD_T_PARAM = 2,        /* a parameter's value (index = param index) */
+    TD_T_PARAM_GRAD = 3,   /* its gradient from the last backward */
+};
+
+typedef struct td_backend td_backend;
+typedef struct td_event td_event;
+
+/* The operations a backend provides.  Implementations fill every slot. */
+typedef struct td_backend_ops {
+    const char *name;
+    void (*destroy)(td_backend *be);
+    int (*upload)(td_backend *be, const td_batch *b);
+    /* lr for this step, t = 1-based optimizer step (AdamW bias correction) */
+    int (*train_step)(td_backend *be, float lr, int64_t t);
+    /* forward and loss only, batch norm in inference mode, no update */
+    int (*eval_step)(td_backend *be);
+    int (*read_stats)(td_backend *be, td_step_stats *host);
+    int (*snapshot)(td_backend *be, float *host, size_t nfloats);
+    int (*restore)(td_backend *be, const float *host, size_t nfloats);
+    /* test and debugging access, synchronous, canonical NCHW layout */
+    int (*read_tensor)(td_backend *be, enum td_tensor_kind kind, int index,
+                       float *host, size_t nfloats);
+    int (*write_param)(td_backend *be, int index, const float *host,
+                       size_t nfloats);
+    td_event *(*event_create)(td_backend *be);
+    void (*event_destroy)(td_backend *be, td_event *ev);
+    int (*event_record)(td_backend *be, td_event *ev);
+    /* 1 when completed, 0 when not yet, < 0 on error */
+    int (*event_query)(td_backend *be, td_event *ev);
+    int (*event_sync)(td_backend *be, td_event *ev);
+    /* device time between two completed events */
+    int (*event_elapsed_ns)(td_backend *be, td_event *a, td_event *b,
+                            int64_t *ns);
+    int (*sync)(td_backend *be);
+} td_backend_ops;
+
+/* Every backend struct starts with this header. */
+struct td_backend {
+    const td_backend_ops *ops;
+    const td_model *model;  /* borrowed; must outlive the backend */
+    td_backend_config cfg;
+    char err[256];          /* last error, for people */
+};
+
+/* Creates a backend: kind "cpu" (or "cuda" when built with it).  The
+ * parameters start from td_model_init_params(model, cfg->seed).  On error
+ * returns a negative code and a message in err. */
+int td_backend_create(const char *kind, const td_model *model,
+                      const td_backend_config *cfg, td_backend **out,
+                      char *err, size_t errcap);
+
+/* Implementations: backend/cpu (always built) and backend/cuda (its own
+ * library, linked only into programs that drive GPUs; it registers itself
+ * through td_backend_register_gpu, see below). */
+int td_backend_cpu_create(const td_model *model, const td_backend_config *cfg,
+                          td_backend **out, char *err, size_t errcap);
+
+/* A GPU backend plugged into libtraind at run time, so that programs that
+ * never drive a GPU (trainctl) do not link its runtime.  traind calls
+ * td_cuda_register() (backend/cuda/backend_cuda.h) at start. */
+typedef struct td_gpu_backend {
+    const char *name; /* "cuda" */
+    /* GPU `device` (the N of "cuda:N").  Fails with TD_E_DEVICE and the
+     * runtime's reason when that GPU is absent or the model does not fit
+     * in its memory. */
+    int (*create)(const td_model *model, const td_backend_config *cfg,
+                  int device, td_backend **out, char *err, size_t errcap);
+    /* Batch slots the device's copy engine reads directly (pinned). */
+    td_slot_allocator (*pinned_allocator)(void);
+} td_gpu_backend;
+
+/* Registers the GPU backend (one; a later call replaces it) and returns
+ * the one registered, or NULL when the program has none. */
+void td_backend_register_gpu(const td_gpu_backend *gpu);
+const td_gpu_backend *td_backend_gpu(void);
+
+/* The checks every backend makes of its configuration (batch size,
+ * normalisation, optimizer); each adds its own.  -EINVAL/TD_E_SPEC with a
+ * message naming the job field. */
+int td_backend_check_config(const td_model *m, const td_backend_config *cfg,
+                            char *err, size_t errcap);
+
+/* Floats in a snapshot for this model and optimizer. */
+size_t td_backend_snapshot_floats(const td_model *m, const td_optim_config *o);
+
+/* One tensor of a snapshot, for writers that name tensors (safetensors):
+ * "conv1.weight", "conv1.weight.momentum_buffer" (SGD),
+ * "conv1.weight.exp_avg" and ".exp_avg_sq" (AdamW), "bn1.running_mean". */
+typedef struct td_snapshot_entry {
+    char name[TD_NAME_MAX + 32];
+    int ndims;
+    int dims[4];
+    size_t offset;   /* in floats from the start of the snapshot */
+    size_t count;
+} td_snapshot_entry;
+
+/* Number of entries (params * (1 + slots) + state); fills at most cap. */
+int td_backend_snapshot_layout(const td_model *m, const td_optim_config *o,
+                               td_snapshot_entry *out, int cap);
+
+/* Thin wrappers, so callers read as prose. */
+static inline void td_backend_destroy(td_backend *be)
+{
+    if (be)
+        be->ops->destroy(be);
+}
+static inline int td_backend_upload(td_backend *be, const td_batch *b)
+{
+    return be->ops->upload(be, b);
+}
+static inline int td_backend_train_step(td_backend *be, float lr, int64_t t)
+{
+    return be->ops->train_step(be, lr, t);
+}
+static inline int td_backend_eval_step(td_backend *be)
+{
+    return be->ops->eval_step(be);
+}
+static inline int td_backend_read_stats(td_backend *be, td_step_stats *s)
+{
+    return be->ops->read_stats(be, s);
+}
+static inline int td_backend_snapshot(td_backend *be, float *h, size_t n)
+{
+    return be->ops->snapshot(be, h, n);
+}
+static inline int td_backend_restore(td_backend *be, const float *h, size_t n)
+{
+    return be->ops->restore(be, h, n);
+}
+static inline int td_backend_sync(td_backend *be)
+{
+    return be->ops->sync(be);
+}
+
+#endif

@@ -1,0 +1,86 @@
+/* backend_cpu.h - internals shared by the CPU backend's files.
+ *
+ * Owns: the CPU backend's data structures.  backend_cpu_plan.c builds the
+ * oneDNN primitives for a model (once per shape); backend_cpu.c runs them
+ * and implements the td_backend_ops.  Nothing outside these two files may
+ * include this header.
+ *
+ * Tensors: every layer output lives in one oneDNN memory (value) and one
+ * gradient memory with the same descriptor, in the blocked layout the
+ * primitives chose (e.g. nChw16c); reorders happen only at the edges (the
+ * normalised input, the logits, tensor reads for tests).  Layers that do
+ * not need their own memory alias another layer's ("root"): a relu fused
+ * into the batch norm before it, and flatten.  Parameters, gradients,
+ * optimizer slots and running statistics are four flat float arrays in the
+ * canonical layouts of model.h; weights are reordered into the layouts the
+ * primitives want after each update.
+ */
+#ifndef TD_BACKEND_CPU_H
+#define TD_BACKEND_CPU_H
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "backend/backend.h"
+
+typedef struct td__cl {
+    int root;      /* layer whose memories hold this layer's output */
+    int fused;     /* batch norm: the following relu is fused into it */
+    int no_dsrc;   /* conv/dense reading the input: no data gradient */
+    dnnl_memory_desc_t md;      /* output descriptor (roots only) */
+    dnnl_memory_t y, dy;        /* output value and gradient (roots) */
+    dnnl_memory_t acc;          /* scratch for a second gradient summand */
+    int sources;   /* gradient contributions into this root per step */
+    int written;   /* contributions written so far in this backward */
+    dnnl_primitive_desc_t pd[4]; /* fwd, inference fwd, bwd data, bwd w */
+    dnnl_primitive_t fwd, inf, bwd_d, bwd_w;
+    dnnl_memory_t sp[4];        /* views of the shared scratchpad per pd */
+    dnnl_memory_t ws, mean, var; /* workspace, batch statistics */
+    dnnl_memory_t rmean, rvar;  /* batch norm running statistics (views) */
+    dnnl_primitive_t r_src1;    /* add: its gradient into input 1's layout */
+    dnnl_memory_t w, dw, b, db; /* views into the flat parameter arrays */
+    dnnl_memory_t w_f, w_bd, dw_bw; /* weights in primitive layouts */
+    dnnl_primitive_t r_w_f, r_w_bd, r_dw;
+    uint8_t *mask;              /* dropout keep mask, one byte per element */
+    size_t nelem;               /* elements in the output buffer (padded) */
+} td__cl;
+
+typedef struct td__cpu {
+    td_backend base;
+    dnnl_engine_t eng;
+    dnnl_stream_t strm;
+    dnnl_primitive_attr_t attr; /* user-managed scratchpad */
+    void *scratch;              /* one scratchpad shared by all primitives */
+    size_t scratch_bytes;
+    int threads;
+    int batch;
+    td__cl *cl;          /* one per model layer */
+    float *params, *grads, *slots, *state;
+    size_t nslots;       /* optimizer slot arrays (0, 1 or 2) */
+    int weights_dirty;   /* params changed: refresh primitive layouts */
+    uint8_t *pixels;     /* the uploaded batch (the "device" copy) */
+    int32_t *labels;
+    int n;               /* samples in the uploaded batch */
+    enum td_layout layout; /* of the uploaded pixels */
+    float nscale[4], nbias[4];
+    dnnl_memory_t logits;   /* plain [batch, classes] view of the logits */
+    dnnl_memory_t dlogits;  /* plain gradient of the logits */
+    dnnl_primitive_t r_logits, r_dlogits; /* when the last layer is blocked */
+    int64_t step;        /* train steps run, for dropout draws */
+    td_step_stats acc;   /* counters since the last read_stats */
+} td__cpu;
+
+/* backend_cpu_plan.c */
+int td__cpu_plan(td__cpu *be);
+void td__cpu_unplan(td__cpu *be);
+/* Sets be->base.err from a failed oneDNN call and returns TD_E_DEVICE. */
+int td__cpu_fail(td__cpu *be, dnnl_status_t st, const char *what,
+                 const char *layer);
+
+#define TD__DNNL(be, call, what, layer)                                      \
+    do {                                                                     \
+        dnnl_status_t td__st = (call);                                       \
+        if (td__st != dnnl_success)                                          \
+            return td__cpu_fail((be), td__st, (what), (layer));              \
+    } while (0)
+
+#endif

@@ -1,0 +1,567 @@
+/* backend_cpu_plan.c - builds the CPU backend's oneDNN primitives.
+ *
+ * Owns: turning a td_model into primitives, memories and reorders, once,
+ * for the configured batch size.  Activations keep the layout the first
+ * convolution chooses (format "any"); every later primitive is told that
+ * layout for its source and gradient, so no reorders happen between
+ * layers.  Weights are given to primitives as "any" and reordered from the
+ * canonical arrays when the chosen layout differs.
+ * Never does: execute primitives (backend_cpu.c does).
+ * Everything created here is recorded in be->cl and released by
+ * td__cpu_unplan, which is the single cleanup path (also after a failure
+ * half-way through planning).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include "backend/cpu/cpu_int.h"
+#include "base/error.h"
+#include "base/log.h"
+
+int td__cpu_fail(td__cpu *be, dnnl_status_t st, const char *what,
+                 const char *layer)
+{
+    snprintf(be->base.err, sizeof be->base.err, "oneDNN %s%s%s: %s", what,
+             layer ? " for layer " : "", layer ? layer : "",
+             dnnl_status2str(st));
+    return TD_E_DEVICE;
+}
+
+static void td__md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims,
+                   dnnl_format_tag_t tag)
+{
+    dnnl_dims_t d = {0};
+    memcpy(d, dims, (size_t)nd * sizeof d[0]);
+    dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag);
+}
+
+/* A memory wrapping host floats (not owned) or allocating its own. */
+static int td__mem(td__cpu *be, const dnnl_memory_desc_t *md, void *ptr,
+                   dnnl_memory_t *out, const char *layer)
+{
+    TD__DNNL(be, dnnl_memory_create(out, md, be->eng,
+                                    ptr ? ptr : DNNL_MEMORY_ALLOCATE),
+             "memory", layer);
+    return 0;
+}
+
+static void *td__ptr(dnnl_memory_t m)
+{
+    void *p = NULL;
+    dnnl_memory_get_data_handle(m, &p);
+    return p;
+}
+
+static int td__pd(td__cpu *be, const void *op, const_dnnl_primitive_desc_t
+                  hint, dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim,
+                  const char *what, const char *layer)
+{
+    TD__DNNL(be, dnnl_primitive_desc_create(pd, op, be->attr, be->eng, hint),
+             what, layer);
+    size_t sp = dnnl_memory_desc_get_size(
+        dnnl_primitive_desc_query_md(*pd, dnnl_query_scratchpad_md, 0));
+    if (sp > be->scratch_bytes)
+        be->scratch_bytes = sp;
+    TD__DNNL(be, dnnl_primitive_create(prim, *pd), what, layer);
+    const char *impl = NULL;
+    dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &impl);
+    td_debug("cpu backend: %s %s: %s", layer, what, impl ? impl : "?");
+    return 0;
+}
+
+static const dnnl_memory_desc_t *td__q(const_dnnl_primitive_desc_t pd,
+                                       dnnl_query_t what, int index)
+{
+    return dnnl_primitive_desc_query_md(pd, what, index);
+}
+
+/* If the primitive wants weights in another layout than `plain`, makes a
+ * memory in its layout and a reorder between them (direction: plain to
+ * primitive when to_prim, else back). */
+static int td__wlayout(td__cpu *be, const dnnl_memory_desc_t *want,
+                       dnnl_memory_t plain, int to_prim, dnnl_memory_t *mem,
+                       dnnl_primitive_t *reorder, const char *layer)
+{
+    const dnnl_memory_desc_t *have;
+    dnnl_memory_get_memory_desc(plain, &have);
+    if (dnnl_memory_desc_equal(want, have))
+        return 0;
+    int rc = td__mem(be, want, NULL, mem, layer);
+    if (rc)
+        return rc;
+    dnnl_primitive_desc_t pd;
+    const dnnl_memory_desc_t *src = to_prim ? have : want;
+    const dnnl_memory_desc_t *dst = to_prim ? want : have;
+    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, src, be->eng, dst,
+                                                    be->eng, NULL),
+             "weight reorder", layer);
+    dnnl_status_t st = dnnl_primitive_create(reorder, pd);
+    dnnl_primitive_desc_destroy(pd);
+    TD__DNNL(be, st, "weight reorder", layer);
+    return 0;
+}
+
+/* Output memories of a root layer, with descriptor md. */
+static int td__output(td__cpu *be, int L, const dnnl_memory_desc_t *md)
+{
+    td__cl *c = &be->cl[L];
+    const char *name = be->base.model->layers[L].name;
+    int rc;
+    c->md = *md;
+    c->nelem = dnnl_memory_desc_get_size(md) / sizeof(float);
+    if ((rc = td__mem(be, md, NULL, &c->y, name)) ||
+        (rc = td__mem(be, md, NULL, &c->dy, name)))
+        return rc;
+    memset(td__ptr(c->y), 0, c->nelem * sizeof(float));
+    memset(td__ptr(c->dy), 0, c->nelem * sizeof(float));
+    return 0;
+}
+
+/* Views of layer L's parameters inside the flat arrays. */
+static int td__param_views(td__cpu *be, int L, const dnnl_memory_desc_t *wmd,
+                           const dnnl_memory_desc_t *bmd)
+{
+    const td_model *m = be->base.model;
+    td__cl *c = &be->cl[L];
+    const td_layer *l = &m->layers[L];
+    size_t off = 0;
+    int rc;
+    for (int p = 0; p < l->param0; p++)
+        off += m->params[p].count;
+    if ((rc = td__mem(be, wmd, be->params + off, &c->w, l->name)) ||
+        (rc = td__mem(be, wmd, be->grads + off, &c->dw, l->name)))
+        return rc;
+    if (!bmd)
+        return 0;
+    off += m->params[l->param0].count;
+    if ((rc = td__mem(be, bmd, be->params + off, &c->b, l->name)) ||
+        (rc = td__mem(be, bmd, be->grads + off, &c->db, l->name)))
+        return rc;
+    return 0;
+}
+
+static int td__root(const td__cpu *be, int L) { return be->cl[L].root; }
+
+static const dnnl_memory_desc_t *td__in_md(const td__cpu *be, int L, int i)
+{
+    return &be->cl[td__root(be, be->base.model->layers[L].in[i])].md;
+}
+
+static int td__plan_conv(td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const dnnl_memory_desc_t *src = td__in_md(be, L, 0);
+    int ic = (int)src->dims[1];
+    dnnl_dim_t wd[4] = {l->channels, ic, l->kernel, l->kernel};
+    dnnl_dim_t dd[4] = {be->batch, l->out.c, l->out.h, l->out.w};
+    dnnl_dim_t bd[1] = {l->channels};
+    dnnl_dims_t st = {l->stride, l->stride}, pad = {l->pad, l->pad};
+    dnnl_memory_desc_t wany, dany, bmd, wplain;
+    dnnl_convolution_desc_t d;
+    int rc;
+    td__md(&wany, 4, wd, dnnl_format_tag_any);
+    td__md(&dany, 4, dd, dnnl_format_tag_any);
+    td__md(&bmd, 1, bd, dnnl_a);
+    td__md(&wplain, 4, wd, dnnl_oihw);
+    const dnnl_memory_desc_t *bias = l->bias ? &bmd : NULL;
+    TD__DNNL(be, dnnl_convolution_forward_desc_init(&d, dnnl_forward_training,
+             dnnl_convolution_direct, src, &wany, bias, &dany, st, pad, pad),
+             "convolution", l->name);
+    if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "conv fwd", l->name)) ||
+        (rc = td__output(be, L, td__q(c->pd[0], dnnl_query_dst_md, 0))) ||
+        (rc = td__param_views(be, L, &wplain, bias)) ||
+        (rc = td__wlayout(be, td__q(c->pd[0], dnnl_query_weights_md, 0), c->w,
+                          1, &c->w_f, &c->r_w_f, l->name)))
+        return rc;
+    if (!c->no_dsrc) {
+        TD__DNNL(be, dnnl_convolution_backward_data_desc_init(&d,
+                 dnnl_convolution_direct, src, &wany, &c->md, st, pad, pad),
+                 "convolution backward data", l->name);
+        if ((rc = td__pd(be, &d, c->pd[0], &c->pd[2], &c->bwd_d, "conv bwd "
+                         "data", l->name)) ||
+            (rc = td__wlayout(be, td__q(c->pd[2], dnnl_query_weights_md, 0),
+                              c->w, 1, &c->w_bd, &c->r_w_bd, l->name)))
+            return rc;
+    }
+    TD__DNNL(be, dnnl_convolution_backward_weights_desc_init(&d,
+             dnnl_convolution_direct, src, &wany, bias, &c->md, st, pad, pad),
+             "convolution backward weights", l->name);
+    if ((rc = td__pd(be, &d, c->pd[0], &c->pd[3], &c->bwd_w, "conv bwd "
+                     "weights", l->name)))
+        return rc;
+    return td__wlayout(be, td__q(c->pd[3], dnnl_query_diff_weights_md, 0),
+                       c->dw, 0, &c->dw_bw, &c->r_dw, l->name);
+}
+
+static int td__plan_bn(td__cpu *be, int L)
+{
+    const td_model *m = be->base.model;
+    const td_layer *l = &m->layers[L];
+    td__cl *c = &be->cl[L];
+    const dnnl_memory_desc_t *src = td__in_md(be, L, 0);
+    dnnl_dim_t cd[1] = {l->out.c};
+    dnnl_memory_desc_t vmd;
+    dnnl_batch_normalization_desc_t d;
+    unsigned fl = dnnl_use_scale | dnnl_use_shift;
+    int rc;
+    if (c->fused)
+        fl |= dnnl_fuse_norm_relu;
+    td__md(&vmd, 1, cd, dnnl_a);
+    TD__DNNL(be, dnnl_batch_normalization_forward_desc_init(&d,
+             dnnl_forward_training, src, l->eps, fl), "batch norm", l->name);
+    if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "bn fwd", l->name)) ||
+        (rc = td__output(be, L, td__q(c->pd[0], dnnl_query_dst_md, 0))) ||
+        (rc = td__param_views(be, L, &vmd, &vmd)) ||
+        (rc = td__mem(be, &vmd, NULL, &c->mean, l->name)) ||
+        (rc = td__mem(be, &vmd, NULL, &c->var, l->name)))
+        return rc;
+    /* running statistics: views into the state array */
+    size_t off = 0;
+    for (int s = 0; s < l->state0; s++)
+        off += m->state[s].count;
+    if ((rc = td__mem(be, &vmd, be->state + off, &c->rmean, l->name)) ||
+        (rc = td__mem(be, &vmd, be->state + off + (size_t)l->out.c, &c->rvar,
+                      l->name)))
+        return rc;
+    if (c->fused &&
+        (rc = td__mem(be, td__q(c->pd[0], dnnl_query_workspace_md, 0), NULL,
+                      &c->ws, l->name)))
+        return rc;
+    TD__DNNL(be, dnnl_batch_normalization_forward_desc_init(&d,
+             dnnl_forward_inference, src, l->eps, fl | dnnl_use_global_stats),
+             "batch norm inference", l->name);
+    if ((rc = td__pd(be, &d, NULL, &c->pd[1], &c->inf, "bn inference",
+                     l->name)))
+        return rc;
+    TD__DNNL(be, dnnl_batch_normalization_backward_desc_init(&d,
+             dnnl_backward, &c->md, src, l->eps, fl), "batch norm backward",
+             l->name);
+    return td__pd(be, &d, c->pd[0], &c->pd[2], &c->bwd_d, "bn bwd", l->name);
+}
+
+static int td__plan_relu(td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const dnnl_memory_desc_t *src = td__in_md(be, L, 0);
+    dnnl_eltwise_desc_t d;
+    int rc;
+    TD__DNNL(be, dnnl_eltwise_forward_desc_init(&d, dnnl_forward_training,
+             dnnl_eltwise_relu, src, 0.0f, 0.0f), "relu", l->name);
+    if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "relu fwd", l->name)) ||
+        (rc = td__output(be, L, td__q(c->pd[0], dnnl_query_dst_md, 0))))
+        return rc;
+    TD__DNNL(be, dnnl_eltwise_backward_desc_init(&d, dnnl_eltwise_relu,
+             &c->md, src, 0.0f, 0.0f), "relu backward", l->name);
+    return td__pd(be, &d, c->pd[0], &c->pd[2], &c->bwd_d, "relu bwd",
+                  l->name);
+}
+
+static int td__plan_pool(td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const dnnl_memory_desc_t *src = td__in_md(be, L, 0);
+    dnnl_dim_t dd[4] = {be->batch, l->out.c, l->out.h, l->out.w};
+    dnnl_dims_t k = {l->kernel, l->kernel}, st = {l->stride, l->stride};
+    dnnl_dims_t pad = {l->pad, l->pad};
+    dnnl_alg_kind_t alg = l->kind == TD_L_MAXPOOL ? dnnl_pooling_max
+                                                  : dnnl_pooling_avg;
+    dnnl_memory_desc_t dany;
+    dnnl_pooling_desc_t d;
+    int rc;
+    if (l->kind == TD_L_GAP) {
+        k[0] = src->dims[2];
+        k[1] = src->dims[3];
+        st[0] = st[1] = 1;
+        pad[0] = pad[1] = 0;
+    }
+    td__md(&dany, 4, dd, dnnl_format_tag_any);
+    TD__DNNL(be, dnnl_pooling_forward_desc_init(&d, dnnl_forward_training,
+             alg, src, &dany, st, k, pad, pad), "pooling", l->name);
+    if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "pool fwd", l->name)) ||
+        (rc = td__output(be, L, td__q(c->pd[0], dnnl_query_dst_md, 0))))
+        return rc;
+    if (alg == dnnl_pooling_max &&
+        (rc = td__mem(be, td__q(c->pd[0], dnnl_query_workspace_md, 0), NULL,
+                      &c->ws, l->name)))
+        return rc;
+    TD__DNNL(be, dnnl_pooling_backward_desc_init(&d, alg, src, &c->md, st, k,
+             pad, pad), "pooling backward", l->name);
+    return td__pd(be, &d, c->pd[0], &c->pd[2], &c->bwd_d, "pool bwd",
+                  l->name);
+}
+
+static int td__plan_dense(td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const dnnl_memory_desc_t *src = td__in_md(be, L, 0);
+    int nd = src->ndims;
+    dnnl_dim_t wd[4] = {l->channels, src->dims[1], 1, 1};
+    dnnl_dim_t dd[2] = {be->batch, l->channels}, bd[1] = {l->channels};
+    dnnl_memory_desc_t wany, dmd, bmd, wplain;
+    dnnl_inner_product_desc_t d;
+    int rc;
+    if (nd == 4) {
+        wd[2] = src->dims[2];
+        wd[3] = src->dims[3];
+    }
+    td__md(&wany, nd, wd, dnnl_format_tag_any);
+    td__md(&wplain, nd, wd, nd == 4 ? dnnl_oihw : dnnl_oi);
+    td__md(&dmd, 2, dd, dnnl_nc);
+    td__md(&bmd, 1, bd, dnnl_a);
+    const dnnl_memory_desc_t *bias = l->bias ? &bmd : NULL;
+    TD__DNNL(be, dnnl_inner_product_forward_desc_init(&d,
+             dnnl_forward_training, src, &wany, bias, &dmd), "dense",
+             l->name);
+    if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "dense fwd",
+                     l->name)) ||
+        (rc = td__output(be, L, td__q(c->pd[0], dnnl_query_dst_md, 0))) ||
+        (rc = td__param_views(be, L, &wplain, bias)) ||
+        (rc = td__wlayout(be, td__q(c->pd[0], dnnl_query_weights_md, 0), c->w,
+                          1, &c->w_f, &c->r_w_f, l->name)))
+        return rc;
+    if (!c->no_dsrc) {
+        TD__DNNL(be, dnnl_inner_product_backward_data_desc_init(&d, src,
+                 &wany, &c->md), "dense backward data", l->name);
+        if ((rc = td__pd(be, &d, c->pd[0], &c->pd[2], &c->bwd_d, "dense bwd "
+                         "data", l->name)) ||
+            (rc = td__wlayout(be, td__q(c->pd[2], dnnl_query_weights_md, 0),
+                              c->w, 1, &c->w_bd, &c->r_w_bd, l->name)))
+            return rc;
+    }
+    TD__DNNL(be, dnnl_inner_product_backward_weights_desc_init(&d, src, &wany,
+             bias, &c->md), "dense backward weights", l->name);
+    if ((rc = td__pd(be, &d, c->pd[0], &c->pd[3], &c->bwd_w, "dense bwd "
+                     "weights", l->name)))
+        return rc;
+    return td__wlayout(be, td__q(c->pd[3], dnnl_query_diff_weights_md, 0),
+                       c->dw, 0, &c->dw_bw, &c->r_dw, l->name);
+}
+
+static int td__plan_add(td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const dnnl_memory_desc_t *s0 = td__in_md(be, L, 0);
+    const dnnl_memory_desc_t *s1 = td__in_md(be, L, 1);
+    dnnl_binary_desc_t d;
+    int rc;
+    TD__DNNL(be, dnnl_binary_desc_init(&d, dnnl_binary_add, s0, s1, s0),
+             "add", l->name);
+    if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "add", l->name)) ||
+        (rc = td__output(be, L, s0)))
+        return rc;
+    if (dnnl_memory_desc_equal(s0, s1))
+        return 0;
+    dnnl_primitive_desc_t pd;
+    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, s0, be->eng, s1,
+                                                    be->eng, NULL),
+             "add gradient reorder", l->name);
+    dnnl_status_t st = dnnl_primitive_create(&c->r_src1, pd);
+    dnnl_primitive_desc_destroy(pd);
+    TD__DNNL(be, st, "add gradient reorder", l->name);
+    return 0;
+}
+
+static int td__plan_dropout(td__cpu *be, int L)
+{
+    td__cl *c = &be->cl[L];
+    int rc = td__output(be, L, td__in_md(be, L, 0));
+    if (rc)
+        return rc;
+    c->mask = calloc(c->nelem, 1);
+    return c->mask ? 0 : -ENOMEM;
+}
+
+/* Which layers alias another's memory, and how many gradient summands
+ * each root receives. */
+static void td__wire(td__cpu *be)
+{
+    const td_model *m = be->base.model;
+    for (int L = 0; L < m->nlayers; L++) {
+        const td_layer *l = &m->layers[L];
+        td__cl *c = &be->cl[L];
+        c->root = L;
+        if (l->kind == TD_L_FLATTEN)
+            c->root = be->cl[l->in[0]].root;
+        if (l->kind == TD_L_RELU && m->layers[l->in[0]].kind == TD_L_BN &&
+            m->layers[l->in[0]].consumers == 1) {
+            be->cl[l->in[0]].fused = 1;
+            c->root = be->cl[l->in[0]].root;
+        }
+        if ((l->kind == TD_L_CONV || l->kind == TD_L_DENSE) && l->in[0] == 0)
+            c->no_dsrc = 1;
+    }
+    for (int L = 1; L < m->nlayers; L++) {
+        const td_layer *l = &m->layers[L];
+        if (be->cl[L].root != L || be->cl[L].no_dsrc)
+            continue;
+        for (int i = 0; i < 2; i++)
+            if (l->in[i] >= 0)
+                be->cl[be->cl[l->in[i]].root].sources++;
+    }
+}
+
+static int td__plan_logits(td__cpu *be)
+{
+    const td_model *m = be->base.model;
+    td__cl *c = &be->cl[be->cl[m->nlayers - 1].root];
+    dnnl_dim_t d[4] = {be->batch, m->classes, 1, 1};
+    dnnl_memory_desc_t plain;
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t st;
+    int rc;
+    td__md(&plain, c->md.ndims, d, c->md.ndims == 2 ? dnnl_nc : dnnl_nchw);
+    if (dnnl_memory_desc_equal(&plain, &c->md))
+        return 0;
+    if ((rc = td__mem(be, &plain, NULL, &be->logits, "logits")) ||
+        (rc = td__mem(be, &plain, NULL, &be->dlogits, "logits")))
+        return rc;
+    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, &c->md, be->eng,
+             &plain, be->eng, NULL), "logits reorder", NULL);
+    st = dnnl_primitive_create(&be->r_logits, pd);
+    dnnl_primitive_desc_destroy(pd);
+    TD__DNNL(be, st, "logits reorder", NULL);
+    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, &plain, be->eng,
+             &c->md, be->eng, NULL), "logits reorder", NULL);
+    st = dnnl_primitive_create(&be->r_dlogits, pd);
+    dnnl_primitive_desc_destroy(pd);
+    TD__DNNL(be, st, "logits reorder", NULL);
+    return 0;
+}
+
+/* One scratchpad buffer, viewed through each primitive's descriptor:
+ * oneDNN's own would be allocated (and page-faulted) per execution. */
+static int td__plan_scratch(td__cpu *be)
+{
+    size_t bytes = (be->scratch_bytes + 4095) / 4096 * 4096;
+    if (!bytes)
+        return 0;
+    be->scratch = aligned_alloc(4096, bytes);
+    if (!be->scratch)
+        return -ENOMEM;
+    for (int L = 0; L < be->base.model->nlayers; L++)
+        for (int i = 0; i < 4; i++) {
+            td__cl *c = &be->cl[L];
+            const dnnl_memory_desc_t *md;
+            if (!c->pd[i])
+                continue;
+            md = dnnl_primitive_desc_query_md(c->pd[i],
+                                              dnnl_query_scratchpad_md, 0);
+            if (dnnl_memory_desc_get_size(md) == 0)
+                continue;
+            int rc = td__mem(be, md, be->scratch, &c->sp[i],
+                             be->base.model->layers[L].name);
+            if (rc)
+                return rc;
+        }
+    return 0;
+}
+
+int td__cpu_plan(td__cpu *be)
+{
+    const td_model *m = be->base.model;
+    const td_shape in = m->layers[0].out;
+    dnnl_dim_t d[4] = {be->batch, in.c, in.h, in.w};
+    dnnl_memory_desc_t md;
+    int rc = 0;
+    be->cl = calloc((size_t)m->nlayers, sizeof *be->cl);
+    if (!be->cl)
+        return -ENOMEM;
+    td__wire(be);
+    TD__DNNL(be, dnnl_primitive_attr_create(&be->attr), "attributes", NULL);
+    TD__DNNL(be, dnnl_primitive_attr_set_scratchpad_mode(be->attr,
+             dnnl_scratchpad_mode_user), "attributes", NULL);
+    td__md(&md, 4, d, dnnl_nchw);
+    if ((rc = td__output(be, 0, &md)))
+        return rc;
+    for (int L = 1; L < m->nlayers && rc == 0; L++) {
+        if (be->cl[L].root != L)
+            continue;
+        switch (m->layers[L].kind) {
+        case TD_L_CONV:
+            rc = td__plan_conv(be, L);
+            break;
+        case TD_L_BN:
+            rc = td__plan_bn(be, L);
+            break;
+        case TD_L_RELU:
+            rc = td__plan_relu(be, L);
+            break;
+        case TD_L_MAXPOOL:
+        case TD_L_AVGPOOL:
+        case TD_L_GAP:
+            rc = td__plan_pool(be, L);
+            break;
+        case TD_L_DENSE:
+            rc = td__plan_dense(be, L);
+            break;
+        case TD_L_ADD:
+            rc = td__plan_add(be, L);
+            break;
+        case TD_L_DROPOUT:
+            rc = td__plan_dropout(be, L);
+            break;
+        default:
+            rc = TD_E_NOTSUP;
+        }
+        if (rc == 0 && be->cl[L].sources > 1)
+            rc = td__mem(be, &be->cl[L].md, NULL, &be->cl[L].acc,
+                         m->layers[L].name);
+    }
+    if (rc == 0 && be->cl[0].sources > 1)
+        rc = td__mem(be, &be->cl[0].md, NULL, &be->cl[0].acc, "input");
+    if (rc == 0)
+        rc = td__plan_logits(be);
+    if (rc == 0)
+        rc = td__plan_scratch(be);
+    return rc;
+}
+
+void td__cpu_unplan(td__cpu *be)
+{
+    if (!be->cl)
+        return;
+    for (int L = 0; L < be->base.model->nlayers; L++) {
+        td__cl *c = &be->cl[L];
+        dnnl_primitive_t prims[] = {c->fwd, c->inf, c->bwd_d, c->bwd_w,
+                                    c->r_w_f, c->r_w_bd, c->r_dw, c->r_src1};
+        dnnl_memory_t mems[] = {c->y, c->dy, c->acc, c->ws, c->mean,
+                                c->var, c->rmean, c->rvar, c->w, c->dw,
+                                c->b, c->db, c->w_f, c->w_bd, c->dw_bw};
+        for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
+            if (prims[i])
+                dnnl_primitive_destroy(prims[i]);
+        for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+            if (mems[i])
+                dnnl_memory_destroy(mems[i]);
+        for (int i = 0; i < 4; i++) {
+            if (c->pd[i])
+                dnnl_primitive_desc_destroy(c->pd[i]);
+            if (c->sp[i])
+                dnnl_memory_destroy(c->sp[i]);
+        }
+        free(c->mask);
+    }
+    if (be->r_logits)
+        dnnl_primitive_destroy(be->r_logits);
+    if (be->r_dlogits)
+        dnnl_primitive_destroy(be->r_dlogits);
+    if (be->logits)
+        dnnl_memory_destroy(be->logits);
+    if (be->dlogits)
+        dnnl_memory_destroy(be->dlogits);
+    free(be->cl);
+    be->cl = NULL;
+    free(be->scratch);
+    be->scratch = NULL;
+    if (be->attr)
+        dnnl_primitive_attr_destroy(be->attr);
+    be->attr = NULL;
+}

@@ -1,0 +1,76 @@
+/* backend_cuda.h - what the CUDA backend offers beyond backend.h.
+ *
+ * Owns: the CUDA-only entry points the trainer and the pipeline use: the
+ * pinned slot allocator (batch slots the copy engine can read directly),
+ * the device arena size, and per-step device timings (copy and compute
+ * intervals) read without blocking.  Everything else goes through the
+ * generic contract in backend.h.
+ * Never does: anything in a build without CUDA (every function here is
+ * only declared when TD_HAVE_CUDA is 1).
+ */
+#ifndef TD_BACKEND_CUDA_H
+#define TD_BACKEND_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "input/batch.h"
+#include "job/device.h"
+#include "td_config.h"
+
+#if TD_HAVE_CUDA
+
+/* Plugs the CUDA backend and the GPU probe into libtraind
+ * (td_backend_register_gpu, td_device_register_probe).  traind and the GPU
+ * tests call it once at start; nothing else links this library. */
+void td_cuda_register(void);
+
+/* The CUDA runtime's view of the machine (cuda_device.cu). */
+int td__cuda_probe(td_device_info *info);
+/* Runs the Philox generator on GPU `dev` for n consecutive indices and
+ * copies the 4-word blocks to out (4*n words).  TD_E_DEVICE on failure,
+ * with the reason in err.  Used by the GPU self-test. */
+int td__cuda_philox_selftest(int dev, uint64_t seed, uint64_t stream,
+                             uint32_t *out, int n, char *err, size_t errcap);
+
+/* The CUDA backend (cuda.c); through td_backend_create("cuda:N"). */
+int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
+                           int device, td_backend **out, char *err,
+                           size_t errcap);
+
+/* Batch slots in page-locked host memory (cudaHostAlloc, portable across
+ * devices), so the host-to-device copy is a true asynchronous DMA.  The
+ * allocator's alloc returns NULL when pinning fails (no driver, limits). */
+td_slot_allocator td_cuda_pinned_allocator(void);
+
+/* Bytes of the one device allocation made at create (parameters,
+ * gradients, optimizer state, activations, workspaces). */
+size_t td_backend_cuda_arena_bytes(const td_backend *be);
+
+/* Device timings of one training step, in ms since the backend was
+ * created: its host-to-device copy on the copy stream and its
+ * train_step on the compute stream. */
+typedef struct td_cuda_step_times {
+    int64_t step;              /* 0-based count of uploads */
+    double copy_start, copy_end;
+    double compute_start, compute_end;
+} td_cuda_step_times;
+
+/* Times of upload number `step`: 0, -EAGAIN while its events have not
+ * completed (never blocks: cudaEventQuery), -ENOENT when the step is too
+ * old (the backend keeps the last TD_CUDA_TIMES_KEPT) or was never run,
+ * TD_E_DEVICE on a device error.  Read one or two steps behind. */
+#define TD_CUDA_TIMES_KEPT 8
+int td_backend_cuda_step_times(td_backend *be, int64_t step,
+                               td_cuda_step_times *out);
+
+/* Whether the host-to-device copy of upload number `upload` has finished,
+ * so its batch slot can go back to the pipeline: 1 yes, 0 not yet (never
+ * blocks), -ENOENT when older than the last TD_CUDA_TIMES_KEPT uploads,
+ * TD_E_DEVICE on a device error.  Unlike a td_event recorded after the
+ * upload, this does not also wait for the compute stream. */
+int td_backend_cuda_copy_done(td_backend *be, int64_t upload);
+
+#endif
+#endif

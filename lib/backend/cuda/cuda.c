@@ -1,0 +1,891 @@
+/* backend_cuda.c - the CUDA backend: lifecycle, device memory, streams,
+ * events, uploads, statistics and snapshots (see backend.h for the
+ * contract and backend_cuda_int.h for how the files divide the work).
+ *
+ * Owns: one device arena sized and allocated at create (its size is logged
+ * and offered by td_backend_cuda_arena_bytes; a model that does not fit
+ * fails create with the sizes in the message), three streams (copy,
+ * compute, snapshot), double-buffered device batches, the pinned ring that
+ * read_stats copies through, and the translation of every CUDA, cuBLAS and
+ * cuDNN failure into TD_E_DEVICE with "file:line: call: reason" in err.
+ * Never does: synchronise the whole device (only this backend's streams,
+ * and only in create, restore, sync, destroy and the test accessors),
+ * allocate after create, or exit: a device error fails the job, not the
+ * daemon (a sticky CUDA error leaves the GPU unusable for this process).
+ *
+ * Step pipeline: upload(k) waits (on the copy stream) until step k-2 has
+ * read the buffer it reuses, copies, and records copied[buf]; the compute
+ * stream waits for that event, so the copy of batch k+1 overlaps step k.
+ * Per-upload events (copy start/end, compute start/end) are kept for the
+ * last TD_CUDA_TIMES_KEPT uploads and read with cudaEventQuery.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_int.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "normalize.h"
+
+#if defined(__has_include)
+#if __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>
+#define TD__HAVE_NVTX 1
+#endif
+#endif
+
+struct td_event {
+    cudaEvent_t c, x, s; /* on the compute, copy and snapshot streams */
+    int recorded;
+};
+
+static const td_backend_ops td__cuda_ops;
+
+/* The backend's GPU becomes the calling thread's current device (CUDA
+ * keeps it per thread); cheap when it already is. */
+static td__cuda *td__be(td_backend *b)
+{
+    td__cuda *be = (td__cuda *)b;
+    if (be->compute)
+        (void)cudaSetDevice(be->dev);
+    return be;
+}
+
+int td__cuda_fail(td__cuda *be, const char *file, int line, const char *call,
+                  const char *msg)
+{
+    const char *base = strrchr(file, '/');
+    snprintf(be->base.err, sizeof be->base.err, "cuda:%d: %s:%d: %s: %s",
+             be->dev, base ? base + 1 : file, line, call, msg);
+    return TD_E_DEVICE;
+}
+
+const char *td__cublas_str(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "cuBLAS invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "cuBLAS architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "cuBLAS execution failed";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "cuBLAS internal error";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "cuBLAS not supported";
+    default: return "cuBLAS error";
+    }
+}
+
+size_t td__cuda_esize(enum td_dtype t) { return t == TD_BF16 ? 2 : 4; }
+
+void td__nvtx_push(const char *name)
+{
+#ifdef TD__HAVE_NVTX
+    nvtxRangePushA(name);
+#else
+    (void)name;
+#endif
+}
+
+void td__nvtx_pop(void)
+{
+#ifdef TD__HAVE_NVTX
+    nvtxRangePop();
+#endif
+}
+
+/* ---- the arena --------------------------------------------------------------- */
+
+typedef struct td__cursor {
+    char *base; /* NULL while sizing */
+    size_t off;
+} td__cursor;
+
+static void *td__take(td__cursor *c, size_t bytes)
+{
+    void *p = c->base ? c->base + c->off : NULL;
+    c->off += (bytes + 255) & ~(size_t)255;
+    return p;
+}
+
+static size_t td__state_count(const td_model *m)
+{
+    size_t n = 0;
+    for (int s = 0; s < m->nstate; s++)
+        n += m->state[s].count;
+    return n;
+}
+
+static size_t td__param_off(const td_model *m, int p)
+{
+    size_t off = 0;
+    for (int i = 0; i < p; i++)
+        off += m->params[i].count;
+    return off;
+}
+
+/* Which layers own buffers (flatten aliases its input) and their sizes. */
+static void td__roots(td__cuda *be)
+{
+    const td_model *m = be->base.model;
+    for (int L = 0; L < m->nlayers; L++) {
+        const td_layer *l = &m->layers[L];
+        td__gl *g = &be->gl[L];
+        g->root = l->kind == TD_L_FLATTEN ? be->gl[l->in[0]].root : L;
+        g->nelem = (size_t)be->batch * l->out.c * l->out.h * l->out.w;
+    }
+}
+
+/* Lays everything out from c->base (sizing pass when it is NULL). */
+static void td__carve(td__cuda *be, td__cursor *c)
+{
+    const td_model *m = be->base.model;
+    const td_shape in = m->layers[0].out;
+    size_t pc = m->param_count, per = (size_t)in.c * in.h * in.w;
+    size_t f = sizeof(float); /* fp32 today: see td__cuda_esize */
+    be->params = td__take(c, pc * f);
+    be->grads = td__take(c, pc * f);
+    be->slots = td__take(c, be->nslots * pc * f);
+    be->state = td__take(c, be->nstate * f);
+    be->shadow = td__take(c, be->nsnap * f);
+    for (int i = 0; i < TD__NBUF; i++) {
+        be->pixels[i] = td__take(c, per * (size_t)be->batch);
+        be->labels[i] = td__take(c, sizeof(int32_t) * (size_t)be->batch);
+    }
+    be->row_loss = td__take(c, sizeof(double) * (size_t)be->batch);
+    be->row_ok = td__take(c, sizeof(int) * (size_t)be->batch);
+    be->acc = td__take(c, sizeof(td_dev_stats));
+    be->work = td__take(c, be->work_bytes);
+    be->blas_ws = td__take(c, TD__BLAS_WS);
+    for (int L = 0; L < m->nlayers; L++) {
+        const td_layer *l = &m->layers[L];
+        td__gl *g = &be->gl[L];
+        if (g->root == L) {
+            g->y = td__take(c, g->nelem * f);
+            g->dy = td__take(c, g->nelem * f);
+        }
+        if (l->kind == TD_L_BN) {
+            g->smean = td__take(c, (size_t)l->out.c * f);
+            g->sinv = td__take(c, (size_t)l->out.c * f);
+        }
+        if (l->kind == TD_L_DROPOUT)
+            g->mask = td__take(c, g->nelem);
+        if (c->base && l->param0 >= 0) {
+            size_t off = td__param_off(m, l->param0);
+            g->w = be->params + off;
+            g->dw = be->grads + off;
+            if (l->kind == TD_L_BN || l->bias) {
+                off += m->params[l->param0].count;
+                g->b = be->params + off;
+                g->db = be->grads + off;
+            }
+        }
+        if (c->base && l->kind == TD_L_BN) {
+            size_t off = 0;
+            for (int s = 0; s < l->state0; s++)
+                off += m->state[s].count;
+            g->rmean = be->state + off;
+            g->rvar = be->state + off + (size_t)l->out.c;
+        }
+    }
+}
+
+static int td__arena(td__cuda *be)
+{
+    td__cursor c = {NULL, 0};
+    size_t free_b = 0, total_b = 0;
+    td__carve(be, &c);
+    be->arena_bytes = c.off;
+    cudaError_t e = cudaMalloc((void **)&be->arena, be->arena_bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        snprintf(be->base.err, sizeof be->base.err, "cuda:%d: the model needs "
+                 "a device arena of %.1f MiB at batch %d; %.1f MiB of %.1f "
+                 "MiB are free (try a smaller batch_size)", be->dev,
+                 be->arena_bytes / 1048576.0, be->batch, free_b / 1048576.0,
+                 total_b / 1048576.0);
+        be->arena = NULL;
+        return TD_E_DEVICE;
+    }
+    TD__CU(be, e);
+    c.base = be->arena;
+    c.off = 0;
+    td__carve(be, &c);
+    td_info("cuda:%d: device arena %.1f MiB (batch %d, cuDNN workspace "
+            "%.1f MiB)", be->dev, be->arena_bytes / 1048576.0, be->batch,
+            be->work_bytes / 1048576.0);
+    return 0;
+}
+
+/* Initial parameters, optimizer state and running statistics. */
+static int td__init_values(td__cuda *be)
+{
+    const td_model *m = be->base.model;
+    size_t pc = m->param_count;
+    float *h = malloc((pc > be->nstate ? pc : be->nstate) * sizeof *h + 1);
+    if (!h)
+        return -ENOMEM;
+    td_model_init_params(m, be->base.cfg.seed, h);
+    cudaError_t e = cudaMemcpy(be->params, h, pc * sizeof *h,
+                               cudaMemcpyHostToDevice);
+    float *s = h;
+    for (int i = 0; i < m->nstate; i++)
+        for (size_t j = 0; j < m->state[i].count; j++)
+            *s++ = m->state[i].init;
+    if (e == cudaSuccess && be->nstate)
+        e = cudaMemcpy(be->state, h, be->nstate * sizeof *h,
+                       cudaMemcpyHostToDevice);
+    free(h);
+    TD__CU(be, e);
+    TD__CU(be, cudaMemset(be->grads, 0, pc * sizeof(float)));
+    if (be->nslots)
+        TD__CU(be, cudaMemset(be->slots, 0, be->nslots * pc * sizeof(float)));
+    TD__CU(be, cudaMemset(be->acc, 0, sizeof(td_dev_stats)));
+    for (int L = 0; L < m->nlayers; L++)
+        if (be->gl[L].root == L) {
+            TD__CU(be, cudaMemset(be->gl[L].y, 0, be->gl[L].nelem * 4));
+            TD__CU(be, cudaMemset(be->gl[L].dy, 0, be->gl[L].nelem * 4));
+        }
+    return 0;
+}
+
+static int td__events(td__cuda *be)
+{
+    unsigned fl = cudaEventDisableTiming;
+    for (int i = 0; i < TD__NBUF; i++) {
+        TD__CU(be, cudaEventCreateWithFlags(&be->copied[i], fl));
+        TD__CU(be, cudaEventCreateWithFlags(&be->consumed[i], fl));
+    }
+    TD__CU(be, cudaEventCreateWithFlags(&be->snap_ready, fl));
+    TD__CU(be, cudaEventCreateWithFlags(&be->snap_done, fl));
+    TD__CU(be, cudaEventCreate(&be->t0));
+    for (int i = 0; i < TD_CUDA_TIMES_KEPT; i++) {
+        td__times_ev *t = &be->times[i];
+        t->step = -1;
+        TD__CU(be, cudaEventCreate(&t->c0));
+        TD__CU(be, cudaEventCreate(&t->c1));
+        TD__CU(be, cudaEventCreate(&t->k0));
+        TD__CU(be, cudaEventCreate(&t->k1));
+    }
+    TD__CU(be, cudaHostAlloc((void **)&be->stat,
+                             TD__NSTAT * sizeof *be->stat,
+                             cudaHostAllocDefault));
+    memset(be->stat, 0, TD__NSTAT * sizeof *be->stat);
+    for (int i = 0; i < TD__NSTAT; i++)
+        TD__CU(be, cudaEventCreateWithFlags(&be->stat[i].done, fl));
+    return 0;
+}
+
+/* Device, streams, handles, plan, arena, values: everything create does
+ * after checking the configuration. */
+static int td__cuda_init(td__cuda *be)
+{
+    const td_model *m = be->base.model;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || be->dev >= count) {
+        snprintf(be->base.err, sizeof be->base.err, "device cuda:%d is not "
+                 "available: %s", be->dev, e != cudaSuccess
+                 ? cudaGetErrorString(e) : "no GPU with that index");
+        (void)cudaGetLastError();
+        return TD_E_DEVICE;
+    }
+    TD__CU(be, cudaSetDevice(be->dev));
+    TD__CU(be, cudaStreamCreateWithFlags(&be->compute, cudaStreamNonBlocking));
+    TD__CU(be, cudaStreamCreateWithFlags(&be->copy, cudaStreamNonBlocking));
+    TD__CU(be, cudaStreamCreateWithFlags(&be->snap, cudaStreamNonBlocking));
+    TD__TRY(td__events(be));
+    TD__BLAS(be, cublasCreate(&be->blas));
+    TD__BLAS(be, cublasSetStream(be->blas, be->compute));
+    /* CUBLAS_DEFAULT_MATH keeps fp32 GEMMs in fp32 (no TF32) unless the
+     * environment sets NVIDIA_TF32_OVERRIDE; results match the CPU's */
+    TD__BLAS(be, cublasSetMathMode(be->blas, CUBLAS_DEFAULT_MATH));
+    be->gl = calloc((size_t)m->nlayers, sizeof *be->gl);
+    if (!be->gl)
+        return -ENOMEM;
+    td__roots(be);
+    TD__TRY(td__dnn_create(be, &be->work_bytes));
+    TD__TRY(td__arena(be));
+    /* cuBLAS's scratch comes from the arena too: nothing allocates later */
+    TD__BLAS(be, cublasSetWorkspace(be->blas, be->blas_ws, TD__BLAS_WS));
+    TD__TRY(td__init_values(be));
+    const td_shape in = m->layers[0].out;
+    for (int c = 0; c < in.c; c++)
+        td_normalize_coeffs(be->base.cfg.mean[c], be->base.cfg.std[c],
+                            &be->nscale[c], &be->nbias[c]);
+    TD__CU(be, cudaEventRecord(be->t0, be->compute));
+    TD__CU(be, cudaDeviceSynchronize()); /* create only */
+    return 0;
+}
+
+/* ---- upload, steps ------------------------------------------------------------ */
+
+static int td__check_batch(td__cuda *be, const td_batch *bt)
+{
+    const td_model *m = be->base.model;
+    const td_shape in = m->layers[0].out;
+    if (bt->layout != TD_LAYOUT_NHWC || bt->c != in.c || bt->h != in.h ||
+        bt->w != in.w || bt->n < 1 || bt->n > be->batch) {
+        snprintf(be->base.err, sizeof be->base.err, "upload: batch of %d "
+                 "%dx%dx%d (%s) does not fit the model's %dx%dx%d NHWC input, "
+                 "batch <= %d", bt->n, bt->c, bt->h, bt->w,
+                 bt->layout == TD_LAYOUT_NHWC ? "NHWC" : "NCHW", in.c, in.h,
+                 in.w, be->batch);
+        return -EINVAL;
+    }
+    for (int i = 0; i < bt->n; i++)
+        if (bt->labels[i] < 0 || bt->labels[i] >= m->classes) {
+            snprintf(be->base.err, sizeof be->base.err, "upload: label %d of "
+                     "sample %d is outside 0..%d", (int)bt->labels[i], i,
+                     m->classes - 1);
+            return -EINVAL;
+        }
+    return 0;
+}
+
+static int td__copy_batch(td__cuda *be, const td_batch *bt, int buf,
+                          td__times_ev *t)
+{
+    const td_shape in = be->base.model->layers[0].out;
+    size_t per = (size_t)in.c * in.h * in.w;
+    /* the step that last read this buffer must have cast it */
+    TD__CU(be, cudaStreamWaitEvent(be->copy, be->consumed[buf], 0));
+    TD__CU(be, cudaEventRecord(t->c0, be->copy));
+    TD__CU(be, cudaMemcpyAsync(be->pixels[buf], bt->data, per * (size_t)bt->n,
+                               cudaMemcpyHostToDevice, be->copy));
+    if (bt->n < be->batch)
+        TD__CU(be, cudaMemsetAsync(be->pixels[buf] + per * (size_t)bt->n, 0,
+                                   per * (size_t)(be->batch - bt->n),
+                                   be->copy));
+    TD__CU(be, cudaMemcpyAsync(be->labels[buf], bt->labels,
+                               sizeof(int32_t) * (size_t)bt->n,
+                               cudaMemcpyHostToDevice, be->copy));
+    TD__CU(be, cudaEventRecord(be->copied[buf], be->copy));
+    TD__CU(be, cudaEventRecord(t->c1, be->copy));
+    TD__CU(be, cudaStreamWaitEvent(be->compute, be->copied[buf], 0));
+    return 0;
+}
+
+static int td__cuda_upload(td_backend *b, const td_batch *bt)
+{
+    td__cuda *be = td__be(b);
+    TD__TRY(td__check_batch(be, bt));
+    int buf = (int)(be->uploads % TD__NBUF);
+    td__times_ev *t = &be->times[be->uploads % TD_CUDA_TIMES_KEPT];
+    t->step = -1; /* invalid until both events are recorded */
+    td__nvtx_push("upload");
+    int rc = td__copy_batch(be, bt, buf, t);
+    td__nvtx_pop();
+    if (rc)
+        return rc;
+    t->step = be->uploads++;
+    t->computed = 0;
+    be->cur = buf;
+    be->n = bt->n;
+    return 0;
+}
+
+static td__times_ev *td__cur_times(td__cuda *be)
+{
+    if (be->uploads == 0)
+        return NULL;
+    td__times_ev *t = &be->times[(be->uploads - 1) % TD_CUDA_TIMES_KEPT];
+    return t->step == be->uploads - 1 && !t->computed ? t : NULL;
+}
+
+static int td__run(td__cuda *be, int train, float lr, int64_t t)
+{
+    td__times_ev *tv = td__cur_times(be);
+    if (tv)
+        TD__CU(be, cudaEventRecord(tv->k0, be->compute));
+    td__nvtx_push("forward");
+    int rc = td__cuda_forward(be, train);
+    if (!rc)
+        rc = td__cuda_loss(be, train);
+    td__nvtx_pop();
+    if (!rc && train) {
+        td__nvtx_push("backward");
+        rc = td__cuda_backward(be);
+        td__nvtx_pop();
+    }
+    if (!rc && train && lr > 0) {
+        td__nvtx_push("update");
+        rc = td__cuda_update(be, lr, t);
+        td__nvtx_pop();
+    }
+    if (rc)
+        return rc;
+    if (tv) {
+        TD__CU(be, cudaEventRecord(tv->k1, be->compute));
+        tv->computed = 1;
+    }
+    return 0;
+}
+
+static int td__cuda_train_step(td_backend *b, float lr, int64_t t)
+{
+    td__cuda *be = td__be(b);
+    if (be->uploads == 0 || be->n != be->batch) {
+        snprintf(b->err, sizeof b->err, "train_step: the batch has %d "
+                 "samples, the backend was planned for %d", be->n, be->batch);
+        return -EINVAL;
+    }
+    TD__TRY(td__run(be, 1, lr, t));
+    be->step++;
+    return 0;
+}
+
+static int td__cuda_eval_step(td_backend *b)
+{
+    td__cuda *be = td__be(b);
+    if (be->uploads == 0) {
+        snprintf(b->err, sizeof b->err, "eval_step: nothing uploaded");
+        return -EINVAL;
+    }
+    return td__run(be, 0, 0.0f, 0);
+}
+
+/* ---- statistics: a pinned ring and a host function, never a sync ------- */
+
+static void CUDART_CB td__stat_cb(void *p)
+{
+    td__stat_slot *s = p;
+    s->dst->loss_sum = s->val.loss_sum;
+    s->dst->correct = s->val.correct;
+    s->dst->samples = s->val.samples;
+}
+
+static int td__cuda_read_stats(td_backend *b, td_step_stats *host)
+{
+    td__cuda *be = td__be(b);
+    td__stat_slot *s = &be->stat[be->stat_next];
+    be->stat_next = (be->stat_next + 1) % TD__NSTAT;
+    if (s->busy) /* only waits when TD__NSTAT reads are still queued */
+        TD__CU(be, cudaEventSynchronize(s->done));
+    s->dst = host;
+    TD__CU(be, cudaMemcpyAsync(&s->val, be->acc, sizeof s->val,
+                               cudaMemcpyDeviceToHost, be->compute));
+    TD__CU(be, cudaMemsetAsync(be->acc, 0, sizeof(td_dev_stats),
+                               be->compute));
+    TD__CU(be, cudaLaunchHostFunc(be->compute, td__stat_cb, s));
+    TD__CU(be, cudaEventRecord(s->done, be->compute));
+    s->busy = 1;
+    return 0;
+}
+
+/* ---- snapshots ----------------------------------------------------------------- */
+
+static int td__snap_check(td__cuda *be, size_t nfloats, const char *what)
+{
+    if (nfloats == be->nsnap)
+        return 0;
+    snprintf(be->base.err, sizeof be->base.err, "%s: buffer of %zu floats, "
+             "this model and optimizer need %zu", what, nfloats, be->nsnap);
+    return -EINVAL;
+}
+
+/* Parameters, slots and state into the device shadow on the compute
+ * stream (a fast device copy, consistent with the step boundary), then to
+ * the host on the snapshot stream while training goes on.  `host` should
+ * be pinned (td_cuda_pinned_allocator) for the copy to be asynchronous. */
+static int td__cuda_snapshot(td_backend *b, float *host, size_t nfloats)
+{
+    td__cuda *be = td__be(b);
+    size_t pc = b->model->param_count, f = sizeof(float);
+    TD__TRY(td__snap_check(be, nfloats, "snapshot"));
+    td__nvtx_push("snapshot");
+    if (be->snap_pending)
+        TD__CU(be, cudaStreamWaitEvent(be->compute, be->snap_done, 0));
+    TD__CU(be, cudaMemcpyAsync(be->shadow, be->params, pc * f,
+                               cudaMemcpyDeviceToDevice, be->compute));
+    if (be->nslots)
+        TD__CU(be, cudaMemcpyAsync(be->shadow + pc, be->slots,
+                                   be->nslots * pc * f,
+                                   cudaMemcpyDeviceToDevice, be->compute));
+    if (be->nstate)
+        TD__CU(be, cudaMemcpyAsync(be->shadow + pc * (1 + be->nslots),
+                                   be->state, be->nstate * f,
+                                   cudaMemcpyDeviceToDevice, be->compute));
+    TD__CU(be, cudaEventRecord(be->snap_ready, be->compute));
+    TD__CU(be, cudaStreamWaitEvent(be->snap, be->snap_ready, 0));
+    TD__CU(be, cudaMemcpyAsync(host, be->shadow, nfloats * f,
+                               cudaMemcpyDeviceToHost, be->snap));
+    TD__CU(be, cudaEventRecord(be->snap_done, be->snap));
+    be->snap_pending = 1;
+    td__nvtx_pop();
+    return 0;
+}
+
+static int td__sync_streams(td__cuda *be)
+{
+    TD__CU(be, cudaStreamSynchronize(be->copy));
+    TD__CU(be, cudaStreamSynchronize(be->compute));
+    TD__CU(be, cudaStreamSynchronize(be->snap));
+    return 0;
+}
+
+static int td__cuda_restore(td_backend *b, const float *host, size_t nfloats)
+{
+    td__cuda *be = td__be(b);
+    size_t pc = b->model->param_count, f = sizeof(float);
+    TD__TRY(td__snap_check(be, nfloats, "restore"));
+    TD__TRY(td__sync_streams(be));
+    /* on the compute stream: a plain cudaMemcpy from pageable memory may
+     * return before its DMA ends, and the compute stream does not wait for
+     * the legacy default stream */
+    TD__CU(be, cudaMemcpyAsync(be->params, host, pc * f,
+                               cudaMemcpyHostToDevice, be->compute));
+    if (be->nslots)
+        TD__CU(be, cudaMemcpyAsync(be->slots, host + pc, be->nslots * pc * f,
+                                   cudaMemcpyHostToDevice, be->compute));
+    if (be->nstate)
+        TD__CU(be, cudaMemcpyAsync(be->state, host + pc * (1 + be->nslots),
+                                   be->nstate * f, cudaMemcpyHostToDevice,
+                                   be->compute));
+    TD__CU(be, cudaStreamSynchronize(be->compute));
+    return 0;
+}
+
+/* ---- test access (synchronous) --------------------------------------------- */
+
+static int td__cuda_read_tensor(td_backend *b, enum td_tensor_kind kind,
+                                int index, float *host, size_t nfloats)
+{
+    td__cuda *be = td__be(b);
+    const td_model *m = b->model;
+    const float *src;
+    size_t n;
+    if (kind == TD_T_VALUE || kind == TD_T_GRAD) {
+        if (index < 0 || index >= m->nlayers)
+            return -EINVAL;
+        const td__gl *g = &be->gl[be->gl[index].root];
+        src = kind == TD_T_VALUE ? g->y : g->dy;
+        n = g->nelem;
+    } else {
+        if (index < 0 || index >= m->nparams)
+            return -EINVAL;
+        src = (kind == TD_T_PARAM ? be->params : be->grads) +
+              td__param_off(m, index);
+        n = m->params[index].count;
+    }
+    if (nfloats != n) {
+        snprintf(b->err, sizeof b->err, "read_tensor: %zu floats asked, the "
+                 "tensor has %zu", nfloats, n);
+        return -EINVAL;
+    }
+    TD__CU(be, cudaMemcpyAsync(host, src, n * sizeof *host,
+                               cudaMemcpyDeviceToHost, be->compute));
+    TD__CU(be, cudaStreamSynchronize(be->compute));
+    return 0;
+}
+
+static int td__cuda_write_param(td_backend *b, int index, const float *host,
+                                size_t nfloats)
+{
+    td__cuda *be = td__be(b);
+    const td_model *m = b->model;
+    if (index < 0 || index >= m->nparams || nfloats != m->params[index].count)
+        return -EINVAL;
+    TD__CU(be, cudaMemcpyAsync(be->params + td__param_off(m, index), host,
+                               nfloats * sizeof *host, cudaMemcpyHostToDevice,
+                               be->compute));
+    TD__CU(be, cudaStreamSynchronize(be->compute));
+    return 0;
+}
+
+/* ---- events: one per stream, so an event covers copies and snapshots;
+ * elapsed time is measured on the compute stream ------------------------- */
+
+static void td__cuda_event_destroy(td_backend *b, td_event *ev)
+{
+    if (!ev)
+        return;
+    if (ev->c)
+        cudaEventDestroy(ev->c);
+    if (ev->x)
+        cudaEventDestroy(ev->x);
+    if (ev->s)
+        cudaEventDestroy(ev->s);
+    free(ev);
+}
+
+static td_event *td__cuda_event_create(td_backend *b)
+{
+    td_event *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        return NULL;
+    if (cudaEventCreate(&ev->c) != cudaSuccess ||
+        cudaEventCreateWithFlags(&ev->x, cudaEventDisableTiming) !=
+            cudaSuccess ||
+        cudaEventCreateWithFlags(&ev->s, cudaEventDisableTiming) !=
+            cudaSuccess) {
+        snprintf(b->err, sizeof b->err, "cuda: cannot create an event: %s",
+                 cudaGetErrorString(cudaGetLastError()));
+        td__cuda_event_destroy(b, ev);
+        return NULL;
+    }
+    return ev;
+}
+
+static int td__cuda_event_record(td_backend *b, td_event *ev)
+{
+    td__cuda *be = td__be(b);
+    TD__CU(be, cudaEventRecord(ev->c, be->compute));
+    TD__CU(be, cudaEventRecord(ev->x, be->copy));
+    TD__CU(be, cudaEventRecord(ev->s, be->snap));
+    ev->recorded = 1;
+    return 0;
+}
+
+static int td__query(td__cuda *be, cudaEvent_t e)
+{
+    cudaError_t r = cudaEventQuery(e);
+    if (r == cudaSuccess)
+        return 1;
+    if (r == cudaErrorNotReady) /* not an error, and not sticky */
+        return 0;
+    TD__CU(be, r);
+    return 1;
+}
+
+static int td__cuda_event_query(td_backend *b, td_event *ev)
+{
+    td__cuda *be = td__be(b);
+    int r;
+    if (!ev->recorded)
+        return 0;
+    if ((r = td__query(be, ev->c)) != 1 || (r = td__query(be, ev->x)) != 1)
+        return r;
+    return td__query(be, ev->s);
+}
+
+static int td__cuda_event_sync(td_backend *b, td_event *ev)
+{
+    td__cuda *be = td__be(b);
+    if (!ev->recorded)
+        return -EINVAL;
+    TD__CU(be, cudaEventSynchronize(ev->c));
+    TD__CU(be, cudaEventSynchronize(ev->x));
+    TD__CU(be, cudaEventSynchronize(ev->s));
+    return 0;
+}
+
+static int td__cuda_event_elapsed(td_backend *b, td_event *a, td_event *e,
+                                  int64_t *ns)
+{
+    td__cuda *be = td__be(b);
+    float ms = 0;
+    if (!a->recorded || !e->recorded)
+        return -EINVAL;
+    cudaError_t r = cudaEventElapsedTime(&ms, a->c, e->c);
+    if (r == cudaErrorNotReady) /* asked too early: not a device failure */
+        return -EAGAIN;
+    TD__CU(be, r);
+    *ns = (int64_t)((double)ms * 1e6);
+    return 0;
+}
+
+static int td__cuda_sync(td_backend *b) { return td__sync_streams(td__be(b)); }
+
+static void td__cuda_destroy(td_backend *b)
+{
+    td__cuda *be = td__be(b);
+    if (be->compute)
+        (void)td__sync_streams(be);
+    td__dnn_destroy(be);
+    if (be->blas)
+        cublasDestroy(be->blas);
+    for (int i = 0; i < TD__NBUF; i++) {
+        if (be->copied[i])
+            cudaEventDestroy(be->copied[i]);
+        if (be->consumed[i])
+            cudaEventDestroy(be->consumed[i]);
+    }
+    cudaEvent_t one[] = {be->snap_ready, be->snap_done, be->t0};
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
+        if (one[i])
+            cudaEventDestroy(one[i]);
+    for (int i = 0; i < TD_CUDA_TIMES_KEPT; i++) {
+        td__times_ev *t = &be->times[i];
+        cudaEvent_t four[] = {t->c0, t->c1, t->k0, t->k1};
+        for (int j = 0; j < 4; j++)
+            if (four[j])
+                cudaEventDestroy(four[j]);
+    }
+    if (be->stat) {
+        for (int i = 0; i < TD__NSTAT; i++)
+            if (be->stat[i].done)
+                cudaEventDestroy(be->stat[i].done);
+        cudaFreeHost(be->stat);
+    }
+    if (be->arena)
+        cudaFree(be->arena);
+    cudaStream_t st[] = {be->compute, be->copy, be->snap};
+    for (int i = 0; i < 3; i++)
+        if (st[i])
+            cudaStreamDestroy(st[i]);
+    (void)cudaGetLastError();
+    free(be->gl);
+    free(be);
+}
+
+static const td_backend_ops td__cuda_ops = {
+    .name = "cuda",
+    .destroy = td__cuda_destroy,
+    .upload = td__cuda_upload,
+    .train_step = td__cuda_train_step,
+    .eval_step = td__cuda_eval_step,
+    .read_stats = td__cuda_read_stats,
+    .snapshot = td__cuda_snapshot,
+    .restore = td__cuda_restore,
+    .read_tensor = td__cuda_read_tensor,
+    .write_param = td__cuda_write_param,
+    .event_create = td__cuda_event_create,
+    .event_destroy = td__cuda_event_destroy,
+    .event_record = td__cuda_event_record,
+    .event_query = td__cuda_event_query,
+    .event_sync = td__cuda_event_sync,
+    .event_elapsed_ns = td__cuda_event_elapsed,
+    .sync = td__cuda_sync,
+};
+
+/* ---- create ------------------------------------------------------------------- */
+
+static int td__cuda_check(const td_model *m, const td_backend_config *cfg,
+                          int device, char *err, size_t errcap)
+{
+    if (cfg->dtype != TD_F32) {
+        snprintf(err, errcap, "cuda backend: only fp32 is supported so far "
+                 "(bf16 comes with mixed precision)");
+        return TD_E_NOTSUP;
+    }
+    if (device < 0) {
+        snprintf(err, errcap, "device cuda:%d: the index must be >= 0",
+                 device);
+        return -EINVAL;
+    }
+    if (m->layers[0].out.c > 4) {
+        snprintf(err, errcap, "input.channels: the cuda backend takes 1..4");
+        return -EINVAL;
+    }
+    return td_backend_check_config(m, cfg, err, errcap);
+}
+
+int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
+                           int device, td_backend **out, char *err,
+                           size_t errcap)
+{
+    td__cuda *be = NULL;
+    int rc = td__cuda_check(model, cfg, device, err, errcap);
+    *out = NULL;
+    if (rc)
+        return rc;
+    be = calloc(1, sizeof *be);
+    if (!be)
+        return -ENOMEM;
+    be->base.ops = &td__cuda_ops;
+    be->base.model = model;
+    be->base.cfg = *cfg;
+    be->dev = device;
+    be->batch = cfg->batch;
+    be->nslots = (size_t)td_optim_slots(&cfg->optim);
+    be->nstate = td__state_count(model);
+    be->nsnap = td_backend_snapshot_floats(model, &cfg->optim);
+    td__nvtx_push("cuda create");
+    rc = td__cuda_init(be);
+    td__nvtx_pop();
+    if (rc) {
+        snprintf(err, errcap, "%s", rc == -ENOMEM ? "out of memory"
+                                                  : be->base.err);
+        td__cuda_destroy(&be->base);
+        return rc;
+    }
+    *out = &be->base;
+    return 0;
+}
+
+/* ---- the CUDA-only API (backend_cuda.h) ---------------------------------- */
+
+static void *td__pin_alloc(void *user, size_t bytes)
+{
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void td__pin_free(void *user, void *p)
+{
+    if (p)
+        cudaFreeHost(p);
+}
+
+td_slot_allocator td_cuda_pinned_allocator(void)
+{
+    td_slot_allocator a = {td__pin_alloc, td__pin_free, NULL};
+    return a;
+}
+
+void td_cuda_register(void)
+{
+    static const td_gpu_backend gpu = {
+        .name = "cuda",
+        .create = td_backend_cuda_create,
+        .pinned_allocator = td_cuda_pinned_allocator,
+    };
+    td_backend_register_gpu(&gpu);
+    td_device_register_probe(td__cuda_probe);
+}
+
+size_t td_backend_cuda_arena_bytes(const td_backend *b)
+{
+    if (!b || b->ops != &td__cuda_ops)
+        return 0;
+    return ((const td__cuda *)b)->arena_bytes;
+}
+
+static int td__ms(td__cuda *be, cudaEvent_t e, double *ms)
+{
+    float f = 0;
+    TD__CU(be, cudaEventElapsedTime(&f, be->t0, e));
+    *ms = f;
+    return 0;
+}
+
+int td_backend_cuda_step_times(td_backend *b, int64_t step,
+                               td_cuda_step_times *out)
+{
+    if (!b || b->ops != &td__cuda_ops || step < 0)
+        return -EINVAL;
+    td__cuda *be = td__be(b);
+    td__times_ev *t = &be->times[step % TD_CUDA_TIMES_KEPT];
+    if (t->step != step)
+        return -ENOENT;
+    if (!t->computed)
+        return -EAGAIN;
+    int r = td__query(be, t->c1);
+    if (r == 1)
+        r = td__query(be, t->k1);
+    if (r <= 0)
+        return r < 0 ? r : -EAGAIN;
+    out->step = step;
+    TD__TRY(td__ms(be, t->c0, &out->copy_start));
+    TD__TRY(td__ms(be, t->c1, &out->copy_end));
+    TD__TRY(td__ms(be, t->k0, &out->compute_start));
+    TD__TRY(td__ms(be, t->k1, &out->compute_end));
+    return 0;
+}
+
+int td_backend_cuda_copy_done(td_backend *b, int64_t upload)
+{
+    if (!b || b->ops != &td__cuda_ops || upload < 0)
+        return -EINVAL;
+    td__cuda *be = td__be(b);
+    td__times_ev *t = &be->times[upload % TD_CUDA_TIMES_KEPT];
+    if (t->step != upload)
+        return -ENOENT;
+    return td__query(be, t->c1);
+}

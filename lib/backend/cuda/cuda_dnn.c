@@ -1,0 +1,393 @@
+/* backend_cuda_dnn.c - every cuDNN call of the CUDA backend.
+ *
+ * Owns: the cuDNN handle, per-layer descriptors (tensors, filters,
+ * convolutions, activations, pooling), the choice of convolution
+ * algorithms once per shape at create (heuristics, fp32 FMA math: no TF32,
+ * so results match the CPU backend), and the forward and backward calls of
+ * conv2d, batch norm (training with running statistics, inference,
+ * backward), relu and the pools.  Gradient summation into a shared input
+ * uses cuDNN's beta = 1.
+ * Never does: allocate device memory (the workspace comes from the arena),
+ * synchronise, or call anything but cuDNN.
+ *
+ * cuDNN 9 marks this "legacy" API deprecated in favour of the graph
+ * (backend) API.  Its warnings are opt-in (CUDNN_WARN_DEPRECATED); the
+ * build defines that macro for every CUDA source so any other file using
+ * the legacy API fails to compile, and this file - the only one allowed -
+ * silences -Wdeprecated-declarations locally, below.  Moving to the graph
+ * API (conv + bias + relu fusions, runtime-compiled kernels) is confined
+ * to this file.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The legacy API is this file's purpose; see the comment above.  The
+ * header's own declarations already use the deprecated types, so the
+ * scope starts before it. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include <cudnn.h>
+
+#include "backend/cuda/cuda_int.h"
+#include "base/error.h"
+#include "base/log.h"
+
+struct td__dnn_layer {
+    cudnnTensorDescriptor_t x, y;  /* input and output, [batch, C, H, W] */
+    cudnnTensorDescriptor_t chan;  /* [1, C_out, 1, 1]: bias, bn params */
+    cudnnFilterDescriptor_t wf;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnActivationDescriptor_t act;
+    cudnnPoolingDescriptor_t pool;
+    cudnnConvolutionFwdAlgo_t fa;
+    cudnnConvolutionBwdDataAlgo_t da;
+    cudnnConvolutionBwdFilterAlgo_t wa;
+};
+
+struct td__dnn {
+    cudnnHandle_t h;
+    cudnnDataType_t dt;
+    td__dnn_layer *l;    /* one per model layer */
+    size_t ws_cap;       /* largest workspace a single algorithm may take */
+};
+
+#define TD__DNN(be, call)                                                    \
+    do {                                                                     \
+        cudnnStatus_t td__s = (call);                                        \
+        if (td__s != CUDNN_STATUS_SUCCESS)                                   \
+            return td__cuda_fail((be), __FILE__, __LINE__, #call,            \
+                                 cudnnGetErrorString(td__s));                \
+    } while (0)
+
+static const float td__one = 1.0f, td__zero = 0.0f;
+
+static const float *td__beta(int accumulate)
+{
+    return accumulate ? &td__one : &td__zero;
+}
+
+static int td__tensor(td__cuda *be, cudnnTensorDescriptor_t *d, int n,
+                      td_shape s)
+{
+    TD__DNN(be, cudnnCreateTensorDescriptor(d));
+    TD__DNN(be, cudnnSetTensor4dDescriptor(*d, CUDNN_TENSOR_NCHW, be->dnn->dt,
+                                           n, s.c, s.h, s.w));
+    return 0;
+}
+
+static const td_shape *td__in_shape(const td__cuda *be, int L)
+{
+    const td_model *m = be->base.model;
+    return &m->layers[m->layers[L].in[0]].out;
+}
+
+/* ---- convolution: descriptors and algorithms ------------------------------ */
+
+/* Sets pick to the first of got cuDNN perf results that ran and fits the
+ * workspace cap, preferring plain FMA math (no TF32) in a first pass; -1
+ * if none.  The three *AlgoPerf_t types share these fields. */
+#define TD__PICK_ALGO(pf, got, cap, pick)                                     \
+    do {                                                                      \
+        (pick) = -1;                                                          \
+        for (int pass_ = 0; pass_ < 2 && (pick) < 0; pass_++)                 \
+            for (int i_ = 0; i_ < (got) && (pick) < 0; i_++)                  \
+                if ((pf)[i_].status == CUDNN_STATUS_SUCCESS &&                \
+                    (pf)[i_].memory <= (cap) &&                               \
+                    (pass_ || (pf)[i_].mathType == CUDNN_FMA_MATH))           \
+                    (pick) = i_;                                              \
+    } while (0)
+
+static int td__pick_fwd(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
+{
+    cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0, pick = -1;
+    TD__DNN(be, cudnnGetConvolutionForwardAlgorithm_v7(be->dnn->h, d->x,
+            d->wf, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
+            pf));
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
+    if (pick < 0)
+        return td__cuda_fail(be, __FILE__, __LINE__, "conv forward algorithm",
+                             be->base.model->layers[L].name);
+    d->fa = pf[pick].algo;
+    size_t b = 0;
+    TD__DNN(be, cudnnGetConvolutionForwardWorkspaceSize(be->dnn->h, d->x,
+            d->wf, d->conv, d->y, d->fa, &b));
+    *ws = b > *ws ? b : *ws;
+    return 0;
+}
+
+static int td__pick_bwd_data(td__cuda *be, int L, td__dnn_layer *d,
+                             size_t *ws)
+{
+    cudnnConvolutionBwdDataAlgoPerf_t pf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int got = 0, pick = -1;
+    TD__DNN(be, cudnnGetConvolutionBackwardDataAlgorithm_v7(be->dnn->h,
+            d->wf, d->y, d->conv, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+            &got, pf));
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
+    if (pick < 0)
+        return td__cuda_fail(be, __FILE__, __LINE__, "conv backward data "
+                             "algorithm", be->base.model->layers[L].name);
+    d->da = pf[pick].algo;
+    size_t b = 0;
+    TD__DNN(be, cudnnGetConvolutionBackwardDataWorkspaceSize(be->dnn->h,
+            d->wf, d->y, d->conv, d->x, d->da, &b));
+    *ws = b > *ws ? b : *ws;
+    return 0;
+}
+
+static int td__pick_bwd_filter(td__cuda *be, int L, td__dnn_layer *d,
+                               size_t *ws)
+{
+    cudnnConvolutionBwdFilterAlgoPerf_t
+        pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int got = 0, pick = -1;
+    TD__DNN(be, cudnnGetConvolutionBackwardFilterAlgorithm_v7(be->dnn->h,
+            d->x, d->y, d->conv, d->wf,
+            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf));
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
+    if (pick < 0)
+        return td__cuda_fail(be, __FILE__, __LINE__, "conv backward filter "
+                             "algorithm", be->base.model->layers[L].name);
+    d->wa = pf[pick].algo;
+    size_t b = 0;
+    TD__DNN(be, cudnnGetConvolutionBackwardFilterWorkspaceSize(be->dnn->h,
+            d->x, d->y, d->conv, d->wf, d->wa, &b));
+    *ws = b > *ws ? b : *ws;
+    return 0;
+}
+
+static int td__plan_conv(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td_shape *in = td__in_shape(be, L);
+    int n, c, h, w;
+    TD__DNN(be, cudnnCreateFilterDescriptor(&d->wf));
+    TD__DNN(be, cudnnSetFilter4dDescriptor(d->wf, be->dnn->dt,
+            CUDNN_TENSOR_NCHW, l->channels, in->c, l->kernel, l->kernel));
+    TD__DNN(be, cudnnCreateConvolutionDescriptor(&d->conv));
+    TD__DNN(be, cudnnSetConvolution2dDescriptor(d->conv, l->pad, l->pad,
+            l->stride, l->stride, 1, 1, CUDNN_CROSS_CORRELATION,
+            be->dnn->dt));
+    /* fp32 stays fp32: no TF32 tensor-core rounding */
+    TD__DNN(be, cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH));
+    TD__DNN(be, cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->wf,
+                                                      &n, &c, &h, &w));
+    if (c != l->out.c || h != l->out.h || w != l->out.w) {
+        snprintf(be->base.err, sizeof be->base.err, "layer %s: cuDNN makes "
+                 "%dx%dx%d, the model says %dx%dx%d", l->name, c, h, w,
+                 l->out.c, l->out.h, l->out.w);
+        return TD_E_DEVICE;
+    }
+    TD__TRY(td__pick_fwd(be, L, d, ws));
+    TD__TRY(td__pick_bwd_filter(be, L, d, ws));
+    if (be->gl[l->in[0]].root != 0) /* the batch itself needs no gradient */
+        TD__TRY(td__pick_bwd_data(be, L, d, ws));
+    td_debug("cuda backend: %s algorithms fwd %d bwd-data %d bwd-filter %d",
+             l->name, (int)d->fa, (int)d->da, (int)d->wa);
+    return 0;
+}
+
+static int td__plan_pool(td__cuda *be, int L, td__dnn_layer *d)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td_shape *in = td__in_shape(be, L);
+    cudnnPoolingMode_t mode = l->kind == TD_L_MAXPOOL
+                                  ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                  : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+    int kh = l->kernel, kw = l->kernel, pad = l->pad, st = l->stride;
+    int n, c, h, w;
+    if (l->kind == TD_L_GAP)
+        kh = in->h, kw = in->w, pad = 0, st = 1;
+    TD__DNN(be, cudnnCreatePoolingDescriptor(&d->pool));
+    TD__DNN(be, cudnnSetPooling2dDescriptor(d->pool, mode, CUDNN_PROPAGATE_NAN,
+            kh, kw, pad, pad, st, st));
+    TD__DNN(be, cudnnGetPooling2dForwardOutputDim(d->pool, d->x, &n, &c, &h,
+                                                  &w));
+    if (c != l->out.c || h != l->out.h || w != l->out.w) {
+        snprintf(be->base.err, sizeof be->base.err, "layer %s: cuDNN pools "
+                 "to %dx%dx%d, the model says %dx%dx%d", l->name, c, h, w,
+                 l->out.c, l->out.h, l->out.w);
+        return TD_E_DEVICE;
+    }
+    return 0;
+}
+
+static int td__plan_layer(td__cuda *be, int L, size_t *ws)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__dnn_layer *d = &be->dnn->l[L];
+    switch (l->kind) {
+    case TD_L_CONV: case TD_L_BN: case TD_L_RELU:
+    case TD_L_MAXPOOL: case TD_L_AVGPOOL: case TD_L_GAP:
+        break;
+    default:
+        return 0; /* dense, add, dropout, flatten: not cuDNN's */
+    }
+    TD__TRY(td__tensor(be, &d->x, be->batch, *td__in_shape(be, L)));
+    TD__TRY(td__tensor(be, &d->y, be->batch, l->out));
+    TD__TRY(td__tensor(be, &d->chan, 1, (td_shape){l->out.c, 1, 1}));
+    switch (l->kind) {
+    case TD_L_CONV:
+        return td__plan_conv(be, L, d, ws);
+    case TD_L_RELU:
+        TD__DNN(be, cudnnCreateActivationDescriptor(&d->act));
+        TD__DNN(be, cudnnSetActivationDescriptor(d->act, CUDNN_ACTIVATION_RELU,
+                                                 CUDNN_PROPAGATE_NAN, 0.0));
+        return 0;
+    case TD_L_BN:
+        return 0;
+    default:
+        return td__plan_pool(be, L, d);
+    }
+}
+
+int td__dnn_create(td__cuda *be, size_t *ws)
+{
+    const td_model *m = be->base.model;
+    size_t free_b = 0, total_b = 0;
+    be->dnn = calloc(1, sizeof *be->dnn);
+    if (!be->dnn)
+        return -ENOMEM;
+    be->dnn->l = calloc((size_t)m->nlayers, sizeof *be->dnn->l);
+    if (!be->dnn->l)
+        return -ENOMEM;
+    be->dnn->dt = CUDNN_DATA_FLOAT; /* the only dtype create accepts today */
+    TD__DNN(be, cudnnCreate(&be->dnn->h));
+    TD__DNN(be, cudnnSetStream(be->dnn->h, be->compute));
+    TD__CU(be, cudaMemGetInfo(&free_b, &total_b));
+    /* one algorithm may use up to an eighth of free memory, at most 1 GiB */
+    be->dnn->ws_cap = free_b / 8 < ((size_t)1 << 30) ? free_b / 8
+                                                     : ((size_t)1 << 30);
+    *ws = 0;
+    for (int L = 1; L < m->nlayers; L++)
+        TD__TRY(td__plan_layer(be, L, ws));
+    return 0;
+}
+
+void td__dnn_destroy(td__cuda *be)
+{
+    if (!be->dnn)
+        return;
+    for (int L = 0; be->dnn->l && L < be->base.model->nlayers; L++) {
+        td__dnn_layer *d = &be->dnn->l[L];
+        if (d->x)
+            cudnnDestroyTensorDescriptor(d->x);
+        if (d->y)
+            cudnnDestroyTensorDescriptor(d->y);
+        if (d->chan)
+            cudnnDestroyTensorDescriptor(d->chan);
+        if (d->wf)
+            cudnnDestroyFilterDescriptor(d->wf);
+        if (d->conv)
+            cudnnDestroyConvolutionDescriptor(d->conv);
+        if (d->act)
+            cudnnDestroyActivationDescriptor(d->act);
+        if (d->pool)
+            cudnnDestroyPoolingDescriptor(d->pool);
+    }
+    if (be->dnn->h)
+        cudnnDestroy(be->dnn->h);
+    free(be->dnn->l);
+    free(be->dnn);
+    be->dnn = NULL;
+}
+
+/* ---- execution -------------------------------------------------------------- */
+
+static const float *td__x(const td__cuda *be, int L)
+{
+    const td_model *m = be->base.model;
+    return be->gl[be->gl[m->layers[L].in[0]].root].y;
+}
+
+int td__dnn_forward(td__cuda *be, int L, int train)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td__dnn_layer *d = &be->dnn->l[L];
+    td__gl *g = &be->gl[L];
+    cudnnHandle_t h = be->dnn->h;
+    const float *x = td__x(be, L);
+    switch (l->kind) {
+    case TD_L_CONV:
+        TD__DNN(be, cudnnConvolutionForward(h, &td__one, d->x, x, d->wf, g->w,
+                d->conv, d->fa, be->work, be->work_bytes, &td__zero, d->y,
+                g->y));
+        if (l->bias)
+            TD__DNN(be, cudnnAddTensor(h, &td__one, d->chan, g->b, &td__one,
+                                       d->y, g->y));
+        return 0;
+    case TD_L_BN:
+        if (!train) {
+            TD__DNN(be, cudnnBatchNormalizationForwardInference(h,
+                    CUDNN_BATCHNORM_SPATIAL, &td__one, &td__zero, d->x, x,
+                    d->y, g->y, d->chan, g->w, g->b, g->rmean, g->rvar,
+                    (double)l->eps));
+            return 0;
+        }
+        /* running statistics as PyTorch: factor = momentum, unbiased
+         * variance; saved mean and inverse std for the backward */
+        TD__DNN(be, cudnnBatchNormalizationForwardTraining(h,
+                CUDNN_BATCHNORM_SPATIAL, &td__one, &td__zero, d->x, x, d->y,
+                g->y, d->chan, g->w, g->b, (double)l->momentum, g->rmean,
+                g->rvar, (double)l->eps, g->smean, g->sinv));
+        return 0;
+    case TD_L_RELU:
+        TD__DNN(be, cudnnActivationForward(h, d->act, &td__one, d->x, x,
+                                           &td__zero, d->y, g->y));
+        return 0;
+    case TD_L_MAXPOOL: case TD_L_AVGPOOL: case TD_L_GAP:
+        TD__DNN(be, cudnnPoolingForward(h, d->pool, &td__one, d->x, x,
+                                        &td__zero, d->y, g->y));
+        return 0;
+    default:
+        snprintf(be->base.err, sizeof be->base.err, "layer %s: not a cuDNN "
+                 "layer", l->name);
+        return TD_E_NOTSUP;
+    }
+}
+
+int td__dnn_backward(td__cuda *be, int L, float *dx, int accumulate)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td__dnn_layer *d = &be->dnn->l[L];
+    td__gl *g = &be->gl[L];
+    cudnnHandle_t h = be->dnn->h;
+    const float *x = td__x(be, L), *beta = td__beta(accumulate);
+    switch (l->kind) {
+    case TD_L_CONV:
+        if (l->bias)
+            TD__DNN(be, cudnnConvolutionBackwardBias(h, &td__one, d->y, g->dy,
+                                                     &td__zero, d->chan,
+                                                     g->db));
+        TD__DNN(be, cudnnConvolutionBackwardFilter(h, &td__one, d->x, x, d->y,
+                g->dy, d->conv, d->wa, be->work, be->work_bytes, &td__zero,
+                d->wf, g->dw));
+        if (dx)
+            TD__DNN(be, cudnnConvolutionBackwardData(h, &td__one, d->wf, g->w,
+                    d->y, g->dy, d->conv, d->da, be->work, be->work_bytes,
+                    beta, d->x, dx));
+        return 0;
+    case TD_L_BN:
+        TD__DNN(be, cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL,
+                &td__one, beta, &td__one, &td__zero, d->x, x, d->y, g->dy,
+                d->x, dx, d->chan, g->w, g->dw, g->db, (double)l->eps,
+                g->smean, g->sinv));
+        return 0;
+    case TD_L_RELU:
+        TD__DNN(be, cudnnActivationBackward(h, d->act, &td__one, d->y, g->y,
+                d->y, g->dy, d->x, x, beta, d->x, dx));
+        return 0;
+    case TD_L_MAXPOOL: case TD_L_AVGPOOL: case TD_L_GAP:
+        TD__DNN(be, cudnnPoolingBackward(h, d->pool, &td__one, d->y, g->y,
+                d->y, g->dy, d->x, x, beta, d->x, dx));
+        return 0;
+    default:
+        snprintf(be->base.err, sizeof be->base.err, "layer %s: not a cuDNN "
+                 "layer", l->name);
+        return TD_E_NOTSUP;
+    }
+}
+
+#pragma GCC diagnostic pop

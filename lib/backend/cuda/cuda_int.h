@@ -1,0 +1,159 @@
+/* backend_cuda_int.h - internals shared by the CUDA backend's files.
+ *
+ * Owns: the CUDA backend's data structures and the contracts between its
+ * four files:
+ *   backend_cuda.c          lifecycle, the device arena, streams, events,
+ *                           uploads, statistics, snapshots, the ops table
+ *   backend_cuda_step.c     one step: forward, loss, backward, update
+ *                           (cuBLAS for dense layers, kernels for the rest)
+ *   backend_cuda_dnn.c      every cuDNN call (convolution, batch norm,
+ *                           pooling, activation); the only file that uses
+ *                           cuDNN's deprecated legacy API
+ *   backend_cuda_kernels.cu the CUDA kernels, over the arithmetic in kernels/
+ * Nothing outside these files may include this header.
+ *
+ * Data: activations are NCHW in the compute type (fp32 today; the type is
+ * a field of the configuration and of every cuDNN descriptor, and element
+ * sizes come from td__cuda_esize).  Parameters, gradients, optimizer slots
+ * and running statistics are flat arrays in the canonical layouts of
+ * model.h, so snapshots and tests need no reordering.  Everything on the
+ * device lives in one arena allocated at create.
+ *
+ * Streams: `copy` carries host-to-device batch copies, `compute` the steps,
+ * `snap` the device-to-host snapshot copies.  Two device batch buffers
+ * alternate so the copy of batch k+1 overlaps the step of batch k.
+ */
+#ifndef TD_BACKEND_CUDA_INT_H
+#define TD_BACKEND_CUDA_INT_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "stats.h"
+
+typedef struct td__dnn td__dnn;          /* backend_cuda_dnn.c */
+typedef struct td__dnn_layer td__dnn_layer;
+
+typedef struct td__gl {
+    int root;          /* layer whose buffers hold this output (flatten) */
+    int written;       /* gradient summands written this backward */
+    size_t nelem;      /* batch * c * h * w */
+    float *y, *dy;     /* value and gradient (roots only) */
+    float *w, *dw, *b, *db; /* views into params / grads (conv, dense, bn) */
+    float *rmean, *rvar;    /* batch norm: views into the state array */
+    float *smean, *sinv;    /* batch norm: saved batch mean, 1/sqrt(var+eps) */
+    uint8_t *mask;          /* dropout keep mask */
+    td__dnn_layer *dnn;     /* cuDNN descriptors (conv, bn, relu, pools) */
+} td__gl;
+
+#define TD__NBUF 2 /* device batch buffers (double buffering) */
+
+typedef struct td__times_ev {
+    cudaEvent_t c0, c1, k0, k1; /* copy start/end, compute start/end */
+    int64_t step;               /* -1: unused */
+    int computed;               /* a train/eval step recorded k0/k1 */
+} td__times_ev;
+
+typedef struct td__stat_slot {
+    td_dev_stats val;       /* pinned: the device writes it */
+    td_step_stats *dst;     /* the caller's struct */
+    cudaEvent_t done;
+    int busy;
+} td__stat_slot;
+
+#define TD__NSTAT 16
+#define TD__BLAS_WS ((size_t)32 << 20) /* what cuBLAS asks for on Hopper */
+
+typedef struct td__cuda {
+    td_backend base;
+    int dev;
+    int batch, n;                /* planned batch, samples uploaded */
+    int cur;                     /* buffer of the latest upload */
+    int64_t uploads, step;       /* uploads done, train steps done */
+    cudaStream_t compute, copy, snap;
+    cudaEvent_t copied[TD__NBUF], consumed[TD__NBUF];
+    cudaEvent_t snap_ready, snap_done, t0;
+    int snap_pending;
+    cublasHandle_t blas;
+    td__dnn *dnn;
+    td__gl *gl;
+    /* the arena and what is carved from it */
+    char *arena;
+    size_t arena_bytes;
+    float *params, *grads, *slots, *state, *shadow;
+    size_t nslots, nstate, nsnap;
+    uint8_t *pixels[TD__NBUF];
+    int32_t *labels[TD__NBUF];
+    double *row_loss;
+    int *row_ok;
+    td_dev_stats *acc;
+    void *work;
+    size_t work_bytes;          /* cuDNN workspace (max over layers) */
+    void *blas_ws;              /* cuBLAS workspace, TD__BLAS_WS bytes */
+    float nscale[4], nbias[4];
+    td__stat_slot *stat;         /* pinned ring for read_stats */
+    int stat_next;
+    td__times_ev times[TD_CUDA_TIMES_KEPT];
+} td__cuda;
+
+/* ---- errors: every CUDA, cuBLAS and cuDNN status goes through these ---- */
+
+/* Writes "file:line: call: message" into be->base.err; returns TD_E_DEVICE. */
+int td__cuda_fail(td__cuda *be, const char *file, int line, const char *call,
+                  const char *msg);
+const char *td__cublas_str(cublasStatus_t s);
+
+#define TD__CU(be, call)                                                     \
+    do {                                                                     \
+        cudaError_t td__e = (call);                                          \
+        if (td__e != cudaSuccess)                                            \
+            return td__cuda_fail((be), __FILE__, __LINE__, #call,            \
+                                 cudaGetErrorString(td__e));                 \
+    } while (0)
+
+#define TD__BLAS(be, call)                                                   \
+    do {                                                                     \
+        cublasStatus_t td__s = (call);                                       \
+        if (td__s != CUBLAS_STATUS_SUCCESS)                                  \
+            return td__cuda_fail((be), __FILE__, __LINE__, #call,            \
+                                 td__cublas_str(td__s));                     \
+    } while (0)
+
+/* Plain return-code propagation. */
+#define TD__TRY(expr)                                                        \
+    do {                                                                     \
+        int td__rc = (expr);                                                 \
+        if (td__rc)                                                          \
+            return td__rc;                                                   \
+    } while (0)
+
+size_t td__cuda_esize(enum td_dtype t);
+
+/* ---- NVTX ranges (no-ops when the header is missing) --------------------- */
+void td__nvtx_push(const char *name);
+void td__nvtx_pop(void);
+
+/* ---- backend_cuda_dnn.c ---------------------------------------------------- */
+/* Handle on the compute stream; descriptors and algorithm choice per layer
+ * (once per shape); *ws receives the largest workspace any layer needs. */
+int td__dnn_create(td__cuda *be, size_t *ws);
+void td__dnn_destroy(td__cuda *be);
+/* conv, bn, relu, pools: forward of layer L (train selects batch-norm
+ * batch statistics and updates the running ones). */
+int td__dnn_forward(td__cuda *be, int L, int train);
+/* backward of layer L: parameter gradients (overwritten) and, when dx is
+ * not NULL, the input gradient into dx (summed into it when accumulate). */
+int td__dnn_backward(td__cuda *be, int L, float *dx, int accumulate);
+
+/* ---- backend_cuda_step.c --------------------------------------------------- */
+int td__cuda_forward(td__cuda *be, int train);
+int td__cuda_loss(td__cuda *be, int train);
+int td__cuda_backward(td__cuda *be);
+int td__cuda_update(td__cuda *be, float lr, int64_t t);
+
+/* ---- backend_cuda_kernels.cu: see backend_cuda_kernels.h ------------- */
+
+#endif

@@ -1,0 +1,250 @@
+/* backend_cuda_kernels.cu - the CUDA backend's own kernels.
+ *
+ * Owns: the launch code (grid shapes, index mapping) around the per-element
+ * arithmetic in kernels/ (normalize.h, softmax_xent.h, optim_update.h,
+ * eltwise.h, stats.h), which the host tests check against double
+ * references.  Each launcher enqueues on the given stream and returns
+ * cudaGetLastError(); the caller turns a failure into a job error.
+ * Never does: allocate, synchronise, or contain arithmetic of its own
+ * beyond indexing (that lives in the shared headers).
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+extern "C" {
+#include "eltwise.h"
+#include "normalize.h"
+#include "optim_update.h"
+#include "softmax_xent.h"
+#include "stats.h"
+}
+
+namespace {
+
+const int kBlock = 256;
+
+/* Grid for `count` elements with a grid-stride loop; capped so huge
+ * tensors do not make huge grids. */
+unsigned grid_for(size_t count)
+{
+    size_t g = (count + kBlock - 1) / kBlock;
+    if (g < 1)
+        g = 1;
+    return g > 65535u * 4u ? 65535u * 4u : (unsigned)g;
+}
+
+#define TD__GRID_LOOP(i, count)                                              \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;           \
+         i < (count); i += (size_t)gridDim.x * blockDim.x)
+
+struct Norm {
+    float scale[4], bias[4];
+};
+
+__global__ void normalize_k(const uint8_t *nhwc, float *y, size_t total,
+                            int c, int h, int w, Norm nm)
+{
+    TD__GRID_LOOP(o, total)
+    y[o] = td_normalize_elem(nhwc, o, c, h, w, nm.scale, nm.bias);
+}
+
+/* One thread per row; rows >= n (padding of a short batch) get a zero
+ * gradient and do not count. */
+__global__ void xent_k(const float *z, int k, const int32_t *labels, int n,
+                       int rows, float smooth, float inv_n, float *grad,
+                       double *row_loss, int *row_ok)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows)
+        return;
+    float *g = grad ? grad + (size_t)i * k : nullptr;
+    if (i >= n) {
+        for (int j = 0; g && j < k; j++)
+            g[j] = 0.0f;
+        return;
+    }
+    int ok = 0;
+    row_loss[i] = td_xent_row(z + (size_t)i * k, k, labels[i], smooth, inv_n,
+                              g, &ok);
+    row_ok[i] = ok;
+}
+
+__global__ void stats_k(td_dev_stats *acc, const double *row_loss,
+                        const int *row_ok, int n)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        td_stats_reduce(acc, row_loss, row_ok, n);
+}
+
+__global__ void sgd_k(float *w, float *v, const float *g, size_t count,
+                      float lr, float mu, float wd, int nesterov)
+{
+    TD__GRID_LOOP(i, count)
+    td_sgd_elem(&w[i], v ? &v[i] : nullptr, g[i], lr, mu, wd, nesterov);
+}
+
+__global__ void adamw_k(float *w, float *m, float *v, const float *g,
+                        size_t count, float lr, float b1, float b2, float eps,
+                        float wd, td_adamw_corr c)
+{
+    TD__GRID_LOOP(i, count)
+    td_adamw_elem(&w[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, c);
+}
+
+__global__ void add_k(const float *a, const float *b, float *y, size_t count)
+{
+    TD__GRID_LOOP(i, count)
+    y[i] = td_add_elem(a[i], b[i]);
+}
+
+__global__ void accum_k(float *d, const float *s, size_t count,
+                        int accumulate)
+{
+    TD__GRID_LOOP(i, count)
+    d[i] = td_accum_elem(d[i], s[i], accumulate);
+}
+
+__global__ void bias_add_k(float *y, const float *b, size_t count, int out)
+{
+    TD__GRID_LOOP(i, count)
+    y[i] = td_bias_add_elem(y, b, i, out);
+}
+
+__global__ void bias_grad_k(const float *dy, float *db, int rows, int out)
+{
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o < out)
+        db[o] = td_bias_grad_col(dy, rows, out, o);
+}
+
+__global__ void dropout_fwd_k(const float *x, float *y, uint8_t *mask,
+                              size_t count, uint64_t seed, uint64_t stream,
+                              uint64_t base, float keep)
+{
+    TD__GRID_LOOP(i, count)
+    {
+        int k = td_dropout_keep(seed, stream, base + i, keep);
+        mask[i] = (uint8_t)k;
+        y[i] = td_dropout_elem(x[i], k, keep);
+    }
+}
+
+__global__ void dropout_bwd_k(const float *dy, float *dx,
+                              const uint8_t *mask, size_t count, float keep,
+                              int accumulate)
+{
+    TD__GRID_LOOP(i, count)
+    dx[i] = td_accum_elem(dx[i], td_dropout_elem(dy[i], mask[i], keep),
+                          accumulate);
+}
+
+} // namespace
+
+extern "C" cudaError_t td__k_normalize(cudaStream_t s, const uint8_t *nhwc,
+                                       float *y, int n, int c, int h, int w,
+                                       const float *scale, const float *bias)
+{
+    Norm nm;
+    for (int i = 0; i < 4; i++) {
+        nm.scale[i] = i < c ? scale[i] : 0.0f;
+        nm.bias[i] = i < c ? bias[i] : 0.0f;
+    }
+    size_t total = (size_t)n * c * h * w;
+    normalize_k<<<grid_for(total), kBlock, 0, s>>>(nhwc, y, total, c, h, w,
+                                                   nm);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t td__k_xent(cudaStream_t s, const float *z, int k,
+                                  const int32_t *labels, int n, int rows,
+                                  float smooth, float inv_n, float *grad,
+                                  double *row_loss, int *row_ok)
+{
+    const int b = 128;
+    xent_k<<<(rows + b - 1) / b, b, 0, s>>>(z, k, labels, n, rows, smooth,
+                                            inv_n, grad, row_loss, row_ok);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t td__k_stats(cudaStream_t s, td_dev_stats *acc,
+                                   const double *row_loss, const int *row_ok,
+                                   int n)
+{
+    stats_k<<<1, 1, 0, s>>>(acc, row_loss, row_ok, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t td__k_sgd(cudaStream_t s, float *w, float *v,
+                                 const float *g, size_t count, float lr,
+                                 float mu, float wd, int nesterov)
+{
+    sgd_k<<<grid_for(count), kBlock, 0, s>>>(w, v, g, count, lr, mu, wd,
+                                             nesterov);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t td__k_adamw(cudaStream_t s, float *w, float *m,
+                                   float *v, const float *g, size_t count,
+                                   float lr, float b1, float b2, float eps,
+                                   float wd, float c1, float c2)
+{
+    td_adamw_corr c;
+    c.c1 = c1;
+    c.c2 = c2;
+    adamw_k<<<grid_for(count), kBlock, 0, s>>>(w, m, v, g, count, lr, b1, b2,
+                                               eps, wd, c);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t td__k_add(cudaStream_t s, const float *a,
+                                 const float *b, float *y, size_t count)
+{
+    add_k<<<grid_for(count), kBlock, 0, s>>>(a, b, y, count);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t td__k_accum(cudaStream_t s, float *d, const float *src,
+                                   size_t count, int accumulate)
+{
+    accum_k<<<grid_for(count), kBlock, 0, s>>>(d, src, count, accumulate);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t td__k_bias_add(cudaStream_t s, float *y,
+                                      const float *b, int rows, int out)
+{
+    size_t count = (size_t)rows * out;
+    bias_add_k<<<grid_for(count), kBlock, 0, s>>>(y, b, count, out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t td__k_bias_grad(cudaStream_t s, const float *dy,
+                                       float *db, int rows, int out)
+{
+    bias_grad_k<<<(out + kBlock - 1) / kBlock, kBlock, 0, s>>>(dy, db, rows,
+                                                               out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t td__k_dropout_fwd(cudaStream_t s, const float *x,
+                                         float *y, uint8_t *mask,
+                                         size_t count, uint64_t seed,
+                                         uint64_t stream, uint64_t base,
+                                         float keep)
+{
+    dropout_fwd_k<<<grid_for(count), kBlock, 0, s>>>(x, y, mask, count, seed,
+                                                     stream, base, keep);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t td__k_dropout_bwd(cudaStream_t s, const float *dy,
+                                         float *dx, const uint8_t *mask,
+                                         size_t count, float keep,
+                                         int accumulate)
+{
+    dropout_bwd_k<<<grid_for(count), kBlock, 0, s>>>(dy, dx, mask, count,
+                                                     keep, accumulate);
+    return cudaGetLastError();
+}

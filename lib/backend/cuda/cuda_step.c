@@ -1,0 +1,206 @@
+/* backend_cuda_step.c - one step of the CUDA backend on the compute stream.
+ *
+ * Owns: the order of a step (cast + normalise, every layer's forward, the
+ * softmax cross-entropy with its gradient and counters, every layer's
+ * backward in reverse, the fused optimizer update), the dense layers on
+ * cuBLAS, and the layers that are ours (add, dropout, flatten).
+ * Gradient summation: a layer output read by several layers (residual
+ * blocks) receives one summand per reader; the first writes (beta = 0),
+ * later ones add (beta = 1), as in the CPU backend, so no buffer is ever
+ * cleared.
+ * Never does: synchronise, allocate, or talk to the copy stream (the
+ * batch buffer it reads was made ready by the upload's event).
+ *
+ * cuBLAS is column-major; our row-major [rows, cols] arrays are its
+ * [cols, rows].  With x [n, in], W [out, in] and y [n, out] row-major:
+ *   y^T  = W * x^T        gemm(T, N, out, n, in,  W (ld in),  x (ld in))
+ *   dx^T = W^T * dy^T     gemm(N, N, in,  n, out, W (ld in),  dy (ld out))
+ *   dW^T = x^T * dy       gemm(N, T, in,  out, n, x (ld in),  dy (ld out))
+ */
+#include <stdio.h>
+
+#include "backend/cuda/cuda_int.h"
+#include "base/error.h"
+#include "base/rng.h"
+#include "optim_update.h"
+
+static const float td__one = 1.0f, td__zero = 0.0f;
+
+static int td__root(const td__cuda *be, int L) { return be->gl[L].root; }
+
+static const float *td__x(const td__cuda *be, int L, int i)
+{
+    return be->gl[td__root(be, be->base.model->layers[L].in[i])].y;
+}
+
+static int td__dense_fwd(td__cuda *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td_shape *s = &be->base.model->layers[l->in[0]].out;
+    int in = s->c * s->h * s->w, out = l->channels;
+    td__gl *g = &be->gl[L];
+    TD__BLAS(be, cublasSgemm(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, out,
+                             be->batch, in, &td__one, g->w, in,
+                             td__x(be, L, 0), in, &td__zero, g->y, out));
+    if (l->bias)
+        TD__CU(be, td__k_bias_add(be->compute, g->y, g->b, be->batch, out));
+    return 0;
+}
+
+static int td__dense_bwd(td__cuda *be, int L, float *dx, int accumulate)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td_shape *s = &be->base.model->layers[l->in[0]].out;
+    int in = s->c * s->h * s->w, out = l->channels;
+    td__gl *g = &be->gl[L];
+    TD__BLAS(be, cublasSgemm(be->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out,
+                             be->batch, &td__one, td__x(be, L, 0), in, g->dy,
+                             out, &td__zero, g->dw, in));
+    if (l->bias)
+        TD__CU(be, td__k_bias_grad(be->compute, g->dy, g->db, be->batch,
+                                   out));
+    if (dx)
+        TD__BLAS(be, cublasSgemm(be->blas, CUBLAS_OP_N, CUBLAS_OP_N, in,
+                                 be->batch, out, &td__one, g->w, in, g->dy,
+                                 out, accumulate ? &td__one : &td__zero, dx,
+                                 in));
+    return 0;
+}
+
+static int td__forward_layer(td__cuda *be, int L, int train)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__gl *g = &be->gl[L];
+    switch (l->kind) {
+    case TD_L_DENSE:
+        return td__dense_fwd(be, L);
+    case TD_L_ADD:
+        TD__CU(be, td__k_add(be->compute, td__x(be, L, 0), td__x(be, L, 1),
+                             g->y, g->nelem));
+        return 0;
+    case TD_L_DROPOUT:
+        if (!train || l->rate <= 0.0f) {
+            TD__CU(be, cudaMemcpyAsync(g->y, td__x(be, L, 0),
+                                       g->nelem * sizeof(float),
+                                       cudaMemcpyDeviceToDevice,
+                                       be->compute));
+            return 0;
+        }
+        TD__CU(be, td__k_dropout_fwd(be->compute, td__x(be, L, 0), g->y,
+                                     g->mask, g->nelem, be->base.cfg.seed,
+                                     td_rng_stream(TD_RNG_DROPOUT,
+                                                   (uint64_t)L),
+                                     (uint64_t)be->step * g->nelem,
+                                     1.0f - l->rate));
+        return 0;
+    case TD_L_FLATTEN:
+        return 0; /* an alias of its input (NCHW is already C,H,W order) */
+    default:
+        return td__dnn_forward(be, L, train);
+    }
+}
+
+int td__cuda_forward(td__cuda *be, int train)
+{
+    const td_model *m = be->base.model;
+    const td_shape in = m->layers[0].out;
+    TD__CU(be, td__k_normalize(be->compute, be->pixels[be->cur], be->gl[0].y,
+                               be->batch, in.c, in.h, in.w, be->nscale,
+                               be->nbias));
+    /* the batch buffer may be refilled once the cast has read it */
+    TD__CU(be, cudaEventRecord(be->consumed[be->cur], be->compute));
+    for (int L = 1; L < m->nlayers; L++)
+        if (td__root(be, L) == L)
+            TD__TRY(td__forward_layer(be, L, train));
+    return 0;
+}
+
+int td__cuda_loss(td__cuda *be, int train)
+{
+    const td_model *m = be->base.model;
+    td__gl *last = &be->gl[td__root(be, m->nlayers - 1)];
+    TD__CU(be, td__k_xent(be->compute, last->y, m->classes,
+                          be->labels[be->cur], be->n, be->batch,
+                          train ? be->base.cfg.label_smoothing : 0.0f,
+                          1.0f / (float)be->n, train ? last->dy : NULL,
+                          be->row_loss, be->row_ok));
+    TD__CU(be, td__k_stats(be->compute, be->acc, be->row_loss, be->row_ok,
+                           be->n));
+    return 0;
+}
+
+/* Gradient target of input i of layer L, and whether to add into it. */
+static float *td__target(td__cuda *be, int L, int i, int *accumulate)
+{
+    td__gl *r = &be->gl[td__root(be, be->base.model->layers[L].in[i])];
+    *accumulate = r->written++ > 0;
+    return r->dy;
+}
+
+static int td__backward_layer(td__cuda *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__gl *g = &be->gl[L];
+    int acc = 0, acc1 = 0;
+    float *dx;
+    switch (l->kind) {
+    case TD_L_FLATTEN:
+        return 0;
+    case TD_L_ADD:
+        dx = td__target(be, L, 0, &acc);
+        TD__CU(be, td__k_accum(be->compute, dx, g->dy, g->nelem, acc));
+        dx = td__target(be, L, 1, &acc1);
+        TD__CU(be, td__k_accum(be->compute, dx, g->dy, g->nelem, acc1));
+        return 0;
+    case TD_L_DROPOUT:
+        dx = td__target(be, L, 0, &acc);
+        if (l->rate <= 0.0f)
+            TD__CU(be, td__k_accum(be->compute, dx, g->dy, g->nelem, acc));
+        else
+            TD__CU(be, td__k_dropout_bwd(be->compute, g->dy, dx, g->mask,
+                                         g->nelem, 1.0f - l->rate, acc));
+        return 0;
+    case TD_L_DENSE:
+    case TD_L_CONV:
+        /* layers reading the batch itself need no input gradient */
+        dx = td__root(be, l->in[0]) == 0 ? NULL
+                                           : td__target(be, L, 0, &acc);
+        if (l->kind == TD_L_DENSE)
+            return td__dense_bwd(be, L, dx, acc);
+        return td__dnn_backward(be, L, dx, acc);
+    default:
+        dx = td__target(be, L, 0, &acc);
+        return td__dnn_backward(be, L, dx, acc);
+    }
+}
+
+int td__cuda_backward(td__cuda *be)
+{
+    const td_model *m = be->base.model;
+    for (int L = 0; L < m->nlayers; L++)
+        be->gl[L].written = 0;
+    be->gl[td__root(be, m->nlayers - 1)].written = 1; /* the loss wrote it */
+    for (int L = m->nlayers - 1; L >= 1; L--)
+        if (td__root(be, L) == L)
+            TD__TRY(td__backward_layer(be, L));
+    return 0;
+}
+
+int td__cuda_update(td__cuda *be, float lr, int64_t t)
+{
+    const td_optim_config *o = &be->base.cfg.optim;
+    size_t n = be->base.model->param_count;
+    float wd = (float)o->weight_decay;
+    if (o->type == TD_OPT_ADAMW) {
+        td_adamw_corr c = td_adamw_corrections(o->beta1, o->beta2, t);
+        TD__CU(be, td__k_adamw(be->compute, be->params, be->slots,
+                               be->slots + n, be->grads, n, lr,
+                               (float)o->beta1, (float)o->beta2,
+                               (float)o->eps, wd, c.c1, c.c2));
+        return 0;
+    }
+    TD__CU(be, td__k_sgd(be->compute, be->params,
+                         be->nslots ? be->slots : NULL, be->grads, n, lr,
+                         (float)o->momentum, wd, o->nesterov));
+    return 0;
+}

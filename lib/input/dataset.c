@@ -1,0 +1,692 @@
+/* dataset.c - ImageFolder and WebDataset tar-shard sources (see dataset.h).
+ *
+ * A sample table (labels, and per sample either a path offset or a shard
+ * number + offset + length) is built once at open.  Samples are read with
+ * pread (folder) or straight from the shard's read-only map.
+ */
+#define _GNU_SOURCE
+#include "input/dataset.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "input/tar.h"
+
+/* ---- growable arrays -------------------------------------------------- */
+
+int td_buf_reserve(td_buf *b, size_t cap)
+{
+    if (b->cap >= cap)
+        return 0;
+    size_t n = b->cap ? b->cap : 4096;
+    while (n < cap)
+        n *= 2;
+    uint8_t *p = realloc(b->p, n);
+    if (!p)
+        return -ENOMEM;
+    b->p = p;
+    b->cap = n;
+    return 0;
+}
+
+void td_buf_free(td_buf *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+static int td__grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap * 2 : 256;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* ---- the handle ------------------------------------------------------- */
+
+struct td__shard {
+    char *path;
+    const uint8_t *map;
+    size_t len;
+};
+
+struct td_dataset {
+    enum td_dataset_kind kind;
+    size_t n, cap;
+    int32_t *labels;
+    int classes;
+    /* folder */
+    char *root;
+    uint32_t *path_off; /* into names */
+    char *names;
+    size_t names_len, names_cap;
+    char **class_names;
+    int nclass_names;
+    /* shards */
+    struct td__shard *shards;
+    int nshards;
+    uint32_t *shard_of;
+    uint64_t *off;
+    uint32_t *len;
+};
+
+static int td__err(char *err, size_t cap, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int td__err(char *err, size_t cap, int rc, const char *fmt, ...)
+{
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+static int td__add_sample(td_dataset *ds, int32_t label)
+{
+    size_t old = ds->cap;
+    if (td__grow((void **)&ds->labels, &ds->cap, ds->n + 1, sizeof(int32_t)))
+        return -ENOMEM;
+    size_t nc = ds->cap;
+    if (ds->kind == TD_DATASET_FOLDER) {
+        size_t c = old;
+        if (td__grow((void **)&ds->path_off, &c, nc, sizeof(uint32_t)))
+            return -ENOMEM;
+    } else {
+        size_t c1 = old, c2 = old, c3 = old;
+        if (td__grow((void **)&ds->shard_of, &c1, nc, sizeof(uint32_t)) ||
+            td__grow((void **)&ds->off, &c2, nc, sizeof(uint64_t)) ||
+            td__grow((void **)&ds->len, &c3, nc, sizeof(uint32_t)))
+            return -ENOMEM;
+    }
+    ds->labels[ds->n] = label;
+    if (label + 1 > ds->classes)
+        ds->classes = label + 1;
+    ds->n++;
+    return 0;
+}
+
+void td_dataset_close(td_dataset *ds)
+{
+    if (!ds)
+        return;
+    for (int i = 0; i < ds->nshards; i++) {
+        if (ds->shards[i].map && ds->shards[i].len)
+            munmap((void *)ds->shards[i].map, ds->shards[i].len);
+        free(ds->shards[i].path);
+    }
+    for (int i = 0; i < ds->nclass_names; i++)
+        free(ds->class_names[i]);
+    free(ds->class_names);
+    free(ds->shards);
+    free(ds->labels);
+    free(ds->path_off);
+    free(ds->names);
+    free(ds->root);
+    free(ds->shard_of);
+    free(ds->off);
+    free(ds->len);
+    free(ds);
+}
+
+enum td_dataset_kind td_dataset_kind(const td_dataset *ds) { return ds->kind; }
+size_t td_dataset_count(const td_dataset *ds) { return ds->n; }
+int td_dataset_classes(const td_dataset *ds) { return ds->classes; }
+int32_t td_dataset_label(const td_dataset *ds, size_t i)
+{
+    return i < ds->n ? ds->labels[i] : -1;
+}
+
+const char *td_dataset_class_name(const td_dataset *ds, int label)
+{
+    if (ds->kind != TD_DATASET_FOLDER || label < 0 ||
+        label >= ds->nclass_names)
+        return NULL;
+    return ds->class_names[label];
+}
+
+/* ---- ImageFolder ------------------------------------------------------ */
+
+static int td__cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int td__is_jpeg_name(const char *n)
+{
+    const char *dot = strrchr(n, '.');
+    return dot && (strcasecmp(dot, ".jpg") == 0 ||
+                   strcasecmp(dot, ".jpeg") == 0);
+}
+
+/* Sorted names of the entries of dir that are directories (want_dir) or
+ * JPEG files.  *out is an array of malloc'd strings. */
+static int td__list(const char *dir, int want_dir, char ***out, int *n)
+{
+    DIR *d = opendir(dir);
+    char **v = NULL;
+    size_t cap = 0;
+    int cnt = 0, rc = 0;
+    if (!d)
+        return -errno;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        int isdir;
+        if (e->d_type != DT_UNKNOWN && e->d_type != DT_LNK) {
+            isdir = e->d_type == DT_DIR;
+        } else {
+            struct stat st;
+            if (fstatat(dirfd(d), e->d_name, &st, 0))
+                continue;
+            isdir = S_ISDIR(st.st_mode);
+        }
+        if (want_dir ? !isdir : (isdir || !td__is_jpeg_name(e->d_name)))
+            continue;
+        if (td__grow((void **)&v, &cap, (size_t)cnt + 1, sizeof *v) ||
+            !(v[cnt] = strdup(e->d_name))) {
+            rc = -ENOMEM;
+            break;
+        }
+        cnt++;
+    }
+    closedir(d);
+    if (cnt)
+        qsort(v, (size_t)cnt, sizeof *v, td__cmp_str);
+    if (rc) {
+        for (int i = 0; i < cnt; i++)
+            free(v[i]);
+        free(v);
+        return rc;
+    }
+    *out = v;
+    *n = cnt;
+    return 0;
+}
+
+static int td__add_name(td_dataset *ds, const char *cls, const char *file)
+{
+    size_t need = strlen(cls) + strlen(file) + 2;
+    if (ds->names_len + need > UINT32_MAX)
+        return -EOVERFLOW;
+    if (td__grow((void **)&ds->names, &ds->names_cap, ds->names_len + need, 1))
+        return -ENOMEM;
+    ds->path_off[ds->n - 1] = (uint32_t)ds->names_len;
+    snprintf(ds->names + ds->names_len, need, "%s/%s", cls, file);
+    ds->names_len += need;
+    return 0;
+}
+
+static int td__open_folder(td_dataset *ds, const char *root, char *err,
+                           size_t ecap)
+{
+    char path[4096];
+    int rc = td__list(root, 1, &ds->class_names, &ds->nclass_names);
+    if (rc)
+        return td__err(err, ecap, rc, "%s: %s", root, td_strerror(rc));
+    if (ds->nclass_names == 0)
+        return td__err(err, ecap, -ENODATA,
+                       "%s: no class folders and no .tar shards", root);
+    if (!(ds->root = strdup(root)))
+        return -ENOMEM;
+    for (int c = 0; c < ds->nclass_names; c++) {
+        char **files = NULL;
+        int nf = 0;
+        snprintf(path, sizeof path, "%s/%s", root, ds->class_names[c]);
+        rc = td__list(path, 0, &files, &nf);
+        if (rc)
+            return td__err(err, ecap, rc, "%s: %s", path, td_strerror(rc));
+        if (nf == 0)
+            rc = td__err(err, ecap, -ENODATA,
+                         "%s: empty class folder (no .jpg/.jpeg files)", path);
+        for (int i = 0; i < nf && rc == 0; i++) {
+            rc = td__add_sample(ds, c);
+            if (rc == 0)
+                rc = td__add_name(ds, ds->class_names[c], files[i]);
+        }
+        for (int i = 0; i < nf; i++)
+            free(files[i]);
+        free(files);
+        if (rc)
+            return rc;
+    }
+    ds->classes = ds->nclass_names;
+    return 0;
+}
+
+/* ---- tar shards ------------------------------------------------------- */
+
+#define TD__IDX_MAGIC "TDIDX001"
+
+struct td__idx_entry {
+    uint64_t off;
+    uint32_t len;
+    int32_t label;
+};
+
+struct td__idx_head {
+    char magic[8];
+    uint64_t size;
+    int64_t mtime_s, mtime_ns;
+    uint64_t count;
+};
+
+struct td__scan {
+    const uint8_t *base;
+    const char *path;
+    char key[TD_TAR_NAME_MAX + 1];
+    int has_img, has_cls;
+    uint64_t img_off;
+    uint64_t img_len;
+    int32_t label;
+    struct td__idx_entry *ents;
+    size_t n, cap;
+    char *err;
+    size_t ecap;
+};
+
+static int td__scan_flush(struct td__scan *s)
+{
+    if (!s->key[0] || (!s->has_img && !s->has_cls))
+        goto reset;
+    if (!s->has_img || !s->has_cls)
+        return td__err(s->err, s->ecap, TD_E_CORRUPT,
+                       "%s: sample '%s' has %s but no %s", s->path, s->key,
+                       s->has_img ? ".jpg" : ".cls",
+                       s->has_img ? ".cls (label)" : ".jpg");
+    if (td__grow((void **)&s->ents, &s->cap, s->n + 1, sizeof *s->ents))
+        return -ENOMEM;
+    s->ents[s->n++] = (struct td__idx_entry){s->img_off, (uint32_t)s->img_len,
+                                             s->label};
+reset:
+    s->has_img = s->has_cls = 0;
+    return 0;
+}
+
+static int td__parse_label(const uint8_t *p, uint64_t n, int32_t *out)
+{
+    long v = 0;
+    uint64_t i = 0;
+    while (i < n && isspace(p[i]))
+        i++;
+    if (i == n || !isdigit(p[i]))
+        return -1;
+    while (i < n && isdigit(p[i]) && v < INT32_MAX)
+        v = v * 10 + (p[i++] - '0');
+    while (i < n && isspace(p[i]))
+        i++;
+    if (i != n || v >= INT32_MAX)
+        return -1;
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int td__scan_member(void *user, const char *name, uint64_t off,
+                           uint64_t size)
+{
+    struct td__scan *s = user;
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    const char *dot = strchr(base, '.');
+    if (!dot)
+        return 0;
+    size_t klen = (size_t)(dot - name);
+    if (strncmp(s->key, name, klen) != 0 || s->key[klen] != '\0') {
+        int rc = td__scan_flush(s);
+        if (rc)
+            return rc;
+        memcpy(s->key, name, klen);
+        s->key[klen] = '\0';
+    }
+    if (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0) {
+        if (size > UINT32_MAX)
+            return td__err(s->err, s->ecap, TD_E_CORRUPT,
+                           "%s: member '%s' is larger than 4 GiB", s->path,
+                           name);
+        s->has_img = 1;
+        s->img_off = off;
+        s->img_len = size;
+    } else if (strcasecmp(dot, ".cls") == 0) {
+        if (td__parse_label(s->base + off, size, &s->label))
+            return td__err(s->err, s->ecap, TD_E_CORRUPT,
+                           "%s: '%s' is not a non-negative integer label",
+                           s->path, name);
+        s->has_cls = 1;
+    }
+    return 0;
+}
+
+static int td__map(const char *path, const uint8_t **map, size_t *len,
+                   struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = 0;
+    if (fstat(fd, st)) {
+        rc = -errno;
+    } else if (!S_ISREG(st->st_mode)) {
+        rc = -EISDIR;
+    } else if (st->st_size == 0) {
+        *map = NULL;
+        *len = 0;
+    } else {
+        void *m = mmap(NULL, (size_t)st->st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED)
+            rc = -errno;
+        else {
+            *map = m;
+            *len = (size_t)st->st_size;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+static int td__idx_load(const char *shard, const struct stat *st,
+                        struct td__scan *s)
+{
+    char path[4096];
+    struct td__idx_head h;
+    snprintf(path, sizeof path, "%s.tdidx", shard);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    int rc = -1;
+    if (fread(&h, sizeof h, 1, f) != 1 ||
+        memcmp(h.magic, TD__IDX_MAGIC, 8) != 0 ||
+        h.size != (uint64_t)st->st_size || h.mtime_s != st->st_mtim.tv_sec ||
+        h.mtime_ns != st->st_mtim.tv_nsec || h.count > h.size / 1024 + 1)
+        goto out;
+    if (h.count && td__grow((void **)&s->ents, &s->cap, h.count,
+                            sizeof *s->ents))
+        goto out;
+    if (h.count && fread(s->ents, sizeof *s->ents, h.count, f) != h.count)
+        goto out;
+    for (uint64_t i = 0; i < h.count; i++)
+        if (s->ents[i].off + s->ents[i].len > h.size || s->ents[i].label < 0)
+            goto out;
+    s->n = h.count;
+    rc = 0;
+out:
+    fclose(f);
+    return rc;
+}
+
+static int td__idx_save(const char *shard, const struct stat *st,
+                        const struct td__scan *s)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s.tdidx", shard);
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    struct td__idx_head h = {TD__IDX_MAGIC, (uint64_t)st->st_size,
+                             st->st_mtim.tv_sec, st->st_mtim.tv_nsec, s->n};
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return -errno;
+    int ok = fwrite(&h, sizeof h, 1, f) == 1 &&
+             (s->n == 0 || fwrite(s->ents, sizeof *s->ents, s->n, f) == s->n);
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path)) {
+        int rc = -errno ? -errno : -EIO;
+        unlink(tmp);
+        return rc;
+    }
+    return 0;
+}
+
+/* Maps one shard and fills s->ents from the cache or a header walk. */
+static int td__scan_shard(const char *path, const uint8_t **map, size_t *len,
+                          struct td__scan *s, int save)
+{
+    struct stat st;
+    int rc = td__map(path, map, len, &st);
+    if (rc)
+        return td__err(s->err, s->ecap, rc, "%s: %s", path, td_strerror(rc));
+    s->base = *map;
+    s->path = path;
+    s->n = 0;
+    if (td__idx_load(path, &st, s) == 0)
+        return 0;
+    uint64_t at = 0;
+    s->key[0] = '\0';
+    s->has_img = s->has_cls = 0;
+    rc = td_tar_walk(*map, *len, td__scan_member, s, &at);
+    if (rc == TD_E_CORRUPT && !(s->err && s->err[0]))
+        return td__err(s->err, s->ecap, rc,
+                       "%s: not a tar file, or corrupt/truncated at byte "
+                       "%llu", path, (unsigned long long)at);
+    if (rc == 0)
+        rc = td__scan_flush(s);
+    if (rc)
+        return rc;
+    if (save && (rc = td__idx_save(path, &st, s)) != 0)
+        td_debug("%s: index cache not written: %s", path, td_strerror(rc));
+    return 0;
+}
+
+int td_dataset_index_shard(const char *shard_path, char *err, size_t errcap)
+{
+    struct td__scan s = {.err = err, .ecap = errcap};
+    const uint8_t *map = NULL;
+    size_t len = 0;
+    struct stat st;
+    if (err && errcap)
+        err[0] = '\0';
+    int rc = td__map(shard_path, &map, &len, &st);
+    if (rc)
+        return td__err(err, errcap, rc, "%s: %s", shard_path, td_strerror(rc));
+    uint64_t at = 0;
+    s.base = map;
+    s.path = shard_path;
+    rc = td_tar_walk(map, len, td__scan_member, &s, &at);
+    if (rc == 0)
+        rc = td__scan_flush(&s);
+    if (rc == 0)
+        rc = td__idx_save(shard_path, &st, &s);
+    if (rc && !(err && err[0]))
+        td__err(err, errcap, rc, "%s: %s", shard_path, td_strerror(rc));
+    if (map)
+        munmap((void *)map, len);
+    free(s.ents);
+    return rc;
+}
+
+int td_dataset_open_shards(const char *const *paths, int n, td_dataset **out,
+                           char *err, size_t errcap)
+{
+    struct td__scan s = {.err = err, .ecap = errcap};
+    int rc = 0;
+    if (err && errcap)
+        err[0] = '\0';
+    if (!paths || n <= 0 || !out)
+        return td__err(err, errcap, -EINVAL, "no shard paths given");
+    td_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds || !(ds->shards = calloc((size_t)n, sizeof *ds->shards))) {
+        free(ds);
+        return -ENOMEM;
+    }
+    ds->kind = TD_DATASET_SHARDS;
+    for (int i = 0; i < n && rc == 0; i++) {
+        struct td__shard *sh = &ds->shards[i];
+        if (!(sh->path = strdup(paths[i]))) {
+            rc = -ENOMEM;
+            break;
+        }
+        ds->nshards++;
+        rc = td__scan_shard(paths[i], &sh->map, &sh->len, &s, 1);
+        for (size_t k = 0; rc == 0 && k < s.n; k++) {
+            rc = td__add_sample(ds, s.ents[k].label);
+            if (rc == 0) {
+                ds->shard_of[ds->n - 1] = (uint32_t)i;
+                ds->off[ds->n - 1] = s.ents[k].off;
+                ds->len[ds->n - 1] = s.ents[k].len;
+            }
+        }
+    }
+    free(s.ents);
+    if (rc == 0 && ds->n == 0)
+        rc = td__err(err, errcap, -ENODATA,
+                     "%s%s: no samples (<key>.jpg + <key>.cls) in the shards",
+                     paths[0], n > 1 ? " ..." : "");
+    if (rc) {
+        td_dataset_close(ds);
+        return rc;
+    }
+    *out = ds;
+    return 0;
+}
+
+/* Opens the shard paths of a glob or a directory listing. */
+static int td__open_glob(const char *pattern, td_dataset **out, char *err,
+                         size_t ecap)
+{
+    glob_t g;
+    int grc = glob(pattern, 0, NULL, &g);
+    if (grc == GLOB_NOMATCH)
+        return td__err(err, ecap, -ENOENT, "%s: no file matches", pattern);
+    if (grc)
+        return td__err(err, ecap, -EIO, "%s: glob failed", pattern);
+    int rc = td_dataset_open_shards((const char *const *)g.gl_pathv,
+                                    (int)g.gl_pathc, out, err, ecap);
+    globfree(&g);
+    return rc;
+}
+
+int td_dataset_open(const char *path, td_dataset **out, char *err,
+                    size_t errcap)
+{
+    struct stat st;
+    if (err && errcap)
+        err[0] = '\0';
+    if (!path || !*path || !out)
+        return td__err(err, errcap, -EINVAL, "no dataset path given");
+    if (strpbrk(path, "*?[") && stat(path, &st) != 0)
+        return td__open_glob(path, out, err, errcap);
+    if (stat(path, &st) != 0)
+        return td__err(err, errcap, -errno, "dataset %s: %s", path,
+                       strerror(errno));
+    if (S_ISREG(st.st_mode)) {
+        const char *p[1] = {path};
+        return td_dataset_open_shards(p, 1, out, err, errcap);
+    }
+    if (!S_ISDIR(st.st_mode))
+        return td__err(err, errcap, -EINVAL,
+                       "dataset %s: neither a directory nor a file", path);
+    char pattern[4096];
+    int n = snprintf(pattern, sizeof pattern, "%s/*.tar", path);
+    if (n < 0 || (size_t)n >= sizeof pattern)
+        return td__err(err, errcap, -ENAMETOOLONG, "%s: path too long", path);
+    glob_t g;
+    int grc = glob(pattern, 0, NULL, &g);
+    if (grc == 0) {
+        int rc = td_dataset_open_shards((const char *const *)g.gl_pathv,
+                                        (int)g.gl_pathc, out, err, errcap);
+        globfree(&g);
+        return rc;
+    }
+    td_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds)
+        return -ENOMEM;
+    ds->kind = TD_DATASET_FOLDER;
+    int rc = td__open_folder(ds, path, err, errcap);
+    if (rc) {
+        td_dataset_close(ds);
+        return rc;
+    }
+    *out = ds;
+    return 0;
+}
+
+/* ---- reading ---------------------------------------------------------- */
+
+static int td__read_file(const char *path, td_buf *b)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st)) {
+        rc = -errno;
+        goto out;
+    }
+    if ((rc = td_buf_reserve(b, (size_t)st.st_size + 1)) != 0)
+        goto out;
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t r = pread(fd, b->p + got, (size_t)st.st_size - got,
+                          (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            rc = r < 0 ? -errno : -EIO;
+            goto out;
+        }
+        got += (size_t)r;
+    }
+    b->len = got;
+out:
+    close(fd);
+    return rc;
+}
+
+int td_dataset_read(const td_dataset *ds, size_t i, td_buf *scratch,
+                    const uint8_t **data, size_t *len)
+{
+    if (i >= ds->n)
+        return -ERANGE;
+    if (ds->kind == TD_DATASET_SHARDS) {
+        *data = ds->shards[ds->shard_of[i]].map + ds->off[i];
+        *len = ds->len[i];
+        return 0;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", ds->root, ds->names + ds->path_off[i]);
+    int rc = td__read_file(path, scratch);
+    if (rc)
+        return rc;
+    *data = scratch->p;
+    *len = scratch->len;
+    return 0;
+}
+
+const char *td_dataset_sample_name(const td_dataset *ds, size_t i, char *buf,
+                                   size_t cap)
+{
+    if (i >= ds->n) {
+        snprintf(buf, cap, "#%zu (out of range)", i);
+    } else if (ds->kind == TD_DATASET_FOLDER) {
+        snprintf(buf, cap, "%s/%s", ds->root, ds->names + ds->path_off[i]);
+    } else {
+        /* The member's ustar name field, just before its data. */
+        const struct td__shard *sh = &ds->shards[ds->shard_of[i]];
+        const char *h = (const char *)sh->map + ds->off[i] - TD_TAR_BLOCK;
+        snprintf(buf, cap, "%s:%.100s", sh->path, h);
+    }
+    return buf;
+}

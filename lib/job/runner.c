@@ -1,0 +1,703 @@
+/* runner.c - one training job from spec to result (see runner.h).
+ *
+ * Owns: the model, the train and val pipelines, the trainer, the metrics
+ * accumulator, the checkpoint writer and two snapshot buffers (one being
+ * written, one being filled), and the translation of the job spec into
+ * each of their configurations.
+ * Checkpoint writing and resume live in runner_ckpt.c, the shared state
+ * in runner_int.h.
+ * Never: blocks the trainer on the disk (a checkpoint that finds both
+ * buffers busy is skipped and counted), talks to sockets, exits.
+ */
+#define _GNU_SOURCE
+#include "job/runner_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "input/pipeline.h"
+#include "job/train.h"
+#include "model/model.h"
+#include "obs/metrics.h"
+#include "obs/trace.h"
+#include "store/checkpoint.h"
+
+
+void td__runner_emit(td_runner *r, const char *kind, json_t *data)
+{
+    if (r->o.event && data)
+        r->o.event(r->o.user, kind, data);
+    else
+        json_decref(data);
+}
+
+/* ---- spec -> configurations ------------------------------------------- */
+
+static int td__ncpu(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Maps the spec's augmentation list onto the pipeline's.  A "resize"
+ * followed by "center_crop" is torchvision's Resize(s)+CenterCrop(size):
+ * the pipeline's center_crop with resize = s. */
+static int td__augments(const td_job_spec *s, td_augment *out, int *n,
+                        char *err, size_t errcap)
+{
+    int k = 0, resize_side = 0;
+    for (int i = 0; i < s->input.n_augment; i++) {
+        const td_aug_spec *a = &s->input.augment[i];
+        if (k >= TD_AUG_MAX) {
+            snprintf(err, errcap, "input.augment: at most %d ops", TD_AUG_MAX);
+            return TD_E_SPEC;
+        }
+        switch (a->op) {
+        case TD_SPEC_AUG_RANDOM_RESIZED_CROP:
+            td_augment_default(&out[k], TD_AUG_RANDOM_RESIZED_CROP);
+            memcpy(out[k].scale, a->scale, sizeof a->scale);
+            memcpy(out[k].ratio, a->ratio, sizeof a->ratio);
+            break;
+        case TD_SPEC_AUG_PAD_CROP:
+            td_augment_default(&out[k], TD_AUG_PAD_CROP);
+            out[k].pad = a->pad;
+            break;
+        case TD_SPEC_AUG_RESIZE:
+            if (i + 1 < s->input.n_augment &&
+                s->input.augment[i + 1].op == TD_SPEC_AUG_CENTER_CROP) {
+                resize_side = a->size[0] < a->size[1] ? a->size[0]
+                                                      : a->size[1];
+                continue;
+            }
+            td_augment_default(&out[k], TD_AUG_RESIZE);
+            break;
+        case TD_SPEC_AUG_CENTER_CROP:
+            td_augment_default(&out[k], TD_AUG_CENTER_CROP);
+            out[k].resize = resize_side;
+            break;
+        case TD_SPEC_AUG_FLIP:
+            td_augment_default(&out[k], TD_AUG_FLIP);
+            out[k].p = a->p;
+            break;
+        case TD_SPEC_AUG_COLOR_JITTER:
+            td_augment_default(&out[k], TD_AUG_COLOR_JITTER);
+            out[k].brightness = a->brightness;
+            out[k].contrast = a->contrast;
+            out[k].saturation = a->saturation;
+            break;
+        }
+        k++;
+    }
+    *n = k;
+    return td_augment_validate(out, k, err, errcap);
+}
+
+static int td__pipeline(td_runner *r, const td_spec_paths *paths, int train,
+                        td_pipeline **out, char *err, size_t errcap)
+{
+    const td_job_spec *s = r->spec;
+    td_pipeline_config pc;
+    char e[512];
+    int rc;
+    if (paths->n > 1) {
+        snprintf(err, errcap, "data.%s: lists of several paths are not "
+                 "supported yet; name a directory of shards or a glob",
+                 train ? "train" : "val");
+        return TD_E_SPEC;
+    }
+    td_pipeline_config_default(&pc);
+    pc.data = paths->v[0];
+    pc.size[0] = s->input.size[0];
+    pc.size[1] = s->input.size[1];
+    pc.channels = s->input.channels;
+    if ((rc = td__augments(s, pc.augment, &pc.n_augment, e, sizeof e))) {
+        snprintf(err, errcap, "input.augment: %s", e);
+        return rc;
+    }
+    pc.batch_size = s->batch_size;
+    pc.workers = s->input.workers > 0 ? s->input.workers : td__ncpu();
+    pc.prefetch = s->input.prefetch > 0 ? s->input.prefetch : 4;
+    /* Room for the autotuner to grow the ring.  The slots are allocated up
+     * front, so at most 16 of them and at most 512 MiB in all. */
+    if (s->input.prefetch == 0) {
+        size_t slot = (size_t)s->batch_size * (size_t)s->input.size[0] *
+                      (size_t)s->input.size[1] * (size_t)s->input.channels;
+        size_t fit = slot ? ((size_t)512 << 20) / slot : 16;
+        pc.max_prefetch = fit > 16 ? 16 : fit < 4 ? 4 : (int)fit;
+    }
+    pc.seed = s->seed;
+    pc.max_bad_ratio = s->max_bad_ratio;
+    pc.layout = TD_LAYOUT_NHWC;
+    pc.train = train;
+    pc.drop_last = train;
+    pc.job = r->o.job;
+    /* On a GPU the batch slots are pinned, so copies are truly async. */
+    const td_gpu_backend *gpu = td_backend_gpu();
+    if (gpu && r->o.device && strncmp(r->o.device, gpu->name,
+                                      strlen(gpu->name)) == 0)
+        pc.alloc = gpu->pinned_allocator();
+    pc.trace = train ? r->trace : NULL;
+    rc = td_pipeline_create(&pc, out, e, sizeof e);
+    if (rc)
+        snprintf(err, errcap, "data.%s: %s", train ? "train" : "val",
+                 e[0] ? e : td_strerror(rc));
+    return rc;
+}
+
+void td__runner_optim(const td_job_spec *s, td_optim_config *o)
+{
+    td_optim_defaults(o, s->optimizer.type);
+    o->lr = s->optimizer.lr;
+    o->momentum = s->optimizer.momentum;
+    o->nesterov = s->optimizer.nesterov;
+    o->weight_decay = s->optimizer.weight_decay;
+    o->beta1 = s->optimizer.betas[0];
+    o->beta2 = s->optimizer.betas[1];
+    o->eps = s->optimizer.eps;
+    o->schedule.type = s->optimizer.schedule.type;
+    o->schedule.warmup_steps = s->optimizer.schedule.warmup_steps;
+    o->schedule.step_size = s->optimizer.schedule.step_size;
+    o->schedule.gamma = s->optimizer.schedule.gamma;
+}
+
+static int td__model(td_runner *r, char *err, size_t errcap)
+{
+    const td_job_spec *s = r->spec;
+    td_shape in = {s->input.channels, s->input.size[0], s->input.size[1]};
+    int classes = s->data.classes;
+    char e[512];
+    int rc;
+    if (classes == 0)
+        classes = r->train ? td_pipeline_classes(r->train) : 10;
+    if (json_is_string(s->model))
+        rc = td_model_load(r->o.models_dir ? r->o.models_dir : ".",
+                           json_string_value(s->model), in, classes,
+                           &r->model, e, sizeof e);
+    else
+        rc = td_model_build(s->model, in, classes, &r->model, e, sizeof e);
+    if (rc)
+        snprintf(err, errcap, "model: %s", e);
+    return rc;
+}
+
+int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
+                     size_t errcap)
+{
+    td_runner *r = calloc(1, sizeof *r);
+    const td_job_spec *s = opts->spec;
+    int rc;
+    if (!r)
+        return -ENOMEM;
+    r->o = *opts;
+    r->spec = s;
+    pthread_mutex_init(&r->res_mu, NULL);
+    r->last_ckpt_step = -1;
+    if ((rc = td_trace_create(&r->trace, TD__TRACE_CAP))) {
+        snprintf(err, errcap, "trace: %s", td_strerror(rc));
+        goto fail;
+    }
+    int synthetic = s->input.source == TD_SOURCE_SYNTHETIC;
+    if (!synthetic && (rc = td__pipeline(r, &s->data.train, 1, &r->train, err,
+                                         errcap)))
+        goto fail;
+    if (!synthetic && s->data.val.n &&
+        (rc = td__pipeline(r, &s->data.val, 0, &r->val, err, errcap)))
+        goto fail;
+    r->tune_workers = s->input.workers == 0;
+    r->tune_prefetch = s->input.prefetch == 0;
+    if ((rc = td__model(r, err, errcap)))
+        goto fail;
+
+    td_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.model = r->model;
+    tc.device = opts->device ? opts->device : "cpu";
+    tc.backend.batch = s->batch_size;
+    tc.backend.threads = s->threads > 0 ? s->threads : 0;
+    tc.backend.dtype = TD_F32;
+    for (int c = 0; c < s->input.channels && c < 4; c++) {
+        tc.backend.mean[c] = (float)s->input.mean[c];
+        tc.backend.std[c] = (float)s->input.std[c];
+    }
+    tc.backend.seed = s->seed;
+    tc.backend.label_smoothing = (float)s->label_smoothing;
+    td__runner_optim(s, &tc.backend.optim);
+    tc.epochs = s->epochs;
+    tc.synthetic = synthetic;
+    tc.steps_per_epoch = synthetic ? (opts->synthetic_steps > 0
+                                          ? opts->synthetic_steps : 100)
+                                   : td_pipeline_batches_per_epoch(r->train);
+    tc.warmup_steps = s->metrics.warmup_steps;
+    if (tc.steps_per_epoch < 1) {
+        snprintf(err, errcap, "data.train: %zu samples, fewer than one batch "
+                 "of %d", td_pipeline_dataset_size(r->train), s->batch_size);
+        rc = TD_E_SPEC;
+        goto fail;
+    }
+    r->steps_per_epoch = tc.steps_per_epoch;
+    if ((rc = td_trainer_create(&tc, &r->trainer, err, errcap)))
+        goto fail;
+    td_metrics_config mc = {s->metrics.warmup_steps, s->metrics.window_steps,
+                            8};
+    if ((rc = td_metrics_create(&r->metrics, &mc))) {
+        snprintf(err, errcap, "metrics: %s", td_strerror(rc));
+        goto fail;
+    }
+    r->snap_floats = td_trainer_snapshot_floats(r->trainer);
+    *out = r;
+    return 0;
+fail:
+    td_runner_free(r);
+    return rc;
+}
+
+/* ---- timeline recording ----------------------------------------------- */
+
+/* Trainer thread, at a step boundary: arms a requested recording, so it
+ * starts with a whole step. */
+static void td__trace_boundary(td_runner *r, const td_train_position *pos)
+{
+    if (r->tracing || !atomic_load_explicit(&r->trace_want,
+                                            memory_order_relaxed))
+        return;
+    if (td_trace_arm(r->trace) != 0)
+        return;
+    r->tracing = 1;
+    r->trace_from = pos->steps;
+    r->trace_done = 0;
+    r->trace_origin_ns = td_now_ns();
+    td_metrics_counters mc;
+    td_metrics_get_counters(r->metrics, &mc);
+    r->trace_verdict = mc.verdict;
+}
+
+/* Trainer thread: ends the recording and hands the timeline on. */
+static void td__trace_finish(td_runner *r)
+{
+    int want = atomic_load(&r->trace_want);
+    if (!r->tracing) {
+        if (!want || td_trace_arm(r->trace)) /* requested, never started */
+            return;
+        r->trace_done = 0;
+        r->trace_origin_ns = td_now_ns();
+    }
+    td_trace_disarm(r->trace);
+    r->tracing = 0;
+    char name[64];
+    int64_t t0 = td_now_ns();
+    snprintf(name, sizeof name, "traind job %ld", r->o.job);
+    json_t *tr = td_trace_json(r->trace, name, r->o.job > 0 ? r->o.job : 1,
+                               r->trace_origin_ns);
+    json_t *ev = json_pack("{s:I, s:i, s:b, s:I, s:I, s:o}", "steps",
+                           (json_int_t)r->trace_done, "requested", want,
+                           "complete", r->trace_done >= want, "events",
+                           (json_int_t)td_trace_count(r->trace), "dropped",
+                           (json_int_t)td_trace_dropped(r->trace), "trace",
+                           tr ? tr : json_null());
+    atomic_store(&r->trace_want, 0);
+    td_logf(TD_LOG_DEBUG, r->o.job, "trace of %" PRId64 " step(s): %zu "
+            "events, built in %.2f ms", r->trace_done,
+            td_trace_count(r->trace), (double)(td_now_ns() - t0) / 1e6);
+    td__runner_emit(r, "trace", ev);
+}
+
+/* Trainer thread, per reported step: its slices and counters. */
+static void td__trace_step(td_runner *r, const td_step_info *s,
+                           int64_t ckpt_ns, int closed)
+{
+    if (!r->tracing || s->step < r->trace_from)
+        return;
+    td_trace_step ts = {.step = s->step, .start_ns = s->start_ns,
+                        .step_ns = s->step_ns,
+                        .data_wait_ns = s->data_wait_ns, .h2d_ns = s->h2d_ns,
+                        .compute_ns = s->compute_ns, .d2h_ns = s->d2h_ns,
+                        .checkpoint_ns = ckpt_ns, .copy_ns = s->copy_ns};
+    td_trace_add_step(r->trace, &ts);
+    int64_t end = s->start_ns + s->step_ns;
+    if (s->step_ns > 0)
+        td_trace_counter(r->trace, "samples_per_s", end,
+                         (double)s->n / ((double)s->step_ns / 1e9));
+    if (closed > 0) {
+        td_metrics_counters mc;
+        td_metrics_get_counters(r->metrics, &mc);
+        if (mc.device_idle_known)
+            td_trace_counter(r->trace, "device_idle_ratio", end,
+                             mc.device_idle_ratio);
+        if (mc.verdict != r->trace_verdict)
+            td_trace_instant(r->trace, TD_TRACK_TRAINER, "verdict changed",
+                             end, td_verdict_name(mc.verdict), s->step);
+        r->trace_verdict = mc.verdict;
+    }
+    if (++r->trace_done >= atomic_load(&r->trace_want))
+        td__trace_finish(r);
+}
+
+int td_runner_trace(td_runner *r, int steps)
+{
+    int none = 0;
+    if (steps < 1)
+        return -EINVAL;
+    if (!atomic_compare_exchange_strong(&r->trace_want, &none, steps))
+        return -EBUSY;
+    return 0;
+}
+
+/* ---- Prometheus snapshots --------------------------------------------- */
+
+static void td__snapshot(td_runner *r, int64_t epoch)
+{
+    td_prom_job pj;
+    if (!r->o.snapshot)
+        return;
+    memset(&pj, 0, sizeof pj);
+    pj.job = r->o.job;
+    snprintf(pj.device, sizeof pj.device, "%s",
+             r->o.device ? r->o.device : "cpu");
+    td_metrics_get_counters(r->metrics, &pj.mc);
+    pj.steps_planned = td_runner_steps_total(r);
+    pj.epoch = epoch;
+    if (r->train) {
+        td_pipeline_stats ps;
+        td_pipeline_stats_get(r->train, &ps);
+        pj.has_pipeline = 1;
+        pj.workers = ps.workers;
+        pj.prefetch = ps.prefetch;
+        pj.bad_samples = ps.bad_samples;
+        pj.decoded_samples = ps.samples;
+        pj.decoded_bytes = ps.decoded_bytes;
+        pj.read_s = (double)ps.read_ns / 1e9;
+        pj.decode_s = (double)ps.decode_ns / 1e9;
+        pj.augment_s = (double)ps.augment_ns / 1e9;
+        pj.slot_wait_s = (double)ps.slot_wait_ns / 1e9;
+    }
+    pthread_mutex_lock(&r->res_mu);
+    pj.ckpt_written = r->ckpt_written;
+    pj.ckpt_failed = r->ckpt_failed;
+    pj.ckpt_write_s = r->ckpt_write_s;
+    pthread_mutex_unlock(&r->res_mu);
+    pj.ckpt_skipped = r->ckpt_skipped;
+    r->snap_last_ns = td_now_ns();
+    r->o.snapshot(r->o.user, &pj);
+}
+
+/* ---- trainer callbacks ------------------------------------------------ */
+
+static json_t *td__with_progress(td_runner *r, json_t *o, int64_t epoch)
+{
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "epoch", json_integer(epoch));
+    json_object_set_new(o, "epochs_total", json_integer(r->spec->epochs));
+    json_object_set_new(o, "steps_total",
+                        json_integer(r->spec->epochs * r->steps_per_epoch));
+    json_object_set_new(o, "batch_size", json_integer(r->spec->batch_size));
+    json_object_set_new(o, "lr", json_real(r->last_lr));
+    if (!json_object_get(o, "loss") && isfinite(r->last_loss))
+        json_object_set_new(o, "loss", json_real(r->last_loss));
+    return o;
+}
+
+/* The input autotuner, once per metrics window: when the trainer waited
+ * for input (input_wait_ratio >= 5%), add a decode worker, or once all
+ * are busy a batch of prefetch; when it never waited for three windows in
+ * a row and the workers spent time blocked on a full ring, take a worker
+ * away (they were idle: cores are better left to compute).  Only for the
+ * settings the job left "auto". */
+static void td__autotune(td_runner *r, const td_metrics_counters *mc,
+                         json_t *window)
+{
+    td_pipeline_stats ps;
+    if (!r->train)
+        return;
+    td_pipeline_stats_get(r->train, &ps);
+    int64_t now = td_now_ns();
+    int64_t slot_wait = ps.slot_wait_ns - r->tune_slot_wait_ns;
+    int64_t starved = ps.starved_ns - r->tune_starved_ns;
+    int64_t span = r->tune_at_ns ? now - r->tune_at_ns : 0;
+    r->tune_slot_wait_ns = ps.slot_wait_ns;
+    r->tune_starved_ns = ps.starved_ns;
+    r->tune_at_ns = now;
+    int workers = ps.workers, prefetch = ps.prefetch;
+    const char *why = NULL;
+    /* The share of the window the trainer waited for a batch that was
+     * not made yet.  input_wait_ratio also holds lock hand-offs and the
+     * trainer's own preemption on a loaded machine, which no worker count
+     * changes. */
+    double starved_ratio = span > 0 ? (double)starved / (double)span : 0;
+    /* A worker more only helps when every worker was busy all window: if
+     * some idled on a full ring, the trainer's waits came from bursts (a
+     * worker descheduled on a loaded machine, an odd slow image), which
+     * a deeper ring absorbs and more threads would make worse. */
+    if (span <= 0) {
+        /* the first window: nothing to compare with yet */
+    } else if (starved_ratio >= 0.05) {
+        r->tune_quiet_windows = 0;
+        if (slot_wait == 0 && r->tune_workers &&
+            td_pipeline_set_workers(r->train, workers + 1) == 0) {
+            workers++;
+            why = "the trainer waited for input";
+        } else if (r->tune_prefetch &&
+                   td_pipeline_set_prefetch(r->train, prefetch + 1) == 0) {
+            prefetch++;
+            why = slot_wait > 0 ? "the trainer waited for input in bursts"
+                                : "the trainer waited for input; all "
+                                  "workers are busy";
+        }
+    } else if (starved_ratio < 0.01 && slot_wait > 0) {
+        if (++r->tune_quiet_windows >= 3 && r->tune_workers && workers > 1 &&
+            td_pipeline_set_workers(r->train, workers - 1) == 0) {
+            workers--;
+            r->tune_quiet_windows = 0;
+            why = "no input wait and the workers idled on a full ring";
+        }
+    } else {
+        r->tune_quiet_windows = 0;
+    }
+    if (why)
+        td_logf(TD_LOG_INFO, r->o.job, "autotune: %d worker(s), prefetch %d "
+                "(%s: starved %.1f%%, input wait %.1f%%)", workers,
+                prefetch, why, 100 * starved_ratio,
+                100 * mc->input_wait_ratio);
+    if (window) {
+        json_object_set_new(window, "workers", json_integer(workers));
+        json_object_set_new(window, "prefetch", json_integer(prefetch));
+    }
+}
+
+static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
+{
+    td_runner *r = user;
+    (void)t;
+    td_step_times st = {
+        .step = s->step, .epoch = s->epoch, .total_ns = s->step_ns,
+        .data_wait_ns = s->data_wait_ns, .h2d_ns = s->h2d_ns,
+        .d2h_ns = s->d2h_ns, .checkpoint_ns = r->pending_ckpt_ns,
+        .samples = s->n, .compute_ns = s->compute_ns, .copy_ns = -1,
+        .loss = s->loss};
+    int64_t ckpt_ns = r->pending_ckpt_ns;
+    r->pending_ckpt_ns = 0;
+    r->last_loss = s->loss;
+    r->last_lr = s->lr;
+    int closed = td_metrics_step(r->metrics, &st);
+    json_t *step = td_metrics_step_json(r->metrics);
+    if (step) {
+        json_object_set_new(step, "step", json_integer(s->step + 1));
+        json_object_set_new(step, "correct", json_integer(s->correct));
+    }
+    td__runner_emit(r, "step", td__with_progress(r, step, s->epoch));
+    if (closed > 0) {
+        json_t *w = td_metrics_window_json(r->metrics);
+        td_metrics_counters mc;
+        td_metrics_get_counters(r->metrics, &mc);
+        if (w)
+            json_object_set_new(w, "step", json_integer(s->step + 1));
+        td__autotune(r, &mc, w);
+        td__runner_emit(r, "window", td__with_progress(r, w, s->epoch));
+    }
+    td__trace_step(r, s, ckpt_ns, closed);
+    if (r->o.snapshot && (closed > 0 || s->start_ns - r->snap_last_ns >=
+                                            TD_NS_PER_S))
+        td__snapshot(r, s->epoch);
+    return 0;
+}
+
+static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
+{
+    td_runner *r = user;
+    (void)t;
+    json_t *o = td_metrics_end_epoch(r->metrics);
+    if (!o)
+        return 0;
+    json_object_set_new(o, "epoch", json_integer(e->epoch));
+    json_object_set_new(o, "step", json_integer(e->steps));
+    json_object_set_new(o, "train_loss", json_real(e->train_loss));
+    json_object_set_new(o, "train_acc", json_real(e->train_acc));
+    json_object_set_new(o, "val_loss", isnan(e->val_loss)
+                                           ? json_null()
+                                           : json_real(e->val_loss));
+    json_object_set_new(o, "val_acc", isnan(e->val_acc)
+                                          ? json_null()
+                                          : json_real(e->val_acc));
+    json_object_set_new(o, "val_samples", json_integer(e->val_samples));
+    json_object_set_new(o, "train_s", json_real(e->train_s));
+    json_object_set_new(o, "eval_s", json_real(e->eval_s));
+    json_object_set_new(o, "epochs_total", json_integer(r->spec->epochs));
+    if (r->train) {
+        td_pipeline_stats ps;
+        td_pipeline_stats_get(r->train, &ps);
+        json_object_set_new(o, "bad_samples", json_integer(ps.bad_samples));
+    }
+    td_logf(TD_LOG_INFO, r->o.job, "epoch %" PRId64 "/%d: train loss %.4f, "
+            "val loss %.4f, val acc %.4f", e->epoch + 1, r->spec->epochs,
+            e->train_loss, e->val_loss, e->val_acc);
+    td__runner_emit(r, "epoch", o);
+    return 0;
+}
+
+static int td__on_boundary(void *user, td_trainer *t,
+                           const td_train_position *pos)
+{
+    td_runner *r = user;
+    (void)t;
+    if (atomic_load(&r->stop_reason) != TD_STOP_NONE)
+        return 1;
+    int due = atomic_exchange(&r->ckpt_request, 0);
+    int64_t every = r->spec->checkpoint.every_steps;
+    if (pos->steps > 0 && pos->steps != r->last_ckpt_step) {
+        if (every > 0 && pos->steps % every == 0)
+            due = 1;
+        if (r->spec->checkpoint.at_epoch_end && pos->step_in_epoch == 0)
+            due = 1;
+    }
+    if (due && pos->steps != r->last_ckpt_step &&
+        td__runner_checkpoint(r, pos) == 0)
+        td_trace_instant(r->trace, TD_TRACK_TRAINER, "checkpoint taken",
+                         td_now_ns(), NULL, pos->steps);
+    td__trace_boundary(r, pos);
+    return 0;
+}
+
+/* ---- running ---------------------------------------------------------- */
+
+int td_runner_run(td_runner *r, td_runner_result *res, char *err,
+                  size_t errcap)
+{
+    td_train_result tr;
+    int rc;
+    memset(res, 0, sizeof *res);
+    res->val_loss = res->val_acc = NAN;
+    res->model_mflop = r->model->fwd_flops / 1e6;
+    snprintf(res->verdict, sizeof res->verdict, "none");
+    if (r->o.ckpt_dir && r->o.resume) {
+        struct stat st;
+        if (stat(r->o.ckpt_dir, &st) == 0 && (rc = td__runner_resume(r, err, errcap)))
+            return rc;
+    }
+    td_logf(TD_LOG_INFO, r->o.job, "model %s: %.1f MFLOP/sample forward, "
+            "%zu parameters; batch %d, %d epoch(s) of %" PRId64 " steps",
+            r->model->name, r->model->fwd_flops / 1e6, r->model->param_count,
+            r->spec->batch_size, r->spec->epochs, r->steps_per_epoch);
+    td_batch_source tsrc, vsrc;
+    if (r->train)
+        tsrc = td_pipeline_source(r->train);
+    if (r->val)
+        vsrc = td_pipeline_source(r->val);
+    td_train_callbacks cb = {.on_step = td__on_step, .on_epoch = td__on_epoch,
+                             .on_boundary = td__on_boundary, .user = r};
+    rc = td_trainer_run(r->trainer, r->train ? &tsrc : NULL,
+                        r->val ? &vsrc : NULL, &cb, &tr, err, errcap);
+    enum td_stop_reason why = atomic_load(&r->stop_reason);
+    if (rc == TD_E_CLOSED && why == TD_STOP_CANCEL) {
+        /* cancelled while waiting for data: the pipeline was closed on
+         * purpose, that is a stop, not a failure */
+        td_train_position pos;
+        td_trainer_position(r->trainer, &pos);
+        tr.steps = pos.steps;
+        tr.epochs = pos.epoch;
+        tr.stopped = 1;
+        rc = 0;
+        if (errcap)
+            err[0] = '\0';
+    }
+    /* The trained model is the job's product: a completed job ends with a
+     * checkpoint of its final state, and a paused or interrupted one with
+     * a checkpoint to resume from. */
+    if (rc == 0 && (!tr.stopped || why == TD_STOP_PAUSE ||
+                    why == TD_STOP_SHUTDOWN)) {
+        td_train_position pos;
+        td_trainer_position(r->trainer, &pos);
+        if (pos.steps != r->last_ckpt_step) {
+            /* The final checkpoint must not be skipped: wait for a free
+             * buffer (the trainer has stopped, so waiting costs nothing). */
+            for (int i = 0; i < 6000 && td__runner_checkpoint(r, &pos) == -EBUSY; i++)
+                td_sleep_ns(10 * TD_NS_PER_MS);
+        }
+    }
+    if (r->writer) { /* drains queued writes, then joins */
+        td_ckpt_writer_stop(r->writer);
+        r->writer = NULL;
+    }
+    /* a recording the job outlived: what there is, the last writes too */
+    td__trace_finish(r);
+    td__snapshot(r, tr.epochs);
+    res->steps = tr.steps;
+    res->epochs = tr.epochs;
+    res->samples_per_s = tr.samples_per_s;
+    res->val_loss = tr.val_loss;
+    res->val_acc = tr.val_acc;
+    res->stopped = tr.stopped ? why : TD_STOP_NONE;
+    td_metrics_counters mc;
+    td_metrics_get_counters(r->metrics, &mc);
+    snprintf(res->verdict, sizeof res->verdict, "%s",
+             td_verdict_name(mc.verdict));
+    if (r->train) {
+        td_pipeline_stats ps;
+        td_pipeline_stats_get(r->train, &ps);
+        res->bad_samples = ps.bad_samples;
+    }
+    pthread_mutex_lock(&r->res_mu);
+    res->checkpoints_written = r->ckpt_written;
+    res->checkpoints_failed = r->ckpt_failed;
+    res->checkpoints_skipped = r->ckpt_skipped;
+    snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s",
+             r->last_ckpt);
+    pthread_mutex_unlock(&r->res_mu);
+    return rc;
+}
+
+void td_runner_stop(td_runner *r, enum td_stop_reason why)
+{
+    int none = TD_STOP_NONE;
+    atomic_compare_exchange_strong(&r->stop_reason, &none, (int)why);
+    td_trainer_request_stop(r->trainer);
+    if (why == TD_STOP_CANCEL) { /* also wake a trainer waiting for data */
+        if (r->train)
+            td_pipeline_stop(r->train);
+        if (r->val)
+            td_pipeline_stop(r->val);
+    }
+}
+
+void td_runner_checkpoint_now(td_runner *r)
+{
+    atomic_store(&r->ckpt_request, 1);
+}
+
+int td_runner_set_workers(td_runner *r, int n)
+{
+    return r->train ? td_pipeline_set_workers(r->train, n) : 0;
+}
+
+int64_t td_runner_steps_total(const td_runner *r)
+{
+    return r->spec->epochs * r->steps_per_epoch;
+}
+
+void td_runner_free(td_runner *r)
+{
+    if (!r)
+        return;
+    if (r->writer)
+        td_ckpt_writer_stop(r->writer);
+    td_trainer_free(r->trainer);
+    td_pipeline_destroy(r->train);
+    td_pipeline_destroy(r->val);
+    td_metrics_destroy(r->metrics);
+    td_trace_free(r->trace);
+    td_model_free(r->model);
+    for (int i = 0; i < TD__NSNAP; i++)
+        td_ckpt_snapshot_destroy(&r->snap[i]);
+    free(r->flat);
+    pthread_mutex_destroy(&r->res_mu);
+    free(r);
+}

@@ -1,0 +1,271 @@
+/* runner_ckpt.c - the runner's checkpoints: the snapshot a step boundary
+ * hands to the writer thread (one copy, straight into the checkpoint
+ * buffer, two buffers so one can be filled while the other is written),
+ * and the resume from the newest valid checkpoint.
+ * Never: waits for the disk on the trainer thread. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "job/runner_int.h"
+
+
+static const char *td__slot_name(const td_optim_config *o, int slot)
+{
+    if (o->type == TD_OPT_ADAMW)
+        return slot == 0 ? "exp_avg" : "exp_avg_sq";
+    return "momentum_buffer";
+}
+
+/* Walks the snapshot's tensors in the flat layout of backend.h: calls fn
+ * with each tensor's name, dims and offset (in floats). */
+typedef int (*td__tensor_fn)(void *u, const char *name, int ndim,
+                             const int64_t *dims, size_t off, size_t count);
+
+static int td__walk(const td_runner *r, td__tensor_fn fn, void *u)
+{
+    const td_model *m = r->model;
+    td_optim_config oc;
+    td__runner_optim(r->spec, &oc);
+    int slots = td_optim_slots(&oc);
+    size_t off = 0;
+    char name[256];
+    int rc;
+    for (int s = -1; s < slots; s++) {
+        for (int i = 0; i < m->nparams; i++) {
+            const td_param *p = &m->params[i];
+            int64_t dims[4];
+            for (int d = 0; d < p->ndims; d++)
+                dims[d] = p->dims[d];
+            if (s < 0)
+                snprintf(name, sizeof name, "%s", p->name);
+            else
+                snprintf(name, sizeof name, "optimizer.%s.%s",
+                         td__slot_name(&oc, s), p->name);
+            if ((rc = fn(u, name, p->ndims, dims, off, p->count)))
+                return rc;
+            off += p->count;
+        }
+    }
+    for (int i = 0; i < m->nstate; i++) {
+        int64_t dim = (int64_t)m->state[i].count;
+        if ((rc = fn(u, m->state[i].name, 1, &dim, off, m->state[i].count)))
+            return rc;
+        off += m->state[i].count;
+    }
+    return off == r->snap_floats ? 0 : -EINVAL;
+}
+
+/* Adds each tensor to the snapshot; the snapshot packs tensors back to back
+ * in the flat layout's order, so the trainer can then write the whole
+ * flat snapshot into it with one copy. */
+typedef struct td__fill {
+    td_ckpt_snapshot *snap;
+    float *base;       /* where the first tensor landed */
+    int contiguous;
+} td__fill;
+
+static int td__fill_one(void *u, const char *name, int ndim,
+                        const int64_t *dims, size_t off, size_t count)
+{
+    td__fill *f = u;
+    void *dst;
+    int rc = td_ckpt_snapshot_add(f->snap, name, TD_DT_F32, ndim, dims, &dst);
+    (void)count;
+    if (rc)
+        return rc;
+    if (!f->base)
+        f->base = dst;
+    if ((float *)dst != f->base + off)
+        f->contiguous = 0;
+    return 0;
+}
+
+static void td__ckpt_done(void *user, const td_ckpt_result *res)
+{
+    td_runner *r = user;
+    json_t *ev;
+    pthread_mutex_lock(&r->res_mu);
+    r->ckpt_write_s += (double)res->write_ns / 1e9;
+    if (res->status == 0) {
+        r->ckpt_written++;
+        snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", res->path);
+    } else {
+        r->ckpt_failed++;
+    }
+    pthread_mutex_unlock(&r->res_mu);
+    if (res->status == 0) {
+        td_logf(TD_LOG_INFO, r->o.job, "checkpoint at step %" PRId64
+                " written: %s (%.1f MB in %.2f s)", res->step, res->path,
+                (double)res->bytes / 1e6, (double)res->write_ns / 1e9);
+        ev = json_pack("{s:b, s:s, s:I, s:I, s:f, s:f}", "ok", 1, "path",
+                       res->path, "step", (json_int_t)res->step, "bytes",
+                       (json_int_t)res->bytes, "write_s",
+                       (double)res->write_ns / 1e9, "queued_s",
+                       (double)res->queued_ns / 1e9);
+    } else {
+        td_logf(TD_LOG_ERROR, r->o.job, "checkpoint at step %" PRId64
+                " failed, training goes on: %s", res->step, res->err);
+        ev = json_pack("{s:b, s:s, s:I}", "ok", 0, "error", res->err, "step",
+                       (json_int_t)res->step);
+    }
+    if (td_trace_on(r->trace)) {
+        int64_t now = td_now_ns();
+        td_trace_slice(r->trace, TD_TRACK_WRITER, "checkpoint write",
+                       now - res->write_ns, now, res->step);
+        td_trace_instant(r->trace, TD_TRACK_WRITER, res->status == 0
+                         ? "checkpoint written" : "checkpoint failed", now,
+                         NULL, res->step);
+    }
+    for (int i = 0; i < TD__NSNAP; i++)
+        if (res->snap == &r->snap[i])
+            atomic_store(&r->snap_busy[i], 0);
+    td__runner_emit(r, "checkpoint", ev);
+}
+
+static int td__writer(td_runner *r)
+{
+    if (r->writer || !r->o.ckpt_dir)
+        return 0;
+    if (mkdir(r->o.ckpt_dir, 0750) != 0 && errno != EEXIST)
+        return -errno;
+    td_ckpt_writer_config wc = {.dir = r->o.ckpt_dir,
+                                .keep = r->spec->checkpoint.keep,
+                                .done = td__ckpt_done, .user = r,
+                                .job = r->o.job};
+    return td_ckpt_writer_start(&r->writer, &wc);
+}
+
+/* Snapshots the trainer at pos and hands it to the writer.  Never waits
+ * for the disk: with both buffers busy the checkpoint is skipped. */
+int td__runner_checkpoint(td_runner *r, const td_train_position *pos)
+{
+    int rc, slot = -1;
+    int64_t t0 = td_now_ns();
+    if (!r->o.ckpt_dir)
+        return 0;
+    if ((rc = td__writer(r)) != 0) {
+        td_logf(TD_LOG_ERROR, r->o.job, "checkpoint writer: %s",
+                td_strerror(rc));
+        return rc;
+    }
+    for (int i = 0; i < TD__NSNAP && slot < 0; i++)
+        if (!atomic_load(&r->snap_busy[i]))
+            slot = i;
+    if (slot < 0) {
+        r->ckpt_skipped++;
+        td_logf(TD_LOG_WARN, r->o.job, "checkpoint at step %" PRId64
+                " skipped: the previous ones are still being written",
+                pos->steps);
+        return -EBUSY;
+    }
+    td_ckpt_snapshot *s = &r->snap[slot];
+    if (!s->data) {
+        size_t bytes = r->snap_floats * sizeof(float);
+        int tensors = 3 * r->model->nparams + r->model->nstate + 1;
+        if ((rc = td_ckpt_snapshot_init(s, bytes, tensors)))
+            return rc;
+    }
+    td_ckpt_snapshot_reset(s);
+    td__fill f = {s, NULL, 1};
+    if ((rc = td__walk(r, td__fill_one, &f)))
+        return rc;
+    if (!f.contiguous) /* the checkpoint format always packs; be safe */
+        return -EINVAL;
+    if ((rc = td_trainer_snapshot(r->trainer, f.base, r->snap_floats)))
+        return rc;
+    s->meta.spec_hash = td_spec_hash(r->spec);
+    s->meta.step = pos->steps;
+    s->meta.epoch = pos->epoch;
+    s->meta.sampler_pos = pos->step_in_epoch * r->spec->batch_size;
+    s->meta.seed = r->spec->seed;
+    atomic_store(&r->snap_busy[slot], 1);
+    rc = td_ckpt_writer_submit(r->writer, s);
+    if (rc) {
+        atomic_store(&r->snap_busy[slot], 0);
+        r->ckpt_skipped++;
+        return rc;
+    }
+    r->last_ckpt_step = pos->steps;
+    r->pending_ckpt_ns += td_now_ns() - t0;
+    return 0;
+}
+
+typedef struct td__load {
+    td_ckpt_file *f;
+    float *flat;
+    char *err;
+    size_t errcap;
+} td__load;
+
+static int td__load_one(void *u, const char *name, int ndim,
+                        const int64_t *dims, size_t off, size_t count)
+{
+    td__load *l = u;
+    (void)ndim;
+    (void)dims;
+    return td_ckpt_file_read(l->f, name, TD_DT_F32, l->flat + off,
+                             count * sizeof(float), l->err, l->errcap);
+}
+
+/* Restores the newest valid checkpoint, if there is one. */
+int td__runner_resume(td_runner *r, char *err, size_t errcap)
+{
+    char path[4096], e[512];
+    td_ckpt_file *f = NULL;
+    int rc = td_ckpt_load_latest(r->o.ckpt_dir, &f, path, sizeof path, e,
+                                 sizeof e);
+    if (rc == -ENOENT) {
+        if (strstr(e, "corrupt") || strstr(e, "CRC"))
+            td_logf(TD_LOG_WARN, r->o.job, "no usable checkpoint: %s", e);
+        return 0; /* nothing to resume from: start fresh */
+    }
+    if (rc) {
+        snprintf(err, errcap, "checkpoint: %s", e);
+        return rc;
+    }
+    const td_ckpt_meta *m = td_ckpt_file_meta(f);
+    if (m->spec_hash != td_spec_hash(r->spec)) {
+        snprintf(err, errcap, "checkpoint %s belongs to another job spec "
+                 "(hash %016" PRIx64 ", this job's is %016" PRIx64 ")", path,
+                 m->spec_hash, td_spec_hash(r->spec));
+        td_ckpt_close(f);
+        return TD_E_SPEC;
+    }
+    if (!r->flat && !(r->flat = malloc(r->snap_floats * sizeof(float)))) {
+        td_ckpt_close(f);
+        return -ENOMEM;
+    }
+    td__load l = {f, r->flat, e, sizeof e};
+    rc = td__walk(r, td__load_one, &l);
+    int64_t epoch = m->epoch, steps = m->step;
+    int64_t in_epoch = m->sampler_pos / r->spec->batch_size;
+    td_ckpt_close(f);
+    if (rc) {
+        snprintf(err, errcap, "checkpoint %s: %s", path, e);
+        return rc;
+    }
+    if (epoch >= r->spec->epochs) {
+        snprintf(err, errcap, "checkpoint %s is at the end of the job", path);
+        return -EINVAL;
+    }
+    if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats, steps,
+                                 epoch, in_epoch))) {
+        snprintf(err, errcap, "checkpoint %s: position epoch %" PRId64
+                 " step %" PRId64 " does not fit this job", path, epoch,
+                 in_epoch);
+        return rc;
+    }
+    r->last_ckpt_step = steps;
+    td_logf(TD_LOG_INFO, r->o.job, "resumed from %s: step %" PRId64
+            ", epoch %" PRId64 ", batch %" PRId64, path, steps, epoch + 1,
+            in_epoch);
+    return 0;
+}

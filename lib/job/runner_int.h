@@ -1,0 +1,72 @@
+/* runner_int.h - the runner's state, shared by its files (runner.c: the
+ * job's set-up and the trainer callbacks; runner_ckpt.c: checkpoints and
+ * resume).  Not for use outside lib/runner*.c. */
+#ifndef TD_RUNNER_INT_H
+#define TD_RUNNER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "input/pipeline.h"
+#include "job/runner.h"
+#include "job/train.h"
+#include "model/model.h"
+#include "obs/metrics.h"
+#include "obs/trace.h"
+#include "store/checkpoint.h"
+
+enum { TD__NSNAP = 2, TD__TRACE_CAP = 1 << 18 };
+
+struct td_runner {
+    td_runner_opts o;
+    const td_job_spec *spec;
+    td_model *model;
+    td_pipeline *train, *val;
+    td_trainer *trainer;
+    td_metrics *metrics;
+    td_ckpt_writer *writer;
+    int64_t steps_per_epoch;
+    size_t snap_floats;
+    float *flat;                     /* trainer snapshot, flat layout */
+    td_ckpt_snapshot snap[TD__NSNAP];
+    atomic_int snap_busy[TD__NSNAP]; /* owned by the writer until done */
+    atomic_int stop_reason;
+    atomic_int ckpt_request;
+    int64_t last_ckpt_step;
+    int64_t pending_ckpt_ns;         /* checkpoint time not yet reported */
+    int64_t ckpt_written, ckpt_failed, ckpt_skipped;
+    char last_ckpt[4096];
+    pthread_mutex_t res_mu;          /* last_ckpt, counters (writer thread) */
+    double last_loss, last_lr;
+    /* the input autotuner (workers/prefetch "auto") */
+    int tune_workers, tune_prefetch; /* 1 when the spec leaves it to us */
+    int64_t tune_slot_wait_ns;       /* pipeline's slot wait at last look */
+    int64_t tune_starved_ns;         /* and its consumer's starved time */
+    int64_t tune_at_ns;              /* when that was (0: not yet) */
+    int tune_quiet_windows;          /* windows in a row without input wait */
+    /* timeline recording (trace.h): want is set by td_runner_trace from
+     * any thread; the rest belongs to the trainer thread */
+    td_trace *trace;
+    atomic_int trace_want;           /* steps requested; 0: none */
+    int tracing;                     /* armed by the trainer */
+    int64_t trace_from, trace_done;  /* first step recorded, steps done */
+    int64_t trace_origin_ns;
+    int64_t trace_copy_end, trace_compute_end; /* device track ends */
+    enum td_verdict trace_verdict;
+    int64_t snap_last_ns;            /* last opts.snapshot call */
+    double ckpt_write_s;             /* res_mu */
+};
+
+/* runner.c */
+void td__runner_emit(td_runner *r, const char *kind, json_t *data);
+void td__runner_optim(const td_job_spec *s, td_optim_config *o);
+
+/* runner_ckpt.c */
+/* Snapshots the trainer at pos and hands it to the writer thread; never
+ * waits for the disk (-EBUSY: both buffers busy, skipped and counted). */
+int td__runner_checkpoint(td_runner *r, const td_train_position *pos);
+/* Restores the newest valid checkpoint of opts.ckpt_dir, if any. */
+int td__runner_resume(td_runner *r, char *err, size_t errcap);
+
+#endif

@@ -1,0 +1,48 @@
+/* prom.h - the Prometheus text exposition of traind's figures (DESIGN §7).
+ *
+ * Owns: the metric names, their HELP text and types, and rendering them
+ * from plain snapshots: one per job (filled on the trainer thread by the
+ * runner) and one for the process (filled on the daemon's loop thread).
+ * Names carry the `traind_` prefix, base units (seconds, bytes), `_total`
+ * for counters and ratios in 0..1; job series are labelled job and device.
+ * Never: reads live structures, locks, does I/O.
+ */
+#ifndef TD_PROM_H
+#define TD_PROM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "obs/metrics.h"
+
+typedef struct td_prom_job {
+    long job;
+    char device[32];
+    td_metrics_counters mc;
+    int64_t steps_planned;         /* epochs x steps per epoch */
+    int64_t epoch;
+    /* input pipeline (has_pipeline: 0 on synthetic input) */
+    int has_pipeline;
+    int workers, prefetch;
+    int64_t bad_samples, decoded_samples, decoded_bytes;
+    double read_s, decode_s, augment_s, slot_wait_s;
+    /* checkpoints */
+    int64_t ckpt_written, ckpt_failed, ckpt_skipped;
+    double ckpt_write_s;           /* writer time, all writes */
+} td_prom_job;
+
+typedef struct td_prom_process {
+    double uptime_s;
+    int jobs[8];                   /* by td_job_state: pending, running... */
+    const char *const *state_names; /* 6 names (jobs[0..5]) */
+    int nstates;
+    int clients;
+    int64_t scrapes;
+} td_prom_process;
+
+/* Renders every job snapshot and the process into buf (NUL-terminated).
+ * Returns the length, or -ENOSPC when cap is too small. */
+int td_prom_render(const td_prom_job *jobs, int njobs,
+                   const td_prom_process *proc, char *buf, size_t cap);
+
+#endif

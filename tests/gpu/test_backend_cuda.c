@@ -1,0 +1,508 @@
+/* test_backend_cuda.c - GPU-only: the CUDA backend against the CPU backend
+ * (the reference the compute issue checked against ref_layers) on the same
+ * model, seed and batch: every layer's forward value and gradient, every
+ * parameter gradient, several training steps (SGD with momentum, AdamW),
+ * evaluation, snapshot/restore, the copy/compute overlap seen in the
+ * device's events, and the clean failures (absent GPU, model too large).
+ *
+ * Tolerances (fp32, different summation orders; relative to the largest
+ * magnitude in the reference tensor): forward values 1e-4, gradients 1e-3
+ * (batch norm's backward amplifies rounding), parameters and optimizer
+ * state after 5 steps 2e-3.
+ *
+ * Skips (exit 77) without CUDA or without a device.  TD_TEST_CUDA_AS_CPU=1
+ * runs every comparison with a second CPU backend in place of the GPU (the
+ * overlap and arena tests then skip): that checks this harness itself on
+ * machines without a GPU, nothing about CUDA. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda.h"
+#include "base/error.h"
+#include "base/rng.h"
+#include "job/device.h"
+#include "model/model.h"
+#include "td_config.h"
+#include "tdtest.h"
+
+#if TD_HAVE_CUDA
+
+static int as_cpu(void)
+{
+    const char *e = getenv("TD_TEST_CUDA_AS_CPU");
+    return e && *e == '1';
+}
+
+static const char *gpu_kind(void) { return as_cpu() ? "cpu" : "cuda:0"; }
+
+static td_model *load(const char *name, td_shape in, int classes)
+{
+    char path[4096], err[256] = "";
+    const char *root = getenv("TD_SOURCE_ROOT");
+    if (strcmp(name, "fmnist-cnn") == 0)
+        snprintf(path, sizeof path, "%s/config/models/%s.json",
+                 root ? root : ".", name);
+    else
+        snprintf(path, sizeof path, "%s/tests/data/%s.json",
+                 root ? root : ".", name);
+    td_model *m = NULL;
+    int rc = td_model_load(NULL, path, in, classes, &m, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s: %s", name, err);
+    return m;
+}
+
+static td_backend_config config(int batch, enum td_optim_type opt)
+{
+    td_backend_config c;
+    memset(&c, 0, sizeof c);
+    c.batch = batch;
+    c.threads = 2;
+    c.dtype = TD_F32;
+    for (int i = 0; i < 4; i++) {
+        c.mean[i] = 0.45f + 0.02f * (float)i;
+        c.std[i] = 0.25f;
+    }
+    c.seed = 17;
+    td_optim_defaults(&c.optim, opt);
+    c.optim.lr = opt == TD_OPT_SGD ? 0.05 : 1e-3;
+    c.optim.weight_decay = opt == TD_OPT_SGD ? 5e-4 : 0.01;
+    c.label_smoothing = opt == TD_OPT_ADAMW ? 0.1f : 0.0f; /* both kinds */
+    return c;
+}
+
+typedef struct pair {
+    td_model *m;
+    td_backend *cpu, *gpu;
+    td_batch b;
+    uint8_t *px;
+    int32_t *labels;
+} pair;
+
+static void make_batch(pair *p, int n, uint64_t salt)
+{
+    td_shape in = p->m->layers[0].out;
+    size_t per = (size_t)in.c * in.h * in.w;
+    for (size_t i = 0; i < per * (size_t)n; i++)
+        p->px[i] = (uint8_t)td_rng_below(salt, 1, i, 256);
+    for (int i = 0; i < n; i++)
+        p->labels[i] = (int32_t)td_rng_below(salt, 2, (uint64_t)i,
+                                             (uint64_t)p->m->classes);
+    p->b = (td_batch){.data = p->px, .labels = p->labels, .n = n,
+                      .h = in.h, .w = in.w, .c = in.c,
+                      .layout = TD_LAYOUT_NHWC};
+}
+
+static void pair_open(pair *p, const char *model, td_shape in, int batch,
+                      enum td_optim_type opt)
+{
+    char err[256];
+    memset(p, 0, sizeof p[0]);
+    p->m = load(model, in, 5);
+    td_backend_config c = config(batch, opt);
+    int rc = td_backend_create("cpu", p->m, &c, &p->cpu, err, sizeof err);
+    ck_assert_msg(rc == 0, "cpu: %s", err);
+    rc = td_backend_create(gpu_kind(), p->m, &c, &p->gpu, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s: %s", gpu_kind(), err);
+    size_t per = (size_t)in.c * in.h * in.w;
+    p->px = malloc(per * (size_t)batch);
+    p->labels = malloc(sizeof *p->labels * (size_t)batch);
+    make_batch(p, batch, 5);
+}
+
+static void pair_close(pair *p)
+{
+    td_backend_destroy(p->cpu);
+    td_backend_destroy(p->gpu);
+    td_model_free(p->m);
+    free(p->px);
+    free(p->labels);
+}
+
+static void both(pair *p, int (*f)(td_backend *, int, void *), void *arg)
+{
+    td_backend *bs[2] = {p->cpu, p->gpu};
+    for (int i = 0; i < 2; i++) {
+        int rc = f(bs[i], i, arg);
+        ck_assert_msg(rc == 0, "%s: %s", bs[i]->ops->name, bs[i]->err);
+    }
+}
+
+static int do_upload(td_backend *be, int i, void *arg)
+{
+    return td_backend_upload(be, arg);
+}
+
+/* optimizer steps so far, per backend (each test runs in its own process) */
+static int64_t steps_done[2];
+
+static int do_train(td_backend *be, int i, void *arg)
+{
+    const float *lr = arg;
+    return td_backend_train_step(be, *lr, ++steps_done[i]);
+}
+
+/* max |got - ref| <= tol * max |ref| */
+static void compare(const float *got, const float *ref, size_t n, double tol,
+                    const char *what)
+{
+    double scale = 1e-6, worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (d > worst)
+            worst = d, at = i;
+    }
+    ck_assert_msg(worst <= tol * scale, "%s[%zu]: gpu %.9g cpu %.9g (max "
+                  "error %.3g, allowed %.3g)", what, at, got[at], ref[at],
+                  worst, tol * scale);
+}
+
+/* Reads tensor (kind, index) from both; skips what the CPU cannot show
+ * (a batch norm fused with its relu). */
+static void compare_tensor(pair *p, enum td_tensor_kind kind, int index,
+                           size_t n, double tol, const char *what)
+{
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    int rc = p->cpu->ops->read_tensor(p->cpu, kind, index, b, n);
+    if (rc == TD_E_NOTSUP)
+        goto out;
+    ck_assert_msg(rc == 0, "cpu read %s: %s", what, p->cpu->err);
+    rc = p->gpu->ops->read_tensor(p->gpu, kind, index, a, n);
+    ck_assert_msg(rc == 0, "gpu read %s: %s", what, p->gpu->err);
+    compare(a, b, n, tol, what);
+out:
+    free(a);
+    free(b);
+}
+
+static size_t layer_elems(const pair *p, int L, int batch)
+{
+    td_shape s = p->m->layers[L].out;
+    return (size_t)batch * s.c * s.h * s.w;
+}
+
+static void compare_snapshots(pair *p, double tol)
+{
+    size_t n = td_backend_snapshot_floats(p->m, &p->cpu->cfg.optim);
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    ck_assert_int_eq(td_backend_snapshot(p->cpu, b, n), 0);
+    ck_assert_int_eq(td_backend_snapshot(p->gpu, a, n), 0);
+    ck_assert_int_eq(td_backend_sync(p->gpu), 0);
+    /* tensor by tensor: parameters, then slots, then running statistics */
+    size_t off = 0;
+    int slots = td_optim_slots(&p->cpu->cfg.optim);
+    for (int s = 0; s <= slots; s++)
+        for (int q = 0; q < p->m->nparams; q++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s%s", s ? "slot of " : "",
+                     p->m->params[q].name);
+            compare(a + off, b + off, p->m->params[q].count, tol, what);
+            off += p->m->params[q].count;
+        }
+    for (int s = 0; s < p->m->nstate; s++) {
+        compare(a + off, b + off, p->m->state[s].count, tol,
+                p->m->state[s].name);
+        off += p->m->state[s].count;
+    }
+    ck_assert_uint_eq(off, n);
+    free(a);
+    free(b);
+}
+
+/* ---- the tests --------------------------------------------------------------- */
+
+static const td_shape tiny_in = {2, 9, 9};
+
+START_TEST(test_forward_and_backward_match_cpu)
+{
+    pair p;
+    float lr = 0.0f; /* forward + backward, no update */
+    pair_open(&p, "tiny-all", tiny_in, 6, TD_OPT_SGD);
+    both(&p, do_upload, &p.b);
+    both(&p, do_train, &lr);
+    ck_assert_int_eq(td_backend_sync(p.gpu), 0);
+    for (int L = 0; L < p.m->nlayers; L++) {
+        char what[128];
+        snprintf(what, sizeof what, "value of %s", p.m->layers[L].name);
+        compare_tensor(&p, TD_T_VALUE, L, layer_elems(&p, L, 6), 1e-4, what);
+        if (L == 0)
+            continue; /* the batch has no gradient */
+        snprintf(what, sizeof what, "gradient of %s", p.m->layers[L].name);
+        compare_tensor(&p, TD_T_GRAD, L, layer_elems(&p, L, 6), 1e-3, what);
+    }
+    for (int q = 0; q < p.m->nparams; q++)
+        compare_tensor(&p, TD_T_PARAM_GRAD, q, p.m->params[q].count, 1e-3,
+                       p.m->params[q].name);
+    pair_close(&p);
+}
+END_TEST
+
+static void train_steps(const char *model, td_shape in, int batch,
+                        enum td_optim_type opt)
+{
+    pair p;
+    float lr = opt == TD_OPT_SGD ? 0.05f : 1e-3f;
+    td_step_stats sc, sg;
+    pair_open(&p, model, in, batch, opt);
+    for (int s = 0; s < 5; s++) {
+        make_batch(&p, batch, 100 + (uint64_t)s);
+        both(&p, do_upload, &p.b);
+        both(&p, do_train, &lr);
+    }
+    ck_assert_int_eq(td_backend_read_stats(p.cpu, &sc), 0);
+    ck_assert_int_eq(td_backend_read_stats(p.gpu, &sg), 0);
+    ck_assert_int_eq(td_backend_sync(p.gpu), 0);
+    ck_assert_int_eq(sg.samples, 5 * batch);
+    ck_assert_msg(fabs(sg.loss_sum - sc.loss_sum) <= 2e-3 * sc.loss_sum,
+                  "loss over 5 steps: gpu %.6f cpu %.6f", sg.loss_sum,
+                  sc.loss_sum);
+    compare_snapshots(&p, 2e-3);
+    pair_close(&p);
+}
+
+START_TEST(test_five_sgd_steps_match_cpu)
+{
+    train_steps("tiny-all", tiny_in, 6, TD_OPT_SGD);
+}
+END_TEST
+
+START_TEST(test_five_adamw_steps_match_cpu)
+{
+    train_steps("tiny-all", tiny_in, 6, TD_OPT_ADAMW);
+}
+END_TEST
+
+START_TEST(test_fmnist_cnn_steps_match_cpu)
+{
+    train_steps("fmnist-cnn", (td_shape){1, 28, 28}, 32, TD_OPT_SGD);
+}
+END_TEST
+
+START_TEST(test_eval_short_batch_matches_cpu)
+{
+    pair p;
+    td_step_stats sc, sg;
+    pair_open(&p, "tiny-all", tiny_in, 8, TD_OPT_SGD);
+    make_batch(&p, 5, 9); /* a last, short batch of a validation split */
+    both(&p, do_upload, &p.b);
+    ck_assert_int_eq(td_backend_eval_step(p.cpu), 0);
+    ck_assert_int_eq(td_backend_eval_step(p.gpu), 0);
+    ck_assert_int_eq(td_backend_read_stats(p.cpu, &sc), 0);
+    ck_assert_int_eq(td_backend_read_stats(p.gpu, &sg), 0);
+    ck_assert_int_eq(td_backend_sync(p.gpu), 0);
+    ck_assert_int_eq(sg.samples, 5);
+    ck_assert_msg(fabs(sg.loss_sum - sc.loss_sum) <= 1e-4 * sc.loss_sum,
+                  "eval loss gpu %.6f cpu %.6f", sg.loss_sum, sc.loss_sum);
+    ck_assert_msg(llabs(sg.correct - sc.correct) <= 1, "correct %lld vs %lld",
+                  (long long)sg.correct, (long long)sc.correct);
+    /* a short batch cannot train: batch statistics need the planned size */
+    ck_assert_int_eq(td_backend_train_step(p.gpu, 0.1f, 1), -EINVAL);
+    ck_assert_msg(strstr(p.gpu->err, "5 samples"), "%s", p.gpu->err);
+    pair_close(&p);
+}
+END_TEST
+
+START_TEST(test_snapshot_restore_round_trip)
+{
+    pair p;
+    float lr = 0.05f;
+    pair_open(&p, "tiny-all", tiny_in, 6, TD_OPT_SGD);
+    size_t n = td_backend_snapshot_floats(p.m, &p.gpu->cfg.optim);
+    float *s0 = malloc(n * sizeof *s0), *s1 = malloc(n * sizeof *s1);
+    float *c0 = malloc(n * sizeof *c0);
+    both(&p, do_upload, &p.b);
+    both(&p, do_train, &lr);
+    ck_assert_int_eq(td_backend_snapshot(p.cpu, c0, n), 0);
+    td_event *ev = p.gpu->ops->event_create(p.gpu);
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(td_backend_snapshot(p.gpu, s0, n), 0);
+    ck_assert_int_eq(p.gpu->ops->event_record(p.gpu, ev), 0);
+    both(&p, do_train, &lr); /* training goes on while the copy runs */
+    ck_assert_int_eq(p.gpu->ops->event_sync(p.gpu, ev), 0);
+    /* the snapshot is the state at its step boundary (the CPU's after one
+     * step), not the state after the step enqueued behind it */
+    compare(s0, c0, n, 2e-3, "snapshot after step 1");
+    ck_assert_int_eq(td_backend_snapshot(p.gpu, s1, n), 0);
+    ck_assert_int_eq(td_backend_sync(p.gpu), 0);
+    ck_assert_int_ne(memcmp(s0, s1, n * sizeof *s0), 0);
+    /* restore puts exactly those values back */
+    ck_assert_int_eq(td_backend_restore(p.gpu, s0, n), 0);
+    ck_assert_int_eq(td_backend_snapshot(p.gpu, s1, n), 0);
+    ck_assert_int_eq(td_backend_sync(p.gpu), 0);
+    ck_assert_int_eq(memcmp(s0, s1, n * sizeof *s0), 0);
+    free(c0);
+    /* and a wrong size is refused with the sizes named */
+    ck_assert_int_eq(td_backend_snapshot(p.gpu, s1, n - 1), -EINVAL);
+    ck_assert_msg(strstr(p.gpu->err, "need"), "%s", p.gpu->err);
+    p.gpu->ops->event_destroy(p.gpu, ev);
+    free(s0);
+    free(s1);
+    pair_close(&p);
+}
+END_TEST
+
+START_TEST(test_bad_batch_is_refused)
+{
+    pair p;
+    pair_open(&p, "tiny-all", tiny_in, 4, TD_OPT_SGD);
+    p.labels[2] = 5; /* 5 classes: 0..4 */
+    ck_assert_int_eq(td_backend_upload(p.gpu, &p.b), -EINVAL);
+    ck_assert_msg(strstr(p.gpu->err, "label 5 of sample 2"), "%s",
+                  p.gpu->err);
+    p.labels[2] = 1;
+    p.b.c = 3;
+    ck_assert_int_eq(td_backend_upload(p.gpu, &p.b), -EINVAL);
+    ck_assert_msg(strstr(p.gpu->err, "does not fit"), "%s", p.gpu->err);
+    pair_close(&p);
+}
+END_TEST
+
+/* Copy of batch k+1 starts before step k ends, and every step starts after
+ * its own copy ended. */
+START_TEST(test_copy_overlaps_compute)
+{
+    if (as_cpu())
+        return; /* nothing to see on a CPU */
+    char err[256];
+    const int batch = 512, steps = 6;
+    td_model *m = load("fmnist-cnn", (td_shape){1, 28, 28}, 10);
+    td_backend_config c = config(batch, TD_OPT_SGD);
+    td_backend *be = NULL;
+    ck_assert_msg(td_backend_create("cuda:0", m, &c, &be, err, sizeof err) ==
+                  0, "%s", err);
+    td_slot_allocator pin = td_cuda_pinned_allocator();
+    size_t bytes = (size_t)batch * 28 * 28;
+    uint8_t *px = pin.alloc(pin.user, bytes * steps);
+    int32_t *lab = pin.alloc(pin.user, sizeof *lab * (size_t)batch);
+    ck_assert_ptr_nonnull(px);
+    ck_assert_ptr_nonnull(lab);
+    for (size_t i = 0; i < bytes * steps; i++)
+        px[i] = (uint8_t)(i * 2654435761u >> 24);
+    for (int i = 0; i < batch; i++)
+        lab[i] = i % 10;
+    for (int s = 0; s < steps; s++) {
+        td_batch b = {.data = px + bytes * s, .labels = lab, .n = batch,
+                      .h = 28, .w = 28, .c = 1, .layout = TD_LAYOUT_NHWC};
+        ck_assert_msg(td_backend_upload(be, &b) == 0, "%s", be->err);
+        ck_assert_msg(td_backend_train_step(be, 0.01f, s + 1) == 0, "%s",
+                      be->err);
+    }
+    ck_assert_int_eq(td_backend_sync(be), 0);
+    td_cuda_step_times t[6];
+    int overlapped = 0;
+    for (int s = 0; s < steps; s++) {
+        ck_assert_int_eq(td_backend_cuda_step_times(be, s, &t[s]), 0);
+        ck_assert_msg(t[s].compute_start >= t[s].copy_end,
+                      "step %d computed before its copy ended", s);
+        if (s > 0 && t[s].copy_start < t[s - 1].compute_end)
+            overlapped++;
+    }
+    ck_assert_msg(overlapped > 0, "no copy overlapped the previous step");
+    ck_assert_int_eq(td_backend_cuda_step_times(be, steps, &t[0]), -ENOENT);
+    ck_assert_int_eq(td_backend_cuda_copy_done(be, steps - 1), 1);
+    ck_assert_int_eq(td_backend_cuda_copy_done(be, steps), -ENOENT);
+    pin.free(pin.user, px);
+    pin.free(pin.user, lab);
+    td_backend_destroy(be);
+    td_model_free(m);
+}
+END_TEST
+
+START_TEST(test_model_too_large_fails_cleanly)
+{
+    if (as_cpu())
+        return;
+    char err[256] = "";
+    td_model *m = NULL;
+    const char *root = getenv("TD_SOURCE_ROOT");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/config/models", root ? root : ".");
+    ck_assert_int_eq(td_model_load(dir, "resnet50", (td_shape){3, 224, 224},
+                                   1000, &m, err, sizeof err), 0);
+    /* ~288 MiB of activations per sample: 2048 samples need ~580 GiB, yet
+     * every tensor stays under cuDNN's 2^31-element limit */
+    td_backend_config c = config(2048, TD_OPT_SGD);
+    td_backend *be = NULL;
+    int rc = td_backend_create("cuda:0", m, &c, &be, err, sizeof err);
+    ck_assert_int_eq(rc, TD_E_DEVICE);
+    ck_assert_ptr_null(be);
+    ck_assert_msg(strstr(err, "device arena") && strstr(err, "MiB"), "%s",
+                  err);
+    /* the device is still usable afterwards */
+    c = config(8, TD_OPT_SGD);
+    ck_assert_msg(td_backend_create("cuda:0", m, &c, &be, err, sizeof err) ==
+                  0, "%s", err);
+    ck_assert_uint_gt(td_backend_cuda_arena_bytes(be), m->param_count * 8);
+    td_backend_destroy(be);
+    td_model_free(m);
+}
+END_TEST
+
+START_TEST(test_absent_gpu_index_fails)
+{
+    td_device_info info;
+    char err[256], kind[32];
+    td_device_probe(&info);
+    snprintf(kind, sizeof kind, "cuda:%d", info.cuda_count);
+    td_model *m = load("tiny-all", tiny_in, 5);
+    td_backend_config c = config(4, TD_OPT_SGD);
+    td_backend *be = NULL;
+    ck_assert_int_eq(td_backend_create(kind, m, &c, &be, err, sizeof err),
+                     TD_E_DEVICE);
+    ck_assert_msg(strstr(err, kind), "%s", err);
+    ck_assert_ptr_null(be);
+    td_model_free(m);
+}
+END_TEST
+
+static Suite *cuda_suite(void)
+{
+    Suite *s = suite_create("backend_cuda");
+    TCase *tc = tcase_create("against_cpu");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_forward_and_backward_match_cpu);
+    tcase_add_test(tc, test_five_sgd_steps_match_cpu);
+    tcase_add_test(tc, test_five_adamw_steps_match_cpu);
+    tcase_add_test(tc, test_fmnist_cnn_steps_match_cpu);
+    tcase_add_test(tc, test_eval_short_batch_matches_cpu);
+    tcase_add_test(tc, test_snapshot_restore_round_trip);
+    tcase_add_test(tc, test_bad_batch_is_refused);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("device");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_copy_overlaps_compute);
+    tcase_add_test(tc, test_model_too_large_fails_cleanly);
+    tcase_add_test(tc, test_absent_gpu_index_fails);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    td_device_info info;
+    td_device_probe(&info);
+    if (info.cuda_count == 0 && !as_cpu()) {
+        printf("SKIP: backend_cuda needs a CUDA device: %s\n", info.reason);
+        return TD_TEST_SKIP;
+    }
+    SRunner *sr = srunner_create(cuda_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+#else
+
+int main(void)
+{
+    printf("SKIP: backend_cuda needs a CUDA device: this build has no CUDA "
+           "backend (meson -Dcuda=enabled)\n");
+    return TD_TEST_SKIP;
+}
+
+#endif

@@ -1,0 +1,257 @@
+/* feeder.c - the in-memory, in-order batch source (see feeder.h). */
+#include "feeder.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zlib.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/rng.h"
+
+struct td_feeder {
+    const td_dataset_mem *d;
+    td_feeder_config cfg;
+    uint32_t *perm;
+    uint8_t *pixels;   /* one batch slot */
+    int32_t *labels;
+    int64_t epoch, step;
+    int64_t nbatches;
+};
+
+static uint32_t td__be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+           p[3];
+}
+
+/* Reads an IDX file: magic 0x0000 0x08 ndims, big-endian dims, bytes. */
+static int td__idx(const char *prefix, const char *kind, int ndims,
+                   uint32_t *dims, uint8_t **data, char *err, size_t errcap)
+{
+    char path[4096];
+    uint8_t hdr[16];
+    gzFile f = NULL;
+    *data = NULL;
+    snprintf(path, sizeof path, "%s-%s-idx%d-ubyte.gz", prefix, kind, ndims);
+    if (!(f = gzopen(path, "rb"))) {
+        snprintf(path, sizeof path, "%s-%s-idx%d-ubyte", prefix, kind, ndims);
+        f = gzopen(path, "rb");
+    }
+    if (!f) {
+        snprintf(err, errcap, "%s-%s-idx%d-ubyte[.gz]: cannot open", prefix,
+                 kind, ndims);
+        return -ENOENT;
+    }
+    int hl = 4 + 4 * ndims, rc = TD_E_CORRUPT;
+    size_t total = 1;
+    if (gzread(f, hdr, (unsigned)hl) != hl || hdr[0] || hdr[1] ||
+        hdr[2] != 8 || hdr[3] != ndims) {
+        snprintf(err, errcap, "%s: not an IDX file of uint8 with %d "
+                 "dimensions", path, ndims);
+        goto out;
+    }
+    for (int i = 0; i < ndims; i++) {
+        dims[i] = td__be32(hdr + 4 + 4 * i);
+        total *= dims[i];
+    }
+    if (total == 0 || total > (size_t)1 << 32) {
+        snprintf(err, errcap, "%s: implausible size", path);
+        goto out;
+    }
+    *data = malloc(total);
+    if (!*data) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if (gzread(f, *data, (unsigned)total) != (int)total) {
+        snprintf(err, errcap, "%s: truncated (expected %zu data bytes)", path,
+                 total);
+        free(*data);
+        *data = NULL;
+        goto out;
+    }
+    rc = 0;
+out:
+    gzclose(f);
+    return rc;
+}
+
+int td_feeder_load_idx(const char *prefix, int limit, td_dataset_mem *out,
+                char *err, size_t errcap)
+{
+    uint32_t id[3], ld[1];
+    uint8_t *img = NULL, *lab = NULL;
+    int rc;
+    memset(out, 0, sizeof *out);
+    if ((rc = td__idx(prefix, "images", 3, id, &img, err, errcap)) ||
+        (rc = td__idx(prefix, "labels", 1, ld, &lab, err, errcap)))
+        goto fail;
+    if (ld[0] != id[0]) {
+        snprintf(err, errcap, "%s: %u images but %u labels", prefix, id[0],
+                 ld[0]);
+        rc = TD_E_CORRUPT;
+        goto fail;
+    }
+    out->n = (int)id[0];
+    if (limit > 0 && limit < out->n)
+        out->n = limit;
+    out->h = (int)id[1];
+    out->w = (int)id[2];
+    out->c = 1;
+    out->images = img;
+    out->labels = malloc(sizeof *out->labels * (size_t)out->n);
+    if (!out->labels) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    for (int i = 0; i < out->n; i++) {
+        out->labels[i] = lab[i];
+        if (lab[i] + 1 > out->classes)
+            out->classes = lab[i] + 1;
+    }
+    free(lab);
+    return 0;
+fail:
+    free(img);
+    free(lab);
+    memset(out, 0, sizeof *out);
+    return rc;
+}
+
+void td_dataset_mem_free(td_dataset_mem *d)
+{
+    free(d->images);
+    free(d->labels);
+    memset(d, 0, sizeof *d);
+}
+
+int64_t td_feeder_batches_per_epoch(const td_feeder *f) { return f->nbatches; }
+
+static void td__perm(td_feeder *f)
+{
+    if (f->cfg.shuffle)
+        td_rng_permutation(f->cfg.seed,
+                           td_rng_stream(TD_RNG_PERMUTE, (uint64_t)f->epoch),
+                           f->perm, (size_t)f->d->n);
+    else
+        for (int i = 0; i < f->d->n; i++)
+            f->perm[i] = (uint32_t)i;
+}
+
+static int td__start(void *self, int64_t epoch, int64_t step)
+{
+    td_feeder *f = self;
+    if (epoch < 0 || step < 0 || step >= f->nbatches)
+        return -EINVAL;
+    f->epoch = epoch;
+    f->step = step;
+    td__perm(f);
+    return 0;
+}
+
+/* Copies sample `s` into `dst` with the augmentation of position `pos`. */
+static void td__sample(td_feeder *f, int s, uint64_t pos, uint8_t *dst)
+{
+    const td_dataset_mem *d = f->d;
+    const uint8_t *src = d->images + (size_t)s * d->h * d->w * d->c;
+    int dy = 0, dx = 0, flip = 0, p = f->cfg.pad_crop;
+    uint64_t st = td_rng_stream(TD_RNG_AUGMENT, (uint64_t)f->epoch);
+    if (p > 0) {
+        dy = (int)td_rng_below(f->cfg.seed, st, pos * 4, 2 * p + 1) - p;
+        dx = (int)td_rng_below(f->cfg.seed, st, pos * 4 + 1, 2 * p + 1) - p;
+    }
+    if (f->cfg.flip)
+        flip = (int)td_rng_below(f->cfg.seed, st, pos * 4 + 2, 2);
+    if (!p && !flip) {
+        memcpy(dst, src, (size_t)d->h * d->w * d->c);
+        return;
+    }
+    for (int y = 0; y < d->h; y++)
+        for (int x = 0; x < d->w; x++) {
+            int sy = y + dy, sx = (flip ? d->w - 1 - x : x) + dx;
+            uint8_t *o = dst + ((size_t)y * d->w + x) * d->c;
+            if (sy < 0 || sy >= d->h || sx < 0 || sx >= d->w)
+                memset(o, 0, (size_t)d->c);
+            else
+                memcpy(o, src + ((size_t)sy * d->w + sx) * d->c,
+                       (size_t)d->c);
+        }
+}
+
+static int td__next(void *self, td_batch *b, int64_t *wait_ns)
+{
+    td_feeder *f = self;
+    int64_t t0 = td_now_ns();
+    const td_dataset_mem *d = f->d;
+    if (f->step >= f->nbatches) {
+        f->epoch++;
+        f->step = 0;
+        td__perm(f);
+    }
+    int64_t first = f->step * f->cfg.batch;
+    int n = f->cfg.batch;
+    if (first + n > d->n)
+        n = (int)(d->n - first);
+    size_t per = (size_t)d->h * d->w * d->c;
+    for (int i = 0; i < n; i++) {
+        uint32_t s = f->perm[first + i];
+        td__sample(f, (int)s, (uint64_t)(first + i), f->pixels + per * i);
+        f->labels[i] = d->labels[s];
+    }
+    *b = (td_batch){.data = f->pixels, .labels = f->labels, .n = n,
+                    .h = d->h, .w = d->w, .c = d->c,
+                    .layout = TD_LAYOUT_NHWC, .epoch = f->epoch,
+                    .step = f->step,
+                    .last_in_epoch = f->step + 1 == f->nbatches};
+    f->step++;
+    if (wait_ns) /* the trainer waited while this thread made the batch */
+        *wait_ns = td_now_ns() - t0;
+    return 0;
+}
+
+static void td__release(void *self, td_batch *b) { b->slot = NULL; }
+
+td_batch_source td_feeder_source(td_feeder *f)
+{
+    return (td_batch_source){.start = td__start, .next = td__next,
+                             .release = td__release, .self = f};
+}
+
+int td_feeder_create(const td_dataset_mem *d, const td_feeder_config *cfg,
+                     td_feeder **out)
+{
+    *out = NULL;
+    if (cfg->batch < 1 || d->n < 1 || (cfg->drop_last && d->n < cfg->batch) ||
+        cfg->pad_crop < 0)
+        return -EINVAL;
+    td_feeder *f = calloc(1, sizeof *f);
+    if (!f)
+        return -ENOMEM;
+    f->d = d;
+    f->cfg = *cfg;
+    f->nbatches = cfg->drop_last ? d->n / cfg->batch
+                                 : (d->n + cfg->batch - 1) / cfg->batch;
+    f->perm = malloc(sizeof *f->perm * (size_t)d->n);
+    f->pixels = malloc((size_t)cfg->batch * d->h * d->w * d->c);
+    f->labels = malloc(sizeof *f->labels * (size_t)cfg->batch);
+    if (!f->perm || !f->pixels || !f->labels) {
+        td_feeder_free(f);
+        return -ENOMEM;
+    }
+    td__perm(f);
+    *out = f;
+    return 0;
+}
+
+void td_feeder_free(td_feeder *f)
+{
+    if (!f)
+        return;
+    free(f->perm);
+    free(f->pixels);
+    free(f->labels);
+    free(f);
+}

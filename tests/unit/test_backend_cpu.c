@@ -1,0 +1,525 @@
+/* test_backend_cpu.c - the oneDNN backend against the reference layers:
+ * forward values, gradients of every tensor and parameter, running
+ * statistics, inference mode, the optimizer update, snapshots, and the
+ * errors of bad input.  One OpenMP thread, so the suite is not threaded. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/error.h"
+#include "base/rng.h"
+#include "optim_update.h"
+#include "ref_layers.h"
+#include "tdtest.h"
+
+enum { N = 4, K = 5 };
+
+static td_model *load(const char *name, td_shape in, int classes)
+{
+    char path[4096], err[256] = "";
+    const char *root = getenv("TD_SOURCE_ROOT");
+    if (strcmp(name, "fmnist-cnn") == 0 || strncmp(name, "resnet", 6) == 0)
+        snprintf(path, sizeof path, "%s/config/models/%s.json",
+                 root ? root : ".", name);
+    else
+        snprintf(path, sizeof path, "%s/tests/data/%s.json",
+                 root ? root : ".", name);
+    td_model *m = NULL;
+    int rc = td_model_load(NULL, path, in, classes, &m, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s: %s", name, err);
+    return m;
+}
+
+typedef struct fixture {
+    td_model *m;
+    td_backend *be;
+    uint8_t *px;
+    int32_t labels[64];
+    td_batch b;
+    td_ref r;
+} fixture;
+
+static const float mean[2] = {0.3f, 0.6f}, sd[2] = {0.25f, 0.5f};
+
+static void setup_fx(fixture *f, const char *name, td_shape in, int classes,
+                     int n, enum td_optim_type opt)
+{
+    char err[256] = "";
+    memset(f, 0, sizeof *f);
+    f->m = load(name, in, classes);
+    td_backend_config cfg = {.batch = n, .threads = 1, .seed = 5};
+    for (int c = 0; c < in.c; c++) {
+        cfg.mean[c] = mean[c % 2];
+        cfg.std[c] = sd[c % 2];
+    }
+    td_optim_defaults(&cfg.optim, opt);
+    cfg.optim.weight_decay = 0.01;
+    int rc = td_backend_create("cpu", f->m, &cfg, &f->be, err, sizeof err);
+    ck_assert_msg(rc == 0, "create: %s", err);
+    size_t per = (size_t)in.c * in.h * in.w;
+    f->px = malloc(per * (size_t)n);
+    for (size_t i = 0; i < per * (size_t)n; i++)
+        f->px[i] = (uint8_t)td_rng_below(3, 1, i, 256);
+    for (int i = 0; i < n; i++)
+        f->labels[i] = (int32_t)td_rng_below(3, 2, (uint64_t)i,
+                                             (uint64_t)classes);
+    f->b = (td_batch){.data = f->px, .labels = f->labels, .n = n, .h = in.h,
+                      .w = in.w, .c = in.c, .layout = TD_LAYOUT_NHWC};
+    ck_assert_int_eq(td_ref_init(&f->r, f->m, n), 0);
+    /* same parameters and the same normalised input in double */
+    size_t off = 0;
+    for (int p = 0; p < f->m->nparams; p++) {
+        float *v = malloc(f->m->params[p].count * sizeof *v);
+        ck_assert_int_eq(f->be->ops->read_tensor(f->be, TD_T_PARAM, p, v,
+                                                 f->m->params[p].count), 0);
+        for (size_t i = 0; i < f->m->params[p].count; i++)
+            f->r.params[off + i] = v[i];
+        off += f->m->params[p].count;
+        free(v);
+    }
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < in.c; c++)
+            for (int y = 0; y < in.h * in.w; y++)
+                f->r.y[0][((size_t)i * in.c + c) * in.h * in.w + y] =
+                    ((double)f->px[((size_t)i * in.h * in.w + y) * in.c + c] /
+                         255.0 - mean[c % 2]) / sd[c % 2];
+    memcpy(f->r.labels, f->labels, sizeof f->labels[0] * (size_t)n);
+}
+
+static void teardown_fx(fixture *f)
+{
+    td_ref_free(&f->r);
+    td_backend_destroy(f->be);
+    td_model_free(f->m);
+    free(f->px);
+}
+
+/* max |got - want| <= tol * max(max |want|, floor) */
+static void expect_close(const char *what, const float *got,
+                         const double *want, size_t n, double tol)
+{
+    double mx = 1e-2, err = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs(want[i]));
+    for (size_t i = 0; i < n; i++)
+        if (fabs(got[i] - want[i]) > err) {
+            err = fabs(got[i] - want[i]);
+            at = i;
+        }
+    ck_assert_msg(err <= tol * mx, "%s: |diff| %.3g at %zu (got %.7g, want "
+                  "%.7g, scale %.3g)", what, err, at, n ? got[at] : 0.0,
+                  n ? want[at] : 0.0, mx);
+}
+
+/* Forward + backward without update; compares every tensor. */
+static void compare_step(fixture *f, int layer_grads)
+{
+    td_backend *be = f->be;
+    const td_model *m = f->m;
+    td_step_stats st;
+    ck_assert_int_eq(td_backend_upload(be, &f->b), 0);
+    ck_assert_int_eq(td_backend_train_step(be, 0.0f, 1), 0);
+    ck_assert_int_eq(td_backend_read_stats(be, &st), 0);
+    td_ref_forward(&f->r, 1);
+    td_ref_backward(&f->r);
+    ck_assert_int_eq(st.samples, f->r.n);
+    ck_assert_int_eq(st.correct, f->r.correct);
+    ck_assert_double_eq_tol(st.loss_sum / f->r.n, f->r.loss,
+                            1e-4 * fmax(1, f->r.loss));
+    for (int L = 1; L < m->nlayers; L++) {
+        size_t n = td_ref_size(&f->r, L);
+        float *v = malloc(n * sizeof *v);
+        char what[128];
+        int rc = be->ops->read_tensor(be, TD_T_VALUE, L, v, n);
+        if (rc == TD_E_NOTSUP) { /* fused away, e.g. bn before relu */
+            free(v);
+            continue;
+        }
+        ck_assert_msg(rc == 0, "read %s: %s", m->layers[L].name, be->err);
+        snprintf(what, sizeof what, "value of %s", m->layers[L].name);
+        expect_close(what, v, f->r.y[L], n, 2e-5);
+        if (layer_grads) {
+            ck_assert_int_eq(be->ops->read_tensor(be, TD_T_GRAD, L, v, n), 0);
+            snprintf(what, sizeof what, "gradient of %s", m->layers[L].name);
+            expect_close(what, v, f->r.dy[L], n, 2e-4);
+        }
+        free(v);
+    }
+    size_t off = 0;
+    for (int p = 0; p < m->nparams; p++) {
+        size_t n = m->params[p].count;
+        float *g = malloc(n * sizeof *g);
+        ck_assert_int_eq(be->ops->read_tensor(be, TD_T_PARAM_GRAD, p, g, n),
+                         0);
+        expect_close(m->params[p].name, g, f->r.grads + off, n, 2e-4);
+        off += n;
+        free(g);
+    }
+}
+
+START_TEST(test_all_layers_match_reference)
+{
+    fixture f;
+    setup_fx(&f, "tiny-all", (td_shape){2, 9, 9}, K, N, TD_OPT_SGD);
+    compare_step(&f, 1);
+    teardown_fx(&f);
+}
+END_TEST
+
+START_TEST(test_flatten_matches_reference)
+{
+    fixture f;
+    setup_fx(&f, "tiny-flat", (td_shape){2, 9, 9}, K, N, TD_OPT_SGD);
+    compare_step(&f, 1);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* The real model; layer gradients are skipped because max pooling after a
+ * relu sees ties at zero, where any choice is a correct gradient. */
+START_TEST(test_fmnist_cnn_matches_reference)
+{
+    fixture f;
+    setup_fx(&f, "fmnist-cnn", (td_shape){1, 28, 28}, 10, 3, TD_OPT_SGD);
+    compare_step(&f, 0);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* Residual blocks with 1x1 stride-2 shortcuts, in blocked layouts. */
+START_TEST(test_resnet20_matches_reference)
+{
+    fixture f;
+    setup_fx(&f, "resnet20", (td_shape){3, 16, 16}, 10, 2, TD_OPT_SGD);
+    compare_step(&f, 1);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* The ImageNet models plan and train a step: resnet18 at full size,
+ * resnet50 (bottlenecks) on 64x64 to keep the suite short. */
+START_TEST(test_imagenet_models_step)
+{
+    const char *names[2] = {"resnet18", "resnet50"};
+    int size = _i == 0 ? 224 : 64;
+    fixture f;
+    setup_fx(&f, names[_i], (td_shape){3, size, size}, 1000, 1, TD_OPT_SGD);
+    td_step_stats st;
+    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
+    ck_assert_int_eq(td_backend_train_step(f.be, 0.01f, 1), 0);
+    ck_assert_int_eq(td_backend_read_stats(f.be, &st), 0);
+    ck_assert(isfinite(st.loss_sum) && st.loss_sum > 0);
+    int fc = f.m->nparams - 2;
+    size_t n = f.m->params[fc].count;
+    float *g = malloc(n * sizeof *g);
+    ck_assert_int_eq(f.be->ops->read_tensor(f.be, TD_T_PARAM_GRAD, fc, g, n),
+                     0);
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += fabs(g[i]);
+    ck_assert(s > 0 && isfinite(s));
+    free(g);
+    teardown_fx(&f);
+}
+END_TEST
+
+START_TEST(test_running_stats_and_inference)
+{
+    fixture f;
+    setup_fx(&f, "tiny-all", (td_shape){2, 9, 9}, K, N, TD_OPT_SGD);
+    compare_step(&f, 0);
+    /* the running statistics after one step, as in a snapshot */
+    size_t nf = td_backend_snapshot_floats(f.m, &f.be->cfg.optim);
+    float *snap = malloc(nf * sizeof *snap);
+    ck_assert_int_eq(td_backend_snapshot(f.be, snap, nf), 0);
+    size_t ns = nf - 2 * f.m->param_count; /* SGD momentum: one slot */
+    expect_close("running statistics", snap + 2 * f.m->param_count,
+                 f.r.running, ns, 1e-5);
+    /* inference: batch norm with the running statistics */
+    td_step_stats st;
+    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
+    ck_assert_int_eq(td_backend_eval_step(f.be), 0);
+    ck_assert_int_eq(td_backend_read_stats(f.be, &st), 0);
+    td_ref_forward(&f.r, 0);
+    ck_assert_double_eq_tol(st.loss_sum / N, f.r.loss, 1e-4);
+    int last = f.m->nlayers - 1;
+    float z[N * K];
+    ck_assert_int_eq(f.be->ops->read_tensor(f.be, TD_T_VALUE, last, z, N * K),
+                     0);
+    expect_close("inference logits", z, f.r.y[last], N * K, 2e-5);
+    free(snap);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* One optimizer step moves every parameter by the kernel's rule applied to
+ * that step's own gradient. */
+static void check_update(enum td_optim_type opt)
+{
+    fixture f;
+    setup_fx(&f, "tiny-all", (td_shape){2, 9, 9}, K, N, opt);
+    size_t pc = f.m->param_count, off = 0;
+    float *w0 = malloc(pc * sizeof *w0), *w1 = malloc(pc * sizeof *w1);
+    float *g = malloc(pc * sizeof *g);
+    for (int p = 0; p < f.m->nparams; p++) {
+        size_t n = f.m->params[p].count;
+        f.be->ops->read_tensor(f.be, TD_T_PARAM, p, w0 + off, n);
+        off += n;
+    }
+    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
+    ck_assert_int_eq(td_backend_train_step(f.be, 0.1f, 1), 0);
+    off = 0;
+    for (int p = 0; p < f.m->nparams; p++) {
+        size_t n = f.m->params[p].count;
+        f.be->ops->read_tensor(f.be, TD_T_PARAM, p, w1 + off, n);
+        f.be->ops->read_tensor(f.be, TD_T_PARAM_GRAD, p, g + off, n);
+        off += n;
+    }
+    const td_optim_config *o = &f.be->cfg.optim;
+    td_adamw_corr c = td_adamw_corrections(o->beta1, o->beta2, 1);
+    int moved = 0;
+    for (size_t i = 0; i < pc; i++) {
+        float w = w0[i], v = 0, m = 0;
+        if (opt == TD_OPT_SGD)
+            td_sgd_elem(&w, &v, g[i], 0.1f, (float)o->momentum,
+                        (float)o->weight_decay, o->nesterov);
+        else
+            td_adamw_elem(&w, &m, &v, g[i], 0.1f, (float)o->beta1,
+                          (float)o->beta2, (float)o->eps,
+                          (float)o->weight_decay, c);
+        ck_assert_float_eq_tol(w1[i], w, 1e-6f * (1 + fabsf(w)));
+        moved += w1[i] != w0[i];
+    }
+    ck_assert_int_gt(moved, (int)(pc * 9 / 10));
+    free(w0);
+    free(w1);
+    free(g);
+    teardown_fx(&f);
+}
+
+START_TEST(test_sgd_update) { check_update(TD_OPT_SGD); }
+END_TEST
+
+START_TEST(test_adamw_update) { check_update(TD_OPT_ADAMW); }
+END_TEST
+
+START_TEST(test_snapshot_restore_round_trip)
+{
+    fixture f;
+    setup_fx(&f, "tiny-all", (td_shape){2, 9, 9}, K, N, TD_OPT_ADAMW);
+    size_t nf = td_backend_snapshot_floats(f.m, &f.be->cfg.optim);
+    ck_assert_uint_eq(nf, 3 * f.m->param_count + 2 * (8 + 8 + 16));
+    float *a = malloc(nf * sizeof *a), *b = malloc(nf * sizeof *b);
+    td_step_stats s1, s2;
+    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
+    ck_assert_int_eq(td_backend_train_step(f.be, 0.01f, 1), 0);
+    td_backend_read_stats(f.be, &s1);
+    ck_assert_int_eq(td_backend_snapshot(f.be, a, nf), 0);
+    ck_assert_int_eq(td_backend_train_step(f.be, 0.01f, 2), 0);
+    td_backend_read_stats(f.be, &s1);
+    ck_assert_int_eq(td_backend_snapshot(f.be, b, nf), 0);
+    ck_assert(memcmp(a, b, nf * sizeof *a) != 0);
+    ck_assert_int_eq(td_backend_restore(f.be, a, nf), 0);
+    ck_assert_int_eq(td_backend_train_step(f.be, 0.01f, 2), 0);
+    td_backend_read_stats(f.be, &s2);
+    /* the same step from the same state gives the same result */
+    ck_assert_double_eq(s1.loss_sum, s2.loss_sum);
+    float *c = malloc(nf * sizeof *c);
+    ck_assert_int_eq(td_backend_snapshot(f.be, c, nf), 0);
+    ck_assert_mem_eq(b, c, nf * sizeof *b);
+    /* a buffer of the wrong size is refused and changes nothing */
+    ck_assert_int_eq(td_backend_restore(f.be, a, nf - 1), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(f.be->err, "need"));
+    ck_assert_int_eq(td_backend_snapshot(f.be, a, nf), 0);
+    ck_assert_mem_eq(a, c, nf * sizeof *a);
+    free(a);
+    free(b);
+    free(c);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* A planar (NCHW) batch computes exactly what its NHWC twin does. */
+START_TEST(test_nchw_upload_equals_nhwc)
+{
+    fixture f;
+    setup_fx(&f, "tiny-flat", (td_shape){2, 9, 9}, K, N, TD_OPT_SGD);
+    td_step_stats a, b;
+    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
+    ck_assert_int_eq(td_backend_eval_step(f.be), 0);
+    td_backend_read_stats(f.be, &a);
+    uint8_t planar[N * 2 * 81];
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < 2; c++)
+            for (int p = 0; p < 81; p++)
+                planar[(i * 2 + c) * 81 + p] = f.px[(i * 81 + p) * 2 + c];
+    td_batch t = f.b;
+    t.data = planar;
+    t.layout = TD_LAYOUT_NCHW;
+    ck_assert_int_eq(td_backend_upload(f.be, &t), 0);
+    ck_assert_int_eq(td_backend_eval_step(f.be), 0);
+    td_backend_read_stats(f.be, &b);
+    ck_assert_double_eq(a.loss_sum, b.loss_sum);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* The named layout matches what snapshot() writes. */
+START_TEST(test_snapshot_layout_names)
+{
+    fixture f;
+    setup_fx(&f, "tiny-flat", (td_shape){2, 9, 9}, K, N, TD_OPT_ADAMW);
+    td_snapshot_entry e[16];
+    int n = td_backend_snapshot_layout(f.m, &f.be->cfg.optim, e, 16);
+    ck_assert_int_eq(n, 3 * f.m->nparams + f.m->nstate);
+    ck_assert_str_eq(e[0].name, "c1.weight");
+    ck_assert_int_eq(e[0].ndims, 4);
+    ck_assert_int_eq(e[0].dims[1], 2);
+    ck_assert_str_eq(e[f.m->nparams].name, "c1.weight.exp_avg");
+    ck_assert_str_eq(e[2 * f.m->nparams + 1].name, "d1.weight.exp_avg_sq");
+    size_t nf = td_backend_snapshot_floats(f.m, &f.be->cfg.optim);
+    ck_assert_uint_eq(e[n - 1].offset + e[n - 1].count, nf);
+    float *snap = malloc(nf * sizeof *snap), *w = malloc(e[1].count * 4);
+    ck_assert_int_eq(td_backend_snapshot(f.be, snap, nf), 0);
+    ck_assert_int_eq(f.be->ops->read_tensor(f.be, TD_T_PARAM, 1, w,
+                                            e[1].count), 0);
+    ck_assert_mem_eq(snap + e[1].offset, w, e[1].count * sizeof *w);
+    free(snap);
+    free(w);
+    teardown_fx(&f);
+}
+END_TEST
+
+START_TEST(test_bad_batches_refused)
+{
+    fixture f;
+    setup_fx(&f, "tiny-flat", (td_shape){2, 9, 9}, K, N, TD_OPT_SGD);
+    td_batch b = f.b;
+    b.h = 8;
+    ck_assert_int_eq(td_backend_upload(f.be, &b), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(f.be->err, "2x8x9"));
+    b = f.b;
+    b.n = N + 1;
+    ck_assert_int_eq(td_backend_upload(f.be, &b), -EINVAL);
+    b = f.b;
+    f.labels[2] = K;
+    ck_assert_int_eq(td_backend_upload(f.be, &b), -EINVAL);
+    ck_assert_str_eq(f.be->err, "upload: label 5 of sample 2 is outside 0..4");
+    f.labels[2] = 0;
+    /* a partial batch evaluates, but does not train */
+    b.n = 2;
+    ck_assert_int_eq(td_backend_upload(f.be, &b), 0);
+    ck_assert_int_eq(td_backend_eval_step(f.be), 0);
+    ck_assert_int_eq(td_backend_train_step(f.be, 0.1f, 1), -EINVAL);
+    td_step_stats st;
+    td_backend_read_stats(f.be, &st);
+    ck_assert_int_eq(st.samples, 2);
+    teardown_fx(&f);
+}
+END_TEST
+
+START_TEST(test_create_errors)
+{
+    td_model *m = load("tiny-flat", (td_shape){2, 9, 9}, K);
+    td_backend_config cfg = {.batch = 4, .threads = 1, .std = {1, 1}};
+    td_backend *be = NULL;
+    char err[256];
+    td_optim_defaults(&cfg.optim, TD_OPT_SGD);
+    cfg.dtype = TD_BF16;
+    ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
+                     TD_E_NOTSUP);
+    cfg.dtype = TD_F32;
+    cfg.optim.lr = -1;
+    ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
+                     TD_E_SPEC);
+    ck_assert_str_eq(err, "optimizer.lr: must be > 0 and < 1000");
+    cfg.optim.lr = 0.1;
+    cfg.std[1] = 0;
+    ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
+                     -EINVAL);
+    ck_assert_str_eq(err, "input.normalize.std[1]: must be > 0");
+    ck_assert_int_eq(td_backend_create("tpu", m, &cfg, &be, err, sizeof err),
+                     -EINVAL);
+    ck_assert_ptr_null(be);
+    td_model_free(m);
+}
+END_TEST
+
+START_TEST(test_dropout_train_and_eval)
+{
+    json_error_t je;
+    json_t *def = json_loads("{\"layers\": [{\"type\": \"conv2d\", "
+        "\"channels\": 16, \"kernel\": 1, \"bias\": true}, {\"type\": "
+        "\"dropout\", \"name\": \"dr\", \"rate\": 0.25}, {\"type\": "
+        "\"global_avgpool\"}, {\"type\": \"dense\", \"units\": 5}]}", 0, &je);
+    td_model *m = NULL;
+    char err[256];
+    ck_assert_int_eq(td_model_build(def, (td_shape){1, 8, 8}, 5, &m, err,
+                                    sizeof err), 0);
+    json_decref(def);
+    td_backend_config cfg = {.batch = 8, .threads = 1, .std = {1}};
+    td_optim_defaults(&cfg.optim, TD_OPT_SGD);
+    td_backend *be;
+    ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
+                     0);
+    uint8_t px[8 * 64];
+    int32_t lab[8] = {0};
+    for (int i = 0; i < 8 * 64; i++)
+        px[i] = (uint8_t)(i % 251 + 1);
+    td_batch b = {.data = px, .labels = lab, .n = 8, .h = 8, .w = 8, .c = 1};
+    size_t n = 8 * 16 * 64;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    int dr = td_model_find(m, "dr");
+    ck_assert_int_eq(td_backend_upload(be, &b), 0);
+    ck_assert_int_eq(td_backend_train_step(be, 0.0f, 1), 0);
+    be->ops->read_tensor(be, TD_T_VALUE, dr - 1, x, n);
+    be->ops->read_tensor(be, TD_T_VALUE, dr, y, n);
+    size_t zeros = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (y[i] == 0.0f && x[i] != 0.0f)
+            zeros++;
+        else
+            ck_assert_float_eq_tol(y[i], x[i] / 0.75f, 1e-5f);
+    }
+    /* 8192 draws of p = 0.25: sd 39 */
+    ck_assert_uint_gt(zeros, 2048 - 240);
+    ck_assert_uint_lt(zeros, 2048 + 240);
+    ck_assert_int_eq(td_backend_eval_step(be), 0);
+    be->ops->read_tensor(be, TD_T_VALUE, dr - 1, x, n);
+    be->ops->read_tensor(be, TD_T_VALUE, dr, y, n);
+    ck_assert_mem_eq(x, y, n * sizeof *x);
+    free(x);
+    free(y);
+    td_backend_destroy(be);
+    td_model_free(m);
+}
+END_TEST
+
+static Suite *backend_cpu_suite(void)
+{
+    Suite *s = suite_create("backend_cpu");
+    TCase *tc = tcase_create("backend_cpu");
+    tcase_add_test(tc, test_all_layers_match_reference);
+    tcase_add_test(tc, test_flatten_matches_reference);
+    tcase_add_test(tc, test_fmnist_cnn_matches_reference);
+    tcase_add_test(tc, test_resnet20_matches_reference);
+    tcase_add_test(tc, test_running_stats_and_inference);
+    tcase_add_test(tc, test_sgd_update);
+    tcase_add_test(tc, test_adamw_update);
+    tcase_add_test(tc, test_snapshot_restore_round_trip);
+    tcase_add_test(tc, test_snapshot_layout_names);
+    tcase_add_test(tc, test_nchw_upload_equals_nhwc);
+    tcase_add_test(tc, test_bad_batches_refused);
+    tcase_add_test(tc, test_create_errors);
+    tcase_add_test(tc, test_dropout_train_and_eval);
+    suite_add_tcase(s, tc);
+    TCase *big = tcase_create("imagenet");
+    tcase_set_timeout(big, 120);
+    tcase_add_loop_test(big, test_imagenet_models_step, 0, 2);
+    suite_add_tcase(s, big);
+    return s;
+}
+
+TD_TEST_MAIN(backend_cpu_suite)

@@ -1,0 +1,469 @@
+/* test_dataset.c - IDX reading, tar headers, packing shards and reading
+ * datasets back (ImageFolder and tar shards, index cache), error paths. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "input/dataset.h"
+#include "input/idx.h"
+#include "input/pack.h"
+#include "input/tar.h"
+#include "support/jpeggen.h"
+#include "tdtest.h"
+
+static char *tmp;
+static char path[4096], path2[4096];
+
+static void setup(void) { tmp = td_test_tmpdir("dataset"); }
+static void teardown(void)
+{
+    td_test_rmtree(tmp);
+    free(tmp);
+}
+
+/* n 28x28 gray images (photo-like) and labels i % 10 as IDX files. */
+static uint8_t *make_idx(int n, int gz)
+{
+    uint8_t *px = malloc((size_t)n * 784), *lb = malloc((size_t)n);
+    for (int i = 0; i < n; i++) {
+        td_test_photo(px + (size_t)i * 784, 28, 28, 1, (uint32_t)i);
+        lb[i] = (uint8_t)(i % 10);
+    }
+    uint32_t d3[3] = {(uint32_t)n, 28, 28}, d1[1] = {(uint32_t)n};
+    snprintf(path, sizeof path, "%s/img.idx%s", tmp, gz ? ".gz" : "");
+    td_test_write_idx(path, gz, 3, d3, px);
+    snprintf(path2, sizeof path2, "%s/lbl.idx%s", tmp, gz ? ".gz" : "");
+    td_test_write_idx(path2, gz, 1, d1, lb);
+    free(lb);
+    return px;
+}
+
+START_TEST(test_idx_roundtrip_gz_and_plain)
+{
+    for (int gz = 0; gz < 2; gz++) {
+        uint8_t *px = make_idx(7, gz);
+        td_idx im;
+        ck_assert_int_eq(td_idx_load(path, &im, NULL, 0), 0);
+        ck_assert_int_eq(im.ndims, 3);
+        ck_assert_uint_eq(im.dims[0], 7);
+        ck_assert_uint_eq(im.dims[2], 28);
+        ck_assert_uint_eq(im.bytes, 7 * 784);
+        ck_assert_mem_eq(im.data, px, 7 * 784);
+        td_idx_free(&im);
+        free(px);
+    }
+}
+END_TEST
+
+START_TEST(test_idx_errors_name_the_file)
+{
+    char err[256];
+    td_idx im;
+    snprintf(path, sizeof path, "%s/missing.idx", tmp);
+    ck_assert_int_eq(td_idx_load(path, &im, err, sizeof err), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(err, "missing.idx"));
+    snprintf(path, sizeof path, "%s/bad.idx", tmp);
+    td_test_write_file(path, "\x01\x02\x08\x01\0\0\0\1x", 9);
+    ck_assert_int_eq(td_idx_load(path, &im, err, sizeof err), TD_E_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "magic"));
+    /* Dims promise 100 bytes, the file has 3. */
+    td_test_write_file(path, "\0\0\x08\x01\0\0\0\x64xyz", 11);
+    ck_assert_int_eq(td_idx_load(path, &im, err, sizeof err), TD_E_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "shorter"));
+    ck_assert_ptr_null(im.data);
+}
+END_TEST
+
+static int collect(void *user, const char *name, uint64_t off, uint64_t size)
+{
+    char *names = user;
+    strcat(names, name);
+    strcat(names, "|");
+    (void)off;
+    (void)size;
+    return 0;
+}
+
+START_TEST(test_tar_header_walk_and_checksum)
+{
+    uint8_t buf[6 * TD_TAR_BLOCK] = {0};
+    char longn[200], names[1024] = "";
+    memset(longn, 'a', sizeof longn);
+    memcpy(longn + 120, "/", 1);
+    longn[199] = '\0';
+    ck_assert_int_eq(td_tar_header(buf, "x.cls", 1, 0), 0);
+    buf[TD_TAR_BLOCK] = '7';
+    ck_assert_int_eq(td_tar_header(buf + 2 * TD_TAR_BLOCK, longn, 0, 0), 0);
+    ck_assert_int_eq(td_tar_walk(buf, sizeof buf, collect, names, NULL), 0);
+    ck_assert_ptr_nonnull(strstr(names, "x.cls|"));
+    ck_assert_ptr_nonnull(strstr(names, longn));
+    uint64_t at = 99;
+    buf[2 * TD_TAR_BLOCK + 3] ^= 1; /* breaks the second header's checksum */
+    ck_assert_int_eq(td_tar_walk(buf, sizeof buf, collect, names, &at),
+                     TD_E_CORRUPT);
+    ck_assert_uint_eq(at, 2 * TD_TAR_BLOCK);
+    memset(longn, 'b', sizeof longn); /* 199 chars, no '/' to split at */
+    longn[199] = '\0';
+    ck_assert_int_eq(td_tar_header(buf, longn, 0, 0), -ENAMETOOLONG);
+}
+END_TEST
+
+START_TEST(test_pack_idx_shards_read_back)
+{
+    uint8_t *px = make_idx(60, 1);
+    char out[4096], err[256] = "";
+    snprintf(out, sizeof out, "%s/out", tmp);
+    td_pack_options opt;
+    td_pack_options_default(&opt);
+    opt.shard_bytes = 20 * 1024; /* forces several shards */
+    td_pack_result r;
+    ck_assert_int_eq(td_pack_idx(path, path2, out, &opt, &r, err, sizeof err),
+                     0);
+    ck_assert_uint_eq(r.samples, 60);
+    ck_assert_int_gt(r.shards, 2);
+    ck_assert_int_eq(r.classes, 10);
+    td_dataset *ds;
+    ck_assert_int_eq(td_dataset_open(out, &ds, err, sizeof err), 0);
+    ck_assert_int_eq(td_dataset_kind(ds), TD_DATASET_SHARDS);
+    ck_assert_uint_eq(td_dataset_count(ds), 60);
+    ck_assert_int_eq(td_dataset_classes(ds), 10);
+    tjhandle tj = tjInitDecompress();
+    uint8_t dec[784];
+    for (size_t i = 0; i < 60; i++) {
+        const uint8_t *d;
+        size_t n;
+        ck_assert_int_eq(td_dataset_label(ds, i), (int)(i % 10));
+        ck_assert_int_eq(td_dataset_read(ds, i, NULL, &d, &n), 0);
+        ck_assert_int_eq(tjDecompress2(tj, d, n, dec, 28, 0, 28, TJPF_GRAY,
+                                       0), 0);
+        int maxd = 0; /* quality 95: every pixel within a few levels */
+        for (int k = 0; k < 784; k++) {
+            int dd = abs(dec[k] - px[i * 784 + (size_t)k]);
+            maxd = dd > maxd ? dd : maxd;
+        }
+        ck_assert_int_le(maxd, 24);
+    }
+    tjDestroy(tj);
+    td_dataset_close(ds);
+    free(px);
+}
+END_TEST
+
+START_TEST(test_pack_refuses_mismatch_and_existing)
+{
+    char out[4096], err[256] = "";
+    td_pack_options opt;
+    td_pack_options_default(&opt);
+    td_pack_result r;
+    free(make_idx(5, 0));
+    uint32_t d1[1] = {4};
+    uint8_t lb[4] = {0};
+    td_test_write_idx(path2, 0, 1, d1, lb);
+    snprintf(out, sizeof out, "%s/o1", tmp);
+    ck_assert_int_eq(td_pack_idx(path, path2, out, &opt, &r, err, sizeof err),
+                     TD_E_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "5 images"));
+    ck_assert_ptr_nonnull(strstr(err, "4 labels"));
+    free(make_idx(5, 0));
+    ck_assert_int_eq(td_pack_idx(path, path2, out, &opt, &r, err, sizeof err),
+                     0);
+    ck_assert_int_eq(td_pack_idx(path, path2, out, &opt, &r, err, sizeof err),
+                     -EEXIST);
+    ck_assert_ptr_nonnull(strstr(err, "already holds"));
+    opt.quality = 0;
+    ck_assert_int_eq(td_pack_idx(path, path2, out, &opt, &r, err, sizeof err),
+                     -EINVAL);
+}
+END_TEST
+
+START_TEST(test_folder_classes_sorted)
+{
+    char err[256];
+    td_dataset *ds;
+    snprintf(path, sizeof path, "%s/tree", tmp);
+    td_test_make_folder(path, 3, 4, 40, 30);
+    /* A file that is not a JPEG by name is ignored; a dot dir too. */
+    snprintf(path2, sizeof path2, "%s/tree/class1/notes.txt", tmp);
+    td_test_write_file(path2, "x", 1);
+    ck_assert_int_eq(td_dataset_open(path, &ds, err, sizeof err), 0);
+    ck_assert_int_eq(td_dataset_kind(ds), TD_DATASET_FOLDER);
+    ck_assert_uint_eq(td_dataset_count(ds), 12);
+    ck_assert_int_eq(td_dataset_classes(ds), 3);
+    ck_assert_str_eq(td_dataset_class_name(ds, 2), "class2");
+    ck_assert_int_eq(td_dataset_label(ds, 5), 1);
+    char name[512];
+    td_dataset_sample_name(ds, 5, name, sizeof name);
+    ck_assert_ptr_nonnull(strstr(name, "class1/img001.jpg"));
+    td_buf b = {0};
+    const uint8_t *d;
+    size_t n;
+    ck_assert_int_eq(td_dataset_read(ds, 5, &b, &d, &n), 0);
+    ck_assert_int_gt((int)n, 100);
+    ck_assert_int_eq(d[0], 0xff);
+    ck_assert_int_eq(d[1], 0xd8);
+    ck_assert_int_eq(td_dataset_read(ds, 12, &b, &d, &n), -ERANGE);
+    td_buf_free(&b);
+    td_dataset_close(ds);
+}
+END_TEST
+
+START_TEST(test_open_errors_are_clear)
+{
+    char err[512];
+    td_dataset *ds = NULL;
+    snprintf(path, sizeof path, "%s/nothing", tmp);
+    ck_assert_int_eq(td_dataset_open(path, &ds, err, sizeof err), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(err, "nothing"));
+    snprintf(path, sizeof path, "%s/tree", tmp);
+    td_test_make_folder(path, 2, 1, 16, 16);
+    snprintf(path2, sizeof path2, "%s/tree/empty", tmp);
+    ck_assert_int_eq(mkdir(path2, 0755), 0);
+    ck_assert_int_eq(td_dataset_open(path, &ds, err, sizeof err), -ENODATA);
+    ck_assert_ptr_nonnull(strstr(err, "tree/empty"));
+    ck_assert_ptr_nonnull(strstr(err, "empty class"));
+    snprintf(path, sizeof path, "%s/no-*.tar", tmp);
+    ck_assert_int_eq(td_dataset_open(path, &ds, err, sizeof err), -ENOENT);
+    snprintf(path, sizeof path, "%s/junk.tar", tmp);
+    td_test_write_file(path, "this is not a tar file at all", 29);
+    ck_assert_int_eq(td_dataset_open(path, &ds, err, sizeof err),
+                     TD_E_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "junk.tar"));
+    ck_assert_ptr_null(ds);
+}
+END_TEST
+
+/* Writes a tar of members (name, content) pairs. */
+static void write_tar(const char *p, const char *const *m, int n)
+{
+    FILE *f = fopen(p, "wb");
+    uint8_t hdr[TD_TAR_BLOCK], pad[TD_TAR_BLOCK] = {0};
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(m[2 * i + 1]);
+        td_tar_header(hdr, m[2 * i], len, 0);
+        fwrite(hdr, 1, sizeof hdr, f);
+        fwrite(m[2 * i + 1], 1, len, f);
+        fwrite(pad, 1, (TD_TAR_BLOCK - len % TD_TAR_BLOCK) % TD_TAR_BLOCK, f);
+    }
+    fwrite(pad, 1, sizeof pad, f);
+    fwrite(pad, 1, sizeof pad, f);
+    fclose(f);
+}
+
+START_TEST(test_shard_sample_without_label)
+{
+    char err[512];
+    td_dataset *ds = NULL;
+    const char *m[] = {"a.jpg", "xx", "a.cls", "3", "b.jpg", "yy",
+                       "c.jpg", "zz", "c.cls", "1"};
+    snprintf(path, sizeof path, "%s/s.tar", tmp);
+    write_tar(path, m, 5);
+    ck_assert_int_eq(td_dataset_open(path, &ds, err, sizeof err),
+                     TD_E_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "'b'"));
+    ck_assert_ptr_nonnull(strstr(err, "no .cls"));
+    const char *m2[] = {"a.jpg", "xx", "a.cls", "three"};
+    write_tar(path, m2, 2);
+    ck_assert_int_eq(td_dataset_open(path, &ds, err, sizeof err),
+                     TD_E_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "a.cls"));
+}
+END_TEST
+
+START_TEST(test_shard_glob_order_and_index_cache)
+{
+    char err[512];
+    const char *m1[] = {"d/k1.jpg", "one", "d/k1.cls", "4", "d/k1.json", "{}"};
+    const char *m2[] = {"k2.jpeg", "two", "k2.cls", " 7\n"};
+    snprintf(path, sizeof path, "%s/p-1.tar", tmp);
+    write_tar(path, m2, 2);
+    snprintf(path, sizeof path, "%s/p-0.tar", tmp);
+    write_tar(path, m1, 3);
+    for (int pass = 0; pass < 3; pass++) {
+        td_dataset *ds;
+        if (pass == 2) { /* a stale cache (shard changed) is not used */
+            const char *m3[] = {"k1.jpg", "uno", "k1.cls", "5", "k1.txt",
+                                "{}"}; /* same size: only mtime differs */
+            write_tar(path, m3, 3);
+            struct timespec ts[2] = {{0, UTIME_NOW}, {12345, 0}};
+            utimensat(AT_FDCWD, path, ts, 0);
+        }
+        snprintf(path2, sizeof path2, "%s/p-*.tar", tmp);
+        ck_assert_int_eq(td_dataset_open(path2, &ds, err, sizeof err), 0);
+        ck_assert_uint_eq(td_dataset_count(ds), 2);
+        const uint8_t *d;
+        size_t n;
+        td_dataset_read(ds, 0, NULL, &d, &n);
+        ck_assert_uint_eq(n, 3);
+        ck_assert_mem_eq(d, pass == 2 ? "uno" : "one", 3);
+        ck_assert_int_eq(td_dataset_label(ds, 0), pass == 2 ? 5 : 4);
+        ck_assert_int_eq(td_dataset_label(ds, 1), 7);
+        td_dataset_read(ds, 1, NULL, &d, &n);
+        ck_assert_mem_eq(d, "two", 3);
+        char name[512];
+        td_dataset_sample_name(ds, 1, name, sizeof name);
+        ck_assert_ptr_nonnull(strstr(name, "p-1.tar:k2.jpeg"));
+        td_dataset_close(ds);
+        struct stat st;
+        snprintf(path2, sizeof path2, "%s/p-0.tar.tdidx", tmp);
+        ck_assert_int_eq(stat(path2, &st), 0); /* cache written */
+    }
+}
+END_TEST
+
+START_TEST(test_pack_folder_copies_bytes)
+{
+    char out[4096], err[512] = "";
+    snprintf(path, sizeof path, "%s/tree", tmp);
+    td_test_make_folder(path, 2, 3, 24, 20);
+    snprintf(out, sizeof out, "%s/shards", tmp);
+    td_pack_options opt;
+    td_pack_options_default(&opt);
+    td_pack_result r;
+    ck_assert_int_eq(td_pack_folder(path, out, &opt, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.samples, 6);
+    ck_assert_int_eq(r.shards, 1);
+    td_dataset *a, *b;
+    ck_assert_int_eq(td_dataset_open(path, &a, err, sizeof err), 0);
+    ck_assert_int_eq(td_dataset_open(out, &b, err, sizeof err), 0);
+    td_buf buf = {0};
+    for (size_t i = 0; i < 6; i++) {
+        const uint8_t *da, *db;
+        size_t na, nb;
+        td_dataset_read(a, i, &buf, &da, &na);
+        td_dataset_read(b, i, NULL, &db, &nb);
+        ck_assert_uint_eq(na, nb);
+        ck_assert_mem_eq(da, db, na);
+        ck_assert_int_eq(td_dataset_label(a, i), td_dataset_label(b, i));
+    }
+    td_buf_free(&buf);
+    td_dataset_close(a);
+    td_dataset_close(b);
+}
+END_TEST
+
+/* path = tmp/tree: `classes` folders of `per` w x h JPEGs, and
+ * class1/zz.jpg, 10 bytes that are not a JPEG. */
+static void tree_with_bad_file(int classes, int per, int w, int h)
+{
+    char bad[4200];
+    snprintf(path, sizeof path, "%s/tree", tmp);
+    td_test_make_folder(path, classes, per, w, h);
+    snprintf(bad, sizeof bad, "%s/tree/class1/zz.jpg", tmp);
+    td_test_write_file(bad, "not a jpeg", 10);
+}
+
+/* --restart: every JPEG rewritten with restart markers and the same
+ * pixels; a file that is not a JPEG is copied as it is (it stays a bad
+ * sample for the pipeline to report). */
+START_TEST(test_pack_folder_restart_markers)
+{
+    char out[4096], err[512] = "";
+    tree_with_bad_file(2, 3, 100, 60);
+    snprintf(out, sizeof out, "%s/shards", tmp);
+    td_pack_options opt;
+    td_pack_options_default(&opt);
+    opt.restart = 4;
+    td_pack_result r;
+    ck_assert_int_eq(td_pack_folder(path, out, &opt, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.samples, 7);
+    ck_assert_uint_eq(r.rewritten, 6);
+    td_dataset *a, *b;
+    ck_assert_int_eq(td_dataset_open(path, &a, err, sizeof err), 0);
+    ck_assert_int_eq(td_dataset_open(out, &b, err, sizeof err), 0);
+    td_buf buf = {0};
+    tjhandle tj = tjInitDecompress();
+    uint8_t pa[100 * 60 * 3], pb[100 * 60 * 3];
+    for (size_t i = 0; i < 7; i++) {
+        const uint8_t *da, *db;
+        size_t na, nb;
+        td_dataset_read(a, i, &buf, &da, &na);
+        td_dataset_read(b, i, NULL, &db, &nb);
+        ck_assert_int_eq(td_dataset_label(a, i), td_dataset_label(b, i));
+        if (na == 10) { /* the bad file */
+            ck_assert_uint_eq(nb, 10);
+            ck_assert_mem_eq(da, db, 10);
+            continue;
+        }
+        /* A DRI marker (FF DD 00 04 00 R) with R = 4 MCUs of 16 px
+         * (100 px = 7 MCUs: 7 is prime, so R = 1). */
+        ck_assert_ptr_nonnull(memmem(db, nb, "\xff\xdd\x00\x04\x00\x01", 6));
+        ck_assert_ptr_null(memmem(da, na, "\xff\xdd", 2));
+        ck_assert_int_eq(tjDecompress2(tj, da, na, pa, 100, 0, 60, TJPF_RGB,
+                                       0), 0);
+        ck_assert_int_eq(tjDecompress2(tj, db, nb, pb, 100, 0, 60, TJPF_RGB,
+                                       0), 0);
+        ck_assert_mem_eq(pa, pb, sizeof pa);
+    }
+    tjDestroy(tj);
+    td_buf_free(&buf);
+    td_dataset_close(a);
+    td_dataset_close(b);
+}
+END_TEST
+
+/* Rewriting on several threads gives exactly the samples (bytes, labels,
+ * order) one thread gives, a bad file (copied as it is) included. */
+START_TEST(test_pack_folder_threads_same_shards)
+{
+    char out[4200], err[512] = "";
+    tree_with_bad_file(3, 20, 90, 70);
+    td_dataset *ds[3];
+    static const int threads[3] = {1, 2, 5};
+    for (int k = 0; k < 3; k++) {
+        td_pack_options opt;
+        td_pack_options_default(&opt);
+        opt.index = 2;
+        opt.threads = threads[k];
+        td_pack_result r;
+        snprintf(out, sizeof out, "%s/shards%d", tmp, k);
+        ck_assert_int_eq(td_pack_folder(path, out, &opt, &r, err, sizeof err),
+                         0);
+        ck_assert_uint_eq(r.samples, 61);
+        ck_assert_uint_eq(r.rewritten, 60);
+        ck_assert_int_eq(td_dataset_open(out, &ds[k], err, sizeof err), 0);
+    }
+    for (size_t i = 0; i < 61; i++) {
+        const uint8_t *d0, *d;
+        size_t n0, n;
+        ck_assert_int_eq(td_dataset_read(ds[0], i, NULL, &d0, &n0), 0);
+        for (int k = 1; k < 3; k++) {
+            ck_assert_int_eq(td_dataset_read(ds[k], i, NULL, &d, &n), 0);
+            ck_assert_uint_eq(n, n0);
+            ck_assert_mem_eq(d, d0, n);
+            ck_assert_int_eq(td_dataset_label(ds[k], i),
+                             td_dataset_label(ds[0], i));
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        td_dataset_close(ds[k]);
+}
+END_TEST
+
+static Suite *dataset_suite(void)
+{
+    Suite *s = suite_create("dataset");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_idx_roundtrip_gz_and_plain);
+    tcase_add_test(tc, test_idx_errors_name_the_file);
+    tcase_add_test(tc, test_tar_header_walk_and_checksum);
+    tcase_add_test(tc, test_pack_idx_shards_read_back);
+    tcase_add_test(tc, test_pack_refuses_mismatch_and_existing);
+    tcase_add_test(tc, test_folder_classes_sorted);
+    tcase_add_test(tc, test_open_errors_are_clear);
+    tcase_add_test(tc, test_shard_sample_without_label);
+    tcase_add_test(tc, test_shard_glob_order_and_index_cache);
+    tcase_add_test(tc, test_pack_folder_copies_bytes);
+    tcase_add_test(tc, test_pack_folder_restart_markers);
+    tcase_add_test(tc, test_pack_folder_threads_same_shards);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(dataset_suite)

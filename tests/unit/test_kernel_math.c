@@ -1,0 +1,192 @@
+/* test_kernel_math.c - the shared math of the kernels/ headers and the schedules of
+ * optim.c against closed forms worked out by hand. */
+#include <math.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "model/optim.h"
+#include "normalize.h"
+#include "optim_update.h"
+#include "softmax_xent.h"
+#include "tdtest.h"
+
+START_TEST(test_normalize_nhwc_to_nchw)
+{
+    /* 2 samples, 3 channels, 2x2 */
+    uint8_t in[2 * 2 * 2 * 3];
+    float out[24], scale[3], bias[3];
+    const float mean[3] = {0.1f, 0.5f, 0.9f}, sd[3] = {0.2f, 0.25f, 0.5f};
+    for (int i = 0; i < 24; i++)
+        in[i] = (uint8_t)(i * 11);
+    for (int c = 0; c < 3; c++)
+        td_normalize_coeffs(mean[c], sd[c], &scale[c], &bias[c]);
+    td_normalize_batch(in, out, 2, 3, 2, 2, scale, bias);
+    for (int n = 0; n < 2; n++)
+        for (int c = 0; c < 3; c++)
+            for (int p = 0; p < 4; p++) {
+                size_t o = ((size_t)n * 3 + c) * 4 + p;
+                double want = (in[(n * 4 + p) * 3 + c] / 255.0 - mean[c]) /
+                              sd[c];
+                ck_assert_double_eq_tol(out[o], want, 1e-5);
+                ck_assert_float_eq(td_normalize_elem(in, o, 3, 2, 2, scale,
+                                                     bias), out[o]);
+            }
+}
+END_TEST
+
+START_TEST(test_xent_loss_grad_correct)
+{
+    const float z[4] = {0.5f, -1.0f, 2.0f, 0.0f};
+    float g[4];
+    int ok = -1;
+    double s = exp(0.5) + exp(-1.0) + exp(2.0) + exp(0.0);
+    double loss = td_xent_row(z, 4, 1, 0.0f, 0.25f, g, &ok);
+    ck_assert_double_eq_tol(loss, log(s) + 1.0, 1e-9);
+    ck_assert_int_eq(ok, 0);
+    ck_assert_double_eq_tol(g[1], (exp(-1.0) / s - 1) * 0.25, 1e-7);
+    ck_assert_double_eq_tol(g[2], exp(2.0) / s * 0.25, 1e-7);
+    ck_assert_double_eq_tol(g[0] + g[1] + g[2] + g[3], 0, 1e-7);
+    td_xent_row(z, 4, 2, 0.0f, 1.0f, NULL, &ok);
+    ck_assert_int_eq(ok, 1);
+}
+END_TEST
+
+START_TEST(test_xent_stable_and_ties)
+{
+    const float big[3] = {1000.0f, 999.0f, -1000.0f};
+    float g[3];
+    int ok;
+    double loss = td_xent_row(big, 3, 1, 0.0f, 1.0f, g, &ok);
+    ck_assert(isfinite(loss));
+    ck_assert_double_eq_tol(loss, 1.0 + log(1 + exp(-1.0)), 1e-6);
+    ck_assert(isfinite(g[0]) && isfinite(g[2]));
+    const float tie[3] = {1.0f, 3.0f, 3.0f};
+    td_xent_row(tie, 3, 2, 0.0f, 1.0f, NULL, &ok);
+    ck_assert_int_eq(ok, 0); /* arg max is the first of the tied */
+    td_xent_row(tie, 3, 1, 0.0f, 1.0f, NULL, &ok);
+    ck_assert_int_eq(ok, 1);
+}
+END_TEST
+
+START_TEST(test_sgd_plain_and_decay)
+{
+    float w = 2.0f;
+    td_sgd_elem(&w, NULL, 0.5f, 0.1f, 0.0f, 0.01f, 0);
+    ck_assert_float_eq_tol(w, 2.0f - 0.1f * (0.5f + 0.02f), 1e-7f);
+}
+END_TEST
+
+START_TEST(test_sgd_momentum_three_steps)
+{
+    /* constant gradient g, no decay: v_k = g (1 + mu + ... + mu^(k-1)) */
+    const float g = 1.0f, lr = 0.1f, mu = 0.9f;
+    float w = 0, v = 0, wn = 0, vn = 0;
+    double v_k = 0, w_ref = 0, wn_ref = 0;
+    for (int k = 1; k <= 3; k++) {
+        td_sgd_elem(&w, &v, g, lr, mu, 0, 0);
+        td_sgd_elem(&wn, &vn, g, lr, mu, 0, 1);
+        v_k = mu * v_k + g;
+        w_ref -= lr * v_k;
+        wn_ref -= lr * (g + mu * v_k);
+        ck_assert_double_eq_tol(v, v_k, 1e-6);
+        ck_assert_double_eq_tol(w, w_ref, 1e-6);
+        ck_assert_double_eq_tol(wn, wn_ref, 1e-6);
+    }
+    ck_assert_double_eq_tol(w, -0.1 * (1 + 1.9 + 2.71), 1e-6);
+}
+END_TEST
+
+START_TEST(test_adamw_first_steps)
+{
+    float w = 1.0f, m = 0, v = 0;
+    const float lr = 0.01f, wd = 0.1f;
+    td_adamw_corr c = td_adamw_corrections(0.9, 0.999, 1);
+    td_adamw_elem(&w, &m, &v, -4.0f, lr, 0.9f, 0.999f, 1e-8f, wd, c);
+    /* m_hat = g, v_hat = g^2: the step is lr * sign(g) */
+    ck_assert_double_eq_tol(w, 1.0 * (1 - lr * wd) + lr, 1e-6);
+    ck_assert_double_eq_tol(m, -0.4, 1e-6);
+    ck_assert_double_eq_tol(v, 0.016, 1e-6);
+    /* step 2 with g = 0: m_hat = 0.9 m / 0.19, v_hat = 0.999 v / 0.001999 */
+    float w1 = w;
+    c = td_adamw_corrections(0.9, 0.999, 2);
+    td_adamw_elem(&w, &m, &v, 0.0f, lr, 0.9f, 0.999f, 1e-8f, wd, c);
+    double mh = 0.9 * -0.4 / 0.19, vh = 0.999 * 0.016 / (1 - 0.999 * 0.999);
+    ck_assert_double_eq_tol(w, w1 * (1 - lr * wd) - lr * mh / sqrt(vh),
+                            1e-6);
+}
+END_TEST
+
+START_TEST(test_schedules)
+{
+    td_optim_config c;
+    td_optim_defaults(&c, TD_OPT_SGD);
+    c.lr = 0.05;
+    c.schedule.warmup_steps = 100;
+    c.schedule.type = TD_SCHED_COSINE;
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 0, 1100), 0.05 / 100, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 49, 1100), 0.025, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 99, 1100), 0.05, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 100, 1100), 0.05, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 600, 1100), 0.025, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 1100, 1100), 0.0, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 5000, 1100), 0.0, 1e-12);
+    c.schedule.type = TD_SCHED_STEP;
+    c.schedule.step_size = 30;
+    c.schedule.gamma = 0.1;
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 129, 0), 0.05, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 130, 0), 0.005, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 165, 0), 0.0005, 1e-12);
+    c.schedule.type = TD_SCHED_CONSTANT;
+    c.schedule.warmup_steps = 0;
+    ck_assert_double_eq(td_schedule_lr(&c, 12345, 10), 0.05);
+}
+END_TEST
+
+START_TEST(test_optim_validation)
+{
+    td_optim_config c;
+    char err[128];
+    td_optim_defaults(&c, TD_OPT_ADAMW);
+    ck_assert_double_eq(c.weight_decay, 0.01);
+    ck_assert_int_eq(td_optim_validate(&c, err, sizeof err), 0);
+    ck_assert_int_eq(td_optim_slots(&c), 2);
+    td_optim_defaults(&c, TD_OPT_SGD);
+    ck_assert_int_eq(td_optim_slots(&c), 1);
+    c.momentum = 0;
+    ck_assert_int_eq(td_optim_slots(&c), 0);
+    c.nesterov = 1;
+    ck_assert_int_eq(td_optim_validate(&c, err, sizeof err), TD_E_SPEC);
+    ck_assert_str_eq(err, "optimizer.nesterov: needs momentum > 0");
+    td_optim_defaults(&c, TD_OPT_SGD);
+    c.momentum = 1.0;
+    ck_assert_int_eq(td_optim_validate(&c, err, sizeof err), TD_E_SPEC);
+    ck_assert_str_eq(err, "optimizer.momentum: must be in [0, 1)");
+    td_optim_defaults(&c, TD_OPT_SGD);
+    c.lr = 0;
+    ck_assert_int_eq(td_optim_validate(&c, err, sizeof err), TD_E_SPEC);
+    ck_assert_str_eq(err, "optimizer.lr: must be > 0 and < 1000");
+    td_optim_defaults(&c, TD_OPT_SGD);
+    c.schedule.type = TD_SCHED_STEP;
+    c.schedule.gamma = 0;
+    ck_assert_int_eq(td_optim_validate(&c, err, sizeof err), TD_E_SPEC);
+    ck_assert_str_eq(err, "optimizer.schedule.gamma: must be in (0, 1]");
+}
+END_TEST
+
+static Suite *kernels_suite(void)
+{
+    Suite *s = suite_create("kernels");
+    TCase *tc = tcase_create("kernels");
+    tcase_add_test(tc, test_normalize_nhwc_to_nchw);
+    tcase_add_test(tc, test_xent_loss_grad_correct);
+    tcase_add_test(tc, test_xent_stable_and_ties);
+    tcase_add_test(tc, test_sgd_plain_and_decay);
+    tcase_add_test(tc, test_sgd_momentum_three_steps);
+    tcase_add_test(tc, test_adamw_first_steps);
+    tcase_add_test(tc, test_schedules);
+    tcase_add_test(tc, test_optim_validation);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(kernels_suite)

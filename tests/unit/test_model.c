@@ -1,0 +1,199 @@
+/* test_model.c - model definitions: the zoo builds with the right shapes,
+ * parameter counts and FLOPs; bad definitions fail naming the path. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "model/model.h"
+#include "tdtest.h"
+
+static char zoo[4096];
+
+static void setup(void)
+{
+    const char *root = getenv("TD_SOURCE_ROOT");
+    snprintf(zoo, sizeof zoo, "%s/config/models", root ? root : ".");
+}
+
+static td_model *load(const char *name, td_shape in, int classes)
+{
+    td_model *m = NULL;
+    char err[256] = "";
+    int rc = td_model_load(zoo, name, in, classes, &m, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s: %s", name, err);
+    return m;
+}
+
+START_TEST(test_fmnist_cnn_shapes)
+{
+    td_model *m = load("fmnist-cnn", (td_shape){1, 28, 28}, 10);
+    int pool2 = td_model_find(m, "pool2");
+    ck_assert_int_ge(pool2, 0);
+    ck_assert_int_eq(m->layers[pool2].out.c, 64);
+    ck_assert_int_eq(m->layers[pool2].out.h, 7);
+    ck_assert_int_eq(m->layers[pool2].out.w, 7);
+    ck_assert_int_eq(m->layers[m->nlayers - 1].out.c, 10);
+    /* 4 convs (no bias), 4 BN (scale, shift), dense (weight, bias) */
+    ck_assert_int_eq(m->nparams, 4 + 8 + 2);
+    size_t want = 9 * 32 + 9 * 32 * 32 + 9 * 32 * 64 + 9 * 64 * 64 +
+                  2 * (32 + 32 + 64 + 64) + 64 * 7 * 7 * 10 + 10;
+    ck_assert_uint_eq(m->param_count, want);
+    ck_assert_int_eq(m->nstate, 8);
+    /* DESIGN: 36.6 MFLOP forward per sample */
+    ck_assert_double_eq_tol(m->fwd_flops / 1e6, 36.6, 0.05);
+    td_model_free(m);
+}
+END_TEST
+
+/* torchvision's counts for 1000 classes; resnet20 from He et al. with
+ * 1x1-conv shortcuts. */
+START_TEST(test_resnet_param_counts)
+{
+    td_model *m = load("resnet18", (td_shape){3, 224, 224}, 1000);
+    ck_assert_uint_eq(m->param_count, 11689512);
+    ck_assert_double_eq_tol(m->fwd_flops / 1e9, 3.64, 0.05);
+    td_model_free(m);
+    m = load("resnet50", (td_shape){3, 224, 224}, 1000);
+    ck_assert_uint_eq(m->param_count, 25557032);
+    td_model_free(m);
+    m = load("resnet20", (td_shape){3, 32, 32}, 10);
+    int pool = td_model_find(m, "pool");
+    ck_assert_int_eq(m->layers[pool - 1].out.c, 64);
+    ck_assert_int_eq(m->layers[pool - 1].out.h, 8);
+    ck_assert_uint_gt(m->param_count, 270000);
+    ck_assert_uint_lt(m->param_count, 280000);
+    td_model_free(m);
+}
+END_TEST
+
+START_TEST(test_residual_wiring)
+{
+    td_model *m = load("resnet20", (td_shape){3, 32, 32}, 10);
+    int add = td_model_find(m, "s1_b1_add");
+    int stem = td_model_find(m, "stem_relu");
+    ck_assert_int_ge(add, 0);
+    ck_assert_int_eq(m->layers[add].in[1], stem);
+    ck_assert_int_eq(m->layers[stem].consumers, 2);
+    td_model_free(m);
+}
+END_TEST
+
+START_TEST(test_init_seeded_kaiming)
+{
+    td_model *m = load("fmnist-cnn", (td_shape){1, 28, 28}, 10);
+    float *a = malloc(m->param_count * sizeof *a);
+    float *b = malloc(m->param_count * sizeof *b);
+    td_model_init_params(m, 7, a);
+    td_model_init_params(m, 7, b);
+    ck_assert_mem_eq(a, b, m->param_count * sizeof *a);
+    td_model_init_params(m, 8, b);
+    ck_assert(memcmp(a, b, m->param_count * sizeof *a) != 0);
+    /* conv4.weight: fan_in 576, so sd sqrt(2/576) = 0.0589 */
+    size_t off = 0;
+    int p = 0;
+    while (strcmp(m->params[p].name, "conv4.weight") != 0)
+        off += m->params[p++].count;
+    double s2 = 0;
+    for (size_t i = 0; i < m->params[p].count; i++)
+        s2 += (double)a[off + i] * a[off + i];
+    ck_assert_double_eq_tol(sqrt(s2 / m->params[p].count), 0.0589, 0.002);
+    /* BN scale starts at 1, shift at 0 */
+    off = 0;
+    for (p = 0; strcmp(m->params[p].name, "bn1.weight") != 0; p++)
+        off += m->params[p].count;
+    ck_assert_float_eq(a[off], 1.0f);
+    ck_assert_float_eq(a[off + 32], 0.0f);
+    free(a);
+    free(b);
+    td_model_free(m);
+}
+END_TEST
+
+static const struct {
+    const char *json, *msg;
+} bad[] = {
+    {"{\"layers\": [{\"type\": \"conv2d\", \"channels\": 4, \"kernel\": 13}]}",
+     "model.layers[0].kernel: must be an integer 1..11"},
+    {"{\"layers\": [{\"type\": \"conv2d\", \"channels\": 4, \"kernel\": 3, "
+     "\"strid\": 2}]}",
+     "model.layers[0].strid: unknown key for a conv2d layer"},
+    {"{\"layers\": [{\"type\": \"conv\"}]}",
+     "model.layers[0].type: unknown layer type \"conv\""},
+    {"{\"layers\": [{\"type\": \"relu\"}, {\"type\": \"add\", \"inputs\": "
+     "[\"relu1\", \"nope\"]}]}",
+     "model.layers[1].inputs[1]: no earlier layer named \"nope\""},
+    {"{\"layers\": [{\"type\": \"conv2d\", \"name\": \"a\", \"channels\": 4, "
+     "\"kernel\": 1}, {\"type\": \"add\", \"inputs\": [\"a\", \"input\"]}]}",
+     "model.layers[1] (add2): inputs \"a\" 4x8x8 and \"input\" 1x8x8 differ "
+     "in shape"},
+    {"{\"layers\": [{\"type\": \"maxpool\", \"kernel\": 9}]}",
+     "model.layers[0] (maxpool1): input \"input\" 1x8x8 is too small for "
+     "kernel 9, stride 9, pad 0"},
+    {"{\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"dense\", "
+     "\"units\": 5}]}",
+     "model.layers[1] (dense2): the last layer must output 10 classes, not "
+     "5x1x1"},
+    {"{\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"batchnorm\"}]}",
+     "model.layers[1] (batchnorm2): a batchnorm needs an image input, but "
+     "\"flatten1\" is flat"},
+    {"{\"layers\": [], \"x\": 1}", "model.x: unknown key"},
+    {"{\"layers\": [{\"type\": \"dropout\", \"rate\": 1.0}]}",
+     "model.layers[0].rate: must be a number in [0, 1)"},
+    {"{\"layers\": [{\"type\": \"relu\", \"name\": \"r\"}, {\"type\": "
+     "\"relu\", \"name\": \"r\"}]}",
+     "model.layers[1].name: \"r\" is already used"},
+};
+
+START_TEST(test_bad_definitions)
+{
+    json_error_t je;
+    json_t *def = json_loads(bad[_i].json, 0, &je);
+    ck_assert_msg(def != NULL, "test JSON: %s", je.text);
+    td_model *m = (td_model *)1;
+    char err[256] = "";
+    int rc = td_model_build(def, (td_shape){1, 8, 8}, 10, &m, err, sizeof err);
+    ck_assert_int_eq(rc, TD_E_SPEC);
+    ck_assert_ptr_null(m);
+    ck_assert_str_eq(err, bad[_i].msg);
+    json_decref(def);
+}
+END_TEST
+
+START_TEST(test_load_errors)
+{
+    td_model *m = NULL;
+    char err[256] = "";
+    int rc = td_model_load(zoo, "no-such-model", (td_shape){1, 28, 28}, 10,
+                           &m, err, sizeof err);
+    ck_assert_int_eq(rc, TD_E_SPEC);
+    ck_assert_ptr_nonnull(strstr(err, "no-such-model.json"));
+    rc = td_model_load(zoo, "fmnist-cnn", (td_shape){1, 28, 28}, 1, &m, err,
+                       sizeof err);
+    ck_assert_int_eq(rc, TD_E_SPEC);
+    ck_assert_ptr_nonnull(strstr(err, "1 classes"));
+    /* 8x8 input: after two 2x2 pools 2x2, fine; 3x3 input is too small */
+    rc = td_model_load(zoo, "fmnist-cnn", (td_shape){1, 3, 3}, 10, &m, err,
+                       sizeof err);
+    ck_assert_int_eq(rc, TD_E_SPEC);
+    ck_assert_ptr_nonnull(strstr(err, "pool2"));
+}
+END_TEST
+
+static Suite *model_suite(void)
+{
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("model");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, test_fmnist_cnn_shapes);
+    tcase_add_test(tc, test_resnet_param_counts);
+    tcase_add_test(tc, test_residual_wiring);
+    tcase_add_test(tc, test_init_seeded_kaiming);
+    tcase_add_loop_test(tc, test_bad_definitions, 0,
+                        (int)(sizeof bad / sizeof bad[0]));
+    tcase_add_test(tc, test_load_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(model_suite)

@@ -1,0 +1,170 @@
+/* test_run.c - `traind --run JOB.json` as a user runs it: JSON lines per
+ * window and epoch and a final done line, exit 0; a bad job file or
+ * missing data exit 1 with a message naming the problem.  Runs the built
+ * traind binary on a small generated dataset (12x12, 10 classes), written
+ * as IDX files and packed into shards by the built trainctl. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "base/rng.h"
+#include "tdtest.h"
+
+static char dir[64];
+
+static void write_idx(const char *name, int ndims, const uint32_t *dims,
+                      const uint8_t *data, size_t n)
+{
+    char path[256];
+    uint8_t hdr[16] = {0, 0, 8, (uint8_t)ndims};
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < ndims; i++) {
+        hdr[4 + 4 * i] = (uint8_t)(dims[i] >> 24);
+        hdr[5 + 4 * i] = (uint8_t)(dims[i] >> 16);
+        hdr[6 + 4 * i] = (uint8_t)(dims[i] >> 8);
+        hdr[7 + 4 * i] = (uint8_t)dims[i];
+    }
+    fwrite(hdr, 1, 4 + 4 * (size_t)ndims, f);
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* n samples: class k is a bright square at one of 10 places. */
+static void write_set(const char *prefix, uint32_t n, uint64_t seed)
+{
+    uint8_t *px = calloc((size_t)n * 144, 1), *lab = malloc(n);
+    for (uint32_t i = 0; i < n; i++) {
+        int k = (int)td_rng_below(seed, 1, i, 10);
+        lab[i] = (uint8_t)k;
+        for (int y = 0; y < 3; y++)
+            for (int x = 0; x < 3; x++)
+                px[(size_t)i * 144 + (2 + (k / 5) * 6 + y) * 12 +
+                   1 + (k % 5) * 2 + x] = 220;
+    }
+    char name[64];
+    uint32_t idims[3] = {n, 12, 12}, ldims[1] = {n};
+    snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
+    write_idx(name, 3, idims, px, (size_t)n * 144);
+    snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix);
+    write_idx(name, 1, ldims, lab, n);
+    free(px);
+    free(lab);
+}
+
+static void pack(const char *prefix)
+{
+    const char *bld = getenv("TD_BUILD_ROOT");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/client/trainctl pack --idx-images "
+             "%s/%s-images-idx3-ubyte --idx-labels %s/%s-labels-idx1-ubyte "
+             "-o %s/%s --json >/dev/null", bld ? bld : ".", dir, prefix, dir,
+             prefix, dir, prefix);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/td_run_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    write_set("train", 256, 1);
+    write_set("val", 100, 2);
+    pack("train");
+    pack("val");
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Writes a job file with `extra` spliced into the top level; runs traind
+ * on it; returns the exit status and the output (stdout + stderr). */
+static int run(const char *extra, const char *train, char *out, size_t cap)
+{
+    const char *src = getenv("TD_SOURCE_ROOT"), *bld = getenv("TD_BUILD_ROOT");
+    char job[128], cmd[1024];
+    snprintf(job, sizeof job, "%s/job.json", dir);
+    FILE *f = fopen(job, "w");
+    fprintf(f, "{\"name\": \"t\", %s \"data\": {\"train\": \"%s/%s\", "
+            "\"val\": \"%s/val\", \"classes\": 10}, \"model\": "
+            "\"%s/config/models/fmnist-cnn.json\", \"input\": {\"size\": "
+            "[12, 12], \"channels\": 1, \"workers\": 2, \"normalize\":"
+            " {\"mean\": [0.1], \"std\": [0.3]}}, \"optimizer\": {\"lr\": "
+            "0.05, \"schedule\": {\"type\": \"cosine\", \"warmup_steps\": 4}},"
+            " \"metrics\": {\"warmup_steps\": 0, \"window_steps\": 4},"
+            " \"batch_size\": 32, \"epochs\": 2, \"threads\": 1}\n", extra,
+            dir, train, dir, src ? src : ".");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s/daemon/traind --run %s --json 2>&1",
+             bld ? bld : ".", job);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, what)); p++)
+        n++;
+    return n;
+}
+
+START_TEST(test_run_prints_windows_epochs_done)
+{
+    static char out[65536];
+    int rc = run("", "train", out, sizeof out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_int_eq(count(out, "\"event\":\"window\""), 4); /* 16 steps */
+    ck_assert_int_eq(count(out, "\"event\":\"epoch\""), 2);
+    const char *done = strstr(out, "{\"event\":\"done\"");
+    ck_assert_msg(done != NULL, "%s", out);
+    ck_assert_ptr_nonnull(strstr(done, "\"epochs\":2"));
+    ck_assert_ptr_nonnull(strstr(done, "\"steps\":16"));
+    ck_assert_ptr_nonnull(strstr(done, "\"samples_per_s\":"));
+    ck_assert_ptr_nonnull(strstr(done, "\"val_acc\":"));
+}
+END_TEST
+
+START_TEST(test_run_rejects_unknown_key)
+{
+    static char out[65536];
+    int rc = run("\"optimiser\": {},", "train", out, sizeof out);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "optimiser: unknown key") != NULL, "%s", out);
+    ck_assert_int_eq(count(out, "\"event\""), 0);
+}
+END_TEST
+
+START_TEST(test_run_names_missing_data)
+{
+    static char out[65536];
+    int rc = run("", "nothere", out, sizeof out);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "data.train: ") && strstr(out, "/nothere") &&
+                  strstr(out, "No such file or directory"), "%s", out);
+}
+END_TEST
+
+static Suite *run_suite(void)
+{
+    Suite *s = suite_create("run");
+    TCase *tc = tcase_create("run");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_run_prints_windows_epochs_done);
+    tcase_add_test(tc, test_run_rejects_unknown_key);
+    tcase_add_test(tc, test_run_names_missing_data);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(run_suite)
