@@ -22,6 +22,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/fsio.h"
 #include "base/log.h"
 #include "job/device.h"
 #include "notify.h"
@@ -46,50 +47,13 @@ typedef struct td_persist_req {
     int rc;
 } td_persist_req;
 
-/* Durable replace of dir/name with text (runs on a threadpool thread). */
-static int td__write_durable(const char *dir, const char *name,
-                             const char *text)
-{
-    char path[4200], tmp[4210];
-    int rc = 0;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (fd < 0)
-        return -errno;
-    size_t len = strlen(text), off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, text + off, len - off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
-            break;
-        }
-        off += (size_t)w;
-    }
-    if (rc == 0 && fsync(fd) != 0)
-        rc = -errno;
-    if (close(fd) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -errno;
-    if (rc) {
-        unlink(tmp);
-        return rc;
-    }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return 0;
-}
-
 static void td__persist_work(uv_work_t *w)
 {
     td_persist_req *r = w->data;
-    r->rc = td__write_durable(r->dir, r->name, r->text);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", r->dir, r->name);
+    r->rc = td_write_atomic(path, 0640, r->text, strlen(r->text), NULL,
+                            NULL, 0);
 }
 
 static void td__persist_done(uv_work_t *w, int status)
@@ -576,23 +540,6 @@ void td_daemon_heartbeat(td_daemon *d)
     __atomic_store_n(&d->heartbeat_ns, td_now_ns(), __ATOMIC_RELAXED);
 }
 
-static int td__mkdirs(const char *path)
-{
-    char buf[4300];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0750) != 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0750) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
 {
     char sub[4200], err[512];
@@ -626,7 +573,7 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     }
     snprintf(d->state_dir, sizeof d->state_dir, "%s", state);
     snprintf(sub, sizeof sub, "%s/jobs", d->state_dir);
-    if ((rc = td__mkdirs(sub)) != 0) {
+    if ((rc = td_mkdirs(sub, 0750)) != 0) {
         td_error("cannot create state dir %s: %s", sub, td_strerror(rc));
         return rc;
     }
@@ -661,7 +608,7 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     uv_timer_init(loop, &d->watchdog);
     d->status.data = d->watchdog.data = d;
     snprintf(sub, sizeof sub, "%s/checkpoints", d->state_dir);
-    if ((rc = td__mkdirs(sub)) != 0) {
+    if ((rc = td_mkdirs(sub, 0750)) != 0) {
         td_error("cannot create %s: %s", sub, td_strerror(rc));
         return rc;
     }

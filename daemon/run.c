@@ -24,6 +24,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "job/runner.h"
+#include "model/zoo.h"
 #include "job/spec.h"
 #include "td_config.h"
 
@@ -87,24 +88,6 @@ static void td__event(void *user, const char *kind, json_t *d)
     fflush(stdout);
     pthread_mutex_unlock(&p->mu);
     json_decref(d);
-}
-
-void td_models_dir(const char *job, char *out, size_t cap)
-{
-    const char *env = getenv("TD_MODELS_DIR");
-    char tmp[4096];
-    struct stat st;
-    if (env && *env) {
-        snprintf(out, cap, "%s", env);
-        return;
-    }
-    out[0] = '\0';
-    if (job) {
-        snprintf(tmp, sizeof tmp, "%s", job);
-        snprintf(out, cap, "%s/../models", dirname(tmp));
-    }
-    if (!job || stat(out, &st) != 0)
-        snprintf(out, cap, "%s", TD_MODELS_INSTALL_DIR);
 }
 
 int td_run_job(const char *path, const td_run_options *opt)

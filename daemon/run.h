@@ -17,9 +17,4 @@ typedef struct td_run_options {
  * printing a message naming the job file and the problem to stderr). */
 int td_run_job(const char *path, const td_run_options *opt);
 
-/* Where model names are looked up: $TD_MODELS_DIR, else (for a job file
- * given by path, NULL for none) <its dir>/../models when that exists,
- * else the installed zoo. */
-void td_models_dir(const char *job_path, char *out, size_t cap);
-
 #endif

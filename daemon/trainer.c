@@ -25,7 +25,7 @@
 #include "job/spec.h"
 #include "notify.h"
 #include "obs.h"
-#include "run.h"
+#include "model/zoo.h"
 #include "settings.h"
 
 struct td_trainer_slot {

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE /* strerrordesc_np: thread-safe, static strings */
 #include "base/error.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 static const struct {
@@ -66,4 +68,15 @@ const char *td_errname(int err)
         if (-td__errnos[i].code == err)
             return td__errnos[i].name;
     return "UNKNOWN";
+}
+
+int td_set_error(char *err, size_t cap, int rc, const char *fmt, ...)
+{
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
 }

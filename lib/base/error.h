@@ -10,6 +10,7 @@
 #define TD_ERROR_H
 
 #include <errno.h>
+#include <stddef.h>
 
 enum {
     TD_E_BASE = -20000,
@@ -27,6 +28,13 @@ enum {
 
 /* A static string for any code: 0, -errno, or TD_E_*.  Never NULL. */
 const char *td_strerror(int err);
+
+/* Formats a message for people into err (when err is not NULL and cap is
+ * not 0) and returns rc, so that an error path reads
+ *     return td_set_error(err, cap, -ENOENT, "%s: no such file", path);
+ * The one such helper in traind: do not write another. */
+int td_set_error(char *err, size_t cap, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* The symbolic name ("ENOENT", "TD_E_SPEC", "OK"), or "UNKNOWN". Never NULL. */
 const char *td_errname(int err);

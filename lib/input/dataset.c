@@ -21,32 +21,11 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/fsio.h"
 #include "base/log.h"
 #include "input/tar.h"
 
 /* ---- growable arrays -------------------------------------------------- */
-
-int td_buf_reserve(td_buf *b, size_t cap)
-{
-    if (b->cap >= cap)
-        return 0;
-    size_t n = b->cap ? b->cap : 4096;
-    while (n < cap)
-        n *= 2;
-    uint8_t *p = realloc(b->p, n);
-    if (!p)
-        return -ENOMEM;
-    b->p = p;
-    b->cap = n;
-    return 0;
-}
-
-void td_buf_free(td_buf *b)
-{
-    free(b->p);
-    b->p = NULL;
-    b->len = b->cap = 0;
-}
 
 static int td__grow(void **p, size_t *cap, size_t need, size_t elem)
 {
@@ -90,20 +69,6 @@ struct td_dataset {
     uint64_t *off;
     uint32_t *len;
 };
-
-static int td__err(char *err, size_t cap, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int td__err(char *err, size_t cap, int rc, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 static int td__add_sample(td_dataset *ds, int32_t label)
 {
@@ -247,10 +212,10 @@ static int td__open_folder(td_dataset *ds, const char *root, char *err,
     char path[4096];
     int rc = td__list(root, 1, &ds->class_names, &ds->nclass_names);
     if (rc)
-        return td__err(err, ecap, rc, "%s: %s", root, td_strerror(rc));
+        return td_set_error(err, ecap, rc, "%s: %s", root, td_strerror(rc));
     if (ds->nclass_names == 0)
-        return td__err(err, ecap, -ENODATA,
-                       "%s: no class folders and no .tar shards", root);
+        return td_set_error(err, ecap, -ENODATA,
+                            "%s: no class folders and no .tar shards", root);
     if (!(ds->root = strdup(root)))
         return -ENOMEM;
     for (int c = 0; c < ds->nclass_names; c++) {
@@ -259,10 +224,11 @@ static int td__open_folder(td_dataset *ds, const char *root, char *err,
         snprintf(path, sizeof path, "%s/%s", root, ds->class_names[c]);
         rc = td__list(path, 0, &files, &nf);
         if (rc)
-            return td__err(err, ecap, rc, "%s: %s", path, td_strerror(rc));
+            return td_set_error(err, ecap, rc, "%s: %s", path, td_strerror(rc));
         if (nf == 0)
-            rc = td__err(err, ecap, -ENODATA,
-                         "%s: empty class folder (no .jpg/.jpeg files)", path);
+            rc = td_set_error(err, ecap, -ENODATA,
+                              "%s: empty class folder (no .jpg/.jpeg files)",
+                              path);
         for (int i = 0; i < nf && rc == 0; i++) {
             rc = td__add_sample(ds, c);
             if (rc == 0)
@@ -314,10 +280,10 @@ static int td__scan_flush(struct td__scan *s)
     if (!s->key[0] || (!s->has_img && !s->has_cls))
         goto reset;
     if (!s->has_img || !s->has_cls)
-        return td__err(s->err, s->ecap, TD_E_CORRUPT,
-                       "%s: sample '%s' has %s but no %s", s->path, s->key,
-                       s->has_img ? ".jpg" : ".cls",
-                       s->has_img ? ".cls (label)" : ".jpg");
+        return td_set_error(s->err, s->ecap, TD_E_CORRUPT,
+                            "%s: sample '%s' has %s but no %s", s->path, s->key,
+                            s->has_img ? ".jpg" : ".cls",
+                            s->has_img ? ".cls (label)" : ".jpg");
     if (td__grow((void **)&s->ents, &s->cap, s->n + 1, sizeof *s->ents))
         return -ENOMEM;
     s->ents[s->n++] = (struct td__idx_entry){s->img_off, (uint32_t)s->img_len,
@@ -364,17 +330,17 @@ static int td__scan_member(void *user, const char *name, uint64_t off,
     }
     if (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0) {
         if (size > UINT32_MAX)
-            return td__err(s->err, s->ecap, TD_E_CORRUPT,
-                           "%s: member '%s' is larger than 4 GiB", s->path,
-                           name);
+            return td_set_error(s->err, s->ecap, TD_E_CORRUPT,
+                                "%s: member '%s' is larger than 4 GiB", s->path,
+                                name);
         s->has_img = 1;
         s->img_off = off;
         s->img_len = size;
     } else if (strcasecmp(dot, ".cls") == 0) {
         if (td__parse_label(s->base + off, size, &s->label))
-            return td__err(s->err, s->ecap, TD_E_CORRUPT,
-                           "%s: '%s' is not a non-negative integer label",
-                           s->path, name);
+            return td_set_error(s->err, s->ecap, TD_E_CORRUPT,
+                                "%s: '%s' is not a non-negative integer label",
+                                s->path, name);
         s->has_cls = 1;
     }
     return 0;
@@ -440,23 +406,24 @@ out:
 static int td__idx_save(const char *shard, const struct stat *st,
                         const struct td__scan *s)
 {
-    char path[4096], tmp[4200];
+    char path[4096];
     snprintf(path, sizeof path, "%s.tdidx", shard);
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     struct td__idx_head h = {TD__IDX_MAGIC, (uint64_t)st->st_size,
                              st->st_mtim.tv_sec, st->st_mtim.tv_nsec, s->n};
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return -errno;
-    int ok = fwrite(&h, sizeof h, 1, f) == 1 &&
-             (s->n == 0 || fwrite(s->ents, sizeof *s->ents, s->n, f) == s->n);
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path)) {
-        int rc = -errno ? -errno : -EIO;
-        unlink(tmp);
+    /* Several processes may index the same shard at once: each writes its
+     * own temporary, the last rename wins, every version is complete. */
+    td_atomic_file f;
+    int rc = td_atomic_open(&f, path, 0644, TD_ATOMIC_PID_TMP, NULL, NULL, 0);
+    if (rc)
+        return rc;
+    rc = td_write_all(f.fd, &h, sizeof h, NULL);
+    if (rc == 0 && s->n)
+        rc = td_write_all(f.fd, s->ents, s->n * sizeof *s->ents, NULL);
+    if (rc) {
+        td_atomic_abort(&f);
         return rc;
     }
-    return 0;
+    return td_atomic_commit(&f, NULL, 0);
 }
 
 /* Maps one shard and fills s->ents from the cache or a header walk. */
@@ -466,7 +433,8 @@ static int td__scan_shard(const char *path, const uint8_t **map, size_t *len,
     struct stat st;
     int rc = td__map(path, map, len, &st);
     if (rc)
-        return td__err(s->err, s->ecap, rc, "%s: %s", path, td_strerror(rc));
+        return td_set_error(s->err, s->ecap, rc, "%s: %s", path,
+                            td_strerror(rc));
     s->base = *map;
     s->path = path;
     s->n = 0;
@@ -477,9 +445,10 @@ static int td__scan_shard(const char *path, const uint8_t **map, size_t *len,
     s->has_img = s->has_cls = 0;
     rc = td_tar_walk(*map, *len, td__scan_member, s, &at);
     if (rc == TD_E_CORRUPT && !(s->err && s->err[0]))
-        return td__err(s->err, s->ecap, rc,
-                       "%s: not a tar file, or corrupt/truncated at byte "
-                       "%llu", path, (unsigned long long)at);
+        return td_set_error(s->err, s->ecap, rc,
+                            "%s: not a tar file, or corrupt/truncated at byte "
+                            "%llu",
+                            path, (unsigned long long)at);
     if (rc == 0)
         rc = td__scan_flush(s);
     if (rc)
@@ -499,7 +468,8 @@ int td_dataset_index_shard(const char *shard_path, char *err, size_t errcap)
         err[0] = '\0';
     int rc = td__map(shard_path, &map, &len, &st);
     if (rc)
-        return td__err(err, errcap, rc, "%s: %s", shard_path, td_strerror(rc));
+        return td_set_error(err, errcap, rc, "%s: %s", shard_path,
+                            td_strerror(rc));
     uint64_t at = 0;
     s.base = map;
     s.path = shard_path;
@@ -509,7 +479,7 @@ int td_dataset_index_shard(const char *shard_path, char *err, size_t errcap)
     if (rc == 0)
         rc = td__idx_save(shard_path, &st, &s);
     if (rc && !(err && err[0]))
-        td__err(err, errcap, rc, "%s: %s", shard_path, td_strerror(rc));
+        td_set_error(err, errcap, rc, "%s: %s", shard_path, td_strerror(rc));
     if (map)
         munmap((void *)map, len);
     free(s.ents);
@@ -524,7 +494,7 @@ int td_dataset_open_shards(const char *const *paths, int n, td_dataset **out,
     if (err && errcap)
         err[0] = '\0';
     if (!paths || n <= 0 || !out)
-        return td__err(err, errcap, -EINVAL, "no shard paths given");
+        return td_set_error(err, errcap, -EINVAL, "no shard paths given");
     td_dataset *ds = calloc(1, sizeof *ds);
     if (!ds || !(ds->shards = calloc((size_t)n, sizeof *ds->shards))) {
         free(ds);
@@ -550,9 +520,10 @@ int td_dataset_open_shards(const char *const *paths, int n, td_dataset **out,
     }
     free(s.ents);
     if (rc == 0 && ds->n == 0)
-        rc = td__err(err, errcap, -ENODATA,
-                     "%s%s: no samples (<key>.jpg + <key>.cls) in the shards",
-                     paths[0], n > 1 ? " ..." : "");
+        rc = td_set_error(
+            err, errcap, -ENODATA,
+            "%s%s: no samples (<key>.jpg + <key>.cls) in the shards", paths[0],
+            n > 1 ? " ..." : "");
     if (rc) {
         td_dataset_close(ds);
         return rc;
@@ -568,9 +539,9 @@ static int td__open_glob(const char *pattern, td_dataset **out, char *err,
     glob_t g;
     int grc = glob(pattern, 0, NULL, &g);
     if (grc == GLOB_NOMATCH)
-        return td__err(err, ecap, -ENOENT, "%s: no file matches", pattern);
+        return td_set_error(err, ecap, -ENOENT, "%s: no file matches", pattern);
     if (grc)
-        return td__err(err, ecap, -EIO, "%s: glob failed", pattern);
+        return td_set_error(err, ecap, -EIO, "%s: glob failed", pattern);
     int rc = td_dataset_open_shards((const char *const *)g.gl_pathv,
                                     (int)g.gl_pathc, out, err, ecap);
     globfree(&g);
@@ -584,23 +555,24 @@ int td_dataset_open(const char *path, td_dataset **out, char *err,
     if (err && errcap)
         err[0] = '\0';
     if (!path || !*path || !out)
-        return td__err(err, errcap, -EINVAL, "no dataset path given");
+        return td_set_error(err, errcap, -EINVAL, "no dataset path given");
     if (strpbrk(path, "*?[") && stat(path, &st) != 0)
         return td__open_glob(path, out, err, errcap);
     if (stat(path, &st) != 0)
-        return td__err(err, errcap, -errno, "dataset %s: %s", path,
-                       strerror(errno));
+        return td_set_error(err, errcap, -errno, "dataset %s: %s", path,
+                            strerror(errno));
     if (S_ISREG(st.st_mode)) {
         const char *p[1] = {path};
         return td_dataset_open_shards(p, 1, out, err, errcap);
     }
     if (!S_ISDIR(st.st_mode))
-        return td__err(err, errcap, -EINVAL,
-                       "dataset %s: neither a directory nor a file", path);
+        return td_set_error(err, errcap, -EINVAL,
+                            "dataset %s: neither a directory nor a file", path);
     char pattern[4096];
     int n = snprintf(pattern, sizeof pattern, "%s/*.tar", path);
     if (n < 0 || (size_t)n >= sizeof pattern)
-        return td__err(err, errcap, -ENAMETOOLONG, "%s: path too long", path);
+        return td_set_error(err, errcap, -ENAMETOOLONG, "%s: path too long",
+                            path);
     glob_t g;
     int grc = glob(pattern, 0, NULL, &g);
     if (grc == 0) {

@@ -23,16 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
+
 typedef struct td_dataset td_dataset;
-
-/* A buffer that grows and is reused: the per-worker read scratch. */
-typedef struct td_buf {
-    uint8_t *p;
-    size_t len, cap;
-} td_buf;
-
-int td_buf_reserve(td_buf *b, size_t cap); /* 0 or -ENOMEM */
-void td_buf_free(td_buf *b);
 
 enum td_dataset_kind {
     TD_DATASET_FOLDER = 1,

@@ -13,7 +13,7 @@
 #include <jerror.h>
 
 #include "base/error.h"
-#include "input/dataset.h"
+#include "base/buf.h"
 #include "input/jpegidx.h"
 
 struct td__jerr {

@@ -18,6 +18,7 @@
 #include <jpeglib.h>
 
 #include "base/error.h"
+#include "base/fsio.h"
 #include "input/dataset.h"
 #include "input/idx.h"
 #include "input/jpegidx.h"
@@ -45,37 +46,14 @@ static int td__perr(char *err, size_t cap, int rc, const char *fmt, ...)
     return rc;
 }
 
-int td_mkdirs(const char *path)
-{
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf)
-        return -ENAMETOOLONG;
-    memcpy(buf, path, n + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) && errno != EEXIST)
-        return -errno;
-    struct stat st;
-    if (stat(buf, &st))
-        return -errno;
-    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
-}
-
 /* ---- the rotating shard writer ---------------------------------------- */
 
 struct td__writer {
     char dir[4096];
     const char *prefix;
     uint64_t cap;
-    FILE *f;
-    char tmp[4300], final[4200];
+    FILE *f;              /* buffered writes into file.fd's duplicate */
+    td_atomic_file file;  /* the open shard: tmp until committed */
     uint64_t bytes;       /* in the open shard */
     int count;            /* samples in the open shard */
     int shards;
@@ -90,20 +68,22 @@ static int td__writer_finish(struct td__writer *w)
     static const uint8_t zeros[2 * TD_TAR_BLOCK];
     if (!w->f)
         return 0;
+    errno = 0;
     int ok = fwrite(zeros, sizeof zeros, 1, w->f) == 1;
-    ok = fflush(w->f) == 0 && ok;
-    ok = fsync(fileno(w->f)) == 0 && ok;
-    ok = fclose(w->f) == 0 && ok;
+    ok = fclose(w->f) == 0 && ok; /* flushes; closes the duplicate only */
     w->f = NULL;
-    if (!ok || rename(w->tmp, w->final)) {
+    if (!ok) {
         int rc = errno ? -errno : -EIO;
-        unlink(w->tmp);
-        return td__perr(w->err, w->ecap, rc, "%s: %s", w->final,
+        td_atomic_abort(&w->file);
+        return td__perr(w->err, w->ecap, rc, "%s: %s", w->file.tmp,
                         td_strerror(rc));
     }
+    int rc = td_atomic_commit(&w->file, w->err, w->ecap);
+    if (rc)
+        return rc;
     w->total += w->bytes + sizeof zeros;
     w->shards++;
-    return td_dataset_index_shard(w->final, w->err, w->ecap);
+    return td_dataset_index_shard(w->file.path, w->err, w->ecap);
 }
 
 static int td__writer_member(struct td__writer *w, const char *name,
@@ -119,7 +99,7 @@ static int td__writer_member(struct td__writer *w, const char *name,
         (len && fwrite(data, len, 1, w->f) != 1) ||
         (padn && fwrite(pad, padn, 1, w->f) != 1))
         return td__perr(w->err, w->ecap, errno ? -errno : -EIO, "%s: %s",
-                        w->tmp, strerror(errno ? errno : EIO));
+                        w->file.tmp, strerror(errno ? errno : EIO));
     w->bytes += td_tar_member_bytes(len);
     return 0;
 }
@@ -136,13 +116,22 @@ static int td__writer_add(struct td__writer *w, size_t index, const void *jpg,
         if ((rc = td__writer_finish(w)) != 0)
             return rc;
     if (!w->f) {
-        snprintf(w->final, sizeof w->final, "%s/%s-%06d.tar", w->dir,
-                 w->prefix, w->shards);
-        snprintf(w->tmp, sizeof w->tmp, "%s.tmp", w->final);
-        w->f = fopen(w->tmp, "wb");
-        if (!w->f)
-            return td__perr(w->err, w->ecap, -errno, "%s: %s", w->tmp,
-                            strerror(errno));
+        char final[4200];
+        snprintf(final, sizeof final, "%s/%s-%06d.tar", w->dir, w->prefix,
+                 w->shards);
+        if ((rc = td_atomic_open(&w->file, final, 0644, 0, NULL, w->err,
+                                 w->ecap)) != 0)
+            return rc;
+        int dupfd = dup(w->file.fd);
+        w->f = dupfd < 0 ? NULL : fdopen(dupfd, "wb");
+        if (!w->f) {
+            rc = -errno;
+            if (dupfd >= 0)
+                close(dupfd);
+            td_atomic_abort(&w->file);
+            return td__perr(w->err, w->ecap, rc, "%s: %s", final,
+                            td_strerror(rc));
+        }
         setvbuf(w->f, NULL, _IOFBF, 1 << 20);
         w->bytes = 0;
         w->count = 0;
@@ -161,7 +150,7 @@ static void td__writer_abort(struct td__writer *w)
 {
     if (w->f) {
         fclose(w->f);
-        unlink(w->tmp);
+        td_atomic_abort(&w->file);
         w->f = NULL;
     }
 }
@@ -178,7 +167,7 @@ static int td__writer_init(struct td__writer *w, const char *outdir,
     if (strlen(outdir) >= sizeof w->dir - 64)
         return td__perr(err, ecap, -ENAMETOOLONG, "%s: path too long", outdir);
     snprintf(w->dir, sizeof w->dir, "%s", outdir);
-    int rc = td_mkdirs(outdir);
+    int rc = td_mkdirs(outdir, 0755);
     if (rc)
         return td__perr(err, ecap, rc, "%s: %s", outdir, td_strerror(rc));
     char pattern[4200];
@@ -483,9 +472,9 @@ static int td__seg_visit(void *user, const struct td__blk *b)
 }
 
 /* Fills seg[0..nseg) from the restart segments of the scan. */
-static int td__seg_walk(struct jpeg_decompress_struct *d, jvirt_barray_ptr *coef,
-                        td_seg_info *seg, size_t nseg, char *err,
-                        size_t errcap)
+static int td__seg_walk(struct jpeg_decompress_struct *d,
+                        jvirt_barray_ptr *coef, td_seg_info *seg, size_t nseg,
+                        char *err, size_t errcap)
 {
     size_t total = (size_t)d->MCUs_per_row * (size_t)d->MCU_rows_in_scan;
     struct td__segw w = {seg, nseg,

@@ -115,7 +115,4 @@ int td_pack_segment_info(const uint8_t *jpeg, size_t len, td_seg_info **out,
 /* The largest divisor of mcus_per_row that is <= max_mcus (at least 1). */
 int td_pack_restart_interval(int mcus_per_row, int max_mcus);
 
-/* mkdir -p; 0 or -errno. */
-int td_mkdirs(const char *path);
-
 #endif

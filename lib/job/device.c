@@ -30,17 +30,6 @@ int td_device_probe(td_device_info *info)
     return 0;
 }
 
-__attribute__((format(printf, 3, 4))) static void
-td__seterr(char *err, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || !cap)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
-
 int td_device_select(const char *want, const td_device_info *info,
                      td_device_choice *out, char *err, size_t errcap)
 {
@@ -68,20 +57,20 @@ int td_device_select(const char *want, const td_device_info *info,
         idx = strtol(want + 5, &end, 10);
         if (end == want + 5 || *end || errno || idx < 0 ||
             idx >= TD_MAX_GPUS) {
-            td__seterr(err, errcap,
-                       "device \"%s\": expected auto, cpu, cuda or cuda:N",
-                       want);
+            td_set_error(err, errcap, 0,
+                         "device \"%s\": expected auto, cpu, cuda or cuda:N",
+                         want);
             return -EINVAL;
         }
     } else {
-        td__seterr(err, errcap,
-                   "device \"%s\": expected auto, cpu, cuda or cuda:N", want);
+        td_set_error(err, errcap, 0,
+                     "device \"%s\": expected auto, cpu, cuda or cuda:N", want);
         return -EINVAL;
     }
     if (idx >= info->cuda_count) {
-        td__seterr(err, errcap, "device \"%s\" is not available: %s", want,
-                   info->cuda_count > 0 ? "no GPU with that index"
-                                        : info->reason);
+        td_set_error(err, errcap, 0, "device \"%s\" is not available: %s", want,
+                     info->cuda_count > 0 ? "no GPU with that index"
+                                          : info->reason);
         return TD_E_DEVICE;
     }
 cuda:

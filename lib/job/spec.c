@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "job/device.h"
 
 /* ---- the table ---------------------------------------------------------- */
@@ -245,20 +246,6 @@ static int td__in_range(const struct td__field *f, double v)
     return 1;
 }
 
-static const char *td__type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* ---- values ------------------------------------------------------------- */
 
 static int td__get_int(struct td__ctx *c, const char *path,
@@ -267,7 +254,7 @@ static int td__get_int(struct td__ctx *c, const char *path,
 {
     if (!json_is_integer(v))
         return td__fail(c, path, "must be an integer, not %s",
-                        td__type_name(v));
+                        td_json_type_name(json_typeof(v)));
     long long x = json_integer_value(v);
     if (!td__in_range(f, (double)x))
         return td__range_fail(c, path, f, 1);
@@ -281,7 +268,7 @@ static int td__get_num(struct td__ctx *c, const char *path,
 {
     if (!json_is_number(v))
         return td__fail(c, path, "must be a number, not %s",
-                        td__type_name(v));
+                        td_json_type_name(json_typeof(v)));
     double x = json_number_value(v);
     if (!td__in_range(f, x))
         return td__range_fail(c, path, f, 0);
@@ -540,7 +527,7 @@ static int td__leaf(struct td__ctx *c, const struct td__field *f,
     case K_BOOL:
         if (!json_is_boolean(v))
             return td__fail(c, path, "must be true or false, not %s",
-                            td__type_name(v));
+                            td_json_type_name(json_typeof(v)));
         *(int *)dst = json_is_true(v);
         *norm = json_boolean(json_is_true(v));
         return 0;
@@ -642,7 +629,7 @@ static int td__parse_obj(struct td__ctx *c, const json_t *obj,
         } else if (f->kind == K_OBJ) {
             if (!json_is_object(val))
                 r = td__fail(c, msg, "must be an object, not %s",
-                             td__type_name(val));
+                             td_json_type_name(json_typeof(val)));
             else if (!(norm = json_object()))
                 r = -ENOMEM;
             else

@@ -49,18 +49,6 @@ const char *td_layer_kind_name(enum td_layer_kind k)
     return td__kind_names[k];
 }
 
-__attribute__((format(printf, 3, 4))) static int
-td__fail(char *err, size_t cap, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return TD_E_SPEC;
-}
-
 /* Build context: the model being built plus error reporting. */
 typedef struct td__mb {
     td_model *m;
@@ -78,15 +66,15 @@ static int td__int(td__mb *b, const json_t *o, const char *key, int lo,
     json_t *j = json_object_get(o, key);
     if (!j) {
         if (required)
-            return td__fail(b->err, b->cap, "model.layers[%d].%s: missing",
-                            b->li, key);
+            return td_set_error(b->err, b->cap, TD_E_SPEC,
+                                "model.layers[%d].%s: missing", b->li, key);
         return 0;
     }
     if (!json_is_integer(j) || json_integer_value(j) < lo ||
         json_integer_value(j) > hi)
-        return td__fail(b->err, b->cap,
-                        "model.layers[%d].%s: must be an integer %d..%d",
-                        b->li, key, lo, hi);
+        return td_set_error(b->err, b->cap, TD_E_SPEC,
+                            "model.layers[%d].%s: must be an integer %d..%d",
+                            b->li, key, lo, hi);
     *v = (int)json_integer_value(j);
     return 0;
 }
@@ -99,9 +87,9 @@ static int td__real(td__mb *b, const json_t *o, const char *key, double lo,
         return 0;
     if (!json_is_number(j) || json_number_value(j) < lo ||
         json_number_value(j) >= hi)
-        return td__fail(b->err, b->cap,
-                        "model.layers[%d].%s: must be a number in [%g, %g)",
-                        b->li, key, lo, hi);
+        return td_set_error(b->err, b->cap, TD_E_SPEC,
+                            "model.layers[%d].%s: must be a number in [%g, %g)",
+                            b->li, key, lo, hi);
     *v = (float)json_number_value(j);
     return 0;
 }
@@ -112,8 +100,10 @@ static int td__bool(td__mb *b, const json_t *o, const char *key, int *v)
     if (!j)
         return 0;
     if (!json_is_boolean(j))
-        return td__fail(b->err, b->cap, "model.layers[%d].%s: must be true "
-                        "or false", b->li, key);
+        return td_set_error(b->err, b->cap, TD_E_SPEC,
+                            "model.layers[%d].%s: must be true "
+                            "or false",
+                            b->li, key);
     *v = json_is_true(j);
     return 0;
 }
@@ -123,16 +113,20 @@ static int td__ref(td__mb *b, const json_t *j, const char *what, int *idx)
 {
     td_model *m = b->m;
     if (!json_is_string(j))
-        return td__fail(b->err, b->cap, "model.layers[%d].%s: must be a "
-                        "layer name", b->li, what);
+        return td_set_error(b->err, b->cap, TD_E_SPEC,
+                            "model.layers[%d].%s: must be a "
+                            "layer name",
+                            b->li, what);
     const char *s = json_string_value(j);
     for (int i = 0; i < m->nlayers; i++)
         if (strcmp(m->layers[i].name, s) == 0) {
             *idx = i;
             return 0;
         }
-    return td__fail(b->err, b->cap, "model.layers[%d].%s: no earlier layer "
-                    "named \"%s\"", b->li, what, s);
+    return td_set_error(b->err, b->cap, TD_E_SPEC,
+                        "model.layers[%d].%s: no earlier layer "
+                        "named \"%s\"",
+                        b->li, what, s);
 }
 
 static int td__check_keys(td__mb *b, const json_t *o, enum td_layer_kind k)
@@ -147,9 +141,10 @@ static int td__check_keys(td__mb *b, const json_t *o, enum td_layer_kind k)
         if (strcmp(key, "input") == 0 && k != TD_L_ADD)
             continue;
         if (!strstr(td__kind_keys[k], pat))
-            return td__fail(b->err, b->cap, "model.layers[%d].%s: unknown "
-                            "key for a %s layer", b->li, key,
-                            td__kind_names[k]);
+            return td_set_error(b->err, b->cap, TD_E_SPEC,
+                                "model.layers[%d].%s: unknown "
+                                "key for a %s layer",
+                                b->li, key, td__kind_names[k]);
     }
     return 0;
 }
@@ -219,9 +214,10 @@ static int td__layer(td__mb *b, const json_t *o, int L)
     case TD_L_AVGPOOL:
     case TD_L_GAP:
         if (flat_in)
-            return td__fail(b->err, b->cap, "model.layers[%d] (%s): a %s "
-                            "needs an image input, but \"%s\" is flat",
-                            b->li, l->name, td__kind_names[l->kind], iname);
+            return td_set_error(b->err, b->cap, TD_E_SPEC,
+                                "model.layers[%d] (%s): a %s "
+                                "needs an image input, but \"%s\" is flat",
+                                b->li, l->name, td__kind_names[l->kind], iname);
         break;
     default:
         break;
@@ -282,8 +278,10 @@ static int td__layer(td__mb *b, const json_t *o, int L)
         if (json_is_string(u) && strcmp(json_string_value(u), "classes") == 0)
             l->channels = m->classes;
         else if ((rc = td__int(b, o, "units", 1, 1 << 20, 1, &l->channels)))
-            return td__fail(b->err, b->cap, "model.layers[%d].units: must be "
-                            "an integer 1..%d or \"classes\"", b->li, 1 << 20);
+            return td_set_error(b->err, b->cap, TD_E_SPEC,
+                                "model.layers[%d].units: must be "
+                                "an integer 1..%d or \"classes\"",
+                                b->li, 1 << 20);
         if ((rc = td__bool(b, o, "bias", &l->bias)))
             return rc;
         int fan = x.c * x.h * x.w;
@@ -313,10 +311,12 @@ static int td__layer(td__mb *b, const json_t *o, int L)
         td_shape y = m->layers[l->in[1]].out;
         if (x.c != y.c || x.h != y.h || x.w != y.w ||
             b->flats[l->in[1]] != flat_in)
-            return td__fail(b->err, b->cap, "model.layers[%d] (%s): inputs "
-                            "\"%s\" %dx%dx%d and \"%s\" %dx%dx%d differ in "
-                            "shape", b->li, l->name, iname, x.c, x.h, x.w,
-                            m->layers[l->in[1]].name, y.c, y.h, y.w);
+            return td_set_error(b->err, b->cap, TD_E_SPEC,
+                                "model.layers[%d] (%s): inputs "
+                                "\"%s\" %dx%dx%d and \"%s\" %dx%dx%d differ in "
+                                "shape",
+                                b->li, l->name, iname, x.c, x.h, x.w,
+                                m->layers[l->in[1]].name, y.c, y.h, y.w);
         l->out = x;
         break;
     }
@@ -324,10 +324,12 @@ static int td__layer(td__mb *b, const json_t *o, int L)
         break;
     }
     if (l->out.h < 1 || l->out.w < 1)
-        return td__fail(b->err, b->cap, "model.layers[%d] (%s): input \"%s\" "
-                        "%dx%dx%d is too small for kernel %d, stride %d, pad "
-                        "%d", b->li, l->name, iname, x.c, x.h, x.w, l->kernel,
-                        l->stride, l->pad);
+        return td_set_error(
+            b->err, b->cap, TD_E_SPEC,
+            "model.layers[%d] (%s): input \"%s\" "
+            "%dx%dx%d is too small for kernel %d, stride %d, pad "
+            "%d",
+            b->li, l->name, iname, x.c, x.h, x.w, l->kernel, l->stride, l->pad);
     return 0;
 }
 
@@ -335,15 +337,19 @@ static int td__kind_of(td__mb *b, const json_t *o, enum td_layer_kind *k)
 {
     json_t *t = json_object_get(o, "type");
     if (!json_is_string(t))
-        return td__fail(b->err, b->cap, "model.layers[%d].type: missing or "
-                        "not a string", b->li);
+        return td_set_error(b->err, b->cap, TD_E_SPEC,
+                            "model.layers[%d].type: missing or "
+                            "not a string",
+                            b->li);
     for (int i = 1; i < TD__NKINDS; i++)
         if (strcmp(json_string_value(t), td__kind_names[i]) == 0) {
             *k = (enum td_layer_kind)i;
             return 0;
         }
-    return td__fail(b->err, b->cap, "model.layers[%d].type: unknown layer "
-                    "type \"%s\"", b->li, json_string_value(t));
+    return td_set_error(b->err, b->cap, TD_E_SPEC,
+                        "model.layers[%d].type: unknown layer "
+                        "type \"%s\"",
+                        b->li, json_string_value(t));
 }
 
 /* Name and inputs of layer L from its JSON object. */
@@ -356,12 +362,15 @@ static int td__wire(td__mb *b, const json_t *o, int L)
     if (n) {
         if (!json_is_string(n) || json_string_length(n) == 0 ||
             json_string_length(n) >= TD_NAME_MAX)
-            return td__fail(b->err, b->cap, "model.layers[%d].name: must be "
-                            "a string of 1..%d characters", b->li,
-                            TD_NAME_MAX - 1);
+            return td_set_error(b->err, b->cap, TD_E_SPEC,
+                                "model.layers[%d].name: must be "
+                                "a string of 1..%d characters",
+                                b->li, TD_NAME_MAX - 1);
         if (td_model_find(m, json_string_value(n)) >= 0)
-            return td__fail(b->err, b->cap, "model.layers[%d].name: \"%s\" "
-                            "is already used", b->li, json_string_value(n));
+            return td_set_error(b->err, b->cap, TD_E_SPEC,
+                                "model.layers[%d].name: \"%s\" "
+                                "is already used",
+                                b->li, json_string_value(n));
         snprintf(l->name, sizeof l->name, "%s", json_string_value(n));
     } else {
         snprintf(l->name, sizeof l->name, "%s%d", td__kind_names[l->kind], L);
@@ -371,8 +380,10 @@ static int td__wire(td__mb *b, const json_t *o, int L)
     if (l->kind == TD_L_ADD) {
         json_t *ins = json_object_get(o, "inputs");
         if (!json_is_array(ins) || json_array_size(ins) != 2)
-            return td__fail(b->err, b->cap, "model.layers[%d].inputs: must be "
-                            "an array of two layer names", b->li);
+            return td_set_error(b->err, b->cap, TD_E_SPEC,
+                                "model.layers[%d].inputs: must be "
+                                "an array of two layer names",
+                                b->li);
         if ((rc = td__ref(b, json_array_get(ins, 0), "inputs[0]", &l->in[0])) ||
             (rc = td__ref(b, json_array_get(ins, 1), "inputs[1]", &l->in[1])))
             return rc;
@@ -388,18 +399,23 @@ static int td__check_top(td__mb *b, const json_t *def)
     const char *key;
     json_t *v;
     if (!json_is_object(def))
-        return td__fail(b->err, b->cap, "model: must be a JSON object");
-    json_object_foreach((json_t *)def, key, v) {
+        return td_set_error(b->err, b->cap, TD_E_SPEC,
+                            "model: must be a JSON object");
+    json_object_foreach((json_t *)def, key, v)
+    {
         if (strcmp(key, "name") && strcmp(key, "layers") &&
             strcmp(key, "description"))
-            return td__fail(b->err, b->cap, "model.%s: unknown key", key);
+            return td_set_error(b->err, b->cap, TD_E_SPEC,
+                                "model.%s: unknown key", key);
     }
     json_t *layers = json_object_get(def, "layers");
     if (!json_is_array(layers) || json_array_size(layers) == 0)
-        return td__fail(b->err, b->cap, "model.layers: must be a non-empty "
-                        "array");
+        return td_set_error(b->err, b->cap, TD_E_SPEC,
+                            "model.layers: must be a non-empty "
+                            "array");
     if (json_array_size(layers) > 4096)
-        return td__fail(b->err, b->cap, "model.layers: at most 4096 layers");
+        return td_set_error(b->err, b->cap, TD_E_SPEC,
+                            "model.layers: at most 4096 layers");
     return 0;
 }
 
@@ -413,9 +429,10 @@ int td_model_build(const json_t *def, td_shape in, int classes,
     if (rc)
         return rc;
     if (in.c < 1 || in.c > 4 || in.h < 1 || in.w < 1 || classes < 2)
-        return td__fail(err, errcap, "model: input %dx%dx%d with %d classes "
-                        "is not supported (1..4 channels, >= 2 classes)",
-                        in.c, in.h, in.w, classes);
+        return td_set_error(err, errcap, TD_E_SPEC,
+                            "model: input %dx%dx%d with %d classes "
+                            "is not supported (1..4 channels, >= 2 classes)",
+                            in.c, in.h, in.w, classes);
     json_t *layers = json_object_get(def, "layers");
     int n = (int)json_array_size(layers) + 1;
     m = calloc(1, sizeof *m);
@@ -442,8 +459,8 @@ int td_model_build(const json_t *def, td_shape in, int classes,
         const json_t *o = json_array_get(layers, (size_t)L - 1);
         b.li = L - 1;
         if (!json_is_object(o)) {
-            rc = td__fail(err, errcap, "model.layers[%d]: must be an object",
-                          b.li);
+            rc = td_set_error(err, errcap, TD_E_SPEC,
+                              "model.layers[%d]: must be an object", b.li);
             goto fail;
         }
         td_layer *l = &m->layers[L];
@@ -461,9 +478,11 @@ int td_model_build(const json_t *def, td_shape in, int classes,
     }
     td_shape last = m->layers[n - 1].out;
     if (last.c != classes || last.h != 1 || last.w != 1) {
-        rc = td__fail(err, errcap, "model.layers[%d] (%s): the last layer "
-                      "must output %d classes, not %dx%dx%d", n - 2,
-                      m->layers[n - 1].name, classes, last.c, last.h, last.w);
+        rc = td_set_error(err, errcap, TD_E_SPEC,
+                          "model.layers[%d] (%s): the last layer "
+                          "must output %d classes, not %dx%dx%d",
+                          n - 2, m->layers[n - 1].name, classes, last.c, last.h,
+                          last.w);
         goto fail;
     }
     free(b.flats);
@@ -485,14 +504,16 @@ int td_model_load(const char *dir, const char *name_or_path, td_shape in,
     if (len > 5 && strcmp(name_or_path + len - 5, ".json") == 0)
         snprintf(path, sizeof path, "%s", name_or_path);
     else if (strchr(name_or_path, '/') || len == 0)
-        return td__fail(err, errcap, "model: \"%s\" is neither a zoo name "
-                        "nor a .json path", name_or_path);
+        return td_set_error(err, errcap, TD_E_SPEC,
+                            "model: \"%s\" is neither a zoo name "
+                            "nor a .json path",
+                            name_or_path);
     else
         snprintf(path, sizeof path, "%s/%s.json", dir, name_or_path);
     json_t *def = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!def)
-        return td__fail(err, errcap, "model: %s:%d: %s", path, je.line,
-                        je.text);
+        return td_set_error(err, errcap, TD_E_SPEC, "model: %s:%d: %s", path,
+                            je.line, je.text);
     int rc = td_model_build(def, in, classes, out, err, errcap);
     json_decref(def);
     return rc;

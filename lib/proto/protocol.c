@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/json.h"
 
 /* ---- framing ---------------------------------------------------------- */
 
@@ -144,20 +145,6 @@ const td_command_rule td_proto_commands[] = {
 
 /* ---- requests --------------------------------------------------------- */
 
-static const char *td__type_name(json_type t)
-{
-    switch (t) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "true or false";
-    default: return "any value";
-    }
-}
-
 static int td__type_ok(const td_arg_rule *r, const json_t *v)
 {
     if (r->type == JSON_NULL)
@@ -193,7 +180,7 @@ static int td__check_args(const td_command_rule *c, json_t *args, char *err,
         }
         if (!td__type_ok(r, v)) {
             snprintf(err, errcap, "%s: argument '%s' must be %s", c->cmd,
-                     key, td__type_name(r->type));
+                     key, td_json_type_name(r->type));
             return TD_E_PROTO;
         }
     }

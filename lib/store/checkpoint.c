@@ -25,6 +25,7 @@
 #include <zlib.h>
 
 #include "base/error.h"
+#include "base/fsio.h"
 #include "base/log.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -64,17 +65,6 @@ int td_dtype_parse(const char *name, enum td_st_dtype *out)
             return 0;
         }
     return -EINVAL;
-}
-
-__attribute__((format(printf, 3, 4))) static void
-td__seterr(char *err, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || !cap)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
 }
 
 /* Bytes of a tensor, or 0 with *ok = 0 on overflow / bad input. */
@@ -218,32 +208,6 @@ fail:
     return NULL;
 }
 
-static int td__write_all(const td_ckpt_io *io, int fd, const void *buf,
-                         size_t n)
-{
-    const uint8_t *p = buf;
-    while (n > 0) {
-        size_t chunk = n > (64u << 20) ? (64u << 20) : n;
-        ssize_t w = io && io->write ? io->write(io->user, fd, p, chunk)
-                                    : write(fd, p, chunk);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        if (w == 0)
-            return -EIO;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int td__fsync(const td_ckpt_io *io, int fd)
-{
-    int r = io && io->fsync ? io->fsync(io->user, fd) : fsync(fd);
-    return r < 0 ? -errno : 0;
-}
-
 void td_ckpt_filename(int64_t step, char *out, size_t cap)
 {
     snprintf(out, cap, "ckpt-%012" PRId64 ".safetensors", step);
@@ -257,11 +221,11 @@ static int td__write_body(const td_ckpt_io *io, int fd,
     uint8_t len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-    int r = td__write_all(io, fd, len8, 8);
+    int r = td_write_all(fd, len8, 8, io);
     if (r == 0)
-        r = td__write_all(io, fd, hdr, hlen);
+        r = td_write_all(fd, hdr, hlen, io);
     if (r == 0)
-        r = td__write_all(io, fd, s->data, s->used);
+        r = td_write_all(fd, s->data, s->used, io);
     return r;
 }
 
@@ -269,66 +233,44 @@ int td_ckpt_write(const char *dir, const td_ckpt_snapshot *s, int keep,
                   const td_ckpt_io *io, char *path, size_t pathcap,
                   char *err, size_t errcap)
 {
-    char name[64], final[4096], tmp[4100];
-    const char *what = "write";
+    char name[64], final[4096], e[512];
     size_t hlen = 0;
-    int fd = -1, r;
+    td_atomic_file f;
+    int r;
     char *hdr = NULL;
 
     td_ckpt_filename(s->meta.step, name, sizeof name);
     if ((size_t)snprintf(final, sizeof final, "%s/%s", dir, name) >=
-        sizeof final) {
-        td__seterr(err, errcap, "%s: path too long", dir);
-        return -ENAMETOOLONG;
-    }
-    snprintf(tmp, sizeof tmp, "%s.tmp", final);
-    if (!(hdr = td__header(s, td__crc(s->data, s->used), &hlen))) {
-        td__seterr(err, errcap, "%s: out of memory for the header", final);
-        return -ENOMEM;
-    }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        r = -errno;
-        td__seterr(err, errcap, "cannot create %s: %s", tmp, td_strerror(r));
+        sizeof final)
+        return td_set_error(err, errcap, -ENAMETOOLONG, "%s: path too long",
+                            dir);
+    if (!(hdr = td__header(s, td__crc(s->data, s->used), &hlen)))
+        return td_set_error(err, errcap, -ENOMEM,
+                            "%s: out of memory for the header", final);
+    if ((r = td_atomic_open(&f, final, 0644, 0, io, err, errcap)) != 0) {
         free(hdr);
         return r;
     }
-    r = td__write_body(io, fd, s, hdr, hlen);
-    if (r == 0 && (what = "fsync", r = td__fsync(io, fd)) == 0) {
-        what = "close";
-        r = close(fd) < 0 ? -errno : 0;
-        fd = -1;
-    }
-    if (r == 0 && (what = "rename", rename(tmp, final) < 0))
-        r = -errno;
-    if (r < 0) {
-        td__seterr(err, errcap, "%s %s: %s (older checkpoints kept)", what,
-                   tmp, td_strerror(r));
-        goto fail;
-    }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    r = dfd < 0 ? -errno : td__fsync(io, dfd);
-    if (dfd >= 0)
-        close(dfd);
-    if (r < 0) {
-        /* The file is complete but its name may not survive a crash. */
-        td__seterr(err, errcap, "fsync of directory %s: %s", dir,
-                   td_strerror(r));
+    if ((r = td__write_body(io, f.fd, s, hdr, hlen)) != 0) {
+        td_atomic_abort(&f);
         free(hdr);
-        return r;
+        return td_set_error(err, errcap, r,
+                            "write %s: %s (older "
+                            "checkpoints kept)",
+                            f.tmp, td_strerror(r));
     }
     free(hdr);
+    if ((r = td_atomic_commit(&f, e, sizeof e)) != 0) {
+        /* Before the rename: the older checkpoints are all there is. */
+        int renamed = access(final, F_OK) == 0;
+        return td_set_error(err, errcap, r, "%s%s", e,
+                            renamed ? "" : " (older checkpoints kept)");
+    }
     if (path)
         snprintf(path, pathcap, "%s", final);
     if (keep > 0 && (r = td_ckpt_prune(dir, keep)) < 0)
         td_warn("checkpoint: pruning %s failed: %s", dir, td_strerror(r));
     return 0;
-fail:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-    free(hdr);
-    return r;
 }
 
 /* ---- listing and pruning ------------------------------------------------ */
@@ -469,14 +411,14 @@ static int td__parse_tensor(const char *name, const json_t *e, size_t dlen,
         json_object_size(e) != 3 || !json_is_string(dt) ||
         !json_is_array(sh) || !json_is_array(off) ||
         json_array_size(off) != 2) {
-        td__seterr(err, cap, "tensor \"%.64s\": malformed header entry",
-                   name);
+        td_set_error(err, cap, 0, "tensor \"%.64s\": malformed header entry",
+                     name);
         return TD_E_CORRUPT;
     }
     snprintf(t->name, sizeof t->name, "%s", name);
     if (td_dtype_parse(json_string_value(dt), &t->dtype) < 0) {
-        td__seterr(err, cap, "tensor \"%s\": unknown dtype \"%.16s\"", name,
-                   json_string_value(dt));
+        td_set_error(err, cap, 0, "tensor \"%s\": unknown dtype \"%.16s\"",
+                     name, json_string_value(dt));
         return TD_E_CORRUPT;
     }
     t->ndim = (int)json_array_size(sh);
@@ -487,24 +429,25 @@ static int td__parse_tensor(const char *name, const json_t *e, size_t dlen,
     size_t nbytes = td__tensor_bytes(t->dtype, t->ndim, t->shape, &ok);
     const json_t *b = json_array_get(off, 0), *en = json_array_get(off, 1);
     if (!ok) {
-        td__seterr(err, cap, "tensor \"%s\": bad shape", name);
+        td_set_error(err, cap, 0, "tensor \"%s\": bad shape", name);
         return TD_E_CORRUPT;
     }
     if (!json_is_integer(b) || !json_is_integer(en) ||
         json_integer_value(b) < 0 ||
         json_integer_value(en) < json_integer_value(b) ||
         (uint64_t)json_integer_value(en) > dlen) {
-        td__seterr(err, cap,
-                   "tensor \"%s\": data_offsets outside the data region "
-                   "(%zu bytes)", name, dlen);
+        td_set_error(err, cap, 0,
+                     "tensor \"%s\": data_offsets outside the data region "
+                     "(%zu bytes)",
+                     name, dlen);
         return TD_E_CORRUPT;
     }
     t->offset = (size_t)json_integer_value(b);
     t->nbytes = (size_t)(json_integer_value(en) - json_integer_value(b));
     if (t->nbytes != nbytes) {
-        td__seterr(err, cap,
-                   "tensor \"%s\": %zu bytes but %s%s needs %zu", name,
-                   t->nbytes, td_dtype_name(t->dtype), " x shape", nbytes);
+        td_set_error(err, cap, 0, "tensor \"%s\": %zu bytes but %s%s needs %zu",
+                     name, t->nbytes, td_dtype_name(t->dtype), " x shape",
+                     nbytes);
         return TD_E_CORRUPT;
     }
     return 0;
@@ -517,7 +460,7 @@ static int td__meta_u64(const json_t *meta, const char *key, int base,
     const char *s = json_string_value(json_object_get(meta, key));
     char *end;
     if (!s) {
-        td__seterr(err, cap, "metadata \"%s\" is missing", key);
+        td_set_error(err, cap, 0, "metadata \"%s\" is missing", key);
         return TD_E_CORRUPT;
     }
     errno = 0;
@@ -525,8 +468,8 @@ static int td__meta_u64(const json_t *meta, const char *key, int base,
     if (!*s || *end || errno || strspn(s, "0123456789abcdefABCDEF") !=
                                     strlen(s) || (base == 10 &&
                                     strspn(s, "0123456789") != strlen(s))) {
-        td__seterr(err, cap, "metadata \"%s\" is not a number: \"%.32s\"",
-                   key, s);
+        td_set_error(err, cap, 0, "metadata \"%s\" is not a number: \"%.32s\"",
+                     key, s);
         return TD_E_CORRUPT;
     }
     return 0;
@@ -540,20 +483,24 @@ static int td__parse_meta(td_ckpt_file *f, char *err, size_t cap)
     uint64_t ver, step, epoch, pos, crc;
     int r;
     if (!json_is_object(f->meta)) {
-        td__seterr(err, cap, "no __metadata__ (not a traind checkpoint)");
+        td_set_error(err, cap, 0, "no __metadata__ (not a traind checkpoint)");
         return TD_E_CORRUPT;
     }
-    json_object_foreach(f->meta, key, v) {
+    json_object_foreach(f->meta, key, v)
+    {
         if (!json_is_string(v)) {
-            td__seterr(err, cap, "metadata \"%.64s\" is not a string", key);
+            td_set_error(err, cap, 0, "metadata \"%.64s\" is not a string",
+                         key);
             return TD_E_CORRUPT;
         }
     }
     if ((r = td__meta_u64(f->meta, "traind.format", 10, &ver, err, cap)) < 0)
         return r;
     if (ver != TD_CKPT_FORMAT_VERSION) {
-        td__seterr(err, cap, "format version %" PRIu64 " (this traind "
-                   "reads %d)", ver, TD_CKPT_FORMAT_VERSION);
+        td_set_error(err, cap, 0,
+                     "format version %" PRIu64 " (this traind "
+                     "reads %d)",
+                     ver, TD_CKPT_FORMAT_VERSION);
         return TD_E_CORRUPT;
     }
     if ((r = td__meta_u64(f->meta, "spec_hash", 16, &f->m.spec_hash, err,
@@ -565,7 +512,8 @@ static int td__parse_meta(td_ckpt_file *f, char *err, size_t cap)
         (r = td__meta_u64(f->meta, "data_crc32", 16, &crc, err, cap)) < 0)
         return r;
     if (step > INT64_MAX || epoch > INT64_MAX || pos > INT64_MAX) {
-        td__seterr(err, cap, "metadata step/epoch/sampler_pos out of range");
+        td_set_error(err, cap, 0,
+                     "metadata step/epoch/sampler_pos out of range");
         return TD_E_CORRUPT;
     }
     f->m.step = (int64_t)step;
@@ -573,8 +521,10 @@ static int td__parse_meta(td_ckpt_file *f, char *err, size_t cap)
     f->m.sampler_pos = (int64_t)pos;
     uint32_t got = td__crc(f->data, f->data_len);
     if (crc != got) {
-        td__seterr(err, cap, "data CRC32 %08" PRIx32 " does not match the "
-                   "header's %08" PRIx64, got, crc);
+        td_set_error(err, cap, 0,
+                     "data CRC32 %08" PRIx32 " does not match the "
+                     "header's %08" PRIx64,
+                     got, crc);
         return TD_E_CRC;
     }
     return 0;
@@ -609,19 +559,20 @@ static int td__parse_header(td_ckpt_file *f, const json_t *h, char *err,
     r = 0;
     for (int i = 0; i < f->n && r == 0; i++) {
         if (sorted[i].offset != at) {
-            td__seterr(err, cap, "tensor \"%s\" at byte %zu: %s at byte %zu",
-                       sorted[i].name, sorted[i].offset,
-                       sorted[i].offset < at ? "overlaps the previous one"
-                                             : "a hole in the data",
-                       at);
+            td_set_error(err, cap, 0,
+                         "tensor \"%s\" at byte %zu: %s at byte %zu",
+                         sorted[i].name, sorted[i].offset,
+                         sorted[i].offset < at ? "overlaps the previous one"
+                                               : "a hole in the data",
+                         at);
             r = TD_E_CORRUPT;
         }
         at = sorted[i].offset + sorted[i].nbytes;
     }
     free(sorted);
     if (r == 0 && at != f->data_len) {
-        td__seterr(err, cap, "%zu bytes of data but tensors cover %zu",
-                   f->data_len, at);
+        td_set_error(err, cap, 0, "%zu bytes of data but tensors cover %zu",
+                     f->data_len, at);
         r = TD_E_CORRUPT;
     }
     return r;
@@ -633,12 +584,12 @@ static int td__map(const char *path, td_ckpt_file *f, char *err, size_t cap)
     int r = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) < 0) {
         r = -errno;
-        td__seterr(err, cap, "%s", td_strerror(r));
+        td_set_error(err, cap, 0, "%s", td_strerror(r));
         goto out;
     }
     if (!S_ISREG(st.st_mode) || st.st_size < 16) {
-        td__seterr(err, cap, "%lld bytes: too short for a checkpoint",
-                   (long long)st.st_size);
+        td_set_error(err, cap, 0, "%lld bytes: too short for a checkpoint",
+                     (long long)st.st_size);
         r = TD_E_CORRUPT;
         goto out;
     }
@@ -647,7 +598,7 @@ static int td__map(const char *path, td_ckpt_file *f, char *err, size_t cap)
     if (f->map == MAP_FAILED) {
         f->map = NULL;
         r = -errno;
-        td__seterr(err, cap, "mmap: %s", td_strerror(r));
+        td_set_error(err, cap, 0, "mmap: %s", td_strerror(r));
     }
 out:
     if (fd >= 0)
@@ -665,8 +616,10 @@ static int td__open(const char *path, td_ckpt_file *f, char *err, size_t cap)
     for (int i = 0; i < 8; i++)
         hlen |= (uint64_t)f->map[i] << (8 * i);
     if (hlen < 2 || hlen > TD__HEADER_MAX || hlen > f->size - 8) {
-        td__seterr(err, cap, "header length %" PRIu64 " does not fit the "
-                   "file's %zu bytes (truncated?)", hlen, f->size);
+        td_set_error(err, cap, 0,
+                     "header length %" PRIu64 " does not fit the "
+                     "file's %zu bytes (truncated?)",
+                     hlen, f->size);
         return TD_E_CORRUPT;
     }
     f->data = f->map + 8 + hlen;
@@ -674,8 +627,8 @@ static int td__open(const char *path, td_ckpt_file *f, char *err, size_t cap)
     json_t *h = json_loadb((const char *)f->map + 8, (size_t)hlen,
                            JSON_REJECT_DUPLICATES, &je);
     if (!json_is_object(h)) {
-        td__seterr(err, cap, "header is not a JSON object: %s",
-                   h ? "wrong type" : je.text);
+        td_set_error(err, cap, 0, "header is not a JSON object: %s",
+                     h ? "wrong type" : je.text);
         json_decref(h);
         return TD_E_CORRUPT;
     }
@@ -696,7 +649,7 @@ int td_ckpt_open(const char *path, td_ckpt_file **out, char *err,
         return -ENOMEM;
     int r = td__open(path, f, why, sizeof why);
     if (r < 0) {
-        td__seterr(err, errcap, "%s: %s", path, why);
+        td_set_error(err, errcap, 0, "%s: %s", path, why);
         td_ckpt_close(f);
         return r;
     }
@@ -747,15 +700,15 @@ int td_ckpt_file_read(const td_ckpt_file *f, const char *name,
 {
     const td_ckpt_tensor *t = td_ckpt_file_find(f, name);
     if (!t) {
-        td__seterr(err, errcap, "tensor \"%s\" is not in the checkpoint",
-                   name);
+        td_set_error(err, errcap, 0, "tensor \"%s\" is not in the checkpoint",
+                     name);
         return -ENOENT;
     }
     if (t->dtype != dtype || t->nbytes != cap) {
-        td__seterr(err, errcap,
-                   "tensor \"%s\" is %s, %zu bytes; expected %s, %zu bytes",
-                   name, td_dtype_name(t->dtype), t->nbytes,
-                   td_dtype_name(dtype), cap);
+        td_set_error(err, errcap, 0,
+                     "tensor \"%s\" is %s, %zu bytes; expected %s, %zu bytes",
+                     name, td_dtype_name(t->dtype), t->nbytes,
+                     td_dtype_name(dtype), cap);
         return -EINVAL;
     }
     memcpy(dst, f->data + t->offset, cap);
@@ -771,7 +724,7 @@ int td_ckpt_load_latest(const char *dir, td_ckpt_file **out, char *path,
     *out = NULL;
     int r = td__list(dir, &steps, &n);
     if (r < 0) {
-        td__seterr(err, errcap, "%s: %s", dir, td_strerror(r));
+        td_set_error(err, errcap, 0, "%s: %s", dir, td_strerror(r));
         return r;
     }
     for (int i = n - 1; i >= 0; i--) {
@@ -790,7 +743,7 @@ int td_ckpt_load_latest(const char *dir, td_ckpt_file **out, char *path,
         bad++;
     }
     free(steps);
-    td__seterr(err, errcap, "%s: no valid checkpoint (%d unusable)", dir,
-               bad);
+    td_set_error(err, errcap, 0, "%s: no valid checkpoint (%d unusable)", dir,
+                 bad);
     return -ENOENT;
 }

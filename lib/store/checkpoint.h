@@ -31,6 +31,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "base/fsio.h"
+
 #define TD_CKPT_MAX_DIMS 8
 #define TD_CKPT_NAME_MAX 128
 #define TD_CKPT_FORMAT_VERSION 1
@@ -88,11 +90,7 @@ int td_ckpt_snapshot_add(td_ckpt_snapshot *s, const char *name,
                          void **dst);
 
 /* I/O hooks for tests (fault injection); NULL members use write/fsync. */
-typedef struct td_ckpt_io {
-    ssize_t (*write)(void *user, int fd, const void *buf, size_t n);
-    int (*fsync)(void *user, int fd);
-    void *user;
-} td_ckpt_io;
+typedef td_fs_io td_ckpt_io;
 
 /* "ckpt-000000000500.safetensors" into out. */
 void td_ckpt_filename(int64_t step, char *out, size_t cap);

@@ -26,6 +26,7 @@
 
 #include "base/clock.h"
 #include "input/dataset.h"
+#include "base/fsio.h"
 #include "input/pack.h"
 #include "input/pipeline.h"
 #include "support/jpeggen.h"
@@ -167,7 +168,7 @@ int main(int argc, char **argv)
     char *tmp = keep ? strdup(keep) : td_test_tmpdir("bench-input");
     char dir[4096], shards[4096];
     snprintf(dir, sizeof dir, "%s/tree/c0", tmp);
-    td_mkdirs(dir);
+    td_mkdirs(dir, 0755);
     for (int i = 0; i < nimg; i++) {
         int h = 300 + (i * 53) % 201, w = h * (4 + i % 3) / 4;
         uint8_t *j;

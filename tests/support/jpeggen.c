@@ -11,6 +11,7 @@
 #include <zlib.h>
 #include <jpeglib.h>
 
+#include "base/fsio.h"
 #include "input/pack.h"
 #include "philox.h"
 
@@ -38,7 +39,8 @@ void td_test_photo(uint8_t *px, int w, int h, int c, uint32_t seed)
                   (float)(w < h ? w : h);
         r2[d] = r * r;
         for (int k = 0; k < 4; k++)
-            col[d][k] = (float)(255.0 * td_rng_uniform(s, 7, (uint64_t)(d * 4 + k)));
+            col[d][k] =
+                (float)(255.0 * td_rng_uniform(s, 7, (uint64_t)(d * 4 + k)));
     }
     for (int y = 0; y < h; y++)
         for (int x = 0; x < w; x++) {
@@ -49,14 +51,17 @@ void td_test_photo(uint8_t *px, int w, int h, int c, uint32_t seed)
                 if (dx * dx + dy * dy < r2[d])
                     disc = d;
             }
-            uint32_t nz = td_rng4(s, 8, (uint64_t)y * (uint64_t)w + (uint64_t)x).v[0];
+            uint32_t nz =
+                td_rng4(s, 8, (uint64_t)y * (uint64_t)w + (uint64_t)x).v[0];
             for (int k = 0; k < c; k++) {
                 float v = disc >= 0 ? col[disc][k]
                                     : base[k] + gx[k] * fx + gy[k] * fy +
                                           20.0f * sinf(6.0f * fx + (float)k);
                 v += (float)((nz >> (8 * k)) & 15) - 7.5f;
-                px[((size_t)y * (size_t)w + (size_t)x) * (size_t)c + (size_t)k] =
-                    (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+                px[((size_t)y * (size_t)w + (size_t)x) * (size_t)c +
+                   (size_t)k] = (uint8_t)(v < 0     ? 0
+                                          : v > 255 ? 255
+                                                    : v);
             }
         }
 }
@@ -143,7 +148,7 @@ void td_test_make_folder(const char *root, int classes, int per_class, int w,
     char path[4096];
     for (int k = 0; k < classes; k++) {
         snprintf(path, sizeof path, "%s/class%d", root, k);
-        if (td_mkdirs(path))
+        if (td_mkdirs(path, 0755))
             td__die(path);
         for (int i = 0; i < per_class; i++) {
             uint8_t *j;
