@@ -588,8 +588,13 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
         snprintf(ch.desc, sizeof ch.desc, "cpu");
     }
     snprintf(d->device_desc, sizeof d->device_desc, "%s", ch.desc);
-    if (ch.kind == TD_DEVICE_CPU && info.cuda_built)
-        td_info("device: cpu (%s)", info.reason);
+    if (ch.kind == TD_DEVICE_CPU && info.cuda_built && info.cuda_count == 0)
+        /* On a GPU box this is a misconfiguration (driver, device nodes,
+         * the unit's sandbox): say why, loudly. */
+        td_warn("GPU probe found no usable GPU: %s; training on the CPU",
+                info.reason);
+    else if (ch.kind == TD_DEVICE_CPU)
+        td_info("device: cpu");
     else
         td_info("device: %s", d->device_desc);
 
