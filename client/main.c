@@ -32,6 +32,8 @@ static const struct td_command td__commands[] = {
      td_cmd_pack},
     {"bench-input", "run the input pipeline alone and print images/s",
      td_cmd_bench_input},
+    {"plan", "the device memory a model needs at a batch and precision",
+     td_cmd_plan},
 };
 
 #define TD__NCMD (sizeof td__commands / sizeof td__commands[0])

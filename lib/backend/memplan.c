@@ -1,0 +1,254 @@
+/* memplan.c - device memory planned on the host (see memplan.h). */
+#include "backend/memplan.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+#define TD__ALIGN ((size_t)256) /* cudaMalloc's and cuDNN's alignment */
+
+static size_t td__align(size_t n)
+{
+    return (n + TD__ALIGN - 1) / TD__ALIGN * TD__ALIGN;
+}
+
+static int td__max(int a, int b) { return a > b ? a : b; }
+static int td__min(int a, int b) { return a < b ? a : b; }
+
+/* Does layer kind k read its input's value in its backward pass? */
+static int td__bwd_reads_input(enum td_layer_kind k)
+{
+    switch (k) {
+    case TD_L_CONV: case TD_L_DENSE: case TD_L_BN: case TD_L_RELU:
+    case TD_L_MAXPOOL: case TD_L_AVGPOOL: case TD_L_GAP:
+        return 1;
+    default:
+        return 0; /* add, dropout (its mask), flatten (an alias) */
+    }
+}
+
+/* ... and its own output (cuDNN's activation and pooling backward)? */
+static int td__bwd_reads_output(enum td_layer_kind k)
+{
+    return k == TD_L_RELU || k == TD_L_MAXPOOL || k == TD_L_AVGPOOL ||
+           k == TD_L_GAP;
+}
+
+/* May a ReLU overwrite this layer's output in place?  Only when nothing
+ * else reads it and the layer's own backward does not need it. */
+static int td__inplace_ok(enum td_layer_kind k)
+{
+    return k == TD_L_CONV || k == TD_L_BN || k == TD_L_ADD ||
+           k == TD_L_DENSE;
+}
+
+int td_membuf_overlap_in_time(const td_membuf *a, const td_membuf *b)
+{
+    return a->first <= b->last && b->first <= a->last;
+}
+
+static int td__by_size(const void *pa, const void *pb)
+{
+    const td_membuf *a = *(td_membuf *const *)pa, *b = *(td_membuf *const *)pb;
+    if (a->bytes != b->bytes)
+        return a->bytes < b->bytes ? 1 : -1;
+    return a->first - b->first;
+}
+
+static int td__by_offset(const void *pa, const void *pb)
+{
+    const td_membuf *a = *(td_membuf *const *)pa, *b = *(td_membuf *const *)pb;
+    return a->offset < b->offset ? -1 : a->offset > b->offset;
+}
+
+/* First fit by descending size: each buffer goes at the lowest offset
+ * where it overlaps no placed buffer that is live at the same time. */
+static int td__place(td_membuf *bufs, int n, size_t *end)
+{
+    td_membuf **order = malloc(sizeof *order * (size_t)(n ? n : 1));
+    td_membuf **live = malloc(sizeof *live * (size_t)(n ? n : 1));
+    if (!order || !live) {
+        free(order);
+        free(live);
+        return -ENOMEM;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (bufs[i].alias < 0)
+            order[k++] = &bufs[i];
+    qsort(order, (size_t)k, sizeof *order, td__by_size);
+    *end = 0;
+    for (int i = 0; i < k; i++) {
+        int nl = 0;
+        for (int j = 0; j < i; j++)
+            if (td_membuf_overlap_in_time(order[i], order[j]))
+                live[nl++] = order[j];
+        qsort(live, (size_t)nl, sizeof *live, td__by_offset);
+        size_t off = 0, need = td__align(order[i]->bytes);
+        for (int j = 0; j < nl; j++) {
+            if (live[j]->offset >= off + need)
+                break;
+            size_t e = live[j]->offset + td__align(live[j]->bytes);
+            if (e > off)
+                off = e;
+        }
+        order[i]->offset = off;
+        if (off + need > *end)
+            *end = off + need;
+    }
+    free(order);
+    free(live);
+    return 0;
+}
+
+int td_memplan_build(const td_model *m, const td_memplan_config *c,
+                     td_memplan *out, char *err, size_t errcap)
+{
+    memset(out, 0, sizeof *out);
+    if (c->batch < 1 || (c->act_bytes != 2 && c->act_bytes != 4) ||
+        c->optim_slots < 0 || c->optim_slots > 2 || c->nbuf < 1)
+        return td_set_error(err, errcap, -EINVAL, "memory plan: batch %d, "
+                            "%d-byte activations, %d optimizer slots, %d "
+                            "batch buffers: out of range", c->batch,
+                            c->act_bytes, c->optim_slots, c->nbuf);
+    const int N = m->nlayers;
+    int *root = malloc(sizeof *root * (size_t)N);
+    int *iy = malloc(sizeof *iy * (size_t)N), *idy = malloc(sizeof *idy *
+                                                            (size_t)N);
+    td_membuf *b = calloc((size_t)N * 3, sizeof *b);
+    if (!root || !iy || !idy || !b) {
+        free(root), free(iy), free(idy), free(b);
+        return td_set_error(err, errcap, -ENOMEM, "memory plan: out of "
+                            "memory");
+    }
+    int n = 0;
+    size_t bn_saves = 0;
+    for (int L = 0; L < N; L++) {
+        const td_layer *l = &m->layers[L];
+        root[L] = l->kind == TD_L_FLATTEN ? root[l->in[0]] : L;
+        iy[L] = idy[L] = -1;
+        if (root[L] != L)
+            continue;
+        size_t elems = (size_t)c->batch * (size_t)l->out.c *
+                       (size_t)l->out.h * (size_t)l->out.w;
+        b[n] = (td_membuf){TD_MB_Y, L, -1, elems * (size_t)c->act_bytes, 0,
+                           L, L};
+        iy[L] = n++;
+        if (L >= 1) {
+            /* first: when the first consumer's backward writes it (set
+             * below); last: this layer's own backward reads it. */
+            b[n] = (td_membuf){TD_MB_DY, L, -1, elems * (size_t)c->act_bytes,
+                               0, 2 * N, 2 * N - L};
+            idy[L] = n++;
+        }
+        if (l->kind == TD_L_DROPOUT)
+            b[n++] = (td_membuf){TD_MB_MASK, L, -1, elems, 0, L, 2 * N - L};
+        if (l->kind == TD_L_BN) /* saved mean and inverse deviation */
+            bn_saves += td__align(2 * (size_t)l->out.c * sizeof(float));
+    }
+    for (int L = 1; L < N; L++) {
+        const td_layer *l = &m->layers[L];
+        if (l->kind == TD_L_FLATTEN)
+            continue;
+        int bwd = 2 * N - L;
+        for (int i = 0; i < 2 && l->in[i] >= 0; i++) {
+            td_membuf *y = &b[iy[root[l->in[i]]]];
+            y->last = td__max(y->last, L);
+            if (td__bwd_reads_input(l->kind))
+                y->last = td__max(y->last, bwd);
+            if (idy[root[l->in[i]]] >= 0) {
+                td_membuf *dy = &b[idy[root[l->in[i]]]];
+                dy->first = td__min(dy->first, bwd);
+            }
+        }
+        if (td__bwd_reads_output(l->kind))
+            b[iy[L]].last = td__max(b[iy[L]].last, bwd);
+    }
+    /* The loss reads the logits at N and writes their gradient. */
+    int top = root[N - 1];
+    b[iy[top]].last = td__max(b[iy[top]].last, N);
+    if (idy[top] >= 0)
+        b[idy[top]].first = N;
+    /* A gradient nothing writes (a layer no one reads) still exists: give
+     * it a lifetime of its own backward alone. */
+    for (int i = 0; i < n; i++)
+        if (b[i].first > b[i].last)
+            b[i].first = b[i].last;
+    if (c->reuse) {
+        /* ReLU in place: y and dy of the ReLU share its input's buffers. */
+        for (int L = 1; L < N; L++) {
+            const td_layer *l = &m->layers[L];
+            if (l->kind != TD_L_RELU || root[L] != L)
+                continue;
+            int P = root[l->in[0]];
+            if (P < 1 || !td__inplace_ok(m->layers[P].kind) ||
+                m->layers[P].consumers != 1)
+                continue;
+            td_membuf *yp = &b[iy[P]], *yr = &b[iy[L]];
+            td_membuf *dp = &b[idy[P]], *dr = &b[idy[L]];
+            yp->last = td__max(yp->last, yr->last);
+            yr->alias = iy[P];
+            dp->first = td__min(dp->first, dr->first);
+            dp->last = td__max(dp->last, dr->last);
+            dr->alias = idy[P];
+        }
+        size_t end = 0;
+        int rc = td__place(b, n, &end);
+        if (rc) {
+            free(root), free(iy), free(idy), free(b);
+            return td_set_error(err, errcap, rc, "memory plan: out of "
+                                "memory");
+        }
+        for (int i = 0; i < n; i++)
+            if (b[i].alias >= 0)
+                b[i].offset = b[b[i].alias].offset;
+        out->activations = end;
+    } else {
+        size_t off = 0;
+        for (int i = 0; i < n; i++) {
+            b[i].offset = off;
+            off += td__align(b[i].bytes);
+        }
+        out->activations = off;
+    }
+    for (int i = 0; i < n; i++)
+        if (b[i].alias < 0)
+            out->activations_sum += td__align(b[i].bytes);
+    out->activations += bn_saves;
+    out->activations_sum += bn_saves;
+
+    const size_t pc = m->param_count, f = sizeof(float);
+    const size_t ns = td_model_state_count(m);
+    const td_shape in = m->layers[0].out;
+    out->params = td__align(pc * f);
+    out->grads = td__align(pc * (size_t)c->act_bytes);
+    out->optim = td__align(pc * f * (size_t)c->optim_slots);
+    out->weights_lp = c->act_bytes < 4 ? td__align(pc * (size_t)c->act_bytes)
+                                       : 0;
+    out->state = td__align(ns * f);
+    out->shadow = td__align((pc * (1 + (size_t)c->optim_slots) + ns) * f);
+    out->batches = (size_t)c->nbuf *
+                   (td__align((size_t)c->batch * (size_t)in.c *
+                              (size_t)in.h * (size_t)in.w) +
+                    td__align((size_t)c->batch * sizeof(int32_t)));
+    out->workspace = td__align(c->workspace) + td__align(c->blas_workspace);
+    size_t sub = out->params + out->grads + out->optim + out->weights_lp +
+                 out->state + out->shadow + out->batches + out->activations +
+                 out->workspace;
+    out->headroom = sub / 20 > c->headroom_min ? sub / 20 : c->headroom_min;
+    out->total = sub + out->headroom;
+    out->nbufs = n;
+    out->bufs = b;
+    free(root);
+    free(iy);
+    free(idy);
+    return 0;
+}
+
+void td_memplan_free(td_memplan *p)
+{
+    free(p->bufs);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,80 @@
+/* memplan.h - the device memory a training step needs, planned on the host.
+ *
+ * Owns: the liveness of every activation (y), gradient (dy) and dropout
+ * mask of a model over one training step, their placement in one arena
+ * (buffers whose lifetimes do not overlap share memory; ReLU runs in place
+ * on the output of a convolution, batch norm, dense or add that nothing
+ * else reads), and the bill of the whole device allocation: parameters,
+ * gradients, optimizer state, the low-precision weight copy, batch
+ * buffers, workspaces and headroom.  It needs no device, so a user can ask
+ * before submitting whether a batch fits a 40 or 80 GB card
+ * (`trainctl plan`), and the tests can check the plan without a GPU.
+ * Never does: allocate device memory or know a device's real cuDNN
+ * workspace (the caller passes its figure; the backend logs the real one).
+ *
+ * The step's clock: layer L's forward runs at time L (the batch, layer 0,
+ * at 0), the loss at N = nlayers, layer L's backward at 2N - L.  A buffer
+ * is live over [first, last] of those times, both ends included.
+ */
+#ifndef TD_MEMPLAN_H
+#define TD_MEMPLAN_H
+
+#include <stddef.h>
+
+#include "model/model.h"
+
+typedef struct td_memplan_config {
+    int batch;
+    int act_bytes;        /* bytes per activation/gradient element: 4 for
+                             fp32 and tf32, 2 for bf16 and fp16 */
+    int optim_slots;      /* fp32 tensors of optimizer state per parameter:
+                             0 plain SGD, 1 momentum, 2 AdamW */
+    int reuse;            /* 0: every layer keeps its own y and dy for the
+                             whole step (the CUDA backend before the plan);
+                             1: placement by liveness, ReLU in place */
+    int nbuf;             /* batch buffers on the device (double buffering) */
+    size_t workspace;     /* cuDNN workspace bytes (largest algorithm) */
+    size_t blas_workspace;
+    size_t headroom_min;  /* at least this much left for what the runtime,
+                             cuBLAS and cuDNN allocate lazily; the plan
+                             keeps max(headroom_min, 5% of the rest) */
+} td_memplan_config;
+
+enum td_membuf_kind { TD_MB_Y = 0, TD_MB_DY, TD_MB_MASK };
+
+typedef struct td_membuf {
+    enum td_membuf_kind kind;
+    int layer;            /* the layer whose output (or mask) this is */
+    int alias;            /* index of the buffer this one shares memory
+                             with in place (ReLU), or -1 */
+    size_t bytes;
+    size_t offset;        /* in the activation region */
+    int first, last;      /* live over [first, last] (step clock above) */
+} td_membuf;
+
+typedef struct td_memplan {
+    size_t params;        /* fp32 master weights */
+    size_t grads;         /* gradients, in the activation precision */
+    size_t optim;         /* optimizer state, fp32 */
+    size_t weights_lp;    /* the low-precision copy convolutions read */
+    size_t state;         /* batch-norm running statistics, fp32 */
+    size_t shadow;        /* the snapshot copy (checkpoints), fp32 */
+    size_t batches;       /* nbuf x (uint8 pixels + int32 labels) */
+    size_t activations;   /* the activation region: y, dy, masks, BN saves */
+    size_t workspace;     /* cuDNN + cuBLAS */
+    size_t headroom;
+    size_t total;
+    size_t activations_sum; /* every buffer on its own (no reuse) */
+    int nbufs;
+    td_membuf *bufs;
+} td_memplan;
+
+/* Plans model m.  0, or -EINVAL/-ENOMEM with a message in err. */
+int td_memplan_build(const td_model *m, const td_memplan_config *c,
+                     td_memplan *out, char *err, size_t errcap);
+void td_memplan_free(td_memplan *p);
+
+/* Whether buffers a and b of a plan may be live at the same time. */
+int td_membuf_overlap_in_time(const td_membuf *a, const td_membuf *b);
+
+#endif
