@@ -1,5 +1,6 @@
 /* cmd_bench_input.c - `trainctl bench-input`: the input pipeline alone at
- * full speed (the input ceiling of DESIGN §5), with the per-stage split.
+ * full speed (the input ceiling, docs/design.md#the-step-loop), with the
+ * per-stage split.
  *
  *   trainctl bench-input --data PATH [--size N|HxW] [--channels 1|3]
  *       [--augment random_resized_crop,flip] [--workers N] [--batch N]

@@ -1,4 +1,5 @@
-/* commands.c - one handler per protocol command (DESIGN §8).
+/* commands.c - one handler per protocol command
+ * (docs/design.md#the-control-protocol).
  *
  * Runs on the loop thread.  Handlers validate what the protocol layer
  * cannot (job ids, permissions, states), change the job table, and reply

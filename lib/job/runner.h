@@ -1,10 +1,11 @@
 /* runner.h - one training job, from its spec to its result.
  *
- * The glue of DESIGN §3: builds the model from the job spec, opens the
- * input pipelines (train, and val for the end-of-epoch evaluation), runs
- * the trainer, feeds every step into the metrics (phases, windows,
- * verdicts), and takes checkpoints at step boundaries that the checkpoint
- * writer thread puts on disk while training goes on.  Used by
+ * The glue of the step loop (docs/design.md#the-step-loop): builds the
+ * model from the job spec, opens the input pipelines (train, and val for
+ * the end-of-epoch evaluation), runs the trainer, feeds every step into
+ * the metrics (phases, windows, verdicts), and takes checkpoints at step
+ * boundaries that the checkpoint writer thread puts on disk while
+ * training goes on.  Used by
  * `traind --run` and by the daemon's trainer thread alike.
  *
  * Threads: td_runner_run() blocks the calling thread (the trainer) for the

@@ -1,4 +1,4 @@
-/* train.c - the step loop (see train.h and DESIGN 3).
+/* train.c - the step loop (see train.h and docs/design.md#the-step-loop).
  *
  * Owns: the order of backend calls in a step, the one-step lag with which
  * statistics and timing events are read, epoch boundaries, evaluation and

@@ -1,4 +1,5 @@
-/* train.h - the step loop of DESIGN 3: one job, one backend, one thread.
+/* train.h - the step loop (docs/design.md#the-step-loop): one job, one
+ * backend, one thread.
  *
  * Owns: pulling batches from a td_batch_source, driving the backend
  * (upload, train_step, read_stats), the learning-rate schedule, the

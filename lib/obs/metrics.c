@@ -210,7 +210,7 @@ static void td__attribute(const td_step_times *t, int64_t out[])
 
 /* ---- verdicts ----------------------------------------------------------- */
 
-/* First match wins (DESIGN §7). */
+/* First match wins (docs/metrics.md#verdicts). */
 static enum td_verdict td__verdict(const struct td__wstats *s,
                                    enum td_severity *sev)
 {

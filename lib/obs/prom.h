@@ -1,4 +1,6 @@
-/* prom.h - the Prometheus text exposition of traind's figures (DESIGN §7).
+/* prom.h - the Prometheus text exposition of traind's figures
+ * (docs/design.md#where-each-metric-comes-from, names in
+ * docs/observability.md).
  *
  * Owns: the metric names, their HELP text and types, and rendering them
  * from plain snapshots: one per job (filled on the trainer thread by the

@@ -1,4 +1,5 @@
-/* trace.h - a timeline recorder for Chrome trace JSON (DESIGN §7).
+/* trace.h - a timeline recorder for Chrome trace JSON
+ * (docs/design.md#where-each-metric-comes-from, docs/observability.md).
  *
  * Owns: a fixed array of events that any thread appends to while the
  * recorder is armed, and the conversion of those events into a Chrome
@@ -80,7 +81,7 @@ typedef struct td_trace_step {
 /* Trainer thread: a "step" slice on the steps track, and the step's
  * phases end to end on the trainer track in the order they happen
  * (data_wait, h2d, compute, d2h, other, checkpoint).  They sum to step_ns
- * exactly: host phases are granted in DESIGN §7's priority (checkpoint >
+ * exactly: host phases are granted in the metrics' priority (checkpoint >
  * data_wait > h2d > d2h), then compute, and `other` is the rest.  Device
  * copy and compute slices are anchored at their host enqueue times, and
  * start no earlier than the end of the previous slice on their track. */

@@ -1,4 +1,5 @@
-/* protocol.h - the control protocol's wire format (DESIGN §8).
+/* protocol.h - the control protocol's wire format
+ * (docs/design.md#the-control-protocol, every command in docs/daemon.md).
  *
  * One compact JSON object per line over a Unix stream socket, lines capped
  * at TD_PROTO_LINE_MAX bytes.  This module owns framing, parsing and

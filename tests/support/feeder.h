@@ -3,9 +3,10 @@
  * Owns: a dataset held in memory as uint8 NHWC images + int32 labels (read
  * from IDX files such as MNIST / Fashion-MNIST, gzipped or not, or built
  * by the caller), and a td_batch_source that serves it in order on the
- * calling thread: a per-epoch permutation from (seed, epoch) as in DESIGN
- * 4, optional pad+random-crop and horizontal flip drawn from (seed, epoch,
- * sample), and optionally only full batches (drop_last).
+ * calling thread: a per-epoch permutation from (seed, epoch) as in
+ * docs/design.md#from-a-file-on-disk-to-the-device, optional pad+random-
+ * crop and horizontal flip drawn from (seed, epoch, sample), and
+ * optionally only full batches (drop_last).
  * Never does: start threads, decode images, or allocate per batch.
  * The input pipeline's source replaces it; it stays for tests and benches.
  */

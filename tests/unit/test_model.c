@@ -40,7 +40,7 @@ START_TEST(test_fmnist_cnn_shapes)
                   2 * (32 + 32 + 64 + 64) + 64 * 7 * 7 * 10 + 10;
     ck_assert_uint_eq(m->param_count, want);
     ck_assert_int_eq(m->nstate, 8);
-    /* DESIGN: 36.6 MFLOP forward per sample */
+    /* docs/design.md#compute: 36.6 MFLOP forward per sample */
     ck_assert_double_eq_tol(m->fwd_flops / 1e6, 36.6, 0.05);
     td_model_free(m);
 }

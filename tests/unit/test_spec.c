@@ -1,6 +1,7 @@
-/* test_spec.c - the job spec: the DESIGN example, every default, each kind
- * of error with its exact message, normalisation round trip and hash,
- * overrides, job files and the shipped reference job. */
+/* test_spec.c - the job spec: the example of docs/design.md#the-job-spec,
+ * every default, each kind of error with its exact message, normalisation
+ * round trip and hash, overrides, job files and the shipped reference
+ * job. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
