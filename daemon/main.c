@@ -62,8 +62,15 @@ static void usage(FILE *f)
             "  --resume           continue from the newest checkpoint in DIR\n"
             "  --steps N          steps per epoch on synthetic input (100)\n"
             "  --version          print the version and the devices found\n"
-            "  --help             this text\n",
-            TD_DEFAULT_CONFIG, TD_DEFAULT_SOCKET, TD_DEFAULT_STATE);
+            "  --help             this text\n"
+            "\n"
+            "Environment:\n"
+            "  TRAIND_SOCKET      the control socket when --socket is not given\n"
+            "  TD_MODELS_DIR      where zoo model names are looked up; else\n"
+            "                     (--run) models/ beside the job file's folder,\n"
+            "                     then %s\n",
+            TD_DEFAULT_CONFIG, TD_DEFAULT_SOCKET, TD_DEFAULT_STATE,
+            TD_MODELS_INSTALL_DIR);
 }
 
 static void print_version(void)
