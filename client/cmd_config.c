@@ -15,9 +15,9 @@ static const char config_usage[] =
     "usage: trainctl config get [KEY] [--json] [--socket PATH]\n"
     "       trainctl config set KEY VALUE [--json] [--socket PATH]\n"
     "\n"
-    "Read or change the daemon's live settings (workers, prefetch,\n"
-    "checkpoint_every_steps, checkpoint_keep, subscriber_soft_bytes,\n"
-    "subscriber_max_bytes, log_level, device).  VALUE is JSON if it parses\n"
+    "Read or change the daemon's settings (workers, subscriber_soft_bytes,\n"
+    "subscriber_max_bytes, log_level, device, ...; every key: traind\n"
+    "--help-config).  VALUE is JSON if it parses\n"
     "(4, \"auto\"), else a string (auto).  Settings that only take effect\n"
     "after a restart say so.  Only root or the daemon's user may set.\n";
 
