@@ -17,6 +17,9 @@ packages=(
   libmicrohttpd-dev
   # tests
   check libsubunit-dev systemd
+  # the fuzz build (tests/fuzz, scripts/fuzz.sh): clang, its libFuzzer and
+  # sanitizer runtimes, and LLVM's OpenMP runtime for clang -fopenmp
+  clang libclang-rt-dev libomp-dev
   # the checkpoint format test reads a checkpoint with numpy
   python3-numpy
   # the reference dataset for the demo and the accuracy benchmarks
