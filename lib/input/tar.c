@@ -60,10 +60,19 @@ static int td__parse_octal(const uint8_t *p, size_t width, uint64_t *out)
 {
     uint64_t v = 0;
     size_t i = 0;
-    if (p[0] & 0x80) { /* GNU base-256 for large sizes */
+    if (p[0] & 0x80) {
+        /* GNU base-256 for large sizes: big-endian, the first byte's top
+         * bit the flag and the next one the sign.  Negative numbers and
+         * numbers past 64 bits (the field holds 94) are refused, not
+         * wrapped into a small size. */
+        if (p[0] & 0x40)
+            return -1;
         v = p[0] & 0x3f;
-        for (i = 1; i < width; i++)
+        for (i = 1; i < width; i++) {
+            if (v >> 56)
+                return -1;
             v = v << 8 | p[i];
+        }
         *out = v;
         return 0;
     }

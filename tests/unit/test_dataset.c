@@ -114,6 +114,47 @@ START_TEST(test_tar_header_walk_and_checksum)
 }
 END_TEST
 
+/* Replaces the size field of the header at h with raw bytes and fixes the
+ * checksum. */
+static void set_size_field(uint8_t *h, const uint8_t field[12])
+{
+    memcpy(h + 124, field, 12);
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < TD_TAR_BLOCK; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+START_TEST(test_tar_base256_sizes_over_64_bits_refused)
+{
+    uint8_t buf[4 * TD_TAR_BLOCK] = {0};
+    char names[1024] = "";
+    uint64_t at = 99;
+    ck_assert_int_eq(td_tar_header(buf, "x.cls", 1, 0), 0);
+    buf[TD_TAR_BLOCK] = '7';
+    /* base-256 1: a GNU tar large-file header for a small size is fine */
+    static const uint8_t one[12] = {0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    set_size_field(buf, one);
+    ck_assert_int_eq(td_tar_walk(buf, sizeof buf, collect, names, NULL), 0);
+    ck_assert_str_eq(names, "x.cls|");
+    /* 2^64 + 1 must not wrap to 1 */
+    static const uint8_t big[12] = {0x80, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1};
+    set_size_field(buf, big);
+    names[0] = '\0';
+    ck_assert_int_eq(td_tar_walk(buf, sizeof buf, collect, names, &at),
+                     TD_E_CORRUPT);
+    ck_assert_uint_eq(at, 0);
+    ck_assert_str_eq(names, "");
+    /* nor may a negative size (sign bit set) read as a positive one */
+    static const uint8_t neg[12] = {0xc0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    set_size_field(buf, neg);
+    ck_assert_int_eq(td_tar_walk(buf, sizeof buf, collect, names, &at),
+                     TD_E_CORRUPT);
+    ck_assert_str_eq(names, "");
+}
+END_TEST
+
 START_TEST(test_pack_idx_shards_read_back)
 {
     uint8_t *px = make_idx(60, 1);
@@ -453,6 +494,7 @@ static Suite *dataset_suite(void)
     tcase_add_test(tc, test_idx_roundtrip_gz_and_plain);
     tcase_add_test(tc, test_idx_errors_name_the_file);
     tcase_add_test(tc, test_tar_header_walk_and_checksum);
+    tcase_add_test(tc, test_tar_base256_sizes_over_64_bits_refused);
     tcase_add_test(tc, test_pack_idx_shards_read_back);
     tcase_add_test(tc, test_pack_refuses_mismatch_and_existing);
     tcase_add_test(tc, test_folder_classes_sorted);
