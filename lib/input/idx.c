@@ -35,6 +35,32 @@ static int td__gz_read_all(gzFile f, void *buf, size_t n)
     return 0;
 }
 
+/* Reads the total bytes the dims promise into out->data.  The buffer
+ * grows with what the file really holds (doubling from 64 KiB), so a
+ * header that claims a terabyte costs nothing unless the data is there.
+ * 0, -ENOMEM, or td__gz_read_all's errors. */
+static int td__read_data(gzFile f, td_idx *out, size_t total)
+{
+    size_t cap = 0, got = 0;
+    while (got < total) {
+        if (got == cap) {
+            size_t ncap = cap ? cap * 2 : (size_t)64 << 10;
+            ncap = ncap < total ? ncap : total;
+            uint8_t *p = realloc(out->data, ncap);
+            if (!p)
+                return -ENOMEM;
+            out->data = p;
+            cap = ncap;
+        }
+        int rc = td__gz_read_all(f, out->data + got, cap - got);
+        if (rc)
+            return rc;
+        got = cap;
+    }
+    out->bytes = total;
+    return 0;
+}
+
 int td_idx_load(const char *path, td_idx *out, char *err, size_t errcap)
 {
     uint8_t head[4], dimb[4];
@@ -77,13 +103,11 @@ int td_idx_load(const char *path, td_idx *out, char *err, size_t errcap)
         }
         total *= out->dims[d];
     }
-    out->data = malloc(total);
-    if (!out->data) {
+    rc = td__read_data(f, out, total);
+    if (rc == -ENOMEM) {
         rc = td__idx_fail(err, errcap, -ENOMEM, path, "out of memory");
         goto out;
     }
-    out->bytes = total;
-    rc = td__gz_read_all(f, out->data, total);
     if (rc) {
         rc = td__idx_fail(err, errcap, rc, path,
                           rc == -EIO ? "read error (corrupt gzip stream?)"

@@ -80,6 +80,22 @@ START_TEST(test_idx_errors_name_the_file)
 }
 END_TEST
 
+START_TEST(test_idx_huge_dims_short_file_is_corrupt_not_oom)
+{
+    /* 65536 x 65536 x 256 bytes (1 TiB, the limit) promised, 3 given:
+     * the file is short, and nothing near a terabyte may be allocated for
+     * it first (that failed as "out of memory", or aborted under ASan) */
+    char err[256];
+    td_idx im;
+    snprintf(path, sizeof path, "%s/huge.idx", tmp);
+    td_test_write_file(path, "\0\0\x08\x03\0\x01\0\0\0\x01\0\0\0\0\x01\0xyz",
+                       19);
+    ck_assert_int_eq(td_idx_load(path, &im, err, sizeof err), TD_E_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "shorter"));
+    ck_assert_ptr_null(im.data);
+}
+END_TEST
+
 static int collect(void *user, const char *name, uint64_t off, uint64_t size)
 {
     char *names = user;
@@ -493,6 +509,7 @@ static Suite *dataset_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_idx_roundtrip_gz_and_plain);
     tcase_add_test(tc, test_idx_errors_name_the_file);
+    tcase_add_test(tc, test_idx_huge_dims_short_file_is_corrupt_not_oom);
     tcase_add_test(tc, test_tar_header_walk_and_checksum);
     tcase_add_test(tc, test_tar_base256_sizes_over_64_bits_refused);
     tcase_add_test(tc, test_pack_idx_shards_read_back);
