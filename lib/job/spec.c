@@ -818,6 +818,11 @@ int td_spec_apply_override(json_t *root, const char *path, const char *value,
         return -EINVAL;
     if (!*path)
         return td__fail(&c, "(override)", "empty key path");
+    /* JSON keys are UTF-8: jansson refuses others, which read as -ENOMEM */
+    json_t *key_ok = json_string(path);
+    if (!key_ok)
+        return td__fail(&c, "(override)", "key path is not valid UTF-8");
+    json_decref(key_ok);
     json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
     if (!v && !(v = json_string(value)))
         return td__fail(&c, path, "value is not valid UTF-8");

@@ -377,6 +377,14 @@ START_TEST(test_override_errors)
     ck_assert_int_eq(td_spec_apply_set(j, "optimizer..lr=1", err, sizeof err),
                      TD_E_SPEC);
     ck_assert_str_eq(err, "optimizer..lr: malformed key path");
+    /* a key that is not UTF-8 is a bad key, not "out of memory" (-ENOMEM
+     * with no message), whether it is the last segment or one on the way */
+    ck_assert_int_eq(td_spec_apply_set(j, "input.augm\xfcnt[0].p=1", err,
+                                       sizeof err), TD_E_SPEC);
+    ck_assert_str_eq(err, "(override): key path is not valid UTF-8");
+    ck_assert_int_eq(td_spec_apply_set(j, "na\xffme=x", err, sizeof err),
+                     TD_E_SPEC);
+    ck_assert_str_eq(err, "(override): key path is not valid UTF-8");
     /* nothing was changed by the failed overrides */
     json_t *orig = load(design_example);
     ck_assert(json_equal(j, orig));
