@@ -6,10 +6,13 @@
 #      errors: every suite (GPU-only tests skip without a device)
 #   3. ASan+UBSan build without CUDA: every suite
 #   4. ThreadSanitizer build without CUDA: the threaded suites
+#   5. clang ASan+UBSan build of the libFuzzer targets (tests/fuzz): each
+#      target over its seeds and regression inputs, then 10 s of fuzzing
+#      (`--suite fuzz`; scripts/fuzz.sh runs them long)
 #
 # Build trees go under $TD_BUILD_BASE (default: build-test/ in the tree) and
 # are reused between runs.  Ends with one line "tests: N passed, N failed,
-# N skipped" over all three builds, and exits non-zero if anything failed.
+# N skipped" over all four builds, and exits non-zero if anything failed.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,12 +43,23 @@ count() { # dir: adds the results of its last `meson test` to the totals
   passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 }
 
-run() { # name, dir, "test options", meson options...
-  local name=$1 dir=$2 topts=$3; shift 3
+run() { # name, dir, ninja target ("": all), "test options", meson options...
+  local name=$1 dir=$2 target=$3 topts=$4; shift 4
   echo "== $name"
   local t0=$SECONDS
   setup "$dir" "$@"
   rm -f "$dir/meson-logs/testlog.json"
+  # With a target, build just that and let meson test not rebuild the rest.
+  if [[ -n $target ]]; then
+    if ! ninja -C "$dir" "$target" >"$dir/meson-logs/ninja-$target.log" 2>&1
+    then
+      tail -30 "$dir/meson-logs/ninja-$target.log"
+      status=1 failed=$((failed + 1))
+      echo "== $name: build failed, $((SECONDS - t0)) s"
+      return
+    fi
+    topts+=" --no-rebuild"
+  fi
   # shellcheck disable=SC2086
   if ! meson test -C "$dir" --print-errorlogs $topts; then
     status=1
@@ -61,14 +75,20 @@ run() { # name, dir, "test options", meson options...
   echo "== $name: $((SECONDS - t0)) s"
 }
 
-run "plain build (CUDA auto, -Werror)" "$base/plain" "" \
+run "plain build (CUDA auto, -Werror)" "$base/plain" "" "" \
   -Dwerror=true -Dcuda=auto -Dbuildtype=debugoptimized
-run "ASan+UBSan build" "$base/asan" "" \
+run "ASan+UBSan build" "$base/asan" "" "" \
   -Dwerror=true -Dcuda=disabled -Db_sanitize=address,undefined \
   -Db_lundef=false -Dbuildtype=debug
-run "ThreadSanitizer build (threaded suites)" "$base/tsan" "--suite threaded" \
+run "ThreadSanitizer build (threaded suites)" "$base/tsan" "" "--suite threaded" \
   -Dwerror=true -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false \
   -Dbuildtype=debugoptimized
+# clang: the libFuzzer targets and the library they instrument, nothing
+# else (warnings are not errors here: -Werror is the gcc builds' job).
+CC=clang run "fuzz targets, clang ASan+UBSan (--suite fuzz)" "$base/fuzz" \
+  fuzz "--suite fuzz" \
+  -Dcuda=disabled -Db_sanitize=address,undefined -Db_lundef=false \
+  -Dbuildtype=debugoptimized -Dfuzz=enabled
 
 if [[ -n ${failures//$'\n'/} ]]; then
   echo "failed checks:"
