@@ -4,16 +4,14 @@
  * cannot (job ids, permissions, states), change the job table, and reply
  * with exactly one line.  Nothing here blocks.
  */
-#define _GNU_SOURCE /* getgrouplist */
+#define _GNU_SOURCE
 #include <errno.h>
-#include <grp.h>
-#include <pwd.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "daemon.h"
@@ -79,97 +77,6 @@ static void cmd_version(td_client *c, td_request *req)
                              td__devices_json(&c->d->devices)));
 }
 
-/* Could uid read path?  (The daemon may run as root: it must not read a
- * dataset for a user who could not.)  Owner, group (with the user's
- * supplementary groups) and other bits, checked on the path and on every
- * directory above it. */
-static int td__uid_may_read(uid_t uid, const char *path, char *why,
-                            size_t cap)
-{
-    struct passwd pw, *pwp = NULL;
-    char buf[4096], dir[4096];
-    gid_t groups[256];
-    int ngroups = 256;
-    if (uid == 0)
-        return 1;
-    if (getpwuid_r(uid, &pw, buf, sizeof buf, &pwp) != 0 || !pwp) {
-        snprintf(why, cap, "uid %u has no passwd entry", (unsigned)uid);
-        return 0;
-    }
-    if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &ngroups) < 0)
-        ngroups = 0;
-    snprintf(dir, sizeof dir, "%s", path);
-    for (int depth = 0; dir[0]; depth++) {
-        struct stat st;
-        if (stat(dir, &st) != 0) {
-            snprintf(why, cap, "%.300s: %s", dir, strerror(errno));
-            return 0;
-        }
-        mode_t need = depth == 0 && !S_ISDIR(st.st_mode) ? 4 : 1;
-        if (depth == 0 && S_ISDIR(st.st_mode))
-            need = 5; /* list and enter the dataset folder itself */
-        mode_t have = st.st_mode & 7;
-        if (st.st_uid == uid) {
-            have = (st.st_mode >> 6) & 7;
-        } else {
-            for (int g = 0; g < ngroups; g++)
-                if (groups[g] == st.st_gid)
-                    have = (st.st_mode >> 3) & 7;
-        }
-        if ((have & need) != need) {
-            snprintf(why, cap, "%.300s is not readable by uid %u", dir,
-                     (unsigned)uid);
-            return 0;
-        }
-        char *slash = strrchr(dir, '/');
-        if (!slash || slash == dir)
-            break;
-        *slash = '\0';
-    }
-    return 1;
-}
-
-/* Checks data.train / data.val against allowed_data_roots and the
- * submitter's permissions; fills err on refusal. */
-static int td__check_data(td_client *c, const td_job_spec *s, char *err,
-                          size_t cap)
-{
-    const td_spec_paths *sets[2] = {&s->data.train, &s->data.val};
-    const char *names[2] = {"data.train", "data.val"};
-    json_t *roots = json_object_get(c->d->settings, "allowed_data_roots");
-    for (int k = 0; k < 2; k++) {
-        for (int i = 0; i < sets[k]->n; i++) {
-            const char *p = sets[k]->v[i];
-            char why[512];
-            if (json_array_size(roots)) {
-                int ok = 0;
-                size_t ri;
-                json_t *r;
-                json_array_foreach(roots, ri, r) {
-                    const char *root = json_string_value(r);
-                    size_t n = strlen(root);
-                    if (strncmp(p, root, n) == 0 &&
-                        (p[n] == '/' || p[n] == '\0' || root[n - 1] == '/'))
-                        ok = 1;
-                }
-                if (!ok) {
-                    snprintf(err, cap, "%s: %s is outside the allowed data "
-                             "roots (see 'trainctl config get "
-                             "allowed_data_roots')", names[k], p);
-                    return -EACCES;
-                }
-            }
-            /* Globs are checked by the pipeline; plain paths here. */
-            if (!strpbrk(p, "*?[") &&
-                !td__uid_may_read(c->uid, p, why, sizeof why)) {
-                snprintf(err, cap, "%s: %s", names[k], why);
-                return -EACCES;
-            }
-        }
-    }
-    return 0;
-}
-
 static void cmd_submit(td_client *c, td_request *req)
 {
     json_t *spec = json_object_get(req->args, "spec");
@@ -192,7 +99,10 @@ static void cmd_submit(td_client *c, td_request *req)
             }
         }
     }
-    if (td__check_data(c, &parsed, err, sizeof err)) {
+    if (td_access_check_spec(c->uid, &parsed,
+                             json_object_get(c->d->settings,
+                                             "allowed_data_roots"),
+                             err, sizeof err)) {
         ERRF(c, req, TD_ERR_PERMISSION, "%s", err);
         td_spec_free(&parsed);
         return;

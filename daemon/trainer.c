@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/error.h"
+#include "base/fscred.h"
 #include "base/log.h"
 #include "daemon.h"
 #include "job/device.h"
@@ -36,6 +38,7 @@ struct td_trainer_slot {
     char models_dir[4096];
     char ckpt_dir[4200];
     td_job_spec spec;
+    td_fscred cred;            /* the submitter's, for reading its files */
     pthread_mutex_t mu;        /* runner, pending requests */
     td_runner *runner;         /* set by the thread once created */
     enum td_stop_reason pending_stop;
@@ -99,7 +102,7 @@ static void *td__thread(void *arg)
                         .models_dir = s->models_dir, .device = s->device,
                         .ckpt_dir = s->ckpt_dir, .resume = 1,
                         .event = td__on_event, .snapshot = td__on_snapshot,
-                        .user = s};
+                        .user = s, .cred = &s->cred};
     rc = td_runner_create(&o, &r, err, sizeof err);
     if (rc == 0) {
         pthread_mutex_lock(&s->mu);
@@ -156,6 +159,10 @@ int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
     s->job = j->id;
     pthread_mutex_init(&s->mu, NULL);
     if ((rc = td_spec_parse(j->spec, NULL, &s->spec, err, errcap)))
+        goto fail;
+    /* The job's files are read with its submitter's rights (fscred.h). */
+    if (j->uid != 0 && j->uid != geteuid() && td_fscred_can_switch() &&
+        (rc = td_fscred_for_uid(j->uid, &s->cred, err, errcap)))
         goto fail;
     td_device_probe(&info);
     if ((rc = td_device_select(s->spec.device, &info, &ch, err, errcap)))

@@ -24,6 +24,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/fscred.h"
 #include "base/log.h"
 #include "input/pipeline.h"
 #include "job/train.h"
@@ -147,6 +148,7 @@ static int td__pipeline(td_runner *r, const td_spec_paths *paths, int train,
                                       strlen(gpu->name)) == 0)
         pc.alloc = gpu->pinned_allocator();
     pc.trace = train ? r->trace : NULL;
+    pc.cred = r->o.cred;
     rc = td_pipeline_create(&pc, out, e, sizeof e);
     if (rc)
         snprintf(err, errcap, "data.%s: %s", train ? "train" : "val",
@@ -179,11 +181,22 @@ static int td__model(td_runner *r, char *err, size_t errcap)
     int rc;
     if (classes == 0)
         classes = r->train ? td_pipeline_classes(r->train) : 10;
-    if (json_is_string(s->model))
-        rc = td_model_load(r->o.models_dir ? r->o.models_dir : ".",
-                           json_string_value(s->model), in, classes,
-                           &r->model, e, sizeof e);
-    else
+    if (json_is_string(s->model)) {
+        /* A zoo name is the daemon's file; a .json path is the user's and
+         * is read with the user's rights. */
+        const char *name = json_string_value(s->model);
+        size_t n = strlen(name);
+        int users = n > 5 && strcmp(name + n - 5, ".json") == 0;
+        td_fscred_saved saved;
+        if ((rc = td_fscred_enter(users ? r->o.cred : NULL, &saved))) {
+            snprintf(err, errcap, "model: cannot read as uid %u: %s",
+                     (unsigned)r->o.cred->uid, td_strerror(rc));
+            return rc;
+        }
+        rc = td_model_load(r->o.models_dir ? r->o.models_dir : ".", name, in,
+                           classes, &r->model, e, sizeof e);
+        td_fscred_leave(&saved);
+    } else
         rc = td_model_build(s->model, in, classes, &r->model, e, sizeof e);
     if (rc)
         snprintf(err, errcap, "model: %s", e);

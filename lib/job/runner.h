@@ -52,6 +52,9 @@ typedef struct td_runner_opts {
      * NULL; must not block. */
     void (*snapshot)(void *user, const td_prom_job *s);
     void *user;
+    /* Read the data and a model .json file as this user (base/fscred.h);
+     * NULL: with the process's own rights. */
+    const struct td_fscred *cred;
 } td_runner_opts;
 
 enum td_stop_reason {

@@ -1,0 +1,222 @@
+/* test_security.c - traind live against a hostile local user (issue 17):
+ * what a user names in a job must be read with that user's rights, and
+ * what a user sends must not grow the daemon without bound.
+ *
+ * The other user is `nobody` (uid 65534): th_connect_as() connects from a
+ * child that dropped to it, so the daemon sees that uid.  These tests need
+ * root for that and print "skipped" without it. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon_harness.h"
+#include "support/jpeggen.h"
+#include "tdtest.h"
+
+TH_FIXTURE(H)
+
+#define NOBODY 65534
+
+static int need_root(void)
+{
+    if (getuid() != 0) {
+        printf("skipped: needs root to connect as another uid\n");
+        return 0;
+    }
+    return 1;
+}
+
+/* H.dir/secret (root, 0700) holds a dataset folder `ds` and a model file
+ * m.json with a secret key; H.dir/pub (nobody's, 0755) is the user's. */
+static void make_tree(char *secret, char *pub, size_t cap)
+{
+    char p[512];
+    snprintf(secret, cap, "%s/secret", H.dir);
+    snprintf(pub, cap, "%s/pub", H.dir);
+    ck_assert_int_eq(mkdir(secret, 0700), 0);
+    ck_assert_int_eq(mkdir(pub, 0755), 0);
+    ck_assert_int_eq(chown(pub, NOBODY, NOBODY), 0);
+    chmod(H.dir, 0755);
+    snprintf(p, sizeof p, "%s/ds", secret);
+    td_test_make_folder(p, 2, 8, 8, 8);
+    snprintf(p, sizeof p, "%s/m.json", secret);
+    const char *m = "{\"password\": \"hunter2\", \"layers\": []}\n";
+    td_test_write_file(p, m, strlen(m));
+}
+
+/* A tiny job reading an ImageFolder at path. */
+static json_t *files_spec(const char *path, int epochs)
+{
+    json_t *s = th_tiny_spec(epochs, 0);
+    json_object_set_new(json_object_get(s, "data"), "train", json_string(path));
+    json_object_set_new(json_object_get(s, "input"), "source",
+                        json_string("files"));
+    json_object_set_new(json_object_get(s, "data"), "classes",
+                        json_integer(2));
+    return s;
+}
+
+/* Submits spec as nobody; returns the reply (caller decrefs). */
+static json_t *submit_as_nobody(json_t *spec)
+{
+    int fd = th_connect_as(&H, NOBODY, NOBODY);
+    ck_assert_int_ge(fd, 0);
+    json_t *r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec));
+    close(fd);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+static void assert_refused(json_t *r, const char *field)
+{
+    char *txt = json_dumps(r, 0);
+    const char *cls = th_err_class(r);
+    ck_assert_msg(cls && strcmp(cls, "permission_denied") == 0,
+                  "expected permission_denied, got %s", txt);
+    const char *desc = json_string_value(json_object_get(
+        json_object_get(r, "error"), "desc"));
+    ck_assert_msg(strstr(desc, "not readable by uid 65534"), "%s", desc);
+    ck_assert_msg(strncmp(desc, field, strlen(field)) == 0, "%s", desc);
+    ck_assert_msg(!strstr(txt, "password") && !strstr(txt, "hunter2"), "%s",
+                  txt);
+    free(txt);
+}
+
+START_TEST(test_symlink_into_private_dir_refused)
+{
+    if (!need_root())
+        return;
+    char secret[256], pub[256], link[300], target[300];
+    make_tree(secret, pub, sizeof secret);
+    snprintf(link, sizeof link, "%s/link", pub);
+    snprintf(target, sizeof target, "%s/ds", secret);
+    ck_assert_int_eq(symlink(target, link), 0);
+    json_t *r = submit_as_nobody(files_spec(link, 1));
+    assert_refused(r, "data.train");
+    json_decref(r);
+}
+END_TEST
+
+START_TEST(test_glob_into_private_dir_refused)
+{
+    if (!need_root())
+        return;
+    char secret[256], pub[256], glob[300];
+    make_tree(secret, pub, sizeof secret);
+    snprintf(glob, sizeof glob, "%s/d*", secret);
+    json_t *r = submit_as_nobody(files_spec(glob, 1));
+    const char *desc = json_string_value(json_object_get(
+        json_object_get(r, "error"), "desc"));
+    ck_assert_str_eq(th_err_class(r), "permission_denied");
+    ck_assert_msg(strstr(desc, "readable by uid 65534"), "%s", desc);
+    json_decref(r);
+    /* The same through a symlinked folder the user owns. */
+    char link[300];
+    snprintf(link, sizeof link, "%s/s", pub);
+    ck_assert_int_eq(symlink(secret, link), 0);
+    snprintf(glob, sizeof glob, "%s/s/d*", pub);
+    r = submit_as_nobody(files_spec(glob, 1));
+    ck_assert_str_eq(th_err_class(r), "permission_denied");
+    json_decref(r);
+}
+END_TEST
+
+START_TEST(test_dotdot_refused)
+{
+    if (!need_root())
+        return;
+    char secret[256], pub[256], p[400];
+    make_tree(secret, pub, sizeof secret);
+    snprintf(p, sizeof p, "%s/../secret/ds", pub);
+    json_t *r = submit_as_nobody(files_spec(p, 1));
+    assert_refused(r, "data.train");
+    json_decref(r);
+}
+END_TEST
+
+/* A model .json in a folder the user cannot read: refused at submit with
+ * nothing of its content, and a missing file there gets the very same
+ * answer (no oracle for what exists). */
+START_TEST(test_model_json_read_as_user)
+{
+    if (!need_root())
+        return;
+    char secret[256], pub[256], m[300];
+    make_tree(secret, pub, sizeof secret);
+    snprintf(m, sizeof m, "%s/m.json", secret);
+    json_t *s = th_tiny_spec(1, 0);
+    json_object_set_new(s, "model", json_string(m));
+    json_t *r = submit_as_nobody(s);
+    assert_refused(r, "model");
+    json_decref(r);
+    snprintf(m, sizeof m, "%s/nope.json", secret);
+    s = th_tiny_spec(1, 0);
+    json_object_set_new(s, "model", json_string(m));
+    r = submit_as_nobody(s);
+    assert_refused(r, "model");
+    json_decref(r);
+}
+END_TEST
+
+/* The check at submit is not the only one: a folder swapped for a symlink
+ * into a private folder after submit is still read as the user, so the
+ * job fails instead of training on data its owner could not read. */
+START_TEST(test_swap_after_submit_read_as_user)
+{
+    if (!need_root())
+        return;
+    char secret[256], pub[256], ds[300], target[300], old[300];
+    make_tree(secret, pub, sizeof secret);
+    snprintf(ds, sizeof ds, "%s/ds", pub);
+    td_test_make_folder(ds, 2, 8, 8, 8);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "chown -R %d:%d '%s'", NOBODY, NOBODY, ds);
+    ck_assert_int_eq(system(cmd), 0);
+    int fd = th_connect(&H, NULL);
+    int64_t blocker = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, blocker, "running", 10000));
+    json_t *r = submit_as_nobody(files_spec(ds, 1));
+    json_t *ok = th_ok(r);
+    ck_assert_msg(ok, "%s", json_dumps(r, 0));
+    int64_t id = json_integer_value(json_object_get(ok, "job"));
+    json_decref(r);
+    snprintf(old, sizeof old, "%s/ds.old", pub);
+    snprintf(target, sizeof target, "%s/ds", secret);
+    ck_assert_int_eq(rename(ds, old), 0);
+    ck_assert_int_eq(symlink(target, ds), 0);
+    r = th_job_request(fd, "cancel", blocker);
+    json_decref(r);
+    ck_assert(th_wait_state(fd, id, "failed", 20000));
+    r = th_job_request(fd, "show", id);
+    const char *why = json_string_value(json_object_get(
+        json_object_get(th_ok(r), "job"), "reason"));
+    ck_assert_msg(why && strstr(why, "not readable by uid 65534"), "%s",
+                  why ? why : "(none)");
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+static Suite *security_suite(void)
+{
+    Suite *s = suite_create("security");
+    TCase *tc = tcase_create("paths");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_symlink_into_private_dir_refused);
+    tcase_add_test(tc, test_glob_into_private_dir_refused);
+    tcase_add_test(tc, test_dotdot_refused);
+    tcase_add_test(tc, test_model_json_read_as_user);
+    tcase_add_test(tc, test_swap_after_submit_read_as_user);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(security_suite)
