@@ -203,3 +203,27 @@ int td_access_check_spec(uid_t uid, const td_job_spec *s, const json_t *roots,
     return rc;
 }
 
+int td_access_build_model(uid_t uid, const td_job_spec *s,
+                          const char *models_dir, td_model **out)
+{
+    td_shape in = {s->input.channels, s->input.size[0], s->input.size[1]};
+    int classes = s->data.classes > 0 ? s->data.classes : 10;
+    char e[512];
+    *out = NULL;
+    if (!json_is_string(s->model))
+        return td_model_build(s->model, in, classes, out, e, sizeof e);
+    const char *m;
+    td_fscred cred;
+    td_fscred_saved saved;
+    int users = td__model_path(s, &m) && uid != 0 && uid != geteuid();
+    if (users && !td_fscred_can_switch())
+        return -EPERM; /* the runner reads it as the daemon; not here */
+    if (users && (td_fscred_for_uid(uid, &cred, NULL, 0) ||
+                  td_fscred_enter(&cred, &saved)))
+        return -EPERM;
+    int rc = td_model_load(models_dir, json_string_value(s->model), in,
+                           classes, out, e, sizeof e);
+    if (users)
+        td_fscred_leave(&saved);
+    return rc;
+}

@@ -21,10 +21,18 @@
 #include <jansson.h>
 
 #include "job/spec.h"
+#include "model/model.h"
 
 /* 0, or -EACCES with "field: why" in err.  roots: allowed_data_roots (an
  * array of absolute paths, may be empty); they apply to resolved paths. */
 int td_access_check_spec(uid_t uid, const td_job_spec *s, const json_t *roots,
                          char *err, size_t errcap);
+
+/* Builds the job's model to know its shapes (bounds.c): a zoo name from
+ * models_dir with the daemon's rights, a .json path with uid's.  classes
+ * "auto" counts as 10.  0 or an error (the runner reports model errors
+ * when the job starts; the caller may go on without the model). */
+int td_access_build_model(uid_t uid, const td_job_spec *s,
+                          const char *models_dir, td_model **out);
 
 #endif

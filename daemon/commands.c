@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "bounds.h"
+#include "run.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "daemon.h"
@@ -104,6 +106,18 @@ static void cmd_submit(td_client *c, td_request *req)
                                              "allowed_data_roots"),
                              err, sizeof err)) {
         ERRF(c, req, TD_ERR_PERMISSION, "%s", err);
+        td_spec_free(&parsed);
+        return;
+    }
+    char models[4096];
+    td_model *model = NULL;
+    td_models_dir(NULL, models, sizeof models);
+    td_access_build_model(c->uid, &parsed, models, &model);
+    int lrc = td_limits_check_spec(c->d->settings, &parsed, model, err,
+                                   sizeof err);
+    td_model_free(model);
+    if (lrc) {
+        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
         td_spec_free(&parsed);
         return;
     }

@@ -36,6 +36,21 @@ const td_setting_def td_setting_defs[] = {
      "user can read)"},
     {"metrics_listen", TD_SET_STRING, "\"\"", 0, 0, 0,
      "address:port for the Prometheus endpoint (empty: off)"},
+    {"max_job_memory_mb", TD_SET_AUTO_INT, "\"auto\"", 16, 1LL << 40, 1,
+     "host memory one job may need, estimated at submit (batch slots, "
+     "decode scratch, model, optimizer state, activations); auto: half of "
+     "MemTotal"},
+    {"max_crash_restarts", TD_SET_INT, "3", 1, 1000, 1,
+     "times a job may be found running after the daemon died, with no new "
+     "checkpoint in between, before it is failed instead of started again"},
+    {"max_queued_per_user", TD_SET_INT, "100", 1, 1000000, 1,
+     "pending, running and suspended jobs one uid may have (root: no "
+     "limit)"},
+    {"max_subscriptions_per_user", TD_SET_INT, "32", 1, 100000, 1,
+     "subscribed connections one uid may hold at once (root: no limit)"},
+    {"jobs_visible_to_all", TD_SET_INT, "0", 0, 1, 1,
+     "1: every user sees other users' specs and logs; 0: only the owner "
+     "and root do (others see the list row)"},
     {NULL, 0, NULL, 0, 0, 0, NULL},
 };
 

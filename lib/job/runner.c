@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +45,13 @@ void td__runner_emit(td_runner *r, const char *kind, json_t *data)
 
 /* ---- spec -> configurations ------------------------------------------- */
 
+/* The CPUs this process may run on (its affinity mask), as the daemon
+ * counts them when it caps threads and workers at submit. */
 static int td__ncpu(void)
 {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
@@ -150,7 +156,13 @@ static int td__pipeline(td_runner *r, const td_spec_paths *paths, int train,
     pc.trace = train ? r->trace : NULL;
     pc.cred = r->o.cred;
     rc = td_pipeline_create(&pc, out, e, sizeof e);
-    if (rc)
+    if (rc == -ENOMEM) /* the batch slots: what the spec sized */
+        snprintf(err, errcap, "input.size: %s (batch_size %d x input.size "
+                 "%dx%d x input.channels %d per slot); lower input.size, "
+                 "batch_size or input.prefetch", e[0] ? e : "out of memory",
+                 s->batch_size, s->input.size[0], s->input.size[1],
+                 s->input.channels);
+    else if (rc)
         snprintf(err, errcap, "data.%s: %s", train ? "train" : "val",
                  e[0] ? e : td_strerror(rc));
     return rc;
@@ -258,8 +270,15 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
         goto fail;
     }
     r->steps_per_epoch = tc.steps_per_epoch;
-    if ((rc = td_trainer_create(&tc, &r->trainer, err, errcap)))
+    if ((rc = td_trainer_create(&tc, &r->trainer, err, errcap))) {
+        if (rc == -ENOMEM)
+            snprintf(err, errcap, "%s: cannot allocate the model (%zu "
+                     "parameters, %d classes) with its optimizer state and "
+                     "the activations of batch_size %d",
+                     s->data.classes > 1000 ? "data.classes" : "model",
+                     r->model->param_count, r->model->classes, s->batch_size);
         goto fail;
+    }
     td_metrics_config mc = {s->metrics.warmup_steps, s->metrics.window_steps,
                             8};
     if ((rc = td_metrics_create(&r->metrics, &mc))) {

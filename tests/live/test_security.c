@@ -205,6 +205,79 @@ START_TEST(test_swap_after_submit_read_as_user)
 }
 END_TEST
 
+/* ---- resource bounds at submit ------------------------------------------ */
+
+/* Submits spec as the test's own uid; the reply. */
+static json_t *submit_raw(json_t *spec)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec));
+    close(fd);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+static void assert_invalid(json_t *r, const char *field, const char *also)
+{
+    const char *cls = th_err_class(r);
+    char *txt = json_dumps(r, 0);
+    ck_assert_msg(cls && strcmp(cls, "invalid_spec") == 0, "%s", txt);
+    const char *desc = json_string_value(json_object_get(
+        json_object_get(r, "error"), "desc"));
+    ck_assert_msg(strncmp(desc, field, strlen(field)) == 0, "%s", desc);
+    ck_assert_msg(!also || strstr(desc, also), "%s", desc);
+    free(txt);
+}
+
+/* input.size 8192x8192 with batch 128: 4 slots of 8 GiB each. */
+START_TEST(test_huge_input_refused)
+{
+    json_t *s = th_tiny_spec(1, 0);
+    json_t *in = json_object_get(s, "input");
+    json_object_set_new(in, "size", json_pack("[i,i]", 8192, 8192));
+    json_object_set_new(in, "channels", json_integer(3));
+    json_object_set_new(in, "source", json_string("files"));
+    json_object_set_new(json_object_get(s, "data"), "train",
+                        json_string("/tmp"));
+    json_object_set_new(s, "batch_size", json_integer(128));
+    json_object_set_new(json_object_get(in, "normalize"), "mean",
+                        json_pack("[f,f,f]", 0.5, 0.5, 0.5));
+    json_object_set_new(json_object_get(in, "normalize"), "std",
+                        json_pack("[f,f,f]", 0.25, 0.25, 0.25));
+    json_t *r = submit_raw(s);
+    /* Activations (batch x every layer's output) outweigh the slots here;
+     * either field is the one to lower. */
+    const char *desc = json_string_value(json_object_get(
+        json_object_get(r, "error"), "desc"));
+    assert_invalid(r, desc && desc[0] == 'b' ? "batch_size" : "input.size",
+                   "max_job_memory_mb");
+    ck_assert_msg(strstr(desc, "batch slots 96.00 GiB"), "%s", desc);
+    json_decref(r);
+}
+END_TEST
+
+START_TEST(test_threads_over_cpus_refused)
+{
+    json_t *s = th_tiny_spec(1, 0);
+    json_object_set_new(s, "threads", json_integer(1024));
+    json_t *r = submit_raw(s);
+    assert_invalid(r, "threads", "CPU");
+    json_decref(r);
+}
+END_TEST
+
+/* 1e6 classes after 32x32x16 features: 16e9 parameters. */
+START_TEST(test_million_classes_refused)
+{
+    json_t *s = th_spec(1, 0, 32, 16);
+    json_object_set_new(json_object_get(s, "data"), "classes",
+                        json_integer(1000000));
+    json_t *r = submit_raw(s);
+    assert_invalid(r, "data.classes", "GiB");
+    json_decref(r);
+}
+END_TEST
+
 static Suite *security_suite(void)
 {
     Suite *s = suite_create("security");
@@ -215,6 +288,12 @@ static Suite *security_suite(void)
     tcase_add_test(tc, test_dotdot_refused);
     tcase_add_test(tc, test_model_json_read_as_user);
     tcase_add_test(tc, test_swap_after_submit_read_as_user);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("bounds");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_huge_input_refused);
+    tcase_add_test(tc, test_threads_over_cpus_refused);
+    tcase_add_test(tc, test_million_classes_refused);
     suite_add_tcase(s, tc);
     return s;
 }
