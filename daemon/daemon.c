@@ -26,6 +26,7 @@
 #include "job/device.h"
 #include "notify.h"
 #include "settings.h"
+#include "starts.h"
 
 enum { TD_INBOX_MAX = 4096 }; /* step events beyond this are dropped */
 
@@ -181,13 +182,32 @@ static void td__load_jobs(td_daemon *d)
             free(j);
             continue;
         }
+        int crashed = 0;
         if (j->state == TD_JOB_RUNNING) {
-            j->state = TD_JOB_PENDING;
-            snprintf(j->reason, sizeof j->reason,
-                     "interrupted by a daemon restart; resumes from its last "
-                     "checkpoint");
+            int starts = td_starts_count(d->state_dir, j->id);
+            long long max = td_settings_int(d->settings, "max_crash_restarts");
+            if (starts >= max) {
+                /* It may be what kills the daemon: do not start it again. */
+                j->state = TD_JOB_FAILED;
+                snprintf(j->reason, sizeof j->reason,
+                         "the daemon stopped %d time(s) in a row while this "
+                         "job ran, without a new checkpoint in between "
+                         "(max_crash_restarts %lld); not started again",
+                         starts, max);
+                td_starts_clear(d->state_dir, j->id);
+                td_warn("job %lld: %s", (long long)j->id, j->reason);
+                j->ended = (double)td_wall_ns() / 1e9;
+                crashed = 1;
+            } else {
+                j->state = TD_JOB_PENDING;
+                snprintf(j->reason, sizeof j->reason,
+                         "interrupted by a daemon restart; resumes from its "
+                         "last checkpoint");
+            }
         }
         td_jobs_insert(&d->jobs, j);
+        if (crashed) /* written once the loop runs */
+            td_daemon_persist_job(d, j);
     }
     closedir(dp);
     /* Keep submission order: the directory order is arbitrary. */

@@ -29,6 +29,7 @@
 #include "obs.h"
 #include "run.h"
 #include "settings.h"
+#include "starts.h"
 
 struct td_trainer_slot {
     td_daemon *d;
@@ -70,6 +71,8 @@ static void td__on_event(void *user, const char *kind, json_t *data)
     int k = td__event_kind(kind);
     if (k == TD_EV_STEP)
         td_daemon_heartbeat(s->d);
+    if (k == TD_EV_CHECKPOINT && json_is_true(json_object_get(data, "ok")))
+        td_starts_clear(s->d->state_dir, s->job); /* progress is kept */
     if (k == TD_MSG_TRACE) { /* serialised here, off the loop */
         char *text = json_dumps(json_object_get(data, "trace"),
                                 JSON_COMPACT | JSON_ENSURE_ASCII);
@@ -98,6 +101,11 @@ static void *td__thread(void *arg)
     int rc;
     td_log_set_thread_name("trainer");
     memset(&res, 0, sizeof res);
+    /* Counted before anything that could take the daemon down with it. */
+    int starts = td_starts_raise(s->d->state_dir, s->job);
+    if (starts < 0)
+        td_logf(TD_LOG_WARN, s->job, "cannot record the start attempt: %s",
+                td_strerror(starts));
     td_runner_opts o = {.spec = &s->spec, .job = s->job,
                         .models_dir = s->models_dir, .device = s->device,
                         .ckpt_dir = s->ckpt_dir, .resume = 1,
@@ -138,6 +146,7 @@ static void *td__thread(void *arg)
     s->runner = NULL;
     pthread_mutex_unlock(&s->mu);
     td_runner_free(r);
+    td_starts_clear(s->d->state_dir, s->job); /* ended without a crash */
     td_daemon_post(s->d, TD_MSG_DONE, s->job, done);
     return NULL;
 }
