@@ -5,7 +5,8 @@
  * Replies are always queued.  Events go only to subscribers and never slow
  * training: above subscriber_soft_bytes of unsent output a client gets no
  * step events and only the newest window (held back, sent when it drains);
- * above subscriber_max_bytes it is disconnected.  A line over the 1 MiB
+ * above subscriber_max_bytes it is disconnected, and so is any client
+ * whose unread replies pass that bound.  A line over the 1 MiB
  * cap gets a too_large error and the connection closes after it is sent.
  */
 #define _GNU_SOURCE /* struct ucred */
@@ -93,6 +94,16 @@ static void td__write_line(td_client *c, char *line)
         return;
     if (c->closing) {
         free(line);
+        return;
+    }
+    /* Replies are bounded like events: a client that sends requests and
+     * never reads what comes back is cut off, not buffered for. */
+    size_t q = td__queued(c);
+    if (q > (size_t)td_settings_int(c->d->settings, "subscriber_max_bytes")) {
+        td_warn("client pid %d uid %u does not read its replies (%zu bytes "
+                "queued): disconnected", (int)c->pid, (unsigned)c->uid, q);
+        free(line);
+        td_client_close(c, "not reading");
         return;
     }
     td_write_req *w = malloc(sizeof *w);

@@ -22,7 +22,8 @@ const td_setting_def td_setting_defs[] = {
      "queued bytes past which a subscriber gets coalesced windows and no "
      "step events"},
     {"subscriber_max_bytes", TD_SET_INT, "4194304", 65536, 1LL << 32, 1,
-     "queued bytes past which a subscriber is disconnected"},
+     "queued bytes past which a subscriber, or any client that does not "
+     "read its replies, is disconnected"},
     {"log_level", TD_SET_LEVEL, "\"info\"", 0, 0, 1,
      "error, warn, info or debug"},
     {"device", TD_SET_STRING, "\"auto\"", 0, 0, 0,

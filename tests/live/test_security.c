@@ -278,6 +278,55 @@ START_TEST(test_million_classes_refused)
 }
 END_TEST
 
+/* ---- a client that does not read ---------------------------------------- */
+
+/* Sends `list` requests without reading a byte; the daemon must cut the
+ * connection off once its unsent replies pass subscriber_max_bytes
+ * (64 KiB here) instead of buffering them all. */
+START_TEST(test_client_not_reading_cut_off)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *r = th_request(fd, "config_set", json_pack("{s:s, s:i}", "key",
+                           "subscriber_max_bytes", "value", 65536));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    for (int i = 0; i < 4; i++)
+        th_submit(fd, th_tiny_spec(1, 0));
+    close(fd);
+    fd = th_connect(&H, NULL);
+    int rcvbuf = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    const char *req = "{\"id\":1,\"cmd\":\"list\"}\n";
+    int cut = 0;
+    for (int i = 0; i < 200000 && !cut; i++) {
+        ssize_t w = send(fd, req, strlen(req), MSG_NOSIGNAL);
+        if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
+            cut = 1;
+        else if (w < 0 && errno == EAGAIN)
+            usleep(1000);
+    }
+    if (!cut) { /* the daemon may have closed without our send noticing */
+        char buf[65536];
+        for (int i = 0; i < 2000 && !cut; i++) {
+            ssize_t n = recv(fd, buf, sizeof buf, 0);
+            if (n == 0 || (n < 0 && errno == ECONNRESET))
+                cut = 1;
+            else if (n < 0)
+                usleep(5000);
+        }
+    }
+    ck_assert_msg(cut, "the daemon kept a client that never reads");
+    close(fd);
+    /* Everyone else is still served. */
+    fd = th_connect(&H, NULL);
+    r = th_request(fd, "list", NULL);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
 static Suite *security_suite(void)
 {
     Suite *s = suite_create("security");
@@ -294,6 +343,10 @@ static Suite *security_suite(void)
     tcase_add_test(tc, test_huge_input_refused);
     tcase_add_test(tc, test_threads_over_cpus_refused);
     tcase_add_test(tc, test_million_classes_refused);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("flood");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_client_not_reading_cut_off);
     suite_add_tcase(s, tc);
     return s;
 }
