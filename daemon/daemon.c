@@ -93,12 +93,38 @@ static void td__persist_work(uv_work_t *w)
     r->rc = td__write_durable(r->dir, r->name, r->text);
 }
 
+void td_daemon_persist_job(td_daemon *d, td_job *j);
+
+/* Writes again every record whose last write failed. */
+static void td__persist_retry(uv_timer_t *t)
+{
+    td_daemon *d = t->data;
+    for (td_job *j = d->jobs.head; j; j = j->next)
+        if (j->persist_failures)
+            td_daemon_persist_job(d, j);
+}
+
 static void td__persist_done(uv_work_t *w, int status)
 {
     td_persist_req *r = w->data;
-    if (status == 0 && r->rc)
-        td_error("cannot save %s/%s: %s", r->dir, r->name, td_strerror(r->rc));
+    int failed = status < 0 || r->rc;
     td_job *j = td_jobs_find(&r->d->jobs, r->job);
+    if (failed && j) {
+        /* Reported where the job's owner looks (its log events, the
+         * daemon's log) and written again until it lands. */
+        if (j->persist_failures++ % 60 == 0) /* once a minute at most */
+            td_logf(TD_LOG_ERROR, j->id, "cannot save the job record "
+                    "%s/%s: %s (attempt %d); retrying every second", r->dir,
+                    r->name, td_strerror(status < 0 ? -EIO : r->rc),
+                    j->persist_failures);
+        if (!r->d->shutting_down &&
+            !uv_is_active((uv_handle_t *)&r->d->persist_retry))
+            uv_timer_start(&r->d->persist_retry, td__persist_retry, 1000, 0);
+    } else if (j && j->persist_failures) {
+        td_logf(TD_LOG_INFO, j->id, "job record saved after %d failed "
+                "attempt(s)", j->persist_failures);
+        j->persist_failures = 0;
+    }
     if (j) {
         j->persist_busy = 0;
         if (j->persist_dirty) { /* changed while being written: again */
@@ -295,6 +321,7 @@ void td_daemon_post(td_daemon *d, int kind, int64_t job, json_t *data)
 static void td__close_handles(td_daemon *d)
 {
     uv_close((uv_handle_t *)&d->status, NULL);
+    uv_close((uv_handle_t *)&d->persist_retry, NULL);
     uv_close((uv_handle_t *)&d->watchdog, NULL);
     uv_close((uv_handle_t *)&d->wake, NULL);
     td_obs_close(d);
@@ -613,6 +640,31 @@ static int td__mkdirs(const char *path)
     return 0;
 }
 
+/* A state dir that takes no writes (read-only, full, not ours) would lose
+ * every record and checkpoint while jobs seem to run: refuse to start.
+ * Writes, fsyncs and removes a probe file in jobs/ and checkpoints/. */
+static int td__probe_state_dir(td_daemon *d)
+{
+    static const char *const subs[] = {"jobs", "checkpoints"};
+    for (size_t i = 0; i < 2; i++) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/%s", d->state_dir, subs[i]);
+        int rc = td__write_durable(dir, ".traind-probe",
+                                   "traind checks that it can write here\n");
+        if (rc) {
+            td_error("state dir %s is not writable: %s; traind keeps job "
+                     "records and checkpoints there and will not start "
+                     "without it (see the state_dir setting)", dir,
+                     td_strerror(rc));
+            return rc;
+        }
+        char probe[4300];
+        snprintf(probe, sizeof probe, "%s/.traind-probe", dir);
+        unlink(probe);
+    }
+    return 0;
+}
+
 int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
 {
     char sub[4200], err[512];
@@ -679,12 +731,15 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     uv_signal_start(&d->sig_hup, td__on_signal, SIGHUP);
     uv_timer_init(loop, &d->status);
     uv_timer_init(loop, &d->watchdog);
-    d->status.data = d->watchdog.data = d;
+    uv_timer_init(loop, &d->persist_retry);
+    d->status.data = d->watchdog.data = d->persist_retry.data = d;
     snprintf(sub, sizeof sub, "%s/checkpoints", d->state_dir);
     if ((rc = td__mkdirs(sub)) != 0) {
         td_error("cannot create %s: %s", sub, td_strerror(rc));
         return rc;
     }
+    if ((rc = td__probe_state_dir(d)) != 0)
+        return rc;
     if ((rc = td_server_listen(d)) != 0)
         return rc;
     td_obs_init(d); /* a bad metrics_listen is logged; the endpoint is off */

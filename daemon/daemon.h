@@ -83,6 +83,7 @@ typedef struct td_daemon {
     uv_async_t wake;
     uv_timer_t watchdog;       /* pings systemd at half WATCHDOG_USEC */
     uv_timer_t status;         /* refreshes systemd's STATUS= line */
+    uv_timer_t persist_retry;  /* writes records that failed to save again */
     int watchdog_on;
     int64_t heartbeat_ns;      /* trainer's last sign of life (atomic) */
     char config_path[1024];

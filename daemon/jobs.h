@@ -47,6 +47,7 @@ typedef struct td_job {
     char stop_note[128];     /* why a stop was requested (loop only) */
     int persist_busy;        /* a write of the record is under way */
     int persist_dirty;       /* ... and the record changed since */
+    int persist_failures;    /* failed writes in a row (retried) */
     struct td_job *next;
 } td_job;
 

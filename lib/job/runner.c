@@ -227,6 +227,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     r->spec = s;
     pthread_mutex_init(&r->res_mu, NULL);
     r->last_ckpt_step = -1;
+    r->last_written_step = -1;
     if ((rc = td_trace_create(&r->trace, TD__TRACE_CAP))) {
         snprintf(err, errcap, "trace: %s", td_strerror(rc));
         goto fail;
@@ -676,6 +677,25 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
         td_pipeline_stats ps;
         td_pipeline_stats_get(r->train, &ps);
         res->bad_samples = ps.bad_samples;
+    }
+    /* A job that trained to the end but whose final model is not on disk
+     * has not produced what it was for: that is a failure, not a
+     * completion with a counter nobody reads. */
+    if (rc == 0 && !tr.stopped && r->o.ckpt_dir) {
+        td_train_position pos;
+        td_trainer_position(r->trainer, &pos);
+        pthread_mutex_lock(&r->res_mu);
+        if (r->last_written_step != pos.steps) {
+            snprintf(err, errcap, "trained %" PRId64 " step(s), but the final "
+                     "model could not be saved: %s%s%s", pos.steps,
+                     r->last_ckpt_err[0] ? r->last_ckpt_err
+                                         : "the checkpoint was not written",
+                     r->last_ckpt[0] ? "; the newest saved checkpoint is "
+                                     : "; no checkpoint was saved",
+                     r->last_ckpt);
+            rc = -EIO;
+        }
+        pthread_mutex_unlock(&r->res_mu);
     }
     pthread_mutex_lock(&r->res_mu);
     res->checkpoints_written = r->ckpt_written;

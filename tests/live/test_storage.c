@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,6 +105,186 @@ START_TEST(test_one_crash_resumes)
 }
 END_TEST
 
+/* ---- failing disks: small tmpfs mounts (root only) ----------------------- */
+
+/* Mounts a tmpfs of `kb` KiB at dir; 0, or prints why and returns -1
+ * (the test then skips: CI without CAP_SYS_ADMIN). */
+static char mounted[256]; /* unmounted by teardown_mount, pass or fail */
+
+static void unmount(void)
+{
+    if (mounted[0])
+        umount2(mounted, MNT_DETACH);
+    mounted[0] = '\0';
+}
+
+static int mount_small(const char *dir, int kb)
+{
+    char opts[64];
+    snprintf(opts, sizeof opts, "size=%dk", kb);
+    if (getuid() != 0 || mount("tmpfs", dir, "tmpfs", 0, opts) != 0) {
+        printf("skipped: cannot mount a tmpfs at %s: %s\n", dir,
+               strerror(errno));
+        return -1;
+    }
+    snprintf(mounted, sizeof mounted, "%s", dir);
+    /* A failed check ends the test's process before its teardown: the
+     * runner process unmounts what is listed here (unmount_listed). */
+    char list[64];
+    snprintf(list, sizeof list, "/tmp/traind-storage-mounts.%d",
+             (int)getppid());
+    FILE *f = fopen(list, "a");
+    if (f) {
+        fprintf(f, "%s\n", dir);
+        fclose(f);
+    }
+    return 0;
+}
+
+static void unmount_listed(void)
+{
+    char list[64], line[300];
+    snprintf(list, sizeof list, "/tmp/traind-storage-mounts.%d",
+             (int)getpid());
+    FILE *f = fopen(list, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        umount2(line, MNT_DETACH);
+    }
+    if (f)
+        fclose(f);
+    unlink(list);
+}
+
+static void teardown_mount(void)
+{
+    unmount();
+    teardown();
+}
+
+/* Fills the file system holding dir until writes fail with ENOSPC. */
+static void fill(const char *dir, char *filler, size_t cap)
+{
+    static char block[4096];
+    snprintf(filler, cap, "%s/filler", dir);
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    while (write(fd, block, sizeof block) > 0)
+        ;
+    while (write(fd, block, 1) > 0)
+        ;
+    close(fd);
+}
+
+static const char *job_state(json_t *j)
+{
+    return json_string_value(json_object_get(j, "state"));
+}
+
+static int wait_final(int fd, int64_t id, int timeout_ms)
+{
+    for (int i = 0; i < timeout_ms / 50; i++) {
+        json_t *j = show_job(fd, id);
+        const char *st = job_state(j);
+        int done = strcmp(st, "completed") == 0 ||
+                   strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0;
+        json_decref(j);
+        if (done)
+            return 1;
+        usleep(50000);
+    }
+    return 0;
+}
+
+/* The final model cannot be written (the checkpoint file system is
+ * full): the job is failed, not completed, and `trainctl watch` (as
+ * `submit --follow`) exits 1. */
+START_TEST(test_final_model_not_saved_fails)
+{
+    char ck[200], filler[300];
+    snprintf(ck, sizeof ck, "%s/checkpoints", H.state);
+    if (mount_small(ck, 64))
+        return;
+    fill(ck, filler, sizeof filler);
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(1, 0));
+    ck_assert(wait_final(fd, id, 60000));
+    json_t *j = show_job(fd, id);
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    ck_assert_msg(strcmp(job_state(j), "failed") == 0, "%s: %s", job_state(j),
+                  why);
+    ck_assert_msg(strstr(why, "final model could not be saved"), "%s", why);
+    json_decref(j);
+    char ids[32];
+    snprintf(ids, sizeof ids, "%lld", (long long)id);
+    const char *argv[] = {"watch", ids, NULL};
+    char *out = NULL, *err = NULL;
+    int st = th_cli(&H, &out, &err, argv);
+    ck_assert_msg(st == 1, "trainctl watch exited %d: %s%s", st,
+                  out ? out : "", err ? err : "");
+    free(out);
+    free(err);
+    close(fd);
+}
+END_TEST
+
+/* A job record that cannot be saved (the jobs folder is full) is written
+ * again once there is room, without another change to the job. */
+START_TEST(test_record_saved_when_disk_recovers)
+{
+    char jobs[200], filler[300], rec[300];
+    snprintf(jobs, sizeof jobs, "%s/jobs", H.state);
+    if (mount_small(jobs, 64))
+        return;
+    fill(jobs, filler, sizeof filler);
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(1, 0));
+    ck_assert(wait_final(fd, id, 60000));
+    snprintf(rec, sizeof rec, "%s/%lld.json", jobs, (long long)id);
+    struct stat st;
+    ck_assert_int_ne(stat(rec, &st), 0); /* nothing could be written */
+    ck_assert_int_eq(unlink(filler), 0);
+    int found = 0;
+    for (int i = 0; i < 100 && !found; i++) { /* up to 5 s */
+        json_error_t je;
+        json_t *r = json_load_file(rec, 0, &je);
+        found = r && strcmp(json_string_value(json_object_get(r, "state")),
+                            "completed") == 0;
+        json_decref(r);
+        if (!found)
+            usleep(50000);
+    }
+    ck_assert_msg(found, "the completed record never reached the disk");
+    close(fd);
+}
+END_TEST
+
+/* A read-only state dir stops the daemon at start. */
+START_TEST(test_readonly_state_dir_refused)
+{
+    char root[] = "/tmp/traind-ro-XXXXXX", sub[200];
+    ck_assert_ptr_nonnull(mkdtemp(root));
+    if (mount_small(root, 256)) {
+        rmdir(root);
+        return;
+    }
+    snprintf(sub, sizeof sub, "%s/jobs", root);
+    mkdir(sub, 0750);
+    snprintf(sub, sizeof sub, "%s/checkpoints", root);
+    mkdir(sub, 0750);
+    ck_assert_int_eq(mount(NULL, root, NULL, MS_REMOUNT | MS_RDONLY, NULL), 0);
+    td_harness h2;
+    const char *args[] = {"--state-dir", root, NULL};
+    int rc = th_start(&h2, args);
+    int stopped = h2.pid <= 0;
+    th_cleanup(&h2);
+    umount2(root, MNT_DETACH);
+    rmdir(root);
+    ck_assert_msg(rc != 0 && stopped,
+                  "traind started on a read-only state dir (rc %d)", rc);
+}
+END_TEST
+
 static Suite *storage_suite(void)
 {
     Suite *s = suite_create("storage");
@@ -111,6 +292,15 @@ static Suite *storage_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_crash_loop_job_failed);
     tcase_add_test(tc, test_one_crash_resumes);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("disk");
+    tcase_add_checked_fixture(tc, setup, teardown_mount);
+    tcase_add_unchecked_fixture(tc, NULL, unmount_listed);
+    tcase_add_test(tc, test_final_model_not_saved_fails);
+    tcase_add_test(tc, test_record_saved_when_disk_recovers);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("startup");
+    tcase_add_test(tc, test_readonly_state_dir_refused);
     suite_add_tcase(s, tc);
     return s;
 }
