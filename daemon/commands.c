@@ -121,8 +121,14 @@ static void cmd_submit(td_client *c, td_request *req)
         td_spec_free(&parsed);
         return;
     }
-    json_t *norm = td_spec_to_json(&parsed);
     const char *n = json_string_value(name);
+    if (name && !td_job_name_ok(n)) {
+        ERRF(c, req, TD_ERR_INVALID_ARGS, "submit: name must be 1-%d bytes "
+             "of printable text (no control characters)", TD_JOB_NAME_MAX);
+        td_spec_free(&parsed);
+        return;
+    }
+    json_t *norm = td_spec_to_json(&parsed);
     if (!n)
         n = parsed.name;
     td_job *j = norm ? td_jobs_add(&c->d->jobs, n && *n ? n : "job", c->uid,
@@ -260,6 +266,12 @@ static unsigned td__event_mask(json_t *events, char *bad, size_t cap)
     };
     if (!events)
         return TD_EV_ALL;
+    bad[0] = '\0';
+    if (!json_is_array(events) || json_array_size(events) == 0) {
+        snprintf(bad, cap, "%s", json_is_array(events) ? "(an empty list)"
+                                                        : "(not a list)");
+        return 0;
+    }
     unsigned mask = 0;
     size_t i;
     json_t *v;
@@ -278,6 +290,8 @@ static unsigned td__event_mask(json_t *events, char *bad, size_t cap)
     return mask;
 }
 
+enum { TD__EVERY_MS_MAX = 86400000 }; /* a day */
+
 static void cmd_subscribe(td_client *c, td_request *req)
 {
     char bad[64];
@@ -285,9 +299,13 @@ static void cmd_subscribe(td_client *c, td_request *req)
     unsigned mask = td__event_mask(json_object_get(req->args, "events"), bad,
                                    sizeof bad);
     if (!mask) {
-        ERRF(c, req, TD_ERR_INVALID_ARGS,
-             "subscribe: unknown event '%s' (step, window, epoch, state, "
-             "log, checkpoint)", bad);
+        if (bad[0] == '(')
+            ERRF(c, req, TD_ERR_INVALID_ARGS, "subscribe: events must be a "
+                 "non-empty list (step, window, epoch, state, log, "
+                 "checkpoint)");
+        else
+            ERRF(c, req, TD_ERR_INVALID_ARGS, "subscribe: unknown event '%s' "
+                 "(step, window, epoch, state, log, checkpoint)", bad);
         return;
     }
     if (job && !td_jobs_find(&c->d->jobs, json_integer_value(job))) {
@@ -297,10 +315,13 @@ static void cmd_subscribe(td_client *c, td_request *req)
     }
     json_t *es = json_object_get(req->args, "every_steps");
     json_t *em = json_object_get(req->args, "every_ms");
+    /* Bounded so that every_ms * 1e6 (ns) cannot overflow. */
     if ((es && json_integer_value(es) < 1) ||
-        (em && json_integer_value(em) < 0)) {
+        (em && (json_integer_value(em) < 0 ||
+                json_integer_value(em) > TD__EVERY_MS_MAX))) {
         ERRF(c, req, TD_ERR_INVALID_ARGS,
-             "subscribe: every_steps must be >= 1 and every_ms >= 0");
+             "subscribe: every_steps must be >= 1 and every_ms 0..%d",
+             TD__EVERY_MS_MAX);
         return;
     }
     c->sub_events = mask;

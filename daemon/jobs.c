@@ -152,6 +152,23 @@ int td_job_set_state(td_job *j, enum td_job_state s, const char *reason)
     return 0;
 }
 
+int td_job_name_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n < 1 || n > TD_JOB_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return 0;
+        /* C1 controls (U+0080..U+009F, e.g. CSI) in UTF-8 */
+        if (ch == 0xc2 && i + 1 < n && (unsigned char)name[i + 1] >= 0x80 &&
+            (unsigned char)name[i + 1] <= 0x9f)
+            return 0;
+    }
+    return 1;
+}
+
 int td_job_may_control(const td_job *j, uid_t uid)
 {
     return uid == 0 || uid == j->uid;

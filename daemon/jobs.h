@@ -32,7 +32,7 @@ enum td_job_state {
 
 typedef struct td_job {
     int64_t id;
-    char name[128];
+    char name[128];          /* td_job_name_ok */
     uid_t uid;               /* who submitted it (SO_PEERCRED) */
     enum td_job_state state;
     char reason[256];
@@ -75,6 +75,10 @@ td_job *td_jobs_next_pending(td_jobs *t);
 int td_job_set_state(td_job *j, enum td_job_state s, const char *reason);
 
 /* May uid act on the job (cancel, pause, resume, checkpoint)? */
+/* A job name: 1..TD_JOB_NAME_MAX bytes, no control characters (so it
+ * cannot forge rows in `trainctl queue` or lines in a log). */
+#define TD_JOB_NAME_MAX 64
+int td_job_name_ok(const char *name);
 int td_job_may_control(const td_job *j, uid_t uid);
 
 /* A summary (for list) or the full record (for show and persistence). */

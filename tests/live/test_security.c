@@ -327,6 +327,124 @@ START_TEST(test_client_not_reading_cut_off)
 }
 END_TEST
 
+/* ---- what a request carries --------------------------------------------- */
+
+START_TEST(test_subscribe_empty_events)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *r = th_request(fd, "subscribe", json_pack("{s:[]}", "events"));
+    ck_assert_msg(r, "no reply to subscribe with events: []");
+    ck_assert_str_eq(th_err_class(r), "invalid_args");
+    const char *desc = json_string_value(json_object_get(
+        json_object_get(r, "error"), "desc"));
+    ck_assert_str_eq(desc, "subscribe: events must be a non-empty list "
+                     "(step, window, epoch, state, log, checkpoint)");
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+/* every_ms is bounded, so every_ms * 1e6 cannot overflow (UBSan). */
+START_TEST(test_subscribe_every_ms_bounded)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *r = th_request(fd, "subscribe", json_pack("{s:I}", "every_ms",
+                           (json_int_t)9000000000000000000LL));
+    ck_assert_str_eq(th_err_class(r), "invalid_args");
+    json_decref(r);
+    r = th_request(fd, "subscribe", json_pack("{s:i}", "every_ms", 86400000));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+/* A name with a newline or an escape sequence would forge rows in
+ * `trainctl queue` and lines in logs. */
+START_TEST(test_submit_name_validated)
+{
+    static const char *const bad[] = {"a\nb", "\x1b[2J", "", "x\xc2\x9b"};
+    int fd = th_connect(&H, NULL);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *r = th_request(fd, "submit", json_pack("{s:o, s:s}", "spec",
+                               th_tiny_spec(1, 0), "name", bad[i]));
+        ck_assert_msg(th_err_class(r) &&
+                      strcmp(th_err_class(r), "invalid_args") == 0,
+                      "name #%zu accepted", i);
+        json_decref(r);
+    }
+    char longname[80];
+    memset(longname, 'n', 65);
+    longname[65] = '\0';
+    json_t *r = th_request(fd, "submit", json_pack("{s:o, s:s}", "spec",
+                           th_tiny_spec(1, 0), "name", longname));
+    ck_assert_str_eq(th_err_class(r), "invalid_args");
+    json_decref(r);
+    r = th_request(fd, "submit", json_pack("{s:o, s:s}", "spec",
+                   th_tiny_spec(1, 0), "name", "résumé run 2"));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+/* ---- config reload: broken files change nothing -------------------------- */
+
+static long long keep_setting(const td_harness *h)
+{
+    int fd = th_connect(h, NULL);
+    json_t *r = th_request(fd, "config_get", json_pack("{s:s}", "key",
+                                                       "checkpoint_keep"));
+    long long v = json_integer_value(json_object_get(th_ok(r), "value"));
+    json_decref(r);
+    close(fd);
+    return v;
+}
+
+/* Starts traind on a config with checkpoint_keep = 7, breaks the file in
+ * way `how`, sends SIGHUP and checks the setting is still 7. */
+static void reload_broken(int how)
+{
+    td_harness h;
+    char dir[] = "/tmp/traind-conf-XXXXXX", conf[200];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(conf, sizeof conf, "%s/traind.conf", dir);
+    const char *good = "checkpoint_keep = 7\n";
+    td_test_write_file(conf, good, strlen(good));
+    const char *args[] = {"--config", conf, NULL};
+    ck_assert_int_eq(th_start(&h, args), 0);
+    ck_assert_int_eq(keep_setting(&h), 7);
+    unlink(conf);
+    if (how == 0) { /* starts with a NUL byte */
+        td_test_write_file(conf, "\0checkpoint_keep = 5\n", 21);
+    } else if (how == 1) { /* a directory */
+        ck_assert_int_eq(mkdir(conf, 0755), 0);
+    } else { /* a comment longer than 4095 bytes whose tail is a setting */
+        char line[5000];
+        memset(line, 'x', sizeof line);
+        line[0] = '#';
+        memcpy(line + 4095, "checkpoint_keep = 2\n", 20);
+        td_test_write_file(conf, line, 4115);
+    }
+    kill(h.pid, SIGHUP);
+    usleep(300000);
+    long long v = keep_setting(&h);
+    int st = th_stop(&h);
+    th_cleanup(&h);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_msg(v == 7, "checkpoint_keep is %lld after a broken reload", v);
+    ck_assert_int_eq(st, 0);
+}
+
+START_TEST(test_reload_nul_file) { reload_broken(0); }
+END_TEST
+START_TEST(test_reload_directory) { reload_broken(1); }
+END_TEST
+START_TEST(test_reload_long_comment) { reload_broken(2); }
+END_TEST
+
 static Suite *security_suite(void)
 {
     Suite *s = suite_create("security");
@@ -347,6 +465,17 @@ static Suite *security_suite(void)
     tc = tcase_create("flood");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_client_not_reading_cut_off);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("requests");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_subscribe_empty_events);
+    tcase_add_test(tc, test_subscribe_every_ms_bounded);
+    tcase_add_test(tc, test_submit_name_validated);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("reload");
+    tcase_add_test(tc, test_reload_nul_file);
+    tcase_add_test(tc, test_reload_directory);
+    tcase_add_test(tc, test_reload_long_comment);
     suite_add_tcase(s, tc);
     return s;
 }
