@@ -469,12 +469,13 @@ static void cmd_config_set(td_client *c, td_request *req)
 
 /* Records the next `steps` steps of a running job; the reply comes once
  * they are recorded (trace_part events carry the Chrome trace text before
- * it).  Anyone may trace: a timeline holds timings, not data. */
+ * it).  A job has one recording at a time, so only its owner or root may
+ * take that slot; it is freed when the client goes. */
 static void cmd_trace(td_client *c, td_request *req)
 {
     json_t *js = json_object_get(req->args, "steps");
     json_int_t steps = js ? json_integer_value(js) : 20;
-    td_job *j = td__job_arg(c, req, 0);
+    td_job *j = td__job_arg(c, req, 1);
     if (!j)
         return;
     if (steps < 1 || steps > 10000) {

@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "daemon.h"
 #include "notify.h"
+#include "obs.h"
 #include "settings.h"
 #include "td_config.h"
 
@@ -56,6 +57,7 @@ void td_client_close(td_client *c, const char *why)
     if (c->next)
         c->next->prev = c->prev;
     d->nclients--;
+    td_obs_client_gone(d, c->id); /* frees a trace slot it held */
     uv_close((uv_handle_t *)&c->pipe, td__on_close);
 }
 

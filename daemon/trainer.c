@@ -245,6 +245,16 @@ int td_trainer_slot_trace(td_trainer_slot *s, int steps)
     return rc;
 }
 
+void td_trainer_slot_trace_cancel(td_trainer_slot *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->runner)
+        td_runner_trace_cancel(s->runner);
+    else
+        s->pending_trace = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
 int64_t td_trainer_slot_job(const td_trainer_slot *s) { return s->job; }
 
 void td_trainer_slot_join(td_trainer_slot *s)

@@ -385,6 +385,15 @@ int td_runner_trace(td_runner *r, int steps)
     return 0;
 }
 
+void td_runner_trace_cancel(td_runner *r)
+{
+    /* Ask for one step: a recording ends at the next one (and is thrown
+     * away, nobody waits), one not yet armed records a single step. */
+    int cur = atomic_load(&r->trace_want);
+    while (cur > 1 && !atomic_compare_exchange_weak(&r->trace_want, &cur, 1))
+        ;
+}
+
 /* ---- Prometheus snapshots --------------------------------------------- */
 
 static void td__snapshot(td_runner *r, int64_t epoch)

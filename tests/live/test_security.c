@@ -445,6 +445,59 @@ END_TEST
 START_TEST(test_reload_long_comment) { reload_broken(2); }
 END_TEST
 
+/* ---- the trace slot ------------------------------------------------------ */
+
+static int64_t running_blocker(int fd)
+{
+    int64_t id = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, id, "running", 10000));
+    return id;
+}
+
+START_TEST(test_trace_other_user_refused)
+{
+    if (!need_root())
+        return;
+    int fd = th_connect(&H, NULL);
+    int64_t id = running_blocker(fd);
+    int nfd = th_connect_as(&H, NOBODY, NOBODY);
+    json_t *r = th_request(nfd, "trace", json_pack("{s:I, s:i}", "job",
+                           (json_int_t)id, "steps", 10000));
+    ck_assert_msg(r && th_err_class(r) &&
+                  strcmp(th_err_class(r), "permission_denied") == 0,
+                  "another user took the job's trace slot");
+    json_decref(r);
+    close(nfd);
+    r = th_request(fd, "trace", json_pack("{s:I, s:i}", "job", (json_int_t)id,
+                                          "steps", 3));
+    ck_assert_msg(th_ok(r), "the owner cannot trace its job");
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+/* A holder that asks for 10,000 steps and disconnects frees the slot. */
+START_TEST(test_trace_slot_freed_on_disconnect)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = running_blocker(fd);
+    int hfd = th_connect(&H, NULL);
+    char req[128];
+    snprintf(req, sizeof req, "{\"id\":1,\"cmd\":\"trace\",\"args\":{\"job\":"
+             "%lld,\"steps\":10000}}\n", (long long)id);
+    ck_assert_int_eq(th_send_raw(hfd, req, strlen(req)), 0);
+    usleep(300000);
+    close(hfd);
+    usleep(300000);
+    json_t *r = th_request(fd, "trace", json_pack("{s:I, s:i}", "job",
+                                                  (json_int_t)id, "steps", 3));
+    ck_assert_msg(r && th_ok(r), "slot still held: %s",
+                  r ? json_dumps(r, 0) : "no reply");
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
 static Suite *security_suite(void)
 {
     Suite *s = suite_create("security");
@@ -471,6 +524,11 @@ static Suite *security_suite(void)
     tcase_add_test(tc, test_subscribe_empty_events);
     tcase_add_test(tc, test_subscribe_every_ms_bounded);
     tcase_add_test(tc, test_submit_name_validated);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("trace");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_trace_other_user_refused);
+    tcase_add_test(tc, test_trace_slot_freed_on_disconnect);
     suite_add_tcase(s, tc);
     tc = tcase_create("reload");
     tcase_add_test(tc, test_reload_nul_file);
