@@ -128,6 +128,19 @@ static void cmd_submit(td_client *c, td_request *req)
         td_spec_free(&parsed);
         return;
     }
+    if (c->uid != 0) {
+        long long max = td_settings_int(c->d->settings, "max_queued_per_user");
+        long long have = 0;
+        for (td_job *q = c->d->jobs.head; q; q = q->next)
+            have += q->uid == c->uid && !td_job_state_final(q->state);
+        if (have >= max) {
+            ERRF(c, req, TD_ERR_CONFLICT, "submit: uid %u already has %lld "
+                 "unfinished job(s), the limit (max_queued_per_user); wait "
+                 "for some to end or cancel them", (unsigned)c->uid, have);
+            td_spec_free(&parsed);
+            return;
+        }
+    }
     json_t *norm = td_spec_to_json(&parsed);
     if (!n)
         n = parsed.name;
@@ -323,6 +336,19 @@ static void cmd_subscribe(td_client *c, td_request *req)
              "subscribe: every_steps must be >= 1 and every_ms 0..%d",
              TD__EVERY_MS_MAX);
         return;
+    }
+    if (c->uid != 0 && !c->sub_events) {
+        long long max = td_settings_int(c->d->settings,
+                                        "max_subscriptions_per_user");
+        long long have = 0;
+        for (td_client *o = c->d->clients; o; o = o->next)
+            have += !o->closing && o->uid == c->uid && o->sub_events;
+        if (have >= max) {
+            ERRF(c, req, TD_ERR_CONFLICT, "subscribe: uid %u already holds "
+                 "%lld subscription(s), the limit "
+                 "(max_subscriptions_per_user)", (unsigned)c->uid, have);
+            return;
+        }
     }
     c->sub_events = mask;
     c->sub_job = job ? json_integer_value(job) : 0;

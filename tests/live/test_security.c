@@ -498,6 +498,75 @@ START_TEST(test_trace_slot_freed_on_disconnect)
 }
 END_TEST
 
+/* ---- per-user limits ------------------------------------------------------ */
+
+static void config_set_int(int fd, const char *key, long long v)
+{
+    json_t *r = th_request(fd, "config_set", json_pack("{s:s, s:I}", "key",
+                                                       key, "value",
+                                                       (json_int_t)v));
+    ck_assert_msg(th_ok(r), "config_set %s failed", key);
+    json_decref(r);
+}
+
+START_TEST(test_queued_jobs_per_user_limited)
+{
+    if (!need_root())
+        return;
+    int fd = th_connect(&H, NULL);
+    config_set_int(fd, "max_queued_per_user", 3);
+    running_blocker(fd); /* root's: keeps nobody's jobs pending */
+    int nfd = th_connect_as(&H, NOBODY, NOBODY);
+    for (int i = 0; i < 3; i++) {
+        json_t *r = th_request(nfd, "submit", json_pack("{s:o}", "spec",
+                                                        th_tiny_spec(1, 0)));
+        ck_assert_msg(th_ok(r), "submit %d refused", i);
+        json_decref(r);
+    }
+    json_t *r = th_request(nfd, "submit", json_pack("{s:o}", "spec",
+                                                    th_tiny_spec(1, 0)));
+    ck_assert_msg(th_err_class(r) && strcmp(th_err_class(r), "conflict") == 0,
+                  "a 4th job was queued");
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(
+        json_object_get(r, "error"), "desc")), "max_queued_per_user"));
+    json_decref(r);
+    /* root is not limited */
+    th_submit(fd, th_tiny_spec(1, 0));
+    close(nfd);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_subscriptions_per_user_limited)
+{
+    if (!need_root())
+        return;
+    int fd = th_connect(&H, NULL);
+    config_set_int(fd, "max_subscriptions_per_user", 2);
+    int c[3];
+    for (int i = 0; i < 3; i++) {
+        c[i] = th_connect_as(&H, NOBODY, NOBODY);
+        json_t *r = th_request(c[i], "subscribe", NULL);
+        if (i < 2) {
+            ck_assert_msg(th_ok(r), "subscription %d refused", i);
+        } else {
+            ck_assert_msg(th_err_class(r) &&
+                          strcmp(th_err_class(r), "conflict") == 0,
+                          "a 3rd subscription was taken");
+        }
+        json_decref(r);
+    }
+    /* Changing one's own subscription is not another one. */
+    json_t *r = th_request(c[0], "subscribe", json_pack("{s:[s]}", "events",
+                                                        "state"));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    for (int i = 0; i < 3; i++)
+        close(c[i]);
+    close(fd);
+}
+END_TEST
+
 static Suite *security_suite(void)
 {
     Suite *s = suite_create("security");
@@ -529,6 +598,11 @@ static Suite *security_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_trace_other_user_refused);
     tcase_add_test(tc, test_trace_slot_freed_on_disconnect);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("limits");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_queued_jobs_per_user_limited);
+    tcase_add_test(tc, test_subscriptions_per_user_limited);
     suite_add_tcase(s, tc);
     tc = tcase_create("reload");
     tcase_add_test(tc, test_reload_nul_file);
