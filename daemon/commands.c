@@ -179,11 +179,27 @@ static void cmd_list(td_client *c, td_request *req)
     td__ok(c, req, json_pack("{s:o}", "jobs", arr));
 }
 
+static int td__may_see(td_client *c, const td_job *j)
+{
+    return td_job_may_see(j, c->uid, td_settings_int(c->d->settings,
+                                                     "jobs_visible_to_all") > 0);
+}
+
+/* Another user's job (unless jobs_visible_to_all): its list row only,
+ * without the spec (data paths), checkpoints (paths) or result. */
 static void cmd_show(td_client *c, td_request *req)
 {
     td_job *j = td__job_arg(c, req, 0);
-    if (j)
+    if (!j)
+        return;
+    if (td__may_see(c, j)) {
         td__ok(c, req, json_pack("{s:o}", "job", td_job_record(j)));
+        return;
+    }
+    json_t *row = td_job_summary(j);
+    if (row)
+        json_object_set_new(row, "restricted", json_true());
+    td__ok(c, req, json_pack("{s:o}", "job", row));
 }
 
 /* Moves job j to `to` with "<verb> by uid N" as the reason.  A running
@@ -426,6 +442,12 @@ static void cmd_logs(td_client *c, td_request *req)
     td_job *j = td__job_arg(c, req, 0);
     if (!j)
         return;
+    if (!td__may_see(c, j)) {
+        ERRF(c, req, TD_ERR_PERMISSION, "job %lld belongs to uid %u; its log "
+             "is for that user and root (setting jobs_visible_to_all)",
+             (long long)j->id, (unsigned)j->uid);
+        return;
+    }
     json_t *n = json_object_get(req->args, "lines");
     if (n && json_integer_value(n) < 1) {
         ERRF(c, req, TD_ERR_INVALID_ARGS, "logs: lines must be >= 1");

@@ -174,6 +174,11 @@ int td_job_may_control(const td_job *j, uid_t uid)
     return uid == 0 || uid == j->uid;
 }
 
+int td_job_may_see(const td_job *j, uid_t uid, int all)
+{
+    return all || td_job_may_control(j, uid);
+}
+
 json_t *td_job_summary(const td_job *j)
 {
     json_t *o = json_pack(

@@ -80,6 +80,9 @@ int td_job_set_state(td_job *j, enum td_job_state s, const char *reason);
 #define TD_JOB_NAME_MAX 64
 int td_job_name_ok(const char *name);
 int td_job_may_control(const td_job *j, uid_t uid);
+/* May uid see j's spec, log lines and checkpoint paths?  The owner and
+ * root may; others only when `all` (the jobs_visible_to_all setting). */
+int td_job_may_see(const td_job *j, uid_t uid, int all);
 
 /* A summary (for list) or the full record (for show and persistence). */
 json_t *td_job_summary(const td_job *j);

@@ -165,6 +165,14 @@ static int td__wants(td_client *c, int kind, int64_t job, int64_t now_ns,
         return 0;
     if (c->sub_job && job && c->sub_job != job)
         return 0;
+    /* Log lines and checkpoint paths are the owner's (docs/daemon.md). */
+    if ((kind == TD_EV_LOG || kind == TD_EV_CHECKPOINT) && c->uid != 0 &&
+        job > 0) {
+        td_job *j = td_jobs_find(&c->d->jobs, job);
+        if (j && !td_job_may_see(j, c->uid, td_settings_int(
+                                     c->d->settings, "jobs_visible_to_all") > 0))
+            return 0;
+    }
     if (kind == TD_EV_STEP) {
         int64_t step = json_integer_value(json_object_get(data, "step"));
         if (c->every_steps > 1 && c->last_step_sent &&

@@ -567,6 +567,79 @@ START_TEST(test_subscriptions_per_user_limited)
 }
 END_TEST
 
+/* ---- other users' jobs ---------------------------------------------------- */
+
+/* Root's job as seen by nobody: the row, no spec (data paths) and no log,
+ * unless jobs_visible_to_all opens them. */
+START_TEST(test_other_users_job_details_hidden)
+{
+    if (!need_root())
+        return;
+    int fd = th_connect(&H, NULL);
+    json_t *spec = th_tiny_spec(1, 0);
+    int64_t id = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, id, "completed", 30000));
+    int nfd = th_connect_as(&H, NOBODY, NOBODY);
+    json_t *r = th_job_request(nfd, "show", id);
+    json_t *job = json_object_get(th_ok(r), "job");
+    ck_assert_ptr_nonnull(job);
+    ck_assert_str_eq(json_string_value(json_object_get(job, "state")),
+                     "completed");
+    ck_assert_msg(!json_object_get(job, "spec"), "spec shown to another uid");
+    ck_assert_ptr_null(json_object_get(job, "checkpoints"));
+    json_decref(r);
+    r = th_request(nfd, "logs", json_pack("{s:I}", "job", (json_int_t)id));
+    ck_assert_msg(th_err_class(r) &&
+                  strcmp(th_err_class(r), "permission_denied") == 0,
+                  "log lines shown to another uid");
+    json_decref(r);
+    /* The owner (root) sees everything. */
+    r = th_job_request(fd, "show", id);
+    ck_assert_ptr_nonnull(json_object_get(json_object_get(th_ok(r), "job"),
+                                          "spec"));
+    json_decref(r);
+    /* The setting opens it. */
+    config_set_int(fd, "jobs_visible_to_all", 1);
+    r = th_job_request(nfd, "show", id);
+    ck_assert_ptr_nonnull(json_object_get(json_object_get(th_ok(r), "job"),
+                                          "spec"));
+    json_decref(r);
+    r = th_request(nfd, "logs", json_pack("{s:I}", "job", (json_int_t)id));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(nfd);
+    close(fd);
+}
+END_TEST
+
+/* A subscriber of every job gets no log lines of other users' jobs. */
+START_TEST(test_other_users_log_events_hidden)
+{
+    if (!need_root())
+        return;
+    int fd = th_connect(&H, NULL);
+    int nfd = th_connect_as(&H, NOBODY, NOBODY);
+    json_t *r = th_request(nfd, "subscribe", json_pack("{s:[s,s]}", "events",
+                                                       "log", "state"));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    int64_t id = th_submit(fd, th_tiny_spec(1, 0));
+    json_t *log = json_array();
+    json_t *ev = th_wait_event(nfd, "state", id, "completed", 30000, log);
+    ck_assert_msg(ev, "no completed state event");
+    json_decref(ev);
+    size_t i;
+    json_t *e;
+    json_array_foreach(log, i, e)
+        ck_assert_msg(strcmp(json_string_value(json_object_get(e, "event")),
+                             "log") != 0, "a log event of root's job reached "
+                      "nobody");
+    json_decref(log);
+    close(nfd);
+    close(fd);
+}
+END_TEST
+
 static Suite *security_suite(void)
 {
     Suite *s = suite_create("security");
@@ -603,6 +676,11 @@ static Suite *security_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_queued_jobs_per_user_limited);
     tcase_add_test(tc, test_subscriptions_per_user_limited);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("visibility");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_other_users_job_details_hidden);
+    tcase_add_test(tc, test_other_users_log_events_hidden);
     suite_add_tcase(s, tc);
     tc = tcase_create("reload");
     tcase_add_test(tc, test_reload_nul_file);
