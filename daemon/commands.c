@@ -214,9 +214,17 @@ static void td__stop_job(td_client *c, td_request *req, td_job *j,
     if (j->state == TD_JOB_RUNNING && c->d->trainer) {
         snprintf(j->stop_note, sizeof j->stop_note, "%s", why);
         td_trainer_slot_request(c->d->trainer, stop);
-        td__ok(c, req, json_pack("{s:I, s:s, s:s}", "job", (json_int_t)j->id,
-                                 "state", td_job_state_name(j->state),
-                                 "stopping", td_job_state_name(to)));
+        /* Recorded before the reply: a kill -9 before the step boundary
+         * does not undo an acknowledged cancel or pause. */
+        if (!j->stop_requested)
+            j->stop_requested = (int)stop;
+        td_daemon_persist_job_reply(
+            c->d, j, c->id,
+            td_proto_ok(req->id, json_pack("{s:I, s:s, s:s}", "job",
+                                           (json_int_t)j->id, "state",
+                                           td_job_state_name(j->state),
+                                           "stopping",
+                                           td_job_state_name(to))));
         return;
     }
     td_daemon_set_job_state(c->d, j, to, why);

@@ -26,6 +26,8 @@
 #include "job/device.h"
 #include "notify.h"
 #include "settings.h"
+#include "bounds.h"
+#include "job/spec.h"
 #include "starts.h"
 
 enum { TD_INBOX_MAX = 4096 }; /* step events beyond this are dropped */
@@ -44,6 +46,7 @@ typedef struct td_persist_req {
     char dir[4096];
     char name[64];
     char *text;
+    uint64_t gen;              /* the job's persist_gen this write covers */
     int rc;
 } td_persist_req;
 
@@ -95,6 +98,41 @@ static void td__persist_work(uv_work_t *w)
 
 void td_daemon_persist_job(td_daemon *d, td_job *j);
 
+/* Sends the replies that waited for a write covering generation gen
+ * (written or failed: the client is not kept waiting on a bad disk). */
+static void td__persist_replies(td_daemon *d, td_job *j, uint64_t gen)
+{
+    size_t i = 0;
+    while (j->persist_waiters && i < json_array_size(j->persist_waiters)) {
+        json_t *w = json_array_get(j->persist_waiters, i);
+        if ((uint64_t)json_integer_value(json_object_get(w, "gen")) > gen) {
+            i++;
+            continue;
+        }
+        td_client *c = td_server_client(d, (uint64_t)json_integer_value(
+                                               json_object_get(w, "client")));
+        const char *line = json_string_value(json_object_get(w, "line"));
+        if (c && line)
+            td_client_send(c, strdup(line));
+        json_array_remove(j->persist_waiters, i);
+    }
+}
+
+void td_daemon_persist_job_reply(td_daemon *d, td_job *j, uint64_t client,
+                                 char *line)
+{
+    td_daemon_persist_job(d, j);
+    if (!line)
+        return;
+    if (!j->persist_waiters)
+        j->persist_waiters = json_array();
+    json_array_append_new(j->persist_waiters,
+                          json_pack("{s:I, s:I, s:s}", "client",
+                                    (json_int_t)client, "gen",
+                                    (json_int_t)j->persist_gen, "line", line));
+    free(line);
+}
+
 /* Writes again every record whose last write failed. */
 static void td__persist_retry(uv_timer_t *t)
 {
@@ -125,6 +163,8 @@ static void td__persist_done(uv_work_t *w, int status)
                 "attempt(s)", j->persist_failures);
         j->persist_failures = 0;
     }
+    if (j)
+        td__persist_replies(r->d, j, r->gen);
     if (j) {
         j->persist_busy = 0;
         if (j->persist_dirty) { /* changed while being written: again */
@@ -140,6 +180,7 @@ static void td__persist_done(uv_work_t *w, int status)
  * made meanwhile are written once it finishes. */
 void td_daemon_persist_job(td_daemon *d, td_job *j)
 {
+    j->persist_gen++;
     if (j->persist_busy) {
         j->persist_dirty = 1;
         return;
@@ -156,6 +197,7 @@ void td_daemon_persist_job(td_daemon *d, td_job *j)
     r->work.data = r;
     r->d = d;
     r->job = j->id;
+    r->gen = j->persist_gen;
     json_decref(rec);
     if (uv_queue_work(d->loop, &r->work, td__persist_work,
                       td__persist_done) == 0) {
@@ -170,6 +212,39 @@ oom:
     json_decref(rec);
     free(r);
     td_error("job %lld: out of memory saving its record", (long long)j->id);
+}
+
+/* A record is checked again as it is read back, as if it were submitted
+ * now: a name that is not one (control characters) is replaced, and a job
+ * not yet finished whose spec no longer parses or fits this machine
+ * (threads, workers, memory) is failed instead of started.  1 if j was
+ * failed. */
+static int td__revalidate(td_daemon *d, td_job *j)
+{
+    char e[1024];
+    td_job_spec sp;
+    if (!td_job_name_ok(j->name)) {
+        td_warn("job %lld: the saved name is not a valid name; renamed",
+                (long long)j->id);
+        snprintf(j->name, sizeof j->name, "job-%lld", (long long)j->id);
+    }
+    if (td_job_state_final(j->state))
+        return 0;
+    int rc = td_spec_parse(j->spec, NULL, &sp, e, sizeof e);
+    if (rc == 0) {
+        rc = td_limits_check_spec(d->settings, &sp, NULL, e, sizeof e);
+        td_spec_free(&sp);
+    }
+    if (rc == 0)
+        return 0;
+    j->state = TD_JOB_FAILED;
+    snprintf(j->reason, sizeof j->reason, "the saved record is no longer a "
+             "valid job: %.200s", e);
+    j->ended = (double)td_wall_ns() / 1e9;
+    j->stop_requested = 0;
+    td_starts_clear(d->state_dir, j->id);
+    td_warn("job %lld: %s", (long long)j->id, j->reason);
+    return 1;
 }
 
 /* Reads every jobs/<id>.json (start-up only, before the loop runs). */
@@ -208,8 +283,22 @@ static void td__load_jobs(td_daemon *d)
             free(j);
             continue;
         }
-        int crashed = 0;
-        if (j->state == TD_JOB_RUNNING) {
+        int crashed = td__revalidate(d, j);
+        if (crashed) {
+            /* failed by td__revalidate */
+        } else if (j->state == TD_JOB_RUNNING && j->stop_requested) {
+            /* A cancel or pause that was acknowledged but not yet reached
+             * when the daemon died still holds. */
+            int pause = j->stop_requested == 2; /* TD_STOP_PAUSE */
+            j->state = pause ? TD_JOB_SUSPENDED : TD_JOB_CANCELLED;
+            snprintf(j->reason, sizeof j->reason, "%s (asked before the "
+                     "daemon stopped)", j->stop_note);
+            j->stop_requested = 0;
+            if (!pause)
+                j->ended = (double)td_wall_ns() / 1e9;
+            td_starts_clear(d->state_dir, j->id);
+            crashed = 1; /* the record is written again */
+        } else if (j->state == TD_JOB_RUNNING) {
             int starts = td_starts_count(d->state_dir, j->id);
             long long max = td_settings_int(d->settings, "max_crash_restarts");
             if (starts >= max) {

@@ -49,6 +49,7 @@ static void td__job_free(td_job *j)
     json_decref(j->last_epoch);
     json_decref(j->checkpoints);
     json_decref(j->result);
+    json_decref(j->persist_waiters);
     free(j);
 }
 
@@ -144,6 +145,8 @@ int td_job_set_state(td_job *j, enum td_job_state s, const char *reason)
     if (!td__allowed(j->state, s))
         return -EINVAL;
     j->state = s;
+    if (s != TD_JOB_RUNNING)
+        j->stop_requested = 0; /* reached (or moot) */
     snprintf(j->reason, sizeof j->reason, "%s", reason ? reason : "");
     if (s == TD_JOB_RUNNING && j->started == 0)
         j->started = td__wall_s();
@@ -217,6 +220,12 @@ json_t *td_job_record(const td_job *j)
         json_object_set(o, "last_epoch", j->last_epoch);
     if (j->result)
         json_object_set(o, "result", j->result);
+    if (j->stop_requested)
+        json_object_set_new(o, "stop_requested",
+                            json_pack("{s:s, s:s}", "stop",
+                                      j->stop_requested == 2 ? "pause"
+                                                             : "cancel",
+                                      "note", j->stop_note));
     return o;
 }
 
@@ -272,5 +281,12 @@ td_job *td_job_from_record(json_t *rec, char *err, size_t errcap)
         j->last_epoch = json_deep_copy(v);
     if ((v = json_object_get(rec, "result")))
         j->result = json_deep_copy(v);
+    if ((v = json_object_get(rec, "stop_requested")) && json_is_object(v)) {
+        const char *stop = json_string_value(json_object_get(v, "stop"));
+        const char *note = json_string_value(json_object_get(v, "note"));
+        j->stop_requested = stop && strcmp(stop, "pause") == 0 ? 2
+                            : stop && strcmp(stop, "cancel") == 0 ? 1 : 0;
+        snprintf(j->stop_note, sizeof j->stop_note, "%s", note ? note : "");
+    }
     return j;
 }

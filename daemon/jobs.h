@@ -45,6 +45,12 @@ typedef struct td_job {
     json_t *checkpoints;     /* array of {path, step, bytes}, owned */
     json_t *result;          /* the trainer's final figures, owned, or NULL */
     char stop_note[128];     /* why a stop was requested (loop only) */
+    int stop_requested;      /* TD_STOP_CANCEL/PAUSE asked of a running job
+                                and not yet reached (kept in the record so
+                                that a kill -9 does not lose it) */
+    uint64_t persist_gen;    /* changes asked to be saved so far */
+    json_t *persist_waiters; /* replies sent once a write covers them:
+                                [{client, gen, line}], or NULL */
     int persist_busy;        /* a write of the record is under way */
     int persist_dirty;       /* ... and the record changed since */
     int persist_failures;    /* failed writes in a row (retried) */

@@ -3,6 +3,7 @@
  * written, checkpoints that cannot be saved. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -285,6 +286,59 @@ START_TEST(test_readonly_state_dir_refused)
 }
 END_TEST
 
+/* ---- records -------------------------------------------------------------- */
+
+/* A cancel acknowledged while the job is between step boundaries holds
+ * even if the daemon is killed before the job gets there. */
+START_TEST(test_cancel_survives_kill9)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_spec(100000, 0, 64, 32));
+    wait_stepping(fd, id, 0);
+    json_t *r = th_job_request(fd, "cancel", id);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(fd);
+    kill9_and_restart(&H);
+    fd = th_connect(&H, NULL);
+    json_t *j = show_job(fd, id);
+    ck_assert_msg(strcmp(job_state(j), "cancelled") == 0, "%s: %s",
+                  job_state(j),
+                  json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    close(fd);
+}
+END_TEST
+
+/* A record is checked again when it is read back. */
+START_TEST(test_record_revalidated_on_load)
+{
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    ck_assert_int_eq(th_stop(&H), 0);
+    json_t *spec = th_tiny_spec(1, 0);
+    json_object_set_new(spec, "threads", json_integer(CPU_COUNT(&set) + 1));
+    json_t *rec = json_pack("{s:i, s:s, s:i, s:s, s:s, s:f, s:o}", "id", 99,
+                            "name", "a\x1b[2Jb\nforged row", "uid", 0,
+                            "state", "pending", "reason", "queued",
+                            "submitted", 1.0, "spec", spec);
+    char path[300];
+    snprintf(path, sizeof path, "%s/jobs/99.json", H.state);
+    ck_assert_int_eq(json_dump_file(rec, path, 0), 0);
+    json_decref(rec);
+    ck_assert_int_eq(th_restart(&H), 0);
+    int fd = th_connect(&H, NULL);
+    json_t *j = show_job(fd, 99);
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    ck_assert_msg(strcmp(job_state(j), "failed") == 0, "%s: %s",
+                  job_state(j), why);
+    ck_assert_msg(strstr(why, "threads"), "%s", why);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "name")), "job-99");
+    json_decref(j);
+    close(fd);
+}
+END_TEST
+
 static Suite *storage_suite(void)
 {
     Suite *s = suite_create("storage");
@@ -298,6 +352,11 @@ static Suite *storage_suite(void)
     tcase_add_unchecked_fixture(tc, NULL, unmount_listed);
     tcase_add_test(tc, test_final_model_not_saved_fails);
     tcase_add_test(tc, test_record_saved_when_disk_recovers);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("records");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_cancel_survives_kill9);
+    tcase_add_test(tc, test_record_revalidated_on_load);
     suite_add_tcase(s, tc);
     tc = tcase_create("startup");
     tcase_add_test(tc, test_readonly_state_dir_refused);
