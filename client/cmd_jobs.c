@@ -291,6 +291,12 @@ int td_cmd_show(int argc, char **argv)
             printf("  last epoch:  val_acc %.4f, val_loss %.4f\n",
                    json_number_value(json_object_get(e, "val_acc")),
                    json_number_value(json_object_get(e, "val_loss")));
+        if (json_is_true(json_object_get(j, "restricted"))) {
+            printf("  (another user's job: its spec, checkpoints and log are "
+                   "shown to its owner and root)\n");
+            json_decref(r);
+            return TD_EXIT_OK;
+        }
         size_t n = json_array_size(json_object_get(j, "checkpoints"));
         printf("  checkpoints: %zu\n", n);
         size_t i;

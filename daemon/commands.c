@@ -5,16 +5,16 @@
  * cannot (job ids, permissions, states), change the job table, and reply
  * with exactly one line.  Nothing here blocks.
  */
-#define _GNU_SOURCE /* getgrouplist */
+#define _GNU_SOURCE
 #include <errno.h>
-#include <grp.h>
-#include <pwd.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "access.h"
+#include "bounds.h"
+#include "model/zoo.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "daemon.h"
@@ -80,97 +80,6 @@ static void cmd_version(td_client *c, td_request *req)
                              td__devices_json(&c->d->devices)));
 }
 
-/* Could uid read path?  (The daemon may run as root: it must not read a
- * dataset for a user who could not.)  Owner, group (with the user's
- * supplementary groups) and other bits, checked on the path and on every
- * directory above it. */
-static int td__uid_may_read(uid_t uid, const char *path, char *why,
-                            size_t cap)
-{
-    struct passwd pw, *pwp = NULL;
-    char buf[4096], dir[4096];
-    gid_t groups[256];
-    int ngroups = 256;
-    if (uid == 0)
-        return 1;
-    if (getpwuid_r(uid, &pw, buf, sizeof buf, &pwp) != 0 || !pwp) {
-        snprintf(why, cap, "uid %u has no passwd entry", (unsigned)uid);
-        return 0;
-    }
-    if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &ngroups) < 0)
-        ngroups = 0;
-    snprintf(dir, sizeof dir, "%s", path);
-    for (int depth = 0; dir[0]; depth++) {
-        struct stat st;
-        if (stat(dir, &st) != 0) {
-            snprintf(why, cap, "%.300s: %s", dir, strerror(errno));
-            return 0;
-        }
-        mode_t need = depth == 0 && !S_ISDIR(st.st_mode) ? 4 : 1;
-        if (depth == 0 && S_ISDIR(st.st_mode))
-            need = 5; /* list and enter the dataset folder itself */
-        mode_t have = st.st_mode & 7;
-        if (st.st_uid == uid) {
-            have = (st.st_mode >> 6) & 7;
-        } else {
-            for (int g = 0; g < ngroups; g++)
-                if (groups[g] == st.st_gid)
-                    have = (st.st_mode >> 3) & 7;
-        }
-        if ((have & need) != need) {
-            snprintf(why, cap, "%.300s is not readable by uid %u", dir,
-                     (unsigned)uid);
-            return 0;
-        }
-        char *slash = strrchr(dir, '/');
-        if (!slash || slash == dir)
-            break;
-        *slash = '\0';
-    }
-    return 1;
-}
-
-/* Checks data.train / data.val against allowed_data_roots and the
- * submitter's permissions; fills err on refusal. */
-static int td__check_data(td_client *c, const td_job_spec *s, char *err,
-                          size_t cap)
-{
-    const td_spec_paths *sets[2] = {&s->data.train, &s->data.val};
-    const char *names[2] = {"data.train", "data.val"};
-    json_t *roots = json_object_get(c->d->settings, "allowed_data_roots");
-    for (int k = 0; k < 2; k++) {
-        for (int i = 0; i < sets[k]->n; i++) {
-            const char *p = sets[k]->v[i];
-            char why[512];
-            if (json_array_size(roots)) {
-                int ok = 0;
-                size_t ri;
-                json_t *r;
-                json_array_foreach(roots, ri, r) {
-                    const char *root = json_string_value(r);
-                    size_t n = strlen(root);
-                    if (strncmp(p, root, n) == 0 &&
-                        (p[n] == '/' || p[n] == '\0' || root[n - 1] == '/'))
-                        ok = 1;
-                }
-                if (!ok) {
-                    snprintf(err, cap, "%s: %s is outside the allowed data "
-                             "roots (see 'trainctl config get "
-                             "allowed_data_roots')", names[k], p);
-                    return -EACCES;
-                }
-            }
-            /* Globs are checked by the pipeline; plain paths here. */
-            if (!strpbrk(p, "*?[") &&
-                !td__uid_may_read(c->uid, p, why, sizeof why)) {
-                snprintf(err, cap, "%s: %s", names[k], why);
-                return -EACCES;
-            }
-        }
-    }
-    return 0;
-}
-
 static void cmd_submit(td_client *c, td_request *req)
 {
     json_t *spec = json_object_get(req->args, "spec");
@@ -193,13 +102,49 @@ static void cmd_submit(td_client *c, td_request *req)
             }
         }
     }
-    if (td__check_data(c, &parsed, err, sizeof err)) {
+    /* Synthetic input reads no files: its data paths are never opened. */
+    if (parsed.input.source != TD_SOURCE_SYNTHETIC &&
+        td_access_check_spec(c->uid, &parsed,
+                             json_object_get(c->d->settings,
+                                             "allowed_data_roots"),
+                             err, sizeof err)) {
         ERRF(c, req, TD_ERR_PERMISSION, "%s", err);
         td_spec_free(&parsed);
         return;
     }
-    json_t *norm = td_spec_to_json(&parsed);
+    char models[4096];
+    td_model *model = NULL;
+    td_models_dir(NULL, models, sizeof models);
+    td_access_build_model(c->uid, &parsed, models, &model);
+    int lrc = td_limits_check_spec(c->d->settings, &parsed, model, err,
+                                   sizeof err);
+    td_model_free(model);
+    if (lrc) {
+        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
+        td_spec_free(&parsed);
+        return;
+    }
     const char *n = json_string_value(name);
+    if (name && !td_job_name_ok(n)) {
+        ERRF(c, req, TD_ERR_INVALID_ARGS, "submit: name must be 1-%d bytes "
+             "of printable text (no control characters)", TD_JOB_NAME_MAX);
+        td_spec_free(&parsed);
+        return;
+    }
+    if (c->uid != 0) {
+        long long max = td_settings_int(c->d->settings, "max_queued_per_user");
+        long long have = 0;
+        for (td_job *q = c->d->jobs.head; q; q = q->next)
+            have += q->uid == c->uid && !td_job_state_final(q->state);
+        if (have >= max) {
+            ERRF(c, req, TD_ERR_CONFLICT, "submit: uid %u already has %lld "
+                 "unfinished job(s), the limit (max_queued_per_user); wait "
+                 "for some to end or cancel them", (unsigned)c->uid, have);
+            td_spec_free(&parsed);
+            return;
+        }
+    }
+    json_t *norm = td_spec_to_json(&parsed);
     if (!n)
         n = parsed.name;
     td_job *j = norm ? td_jobs_add(&c->d->jobs, n && *n ? n : "job", c->uid,
@@ -237,11 +182,27 @@ static void cmd_list(td_client *c, td_request *req)
     td__ok(c, req, json_pack("{s:o}", "jobs", arr));
 }
 
+static int td__may_see(td_client *c, const td_job *j)
+{
+    return td_job_may_see(j, c->uid, td_settings_int(c->d->settings,
+                                                     "jobs_visible_to_all") > 0);
+}
+
+/* Another user's job (unless jobs_visible_to_all): its list row only,
+ * without the spec (data paths), checkpoints (paths) or result. */
 static void cmd_show(td_client *c, td_request *req)
 {
     td_job *j = td__job_arg(c, req, 0);
-    if (j)
+    if (!j)
+        return;
+    if (td__may_see(c, j)) {
         td__ok(c, req, json_pack("{s:o}", "job", td_job_record(j)));
+        return;
+    }
+    json_t *row = td_job_summary(j);
+    if (row)
+        json_object_set_new(row, "restricted", json_true());
+    td__ok(c, req, json_pack("{s:o}", "job", row));
 }
 
 /* Moves job j to `to` with "<verb> by uid N" as the reason.  A running
@@ -256,9 +217,17 @@ static void td__stop_job(td_client *c, td_request *req, td_job *j,
     if (j->state == TD_JOB_RUNNING && c->d->trainer) {
         snprintf(j->stop_note, sizeof j->stop_note, "%s", why);
         td_trainer_slot_request(c->d->trainer, stop);
-        td__ok(c, req, json_pack("{s:I, s:s, s:s}", "job", (json_int_t)j->id,
-                                 "state", td_job_state_name(j->state),
-                                 "stopping", td_job_state_name(to)));
+        /* Recorded before the reply: a kill -9 before the step boundary
+         * does not undo an acknowledged cancel or pause. */
+        if (!j->stop_requested)
+            j->stop_requested = (int)stop;
+        td_daemon_persist_job_reply(
+            c->d, j, c->id,
+            td_proto_ok(req->id, json_pack("{s:I, s:s, s:s}", "job",
+                                           (json_int_t)j->id, "state",
+                                           td_job_state_name(j->state),
+                                           "stopping",
+                                           td_job_state_name(to))));
         return;
     }
     td_daemon_set_job_state(c->d, j, to, why);
@@ -337,6 +306,12 @@ static unsigned td__event_mask(json_t *events, char *bad, size_t cap)
     };
     if (!events)
         return TD_EV_ALL;
+    bad[0] = '\0';
+    if (!json_is_array(events) || json_array_size(events) == 0) {
+        snprintf(bad, cap, "%s", json_is_array(events) ? "(an empty list)"
+                                                        : "(not a list)");
+        return 0;
+    }
     unsigned mask = 0;
     size_t i;
     json_t *v;
@@ -355,6 +330,8 @@ static unsigned td__event_mask(json_t *events, char *bad, size_t cap)
     return mask;
 }
 
+enum { TD__EVERY_MS_MAX = 86400000 }; /* a day */
+
 static void cmd_subscribe(td_client *c, td_request *req)
 {
     char bad[64];
@@ -362,9 +339,13 @@ static void cmd_subscribe(td_client *c, td_request *req)
     unsigned mask = td__event_mask(json_object_get(req->args, "events"), bad,
                                    sizeof bad);
     if (!mask) {
-        ERRF(c, req, TD_ERR_INVALID_ARGS,
-             "subscribe: unknown event '%s' (step, window, epoch, state, "
-             "log, checkpoint)", bad);
+        if (bad[0] == '(')
+            ERRF(c, req, TD_ERR_INVALID_ARGS, "subscribe: events must be a "
+                 "non-empty list (step, window, epoch, state, log, "
+                 "checkpoint)");
+        else
+            ERRF(c, req, TD_ERR_INVALID_ARGS, "subscribe: unknown event '%s' "
+                 "(step, window, epoch, state, log, checkpoint)", bad);
         return;
     }
     if (job && !td_jobs_find(&c->d->jobs, json_integer_value(job))) {
@@ -374,11 +355,27 @@ static void cmd_subscribe(td_client *c, td_request *req)
     }
     json_t *es = json_object_get(req->args, "every_steps");
     json_t *em = json_object_get(req->args, "every_ms");
+    /* Bounded so that every_ms * 1e6 (ns) cannot overflow. */
     if ((es && json_integer_value(es) < 1) ||
-        (em && json_integer_value(em) < 0)) {
+        (em && (json_integer_value(em) < 0 ||
+                json_integer_value(em) > TD__EVERY_MS_MAX))) {
         ERRF(c, req, TD_ERR_INVALID_ARGS,
-             "subscribe: every_steps must be >= 1 and every_ms >= 0");
+             "subscribe: every_steps must be >= 1 and every_ms 0..%d",
+             TD__EVERY_MS_MAX);
         return;
+    }
+    if (c->uid != 0 && !c->sub_events) {
+        long long max = td_settings_int(c->d->settings,
+                                        "max_subscriptions_per_user");
+        long long have = 0;
+        for (td_client *o = c->d->clients; o; o = o->next)
+            have += !o->closing && o->uid == c->uid && o->sub_events;
+        if (have >= max) {
+            ERRF(c, req, TD_ERR_CONFLICT, "subscribe: uid %u already holds "
+                 "%lld subscription(s), the limit "
+                 "(max_subscriptions_per_user)", (unsigned)c->uid, have);
+            return;
+        }
     }
     c->sub_events = mask;
     c->sub_job = job ? json_integer_value(job) : 0;
@@ -456,6 +453,12 @@ static void cmd_logs(td_client *c, td_request *req)
     td_job *j = td__job_arg(c, req, 0);
     if (!j)
         return;
+    if (!td__may_see(c, j)) {
+        ERRF(c, req, TD_ERR_PERMISSION, "job %lld belongs to uid %u; its log "
+             "is for that user and root (setting jobs_visible_to_all)",
+             (long long)j->id, (unsigned)j->uid);
+        return;
+    }
     json_t *n = json_object_get(req->args, "lines");
     if (n && json_integer_value(n) < 1) {
         ERRF(c, req, TD_ERR_INVALID_ARGS, "logs: lines must be >= 1");
@@ -525,12 +528,13 @@ static void cmd_config_set(td_client *c, td_request *req)
 
 /* Records the next `steps` steps of a running job; the reply comes once
  * they are recorded (trace_part events carry the Chrome trace text before
- * it).  Anyone may trace: a timeline holds timings, not data. */
+ * it).  A job has one recording at a time, so only its owner or root may
+ * take that slot; it is freed when the client goes. */
 static void cmd_trace(td_client *c, td_request *req)
 {
     json_t *js = json_object_get(req->args, "steps");
     json_int_t steps = js ? json_integer_value(js) : 20;
-    td_job *j = td__job_arg(c, req, 0);
+    td_job *j = td__job_arg(c, req, 1);
     if (!j)
         return;
     if (steps < 1 || steps > 10000) {

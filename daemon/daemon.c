@@ -27,6 +27,9 @@
 #include "job/device.h"
 #include "notify.h"
 #include "settings.h"
+#include "bounds.h"
+#include "job/spec.h"
+#include "starts.h"
 
 enum { TD_INBOX_MAX = 4096 }; /* step events beyond this are dropped */
 
@@ -44,6 +47,7 @@ typedef struct td_persist_req {
     char dir[4096];
     char name[64];
     char *text;
+    uint64_t gen;              /* the job's persist_gen this write covers */
     int rc;
 } td_persist_req;
 
@@ -56,12 +60,75 @@ static void td__persist_work(uv_work_t *w)
                             NULL, 0);
 }
 
+void td_daemon_persist_job(td_daemon *d, td_job *j);
+
+/* Sends the replies that waited for a write covering generation gen
+ * (written or failed: the client is not kept waiting on a bad disk). */
+static void td__persist_replies(td_daemon *d, td_job *j, uint64_t gen)
+{
+    size_t i = 0;
+    while (j->persist_waiters && i < json_array_size(j->persist_waiters)) {
+        json_t *w = json_array_get(j->persist_waiters, i);
+        if ((uint64_t)json_integer_value(json_object_get(w, "gen")) > gen) {
+            i++;
+            continue;
+        }
+        td_client *c = td_server_client(d, (uint64_t)json_integer_value(
+                                               json_object_get(w, "client")));
+        const char *line = json_string_value(json_object_get(w, "line"));
+        if (c && line)
+            td_client_send(c, strdup(line));
+        json_array_remove(j->persist_waiters, i);
+    }
+}
+
+void td_daemon_persist_job_reply(td_daemon *d, td_job *j, uint64_t client,
+                                 char *line)
+{
+    td_daemon_persist_job(d, j);
+    if (!line)
+        return;
+    if (!j->persist_waiters)
+        j->persist_waiters = json_array();
+    json_array_append_new(j->persist_waiters,
+                          json_pack("{s:I, s:I, s:s}", "client",
+                                    (json_int_t)client, "gen",
+                                    (json_int_t)j->persist_gen, "line", line));
+    free(line);
+}
+
+/* Writes again every record whose last write failed. */
+static void td__persist_retry(uv_timer_t *t)
+{
+    td_daemon *d = t->data;
+    for (td_job *j = d->jobs.head; j; j = j->next)
+        if (j->persist_failures)
+            td_daemon_persist_job(d, j);
+}
+
 static void td__persist_done(uv_work_t *w, int status)
 {
     td_persist_req *r = w->data;
-    if (status == 0 && r->rc)
-        td_error("cannot save %s/%s: %s", r->dir, r->name, td_strerror(r->rc));
+    int failed = status < 0 || r->rc;
     td_job *j = td_jobs_find(&r->d->jobs, r->job);
+    if (failed && j) {
+        /* Reported where the job's owner looks (its log events, the
+         * daemon's log) and written again until it lands. */
+        if (j->persist_failures++ % 60 == 0) /* once a minute at most */
+            td_logf(TD_LOG_ERROR, j->id, "cannot save the job record "
+                    "%s/%s: %s (attempt %d); retrying every second", r->dir,
+                    r->name, td_strerror(status < 0 ? -EIO : r->rc),
+                    j->persist_failures);
+        if (!r->d->shutting_down &&
+            !uv_is_active((uv_handle_t *)&r->d->persist_retry))
+            uv_timer_start(&r->d->persist_retry, td__persist_retry, 1000, 0);
+    } else if (j && j->persist_failures) {
+        td_logf(TD_LOG_INFO, j->id, "job record saved after %d failed "
+                "attempt(s)", j->persist_failures);
+        j->persist_failures = 0;
+    }
+    if (j)
+        td__persist_replies(r->d, j, r->gen);
     if (j) {
         j->persist_busy = 0;
         if (j->persist_dirty) { /* changed while being written: again */
@@ -77,6 +144,7 @@ static void td__persist_done(uv_work_t *w, int status)
  * made meanwhile are written once it finishes. */
 void td_daemon_persist_job(td_daemon *d, td_job *j)
 {
+    j->persist_gen++;
     if (j->persist_busy) {
         j->persist_dirty = 1;
         return;
@@ -93,6 +161,7 @@ void td_daemon_persist_job(td_daemon *d, td_job *j)
     r->work.data = r;
     r->d = d;
     r->job = j->id;
+    r->gen = j->persist_gen;
     json_decref(rec);
     if (uv_queue_work(d->loop, &r->work, td__persist_work,
                       td__persist_done) == 0) {
@@ -107,6 +176,39 @@ oom:
     json_decref(rec);
     free(r);
     td_error("job %lld: out of memory saving its record", (long long)j->id);
+}
+
+/* A record is checked again as it is read back, as if it were submitted
+ * now: a name that is not one (control characters) is replaced, and a job
+ * not yet finished whose spec no longer parses or fits this machine
+ * (threads, workers, memory) is failed instead of started.  1 if j was
+ * failed. */
+static int td__revalidate(td_daemon *d, td_job *j)
+{
+    char e[1024];
+    td_job_spec sp;
+    if (!td_job_name_ok(j->name)) {
+        td_warn("job %lld: the saved name is not a valid name; renamed",
+                (long long)j->id);
+        snprintf(j->name, sizeof j->name, "job-%lld", (long long)j->id);
+    }
+    if (td_job_state_final(j->state))
+        return 0;
+    int rc = td_spec_parse(j->spec, NULL, &sp, e, sizeof e);
+    if (rc == 0) {
+        rc = td_limits_check_spec(d->settings, &sp, NULL, e, sizeof e);
+        td_spec_free(&sp);
+    }
+    if (rc == 0)
+        return 0;
+    j->state = TD_JOB_FAILED;
+    snprintf(j->reason, sizeof j->reason, "the saved record is no longer a "
+             "valid job: %.200s", e);
+    j->ended = (double)td_wall_ns() / 1e9;
+    j->stop_requested = 0;
+    td_starts_clear(d->state_dir, j->id);
+    td_warn("job %lld: %s", (long long)j->id, j->reason);
+    return 1;
 }
 
 /* Reads every jobs/<id>.json (start-up only, before the loop runs). */
@@ -145,13 +247,46 @@ static void td__load_jobs(td_daemon *d)
             free(j);
             continue;
         }
-        if (j->state == TD_JOB_RUNNING) {
-            j->state = TD_JOB_PENDING;
-            snprintf(j->reason, sizeof j->reason,
-                     "interrupted by a daemon restart; resumes from its last "
-                     "checkpoint");
+        int crashed = td__revalidate(d, j);
+        if (crashed) {
+            /* failed by td__revalidate */
+        } else if (j->state == TD_JOB_RUNNING && j->stop_requested) {
+            /* A cancel or pause that was acknowledged but not yet reached
+             * when the daemon died still holds. */
+            int pause = j->stop_requested == 2; /* TD_STOP_PAUSE */
+            j->state = pause ? TD_JOB_SUSPENDED : TD_JOB_CANCELLED;
+            snprintf(j->reason, sizeof j->reason, "%s (asked before the "
+                     "daemon stopped)", j->stop_note);
+            j->stop_requested = 0;
+            if (!pause)
+                j->ended = (double)td_wall_ns() / 1e9;
+            td_starts_clear(d->state_dir, j->id);
+            crashed = 1; /* the record is written again */
+        } else if (j->state == TD_JOB_RUNNING) {
+            int starts = td_starts_count(d->state_dir, j->id);
+            long long max = td_settings_int(d->settings, "max_crash_restarts");
+            if (starts >= max) {
+                /* It may be what kills the daemon: do not start it again. */
+                j->state = TD_JOB_FAILED;
+                snprintf(j->reason, sizeof j->reason,
+                         "the daemon stopped %d time(s) in a row while this "
+                         "job ran, without a new checkpoint in between "
+                         "(max_crash_restarts %lld); not started again",
+                         starts, max);
+                td_starts_clear(d->state_dir, j->id);
+                td_warn("job %lld: %s", (long long)j->id, j->reason);
+                j->ended = (double)td_wall_ns() / 1e9;
+                crashed = 1;
+            } else {
+                j->state = TD_JOB_PENDING;
+                snprintf(j->reason, sizeof j->reason,
+                         "interrupted by a daemon restart; resumes from its "
+                         "last checkpoint");
+            }
         }
         td_jobs_insert(&d->jobs, j);
+        if (crashed) /* written once the loop runs */
+            td_daemon_persist_job(d, j);
     }
     closedir(dp);
     /* Keep submission order: the directory order is arbitrary. */
@@ -239,6 +374,7 @@ void td_daemon_post(td_daemon *d, int kind, int64_t job, json_t *data)
 static void td__close_handles(td_daemon *d)
 {
     uv_close((uv_handle_t *)&d->status, NULL);
+    uv_close((uv_handle_t *)&d->persist_retry, NULL);
     uv_close((uv_handle_t *)&d->watchdog, NULL);
     uv_close((uv_handle_t *)&d->wake, NULL);
     td_obs_close(d);
@@ -540,6 +676,31 @@ void td_daemon_heartbeat(td_daemon *d)
     __atomic_store_n(&d->heartbeat_ns, td_now_ns(), __ATOMIC_RELAXED);
 }
 
+/* A state dir that takes no writes (read-only, full, not ours) would lose
+ * every record and checkpoint while jobs seem to run: refuse to start.
+ * Writes, fsyncs and removes a probe file in jobs/ and checkpoints/. */
+static int td__probe_state_dir(td_daemon *d)
+{
+    static const char *const subs[] = {"jobs", "checkpoints"};
+    for (size_t i = 0; i < 2; i++) {
+        char dir[4200], probe[4300];
+        static const char text[] = "traind checks that it can write here\n";
+        snprintf(dir, sizeof dir, "%s/%s", d->state_dir, subs[i]);
+        snprintf(probe, sizeof probe, "%s/.traind-probe", dir);
+        int rc = td_write_atomic(probe, 0640, text, sizeof text - 1, NULL,
+                                 NULL, 0);
+        if (rc) {
+            td_error("state dir %s is not writable: %s; traind keeps job "
+                     "records and checkpoints there and will not start "
+                     "without it (see the state_dir setting)", dir,
+                     td_strerror(rc));
+            return rc;
+        }
+        unlink(probe);
+    }
+    return 0;
+}
+
 int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
 {
     char sub[4200], err[512];
@@ -591,7 +752,7 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     if (ch.kind == TD_DEVICE_CPU && info.cuda_built && info.cuda_count == 0)
         /* On a GPU box this is a misconfiguration (driver, device nodes,
          * the unit's sandbox): say why, loudly. */
-        td_warn("GPU probe found no usable GPU: %s; training on the CPU",
+        td_warn("GPU probe: %s; training on the CPU",
                 info.reason);
     else if (ch.kind == TD_DEVICE_CPU)
         td_info("device: cpu");
@@ -611,12 +772,15 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     uv_signal_start(&d->sig_hup, td__on_signal, SIGHUP);
     uv_timer_init(loop, &d->status);
     uv_timer_init(loop, &d->watchdog);
-    d->status.data = d->watchdog.data = d;
+    uv_timer_init(loop, &d->persist_retry);
+    d->status.data = d->watchdog.data = d->persist_retry.data = d;
     snprintf(sub, sizeof sub, "%s/checkpoints", d->state_dir);
     if ((rc = td_mkdirs(sub, 0750)) != 0) {
         td_error("cannot create %s: %s", sub, td_strerror(rc));
         return rc;
     }
+    if ((rc = td__probe_state_dir(d)) != 0)
+        return rc;
     if ((rc = td_server_listen(d)) != 0)
         return rc;
     td_obs_init(d); /* a bad metrics_listen is logged; the endpoint is off */

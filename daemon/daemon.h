@@ -83,6 +83,7 @@ typedef struct td_daemon {
     uv_async_t wake;
     uv_timer_t watchdog;       /* pings systemd at half WATCHDOG_USEC */
     uv_timer_t status;         /* refreshes systemd's STATUS= line */
+    uv_timer_t persist_retry;  /* writes records that failed to save again */
     int watchdog_on;
     int64_t heartbeat_ns;      /* trainer's last sign of life (atomic) */
     char config_path[1024];
@@ -120,6 +121,10 @@ void td_daemon_free(td_daemon *d);
 void td_daemon_post(td_daemon *d, int kind, int64_t job, json_t *data);
 /* Loop thread: persist a job's record in the state dir (off the loop). */
 void td_daemon_persist_job(td_daemon *d, td_job *j);
+/* The same; `line` (owned, may be NULL) is sent to client `client` once a
+ * write that includes the job's current state has finished. */
+void td_daemon_persist_job_reply(td_daemon *d, td_job *j, uint64_t client,
+                                 char *line);
 /* Loop thread: change a job's state, persist it, tell subscribers. */
 int td_daemon_set_job_state(td_daemon *d, td_job *j, enum td_job_state s,
                             const char *reason);

@@ -49,6 +49,7 @@ static void td__job_free(td_job *j)
     json_decref(j->last_epoch);
     json_decref(j->checkpoints);
     json_decref(j->result);
+    json_decref(j->persist_waiters);
     free(j);
 }
 
@@ -144,6 +145,8 @@ int td_job_set_state(td_job *j, enum td_job_state s, const char *reason)
     if (!td__allowed(j->state, s))
         return -EINVAL;
     j->state = s;
+    if (s != TD_JOB_RUNNING)
+        j->stop_requested = 0; /* reached (or moot) */
     snprintf(j->reason, sizeof j->reason, "%s", reason ? reason : "");
     if (s == TD_JOB_RUNNING && j->started == 0)
         j->started = td__wall_s();
@@ -152,9 +155,31 @@ int td_job_set_state(td_job *j, enum td_job_state s, const char *reason)
     return 0;
 }
 
+int td_job_name_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n < 1 || n > TD_JOB_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return 0;
+        /* C1 controls (U+0080..U+009F, e.g. CSI) in UTF-8 */
+        if (ch == 0xc2 && i + 1 < n && (unsigned char)name[i + 1] >= 0x80 &&
+            (unsigned char)name[i + 1] <= 0x9f)
+            return 0;
+    }
+    return 1;
+}
+
 int td_job_may_control(const td_job *j, uid_t uid)
 {
     return uid == 0 || uid == j->uid;
+}
+
+int td_job_may_see(const td_job *j, uid_t uid, int all)
+{
+    return all || td_job_may_control(j, uid);
 }
 
 json_t *td_job_summary(const td_job *j)
@@ -195,6 +220,12 @@ json_t *td_job_record(const td_job *j)
         json_object_set(o, "last_epoch", j->last_epoch);
     if (j->result)
         json_object_set(o, "result", j->result);
+    if (j->stop_requested)
+        json_object_set_new(o, "stop_requested",
+                            json_pack("{s:s, s:s}", "stop",
+                                      j->stop_requested == 2 ? "pause"
+                                                             : "cancel",
+                                      "note", j->stop_note));
     return o;
 }
 
@@ -250,5 +281,12 @@ td_job *td_job_from_record(json_t *rec, char *err, size_t errcap)
         j->last_epoch = json_deep_copy(v);
     if ((v = json_object_get(rec, "result")))
         j->result = json_deep_copy(v);
+    if ((v = json_object_get(rec, "stop_requested")) && json_is_object(v)) {
+        const char *stop = json_string_value(json_object_get(v, "stop"));
+        const char *note = json_string_value(json_object_get(v, "note"));
+        j->stop_requested = stop && strcmp(stop, "pause") == 0 ? 2
+                            : stop && strcmp(stop, "cancel") == 0 ? 1 : 0;
+        snprintf(j->stop_note, sizeof j->stop_note, "%s", note ? note : "");
+    }
     return j;
 }

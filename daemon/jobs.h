@@ -32,7 +32,7 @@ enum td_job_state {
 
 typedef struct td_job {
     int64_t id;
-    char name[128];
+    char name[128];          /* td_job_name_ok */
     uid_t uid;               /* who submitted it (SO_PEERCRED) */
     enum td_job_state state;
     char reason[256];
@@ -45,8 +45,15 @@ typedef struct td_job {
     json_t *checkpoints;     /* array of {path, step, bytes}, owned */
     json_t *result;          /* the trainer's final figures, owned, or NULL */
     char stop_note[128];     /* why a stop was requested (loop only) */
+    int stop_requested;      /* TD_STOP_CANCEL/PAUSE asked of a running job
+                                and not yet reached (kept in the record so
+                                that a kill -9 does not lose it) */
+    uint64_t persist_gen;    /* changes asked to be saved so far */
+    json_t *persist_waiters; /* replies sent once a write covers them:
+                                [{client, gen, line}], or NULL */
     int persist_busy;        /* a write of the record is under way */
     int persist_dirty;       /* ... and the record changed since */
+    int persist_failures;    /* failed writes in a row (retried) */
     struct td_job *next;
 } td_job;
 
@@ -74,7 +81,14 @@ td_job *td_jobs_next_pending(td_jobs *t);
 int td_job_set_state(td_job *j, enum td_job_state s, const char *reason);
 
 /* May uid act on the job (cancel, pause, resume, checkpoint)? */
+/* A job name: 1..TD_JOB_NAME_MAX bytes, no control characters (so it
+ * cannot forge rows in `trainctl queue` or lines in a log). */
+#define TD_JOB_NAME_MAX 64
+int td_job_name_ok(const char *name);
 int td_job_may_control(const td_job *j, uid_t uid);
+/* May uid see j's spec, log lines and checkpoint paths?  The owner and
+ * root may; others only when `all` (the jobs_visible_to_all setting). */
+int td_job_may_see(const td_job *j, uid_t uid, int all);
 
 /* A summary (for list) or the full record (for show and persistence). */
 json_t *td_job_summary(const td_job *j);

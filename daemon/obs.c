@@ -122,6 +122,32 @@ void td_obs_trace_done(td_daemon *d, int64_t job, json_t *data)
 
 void td_obs_job_done(td_daemon *d, int64_t job) { td__answer(d, job, NULL); }
 
+void td_obs_client_gone(td_daemon *d, uint64_t client)
+{
+    if (!d->obs)
+        return;
+    td__waiter **pp = &d->obs->waiters;
+    int64_t dropped = 0;
+    while (*pp) {
+        td__waiter *w = *pp;
+        if (w->client != client) {
+            pp = &w->next;
+            continue;
+        }
+        dropped = w->job;
+        *pp = w->next;
+        json_decref(w->id);
+        free(w);
+    }
+    if (!dropped)
+        return;
+    for (td__waiter *w = d->obs->waiters; w; w = w->next)
+        if (w->job == dropped)
+            return; /* someone else still waits for it */
+    if (d->trainer && td_trainer_slot_job(d->trainer) == dropped)
+        td_trainer_slot_trace_cancel(d->trainer);
+}
+
 /* ---- figures ---------------------------------------------------------- */
 
 void td_obs_job_snapshot(td_daemon *d, const td_prom_job *s)

@@ -34,6 +34,10 @@ int td_obs_trace_wait(struct td_daemon *d, struct td_client *c,
 void td_obs_trace_done(struct td_daemon *d, int64_t job, json_t *data);
 /* Loop thread: the job ended; waiters still there get an error. */
 void td_obs_job_done(struct td_daemon *d, int64_t job);
+/* Loop thread: client `client` has gone; its trace waits are dropped and
+ * a recording nobody waits for any more is cut short, so the job's trace
+ * slot is free again. */
+void td_obs_client_gone(struct td_daemon *d, uint64_t client);
 
 /* Trainer thread: the running job's latest figures. */
 void td_obs_job_snapshot(struct td_daemon *d, const td_prom_job *s);

@@ -5,7 +5,8 @@
  * Replies are always queued.  Events go only to subscribers and never slow
  * training: above subscriber_soft_bytes of unsent output a client gets no
  * step events and only the newest window (held back, sent when it drains);
- * above subscriber_max_bytes it is disconnected.  A line over the 1 MiB
+ * above subscriber_max_bytes it is disconnected, and so is any client
+ * whose unread replies pass that bound.  A line over the 1 MiB
  * cap gets a too_large error and the connection closes after it is sent.
  */
 #define _GNU_SOURCE /* struct ucred */
@@ -22,6 +23,7 @@
 #include "base/log.h"
 #include "daemon.h"
 #include "notify.h"
+#include "obs.h"
 #include "settings.h"
 #include "td_config.h"
 
@@ -55,6 +57,7 @@ void td_client_close(td_client *c, const char *why)
     if (c->next)
         c->next->prev = c->prev;
     d->nclients--;
+    td_obs_client_gone(d, c->id); /* frees a trace slot it held */
     uv_close((uv_handle_t *)&c->pipe, td__on_close);
 }
 
@@ -93,6 +96,16 @@ static void td__write_line(td_client *c, char *line)
         return;
     if (c->closing) {
         free(line);
+        return;
+    }
+    /* Replies are bounded like events: a client that sends requests and
+     * never reads what comes back is cut off, not buffered for. */
+    size_t q = td__queued(c);
+    if (q > (size_t)td_settings_int(c->d->settings, "subscriber_max_bytes")) {
+        td_warn("client pid %d uid %u does not read its replies (%zu bytes "
+                "queued): disconnected", (int)c->pid, (unsigned)c->uid, q);
+        free(line);
+        td_client_close(c, "not reading");
         return;
     }
     td_write_req *w = malloc(sizeof *w);
@@ -152,6 +165,14 @@ static int td__wants(td_client *c, int kind, int64_t job, int64_t now_ns,
         return 0;
     if (c->sub_job && job && c->sub_job != job)
         return 0;
+    /* Log lines and checkpoint paths are the owner's (docs/daemon.md). */
+    if ((kind == TD_EV_LOG || kind == TD_EV_CHECKPOINT) && c->uid != 0 &&
+        job > 0) {
+        td_job *j = td_jobs_find(&c->d->jobs, job);
+        if (j && !td_job_may_see(j, c->uid, td_settings_int(
+                                     c->d->settings, "jobs_visible_to_all") > 0))
+            return 0;
+    }
     if (kind == TD_EV_STEP) {
         int64_t step = json_integer_value(json_object_get(data, "step"));
         if (c->every_steps > 1 && c->last_step_sent &&

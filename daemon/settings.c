@@ -3,8 +3,12 @@
 #include "settings.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/log.h"
 
@@ -25,7 +29,8 @@ const td_setting_def td_setting_defs[] = {
      "queued bytes past which a subscriber gets coalesced windows and no "
      "step events"},
     {"subscriber_max_bytes", TD_SET_INT, "4194304", 65536, 1LL << 32, 1,
-     "queued bytes past which a subscriber is disconnected"},
+     "queued bytes past which a subscriber, or any client that does not "
+     "read its replies, is disconnected"},
     {"log_level", TD_SET_LEVEL, "\"info\"", 0, 0, 1,
      "error, warn, info or debug"},
     {"device", TD_SET_STRING, "\"auto\"", 0, 0, 0,
@@ -39,6 +44,21 @@ const td_setting_def td_setting_defs[] = {
      "user can read)"},
     {"metrics_listen", TD_SET_STRING, "\"\"", 0, 0, 0,
      "address:port for the Prometheus endpoint (empty: off)"},
+    {"max_job_memory_mb", TD_SET_AUTO_INT, "\"auto\"", 16, 1LL << 40, 1,
+     "host memory one job may need, estimated at submit (batch slots, "
+     "decode scratch, model, optimizer state, activations); auto: half of "
+     "MemTotal"},
+    {"max_crash_restarts", TD_SET_INT, "3", 1, 1000, 1,
+     "times a job may be found running after the daemon died, with no new "
+     "checkpoint in between, before it is failed instead of started again"},
+    {"max_queued_per_user", TD_SET_INT, "100", 1, 1000000, 1,
+     "pending, running and suspended jobs one uid may have (root: no "
+     "limit)"},
+    {"max_subscriptions_per_user", TD_SET_INT, "32", 1, 100000, 1,
+     "subscribed connections one uid may hold at once (root: no limit)"},
+    {"jobs_visible_to_all", TD_SET_INT, "0", 0, 1, 1,
+     "1: every user sees other users' specs and logs; 0: only the owner "
+     "and root do (others see the list row)"},
     {NULL, 0, NULL, 0, 0, 0, NULL},
 };
 
@@ -156,26 +176,100 @@ int td_settings_set(json_t *settings, const char *key, json_t *value,
     return rc;
 }
 
-int td_settings_load_file(json_t *settings, const char *path, char *err,
-                          size_t errcap)
+/* Reads the whole config file: at most 1 MiB of text with no NUL byte.
+ * A directory is an error, not an empty file (/dev/null is empty). */
+static int td__read_conf(const char *path, char **out, size_t *len,
+                         char *err, size_t errcap)
 {
-    FILE *f = fopen(path, "r");
-    char line[4096], e[300];
-    int lineno = 0, rc = 0;
-    if (!f) {
-        rc = -errno;
+    enum { TD__CONF_MAX = 1 << 20 };
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        int rc = -errno;
         snprintf(err, errcap, "%s: %s", path, strerror(errno));
         return rc;
     }
-    while (rc == 0 && fgets(line, sizeof line, f)) {
+    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+        snprintf(err, errcap, "%s: is a directory, not a config file", path);
+        close(fd);
+        return -EISDIR;
+    }
+    size_t cap = 4096, got = 0;
+    char *buf = malloc(cap + 1);
+    int rc = buf ? 0 : -ENOMEM;
+    while (rc == 0) {
+        if (got == cap) {
+            char *nb = cap < TD__CONF_MAX ? realloc(buf, cap * 2 + 1) : NULL;
+            if (!nb) {
+                rc = cap < TD__CONF_MAX ? -ENOMEM : -EFBIG;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + got, cap - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            rc = -errno;
+        else if (r == 0)
+            break;
+        else
+            got += (size_t)r;
+    }
+    close(fd);
+    if (rc) {
+        snprintf(err, errcap, "%s: %s", path, rc == -EFBIG
+                 ? "larger than 1 MiB" : strerror(-rc));
+        free(buf);
+        return rc;
+    }
+    buf[got] = '\0';
+    if (memchr(buf, '\0', got)) {
+        int line = 1;
+        for (const char *p = buf; *p; p++)
+            line += *p == '\n';
+        snprintf(err, errcap, "%s:%d: NUL byte; not a text file", path, line);
+        free(buf);
+        return -EINVAL;
+    }
+    *out = buf;
+    *len = got;
+    return 0;
+}
+
+int td_settings_load_file(json_t *settings, const char *path, char *err,
+                          size_t errcap)
+{
+    char *text = NULL, e[300];
+    size_t len = 0;
+    int lineno = 0;
+    int rc = td__read_conf(path, &text, &len, err, errcap);
+    if (rc)
+        return rc;
+    /* Every line is checked before any is applied: a bad file changes
+     * nothing (the caller applies to a fresh copy, but be strict). */
+    for (char *p = text; rc == 0 && p < text + len;) {
+        char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
         lineno++;
+        if (n > TD_SETTINGS_LINE_MAX) {
+            snprintf(err, errcap, "%s:%d: line longer than %d bytes", path,
+                     lineno, TD_SETTINGS_LINE_MAX);
+            rc = -EINVAL;
+            break;
+        }
+        char line[TD_SETTINGS_LINE_MAX + 1];
+        memcpy(line, p, n);
+        line[n] = '\0';
+        p += n + (nl ? 1 : 0);
         char *hash = strchr(line, '#');
         if (hash && (hash == line || hash[-1] == ' ' || hash[-1] == '\t'))
             *hash = '\0';
         char *k = line + strspn(line, " \t");
-        size_t len = strlen(k);
-        while (len && strchr(" \t\r\n", k[len - 1]))
-            k[--len] = '\0';
+        size_t kl = strlen(k);
+        while (kl && strchr(" \t\r\n", k[kl - 1]))
+            k[--kl] = '\0';
         if (!*k)
             continue;
         char *eq = strchr(k, '=');
@@ -198,7 +292,7 @@ int td_settings_load_file(json_t *settings, const char *path, char *err,
         if (rc)
             snprintf(err, errcap, "%s:%d: %s", path, lineno, e);
     }
-    fclose(f);
+    free(text);
     return rc;
 }
 

@@ -39,10 +39,14 @@ const td_setting_def *td_setting_find(const char *key);
  * NULL) receives the key's live flag.  -EINVAL with err filled in. */
 int td_settings_set(json_t *settings, const char *key, json_t *value,
                     int *live_out, char *err, size_t errcap);
+#define TD_SETTINGS_LINE_MAX 4095 /* bytes per config line, comments too */
+
 /* Reads a config file of `key = value` lines ('#' starts a comment; a
  * value is JSON if it parses as JSON, else the text itself) into settings.
  * Errors name the file, the line and the key: "traind.conf:4: colour:
- * unknown setting".  -ENOENT if the file does not exist. */
+ * unknown setting".  -ENOENT if the file does not exist.  The file must
+ * be a regular text file (no NUL byte, at most 1 MiB) of lines of at most
+ * TD_SETTINGS_LINE_MAX bytes; anything else is an error, never "empty". */
 int td_settings_load_file(json_t *settings, const char *path, char *err,
                           size_t errcap);
 /* Convenience readers; "auto" reads as -1. */

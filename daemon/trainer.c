@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/error.h"
+#include "base/fscred.h"
 #include "base/log.h"
 #include "daemon.h"
 #include "job/device.h"
@@ -27,6 +29,7 @@
 #include "obs.h"
 #include "model/zoo.h"
 #include "settings.h"
+#include "starts.h"
 
 struct td_trainer_slot {
     td_daemon *d;
@@ -36,6 +39,7 @@ struct td_trainer_slot {
     char models_dir[4096];
     char ckpt_dir[4200];
     td_job_spec spec;
+    td_fscred cred;            /* the submitter's, for reading its files */
     pthread_mutex_t mu;        /* runner, pending requests */
     td_runner *runner;         /* set by the thread once created */
     enum td_stop_reason pending_stop;
@@ -67,6 +71,8 @@ static void td__on_event(void *user, const char *kind, json_t *data)
     int k = td__event_kind(kind);
     if (k == TD_EV_STEP)
         td_daemon_heartbeat(s->d);
+    if (k == TD_EV_CHECKPOINT && json_is_true(json_object_get(data, "ok")))
+        td_starts_clear(s->d->state_dir, s->job); /* progress is kept */
     if (k == TD_MSG_TRACE) { /* serialised here, off the loop */
         char *text = json_dumps(json_object_get(data, "trace"),
                                 JSON_COMPACT | JSON_ENSURE_ASCII);
@@ -95,11 +101,16 @@ static void *td__thread(void *arg)
     int rc;
     td_log_set_thread_name("trainer");
     memset(&res, 0, sizeof res);
+    /* Counted before anything that could take the daemon down with it. */
+    int starts = td_starts_raise(s->d->state_dir, s->job);
+    if (starts < 0)
+        td_logf(TD_LOG_WARN, s->job, "cannot record the start attempt: %s",
+                td_strerror(starts));
     td_runner_opts o = {.spec = &s->spec, .job = s->job,
                         .models_dir = s->models_dir, .device = s->device,
                         .ckpt_dir = s->ckpt_dir, .resume = 1,
                         .event = td__on_event, .snapshot = td__on_snapshot,
-                        .user = s};
+                        .user = s, .cred = &s->cred};
     rc = td_runner_create(&o, &r, err, sizeof err);
     if (rc == 0) {
         pthread_mutex_lock(&s->mu);
@@ -135,6 +146,7 @@ static void *td__thread(void *arg)
     s->runner = NULL;
     pthread_mutex_unlock(&s->mu);
     td_runner_free(r);
+    td_starts_clear(s->d->state_dir, s->job); /* ended without a crash */
     td_daemon_post(s->d, TD_MSG_DONE, s->job, done);
     return NULL;
 }
@@ -156,6 +168,10 @@ int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
     s->job = j->id;
     pthread_mutex_init(&s->mu, NULL);
     if ((rc = td_spec_parse(j->spec, NULL, &s->spec, err, errcap)))
+        goto fail;
+    /* The job's files are read with its submitter's rights (fscred.h). */
+    if (j->uid != 0 && j->uid != geteuid() && td_fscred_can_switch() &&
+        (rc = td_fscred_for_uid(j->uid, &s->cred, err, errcap)))
         goto fail;
     td_device_probe(&info);
     if ((rc = td_device_select(s->spec.device, &info, &ch, err, errcap)))
@@ -227,6 +243,16 @@ int td_trainer_slot_trace(td_trainer_slot *s, int steps)
         s->pending_trace = steps;
     pthread_mutex_unlock(&s->mu);
     return rc;
+}
+
+void td_trainer_slot_trace_cancel(td_trainer_slot *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->runner)
+        td_runner_trace_cancel(s->runner);
+    else
+        s->pending_trace = 0;
+    pthread_mutex_unlock(&s->mu);
 }
 
 int64_t td_trainer_slot_job(const td_trainer_slot *s) { return s->job; }

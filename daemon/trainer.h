@@ -22,6 +22,8 @@ void td_trainer_slot_set_workers(td_trainer_slot *s, int n);
 /* Loop thread: records the next `steps` steps; the timeline comes back as
  * a TD_MSG_TRACE inbox message.  -EBUSY while one is being recorded. */
 int td_trainer_slot_trace(td_trainer_slot *s, int steps);
+/* Cuts a requested or running recording short (its waiter has gone). */
+void td_trainer_slot_trace_cancel(td_trainer_slot *s);
 int64_t td_trainer_slot_job(const td_trainer_slot *s);
 /* Loop thread, after TD_MSG_DONE: joins the thread and frees the slot. */
 void td_trainer_slot_join(td_trainer_slot *s);

@@ -22,6 +22,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/fscred.h"
 #include "base/log.h"
 #include "base/rng.h"
 #include "input/dataset.h"
@@ -71,6 +72,8 @@ struct td_pipeline {
     int64_t next_seq;     /* consumer cursor */
     int running, stopped, quitting;
     int fatal;            /* an error every next() returns */
+    int cred_rc;          /* a worker could not take the user's identity:
+                             nothing more is read, every start fails */
     int active, nthreads, busy, held;
     int depth;            /* batches prepared ahead of next_seq */
     struct td__worker *workers;
@@ -264,7 +267,7 @@ static void td__trace_ready(td_pipeline *p)
 
 static int td__can_claim(td_pipeline *p, int id)
 {
-    return p->running && !p->fatal && id < p->active &&
+    return p->running && !p->fatal && !p->cred_rc && id < p->active &&
            p->claim_seq < p->next_seq + p->depth &&
            td__slot_of(p, p->claim_seq)->seq == p->claim_seq;
 }
@@ -276,7 +279,14 @@ static void *td__worker_main(void *arg)
     char name[16];
     snprintf(name, sizeof name, "decode%d", w->id);
     td_log_set_thread_name(name);
+    /* Every sample is read with the submitting user's rights. */
+    td_fscred_saved cred;
+    int crc = td_fscred_enter(p->cfg.cred, &cred);
     pthread_mutex_lock(&p->mu);
+    if (crc) {
+        p->cred_rc = p->fatal = crc;
+        pthread_cond_broadcast(&p->ready_cv);
+    }
     for (;;) {
         int64_t tw = td_now_ns();
         int waited_for_slot = 0;
@@ -320,6 +330,7 @@ static void *td__worker_main(void *arg)
             pthread_cond_broadcast(&p->ready_cv);
     }
     pthread_mutex_unlock(&p->mu);
+    td_fscred_leave(&cred);
     return NULL;
 }
 
@@ -450,8 +461,20 @@ int td_pipeline_create(const td_pipeline_config *cfg, td_pipeline **out,
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
     pthread_cond_init(&p->ready_cv, NULL);
-    if ((rc = td_dataset_open(cfg->data, &p->ds, err, errcap)) != 0)
+    td_fscred_saved cred;
+    if ((rc = td_fscred_enter(cfg->cred, &cred)) != 0) {
+        snprintf(err, errcap, "%s: cannot read as uid %u: %s", cfg->data,
+                 (unsigned)cfg->cred->uid, td_strerror(rc));
         goto fail;
+    }
+    rc = td_dataset_open(cfg->data, &p->ds, err, errcap);
+    td_fscred_leave(&cred);
+    if (rc != 0) {
+        if ((rc == -EACCES || rc == -EPERM) && cfg->cred && cfg->cred->set)
+            snprintf(err, errcap, "%s is not readable by uid %u", cfg->data,
+                     (unsigned)cfg->cred->uid);
+        goto fail;
+    }
     p->n = td_dataset_count(p->ds);
     if (p->n > UINT32_MAX) {
         rc = -EOVERFLOW;
@@ -551,7 +574,7 @@ int td_pipeline_start(td_pipeline *p, int64_t epoch, int64_t step)
     }
     p->claim_seq = p->next_seq = seq;
     p->claim_chunk = 0;
-    p->fatal = 0;
+    p->fatal = p->cred_rc;
     p->stopped = 0;
     p->running = 1;
     pthread_cond_broadcast(&p->work_cv);

@@ -62,6 +62,9 @@ typedef struct td_pipeline_config {
     td_slot_allocator alloc; /* alloc == NULL: aligned malloc */
     long job;               /* for log lines; 0 if none */
     struct td_trace *trace; /* timeline recorder (trace.h); NULL: none */
+    const struct td_fscred *cred; /* read the data as this user (fscred.h):
+                               the dataset open and every worker; NULL:
+                               the process's own rights */
 } td_pipeline_config;
 
 /* Defaults: 224x224x3, no augmentation, batch 128, workers 2, prefetch 4,

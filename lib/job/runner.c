@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/fscred.h"
 #include "base/log.h"
 #include "input/pipeline.h"
 #include "job/train.h"
@@ -43,8 +45,13 @@ void td__runner_emit(td_runner *r, const char *kind, json_t *data)
 
 /* ---- spec -> configurations ------------------------------------------- */
 
+/* The CPUs this process may run on (its affinity mask), as the daemon
+ * counts them when it caps threads and workers at submit. */
 static int td__ncpu(void)
 {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
@@ -147,8 +154,15 @@ static int td__pipeline(td_runner *r, const td_spec_paths *paths, int train,
                                       strlen(gpu->name)) == 0)
         pc.alloc = gpu->pinned_allocator();
     pc.trace = train ? r->trace : NULL;
+    pc.cred = r->o.cred;
     rc = td_pipeline_create(&pc, out, e, sizeof e);
-    if (rc)
+    if (rc == -ENOMEM) /* the batch slots: what the spec sized */
+        snprintf(err, errcap, "input.size: %s (batch_size %d x input.size "
+                 "%dx%d x input.channels %d per slot); lower input.size, "
+                 "batch_size or input.prefetch", e[0] ? e : "out of memory",
+                 s->batch_size, s->input.size[0], s->input.size[1],
+                 s->input.channels);
+    else if (rc)
         snprintf(err, errcap, "data.%s: %s", train ? "train" : "val",
                  e[0] ? e : td_strerror(rc));
     return rc;
@@ -179,11 +193,22 @@ static int td__model(td_runner *r, char *err, size_t errcap)
     int rc;
     if (classes == 0)
         classes = r->train ? td_pipeline_classes(r->train) : 10;
-    if (json_is_string(s->model))
-        rc = td_model_load(r->o.models_dir ? r->o.models_dir : ".",
-                           json_string_value(s->model), in, classes,
-                           &r->model, e, sizeof e);
-    else
+    if (json_is_string(s->model)) {
+        /* A zoo name is the daemon's file; a .json path is the user's and
+         * is read with the user's rights. */
+        const char *name = json_string_value(s->model);
+        size_t n = strlen(name);
+        int users = n > 5 && strcmp(name + n - 5, ".json") == 0;
+        td_fscred_saved saved;
+        if ((rc = td_fscred_enter(users ? r->o.cred : NULL, &saved))) {
+            snprintf(err, errcap, "model: cannot read as uid %u: %s",
+                     (unsigned)r->o.cred->uid, td_strerror(rc));
+            return rc;
+        }
+        rc = td_model_load(r->o.models_dir ? r->o.models_dir : ".", name, in,
+                           classes, &r->model, e, sizeof e);
+        td_fscred_leave(&saved);
+    } else
         rc = td_model_build(s->model, in, classes, &r->model, e, sizeof e);
     if (rc)
         snprintf(err, errcap, "model: %s", e);
@@ -202,6 +227,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     r->spec = s;
     pthread_mutex_init(&r->res_mu, NULL);
     r->last_ckpt_step = -1;
+    r->last_written_step = -1;
     if ((rc = td_trace_create(&r->trace, TD__TRACE_CAP))) {
         snprintf(err, errcap, "trace: %s", td_strerror(rc));
         goto fail;
@@ -245,8 +271,15 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
         goto fail;
     }
     r->steps_per_epoch = tc.steps_per_epoch;
-    if ((rc = td_trainer_create(&tc, &r->trainer, err, errcap)))
+    if ((rc = td_trainer_create(&tc, &r->trainer, err, errcap))) {
+        if (rc == -ENOMEM)
+            snprintf(err, errcap, "%s: cannot allocate the model (%zu "
+                     "parameters, %d classes) with its optimizer state and "
+                     "the activations of batch_size %d",
+                     s->data.classes > 1000 ? "data.classes" : "model",
+                     r->model->param_count, r->model->classes, s->batch_size);
         goto fail;
+    }
     td_metrics_config mc = {s->metrics.warmup_steps, s->metrics.window_steps,
                             8};
     if ((rc = td_metrics_create(&r->metrics, &mc))) {
@@ -350,6 +383,15 @@ int td_runner_trace(td_runner *r, int steps)
     if (!atomic_compare_exchange_strong(&r->trace_want, &none, steps))
         return -EBUSY;
     return 0;
+}
+
+void td_runner_trace_cancel(td_runner *r)
+{
+    /* Ask for one step: a recording ends at the next one (and is thrown
+     * away, nobody waits), one not yet armed records a single step. */
+    int cur = atomic_load(&r->trace_want);
+    while (cur > 1 && !atomic_compare_exchange_weak(&r->trace_want, &cur, 1))
+        ;
 }
 
 /* ---- Prometheus snapshots --------------------------------------------- */
@@ -644,6 +686,25 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
         td_pipeline_stats ps;
         td_pipeline_stats_get(r->train, &ps);
         res->bad_samples = ps.bad_samples;
+    }
+    /* A job that trained to the end but whose final model is not on disk
+     * has not produced what it was for: that is a failure, not a
+     * completion with a counter nobody reads. */
+    if (rc == 0 && !tr.stopped && r->o.ckpt_dir) {
+        td_train_position pos;
+        td_trainer_position(r->trainer, &pos);
+        pthread_mutex_lock(&r->res_mu);
+        if (r->last_written_step != pos.steps) {
+            snprintf(err, errcap, "trained %" PRId64 " step(s), but the final "
+                     "model could not be saved: %s%s%s", pos.steps,
+                     r->last_ckpt_err[0] ? r->last_ckpt_err
+                                         : "the checkpoint was not written",
+                     r->last_ckpt[0] ? "; the newest saved checkpoint is "
+                                     : "; no checkpoint was saved",
+                     r->last_ckpt);
+            rc = -EIO;
+        }
+        pthread_mutex_unlock(&r->res_mu);
     }
     pthread_mutex_lock(&r->res_mu);
     res->checkpoints_written = r->ckpt_written;

@@ -53,6 +53,9 @@ typedef struct td_runner_opts {
      * NULL; must not block. */
     void (*snapshot)(void *user, const td_prom_job *s);
     void *user;
+    /* Read the data and a model .json file as this user (base/fscred.h);
+     * NULL: with the process's own rights. */
+    const struct td_fscred *cred;
 } td_runner_opts;
 
 enum td_stop_reason {
@@ -97,6 +100,9 @@ int td_runner_set_workers(td_runner *r, int n);
  * job ends first: {"steps": recorded, "requested", "complete", "events",
  * "dropped", "trace": {"traceEvents": [...]}}.  -EINVAL for steps < 1,
  * -EBUSY while another recording is requested or under way. */
+/* Any thread: a requested recording is no longer wanted; it ends after
+ * at most one more step, freeing the slot. */
+void td_runner_trace_cancel(td_runner *r);
 int td_runner_trace(td_runner *r, int steps);
 
 /* The total number of training steps of the job (epochs x steps). */

@@ -97,8 +97,11 @@ static void td__ckpt_done(void *user, const td_ckpt_result *res)
     if (res->status == 0) {
         r->ckpt_written++;
         snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", res->path);
+        if (res->step > r->last_written_step)
+            r->last_written_step = res->step;
     } else {
         r->ckpt_failed++;
+        snprintf(r->last_ckpt_err, sizeof r->last_ckpt_err, "%s", res->err);
     }
     pthread_mutex_unlock(&r->res_mu);
     if (res->status == 0) {
@@ -264,6 +267,7 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
         return rc;
     }
     r->last_ckpt_step = steps;
+    r->last_written_step = steps; /* it is on disk */
     td_logf(TD_LOG_INFO, r->o.job, "resumed from %s: step %" PRId64
             ", epoch %" PRId64 ", batch %" PRId64, path, steps, epoch + 1,
             in_epoch);

@@ -37,6 +37,8 @@ struct td_runner {
     int64_t pending_ckpt_ns;         /* checkpoint time not yet reported */
     int64_t ckpt_written, ckpt_failed, ckpt_skipped;
     char last_ckpt[4096];
+    int64_t last_written_step;       /* step of the newest written, or -1 */
+    char last_ckpt_err[512];         /* why the newest failed write failed */
     pthread_mutex_t res_mu;          /* last_ckpt, counters (writer thread) */
     double last_loss, last_lr;
     /* the input autotuner (workers/prefetch "auto") */

@@ -7,6 +7,8 @@
 #include <check.h>
 
 #include <errno.h>
+#include <grp.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -137,6 +139,60 @@ int th_connect(const td_harness *h, json_t **hello)
         *hello = hl;
     else
         json_decref(hl);
+    return fd;
+}
+
+int th_connect_as(const td_harness *h, uid_t uid, gid_t gid)
+{
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp))
+        return -1;
+    chmod(h->dir, 0755);
+    chmod(h->sock, 0666);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        close(sp[0]);
+        if (setgroups(0, NULL) || setresgid(gid, gid, gid) ||
+            setresuid(uid, uid, uid))
+            _exit(10);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", h->sock);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa))
+            _exit(11);
+        char byte = 0;
+        char ctl[CMSG_SPACE(sizeof(int))];
+        struct iovec iov = {&byte, 1};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1,
+                           .msg_control = ctl, .msg_controllen = sizeof ctl};
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+        _exit(sendmsg(sp[1], &m, 0) == 1 ? 0 : 12);
+    }
+    close(sp[1]);
+    char byte;
+    char ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {&byte, 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                       .msg_controllen = sizeof ctl};
+    int fd = -1;
+    if (recvmsg(sp[0], &m, 0) == 1) {
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+        if (cm && cm->cmsg_type == SCM_RIGHTS)
+            memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+    }
+    close(sp[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    if (fd >= 0) {
+        json_t *hl = th_read_json(fd, 5000);
+        json_decref(hl);
+    }
     return fd;
 }
 

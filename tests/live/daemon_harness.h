@@ -31,6 +31,11 @@ void th_cleanup(td_harness *h); /* removes the temporary dir */
 
 /* A connected client.  Reads the hello line, into *hello if non-NULL. */
 int th_connect(const td_harness *h, json_t **hello);
+/* A client whose peer credentials are uid/gid (the daemon sees that user):
+ * a forked child drops to them, connects and hands the socket back.  Opens
+ * the harness dir and socket to everyone first.  Needs root; -1 on
+ * failure.  The hello line is read. */
+int th_connect_as(const td_harness *h, uid_t uid, gid_t gid);
 int th_send_raw(int fd, const char *data, size_t len);
 /* Reads one line (without '\n') with a timeout; NULL on EOF/timeout. */
 char *th_read_line(int fd, int timeout_ms);

@@ -1,0 +1,367 @@
+/* test_storage.c - traind live when the daemon dies or the disk fails
+ * (issue 17): kill -9 in the middle of things, a state dir that cannot be
+ * written, checkpoints that cannot be saved. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon_harness.h"
+#include "tdtest.h"
+
+TH_FIXTURE(H)
+
+static void kill9_and_restart(td_harness *h)
+{
+    int st;
+    kill(h->pid, SIGKILL);
+    waitpid(h->pid, &st, 0);
+    h->pid = 0;
+    ck_assert_int_eq(th_restart(h), 0);
+}
+
+static json_t *show_job(int fd, int64_t id)
+{
+    json_t *r = th_job_request(fd, "show", id);
+    json_t *j = json_incref(json_object_get(th_ok(r), "job"));
+    json_decref(r);
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
+/* Waits until the job has taken a step in this daemon's life. */
+static void wait_stepping(int fd, int64_t id, int64_t after)
+{
+    for (int i = 0; i < 500; i++) {
+        json_t *j = show_job(fd, id);
+        int64_t step = json_integer_value(json_object_get(j, "step"));
+        const char *st = json_string_value(json_object_get(j, "state"));
+        int ok = strcmp(st, "running") == 0 && step > after;
+        json_decref(j);
+        if (ok)
+            return;
+        usleep(20000);
+    }
+    ck_abort_msg("job %lld never stepped", (long long)id);
+}
+
+/* A job that takes the daemon down every time it runs (here: kill -9
+ * while it trains, before any checkpoint) is failed after
+ * max_crash_restarts (3) lives, not restarted forever. */
+START_TEST(test_crash_loop_job_failed)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *spec = th_tiny_spec(100000, 0);
+    json_object_set_new(json_object_get(spec, "checkpoint"), "at_epoch_end",
+                        json_false());
+    int64_t id = th_submit(fd, spec);
+    for (int life = 0; life < 3; life++) {
+        wait_stepping(fd, id, 0);
+        close(fd);
+        kill9_and_restart(&H);
+        fd = th_connect(&H, NULL);
+    }
+    json_t *j = show_job(fd, id);
+    const char *st = json_string_value(json_object_get(j, "state"));
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    ck_assert_msg(strcmp(st, "failed") == 0, "%s: %s", st, why);
+    ck_assert_msg(strstr(why, "max_crash_restarts"), "%s", why);
+    json_decref(j);
+    /* The failure is on disk: another restart keeps it failed. */
+    close(fd);
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    j = show_job(fd, id);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")),
+                     "failed");
+    json_decref(j);
+    close(fd);
+}
+END_TEST
+
+/* Below the limit a crashed job resumes, as before. */
+START_TEST(test_one_crash_resumes)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *spec = th_tiny_spec(100000, 0);
+    json_object_set_new(json_object_get(spec, "checkpoint"), "at_epoch_end",
+                        json_false());
+    int64_t id = th_submit(fd, spec);
+    wait_stepping(fd, id, 0);
+    close(fd);
+    kill9_and_restart(&H);
+    fd = th_connect(&H, NULL);
+    ck_assert(th_wait_state(fd, id, "running", 10000));
+    json_t *r = th_job_request(fd, "cancel", id);
+    json_decref(r);
+    ck_assert(th_wait_state(fd, id, "cancelled", 20000));
+    close(fd);
+}
+END_TEST
+
+/* ---- failing disks: small tmpfs mounts (root only) ----------------------- */
+
+/* Mounts a tmpfs of `kb` KiB at dir; 0, or prints why and returns -1
+ * (the test then skips: CI without CAP_SYS_ADMIN). */
+static char mounted[256]; /* unmounted by teardown_mount, pass or fail */
+
+static void unmount(void)
+{
+    if (mounted[0])
+        umount2(mounted, MNT_DETACH);
+    mounted[0] = '\0';
+}
+
+static int mount_small(const char *dir, int kb)
+{
+    char opts[64];
+    snprintf(opts, sizeof opts, "size=%dk", kb);
+    if (getuid() != 0 || mount("tmpfs", dir, "tmpfs", 0, opts) != 0) {
+        printf("skipped: cannot mount a tmpfs at %s: %s\n", dir,
+               strerror(errno));
+        return -1;
+    }
+    snprintf(mounted, sizeof mounted, "%s", dir);
+    /* A failed check ends the test's process before its teardown: the
+     * runner process unmounts what is listed here (unmount_listed). */
+    char list[64];
+    snprintf(list, sizeof list, "/tmp/traind-storage-mounts.%d",
+             (int)getppid());
+    FILE *f = fopen(list, "a");
+    if (f) {
+        fprintf(f, "%s\n", dir);
+        fclose(f);
+    }
+    return 0;
+}
+
+static void unmount_listed(void)
+{
+    char list[64], line[300];
+    snprintf(list, sizeof list, "/tmp/traind-storage-mounts.%d",
+             (int)getpid());
+    FILE *f = fopen(list, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        umount2(line, MNT_DETACH);
+    }
+    if (f)
+        fclose(f);
+    unlink(list);
+}
+
+static void teardown_mount(void)
+{
+    unmount();
+    teardown();
+}
+
+/* Fills the file system holding dir until writes fail with ENOSPC. */
+static void fill(const char *dir, char *filler, size_t cap)
+{
+    static char block[4096];
+    snprintf(filler, cap, "%s/filler", dir);
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    while (write(fd, block, sizeof block) > 0)
+        ;
+    while (write(fd, block, 1) > 0)
+        ;
+    close(fd);
+}
+
+static const char *job_state(json_t *j)
+{
+    return json_string_value(json_object_get(j, "state"));
+}
+
+static int wait_final(int fd, int64_t id, int timeout_ms)
+{
+    for (int i = 0; i < timeout_ms / 50; i++) {
+        json_t *j = show_job(fd, id);
+        const char *st = job_state(j);
+        int done = strcmp(st, "completed") == 0 ||
+                   strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0;
+        json_decref(j);
+        if (done)
+            return 1;
+        usleep(50000);
+    }
+    return 0;
+}
+
+/* The final model cannot be written (the checkpoint file system is
+ * full): the job is failed, not completed, and `trainctl watch` (as
+ * `submit --follow`) exits 1. */
+START_TEST(test_final_model_not_saved_fails)
+{
+    char ck[200], filler[300];
+    snprintf(ck, sizeof ck, "%s/checkpoints", H.state);
+    if (mount_small(ck, 64))
+        return;
+    fill(ck, filler, sizeof filler);
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(1, 0));
+    ck_assert(wait_final(fd, id, 60000));
+    json_t *j = show_job(fd, id);
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    ck_assert_msg(strcmp(job_state(j), "failed") == 0, "%s: %s", job_state(j),
+                  why);
+    ck_assert_msg(strstr(why, "final model could not be saved"), "%s", why);
+    json_decref(j);
+    char ids[32];
+    snprintf(ids, sizeof ids, "%lld", (long long)id);
+    const char *argv[] = {"watch", ids, NULL};
+    char *out = NULL, *err = NULL;
+    int st = th_cli(&H, &out, &err, argv);
+    ck_assert_msg(st == 1, "trainctl watch exited %d: %s%s", st,
+                  out ? out : "", err ? err : "");
+    free(out);
+    free(err);
+    close(fd);
+}
+END_TEST
+
+/* A job record that cannot be saved (the jobs folder is full) is written
+ * again once there is room, without another change to the job. */
+START_TEST(test_record_saved_when_disk_recovers)
+{
+    char jobs[200], filler[300], rec[300];
+    snprintf(jobs, sizeof jobs, "%s/jobs", H.state);
+    if (mount_small(jobs, 64))
+        return;
+    fill(jobs, filler, sizeof filler);
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(1, 0));
+    ck_assert(wait_final(fd, id, 60000));
+    snprintf(rec, sizeof rec, "%s/%lld.json", jobs, (long long)id);
+    struct stat st;
+    ck_assert_int_ne(stat(rec, &st), 0); /* nothing could be written */
+    ck_assert_int_eq(unlink(filler), 0);
+    int found = 0;
+    for (int i = 0; i < 100 && !found; i++) { /* up to 5 s */
+        json_error_t je;
+        json_t *r = json_load_file(rec, 0, &je);
+        found = r && strcmp(json_string_value(json_object_get(r, "state")),
+                            "completed") == 0;
+        json_decref(r);
+        if (!found)
+            usleep(50000);
+    }
+    ck_assert_msg(found, "the completed record never reached the disk");
+    close(fd);
+}
+END_TEST
+
+/* A read-only state dir stops the daemon at start. */
+START_TEST(test_readonly_state_dir_refused)
+{
+    char root[] = "/tmp/traind-ro-XXXXXX", sub[200];
+    ck_assert_ptr_nonnull(mkdtemp(root));
+    if (mount_small(root, 256)) {
+        rmdir(root);
+        return;
+    }
+    snprintf(sub, sizeof sub, "%s/jobs", root);
+    mkdir(sub, 0750);
+    snprintf(sub, sizeof sub, "%s/checkpoints", root);
+    mkdir(sub, 0750);
+    ck_assert_int_eq(mount(NULL, root, NULL, MS_REMOUNT | MS_RDONLY, NULL), 0);
+    td_harness h2;
+    const char *args[] = {"--state-dir", root, NULL};
+    int rc = th_start(&h2, args);
+    int stopped = h2.pid <= 0;
+    th_cleanup(&h2);
+    umount2(root, MNT_DETACH);
+    rmdir(root);
+    ck_assert_msg(rc != 0 && stopped,
+                  "traind started on a read-only state dir (rc %d)", rc);
+}
+END_TEST
+
+/* ---- records -------------------------------------------------------------- */
+
+/* A cancel acknowledged while the job is between step boundaries holds
+ * even if the daemon is killed before the job gets there. */
+START_TEST(test_cancel_survives_kill9)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_spec(100000, 0, 64, 32));
+    wait_stepping(fd, id, 0);
+    json_t *r = th_job_request(fd, "cancel", id);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(fd);
+    kill9_and_restart(&H);
+    fd = th_connect(&H, NULL);
+    json_t *j = show_job(fd, id);
+    ck_assert_msg(strcmp(job_state(j), "cancelled") == 0, "%s: %s",
+                  job_state(j),
+                  json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    close(fd);
+}
+END_TEST
+
+/* A record is checked again when it is read back. */
+START_TEST(test_record_revalidated_on_load)
+{
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    ck_assert_int_eq(th_stop(&H), 0);
+    json_t *spec = th_tiny_spec(1, 0);
+    json_object_set_new(spec, "threads", json_integer(CPU_COUNT(&set) + 1));
+    json_t *rec = json_pack("{s:i, s:s, s:i, s:s, s:s, s:f, s:o}", "id", 99,
+                            "name", "a\x1b[2Jb\nforged row", "uid", 0,
+                            "state", "pending", "reason", "queued",
+                            "submitted", 1.0, "spec", spec);
+    char path[300];
+    snprintf(path, sizeof path, "%s/jobs/99.json", H.state);
+    ck_assert_int_eq(json_dump_file(rec, path, 0), 0);
+    json_decref(rec);
+    ck_assert_int_eq(th_restart(&H), 0);
+    int fd = th_connect(&H, NULL);
+    json_t *j = show_job(fd, 99);
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    ck_assert_msg(strcmp(job_state(j), "failed") == 0, "%s: %s",
+                  job_state(j), why);
+    ck_assert_msg(strstr(why, "threads"), "%s", why);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "name")), "job-99");
+    json_decref(j);
+    close(fd);
+}
+END_TEST
+
+static Suite *storage_suite(void)
+{
+    Suite *s = suite_create("storage");
+    TCase *tc = tcase_create("crash");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_crash_loop_job_failed);
+    tcase_add_test(tc, test_one_crash_resumes);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("disk");
+    tcase_add_checked_fixture(tc, setup, teardown_mount);
+    tcase_add_unchecked_fixture(tc, NULL, unmount_listed);
+    tcase_add_test(tc, test_final_model_not_saved_fails);
+    tcase_add_test(tc, test_record_saved_when_disk_recovers);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("records");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_cancel_survives_kill9);
+    tcase_add_test(tc, test_record_revalidated_on_load);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("startup");
+    tcase_add_test(tc, test_readonly_state_dir_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(storage_suite)
