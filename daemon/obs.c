@@ -23,6 +23,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "daemon.h"
+#include "http_guard.h"
 #include "settings.h"
 
 enum { TD__RECENT = 8, TD__PART = 256 * 1024 };
@@ -40,6 +41,7 @@ typedef struct td_obs {
     uv_timer_t refresh;
     int timer_on;
     struct MHD_Daemon *http;
+    td_http_guard *guard;      /* header deadlines (http_guard.h) */
     int port;
     pthread_mutex_t mu;        /* everything below */
     td_prom_job jobs[TD__RECENT]; /* newest first */
@@ -178,6 +180,7 @@ static void td__on_refresh(uv_timer_t *t)
         if ((int)j->state >= 0 && j->state < TD_JOB_NSTATES)
             p.jobs[j->state]++;
     p.clients = (int)o->d->nclients;
+    td_http_guard_reap(o->guard);
     pthread_mutex_lock(&o->mu);
     memcpy(o->proc.jobs, p.jobs, sizeof p.jobs);
     o->proc.clients = p.clients;
@@ -233,6 +236,7 @@ static enum MHD_Result td__on_http(void *cls, struct MHD_Connection *con,
 {
     td_obs *o = cls;
     size_t len = 0;
+    td_http_guard_headers_done(con);
     (void)version;
     (void)upload_data;
     (void)upload_size;
@@ -286,7 +290,12 @@ static int td__parse_listen(const char *s, struct sockaddr_in *sa)
 }
 
 /* One server thread polling with epoll (MHD_USE_AUTO picks it on Linux),
- * so descriptors above FD_SETSIZE are fine; 64 connections at most. */
+ * so descriptors above FD_SETSIZE are fine.  Slow clients (slowloris):
+ * at most TD__HTTP_PER_IP connections per address and TD__HTTP_CONNS in
+ * all, a connection's first request must be complete within TD__HEADER_S
+ * seconds (http_guard.c), and 10 s idle closes one. */
+enum { TD__HTTP_CONNS = 256, TD__HTTP_PER_IP = 16, TD__HEADER_S = 5 };
+
 static int td__http_start(td_obs *o, const char *listen)
 {
     struct sockaddr_in sa;
@@ -296,12 +305,19 @@ static int td__http_start(td_obs *o, const char *listen)
                  listen);
         return -EINVAL;
     }
+    if (td_http_guard_create(&o->guard, (int64_t)TD__HEADER_S * 1000000000))
+        return -ENOMEM;
     o->http = MHD_start_daemon(
         MHD_USE_AUTO_INTERNAL_THREAD, ntohs(sa.sin_port), NULL, NULL,
         td__on_http, o, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)TD__HTTP_CONNS,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)TD__HTTP_PER_IP,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+        MHD_OPTION_NOTIFY_CONNECTION, td_http_guard_notify, o->guard,
+        MHD_OPTION_END);
     if (!o->http) {
+        td_http_guard_free(o->guard);
+        o->guard = NULL;
         td_error("metrics_listen %s: cannot listen (address in use or not "
                  "this machine's); the endpoint stays off", listen);
         return -EADDRNOTAVAIL;
@@ -337,6 +353,8 @@ void td_obs_close(td_daemon *d)
         MHD_stop_daemon(o->http);
         o->http = NULL;
     }
+    td_http_guard_free(o->guard);
+    o->guard = NULL;
     if (o->timer_on) {
         uv_close((uv_handle_t *)&o->refresh, NULL);
         o->timer_on = 0;
@@ -350,6 +368,7 @@ void td_obs_free(td_daemon *d)
         return;
     if (o->http)
         MHD_stop_daemon(o->http);
+    td_http_guard_free(o->guard);
     while (o->waiters) {
         td__waiter *w = o->waiters;
         o->waiters = w->next;

@@ -7,7 +7,9 @@
  * root for that and print "skipped" without it. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon_harness.h"
@@ -640,6 +643,119 @@ START_TEST(test_other_users_log_events_hidden)
 }
 END_TEST
 
+/* ---- slowloris on the metrics endpoint ------------------------------------ */
+
+static int free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* A connection to port from source address `from` (127.0.0.x). */
+static int tcp_from(const char *from, int port)
+{
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    struct sockaddr_in dst = {.sin_family = AF_INET,
+                              .sin_port = htons((uint16_t)port),
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    inet_pton(AF_INET, from, &src.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&src, sizeof src) ||
+        connect(fd, (struct sockaddr *)&dst, sizeof dst)) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* GET /metrics from `from`; 1 if a 200 came back within timeout_ms. */
+static int scrape(const char *from, int port, int timeout_ms)
+{
+    int fd = tcp_from(from, port);
+    if (fd < 0)
+        return 0;
+    const char *req = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
+    if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req)) {
+        close(fd);
+        return 0;
+    }
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char buf[64] = "";
+    int ok = poll(&p, 1, timeout_ms) == 1 && read(fd, buf, 12) > 0 &&
+             strncmp(buf + 9, "200", 3) == 0;
+    close(fd);
+    return ok;
+}
+
+/* 70 connections trickle header bytes every 2 s (under the 10 s idle
+ * timeout); scrapes must still be served: from another address at once,
+ * and from the same address once the 5 s header deadline has cut the
+ * slow ones. */
+START_TEST(test_slowloris_metrics_served)
+{
+    char dir[] = "/tmp/traind-slow-XXXXXX", conf[128], listen[64];
+    td_harness h;
+    int port = free_port();
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(conf, sizeof conf, "%s/traind.conf", dir);
+    snprintf(listen, sizeof listen, "metrics_listen = 127.0.0.1:%d\n", port);
+    td_test_write_file(conf, listen, strlen(listen));
+    const char *args[] = {"--config", conf, NULL};
+    ck_assert_int_eq(th_start(&h, args), 0);
+    ck_assert(scrape("127.0.0.1", port, 5000));
+    enum { SLOW = 70 };
+    int slow[SLOW];
+    for (int i = 0; i < SLOW; i++) {
+        slow[i] = tcp_from("127.0.0.1", port);
+        if (slow[i] >= 0 &&
+            send(slow[i], "GET /metrics HTTP/1.1\r\n", 23, MSG_NOSIGNAL) < 0) {
+            close(slow[i]);
+            slow[i] = -1;
+        }
+    }
+    int other = 0, same = 0;
+    time_t t0 = time(NULL);
+    for (int round = 0; round < 6; round++) {
+        sleep(2);
+        for (int i = 0; i < SLOW; i++)
+            if (slow[i] >= 0 && send(slow[i], "X: y\r\n", 6, MSG_NOSIGNAL) < 0) {
+                close(slow[i]);
+                slow[i] = -1;
+            }
+        if (!other)
+            other = scrape("127.0.0.2", port, 3000);
+        if (time(NULL) - t0 >= 7 && !same)
+            same = scrape("127.0.0.1", port, 3000);
+    }
+    int still = 0;
+    for (int i = 0; i < SLOW; i++) {
+        if (slow[i] < 0)
+            continue;
+        char b[8];
+        struct pollfd p = {.fd = slow[i], .events = POLLIN};
+        if (!(poll(&p, 1, 0) == 1 && read(slow[i], b, sizeof b) <= 0))
+            still++;
+        close(slow[i]);
+    }
+    int st = th_stop(&h);
+    th_cleanup(&h);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_msg(other, "no scrape from another address was served");
+    ck_assert_msg(same, "no scrape from the same address was served");
+    ck_assert_msg(still == 0, "%d trickling connection(s) still open", still);
+    ck_assert_int_eq(st, 0);
+}
+END_TEST
+
 static Suite *security_suite(void)
 {
     Suite *s = suite_create("security");
@@ -681,6 +797,9 @@ static Suite *security_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_other_users_job_details_hidden);
     tcase_add_test(tc, test_other_users_log_events_hidden);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("metrics");
+    tcase_add_test(tc, test_slowloris_metrics_served);
     suite_add_tcase(s, tc);
     tc = tcase_create("reload");
     tcase_add_test(tc, test_reload_nul_file);
