@@ -12,14 +12,14 @@ _trainctl()
 {
     local cur prev words cword
     _init_completion || return
-    local cmds="submit queue ls show watch logs cancel pause resume checkpoint trace top config version pack bench-input"
+    local cmds="submit queue ls show watch logs cancel pause resume checkpoint trace top config version pack plan bench-input"
     if ((cword == 1)); then
         COMPREPLY=($(compgen -W "$cmds --help" -- "$cur"))
         return
     fi
     local cmd=${words[1]}
     case $prev in
-        --steps | -n | --interval | -d)
+        --steps | -n | --interval | -d | --batch | --classes | --workspace-mib | --input)
             return ;;
         --socket | -o | --output | --data | --idx-dir | --imagefolder | --checkpoint-dir)
             _filedir
@@ -69,9 +69,23 @@ _trainctl()
         version)
             COMPREPLY=($(compgen -W "--json --socket --help" -- "$cur")) ;;
         pack)
-            COMPREPLY=($(compgen -W "--idx-images --idx-labels --idx-dir --imagefolder -o --quality --shard-size --prefix --restart --json --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--idx-images --idx-labels --idx-dir --imagefolder -o --output --quality --shard-size --prefix --index --restart --threads --json --help" -- "$cur")) ;;
+        plan)
+            case $prev in
+                --precision)
+                    COMPREPLY=($(compgen -W "fp32 tf32 bf16 fp16" -- "$cur")) ;;
+                --optimizer)
+                    COMPREPLY=($(compgen -W "sgd momentum adamw" -- "$cur")) ;;
+                *)
+                    if [[ $cur == -* ]]; then
+                        COMPREPLY=($(compgen -W "--batch --precision --input --classes --optimizer --workspace-mib --json --help" -- "$cur"))
+                    else
+                        COMPREPLY=($(compgen -W "fmnist-cnn resnet20 resnet18 resnet50" -- "$cur"))
+                        _filedir json
+                    fi ;;
+            esac ;;
         bench-input)
-            COMPREPLY=($(compgen -W "--data --spec --size --channels --augment --workers --batch --epochs --json --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--data --spec --size --channels --augment --workers --batch --epochs --prefetch --seed --layout --eval --json --help" -- "$cur")) ;;
     esac
 }
 complete -F _trainctl trainctl

@@ -37,11 +37,12 @@ typedef struct td_optim_config {
     td_schedule_config schedule;
 } td_optim_config;
 
-/* The defaults, written down once (docs/compute.md lists them):
- * sgd, lr 0.01, momentum 0.9, nesterov off, weight_decay 0, betas 0.9 and
- * 0.999, eps 1e-8, schedule constant, warmup 0, step_size 1000, gamma 0.1.
- * AdamW's default weight decay is 0.01 (set by td_optim_defaults when
- * type is TD_OPT_ADAMW). */
+/* A starting point for code that fills a td_optim_config by hand (tests,
+ * benchmarks): sgd, lr 0.01, momentum 0.9, nesterov off, weight_decay 0,
+ * betas 0.9 and 0.999, eps 1e-8, schedule constant, warmup 0, step_size
+ * 1000, gamma 0.1; AdamW's weight decay 0.01.  A job never sees these: the
+ * runner sets every field from its spec, whose defaults (lr required,
+ * momentum 0, weight decay 0) are docs/job-spec.md#optimizer-defaults. */
 void td_optim_defaults(td_optim_config *c, enum td_optim_type type);
 
 /* Checks ranges; on error returns TD_E_SPEC with "optimizer.lr: must be

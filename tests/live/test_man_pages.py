@@ -5,8 +5,9 @@ describe every command and option the built binaries offer.
 Takes the commands from `trainctl --help`, each command's options from
 `trainctl COMMAND --help`, traind's options and environment variables from
 `traind --help`, and checks that man/trainctl.1 and man/traind.8 name
-each one and that docs/trainctl.md has a section heading naming each
-command.  Prints what is missing; exits 1 if
+each one, that docs/trainctl.md has a section heading naming each
+command, and that the bash completion (client/trainctl.bash) offers every
+command and long option.  Prints what is missing; exits 1 if
 anything is.
 """
 import os
@@ -40,6 +41,8 @@ def options(text):
 
 missing = []
 man1, man8 = page("man/trainctl.1", True), page("man/traind.8", True)
+bash = page("client/trainctl.bash", False)
+bash_cmds = re.search(r'local cmds="([^"]*)"', bash).group(1).split()
 doc = "\n".join(l for l in page("docs/trainctl.md", False).split("\n")
                 if l.startswith("## "))  # a section per command
 
@@ -51,9 +54,17 @@ for cmd in commands:
     for name, text in (("man/trainctl.1", man1), ("docs/trainctl.md", doc)):
         if not re.search(rf"(?<![\w-]){re.escape(cmd)}(?![\w-])", text):
             missing.append(f"{name}: command {cmd}")
-    for opt in sorted(options(helptext(trainctl, cmd, "--help"))):
+    if cmd not in bash_cmds:
+        missing.append(f"client/trainctl.bash: command {cmd}")
+    text = helptext(trainctl, cmd, "--help")
+    # options of traind that a help text mentions ("traind --help-config")
+    for opt in sorted(options(text) - set(re.findall(r"traind\s+(--[a-z-]+)",
+                                                       text))):
         if not re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", man1):
             missing.append(f"man/trainctl.1: {cmd} {opt}")
+        if opt.startswith("--") and not re.search(
+                rf"(?<![\w-]){re.escape(opt)}(?![\w-])", bash):
+            missing.append(f"client/trainctl.bash: {cmd} {opt}")
 
 dhelp = helptext(traind, "--help")
 for opt in sorted(options(dhelp)):

@@ -4,7 +4,9 @@
  *  - the numpy and PyTorch snippets of docs/checkpoints.md, extracted from
  *    the page (so the page cannot drift), read the checkpoints of a real
  *    job (fmnist-cnn, synthetic input, SGD with momentum), and what they
- *    find is compared with traind's own reader, tensor by tensor.
+ *    find is compared with traind's own reader, tensor by tensor; the
+ *    PyTorch module's forward pass on the loaded weights must give the
+ *    logits traind's CPU backend gives in evaluation mode.
  * numpy is required (scripts/deps.sh installs python3-numpy); the PyTorch
  * snippet is skipped, with a message, when /usr/bin/python3 has no torch. */
 #include <math.h>
@@ -14,9 +16,11 @@
 
 #include <jansson.h>
 
+#include "backend/backend.h"
 #include "ckpt_helpers.h"
 #include "job/runner.h"
 #include "job/spec.h"
+#include "model/model.h"
 
 #define PY "/usr/bin/python3"
 
@@ -133,6 +137,61 @@ static void train_a_job(const char *dir, char *newest, size_t cap)
     ck_assert_int_eq(count_files(dir, ".safetensors"), 2); /* keep: 2 */
 }
 
+/* traind's CPU backend in evaluation mode on the checkpoint at path: the
+ * logits of 2 samples of pixels (i * 37 + 11) % 256, normalised with
+ * fmnist-cnn's mean 0.2860 and std 0.3530. */
+static void eval_logits(const char *path, float logits[20])
+{
+    const char *root = getenv("TD_SOURCE_ROOT");
+    char models[4096], err[512];
+    snprintf(models, sizeof models, "%s/config/models", root ? root : ".");
+    td_model *m;
+    ck_assert_msg(td_model_load(models, "fmnist-cnn", (td_shape){1, 28, 28},
+                                10, &m, err, sizeof err) == 0, "%s", err);
+    td_backend_config cfg = {.batch = 2, .threads = 1, .dtype = TD_F32,
+                             .mean = {0.2860f}, .std = {0.3530f}, .seed = 1};
+    td_optim_defaults(&cfg.optim, TD_OPT_SGD);
+    cfg.optim.momentum = 0.9; /* the job's: one optimizer slot */
+    td_backend *be;
+    ck_assert_msg(td_backend_create("cpu", m, &cfg, &be, err, sizeof err) ==
+                  0, "%s", err);
+    /* the flat snapshot from the checkpoint's tensors, by name; the
+     * optimizer slots (named differently in the layout) stay zero */
+    size_t n = td_backend_snapshot_floats(m, &cfg.optim);
+    float *flat = calloc(n, sizeof *flat);
+    td_snapshot_entry ents[64];
+    int ne = td_backend_snapshot_layout(m, &cfg.optim, ents, 64);
+    ck_assert_int_le(ne, 64);
+    td_ckpt_file *ck;
+    ck_assert_msg(td_ckpt_open(path, &ck, err, sizeof err) == 0, "%s", err);
+    int loaded = 0;
+    for (int i = 0; i < ne; i++)
+        if (td_ckpt_file_find(ck, ents[i].name)) {
+            ck_assert_int_eq(td_ckpt_file_read(ck, ents[i].name, TD_DT_F32,
+                                               flat + ents[i].offset,
+                                               ents[i].count * sizeof(float),
+                                               err, sizeof err), 0);
+            loaded++;
+        }
+    ck_assert_int_eq(loaded, m->nparams + m->nstate);
+    td_ckpt_close(ck);
+    ck_assert_int_eq(td_backend_restore(be, flat, n), 0);
+    uint8_t px[2 * 28 * 28];
+    int32_t labels[2] = {0, 0};
+    for (int i = 0; i < 2 * 28 * 28; i++)
+        px[i] = (uint8_t)((i * 37 + 11) % 256);
+    td_batch b = {.data = px, .labels = labels, .n = 2, .h = 28, .w = 28,
+                  .c = 1, .layout = TD_LAYOUT_NHWC};
+    ck_assert_int_eq(td_backend_upload(be, &b), 0);
+    ck_assert_int_eq(td_backend_eval_step(be), 0);
+    ck_assert_int_eq(td_backend_sync(be), 0);
+    ck_assert_int_eq(be->ops->read_tensor(be, TD_T_VALUE, m->nlayers - 1,
+                                          logits, 20), 0);
+    free(flat);
+    td_backend_destroy(be);
+    td_model_free(m);
+}
+
 /* Runs the Python file (cwd dir) and returns its output (stdout and stderr). */
 static char *run_python(const char *dir, const char *file, int *status)
 {
@@ -183,10 +242,16 @@ START_TEST(test_doc_snippets_read_a_real_checkpoint)
           f);
     if (torch) {
         append_snippet(f, "torch");
+        /* the batch eval_logits() feeds traind, normalised as the
+         * snippet's last comment says */
         fputs("_sd = model.state_dict()\n"
-              "_y = model(torch.zeros(2, 1, 28, 28))\n"
-              "print('TORCH ' + _json.dumps({'logits': list(_y.shape), "
-              "'finite': bool(torch.isfinite(_y).all()), "
+              "_px = (np.arange(2 * 28 * 28) * 37 + 11) % 256\n"
+              "_x = ((_px.astype(np.float32) / 255 - 0.2860) / 0.3530)"
+              ".reshape(2, 1, 28, 28)\n"
+              "with torch.no_grad():\n"
+              "    _y = model(torch.from_numpy(_x))\n"
+              "print('TORCH ' + _json.dumps({'shape': list(_y.shape), "
+              "'logits': _y.double().flatten().tolist(), "
               "'loaded': {k: float(_sd[k].double().sum()) for k in state}}))\n",
               f);
     } else {
@@ -242,10 +307,25 @@ START_TEST(test_doc_snippets_read_a_real_checkpoint)
     }
     if (torch) {
         json_t *tj = tagged_json(out, "TORCH");
+        json_t *shape = json_object_get(tj, "shape");
+        ck_assert_int_eq(json_integer_value(json_array_get(shape, 0)), 2);
+        ck_assert_int_eq(json_integer_value(json_array_get(shape, 1)), 10);
+        /* PyTorch's forward pass on the loaded module equals traind's:
+         * the layouts (conv [out, in, kh, kw], dense over (C, H, W)) and
+         * the running statistics mean the same in both */
+        float mine[20];
+        eval_logits(newest, mine);
         json_t *lg = json_object_get(tj, "logits");
-        ck_assert_int_eq(json_integer_value(json_array_get(lg, 0)), 2);
-        ck_assert_int_eq(json_integer_value(json_array_get(lg, 1)), 10);
-        ck_assert(json_is_true(json_object_get(tj, "finite")));
+        ck_assert_int_eq((int)json_array_size(lg), 20);
+        double scale = 0;
+        for (int i = 0; i < 20; i++)
+            scale = fmax(scale, fabs(mine[i]));
+        for (int i = 0; i < 20; i++) {
+            double t = json_number_value(json_array_get(lg, i));
+            ck_assert_msg(fabs(t - mine[i]) <= 1e-4 * (1 + scale),
+                          "logit %d: PyTorch %.7g, traind %.7g", i, t,
+                          (double)mine[i]);
+        }
         /* every parameter and running statistic went into the module */
         json_t *loaded = json_object_get(tj, "loaded");
         const char *k;

@@ -4,7 +4,8 @@
 Checks, from the source root ($TD_SOURCE_ROOT, else this file's ../..):
   - every `docs/PAGE.md#anchor` cited in a code comment (lib, daemon,
     client, tests, kernels, config, meson.build files) and every markdown
-    link [text](PAGE.md#anchor) in README.md, CONTRIBUTING.md and docs/
+    link [text](PAGE.md#anchor) in README.md, CONTRIBUTING.md, docs/ and
+    the READMEs under tests/ and scripts/
     names an existing page and a heading of it (GitHub's anchors: the
     heading in lower case, punctuation dropped, spaces as hyphens);
   - every repository path written in backticks in those pages (lib/...,
@@ -19,7 +20,9 @@ import sys
 ROOT = os.environ.get("TD_SOURCE_ROOT") or os.path.normpath(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 PAGES = ["README.md", "CONTRIBUTING.md"] + sorted(
-    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    os.path.relpath(p, ROOT)
+    for pattern in ("docs/*.md", "tests/**/*.md", "scripts/**/*.md")
+    for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
 CODE_DIRS = ["lib", "daemon", "client", "tests", "kernels", "config"]
 TOP = ("lib/", "tests/", "daemon/", "client/", "kernels/", "scripts/",
        "config/", "systemd/", "man/", "docs/")
