@@ -102,9 +102,7 @@ static void cmd_submit(td_client *c, td_request *req)
             }
         }
     }
-    /* Synthetic input reads no files: its data paths are never opened. */
-    if (parsed.input.source != TD_SOURCE_SYNTHETIC &&
-        td_access_check_spec(c->uid, &parsed,
+    if (td_access_check_spec(c->uid, &parsed,
                              json_object_get(c->d->settings,
                                              "allowed_data_roots"),
                              err, sizeof err)) {
