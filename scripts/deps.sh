@@ -22,6 +22,9 @@ packages=(
   clang libclang-rt-dev libomp-dev
   # the checkpoint format test reads a checkpoint with numpy
   python3-numpy
+  # tests/ref/check_torchvision.py: the zoo's resnets against torchvision
+  # (weights both ways, logits compared)
+  python3-torch python3-torchvision
   # the reference dataset for the demo and the accuracy benchmarks
   dataset-fashion-mnist
 )

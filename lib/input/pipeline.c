@@ -771,3 +771,8 @@ int td_pipeline_classes(const td_pipeline *p)
 {
     return td_dataset_classes(p->ds);
 }
+
+const char *td_pipeline_class_name(const td_pipeline *p, int label)
+{
+    return td_dataset_class_name(p->ds, label);
+}
