@@ -9,7 +9,10 @@
  *   ref_infer export MODEL C H W CLASSES SEED OUT
  *       writes the model's seeded initialisation, with batch-norm scales,
  *       shifts and running statistics drawn away from 1/0 so that they
- *       matter, as a safetensors weights file (td_weights_save)
+ *       matter, as a safetensors weights file (td_weights_save) with the
+ *       self-describing metadata (so `trainctl export` takes it)
+ *   ref_infer file-logits FILE IMAGES N OUT
+ *       the same as logits, for a self-describing file (td_infer_open)
  * Normalisation: ImageNet's mean and std, as the script uses.
  * Exits 0, or 1 with a message naming what failed.
  */
@@ -113,8 +116,21 @@ static int do_export(char **a)
         }
         s += m->state[i].count;
     }
-    if (td_weights_save(m, params, state, 7, NULL, a[6], err, sizeof err))
+    td_model_meta meta;
+    const float *mean = td__mean, *std = td__std;
+    float gm = 0.5f, gs = 0.25f;
+    if (in.c == 1) {
+        mean = &gm;
+        std = &gs;
+    }
+    if (td_model_meta_init(&meta, def, in, atoi(a[4]), NULL, mean, std,
+                           NULL, 0))
+        die("meta", "bad arguments");
+    json_t *mj = td_model_meta_to_json(&meta);
+    if (td_weights_save(m, params, state, 7, mj, a[6], err, sizeof err))
         die("export", err);
+    json_decref(mj);
+    td_model_meta_free(&meta);
     free(params);
     free(state);
     td_model_free(m);
@@ -122,14 +138,43 @@ static int do_export(char **a)
     return 0;
 }
 
+static int do_file_logits(char **a)
+{
+    td_infer *inf;
+    char err[512];
+    int n = atoi(a[2]);
+    if (td_infer_open(a[0], n, 0, &inf, err, sizeof err))
+        die("infer", err);
+    const td_model_meta *meta = td_infer_meta(inf);
+    size_t px = (size_t)n * meta->in.c * meta->in.h * meta->in.w;
+    size_t nl = (size_t)n * meta->classes;
+    uint8_t *img = malloc(px);
+    float *logits = malloc(nl * sizeof *logits);
+    FILE *f = fopen(a[1], "rb");
+    if (!img || !logits || !f || fread(img, 1, px, f) != px)
+        die(a[1], "cannot read the images");
+    fclose(f);
+    if (td_infer_logits(inf, img, n, logits, err, sizeof err))
+        die("logits", err);
+    f = fopen(a[3], "wb");
+    if (!f || fwrite(logits, sizeof *logits, nl, f) != nl || fclose(f))
+        die(a[3], "cannot write the logits");
+    free(img);
+    free(logits);
+    td_infer_free(inf);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 6 && strcmp(argv[1], "file-logits") == 0)
+        return do_file_logits(argv + 2);
     if (argc == 11 && strcmp(argv[1], "logits") == 0)
         return do_logits(argv + 2);
     if (argc == 9 && strcmp(argv[1], "export") == 0)
         return do_export(argv + 2);
     fprintf(stderr, "usage: ref_infer logits MODEL C H W CLASSES WEIGHTS "
             "IMAGES N OUT\n       ref_infer export MODEL C H W CLASSES SEED "
-            "OUT\n");
+            "OUT\n       ref_infer file-logits FILE IMAGES N OUT\n");
     return 2;
 }
