@@ -72,19 +72,24 @@ static int td__fail(const td_cli *cli, const char *path, const char *why,
     return code;
 }
 
-int td_cli_model_open(const td_cli *cli, const char *src, td_cli_model *out)
+int td_cli_model_path(const td_cli *cli, const char *src, char *path,
+                      size_t cap)
 {
     struct stat st;
+    if (stat(src, &st) != 0 && td__looks_like_job(src))
+        return td__job_ckpt(cli, src, path, cap);
+    snprintf(path, cap, "%s", src);
+    return 0;
+}
+
+int td_cli_model_open(const td_cli *cli, const char *src, td_cli_model *out)
+{
     char err[600];
     td_ckpt_file *f = NULL;
     int rc;
     memset(out, 0, sizeof *out);
-    if (stat(src, &st) != 0 && td__looks_like_job(src)) {
-        if ((rc = td__job_ckpt(cli, src, out->path, sizeof out->path)))
-            return rc;
-    } else {
-        snprintf(out->path, sizeof out->path, "%s", src);
-    }
+    if ((rc = td_cli_model_path(cli, src, out->path, sizeof out->path)))
+        return rc;
     if (td_st_open(out->path, &f, err, sizeof err)) {
         fprintf(stderr, "trainctl %s: %s\n", cli->cmd, err);
         return TD_EXIT_REFUSED;

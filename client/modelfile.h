@@ -24,6 +24,12 @@ typedef struct td_cli_model {
     int64_t step;          /* the checkpoint's step (0 for an export) */
 } td_cli_model;
 
+/* The file src names: src itself, or the newest checkpoint of job src
+ * when no such file exists and src is a job id.  0 or an exit code (a
+ * message printed). */
+int td_cli_model_path(const td_cli *cli, const char *src, char *path,
+                      size_t cap);
+
 /* Opens src (a file, or a job id when no such file exists).  On error
  * prints "trainctl CMD: ..." naming the file and returns an exit code;
  * 0 when *out is ready. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "base/error.h"
 #include "job/infer.h"
@@ -264,15 +265,149 @@ START_TEST(test_old_names_refused)
 }
 END_TEST
 
+/* ---- eval and predict: the validation pass's numbers ------------------ */
+
+#define VAL_JOB \
+    "{\"name\": \"ev\", \"data\": {\"train\": \"%s/train\", " \
+    "  \"val\": \"%s/val\"}," \
+    " \"input\": {\"size\": [24, 24], \"channels\": 3," \
+    "   \"augment\": [{\"op\": \"random_resized_crop\", " \
+    "                 \"scale\": [0.6, 1.0]}, {\"op\": \"flip\"}]," \
+    "   \"normalize\": {\"mean\": [0.5, 0.5, 0.5], \"std\": [0.25, 0.25, 0.25]}}," \
+    " \"model\": {\"name\": \"small\", \"layers\": [" \
+    "   {\"type\": \"conv2d\", \"name\": \"c1\", \"channels\": 8," \
+    "    \"kernel\": 3, \"pad\": 1}," \
+    "   {\"type\": \"batchnorm\", \"name\": \"b1\"}, {\"type\": \"relu\"}," \
+    "   {\"type\": \"maxpool\", \"kernel\": 2}," \
+    "   {\"type\": \"conv2d\", \"name\": \"c2\", \"channels\": 16," \
+    "    \"kernel\": 3, \"pad\": 1}," \
+    "   {\"type\": \"batchnorm\", \"name\": \"b2\"}, {\"type\": \"relu\"}," \
+    "   {\"type\": \"global_avgpool\"}," \
+    "   {\"type\": \"dense\", \"name\": \"fc\", \"units\": \"classes\"}]}," \
+    " \"optimizer\": {\"lr\": 0.05, \"momentum\": 0.9}," \
+    " \"batch_size\": 20, \"epochs\": 6, \"seed\": 5, \"threads\": 1," \
+    " \"device\": \"cpu\"}"
+
+/* Runs cmd, returns its stdout (malloc'd) and exit status. */
+static char *run_cmd(const char *cmd, int *status)
+{
+    FILE *p = popen(cmd, "r");
+    size_t cap = 1 << 16, len = 0, got;
+    char *out = malloc(cap);
+    ck_assert_ptr_nonnull(p);
+    while ((got = fread(out + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (len + 1 == cap)
+            out = realloc(out, cap *= 2);
+    }
+    out[len] = '\0';
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+/* The job's validation accuracy, `trainctl eval` and `trainctl predict`
+ * over the same images agree: eval's top-1 count is the validation
+ * pass's, and predict's arg-max for every image rebuilds eval's confusion
+ * matrix exactly.  predict names a non-image and goes on (exit 1). */
+START_TEST(test_eval_predict_match_validation)
+{
+    char txt[8192], err[512], path[4096], cmd[16384];
+    const char *bld = getenv("TD_BUILD_ROOT");
+    td_job_spec s;
+    td_runner *r;
+    td_runner_result res;
+    json_error_t je;
+    int st;
+    snprintf(txt, sizeof txt, "%s/train", tmp);
+    td_test_make_labelled_folder(txt, 5, 40, 40, 32, 1, NULL);
+    snprintf(txt, sizeof txt, "%s/val", tmp);
+    td_test_make_labelled_folder(txt, 5, 6, 40, 32, 501, NULL);
+    snprintf(txt, sizeof txt, VAL_JOB, tmp, tmp);
+    json_t *j = json_loads(txt, 0, &je);
+    ck_assert_msg(j, "%s", je.text);
+    ck_assert_msg(td_spec_parse(j, NULL, &s, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(j);
+    td_runner_opts o = {.spec = &s, .models_dir = ".", .device = "cpu",
+                        .ckpt_dir = ckdir};
+    ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(td_runner_run(r, &res, err, sizeof err) == 0, "%s", err);
+    td_runner_free(r);
+    td_spec_free(&s);
+    last_ckpt(path, sizeof path);
+
+    snprintf(cmd, sizeof cmd, "%s/client/trainctl eval %s %s/val --json",
+             bld ? bld : ".", path, tmp);
+    char *out = run_cmd(cmd, &st);
+    ck_assert_msg(st == 0, "%s", out);
+    json_t *ev = json_loads(out, 0, &je);
+    ck_assert_msg(ev, "%s: %s", je.text, out);
+    free(out);
+    int64_t n = json_integer_value(json_object_get(ev, "samples"));
+    int64_t ok = json_integer_value(json_object_get(ev, "top1_correct"));
+    ck_assert_int_eq(n, 30);
+    ck_assert_double_eq(res.val_acc, (double)ok / (double)n);
+    ck_assert_int_gt(ok, 10); /* it learned something (chance: 6) */
+
+    /* predict: every val image, a non-image in the middle */
+    size_t at = (size_t)snprintf(cmd, sizeof cmd, "%s/client/trainctl "
+                                 "predict %s --top 1 --json", bld ? bld : ".",
+                                 path);
+    for (int k = 0; k < 5; k++)
+        for (int i = 0; i < 6; i++) {
+            at += (size_t)snprintf(cmd + at, sizeof cmd - at,
+                                   " %s/val/class%d/img%03d.jpg", tmp, k, i);
+            if (k == 2 && i == 3)
+                at += (size_t)snprintf(cmd + at, sizeof cmd - at,
+                                       " %s/val/class2", tmp);
+        }
+    snprintf(cmd + at, sizeof cmd - at, " 2>/dev/null");
+    out = run_cmd(cmd, &st);
+    ck_assert_int_eq(st, 1);
+    json_t *conf = json_object_get(ev, "confusion");
+    int64_t mine[5][5] = {{0}};
+    int lines = 0, errors = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *pj = json_loads(line, 0, &je);
+        ck_assert_msg(pj, "%s", line);
+        const char *file = json_string_value(json_object_get(pj, "file"));
+        if (json_object_get(pj, "error")) {
+            ck_assert_ptr_nonnull(strstr(file, "/val/class2"));
+            errors++;
+        } else {
+            int k = file[strlen(file) - 12] - '0'; /* classK/imgNNN.jpg */
+            json_t *top = json_array_get(json_object_get(pj, "top"), 0);
+            mine[k][json_integer_value(json_object_get(top, "label"))]++;
+            /* lines keep the order of the files */
+            ck_assert_int_eq(k, (lines - errors) / 6);
+        }
+        lines++;
+        json_decref(pj);
+    }
+    free(out);
+    ck_assert_int_eq(lines, 31);
+    ck_assert_int_eq(errors, 1);
+    for (int k = 0; k < 5; k++)
+        for (int p = 0; p < 5; p++)
+            ck_assert_int_eq(mine[k][p], json_integer_value(json_array_get(
+                                             json_array_get(conf, (size_t)k),
+                                             (size_t)p)));
+    json_decref(ev);
+}
+END_TEST
+
 static Suite *modelfile_suite(void)
 {
     Suite *su = suite_create("modelfile");
     TCase *tc = tcase_create("modelfile");
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 280); /* trains small jobs; ASan is slower */
     tcase_add_test(tc, test_checkpoint_names_and_counter);
     tcase_add_test(tc, test_checkpoint_describes_model);
     tcase_add_test(tc, test_weights_files);
     tcase_add_test(tc, test_old_names_refused);
+    tcase_add_test(tc, test_eval_predict_match_validation);
     suite_add_tcase(su, tc);
     return su;
 }
