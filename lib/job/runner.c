@@ -10,6 +10,7 @@
  * buffers busy is skipped and counted), talks to sockets, exits.
  */
 #define _GNU_SOURCE
+#include "job/finetune.h"
 #include "job/runner_int.h"
 
 #include <errno.h>
@@ -216,8 +217,8 @@ static int td__model(td_runner *r, char *err, size_t errcap)
         rc = td_model_build(r->graph, in, classes, &r->model, e, sizeof e);
     if (rc)
         snprintf(err, errcap, "model: %s", e);
-    else
-        rc = td__runner_meta(r, err, errcap);
+    else if ((rc = td__runner_meta(r, err, errcap)) == 0)
+        rc = td_job_lr_mult(r->model, s, &r->lr_mult, err, errcap);
     return rc;
 }
 
@@ -263,6 +264,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     }
     tc.backend.seed = s->seed;
     tc.backend.label_smoothing = (float)s->label_smoothing;
+    tc.backend.lr_mult = r->lr_mult;
     td__runner_optim(s, &tc.backend.optim);
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;
@@ -293,6 +295,8 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
         goto fail;
     }
     r->snap_floats = td_trainer_snapshot_floats(r->trainer);
+    if (s->init.n && (rc = td__runner_init(r, err, errcap)))
+        goto fail;
     *out = r;
     return 0;
 fail:
@@ -763,6 +767,7 @@ void td_runner_free(td_runner *r)
     td_trace_free(r->trace);
     td_model_free(r->model);
     json_decref(r->graph);
+    free(r->lr_mult);
     json_decref(r->meta_json);
     for (int i = 0; i < TD__NSNAP; i++)
         td_ckpt_snapshot_destroy(&r->snap[i]);

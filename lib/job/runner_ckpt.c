@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "job/finetune.h"
 #include "job/modelmeta.h"
 #include "job/runner_int.h"
 #include "store/weights.h"
@@ -119,6 +120,35 @@ int td__runner_meta(td_runner *r, char *err, size_t errcap)
     }
     free(names);
     return rc;
+}
+
+int td__runner_init(td_runner *r, char *err, size_t errcap)
+{
+    const td_model *m = r->model;
+    char report[1200];
+    int rc;
+    if (r->spec->init.n > 1) {
+        snprintf(err, errcap, "init: one file, not %d", r->spec->init.n);
+        return TD_E_SPEC;
+    }
+    if (!r->flat && !(r->flat = malloc(r->snap_floats * sizeof(float))))
+        return -ENOMEM;
+    /* The fresh start (seeded init, zero optimizer state, 0/1 running
+     * statistics), then what the file has on top. */
+    if ((rc = td_trainer_snapshot(r->trainer, r->flat, r->snap_floats)))
+        return rc;
+    float *state = r->flat + (r->snap_floats - td_model_state_count(m));
+    if ((rc = td_job_init_weights(m, r->spec->init.v[0], r->flat, state,
+                                  report, sizeof report, err, errcap)))
+        return rc;
+    if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats, 0, 0,
+                                 0))) {
+        snprintf(err, errcap, "init: %s: the trainer refused the weights",
+                 r->spec->init.v[0]);
+        return rc;
+    }
+    td_logf(TD_LOG_INFO, r->o.job, "%s", report);
+    return 0;
 }
 
 static void td__ckpt_done(void *user, const td_ckpt_result *res)

@@ -24,6 +24,7 @@ struct td_runner {
     td_model *model;
     json_t *graph;                   /* the model's layer graph */
     json_t *meta_json;               /* self-describing checkpoint keys */
+    float *lr_mult;                  /* per parameter (freeze), or NULL */
     td_pipeline *train, *val;
     td_trainer *trainer;
     td_metrics *metrics;
@@ -75,6 +76,8 @@ void td__runner_optim(const td_job_spec *s, td_optim_config *o);
 int td__runner_checkpoint(td_runner *r, const td_train_position *pos);
 /* Builds r->meta_json (modelmeta.h) from the spec, graph and dataset. */
 int td__runner_meta(td_runner *r, char *err, size_t errcap);
+/* Starts the trainer from spec.init (finetune.h), logging the report. */
+int td__runner_init(td_runner *r, char *err, size_t errcap);
 /* Restores the newest valid checkpoint of opts.ckpt_dir, if any. */
 int td__runner_resume(td_runner *r, char *err, size_t errcap);
 
