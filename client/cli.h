@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#define TD_CLI_MAX_POS 8
+#define TD_CLI_MAX_POS 1024 /* predict takes many images */
 #define TD_CLI_MAX_MULTI 32
 
 typedef struct td_cli_flag {

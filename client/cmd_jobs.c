@@ -32,19 +32,23 @@ static const char submit_usage[] =
     "                     (0 completed, 1 failed or cancelled)\n"
     "  --json             print the daemon's reply as JSON\n";
 
-/* Makes relative data.train / data.val paths absolute against dir. */
+/* Makes relative data.train / data.val and init paths absolute against
+ * dir. */
 static void td__absolute_paths(json_t *spec, const char *dir)
 {
-    static const char *keys[] = {"train", "val"};
+    static const char *keys[] = {"train", "val", "init"};
     json_t *data = json_object_get(spec, "data");
-    for (size_t i = 0; i < 2 && json_is_object(data); i++) {
-        json_t *v = json_object_get(data, keys[i]);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *obj = i < 2 ? data : spec;
+        if (!json_is_object(obj))
+            continue;
+        json_t *v = json_object_get(obj, keys[i]);
         const char *s = json_string_value(v);
         if (!s || s[0] == '/')
             continue;
         char buf[PATH_MAX * 2];
         snprintf(buf, sizeof buf, "%s/%s", dir, s);
-        json_object_set_new(data, keys[i], json_string(buf));
+        json_object_set_new(obj, keys[i], json_string(buf));
     }
 }
 

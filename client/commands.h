@@ -38,5 +38,8 @@ int td_cmd_bench_input(int argc, char **argv);
 int td_cmd_trace(int argc, char **argv);
 int td_cmd_top(int argc, char **argv);
 int td_cmd_plan(int argc, char **argv);
+int td_cmd_export(int argc, char **argv);
+int td_cmd_eval(int argc, char **argv);
+int td_cmd_predict(int argc, char **argv);
 
 #endif

@@ -34,6 +34,11 @@ static const struct td_command td__commands[] = {
      td_cmd_bench_input},
     {"plan", "the device memory a model needs at a batch and precision",
      td_cmd_plan},
+    {"export", "write a checkpoint's model as safetensors or ONNX",
+     td_cmd_export},
+    {"eval", "top-1/top-5, per-class accuracy, confusion on a dataset",
+     td_cmd_eval},
+    {"predict", "classify JPEG images with a checkpoint", td_cmd_predict},
 };
 
 #define TD__NCMD (sizeof td__commands / sizeof td__commands[0])

@@ -12,7 +12,7 @@ _trainctl()
 {
     local cur prev words cword
     _init_completion || return
-    local cmds="submit queue ls show watch logs cancel pause resume checkpoint trace top config version pack plan bench-input"
+    local cmds="submit queue ls show watch logs cancel pause resume checkpoint trace top config version pack plan bench-input export eval predict"
     if ((cword == 1)); then
         COMPREPLY=($(compgen -W "$cmds --help" -- "$cur"))
         return
@@ -86,6 +86,12 @@ _trainctl()
             esac ;;
         bench-input)
             COMPREPLY=($(compgen -W "--data --spec --size --channels --augment --workers --batch --epochs --prefetch --seed --layout --eval --json --help" -- "$cur")) ;;
+        export)
+            COMPREPLY=($(compgen -W "-o --output --format --json --socket --help" -f -- "$cur")) ;;
+        eval)
+            COMPREPLY=($(compgen -W "--batch --workers --json --socket --help" -f -- "$cur")) ;;
+        predict)
+            COMPREPLY=($(compgen -W "--top --json --socket --help" -f -- "$cur")) ;;
     esac
 }
 complete -F _trainctl trainctl

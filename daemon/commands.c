@@ -10,16 +10,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "access.h"
 #include "bounds.h"
 #include "model/zoo.h"
 #include "base/error.h"
+#include "base/fscred.h"
 #include "base/log.h"
 #include "daemon.h"
+#include "job/finetune.h"
 #include "job/spec.h"
 #include "obs.h"
+#include "run.h"
 #include "settings.h"
 #include "td_config.h"
 
@@ -80,6 +84,44 @@ static void cmd_version(td_client *c, td_request *req)
                              td__devices_json(&c->d->devices)));
 }
 
+/* init: an absolute path the submitter may read, whose tensors fit the
+ * model (finetune.h), refused now rather than when the job starts.  Read
+ * with the submitter's identity when the daemon can take it on; else
+ * only a file its owner bits (or the other bits) let uid read. */
+static int td__check_init(uid_t uid, const td_job_spec *s, const char *models,
+                          char *err, size_t cap)
+{
+    td_fscred cred;
+    td_fscred_saved saved;
+    struct stat st;
+    int rc;
+    if (s->init.n == 0)
+        return td_job_check_init(s, models, err, cap);
+    if (s->init.v[0][0] != '/') {
+        snprintf(err, cap, "init: '%s' must be an absolute path (trainctl "
+                 "submit resolves relative ones)", s->init.v[0]);
+        return TD_E_SPEC;
+    }
+    if (!td_fscred_can_switch()) {
+        if (stat(s->init.v[0], &st) == 0 &&
+            !(st.st_uid == uid ? st.st_mode & S_IRUSR : st.st_mode & S_IROTH)) {
+            snprintf(err, cap, "init: %s is not readable by uid %u",
+                     s->init.v[0], (unsigned)uid);
+            return -EACCES;
+        }
+        return td_job_check_init(s, models, err, cap);
+    }
+    if ((rc = td_fscred_for_uid(uid, &cred, err, cap)))
+        return -EACCES;
+    if ((rc = td_fscred_enter(&cred, &saved))) {
+        snprintf(err, cap, "init: cannot read as uid %u", (unsigned)uid);
+        return -EACCES;
+    }
+    rc = td_job_check_init(s, models, err, cap);
+    td_fscred_leave(&saved);
+    return rc;
+}
+
 static void cmd_submit(td_client *c, td_request *req)
 {
     json_t *spec = json_object_get(req->args, "spec");
@@ -117,8 +159,10 @@ static void cmd_submit(td_client *c, td_request *req)
     int lrc = td_limits_check_spec(c->d->settings, &parsed, model, err,
                                    sizeof err);
     td_model_free(model);
-    if (lrc) {
-        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
+    if (lrc || (lrc = td__check_init(c->uid, &parsed, models, err,
+                                     sizeof err))) {
+        ERRF(c, req, lrc == -EACCES ? TD_ERR_PERMISSION : TD_ERR_INVALID_SPEC,
+             "%s", err);
         td_spec_free(&parsed);
         return;
     }

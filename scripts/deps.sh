@@ -22,6 +22,14 @@ packages=(
   clang libclang-rt-dev libomp-dev
   # the checkpoint format test reads a checkpoint with numpy
   python3-numpy
+  # tests/ref/check_torchvision.py: the zoo's resnets against torchvision
+  # (weights both ways, logits compared)
+  python3-torch python3-torchvision
+  # trainctl export --format onnx: protobuf-c code generated from Debian's
+  # onnx.proto; tests/ref/check_onnx.py checks the file with onnx.checker
+  # and runs it in OpenCV's DNN module
+  libonnx-dev libprotobuf-c-dev protobuf-c-compiler python3-onnx
+  python3-opencv
   # the reference dataset for the demo and the accuracy benchmarks
   dataset-fashion-mnist
 )

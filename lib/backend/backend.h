@@ -66,6 +66,11 @@ typedef struct td_backend_config {
     uint64_t seed;         /* initialisation and dropout draws */
     td_optim_config optim;
     float label_smoothing; /* training loss only; evaluation is plain CE */
+    /* Per parameter (model order): that parameter's lr is the step's lr
+     * times this; 0 freezes it (no update at all: no decay, no momentum,
+     * its values stay bitwise the same).  NULL = 1 everywhere.  Borrowed;
+     * must outlive the backend.  CPU backend only (cuda refuses it). */
+    const float *lr_mult;
 } td_backend_config;
 
 /* Counters accumulated on the device since the last read_stats. */

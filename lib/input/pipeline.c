@@ -27,6 +27,7 @@
 #include "base/rng.h"
 #include "input/dataset.h"
 #include "input/decode.h"
+#include "input/preprocess.h"
 #include "obs/trace.h"
 
 #define TD__CHUNK 8 /* samples per work item */
@@ -151,7 +152,7 @@ static int td__sample(td_pipeline *p, struct td__worker *w, int64_t epoch,
     const td_pipeline_config *c = &p->cfg;
     const uint8_t *data;
     size_t len;
-    int iw, ih, oh = c->size[0], ow = c->size[1];
+    int oh = c->size[0], ow = c->size[1];
     int64_t t0 = td_now_ns();
     int rc = td_dataset_read(p->ds, idx, &w->buf, &data, &len);
     if (rc) {
@@ -159,32 +160,12 @@ static int td__sample(td_pipeline *p, struct td__worker *w, int64_t epoch,
         return rc;
     }
     td__touch(data, len);
-    int64_t t1 = td_now_ns();
-    td_aug_plan plan;
-    td_region reg;
-    rc = td_decoder_header(w->dec, data, len, &iw, &ih);
-    if (rc == 0) {
-        td_augment_plan(c->augment, c->n_augment, c->train, c->seed, epoch,
-                        idx, iw, ih, ow, oh, &plan);
-        int bx = (int)floor(plan.x), by = (int)floor(plan.y);
-        int bw = (int)ceil(plan.x + plan.w) - bx;
-        int bh = (int)ceil(plan.y + plan.h) - by;
-        int m = td_decode_pick_scale(bw, bh, ow, oh);
-        int flags = (int64_t)bw * m >= (int64_t)ow * 10 ? TD_DECODE_NO_FANCY
-                                                        : 0;
-        rc = td_decoder_region(w->dec, bx, by, bw, bh, ow, oh, c->channels,
-                               flags, &reg);
-    }
-    int64_t t2 = td_now_ns();
-    if (rc) {
-        *msg = rc == -ENOMEM ? "out of memory" : td_decoder_message(w->dec);
+    int64_t t1 = td_now_ns(), t2;
+    rc = td_preprocess_jpeg(w->dec, &w->rs, c->augment, c->n_augment,
+                            c->train, c->seed, epoch, idx, data, len, ow, oh,
+                            c->channels, c->layout, dst, &t2, msg);
+    if (rc)
         return rc;
-    }
-    rc = td_augment_apply(&w->rs, &reg, iw, ih, &plan, c->layout, dst);
-    if (rc) {
-        *msg = "out of memory";
-        return rc;
-    }
     int64_t t3 = td_now_ns();
     atomic_fetch_add_explicit(&w->read_ns, t1 - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->decode_ns, t2 - t1, memory_order_relaxed);
@@ -770,4 +751,9 @@ int64_t td_pipeline_batches_per_epoch(const td_pipeline *p) { return p->bpe; }
 int td_pipeline_classes(const td_pipeline *p)
 {
     return td_dataset_classes(p->ds);
+}
+
+const char *td_pipeline_class_name(const td_pipeline *p, int label)
+{
+    return td_dataset_class_name(p->ds, label);
 }

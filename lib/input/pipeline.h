@@ -132,5 +132,7 @@ int td_pipeline_drain(td_pipeline *p, int64_t first_epoch, int epochs,
 size_t td_pipeline_dataset_size(const td_pipeline *p);
 int64_t td_pipeline_batches_per_epoch(const td_pipeline *p);
 int td_pipeline_classes(const td_pipeline *p);
+/* The dataset's name for a label (td_dataset_class_name), or NULL. */
+const char *td_pipeline_class_name(const td_pipeline *p, int label);
 
 #endif

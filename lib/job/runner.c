@@ -10,6 +10,7 @@
  * buffers busy is skipped and counted), talks to sockets, exits.
  */
 #define _GNU_SOURCE
+#include "job/finetune.h"
 #include "job/runner_int.h"
 
 #include <errno.h>
@@ -59,7 +60,7 @@ static int td__ncpu(void)
 /* Maps the spec's augmentation list onto the pipeline's.  A "resize"
  * followed by "center_crop" is torchvision's Resize(s)+CenterCrop(size):
  * the pipeline's center_crop with resize = s. */
-static int td__augments(const td_job_spec *s, td_augment *out, int *n,
+int td__runner_augments(const td_job_spec *s, td_augment *out, int *n,
                         char *err, size_t errcap)
 {
     int k = 0, resize_side = 0;
@@ -127,7 +128,8 @@ static int td__pipeline(td_runner *r, const td_spec_paths *paths, int train,
     pc.size[0] = s->input.size[0];
     pc.size[1] = s->input.size[1];
     pc.channels = s->input.channels;
-    if ((rc = td__augments(s, pc.augment, &pc.n_augment, e, sizeof e))) {
+    if ((rc = td__runner_augments(s, pc.augment, &pc.n_augment, e,
+                                  sizeof e))) {
         snprintf(err, errcap, "input.augment: %s", e);
         return rc;
     }
@@ -190,7 +192,7 @@ static int td__model(td_runner *r, char *err, size_t errcap)
     td_shape in = {s->input.channels, s->input.size[0], s->input.size[1]};
     int classes = s->data.classes;
     char e[512];
-    int rc;
+    int rc = 0;
     if (classes == 0)
         classes = r->train ? td_pipeline_classes(r->train) : 10;
     if (json_is_string(s->model)) {
@@ -205,13 +207,18 @@ static int td__model(td_runner *r, char *err, size_t errcap)
                      (unsigned)r->o.cred->uid, td_strerror(rc));
             return rc;
         }
-        rc = td_model_load(r->o.models_dir ? r->o.models_dir : ".", name, in,
-                           classes, &r->model, e, sizeof e);
+        rc = td_model_load_def(r->o.models_dir ? r->o.models_dir : ".", name,
+                               &r->graph, e, sizeof e);
         td_fscred_leave(&saved);
-    } else
-        rc = td_model_build(s->model, in, classes, &r->model, e, sizeof e);
+    } else {
+        r->graph = json_incref((json_t *)s->model);
+    }
+    if (rc == 0)
+        rc = td_model_build(r->graph, in, classes, &r->model, e, sizeof e);
     if (rc)
         snprintf(err, errcap, "model: %s", e);
+    else if ((rc = td__runner_meta(r, err, errcap)) == 0)
+        rc = td_job_lr_mult(r->model, s, &r->lr_mult, err, errcap);
     return rc;
 }
 
@@ -257,6 +264,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     }
     tc.backend.seed = s->seed;
     tc.backend.label_smoothing = (float)s->label_smoothing;
+    tc.backend.lr_mult = r->lr_mult;
     td__runner_optim(s, &tc.backend.optim);
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;
@@ -287,6 +295,8 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
         goto fail;
     }
     r->snap_floats = td_trainer_snapshot_floats(r->trainer);
+    if (s->init.n && (rc = td__runner_init(r, err, errcap)))
+        goto fail;
     *out = r;
     return 0;
 fail:
@@ -756,6 +766,9 @@ void td_runner_free(td_runner *r)
     td_metrics_destroy(r->metrics);
     td_trace_free(r->trace);
     td_model_free(r->model);
+    json_decref(r->graph);
+    free(r->lr_mult);
+    json_decref(r->meta_json);
     for (int i = 0; i < TD__NSNAP; i++)
         td_ckpt_snapshot_destroy(&r->snap[i]);
     free(r->flat);

@@ -14,7 +14,10 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "job/finetune.h"
+#include "job/modelmeta.h"
 #include "job/runner_int.h"
+#include "store/weights.h"
 
 
 static const char *td__slot_name(const td_optim_config *o, int slot)
@@ -85,6 +88,66 @@ static int td__fill_one(void *u, const char *name, int ndim,
         f->base = dst;
     if ((float *)dst != f->base + off)
         f->contiguous = 0;
+    return 0;
+}
+
+int td__runner_meta(td_runner *r, char *err, size_t errcap)
+{
+    const td_job_spec *s = r->spec;
+    const td_model *m = r->model;
+    td_augment aug[TD_AUG_MAX];
+    int naug = 0, rc;
+    float mean[4] = {0}, std[4] = {1, 1, 1, 1};
+    const char **names = calloc((size_t)m->classes, sizeof *names);
+    td_model_meta meta;
+    char e[256];
+    if (!names)
+        return -ENOMEM;
+    for (int k = 0; r->train && k < m->classes; k++)
+        names[k] = td_pipeline_class_name(r->train, k);
+    for (int c = 0; c < s->input.channels && c < 4; c++) {
+        mean[c] = (float)s->input.mean[c];
+        std[c] = (float)s->input.std[c];
+    }
+    if ((rc = td__runner_augments(s, aug, &naug, e, sizeof e))) {
+        snprintf(err, errcap, "input.augment: %s", e);
+    } else if ((rc = td_model_meta_init(&meta, r->graph, m->layers[0].out,
+                                        m->classes, names, mean, std, aug,
+                                        naug)) == 0) {
+        if (!(r->meta_json = td_model_meta_to_json(&meta)))
+            rc = -ENOMEM;
+        td_model_meta_free(&meta);
+    }
+    free(names);
+    return rc;
+}
+
+int td__runner_init(td_runner *r, char *err, size_t errcap)
+{
+    const td_model *m = r->model;
+    char report[1200];
+    int rc;
+    if (r->spec->init.n > 1) {
+        snprintf(err, errcap, "init: one file, not %d", r->spec->init.n);
+        return TD_E_SPEC;
+    }
+    if (!r->flat && !(r->flat = malloc(r->snap_floats * sizeof(float))))
+        return -ENOMEM;
+    /* The fresh start (seeded init, zero optimizer state, 0/1 running
+     * statistics), then what the file has on top. */
+    if ((rc = td_trainer_snapshot(r->trainer, r->flat, r->snap_floats)))
+        return rc;
+    float *state = r->flat + (r->snap_floats - td_model_state_count(m));
+    if ((rc = td_job_init_weights(m, r->spec->init.v[0], r->flat, state,
+                                  report, sizeof report, err, errcap)))
+        return rc;
+    if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats, 0, 0,
+                                 0))) {
+        snprintf(err, errcap, "init: %s: the trainer refused the weights",
+                 r->spec->init.v[0]);
+        return rc;
+    }
+    td_logf(TD_LOG_INFO, r->o.job, "%s", report);
     return 0;
 }
 
@@ -170,13 +233,31 @@ int td__runner_checkpoint(td_runner *r, const td_train_position *pos)
         return -EBUSY;
     }
     td_ckpt_snapshot *s = &r->snap[slot];
+    const td_model *m = r->model;
+    int nbn = td_weights_bn_layers(m);
     if (!s->data) {
-        size_t bytes = r->snap_floats * sizeof(float);
-        int tensors = 3 * r->model->nparams + r->model->nstate + 1;
+        size_t bytes = r->snap_floats * sizeof(float) +
+                       (size_t)nbn * sizeof(int64_t);
+        int tensors = 3 * m->nparams + m->nstate + nbn + 1;
         if ((rc = td_ckpt_snapshot_init(s, bytes, tensors)))
             return rc;
     }
     td_ckpt_snapshot_reset(s);
+    /* PyTorch's num_batches_tracked: every training step runs every batch
+     * norm in training mode.  First, so the float tensors stay 8-aligned;
+     * never read back on resume. */
+    for (int L = 1; L < m->nlayers; L++) {
+        char name[TD_NAME_MAX + 32];
+        int64_t *cnt;
+        if (m->layers[L].kind != TD_L_BN)
+            continue;
+        td_weights_bn_count_name(m, L, name, sizeof name);
+        if ((rc = td_ckpt_snapshot_add(s, name, TD_DT_I64, 0, NULL,
+                                       (void **)&cnt)))
+            return rc;
+        *cnt = pos->steps;
+    }
+    s->extra_meta = r->meta_json;
     td__fill f = {s, NULL, 1};
     if ((rc = td__walk(r, td__fill_one, &f)))
         return rc;
@@ -248,6 +329,16 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
     }
     td__load l = {f, r->flat, e, sizeof e};
     rc = td__walk(r, td__load_one, &l);
+    if (rc == -ENOENT && td_ckpt_file_find(f, "stem.weight")) {
+        /* Before the zoo took torchvision's names (conv1, layer1.0.conv1,
+         * ...), its layers were stem, s1_b1_conv1, ...: refused, not
+         * renamed (docs/checkpoints.md). */
+        snprintf(e, sizeof e, "written with the zoo's old layer names "
+                 "(stem, s1_b1_conv1, ...); this traind names them as "
+                 "torchvision does (conv1, layer1.0.conv1, ...) and cannot "
+                 "resume it: start the job again");
+        rc = TD_E_SPEC;
+    }
     int64_t epoch = m->epoch, steps = m->step;
     int64_t in_epoch = m->sampler_pos / r->spec->batch_size;
     td_ckpt_close(f);

@@ -22,6 +22,9 @@ struct td_runner {
     td_runner_opts o;
     const td_job_spec *spec;
     td_model *model;
+    json_t *graph;                   /* the model's layer graph */
+    json_t *meta_json;               /* self-describing checkpoint keys */
+    float *lr_mult;                  /* per parameter (freeze), or NULL */
     td_pipeline *train, *val;
     td_trainer *trainer;
     td_metrics *metrics;
@@ -62,12 +65,19 @@ struct td_runner {
 
 /* runner.c */
 void td__runner_emit(td_runner *r, const char *kind, json_t *data);
+/* The spec's augment ops as the pipeline takes them. */
+int td__runner_augments(const td_job_spec *s, td_augment *out, int *n,
+                        char *err, size_t errcap);
 void td__runner_optim(const td_job_spec *s, td_optim_config *o);
 
 /* runner_ckpt.c */
 /* Snapshots the trainer at pos and hands it to the writer thread; never
  * waits for the disk (-EBUSY: both buffers busy, skipped and counted). */
 int td__runner_checkpoint(td_runner *r, const td_train_position *pos);
+/* Builds r->meta_json (modelmeta.h) from the spec, graph and dataset. */
+int td__runner_meta(td_runner *r, char *err, size_t errcap);
+/* Starts the trainer from spec.init (finetune.h), logging the report. */
+int td__runner_init(td_runner *r, char *err, size_t errcap);
 /* Restores the newest valid checkpoint of opts.ckpt_dir, if any. */
 int td__runner_resume(td_runner *r, char *err, size_t errcap);
 

@@ -43,7 +43,8 @@ enum td__kind {
     K_AUGLIST, /* the augment ops */
     K_DEVICE,  /* const char *: auto | cpu | cuda | cuda:N */
     K_NAME,    /* const char *: 1-64 of [A-Za-z0-9._-] */
-    K_CHANNELS /* int: 1 or 3 */
+    K_CHANNELS, /* int: 1 or 3 */
+    K_STRLIST  /* td_spec_paths of plain strings (not resolved) */
 };
 
 enum {
@@ -137,6 +138,8 @@ static const struct td__field td__spec_fields[] = {
     {"checkpoint.at_epoch_end", K_BOOL, "true", 0, 0, 0, NULL,
      S(checkpoint.at_epoch_end)},
     {"device", K_DEVICE, "\"auto\"", 0, 0, 0, NULL, S(device)},
+    {"init", K_PATHS, "null", 0, 0, F_NULLABLE, NULL, S(init)},
+    {"freeze", K_STRLIST, "[]", 0, 0, 0, NULL, S(freeze)},
     {"max_bad_ratio", K_NUM, "0.01", 0, 1, 0, NULL, S(max_bad_ratio)},
     {"threads", K_AUTO, "\"auto\"", 1, 1024, 0, NULL, S(threads)},
     {"metrics", K_OBJ, "{}", 0, 0, 0, NULL, 0},
@@ -402,6 +405,26 @@ static int td__paths(struct td__ctx *c, const char *path, const json_t *v,
     return 0;
 }
 
+/* A list of non-empty strings (freeze patterns), kept as given. */
+static int td__strlist(struct td__ctx *c, const char *path, const json_t *v,
+                       json_t **norm)
+{
+    char p[300];
+    if (!json_is_array(v))
+        return td__fail(c, path, "must be an array of strings");
+    if (json_array_size(v) > TD_SPEC_MAX_PATHS)
+        return td__fail(c, path, "at most %d entries", TD_SPEC_MAX_PATHS);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *e = json_array_get(v, i);
+        snprintf(p, sizeof p, "%s[%zu]", path, i);
+        if (!json_is_string(e) || !json_string_length(e) ||
+            json_string_length(e) > 200)
+            return td__fail(c, p, "must be a string of 1..200 characters");
+    }
+    *norm = json_deep_copy(v);
+    return 0;
+}
+
 /* Points out->v[] at the strings inside the stored normalised value. */
 static void td__paths_bind(const json_t *norm, td_spec_paths *out)
 {
@@ -550,6 +573,8 @@ static int td__leaf(struct td__ctx *c, const struct td__field *f,
         return td__chlist(c, path, f, v, dst, norm);
     case K_PATHS:
         return td__paths(c, path, v, dst, norm);
+    case K_STRLIST:
+        return td__strlist(c, path, v, norm);
     case K_AUGLIST:
         return td__parse_augment(c, v, path, norm);
     case K_MODEL:
@@ -567,7 +592,7 @@ static void td__bind(const struct td__field *f, const json_t *stored,
                      char *base)
 {
     void *dst = base + f->off;
-    if (f->kind == K_PATHS)
+    if (f->kind == K_PATHS || f->kind == K_STRLIST)
         td__paths_bind(stored, dst);
     else if (f->kind == K_MODEL)
         *(const json_t **)dst = stored;

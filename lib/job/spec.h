@@ -94,6 +94,9 @@ typedef struct td_job_spec {
         int at_epoch_end;
     } checkpoint;
     const char *device;              /* "auto", "cpu", "cuda", "cuda:N" */
+    td_spec_paths init;              /* weights to start from (n <= 1) */
+    td_spec_paths freeze;            /* parameter-name patterns (fnmatch)
+                                        that do not train */
     double max_bad_ratio;
     int threads;                     /* TD_SPEC_AUTO or N */
     struct {

@@ -494,13 +494,13 @@ fail:
     return rc;
 }
 
-int td_model_load(const char *dir, const char *name_or_path, td_shape in,
-                  int classes, td_model **out, char *err, size_t errcap)
+int td_model_load_def(const char *dir, const char *name_or_path,
+                      json_t **def, char *err, size_t errcap)
 {
     char path[4096];
     size_t len = strlen(name_or_path);
     json_error_t je;
-    *out = NULL;
+    *def = NULL;
     if (len > 5 && strcmp(name_or_path + len - 5, ".json") == 0)
         snprintf(path, sizeof path, "%s", name_or_path);
     else if (strchr(name_or_path, '/') || len == 0)
@@ -510,11 +510,22 @@ int td_model_load(const char *dir, const char *name_or_path, td_shape in,
                             name_or_path);
     else
         snprintf(path, sizeof path, "%s/%s.json", dir, name_or_path);
-    json_t *def = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!def)
+    *def = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!*def)
         return td_set_error(err, errcap, TD_E_SPEC, "model: %s:%d: %s", path,
                             je.line, je.text);
-    int rc = td_model_build(def, in, classes, out, err, errcap);
+    return 0;
+}
+
+int td_model_load(const char *dir, const char *name_or_path, td_shape in,
+                  int classes, td_model **out, char *err, size_t errcap)
+{
+    json_t *def;
+    *out = NULL;
+    int rc = td_model_load_def(dir, name_or_path, &def, err, errcap);
+    if (rc)
+        return rc;
+    rc = td_model_build(def, in, classes, out, err, errcap);
     json_decref(def);
     return rc;
 }

@@ -19,6 +19,14 @@
  * The loss (softmax cross-entropy) follows the last layer, whose output
  * must be [classes, 1, 1].
  *
+ * Tensor names (checkpoints, exports, `init`): "<layer name>.weight" and
+ * ".bias" for conv2d and dense; batch norm's scale and shift are
+ * "<layer>.weight" and "<layer>.bias", its running statistics
+ * "<layer>.running_mean" and ".running_var" (PyTorch's names), and files
+ * also carry "<layer>.num_batches_tracked" (int64 scalar, see
+ * docs/checkpoints.md).  The zoo's layer names make these torchvision's
+ * state_dict keys (scripts/gen_models.py).
+ *
  * Canonical layouts (what snapshots, checkpoints and tests see):
  *   conv2d weight [out, in, kh, kw], bias [out]
  *   dense weight [out, in] where `in` runs over the input's (C, H, W) in
@@ -117,6 +125,11 @@ int td_model_build(const json_t *def, td_shape in, int classes,
  * then builds it as above. */
 int td_model_load(const char *dir, const char *name_or_path, td_shape in,
                   int classes, td_model **out, char *err, size_t errcap);
+
+/* The definition td_model_load builds, as read from its file (a new
+ * reference in *def): what a self-describing checkpoint carries. */
+int td_model_load_def(const char *dir, const char *name_or_path,
+                      json_t **def, char *err, size_t errcap);
 
 void td_model_free(td_model *m);
 

@@ -159,8 +159,11 @@ static uint32_t td__crc(const uint8_t *p, size_t n)
     return (uint32_t)crc;
 }
 
-/* The JSON header, space-padded so that 8 + *len is a multiple of 8. */
-static char *td__header(const td_ckpt_snapshot *s, uint32_t crc, size_t *len)
+/* The JSON header, space-padded so that 8 + *len is a multiple of 8.  With
+ * `traind` the checkpoint keys (format version, spec hash, position, CRC);
+ * always "format" and the snapshot's extra metadata. */
+static char *td__header(const td_ckpt_snapshot *s, int traind, uint32_t crc,
+                        size_t *len)
 {
     char buf[7][32];
     json_t *h = json_object(), *meta;
@@ -171,12 +174,27 @@ static char *td__header(const td_ckpt_snapshot *s, uint32_t crc, size_t *len)
     snprintf(buf[4], 32, "%" PRId64, s->meta.sampler_pos);
     snprintf(buf[5], 32, "%" PRIu64, s->meta.seed);
     snprintf(buf[6], 32, "%08" PRIx32, crc);
-    meta = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "format",
-                     "pt", "traind.format", buf[0], "spec_hash", buf[1],
-                     "step", buf[2], "epoch", buf[3], "sampler_pos", buf[4],
-                     "seed", buf[5], "data_crc32", buf[6]);
+    if (traind)
+        meta = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "format",
+                         "pt", "traind.format", buf[0], "spec_hash", buf[1],
+                         "step", buf[2], "epoch", buf[3], "sampler_pos",
+                         buf[4], "seed", buf[5], "data_crc32", buf[6]);
+    else
+        meta = json_pack("{s:s}", "format", "pt");
     if (!h || !meta || json_object_set_new(h, "__metadata__", meta) < 0)
         goto fail;
+    if (s->extra_meta) {
+        const char *key;
+        json_t *v;
+        /* New strings, never a reference to the caller's values: the
+         * trainer may read the same object while this thread writes. */
+        json_object_foreach((json_t *)s->extra_meta, key, v) {
+            if (json_is_string(v) && !json_object_get(meta, key) &&
+                json_object_set_new(meta, key,
+                                    json_string(json_string_value(v))) < 0)
+                goto fail;
+        }
+    }
     for (int i = 0; i < s->n_tensors; i++) {
         const td_ckpt_tensor *t = &s->tensors[i];
         json_t *shape = json_array();
@@ -229,22 +247,19 @@ static int td__write_body(const td_ckpt_io *io, int fd,
     return r;
 }
 
-int td_ckpt_write(const char *dir, const td_ckpt_snapshot *s, int keep,
-                  const td_ckpt_io *io, char *path, size_t pathcap,
-                  char *err, size_t errcap)
+/* Writes s durably to `final` (tmp, fsync, rename, fsync the folder). */
+static int td__write_file(const char *final, const td_ckpt_snapshot *s,
+                          int traind, const td_ckpt_io *io, char *err,
+                          size_t errcap)
 {
-    char name[64], final[4096], e[512];
+    char e[512];
     size_t hlen = 0;
     td_atomic_file f;
     int r;
-    char *hdr = NULL;
-
-    td_ckpt_filename(s->meta.step, name, sizeof name);
-    if ((size_t)snprintf(final, sizeof final, "%s/%s", dir, name) >=
-        sizeof final)
-        return td_set_error(err, errcap, -ENAMETOOLONG, "%s: path too long",
-                            dir);
-    if (!(hdr = td__header(s, td__crc(s->data, s->used), &hlen)))
+    char *hdr = td__header(s, traind, traind ? td__crc(s->data, s->used) : 0,
+                           &hlen);
+    const char *kept = traind ? " (older checkpoints kept)" : "";
+    if (!hdr)
         return td_set_error(err, errcap, -ENOMEM,
                             "%s: out of memory for the header", final);
     if ((r = td_atomic_open(&f, final, 0644, 0, io, err, errcap)) != 0) {
@@ -254,23 +269,42 @@ int td_ckpt_write(const char *dir, const td_ckpt_snapshot *s, int keep,
     if ((r = td__write_body(io, f.fd, s, hdr, hlen)) != 0) {
         td_atomic_abort(&f);
         free(hdr);
-        return td_set_error(err, errcap, r,
-                            "write %s: %s (older "
-                            "checkpoints kept)",
-                            f.tmp, td_strerror(r));
+        return td_set_error(err, errcap, r, "write %s: %s%s", f.tmp,
+                            td_strerror(r), kept);
     }
     free(hdr);
     if ((r = td_atomic_commit(&f, e, sizeof e)) != 0) {
         /* Before the rename: the older checkpoints are all there is. */
         int renamed = access(final, F_OK) == 0;
-        return td_set_error(err, errcap, r, "%s%s", e,
-                            renamed ? "" : " (older checkpoints kept)");
+        return td_set_error(err, errcap, r, "%s%s", e, renamed ? "" : kept);
     }
+    return 0;
+}
+
+int td_ckpt_write(const char *dir, const td_ckpt_snapshot *s, int keep,
+                  const td_ckpt_io *io, char *path, size_t pathcap,
+                  char *err, size_t errcap)
+{
+    char name[64], final[4096];
+    int r;
+    td_ckpt_filename(s->meta.step, name, sizeof name);
+    if ((size_t)snprintf(final, sizeof final, "%s/%s", dir, name) >=
+        sizeof final)
+        return td_set_error(err, errcap, -ENAMETOOLONG, "%s: path too long",
+                            dir);
+    if ((r = td__write_file(final, s, 1, io, err, errcap)) != 0)
+        return r;
     if (path)
         snprintf(path, pathcap, "%s", final);
     if (keep > 0 && (r = td_ckpt_prune(dir, keep)) < 0)
         td_warn("checkpoint: pruning %s failed: %s", dir, td_strerror(r));
     return 0;
+}
+
+int td_st_write(const char *path, const td_ckpt_snapshot *s, char *err,
+                size_t errcap)
+{
+    return td__write_file(path, s, 0, NULL, err, errcap);
 }
 
 /* ---- listing and pruning ------------------------------------------------ */
@@ -476,12 +510,33 @@ static int td__meta_u64(const json_t *meta, const char *key, int base,
 }
 
 /* __metadata__: all strings; our keys present and well formed. */
-static int td__parse_meta(td_ckpt_file *f, char *err, size_t cap)
+static int td__check_crc(td_ckpt_file *f, char *err, size_t cap)
+{
+    uint64_t crc;
+    int r = td__meta_u64(f->meta, "data_crc32", 16, &crc, err, cap);
+    if (r < 0)
+        return r;
+    uint32_t got = td__crc(f->data, f->data_len);
+    if (crc != got) {
+        td_set_error(err, cap, 0,
+                     "data CRC32 %08" PRIx32 " does not match the "
+                     "header's %08" PRIx64,
+                     got, crc);
+        return TD_E_CRC;
+    }
+    return 0;
+}
+
+/* __metadata__: all strings; with `traind`, our keys present and well
+ * formed; without, only the CRC is checked when there is one. */
+static int td__parse_meta(td_ckpt_file *f, int traind, char *err, size_t cap)
 {
     const char *key;
     json_t *v;
-    uint64_t ver, step, epoch, pos, crc;
+    uint64_t ver, step, epoch, pos;
     int r;
+    if (!traind && !f->meta)
+        return 0;
     if (!json_is_object(f->meta)) {
         td_set_error(err, cap, 0, "no __metadata__ (not a traind checkpoint)");
         return TD_E_CORRUPT;
@@ -494,12 +549,16 @@ static int td__parse_meta(td_ckpt_file *f, char *err, size_t cap)
             return TD_E_CORRUPT;
         }
     }
+    if (!traind)
+        return json_object_get(f->meta, "data_crc32") ? td__check_crc(f, err,
+                                                                      cap)
+                                                      : 0;
     if ((r = td__meta_u64(f->meta, "traind.format", 10, &ver, err, cap)) < 0)
         return r;
-    if (ver != TD_CKPT_FORMAT_VERSION) {
+    if (ver < 1 || ver > TD_CKPT_FORMAT_VERSION) {
         td_set_error(err, cap, 0,
                      "format version %" PRIu64 " (this traind "
-                     "reads %d)",
+                     "reads 1 to %d)",
                      ver, TD_CKPT_FORMAT_VERSION);
         return TD_E_CORRUPT;
     }
@@ -508,8 +567,7 @@ static int td__parse_meta(td_ckpt_file *f, char *err, size_t cap)
         (r = td__meta_u64(f->meta, "step", 10, &step, err, cap)) < 0 ||
         (r = td__meta_u64(f->meta, "epoch", 10, &epoch, err, cap)) < 0 ||
         (r = td__meta_u64(f->meta, "sampler_pos", 10, &pos, err, cap)) < 0 ||
-        (r = td__meta_u64(f->meta, "seed", 10, &f->m.seed, err, cap)) < 0 ||
-        (r = td__meta_u64(f->meta, "data_crc32", 16, &crc, err, cap)) < 0)
+        (r = td__meta_u64(f->meta, "seed", 10, &f->m.seed, err, cap)) < 0)
         return r;
     if (step > INT64_MAX || epoch > INT64_MAX || pos > INT64_MAX) {
         td_set_error(err, cap, 0,
@@ -519,15 +577,7 @@ static int td__parse_meta(td_ckpt_file *f, char *err, size_t cap)
     f->m.step = (int64_t)step;
     f->m.epoch = (int64_t)epoch;
     f->m.sampler_pos = (int64_t)pos;
-    uint32_t got = td__crc(f->data, f->data_len);
-    if (crc != got) {
-        td_set_error(err, cap, 0,
-                     "data CRC32 %08" PRIx32 " does not match the "
-                     "header's %08" PRIx64,
-                     got, crc);
-        return TD_E_CRC;
-    }
-    return 0;
+    return td__check_crc(f, err, cap);
 }
 
 /* Header -> tensors, checked for bounds, overlaps and holes. */
@@ -606,7 +656,8 @@ out:
     return r;
 }
 
-static int td__open(const char *path, td_ckpt_file *f, char *err, size_t cap)
+static int td__open(const char *path, int traind, td_ckpt_file *f, char *err,
+                    size_t cap)
 {
     json_error_t je;
     uint64_t hlen = 0;
@@ -635,19 +686,19 @@ static int td__open(const char *path, td_ckpt_file *f, char *err, size_t cap)
     r = td__parse_header(f, h, err, cap);
     json_decref(h);
     if (r == 0)
-        r = td__parse_meta(f, err, cap);
+        r = td__parse_meta(f, traind, err, cap);
     return r;
 }
 
-int td_ckpt_open(const char *path, td_ckpt_file **out, char *err,
-                 size_t errcap)
+static int td__open_file(const char *path, int traind, td_ckpt_file **out,
+                         char *err, size_t errcap)
 {
     char why[400] = "";
     *out = NULL;
     td_ckpt_file *f = calloc(1, sizeof *f);
     if (!f)
         return -ENOMEM;
-    int r = td__open(path, f, why, sizeof why);
+    int r = td__open(path, traind, f, why, sizeof why);
     if (r < 0) {
         td_set_error(err, errcap, 0, "%s: %s", path, why);
         td_ckpt_close(f);
@@ -655,6 +706,18 @@ int td_ckpt_open(const char *path, td_ckpt_file **out, char *err,
     }
     *out = f;
     return 0;
+}
+
+int td_ckpt_open(const char *path, td_ckpt_file **out, char *err,
+                 size_t errcap)
+{
+    return td__open_file(path, 1, out, err, errcap);
+}
+
+int td_st_open(const char *path, td_ckpt_file **out, char *err,
+               size_t errcap)
+{
+    return td__open_file(path, 0, out, err, errcap);
 }
 
 void td_ckpt_close(td_ckpt_file *f)
@@ -692,6 +755,11 @@ const td_ckpt_tensor *td_ckpt_file_find(const td_ckpt_file *f,
         if (strcmp(f->t[i].name, name) == 0)
             return &f->t[i];
     return NULL;
+}
+
+const void *td_ckpt_file_data(const td_ckpt_file *f, const td_ckpt_tensor *t)
+{
+    return f->data + t->offset;
 }
 
 int td_ckpt_file_read(const td_ckpt_file *f, const char *name,

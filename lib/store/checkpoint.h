@@ -31,11 +31,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
 #include "base/fsio.h"
 
 #define TD_CKPT_MAX_DIMS 8
 #define TD_CKPT_NAME_MAX 128
-#define TD_CKPT_FORMAT_VERSION 1
+#define TD_CKPT_FORMAT_VERSION 2
 
 enum td_st_dtype {
     TD_DT_F32 = 0, TD_DT_F64, TD_DT_F16, TD_DT_BF16,
@@ -72,6 +74,10 @@ typedef struct td_ckpt_snapshot {
     uint8_t *data;
     size_t used, cap;       /* bytes taken / allocated in data */
     td_ckpt_meta meta;
+    /* More __metadata__ entries, key -> JSON string (the self-describing
+     * keys of store/ckpt_meta.h), or NULL.  Borrowed: it must outlive the
+     * write and not change while one runs (the writer thread reads it). */
+    const json_t *extra_meta;
     void *user;             /* the caller's; untouched */
     int64_t submit_ns;      /* set by td_ckpt_writer_submit */
 } td_ckpt_snapshot;
@@ -102,6 +108,13 @@ int td_ckpt_write(const char *dir, const td_ckpt_snapshot *s, int keep,
                   const td_ckpt_io *io, char *path, size_t pathcap,
                   char *err, size_t errcap);
 
+/* Writes s durably to exactly `path` (tmp, fsync, rename, fsync of the
+ * folder) as a plain safetensors file: "format" and s->extra_meta in
+ * __metadata__, no traind.format/step/CRC keys (a weights file, not a
+ * checkpoint to resume from).  0 or -errno with err filled. */
+int td_st_write(const char *path, const td_ckpt_snapshot *s, char *err,
+                size_t errcap);
+
 /* Deletes all but the newest `keep` checkpoints in dir, and any stale
  * ckpt-*.safetensors.tmp a crash left behind (so it must not run while a
  * write into dir is in progress; td_ckpt_write calls it after its own).
@@ -117,6 +130,13 @@ typedef struct td_ckpt_file td_ckpt_file;
  * -errno) with the reason in err. */
 int td_ckpt_open(const char *path, td_ckpt_file **out, char *err,
                  size_t errcap);
+/* Opens any safetensors file (a traind checkpoint, an export, a
+ * state_dict saved by PyTorch's safetensors writer) with the same checks
+ * of the structure; __metadata__ may be absent, and data_crc32 is checked
+ * only when present.  td_ckpt_file_meta gives zeros for a file that is not
+ * a traind checkpoint. */
+int td_st_open(const char *path, td_ckpt_file **out, char *err,
+               size_t errcap);
 void td_ckpt_close(td_ckpt_file *f);
 
 const td_ckpt_meta *td_ckpt_file_meta(const td_ckpt_file *f);
@@ -126,6 +146,8 @@ int td_ckpt_file_count(const td_ckpt_file *f);
 const td_ckpt_tensor *td_ckpt_file_tensor(const td_ckpt_file *f, int i);
 const td_ckpt_tensor *td_ckpt_file_find(const td_ckpt_file *f,
                                         const char *name);
+/* The bytes of tensor t (from td_ckpt_file_tensor/find) in the map. */
+const void *td_ckpt_file_data(const td_ckpt_file *f, const td_ckpt_tensor *t);
 /* Copies tensor `name` into dst, which holds cap bytes; the dtype must
  * match and cap must equal its size.  -ENOENT / -EINVAL with err. */
 int td_ckpt_file_read(const td_ckpt_file *f, const char *name,

@@ -162,6 +162,49 @@ void td_test_make_folder(const char *root, int classes, int per_class, int w,
     }
 }
 
+void td_test_make_labelled_folder(const char *root, int classes,
+                                  int per_class, int w, int h, uint32_t seed,
+                                  const char *const *names)
+{
+    static const uint8_t colours[8][3] = {
+        {250, 40, 40}, {40, 240, 60}, {60, 80, 250}, {250, 230, 40},
+        {40, 230, 240}, {240, 50, 230}, {250, 250, 250}, {250, 140, 20}};
+    char path[4096], name[32];
+    uint8_t *px = malloc((size_t)w * h * 3);
+    int side = (w < h ? w : h) / 4;
+    if (!px)
+        td__die("out of memory");
+    for (int k = 0; k < classes; k++) {
+        const char *cls = names ? names[k] : name;
+        snprintf(name, sizeof name, "class%d", k);
+        snprintf(path, sizeof path, "%s/%s", root, cls);
+        if (td_mkdirs(path))
+            td__die(path);
+        for (int i = 0; i < per_class; i++) {
+            uint32_t s = seed + (uint32_t)(k * 1000 + i);
+            td_test_photo(px, w, h, 3, s);
+            for (size_t q = 0; q < (size_t)w * h * 3; q++)
+                px[q] /= 2;
+            int place = k % 12, jx = (int)(s % 5) - 2,
+                jy = (int)((s / 5) % 5) - 2;
+            int x0 = (place % 4) * w / 4 + (w / 4 - side) / 2 + jx;
+            int y0 = (place / 4) * h / 3 + (h / 3 - side) / 2 + jy;
+            for (int y = y0; y < y0 + side; y++)
+                for (int x = x0; x < x0 + side; x++)
+                    if (x >= 0 && x < w && y >= 0 && y < h)
+                        memcpy(px + ((size_t)y * w + x) * 3,
+                               colours[(k / 8 + k) % 8], 3);
+            uint8_t *j;
+            size_t n;
+            td_test_jpeg_from(px, w, h, 3, 90, &j, &n);
+            snprintf(path, sizeof path, "%s/%s/img%03d.jpg", root, cls, i);
+            td_test_write_file(path, j, n);
+            free(j);
+        }
+    }
+    free(px);
+}
+
 void td_test_write_idx(const char *path, int gz, int ndims,
                        const uint32_t *dims, const uint8_t *data)
 {

@@ -34,6 +34,15 @@ void td_test_write_file(const char *path, const void *data, size_t len);
 void td_test_make_folder(const char *root, int classes, int per_class, int w,
                          int h);
 
+/* root/<name k>/img<i>.jpg that a model can learn: a darkened photo
+ * (seed + k*1000 + i) with a class mark, a square of a class colour at a
+ * class place (8 colours, 12 places: up to 8 classes differ in both; the
+ * mark moves by a few pixels from image to image).  names: `classes` folder names, or NULL for
+ * class<k>.  RGB 4:2:0 q90. */
+void td_test_make_labelled_folder(const char *root, int classes,
+                                  int per_class, int w, int h, uint32_t seed,
+                                  const char *const *names);
+
 /* An IDX file of unsigned bytes; gz selects gzip. */
 void td_test_write_idx(const char *path, int gz, int ndims,
                        const uint32_t *dims, const uint8_t *data);

@@ -68,7 +68,7 @@ START_TEST(test_roundtrip)
     ck_assert_uint_eq(m->seed, 42);
     ck_assert_str_eq(td_ckpt_file_meta_str(f, "spec_hash"),
                      "fedcba9876543210");
-    ck_assert_str_eq(td_ckpt_file_meta_str(f, "traind.format"), "1");
+    ck_assert_str_eq(td_ckpt_file_meta_str(f, "traind.format"), "2");
     ck_assert_int_eq(td_ckpt_file_count(f), 4);
     const td_ckpt_tensor *t = td_ckpt_file_find(f, "w");
     ck_assert_int_eq(t->dtype, TD_DT_F32);
@@ -90,6 +90,52 @@ START_TEST(test_roundtrip)
     ck_assert_uint_eq(bytes[4], 28);
     ck_assert_int_eq(td_ckpt_file_find(f, "empty")->nbytes, 0);
     td_ckpt_close(f);
+    td_ckpt_snapshot_destroy(&s);
+    rm_tree(dir);
+}
+END_TEST
+
+/* td_st_write: a plain weights file with the caller's metadata, which
+ * td_st_open reads and td_ckpt_open refuses (nothing to resume from);
+ * td_st_open takes files without __metadata__ (PyTorch's writer) and
+ * still checks the structure. */
+START_TEST(test_plain_safetensors)
+{
+    char dir[64], path[4200], err[512];
+    td_ckpt_snapshot s;
+    td_ckpt_file *f;
+    scratch_dir(dir, sizeof dir);
+    make_snapshot(&s, 7);
+    json_t *extra = json_pack("{s:s}", "traind.model", "{\"layers\":[]}");
+    s.extra_meta = extra;
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    ck_assert_int_eq(td_st_write(path, &s, err, sizeof err), 0);
+    ck_assert_int_eq(td_ckpt_open(path, &f, err, sizeof err), TD_E_CORRUPT);
+    ck_assert_msg(strstr(err, "traind.format"), "%s", err);
+    ck_assert_int_eq(td_st_open(path, &f, err, sizeof err), 0);
+    ck_assert_str_eq(td_ckpt_file_meta_str(f, "traind.model"),
+                     "{\"layers\":[]}");
+    ck_assert_str_eq(td_ckpt_file_meta_str(f, "format"), "pt");
+    ck_assert_ptr_null(td_ckpt_file_meta_str(f, "step"));
+    ck_assert_int_eq(td_ckpt_file_meta(f)->step, 0);
+    float w[6];
+    ck_assert_int_eq(td_ckpt_file_read(f, "w", TD_DT_F32, w, sizeof w, err,
+                                       sizeof err), 0);
+    ck_assert_float_eq(w[5], 1.5f);
+    td_ckpt_close(f);
+
+    uint8_t data[12] = {0};
+    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],"
+              "\"data_offsets\":[0,12]}}", data, sizeof data);
+    ck_assert_int_eq(td_st_open(path, &f, err, sizeof err), 0);
+    ck_assert_int_eq(td_ckpt_file_count(f), 1);
+    td_ckpt_close(f);
+    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],"
+              "\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\","
+              "\"shape\":[2],\"data_offsets\":[4,12]}}", data, sizeof data);
+    ck_assert_int_eq(td_st_open(path, &f, err, sizeof err), TD_E_CORRUPT);
+    ck_assert_msg(strstr(err, "overlaps"), "%s", err);
+    json_decref(extra);
     td_ckpt_snapshot_destroy(&s);
     rm_tree(dir);
 }
@@ -538,6 +584,7 @@ static Suite *checkpoint_suite(void)
     TCase *tc = tcase_create("checkpoint");
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_file_layout);
+    tcase_add_test(tc, test_plain_safetensors);
     tcase_add_test(tc, test_snapshot_add_errors);
     tcase_add_test(tc, test_read_errors);
     tcase_add_test(tc, test_bad_headers);

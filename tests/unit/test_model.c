@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "model/model.h"
+#include "store/weights.h"
 #include "tdtest.h"
 
 static char zoo[4096];
@@ -58,7 +59,7 @@ START_TEST(test_resnet_param_counts)
     ck_assert_uint_eq(m->param_count, 25557032);
     td_model_free(m);
     m = load("resnet20", (td_shape){3, 32, 32}, 10);
-    int pool = td_model_find(m, "pool");
+    int pool = td_model_find(m, "avgpool");
     ck_assert_int_eq(m->layers[pool - 1].out.c, 64);
     ck_assert_int_eq(m->layers[pool - 1].out.h, 8);
     ck_assert_uint_gt(m->param_count, 270000);
@@ -70,11 +71,78 @@ END_TEST
 START_TEST(test_residual_wiring)
 {
     td_model *m = load("resnet20", (td_shape){3, 32, 32}, 10);
-    int add = td_model_find(m, "s1_b1_add");
-    int stem = td_model_find(m, "stem_relu");
+    int add = td_model_find(m, "layer1.0.add");
+    int stem = td_model_find(m, "relu");
     ck_assert_int_ge(add, 0);
     ck_assert_int_eq(m->layers[add].in[1], stem);
     ck_assert_int_eq(m->layers[stem].consumers, 2);
+    td_model_free(m);
+}
+END_TEST
+
+static const td_param *param(const td_model *m, const char *name)
+{
+    for (int p = 0; p < m->nparams; p++)
+        if (strcmp(m->params[p].name, name) == 0)
+            return &m->params[p];
+    ck_abort_msg("no parameter %s", name);
+    return NULL;
+}
+
+static int has_state(const td_model *m, const char *name)
+{
+    for (int s = 0; s < m->nstate; s++)
+        if (strcmp(m->state[s].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* torchvision's state_dict keys: resnet18 has 62 parameters and 60
+ * buffers (running_mean, running_var, num_batches_tracked of 20 batch
+ * norms), resnet50 161 and 159.  (tests/ref/check_torchvision.py loads
+ * them into torchvision itself with strict=True.) */
+START_TEST(test_zoo_torchvision_names)
+{
+    td_model *m = load("resnet18", (td_shape){3, 224, 224}, 1000);
+    ck_assert_int_eq(m->nparams, 62);
+    ck_assert_int_eq(m->nstate + td_weights_bn_layers(m), 60);
+    ck_assert_str_eq(m->params[0].name, "conv1.weight");
+    ck_assert_str_eq(m->params[1].name, "bn1.weight");
+    ck_assert_str_eq(m->params[2].name, "bn1.bias");
+    const td_param *p = param(m, "layer2.0.downsample.0.weight");
+    ck_assert_int_eq(p->ndims, 4);
+    ck_assert_int_eq(p->dims[0], 128);
+    ck_assert_int_eq(p->dims[1], 64);
+    ck_assert_int_eq(p->dims[2], 1);
+    p = param(m, "layer4.1.conv2.weight");
+    ck_assert_int_eq(p->dims[0], 512);
+    ck_assert_int_eq(p->dims[2], 3);
+    ck_assert_int_eq(param(m, "fc.weight")->dims[1], 512);
+    ck_assert_int_eq(param(m, "fc.bias")->dims[0], 1000);
+    ck_assert(has_state(m, "layer4.1.bn2.running_var"));
+    ck_assert(has_state(m, "bn1.running_mean"));
+    /* v1.5: a basic block strides in its first 3x3 conv */
+    ck_assert_int_eq(m->layers[td_model_find(m, "layer3.0.conv1")].stride,
+                     2);
+    td_model_free(m);
+
+    m = load("resnet50", (td_shape){3, 224, 224}, 1000);
+    ck_assert_int_eq(m->nparams, 161);
+    ck_assert_int_eq(m->nstate + td_weights_bn_layers(m), 159);
+    /* v1.5: a bottleneck strides in its 3x3 conv2, not in conv1 */
+    ck_assert_int_eq(m->layers[td_model_find(m, "layer2.0.conv1")].stride,
+                     1);
+    ck_assert_int_eq(m->layers[td_model_find(m, "layer2.0.conv2")].stride,
+                     2);
+    ck_assert_int_eq(param(m, "layer1.0.downsample.0.weight")->dims[0], 256);
+    ck_assert_int_eq(param(m, "layer4.2.conv3.weight")->dims[0], 2048);
+    td_model_free(m);
+
+    m = load("resnet20", (td_shape){3, 32, 32}, 10);
+    ck_assert_str_eq(m->params[0].name, "conv1.weight");
+    ck_assert_int_eq(param(m, "layer2.0.shortcut.0.weight")->dims[0], 32);
+    ck_assert_int_eq(param(m, "layer3.2.bn2.bias")->dims[0], 64);
+    ck_assert_int_eq(param(m, "linear.weight")->dims[0], 10);
     td_model_free(m);
 }
 END_TEST
@@ -188,6 +256,7 @@ static Suite *model_suite(void)
     tcase_add_test(tc, test_fmnist_cnn_shapes);
     tcase_add_test(tc, test_resnet_param_counts);
     tcase_add_test(tc, test_residual_wiring);
+    tcase_add_test(tc, test_zoo_torchvision_names);
     tcase_add_test(tc, test_init_seeded_kaiming);
     tcase_add_loop_test(tc, test_bad_definitions, 0,
                         (int)(sizeof bad / sizeof bad[0]));

@@ -331,26 +331,46 @@ static int td__backward(td__cpu *be)
     return 0;
 }
 
-static void td__update(td__cpu *be, float lr, int64_t t)
+/* The optimizer on parameter elements [lo, lo + cnt). */
+static void td__update_range(td__cpu *be, float lr, int64_t t, size_t lo,
+                             size_t cnt)
 {
     const td_optim_config *o = &be->base.cfg.optim;
     size_t n = be->base.model->param_count;
-    float *w = be->params, *g = be->grads, *s0 = be->slots;
+    float *w = be->params + lo, *g = be->grads + lo;
+    float *s0 = be->slots ? be->slots + lo : NULL;
     float wd = (float)o->weight_decay, mu = (float)o->momentum;
     if (o->type == TD_OPT_ADAMW) {
-        float *s1 = be->slots + n;
+        float *s1 = be->slots + n + lo;
         td_adamw_corr c = td_adamw_corrections(o->beta1, o->beta2, t);
         float b1 = (float)o->beta1, b2 = (float)o->beta2;
         float eps = (float)o->eps;
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < cnt; i++)
             td_adamw_elem(&w[i], &s0[i], &s1[i], g[i], lr, b1, b2, eps, wd,
                           c);
     } else {
         int nest = o->nesterov;
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < cnt; i++)
             td_sgd_elem(&w[i], s0 ? &s0[i] : NULL, g[i], lr, mu, wd, nest);
+    }
+}
+
+/* Every parameter, each at the step's lr times its multiplier; frozen
+ * ones (multiplier 0) are not touched at all. */
+static void td__update(td__cpu *be, float lr, int64_t t)
+{
+    const td_model *m = be->base.model;
+    const float *mult = be->base.cfg.lr_mult;
+    if (!mult) {
+        td__update_range(be, lr, t, 0, m->param_count);
+    } else {
+        size_t off = 0;
+        for (int p = 0; p < m->nparams; off += m->params[p++].count)
+            if (mult[p] != 0.0f)
+                td__update_range(be, lr * mult[p], t, off,
+                                 m->params[p].count);
     }
     be->weights_dirty = 1;
 }

@@ -768,6 +768,11 @@ static int td__cuda_check(const td_model *m, const td_backend_config *cfg,
         snprintf(err, errcap, "input.channels: the cuda backend takes 1..4");
         return -EINVAL;
     }
+    if (cfg->lr_mult) {
+        snprintf(err, errcap, "freeze: not supported on the cuda backend "
+                 "yet (use device \"cpu\")");
+        return TD_E_NOTSUP;
+    }
     return td_backend_check_config(m, cfg, err, errcap);
 }
 

@@ -1,0 +1,142 @@
+/* modelfile.c - the model trainctl's export, eval and predict work on
+ * (see modelfile.h).
+ * Owns: source resolution and loading.  Never: writes files.
+ */
+#include "modelfile.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/error.h"
+#include "commands.h"
+#include "conn.h"
+#include "store/checkpoint.h"
+#include "store/weights.h"
+
+/* The newest checkpoint of job `id`, from the daemon. */
+static int td__job_ckpt(const td_cli *cli, const char *src, char *path,
+                        size_t cap)
+{
+    td_conn c;
+    int64_t id = td_cli_job_id(cli, src);
+    if (id < 0)
+        return TD_EXIT_USAGE;
+    int rc = td_conn_open(&c, td_cli_socket(cli->socket));
+    if (rc)
+        return rc;
+    json_t *r = td_conn_request(&c, "show",
+                                json_pack("{s:I}", "job", (json_int_t)id),
+                                NULL, NULL);
+    td_conn_close(&c);
+    if (!r)
+        return TD_EXIT_UNREACHABLE;
+    if ((rc = td_conn_check("show", r, 0)) != TD_EXIT_OK) {
+        json_decref(r);
+        return rc;
+    }
+    json_t *job = json_object_get(json_object_get(r, "ok"), "job");
+    const char *p = json_string_value(json_object_get(
+        json_object_get(job, "result"), "last_checkpoint"));
+    if (!p || !p[0]) {
+        const char *state = json_string_value(json_object_get(job, "state"));
+        fprintf(stderr, "trainctl %s: job %lld has no checkpoint yet (it "
+                "is %s); give a checkpoint file\n", cli->cmd, (long long)id,
+                state ? state : "?");
+        json_decref(r);
+        return TD_EXIT_REFUSED;
+    }
+    snprintf(path, cap, "%s", p);
+    json_decref(r);
+    return 0;
+}
+
+static int td__looks_like_job(const char *s)
+{
+    if (*s == '#')
+        s++;
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s))
+            return 0;
+    return 1;
+}
+
+static int td__fail(const td_cli *cli, const char *path, const char *why,
+                    int code)
+{
+    fprintf(stderr, "trainctl %s: %s: %s\n", cli->cmd, path, why);
+    return code;
+}
+
+int td_cli_model_path(const td_cli *cli, const char *src, char *path,
+                      size_t cap)
+{
+    struct stat st;
+    if (stat(src, &st) != 0 && td__looks_like_job(src))
+        return td__job_ckpt(cli, src, path, cap);
+    snprintf(path, cap, "%s", src);
+    return 0;
+}
+
+int td_cli_model_open(const td_cli *cli, const char *src, td_cli_model *out)
+{
+    char err[600];
+    td_ckpt_file *f = NULL;
+    int rc;
+    memset(out, 0, sizeof *out);
+    if ((rc = td_cli_model_path(cli, src, out->path, sizeof out->path)))
+        return rc;
+    if (td_st_open(out->path, &f, err, sizeof err)) {
+        fprintf(stderr, "trainctl %s: %s\n", cli->cmd, err);
+        return TD_EXIT_REFUSED;
+    }
+    if (td_model_meta_read(f, &out->meta, err, sizeof err)) {
+        rc = td__fail(cli, out->path, err, TD_EXIT_REFUSED);
+        goto fail;
+    }
+    if (td_model_build(out->meta.graph, out->meta.in, out->meta.classes,
+                       &out->m, err, sizeof err)) {
+        rc = td__fail(cli, out->path, err, TD_EXIT_REFUSED);
+        goto fail;
+    }
+    out->params = malloc((out->m->param_count + 1) * sizeof(float));
+    out->state = malloc((td_model_state_count(out->m) + 1) * sizeof(float));
+    if (!out->params || !out->state) {
+        rc = td__fail(cli, out->path, "out of memory", TD_EXIT_REFUSED);
+        goto fail;
+    }
+    if (td_weights_load(out->m, f, 1, out->params, out->state, NULL, err,
+                        sizeof err)) {
+        rc = td__fail(cli, out->path, err, TD_EXIT_REFUSED);
+        goto fail;
+    }
+    for (int L = 1; L < out->m->nlayers; L++)
+        if (out->m->layers[L].kind == TD_L_BN) {
+            char name[TD_NAME_MAX + 32];
+            td_weights_bn_count_name(out->m, L, name, sizeof name);
+            td_ckpt_file_read(f, name, TD_DT_I64, &out->nbt, 8, NULL, 0);
+            break;
+        }
+    const char *step = td_ckpt_file_meta_str(f, "step");
+    out->step = step ? strtoll(step, NULL, 10) : 0;
+    td_ckpt_close(f);
+    return 0;
+fail:
+    td_ckpt_close(f);
+    td_cli_model_close(out);
+    return rc;
+}
+
+void td_cli_model_close(td_cli_model *mf)
+{
+    td_model_free(mf->m);
+    free(mf->params);
+    free(mf->state);
+    td_model_meta_free(&mf->meta);
+    mf->m = NULL;
+    mf->params = mf->state = NULL;
+}

@@ -1,0 +1,210 @@
+/* test_finetune.c - starting a job from weights: a model trained on 5
+ * classes, re-headed for 10 with its backbone frozen, trains only the head
+ * (every other parameter bitwise unchanged) and beats the same job from
+ * scratch after the same steps; `init` files and `freeze` patterns that
+ * do not fit are refused naming them.  Runs small jobs through the
+ * runner on generated ImageFolders. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "job/finetune.h"
+#include "job/runner.h"
+#include "job/spec.h"
+#include "jpeggen.h"
+#include "store/checkpoint.h"
+#include "tdtest.h"
+
+static char *tmp;
+
+/* A job on DIR/train (+ DIR/val) with `extra` top-level keys. */
+#define JOB \
+    "{\"name\": \"ft\", \"data\": {\"train\": \"%s/train\"%s}," \
+    " \"input\": {\"size\": [24, 24], \"channels\": 3," \
+    "   \"augment\": [{\"op\": \"flip\"}]," \
+    "   \"normalize\": {\"mean\": [0.5, 0.5, 0.5], \"std\": [0.25, 0.25, 0.25]}}," \
+    " \"model\": {\"name\": \"small\", \"layers\": [" \
+    "   {\"type\": \"conv2d\", \"name\": \"c1\", \"channels\": 8," \
+    "    \"kernel\": 3, \"pad\": 1}," \
+    "   {\"type\": \"batchnorm\", \"name\": \"b1\"}, {\"type\": \"relu\"}," \
+    "   {\"type\": \"maxpool\", \"kernel\": 2}," \
+    "   {\"type\": \"conv2d\", \"name\": \"c2\", \"channels\": 8," \
+    "    \"kernel\": 3, \"pad\": 1}," \
+    "   {\"type\": \"batchnorm\", \"name\": \"b2\"}, {\"type\": \"relu\"}," \
+    "   {\"type\": \"maxpool\", \"kernel\": 3}," \
+    "   {\"type\": \"dense\", \"name\": \"fc\", \"units\": \"classes\"}]}," \
+    " \"optimizer\": {\"lr\": 0.05, \"momentum\": 0.9}," \
+    " \"batch_size\": 20, \"epochs\": %d, \"seed\": 3, \"threads\": 1," \
+    " \"checkpoint\": {\"every_steps\": 0}, \"device\": \"cpu\"%s}"
+
+static void setup(void)
+{
+    char p[512];
+    tmp = td_test_tmpdir("finetune");
+    snprintf(p, sizeof p, "%s/five/train", tmp);
+    td_test_make_labelled_folder(p, 5, 40, 40, 32, 1, NULL);
+    snprintf(p, sizeof p, "%s/ten/train", tmp);
+    td_test_make_labelled_folder(p, 10, 6, 40, 32, 2001, NULL);
+    snprintf(p, sizeof p, "%s/ten/val", tmp);
+    td_test_make_labelled_folder(p, 10, 6, 40, 32, 3001, NULL);
+}
+
+static void teardown(void)
+{
+    td_test_rmtree(tmp);
+    free(tmp);
+}
+
+static void spec_for(td_job_spec *s, const char *set, int val, int epochs,
+                     const char *extra)
+{
+    char txt[8192], dir[512], valk[600] = "", err[512];
+    json_error_t je;
+    snprintf(dir, sizeof dir, "%s/%s", tmp, set);
+    if (val)
+        snprintf(valk, sizeof valk, ", \"val\": \"%s/val\"", dir);
+    snprintf(txt, sizeof txt, JOB, dir, valk, epochs, extra);
+    json_t *j = json_loads(txt, 0, &je);
+    ck_assert_msg(j, "%s: %s", je.text, txt);
+    ck_assert_msg(td_spec_parse(j, NULL, s, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(j);
+}
+
+/* Runs a job to its end; returns the last checkpoint's path in out. */
+static void run(const char *set, int val, int epochs, const char *extra,
+                const char *ckname, td_runner_result *res, char *out,
+                size_t cap)
+{
+    td_job_spec s;
+    td_runner *r;
+    char err[1024], ck[600];
+    snprintf(ck, sizeof ck, "%s/%s", tmp, ckname);
+    spec_for(&s, set, val, epochs, extra);
+    td_runner_opts o = {.spec = &s, .models_dir = ".", .device = "cpu",
+                        .ckpt_dir = ck};
+    ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(td_runner_run(r, res, err, sizeof err) == 0, "%s", err);
+    snprintf(out, cap, "%s", res->last_checkpoint);
+    td_runner_free(r);
+    td_spec_free(&s);
+}
+
+static int same_tensor(td_ckpt_file *a, td_ckpt_file *b, const char *name)
+{
+    const td_ckpt_tensor *x = td_ckpt_file_find(a, name);
+    const td_ckpt_tensor *y = td_ckpt_file_find(b, name);
+    ck_assert_msg(x && y, "%s", name);
+    return x->nbytes == y->nbytes &&
+           memcmp(td_ckpt_file_data(a, x), td_ckpt_file_data(b, y),
+                  x->nbytes) == 0;
+}
+
+START_TEST(test_reheaded_frozen_backbone)
+{
+    td_runner_result pre, ft, scratch;
+    char p5[4096], pft[4096], psc[4096], extra[4600], err[512];
+    run("five", 0, 6, "", "ck5", &pre, p5, sizeof p5);
+
+    snprintf(extra, sizeof extra, ", \"init\": \"%s\", \"freeze\": "
+             "[\"c1.*\", \"b1.*\", \"c2.*\", \"b2.*\"]", p5);
+    run("ten", 1, 2, extra, "ckft", &ft, pft, sizeof pft);
+    run("ten", 1, 2, "", "cksc", &scratch, psc, sizeof psc);
+    ck_assert_int_eq(ft.steps, scratch.steps);
+
+    td_ckpt_file *a, *b;
+    ck_assert_int_eq(td_ckpt_open(p5, &a, err, sizeof err), 0);
+    ck_assert_int_eq(td_ckpt_open(pft, &b, err, sizeof err), 0);
+    const char *frozen[] = {"c1.weight", "b1.weight", "b1.bias", "c2.weight",
+                            "b2.weight", "b2.bias"};
+    for (size_t i = 0; i < sizeof frozen / sizeof frozen[0]; i++)
+        ck_assert_msg(same_tensor(a, b, frozen[i]), "%s changed",
+                      frozen[i]);
+    /* the head: re-initialised for 10 classes, then trained */
+    ck_assert_int_eq(td_ckpt_file_find(a, "fc.weight")->shape[0], 5);
+    ck_assert_int_eq(td_ckpt_file_find(b, "fc.weight")->shape[0], 10);
+    td_ckpt_close(a);
+    td_ckpt_close(b);
+    /* a frozen parameter has no momentum either: its buffer stays 0 */
+    ck_assert_int_eq(td_ckpt_open(pft, &b, err, sizeof err), 0);
+    const td_ckpt_tensor *mb =
+        td_ckpt_file_find(b, "optimizer.momentum_buffer.c1.weight");
+    ck_assert_ptr_nonnull(mb);
+    const float *v = td_ckpt_file_data(b, mb);
+    for (size_t i = 0; i < mb->nbytes / 4; i++)
+        ck_assert_float_eq(v[i], 0.0f);
+    td_ckpt_close(b);
+
+    printf("fine-tune: val acc %.4f after %lld steps; from scratch %.4f\n",
+           ft.val_acc, (long long)ft.steps, scratch.val_acc);
+    ck_assert_double_gt(ft.val_acc, scratch.val_acc);
+}
+END_TEST
+
+/* At submit: an init file with no tensor of the model, a file that is
+ * not safetensors, and a freeze pattern matching nothing, each named. */
+START_TEST(test_init_and_freeze_refused)
+{
+    td_runner_result pre;
+    td_job_spec s;
+    char p5[4096], extra[4600], err[1024], bad[600];
+    run("five", 0, 1, "", "ck5", &pre, p5, sizeof p5);
+
+    spec_for(&s, "ten", 0, 1, ", \"freeze\": [\"conv1.*\"]");
+    ck_assert_int_eq(td_job_check_init(&s, ".", err, sizeof err),
+                     TD_E_SPEC);
+    ck_assert_msg(strstr(err, "freeze[0]: \"conv1.*\" matches no parameter"),
+                  "%s", err);
+    td_spec_free(&s);
+
+    /* a checkpoint of another model: nothing matches by name */
+    snprintf(extra, sizeof extra, ", \"init\": \"%s\"", p5);
+    char txt[9000];
+    snprintf(txt, sizeof txt, "{\"data\": {\"train\": \"x\", \"classes\": 3},"
+             " \"input\": {\"size\": 8, \"channels\": 1},"
+             " \"model\": {\"layers\": [{\"type\": \"flatten\"},"
+             " {\"type\": \"dense\", \"name\": \"other\", \"units\": "
+             "\"classes\"}]}, \"optimizer\": {\"lr\": 0.1}%s}", extra);
+    json_error_t je;
+    json_t *j = json_loads(txt, 0, &je);
+    ck_assert_int_eq(td_spec_parse(j, NULL, &s, err, sizeof err), 0);
+    json_decref(j);
+    ck_assert_int_eq(td_job_check_init(&s, ".", err, sizeof err),
+                     TD_E_SPEC);
+    ck_assert_msg(strstr(err, p5) && strstr(err, "no tensor is named like"),
+                  "%s", err);
+    td_spec_free(&s);
+
+    /* not a safetensors file */
+    snprintf(bad, sizeof bad, "%s/five/train/class0/img000.jpg", tmp);
+    snprintf(extra, sizeof extra, ", \"init\": \"%s\"", bad);
+    spec_for(&s, "ten", 0, 1, extra);
+    ck_assert_int_eq(td_job_check_init(&s, ".", err, sizeof err),
+                     TD_E_SPEC);
+    ck_assert_msg(strstr(err, "init: ") && strstr(err, bad), "%s", err);
+    td_spec_free(&s);
+
+    /* and the same checkpoint fits the 10-class job: fc re-initialised */
+    snprintf(extra, sizeof extra, ", \"init\": \"%s\"", p5);
+    spec_for(&s, "ten", 0, 1, extra);
+    ck_assert_msg(td_job_check_init(&s, ".", err, sizeof err) == 0, "%s",
+                  err);
+    td_spec_free(&s);
+}
+END_TEST
+
+static Suite *finetune_suite(void)
+{
+    Suite *su = suite_create("finetune");
+    TCase *tc = tcase_create("finetune");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 280);
+    tcase_add_test(tc, test_reheaded_frozen_backbone);
+    tcase_add_test(tc, test_init_and_freeze_refused);
+    suite_add_tcase(su, tc);
+    return su;
+}
+
+TD_TEST_MAIN(finetune_suite)

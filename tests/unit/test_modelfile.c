@@ -1,0 +1,415 @@
+/* test_modelfile.c - what a job's checkpoint says about its model: the
+ * torchvision-style tensor names with num_batches_tracked, the
+ * self-describing metadata (graph, class names, input, normalisation,
+ * evaluation preprocessing) that td_infer_open needs and nothing else,
+ * weights files (td_weights_save/load), and the clear refusal of a
+ * checkpoint with the zoo's old layer names.  Runs a tiny job on a
+ * generated ImageFolder through the runner. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "base/error.h"
+#include "job/infer.h"
+#include "job/modelmeta.h"
+#include "job/runner.h"
+#include "job/spec.h"
+#include "jpeggen.h"
+#include "store/checkpoint.h"
+#include "store/weights.h"
+#include "tdtest.h"
+
+static char *tmp;
+static char data[512], ckdir[512];
+
+#define JOB_JSON \
+    "{\"name\": \"mf\", \"data\": {\"train\": \"%s\"}," \
+    " \"input\": {\"size\": [24, 24], \"channels\": 3," \
+    "   \"augment\": [{\"op\": \"resize\", \"size\": 28}," \
+    "                {\"op\": \"center_crop\"}, {\"op\": \"flip\"}]," \
+    "   \"normalize\": {\"mean\": [0.5, 0.4, 0.3], \"std\": [0.2, 0.25, 0.3]}}," \
+    " \"model\": {\"name\": \"tiny\", \"layers\": [" \
+    "   {\"type\": \"conv2d\", \"name\": \"conv\", \"channels\": 4," \
+    "    \"kernel\": 3, \"pad\": 1}," \
+    "   {\"type\": \"batchnorm\", \"name\": \"bn\"}, {\"type\": \"relu\"}," \
+    "   {\"type\": \"global_avgpool\"}," \
+    "   {\"type\": \"dense\", \"name\": \"head\", \"units\": \"classes\"}]}," \
+    " \"optimizer\": {\"lr\": 0.1, \"momentum\": 0.9}," \
+    " \"batch_size\": 8, \"epochs\": 1, \"seed\": 3, \"threads\": 1," \
+    " \"device\": \"cpu\"}"
+
+static void setup(void)
+{
+    tmp = td_test_tmpdir("modelfile");
+    snprintf(data, sizeof data, "%s/train", tmp);
+    snprintf(ckdir, sizeof ckdir, "%s/ck", tmp);
+    td_test_make_folder(data, 3, 8, 40, 32);
+}
+
+static void teardown(void)
+{
+    td_test_rmtree(tmp);
+    free(tmp);
+}
+
+static void parse_job(td_job_spec *s)
+{
+    char txt[8192], err[512];
+    json_error_t je;
+    snprintf(txt, sizeof txt, JOB_JSON, data);
+    json_t *j = json_loads(txt, 0, &je);
+    ck_assert_msg(j, "%s", je.text);
+    ck_assert_msg(td_spec_parse(j, NULL, s, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(j);
+}
+
+/* Runs the job (resuming when asked); returns the runner's rc, err. */
+static int run_job(int resume, td_runner_result *res, char *err, size_t cap)
+{
+    td_job_spec s;
+    td_runner *r;
+    parse_job(&s);
+    td_runner_opts o = {.spec = &s, .models_dir = ".", .device = "cpu",
+                        .ckpt_dir = ckdir, .resume = resume};
+    int rc = td_runner_create(&o, &r, err, cap);
+    if (rc == 0) {
+        rc = td_runner_run(r, res, err, cap);
+        td_runner_free(r);
+    }
+    td_spec_free(&s);
+    return rc;
+}
+
+static void last_ckpt(char *path, size_t cap)
+{
+    td_ckpt_file *f;
+    char err[512];
+    ck_assert_msg(td_ckpt_load_latest(ckdir, &f, path, cap, err,
+                                      sizeof err) == 0, "%s", err);
+    td_ckpt_close(f);
+}
+
+START_TEST(test_checkpoint_names_and_counter)
+{
+    td_runner_result res;
+    char err[512], path[4096];
+    ck_assert_msg(run_job(0, &res, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(res.steps, 3);
+    last_ckpt(path, sizeof path);
+    td_ckpt_file *f;
+    ck_assert_int_eq(td_ckpt_open(path, &f, err, sizeof err), 0);
+    const char *names[] = {"conv.weight", "bn.weight", "bn.bias",
+                           "bn.running_mean", "bn.running_var", "head.weight",
+                           "head.bias"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        ck_assert_msg(td_ckpt_file_find(f, names[i]), "%s", names[i]);
+    const td_ckpt_tensor *t = td_ckpt_file_find(f, "bn.num_batches_tracked");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->dtype, TD_DT_I64);
+    ck_assert_int_eq(t->ndim, 0);
+    int64_t nbt;
+    ck_assert_int_eq(td_ckpt_file_read(f, "bn.num_batches_tracked",
+                                       TD_DT_I64, &nbt, 8, err, sizeof err),
+                     0);
+    ck_assert_int_eq(nbt, 3);
+    /* 8-aligned: the counters come first in the data region */
+    ck_assert_uint_eq(t->offset, 0);
+    td_ckpt_close(f);
+}
+END_TEST
+
+START_TEST(test_checkpoint_describes_model)
+{
+    td_runner_result res;
+    char err[512], path[4096];
+    ck_assert_msg(run_job(0, &res, err, sizeof err) == 0, "%s", err);
+    last_ckpt(path, sizeof path);
+    td_ckpt_file *f;
+    td_model_meta meta;
+    ck_assert_int_eq(td_ckpt_open(path, &f, err, sizeof err), 0);
+    ck_assert_msg(td_model_meta_read(f, &meta, err, sizeof err) == 0, "%s",
+                  err);
+    td_ckpt_close(f);
+    ck_assert_int_eq(meta.classes, 3);
+    ck_assert_str_eq(meta.class_names[0], "class0");
+    ck_assert_str_eq(meta.class_names[2], "class2");
+    ck_assert_int_eq(meta.in.c, 3);
+    ck_assert_int_eq(meta.in.h, 24);
+    ck_assert_int_eq(meta.in.w, 24);
+    ck_assert_float_eq_tol(meta.mean[1], 0.4f, 1e-7f);
+    ck_assert_float_eq_tol(meta.std[2], 0.3f, 1e-7f);
+    /* resize 28 + center_crop is the pipeline's center_crop, resize 28 */
+    ck_assert_int_eq(meta.n_augment, 2);
+    ck_assert_int_eq(meta.augment[0].op, TD_AUG_CENTER_CROP);
+    ck_assert_int_eq(meta.augment[0].resize, 28);
+    ck_assert_int_eq(meta.augment[1].op, TD_AUG_FLIP);
+    ck_assert_str_eq(json_string_value(json_object_get(meta.graph, "name")),
+                     "tiny");
+    ck_assert_int_eq(json_array_size(json_object_get(meta.graph, "layers")),
+                     5);
+
+    /* The file alone is enough to predict, and gives the logits of the
+     * same weights given with explicit metadata. */
+    td_infer *a, *b;
+    ck_assert_msg(td_infer_open(path, 4, 1, &a, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_msg(td_infer_create(&meta, path, 4, 1, &b, err, sizeof err) ==
+                  0, "%s", err);
+    uint8_t px[4 * 24 * 24 * 3];
+    td_test_photo(px, 24 * 2, 24 * 2, 3, 9);
+    float la[12], lb[12];
+    ck_assert_int_eq(td_infer_logits(a, px, 4, la, err, sizeof err), 0);
+    ck_assert_int_eq(td_infer_logits(b, px, 4, lb, err, sizeof err), 0);
+    for (int i = 0; i < 12; i++) {
+        ck_assert(isfinite(la[i]));
+        ck_assert_float_eq(la[i], lb[i]);
+    }
+    ck_assert_float_ne(la[0], la[3]); /* not all the same image */
+    td_infer_free(a);
+    td_infer_free(b);
+    td_model_meta_free(&meta);
+}
+END_TEST
+
+/* Weights files: a save loads back bit for bit; strict loading names a
+ * missing tensor and one of another shape; a lenient load reports. */
+START_TEST(test_weights_files)
+{
+    char err[512], path[4200];
+    td_model *m, *m2;
+    json_t *g = json_pack("{s:[{s:s,s:s,s:i,s:i},{s:s,s:s},{s:s},{s:s,s:s,"
+                          "s:s}]}", "layers", "type", "conv2d", "name", "c",
+                          "channels", 2, "kernel", 3, "type", "batchnorm",
+                          "name", "n", "type", "global_avgpool", "type",
+                          "dense", "name", "fc", "units", "classes");
+    ck_assert_int_eq(td_model_build(g, (td_shape){1, 8, 8}, 3, &m, err,
+                                    sizeof err), 0);
+    ck_assert_int_eq(td_model_build(g, (td_shape){1, 8, 8}, 5, &m2, err,
+                                    sizeof err), 0);
+    float *p = malloc(m->param_count * sizeof *p), st[4] = {1, 2, 3, 4};
+    float *q = calloc(m2->param_count, sizeof *q), st2[4];
+    td_model_init_params(m, 7, p);
+    snprintf(path, sizeof path, "%s/w.safetensors", tmp);
+    ck_assert_int_eq(td_weights_save(m, p, st, 5, NULL, path, err,
+                                     sizeof err), 0);
+    td_ckpt_file *f;
+    ck_assert_int_eq(td_st_open(path, &f, err, sizeof err), 0);
+    float *back = calloc(m->param_count, sizeof *back), sb[4];
+    td_weights_report rep;
+    ck_assert_int_eq(td_weights_load(m, f, 1, back, sb, &rep, err,
+                                     sizeof err), 0);
+    ck_assert_int_eq(memcmp(back, p, m->param_count * sizeof *p), 0);
+    ck_assert_int_eq(memcmp(sb, st, sizeof st), 0);
+    ck_assert_int_eq(rep.loaded, 5 + 2); /* c, n (2), fc (2); n state */
+    ck_assert_int_eq(rep.missing + rep.reshaped + rep.ignored, 0);
+    /* 5 classes: fc.weight [5, 2] and fc.bias [5] differ */
+    ck_assert_int_eq(td_weights_load(m2, f, 1, q, st2, &rep, err,
+                                     sizeof err), TD_E_SPEC);
+    ck_assert_msg(strstr(err, "\"fc.weight\" is F32 [3, 2] in the file, the "
+                          "model's is F32 [5, 2]"), "%s", err);
+    ck_assert_int_eq(td_weights_load(m2, f, 0, q, st2, &rep, err,
+                                     sizeof err), 0);
+    ck_assert_int_eq(rep.loaded, 5 + 2 - 2);
+    ck_assert_int_eq(rep.reshaped, 2);
+    ck_assert_str_eq(rep.first_reshaped, "fc.weight");
+    ck_assert_float_eq(q[0], p[0]);
+    td_ckpt_close(f);
+    json_decref(g);
+    td_model_free(m);
+    td_model_free(m2);
+    free(p);
+    free(q);
+    free(back);
+}
+END_TEST
+
+/* A checkpoint from before torchvision names: resume refuses it and says
+ * why (docs/checkpoints.md). */
+START_TEST(test_old_names_refused)
+{
+    td_runner_result res;
+    char err[512], path[4096];
+    ck_assert_msg(run_job(0, &res, err, sizeof err) == 0, "%s", err);
+    last_ckpt(path, sizeof path);
+    td_ckpt_file *f;
+    ck_assert_int_eq(td_ckpt_open(path, &f, err, sizeof err), 0);
+    /* the same checkpoint at an earlier step, conv.weight as stem.weight */
+    td_ckpt_snapshot s;
+    ck_assert_int_eq(td_ckpt_snapshot_init(&s, 1 << 20, 64), 0);
+    for (int i = 0; i < td_ckpt_file_count(f); i++) {
+        const td_ckpt_tensor *t = td_ckpt_file_tensor(f, i);
+        void *dst;
+        const char *name = strcmp(t->name, "conv.weight") ? t->name
+                                                          : "stem.weight";
+        ck_assert_int_eq(td_ckpt_snapshot_add(&s, name, t->dtype, t->ndim,
+                                              t->shape, &dst), 0);
+        memcpy(dst, td_ckpt_file_data(f, t), t->nbytes);
+    }
+    s.meta = *td_ckpt_file_meta(f);
+    s.meta.step = 1;
+    s.meta.epoch = 0;
+    s.meta.sampler_pos = 8;
+    td_ckpt_close(f);
+    td_test_rmtree(ckdir);
+    ck_assert_int_eq(mkdir(ckdir, 0700), 0);
+    ck_assert_int_eq(td_ckpt_write(ckdir, &s, 0, NULL, NULL, 0, err,
+                                   sizeof err), 0);
+    td_ckpt_snapshot_destroy(&s);
+    ck_assert_int_ne(run_job(1, &res, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "old layer names") && strstr(err, "stem"),
+                  "%s", err);
+}
+END_TEST
+
+/* ---- eval and predict: the validation pass's numbers ------------------ */
+
+#define VAL_JOB \
+    "{\"name\": \"ev\", \"data\": {\"train\": \"%s/train\", " \
+    "  \"val\": \"%s/val\"}," \
+    " \"input\": {\"size\": [24, 24], \"channels\": 3," \
+    "   \"augment\": [{\"op\": \"random_resized_crop\", " \
+    "                 \"scale\": [0.6, 1.0]}, {\"op\": \"flip\"}]," \
+    "   \"normalize\": {\"mean\": [0.5, 0.5, 0.5], \"std\": [0.25, 0.25, 0.25]}}," \
+    " \"model\": {\"name\": \"small\", \"layers\": [" \
+    "   {\"type\": \"conv2d\", \"name\": \"c1\", \"channels\": 8," \
+    "    \"kernel\": 3, \"pad\": 1}," \
+    "   {\"type\": \"batchnorm\", \"name\": \"b1\"}, {\"type\": \"relu\"}," \
+    "   {\"type\": \"maxpool\", \"kernel\": 2}," \
+    "   {\"type\": \"conv2d\", \"name\": \"c2\", \"channels\": 16," \
+    "    \"kernel\": 3, \"pad\": 1}," \
+    "   {\"type\": \"batchnorm\", \"name\": \"b2\"}, {\"type\": \"relu\"}," \
+    "   {\"type\": \"global_avgpool\"}," \
+    "   {\"type\": \"dense\", \"name\": \"fc\", \"units\": \"classes\"}]}," \
+    " \"optimizer\": {\"lr\": 0.05, \"momentum\": 0.9}," \
+    " \"batch_size\": 20, \"epochs\": 6, \"seed\": 5, \"threads\": 1," \
+    " \"device\": \"cpu\"}"
+
+/* Runs cmd, returns its stdout (malloc'd) and exit status. */
+static char *run_cmd(const char *cmd, int *status)
+{
+    FILE *p = popen(cmd, "r");
+    size_t cap = 1 << 16, len = 0, got;
+    char *out = malloc(cap);
+    ck_assert_ptr_nonnull(p);
+    while ((got = fread(out + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (len + 1 == cap)
+            out = realloc(out, cap *= 2);
+    }
+    out[len] = '\0';
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+/* The job's validation accuracy, `trainctl eval` and `trainctl predict`
+ * over the same images agree: eval's top-1 count is the validation
+ * pass's, and predict's arg-max for every image rebuilds eval's confusion
+ * matrix exactly.  predict names a non-image and goes on (exit 1). */
+START_TEST(test_eval_predict_match_validation)
+{
+    char txt[8192], err[512], path[4096], cmd[16384];
+    const char *bld = getenv("TD_BUILD_ROOT");
+    td_job_spec s;
+    td_runner *r;
+    td_runner_result res;
+    json_error_t je;
+    int st;
+    snprintf(txt, sizeof txt, "%s/train", tmp);
+    td_test_make_labelled_folder(txt, 5, 40, 40, 32, 1, NULL);
+    snprintf(txt, sizeof txt, "%s/val", tmp);
+    td_test_make_labelled_folder(txt, 5, 6, 40, 32, 501, NULL);
+    snprintf(txt, sizeof txt, VAL_JOB, tmp, tmp);
+    json_t *j = json_loads(txt, 0, &je);
+    ck_assert_msg(j, "%s", je.text);
+    ck_assert_msg(td_spec_parse(j, NULL, &s, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(j);
+    td_runner_opts o = {.spec = &s, .models_dir = ".", .device = "cpu",
+                        .ckpt_dir = ckdir};
+    ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(td_runner_run(r, &res, err, sizeof err) == 0, "%s", err);
+    td_runner_free(r);
+    td_spec_free(&s);
+    last_ckpt(path, sizeof path);
+
+    snprintf(cmd, sizeof cmd, "%s/client/trainctl eval %s %s/val --json",
+             bld ? bld : ".", path, tmp);
+    char *out = run_cmd(cmd, &st);
+    ck_assert_msg(st == 0, "%s", out);
+    json_t *ev = json_loads(out, 0, &je);
+    ck_assert_msg(ev, "%s: %s", je.text, out);
+    free(out);
+    int64_t n = json_integer_value(json_object_get(ev, "samples"));
+    int64_t ok = json_integer_value(json_object_get(ev, "top1_correct"));
+    ck_assert_int_eq(n, 30);
+    ck_assert_double_eq(res.val_acc, (double)ok / (double)n);
+    ck_assert_int_gt(ok, 10); /* it learned something (chance: 6) */
+
+    /* predict: every val image, a non-image in the middle */
+    size_t at = (size_t)snprintf(cmd, sizeof cmd, "%s/client/trainctl "
+                                 "predict %s --top 1 --json", bld ? bld : ".",
+                                 path);
+    for (int k = 0; k < 5; k++)
+        for (int i = 0; i < 6; i++) {
+            at += (size_t)snprintf(cmd + at, sizeof cmd - at,
+                                   " %s/val/class%d/img%03d.jpg", tmp, k, i);
+            if (k == 2 && i == 3)
+                at += (size_t)snprintf(cmd + at, sizeof cmd - at,
+                                       " %s/val/class2", tmp);
+        }
+    snprintf(cmd + at, sizeof cmd - at, " 2>/dev/null");
+    out = run_cmd(cmd, &st);
+    ck_assert_int_eq(st, 1);
+    json_t *conf = json_object_get(ev, "confusion");
+    int64_t mine[5][5] = {{0}};
+    int lines = 0, errors = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *pj = json_loads(line, 0, &je);
+        ck_assert_msg(pj, "%s", line);
+        const char *file = json_string_value(json_object_get(pj, "file"));
+        if (json_object_get(pj, "error")) {
+            ck_assert_ptr_nonnull(strstr(file, "/val/class2"));
+            errors++;
+        } else {
+            int k = file[strlen(file) - 12] - '0'; /* classK/imgNNN.jpg */
+            json_t *top = json_array_get(json_object_get(pj, "top"), 0);
+            mine[k][json_integer_value(json_object_get(top, "label"))]++;
+            /* lines keep the order of the files */
+            ck_assert_int_eq(k, (lines - errors) / 6);
+        }
+        lines++;
+        json_decref(pj);
+    }
+    free(out);
+    ck_assert_int_eq(lines, 31);
+    ck_assert_int_eq(errors, 1);
+    for (int k = 0; k < 5; k++)
+        for (int p = 0; p < 5; p++)
+            ck_assert_int_eq(mine[k][p], json_integer_value(json_array_get(
+                                             json_array_get(conf, (size_t)k),
+                                             (size_t)p)));
+    json_decref(ev);
+}
+END_TEST
+
+static Suite *modelfile_suite(void)
+{
+    Suite *su = suite_create("modelfile");
+    TCase *tc = tcase_create("modelfile");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 280); /* trains small jobs; ASan is slower */
+    tcase_add_test(tc, test_checkpoint_names_and_counter);
+    tcase_add_test(tc, test_checkpoint_describes_model);
+    tcase_add_test(tc, test_weights_files);
+    tcase_add_test(tc, test_old_names_refused);
+    tcase_add_test(tc, test_eval_predict_match_validation);
+    suite_add_tcase(su, tc);
+    return su;
+}
+
+TD_TEST_MAIN(modelfile_suite)
