@@ -111,8 +111,20 @@ static void *td__thread(void *arg)
                         .ckpt_dir = s->ckpt_dir, .resume = 1,
                         .event = td__on_event, .snapshot = td__on_snapshot,
                         .user = s, .cred = &s->cred};
-    rc = td_runner_create(&o, &r, err, sizeof err);
-    if (rc == 0) {
+    /* Cancelled before it was built: build nothing (a big job's set-up
+     * is the slow part). */
+    pthread_mutex_lock(&s->mu);
+    int cancelled = s->pending_stop == TD_STOP_CANCEL;
+    pthread_mutex_unlock(&s->mu);
+    if (cancelled) {
+        res.stopped = TD_STOP_CANCEL;
+        res.val_acc = res.val_loss = NAN;
+        snprintf(res.verdict, sizeof res.verdict, "none");
+        rc = 0;
+    } else {
+        rc = td_runner_create(&o, &r, err, sizeof err);
+    }
+    if (rc == 0 && r) {
         pthread_mutex_lock(&s->mu);
         s->runner = r;
         if (s->pending_stop != TD_STOP_NONE)

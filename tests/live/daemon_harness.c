@@ -77,6 +77,7 @@ int th_start_env(td_harness *h, const char *const *extra_args,
 {
     memset(h, 0, sizeof *h);
     h->env = env;
+    h->extra = extra_args;
     snprintf(h->dir, sizeof h->dir, "/tmp/traind-test-XXXXXX");
     if (!mkdtemp(h->dir))
         return -errno;
@@ -108,7 +109,7 @@ int th_restart(td_harness *h)
 {
     if (h->pid > 0)
         th_stop(h);
-    return th__spawn(h, NULL);
+    return th__spawn(h, h->extra);
 }
 
 void th_cleanup(td_harness *h)

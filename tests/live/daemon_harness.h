@@ -13,6 +13,8 @@ typedef struct td_harness {
     char sock[96];
     char state[96];
     const char *const *env; /* extra environment for the daemon */
+    const char *const *extra; /* th_start's extra args, kept for
+                                 th_restart (must outlive the harness) */
 } td_harness;
 
 /* Starts build/daemon/traind (from $TD_BUILD_ROOT) with extra args
@@ -25,7 +27,7 @@ int th_start_env(td_harness *h, const char *const *extra_args,
                  const char *const *env);
 /* SIGTERM, then waits; returns the exit status (or -1). */
 int th_stop(td_harness *h);
-/* Restarts on the same dirs. */
+/* Restarts on the same dirs, with the same extra args. */
 int th_restart(td_harness *h);
 void th_cleanup(td_harness *h); /* removes the temporary dir */
 

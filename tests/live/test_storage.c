@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "chaos.h"
 #include "daemon_harness.h"
 #include "tdtest.h"
 
@@ -339,6 +340,41 @@ START_TEST(test_record_revalidated_on_load)
 }
 END_TEST
 
+/* ---- chaos, short: the benchmark's driver with 4 cycles -------------------- */
+
+START_TEST(test_chaos_short)
+{
+    char conf[] = "/tmp/traind-chaos-conf-XXXXXX";
+    int cfd = mkstemp(conf);
+    const char *text = "max_crash_restarts = 1000\n";
+    ck_assert_int_ge(cfd, 0);
+    ck_assert_int_eq(write(cfd, text, strlen(text)), (ssize_t)strlen(text));
+    close(cfd);
+    const char *args[] = {"--config", conf, NULL};
+    td_harness h;
+    ck_assert_int_eq(th_start(&h, args), 0);
+    td_chaos_opts o = {.cycles = 4, .epochs = 8, .every = 25, .size = 32,
+                       .channels = 32, .seed = 7, .verbose = 1};
+    td_chaos_result r;
+    td_chaos_run(&h, &o, &r);
+    int st = th_stop(&h);
+    th_cleanup(&h);
+    unlink(conf);
+    ck_assert_msg(r.kills >= 3, "only %d kill(s) before the job ended",
+                  r.kills);
+    ck_assert_int_eq(r.lost, 0);
+    ck_assert_msg(r.kills_in_write >= 1, "no kill hit a checkpoint write");
+    ck_assert_msg(r.resumes == r.kills, "%d of %d restarts resumed",
+                  r.resumes, r.kills);
+    ck_assert_msg(r.completed, "the job did not complete");
+    ck_assert_int_eq(r.final_step, 800);
+    ck_assert_msg(r.tensors > 0 && r.differing == 0,
+                  "%d of %d tensors differ from the uninterrupted run",
+                  r.differing, r.tensors);
+    ck_assert_int_eq(st, 0);
+}
+END_TEST
+
 static Suite *storage_suite(void)
 {
     Suite *s = suite_create("storage");
@@ -357,6 +393,9 @@ static Suite *storage_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_cancel_survives_kill9);
     tcase_add_test(tc, test_record_revalidated_on_load);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("chaos");
+    tcase_add_test(tc, test_chaos_short);
     suite_add_tcase(s, tc);
     tc = tcase_create("startup");
     tcase_add_test(tc, test_readonly_state_dir_refused);
