@@ -373,6 +373,60 @@ START_TEST(test_shard_glob_order_and_index_cache)
 }
 END_TEST
 
+/* Overwrites the first entry of shard's .tdidx cache (after its 40-byte
+ * head: u64 data offset, u32 length, i32 label), leaving the shard as it
+ * is, so the cache still matches its size and mtime. */
+static void patch_cache_entry(const char *shard, uint64_t off, uint32_t len,
+                              int32_t label)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s.tdidx", shard);
+    int fd = open(p, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, &off, 8, 40), 8);
+    ck_assert_int_eq(pwrite(fd, &len, 4, 48), 4);
+    ck_assert_int_eq(pwrite(fd, &label, 4, 52), 4);
+    close(fd);
+}
+
+/* Opens path and checks it holds the one sample "xx" labelled 3. */
+static void check_one_sample(const char *shard)
+{
+    char err[512], name[512];
+    td_dataset *ds;
+    const uint8_t *d;
+    size_t n;
+    ck_assert_int_eq(td_dataset_open(shard, &ds, err, sizeof err), 0);
+    ck_assert_uint_eq(td_dataset_count(ds), 1);
+    ck_assert_int_eq(td_dataset_read(ds, 0, NULL, &d, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_mem_eq(d, "xx", 2);
+    ck_assert_int_eq(td_dataset_label(ds, 0), 3);
+    ck_assert_int_eq(td_dataset_classes(ds), 4);
+    td_dataset_sample_name(ds, 0, name, sizeof name);
+    ck_assert_ptr_nonnull(strstr(name, "s.tar:a.jpg"));
+    td_dataset_close(ds);
+}
+
+START_TEST(test_shard_cache_entry_outside_the_data_ignored)
+{
+    const char *m[] = {"a.jpg", "xx", "a.cls", "3"};
+    snprintf(path, sizeof path, "%s/s.tar", tmp);
+    write_tar(path, m, 2);
+    check_one_sample(path); /* writes the cache */
+    /* offset + length wrapping past 2^64 to "inside the shard" */
+    patch_cache_entry(path, UINT64_MAX - 100, 200, 3);
+    check_one_sample(path);
+    /* data at offset 0, where the first header is (the name is read
+     * from the 512 bytes before the data) */
+    patch_cache_entry(path, 0, 2, 3);
+    check_one_sample(path);
+    /* not on a block boundary */
+    patch_cache_entry(path, 513, 1, 3);
+    check_one_sample(path);
+}
+END_TEST
+
 START_TEST(test_pack_folder_copies_bytes)
 {
     char out[4096], err[512] = "";
@@ -518,6 +572,7 @@ static Suite *dataset_suite(void)
     tcase_add_test(tc, test_open_errors_are_clear);
     tcase_add_test(tc, test_shard_sample_without_label);
     tcase_add_test(tc, test_shard_glob_order_and_index_cache);
+    tcase_add_test(tc, test_shard_cache_entry_outside_the_data_ignored);
     tcase_add_test(tc, test_pack_folder_copies_bytes);
     tcase_add_test(tc, test_pack_folder_restart_markers);
     tcase_add_test(tc, test_pack_folder_threads_same_shards);
