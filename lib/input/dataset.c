@@ -399,7 +399,8 @@ static int td__idx_load(const char *shard, const struct stat *st,
     for (uint64_t i = 0; i < h.count; i++) {
         const struct td__idx_entry *e = &s->ents[i];
         if (e->off < TD_TAR_BLOCK || e->off % TD_TAR_BLOCK != 0 ||
-            e->off > h.size || e->len > h.size - e->off || e->label < 0)
+            e->off > h.size || e->len > h.size - e->off || e->label < 0 ||
+            e->label == INT32_MAX) /* as td__parse_label: 1 + label fits */
             goto out;
     }
     s->n = h.count;

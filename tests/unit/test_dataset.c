@@ -427,6 +427,19 @@ START_TEST(test_shard_cache_entry_outside_the_data_ignored)
 }
 END_TEST
 
+START_TEST(test_shard_cache_label_int32_max_ignored)
+{
+    /* the walk refuses labels >= INT32_MAX (the class count is 1 + the
+     * largest label, an int); a cache may not bring one in */
+    const char *m[] = {"a.jpg", "xx", "a.cls", "3"};
+    snprintf(path, sizeof path, "%s/s.tar", tmp);
+    write_tar(path, m, 2);
+    check_one_sample(path);
+    patch_cache_entry(path, TD_TAR_BLOCK, 2, INT32_MAX);
+    check_one_sample(path);
+}
+END_TEST
+
 START_TEST(test_pack_folder_copies_bytes)
 {
     char out[4096], err[512] = "";
@@ -573,6 +586,7 @@ static Suite *dataset_suite(void)
     tcase_add_test(tc, test_shard_sample_without_label);
     tcase_add_test(tc, test_shard_glob_order_and_index_cache);
     tcase_add_test(tc, test_shard_cache_entry_outside_the_data_ignored);
+    tcase_add_test(tc, test_shard_cache_label_int32_max_ignored);
     tcase_add_test(tc, test_pack_folder_copies_bytes);
     tcase_add_test(tc, test_pack_folder_restart_markers);
     tcase_add_test(tc, test_pack_folder_threads_same_shards);
