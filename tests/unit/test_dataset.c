@@ -171,6 +171,34 @@ START_TEST(test_tar_base256_sizes_over_64_bits_refused)
 }
 END_TEST
 
+/* Gives the header at h member type t and fixes its checksum. */
+static void retype(uint8_t *h, char t)
+{
+    h[156] = (uint8_t)t;
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < TD_TAR_BLOCK; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+START_TEST(test_tar_pax_length_wrapping_ends)
+{
+    /* pax records "10 a=bcde\n" and one whose length, 2^64 - 10, takes
+     * the walk from offset 10 back to 0: it looped forever */
+    static const char pax[] = "10 a=bcde\n18446744073709551606 \n";
+    uint8_t buf[6 * TD_TAR_BLOCK] = {0};
+    char names[1024] = "";
+    ck_assert_int_eq(td_tar_header(buf, "PaxHeader/x", sizeof pax - 1, 0), 0);
+    retype(buf, 'x');
+    memcpy(buf + TD_TAR_BLOCK, pax, sizeof pax - 1);
+    ck_assert_int_eq(td_tar_header(buf + 2 * TD_TAR_BLOCK, "x.cls", 1, 0), 0);
+    buf[3 * TD_TAR_BLOCK] = '1';
+    ck_assert_int_eq(td_tar_walk(buf, sizeof buf, collect, names, NULL), 0);
+    ck_assert_str_eq(names, "x.cls|");
+}
+END_TEST
+
 START_TEST(test_pack_idx_shards_read_back)
 {
     uint8_t *px = make_idx(60, 1);
@@ -590,6 +618,11 @@ static Suite *dataset_suite(void)
     tcase_add_test(tc, test_pack_folder_copies_bytes);
     tcase_add_test(tc, test_pack_folder_restart_markers);
     tcase_add_test(tc, test_pack_folder_threads_same_shards);
+    suite_add_tcase(s, tc);
+    /* header walks over hostile bytes: a loop that never ends fails fast */
+    tc = tcase_create("tar");
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, test_tar_pax_length_wrapping_ends);
     suite_add_tcase(s, tc);
     return s;
 }
