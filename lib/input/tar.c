@@ -120,7 +120,9 @@ static void td__pax_path(const uint8_t *p, uint64_t size, char *name)
             if (len > size - off)
                 return;
         }
-        if (len == 0 || i >= size || p[i] != ' ')
+        /* ... nor less than its digits, the space and one byte (a shorter
+         * one made the key/value length wrap: memcmp read past the end) */
+        if (i >= size || p[i] != ' ' || len < i - off + 2)
             return;
         const uint8_t *kv = p + i + 1;
         uint64_t kvlen = off + len - (i + 1);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -196,6 +197,29 @@ START_TEST(test_tar_pax_length_wrapping_ends)
     buf[3 * TD_TAR_BLOCK] = '1';
     ck_assert_int_eq(td_tar_walk(buf, sizeof buf, collect, names, NULL), 0);
     ck_assert_str_eq(names, "x.cls|");
+}
+END_TEST
+
+START_TEST(test_tar_pax_length_shorter_than_its_digits)
+{
+    /* a pax header whose data "1 p" ends the image, right before a page
+     * that cannot be read: the record length 1 (less than "1 " itself)
+     * made the key/value length wrap and memcmp read 5 bytes from past
+     * the end (a fault here; ASan: heap-buffer-overflow) */
+    long pg = sysconf(_SC_PAGESIZE);
+    uint8_t *map = mmap(NULL, (size_t)pg * 2, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(map, MAP_FAILED);
+    ck_assert_int_eq(mprotect(map + pg, (size_t)pg, PROT_NONE), 0);
+    uint8_t *buf = map + pg - (TD_TAR_BLOCK + 3);
+    ck_assert_int_eq(td_tar_header(buf, "PaxHeader/x", 3, 0), 0);
+    retype(buf, 'x');
+    memcpy(buf + TD_TAR_BLOCK, "1 p", 3);
+    char names[64] = "";
+    ck_assert_int_eq(td_tar_walk(buf, TD_TAR_BLOCK + 3, collect, names, NULL),
+                     TD_E_CORRUPT); /* truncated: no end blocks */
+    ck_assert_str_eq(names, "");
+    munmap(map, (size_t)pg * 2);
 }
 END_TEST
 
@@ -623,6 +647,7 @@ static Suite *dataset_suite(void)
     tc = tcase_create("tar");
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_tar_pax_length_wrapping_ends);
+    tcase_add_test(tc, test_tar_pax_length_shorter_than_its_digits);
     suite_add_tcase(s, tc);
     return s;
 }
