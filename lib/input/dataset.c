@@ -393,9 +393,16 @@ static int td__idx_load(const char *shard, const struct stat *st,
         goto out;
     if (h.count && fread(s->ents, sizeof *s->ents, h.count, f) != h.count)
         goto out;
-    for (uint64_t i = 0; i < h.count; i++)
-        if (s->ents[i].off + s->ents[i].len > h.size || s->ents[i].label < 0)
+    /* Each entry must be where a member's data can be: after its header,
+     * on a block boundary, and (without wrapping) inside the shard; the
+     * sample's name is read from the header before it. */
+    for (uint64_t i = 0; i < h.count; i++) {
+        const struct td__idx_entry *e = &s->ents[i];
+        if (e->off < TD_TAR_BLOCK || e->off % TD_TAR_BLOCK != 0 ||
+            e->off > h.size || e->len > h.size - e->off || e->label < 0 ||
+            e->label == INT32_MAX) /* as td__parse_label: 1 + label fits */
             goto out;
+    }
     s->n = h.count;
     rc = 0;
 out:

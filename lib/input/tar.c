@@ -112,9 +112,17 @@ static void td__pax_path(const uint8_t *p, uint64_t size, char *name)
     uint64_t off = 0;
     while (off < size) {
         uint64_t len = 0, i = off;
-        while (i < size && p[i] >= '0' && p[i] <= '9')
+        /* LEN counts the whole record: never more than what is left (a
+         * length that wrapped off + len past 2^64 sent the walk back to an
+         * earlier record, forever) */
+        while (i < size && p[i] >= '0' && p[i] <= '9') {
             len = len * 10 + (uint64_t)(p[i++] - '0');
-        if (len == 0 || off + len > size || i >= size || p[i] != ' ')
+            if (len > size - off)
+                return;
+        }
+        /* ... nor less than its digits, the space and one byte (a shorter
+         * one made the key/value length wrap: memcmp read past the end) */
+        if (i >= size || p[i] != ' ' || len < i - off + 2)
             return;
         const uint8_t *kv = p + i + 1;
         uint64_t kvlen = off + len - (i + 1);

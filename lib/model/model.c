@@ -7,6 +7,7 @@
  */
 #include "model/model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -330,6 +331,14 @@ static int td__layer(td__mb *b, const json_t *o, int L)
             "%dx%dx%d is too small for kernel %d, stride %d, pad "
             "%d",
             b->li, l->name, iname, x.c, x.h, x.w, l->kernel, l->stride, l->pad);
+    /* Every tensor's values per sample fit an int, so that flatten and
+     * dense (c * h * w of their input) and the backends cannot overflow. */
+    if ((int64_t)l->out.c * l->out.h * l->out.w > INT_MAX)
+        return td_set_error(b->err, b->cap, TD_E_SPEC,
+                            "model.layers[%d] (%s): output %dx%dx%d has more "
+                            "than %d values per sample",
+                            b->li, l->name, l->out.c, l->out.h, l->out.w,
+                            INT_MAX);
     return 0;
 }
 
@@ -428,7 +437,8 @@ int td_model_build(const json_t *def, td_shape in, int classes,
     *out = NULL;
     if (rc)
         return rc;
-    if (in.c < 1 || in.c > 4 || in.h < 1 || in.w < 1 || classes < 2)
+    if (in.c < 1 || in.c > 4 || in.h < 1 || in.w < 1 || classes < 2 ||
+        (int64_t)in.c * in.h * in.w > INT_MAX)
         return td_set_error(err, errcap, TD_E_SPEC,
                             "model: input %dx%dx%d with %d classes "
                             "is not supported (1..4 channels, >= 2 classes)",

@@ -295,10 +295,29 @@ char *td_proto_ok(json_t *id, json_t *ok)
                               ok ? ok : json_object()));
 }
 
+/* The message of an error reply.  Messages quote what the client sent and
+ * are cut to a fixed buffer by snprintf, which can split a UTF-8
+ * character at the end; JSON strings must be UTF-8, and json_pack would
+ * fail and leave the request without a reply.  Drop that partial
+ * character; anything else invalid gets a message saying so. */
+static json_t *td__desc(const char *desc)
+{
+    json_t *s = json_string(desc);
+    if (s)
+        return s;
+    size_t n = strlen(desc), k = n;
+    while (k > 0 && n - k < 3 && ((unsigned char)desc[k - 1] & 0xc0) == 0x80)
+        k--;
+    if (k > 0 && (unsigned char)desc[k - 1] >= 0xc0)
+        s = json_stringn(desc, k - 1);
+    return s ? s : json_string("(the error message is not valid UTF-8)");
+}
+
 char *td_proto_error(json_t *id, const char *err_class, const char *desc)
 {
-    return td_proto_line(json_pack("{s:o, s:{s:s, s:s}}", "id", td__id(id),
-                              "error", "class", err_class, "desc", desc));
+    return td_proto_line(json_pack("{s:o, s:{s:s, s:o}}", "id", td__id(id),
+                              "error", "class", err_class, "desc",
+                              td__desc(desc)));
 }
 
 char *td_proto_hello(const char *version, const char *device)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -168,6 +169,57 @@ START_TEST(test_tar_base256_sizes_over_64_bits_refused)
     ck_assert_int_eq(td_tar_walk(buf, sizeof buf, collect, names, &at),
                      TD_E_CORRUPT);
     ck_assert_str_eq(names, "");
+}
+END_TEST
+
+/* Gives the header at h member type t and fixes its checksum. */
+static void retype(uint8_t *h, char t)
+{
+    h[156] = (uint8_t)t;
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < TD_TAR_BLOCK; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+START_TEST(test_tar_pax_length_wrapping_ends)
+{
+    /* pax records "10 a=bcde\n" and one whose length, 2^64 - 10, takes
+     * the walk from offset 10 back to 0: it looped forever */
+    static const char pax[] = "10 a=bcde\n18446744073709551606 \n";
+    uint8_t buf[6 * TD_TAR_BLOCK] = {0};
+    char names[1024] = "";
+    ck_assert_int_eq(td_tar_header(buf, "PaxHeader/x", sizeof pax - 1, 0), 0);
+    retype(buf, 'x');
+    memcpy(buf + TD_TAR_BLOCK, pax, sizeof pax - 1);
+    ck_assert_int_eq(td_tar_header(buf + 2 * TD_TAR_BLOCK, "x.cls", 1, 0), 0);
+    buf[3 * TD_TAR_BLOCK] = '1';
+    ck_assert_int_eq(td_tar_walk(buf, sizeof buf, collect, names, NULL), 0);
+    ck_assert_str_eq(names, "x.cls|");
+}
+END_TEST
+
+START_TEST(test_tar_pax_length_shorter_than_its_digits)
+{
+    /* a pax header whose data "1 p" ends the image, right before a page
+     * that cannot be read: the record length 1 (less than "1 " itself)
+     * made the key/value length wrap and memcmp read 5 bytes from past
+     * the end (a fault here; ASan: heap-buffer-overflow) */
+    long pg = sysconf(_SC_PAGESIZE);
+    uint8_t *map = mmap(NULL, (size_t)pg * 2, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(map, MAP_FAILED);
+    ck_assert_int_eq(mprotect(map + pg, (size_t)pg, PROT_NONE), 0);
+    uint8_t *buf = map + pg - (TD_TAR_BLOCK + 3);
+    ck_assert_int_eq(td_tar_header(buf, "PaxHeader/x", 3, 0), 0);
+    retype(buf, 'x');
+    memcpy(buf + TD_TAR_BLOCK, "1 p", 3);
+    char names[64] = "";
+    ck_assert_int_eq(td_tar_walk(buf, TD_TAR_BLOCK + 3, collect, names, NULL),
+                     TD_E_CORRUPT); /* truncated: no end blocks */
+    ck_assert_str_eq(names, "");
+    munmap(map, (size_t)pg * 2);
 }
 END_TEST
 
@@ -373,6 +425,73 @@ START_TEST(test_shard_glob_order_and_index_cache)
 }
 END_TEST
 
+/* Overwrites the first entry of shard's .tdidx cache (after its 40-byte
+ * head: u64 data offset, u32 length, i32 label), leaving the shard as it
+ * is, so the cache still matches its size and mtime. */
+static void patch_cache_entry(const char *shard, uint64_t off, uint32_t len,
+                              int32_t label)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s.tdidx", shard);
+    int fd = open(p, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, &off, 8, 40), 8);
+    ck_assert_int_eq(pwrite(fd, &len, 4, 48), 4);
+    ck_assert_int_eq(pwrite(fd, &label, 4, 52), 4);
+    close(fd);
+}
+
+/* Opens path and checks it holds the one sample "xx" labelled 3. */
+static void check_one_sample(const char *shard)
+{
+    char err[512], name[512];
+    td_dataset *ds;
+    const uint8_t *d;
+    size_t n;
+    ck_assert_int_eq(td_dataset_open(shard, &ds, err, sizeof err), 0);
+    ck_assert_uint_eq(td_dataset_count(ds), 1);
+    ck_assert_int_eq(td_dataset_read(ds, 0, NULL, &d, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_mem_eq(d, "xx", 2);
+    ck_assert_int_eq(td_dataset_label(ds, 0), 3);
+    ck_assert_int_eq(td_dataset_classes(ds), 4);
+    td_dataset_sample_name(ds, 0, name, sizeof name);
+    ck_assert_ptr_nonnull(strstr(name, "s.tar:a.jpg"));
+    td_dataset_close(ds);
+}
+
+START_TEST(test_shard_cache_entry_outside_the_data_ignored)
+{
+    const char *m[] = {"a.jpg", "xx", "a.cls", "3"};
+    snprintf(path, sizeof path, "%s/s.tar", tmp);
+    write_tar(path, m, 2);
+    check_one_sample(path); /* writes the cache */
+    /* offset + length wrapping past 2^64 to "inside the shard" */
+    patch_cache_entry(path, UINT64_MAX - 100, 200, 3);
+    check_one_sample(path);
+    /* data at offset 0, where the first header is (the name is read
+     * from the 512 bytes before the data) */
+    patch_cache_entry(path, 0, 2, 3);
+    check_one_sample(path);
+    /* not on a block boundary */
+    patch_cache_entry(path, 513, 1, 3);
+    check_one_sample(path);
+}
+END_TEST
+
+START_TEST(test_shard_cache_label_int32_max_ignored)
+{
+    /* the walk refuses labels >= INT32_MAX (the class count is 1 + the
+     * largest label, an int); a cache may not bring one in */
+    const char *m[] = {"a.jpg", "xx", "a.cls", "3"};
+    snprintf(path, sizeof path, "%s/s.tar", tmp);
+    write_tar(path, m, 2);
+    check_one_sample(path);
+    patch_cache_entry(path, TD_TAR_BLOCK, 2, INT32_MAX);
+    check_one_sample(path);
+}
+END_TEST
+
 START_TEST(test_pack_folder_copies_bytes)
 {
     char out[4096], err[512] = "";
@@ -518,9 +637,17 @@ static Suite *dataset_suite(void)
     tcase_add_test(tc, test_open_errors_are_clear);
     tcase_add_test(tc, test_shard_sample_without_label);
     tcase_add_test(tc, test_shard_glob_order_and_index_cache);
+    tcase_add_test(tc, test_shard_cache_entry_outside_the_data_ignored);
+    tcase_add_test(tc, test_shard_cache_label_int32_max_ignored);
     tcase_add_test(tc, test_pack_folder_copies_bytes);
     tcase_add_test(tc, test_pack_folder_restart_markers);
     tcase_add_test(tc, test_pack_folder_threads_same_shards);
+    suite_add_tcase(s, tc);
+    /* header walks over hostile bytes: a loop that never ends fails fast */
+    tc = tcase_create("tar");
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, test_tar_pax_length_wrapping_ends);
+    tcase_add_test(tc, test_tar_pax_length_shorter_than_its_digits);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -228,6 +228,44 @@ START_TEST(test_bad_definitions)
 }
 END_TEST
 
+START_TEST(test_values_per_sample_fit_an_int)
+{
+    /* 65536 channels on 3x8192x8192 (the spec's largest input): 2^42
+     * values per sample; flatten and dense computed c * h * w of that in
+     * an int (signed overflow, UB) and went on with the wrapped size */
+    static const char *const defs[] = {
+        "{\"layers\": [{\"type\": \"conv2d\", \"channels\": 65536, "
+        "\"kernel\": 1}, {\"type\": \"flatten\"}, {\"type\": \"dense\", "
+        "\"units\": \"classes\"}]}",
+        "{\"layers\": [{\"type\": \"conv2d\", \"channels\": 65536, "
+        "\"kernel\": 1}, {\"type\": \"dense\", \"units\": \"classes\"}]}",
+    };
+    for (int i = 0; i < 2; i++) {
+        json_t *def = json_loads(defs[i], 0, NULL);
+        ck_assert_ptr_nonnull(def);
+        td_model *m = (td_model *)1;
+        char err[256] = "";
+        int rc = td_model_build(def, (td_shape){3, 8192, 8192}, 10, &m, err,
+                                sizeof err);
+        ck_assert_int_eq(rc, TD_E_SPEC);
+        ck_assert_ptr_null(m);
+        ck_assert_str_eq(err, "model.layers[0] (conv2d1): output "
+                              "65536x8192x8192 has more than 2147483647 "
+                              "values per sample");
+        json_decref(def);
+    }
+    /* the same layers on a small input build */
+    json_t *def = json_loads(defs[0], 0, NULL);
+    td_model *m = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(td_model_build(def, (td_shape){3, 8, 8}, 10, &m, err,
+                                    sizeof err), 0);
+    ck_assert_int_eq(m->layers[2].out.c, 65536 * 64);
+    td_model_free(m);
+    json_decref(def);
+}
+END_TEST
+
 START_TEST(test_load_errors)
 {
     td_model *m = NULL;
@@ -260,6 +298,7 @@ static Suite *model_suite(void)
     tcase_add_test(tc, test_init_seeded_kaiming);
     tcase_add_loop_test(tc, test_bad_definitions, 0,
                         (int)(sizeof bad / sizeof bad[0]));
+    tcase_add_test(tc, test_values_per_sample_fit_an_int);
     tcase_add_test(tc, test_load_errors);
     suite_add_tcase(s, tc);
     return s;

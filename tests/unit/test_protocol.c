@@ -151,6 +151,45 @@ START_TEST(test_error_keeps_id)
 }
 END_TEST
 
+START_TEST(test_error_cut_inside_a_character_still_replied)
+{
+    /* An unknown command of 300 euro signs (3 bytes each): the message,
+     * cut to the daemon's 512-byte buffer, ends inside a character.  The
+     * reply was NULL (not UTF-8: json_pack failed), so the daemon sent
+     * nothing and the client waited forever. */
+    char line[1024], err[512];
+    int n = snprintf(line, sizeof line, "{\"id\":5,\"cmd\":\"");
+    for (int i = 0; i < 300; i++)
+        n += snprintf(line + n, sizeof line - (size_t)n, "\xe2\x82\xac");
+    n += snprintf(line + n, sizeof line - (size_t)n, "\"}");
+    td_request req;
+    const char *cls;
+    ck_assert_int_eq(td_request_parse(line, (size_t)n, &req, &cls, err,
+                                      sizeof err), TD_E_PROTO);
+    ck_assert_uint_eq(strlen(err), sizeof err - 1); /* it was cut */
+    char *reply = td_proto_error(req.id, cls, err);
+    ck_assert_ptr_nonnull(reply);
+    json_t *o = json_loads(reply, 0, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "id")), 5);
+    const char *desc = json_string_value(
+        json_object_get(json_object_get(o, "error"), "desc"));
+    ck_assert_ptr_nonnull(desc);
+    ck_assert_int_eq(strncmp(desc, "unknown command '\xe2\x82\xac", 20), 0);
+    ck_assert_uint_eq((strlen(desc) - 17) % 3, 0); /* whole characters */
+    ck_assert_uint_ge(strlen(desc), sizeof err - 4);
+    json_decref(o);
+    free(reply);
+    td_request_free(&req);
+    /* a message invalid elsewhere still gets a reply */
+    reply = td_proto_error(NULL, TD_ERR_INTERNAL, "bad \xff byte");
+    ck_assert_str_eq(reply, "{\"id\":null,\"error\":{\"class\":\"internal\","
+                            "\"desc\":\"(the error message is not valid "
+                            "UTF-8)\"}}\n");
+    free(reply);
+}
+END_TEST
+
 START_TEST(test_good_requests)
 {
     static const char *good[] = {
@@ -275,6 +314,7 @@ static Suite *protocol_suite(void)
     tcase_add_loop_test(tc, test_bad_requests, 0,
                         (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, test_error_keeps_id);
+    tcase_add_test(tc, test_error_cut_inside_a_character_still_replied);
     tcase_add_test(tc, test_good_requests);
     tcase_add_test(tc, test_every_command_in_table_parses);
     tcase_add_test(tc, test_too_large);
