@@ -178,7 +178,7 @@ void td_test_make_labelled_folder(const char *root, int classes,
         const char *cls = names ? names[k] : name;
         snprintf(name, sizeof name, "class%d", k);
         snprintf(path, sizeof path, "%s/%s", root, cls);
-        if (td_mkdirs(path))
+        if (td_mkdirs(path, 0755))
             td__die(path);
         for (int i = 0; i < per_class; i++) {
             uint32_t s = seed + (uint32_t)(k * 1000 + i);
