@@ -101,6 +101,22 @@ static void td__print_log_event(json_t *ev, void *user)
     fflush(stdout);
 }
 
+/* 1 if the job is completed, failed or cancelled (asked after
+ * subscribing, so that an ending in between still arrives as an event). */
+static int td__job_ended(td_conn *c, int64_t id, int *json)
+{
+    json_t *r = td_conn_request(c, "show",
+                                json_pack("{s:I}", "job", (json_int_t)id),
+                                td__print_log_event, json);
+    const char *st = json_string_value(json_object_get(
+        json_object_get(json_object_get(r, "ok"), "job"), "state"));
+    int done = st && (strcmp(st, "completed") == 0 ||
+                      strcmp(st, "failed") == 0 ||
+                      strcmp(st, "cancelled") == 0);
+    json_decref(r);
+    return done;
+}
+
 int td_cmd_logs(int argc, char **argv)
 {
     td_cli cli = {.usage = logs_usage};
@@ -152,6 +168,8 @@ int td_cmd_logs(int argc, char **argv)
         fflush(stdout);
     }
     json_decref(r);
+    if (rc == TD_EXIT_OK && follow && td__job_ended(&c, id, &cli.json))
+        follow = 0; /* a finished job has nothing more to say */
     while (rc == TD_EXIT_OK && follow) {
         json_t *ev = td_conn_read(&c, -1, NULL);
         if (!ev)
