@@ -4,6 +4,7 @@
  * daemon.  Every subcommand has --help and --json.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
@@ -45,7 +46,7 @@ static const struct td_command td__commands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: trainctl COMMAND [ARGS] [--json] [--socket PATH]\n"
+    fprintf(f, "usage: trainctl [--socket PATH] [--json] COMMAND [ARGS]\n"
                "\nTalks to traind at $TRAIND_SOCKET or "
                "/run/traind/traind.sock.\n\nCommands:\n");
     for (size_t i = 0; i < TD__NCMD; i++)
@@ -56,8 +57,51 @@ static void usage(FILE *f)
                "2 usage,\n3 cannot reach the daemon.\n");
 }
 
+/* Global options may come before the command, as with docker or
+ * systemctl (`trainctl --socket X queue`): they are moved to just after
+ * the command, where every subcommand's parser takes them.  Returns the
+ * new argc, or -1 after printing a usage error. */
+static int td__hoist_globals(int argc, char **argv, char **out)
+{
+    int g = 1, n = 0;
+    char *globals[4];
+    while (g < argc && n < 3) {
+        const char *a = argv[g];
+        if (strcmp(a, "--json") == 0 || strncmp(a, "--socket=", 9) == 0) {
+            globals[n++] = argv[g++];
+        } else if (strcmp(a, "--socket") == 0) {
+            if (g + 1 >= argc) {
+                fprintf(stderr, "trainctl: --socket needs a path\n");
+                return -1;
+            }
+            globals[n++] = argv[g++];
+            globals[n++] = argv[g++];
+        } else {
+            break;
+        }
+    }
+    int k = 0;
+    out[k++] = argv[0];
+    if (g < argc)
+        out[k++] = argv[g++];
+    for (int i = 0; i < n; i++)
+        out[k++] = globals[i];
+    while (g < argc)
+        out[k++] = argv[g++];
+    out[k] = NULL;
+    return k;
+}
+
 int main(int argc, char **argv)
 {
+    static char **args; /* static: reachable until exit */
+    args = calloc((size_t)argc + 1, sizeof *args);
+    if (!args)
+        return TD_EXIT_USAGE;
+    argc = td__hoist_globals(argc, argv, args);
+    if (argc < 0)
+        return TD_EXIT_USAGE;
+    argv = args;
     if (argc < 2) {
         usage(stderr);
         return TD_EXIT_USAGE;
