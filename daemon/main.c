@@ -68,7 +68,8 @@ static void usage(FILE *f)
             "  TRAIND_SOCKET      the control socket when --socket is not given\n"
             "  TD_MODELS_DIR      where zoo model names are looked up; else\n"
             "                     (--run) models/ beside the job file's folder,\n"
-            "                     then %s\n",
+            "                     then, run from the build tree, the source\n"
+            "                     tree's config/models, then %s\n",
             TD_DEFAULT_CONFIG, TD_DEFAULT_SOCKET, TD_DEFAULT_STATE,
             TD_MODELS_INSTALL_DIR);
 }

@@ -215,8 +215,8 @@ static int td__model(td_runner *r, char *err, size_t errcap)
     }
     if (rc == 0)
         rc = td_model_build(r->graph, in, classes, &r->model, e, sizeof e);
-    if (rc)
-        snprintf(err, errcap, "model: %s", e);
+    if (rc) /* the model's messages name their path ("model...") */
+        snprintf(err, errcap, "%s", e);
     else if ((rc = td__runner_meta(r, err, errcap)) == 0)
         rc = td_job_lr_mult(r->model, s, &r->lr_mult, err, errcap);
     return rc;

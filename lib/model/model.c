@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/rng.h"
@@ -510,6 +511,7 @@ int td_model_load_def(const char *dir, const char *name_or_path,
     char path[4096];
     size_t len = strlen(name_or_path);
     json_error_t je;
+    int zoo = 0; /* path is dir/NAME.json */
     *def = NULL;
     if (len > 5 && strcmp(name_or_path + len - 5, ".json") == 0)
         snprintf(path, sizeof path, "%s", name_or_path);
@@ -519,8 +521,15 @@ int td_model_load_def(const char *dir, const char *name_or_path,
                             "nor a .json path",
                             name_or_path);
     else
-        snprintf(path, sizeof path, "%s/%s.json", dir, name_or_path);
+        zoo = snprintf(path, sizeof path, "%s/%s.json", dir, name_or_path);
     *def = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!*def && je.line < 1 && zoo && access(path, F_OK) != 0)
+        return td_set_error(err, errcap, TD_E_SPEC, "model: no zoo model "
+                            "\"%s\" (%s does not exist; TD_MODELS_DIR names "
+                            "the zoo folder)", name_or_path, path);
+    if (!*def && je.line < 1) /* not opened or not read: no line to name */
+        return td_set_error(err, errcap, TD_E_SPEC, "model: %s: %s", path,
+                            je.text);
     if (!*def)
         return td_set_error(err, errcap, TD_E_SPEC, "model: %s:%d: %s", path,
                             je.line, je.text);

@@ -4,6 +4,8 @@
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "td_config.h"
@@ -21,7 +23,16 @@ void td_models_dir(const char *job, char *out, size_t cap)
     if (job) {
         snprintf(tmp, sizeof tmp, "%s", job);
         snprintf(out, cap, "%s/../models", dirname(tmp));
+        if (stat(out, &st) == 0)
+            return;
     }
-    if (!job || stat(out, &st) != 0)
-        snprintf(out, cap, "%s", TD_MODELS_INSTALL_DIR);
+    /* Run from the build tree (not installed): the source tree's zoo. */
+    ssize_t n = readlink("/proc/self/exe", tmp, sizeof tmp - 1);
+    size_t blen = strlen(TD_BUILD_DIR);
+    if (n > 0 && (size_t)n > blen && strncmp(tmp, TD_BUILD_DIR, blen) == 0 &&
+        tmp[blen] == '/' && stat(TD_SOURCE_MODELS_DIR, &st) == 0) {
+        snprintf(out, cap, "%s", TD_SOURCE_MODELS_DIR);
+        return;
+    }
+    snprintf(out, cap, "%s", TD_MODELS_INSTALL_DIR);
 }

@@ -1,0 +1,176 @@
+/* test_user.c - what a new user meets, against a live traind: global
+ * options before the command, following a finished job's log, the model
+ * zoo found from a build tree, messages without nan or "1 epochs".
+ * (issue 18; test_cli.c covers each command's basics.) */
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon_harness.h"
+#include "tdtest.h"
+
+static td_harness H;
+
+static void setup(void) { ck_assert_int_eq(th_start(&H, NULL), 0); }
+
+static void teardown(void)
+{
+    int st = th_stop(&H);
+    th_cleanup(&H);
+    ck_assert_msg(st == 0, "traind exited with status %d", st);
+}
+
+#define CLI(out, err, ...)                                                   \
+    th_cli(&H, (out), (err), (const char *const[]){__VA_ARGS__, NULL})
+
+/* Writes spec (stolen) to DIR/name and returns the path (static). */
+static const char *write_job(json_t *spec, const char *name)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", H.dir, name);
+    ck_assert_int_eq(json_dump_file(spec, path, 0), 0);
+    json_decref(spec);
+    return path;
+}
+
+/* Runs trainctl with argv as given (no --socket added); returns the exit
+ * status and stdout/stderr (malloc'd) when asked. */
+static int run_raw(char **out, char **err, const char *const *argv)
+{
+    char cmd[4096];
+    int n = snprintf(cmd, sizeof cmd, "%s/client/trainctl",
+                     getenv("TD_BUILD_ROOT"));
+    for (int i = 0; argv[i]; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", argv[i]);
+    char of[128], ef[128];
+    snprintf(of, sizeof of, "%s/raw.out", H.dir);
+    snprintf(ef, sizeof ef, "%s/raw.err", H.dir);
+    snprintf(cmd + n, sizeof cmd - (size_t)n, " >%s 2>%s", of, ef);
+    int st = system(cmd);
+    char *files[2] = {of, ef};
+    char **dst[2] = {out, err};
+    for (int k = 0; k < 2; k++) {
+        if (!dst[k])
+            continue;
+        FILE *f = fopen(files[k], "r");
+        ck_assert_ptr_nonnull(f);
+        char *buf = calloc(1, 1 << 16);
+        size_t len = fread(buf, 1, (1 << 16) - 1, f);
+        buf[len] = '\0';
+        fclose(f);
+        *dst[k] = buf;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#define RAW(out, err, ...)                                                   \
+    run_raw((out), (err), (const char *const[]){__VA_ARGS__, NULL})
+
+/* ---- 15: global options before the command ------------------------------ */
+
+START_TEST(test_global_options_before_the_command)
+{
+    char *out, *err;
+    ck_assert_int_eq(RAW(&out, &err, "--socket", H.sock, "queue"), 0);
+    ck_assert_msg(strstr(out, "(no jobs)"), "%s / %s", out, err);
+    free(out);
+    free(err);
+    char opt[160];
+    snprintf(opt, sizeof opt, "--socket=%s", H.sock);
+    ck_assert_int_eq(RAW(&out, NULL, opt, "--json", "ls"), 0);
+    json_t *r = json_loads(out, 0, NULL);
+    ck_assert_msg(json_is_array(json_object_get(r, "jobs")), "%s", out);
+    json_decref(r);
+    free(out);
+    ck_assert_int_eq(RAW(NULL, &err, "--socket"), 2);
+    ck_assert_msg(strstr(err, "--socket needs a path"), "%s", err);
+    free(err);
+}
+END_TEST
+
+/* ---- 4: logs -f on a finished job returns -------------------------------- */
+
+START_TEST(test_logs_follow_on_a_finished_job_returns)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(1, 0));
+    ck_assert(th_wait_state(fd, id, "completed", 60000));
+    close(fd);
+    char *out;
+    /* Before the fix this never returned (the test times out). */
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "1", "-f"), 0);
+    ck_assert_msg(strstr(out, "completed"), "%s", out);
+    free(out);
+}
+END_TEST
+
+/* ---- 2: the zoo from a build tree; the error without "model: model:" ---- */
+
+static json_t *zoo_spec(void)
+{
+    json_t *spec = th_tiny_spec(1, 0);
+    json_object_set_new(spec, "model", json_string("fmnist-cnn"));
+    json_t *in = json_object_get(spec, "input");
+    json_object_set_new(in, "size", json_pack("[i,i]", 28, 28));
+    json_object_set_new(json_object_get(spec, "data"), "classes",
+                        json_integer(10));
+    return spec;
+}
+
+START_TEST(test_zoo_found_from_the_build_tree)
+{
+    th_stop(&H);
+    th_cleanup(&H);
+    /* An empty TD_MODELS_DIR is no TD_MODELS_DIR: traind runs from the
+     * build tree and must find the source tree's config/models. */
+    static const char *const env[] = {"TD_MODELS_DIR=", NULL};
+    ck_assert_int_eq(th_start_env(&H, NULL, env), 0);
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, zoo_spec());
+    ck_assert(th_wait_state(fd, id, "completed", 120000));
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_missing_zoo_says_where_it_looked)
+{
+    th_stop(&H);
+    th_cleanup(&H);
+    static const char *const env[] = {"TD_MODELS_DIR=/nonexistent/zoo", NULL};
+    ck_assert_int_eq(th_start_env(&H, NULL, env), 0);
+    char *out, *err;
+    int rc = CLI(&out, &err, "submit", write_job(zoo_spec(), "zoo.json"));
+    /* Refused at submit, or failed at start: either way the message names
+     * the zoo name and the file, once, without a line number. */
+    char *msg = rc ? err : out;
+    if (rc == 0) {
+        free(out);
+        ck_assert_int_eq(CLI(&out, NULL, "watch", "1"), 1);
+        msg = out;
+    }
+    ck_assert_msg(strstr(msg, "no zoo model \"fmnist-cnn\"") &&
+                  strstr(msg, "/nonexistent/zoo/fmnist-cnn.json") &&
+                  strstr(msg, "TD_MODELS_DIR"), "%s", msg);
+    ck_assert_msg(!strstr(msg, "model: model:") && !strstr(msg, ":-1"), "%s",
+                  msg);
+    free(out);
+    free(err);
+}
+END_TEST
+
+static Suite *user_suite(void)
+{
+    Suite *s = suite_create("user");
+    TCase *tc = tcase_create("user");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_global_options_before_the_command);
+    tcase_add_test(tc, test_logs_follow_on_a_finished_job_returns);
+    tcase_add_test(tc, test_zoo_found_from_the_build_tree);
+    tcase_add_test(tc, test_missing_zoo_says_where_it_looked);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(user_suite)
