@@ -117,9 +117,10 @@ static void td__bi_print(const td_pipeline_stats *st, int64_t images,
         json_decref(o);
         return;
     }
-    printf("bench-input: %lld images in %.2f s (%d epoch(s), batch %d, %d "
-           "workers, prefetch %d): %.1f images/s\n", (long long)images, secs,
-           epochs, batch, st->workers, st->prefetch,
+    printf("bench-input: %lld images in %.2f s (%d epoch%s, batch %d, %d "
+           "worker%s, prefetch %d): %.1f images/s\n", (long long)images, secs,
+           epochs, epochs == 1 ? "" : "s", batch, st->workers,
+           st->workers == 1 ? "" : "s", st->prefetch,
            secs > 0 ? (double)images / secs : 0.0);
     printf("  per image, summed over workers: read %.1f us, decode %.1f us, "
            "augment %.1f us\n", (double)st->read_ns * per,

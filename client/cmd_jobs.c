@@ -291,10 +291,11 @@ int td_cmd_show(int argc, char **argv)
                    json_number_value(json_object_get(w, "samples_per_s")),
                    JSTR(w, "verdict", "-"));
         json_t *e = json_object_get(j, "last_epoch");
-        if (e)
-            printf("  last epoch:  val_acc %.4f, val_loss %.4f\n",
-                   json_number_value(json_object_get(e, "val_acc")),
-                   json_number_value(json_object_get(e, "val_loss")));
+        if (e) {
+            char val[64];
+            td_fmt_val(e, val, sizeof val);
+            printf("  last epoch:  %lld, %s\n", JINT(e, "epoch") + 1, val);
+        }
         if (json_is_true(json_object_get(j, "restricted"))) {
             printf("  (another user's job: its spec, checkpoints and log are "
                    "shown to its owner and root)\n");

@@ -142,9 +142,11 @@ static void td__draw(td_view *v)
     }
     size_t i;
     json_t *e;
-    json_array_foreach(v->epochs, i, e)
-        LINE("  epoch %lld: val_acc %.4f  val_loss %.4f", JINT(e, "epoch") + 1,
-             JNUM(e, "val_acc"), JNUM(e, "val_loss"));
+    json_array_foreach(v->epochs, i, e) {
+        char val[64];
+        td_fmt_val(e, val, sizeof val);
+        LINE("  epoch %lld: %s", JINT(e, "epoch") + 1, val);
+    }
 #undef LINE
     v->drawn = v->lines;
     fflush(stdout);
@@ -160,9 +162,10 @@ static void td__plain(td_view *v, const char *kind, json_t *d)
                JNUM(d, "loss"), 100 * JNUM(d, "device_idle_ratio"),
                100 * JNUM(d, "input_wait_ratio"), JSTR(d, "verdict", "-"));
     } else if (strcmp(kind, "epoch") == 0) {
-        printf("job %lld epoch %lld done: val_acc %.4f, val_loss %.4f\n",
-               (long long)v->job, JINT(d, "epoch") + 1, JNUM(d, "val_acc"),
-               JNUM(d, "val_loss"));
+        char val[64];
+        td_fmt_val(d, val, sizeof val);
+        printf("job %lld epoch %lld done: %s\n", (long long)v->job,
+               JINT(d, "epoch") + 1, val);
     } else if (strcmp(kind, "state") == 0) {
         printf("job %lld %s: %s\n", (long long)v->job, JSTR(d, "state", "?"),
                JSTR(d, "reason", ""));
@@ -174,6 +177,15 @@ static void td__plain(td_view *v, const char *kind, json_t *d)
         printf("job %lld log: %s\n", (long long)v->job, JSTR(d, "line", ""));
     }
     fflush(stdout);
+}
+
+void td_fmt_val(const json_t *epoch, char *buf, size_t cap)
+{
+    if (json_is_number(json_object_get(epoch, "val_acc")))
+        snprintf(buf, cap, "val_acc %.4f  val_loss %.4f",
+                 JNUM(epoch, "val_acc"), JNUM(epoch, "val_loss"));
+    else /* null: the job has no validation set */
+        snprintf(buf, cap, "no validation set");
 }
 
 static int td__final(const char *state)

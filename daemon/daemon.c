@@ -461,13 +461,14 @@ static void td__job_done(td_daemon *d, td_inbox_msg *m)
             td_daemon_set_job_state(d, j, TD_JOB_PENDING, why);
         } else {
             json_t *acc = json_object_get(r, "val_acc");
-            char accs[32] = "n/a";
+            char accs[32] = "no validation set";
             if (json_is_number(acc))
-                snprintf(accs, sizeof accs, "%.4f", json_number_value(acc));
+                snprintf(accs, sizeof accs, "val_acc %.4f",
+                         json_number_value(acc));
+            long long ne = json_integer_value(json_object_get(r, "epochs"));
             snprintf(why, sizeof why,
-                     "%lld epochs, %.1f samples/s, val_acc %s, verdict %s",
-                     (long long)json_integer_value(json_object_get(r,
-                                                                   "epochs")),
+                     "%lld epoch%s, %.1f samples/s, %s, verdict %s", ne,
+                     ne == 1 ? "" : "s",
                      json_number_value(json_object_get(r, "samples_per_s")),
                      accs, json_string_value(json_object_get(r, "verdict")));
             td_daemon_set_job_state(d, j, TD_JOB_COMPLETED, why);

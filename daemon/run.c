@@ -71,12 +71,15 @@ static void td__event(void *user, const char *kind, json_t *d)
                100 * JNUM(d, "device_idle_ratio"),
                json_string_value(json_object_get(d, "verdict")));
     } else if (strcmp(kind, "epoch") == 0) {
-        printf("epoch %lld/%lld done  train loss %.4f acc %.4f  val loss %.4f "
-               "acc %.4f  (%.1f s + eval %.1f s)\n",
+        char val[64] = "no validation set";
+        if (json_is_number(json_object_get(d, "val_acc")))
+            snprintf(val, sizeof val, "val loss %.4f acc %.4f",
+                     JNUM(d, "val_loss"), JNUM(d, "val_acc"));
+        printf("epoch %lld/%lld done  train loss %.4f acc %.4f  %s  (%.1f s "
+               "+ eval %.1f s)\n",
                JINT(d, "epoch") + 1, JINT(d, "epochs_total"),
-               JNUM(d, "train_loss"), JNUM(d, "train_acc"),
-               JNUM(d, "val_loss"), JNUM(d, "val_acc"), JNUM(d, "train_s"),
-               JNUM(d, "eval_s"));
+               JNUM(d, "train_loss"), JNUM(d, "train_acc"), val,
+               JNUM(d, "train_s"), JNUM(d, "eval_s"));
     } else if (strcmp(kind, "checkpoint") == 0) {
         if (json_is_true(json_object_get(d, "ok")))
             printf("checkpoint  step %lld  %s\n", JINT(d, "step"),
@@ -142,10 +145,15 @@ int td_run_job(const char *path, const td_run_options *opt)
         free(s);
         json_decref(o);
     } else {
-        printf("done  %" PRId64 " epochs, %" PRId64 " steps  %.1f samples/s "
-               "(%.1f GFLOP/s)  val acc %.4f  val loss %.4f  verdict %s%s\n",
-               res.epochs, res.steps, res.samples_per_s, gflops, res.val_acc,
-               res.val_loss, res.verdict,
+        char val[64] = "no validation set";
+        if (!isnan(res.val_acc))
+            snprintf(val, sizeof val, "val acc %.4f  val loss %.4f",
+                     res.val_acc, res.val_loss);
+        printf("done  %" PRId64 " epoch%s, %" PRId64 " step%s  %.1f "
+               "samples/s (%.1f GFLOP/s)  %s  verdict %s%s\n",
+               res.epochs, res.epochs == 1 ? "" : "s", res.steps,
+               res.steps == 1 ? "" : "s", res.samples_per_s, gflops, val,
+               res.verdict,
                res.stopped != TD_STOP_NONE ? "  (stopped early)" : "");
     }
     fflush(stdout);

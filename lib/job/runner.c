@@ -589,9 +589,14 @@ static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
         td_pipeline_stats_get(r->train, &ps);
         json_object_set_new(o, "bad_samples", json_integer(ps.bad_samples));
     }
-    td_logf(TD_LOG_INFO, r->o.job, "epoch %" PRId64 "/%d: train loss %.4f, "
-            "val loss %.4f, val acc %.4f", e->epoch + 1, r->spec->epochs,
-            e->train_loss, e->val_loss, e->val_acc);
+    if (isnan(e->val_acc)) /* the same words everywhere (issue 18) */
+        td_logf(TD_LOG_INFO, r->o.job, "epoch %" PRId64 "/%d: train loss "
+                "%.4f, no validation set", e->epoch + 1, r->spec->epochs,
+                e->train_loss);
+    else
+        td_logf(TD_LOG_INFO, r->o.job, "epoch %" PRId64 "/%d: train loss "
+                "%.4f, val loss %.4f, val acc %.4f", e->epoch + 1,
+                r->spec->epochs, e->train_loss, e->val_loss, e->val_acc);
     td__runner_emit(r, "epoch", o);
     return 0;
 }
@@ -636,9 +641,10 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
             return rc;
     }
     td_logf(TD_LOG_INFO, r->o.job, "model %s: %.1f MFLOP/sample forward, "
-            "%zu parameters; batch %d, %d epoch(s) of %" PRId64 " steps",
+            "%zu parameters; batch %d, %d epoch%s of %" PRId64 " steps",
             r->model->name, r->model->fwd_flops / 1e6, r->model->param_count,
-            r->spec->batch_size, r->spec->epochs, r->steps_per_epoch);
+            r->spec->batch_size, r->spec->epochs,
+            r->spec->epochs == 1 ? "" : "s", r->steps_per_epoch);
     td_batch_source tsrc, vsrc;
     if (r->train)
         tsrc = td_pipeline_source(r->train);

@@ -159,6 +159,35 @@ START_TEST(test_missing_zoo_says_where_it_looked)
 }
 END_TEST
 
+
+/* ---- 10, 19: no validation set, said the same way everywhere ----------- */
+
+START_TEST(test_no_validation_said_plainly)
+{
+    char *out;
+    /* The synthetic tiny job has no validation set. */
+    ck_assert_int_eq(CLI(&out, NULL, "submit", write_job(th_tiny_spec(1, 0),
+                                                         "noval.json"),
+                         "--follow"), 0);
+    ck_assert_msg(strstr(out, "job 1 epoch 1 done: no validation set"), "%s",
+                  out);
+    ck_assert_msg(strstr(out, "1 epoch, "), "%s", out); /* not "1 epochs" */
+    ck_assert_msg(strstr(out, ", no validation set, verdict"), "%s", out);
+    ck_assert_msg(!strstr(out, "nan") && !strstr(out, "n/a") &&
+                  !strstr(out, "val_acc 0.0000"), "%s", out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "1"), 0);
+    ck_assert_msg(strstr(out, "train loss") &&
+                  strstr(out, "no validation set") && !strstr(out, "nan"),
+                  "%s", out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "show", "1"), 0);
+    ck_assert_msg(strstr(out, "last epoch:  1, no validation set"), "%s",
+                  out);
+    free(out);
+}
+END_TEST
+
 static Suite *user_suite(void)
 {
     Suite *s = suite_create("user");
@@ -169,6 +198,7 @@ static Suite *user_suite(void)
     tcase_add_test(tc, test_logs_follow_on_a_finished_job_returns);
     tcase_add_test(tc, test_zoo_found_from_the_build_tree);
     tcase_add_test(tc, test_missing_zoo_says_where_it_looked);
+    tcase_add_test(tc, test_no_validation_said_plainly);
     suite_add_tcase(s, tc);
     return s;
 }
