@@ -18,8 +18,11 @@ static const char config_usage[] =
     "Read or change the daemon's settings (workers, subscriber_soft_bytes,\n"
     "subscriber_max_bytes, log_level, device, ...; every key: traind\n"
     "--help-config).  VALUE is JSON if it parses\n"
-    "(4, \"auto\"), else a string (auto).  Settings that only take effect\n"
-    "after a restart say so.  Only root or the daemon's user may set.\n";
+    "(4, \"auto\"), else a string (auto).  A change applies at once and\n"
+    "lasts until traind restarts (the config file is read again then).\n"
+    "Settings read only at start (traind --help-config marks them\n"
+    "[restart]) are refused: set them in the config file and restart.\n"
+    "Only root or the daemon's user may set.\n";
 
 int td_cmd_config(int argc, char **argv)
 {
@@ -74,7 +77,7 @@ int td_cmd_config(int argc, char **argv)
                    s ? s : "?",
                    json_is_true(json_object_get(ok, "restart_needed"))
                        ? " (takes effect after a restart)"
-                       : "");
+                       : " (applied now, until traind restarts)");
             free(s);
         }
     }

@@ -551,8 +551,23 @@ static void cmd_config_set(td_client *c, td_request *req)
              "config_set: only root or the daemon's user may change settings");
         return;
     }
-    if (td_settings_set(c->d->settings, k, v, &live, err, sizeof err)) {
+    /* A setting read only at start cannot change here: the running
+     * daemon would ignore it and a restart reads the config file again
+     * (which the service cannot write: ProtectSystem=strict). */
+    const td_setting_def *def = k ? td_setting_find(k) : NULL;
+    json_t *probe = def && !def->live ? json_deep_copy(c->d->settings) : NULL;
+    if (td_settings_set(probe ? probe : c->d->settings, k, v, &live, err,
+                        sizeof err)) {
+        json_decref(probe);
         ERRF(c, req, TD_ERR_INVALID_ARGS, "%s", err);
+        return;
+    }
+    if (probe) {
+        json_decref(probe);
+        ERRF(c, req, TD_ERR_INVALID_ARGS, "%s: read only when traind starts; "
+             "set it in %s and restart traind", k,
+             c->d->config_path[0] && strcmp(c->d->config_path, "/dev/null")
+                 ? c->d->config_path : "a config file (traind --config FILE)");
         return;
     }
     if (strcmp(k, "workers") == 0 && c->d->trainer && json_is_integer(v))

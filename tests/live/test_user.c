@@ -188,6 +188,27 @@ START_TEST(test_no_validation_said_plainly)
 }
 END_TEST
 
+
+/* ---- 11: config set tells the truth about restarts ---------------------- */
+
+START_TEST(test_config_set_tells_the_truth)
+{
+    char *out, *err;
+    ck_assert_int_eq(CLI(NULL, &err, "config", "set", "metrics_listen",
+                         "127.0.0.1:9464"), 1);
+    ck_assert_msg(strstr(err, "metrics_listen: read only when traind starts; "
+                              "set it in a config file"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(&out, NULL, "config", "get", "metrics_listen"), 0);
+    ck_assert_msg(!strstr(out, "9464"), "%s", out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "config", "set", "workers", "2"), 0);
+    ck_assert_msg(strstr(out, "workers = 2 (applied now, until traind "
+                              "restarts)"), "%s", out);
+    free(out);
+}
+END_TEST
+
 static Suite *user_suite(void)
 {
     Suite *s = suite_create("user");
@@ -199,6 +220,7 @@ static Suite *user_suite(void)
     tcase_add_test(tc, test_zoo_found_from_the_build_tree);
     tcase_add_test(tc, test_missing_zoo_says_where_it_looked);
     tcase_add_test(tc, test_no_validation_said_plainly);
+    tcase_add_test(tc, test_config_set_tells_the_truth);
     suite_add_tcase(s, tc);
     return s;
 }
