@@ -22,7 +22,7 @@ static const char submit_usage[] =
     "\n"
     "Submit a training job (a JSON job spec; '-' reads it from stdin) and\n"
     "print its id.  Relative data paths in the spec are resolved against the\n"
-    "job file's folder.\n"
+    "job file's folder, those given with --set against the current one.\n"
     "\n"
     "  --name NAME        the job's name (default: the spec's \"name\")\n"
     "  --set KEY=VALUE    override a spec field by its dotted path, e.g.\n"
@@ -82,13 +82,8 @@ int td_cmd_submit(int argc, char **argv)
         json_decref(spec);
         return TD_EXIT_USAGE;
     }
-    for (int i = 0; sets[i]; i++) { /* the same code as traind --run */
-        char err[600];
-        if (td_spec_apply_set(spec, sets[i], err, sizeof err)) {
-            json_decref(spec);
-            return td_cli_usage_error(&cli, "--set %s", err);
-        }
-    }
+    /* The file's relative data paths against its folder, then --set
+     * (relative to the current directory), as traind --run does. */
     char dir[PATH_MAX];
     if (strcmp(file, "-") == 0 || !strchr(file, '/')) {
         if (!getcwd(dir, sizeof dir))
@@ -101,6 +96,16 @@ int td_cmd_submit(int argc, char **argv)
             snprintf(dir, sizeof dir, "%s", real);
     }
     td__absolute_paths(spec, dir);
+    for (int i = 0; sets[i]; i++) { /* the same code as traind --run */
+        char err[600];
+        if (td_spec_apply_set(spec, sets[i], err, sizeof err)) {
+            json_decref(spec);
+            return td_cli_usage_error(&cli, "--set %s", err);
+        }
+    }
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd))
+        td__absolute_paths(spec, cwd); /* what --set gave: from here */
 
     td_conn c;
     if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK) {

@@ -931,9 +931,6 @@ int td_spec_load_file(const char *path, const char *const *sets, int nsets,
     if (!root)
         return td__fail(&c, path, "line %d column %d: %s", je.line,
                         je.column, je.text);
-    for (int i = 0; i < nsets; i++)
-        if ((r = td_spec_apply_set(root, sets[i], err, errcap)) < 0)
-            goto out;
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash)
@@ -941,9 +938,16 @@ int td_spec_load_file(const char *path, const char *const *sets, int nsets,
     else
         snprintf(dir, sizeof dir, ".");
     char *abs = realpath(dir, NULL); /* NULL: keep dir as given */
-    r = td_spec_parse(root, abs ? abs : dir, out, err, errcap);
+    /* The file's paths against its folder, --set paths against the
+     * current directory (spec_paths.c). */
+    r = td_spec_absolute_paths(root, abs ? abs : dir);
+    for (int i = 0; !r && i < nsets; i++)
+        r = td_spec_apply_set(root, sets[i], err, errcap);
+    if (!r)
+        r = td_spec_absolute_paths(root, NULL);
+    if (!r)
+        r = td_spec_parse(root, abs ? abs : dir, out, err, errcap);
     free(abs);
-out:
     json_decref(root);
     return r;
 }

@@ -139,6 +139,13 @@ int td_spec_apply_override(json_t *root, const char *path, const char *value,
 int td_spec_apply_set(json_t *root, const char *assignment, char *err,
                       size_t errcap);
 
+/* Makes relative data.train / data.val paths (a string or a list) in
+ * root absolute against base, or the current directory when base is NULL
+ * (spec_paths.c).  Resolve a job file's paths against its folder, apply
+ * --set overrides, then call this with NULL: what a person typed is
+ * relative to where they are.  0 or -errno. */
+int td_spec_absolute_paths(json_t *root, const char *base);
+
 const char *td_spec_aug_op_name(enum td_spec_aug_op op);
 
 #endif

@@ -209,6 +209,42 @@ START_TEST(test_config_set_tells_the_truth)
 }
 END_TEST
 
+
+/* ---- 12: --set paths are relative to the current directory ------------ */
+
+START_TEST(test_set_paths_relative_to_cwd)
+{
+    char jobs[128], cwd[512];
+    snprintf(jobs, sizeof jobs, "%s/jobs", H.dir);
+    ck_assert_int_eq(mkdir(jobs, 0755), 0);
+    json_t *spec = th_tiny_spec(100000, 0);
+    json_object_set_new(json_object_get(spec, "data"), "train",
+                        json_string("d/t"));
+    const char *file = write_job(spec, "jobs/job.json");
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(H.dir), 0);
+    char *out;
+    int rc = CLI(&out, NULL, "submit", "jobs/job.json", "--set",
+                 "data.val=v/x", "--json");
+    ck_assert_int_eq(chdir(cwd), 0);
+    ck_assert_int_eq(rc, 0);
+    (void)file;
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "show", "1", "--json"), 0);
+    json_t *r = json_loads(out, 0, NULL);
+    json_t *data = json_object_get(json_object_get(json_object_get(
+        json_object_get(r, "job"), "spec"), "data"), "val");
+    char want[256];
+    snprintf(want, sizeof want, "%s/v/x", H.dir);
+    const char *val = json_string_value(json_is_array(data)
+                                            ? json_array_get(data, 0) : data);
+    ck_assert_msg(val && strcmp(val, want) == 0, "%s", out);
+    json_decref(r);
+    free(out);
+    ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);
+}
+END_TEST
+
 static Suite *user_suite(void)
 {
     Suite *s = suite_create("user");
@@ -221,6 +257,7 @@ static Suite *user_suite(void)
     tcase_add_test(tc, test_missing_zoo_says_where_it_looked);
     tcase_add_test(tc, test_no_validation_said_plainly);
     tcase_add_test(tc, test_config_set_tells_the_truth);
+    tcase_add_test(tc, test_set_paths_relative_to_cwd);
     suite_add_tcase(s, tc);
     return s;
 }

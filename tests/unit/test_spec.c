@@ -415,7 +415,11 @@ START_TEST(test_load_file)
     char *path = write_tmp(dir, "{\"model\": \"m\", \"optimizer\": {\"lr\": 1},"
                                 " \"data\": {\"train\": \"x\", \"val\": \"./val\"}}");
     ck_assert_int_eq(td_spec_load_file(path, sets, 2, &s, err, sizeof err), 0);
-    snprintf(want, sizeof want, "%s/shards/train-{0..3}.tar", dir);
+    /* A --set path is relative to the current directory (issue 18), the
+     * file's own paths to the file's folder. */
+    char cwd[200];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    snprintf(want, sizeof want, "%s/shards/train-{0..3}.tar", cwd);
     ck_assert_str_eq(s.data.train.v[0], want);
     snprintf(want, sizeof want, "%s/val", dir);
     ck_assert_str_eq(s.data.val.v[0], want);
