@@ -422,6 +422,14 @@ static void td__progress(td_daemon *d, td_job *j, int kind, json_t *data)
                                         json_object_get(data, "step"),
                                         "bytes",
                                         json_object_get(data, "bytes")));
+        /* Only what is on disk: the writer keeps the newest K and has
+         * removed the others by the time their successor is announced. */
+        for (size_t i = json_array_size(j->checkpoints); i-- > 0;) {
+            const char *p = json_string_value(json_object_get(
+                json_array_get(j->checkpoints, i), "path"));
+            if (!p || access(p, F_OK) != 0)
+                json_array_remove(j->checkpoints, i);
+        }
         while (json_array_size(j->checkpoints) > 16)
             json_array_remove(j->checkpoints, 0);
     }

@@ -245,6 +245,31 @@ START_TEST(test_set_paths_relative_to_cwd)
 }
 END_TEST
 
+
+/* ---- 14: show lists the checkpoints that exist -------------------------- */
+
+START_TEST(test_show_lists_existing_checkpoints)
+{
+    int fd = th_connect(&H, NULL);
+    /* A checkpoint at each of 6 epoch ends, keep 3. */
+    int64_t id = th_submit(fd, th_tiny_spec(6, 0));
+    ck_assert(th_wait_state(fd, id, "completed", 60000));
+    json_t *r = th_job_request(fd, "show", id);
+    json_t *ck = json_object_get(json_object_get(th_ok(r), "job"),
+                                 "checkpoints");
+    ck_assert_int_ge(json_array_size(ck), 1);
+    ck_assert_int_le(json_array_size(ck), 3);
+    size_t i;
+    json_t *c;
+    json_array_foreach(ck, i, c) {
+        const char *p = json_string_value(json_object_get(c, "path"));
+        ck_assert_msg(p && access(p, F_OK) == 0, "listed but gone: %s", p);
+    }
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
 static Suite *user_suite(void)
 {
     Suite *s = suite_create("user");
@@ -258,6 +283,7 @@ static Suite *user_suite(void)
     tcase_add_test(tc, test_no_validation_said_plainly);
     tcase_add_test(tc, test_config_set_tells_the_truth);
     tcase_add_test(tc, test_set_paths_relative_to_cwd);
+    tcase_add_test(tc, test_show_lists_existing_checkpoints);
     suite_add_tcase(s, tc);
     return s;
 }
