@@ -174,7 +174,12 @@ static void td__plain(td_view *v, const char *kind, json_t *d)
                json_is_true(json_object_get(d, "ok")) ? "written" : "FAILED",
                JSTR(d, "path", JSTR(d, "error", "")));
     } else if (strcmp(kind, "log") == 0) {
-        printf("job %lld log: %s\n", (long long)v->job, JSTR(d, "line", ""));
+        /* Info lines say what the events above already said (states,
+         * epochs, checkpoints); warnings and errors are news. */
+        const char *lv = JSTR(d, "level", "");
+        if (strcmp(lv, "WARN") == 0 || strcmp(lv, "ERROR") == 0)
+            printf("job %lld log: %s\n", (long long)v->job,
+                   JSTR(d, "line", ""));
     }
     fflush(stdout);
 }

@@ -2,11 +2,14 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -19,6 +22,37 @@ const char *td_cli_socket(const char *opt)
         return opt;
     const char *env = getenv("TRAIND_SOCKET");
     return env && *env ? env : TD_DEFAULT_SOCKET;
+}
+
+/* Permission denied: the 'traind' group hint only for the service's
+ * socket (group traind); a daemon someone runs as themselves is theirs. */
+static void td__explain_access(const char *path)
+{
+    struct stat st;
+    struct group gr, *grp = NULL;
+    struct passwd pw, *pwp = NULL;
+    char gbuf[1024], pbuf[1024];
+    if (stat(path, &st) == 0)
+        getgrgid_r(st.st_gid, &gr, gbuf, sizeof gbuf, &grp);
+    if (grp && strcmp(grp->gr_name, "traind") == 0) {
+        fprintf(stderr,
+                "\n  the socket is only for root and the 'traind' group: "
+                "sudo usermod -aG traind $USER\n  (then log in again), or "
+                "point --socket / TRAIND_SOCKET at a daemon of your own\n");
+        return;
+    }
+    if (grp)
+        getpwuid_r(st.st_uid, &pw, pbuf, sizeof pbuf, &pwp);
+    if (pwp)
+        fprintf(stderr,
+                "\n  the socket belongs to the traind of user '%s' (group "
+                "'%s', mode %03o);\n  run trainctl as that user, or point "
+                "--socket / TRAIND_SOCKET at a daemon of your own\n",
+                pwp->pw_name, grp->gr_name, (unsigned)(st.st_mode & 0777));
+    else
+        fprintf(stderr, "\n  you may not use this socket or its folder; "
+                        "point --socket / TRAIND_SOCKET at a daemon of your "
+                        "own\n");
 }
 
 static void td__explain(const char *path, int err)
@@ -40,10 +74,7 @@ static void td__explain(const char *path, int err)
         break;
     case EACCES:
     case EPERM:
-        fprintf(stderr,
-                "\n  the socket is only for root and the 'traind' group: "
-                "sudo usermod -aG traind $USER\n  (then log in again), or "
-                "point --socket / TRAIND_SOCKET at a daemon of your own\n");
+        td__explain_access(path);
         break;
     default:
         fputc('\n', stderr);

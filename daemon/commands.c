@@ -335,6 +335,8 @@ static void cmd_checkpoint(td_client *c, td_request *req)
         return;
     }
     td_trainer_slot_checkpoint(c->d->trainer);
+    td_logf(TD_LOG_INFO, j->id, "checkpoint requested by uid %u",
+            (unsigned)c->uid);
     td__ok(c, req, json_pack("{s:I, s:b}", "job", (json_int_t)j->id,
                              "requested", 1));
 }

@@ -278,10 +278,16 @@ static void td__load_jobs(td_daemon *d)
                 j->ended = (double)td_wall_ns() / 1e9;
                 crashed = 1;
             } else {
+                /* A clean shutdown leaves its job pending; running means
+                 * traind died under it (kill -9, a crash, power loss). */
                 j->state = TD_JOB_PENDING;
                 snprintf(j->reason, sizeof j->reason,
                          "interrupted by a daemon restart; resumes from its "
                          "last checkpoint");
+                td_logf(TD_LOG_WARN, j->id, "recovered after traind stopped "
+                        "without a shutdown (killed or crashed) at step "
+                        "%lld; resumes from its last checkpoint",
+                        (long long)j->step);
             }
         }
         td_jobs_insert(&d->jobs, j);
@@ -768,10 +774,10 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     else
         td_info("device: %s", d->device_desc);
 
-    td__load_jobs(d);
     uv_async_init(loop, &d->wake, td__on_wake);
     d->wake.data = d;
     td_log_set_sink(td__job_log_sink, d);
+    td__load_jobs(d); /* after the sink: a recovered job logs so */
     uv_signal_init(loop, &d->sig_term);
     uv_signal_init(loop, &d->sig_int);
     uv_signal_init(loop, &d->sig_hup);

@@ -57,14 +57,14 @@ static void td__write_one(td_ckpt_writer *w, td_ckpt_snapshot *s,
     r->write_ns = td_now_ns() - t0;
     if (r->status == 0) {
         r->bytes = s->used; /* data; the header adds a few KB */
-        td_logf(TD_LOG_INFO, w->job,
-                "checkpoint step %lld: %s (%.1f MB in %.2f s)",
-                (long long)r->step, r->path, (double)r->bytes / 1e6,
-                td_ns_to_s(r->write_ns));
+        /* The daemon's debug log only: the runner writes the job's line
+         * (it was in the job's log twice). */
+        td_debug("checkpoint writer, job %ld: step %lld: %s (%.1f MB in "
+                 "%.2f s)", w->job, (long long)r->step, r->path,
+                 (double)r->bytes / 1e6, td_ns_to_s(r->write_ns));
     } else {
-        td_logf(TD_LOG_ERROR, w->job,
-                "checkpoint step %lld failed, training goes on: %s",
-                (long long)r->step, r->err);
+        td_debug("checkpoint writer, job %ld: step %lld failed: %s", w->job,
+                 (long long)r->step, r->err);
     }
     pthread_mutex_lock(&w->mu);
     if (r->status == 0) {

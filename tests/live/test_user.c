@@ -2,6 +2,7 @@
  * options before the command, following a finished job's log, the model
  * zoo found from a build tree, messages without nan or "1 epochs".
  * (issue 18; test_cli.c covers each command's basics.) */
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -270,6 +271,69 @@ START_TEST(test_show_lists_existing_checkpoints)
 }
 END_TEST
 
+
+/* ---- 16: checkpoints logged once; requests and recoveries logged -------- */
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+START_TEST(test_checkpoint_said_once)
+{
+    char *out;
+    /* 1 epoch: one checkpoint, at its end (step 100). */
+    ck_assert_int_eq(CLI(&out, NULL, "submit", write_job(th_tiny_spec(1, 0),
+                                                         "one.json"),
+                         "--follow"), 0);
+    ck_assert_msg(count(out, "ckpt-000000000100.safetensors") == 1,
+                  "watch: %s", out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "1"), 0);
+    ck_assert_msg(count(out, "ckpt-000000000100.safetensors") == 1, "log: %s",
+                  out);
+    free(out);
+}
+END_TEST
+
+START_TEST(test_checkpoint_request_and_recovery_logged)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, id, "running", 30000));
+    json_decref(th_request(fd, "subscribe", json_pack("{s:I, s:[s]}", "job",
+                                                      (json_int_t)id, "events",
+                                                      "checkpoint")));
+    ck_assert_int_eq(CLI(NULL, NULL, "checkpoint", "1"), 0);
+    json_t *ev = th_wait_event(fd, "checkpoint", id, NULL, 30000, NULL);
+    ck_assert_ptr_nonnull(ev);
+    json_decref(ev);
+    close(fd);
+    char *out;
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "1"), 0);
+    ck_assert_msg(strstr(out, "checkpoint requested by uid"), "%s", out);
+    free(out);
+    /* kill -9: the restarted daemon says in the job's log what happened. */
+    ck_assert_int_eq(kill(H.pid, SIGKILL), 0);
+    int st;
+    waitpid(H.pid, &st, 0);
+    H.pid = 0;
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    ck_assert(th_wait_state(fd, id, "running", 30000));
+    close(fd);
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "1"), 0);
+    ck_assert_msg(strstr(out, "recovered after traind stopped without a "
+                              "shutdown (killed or crashed) at step "), "%s",
+                  out);
+    free(out);
+    ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);
+}
+END_TEST
+
 static Suite *user_suite(void)
 {
     Suite *s = suite_create("user");
@@ -284,6 +348,8 @@ static Suite *user_suite(void)
     tcase_add_test(tc, test_config_set_tells_the_truth);
     tcase_add_test(tc, test_set_paths_relative_to_cwd);
     tcase_add_test(tc, test_show_lists_existing_checkpoints);
+    tcase_add_test(tc, test_checkpoint_said_once);
+    tcase_add_test(tc, test_checkpoint_request_and_recovery_logged);
     suite_add_tcase(s, tc);
     return s;
 }
