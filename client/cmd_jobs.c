@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/jsontext.h"
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
@@ -314,8 +315,8 @@ int td_cmd_show(int argc, char **argv)
         json_array_foreach(json_object_get(j, "checkpoints"), i, ck)
             printf("    %s (step %lld)\n", JSTR(ck, "path", "?"),
                    JINT(ck, "step"));
-        char *spec = json_dumps(json_object_get(j, "spec"),
-                                JSON_INDENT(2) | JSON_SORT_KEYS);
+        char *spec = td_json_dumps(json_object_get(j, "spec"),
+                                   JSON_INDENT(2) | JSON_SORT_KEYS);
         if (spec) {
             printf("  spec:\n%s\n", spec);
             free(spec);

@@ -117,18 +117,20 @@ static int td__pack_one(const char *set, const char *images,
         fprintf(stderr, "trainctl pack: %s\n", err[0] ? err : td_strerror(rc));
         return TD_EXIT_REFUSED;
     }
+    char how[96] = ""; /* an IDX set has nothing rewritten to report */
+    if (folder)
+        snprintf(how, sizeof how, "; %zu%s", r.rewritten,
+                 opt->index > 0     ? " rewritten with a crop index"
+                 : opt->restart > 0 ? " rewritten with restart markers"
+                                    : " rewritten");
     if (json)
         json_array_append_new(sets, td__pack_json(set, out, &r, s));
     else
-        printf("%s: %zu samples, %d classes -> %d shard(s), %.1f MiB in %s "
-               "(%.1f s, %.0f img/s)%s%zu%s\n", set, r.samples, r.classes,
-               r.shards, (double)r.bytes / 1048576.0, out, s,
-               s > 0 ? (double)r.samples / s : 0.0,
-               folder ? "; " : "", folder ? r.rewritten : (size_t)0,
-               !folder ? ""
-               : opt->index > 0 ? " rewritten with a crop index"
-               : opt->restart > 0 ? " rewritten with restart markers"
-                                  : " rewritten");
+        printf("%s: %zu samples, %d classes -> %d shard%s, %.1f MiB in %s "
+               "(%.1f s, %.0f img/s)%s\n", set, r.samples, r.classes,
+               r.shards, r.shards == 1 ? "" : "s",
+               (double)r.bytes / 1048576.0, out, s,
+               s > 0 ? (double)r.samples / s : 0.0, how);
     return TD_EXIT_OK;
 }
 
@@ -268,8 +270,10 @@ int td_cmd_pack(int argc, char **argv)
                           folder, out, &opt, json, sets);
     }
     if (rc == TD_EXIT_OK && json) {
-        json_t *sum = json_pack("{s:o, s:f, s:i}", "sets", sets, "seconds",
-                                td_elapsed_s(t0), "quality", opt.quality);
+        json_t *sum = json_pack("{s:o, s:f}", "sets", sets, "seconds",
+                                td_elapsed_s(t0));
+        if (!folder) /* --quality applies to IDX pixels only */
+            json_object_set_new(sum, "quality", json_integer(opt.quality));
         char *s = json_dumps(sum, JSON_COMPACT);
         puts(s);
         free(s);

@@ -185,6 +185,9 @@ START_TEST(test_no_validation_said_plainly)
     ck_assert_int_eq(CLI(&out, NULL, "show", "1"), 0);
     ck_assert_msg(strstr(out, "last epoch:  1, no validation set"), "%s",
                   out);
+    /* Reals in their shortest exact form (not 0.90000000000000002). */
+    ck_assert_msg(strstr(out, "\"momentum\": 0.9\n") ||
+                  strstr(out, "\"momentum\": 0.9,"), "%s", out);
     free(out);
 }
 END_TEST

@@ -187,6 +187,36 @@ START_TEST(test_pack_imagefolder_restarts_by_default)
 }
 END_TEST
 
+/* The summaries say what applies: no stray "0" after an IDX set, no
+ * "quality" for an ImageFolder (issue 18). */
+START_TEST(test_pack_summaries)
+{
+    char args[8192], root[4200];
+    int rc;
+    make_idx(20);
+    snprintf(args, sizeof args, "pack --idx-dir %s -o %s/s", tmp, tmp);
+    char *out = trainctl(args, &rc, NULL);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(out, "img/s)\ntest: ") && !strstr(out, ")0"), "%s",
+                  out);
+    free(out);
+    snprintf(args, sizeof args, "pack --idx-dir %s -o %s/s2 --json", tmp,
+             tmp);
+    out = trainctl(args, &rc, NULL);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(out, "\"quality\""), "%s", out);
+    free(out);
+    snprintf(root, sizeof root, "%s/tree", tmp);
+    td_test_make_folder(root, 2, 2, 64, 48);
+    snprintf(args, sizeof args, "pack --imagefolder %s -o %s/s3 --json", root,
+             tmp);
+    out = trainctl(args, &rc, NULL);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(!strstr(out, "quality"), "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_cli_errors)
 {
     char args[8192], *err;
@@ -219,6 +249,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_pack_idx_dir_json_then_bench_input);
     tcase_add_test(tc, test_pack_imagefolder_restarts_by_default);
     tcase_add_test(tc, test_pack_index_and_restart_conflict);
+    tcase_add_test(tc, test_pack_summaries);
     tcase_add_test(tc, test_cli_errors);
     suite_add_tcase(s, tc);
     return s;
