@@ -36,6 +36,9 @@ typedef struct td_view {
     json_t *window;     /* last window event data */
     json_t *step;       /* last step event data */
     json_t *epochs;     /* array of epoch event data */
+    json_t *record;     /* the job as `show` gave it (the first frame) */
+    double eta_s;       /* the daemon's latest estimate; < 0: none */
+    int cpu;            /* the daemon trains on the CPU */
     char state[32];
     char reason[256];
 } td_view;
@@ -91,33 +94,61 @@ __attribute__((format(printf, 2, 3))) static void td__line(td_view *v,
 static void td__draw(td_view *v)
 {
     json_t *w = v->window, *s = v->step;
-    json_t *src = s ? s : w;
+    /* Before the first step: the job record (never "epoch 1/0"). */
+    json_t *src = s ? s : w ? w : v->record;
+    if (s && w && JINT(w, "step") > JINT(s, "step"))
+        src = w; /* step events are thinned; a window may be newer */
     long long step = src ? JINT(src, "step") : 0;
     long long total = src ? JINT(src, "steps_total") : 0;
     long long epoch = src ? JINT(src, "epoch") : 0;
     long long epochs = src ? JINT(src, "epochs_total") : 0;
+    if (epochs <= 0 && v->record)
+        epochs = JINT(json_object_get(v->record, "spec"), "epochs");
+    if (strcmp(v->state, "completed") == 0 && total > 0) {
+        step = total; /* the last step event may be older than the end */
+        epoch = epochs - 1;
+        v->eta_s = 0;
+    }
     double sps = w ? JNUM(w, "samples_per_s") : 0;
     double frac = total > 0 ? (double)step / (double)total : 0;
-    char bar[31], eta[16];
-    td__bar(frac, bar, 30);
-    double batch = w ? JNUM(w, "batch_size") : 0;
-    td__eta(sps > 0 && batch > 0 ? (double)(total - step) * batch / sps : NAN,
-            eta, sizeof eta);
+    char bar[64], eta[16], where[96];
+    td__eta(v->eta_s, eta, sizeof eta);
     if (v->tty && v->drawn)
         printf("\033[%dA", v->drawn); /* back to the top of the block */
     struct winsize ws;
     v->cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col ? ws.ws_col
                                                                      : 80;
     v->lines = 0;
+    if (total > 0)
+        snprintf(where, sizeof where, "epoch %lld/%lld  step %lld/%lld",
+                 epoch + 1, epochs, step, total);
+    else
+        snprintf(where, sizeof where, "epoch -/%lld  (%s)", epochs,
+                 strcmp(v->state, "running") == 0 ? "starting" : "waiting");
+    /* The bar takes what the line leaves, so that ETA always shows. */
+    char probe[256];
+    int fixed = snprintf(probe, sizeof probe, "job %lld  %s  [] %5.1f%%  %s  "
+                         "ETA %s", (long long)v->job, v->state, 100 * frac,
+                         where, eta);
+    int width = v->cols - 1 - fixed;
+    if (width > 30)
+        width = 30;
+    if (width < 0)
+        width = 0;
+    td__bar(frac, bar, width);
 #define LINE(...) td__line(v, __VA_ARGS__)
-    LINE("job %lld  %s  [%s] %5.1f%%  epoch %lld/%lld  step %lld/%lld  "
-         "ETA %s",
-         (long long)v->job, v->state, bar, 100 * frac, epoch + 1, epochs, step,
-         total, eta);
+    if (width >= 5)
+        LINE("job %lld  %s  [%s] %5.1f%%  %s  ETA %s", (long long)v->job,
+             v->state, bar, 100 * frac, where, eta);
+    else
+        LINE("job %lld %s %.0f%% %s ETA %s", (long long)v->job, v->state,
+             100 * frac, where, eta);
     if (w) {
-        LINE("  %.0f samples/s   device idle %.0f%% (lower bound)   "
-             "input wait %.0f%%   loss %.4f",
-             sps, 100 * JNUM(w, "device_idle_ratio"),
+        /* The verdict first: a narrow terminal cuts the advice, not it. */
+        LINE("  verdict: %s — %s", JSTR(w, "verdict", "-"),
+             JSTR(w, "advice", ""));
+        LINE("  %.0f samples/s  idle %.0f%% (lower bound)  input wait %.0f%%  "
+             "loss %.4f", sps, 100 * JNUM(w, "device_idle_ratio"),
              100 * JNUM(w, "input_wait_ratio"), JNUM(s ? s : w, "loss"));
         json_t *ph = json_object_get(w, "phase_shares");
         if (json_is_object(ph)) {
@@ -126,19 +157,22 @@ static void td__draw(td_view *v)
             const char *k;
             json_t *x;
             json_object_foreach(ph, k, x) {
-                n += snprintf(buf + n, sizeof buf - (size_t)n, " %s %.0f%%", k,
-                              100 * json_number_value(x));
+                /* On the CPU backend the compute runs on the host: the
+                 * remainder ("other") is the compute. */
+                const char *name = v->cpu && strcmp(k, "other") == 0
+                                       ? "compute" : k;
+                n += snprintf(buf + n, sizeof buf - (size_t)n, " %s %.0f%%",
+                              name, 100 * json_number_value(x));
                 if (n >= (int)sizeof buf)
                     break;
             }
-            /* Host phases; on the CPU backend the compute itself runs on
-             * the host and shows as "other". */
             double wall = JNUM(w, "wall_s"), busy = JNUM(w, "device_busy_s");
-            LINE("  device busy %.0f%% | host:%s", wall > 0 ? 100 * busy / wall
-                                                          : 0.0, buf);
+            if (v->cpu)
+                LINE("  host:%s", buf);
+            else
+                LINE("  device busy %.0f%% | host:%s",
+                     wall > 0 ? 100 * busy / wall : 0.0, buf);
         }
-        LINE("  verdict: %s — %s", JSTR(w, "verdict", "-"),
-             JSTR(w, "advice", ""));
     }
     size_t i;
     json_t *e;
@@ -155,12 +189,16 @@ static void td__draw(td_view *v)
 static void td__plain(td_view *v, const char *kind, json_t *d)
 {
     if (strcmp(kind, "window") == 0) {
+        char eta[16];
+        td__eta(v->eta_s, eta, sizeof eta);
         printf("job %lld epoch %lld step %lld/%lld: %.0f samples/s, loss "
-               "%.4f, device idle %.0f%%, input wait %.0f%%, verdict %s\n",
+               "%.4f, device idle %.0f%%, input wait %.0f%%, verdict %s, "
+               "ETA %s\n",
                (long long)v->job, JINT(d, "epoch") + 1, JINT(d, "step"),
                JINT(d, "steps_total"), JNUM(d, "samples_per_s"),
                JNUM(d, "loss"), 100 * JNUM(d, "device_idle_ratio"),
-               100 * JNUM(d, "input_wait_ratio"), JSTR(d, "verdict", "-"));
+               100 * JNUM(d, "input_wait_ratio"), JSTR(d, "verdict", "-"),
+               eta);
     } else if (strcmp(kind, "epoch") == 0) {
         char val[64];
         td_fmt_val(d, val, sizeof val);
@@ -208,6 +246,9 @@ static void td__on_event(json_t *ev, td_view *v)
     if (v->json) {
         td_print_json(ev);
     }
+    json_t *eta = json_object_get(d, "eta_s");
+    if (json_is_number(eta))
+        v->eta_s = json_number_value(eta);
     if (strcmp(kind, "state") == 0) {
         snprintf(v->state, sizeof v->state, "%s", JSTR(d, "state", "?"));
         snprintf(v->reason, sizeof v->reason, "%s", JSTR(d, "reason", ""));
@@ -235,7 +276,11 @@ static void td__on_event_cb(json_t *ev, void *user)
 
 int td_watch_job(td_conn *c, int64_t job, int json, int quiet_header)
 {
-    td_view v = {.job = job, .json = json, .tty = !json && isatty(1)};
+    td_view v = {.job = job, .json = json, .tty = !json && isatty(1),
+                 .eta_s = -1};
+    const char *dev = json_string_value(json_object_get(
+        json_object_get(c->hello, "hello"), "device"));
+    v.cpu = dev && strncmp(dev, "cpu", 3) == 0;
     int rc = TD_EXIT_UNREACHABLE;
     v.epochs = json_array();
     json_t *r = td_conn_request(
@@ -253,7 +298,10 @@ int td_watch_job(td_conn *c, int64_t job, int json, int quiet_header)
     if (!r || (rc = td_conn_check("watch", r, json)) != TD_EXIT_OK)
         goto out;
     json_t *j = json_object_get(json_object_get(r, "ok"), "job");
+    v.record = json_incref(j);
     snprintf(v.state, sizeof v.state, "%s", JSTR(j, "state", "?"));
+    if (v.tty && !td__final(v.state))
+        td__draw(&v); /* the first frame, before any event */
     snprintf(v.reason, sizeof v.reason, "%s", JSTR(j, "reason", ""));
     if (!json && !quiet_header && !v.tty)
         printf("job %lld %s: %s\n", (long long)job, v.state, v.reason);
@@ -278,6 +326,7 @@ out:
     json_decref(v.window);
     json_decref(v.step);
     json_decref(v.epochs);
+    json_decref(v.record);
     return rc;
 }
 

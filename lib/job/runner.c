@@ -271,7 +271,18 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.steps_per_epoch = synthetic ? (opts->synthetic_steps > 0
                                           ? opts->synthetic_steps : 100)
                                    : td_pipeline_batches_per_epoch(r->train);
-    tc.warmup_steps = s->metrics.warmup_steps;
+    /* A job shorter than warm-up + one window would end without a
+     * window, so without samples/s or a verdict: shrink both to fit
+     * (a sixth to warm up, the rest in two windows). */
+    int64_t all = (int64_t)s->epochs * tc.steps_per_epoch;
+    int warm = s->metrics.warmup_steps, win = s->metrics.window_steps;
+    if (tc.steps_per_epoch >= 1 && warm + win > all) {
+        warm = (int)(all / 6 < warm ? all / 6 : warm);
+        win = (int)((all - warm) / 2 > 1 ? (all - warm) / 2 : 1);
+        td_logf(TD_LOG_INFO, opts->job, "%lld steps in all: warm-up %d and "
+                "windows of %d steps", (long long)all, warm, win);
+    }
+    tc.warmup_steps = warm;
     if (tc.steps_per_epoch < 1) {
         snprintf(err, errcap, "data.train: %zu samples, fewer than one batch "
                  "of %d", td_pipeline_dataset_size(r->train), s->batch_size);
@@ -288,8 +299,9 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
                      r->model->param_count, r->model->classes, s->batch_size);
         goto fail;
     }
-    td_metrics_config mc = {s->metrics.warmup_steps, s->metrics.window_steps,
-                            8};
+    td_metrics_config mc = {warm, win, 8};
+    td_eta_init(&r->eta, all, tc.steps_per_epoch, s->epochs,
+                r->val ? td_pipeline_batches_per_epoch(r->val) : 0);
     if ((rc = td_metrics_create(&r->metrics, &mc))) {
         snprintf(err, errcap, "metrics: %s", td_strerror(rc));
         goto fail;
@@ -454,6 +466,9 @@ static json_t *td__with_progress(td_runner *r, json_t *o, int64_t epoch)
                         json_integer(r->spec->epochs * r->steps_per_epoch));
     json_object_set_new(o, "batch_size", json_integer(r->spec->batch_size));
     json_object_set_new(o, "lr", json_real(r->last_lr));
+    double eta = td_eta_left(&r->eta, r->eta_done, epoch - 1);
+    if (eta >= 0) /* with the evaluations still to come (eta.h) */
+        json_object_set_new(o, "eta_s", json_real(eta));
     if (!json_object_get(o, "loss") && isfinite(r->last_loss))
         json_object_set_new(o, "loss", json_real(r->last_loss));
     return o;
@@ -546,6 +561,8 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
         json_object_set_new(step, "step", json_integer(s->step + 1));
         json_object_set_new(step, "correct", json_integer(s->correct));
     }
+    td_eta_step(&r->eta, s->step, (double)s->step_ns / 1e9);
+    r->eta_done = s->step + 1;
     td__runner_emit(r, "step", td__with_progress(r, step, s->epoch));
     if (closed > 0) {
         json_t *w = td_metrics_window_json(r->metrics);
@@ -584,6 +601,10 @@ static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
     json_object_set_new(o, "train_s", json_real(e->train_s));
     json_object_set_new(o, "eval_s", json_real(e->eval_s));
     json_object_set_new(o, "epochs_total", json_integer(r->spec->epochs));
+    td_eta_eval(&r->eta, e->eval_s);
+    double eta = td_eta_left(&r->eta, e->steps, e->epoch);
+    if (eta >= 0)
+        json_object_set_new(o, "eta_s", json_real(eta));
     if (r->train) {
         td_pipeline_stats ps;
         td_pipeline_stats_get(r->train, &ps);

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "job/eta.h"
 #include "input/pipeline.h"
 #include "job/runner.h"
 #include "job/train.h"
@@ -61,6 +62,8 @@ struct td_runner {
     enum td_verdict trace_verdict;
     int64_t snap_last_ns;            /* last opts.snapshot call */
     double ckpt_write_s;             /* res_mu */
+    td_eta eta;                      /* time left (trainer thread) */
+    int64_t eta_done;                /* steps done, as the ETA saw them */
 };
 
 /* runner.c */

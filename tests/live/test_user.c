@@ -337,6 +337,74 @@ START_TEST(test_checkpoint_request_and_recovery_logged)
 }
 END_TEST
 
+
+/* ---- 8, 9: progress people trust ---------------------------------------- */
+
+/* watch on an 80-column terminal (util-linux script gives it one). */
+START_TEST(test_watch_at_80_columns)
+{
+    if (access("/usr/bin/script", X_OK) != 0) {
+        printf("skipped: util-linux script not installed\n");
+        return;
+    }
+    /* 100 steps with the default metrics (warm-up 20, windows of 100)
+     * closed no window: no samples/s, no verdict, no ETA. */
+    json_t *spec = th_spec(1, 0, 16, 8);
+    json_object_del(spec, "metrics");
+    const char *file = write_job(spec, "w.json");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "TRAIND_SOCKET=%s script -qec 'stty cols 80 rows 24; "
+             "%s/client/trainctl submit %s --follow' /dev/null", H.sock,
+             getenv("TD_BUILD_ROOT"), file);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    static char out[1 << 20];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    ck_assert_int_eq(pclose(p), 0);
+    ck_assert_msg(!strstr(out, "epoch 1/0") && !strstr(out, "step 0/0"),
+                  "%s", out);
+    /* Every drawn line fits in 79 columns and the first keeps its ETA. */
+    int etas = 0;
+    static char lines[1 << 20];
+    memcpy(lines, out, n + 1);
+    for (char *l = lines, *end; *l; l = end + 1) {
+        end = strchr(l, '\n');
+        if (!end)
+            break;
+        *end = '\0';
+        char *k = strstr(l, "\033[K");
+        char *start = l; /* after a cursor-up escape, \033[NA */
+        if (start[0] == '\033' && start[1] == '[') {
+            start += 2;
+            while (*start >= '0' && *start <= '9')
+                start++;
+            if (*start == 'A')
+                start++;
+        }
+        if (k) {
+            int cols = 0; /* characters, not bytes (the dash is UTF-8) */
+            for (char *c = start; c < k; c++)
+                cols += ((unsigned char)*c & 0xC0) != 0x80;
+            ck_assert_msg(cols <= 79, "%d columns: %s", cols, start);
+        }
+        if (strstr(start, "step ") && strstr(start, "/100  ETA "))
+            etas += strstr(start, "ETA --:--") == NULL;
+    }
+    ck_assert_msg(etas > 0, "no ETA ever shown: %s", out);
+    ck_assert_msg(strstr(out, "  verdict: "), "%s", out);
+    /* On the CPU the compute is called compute, not "other". */
+    ck_assert_msg(strstr(out, " compute ") && !strstr(out, " other "), "%s",
+                  out);
+    char *o2;
+    ck_assert_int_eq(CLI(&o2, NULL, "show", "1"), 0);
+    ck_assert_msg(!strstr(o2, " 0.0 samples/s") && !strstr(o2, "verdict none"),
+                  "%s", o2);
+    free(o2);
+}
+END_TEST
+
 static Suite *user_suite(void)
 {
     Suite *s = suite_create("user");
@@ -353,6 +421,7 @@ static Suite *user_suite(void)
     tcase_add_test(tc, test_show_lists_existing_checkpoints);
     tcase_add_test(tc, test_checkpoint_said_once);
     tcase_add_test(tc, test_checkpoint_request_and_recovery_logged);
+    tcase_add_test(tc, test_watch_at_80_columns);
     suite_add_tcase(s, tc);
     return s;
 }
