@@ -1,34 +1,92 @@
 # bash completion for trainctl                               -*- shell-script -*-
 # Installed to share/bash-completion/completions/trainctl.
+# Uses the bash-completion package's helpers when they are loaded and
+# plain compgen otherwise.  Keep the option lists in step with each
+# command's --help (tests/live/test_completion.sh checks a few).
 
+# Job ids from the daemon the command line talks to, if one answers;
+# quietly nothing otherwise.
 _trainctl_jobs()
 {
-    # Job ids from the daemon, if one answers; quietly nothing otherwise.
-    trainctl queue --json 2>/dev/null | tr ',' '\n' |
-        sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p'
+    trainctl ${_trainctl_socket:+--socket "$_trainctl_socket"} queue --json \
+        2>/dev/null | tr ',{' '\n\n' | sed -n 's/^"id":\([0-9][0-9]*\).*/\1/p'
+}
+
+_trainctl_files()
+{
+    if declare -F _filedir >/dev/null; then
+        _filedir "$@"
+    else
+        local IFS=$'\n'
+        COMPREPLY=($(compgen -f -- "$cur"))
+    fi
 }
 
 _trainctl()
 {
-    local cur prev words cword
-    _init_completion || return
+    local cur prev cword words
+    if declare -F _init_completion >/dev/null; then
+        _init_completion -n = || return
+    else
+        words=("${COMP_WORDS[@]}")
+        cword=$COMP_CWORD
+        cur=${COMP_WORDS[COMP_CWORD]}
+        prev=${COMP_WORDS[COMP_CWORD - 1]}
+    fi
     local cmds="submit queue ls show watch logs cancel pause resume checkpoint trace top config version pack plan bench-input export eval predict"
-    if ((cword == 1)); then
-        COMPREPLY=($(compgen -W "$cmds --help" -- "$cur"))
+    # Global options may come before the command (trainctl --socket X ls).
+    local i=1 cmd="" _trainctl_socket=""
+    while ((i < cword)); do
+        case ${words[i]} in
+            --socket) _trainctl_socket=${words[i + 1]}; ((i += 2)) ;;
+            --socket=*) _trainctl_socket=${words[i]#--socket=}; ((i++)) ;;
+            --json) ((i++)) ;;
+            *) cmd=${words[i]}; break ;;
+        esac
+    done
+    if [[ -z $cmd ]]; then
+        if [[ $prev == --socket ]]; then
+            _trainctl_files
+        else
+            COMPREPLY=($(compgen -W "$cmds --socket --json --help" -- "$cur"))
+        fi
         return
     fi
-    local cmd=${words[1]}
+    local argi=$((cword - i)) # position after the command (1 = first)
     case $prev in
-        --steps | -n | --interval | -d | --batch | --classes | --workspace-mib | --input)
+        --steps | -n | --lines | --interval | -d | --name | --set | --size | \
+            --channels | --workers | --batch | --epochs | --prefetch | --seed | \
+            --quality | --shard-size | --prefix | --threads | --val-fraction | \
+            --classes | --workspace-mib | --input | --top)
             return ;;
         --socket | -o | --output | --data | --idx-dir | --imagefolder | --checkpoint-dir)
-            _filedir
+            _trainctl_files
             return ;;
         --spec | --idx-images | --idx-labels)
-            _filedir
+            _trainctl_files
             return ;;
         --state)
             COMPREPLY=($(compgen -W "pending running suspended completed cancelled failed" -- "$cur"))
+            return ;;
+        --index)
+            COMPREPLY=($(compgen -W "0 1 2 4 8" -- "$cur"))
+            return ;;
+        --restart)
+            COMPREPLY=($(compgen -W "0 1 2 4 8" -- "$cur"))
+            return ;;
+        --layout)
+            COMPREPLY=($(compgen -W "nhwc nchw" -- "$cur"))
+            return ;;
+        --augment)
+            # A comma-separated list of op names: complete the last one.
+            local ops="random_resized_crop pad_crop center_crop resize flip color_jitter none"
+            local head="" last=$cur
+            if [[ $cur == *,* ]]; then
+                head=${cur%,*},
+                last=${cur##*,}
+            fi
+            COMPREPLY=($(compgen -P "$head" -W "$ops" -- "$last"))
+            compopt -o nospace 2>/dev/null
             return ;;
     esac
     case $cmd in
@@ -36,7 +94,7 @@ _trainctl()
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--name --set --follow --json --socket --help" -- "$cur"))
             else
-                _filedir json
+                _trainctl_files
             fi ;;
         show | watch | cancel | pause | resume | checkpoint)
             if [[ $cur == -* ]]; then
@@ -61,15 +119,15 @@ _trainctl()
         queue | ls)
             COMPREPLY=($(compgen -W "--state --json --socket --help" -- "$cur")) ;;
         config)
-            if ((cword == 2)); then
+            if ((argi == 1)); then
                 COMPREPLY=($(compgen -W "get set --help" -- "$cur"))
-            elif ((cword == 3)); then
+            elif ((argi == 2)); then
                 COMPREPLY=($(compgen -W "workers prefetch checkpoint_every_steps checkpoint_keep subscriber_soft_bytes subscriber_max_bytes log_level device socket state_dir allowed_data_roots metrics_listen" -- "$cur"))
             fi ;;
         version)
             COMPREPLY=($(compgen -W "--json --socket --help" -- "$cur")) ;;
         pack)
-            COMPREPLY=($(compgen -W "--idx-images --idx-labels --idx-dir --imagefolder -o --output --quality --shard-size --prefix --index --restart --threads --json --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--idx-images --idx-labels --idx-dir --imagefolder -o --output --quality --shard-size --prefix --index --restart --threads --val-fraction --json --help" -- "$cur")) ;;
         plan)
             case $prev in
                 --precision)
@@ -81,17 +139,17 @@ _trainctl()
                         COMPREPLY=($(compgen -W "--batch --precision --input --classes --optimizer --workspace-mib --json --help" -- "$cur"))
                     else
                         COMPREPLY=($(compgen -W "fmnist-cnn resnet20 resnet18 resnet50" -- "$cur"))
-                        _filedir json
+                        _trainctl_files json
                     fi ;;
             esac ;;
-        bench-input)
-            COMPREPLY=($(compgen -W "--data --spec --size --channels --augment --workers --batch --epochs --prefetch --seed --layout --eval --json --help" -- "$cur")) ;;
         export)
             COMPREPLY=($(compgen -W "-o --output --format --json --socket --help" -f -- "$cur")) ;;
         eval)
             COMPREPLY=($(compgen -W "--batch --workers --json --socket --help" -f -- "$cur")) ;;
         predict)
             COMPREPLY=($(compgen -W "--top --json --socket --help" -f -- "$cur")) ;;
+        bench-input)
+            COMPREPLY=($(compgen -W "--data --spec --size --channels --augment --workers --batch --epochs --prefetch --seed --layout --eval --json --help" -- "$cur")) ;;
     esac
 }
 complete -F _trainctl trainctl

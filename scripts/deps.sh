@@ -20,6 +20,8 @@ packages=(
   # the fuzz build (tests/fuzz, scripts/fuzz.sh): clang, its libFuzzer and
   # sanitizer runtimes, and LLVM's OpenMP runtime for clang -fopenmp
   clang libclang-rt-dev libomp-dev
+  # trainctl's bash completion uses its helpers (and its test loads them)
+  bash-completion
   # the checkpoint format test reads a checkpoint with numpy
   python3-numpy
   # tests/ref/check_torchvision.py: the zoo's resnets against torchvision

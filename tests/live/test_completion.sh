@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# test_completion.sh - drives client/trainctl.bash's completion function
+# in bash, as a shell would on <TAB>: commands, options of pack and
+# bench-input, --augment op names, job ids, options before the command.
+# Runs twice: with plain bash and with the bash-completion package's
+# helpers loaded (when installed).
+set -u
+src=${TD_SOURCE_ROOT:-.}/client/trainctl.bash
+fail=0
+
+run() { # run MODE: prints one line per check, "ok" or what went wrong
+    bash --norc --noprofile -s "$1" "$src" <<'INNER'
+mode=$1 src=$2
+if [[ $mode == full ]]; then
+    source /usr/share/bash-completion/bash_completion || exit 3
+fi
+source "$src"
+# A stand-in daemon: trainctl queue --json lists jobs 3 and 12, and says
+# which socket it was asked on.
+trainctl() {
+    [[ $1 == --socket ]] && { echo "$2" >"$TMPDIR_/socket"; shift 2; }
+    [[ $1 == queue && $2 == --json ]] &&
+        echo '{"jobs":[{"id":3,"name":"a","state":"running"},{"id":12,"name":"b"}]}'
+}
+TMPDIR_=$(mktemp -d)
+complete_line() { # the words of a line, the last one being completed
+    COMP_WORDS=("$@")
+    COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+    COMP_LINE="$*"
+    COMP_POINT=${#COMP_LINE}
+    COMPREPLY=()
+    _trainctl trainctl "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
+    echo "${COMPREPLY[*]}"
+}
+expect() { # expect WANT-WORD... -- LINE...
+    local want=() line=()
+    while [[ $1 != -- ]]; do want+=("$1"); shift; done
+    shift
+    local got; got=" $(complete_line "$@") "
+    for w in "${want[@]}"; do
+        if [[ $got != *" $w "* ]]; then
+            echo "FAIL [$mode] '$*': no '$w' in:$got"
+            return
+        fi
+    done
+    echo ok
+}
+expect pack bench-input -- trainctl ""
+expect --index --threads --val-fraction -- trainctl pack --
+expect --prefetch --seed --layout --eval -- trainctl bench-input --
+expect pad_crop -- trainctl bench-input --augment pa
+expect flip,pad_crop -- trainctl bench-input --augment flip,pa
+expect 3 12 -- trainctl watch ""
+expect 12 -- trainctl logs 1
+expect 3 12 -- trainctl --socket /tmp/x.sock cancel ""
+[[ $(cat "$TMPDIR_/socket") == /tmp/x.sock ]] && echo ok ||
+    echo "FAIL [$mode] job ids not asked on --socket's daemon"
+expect queue -- trainctl --socket /tmp/x.sock qu
+expect get set -- trainctl --json config ""
+rm -rf "$TMPDIR_"
+INNER
+}
+
+modes=(plain)
+if [[ -r /usr/share/bash-completion/bash_completion ]]; then
+    modes+=(full)
+else
+    echo "note: bash-completion not installed; plain bash only"
+fi
+for m in "${modes[@]}"; do
+    out=$(run "$m")
+    echo "$out"
+    n=$(grep -c '^ok$' <<<"$out")
+    grep -q FAIL <<<"$out" && fail=1
+    ((n == 11)) || { echo "[$m] only $n of 11 checks ran"; fail=1; }
+done
+exit $fail
