@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "commands.h"
+#include "pack_classes.h"
 #include "input/pack.h"
 
 struct td__pack_ui {
@@ -49,7 +50,8 @@ static void td__pack_usage(FILE *f)
             " | --imagefolder ROOT)\n"
             "                     -o DIR [--quality Q] [--shard-size MiB]"
             " [--prefix NAME] [--index N | --restart N]\n"
-            "                     [--threads N] [--json]\n\n"
+            "                     [--threads N] [--val-fraction F [--seed N]]"
+            " [--json]\n\n"
             "Writes WebDataset tar shards (<key>.jpg + <key>.cls), each at "
             "most --shard-size\n(default 256 MiB), with an index cache per "
             "shard.\n"
@@ -73,7 +75,14 @@ static void td__pack_usage(FILE *f)
             "slower, whole images too)\n"
             "  --threads N   ImageFolder: rewrite on N threads (default: one "
             "per CPU);\n                the shards are the same whatever "
-            "N\n");
+            "N\n"
+            "  --val-fraction F  ImageFolder: hold out F (0-1) of each class "
+            "into DIR/val,\n                the rest into DIR/train "
+            "(stratified; which ones: --seed)\n"
+            "  --seed N      the held-out choice (default 0)\n"
+            "Each set gets a classes.txt (line i names label i); training "
+            "maps a\nvalidation set onto the training classes by these "
+            "names.\n");
 }
 
 /* First existing of D/base and D/base.gz. */
@@ -113,6 +122,8 @@ static int td__pack_one(const char *set, const char *images,
                     : td_pack_idx(images, labels, out, opt, &r, err,
                                   sizeof err);
     double s = td_elapsed_s(ui.t0);
+    if (!rc && !folder) /* names identify classes (a folder's: pack.c) */
+        rc = td_pack_classes_file(out, NULL, r.classes, err, sizeof err);
     if (rc) {
         fprintf(stderr, "trainctl pack: %s\n", err[0] ? err : td_strerror(rc));
         return TD_EXIT_REFUSED;
@@ -137,6 +148,8 @@ static int td__pack_one(const char *set, const char *images,
 struct td__pack_args {
     const char *images, *labels, *idxdir, *folder, *out;
     int json;
+    double val_fraction;  /* --val-fraction: held out into DIR/val */
+    uint64_t seed;        /* --seed: which ones */
     td_pack_options opt;
 };
 
@@ -184,6 +197,22 @@ static int td__pack_value(struct td__pack_args *o, const char *a,
         fprintf(stderr, "trainctl pack: --threads must be 1..256\n");
         return -1;
     }
+    if (strcmp(a, "--val-fraction") == 0) {
+        char *end;
+        o->val_fraction = strtod(v, &end);
+        if (*v && !*end && o->val_fraction > 0 && o->val_fraction < 1)
+            return 0;
+        fprintf(stderr, "trainctl pack: --val-fraction must be in (0, 1)\n");
+        return -1;
+    }
+    if (strcmp(a, "--seed") == 0) {
+        char *end;
+        o->seed = strtoull(v, &end, 10);
+        if (*v && !*end)
+            return 0;
+        fprintf(stderr, "trainctl pack: --seed must be a number\n");
+        return -1;
+    }
     if (strcmp(a, "--shard-size") == 0) {
         double mib = atof(v);
         o->opt.shard_bytes = (uint64_t)(mib * 1048576.0);
@@ -221,6 +250,12 @@ static int td__pack_args(int argc, char **argv, struct td__pack_args *o)
     int modes = (o->images || o->labels) + !!o->idxdir + !!o->folder;
     if (modes != 1 || !o->out || (!!o->images != !!o->labels)) {
         td__pack_usage(stderr);
+        return TD_EXIT_USAGE;
+    }
+    if (o->val_fraction > 0 && !o->folder) {
+        fprintf(stderr, "trainctl pack: --val-fraction splits an "
+                        "--imagefolder (IDX sets come with their test set)"
+                        "\n");
         return TD_EXIT_USAGE;
     }
     return -1;
@@ -265,6 +300,23 @@ int td_cmd_pack(int argc, char **argv)
         rc = td__pack_one("train", ti, tl, NULL, o1, &opt, json, sets);
         if (rc == TD_EXIT_OK)
             rc = td__pack_one("test", vi, vl, NULL, o2, &opt, json, sets);
+    } else if (o.val_fraction > 0) { /* DIR/train and DIR/val */
+        char tmp[4096], tt[4200], tv[4200], o1[4200], o2[4200], err[600];
+        size_t nval;
+        if (td_pack_split_trees(folder, out, o.val_fraction, o.seed, tmp,
+                                sizeof tmp, &nval, err, sizeof err)) {
+            fprintf(stderr, "trainctl pack: %s\n", err);
+            json_decref(sets);
+            return TD_EXIT_REFUSED;
+        }
+        snprintf(tt, sizeof tt, "%s/train", tmp);
+        snprintf(tv, sizeof tv, "%s/val", tmp);
+        snprintf(o1, sizeof o1, "%s/train", out);
+        snprintf(o2, sizeof o2, "%s/val", out);
+        rc = td__pack_one("train", NULL, NULL, tt, o1, &opt, json, sets);
+        if (rc == TD_EXIT_OK)
+            rc = td__pack_one("val", NULL, NULL, tv, o2, &opt, json, sets);
+        td_pack_remove_tree(tmp);
     } else {
         rc = td__pack_one(folder ? "imagefolder" : "idx", images, labels,
                           folder, out, &opt, json, sets);

@@ -19,6 +19,7 @@
 #include "base/error.h"
 #include "base/fscred.h"
 #include "base/log.h"
+#include "job/jobdata.h"
 #include "daemon.h"
 #include "job/finetune.h"
 #include "job/spec.h"
@@ -163,6 +164,17 @@ static void cmd_submit(td_client *c, td_request *req)
                                      sizeof err))) {
         ERRF(c, req, lrc == -EACCES ? TD_ERR_PERMISSION : TD_ERR_INVALID_SPEC,
              "%s", err);
+        td_spec_free(&parsed);
+        return;
+    }
+    /* Classes, labels and the model now, not when the job starts hours
+     * later (jobdata.h): the datasets opened as the trainer will, as the
+     * submitting user. */
+    td_fscred ucred = {0};
+    if (c->uid != 0 && c->uid != geteuid() && td_fscred_can_switch())
+        td_fscred_for_uid(c->uid, &ucred, NULL, 0);
+    if ((lrc = td_job_precheck(&parsed, models, &ucred, err, sizeof err))) {
+        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
         td_spec_free(&parsed);
         return;
     }

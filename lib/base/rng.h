@@ -19,6 +19,7 @@ enum td_rng_purpose {
     TD_RNG_INIT = 3,     /* parameter initialisation         */
     TD_RNG_DROPOUT = 4,  /* dropout masks                    */
     TD_RNG_SYNTH = 5,    /* synthetic input batches          */
+    TD_RNG_SPLIT = 6,    /* the held-out validation split    */
     TD_RNG_TEST = 0xff,  /* tests                            */
 };
 

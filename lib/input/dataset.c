@@ -127,10 +127,71 @@ int32_t td_dataset_label(const td_dataset *ds, size_t i)
 
 const char *td_dataset_class_name(const td_dataset *ds, int label)
 {
-    if (ds->kind != TD_DATASET_FOLDER || label < 0 ||
-        label >= ds->nclass_names)
+    if (label < 0 || label >= ds->nclass_names)
         return NULL;
     return ds->class_names[label];
+}
+
+int td_dataset_named_classes(const td_dataset *ds)
+{
+    return ds->nclass_names;
+}
+
+int td_dataset_set_class_names(td_dataset *ds, const char *const *names,
+                               int n, char *err, size_t errcap)
+{
+    if (n < ds->classes)
+        return td_set_error(err, errcap, TD_E_CORRUPT, "labels go up to %d but "
+                       "classes.txt names %d classes", ds->classes - 1, n);
+    char **copy = calloc((size_t)(n > 0 ? n : 1), sizeof *copy);
+    if (!copy)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++)
+        if (!(copy[i] = strdup(names[i]))) {
+            while (i-- > 0)
+                free(copy[i]);
+            free(copy);
+            return -ENOMEM;
+        }
+    for (int i = 0; i < ds->nclass_names; i++)
+        free(ds->class_names[i]);
+    free(ds->class_names);
+    ds->class_names = copy;
+    ds->nclass_names = n;
+    ds->classes = n;
+    return 0;
+}
+
+int td_dataset_relabel(td_dataset *ds, const int32_t *map, int nmap,
+                       const char *const *names, int n)
+{
+    for (size_t i = 0; i < ds->n; i++)
+        if (ds->labels[i] < 0 || ds->labels[i] >= nmap ||
+            map[ds->labels[i]] < 0 || map[ds->labels[i]] >= n)
+            return -ERANGE;
+    for (size_t i = 0; i < ds->n; i++)
+        ds->labels[i] = map[ds->labels[i]];
+    ds->classes = 0; /* the names say how many there are */
+    return td_dataset_set_class_names(ds, names, n, NULL, 0);
+}
+
+void td_dataset_keep(td_dataset *ds, const uint8_t *keep)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < ds->n; i++) {
+        if (!keep[i])
+            continue;
+        ds->labels[k] = ds->labels[i];
+        if (ds->kind == TD_DATASET_FOLDER) {
+            ds->path_off[k] = ds->path_off[i];
+        } else {
+            ds->shard_of[k] = ds->shard_of[i];
+            ds->off[k] = ds->off[i];
+            ds->len[k] = ds->len[i];
+        }
+        k++;
+    }
+    ds->n = k;
 }
 
 /* ---- ImageFolder ------------------------------------------------------ */

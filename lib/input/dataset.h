@@ -48,8 +48,22 @@ size_t td_dataset_count(const td_dataset *ds);
 /* 1 + the largest label. */
 int td_dataset_classes(const td_dataset *ds);
 int32_t td_dataset_label(const td_dataset *ds, size_t i);
-/* For ImageFolder: the class folder's name; for shards: NULL. */
+/* For ImageFolder: the class folder's name; for shards: the name given
+ * by td_dataset_set_class_names (classes.txt), else NULL. */
 const char *td_dataset_class_name(const td_dataset *ds, int label);
+/* How many classes have names (0: none known). */
+int td_dataset_named_classes(const td_dataset *ds);
+/* Names the classes 0..n-1 (copied); the dataset then has n classes.
+ * TD_E_CORRUPT when a label is >= n. */
+int td_dataset_set_class_names(td_dataset *ds, const char *const *names,
+                               int n, char *err, size_t errcap);
+/* Every label l becomes map[l] (0 <= map[l] < n) and the classes are
+ * named by names[0..n-1].  -ERANGE (nothing changed) when a label has no
+ * place in map. */
+int td_dataset_relabel(td_dataset *ds, const int32_t *map, int nmap,
+                       const char *const *names, int n);
+/* Keeps the samples i with keep[i] != 0, in order (a held-out split). */
+void td_dataset_keep(td_dataset *ds, const uint8_t *keep);
 
 /* The bytes of sample i: *data points into the shard map, or into
  * scratch (grown as needed) for a folder sample.  Returns 0, -ERANGE, or

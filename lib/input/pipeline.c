@@ -354,7 +354,7 @@ static int td__check_config(const td_pipeline_config *c, char *err,
                             size_t ecap)
 {
     const char *bad = NULL;
-    if (!c->data || !*c->data)
+    if (!c->dataset && (!c->data || !*c->data))
         bad = "data: no dataset path";
     else if (c->size[0] < 1 || c->size[1] < 1 || c->size[0] > 8192 ||
              c->size[1] > 8192)
@@ -422,12 +422,13 @@ int td_pipeline_create(const td_pipeline_config *cfg, td_pipeline **out,
     if (!cfg || !out)
         return -EINVAL;
     int rc = td__check_config(cfg, err, errcap);
-    if (rc)
-        return rc;
-    td_pipeline *p = calloc(1, sizeof *p);
-    if (!p)
-        return -ENOMEM;
+    td_pipeline *p = rc ? NULL : calloc(1, sizeof *p);
+    if (!p) { /* the dataset was given to us: ours to close */
+        td_dataset_close(cfg->dataset);
+        return rc ? rc : -ENOMEM;
+    }
     p->cfg = *cfg;
+    p->cfg.dataset = NULL;
     p->cfg.data = NULL; /* not kept: the caller's string */
     if (!p->cfg.alloc.alloc) {
         p->cfg.alloc.alloc = td__default_alloc;
@@ -443,18 +444,22 @@ int td_pipeline_create(const td_pipeline_config *cfg, td_pipeline **out,
     pthread_cond_init(&p->work_cv, NULL);
     pthread_cond_init(&p->ready_cv, NULL);
     td_fscred_saved cred;
-    if ((rc = td_fscred_enter(cfg->cred, &cred)) != 0) {
+    if (cfg->dataset) { /* opened (as the user) by the caller */
+        p->ds = cfg->dataset;
+    } else if ((rc = td_fscred_enter(cfg->cred, &cred)) != 0) {
         snprintf(err, errcap, "%s: cannot read as uid %u: %s", cfg->data,
                  (unsigned)cfg->cred->uid, td_strerror(rc));
         goto fail;
-    }
-    rc = td_dataset_open(cfg->data, &p->ds, err, errcap);
-    td_fscred_leave(&cred);
-    if (rc != 0) {
-        if ((rc == -EACCES || rc == -EPERM) && cfg->cred && cfg->cred->set)
-            snprintf(err, errcap, "%s is not readable by uid %u", cfg->data,
-                     (unsigned)cfg->cred->uid);
-        goto fail;
+    } else {
+        rc = td_dataset_open(cfg->data, &p->ds, err, errcap);
+        td_fscred_leave(&cred);
+        if (rc != 0) {
+            if ((rc == -EACCES || rc == -EPERM) && cfg->cred &&
+                cfg->cred->set)
+                snprintf(err, errcap, "%s is not readable by uid %u",
+                         cfg->data, (unsigned)cfg->cred->uid);
+            goto fail;
+        }
     }
     p->n = td_dataset_count(p->ds);
     if (p->n > UINT32_MAX) {

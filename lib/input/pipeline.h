@@ -43,6 +43,9 @@ typedef struct td_pipeline td_pipeline;
 
 typedef struct td_pipeline_config {
     const char *data;       /* dataset path (see dataset.h) */
+    struct td_dataset *dataset; /* or a dataset the caller opened (and,
+                               e.g., relabelled or split): the pipeline
+                               takes it and closes it, even on failure */
     int size[2];            /* output height, width */
     int channels;           /* 1 or 3 */
     td_augment augment[TD_AUG_MAX];

@@ -29,6 +29,7 @@
 #include "base/fscred.h"
 #include "base/log.h"
 #include "input/pipeline.h"
+#include "job/jobdata.h"
 #include "job/train.h"
 #include "model/model.h"
 #include "obs/metrics.h"
@@ -110,27 +111,23 @@ int td__runner_augments(const td_job_spec *s, td_augment *out, int *n,
     return td_augment_validate(out, k, err, errcap);
 }
 
-static int td__pipeline(td_runner *r, const td_spec_paths *paths, int train,
+/* A pipeline over ds (taken, even on failure; jobdata.c opened it). */
+static int td__pipeline(td_runner *r, td_dataset *ds, int train,
                         td_pipeline **out, char *err, size_t errcap)
 {
     const td_job_spec *s = r->spec;
     td_pipeline_config pc;
     char e[512];
     int rc;
-    if (paths->n > 1) {
-        snprintf(err, errcap, "data.%s: lists of several paths are not "
-                 "supported yet; name a directory of shards or a glob",
-                 train ? "train" : "val");
-        return TD_E_SPEC;
-    }
     td_pipeline_config_default(&pc);
-    pc.data = paths->v[0];
+    pc.dataset = ds;
     pc.size[0] = s->input.size[0];
     pc.size[1] = s->input.size[1];
     pc.channels = s->input.channels;
     if ((rc = td__runner_augments(s, pc.augment, &pc.n_augment, e,
                                   sizeof e))) {
         snprintf(err, errcap, "input.augment: %s", e);
+        td_dataset_close(ds);
         return rc;
     }
     pc.batch_size = s->batch_size;
@@ -240,12 +237,22 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
         goto fail;
     }
     int synthetic = s->input.source == TD_SOURCE_SYNTHETIC;
-    if (!synthetic && (rc = td__pipeline(r, &s->data.train, 1, &r->train, err,
-                                         errcap)))
-        goto fail;
-    if (!synthetic && s->data.val.n &&
-        (rc = td__pipeline(r, &s->data.val, 0, &r->val, err, errcap)))
-        goto fail;
+    if (!synthetic) { /* val mapped to train's classes by name, or split */
+        td_job_data jd;
+        if ((rc = td_job_data_open(s, r->o.cred, &jd, err, errcap)))
+            goto fail;
+        if (jd.note[0])
+            td_logf(s->data.val.n ? TD_LOG_WARN : TD_LOG_INFO, opts->job,
+                    "%s", jd.note);
+        td_dataset *val = jd.val;
+        rc = td__pipeline(r, jd.train, 1, &r->train, err, errcap);
+        if (rc)
+            td_dataset_close(val);
+        else if (val)
+            rc = td__pipeline(r, val, 0, &r->val, err, errcap);
+        if (rc)
+            goto fail;
+    }
     r->tune_workers = s->input.workers == 0;
     r->tune_prefetch = s->input.prefetch == 0;
     if ((rc = td__model(r, err, errcap)))

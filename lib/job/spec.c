@@ -83,6 +83,8 @@ static const struct td__field td__spec_fields[] = {
     {"data.val", K_PATHS, "null", 0, 0, F_NULLABLE, NULL, S(data.val)},
     {"data.classes", K_AUTO, "\"auto\"", 2, 1000000, 0, NULL,
      S(data.classes)},
+    {"data.val_fraction", K_NUM, "0", 0, 1, F_HI_OPEN, NULL,
+     S(data.val_fraction)},
     {"input", K_OBJ, "{}", 0, 0, 0, NULL, 0},
     {"input.size", K_SIZE2, "[224, 224]", 1, 8192, 0, NULL, S(input.size)},
     {"input.channels", K_CHANNELS, "3", 1, 3, 0, NULL, S(input.channels)},
@@ -733,6 +735,10 @@ static int td__cross_checks(struct td__ctx *c)
         return td__fail(c, "data.train",
                         "missing (required unless input.source is "
                         "\"synthetic\")");
+    if (s->data.val_fraction > 0 && s->data.val.n)
+        return td__fail(c, "data.val_fraction",
+                        "cannot be used with data.val (hold out part of "
+                        "data.train, or name a validation set)");
     if (s->optimizer.nesterov && s->optimizer.momentum <= 0)
         return td__fail(c, "optimizer.nesterov",
                         "needs optimizer.momentum > 0");

@@ -61,6 +61,7 @@ typedef struct td_job_spec {
     struct {
         td_spec_paths train, val;
         int classes;                 /* TD_SPEC_AUTO = from the dataset */
+        double val_fraction;         /* held out of train; 0: none */
     } data;
     struct {
         int size[2];                 /* [h, w] */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "daemon_harness.h"
+#include "jpeggen.h"
 #include "tdtest.h"
 
 static td_harness H;
@@ -405,6 +406,82 @@ START_TEST(test_watch_at_80_columns)
 }
 END_TEST
 
+
+/* ---- 1, 3: datasets that cannot mislabel, checked at submit ------------ */
+
+static json_t *folder_spec(const char *train, const char *val, int units)
+{
+    json_t *spec = th_spec(1, 0, 16, 4);
+    json_t *data = json_object_get(spec, "data");
+    json_object_del(data, "classes");
+    json_object_set_new(data, "train", json_string(train));
+    if (val)
+        json_object_set_new(data, "val", json_string(val));
+    json_t *in = json_object_get(spec, "input");
+    json_object_set_new(in, "source", json_string("files"));
+    json_object_set_new(in, "channels", json_integer(3));
+    json_object_set_new(in, "normalize", json_pack("{s:[f,f,f], s:[f,f,f]}",
+                                                   "mean", 0.5, 0.5, 0.5,
+                                                   "std", 0.25, 0.25, 0.25));
+    json_object_set_new(spec, "batch_size", json_integer(2));
+    if (units) {
+        json_t *layers = json_object_get(json_object_get(spec, "model"),
+                                         "layers");
+        json_object_set_new(json_array_get(layers, 3), "units",
+                            json_integer(units));
+    }
+    return spec;
+}
+
+START_TEST(test_classes_by_name_and_checks_at_submit)
+{
+    char train[128], val[128], cmd[400];
+    snprintf(train, sizeof train, "%s/train", H.dir);
+    snprintf(val, sizeof val, "%s/val", H.dir);
+    td_test_make_folder(train, 3, 4, 16, 16);
+    td_test_make_folder(val, 3, 2, 16, 16);
+    snprintf(cmd, sizeof cmd, "rm -r %s/class0", val);
+    ck_assert_int_eq(system(cmd), 0);
+    char *out, *err;
+    /* Val without class0: trains, and says so. */
+    ck_assert_int_eq(CLI(&out, NULL, "submit", write_job(folder_spec(train,
+                                                                     val, 0),
+                                                         "ok.json"),
+                         "--follow"), 0);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "1"), 0);
+    ck_assert_msg(strstr(out, "data.val: 'class0' (1 of 3 classes) not in "
+                              "data.val"), "%s", out);
+    free(out);
+    /* A val class train lacks: refused at submit. */
+    snprintf(cmd, sizeof cmd, "mv %s/class2 %s/zebra", val, val);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(CLI(NULL, &err, "submit", write_job(folder_spec(train,
+                                                                     val, 0),
+                                                         "x.json")), 1);
+    ck_assert_msg(strstr(err, "class 'zebra' is not a class of data.train"),
+                  "%s", err);
+    free(err);
+    /* A dense head of 7 units for 3 classes: refused at submit. */
+    ck_assert_int_eq(CLI(NULL, &err, "submit", write_job(folder_spec(train,
+                                                                     NULL, 7),
+                                                         "h.json")), 1);
+    ck_assert_msg(strstr(err, "fc"), "%s", err);
+    free(err);
+    /* data.classes 2 with labels up to 2. */
+    ck_assert_int_eq(CLI(NULL, &err, "submit", write_job(folder_spec(train,
+                                                                     NULL, 0),
+                                                         "c.json"),
+                         "--set", "data.classes=2"), 1);
+    ck_assert_msg(strstr(err, "data.classes: 2, but data.train has 3 "
+                              "classes"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(&out, NULL, "queue", "--json"), 0);
+    ck_assert_msg(!strstr(out, "\"id\":2"), "refused jobs queued: %s", out);
+    free(out);
+}
+END_TEST
+
 static Suite *user_suite(void)
 {
     Suite *s = suite_create("user");
@@ -422,6 +499,7 @@ static Suite *user_suite(void)
     tcase_add_test(tc, test_checkpoint_said_once);
     tcase_add_test(tc, test_checkpoint_request_and_recovery_logged);
     tcase_add_test(tc, test_watch_at_80_columns);
+    tcase_add_test(tc, test_classes_by_name_and_checks_at_submit);
     suite_add_tcase(s, tc);
     return s;
 }

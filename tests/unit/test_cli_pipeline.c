@@ -217,6 +217,61 @@ START_TEST(test_pack_summaries)
 }
 END_TEST
 
+/* --val-fraction: DIR/train and DIR/val, stratified, each with its
+ * classes.txt; IDX sets get theirs too (issue 18). */
+START_TEST(test_pack_val_fraction)
+{
+    char args[8192], root[4200], path[4400];
+    int rc;
+    snprintf(root, sizeof root, "%s/vf", tmp);
+    td_test_make_folder(root, 3, 10, 32, 24);
+    snprintf(args, sizeof args, "pack --imagefolder %s -o %s/vfo "
+             "--val-fraction 0.2 --seed 3 --json", root, tmp);
+    char *out = trainctl(args, &rc, NULL);
+    ck_assert_int_eq(rc, 0);
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    json_t *sets = json_object_get(j, "sets");
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(sets, 1), "set")), "val");
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_array_get(sets, 0), "samples")), 24);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_array_get(sets, 1), "samples")), 6);
+    json_decref(j);
+    free(out);
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/vfo/%s/classes.txt", tmp,
+                 k ? "val" : "train");
+        FILE *f = fopen(path, "r");
+        ck_assert_ptr_nonnull(f);
+        char buf[128] = "";
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+        ck_assert_str_eq(buf, "class0\nclass1\nclass2\n");
+    }
+    /* No link tree left behind. */
+    snprintf(args, sizeof args, "ls -a %s/vfo", tmp);
+    FILE *p = popen(args, "r");
+    char ls[512] = "";
+    size_t n = fread(ls, 1, sizeof ls - 1, p);
+    ls[n] = '\0';
+    pclose(p);
+    ck_assert_msg(!strstr(ls, ".split-"), "%s", ls);
+    snprintf(args, sizeof args, "pack --idx-dir %s -o %s/vfi --val-fraction "
+             "0.1", tmp, tmp);
+    free(trainctl(args, &rc, NULL));
+    ck_assert_int_eq(rc, 2);
+    make_idx(20);
+    snprintf(args, sizeof args, "pack --idx-dir %s -o %s/vfi", tmp, tmp);
+    free(trainctl(args, &rc, NULL));
+    ck_assert_int_eq(rc, 0);
+    snprintf(path, sizeof path, "%s/vfi/test/classes.txt", tmp);
+    ck_assert_int_eq(access(path, R_OK), 0);
+}
+END_TEST
+
 START_TEST(test_cli_errors)
 {
     char args[8192], *err;
@@ -250,6 +305,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_pack_imagefolder_restarts_by_default);
     tcase_add_test(tc, test_pack_index_and_restart_conflict);
     tcase_add_test(tc, test_pack_summaries);
+    tcase_add_test(tc, test_pack_val_fraction);
     tcase_add_test(tc, test_cli_errors);
     suite_add_tcase(s, tc);
     return s;

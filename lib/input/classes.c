@@ -1,0 +1,197 @@
+/* classes.c - see classes.h. */
+#include "input/classes.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/rng.h"
+
+int td_classes_write(const char *dir, const char *const *names, int n,
+                     char *err, size_t errcap)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, TD_CLASSES_FILE);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int rc = 0;
+    if (!f) {
+        rc = -errno;
+        snprintf(err, errcap, "%s: %s", tmp, strerror(-rc));
+        return rc;
+    }
+    for (int i = 0; i < n; i++) {
+        if (strchr(names[i], '\n')) {
+            fclose(f);
+            unlink(tmp);
+            snprintf(err, errcap, "class %d: a name with a newline", i);
+            return -EINVAL;
+        }
+        fprintf(f, "%s\n", names[i]);
+    }
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+        rc = -errno;
+    if (fclose(f) != 0 && !rc)
+        rc = -errno;
+    if (!rc && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc) {
+        unlink(tmp);
+        snprintf(err, errcap, "%s: %s", path, strerror(-rc));
+    }
+    return rc;
+}
+
+/* The folder classes.txt would be in for a dataset path. */
+static void td__dir_of(const char *path, char *dir, size_t cap)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(dir, cap, "%s", path);
+        return;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    snprintf(dir, cap, "%s", dirname(tmp));
+}
+
+int td_classes_attach(td_dataset *ds, const char *path, char *err,
+                      size_t errcap)
+{
+    if (td_dataset_kind(ds) != TD_DATASET_SHARDS)
+        return 0;
+    char dir[4096], file[4200], line[1024];
+    td__dir_of(path, dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/%s", dir, TD_CLASSES_FILE);
+    FILE *f = fopen(file, "r");
+    if (!f)
+        return 0; /* older shards: labels only */
+    char **names = NULL;
+    int n = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        char **g = realloc(names, (size_t)(n + 1) * sizeof *names);
+        if (!g || !(g[n] = strdup(line))) {
+            names = g ? g : names;
+            rc = -ENOMEM;
+            break;
+        }
+        names = g;
+        n++;
+    }
+    fclose(f);
+    if (!rc) {
+        char e[256];
+        rc = td_dataset_set_class_names(ds, (const char *const *)names, n, e,
+                                        sizeof e);
+        if (rc)
+            snprintf(err, errcap, "%s: %s", file, e);
+    }
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return rc;
+}
+
+int td_classes_align(const td_dataset *train, td_dataset *val, char *note,
+                     size_t notecap, char *err, size_t errcap)
+{
+    int nt = td_dataset_named_classes(train);
+    int nv = td_dataset_named_classes(val);
+    int ct = td_dataset_classes(train);
+    if (note && notecap)
+        note[0] = '\0';
+    if (nt == 0 || nv == 0) { /* labels as they are */
+        if (td_dataset_classes(val) > ct) {
+            snprintf(err, errcap, "data.val: labels go up to %d but "
+                     "data.train has %d classes", td_dataset_classes(val) - 1,
+                     ct);
+            return TD_E_SPEC;
+        }
+        return 0;
+    }
+    int32_t *map = malloc((size_t)nv * sizeof *map);
+    uint8_t *seen = calloc((size_t)nt, 1);
+    const char **names = malloc((size_t)nt * sizeof *names);
+    int rc = 0;
+    if (!map || !seen || !names) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (int t = 0; t < nt; t++)
+        names[t] = td_dataset_class_name(train, t);
+    for (int v = 0; v < nv; v++) {
+        const char *name = td_dataset_class_name(val, v);
+        map[v] = -1;
+        for (int t = 0; t < nt && map[v] < 0; t++)
+            if (strcmp(name, names[t]) == 0)
+                map[v] = t;
+        if (map[v] < 0) {
+            snprintf(err, errcap, "data.val: class '%s' is not a class of "
+                     "data.train (%d classes, from '%s' to '%s')", name, nt,
+                     names[0], names[nt - 1]);
+            rc = TD_E_SPEC;
+            goto out;
+        }
+        seen[map[v]] = 1;
+    }
+    int missing = 0, len = 0;
+    for (int t = 0; t < nt; t++) {
+        if (seen[t])
+            continue;
+        if (note && (size_t)len < notecap)
+            len += snprintf(note + len, notecap - (size_t)len, "%s'%s'",
+                            missing ? ", " : "", names[t]);
+        missing++;
+    }
+    if (missing && note && (size_t)len < notecap)
+        snprintf(note + len, notecap - (size_t)len, " (%d of %d classes) not "
+                 "in data.val", missing, nt);
+    if ((rc = td_dataset_relabel(val, map, nv, names, nt)) == -ERANGE) {
+        snprintf(err, errcap, "data.val: a label beyond its class names");
+        rc = TD_E_CORRUPT;
+    }
+out:
+    free(map);
+    free(seen);
+    free(names);
+    return rc;
+}
+
+int td_classes_split(const td_dataset *ds, double fraction, uint64_t seed,
+                     uint8_t *out)
+{
+    size_t n = td_dataset_count(ds);
+    int classes = td_dataset_classes(ds);
+    uint32_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    uint32_t *perm = malloc((n ? n : 1) * sizeof *perm);
+    if (!idx || !perm) {
+        free(idx);
+        free(perm);
+        return -ENOMEM;
+    }
+    memset(out, 0, n);
+    for (int c = 0; c < classes; c++) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (td_dataset_label(ds, i) == c)
+                idx[k++] = (uint32_t)i;
+        size_t take = (size_t)((double)k * fraction + 0.5);
+        if (take == 0 && k >= 2 && fraction > 0)
+            take = 1;
+        if (take >= k && k > 0)
+            take = k - 1; /* every class keeps a training sample */
+        td_rng_permutation(seed, td_rng_stream(TD_RNG_SPLIT, (uint64_t)c),
+                           perm, k);
+        for (size_t j = 0; j < take; j++)
+            out[idx[perm[j]]] = 1;
+    }
+    free(idx);
+    free(perm);
+    return 0;
+}

@@ -1,0 +1,157 @@
+/* jobdata.c - see jobdata.h.  Owns opening, aligning and splitting a
+ * job's datasets; never reads a sample's bytes. */
+#include "job/jobdata.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/fscred.h"
+#include "input/classes.h"
+#include "model/model.h"
+
+static int td__open(const td_spec_paths *p, const char *key, td_dataset **ds,
+                    char *err, size_t errcap)
+{
+    char e[512];
+    int rc;
+    if (p->n > 1) {
+        snprintf(err, errcap, "%s: lists of several paths are not supported "
+                 "yet; name a directory of shards or a glob", key);
+        return TD_E_SPEC;
+    }
+    if ((rc = td_dataset_open(p->v[0], ds, e, sizeof e)) ||
+        (rc = td_classes_attach(*ds, p->v[0], e, sizeof e))) {
+        snprintf(err, errcap, "%s: %s", key, e[0] ? e : td_strerror(rc));
+        td_dataset_close(*ds);
+        *ds = NULL;
+    }
+    return rc;
+}
+
+/* Holds out val_fraction of train (both opened from data.train). */
+static int td__split(const td_job_spec *s, td_job_data *d, char *err,
+                     size_t errcap)
+{
+    size_t n = td_dataset_count(d->train);
+    uint8_t *mark = malloc(n ? n : 1), *keep = malloc(n ? n : 1);
+    int rc = mark && keep ? td_classes_split(d->train, s->data.val_fraction,
+                                             s->seed, mark)
+                          : -ENOMEM;
+    if (!rc) {
+        for (size_t i = 0; i < n; i++)
+            keep[i] = !mark[i];
+        td_dataset_keep(d->train, keep);
+        td_dataset_keep(d->val, mark);
+        if (td_dataset_count(d->val) == 0) {
+            snprintf(err, errcap, "data.val_fraction: %g of %zu samples "
+                     "holds out none", s->data.val_fraction, n);
+            rc = TD_E_SPEC;
+        } else {
+            snprintf(d->note, sizeof d->note, "data.val_fraction %g: %zu of "
+                     "%zu samples held out for validation (stratified by "
+                     "class, seed %llu)", s->data.val_fraction,
+                     td_dataset_count(d->val), n,
+                     (unsigned long long)s->seed);
+        }
+    }
+    free(mark);
+    free(keep);
+    return rc;
+}
+
+static int td__data_open(const td_job_spec *s, td_job_data *d, char *err,
+                         size_t errcap);
+
+int td_job_data_open(const td_job_spec *s, const td_fscred *cred,
+                     td_job_data *d, char *err, size_t errcap)
+{
+    td_fscred_saved saved;
+    memset(d, 0, sizeof *d);
+    int rc = td_fscred_enter(cred, &saved);
+    if (rc) {
+        snprintf(err, errcap, "data.train: cannot read as uid %u: %s",
+                 cred ? (unsigned)cred->uid : 0u, td_strerror(rc));
+        return rc;
+    }
+    rc = td__data_open(s, d, err, errcap);
+    td_fscred_leave(&saved);
+    return rc;
+}
+
+static int td__data_open(const td_job_spec *s, td_job_data *d, char *err,
+                         size_t errcap)
+{
+    int rc;
+    if ((rc = td__open(&s->data.train, "data.train", &d->train, err, errcap)))
+        return rc;
+    if (s->data.val.n) {
+        char note[400];
+        if ((rc = td__open(&s->data.val, "data.val", &d->val, err, errcap)) ||
+            (rc = td_classes_align(d->train, d->val, note, sizeof note, err,
+                                   errcap)))
+            goto fail;
+        if (note[0])
+            snprintf(d->note, sizeof d->note, "data.val: %s", note);
+    } else if (s->data.val_fraction > 0) {
+        if ((rc = td__open(&s->data.train, "data.train", &d->val, err,
+                           errcap)) ||
+            (rc = td__split(s, d, err, errcap)))
+            goto fail;
+    }
+    int have = td_dataset_classes(d->train);
+    d->classes = s->data.classes > 0 ? s->data.classes : have;
+    if (have > d->classes) {
+        const char *last = td_dataset_class_name(d->train, have - 1);
+        snprintf(err, errcap, "data.classes: %d, but data.train has %d "
+                 "classes (labels up to %d%s%s%s)", d->classes, have,
+                 have - 1, last ? ", '" : "", last ? last : "",
+                 last ? "'" : "");
+        rc = TD_E_SPEC;
+        goto fail;
+    }
+    return 0;
+fail:
+    td_job_data_close(d);
+    return rc;
+}
+
+void td_job_data_close(td_job_data *d)
+{
+    td_dataset_close(d->train);
+    td_dataset_close(d->val);
+    d->train = d->val = NULL;
+}
+
+int td_job_precheck(const td_job_spec *s, const char *models_dir,
+                    const td_fscred *cred, char *err, size_t errcap)
+{
+    td_job_data d = {0};
+    int rc, classes = s->data.classes > 0 ? s->data.classes : 10;
+    if (s->input.source != TD_SOURCE_SYNTHETIC) {
+        if ((rc = td_job_data_open(s, cred, &d, err, errcap)))
+            return rc;
+        classes = d.classes;
+        td_job_data_close(&d);
+    }
+    td_shape in = {s->input.channels, s->input.size[0], s->input.size[1]};
+    td_model *m = NULL;
+    char e[512];
+    td_fscred_saved saved;
+    if (json_is_string(s->model)) { /* a .json path is the user's file */
+        if ((rc = td_fscred_enter(cred, &saved)))
+            return rc;
+        rc = td_model_load(models_dir ? models_dir : ".",
+                           json_string_value(s->model), in, classes, &m, e,
+                           sizeof e);
+        td_fscred_leave(&saved);
+    } else {
+        rc = td_model_build(s->model, in, classes, &m, e, sizeof e);
+    }
+    if (rc)
+        snprintf(err, errcap, "%s", e);
+    td_model_free(m);
+    return rc;
+}

@@ -1,0 +1,201 @@
+/* test_classes.c - class names as identity: val mapped onto train by
+ * name, classes.txt, the held-out split, and the checks a job gets at
+ * submit (lib/input/classes.c, lib/job/jobdata.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "input/classes.h"
+#include "input/pack.h"
+#include "jpeggen.h"
+#include "job/jobdata.h"
+#include "job/spec.h"
+#include "tdtest.h"
+
+static char tmp[64];
+
+static void setup(void)
+{
+    snprintf(tmp, sizeof tmp, "/tmp/td-classes-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static td_dataset *open_ds(const char *path)
+{
+    td_dataset *ds = NULL;
+    char err[512];
+    ck_assert_msg(td_dataset_open(path, &ds, err, sizeof err) == 0, "%s",
+                  err);
+    return ds;
+}
+
+/* train: class0..class3; val: the same tree without class0, then with an
+ * extra class the training set lacks. */
+START_TEST(test_val_mapped_by_name)
+{
+    char train[128], val[128], cmd[400], note[256], err[256];
+    snprintf(train, sizeof train, "%s/train", tmp);
+    snprintf(val, sizeof val, "%s/val", tmp);
+    td_test_make_folder(train, 4, 2, 16, 16);
+    td_test_make_folder(val, 4, 2, 16, 16);
+    snprintf(cmd, sizeof cmd, "rm -r %s/class0", val);
+    ck_assert_int_eq(system(cmd), 0);
+    td_dataset *t = open_ds(train), *v = open_ds(val);
+    /* Alone, val's folders number class1 as label 0: the shift. */
+    ck_assert_str_eq(td_dataset_class_name(v, 0), "class1");
+    ck_assert_int_eq(td_classes_align(t, v, note, sizeof note, err,
+                                      sizeof err), 0);
+    ck_assert_msg(strstr(note, "'class0' (1 of 4 classes) not in data.val"),
+                  "%s", note);
+    ck_assert_int_eq(td_dataset_classes(v), 4);
+    for (size_t i = 0; i < td_dataset_count(v); i++) {
+        char name[256];
+        td_dataset_sample_name(v, i, name, sizeof name);
+        int want = strstr(name, "/class1/") ? 1 : strstr(name, "/class2/")
+                                                       ? 2 : 3;
+        ck_assert_msg(td_dataset_label(v, i) == want, "%s: %d", name,
+                      td_dataset_label(v, i));
+        ck_assert_str_eq(td_dataset_class_name(v, want),
+                         td_dataset_class_name(t, want));
+    }
+    td_dataset_close(v);
+    /* A class in val that train lacks is an error naming it. */
+    snprintf(cmd, sizeof cmd, "mv %s/class3 %s/zebra", val, val);
+    ck_assert_int_eq(system(cmd), 0);
+    v = open_ds(val);
+    ck_assert_int_eq(td_classes_align(t, v, note, sizeof note, err,
+                                      sizeof err), TD_E_SPEC);
+    ck_assert_msg(strstr(err, "class 'zebra' is not a class of data.train"),
+                  "%s", err);
+    td_dataset_close(v);
+    td_dataset_close(t);
+}
+END_TEST
+
+/* Shards carry their names in classes.txt; a label beyond it is refused. */
+START_TEST(test_classes_txt)
+{
+    char tree[128], out[128], err[512];
+    snprintf(tree, sizeof tree, "%s/tree", tmp);
+    snprintf(out, sizeof out, "%s/shards", tmp);
+    td_test_make_folder(tree, 3, 2, 16, 16);
+    td_pack_options o;
+    td_pack_options_default(&o);
+    td_pack_result r;
+    ck_assert_int_eq(td_pack_folder(tree, out, &o, &r, err, sizeof err), 0);
+    td_dataset *ds = open_ds(out);
+    ck_assert_ptr_null(td_dataset_class_name(ds, 0));
+    ck_assert_int_eq(td_classes_attach(ds, out, err, sizeof err), 0);
+    ck_assert_str_eq(td_dataset_class_name(ds, 0), "class0"); /* pack's */
+    const char *names[] = {"cat", "dog", "eel"};
+    ck_assert_int_eq(td_classes_write(out, names, 3, err, sizeof err), 0);
+    ck_assert_int_eq(td_classes_attach(ds, out, err, sizeof err), 0);
+    ck_assert_str_eq(td_dataset_class_name(ds, 2), "eel");
+    td_dataset_close(ds);
+    ds = open_ds(out);
+    ck_assert_int_eq(td_classes_write(out, names, 2, err, sizeof err), 0);
+    ck_assert_int_eq(td_classes_attach(ds, out, err, sizeof err),
+                     TD_E_CORRUPT);
+    ck_assert_msg(strstr(err, "classes.txt: labels go up to 2 but "
+                              "classes.txt names 2 classes"), "%s", err);
+    td_dataset_close(ds);
+}
+END_TEST
+
+START_TEST(test_split_is_stratified_and_deterministic)
+{
+    char tree[128];
+    snprintf(tree, sizeof tree, "%s/tree", tmp);
+    td_test_make_folder(tree, 3, 10, 8, 8);
+    td_dataset *ds = open_ds(tree);
+    uint8_t a[30], b[30], c[30];
+    ck_assert_int_eq(td_classes_split(ds, 0.2, 7, a), 0);
+    ck_assert_int_eq(td_classes_split(ds, 0.2, 7, b), 0);
+    ck_assert_int_eq(td_classes_split(ds, 0.2, 8, c), 0);
+    ck_assert_mem_eq(a, b, 30);
+    ck_assert_int_ne(memcmp(a, c, 30), 0);
+    int per[3] = {0};
+    for (int i = 0; i < 30; i++)
+        per[td_dataset_label(ds, (size_t)i)] += a[i];
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(per[k], 2); /* 0.2 of 10, in every class */
+    td_dataset_close(ds);
+}
+END_TEST
+
+/* The job's view: data.val_fraction holds out a disjoint part; wrong
+ * classes and heads are found before the job runs. */
+static int job(const char *json, td_job_data *d, char *err, size_t cap)
+{
+    td_job_spec s;
+    json_t *root = json_loads(json, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    ck_assert_msg(td_spec_parse(root, NULL, &s, err, cap) == 0, "%s", err);
+    json_decref(root);
+    int rc = d ? td_job_data_open(&s, d, err, cap)
+               : td_job_precheck(&s, ".", err, cap);
+    td_spec_free(&s);
+    return rc;
+}
+
+START_TEST(test_job_data_and_precheck)
+{
+    char tree[128], spec[2048], err[512];
+    snprintf(tree, sizeof tree, "%s/tree", tmp);
+    td_test_make_folder(tree, 10, 3, 8, 8);
+    td_job_data d;
+    snprintf(spec, sizeof spec, "{\"model\": \"m\", \"optimizer\": {\"lr\": "
+             "0.1}, \"data\": {\"train\": \"%s\", \"val_fraction\": 0.34}}",
+             tree);
+    ck_assert_int_eq(job(spec, &d, err, sizeof err), 0);
+    ck_assert_int_eq(td_dataset_count(d.train), 20);
+    ck_assert_int_eq(td_dataset_count(d.val), 10);
+    ck_assert_msg(strstr(d.note, "10 of 30 samples held out"), "%s", d.note);
+    for (size_t i = 0; i < 10; i++) {
+        char vn[256], tn[256];
+        td_dataset_sample_name(d.val, i, vn, sizeof vn);
+        for (size_t j = 0; j < 20; j++)
+            ck_assert_str_ne(vn, td_dataset_sample_name(d.train, j, tn,
+                                                        sizeof tn));
+    }
+    td_job_data_close(&d);
+    /* data.classes 5 with labels up to 9. */
+    snprintf(spec, sizeof spec, "{\"model\": \"m\", \"optimizer\": {\"lr\": "
+             "0.1}, \"data\": {\"train\": \"%s\", \"classes\": 5}}", tree);
+    ck_assert_int_eq(job(spec, &d, err, sizeof err), TD_E_SPEC);
+    ck_assert_msg(strstr(err, "data.classes: 5, but data.train has 10 "
+                              "classes (labels up to 9, 'class9')"), "%s",
+                  err);
+    /* A dense head of 7 units for 10 classes. */
+    snprintf(spec, sizeof spec, "{\"optimizer\": {\"lr\": 0.1}, \"input\": "
+             "{\"size\": [8, 8]}, \"data\": {\"train\": \"%s\"}, \"model\": "
+             "{\"layers\": [{\"type\": \"flatten\", \"name\": \"f\"}, "
+             "{\"type\": \"dense\", \"name\": \"fc\", \"units\": 7}]}}", tree);
+    ck_assert_int_ne(job(spec, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "fc") && strstr(err, "10"), "%s", err);
+}
+END_TEST
+
+static Suite *classes_suite(void)
+{
+    Suite *s = suite_create("classes");
+    TCase *tc = tcase_create("classes");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_val_mapped_by_name);
+    tcase_add_test(tc, test_classes_txt);
+    tcase_add_test(tc, test_split_is_stratified_and_deterministic);
+    tcase_add_test(tc, test_job_data_and_precheck);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(classes_suite)
