@@ -63,7 +63,8 @@ static void td__pack_usage(FILE *f)
             "/usr/share/datasets/fashion-mnist)\n"
             "  --imagefolder ROOT  ROOT/<class>/*.jpg, rewritten losslessly "
             "with a crop\n                index (see --index)\n"
-            "  --quality Q   JPEG quality for IDX images, 1-100 (default 95)\n"
+            "  --quality Q   IDX images as JPEG at quality 1-100 (lossy; "
+            "default: lossless\n                PNG, every pixel exact)\n"
             "  --index N     ImageFolder: rewrite each JPEG losslessly (same "
             "pixels,\n                optimized Huffman tables) with a crop "
             "index every <= N MCUs\n                (default 2), so random "
@@ -284,6 +285,9 @@ int td_cmd_pack(int argc, char **argv)
     td_pack_options opt = o.opt;
     json_t *sets = json_array();
     int64_t t0 = td_now_ns();
+    size_t skipped = 0, bad = 0;
+    if (folder) /* what pack leaves out and what training would refuse */
+        td_pack_survey(folder, 0.01, &skipped, &bad);
     if (idxdir) {
         char ti[4096], tl[4096], vi[4096], vl[4096], o1[4096], o2[4096];
         if (td__find_idx(idxdir, "train-images-idx3-ubyte", ti, sizeof ti) ||
@@ -324,8 +328,19 @@ int td_cmd_pack(int argc, char **argv)
     if (rc == TD_EXIT_OK && json) {
         json_t *sum = json_pack("{s:o, s:f}", "sets", sets, "seconds",
                                 td_elapsed_s(t0));
-        if (!folder) /* --quality applies to IDX pixels only */
-            json_object_set_new(sum, "quality", json_integer(opt.quality));
+        if (folder) {
+            json_object_set_new(sum, "skipped", json_integer((json_int_t)
+                                                             skipped));
+            json_object_set_new(sum, "unreadable", json_integer((json_int_t)
+                                                                bad));
+        }
+        if (!folder) { /* --quality applies to IDX pixels only */
+            json_object_set_new(sum, "format", json_string(
+                                    opt.quality ? "jpeg" : "png"));
+            if (opt.quality)
+                json_object_set_new(sum, "quality",
+                                    json_integer(opt.quality));
+        }
         char *s = json_dumps(sum, JSON_COMPACT);
         puts(s);
         free(s);

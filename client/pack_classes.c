@@ -7,22 +7,29 @@
  * set gets the classes.txt of its own folders; training maps val onto
  * train by name (lib/input/classes.h), so a class too small to hold one
  * out is simply absent from val.
+ * td_pack_survey names, before packing, every file pack leaves out and
+ * every image whose headers cannot be read (a bad sample when training),
+ * and says when their share would fail a job.
  * Never: copies or changes an image (the links point at the originals).
  */
 #define _GNU_SOURCE
 #include "pack_classes.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "input/classes.h"
 #include "input/dataset.h"
+#include "input/decode.h"
+#include "input/png.h"
 
 int td_pack_classes_file(const char *out, const char *folder, int classes,
                          char *err, size_t errcap)
@@ -150,4 +157,94 @@ out:
     free(mark);
     td_dataset_close(ds);
     return rc;
+}
+
+/* ---- what pack leaves out, and what training would refuse ------------- */
+
+static int td__image_ext(const char *n)
+{
+    const char *dot = strrchr(n, '.');
+    return dot && (strcasecmp(dot, ".jpg") == 0 ||
+                   strcasecmp(dot, ".jpeg") == 0 ||
+                   strcasecmp(dot, ".png") == 0);
+}
+
+/* The class folders' files that are not images: named on stderr. */
+static size_t td__skipped(const char *root)
+{
+    size_t n = 0;
+    DIR *top = opendir(root);
+    struct dirent *c, *e;
+    while (top && (c = readdir(top))) {
+        char d[PATH_MAX];
+        struct stat st;
+        if (c->d_name[0] == '.')
+            continue;
+        snprintf(d, sizeof d, "%s/%s", root, c->d_name);
+        if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "trainctl pack: skipped %s: not a class folder\n",
+                    d);
+            n++;
+            continue;
+        }
+        DIR *cd = opendir(d);
+        while (cd && (e = readdir(cd))) {
+            if (e->d_name[0] == '.' || td__image_ext(e->d_name))
+                continue;
+            fprintf(stderr, "trainctl pack: skipped %s/%s: not .jpg, .jpeg "
+                    "or .png\n", d, e->d_name);
+            n++;
+        }
+        if (cd)
+            closedir(cd);
+    }
+    if (top)
+        closedir(top);
+    return n;
+}
+
+int td_pack_survey(const char *root, double max_bad, size_t *skipped,
+                   size_t *bad)
+{
+    td_dataset *ds = NULL;
+    td_decoder *dec = NULL;
+    td_png png = {0};
+    td_buf buf = {0};
+    char e[512], name[PATH_MAX];
+    *skipped = td__skipped(root);
+    *bad = 0;
+    if (td_dataset_open(root, &ds, e, sizeof e) || td_decoder_create(&dec)) {
+        td_dataset_close(ds);
+        return 0; /* pack itself will say what is wrong */
+    }
+    size_t n = td_dataset_count(ds);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *data;
+        size_t len;
+        int w, h, rc = td_dataset_read(ds, i, &buf, &data, &len);
+        const char *why = rc ? strerror(-rc) : NULL;
+        if (!rc && td_png_is(data, len)) {
+            if (td_png_header(&png, data, len, &w, &h))
+                why = png.msg;
+        } else if (!rc && td_decoder_header(dec, data, len, &w, &h)) {
+            why = td_decoder_message(dec);
+        }
+        if (why) {
+            fprintf(stderr, "trainctl pack: %s: unreadable (%s): packed as "
+                    "it is, a bad sample for training\n",
+                    td_dataset_sample_name(ds, i, name, sizeof name), why);
+            (*bad)++;
+        }
+    }
+    if (*bad && (double)*bad > max_bad * (double)n)
+        fprintf(stderr, "trainctl pack: %zu of %zu images (%.1f%%) are "
+                "unreadable: more than a job's max_bad_ratio (default %g), so "
+                "a job on these shards would fail; remove them or set "
+                "max_bad_ratio\n", *bad, n, 100.0 * (double)*bad / (double)n,
+                max_bad);
+    td_buf_free(&buf);
+    td_png_free(&png);
+    td_decoder_destroy(dec);
+    td_dataset_close(ds);
+    return 0;
 }

@@ -16,5 +16,11 @@ int td_pack_split_trees(const char *folder, const char *out, double fraction,
                         uint64_t seed, char *tmp, size_t tmpcap,
                         size_t *nval, char *err, size_t errcap);
 void td_pack_remove_tree(const char *dir);
+/* Before packing an ImageFolder: names on stderr each file it leaves out
+ * (*skipped) and each image whose headers cannot be read (*bad, packed
+ * as it is, a bad sample when training), and warns when *bad is more than
+ * max_bad of the images (a job with that max_bad_ratio would fail). */
+int td_pack_survey(const char *root, double max_bad, size_t *skipped,
+                   size_t *bad);
 
 #endif

@@ -13,6 +13,8 @@ packages=(
   # libraries
   libuv1-dev libjansson-dev libturbojpeg0-dev libjpeg62-turbo-dev libdnnl-dev
   zlib1g-dev
+  # PNG samples (lib/input/png.c)
+  libpng-dev
   # the Prometheus endpoint (docs/observability.md)
   libmicrohttpd-dev
   # tests

@@ -201,11 +201,13 @@ static int td__cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* An image the pipeline reads: JPEG, or PNG (png.h). */
 static int td__is_jpeg_name(const char *n)
 {
     const char *dot = strrchr(n, '.');
     return dot && (strcasecmp(dot, ".jpg") == 0 ||
-                   strcasecmp(dot, ".jpeg") == 0);
+                   strcasecmp(dot, ".jpeg") == 0 ||
+                   strcasecmp(dot, ".png") == 0);
 }
 
 /* Sorted names of the entries of dir that are directories (want_dir) or
@@ -288,7 +290,7 @@ static int td__open_folder(td_dataset *ds, const char *root, char *err,
             return td_set_error(err, ecap, rc, "%s: %s", path, td_strerror(rc));
         if (nf == 0)
             rc = td_set_error(err, ecap, -ENODATA,
-                              "%s: empty class folder (no .jpg/.jpeg files)",
+                              "%s: empty class folder (no .jpg/.jpeg/.png files)",
                               path);
         for (int i = 0; i < nf && rc == 0; i++) {
             rc = td__add_sample(ds, c);
@@ -343,8 +345,8 @@ static int td__scan_flush(struct td__scan *s)
     if (!s->has_img || !s->has_cls)
         return td_set_error(s->err, s->ecap, TD_E_CORRUPT,
                             "%s: sample '%s' has %s but no %s", s->path, s->key,
-                            s->has_img ? ".jpg" : ".cls",
-                            s->has_img ? ".cls (label)" : ".jpg");
+                            s->has_img ? "an image" : ".cls",
+                            s->has_img ? ".cls (label)" : "image (.jpg, .png)");
     if (td__grow((void **)&s->ents, &s->cap, s->n + 1, sizeof *s->ents))
         return -ENOMEM;
     s->ents[s->n++] = (struct td__idx_entry){s->img_off, (uint32_t)s->img_len,
@@ -389,7 +391,8 @@ static int td__scan_member(void *user, const char *name, uint64_t off,
         memcpy(s->key, name, klen);
         s->key[klen] = '\0';
     }
-    if (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0) {
+    if (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0 ||
+        strcasecmp(dot, ".png") == 0) {
         if (size > UINT32_MAX)
             return td_set_error(s->err, s->ecap, TD_E_CORRUPT,
                                 "%s: member '%s' is larger than 4 GiB", s->path,

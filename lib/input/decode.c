@@ -138,6 +138,8 @@ static void td__scan_header(td_decoder *d)
 int td_decoder_header(td_decoder *d, const uint8_t *data, size_t len, int *w,
                       int *h)
 {
+    if (d->have_header) /* a header read without a region after it */
+        jpeg_abort_decompress(&d->ci);
     if (d->ix_n) /* forget the previous image's index */
         memset(d->ix, 0, sizeof d->ix);
     d->ix_n = 0;

@@ -1,6 +1,7 @@
 /* pack.c - the shard writer and the two packers (see pack.h). */
 #define _GNU_SOURCE
 #include "input/pack.h"
+#include "input/png.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -136,7 +137,8 @@ static int td__writer_add(struct td__writer *w, size_t index, const void *jpg,
         w->bytes = 0;
         w->count = 0;
     }
-    snprintf(name, sizeof name, "%09zu.jpg", index);
+    snprintf(name, sizeof name, "%09zu.%s", index,
+             td_png_is(jpg, len) ? "png" : "jpg"); /* named as it is */
     if ((rc = td__writer_member(w, name, jpg, len)) != 0)
         return rc;
     snprintf(name, sizeof name, "%09zu.cls", index);
@@ -849,9 +851,11 @@ int td_pack_idx(const char *images, const char *labels, const char *outdir,
     unsigned long jcap = 0;
     int h = 0, wd = 0, c = 0, rc;
     memset(res, 0, sizeof *res);
-    if (opt->quality < 1 || opt->quality > 100)
-        return td__perr(err, errcap, -EINVAL, "quality %d: must be 1..100",
-                        opt->quality);
+    if (opt->quality < 0 || opt->quality > 100)
+        return td__perr(err, errcap, -EINVAL, "quality %d: must be 0 "
+                        "(lossless PNG) or 1..100 (JPEG)", opt->quality);
+    uint8_t *png = NULL; /* quality 0: every pixel exact (png.h) */
+    size_t pcap = 0;
     if ((rc = td_idx_load(images, &im, err, errcap)) != 0 ||
         (rc = td_idx_load(labels, &lb, err, errcap)) != 0 ||
         (rc = td__idx_shape(&im, &lb, images, &h, &wd, &c, err, errcap)) != 0)
@@ -868,16 +872,26 @@ int td_pack_idx(const char *images, const char *labels, const char *outdir,
     size_t n = im.dims[0], per = (size_t)h * (size_t)wd * (size_t)c;
     for (size_t i = 0; i < n; i++) {
         unsigned long jlen = jcap;
-        if (tjCompress2(tj, im.data + i * per, wd, 0, h,
+        if (opt->quality == 0) {
+            size_t plen;
+            if ((rc = td_png_encode(im.data + i * per, wd, h, c, &png, &pcap,
+                                    &plen)) != 0) {
+                td__perr(err, errcap, rc, "image %zu: cannot encode it as "
+                         "PNG", i);
+                break;
+            }
+            if ((rc = td__writer_add(&w, i, png, plen, lb.data[i])) != 0)
+                break;
+        } else if (tjCompress2(tj, im.data + i * per, wd, 0, h,
                         c == 1 ? TJPF_GRAY : TJPF_RGB, &jpg, &jlen,
                         c == 1 ? TJSAMP_GRAY : TJSAMP_420, opt->quality,
                         TJFLAG_NOREALLOC) != 0) {
             rc = td__perr(err, errcap, TD_E_CORRUPT, "image %zu: %s", i,
                           tjGetErrorStr2(tj));
             break;
-        }
-        if ((rc = td__writer_add(&w, i, jpg, jlen, lb.data[i])) != 0)
+        } else if ((rc = td__writer_add(&w, i, jpg, jlen, lb.data[i])) != 0) {
             break;
+        }
         if ((int)lb.data[i] + 1 > res->classes)
             res->classes = lb.data[i] + 1;
         td__progress(opt, i + 1, n);
@@ -898,6 +912,7 @@ out:
     if (tj)
         tjDestroy(tj);
     tjFree(jpg);
+    free(png);
     td_idx_free(&im);
     td_idx_free(&lb);
     return rc;

@@ -17,11 +17,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TD_PACK_DEFAULT_QUALITY 95
+/* IDX pixels: 0 = lossless PNG (exact), 1..100 = JPEG at that quality */
+#define TD_PACK_DEFAULT_QUALITY 0
 #define TD_PACK_DEFAULT_SHARD_BYTES (UINT64_C(256) << 20)
 
 typedef struct td_pack_options {
-    int quality;           /* 1..100, default 95 (IDX only) */
+    int quality;           /* IDX only: 0 (default) PNG, 1..100 JPEG */
     uint64_t shard_bytes;  /* cap per shard, default 256 MiB */
     const char *prefix;    /* shard name prefix, default "shard" */
     /* ImageFolder only: 0 copies the JPEGs as they are; N > 0 rewrites

@@ -10,6 +10,7 @@
  * batch at its cursor to have all chunks done.
  */
 #include "input/pipeline.h"
+#include "input/png.h"
 
 #include <errno.h>
 #include <math.h>
@@ -45,6 +46,7 @@ struct td__worker {
     int id;
     pthread_t th;
     td_decoder *dec;
+    td_png png;     /* PNG samples (png.h) */
     td_buf buf;
     td_resampler rs;
     _Atomic int64_t read_ns, decode_ns, augment_ns, slot_wait_ns, samples,
@@ -161,9 +163,14 @@ static int td__sample(td_pipeline *p, struct td__worker *w, int64_t epoch,
     }
     td__touch(data, len);
     int64_t t1 = td_now_ns(), t2;
-    rc = td_preprocess_jpeg(w->dec, &w->rs, c->augment, c->n_augment,
-                            c->train, c->seed, epoch, idx, data, len, ow, oh,
-                            c->channels, c->layout, dst, &t2, msg);
+    if (td_png_is(data, len)) /* else JPEG */
+        rc = td_preprocess_png(&w->png, &w->rs, c->augment, c->n_augment,
+                               c->train, c->seed, epoch, idx, data, len, ow,
+                               oh, c->channels, c->layout, dst, &t2, msg);
+    else
+        rc = td_preprocess_jpeg(w->dec, &w->rs, c->augment, c->n_augment,
+                                c->train, c->seed, epoch, idx, data, len, ow,
+                                oh, c->channels, c->layout, dst, &t2, msg);
     if (rc)
         return rc;
     int64_t t3 = td_now_ns();
@@ -515,6 +522,7 @@ void td_pipeline_destroy(td_pipeline *p)
     for (int i = 0; p->workers && i < p->nthreads; i++) {
         pthread_join(p->workers[i].th, NULL);
         td_decoder_destroy(p->workers[i].dec);
+        td_png_free(&p->workers[i].png);
         td_resampler_free(&p->workers[i].rs);
         td_buf_free(&p->workers[i].buf);
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "input/png.h"
 #include "support/jpeggen.h"
 #include "tdtest.h"
 
@@ -204,7 +205,8 @@ START_TEST(test_pack_summaries)
              tmp);
     out = trainctl(args, &rc, NULL);
     ck_assert_int_eq(rc, 0);
-    ck_assert_msg(strstr(out, "\"quality\""), "%s", out);
+    ck_assert_msg(strstr(out, "\"format\":\"png\"") &&
+                  !strstr(out, "quality"), "%s", out);
     free(out);
     snprintf(root, sizeof root, "%s/tree", tmp);
     td_test_make_folder(root, 2, 2, 64, 48);
@@ -272,6 +274,65 @@ START_TEST(test_pack_val_fraction)
 }
 END_TEST
 
+/* pack names what it leaves out and what training would refuse; PNG
+ * files are images (issue 18). */
+START_TEST(test_pack_lists_skipped_and_bad)
+{
+    char args[8192], root[4200], path[4400];
+    int rc;
+    snprintf(root, sizeof root, "%s/sk", tmp);
+    td_test_make_folder(root, 2, 30, 32, 24);
+    snprintf(path, sizeof path, "%s/class0/notes.txt", root);
+    td_test_write_file(path, "hi", 2);
+    snprintf(path, sizeof path, "%s/class1/fake.jpg", root);
+    td_test_write_file(path, "not an image", 12);
+    uint8_t px[32 * 24 * 3], *png = NULL;
+    size_t cap = 0, len;
+    td_test_photo(px, 32, 24, 3, 99);
+    ck_assert_int_eq(td_png_encode(px, 32, 24, 3, &png, &cap, &len), 0);
+    snprintf(path, sizeof path, "%s/class1/real.png", root);
+    td_test_write_file(path, png, len);
+    free(png);
+    char *err;
+    snprintf(args, sizeof args, "pack --imagefolder %s -o %s/sko --json",
+             root, tmp);
+    char *out = trainctl(args, &rc, &err);
+    ck_assert_int_eq(rc, 0);
+    fprintf(stderr, "%.3000s\n", err); /* Check's messages are short */
+    ck_assert_msg(strstr(err, "skipped ") && strstr(err, "notes.txt: not "
+                                                         ".jpg, .jpeg or .png"),
+                  "see stderr");
+    ck_assert_msg(strstr(err, "fake.jpg: unreadable (not a JPEG"), "stderr");
+    ck_assert_msg(!strstr(err, "real.png"), "see stderr");
+    const char *share = "1 of 62 images (1.6"; /* no per-cent sign here:
+                                                 Check formats the test */
+    ck_assert_msg(strstr(err, share) && strstr(err, "are unreadable") &&
+                  strstr(err, "would fail"), "see stderr");
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "skipped")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "unreadable")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_array_get(json_object_get(j, "sets"), 0),
+                         "samples")), 62);
+    json_decref(j);
+    free(out);
+    free(err);
+    /* As pack said: the input pipeline fails on these shards, on the fake
+     * JPEG alone (the PNG decodes). */
+    snprintf(args, sizeof args, "bench-input --data %s/sko --size 24 "
+             "--augment random_resized_crop,flip --batch 4 --workers 1 "
+             "--epochs 1", tmp);
+    out = trainctl(args, &rc, &err);
+    ck_assert_int_ne(rc, 0);
+    fprintf(stderr, "%.2000s\n", err);
+    ck_assert_msg(strstr(err, ":000000") || strstr(err, "bad sample"),
+                  "see stderr");
+    ck_assert_msg(!strstr(err, "PNG"), "see stderr");
+    free(err);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_cli_errors)
 {
     char args[8192], *err;
@@ -306,6 +367,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_pack_index_and_restart_conflict);
     tcase_add_test(tc, test_pack_summaries);
     tcase_add_test(tc, test_pack_val_fraction);
+    tcase_add_test(tc, test_pack_lists_skipped_and_bad);
     tcase_add_test(tc, test_cli_errors);
     suite_add_tcase(s, tc);
     return s;

@@ -1,0 +1,49 @@
+/* png.h - PNG samples: the whole image decoded through libpng's
+ * simplified API into a buffer that only grows, handed to the augment
+ * stage as a td_region at full scale (PNG has no DCT scales and no crop
+ * index: a crop decodes the whole image).
+ *
+ * Grey, grey+alpha, RGB, RGBA and palette files, 1-16 bits; output is 1
+ * (grey, as libpng converts colour) or 3 (RGB) channels; an alpha channel
+ * is composited over white, as image viewers show a transparent
+ * background.  Owns: the buffer.  Never: keeps the file's bytes.
+ */
+#ifndef TD_PNG_H
+#define TD_PNG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "input/augment.h"
+#include "input/batch.h"
+#include "input/decode.h"
+
+typedef struct td_png {
+    uint8_t *px;
+    size_t cap;
+    char msg[128];
+} td_png;
+
+/* 1 if data starts with the PNG signature. */
+int td_png_is(const uint8_t *data, size_t len);
+/* Width and height from the header; TD_E_CORRUPT (msg says why). */
+int td_png_header(td_png *p, const uint8_t *data, size_t len, int *w,
+                  int *h);
+/* Decodes the whole image with c channels into out (valid until the next
+ * call).  0, TD_E_CORRUPT, -ENOMEM. */
+int td_png_decode(td_png *p, const uint8_t *data, size_t len, int c,
+                  td_region *out);
+void td_png_free(td_png *p);
+/* Encodes w x h x c (1 or 3) pixels as a PNG (lossless) into *buf, grown
+ * as needed (*cap); *len gets its size.  0, TD_E_CORRUPT, -ENOMEM. */
+/* td_preprocess_jpeg (preprocess.h) for a PNG: the same plan and
+ * resampling, the whole image decoded. */
+int td_preprocess_png(td_png *p, td_resampler *rs, const td_augment *ops,
+                      int n_ops, int train, uint64_t seed, int64_t epoch,
+                      uint64_t sample, const uint8_t *data, size_t len,
+                      int ow, int oh, int c, enum td_layout layout,
+                      uint8_t *dst, int64_t *decoded_ns, const char **msg);
+int td_png_encode(const uint8_t *px, int w, int h, int c, uint8_t **buf,
+                  size_t *cap, size_t *len);
+
+#endif
