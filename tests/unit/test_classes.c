@@ -141,8 +141,8 @@ static int job(const char *json, td_job_data *d, char *err, size_t cap)
     ck_assert_ptr_nonnull(root);
     ck_assert_msg(td_spec_parse(root, NULL, &s, err, cap) == 0, "%s", err);
     json_decref(root);
-    int rc = d ? td_job_data_open(&s, d, err, cap)
-               : td_job_precheck(&s, ".", err, cap);
+    int rc = d ? td_job_data_open(&s, NULL, d, err, cap)
+               : td_job_precheck(&s, ".", NULL, err, cap);
     td_spec_free(&s);
     return rc;
 }
