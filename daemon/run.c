@@ -145,10 +145,14 @@ int td_run_job(const char *path, const td_run_options *opt)
         free(s);
         json_decref(o);
     } else {
-        char val[64] = "no validation set";
+        char val[64];
         if (!isnan(res.val_acc))
             snprintf(val, sizeof val, "val acc %.4f  val loss %.4f",
                      res.val_acc, res.val_loss);
+        else /* stopped before its first evaluation, or none to make */
+            snprintf(val, sizeof val, "%s", spec.data.val.n ||
+                     spec.data.val_fraction > 0 ? "not evaluated yet"
+                                                : "no validation set");
         printf("done  %" PRId64 " epoch%s, %" PRId64 " step%s  %.1f "
                "samples/s (%.1f GFLOP/s)  %s  verdict %s%s\n",
                res.epochs, res.epochs == 1 ? "" : "s", res.steps,
