@@ -230,6 +230,7 @@ START_TEST(test_pack_idx_shards_read_back)
     snprintf(out, sizeof out, "%s/out", tmp);
     td_pack_options opt;
     td_pack_options_default(&opt);
+    opt.quality = 95; /* the JPEG path (the default, PNG: test_png) */
     opt.shard_bytes = 20 * 1024; /* forces several shards */
     td_pack_result r;
     ck_assert_int_eq(td_pack_idx(path, path2, out, &opt, &r, err, sizeof err),
@@ -285,7 +286,7 @@ START_TEST(test_pack_refuses_mismatch_and_existing)
     ck_assert_int_eq(td_pack_idx(path, path2, out, &opt, &r, err, sizeof err),
                      -EEXIST);
     ck_assert_ptr_nonnull(strstr(err, "already holds"));
-    opt.quality = 0;
+    opt.quality = 101; /* 0 is lossless PNG, 1..100 JPEG */
     ck_assert_int_eq(td_pack_idx(path, path2, out, &opt, &r, err, sizeof err),
                      -EINVAL);
 }
