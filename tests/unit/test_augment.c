@@ -337,6 +337,114 @@ START_TEST(test_tiny_images_every_op)
 END_TEST
 
 
+/* The resampling against a straightforward float bilinear written here
+ * from augment.h's contract: output pixel i of n samples source
+ * coordinate x + (i + .5) * w / n - .5 (mirrored when flipped), the two
+ * nearest pixels weighted by distance, clamped at the image's edges,
+ * zero outside them (pad); then rounded.  The library's two fixed-point
+ * passes may differ by at most 2 levels (each pass rounds, weights are
+ * 1/256ths) and by far less on average.  Region pixels made by hand (no
+ * JPEG), every geometric op and the flip, HWC and CHW, scalar and AVX2. */
+static double ref_axis(double start, double len, int n, int i, int img,
+                       int *k0, int *k1)
+{
+    double s = start + (i + 0.5) * len / n - 0.5;
+    if (s < -0.5 || s > img - 0.5)
+        return -1;
+    int k = (int)floor(s);
+    double fr = s - k;
+    if (k < 0) {
+        k = 0;
+        fr = 0;
+    } else if (k >= img - 1) {
+        k = img - 1;
+        fr = 0;
+    }
+    *k0 = k;
+    *k1 = k + 1 < img ? k + 1 : k;
+    return fr;
+}
+
+START_TEST(test_resample_matches_float_bilinear)
+{
+    enum { W = 57, H = 43, OW = 24, OH = 20 };
+    static const enum td_aug_op geo[] = {TD_AUG_RANDOM_RESIZED_CROP,
+                                         TD_AUG_PAD_CROP, TD_AUG_CENTER_CROP,
+                                         TD_AUG_RESIZE};
+    for (int c = 1; c <= 3; c += 2) {
+        uint8_t *src = malloc((size_t)W * H * (size_t)c);
+        uint32_t x = 12345u + (uint32_t)c;
+        for (int i = 0; i < W * H * c; i++) { /* noise: the hardest case */
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            src[i] = (uint8_t)(x >> 11);
+        }
+        td_region reg = {src, (size_t)W * (size_t)c, 0, 0, W, H, W, H, 8, c,
+                         0};
+        td_resampler rs;
+        ck_assert_int_eq(td_resampler_init(&rs, OW, OH, c), 0);
+        uint8_t out[OW * OH * 3];
+        long checked = 0, sumd = 0;
+        for (int g = 0; g < 4; g++)
+            for (int avx = 0; avx < 2; avx++)
+                for (int lay = 0; lay < 2; lay++)
+                    for (uint64_t smp = 0; smp < 12; smp++) {
+                        if (td_resampler_use_avx2(&rs, avx) != avx)
+                            continue; /* no AVX2 on this CPU */
+                        td_augment ops[2];
+                        td_augment_default(&ops[0], geo[g]);
+                        td_augment_default(&ops[1], TD_AUG_FLIP);
+                        ops[0].pad = 6;
+                        ops[0].resize = 30;
+                        td_aug_plan p;
+                        td_augment_plan(ops, 2, 1, 7, 0, smp, W, H, OW, OH,
+                                        &p);
+                        ck_assert_int_eq(td_augment_apply(&rs, &reg, W, H,
+                                                          &p, lay, out), 0);
+                        for (int oy = 0; oy < OH; oy++)
+                            for (int ox = 0; ox < OW; ox++) {
+                                int x0, x1, y0, y1;
+                                int sx = p.flip ? OW - 1 - ox : ox;
+                                double fx = ref_axis(p.x, p.w, OW, sx, W, &x0,
+                                                     &x1);
+                                double fy = ref_axis(p.y, p.h, OH, oy, H, &y0,
+                                                     &y1);
+                                for (int k = 0; k < c; k++) {
+                                    double v = 0;
+                                    if (fx >= 0 && fy >= 0) {
+#define PX(yy, xx) src[((size_t)(yy) * W + (size_t)(xx)) * (size_t)c + (size_t)k]
+                                        v = (1 - fy) * ((1 - fx) * PX(y0, x0) +
+                                                        fx * PX(y0, x1)) +
+                                            fy * ((1 - fx) * PX(y1, x0) +
+                                                  fx * PX(y1, x1));
+#undef PX
+                                    }
+                                    size_t at = lay == TD_LAYOUT_NCHW
+                                        ? (size_t)k * OW * OH +
+                                              (size_t)oy * OW + (size_t)ox
+                                        : ((size_t)oy * OW + (size_t)ox) *
+                                                  (size_t)c + (size_t)k;
+                                    int d = abs(out[at] - (int)lround(v));
+                                    ck_assert_msg(d <= 2,
+                                                  "op %d c %d sample %d "
+                                                  "(%d, %d): %d, want %.2f",
+                                                  g, c, (int)smp, ox, oy,
+                                                  out[at], v);
+                                    sumd += d;
+                                    checked++;
+                                }
+                            }
+                    }
+        ck_assert_int_ge(checked, 4L * 12 * 2 * OW * OH * c);
+        ck_assert_msg((double)sumd / (double)checked < 0.3,
+                      "mean difference %.3f", (double)sumd / (double)checked);
+        td_resampler_free(&rs);
+        free(src);
+    }
+}
+END_TEST
+
 static Suite *augment_suite(void)
 {
     Suite *s = suite_create("augment");
@@ -350,6 +458,7 @@ static Suite *augment_suite(void)
     tcase_add_test(tc, test_parse_and_validate);
     tcase_add_test(tc, test_augment_from_json);
     tcase_add_test(tc, test_tiny_images_every_op);
+    tcase_add_test(tc, test_resample_matches_float_bilinear);
     suite_add_tcase(s, tc);
     return s;
 }
