@@ -9,11 +9,12 @@
  *                       decode the box (x, y, bw x bh) of that image
  *   ... reg.px holds reg.h rows of reg.w * c bytes, reg.stride apart
  *   td_decoder_destroy(d);
- * A header is good for one region call.  The region call picks the smallest DCT scale M/8, M in {1, 2, 4, 8} (the
- * scales libjpeg-turbo has SIMD IDCTs for), that keeps the box at least
- * min_w x min_h pixels, decodes only the box's columns (jpeg_crop_scanline,
- * widened to iMCU boundaries) and rows (jpeg_skip_scanlines), and stops
- * after the box's last row (jpeg_abort_decompress).  Output is 1 (gray) or
+ * A header is good for one region call.  The region call picks the
+ * smallest DCT scale M/8, M in {1, 2, 4, 8} (the scales libjpeg-turbo has
+ * SIMD IDCTs for), that keeps the box at least min_w x min_h pixels,
+ * decodes only the box's columns (jpeg_crop_scanline, widened to iMCU
+ * boundaries) and rows (jpeg_skip_scanlines), and stops after the box's
+ * last row (jpeg_abort_decompress).  Output is 1 (gray) or
  * 3 (RGB) channels whatever the file holds: gray, YCbCr, RGB, CMYK and
  * YCCK (Adobe-inverted or not) JPEGs, baseline or progressive.
  * Files with a crop index (jpegidx.h; `trainctl pack`, the default) are

@@ -7,26 +7,11 @@
 #include "input/jpegidx.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "input/jpegerr.h"
-
-static int td__perr(char *err, size_t cap, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int td__perr(char *err, size_t cap, int rc, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 /* ---- Restart markers (lossless transcoding) --------------------------- */
 
@@ -221,8 +206,8 @@ static int td__walk(struct jpeg_decompress_struct *d, jvirt_barray_ptr *coef,
             cp->ac_tbl_no < 0 || cp->ac_tbl_no >= NUM_HUFF_TBLS ||
             td__huff_lengths(d->dc_huff_tbl_ptrs[cp->dc_tbl_no], dclen[i]) ||
             td__huff_lengths(d->ac_huff_tbl_ptrs[cp->ac_tbl_no], aclen[i]))
-            return td__perr(err, errcap, TD_E_CORRUPT,
-                            "component %d: Huffman table missing", i);
+            return td_set_error(err, errcap, TD_E_CORRUPT,
+                                "component %d: Huffman table missing", i);
     }
     size_t mpr = d->MCUs_per_row, mrows = d->MCU_rows_in_scan;
     size_t total = mpr * mrows, ri = d->restart_interval;
@@ -248,9 +233,9 @@ static int td__walk(struct jpeg_decompress_struct *d, jvirt_barray_ptr *coef,
                     int cat = td__jcat(blk[0] - pred[i]);
                     long ac = td__ac_bits(blk, aclen[i]);
                     if (cat > 15 || !dclen[i][cat] || ac <= 0)
-                        return td__perr(err, errcap, TD_E_CORRUPT,
-                                        "component %d: coefficient without "
-                                        "a Huffman code", b.ci);
+                        return td_set_error(err, errcap, TD_E_CORRUPT,
+                                            "component %d: coefficient "
+                                            "without a Huffman code", b.ci);
                     b.first = y == 0 && x == 0;
                     b.dc = blk[0];
                     b.dcbits = (unsigned)dclen[i][cat] + (unsigned)cat;
@@ -258,8 +243,8 @@ static int td__walk(struct jpeg_decompress_struct *d, jvirt_barray_ptr *coef,
                     pred[i] = blk[0];
                     int rc = visit(user, &b);
                     if (rc)
-                        return td__perr(err, errcap, rc,
-                                        "MCU %zu: layout out of range", m);
+                        return td_set_error(err, errcap, rc,
+                                            "MCU %zu: layout out of range", m);
                 }
             }
         }
@@ -324,20 +309,20 @@ static jvirt_barray_ptr *td__one_scan(struct jpeg_decompress_struct *d,
     *sos_end = (size_t)(d->src->next_input_byte - jpg);
     if (d->progressive_mode || d->arith_code || d->data_precision != 8 ||
         d->num_components > MAX_COMPS_IN_SCAN) {
-        *rc = td__perr(err, errcap, TD_E_NOTSUP,
-                       "not a baseline Huffman JPEG of <= 4 components");
+        *rc = td_set_error(err, errcap, TD_E_NOTSUP,
+                           "not a baseline Huffman JPEG of <= 4 components");
         return NULL;
     }
     jvirt_barray_ptr *coef = jpeg_read_coefficients(d);
     if (ed->warned) {
-        *rc = td__perr(err, errcap, TD_E_CORRUPT,
-                       "damaged or truncated JPEG");
+        *rc = td_set_error(err, errcap, TD_E_CORRUPT,
+                           "damaged or truncated JPEG");
         return NULL;
     }
     if (d->input_scan_number != 1 || d->comps_in_scan != d->num_components) {
-        *rc = td__perr(err, errcap, TD_E_NOTSUP,
-                       "%d scans: one interleaved scan expected",
-                       d->input_scan_number);
+        *rc = td_set_error(err, errcap, TD_E_NOTSUP,
+                           "%d scans: one interleaved scan expected",
+                           d->input_scan_number);
         return NULL;
     }
     return coef;
@@ -360,7 +345,7 @@ int td_pack_segment_info(const uint8_t *jpeg, size_t len, td_seg_info **out,
     if (setjmp(ed.jb)) {
         char msg[JMSG_LENGTH_MAX];
         (*ed.pub.format_message)((j_common_ptr)&d, msg);
-        rc = td__perr(err, errcap, TD_E_CORRUPT, "libjpeg: %s", msg);
+        rc = td_set_error(err, errcap, TD_E_CORRUPT, "libjpeg: %s", msg);
         goto out;
     }
     /* Only what td_pack_add_restarts writes. */
@@ -377,7 +362,7 @@ int td_pack_segment_info(const uint8_t *jpeg, size_t len, td_seg_info **out,
     n = total ? (total + r - 1) / r : 0;
     seg = calloc(n ? n : 1, sizeof *seg);
     if (!seg) {
-        rc = td__perr(err, errcap, -ENOMEM, "out of memory");
+        rc = td_set_error(err, errcap, -ENOMEM, "out of memory");
         goto out;
     }
     rc = td__seg_walk(&d, coef, seg, n, err, errcap);
@@ -456,7 +441,7 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
     d.err = td_jpeg_err_init(&ed);
     jpeg_create_decompress(&d);
     if (setjmp(ed.jb)) {
-        rc = td__perr(err, errcap, TD_E_CORRUPT, "libjpeg failed");
+        rc = td_set_error(err, errcap, TD_E_CORRUPT, "libjpeg failed");
         goto out;
     }
     size_t sos_end;
@@ -469,8 +454,8 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
     }
     if (d.restart_interval != 0 || len < sos_end + 2 ||
         jpg[len - 2] != 0xff || jpg[len - 1] != 0xd9) {
-        rc = td__perr(err, errcap, TD_E_NOTSUP,
-                      "restart markers or data after the scan");
+        rc = td_set_error(err, errcap, TD_E_NOTSUP,
+                          "restart markers or data after the scan");
         goto out;
     }
     size_t mpr = d.MCUs_per_row, rows = d.MCU_rows_in_scan;
@@ -479,7 +464,8 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
     size_t spr = mpr / w.R, nent = spr * rows + 1;
     size_t rsz = (size_t)TD_JPEGIDX_ROW(nc), slen = len - 2 - sos_end;
     if (spr > 0xffff || rows > 0xffff || w.R > 0xffff || slen > UINT32_MAX) {
-        rc = td__perr(err, errcap, TD_E_NOTSUP, "image too large to index");
+        rc = td_set_error(err, errcap, TD_E_NOTSUP,
+                          "image too large to index");
         goto out;
     }
     w.at = calloc(nent, sizeof *w.at);
@@ -489,7 +475,7 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
     size_t bcap = (rows + 1) * rsz + (nent - 1) * (size_t)(2 * nc + 1) * 5;
     blob = malloc(bcap);
     if (!w.at || !w.pred || !w.off || !w.sb || !blob) {
-        rc = td__perr(err, errcap, -ENOMEM, "out of memory");
+        rc = td_set_error(err, errcap, -ENOMEM, "out of memory");
         goto out;
     }
     if ((rc = td__walk(&d, coef, td__ix_visit, &w, err, errcap)) != 0)
@@ -515,8 +501,8 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
             up++;
         }
         if (up != ub || (k == nent && sp != slen)) {
-            rc = td__perr(err, errcap, TD_E_CORRUPT,
-                          "scan data does not match its coefficients");
+            rc = td_set_error(err, errcap, TD_E_CORRUPT,
+                              "scan data does not match its coefficients");
             goto out;
         }
         if (k < nent)
@@ -541,7 +527,7 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
             uint64_t z = (w.sb[k + 1] - w.sb[k]) -
                          ((w.at[k + 1] >> 3) - (w.at[k] >> 3));
             if (n > UINT32_MAX || z > UINT32_MAX) {
-                rc = td__perr(err, errcap, TD_E_NOTSUP, "MCU too large");
+                rc = td_set_error(err, errcap, TD_E_NOTSUP, "MCU too large");
                 goto out;
             }
             e = td__varint(e, (uint32_t)n);
@@ -559,13 +545,14 @@ static int td__crop_index(const uint8_t *jpg, size_t len, int max_mcus,
     size_t per = TD_JPEGIDX_MAX_PAYLOAD - TD_JPEGIDX_HEAD;
     size_t nchunks = (blen + per - 1) / per;
     if (nchunks > 255) {
-        rc = td__perr(err, errcap, TD_E_NOTSUP, "image too large to index");
+        rc = td_set_error(err, errcap, TD_E_NOTSUP,
+                          "image too large to index");
         goto out;
     }
     *idx_len = nchunks * (4 + TD_JPEGIDX_HEAD) + blen;
     o = malloc(*idx_len);
     if (!o) {
-        rc = td__perr(err, errcap, -ENOMEM, "out of memory");
+        rc = td_set_error(err, errcap, -ENOMEM, "out of memory");
         goto out;
     }
     uint8_t *c = o;

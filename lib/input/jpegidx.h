@@ -28,8 +28,9 @@
  *
  * The format.  Written by `trainctl pack` (td_pack_add_index) as APP15
  * marker segments right after SOI; decoders that do not know them skip
- * them.  All fixed integers big-endian.  Each APP15 payload is a 20-byte header and a piece
- * of the index (the pieces, in chunk order, make the whole):
+ * them.  All fixed integers big-endian.  Each APP15 payload is a 20-byte
+ * header and a piece of the index (the pieces, in chunk order, make the
+ * whole):
  *   0  "TDIX"            magic
  *   4  u8  version       TD_JPEGIDX_VERSION
  *   5  u8  seq           this chunk's number, 0..nchunks-1

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <glob.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,20 +26,6 @@ void td_pack_options_default(td_pack_options *o)
     o->quality = TD_PACK_DEFAULT_QUALITY;
     o->shard_bytes = TD_PACK_DEFAULT_SHARD_BYTES;
     o->prefix = "shard";
-}
-
-static int td__perr(char *err, size_t cap, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int td__perr(char *err, size_t cap, int rc, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
 }
 
 /* ---- the rotating shard writer ---------------------------------------- */
@@ -72,8 +57,8 @@ static int td__writer_finish(struct td__writer *w)
     if (!ok) {
         int rc = errno ? -errno : -EIO;
         td_atomic_abort(&w->file);
-        return td__perr(w->err, w->ecap, rc, "%s: %s", w->file.tmp,
-                        td_strerror(rc));
+        return td_set_error(w->err, w->ecap, rc, "%s: %s", w->file.tmp,
+                            td_strerror(rc));
     }
     int rc = td_atomic_commit(&w->file, w->err, w->ecap);
     if (rc)
@@ -90,13 +75,14 @@ static int td__writer_member(struct td__writer *w, const char *name,
     static const uint8_t pad[TD_TAR_BLOCK];
     int rc = td_tar_header(hdr, name, len, w->mtime);
     if (rc)
-        return td__perr(w->err, w->ecap, rc, "%s: %s", name, td_strerror(rc));
+        return td_set_error(w->err, w->ecap, rc, "%s: %s", name,
+                            td_strerror(rc));
     size_t padn = (TD_TAR_BLOCK - len % TD_TAR_BLOCK) % TD_TAR_BLOCK;
     if (fwrite(hdr, sizeof hdr, 1, w->f) != 1 ||
         (len && fwrite(data, len, 1, w->f) != 1) ||
         (padn && fwrite(pad, padn, 1, w->f) != 1))
-        return td__perr(w->err, w->ecap, errno ? -errno : -EIO, "%s: %s",
-                        w->file.tmp, strerror(errno ? errno : EIO));
+        return td_set_error(w->err, w->ecap, errno ? -errno : -EIO, "%s: %s",
+                            w->file.tmp, strerror(errno ? errno : EIO));
     w->bytes += td_tar_member_bytes(len);
     return 0;
 }
@@ -126,8 +112,8 @@ static int td__writer_add(struct td__writer *w, size_t index, const void *jpg,
             if (dupfd >= 0)
                 close(dupfd);
             td_atomic_abort(&w->file);
-            return td__perr(w->err, w->ecap, rc, "%s: %s", final,
-                            td_strerror(rc));
+            return td_set_error(w->err, w->ecap, rc, "%s: %s", final,
+                                td_strerror(rc));
         }
         setvbuf(w->f, NULL, _IOFBF, 1 << 20);
         w->bytes = 0;
@@ -162,19 +148,20 @@ static int td__writer_init(struct td__writer *w, const char *outdir,
     w->cap = opt->shard_bytes ? opt->shard_bytes : TD_PACK_DEFAULT_SHARD_BYTES;
     w->mtime = (int64_t)time(NULL);
     if (strlen(outdir) >= sizeof w->dir - 64)
-        return td__perr(err, ecap, -ENAMETOOLONG, "%s: path too long", outdir);
+        return td_set_error(err, ecap, -ENAMETOOLONG, "%s: path too long",
+                            outdir);
     snprintf(w->dir, sizeof w->dir, "%s", outdir);
     int rc = td_mkdirs(outdir, 0755);
     if (rc)
-        return td__perr(err, ecap, rc, "%s: %s", outdir, td_strerror(rc));
+        return td_set_error(err, ecap, rc, "%s: %s", outdir, td_strerror(rc));
     char pattern[4200];
     glob_t g;
     snprintf(pattern, sizeof pattern, "%s/*.tar", outdir);
     if (glob(pattern, 0, NULL, &g) == 0) {
         globfree(&g);
-        return td__perr(err, ecap, -EEXIST,
-                        "%s already holds .tar shards; remove them or pick "
-                        "another output directory", outdir);
+        return td_set_error(err, ecap, -EEXIST,
+                            "%s already holds .tar shards; remove them or "
+                            "pick another output directory", outdir);
     }
     return 0;
 }
@@ -192,25 +179,25 @@ static int td__idx_shape(const td_idx *im, const td_idx *lb, const char *images,
                          int *h, int *w, int *c, char *err, size_t ecap)
 {
     if (lb->ndims != 1)
-        return td__perr(err, ecap, TD_E_CORRUPT,
-                        "labels file has %d dimensions, expected 1",
-                        lb->ndims);
+        return td_set_error(err, ecap, TD_E_CORRUPT,
+                            "labels file has %d dimensions, expected 1",
+                            lb->ndims);
     if (im->ndims == 3 || (im->ndims == 4 && im->dims[3] == 3)) {
         *h = (int)im->dims[1];
         *w = (int)im->dims[2];
         *c = im->ndims == 4 ? 3 : 1;
     } else {
-        return td__perr(err, ecap, TD_E_CORRUPT,
-                        "%s: images must be n x h x w or n x h x w x 3",
-                        images);
+        return td_set_error(err, ecap, TD_E_CORRUPT,
+                            "%s: images must be n x h x w or n x h x w x 3",
+                            images);
     }
     if (im->dims[0] != lb->dims[0])
-        return td__perr(err, ecap, TD_E_CORRUPT,
-                        "%s has %u images but the labels file has %u labels",
-                        images, im->dims[0], lb->dims[0]);
+        return td_set_error(err, ecap, TD_E_CORRUPT,
+                            "%s has %u images but the labels file has %u "
+                            "labels", images, im->dims[0], lb->dims[0]);
     if (*h > 65535 || *w > 65535)
-        return td__perr(err, ecap, TD_E_CORRUPT, "%s: images too large",
-                        images);
+        return td_set_error(err, ecap, TD_E_CORRUPT, "%s: images too large",
+                            images);
     return 0;
 }
 
@@ -226,8 +213,8 @@ int td_pack_idx(const char *images, const char *labels, const char *outdir,
     int h = 0, wd = 0, c = 0, rc;
     memset(res, 0, sizeof *res);
     if (opt->quality < 1 || opt->quality > 100)
-        return td__perr(err, errcap, -EINVAL, "quality %d: must be 1..100",
-                        opt->quality);
+        return td_set_error(err, errcap, -EINVAL, "quality %d: must be 1..100",
+                            opt->quality);
     if ((rc = td_idx_load(images, &im, err, errcap)) != 0 ||
         (rc = td_idx_load(labels, &lb, err, errcap)) != 0 ||
         (rc = td__idx_shape(&im, &lb, images, &h, &wd, &c, err, errcap)) != 0)
@@ -238,7 +225,8 @@ int td_pack_idx(const char *images, const char *labels, const char *outdir,
     jcap = tjBufSize(wd, h, c == 1 ? TJSAMP_GRAY : TJSAMP_420);
     jpg = tjAlloc((int)jcap);
     if (!tj || !jpg) {
-        rc = td__perr(err, errcap, -ENOMEM, "cannot start the JPEG encoder");
+        rc = td_set_error(err, errcap, -ENOMEM,
+                          "cannot start the JPEG encoder");
         goto out;
     }
     size_t n = im.dims[0], per = (size_t)h * (size_t)wd * (size_t)c;
@@ -248,8 +236,8 @@ int td_pack_idx(const char *images, const char *labels, const char *outdir,
                         c == 1 ? TJPF_GRAY : TJPF_RGB, &jpg, &jlen,
                         c == 1 ? TJSAMP_GRAY : TJSAMP_420, opt->quality,
                         TJFLAG_NOREALLOC) != 0) {
-            rc = td__perr(err, errcap, TD_E_CORRUPT, "image %zu: %s", i,
-                          tjGetErrorStr2(tj));
+            rc = td_set_error(err, errcap, TD_E_CORRUPT, "image %zu: %s", i,
+                              tjGetErrorStr2(tj));
             break;
         }
         if ((rc = td__writer_add(&w, i, jpg, jlen, lb.data[i])) != 0)
@@ -365,7 +353,7 @@ static int td__pack_samples(td_dataset *ds, struct td__writer *w,
     int started = 0, rc = 0;
     f.ring = calloc(f.cap, sizeof *f.ring);
     if (!f.ring)
-        return td__perr(err, errcap, -ENOMEM, "out of memory");
+        return td_set_error(err, errcap, -ENOMEM, "out of memory");
     pthread_mutex_init(&f.mu, NULL);
     pthread_cond_init(&f.space, NULL);
     pthread_cond_init(&f.ready, NULL);
@@ -373,7 +361,7 @@ static int td__pack_samples(td_dataset *ds, struct td__writer *w,
         if (pthread_create(&th[started], NULL, td__pfold_worker, &f) != 0)
             break;
     if (!started)
-        rc = td__perr(err, errcap, -EAGAIN, "cannot start a pack thread");
+        rc = td_set_error(err, errcap, -EAGAIN, "cannot start a pack thread");
     for (size_t i = 0; i < n && rc == 0; i++) {
         pthread_mutex_lock(&f.mu);
         while (!f.ring[i % f.cap].full)
@@ -385,9 +373,9 @@ static int td__pack_samples(td_dataset *ds, struct td__writer *w,
         pthread_mutex_unlock(&f.mu);
         char name[512];
         if (s.rc) {
-            rc = td__perr(err, errcap, s.rc, "%s: %s",
-                          td_dataset_sample_name(ds, i, name, sizeof name),
-                          td_strerror(s.rc));
+            rc = td_set_error(err, errcap, s.rc, "%s: %s",
+                              td_dataset_sample_name(ds, i, name, sizeof name),
+                              td_strerror(s.rc));
         } else {
             res->rewritten += (size_t)s.rewritten;
             rc = td__writer_add(w, i, s.out, s.len, td_dataset_label(ds, i));
@@ -422,9 +410,9 @@ int td_pack_folder(const char *root, const char *outdir,
     if ((rc = td_dataset_open(root, &ds, err, errcap)) != 0)
         return rc;
     if (td_dataset_kind(ds) != TD_DATASET_FOLDER) {
-        rc = td__perr(err, errcap, -EINVAL,
-                      "%s holds tar shards already, not an ImageFolder tree",
-                      root);
+        rc = td_set_error(err, errcap, -EINVAL,
+                          "%s holds tar shards already, not an ImageFolder "
+                          "tree", root);
         goto out;
     }
     if ((rc = td__writer_init(&w, outdir, opt, err, errcap)) != 0)
@@ -443,7 +431,7 @@ int td_pack_folder(const char *root, const char *outdir,
         for (int c = 0; f && c < td_dataset_classes(ds); c++)
             fprintf(f, "%s\n", td_dataset_class_name(ds, c));
         if (!f || fclose(f) != 0)
-            rc = td__perr(err, errcap, -EIO, "%s: cannot write", path);
+            rc = td_set_error(err, errcap, -EIO, "%s: cannot write", path);
     }
     res->samples = rc ? 0 : n;
     if (rc)

@@ -413,7 +413,8 @@ START_TEST(test_resample_matches_float_bilinear)
                                 for (int k = 0; k < c; k++) {
                                     double v = 0;
                                     if (fx >= 0 && fy >= 0) {
-#define PX(yy, xx) src[((size_t)(yy) * W + (size_t)(xx)) * (size_t)c + (size_t)k]
+#define PX(yy, xx)                                                           \
+    src[((size_t)(yy) * W + (size_t)(xx)) * (size_t)c + (size_t)k]
                                         v = (1 - fy) * ((1 - fx) * PX(y0, x0) +
                                                         fx * PX(y0, x1)) +
                                             fy * ((1 - fx) * PX(y1, x0) +

@@ -70,7 +70,8 @@ static uint8_t *make_file(const char *name, size_t size)
     for (size_t i = 0; i < size; i++)
         p[i] = (uint8_t)(i * 7 + size);
     snprintf(path, sizeof path, "%s/%s", tmp, name);
-    for (char *s = strchr(path + strlen(tmp) + 1, '/'); s; s = strchr(s + 1, '/')) {
+    for (char *s = strchr(path + strlen(tmp) + 1, '/'); s;
+         s = strchr(s + 1, '/')) {
         *s = '\0';
         mkdir(path, 0755);
         *s = '/';
