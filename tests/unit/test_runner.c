@@ -1,5 +1,11 @@
 /* test_runner.c - one job end to end through td_runner (job/runner.c),
- * on synthetic input and the CPU backend: its checkpoints. */
+ * on synthetic input and the CPU backend, against what runner.h and
+ * docs/job-spec.md say a job of that spec does: the step, window and epoch
+ * events it reports (counted and numbered), the checkpoints it takes
+ * (every N steps, at each epoch end, a final one, `keep` left on disk),
+ * the model's forward FLOPs computed here by hand, a pause that resumes
+ * into exactly the losses of an uninterrupted run, a cancel that takes no
+ * final checkpoint, and spec errors that name the field. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -148,6 +154,128 @@ static void seen_init(seen *s)
     pthread_mutex_init(&s->mu, NULL);
 }
 
+/* 2 epochs of 10 steps, windows of 4, a checkpoint every 3 steps and at
+ * each epoch end, keep 2. */
+START_TEST(test_job_does_what_the_spec_says)
+{
+    td_job_spec spec;
+    parse_spec(&spec, EVERY, 0);
+    seen s;
+    seen_init(&s);
+    td_runner_result res;
+    char err[512] = "";
+    ck_assert_msg(run_job(&spec, "ck", 0, &s, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.steps, EPOCHS * PER_EPOCH);
+    ck_assert_int_eq(res.epochs, EPOCHS);
+    ck_assert_int_eq(res.stopped, TD_STOP_NONE);
+    /* one step event per step, numbered 1.. in order */
+    ck_assert_int_eq(s.steps, EPOCHS * PER_EPOCH);
+    ck_assert_int_eq(s.bad_order, 0);
+    /* a window every WINDOW steps after the (empty) warm-up */
+    ck_assert_int_eq(s.windows, EPOCHS * PER_EPOCH / WINDOW);
+    ck_assert_int_eq(s.epochs, EPOCHS);
+    ck_assert_int_eq(s.epoch_step[0], PER_EPOCH);
+    ck_assert_int_eq(s.epoch_step[1], 2 * PER_EPOCH);
+    /* due: the boundaries after steps 3, 6, 9, 12, 15, 18 and the epoch
+     * end 10, each written or skipped (the writer busy), and the final
+     * checkpoint after step 20, never skipped */
+    ck_assert_int_eq(res.checkpoints_failed, 0);
+    ck_assert_int_ge(res.checkpoints_written, 2);
+    ck_assert_int_eq(res.checkpoints_written + res.checkpoints_skipped, 8);
+    ck_assert_int_eq(s.ckpts, (int)res.checkpoints_written);
+    ck_assert_int_eq(s.ckpt_step[s.ckpts - 1], 2 * PER_EPOCH);
+    for (int k = 0; k < s.ckpts; k++) {
+        int64_t st = s.ckpt_step[k];
+        ck_assert_msg(st % EVERY == 0 || st % PER_EPOCH == 0,
+                      "checkpoint at step %lld", (long long)st);
+    }
+    char dir[4200], name[256];
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    ck_assert_int_eq(count_files(dir, ".safetensors"), KEEP);
+    td_ckpt_filename(2 * PER_EPOCH, name, sizeof name);
+    ck_assert_ptr_nonnull(strstr(res.last_checkpoint, name));
+    ck_assert_int_eq(access(res.last_checkpoint, R_OK), 0);
+    /* no validation data: no validation figures */
+    ck_assert(isnan(res.val_loss) && isnan(res.val_acc));
+    ck_assert_int_eq(res.bad_samples, 0);
+    ck_assert_double_eq_tol(res.model_mflop, 6656e-6, 1e-12);
+    ck_assert(res.samples_per_s > 0);
+    ck_assert_str_ne(res.verdict, "");
+    td_spec_free(&spec);
+}
+END_TEST
+
+/* A pause asked for in step 7's event (the trainer reports a step while
+ * the next one runs, so it stops after step 7 or 8) takes a checkpoint
+ * there; resuming from it gives the remaining steps the losses of the
+ * uninterrupted run (runner.h, Resume). */
+START_TEST(test_pause_then_resume_matches_uninterrupted)
+{
+    td_job_spec spec;
+    parse_spec(&spec, 0, 0); /* only epoch ends and the stops */
+    char err[512] = "";
+    td_runner_result res;
+    seen *a = malloc(sizeof *a), *b = malloc(sizeof *b),
+         *c = malloc(sizeof *c);
+    seen_init(a);
+    ck_assert_msg(run_job(&spec, "a", 0, a, &res, err, sizeof err) == 0,
+                  "%s", err);
+    seen_init(b);
+    b->stop_at = 7;
+    b->stop_why = TD_STOP_PAUSE;
+    ck_assert_msg(run_job(&spec, "b", 0, b, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.stopped, TD_STOP_PAUSE);
+    int at = (int)res.steps;
+    ck_assert(at == 7 || at == 8);
+    ck_assert_int_eq(b->steps, at);
+    ck_assert_int_eq(b->ckpt_step[b->ckpts - 1], at);
+    for (int st = 1; st <= at; st++)
+        ck_assert_double_eq(b->loss[st], a->loss[st]);
+    seen_init(c);
+    c->last_step = at;
+    ck_assert_msg(run_job(&spec, "b", 1, c, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.stopped, TD_STOP_NONE);
+    ck_assert_int_eq(res.steps, EPOCHS * PER_EPOCH);
+    ck_assert_int_eq(c->steps, EPOCHS * PER_EPOCH - at);
+    ck_assert_int_eq(c->bad_order, 0);
+    for (int st = at + 1; st <= EPOCHS * PER_EPOCH; st++)
+        ck_assert_msg(c->loss[st] == a->loss[st],
+                      "step %d: loss %.9g resumed, %.9g uninterrupted", st,
+                      c->loss[st], a->loss[st]);
+    free(a);
+    free(b);
+    free(c);
+    td_spec_free(&spec);
+}
+END_TEST
+
+/* A cancel stops at a step boundary (after step 4 or 5, as above) and
+ * takes no checkpoint. */
+START_TEST(test_cancel_takes_no_final_checkpoint)
+{
+    td_job_spec spec;
+    parse_spec(&spec, 0, 0);
+    seen s;
+    seen_init(&s);
+    s.stop_at = 4;
+    s.stop_why = TD_STOP_CANCEL;
+    td_runner_result res;
+    char err[512] = "", dir[4200];
+    ck_assert_msg(run_job(&spec, "x", 0, &s, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.stopped, TD_STOP_CANCEL);
+    ck_assert(res.steps == 4 || res.steps == 5);
+    ck_assert_int_eq(res.checkpoints_written, 0);
+    ck_assert_str_eq(res.last_checkpoint, "");
+    snprintf(dir, sizeof dir, "%s/x", tmp);
+    ck_assert_int_eq(count_files(dir, ".safetensors"), 0);
+    td_spec_free(&spec);
+}
+END_TEST
+
 /* A checkpoint every step, and a writer made slow: the checkpoint folder
  * holds 20000 other files, which the writer lists twice after each write
  * (pruning to `keep`, removing stale temporaries).  So when the job ends
@@ -190,12 +318,55 @@ START_TEST(test_final_checkpoint_wait_is_not_a_skip)
 }
 END_TEST
 
+/* What td_runner_create refuses names the part of the spec at fault. */
+START_TEST(test_create_errors_name_the_field)
+{
+    char err[512] = "", models[4200];
+    json_error_t je;
+    td_job_spec spec;
+    td_runner *r;
+    snprintf(models, sizeof models, "%s/none", tmp);
+    json_t *js = json_loads(
+        "{\"model\": \"no-such-model\", \"input\": {\"source\": "
+        "\"synthetic\", \"size\": 8, \"channels\": 1}, \"data\": "
+        "{\"classes\": 4}, \"optimizer\": {\"lr\": 0.1}, \"threads\": 1}",
+        0, &je);
+    ck_assert_msg(td_spec_parse(js, NULL, &spec, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(js);
+    td_runner_opts o = {.spec = &spec, .models_dir = models};
+    ck_assert_int_ne(td_runner_create(&o, &r, err, sizeof err), 0);
+    ck_assert_msg(strncmp(err, "model", 5) == 0 && strstr(err, "no-such-model"),
+                  "%s", err);
+    td_spec_free(&spec);
+    char data[4200];
+    snprintf(data, sizeof data, "%s/nothing-here", tmp);
+    js = json_pack("{s:s, s:{s:s}, s:{s:i, s:i}, s:{s:f}, s:i}", "model",
+                   "fmnist-cnn", "data", "train", data, "input", "size", 28,
+                   "channels", 1, "optimizer", "lr", 0.1, "threads", 1);
+    ck_assert_msg(td_spec_parse(js, NULL, &spec, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(js);
+    const char *root = getenv("TD_SOURCE_ROOT");
+    snprintf(models, sizeof models, "%s/config/models", root ? root : ".");
+    ck_assert_int_ne(td_runner_create(&o, &r, err, sizeof err), 0);
+    ck_assert_msg(strncmp(err, "data.train", 10) == 0 &&
+                      strstr(err, "nothing-here"),
+                  "%s", err);
+    td_spec_free(&spec);
+}
+END_TEST
+
 static Suite *runner_suite(void)
 {
     Suite *s = suite_create("runner");
     TCase *tc = tcase_create("runner");
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_job_does_what_the_spec_says);
+    tcase_add_test(tc, test_pause_then_resume_matches_uninterrupted);
+    tcase_add_test(tc, test_cancel_takes_no_final_checkpoint);
     tcase_add_test(tc, test_final_checkpoint_wait_is_not_a_skip);
+    tcase_add_test(tc, test_create_errors_name_the_field);
     suite_add_tcase(s, tc);
     return s;
 }
