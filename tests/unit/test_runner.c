@@ -336,7 +336,8 @@ START_TEST(test_create_errors_name_the_field)
     json_decref(js);
     td_runner_opts o = {.spec = &spec, .models_dir = models};
     ck_assert_int_ne(td_runner_create(&o, &r, err, sizeof err), 0);
-    ck_assert_msg(strncmp(err, "model", 5) == 0 && strstr(err, "no-such-model"),
+    ck_assert_msg(strncmp(err, "model", 5) == 0 &&
+                      strstr(err, "no-such-model"),
                   "%s", err);
     td_spec_free(&spec);
     char data[4200];
