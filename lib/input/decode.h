@@ -1,23 +1,30 @@
 /* decode.h - JPEG decoding of just the part of an image a sample needs.
  *
- * One decoder per worker thread: a libjpeg decompressor and a scratch
- * buffer that only grows, so steady state allocates nothing.  Use:
- *   td_decoder_header(d, jpeg, len, &w, &h)            parse the headers
- *   td_decoder_region(d, box, min_w, min_h, c, &reg)   decode the box
- * The region call picks the smallest DCT scale M/8, M in {1, 2, 4, 8} (the
- * scales libjpeg-turbo has SIMD IDCTs for), that keeps the box at least
- * min_w x min_h pixels, decodes only the box's columns (jpeg_crop_scanline,
- * widened to iMCU boundaries) and rows (jpeg_skip_scanlines), and stops
- * after the box's last row (jpeg_abort_decompress).  Output is 1 (gray) or
+ * One decoder per worker thread: a libjpeg decompressor and scratch
+ * buffers that only grow, so steady state allocates nothing.  Use:
+ *   td_decoder *d;
+ *   td_decoder_create(&d);
+ *   td_decoder_header(d, jpeg, len, &w, &h);          parse the headers
+ *   td_decoder_region(d, x, y, bw, bh, min_w, min_h, c, flags, &reg);
+ *                       decode the box (x, y, bw x bh) of that image
+ *   ... reg.px holds reg.h rows of reg.w * c bytes, reg.stride apart
+ *   td_decoder_destroy(d);
+ * A header is good for one region call.  The region call picks the
+ * smallest DCT scale M/8, M in {1, 2, 4, 8} (the scales libjpeg-turbo has
+ * SIMD IDCTs for), that keeps the box at least min_w x min_h pixels,
+ * decodes only the box's columns (jpeg_crop_scanline, widened to iMCU
+ * boundaries) and rows (jpeg_skip_scanlines), and stops after the box's
+ * last row (jpeg_abort_decompress).  Output is 1 (gray) or
  * 3 (RGB) channels whatever the file holds: gray, YCbCr, RGB, CMYK and
  * YCCK (Adobe-inverted or not) JPEGs, baseline or progressive.
- * Files with a crop index (cropidx.h; `trainctl pack`, the default) are
+ * Files with a crop index (jpegidx.h; `trainctl pack`, the default) are
  * decoded through a cut-out JPEG of just the MCUs covering the box, built
- * from the index; baseline files with restart markers every R MCUs, R
- * dividing the MCUs of a row (`trainctl pack --restart`), through a
- * cut-out of just the restart segments covering it.  Either way the
- * entropy data of rows above and columns beside the box is not decoded
- * at all, and the pixels are exactly the plain path's.
+ * from the index (td_jpegidx_cut_index); baseline files with restart
+ * markers every R MCUs, R dividing the MCUs of a row (`trainctl pack
+ * --restart`), through a cut-out of just the restart segments covering it
+ * (td_jpegidx_cut_restart).  Either way the entropy data of rows above and
+ * columns beside the box is not decoded at all, and the pixels are
+ * exactly the plain path's.
  * Owns: libjpeg state and its error recovery (setjmp).  Never: allocates
  * per image once the scratch has grown to the largest box seen.
  */
@@ -29,6 +36,13 @@
 
 typedef struct td_decoder td_decoder;
 
+/* How td_decoder_region decoded a box (td_region.cut). */
+typedef enum td_cut_kind {
+    TD_CUT_NONE = 0,    /* the file itself, rows above the box skipped */
+    TD_CUT_RESTART = 1, /* a cut-out of the restart segments covering it */
+    TD_CUT_INDEX = 2,   /* a cut-out built from the crop index */
+} td_cut_kind;
+
 /* The decoded part of an image, in scaled pixel coordinates. */
 typedef struct td_region {
     const uint8_t *px;  /* rows of w * c bytes, `stride` apart */
@@ -37,8 +51,8 @@ typedef struct td_region {
     int scaled_w, scaled_h; /* the whole image at this scale */
     int scale_num;      /* M of M/8 */
     int c;
-    int cut;            /* 0: plain decode; 1: through a cut-out of restart
-                           segments; 2: through an indexed cut-out */
+    int cut;            /* the path it took, a td_cut_kind (an int, so
+                           it compares with ints without sign warnings) */
 } td_region;
 
 enum {

@@ -16,8 +16,11 @@
 #define TD_TAR_BLOCK 512
 #define TD_TAR_NAME_MAX 255
 
-/* Fills hdr with a ustar header for a regular file.  name is split into
- * prefix/name when longer than 100 bytes.  Returns 0, or -ENAMETOOLONG. */
+/* Fills hdr with a ustar header for a regular file (mode 0644, owner 0,
+ * GNU tar's field layout).  name is split into prefix/name when longer
+ * than 100 bytes.  Returns 0, -ENAMETOOLONG (no split fits, or longer
+ * than TD_TAR_NAME_MAX), or -EFBIG (size of 8 GiB or more: ustar's 11
+ * octal digits cannot hold it). */
 int td_tar_header(uint8_t hdr[TD_TAR_BLOCK], const char *name, uint64_t size,
                   int64_t mtime);
 

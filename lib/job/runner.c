@@ -702,12 +702,8 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
                     why == TD_STOP_SHUTDOWN)) {
         td_train_position pos;
         td_trainer_position(r->trainer, &pos);
-        if (pos.steps != r->last_ckpt_step) {
-            /* The final checkpoint must not be skipped: wait for a free
-             * buffer (the trainer has stopped, so waiting costs nothing). */
-            for (int i = 0; i < 6000 && td__runner_checkpoint(r, &pos) == -EBUSY; i++)
-                td_sleep_ns(10 * TD_NS_PER_MS);
-        }
+        if (pos.steps != r->last_ckpt_step)
+            td__runner_checkpoint_final(r, &pos);
     }
     if (r->writer) { /* drains queued writes, then joins */
         td_ckpt_writer_stop(r->writer);

@@ -209,9 +209,20 @@ static int td__writer(td_runner *r)
     return td_ckpt_writer_start(&r->writer, &wc);
 }
 
+static void td__skipped(td_runner *r, const td_train_position *pos)
+{
+    r->ckpt_skipped++;
+    td_logf(TD_LOG_WARN, r->o.job, "checkpoint at step %" PRId64
+            " skipped: the previous ones are still being written",
+            pos->steps);
+}
+
 /* Snapshots the trainer at pos and hands it to the writer.  Never waits
- * for the disk: with both buffers busy the checkpoint is skipped. */
-int td__runner_checkpoint(td_runner *r, const td_train_position *pos)
+ * for the disk: with both buffers busy (or the writer's queue full) the
+ * checkpoint is not taken, -EBUSY; counted and logged as skipped when
+ * count_skip. */
+static int td__checkpoint(td_runner *r, const td_train_position *pos,
+                          int count_skip)
 {
     int rc, slot = -1;
     int64_t t0 = td_now_ns();
@@ -226,10 +237,8 @@ int td__runner_checkpoint(td_runner *r, const td_train_position *pos)
         if (!atomic_load(&r->snap_busy[i]))
             slot = i;
     if (slot < 0) {
-        r->ckpt_skipped++;
-        td_logf(TD_LOG_WARN, r->o.job, "checkpoint at step %" PRId64
-                " skipped: the previous ones are still being written",
-                pos->steps);
+        if (count_skip)
+            td__skipped(r, pos);
         return -EBUSY;
     }
     td_ckpt_snapshot *s = &r->snap[slot];
@@ -274,12 +283,29 @@ int td__runner_checkpoint(td_runner *r, const td_train_position *pos)
     rc = td_ckpt_writer_submit(r->writer, s);
     if (rc) {
         atomic_store(&r->snap_busy[slot], 0);
-        r->ckpt_skipped++;
+        if (count_skip || rc != -EBUSY)
+            r->ckpt_skipped++;
         return rc;
     }
     r->last_ckpt_step = pos->steps;
     r->pending_ckpt_ns += td_now_ns() - t0;
     return 0;
+}
+
+int td__runner_checkpoint(td_runner *r, const td_train_position *pos)
+{
+    return td__checkpoint(r, pos, 1);
+}
+
+int td__runner_checkpoint_final(td_runner *r, const td_train_position *pos)
+{
+    int rc = -EBUSY;
+    for (int i = 0; i < 6000 && (rc = td__checkpoint(r, pos, 0)) == -EBUSY;
+         i++)
+        td_sleep_ns(10 * TD_NS_PER_MS);
+    if (rc == -EBUSY)
+        td__skipped(r, pos);
+    return rc;
 }
 
 typedef struct td__load {

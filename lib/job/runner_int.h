@@ -77,6 +77,12 @@ void td__runner_optim(const td_job_spec *s, td_optim_config *o);
 /* Snapshots the trainer at pos and hands it to the writer thread; never
  * waits for the disk (-EBUSY: both buffers busy, skipped and counted). */
 int td__runner_checkpoint(td_runner *r, const td_train_position *pos);
+/* The same for the job's last checkpoint, which must not be skipped: while
+ * the buffers or the writer's queue are busy it waits (up to a minute; the
+ * trainer has stopped, so waiting costs nothing).  Waiting is not
+ * skipping: only a checkpoint still not taken after that is counted and
+ * logged as skipped. */
+int td__runner_checkpoint_final(td_runner *r, const td_train_position *pos);
 /* Builds r->meta_json (modelmeta.h) from the spec, graph and dataset. */
 int td__runner_meta(td_runner *r, char *err, size_t errcap);
 /* Starts the trainer from spec.init (finetune.h), logging the report. */

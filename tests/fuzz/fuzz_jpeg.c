@@ -1,5 +1,5 @@
 /* fuzz_jpeg.c - a sample's JPEG bytes decoded the way a worker does:
- * header, then one crop box, through the crop index (APP15, cropidx.h)
+ * header, then one crop box, through the crop index (APP15, jpegidx.h)
  * or the restart-segment cut-out when the file has one (lib/decode.c).
  *
  * Input: 8 bytes choosing the box and options, then the JPEG:

@@ -1,0 +1,375 @@
+/* test_runner.c - one job end to end through td_runner (job/runner.c),
+ * on synthetic input and the CPU backend, against what runner.h and
+ * docs/job-spec.md say a job of that spec does: the step, window and epoch
+ * events it reports (counted and numbered), the checkpoints it takes
+ * (every N steps, at each epoch end, a final one, `keep` left on disk),
+ * the model's forward FLOPs computed here by hand, a pause that resumes
+ * into exactly the losses of an uninterrupted run, a cancel that takes no
+ * final checkpoint, and spec errors that name the field. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "base/error.h"
+#include "job/runner.h"
+#include "job/spec.h"
+#include "store/checkpoint.h"
+#include "support/jpeggen.h"
+#include "tdtest.h"
+
+enum { EPOCHS = 2, PER_EPOCH = 10, WINDOW = 4, EVERY = 3, KEEP = 2 };
+
+static char *tmp;
+
+static void setup(void) { tmp = td_test_tmpdir("runner"); }
+
+static void teardown(void)
+{
+    td_test_rmtree(tmp);
+    free(tmp);
+}
+
+/* An 8x8 grey input, conv 3x3 -> 4 channels (pad 1), relu, flatten,
+ * dense to 4 classes: forward FLOPs 2 * 9 * 4 * 64 (conv) + 2 * 256 * 4
+ * (dense) = 6656.  With `hidden`, a dense layer of that many units before
+ * the last, and batches of 1 (fast steps). */
+static void parse_spec(td_job_spec *spec, int every, int hidden)
+{
+    char err[512];
+    json_t *js = json_pack(
+        "{s:s, s:{s:i}, s:{s:[i,i], s:i, s:s},"
+        " s:{s:[{s:s, s:s, s:i, s:i, s:i}, {s:s, s:s}, {s:s, s:s},"
+        "       {s:s, s:s, s:s}]},"
+        " s:{s:s, s:f, s:f}, s:i, s:i, s:i, s:i, s:{s:i, s:i},"
+        " s:{s:i, s:i, s:b}}",
+        "name", "t", "data", "classes", 4, "input", "size", 8, 8, "channels",
+        1, "source", "synthetic", "model", "layers", "type", "conv2d", "name",
+        "c1", "channels", 4, "kernel", 3, "pad", 1, "type", "relu", "name",
+        "r1", "type", "flatten", "name", "f", "type", "dense", "name", "fc",
+        "units", "classes", "optimizer", "type", "sgd", "lr", 0.05,
+        "momentum", 0.9, "batch_size", 8, "epochs", EPOCHS, "seed", 3,
+        "threads", 1, "metrics", "warmup_steps", 0, "window_steps", WINDOW,
+        "checkpoint", "every_steps", every, "keep", KEEP, "at_epoch_end", 1);
+    ck_assert_ptr_nonnull(js);
+    if (hidden) {
+        json_t *layers = json_object_get(json_object_get(js, "model"),
+                                         "layers");
+        json_array_insert_new(layers, 3,
+                              json_pack("{s:s, s:s, s:i}", "type", "dense",
+                                        "name", "h", "units", hidden));
+        json_object_set_new(js, "batch_size", json_integer(1));
+    }
+    ck_assert_msg(td_spec_parse(js, NULL, spec, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(js);
+}
+
+typedef struct seen {
+    pthread_mutex_t mu;
+    int steps, windows, epochs, ckpts, bad_order;
+    int64_t last_step;
+    double loss[EPOCHS * PER_EPOCH + 1]; /* by step number, 1-based */
+    int64_t epoch_step[EPOCHS];
+    int64_t ckpt_step[32];
+    td_runner *r;          /* for stops from the step event */
+    int stop_at;           /* 0: never */
+    enum td_stop_reason stop_why;
+} seen;
+
+static void on_event(void *user, const char *kind, json_t *data)
+{
+    seen *s = user;
+    pthread_mutex_lock(&s->mu);
+    json_int_t step = json_integer_value(json_object_get(data, "step"));
+    if (strcmp(kind, "step") == 0) {
+        s->bad_order |= step != s->last_step + 1;
+        s->last_step = step;
+        if (step >= 1 && step <= EPOCHS * PER_EPOCH)
+            s->loss[step] = json_number_value(json_object_get(data, "loss"));
+        s->steps++;
+        if (s->stop_at && step == s->stop_at)
+            td_runner_stop(s->r, s->stop_why);
+    } else if (strcmp(kind, "window") == 0) {
+        s->windows++;
+    } else if (strcmp(kind, "epoch") == 0) {
+        if (s->epochs < EPOCHS)
+            s->epoch_step[s->epochs] = step;
+        s->epochs++;
+    } else if (strcmp(kind, "checkpoint") == 0) {
+        if (s->ckpts < 32 && json_is_true(json_object_get(data, "ok")))
+            s->ckpt_step[s->ckpts] = step;
+        s->ckpts++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    json_decref(data);
+}
+
+static int count_files(const char *dir, const char *suffix)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name), k = strlen(suffix);
+        n += l > k && strcmp(e->d_name + l - k, suffix) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Runs the spec with checkpoints into tmp/<sub>; events into *s. */
+static int run_job(const td_job_spec *spec, const char *sub, int resume,
+                   seen *s, td_runner_result *res, char *err, size_t cap)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/%s", tmp, sub);
+    td_runner_opts o = {.spec = spec, .ckpt_dir = dir, .resume = resume,
+                        .synthetic_steps = PER_EPOCH, .event = on_event,
+                        .user = s};
+    td_runner *r;
+    int rc = td_runner_create(&o, &r, err, cap);
+    if (rc)
+        return rc;
+    s->r = r;
+    ck_assert_int_eq(td_runner_steps_total(r), EPOCHS * PER_EPOCH);
+    rc = td_runner_run(r, res, err, cap);
+    td_runner_free(r);
+    return rc;
+}
+
+static void seen_init(seen *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+}
+
+/* 2 epochs of 10 steps, windows of 4, a checkpoint every 3 steps and at
+ * each epoch end, keep 2. */
+START_TEST(test_job_does_what_the_spec_says)
+{
+    td_job_spec spec;
+    parse_spec(&spec, EVERY, 0);
+    seen s;
+    seen_init(&s);
+    td_runner_result res;
+    char err[512] = "";
+    ck_assert_msg(run_job(&spec, "ck", 0, &s, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.steps, EPOCHS * PER_EPOCH);
+    ck_assert_int_eq(res.epochs, EPOCHS);
+    ck_assert_int_eq(res.stopped, TD_STOP_NONE);
+    /* one step event per step, numbered 1.. in order */
+    ck_assert_int_eq(s.steps, EPOCHS * PER_EPOCH);
+    ck_assert_int_eq(s.bad_order, 0);
+    /* a window every WINDOW steps after the (empty) warm-up */
+    ck_assert_int_eq(s.windows, EPOCHS * PER_EPOCH / WINDOW);
+    ck_assert_int_eq(s.epochs, EPOCHS);
+    ck_assert_int_eq(s.epoch_step[0], PER_EPOCH);
+    ck_assert_int_eq(s.epoch_step[1], 2 * PER_EPOCH);
+    /* due: the boundaries after steps 3, 6, 9, 12, 15, 18 and the epoch
+     * end 10, each written or skipped (the writer busy), and the final
+     * checkpoint after step 20, never skipped */
+    ck_assert_int_eq(res.checkpoints_failed, 0);
+    ck_assert_int_ge(res.checkpoints_written, 2);
+    ck_assert_int_eq(res.checkpoints_written + res.checkpoints_skipped, 8);
+    ck_assert_int_eq(s.ckpts, (int)res.checkpoints_written);
+    ck_assert_int_eq(s.ckpt_step[s.ckpts - 1], 2 * PER_EPOCH);
+    for (int k = 0; k < s.ckpts; k++) {
+        int64_t st = s.ckpt_step[k];
+        ck_assert_msg(st % EVERY == 0 || st % PER_EPOCH == 0,
+                      "checkpoint at step %lld", (long long)st);
+    }
+    char dir[4200], name[256];
+    snprintf(dir, sizeof dir, "%s/ck", tmp);
+    ck_assert_int_eq(count_files(dir, ".safetensors"), KEEP);
+    td_ckpt_filename(2 * PER_EPOCH, name, sizeof name);
+    ck_assert_ptr_nonnull(strstr(res.last_checkpoint, name));
+    ck_assert_int_eq(access(res.last_checkpoint, R_OK), 0);
+    /* no validation data: no validation figures */
+    ck_assert(isnan(res.val_loss) && isnan(res.val_acc));
+    ck_assert_int_eq(res.bad_samples, 0);
+    ck_assert_double_eq_tol(res.model_mflop, 6656e-6, 1e-12);
+    ck_assert(res.samples_per_s > 0);
+    ck_assert_str_ne(res.verdict, "");
+    td_spec_free(&spec);
+}
+END_TEST
+
+/* A pause asked for in step 7's event (the trainer reports a step while
+ * the next one runs, so it stops after step 7 or 8) takes a checkpoint
+ * there; resuming from it gives the remaining steps the losses of the
+ * uninterrupted run (runner.h, Resume). */
+START_TEST(test_pause_then_resume_matches_uninterrupted)
+{
+    td_job_spec spec;
+    parse_spec(&spec, 0, 0); /* only epoch ends and the stops */
+    char err[512] = "";
+    td_runner_result res;
+    seen *a = malloc(sizeof *a), *b = malloc(sizeof *b),
+         *c = malloc(sizeof *c);
+    seen_init(a);
+    ck_assert_msg(run_job(&spec, "a", 0, a, &res, err, sizeof err) == 0,
+                  "%s", err);
+    seen_init(b);
+    b->stop_at = 7;
+    b->stop_why = TD_STOP_PAUSE;
+    ck_assert_msg(run_job(&spec, "b", 0, b, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.stopped, TD_STOP_PAUSE);
+    int at = (int)res.steps;
+    ck_assert(at == 7 || at == 8);
+    ck_assert_int_eq(b->steps, at);
+    ck_assert_int_eq(b->ckpt_step[b->ckpts - 1], at);
+    for (int st = 1; st <= at; st++)
+        ck_assert_double_eq(b->loss[st], a->loss[st]);
+    seen_init(c);
+    c->last_step = at;
+    ck_assert_msg(run_job(&spec, "b", 1, c, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.stopped, TD_STOP_NONE);
+    ck_assert_int_eq(res.steps, EPOCHS * PER_EPOCH);
+    ck_assert_int_eq(c->steps, EPOCHS * PER_EPOCH - at);
+    ck_assert_int_eq(c->bad_order, 0);
+    for (int st = at + 1; st <= EPOCHS * PER_EPOCH; st++)
+        ck_assert_msg(c->loss[st] == a->loss[st],
+                      "step %d: loss %.9g resumed, %.9g uninterrupted", st,
+                      c->loss[st], a->loss[st]);
+    free(a);
+    free(b);
+    free(c);
+    td_spec_free(&spec);
+}
+END_TEST
+
+/* A cancel stops at a step boundary (after step 4 or 5, as above) and
+ * takes no checkpoint. */
+START_TEST(test_cancel_takes_no_final_checkpoint)
+{
+    td_job_spec spec;
+    parse_spec(&spec, 0, 0);
+    seen s;
+    seen_init(&s);
+    s.stop_at = 4;
+    s.stop_why = TD_STOP_CANCEL;
+    td_runner_result res;
+    char err[512] = "", dir[4200];
+    ck_assert_msg(run_job(&spec, "x", 0, &s, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.stopped, TD_STOP_CANCEL);
+    ck_assert(res.steps == 4 || res.steps == 5);
+    ck_assert_int_eq(res.checkpoints_written, 0);
+    ck_assert_str_eq(res.last_checkpoint, "");
+    snprintf(dir, sizeof dir, "%s/x", tmp);
+    ck_assert_int_eq(count_files(dir, ".safetensors"), 0);
+    td_spec_free(&spec);
+}
+END_TEST
+
+/* A checkpoint every step, and a writer made slow: the checkpoint folder
+ * holds 20000 other files, which the writer lists twice after each write
+ * (pruning to `keep`, removing stale temporaries).  So when the job ends
+ * both snapshot buffers are busy and the final checkpoint waits for one.
+ * Each due checkpoint is written or skipped once: the boundaries after
+ * steps 1..19 and the final one after step 20 (the step loop has no
+ * boundary after its last step), which is waited for, and waiting is
+ * neither a skip nor another count ("the final one is never skipped",
+ * docs/checkpoints.md). */
+START_TEST(test_final_checkpoint_wait_is_not_a_skip)
+{
+    td_job_spec spec;
+    parse_spec(&spec, 1, 256);
+    char dir[4200], path[4300];
+    snprintf(dir, sizeof dir, "%s/e", tmp);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    for (int i = 0; i < 20000; i++) {
+        snprintf(path, sizeof path, "%s/other-%05d", dir, i);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+    }
+    seen s;
+    seen_init(&s);
+    td_runner_result res;
+    char err[512] = "";
+    ck_assert_msg(run_job(&spec, "e", 0, &s, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.steps, EPOCHS * PER_EPOCH);
+    ck_assert_int_eq(res.checkpoints_failed, 0);
+    ck_assert_int_eq(s.ckpt_step[s.ckpts - 1], EPOCHS * PER_EPOCH);
+    ck_assert_int_gt(res.checkpoints_skipped, 0); /* the writer was slow */
+    ck_assert_msg(res.checkpoints_written + res.checkpoints_skipped ==
+                      EPOCHS * PER_EPOCH,
+                  "%lld written + %lld skipped for %d due",
+                  (long long)res.checkpoints_written,
+                  (long long)res.checkpoints_skipped, EPOCHS * PER_EPOCH);
+    ck_assert_int_eq(count_files(dir, ".safetensors"), KEEP);
+    td_spec_free(&spec);
+}
+END_TEST
+
+/* What td_runner_create refuses names the part of the spec at fault. */
+START_TEST(test_create_errors_name_the_field)
+{
+    char err[512] = "", models[4200];
+    json_error_t je;
+    td_job_spec spec;
+    td_runner *r;
+    snprintf(models, sizeof models, "%s/none", tmp);
+    json_t *js = json_loads(
+        "{\"model\": \"no-such-model\", \"input\": {\"source\": "
+        "\"synthetic\", \"size\": 8, \"channels\": 1}, \"data\": "
+        "{\"classes\": 4}, \"optimizer\": {\"lr\": 0.1}, \"threads\": 1}",
+        0, &je);
+    ck_assert_msg(td_spec_parse(js, NULL, &spec, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(js);
+    td_runner_opts o = {.spec = &spec, .models_dir = models};
+    ck_assert_int_ne(td_runner_create(&o, &r, err, sizeof err), 0);
+    ck_assert_msg(strncmp(err, "model", 5) == 0 &&
+                      strstr(err, "no-such-model"),
+                  "%s", err);
+    td_spec_free(&spec);
+    char data[4200];
+    snprintf(data, sizeof data, "%s/nothing-here", tmp);
+    js = json_pack("{s:s, s:{s:s}, s:{s:i, s:i}, s:{s:f}, s:i}", "model",
+                   "fmnist-cnn", "data", "train", data, "input", "size", 28,
+                   "channels", 1, "optimizer", "lr", 0.1, "threads", 1);
+    ck_assert_msg(td_spec_parse(js, NULL, &spec, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(js);
+    const char *root = getenv("TD_SOURCE_ROOT");
+    snprintf(models, sizeof models, "%s/config/models", root ? root : ".");
+    ck_assert_int_ne(td_runner_create(&o, &r, err, sizeof err), 0);
+    ck_assert_msg(strncmp(err, "data.train", 10) == 0 &&
+                      strstr(err, "nothing-here"),
+                  "%s", err);
+    td_spec_free(&spec);
+}
+END_TEST
+
+static Suite *runner_suite(void)
+{
+    Suite *s = suite_create("runner");
+    TCase *tc = tcase_create("runner");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_job_does_what_the_spec_says);
+    tcase_add_test(tc, test_pause_then_resume_matches_uninterrupted);
+    tcase_add_test(tc, test_cancel_takes_no_final_checkpoint);
+    tcase_add_test(tc, test_final_checkpoint_wait_is_not_a_skip);
+    tcase_add_test(tc, test_create_errors_name_the_field);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(runner_suite)
