@@ -145,6 +145,8 @@ static void cmd_submit(td_client *c, td_request *req)
             }
         }
     }
+    /* Synthetic input reads no data (access.c skips its data paths), but
+     * a model .json path is read either way and is checked here too. */
     if (td_access_check_spec(c->uid, &parsed,
                              json_object_get(c->d->settings,
                                              "allowed_data_roots"),
