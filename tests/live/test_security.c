@@ -483,7 +483,9 @@ END_TEST
 START_TEST(test_trace_slot_freed_on_disconnect)
 {
     int fd = th_connect(&H, NULL);
-    int64_t id = running_blocker(fd);
+    /* ~6 ms steps: 10,000 of them would hold the slot for a minute. */
+    int64_t id = th_submit(fd, th_spec(100000, 0, 32, 32));
+    ck_assert(th_wait_state(fd, id, "running", 10000));
     int hfd = th_connect(&H, NULL);
     char req[128];
     snprintf(req, sizeof req, "{\"id\":1,\"cmd\":\"trace\",\"args\":{\"job\":"
@@ -491,9 +493,17 @@ START_TEST(test_trace_slot_freed_on_disconnect)
     ck_assert_int_eq(th_send_raw(hfd, req, strlen(req)), 0);
     usleep(300000);
     close(hfd);
-    usleep(300000);
-    json_t *r = th_request(fd, "trace", json_pack("{s:I, s:i}", "job",
-                                                  (json_int_t)id, "steps", 3));
+    /* Freed after at most one more step (and the timeline's assembly):
+     * poll for up to 5 s. */
+    json_t *r = NULL;
+    for (int i = 0; i < 50; i++) {
+        json_decref(r);
+        r = th_request(fd, "trace", json_pack("{s:I, s:i}", "job",
+                                              (json_int_t)id, "steps", 3));
+        if (!r || th_ok(r))
+            break;
+        usleep(100000);
+    }
     ck_assert_msg(r && th_ok(r), "slot still held: %s",
                   r ? json_dumps(r, 0) : "no reply");
     json_decref(r);
