@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -766,6 +767,63 @@ START_TEST(test_slowloris_metrics_served)
 }
 END_TEST
 
+/* The daemon's virtual size in bytes (VmSize), or 0. */
+static long long vm_size(pid_t pid)
+{
+    char path[64], line[256];
+    long long kb = 0;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
+/* Past the submit-time estimate (the cap raised on purpose), an
+ * allocation that fails when the job starts names input.size, not
+ * data.train.  The daemon gets an address-space limit (prlimit). */
+START_TEST(test_slot_allocation_failure_names_input_size)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("skipped: sanitizers reserve address space; RLIMIT_AS breaks "
+           "them\n");
+    return;
+#endif
+    char ds[300];
+    snprintf(ds, sizeof ds, "%s/ds", H.dir);
+    td_test_make_folder(ds, 2, 40, 8, 8);
+    int fd = th_connect(&H, NULL);
+    /* (a daemon without the bound has no such setting: no matter) */
+    json_decref(th_request(fd, "config_set", json_pack("{s:s, s:I}", "key",
+                           "max_job_memory_mb", "value",
+                           (json_int_t)1 << 20)));
+    json_t *s = files_spec(ds, 1);
+    json_t *in = json_object_get(s, "input");
+    json_object_set_new(in, "size", json_pack("[i,i]", 2048, 2048));
+    json_object_set_new(in, "prefetch", json_integer(4));
+    json_object_set_new(s, "batch_size", json_integer(64));
+    long long vm = vm_size(H.pid);
+    ck_assert_int_gt(vm, 0);
+    struct rlimit lim = {(rlim_t)vm + (512LL << 20), RLIM_INFINITY};
+    ck_assert_int_eq(prlimit(H.pid, RLIMIT_AS, &lim, NULL), 0);
+    int64_t id = th_submit(fd, s);
+    int failed = th_wait_state(fd, id, "failed", 60000);
+    struct rlimit none = {RLIM_INFINITY, RLIM_INFINITY};
+    prlimit(H.pid, RLIMIT_AS, &none, NULL);
+    ck_assert_msg(failed, "the job did not fail under the limit");
+    json_t *r = th_job_request(fd, "show", id);
+    const char *why = json_string_value(json_object_get(
+        json_object_get(th_ok(r), "job"), "reason"));
+    ck_assert_msg(why && strncmp(why, "input.size: ", 12) == 0, "%s",
+                  why ? why : "(none)");
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
 static Suite *security_suite(void)
 {
     Suite *s = suite_create("security");
@@ -782,6 +840,7 @@ static Suite *security_suite(void)
     tcase_add_test(tc, test_huge_input_refused);
     tcase_add_test(tc, test_threads_over_cpus_refused);
     tcase_add_test(tc, test_million_classes_refused);
+    tcase_add_test(tc, test_slot_allocation_failure_names_input_size);
     suite_add_tcase(s, tc);
     tc = tcase_create("flood");
     tcase_add_checked_fixture(tc, setup, teardown);
