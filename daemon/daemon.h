@@ -56,6 +56,7 @@ typedef struct td_client {
     int64_t last_step_sent;
     int64_t last_step_ns;
     char *pending_window;      /* newest window held back while slow */
+    size_t pending_writes;     /* lines handed to libuv, not yet written */
     uint64_t dropped_steps;
     struct td_client *prev, *next;
 } td_client;

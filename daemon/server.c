@@ -61,9 +61,15 @@ void td_client_close(td_client *c, const char *why)
     uv_close((uv_handle_t *)&c->pipe, td__on_close);
 }
 
+/* What a client's unsent output costs the daemon: the bytes libuv still
+ * holds, plus a charge for each queued line's own allocations (the write
+ * request, the line's block), so that many tiny replies count too. */
+enum { TD__WRITE_OVERHEAD = 256 };
+
 static size_t td__queued(td_client *c)
 {
-    return uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
+    return uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) +
+           c->pending_writes * TD__WRITE_OVERHEAD;
 }
 
 static void td__write_line(td_client *c, char *line);
@@ -74,6 +80,7 @@ static void td__on_write(uv_write_t *req, int status)
     td_client *c = w->c;
     free(w->line);
     free(w);
+    c->pending_writes--;
     if (c->closing)
         return;
     if (status < 0) {
@@ -122,7 +129,9 @@ static void td__write_line(td_client *c, char *line)
         free(line);
         free(w);
         td_client_close(c, uv_strerror(rc));
+        return;
     }
+    c->pending_writes++;
 }
 
 void td_client_send(td_client *c, char *line) { td__write_line(c, line); }
