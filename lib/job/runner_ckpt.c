@@ -13,6 +13,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/fscred.h"
 #include "base/log.h"
 #include "job/finetune.h"
 #include "job/modelmeta.h"
@@ -138,8 +139,18 @@ int td__runner_init(td_runner *r, char *err, size_t errcap)
     if ((rc = td_trainer_snapshot(r->trainer, r->flat, r->snap_floats)))
         return rc;
     float *state = r->flat + (r->snap_floats - td_model_state_count(m));
-    if ((rc = td_job_init_weights(m, r->spec->init.v[0], r->flat, state,
-                                  report, sizeof report, err, errcap)))
+    /* The file is the submitter's: read with its rights (fscred.h), so a
+     * path swapped after submit reaches no more than it could read. */
+    td_fscred_saved cred;
+    if ((rc = td_fscred_enter(r->o.cred, &cred))) {
+        snprintf(err, errcap, "init: cannot read as uid %u: %s",
+                 (unsigned)r->o.cred->uid, td_strerror(rc));
+        return rc;
+    }
+    rc = td_job_init_weights(m, r->spec->init.v[0], r->flat, state, report,
+                             sizeof report, err, errcap);
+    td_fscred_leave(&cred);
+    if (rc)
         return rc;
     if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats, 0, 0,
                                  0))) {

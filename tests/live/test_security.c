@@ -824,6 +824,49 @@ START_TEST(test_slot_allocation_failure_names_input_size)
 }
 END_TEST
 
+/* The same for `init` weights: read as the submitter when the job starts,
+ * so a file swapped for a symlink into a private folder after submit
+ * fails the job instead of being loaded. */
+START_TEST(test_init_swap_after_submit_read_as_user)
+{
+    if (!need_root())
+        return;
+    char secret[256], pub[256], w[300], old[300], target[300], cmd[2048];
+    make_tree(secret, pub, sizeof secret);
+    int fd = th_connect(&H, NULL);
+    /* A traind checkpoint of the tiny model is valid init weights. */
+    int64_t src = th_submit(fd, th_tiny_spec(1, 0));
+    ck_assert(th_wait_state(fd, src, "completed", 60000));
+    snprintf(w, sizeof w, "%s/w.safetensors", pub);
+    snprintf(cmd, sizeof cmd, "cp \"$(ls %s/checkpoints/%lld/ckpt-*.safetensors "
+             "| tail -1)\" '%s' && cp '%s' '%s/w.safetensors' && "
+             "chown %d:%d '%s'", H.state, (long long)src, w, w, secret,
+             NOBODY, NOBODY, w);
+    ck_assert_int_eq(system(cmd), 0);
+    int64_t blocker = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, blocker, "running", 10000));
+    json_t *spec = th_tiny_spec(1, 0);
+    json_object_set_new(spec, "init", json_string(w));
+    json_t *r = submit_as_nobody(spec);
+    ck_assert_msg(th_ok(r), "%s", json_dumps(r, 0));
+    int64_t id = json_integer_value(json_object_get(th_ok(r), "job"));
+    json_decref(r);
+    snprintf(old, sizeof old, "%s/w.old", pub);
+    snprintf(target, sizeof target, "%s/w.safetensors", secret);
+    ck_assert_int_eq(rename(w, old), 0);
+    ck_assert_int_eq(symlink(target, w), 0);
+    r = th_job_request(fd, "cancel", blocker);
+    json_decref(r);
+    ck_assert(th_wait_state(fd, id, "failed", 30000));
+    r = th_job_request(fd, "show", id);
+    const char *why = json_string_value(json_object_get(
+        json_object_get(th_ok(r), "job"), "reason"));
+    ck_assert_msg(why && strstr(why, "init"), "%s", why ? why : "(none)");
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
 static Suite *security_suite(void)
 {
     Suite *s = suite_create("security");
@@ -834,6 +877,7 @@ static Suite *security_suite(void)
     tcase_add_test(tc, test_dotdot_refused);
     tcase_add_test(tc, test_model_json_read_as_user);
     tcase_add_test(tc, test_swap_after_submit_read_as_user);
+    tcase_add_test(tc, test_init_swap_after_submit_read_as_user);
     suite_add_tcase(s, tc);
     tc = tcase_create("bounds");
     tcase_add_checked_fixture(tc, setup, teardown);
