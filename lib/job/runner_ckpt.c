@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "base/clock.h"
+#include "base/fscred.h"
 #include "base/error.h"
 #include "base/fscred.h"
 #include "base/log.h"
