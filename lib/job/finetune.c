@@ -24,8 +24,10 @@ static int td__matches(const td_model *m, const char *pattern)
 int td_job_lr_mult(const td_model *m, const td_job_spec *s, float **out,
                    char *err, size_t errcap)
 {
+    const char *key;
+    json_t *v;
     *out = NULL;
-    if (s->freeze.n == 0)
+    if (s->freeze.n == 0 && json_object_size(s->lr_mult) == 0)
         return 0;
     for (int i = 0; i < s->freeze.n; i++)
         if (!td__matches(m, s->freeze.v[i])) {
@@ -35,13 +37,26 @@ int td_job_lr_mult(const td_model *m, const td_job_spec *s, float **out,
                      m->params[0].name);
             return TD_E_SPEC;
         }
+    json_object_foreach((json_t *)s->lr_mult, key, v) {
+        if (!td__matches(m, key)) {
+            snprintf(err, errcap, "lr_mult.%s: matches no parameter of the "
+                     "model (names look like \"%s\")", key,
+                     m->params[0].name);
+            return TD_E_SPEC;
+        }
+    }
     float *mult = malloc((size_t)m->nparams * sizeof *mult);
     if (!mult)
         return -ENOMEM;
     for (int p = 0; p < m->nparams; p++) {
+        const char *name = m->params[p].name;
         mult[p] = 1.0f;
+        json_object_foreach((json_t *)s->lr_mult, key, v) {
+            if (fnmatch(key, name, 0) == 0)
+                mult[p] *= (float)json_number_value(v);
+        }
         for (int i = 0; i < s->freeze.n; i++)
-            if (fnmatch(s->freeze.v[i], m->params[p].name, 0) == 0)
+            if (fnmatch(s->freeze.v[i], name, 0) == 0)
                 mult[p] = 0.0f;
     }
     *out = mult;
@@ -107,7 +122,8 @@ int td_job_check_init(const td_job_spec *s, const char *models_dir,
     int classes = s->data.classes ? s->data.classes : 2, rc;
     char e[512];
     float *mult = NULL;
-    if (s->init.n == 0 && s->freeze.n == 0)
+    if (s->init.n == 0 && s->freeze.n == 0 &&
+        json_object_size(s->lr_mult) == 0)
         return 0;
     if (s->init.n > 1) {
         snprintf(err, errcap, "init: one file, not %d", s->init.n);

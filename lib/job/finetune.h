@@ -1,6 +1,7 @@
 /* finetune.h - starting a job from existing weights: the job's `init`
- * (a safetensors file loaded by name) and `freeze` (parameter-name
- * patterns that do not train).  docs/job-spec.md has the fields.
+ * (a safetensors file loaded by name), `freeze` (parameter-name
+ * patterns that do not train) and `lr_mult` (per-pattern learning-rate
+ * multipliers).  docs/job-spec.md has the fields.
  *
  * Owns: the checks of both at submit, the partial load and its report,
  * the per-parameter lr multipliers.  Never: touches the device itself
@@ -22,10 +23,11 @@
 int td_job_check_init(const td_job_spec *s, const char *models_dir,
                       char *err, size_t errcap);
 
-/* The lr multipliers of the freeze patterns: *out (malloc'd, m->nparams)
- * is 0 for a parameter whose name matches a pattern (fnmatch), 1 for the
- * others; NULL when the job freezes nothing.  TD_E_SPEC for a pattern
- * that matches no parameter. */
+/* The per-parameter lr multipliers: *out (malloc'd, m->nparams) is the
+ * product of the lr_mult values whose patterns match the parameter's name
+ * (fnmatch; 1 when none does), and 0 when a freeze pattern matches; NULL
+ * when the job has neither.  TD_E_SPEC for a pattern that matches no
+ * parameter. */
 int td_job_lr_mult(const td_model *m, const td_job_spec *s, float **out,
                    char *err, size_t errcap);
 

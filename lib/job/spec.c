@@ -44,7 +44,8 @@ enum td__kind {
     K_DEVICE,  /* const char *: auto | cpu | cuda | cuda:N */
     K_NAME,    /* const char *: 1-64 of [A-Za-z0-9._-] */
     K_CHANNELS, /* int: 1 or 3 */
-    K_STRLIST  /* td_spec_paths of plain strings (not resolved) */
+    K_STRLIST, /* td_spec_paths of plain strings (not resolved) */
+    K_NUMMAP   /* const json_t *: {string: number in [lo, hi]} */
 };
 
 enum {
@@ -142,6 +143,7 @@ static const struct td__field td__spec_fields[] = {
     {"device", K_DEVICE, "\"auto\"", 0, 0, 0, NULL, S(device)},
     {"init", K_PATHS, "null", 0, 0, F_NULLABLE, NULL, S(init)},
     {"freeze", K_STRLIST, "[]", 0, 0, 0, NULL, S(freeze)},
+    {"lr_mult", K_NUMMAP, "{}", 0, 1000, 0, NULL, S(lr_mult)},
     {"max_bad_ratio", K_NUM, "0.01", 0, 1, 0, NULL, S(max_bad_ratio)},
     {"threads", K_AUTO, "\"auto\"", 1, 1024, 0, NULL, S(threads)},
     {"metrics", K_OBJ, "{}", 0, 0, 0, NULL, 0},
@@ -427,6 +429,30 @@ static int td__strlist(struct td__ctx *c, const char *path, const json_t *v,
     return 0;
 }
 
+/* An object of pattern -> number (lr multipliers), kept as given. */
+static int td__nummap(struct td__ctx *c, const struct td__field *f,
+                      const char *path, const json_t *v, json_t **norm)
+{
+    const char *key;
+    json_t *x;
+    char p[300];
+    if (!json_is_object(v))
+        return td__fail(c, path, "must be an object of pattern: number");
+    if (json_object_size(v) > TD_SPEC_MAX_PATHS)
+        return td__fail(c, path, "at most %d entries", TD_SPEC_MAX_PATHS);
+    json_object_foreach((json_t *)v, key, x) {
+        snprintf(p, sizeof p, "%s.%s", path, key);
+        if (!*key || strlen(key) > 200)
+            return td__fail(c, path, "patterns are 1..200 characters");
+        if (!json_is_number(x) || json_number_value(x) < f->lo ||
+            json_number_value(x) > f->hi)
+            return td__fail(c, p, "must be a number in [%g, %g]", f->lo,
+                            f->hi);
+    }
+    *norm = json_deep_copy(v);
+    return 0;
+}
+
 /* Points out->v[] at the strings inside the stored normalised value. */
 static void td__paths_bind(const json_t *norm, td_spec_paths *out)
 {
@@ -577,6 +603,8 @@ static int td__leaf(struct td__ctx *c, const struct td__field *f,
         return td__paths(c, path, v, dst, norm);
     case K_STRLIST:
         return td__strlist(c, path, v, norm);
+    case K_NUMMAP:
+        return td__nummap(c, f, path, v, norm);
     case K_AUGLIST:
         return td__parse_augment(c, v, path, norm);
     case K_MODEL:
@@ -596,7 +624,7 @@ static void td__bind(const struct td__field *f, const json_t *stored,
     void *dst = base + f->off;
     if (f->kind == K_PATHS || f->kind == K_STRLIST)
         td__paths_bind(stored, dst);
-    else if (f->kind == K_MODEL)
+    else if (f->kind == K_MODEL || f->kind == K_NUMMAP)
         *(const json_t **)dst = stored;
     else if (f->kind == K_DEVICE || f->kind == K_NAME)
         *(const char **)dst = json_string_value(stored);
@@ -784,10 +812,27 @@ json_t *td_spec_to_json(const td_job_spec *spec)
     return json_deep_copy(spec->json);
 }
 
+/* Fields added after checkpoints existed: hashed only when set, so a job
+ * that does not use them keeps the hash (and resumes from the checkpoints)
+ * it had before they existed. */
+static const char *const td__hash_if_set[][2] = {
+    {"init", "null"}, {"freeze", "[]"}, {"lr_mult", "{}"}};
+
 uint64_t td_spec_hash(const td_job_spec *spec)
 {
     uint64_t h = UINT64_C(0xcbf29ce484222325);
-    char *s = json_dumps(spec->json, JSON_COMPACT | JSON_SORT_KEYS);
+    json_t *j = json_copy(spec->json);
+    for (size_t i = 0; j && i < sizeof td__hash_if_set /
+                                    sizeof td__hash_if_set[0]; i++) {
+        json_t *def = json_loads(td__hash_if_set[i][1], JSON_DECODE_ANY,
+                                 NULL);
+        json_t *v = json_object_get(j, td__hash_if_set[i][0]);
+        if (v && def && json_equal(v, def))
+            json_object_del(j, td__hash_if_set[i][0]);
+        json_decref(def);
+    }
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
     if (!s)
         return 0;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {

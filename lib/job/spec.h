@@ -11,7 +11,9 @@
  * The parsed spec keeps its normalised JSON (every default filled in,
  * relative paths made absolute); string fields and `model` point into it,
  * so they live until td_spec_free().  td_spec_hash() is a 64-bit FNV-1a of
- * that JSON dumped compact with sorted keys: parse(to_json(s)) hashes equal.
+ * that JSON dumped compact with sorted keys, leaving out init, freeze and
+ * lr_mult while they hold their defaults (so older jobs keep their hash):
+ * parse(to_json(s)) hashes equal.
  */
 #ifndef TD_SPEC_H
 #define TD_SPEC_H
@@ -98,6 +100,7 @@ typedef struct td_job_spec {
     td_spec_paths init;              /* weights to start from (n <= 1) */
     td_spec_paths freeze;            /* parameter-name patterns (fnmatch)
                                         that do not train */
+    const json_t *lr_mult;           /* {pattern: multiplier} of the lr */
     double max_bad_ratio;
     int threads;                     /* TD_SPEC_AUTO or N */
     struct {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "base/error.h"
 #include "job/finetune.h"
 #include "job/runner.h"
@@ -195,6 +196,97 @@ START_TEST(test_init_and_freeze_refused)
 }
 END_TEST
 
+/* lr_mult: the product of the matching patterns' values, 0 where a
+ * freeze pattern matches; on the CPU backend a parameter at multiplier m
+ * moves m times as far in a plain SGD step, and one at 0 not at all. */
+START_TEST(test_lr_mult)
+{
+    char err[512];
+    td_model *m;
+    json_t *g = json_pack("{s:[{s:s,s:s,s:i,s:i,s:b},{s:s},{s:s,s:s,s:s}]}",
+                          "layers", "type", "conv2d", "name", "c", "channels",
+                          2, "kernel", 3, "bias", 1, "type", "global_avgpool",
+                          "type", "dense", "name", "fc", "units", "classes");
+    ck_assert_int_eq(td_model_build(g, (td_shape){1, 6, 6}, 3, &m, err,
+                                    sizeof err), 0);
+    /* c.weight c.bias fc.weight fc.bias */
+    td_job_spec s;
+    memset(&s, 0, sizeof s);
+    json_t *lm = json_pack("{s:f, s:f}", "fc.*", 2.0, "*.weight", 3.0);
+    s.lr_mult = lm;
+    s.freeze.n = 1;
+    s.freeze.v[0] = "c.b*";
+    float *mult;
+    ck_assert_int_eq(td_job_lr_mult(m, &s, &mult, err, sizeof err), 0);
+    ck_assert_float_eq(mult[0], 3.0f);
+    ck_assert_float_eq(mult[1], 0.0f);
+    ck_assert_float_eq(mult[2], 6.0f);
+    ck_assert_float_eq(mult[3], 2.0f);
+
+    td_backend_config bc;
+    memset(&bc, 0, sizeof bc);
+    bc.batch = 4;
+    bc.threads = 1;
+    bc.mean[0] = 0.5f;
+    bc.std[0] = 0.25f;
+    bc.seed = 7;
+    td_optim_defaults(&bc.optim, TD_OPT_SGD);
+    bc.optim.momentum = 0;
+    bc.optim.lr = 0.1;
+    td_backend *plain, *scaled;
+    ck_assert_int_eq(td_backend_create("cpu", m, &bc, &plain, err,
+                                       sizeof err), 0);
+    bc.lr_mult = mult;
+    ck_assert_int_eq(td_backend_create("cpu", m, &bc, &scaled, err,
+                                       sizeof err), 0);
+    uint8_t px[4 * 36];
+    int32_t labels[4] = {0, 1, 2, 1};
+    for (int i = 0; i < 4 * 36; i++)
+        px[i] = (uint8_t)(i * 37 % 251);
+    td_batch b = {.data = px, .labels = labels, .n = 4, .h = 6, .w = 6,
+                  .c = 1, .layout = TD_LAYOUT_NHWC};
+    float w0[64], wa[64], wb[64];
+    ck_assert_int_eq(td_backend_upload(plain, &b), 0);
+    ck_assert_int_eq(td_backend_upload(scaled, &b), 0);
+    ck_assert_int_eq(td_backend_train_step(plain, 0.1f, 1), 0);
+    ck_assert_int_eq(td_backend_train_step(scaled, 0.1f, 1), 0);
+    /* the starting values: a fresh backend of the same seed */
+    for (int p = 0; p < m->nparams; p++) {
+        size_t n = m->params[p].count;
+        td_backend *fresh;
+        bc.lr_mult = NULL;
+        ck_assert_int_eq(td_backend_create("cpu", m, &bc, &fresh, err,
+                                           sizeof err), 0);
+        ck_assert_int_eq(fresh->ops->read_tensor(fresh, TD_T_PARAM, p, w0,
+                                                 n), 0);
+        td_backend_destroy(fresh);
+        ck_assert_int_eq(plain->ops->read_tensor(plain, TD_T_PARAM, p, wa, n),
+                         0);
+        ck_assert_int_eq(scaled->ops->read_tensor(scaled, TD_T_PARAM, p, wb,
+                                                  n), 0);
+        int moved = 0;
+        for (size_t i = 0; i < n; i++) {
+            double da = (double)wa[i] - w0[i], db = (double)wb[i] - w0[i];
+            moved |= da != 0;
+            if (mult[p] == 0.0f)
+                ck_assert_msg(wb[i] == w0[i], "%s moved", m->params[p].name);
+            else
+                ck_assert_msg(fabs(db - mult[p] * da) <=
+                                  1e-5 * fabs(da) * mult[p] + 1e-7,
+                              "%s[%zu]: %g vs %g x %g", m->params[p].name, i,
+                              db, (double)mult[p], da);
+        }
+        ck_assert_msg(moved, "%s: no gradient", m->params[p].name);
+    }
+    td_backend_destroy(plain);
+    td_backend_destroy(scaled);
+    free(mult);
+    json_decref(lm);
+    json_decref(g);
+    td_model_free(m);
+}
+END_TEST
+
 static Suite *finetune_suite(void)
 {
     Suite *su = suite_create("finetune");
@@ -203,6 +295,7 @@ static Suite *finetune_suite(void)
     tcase_set_timeout(tc, 280);
     tcase_add_test(tc, test_reheaded_frozen_backbone);
     tcase_add_test(tc, test_init_and_freeze_refused);
+    tcase_add_test(tc, test_lr_mult);
     suite_add_tcase(su, tc);
     return su;
 }

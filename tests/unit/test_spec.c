@@ -285,6 +285,57 @@ START_TEST(test_not_an_object)
 }
 END_TEST
 
+/* init, freeze and lr_mult: their checks, and a spec that leaves them at
+ * their defaults hashes as it did before they existed (FNV-1a of the
+ * normalised JSON without them), so its old checkpoints still resume. */
+START_TEST(test_finetune_fields)
+{
+    EXPECT_ERR("freeze=\"conv1.*\"", "freeze: must be an array of strings");
+    EXPECT_ERR("freeze=[\"\"]",
+               "freeze[0]: must be a string of 1..200 characters");
+    EXPECT_ERR("lr_mult=[1]", "lr_mult: must be an object of pattern: number");
+    EXPECT_ERR("lr_mult={\"fc.*\": -1}",
+               "lr_mult.fc.*: must be a number in [0, 1000]");
+    EXPECT_ERR("init=3", "init: must be a path or a non-empty array of paths");
+
+    td_job_spec a, b;
+    char err[256];
+    json_t *j = load(design_example);
+    ck_assert_int_eq(td_spec_parse(j, "/base", &a, err, sizeof err), 0);
+    ck_assert_int_eq(a.init.n, 0);
+    ck_assert_int_eq(a.freeze.n, 0);
+    ck_assert_uint_eq(json_object_size(a.lr_mult), 0);
+    json_t *old = json_deep_copy(a.json);
+    json_object_del(old, "init");
+    json_object_del(old, "freeze");
+    json_object_del(old, "lr_mult");
+    char *txt = json_dumps(old, JSON_COMPACT | JSON_SORT_KEYS);
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (const unsigned char *p = (const unsigned char *)txt; *p; p++) {
+        h ^= *p;
+        h *= UINT64_C(0x100000001b3);
+    }
+    ck_assert_uint_eq(td_spec_hash(&a), h);
+    free(txt);
+    json_decref(old);
+    ck_assert_int_eq(td_spec_apply_set(j, "freeze=[\"conv1.*\"]", err,
+                                       sizeof err), 0);
+    ck_assert_int_eq(td_spec_apply_set(j, "lr_mult={\"fc.*\": 10}", err,
+                                       sizeof err), 0);
+    ck_assert_int_eq(td_spec_apply_set(j, "init=w.safetensors", err,
+                                       sizeof err), 0);
+    ck_assert_int_eq(td_spec_parse(j, "/base", &b, err, sizeof err), 0);
+    ck_assert_str_eq(b.freeze.v[0], "conv1.*");
+    ck_assert_str_eq(b.init.v[0], "/base/w.safetensors");
+    ck_assert_double_eq(json_number_value(json_object_get(b.lr_mult,
+                                                          "fc.*")), 10);
+    ck_assert_uint_ne(td_spec_hash(&b), td_spec_hash(&a));
+    td_spec_free(&a);
+    td_spec_free(&b);
+    json_decref(j);
+}
+END_TEST
+
 START_TEST(test_roundtrip_hash)
 {
     td_job_spec a, b;
@@ -507,6 +558,7 @@ static Suite *spec_suite(void)
     tcase_add_test(tc, test_cross_field_rules);
     tcase_add_test(tc, test_not_an_object);
     tcase_add_test(tc, test_roundtrip_hash);
+    tcase_add_test(tc, test_finetune_fields);
     tcase_add_test(tc, test_overrides);
     tcase_add_test(tc, test_override_errors);
     tcase_add_test(tc, test_load_file);
