@@ -231,6 +231,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     r->spec = s;
     pthread_mutex_init(&r->res_mu, NULL);
     r->last_ckpt_step = -1;
+    r->es_best_epoch = -1;
     r->last_written_step = -1;
     if ((rc = td_trace_create(&r->trace, TD__TRACE_CAP))) {
         snprintf(err, errcap, "trace: %s", td_strerror(rc));
@@ -587,6 +588,39 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
     return 0;
 }
 
+/* early_stopping: 1 (stop) once the validation metric has not improved
+ * by more than min_delta on the best for `patience` epochs in a row. */
+static int td__early_stop(td_runner *r, const td_epoch_info *e)
+{
+    const int patience = r->spec->early_stopping.patience;
+    const int acc = r->spec->early_stopping.metric == 1;
+    double v = acc ? e->val_acc : e->val_loss;
+    if (patience <= 0 || isnan(v))
+        return 0;
+    double gain = r->es_best_epoch < 0 ? INFINITY
+                  : acc ? v - r->es_best : r->es_best - v;
+    if (gain > r->spec->early_stopping.min_delta) {
+        r->es_best = v;
+        r->es_best_epoch = e->epoch;
+        r->es_bad = 0;
+        return 0;
+    }
+    if (++r->es_bad < patience || e->epoch + 1 >= r->spec->epochs)
+        return 0;
+    const char *name = acc ? "val_acc" : "val_loss";
+    td_logf(TD_LOG_INFO, r->o.job, "early stopping after epoch %" PRId64
+            ": %s has not improved by more than %g for %d epoch(s) (best "
+            "%.4f after epoch %" PRId64 ")", e->epoch + 1, name,
+            r->spec->early_stopping.min_delta, patience, r->es_best,
+            r->es_best_epoch + 1);
+    td__runner_emit(r, "early_stop", json_pack(
+        "{s:I, s:s, s:f, s:I}", "epoch", (json_int_t)e->epoch, "metric",
+        name, "best", r->es_best, "best_epoch",
+        (json_int_t)r->es_best_epoch));
+    r->early_stopped = 1;
+    return 1;
+}
+
 static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
 {
     td_runner *r = user;
@@ -626,7 +660,7 @@ static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
                 "%.4f, val loss %.4f, val acc %.4f", e->epoch + 1,
                 r->spec->epochs, e->train_loss, e->val_loss, e->val_acc);
     td__runner_emit(r, "epoch", o);
-    return 0;
+    return td__early_stop(r, e);
 }
 
 static int td__on_boundary(void *user, td_trainer *t,
@@ -699,7 +733,7 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
      * checkpoint of its final state, and a paused or interrupted one with
      * a checkpoint to resume from. */
     if (rc == 0 && (!tr.stopped || why == TD_STOP_PAUSE ||
-                    why == TD_STOP_SHUTDOWN)) {
+                    why == TD_STOP_SHUTDOWN || r->early_stopped)) {
         td_train_position pos;
         td_trainer_position(r->trainer, &pos);
         if (pos.steps != r->last_ckpt_step)
@@ -718,6 +752,7 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
     res->val_loss = tr.val_loss;
     res->val_acc = tr.val_acc;
     res->stopped = tr.stopped ? why : TD_STOP_NONE;
+    res->early_stopped = r->early_stopped;
     td_metrics_counters mc;
     td_metrics_get_counters(r->metrics, &mc);
     snprintf(res->verdict, sizeof res->verdict, "%s",
@@ -730,7 +765,7 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
     /* A job that trained to the end but whose final model is not on disk
      * has not produced what it was for: that is a failure, not a
      * completion with a counter nobody reads. */
-    if (rc == 0 && !tr.stopped && r->o.ckpt_dir) {
+    if (rc == 0 && (!tr.stopped || r->early_stopped) && r->o.ckpt_dir) {
         td_train_position pos;
         td_trainer_position(r->trainer, &pos);
         pthread_mutex_lock(&r->res_mu);

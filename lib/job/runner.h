@@ -70,6 +70,7 @@ typedef struct td_runner_result {
     double samples_per_s;      /* after warm-up, evaluation excluded */
     double val_loss, val_acc;  /* last evaluation (NAN if none) */
     enum td_stop_reason stopped;
+    int early_stopped;         /* ended by early_stopping (a completion) */
     char verdict[32];          /* of the last window ("none" if none) */
     int64_t bad_samples;
     int64_t checkpoints_written, checkpoints_failed, checkpoints_skipped;

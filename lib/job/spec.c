@@ -69,6 +69,7 @@ static const char *const td__sources[] = {"files", "synthetic", NULL};
 static const char *const td__layouts[] = {"auto", "nhwc", "nchw", NULL};
 static const char *const td__opts[] = {"sgd", "adamw", NULL};
 static const char *const td__scheds[] = {"constant", "step", "cosine", NULL};
+static const char *const td__es_metrics[] = {"val_loss", "val_acc", NULL};
 static const char *const td__ops[] = {"random_resized_crop", "pad_crop",
                                       "center_crop", "resize", "flip",
                                       "color_jitter", NULL};
@@ -144,6 +145,13 @@ static const struct td__field td__spec_fields[] = {
     {"init", K_PATHS, "null", 0, 0, F_NULLABLE, NULL, S(init)},
     {"freeze", K_STRLIST, "[]", 0, 0, 0, NULL, S(freeze)},
     {"lr_mult", K_NUMMAP, "{}", 0, 1000, 0, NULL, S(lr_mult)},
+    {"early_stopping", K_OBJ, "{}", 0, 0, 0, NULL, 0},
+    {"early_stopping.patience", K_INT, "0", 0, 100000, 0, NULL,
+     S(early_stopping.patience)},
+    {"early_stopping.metric", K_ENUM, "\"val_loss\"", 0, 0, 0, td__es_metrics,
+     S(early_stopping.metric)},
+    {"early_stopping.min_delta", K_NUM, "0", 0, INF, 0, NULL,
+     S(early_stopping.min_delta)},
     {"max_bad_ratio", K_NUM, "0.01", 0, 1, 0, NULL, S(max_bad_ratio)},
     {"threads", K_AUTO, "\"auto\"", 1, 1024, 0, NULL, S(threads)},
     {"metrics", K_OBJ, "{}", 0, 0, 0, NULL, 0},
@@ -816,7 +824,9 @@ json_t *td_spec_to_json(const td_job_spec *spec)
  * that does not use them keeps the hash (and resumes from the checkpoints)
  * it had before they existed. */
 static const char *const td__hash_if_set[][2] = {
-    {"init", "null"}, {"freeze", "[]"}, {"lr_mult", "{}"}};
+    {"init", "null"}, {"freeze", "[]"}, {"lr_mult", "{}"},
+    {"early_stopping",
+     "{\"patience\": 0, \"metric\": \"val_loss\", \"min_delta\": 0.0}"}};
 
 uint64_t td_spec_hash(const td_job_spec *spec)
 {

@@ -101,6 +101,11 @@ typedef struct td_job_spec {
     td_spec_paths freeze;            /* parameter-name patterns (fnmatch)
                                         that do not train */
     const json_t *lr_mult;           /* {pattern: multiplier} of the lr */
+    struct {
+        int patience;                /* epochs without improvement; 0 off */
+        int metric;                  /* 0 val_loss (lower), 1 val_acc */
+        double min_delta;            /* improvement that counts */
+    } early_stopping;
     double max_bad_ratio;
     int threads;                     /* TD_SPEC_AUTO or N */
     struct {

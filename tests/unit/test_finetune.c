@@ -287,6 +287,37 @@ START_TEST(test_lr_mult)
 }
 END_TEST
 
+/* early_stopping: val_acc cannot improve by more than 2, so after the
+ * first epoch sets the best, the second does not improve and (patience 1)
+ * the job ends there, completed, with its final checkpoint written. */
+START_TEST(test_early_stopping)
+{
+    td_runner_result res;
+    char path[4096], err[512];
+    run("ten", 1, 5, ", \"early_stopping\": {\"metric\": \"val_acc\", "
+        "\"patience\": 1, \"min_delta\": 2}", "ckes", &res, path,
+        sizeof path);
+    ck_assert_int_eq(res.early_stopped, 1);
+    ck_assert_int_eq(res.stopped, TD_STOP_NONE);
+    ck_assert_int_eq(res.epochs, 2);
+    ck_assert_int_eq(res.steps, 2 * 3); /* 60 images, batch 20 */
+    td_ckpt_file *f;
+    ck_assert_int_eq(td_ckpt_open(path, &f, err, sizeof err), 0);
+    ck_assert_int_eq(td_ckpt_file_meta(f)->step, 6);
+    td_ckpt_close(f);
+    /* patience 3 of 5 epochs: stops after epoch 4 */
+    run("ten", 1, 5, ", \"early_stopping\": {\"metric\": \"val_loss\", "
+        "\"patience\": 3, \"min_delta\": 1000}", "ckes2", &res, path,
+        sizeof path);
+    ck_assert_int_eq(res.early_stopped, 1);
+    ck_assert_int_eq(res.epochs, 4);
+    /* off by default: all 5 epochs */
+    run("ten", 1, 5, "", "ckes3", &res, path, sizeof path);
+    ck_assert_int_eq(res.early_stopped, 0);
+    ck_assert_int_eq(res.epochs, 5);
+}
+END_TEST
+
 static Suite *finetune_suite(void)
 {
     Suite *su = suite_create("finetune");
@@ -296,6 +327,7 @@ static Suite *finetune_suite(void)
     tcase_add_test(tc, test_reheaded_frozen_backbone);
     tcase_add_test(tc, test_init_and_freeze_refused);
     tcase_add_test(tc, test_lr_mult);
+    tcase_add_test(tc, test_early_stopping);
     suite_add_tcase(su, tc);
     return su;
 }

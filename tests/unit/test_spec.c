@@ -285,7 +285,8 @@ START_TEST(test_not_an_object)
 }
 END_TEST
 
-/* init, freeze and lr_mult: their checks, and a spec that leaves them at
+/* init, freeze, lr_mult, early_stopping: their checks, and a spec that
+ * leaves them at
  * their defaults hashes as it did before they existed (FNV-1a of the
  * normalised JSON without them), so its old checkpoints still resume. */
 START_TEST(test_finetune_fields)
@@ -297,6 +298,10 @@ START_TEST(test_finetune_fields)
     EXPECT_ERR("lr_mult={\"fc.*\": -1}",
                "lr_mult.fc.*: must be a number in [0, 1000]");
     EXPECT_ERR("init=3", "init: must be a path or a non-empty array of paths");
+    EXPECT_ERR("early_stopping.metric=acc",
+               "early_stopping.metric: must be one of val_loss, val_acc");
+    EXPECT_ERR("early_stopping.patience=-1",
+               "early_stopping.patience: must be an integer in 0..100000");
 
     td_job_spec a, b;
     char err[256];
@@ -309,6 +314,7 @@ START_TEST(test_finetune_fields)
     json_object_del(old, "init");
     json_object_del(old, "freeze");
     json_object_del(old, "lr_mult");
+    json_object_del(old, "early_stopping");
     char *txt = json_dumps(old, JSON_COMPACT | JSON_SORT_KEYS);
     uint64_t h = UINT64_C(0xcbf29ce484222325);
     for (const unsigned char *p = (const unsigned char *)txt; *p; p++) {
@@ -330,8 +336,18 @@ START_TEST(test_finetune_fields)
     ck_assert_double_eq(json_number_value(json_object_get(b.lr_mult,
                                                           "fc.*")), 10);
     ck_assert_uint_ne(td_spec_hash(&b), td_spec_hash(&a));
-    td_spec_free(&a);
     td_spec_free(&b);
+    /* early stopping set: hashed */
+    json_t *k = load(design_example);
+    ck_assert_int_eq(td_spec_apply_set(k, "early_stopping.patience=2", err,
+                                       sizeof err), 0);
+    ck_assert_int_eq(td_spec_parse(k, "/base", &b, err, sizeof err), 0);
+    ck_assert_int_eq(b.early_stopping.patience, 2);
+    ck_assert_int_eq(b.early_stopping.metric, 0);
+    ck_assert_uint_ne(td_spec_hash(&b), td_spec_hash(&a));
+    td_spec_free(&b);
+    json_decref(k);
+    td_spec_free(&a);
     json_decref(j);
 }
 END_TEST
