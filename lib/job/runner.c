@@ -232,6 +232,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     pthread_mutex_init(&r->res_mu, NULL);
     r->last_ckpt_step = -1;
     r->es_best_epoch = -1;
+    atomic_store(&r->best_step, -1);
     r->last_written_step = -1;
     if ((rc = td_trace_create(&r->trace, TD__TRACE_CAP))) {
         snprintf(err, errcap, "trace: %s", td_strerror(rc));
@@ -588,6 +589,25 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
     return 0;
 }
 
+/* checkpoint.keep_best: an epoch that beats the best validation metric so
+ * far marks its epoch-end checkpoint (taken at the next boundary) to be
+ * linked as best.safetensors once it is on disk (runner_ckpt.c). */
+static void td__keep_best(td_runner *r, const td_epoch_info *e)
+{
+    const int acc = r->spec->checkpoint.best_metric == 1;
+    double v = acc ? e->val_acc : e->val_loss;
+    if (!r->spec->checkpoint.keep_best || isnan(v))
+        return;
+    if (r->have_best && !(acc ? v > r->best_val : v < r->best_val))
+        return;
+    r->have_best = 1;
+    r->best_val = v;
+    pthread_mutex_lock(&r->res_mu);
+    r->best_at_step = v;
+    pthread_mutex_unlock(&r->res_mu);
+    atomic_store(&r->best_step, e->steps);
+}
+
 /* early_stopping: 1 (stop) once the validation metric has not improved
  * by more than min_delta on the best for `patience` epochs in a row. */
 static int td__early_stop(td_runner *r, const td_epoch_info *e)
@@ -660,6 +680,7 @@ static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
                 "%.4f, val loss %.4f, val acc %.4f", e->epoch + 1,
                 r->spec->epochs, e->train_loss, e->val_loss, e->val_acc);
     td__runner_emit(r, "epoch", o);
+    td__keep_best(r, e);
     return td__early_stop(r, e);
 }
 

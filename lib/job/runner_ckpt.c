@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/fscred.h"
@@ -163,6 +164,25 @@ int td__runner_init(td_runner *r, char *err, size_t errcap)
     return 0;
 }
 
+/* best.safetensors: a hard link to the checkpoint at the best validation
+ * metric, replaced atomically; pruning the ckpt-* name leaves it. */
+static void td__link_best(td_runner *r, const char *path, double value)
+{
+    char tmp[4300], best[4300];
+    snprintf(best, sizeof best, "%s/best.safetensors", r->o.ckpt_dir);
+    snprintf(tmp, sizeof tmp, "%s/best.safetensors.tmp", r->o.ckpt_dir);
+    unlink(tmp);
+    if (link(path, tmp) != 0 || rename(tmp, best) != 0) {
+        td_logf(TD_LOG_WARN, r->o.job, "keep_best: cannot link %s as %s: %s",
+                path, best, strerror(errno));
+        unlink(tmp);
+        return;
+    }
+    td_logf(TD_LOG_INFO, r->o.job, "best checkpoint so far (%s %.4f): %s",
+            r->spec->checkpoint.best_metric == 1 ? "val_acc" : "val_loss",
+            value, best);
+}
+
 static void td__ckpt_done(void *user, const td_ckpt_result *res)
 {
     td_runner *r = user;
@@ -178,7 +198,10 @@ static void td__ckpt_done(void *user, const td_ckpt_result *res)
         r->ckpt_failed++;
         snprintf(r->last_ckpt_err, sizeof r->last_ckpt_err, "%s", res->err);
     }
+    double best = r->best_at_step;
     pthread_mutex_unlock(&r->res_mu);
+    if (res->status == 0 && res->step == atomic_load(&r->best_step))
+        td__link_best(r, res->path, best);
     if (res->status == 0) {
         td_logf(TD_LOG_INFO, r->o.job, "checkpoint at step %" PRId64
                 " written: %s (%.1f MB in %.2f s)", res->step, res->path,

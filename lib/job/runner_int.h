@@ -30,6 +30,10 @@ struct td_runner {
     int64_t es_best_epoch;           /* its epoch (0-based), -1: none yet */
     int es_bad;                      /* epochs since it improved */
     int early_stopped;
+    double best_val;                 /* keep_best: the best metric so far */
+    int have_best;                   /* trainer thread */
+    _Atomic int64_t best_step;       /* the checkpoint to keep as best */
+    double best_at_step;             /* its value (res_mu) */
     td_pipeline *train, *val;
     td_trainer *trainer;
     td_metrics *metrics;

@@ -141,6 +141,10 @@ static const struct td__field td__spec_fields[] = {
     {"checkpoint.keep", K_INT, "3", 1, 1000, 0, NULL, S(checkpoint.keep)},
     {"checkpoint.at_epoch_end", K_BOOL, "true", 0, 0, 0, NULL,
      S(checkpoint.at_epoch_end)},
+    {"checkpoint.keep_best", K_BOOL, "false", 0, 0, 0, NULL,
+     S(checkpoint.keep_best)},
+    {"checkpoint.best_metric", K_ENUM, "\"val_loss\"", 0, 0, 0,
+     td__es_metrics, S(checkpoint.best_metric)},
     {"device", K_DEVICE, "\"auto\"", 0, 0, 0, NULL, S(device)},
     {"init", K_PATHS, "null", 0, 0, F_NULLABLE, NULL, S(init)},
     {"freeze", K_STRLIST, "[]", 0, 0, 0, NULL, S(freeze)},
@@ -826,19 +830,29 @@ json_t *td_spec_to_json(const td_job_spec *spec)
 static const char *const td__hash_if_set[][2] = {
     {"init", "null"}, {"freeze", "[]"}, {"lr_mult", "{}"},
     {"early_stopping",
-     "{\"patience\": 0, \"metric\": \"val_loss\", \"min_delta\": 0.0}"}};
+     "{\"patience\": 0, \"metric\": \"val_loss\", \"min_delta\": 0.0}"},
+    {"checkpoint.keep_best", "false"},
+    {"checkpoint.best_metric", "\"val_loss\""}};
 
 uint64_t td_spec_hash(const td_job_spec *spec)
 {
     uint64_t h = UINT64_C(0xcbf29ce484222325);
-    json_t *j = json_copy(spec->json);
+    json_t *j = json_deep_copy(spec->json);
     for (size_t i = 0; j && i < sizeof td__hash_if_set /
                                     sizeof td__hash_if_set[0]; i++) {
         json_t *def = json_loads(td__hash_if_set[i][1], JSON_DECODE_ANY,
                                  NULL);
-        json_t *v = json_object_get(j, td__hash_if_set[i][0]);
+        const char *key = td__hash_if_set[i][0], *dot = strchr(key, '.');
+        json_t *obj = j;
+        if (dot) { /* one level: "section.key" */
+            char sec[32];
+            snprintf(sec, sizeof sec, "%.*s", (int)(dot - key), key);
+            obj = json_object_get(j, sec);
+            key = dot + 1;
+        }
+        json_t *v = json_object_get(obj, key);
         if (v && def && json_equal(v, def))
-            json_object_del(j, td__hash_if_set[i][0]);
+            json_object_del(obj, key);
         json_decref(def);
     }
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;

@@ -95,6 +95,8 @@ typedef struct td_job_spec {
         int64_t every_steps;         /* 0 = only at epoch ends / on demand */
         int keep;
         int at_epoch_end;
+        int keep_best;               /* best.safetensors by best_metric */
+        int best_metric;             /* 0 val_loss (lower), 1 val_acc */
     } checkpoint;
     const char *device;              /* "auto", "cpu", "cuda", "cuda:N" */
     td_spec_paths init;              /* weights to start from (n <= 1) */

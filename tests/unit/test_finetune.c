@@ -318,6 +318,68 @@ START_TEST(test_early_stopping)
 }
 END_TEST
 
+/* The epochs' val_acc and end steps, from the runner's events. */
+typedef struct epochs_seen {
+    int n;
+    double acc[16];
+    int64_t step[16];
+} epochs_seen;
+
+static void on_event(void *user, const char *kind, json_t *data)
+{
+    epochs_seen *e = user;
+    if (strcmp(kind, "epoch") == 0 && e->n < 16) {
+        e->acc[e->n] = json_number_value(json_object_get(data, "val_acc"));
+        e->step[e->n++] = json_integer_value(json_object_get(data, "step"));
+    }
+    json_decref(data);
+}
+
+/* checkpoint.keep_best: best.safetensors is the epoch-end checkpoint of the
+ * first epoch with the highest val_acc, although keep 1 has pruned its
+ * ckpt-* name (a learning rate of 3 makes the later epochs worse). */
+START_TEST(test_keep_best)
+{
+    td_job_spec s;
+    td_runner *r;
+    td_runner_result res;
+    epochs_seen seen = {0};
+    char err[1024], ck[600], best[700];
+    snprintf(ck, sizeof ck, "%s/ckbest", tmp);
+    spec_for(&s, "ten", 1, 5, ", \"checkpoint\": {\"every_steps\": 0, "
+             "\"keep\": 1, \"keep_best\": true, \"best_metric\": "
+             "\"val_acc\"}, \"optimizer\": {\"lr\": 3.0, \"momentum\": 0.9}");
+    td_runner_opts o = {.spec = &s, .models_dir = ".", .device = "cpu",
+                        .ckpt_dir = ck, .event = on_event, .user = &seen};
+    ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(td_runner_run(r, &res, err, sizeof err) == 0, "%s", err);
+    td_runner_free(r);
+    td_spec_free(&s);
+    ck_assert_int_eq(seen.n, 5);
+    int b = 0;
+    for (int i = 1; i < seen.n; i++)
+        if (seen.acc[i] > seen.acc[b])
+            b = i;
+    printf("keep_best: val_acc by epoch %.3f %.3f %.3f %.3f %.3f, best "
+           "epoch %d\n", seen.acc[0], seen.acc[1], seen.acc[2], seen.acc[3],
+           seen.acc[4], b + 1);
+    /* lr 3 makes it get worse after a good start: the best is not the last
+     * epoch, so only keep_best can have kept it */
+    ck_assert_int_lt(b, seen.n - 1);
+    snprintf(best, sizeof best, "%s/best.safetensors", ck);
+    td_ckpt_file *f;
+    ck_assert_msg(td_ckpt_open(best, &f, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(td_ckpt_file_meta(f)->step, seen.step[b]);
+    td_ckpt_close(f);
+    /* keep 1: one ckpt-* left (the final one), and best beside it */
+    char path[4096];
+    ck_assert_int_eq(td_ckpt_load_latest(ck, &f, path, sizeof path, err,
+                                         sizeof err), 0);
+    ck_assert_int_eq(td_ckpt_file_meta(f)->step, res.steps);
+    td_ckpt_close(f);
+}
+END_TEST
+
 static Suite *finetune_suite(void)
 {
     Suite *su = suite_create("finetune");
@@ -328,6 +390,7 @@ static Suite *finetune_suite(void)
     tcase_add_test(tc, test_init_and_freeze_refused);
     tcase_add_test(tc, test_lr_mult);
     tcase_add_test(tc, test_early_stopping);
+    tcase_add_test(tc, test_keep_best);
     suite_add_tcase(su, tc);
     return su;
 }

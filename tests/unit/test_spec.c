@@ -315,6 +315,8 @@ START_TEST(test_finetune_fields)
     json_object_del(old, "freeze");
     json_object_del(old, "lr_mult");
     json_object_del(old, "early_stopping");
+    json_object_del(json_object_get(old, "checkpoint"), "keep_best");
+    json_object_del(json_object_get(old, "checkpoint"), "best_metric");
     char *txt = json_dumps(old, JSON_COMPACT | JSON_SORT_KEYS);
     uint64_t h = UINT64_C(0xcbf29ce484222325);
     for (const unsigned char *p = (const unsigned char *)txt; *p; p++) {
@@ -344,6 +346,12 @@ START_TEST(test_finetune_fields)
     ck_assert_int_eq(td_spec_parse(k, "/base", &b, err, sizeof err), 0);
     ck_assert_int_eq(b.early_stopping.patience, 2);
     ck_assert_int_eq(b.early_stopping.metric, 0);
+    ck_assert_uint_ne(td_spec_hash(&b), td_spec_hash(&a));
+    td_spec_free(&b);
+    ck_assert_int_eq(td_spec_apply_set(k, "checkpoint.keep_best=true", err,
+                                       sizeof err), 0);
+    ck_assert_int_eq(td_spec_parse(k, "/base", &b, err, sizeof err), 0);
+    ck_assert_int_eq(b.checkpoint.keep_best, 1);
     ck_assert_uint_ne(td_spec_hash(&b), td_spec_hash(&a));
     td_spec_free(&b);
     json_decref(k);
