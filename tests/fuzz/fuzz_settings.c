@@ -27,14 +27,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         TD_FUZZ_CHECK(strncmp(err, path, strlen(path)) == 0);
     }
     /* every value held is one the table accepts */
+    json_t *copy = json_object();
+    TD_FUZZ_CHECK(copy != NULL);
     for (const td_setting_def *d = td_setting_defs; d->key; d++) {
         json_t *v = json_object_get(set, d->key);
         TD_FUZZ_CHECK(v != NULL);
-        json_t *copy = td_settings_defaults();
         TD_FUZZ_CHECK(td_settings_set(copy, d->key, v, NULL, e2, sizeof e2) ==
                       0);
-        json_decref(copy);
     }
+    json_decref(copy);
     /* and no key the table does not know */
     const char *key;
     json_t *v;
