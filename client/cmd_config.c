@@ -200,7 +200,8 @@ static const char version_usage[] =
     "the socket, its version, the device it trains on and the GPUs it\n"
     "found (trainctl itself never loads the CUDA runtime).\n";
 
-/* "cuda: built, 2 GPU(s)" and one line per GPU, from the daemon's reply. */
+/* "cuda: built, 2 GPU(s)", one line per GPU and the CPU's bf16 support,
+ * from the daemon's reply. */
 static void td__print_devices(const json_t *dev)
 {
     const json_t *gpus = json_object_get(dev, "gpus");
@@ -218,6 +219,13 @@ static void td__print_devices(const json_t *dev)
                    (1 << 30),
                (int)json_integer_value(json_object_get(g, "cc_major")),
                (int)json_integer_value(json_object_get(g, "cc_minor")));
+    }
+    const json_t *cpu = json_object_get(dev, "cpu");
+    if (cpu) {
+        printf("cpu:     %s, oneDNN ISA %s: bf16 %s\n",
+               json_string_value(json_object_get(cpu, "model")),
+               json_string_value(json_object_get(cpu, "isa")),
+               json_is_true(json_object_get(cpu, "bf16")) ? "yes" : "no");
     }
 }
 

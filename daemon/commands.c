@@ -22,6 +22,8 @@
 #include "job/jobdata.h"
 #include "daemon.h"
 #include "job/finetune.h"
+#include "backend/cpu/caps.h"
+#include "job/precision.h"
 #include "job/spec.h"
 #include "obs.h"
 #include "run.h"
@@ -77,12 +79,23 @@ static json_t *td__devices_json(const td_device_info *info)
                      "note", info->reason);
 }
 
+/* The CPU's bf16 instructions and oneDNN's ISA (backend/cpu/caps.h). */
+static json_t *td__cpu_json(void)
+{
+    const td_cpu_caps *k = td_cpu_caps_get();
+    return json_pack("{s:s, s:s, s:b, s:b, s:b, s:b}", "model", k->model,
+                     "isa", k->isa, "avx512_bf16", k->avx512_bf16,
+                     "amx_bf16", k->amx_bf16, "avx512_fp16", k->avx512_fp16,
+                     "bf16", k->bf16);
+}
+
 static void cmd_version(td_client *c, td_request *req)
 {
+    json_t *dev = td__devices_json(&c->d->devices);
+    json_object_set_new(dev, "cpu", td__cpu_json());
     td__ok(c, req, json_pack("{s:s, s:i, s:s, s:o}", "version", TD_VERSION,
                              "proto", TD_PROTO_VERSION, "device",
-                             c->d->device_desc, "devices",
-                             td__devices_json(&c->d->devices)));
+                             c->d->device_desc, "devices", dev));
 }
 
 /* init: an absolute path the submitter may read, whose tensors fit the
@@ -152,6 +165,11 @@ static void cmd_submit(td_client *c, td_request *req)
                                              "allowed_data_roots"),
                              err, sizeof err)) {
         ERRF(c, req, TD_ERR_PERMISSION, "%s", err);
+        td_spec_free(&parsed);
+        return;
+    }
+    if (td_precision_check_job(&parsed, &c->d->devices, err, sizeof err)) {
+        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
         td_spec_free(&parsed);
         return;
     }

@@ -24,6 +24,7 @@
 #include "base/error.h"
 #include "base/fsio.h"
 #include "base/log.h"
+#include "backend/cpu/caps.h"
 #include "job/device.h"
 #include "notify.h"
 #include "settings.h"
@@ -773,6 +774,9 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
         td_info("device: cpu");
     else
         td_info("device: %s", d->device_desc);
+    char caps[256];
+    td_cpu_caps_describe(td_cpu_caps_get(), caps, sizeof caps);
+    td_info("cpu: %s", caps);
 
     uv_async_init(loop, &d->wake, td__on_wake);
     d->wake.data = d;

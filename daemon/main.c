@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "daemon.h"
+#include "backend/cpu/caps.h"
 #include "job/device.h"
 #include "run.h"
 #include "settings.h"
@@ -89,6 +90,9 @@ static void print_version(void)
     } else {
         printf("  %s; using the CPU backend\n", info.reason);
     }
+    char caps[256];
+    td_cpu_caps_describe(td_cpu_caps_get(), caps, sizeof caps);
+    printf("cpu: %s\n", caps);
 }
 
 static void print_settings(void)

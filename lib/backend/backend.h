@@ -61,7 +61,8 @@ enum td_dtype { TD_F32 = 0, TD_BF16 = 1 };
 typedef struct td_backend_config {
     int batch;             /* largest batch; smaller eval batches are fine */
     int threads;           /* CPU: OpenMP/oneDNN threads (0 = all cores) */
-    enum td_dtype dtype;   /* compute type; CPU supports TD_F32 only */
+    enum td_dtype dtype;   /* compute type: TD_BF16 = mixed precision (CPU:
+                            * AVX512_BF16/AMX; see docs/compute.md) */
     float mean[4], std[4]; /* per-channel normalisation, pixel/255 units */
     uint64_t seed;         /* initialisation and dropout draws */
     td_optim_config optim;

@@ -26,10 +26,12 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "backend/cpu/caps.h"
 #include "base/fscred.h"
 #include "base/log.h"
 #include "input/pipeline.h"
 #include "job/jobdata.h"
+#include "job/precision.h"
 #include "job/train.h"
 #include "model/model.h"
 #include "obs/metrics.h"
@@ -219,6 +221,25 @@ static int td__model(td_runner *r, char *err, size_t errcap)
     return rc;
 }
 
+/* The job's precision on its device, logged with what the CPU offers. */
+static int td__runner_precision(td_runner *r, enum td_dtype *dt, char *err,
+                                size_t errcap)
+{
+    const char *dev = r->o.device ? r->o.device : "cpu";
+    int rc = td_precision_resolve(r->spec->precision, dev, NULL, dt, err,
+                                  errcap);
+    if (rc)
+        return rc;
+    char caps[256] = "";
+    if (strncmp(dev, "cuda", 4) != 0)
+        td_cpu_caps_describe(td_cpu_caps_get(), caps, sizeof caps);
+    td_logf(TD_LOG_INFO, r->o.job, "precision: %s (asked %s) on %s%s%s",
+            *dt == TD_BF16 ? "bf16" : "fp32",
+            td_precision_name(r->spec->precision), dev, *caps ? ": " : "",
+            caps);
+    return 0;
+}
+
 int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
                      size_t errcap)
 {
@@ -266,7 +287,8 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.device = opts->device ? opts->device : "cpu";
     tc.backend.batch = s->batch_size;
     tc.backend.threads = s->threads > 0 ? s->threads : 0;
-    tc.backend.dtype = TD_F32;
+    if ((rc = td__runner_precision(r, &tc.backend.dtype, err, errcap)))
+        goto fail;
     for (int c = 0; c < s->input.channels && c < 4; c++) {
         tc.backend.mean[c] = (float)s->input.mean[c];
         tc.backend.std[c] = (float)s->input.std[c];

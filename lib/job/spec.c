@@ -70,6 +70,9 @@ static const char *const td__layouts[] = {"auto", "nhwc", "nchw", NULL};
 static const char *const td__opts[] = {"sgd", "adamw", NULL};
 static const char *const td__scheds[] = {"constant", "step", "cosine", NULL};
 static const char *const td__es_metrics[] = {"val_loss", "val_acc", NULL};
+/* enum td_precision order; the device check runs at submit (precision.c) */
+static const char *const td__precisions[] = {"auto", "fp32", "tf32", "bf16",
+                                             "fp16", NULL};
 static const char *const td__ops[] = {"random_resized_crop", "pad_crop",
                                       "center_crop", "resize", "flip",
                                       "color_jitter", NULL};
@@ -158,6 +161,8 @@ static const struct td__field td__spec_fields[] = {
      S(early_stopping.min_delta)},
     {"max_bad_ratio", K_NUM, "0.01", 0, 1, 0, NULL, S(max_bad_ratio)},
     {"threads", K_AUTO, "\"auto\"", 1, 1024, 0, NULL, S(threads)},
+    {"precision", K_ENUM, "\"auto\"", 0, 0, 0, td__precisions,
+     S(precision)},
     {"metrics", K_OBJ, "{}", 0, 0, 0, NULL, 0},
     {"metrics.warmup_steps", K_INT, "20", 0, 1000000, 0, NULL,
      S(metrics.warmup_steps)},
@@ -855,6 +860,11 @@ uint64_t td_spec_hash(const td_job_spec *spec)
             json_object_del(obj, key);
         json_decref(def);
     }
+    /* Without "precision": checkpoints keep fp32 master weights, so a job
+     * may resume at another precision (and older checkpoints, from before
+     * the field, keep their hash). */
+    if (j)
+        json_object_del(j, "precision");
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     if (!s)

@@ -12,7 +12,8 @@
  * relative paths made absolute); string fields and `model` point into it,
  * so they live until td_spec_free().  td_spec_hash() is a 64-bit FNV-1a of
  * that JSON dumped compact with sorted keys, leaving out init, freeze and
- * lr_mult while they hold their defaults (so older jobs keep their hash):
+ * lr_mult while they hold their defaults and "precision" always (so older
+ * jobs keep their hash, and a job resumes at another precision):
  * parse(to_json(s)) hashes equal.
  */
 #ifndef TD_SPEC_H
@@ -57,6 +58,9 @@ typedef struct td_spec_paths {
 enum td_input_source { TD_SOURCE_FILES = 0, TD_SOURCE_SYNTHETIC = 1 };
 enum td_spec_layout { TD_SPEC_LAYOUT_AUTO = 0, TD_SPEC_LAYOUT_NHWC,
                       TD_SPEC_LAYOUT_NCHW };
+/* "precision": the compute type (docs/compute.md); names in spec.c. */
+enum td_precision { TD_PREC_AUTO = 0, TD_PREC_FP32, TD_PREC_TF32,
+                    TD_PREC_BF16, TD_PREC_FP16 };
 
 typedef struct td_job_spec {
     const char *name;
@@ -110,6 +114,7 @@ typedef struct td_job_spec {
     } early_stopping;
     double max_bad_ratio;
     int threads;                     /* TD_SPEC_AUTO or N */
+    enum td_precision precision;     /* checked against the device later */
     struct {
         int warmup_steps, window_steps;
     } metrics;

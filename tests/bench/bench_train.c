@@ -2,7 +2,8 @@
  * device-resident input and prints samples/s and GFLOP/s after warm-up.
  *
  *   bench_train [--model fmnist-cnn] [--batch 128] [--threads 2]
- *               [--steps 200] [--warmup 20] [--json]
+ *               [--steps 200] [--warmup 20] [--precision fp32|bf16]
+ *               [--json]
  * Training FLOPs are counted as 3x the forward FLOPs (forward, backward
  * data, backward weights).  Prints figures; never fails on speed.
  */
@@ -35,10 +36,12 @@ int main(int argc, char **argv)
         {"steps", required_argument, NULL, 's'},
         {"warmup", required_argument, NULL, 'w'},
         {"json", no_argument, NULL, 'j'},
+        {"precision", required_argument, NULL, 'p'},
         {NULL, 0, NULL, 0},
     };
     const char *model = "fmnist-cnn";
     int batch = 128, threads = 2, steps = 200, warmup = 20, json = 0, c;
+    const char *prec = "fp32";
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
@@ -47,9 +50,11 @@ int main(int argc, char **argv)
         case 's': steps = atoi(optarg); break;
         case 'w': warmup = atoi(optarg); break;
         case 'j': json = 1; break;
+        case 'p': prec = optarg; break;
         default:
             fprintf(stderr, "usage: bench_train [--model M] [--batch B] "
-                    "[--threads T] [--steps N] [--warmup W] [--json]\n");
+                    "[--threads T] [--steps N] [--warmup W] "
+                    "[--precision fp32|bf16] [--json]\n");
             return 2;
         }
     }
@@ -70,6 +75,13 @@ int main(int argc, char **argv)
         .steps_per_epoch = warmup + steps, .warmup_steps = warmup,
         .backend = {.batch = batch, .threads = threads, .seed = 1,
                     .mean = {0.5f, 0.5f, 0.5f}, .std = {0.25f, 0.25f, 0.25f}}};
+    if (strcmp(prec, "bf16") == 0) {
+        cfg.backend.dtype = TD_BF16;
+    } else if (strcmp(prec, "fp32") != 0) {
+        fprintf(stderr, "bench_train: --precision %s: fp32 or bf16\n", prec);
+        td_model_free(m);
+        return 2;
+    }
     td_optim_defaults(&cfg.backend.optim, TD_OPT_SGD);
     cfg.backend.optim.lr = 0.01;
     cfg.backend.optim.weight_decay = 5e-4;
@@ -82,13 +94,15 @@ int main(int argc, char **argv)
     } else {
         double gf = res.samples_per_s * 3 * m->fwd_flops / 1e9;
         if (json)
-            printf("{\"model\":\"%s\",\"batch\":%d,\"threads\":%d,"
+            printf("{\"model\":\"%s\",\"precision\":\"%s\","
+                   "\"batch\":%d,\"threads\":%d,"
                    "\"steps\":%d,\"warmup\":%d,\"samples_per_s\":%.1f,"
-                   "\"gflop_per_s\":%.1f}\n", model, batch, threads, steps,
+                   "\"gflop_per_s\":%.1f}\n", model, prec, batch, threads,
+                   steps,
                    warmup, res.samples_per_s, gf);
         else
-            printf("%s batch %d threads %d: %.1f samples/s, %.1f GFLOP/s "
-                   "(%d steps after %d warm-up)\n", model, batch, threads,
+            printf("%s %s batch %d threads %d: %.1f samples/s, %.1f GFLOP/s "
+                   "(%d steps after %d warm-up)\n", model, prec, batch, threads,
                    res.samples_per_s, gf, steps, warmup);
     }
     td_trainer_free(t);

@@ -1,6 +1,8 @@
 /* ref_layers.c - the naive double-precision reference (see ref_layers.h). */
 #include "ref_layers.h"
 
+#include "bf16.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,9 +328,28 @@ double td_ref_xent_smooth(const double *z, int k, int label, double e,
 
 /* ---- the graph ----------------------------------------------------------- */
 
+static void td__round_bf16(double *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = td_bf16_round((float)v[i]);
+}
+
+void td_ref_round_weights(td_ref *r)
+{
+    const td_model *m = r->m;
+    for (int L = 1; L < m->nlayers; L++) {
+        const td_layer *l = &m->layers[L];
+        if (l->kind == TD_L_CONV || l->kind == TD_L_DENSE)
+            td__round_bf16(r->params + td__poff(m, l->param0),
+                           m->params[l->param0].count);
+    }
+}
+
 void td_ref_forward(td_ref *r, int train)
 {
     const td_model *m = r->m;
+    if (r->bf16)
+        td__round_bf16(r->y[0], td_ref_size(r, 0));
     for (int L = 1; L < m->nlayers; L++) {
         const td_layer *l = &m->layers[L];
         td_shape x = m->layers[l->in[0]].out;
@@ -369,6 +390,8 @@ void td_ref_forward(td_ref *r, int train)
         default:
             break;
         }
+        if (r->bf16)
+            td__round_bf16(r->y[L], n);
     }
     int k = m->classes;
     const double *z = r->y[m->nlayers - 1];
@@ -404,6 +427,8 @@ void td_ref_backward(td_ref *r)
         size_t n = td_ref_size(r, L);
         const double *in = r->y[l->in[0]], *dy = r->dy[L];
         double *dx = r->dy[l->in[0]];
+        if (r->bf16) /* every summand is in: dy as the backend stores it */
+            td__round_bf16(r->dy[L], n);
         switch (l->kind) {
         case TD_L_CONV: {
             size_t po = td__poff(m, l->param0);

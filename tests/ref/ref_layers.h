@@ -27,7 +27,16 @@ typedef struct td_ref {
     int32_t *labels;
     double loss;        /* mean over the batch */
     int correct;
+    /* bf16-rounded reference (mixed precision): the input, every layer's
+     * output and every layer's incoming gradient are rounded to the
+     * nearest bf16 where the bf16 backend stores them; the arithmetic stays
+     * double.  Round the conv/dense weights with td_ref_round_weights. */
+    int bf16;
 } td_ref;
+
+/* Rounds the conv and dense weights (not biases, not batch-norm scale and
+ * shift, which mixed precision keeps in fp32) to bf16. */
+void td_ref_round_weights(td_ref *r);
 
 int td_ref_init(td_ref *r, const td_model *m, int n);
 void td_ref_free(td_ref *r);

@@ -427,9 +427,11 @@ START_TEST(test_create_errors)
     td_backend *be = NULL;
     char err[256];
     td_optim_defaults(&cfg.optim, TD_OPT_SGD);
-    cfg.dtype = TD_BF16;
+    cfg.dtype = (enum td_dtype)7;
     ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
                      TD_E_NOTSUP);
+    ck_assert_str_eq(err, "cpu backend: compute type 7: only fp32 and bf16 "
+                     "exist");
     cfg.dtype = TD_F32;
     cfg.optim.lr = -1;
     ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),

@@ -17,7 +17,9 @@
 #include "backend/cpu/cpu_int.h"
 #include "base/clock.h"
 #include "base/error.h"
+#include "backend/cpu/caps.h"
 #include "base/rng.h"
+#include "bf16.h"
 #include "normalize.h"
 #include "optim_update.h"
 #include "softmax_xent.h"
@@ -44,6 +46,8 @@ static float *td__f(dnnl_memory_t m)
 }
 
 static td__cpu *td__be(td_backend *b) { return (td__cpu *)b; }
+
+static int td__is_bf16(const td__cpu *be) { return be->adt == dnnl_bf16; }
 
 static int td__reorder(td__cpu *be, dnnl_primitive_t r, dnnl_memory_t src,
                        dnnl_memory_t dst)
@@ -84,25 +88,46 @@ static void td__bn_running(td__cpu *be, int L)
     }
 }
 
+/* dst[i] = mask[i] ? src[i] * scale : 0 in the activation type (bf16:
+ * the product in fp32, rounded once). */
+static void td__masked_scale(const td__cpu *be, const uint8_t *mask,
+                             const void *src, void *dst, size_t n,
+                             float scale)
+{
+    if (td__is_bf16(be)) {
+        const td_bf16 *x = src;
+        td_bf16 *y = dst;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++)
+            y[i] = mask[i] ? td_bf16_from_f32(td_bf16_to_f32(x[i]) * scale)
+                           : 0;
+        return;
+    }
+    const float *x = src;
+    float *y = dst;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        y[i] = mask[i] ? x[i] * scale : 0.0f;
+}
+
 static void td__dropout_fwd(td__cpu *be, int L, int train)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
-    const float *x = td__f(be->cl[be->cl[l->in[0]].root].y);
-    float *y = td__f(c->y);
+    const void *x = td__f(be->cl[be->cl[l->in[0]].root].y);
+    void *y = td__f(c->y);
     if (!train) {
-        memcpy(y, x, c->nelem * sizeof *y);
+        memcpy(y, x, c->nelem * be->esize);
         return;
     }
     uint64_t stream = td_rng_stream(TD_RNG_DROPOUT, (uint64_t)L);
     uint64_t base = (uint64_t)be->step * c->nelem;
-    float keep = 1.0f - l->rate, scale = 1.0f / keep;
+    float keep = 1.0f - l->rate;
     uint64_t seed = be->base.cfg.seed;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < c->nelem; i++) {
+    for (size_t i = 0; i < c->nelem; i++)
         c->mask[i] = td_rng_uniform(seed, stream, base + i) < keep;
-        y[i] = c->mask[i] ? x[i] * scale : 0.0f;
-    }
+    td__masked_scale(be, c->mask, x, y, c->nelem, 1.0f / keep);
 }
 
 static int td__forward_layer(td__cpu *be, int L, int train)
@@ -166,7 +191,7 @@ static int td__forward(td__cpu *be, int train)
     int rc = td__refresh_weights(be);
     if (rc)
         return rc;
-    float *x = td__f(be->cl[0].y);
+    float *x = td__is_bf16(be) ? be->xin : td__f(be->cl[0].y);
     size_t per = (size_t)in.c * in.h * in.w;
     int planar = be->layout == TD_LAYOUT_NCHW;
 #pragma omp parallel for schedule(static)
@@ -177,6 +202,9 @@ static int td__forward(td__cpu *be, int train)
         else
             td_normalize_batch(be->pixels + i * per, x + i * per, 1, in.c,
                                in.h, in.w, be->nscale, be->nbias);
+        if (td__is_bf16(be))
+            td_bf16_from_f32_n(x + i * per,
+                               (td_bf16 *)td__f(be->cl[0].y) + i * per, per);
     }
     for (int L = 1; L < be->base.model->nlayers; L++)
         if (be->cl[L].root == L && (rc = td__forward_layer(be, L, train)))
@@ -232,6 +260,16 @@ static void td__settle(td__cpu *be, int r)
     td__cl *c = &be->cl[r];
     if (c->written++ == 0)
         return;
+    if (td__is_bf16(be)) {
+        td_bf16 *d = (td_bf16 *)td__f(c->dy);
+        const td_bf16 *a = (const td_bf16 *)td__f(c->acc);
+        size_t chunk = 4096;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < c->nelem; i += chunk)
+            td_bf16_add_n(d + i, a + i,
+                          c->nelem - i < chunk ? c->nelem - i : chunk);
+        return;
+    }
     float *d = td__f(c->dy);
     const float *a = td__f(c->acc);
 #pragma omp parallel for schedule(static)
@@ -251,7 +289,7 @@ static int td__backward_add(td__cpu *be, int L)
             if (rc)
                 return rc;
         } else {
-            memcpy(td__f(t), td__f(c->dy), c->nelem * sizeof(float));
+            memcpy(td__f(t), td__f(c->dy), c->nelem * be->esize);
         }
         td__settle(be, r);
     }
@@ -302,14 +340,10 @@ static int td__backward_layer(td__cpu *be, int L)
                 {DNNL_ARG_DIFF_DST, c->dy}, {DNNL_ARG_WORKSPACE, c->ws},
                 {DNNL_ARG_DIFF_SRC, t});
         break;
-    case TD_L_DROPOUT: {
-        const float *dy = td__f(c->dy);
-        float *dx = td__f(t), scale = 1.0f / (1.0f - l->rate);
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < c->nelem; i++)
-            dx[i] = c->mask[i] ? dy[i] * scale : 0.0f;
+    case TD_L_DROPOUT:
+        td__masked_scale(be, c->mask, td__f(c->dy), td__f(t), c->nelem,
+                         1.0f / (1.0f - l->rate));
         break;
-    }
     case TD_L_ADD:
         return td__backward_add(be, L);
     default:
@@ -633,6 +667,7 @@ static void td__cpu_destroy(td_backend *b)
     free(be->state);
     free(be->pixels);
     free(be->labels);
+    free(be->xin);
     free(be);
 }
 
@@ -668,8 +703,12 @@ static int td__cpu_alloc(td__cpu *be)
     be->state = malloc((sc ? sc : 1) * sizeof(float));
     be->pixels = calloc((size_t)be->batch * in.c * in.h * in.w, 1);
     be->labels = calloc((size_t)be->batch, sizeof *be->labels);
+    if (td__is_bf16(be))
+        be->xin = malloc((size_t)be->batch * in.c * in.h * in.w *
+                         sizeof(float));
     if (!be->params || !be->grads || (be->nslots && !be->slots) ||
-        !be->state || !be->pixels || !be->labels)
+        !be->state || !be->pixels || !be->labels ||
+        (td__is_bf16(be) && !be->xin))
         return -ENOMEM;
     td_model_init_params(m, be->base.cfg.seed, be->params);
     float *s = be->state;
@@ -686,8 +725,16 @@ static int td__cpu_alloc(td__cpu *be)
 static int td__cpu_check(const td_model *m, const td_backend_config *cfg,
                          char *err, size_t errcap)
 {
-    if (cfg->dtype != TD_F32) {
-        snprintf(err, errcap, "cpu backend: only fp32 is supported");
+    if (cfg->dtype == TD_BF16 && !td_cpu_caps_get()->bf16) {
+        char d[256];
+        td_cpu_caps_describe(td_cpu_caps_get(), d, sizeof d);
+        snprintf(err, errcap, "cpu backend: bf16 needs AVX512_BF16 or "
+                 "AMX-BF16 used by oneDNN; this CPU: %s", d);
+        return TD_E_NOTSUP;
+    }
+    if (cfg->dtype != TD_F32 && cfg->dtype != TD_BF16) {
+        snprintf(err, errcap, "cpu backend: compute type %d: only fp32 and "
+                 "bf16 exist", (int)cfg->dtype);
         return TD_E_NOTSUP;
     }
     if (cfg->threads < 0 || cfg->threads > 1024) {
@@ -712,6 +759,8 @@ int td_backend_cpu_create(const td_model *model, const td_backend_config *cfg,
     be->base.model = model;
     be->base.cfg = *cfg;
     be->batch = cfg->batch;
+    be->adt = cfg->dtype == TD_BF16 ? dnnl_bf16 : dnnl_f32;
+    be->esize = cfg->dtype == TD_BF16 ? sizeof(td_bf16) : sizeof(float);
     be->threads = cfg->threads ? cfg->threads : omp_get_num_procs();
     omp_set_num_threads(be->threads);
     if ((rc = td__cpu_alloc(be)))

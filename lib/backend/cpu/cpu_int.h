@@ -14,6 +14,16 @@
  * optimizer slots and running statistics are four flat float arrays in the
  * canonical layouts of model.h; weights are reordered into the layouts the
  * primitives want after each update.
+ *
+ * bf16 (cfg.dtype TD_BF16): activations and their gradients (every y, dy,
+ * acc) are bf16; convolutions and inner products read bf16 weights, which
+ * the weight reorders write from the fp32 master parameters after each
+ * optimizer update (round to nearest even), accumulate in fp32 and write
+ * fp32 weight and bias gradients; batch norm keeps scale, shift, batch and
+ * running statistics in fp32.  The input is normalised in fp32 (xin) and
+ * rounded once; the logits are read as fp32 for the loss, and its fp32
+ * gradient is rounded into the last layer's dy.  Parameters, gradients,
+ * optimizer slots and snapshots stay fp32 whatever the dtype.
  */
 #ifndef TD_BACKEND_CPU_H
 #define TD_BACKEND_CPU_H
@@ -53,6 +63,9 @@ typedef struct td__cpu {
     size_t scratch_bytes;
     int threads;
     int batch;
+    dnnl_data_type_t adt;  /* activations: dnnl_f32 or dnnl_bf16 */
+    size_t esize;          /* bytes per activation element */
+    float *xin;            /* bf16: the normalised input in fp32 */
     td__cl *cl;          /* one per model layer */
     float *params, *grads, *slots, *state;
     size_t nslots;       /* optimizer slot arrays (0, 1 or 2) */

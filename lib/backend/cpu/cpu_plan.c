@@ -30,12 +30,19 @@ int td__cpu_fail(td__cpu *be, dnnl_status_t st, const char *what,
     return TD_E_DEVICE;
 }
 
-static void td__md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims,
-                   dnnl_format_tag_t tag)
+static void td__mdt(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims,
+                    dnnl_format_tag_t tag, dnnl_data_type_t dt)
 {
     dnnl_dims_t d = {0};
     memcpy(d, dims, (size_t)nd * sizeof d[0]);
-    dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag);
+    dnnl_memory_desc_init_by_tag(md, nd, d, dt, tag);
+}
+
+/* fp32: parameters, their gradients, statistics, the plain logits. */
+static void td__md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims,
+                   dnnl_format_tag_t tag)
+{
+    td__mdt(md, nd, dims, tag, dnnl_f32);
 }
 
 /* A memory wrapping host floats (not owned) or allocating its own. */
@@ -111,12 +118,12 @@ static int td__output(td__cpu *be, int L, const dnnl_memory_desc_t *md)
     const char *name = be->base.model->layers[L].name;
     int rc;
     c->md = *md;
-    c->nelem = dnnl_memory_desc_get_size(md) / sizeof(float);
+    c->nelem = dnnl_memory_desc_get_size(md) / be->esize;
     if ((rc = td__mem(be, md, NULL, &c->y, name)) ||
         (rc = td__mem(be, md, NULL, &c->dy, name)))
         return rc;
-    memset(td__ptr(c->y), 0, c->nelem * sizeof(float));
-    memset(td__ptr(c->dy), 0, c->nelem * sizeof(float));
+    memset(td__ptr(c->y), 0, c->nelem * be->esize);
+    memset(td__ptr(c->dy), 0, c->nelem * be->esize);
     return 0;
 }
 
@@ -160,11 +167,12 @@ static int td__plan_conv(td__cpu *be, int L)
     dnnl_dim_t dd[4] = {be->batch, l->out.c, l->out.h, l->out.w};
     dnnl_dim_t bd[1] = {l->channels};
     dnnl_dims_t st = {l->stride, l->stride}, pad = {l->pad, l->pad};
-    dnnl_memory_desc_t wany, dany, bmd, wplain;
+    dnnl_memory_desc_t wany, dany, bmd, wplain, wgrad;
     dnnl_convolution_desc_t d;
     int rc;
-    td__md(&wany, 4, wd, dnnl_format_tag_any);
-    td__md(&dany, 4, dd, dnnl_format_tag_any);
+    td__mdt(&wany, 4, wd, dnnl_format_tag_any, be->adt);
+    td__mdt(&dany, 4, dd, dnnl_format_tag_any, be->adt);
+    td__md(&wgrad, 4, wd, dnnl_format_tag_any); /* fp32 gradients */
     td__md(&bmd, 1, bd, dnnl_a);
     td__md(&wplain, 4, wd, dnnl_oihw);
     const dnnl_memory_desc_t *bias = l->bias ? &bmd : NULL;
@@ -188,7 +196,7 @@ static int td__plan_conv(td__cpu *be, int L)
             return rc;
     }
     TD__DNNL(be, dnnl_convolution_backward_weights_desc_init(&d,
-             dnnl_convolution_direct, src, &wany, bias, &c->md, st, pad, pad),
+             dnnl_convolution_direct, src, &wgrad, bias, &c->md, st, pad, pad),
              "convolution backward weights", l->name);
     if ((rc = td__pd(be, &d, c->pd[0], &c->pd[3], &c->bwd_w, "conv bwd "
                      "weights", l->name)))
@@ -280,7 +288,7 @@ static int td__plan_pool(td__cpu *be, int L)
         st[0] = st[1] = 1;
         pad[0] = pad[1] = 0;
     }
-    td__md(&dany, 4, dd, dnnl_format_tag_any);
+    td__mdt(&dany, 4, dd, dnnl_format_tag_any, be->adt);
     TD__DNNL(be, dnnl_pooling_forward_desc_init(&d, dnnl_forward_training,
              alg, src, &dany, st, k, pad, pad), "pooling", l->name);
     if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "pool fwd", l->name)) ||
@@ -304,16 +312,17 @@ static int td__plan_dense(td__cpu *be, int L)
     int nd = src->ndims;
     dnnl_dim_t wd[4] = {l->channels, src->dims[1], 1, 1};
     dnnl_dim_t dd[2] = {be->batch, l->channels}, bd[1] = {l->channels};
-    dnnl_memory_desc_t wany, dmd, bmd, wplain;
+    dnnl_memory_desc_t wany, dmd, bmd, wplain, wgrad;
     dnnl_inner_product_desc_t d;
     int rc;
     if (nd == 4) {
         wd[2] = src->dims[2];
         wd[3] = src->dims[3];
     }
-    td__md(&wany, nd, wd, dnnl_format_tag_any);
+    td__mdt(&wany, nd, wd, dnnl_format_tag_any, be->adt);
+    td__md(&wgrad, nd, wd, dnnl_format_tag_any); /* fp32 gradients */
     td__md(&wplain, nd, wd, nd == 4 ? dnnl_oihw : dnnl_oi);
-    td__md(&dmd, 2, dd, dnnl_nc);
+    td__mdt(&dmd, 2, dd, dnnl_nc, be->adt);
     td__md(&bmd, 1, bd, dnnl_a);
     const dnnl_memory_desc_t *bias = l->bias ? &bmd : NULL;
     TD__DNNL(be, dnnl_inner_product_forward_desc_init(&d,
@@ -335,8 +344,8 @@ static int td__plan_dense(td__cpu *be, int L)
                               c->w, 1, &c->w_bd, &c->r_w_bd, l->name)))
             return rc;
     }
-    TD__DNNL(be, dnnl_inner_product_backward_weights_desc_init(&d, src, &wany,
-             bias, &c->md), "dense backward weights", l->name);
+    TD__DNNL(be, dnnl_inner_product_backward_weights_desc_init(&d, src,
+             &wgrad, bias, &c->md), "dense backward weights", l->name);
     if ((rc = td__pd(be, &d, c->pd[0], &c->pd[3], &c->bwd_w, "dense bwd "
                      "weights", l->name)))
         return rc;
@@ -478,7 +487,7 @@ int td__cpu_plan(td__cpu *be)
     TD__DNNL(be, dnnl_primitive_attr_create(&be->attr), "attributes", NULL);
     TD__DNNL(be, dnnl_primitive_attr_set_scratchpad_mode(be->attr,
              dnnl_scratchpad_mode_user), "attributes", NULL);
-    td__md(&md, 4, d, dnnl_nchw);
+    td__mdt(&md, 4, d, dnnl_nchw, be->adt);
     if ((rc = td__output(be, 0, &md)))
         return rc;
     for (int L = 1; L < m->nlayers && rc == 0; L++) {

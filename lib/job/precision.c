@@ -1,0 +1,104 @@
+/* precision.c - resolves a job's "precision" for a device (precision.h).
+ *
+ * The rules (docs/compute.md "Precision"):
+ *   cpu   fp32  fp32 everywhere.
+ *         tf32  a GPU notion (tensor-core fp32 with a 10-bit mantissa); the
+ *               CPU has no such unit and computes it as fp32.
+ *         bf16  needs oneDNN's avx512_core_bf16 or avx512_core_amx ISA
+ *               (AVX512_BF16 or AMX-BF16 in cpuid); refused elsewhere.
+ *         fp16  refused: oneDNN trains fp16 only on AVX512_FP16 CPUs with
+ *               loss scaling this backend does not have; bf16 is the
+ *               CPU's fast type.
+ *         auto  bf16 where the CPU has it (measured: docs/compute.md),
+ *               else fp32.
+ *   cuda  fp32 and auto (= fp32) until the CUDA part of issue 15 lands;
+ *         tf32, bf16 and fp16 are refused, naming the GPU.
+ * Never does: pick a slow emulation silently.
+ */
+#include "job/precision.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/caps.h"
+#include "base/error.h"
+
+const char *td_precision_name(enum td_precision p)
+{
+    static const char *const names[] = {"auto", "fp32", "tf32", "bf16",
+                                        "fp16"};
+    return (unsigned)p < sizeof names / sizeof names[0] ? names[p] : "?";
+}
+
+static int td__cpu(enum td_precision want, enum td_dtype *out, char *err,
+                   size_t errcap)
+{
+    const td_cpu_caps *c = td_cpu_caps_get();
+    char d[256];
+    td_cpu_caps_describe(c, d, sizeof d);
+    switch (want) {
+    case TD_PREC_AUTO:
+        *out = c->bf16 ? TD_BF16 : TD_F32;
+        return 0;
+    case TD_PREC_FP32:
+    case TD_PREC_TF32:
+        *out = TD_F32;
+        return 0;
+    case TD_PREC_BF16:
+        if (c->bf16) {
+            *out = TD_BF16;
+            return 0;
+        }
+        snprintf(err, errcap, "precision: bf16 needs a CPU with AVX512_BF16 "
+                 "or AMX-BF16 that oneDNN uses; this one is %s (use fp32 or "
+                 "auto)", d);
+        return TD_E_NOTSUP;
+    case TD_PREC_FP16:
+    default:
+        snprintf(err, errcap, "precision: fp16 is not supported on the CPU "
+                 "backend (it trains in fp32 or bf16; %s): use %s", d,
+                 c->bf16 ? "bf16 or auto" : "fp32 or auto");
+        return TD_E_NOTSUP;
+    }
+}
+
+int td_precision_resolve(enum td_precision want, const char *device,
+                         const td_device_info *info, enum td_dtype *out,
+                         char *err, size_t errcap)
+{
+    if (err && errcap)
+        err[0] = '\0';
+    if (!device || strncmp(device, "cuda", 4) != 0)
+        return td__cpu(want, out, err ? err : (char[1]){0}, err ? errcap : 1);
+    if (want == TD_PREC_AUTO || want == TD_PREC_FP32) {
+        *out = TD_F32;
+        return 0;
+    }
+    int idx = device[4] == ':' ? (int)strtol(device + 5, NULL, 10) : 0;
+    char gpu[300] = "";
+    if (info && idx >= 0 && idx < info->cuda_count)
+        snprintf(gpu, sizeof gpu, " (%s: %s, sm_%d%d)", device,
+                 info->gpus[idx].name, info->gpus[idx].cc_major,
+                 info->gpus[idx].cc_minor);
+    if (err && errcap)
+        snprintf(err, errcap, "precision: %s is not implemented on the CUDA "
+                 "backend yet, which computes in fp32 only%s: use fp32 or "
+                 "auto", td_precision_name(want), gpu);
+    return TD_E_NOTSUP;
+}
+
+int td_precision_check_job(const td_job_spec *spec, const td_device_info *info,
+                           char *err, size_t errcap)
+{
+    td_device_choice ch;
+    enum td_dtype dt;
+    char dev[32];
+    if (td_device_select(spec->device, info, &ch, NULL, 0) != 0)
+        return 0;
+    if (ch.kind == TD_DEVICE_CUDA)
+        snprintf(dev, sizeof dev, "cuda:%d", ch.index);
+    else
+        snprintf(dev, sizeof dev, "cpu");
+    return td_precision_resolve(spec->precision, dev, info, &dt, err, errcap);
+}

@@ -1,0 +1,36 @@
+/* precision.h - a job's "precision" resolved for the device it runs on.
+ *
+ * Owns: the rules of docs/compute.md "Precision": which precisions each
+ * device does, what "auto" picks, and the message when a device cannot do
+ * what the job asks.  The daemon checks at submit (so a job that cannot
+ * run is refused before it queues) and the runner resolves again when the
+ * job starts (traind --run, and a daemon whose CPU changed).
+ * Never does: compute, probe GPUs (the caller passes what it probed).
+ */
+#ifndef TD_PRECISION_H
+#define TD_PRECISION_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+#include "job/device.h"
+#include "job/spec.h"
+
+const char *td_precision_name(enum td_precision p);
+
+/* The compute type for precision `want` on `device` ("cpu", "cuda" or
+ * "cuda:N"; GPU details from info, which may be NULL).  Returns 0, or
+ * TD_E_NOTSUP with "precision: bf16 needs ..." naming the device's
+ * capability in err. */
+int td_precision_resolve(enum td_precision want, const char *device,
+                         const td_device_info *info, enum td_dtype *out,
+                         char *err, size_t errcap);
+
+/* The check at submit: the job's device as td_device_select resolves it
+ * against info, then td_precision_resolve.  A device that cannot be
+ * selected is not this check's error (0): the job reports it when it
+ * starts, as before. */
+int td_precision_check_job(const td_job_spec *spec, const td_device_info *info,
+                           char *err, size_t errcap);
+
+#endif
