@@ -4,7 +4,8 @@
  *
  * Math: a bfloat16 is the top 16 bits of an IEEE binary32 (1 sign, 8
  * exponent, 7 mantissa bits): the fp32 range with 8 significant bits
- * (relative spacing 2^-8 = 0.0039, so a rounding error <= 2^-9).  float ->
+ * (spacing 2^-7 of the leading power of two, so a rounding error of at
+ * most 2^-8 = 0.39% of the value).  float ->
  * bf16 rounds to nearest, ties to even, as the hardware conversions do
  * (AVX512_BF16 vcvtneps2bf16, AMX, CUDA __float2bfloat16_rn) and oneDNN's
  * reorders: add 0x7fff + the lowest kept bit, then truncate.  Infinities

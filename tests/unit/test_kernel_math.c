@@ -5,10 +5,55 @@
 
 #include "base/error.h"
 #include "model/optim.h"
+#include "bf16.h"
 #include "normalize.h"
 #include "optim_update.h"
 #include "softmax_xent.h"
 #include "tdtest.h"
+
+/* bf16 rounding: to nearest, ties to even, on the bit patterns. */
+START_TEST(test_bf16_rounding)
+{
+    /* exact values pass through */
+    ck_assert_uint_eq(td_bf16_from_f32(1.0f), 0x3f80);
+    ck_assert_float_eq(td_bf16_to_f32(0x3f80), 1.0f);
+    ck_assert_uint_eq(td_bf16_from_f32(-2.0f), 0xc000);
+    /* 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: even (1) wins */
+    ck_assert_float_eq(td_bf16_round(1.0f + 0x1p-8f), 1.0f);
+    /* 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6: even wins */
+    ck_assert_float_eq(td_bf16_round(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);
+    /* just above halfway rounds up, just below down */
+    ck_assert_float_eq(td_bf16_round(1.0f + 0x1p-8f + 0x1p-20f),
+                       1.0f + 0x1p-7f);
+    ck_assert_float_eq(td_bf16_round(1.0f + 0x1p-8f - 0x1p-20f), 1.0f);
+    /* relative error <= 2^-8 (half a unit in the 8th bit) */
+    for (int i = 0; i < 100000; i++) {
+        float x = (float)ldexp(1.0 + i / 100000.0, i % 60 - 30);
+        ck_assert(fabsf(td_bf16_round(x) - x) <= x * 0x1p-8f);
+    }
+    /* infinities stay, overflow becomes infinity, NaN stays NaN */
+    ck_assert(isinf(td_bf16_round(INFINITY)));
+    ck_assert(td_bf16_round(-INFINITY) < 0);
+    ck_assert(isinf(td_bf16_round(3.4e38f)));
+    ck_assert(isnan(td_bf16_round(NAN)));
+    uint32_t snan = 0x7f800001u; /* low payload bits only: must stay NaN */
+    float f;
+    memcpy(&f, &snan, sizeof f);
+    ck_assert(isnan(td_bf16_round(f)));
+    /* signed zero and subnormals */
+    ck_assert_uint_eq(td_bf16_from_f32(-0.0f), 0x8000);
+    ck_assert_float_eq(td_bf16_round(0x1p-133f), 0x1p-133f);
+    /* the array helpers */
+    float src[3] = {1.0f, 1.0f + 0x1p-8f, 3.0f};
+    td_bf16 d[3], a[3];
+    td_bf16_from_f32_n(src, d, 3);
+    td_bf16_from_f32_n(src, a, 3);
+    td_bf16_add_n(d, a, 3);
+    ck_assert_float_eq(td_bf16_to_f32(d[0]), 2.0f);
+    ck_assert_float_eq(td_bf16_to_f32(d[1]), 2.0f);
+    ck_assert_float_eq(td_bf16_to_f32(d[2]), 6.0f);
+}
+END_TEST
 
 START_TEST(test_normalize_nhwc_to_nchw)
 {
@@ -178,6 +223,7 @@ static Suite *kernels_suite(void)
     Suite *s = suite_create("kernels");
     TCase *tc = tcase_create("kernels");
     tcase_add_test(tc, test_normalize_nhwc_to_nchw);
+    tcase_add_test(tc, test_bf16_rounding);
     tcase_add_test(tc, test_xent_loss_grad_correct);
     tcase_add_test(tc, test_xent_stable_and_ties);
     tcase_add_test(tc, test_sgd_plain_and_decay);
