@@ -44,6 +44,10 @@ START_TEST(test_hello_and_version)
     ck_assert_str_eq(json_string_value(json_object_get(h, "device")), "cpu");
     json_t *r = th_request(fd, "version", NULL);
     ck_assert_int_eq(json_integer_value(json_object_get(th_ok(r), "proto")), 1);
+    /* the CPU's bf16 support, for trainctl version */
+    json_t *cpu = json_object_get(json_object_get(th_ok(r), "devices"), "cpu");
+    ck_assert_ptr_nonnull(json_string_value(json_object_get(cpu, "isa")));
+    ck_assert(json_is_boolean(json_object_get(cpu, "bf16")));
     json_decref(r);
     json_decref(hello);
     close(fd);
@@ -156,6 +160,28 @@ START_TEST(test_submit_list_show_cancel)
     json_decref(r);
     r = th_request(fd, "show", json_pack("{s:i}", "job", 999));
     ck_assert_str_eq(th_err_class(r), "not_found");
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
+/* A precision the device cannot do is refused at submit, naming what the
+ * device has; nothing is queued. */
+START_TEST(test_submit_refuses_unsupported_precision)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *spec = th_tiny_spec(1, 0);
+    json_object_set_new(spec, "precision", json_string("fp16"));
+    json_t *r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec));
+    ck_assert_str_eq(th_err_class(r), "invalid_spec");
+    const char *desc = json_string_value(
+        json_object_get(json_object_get(r, "error"), "desc"));
+    ck_assert_msg(desc && strstr(desc, "precision: fp16 is not supported on "
+                                 "the CPU backend") && strstr(desc, "oneDNN "
+                                 "ISA"), "%s", desc ? desc : "(none)");
+    json_decref(r);
+    r = th_request(fd, "list", NULL);
+    ck_assert_uint_eq(json_array_size(json_object_get(th_ok(r), "jobs")), 0);
     json_decref(r);
     close(fd);
 }
@@ -408,6 +434,7 @@ static Suite *daemon_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_submit_list_show_cancel);
+    tcase_add_test(tc, test_submit_refuses_unsupported_precision);
     tcase_add_test(tc, test_pause_resume_pending);
     tcase_add_test(tc, test_state_events_reach_subscriber);
     tcase_add_test(tc, test_other_uid_may_not_control);
