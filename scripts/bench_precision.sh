@@ -50,8 +50,10 @@ for model in $models; do
     [[ $torch_fp32 == 1 ]] && fd=$(sps "$(pt "$model" fp32)")
     tag=$r
     ((r == 0)) && tag="0 (warm-up, not counted)"
-    echo "$model round $tag: traind fp32 $fa," \
-      "traind bf16 $fb, torch bf16 $fc, torch fp32 $fd samples/s"
+    extra=""
+    [[ $torch_fp32 == 1 ]] && extra=", torch fp32 $fd"
+    echo "$model round $tag: traind fp32 $fa, traind bf16 $fb," \
+      "torch bf16 $fc$extra samples/s"
     ((r == 0)) && continue
     a+=("$fa") b+=("$fb") c+=("$fc") d+=("$fd")
     rba+=("$(awk -v x="$fb" -v y="$fa" 'BEGIN { print x / y }')")
@@ -63,9 +65,10 @@ for model in $models; do
   echo "   traind fp32 $(stats "${a[@]}")"
   echo "   traind bf16 $(stats "${b[@]}")"
   echo "   torch  bf16 $(stats "${c[@]}")"
-  [[ $torch_fp32 == 1 ]] && echo "   torch  fp32 $(stats "${d[@]}")"
+  if [[ $torch_fp32 == 1 ]]; then echo "   torch  fp32 $(stats "${d[@]}")"; fi
   echo "   ratio traind bf16 / traind fp32: $(stats "${rba[@]}") (target >= 1.7)"
   echo "   ratio traind bf16 / torch bf16:  $(stats "${rbc[@]}") (target >= 2)"
-  [[ $torch_fp32 == 1 ]] &&
+  if [[ $torch_fp32 == 1 ]]; then
     echo "   ratio torch bf16 / torch fp32:   $(stats "${rcd[@]}")"
+  fi
 done

@@ -5,7 +5,9 @@
  * convolution chooses (format "any"); every later primitive is told that
  * layout for its source and gradient, so no reorders happen between
  * layers.  Weights are given to primitives as "any" and reordered from the
- * canonical arrays when the chosen layout differs.
+ * canonical arrays when the chosen layout differs.  In bf16 (be->adt) the
+ * activations and the weights the primitives read are bf16, the weight
+ * gradients, biases and batch-norm parameters fp32 (cpu_int.h).
  * Never does: execute primitives (backend_cpu.c does).
  * Everything created here is recorded in be->cl and released by
  * td__cpu_unplan, which is the single cleanup path (also after a failure
