@@ -1,0 +1,77 @@
+/* sim.h - the simulated CUDA device's own interface: what tests use to
+ * configure and inspect it, and the two entry points through which the
+ * project's kernels (sim_kernel.h) and the simulated cuBLAS and cuDNN put
+ * work on a stream.
+ *
+ * Owns: nothing but declarations.  The simulator implements the CUDA
+ * runtime, cuBLAS and cuDNN functions the backend calls, with the
+ * prototypes of the real headers; see docs/cuda.md ("The simulated
+ * device") for what it checks and what it cannot.
+ * Never does: exist outside test executables.
+ *
+ * Environment (read at the first CUDA call and by td_sim_reset):
+ *   TD_SIM_DEVICES=N        simulated GPUs (default 1; 0: cudaErrorNoDevice)
+ *   TD_SIM_MEM_MB=M         capacity of each device (default 4096)
+ *   TD_SIM_JITTER=SEED      delay stream work at random (seeded)
+ *   TD_SIM_OOM_AT=N         the Nth cudaMalloc fails (out of memory)
+ *   TD_SIM_FAULT_KERNEL=N   the Nth kernel launch makes a sticky
+ *                           cudaErrorIllegalAddress on its device
+ *   TD_SIM_RACE=off|report|strict   the stream-order race detector
+ *                           (default report; strict aborts after a report)
+ */
+#ifndef TD_SIM_H
+#define TD_SIM_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One pointer an operation reads or writes, with its extent in bytes. */
+typedef struct td_sim_range {
+    const void *p;
+    size_t bytes;
+    int write;
+} td_sim_range;
+
+typedef struct td_sim_grid {
+    unsigned gx, gy, gz, bx, by, bz;
+    size_t smem;
+} td_sim_grid;
+
+/* A kernel launch: run(ctx) executes the whole grid on the stream's
+ * worker; drop(ctx) frees ctx afterwards.  args are the kernel's pointer
+ * arguments (the race detector and the device check see them).  Errors
+ * (bad configuration, dead stream) also become the thread's last error,
+ * as with <<<>>>; a pointer that is not memory of the stream's device
+ * makes the kernel fault (sticky cudaErrorIllegalAddress) when it runs. */
+cudaError_t td_sim_launch(const td_sim_grid *g, cudaStream_t s,
+                          const char *name, void (*run)(void *),
+                          void (*drop)(void *), void *ctx,
+                          const td_sim_range *args, int nargs,
+                          const void *caller);
+
+/* Library work (cuBLAS, cuDNN) on stream s: every range must lie in an
+ * allocation of the stream's device (else cudaErrorInvalidValue, with a
+ * diagnostic); the race detector sees each. */
+cudaError_t td_sim_submit(cudaStream_t s, const char *what,
+                          void (*run)(void *), void (*drop)(void *),
+                          void *ctx, const td_sim_range *ranges, int n,
+                          const void *caller);
+
+/* Re-reads the environment and forgets every handle; -EBUSY while a
+ * stream, device allocation or pinned range is alive. */
+int td_sim_reset(void);
+long td_sim_races(void);       /* race reports so far */
+long td_sim_spin_waits(void);  /* host waits that would busy-wait a core */
+size_t td_sim_used(int dev);   /* bytes allocated on a device */
+int td_sim_is_pinned(const void *p, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,513 @@
+/* sim_cudnn.c - the simulated cuDNN: handles, descriptors, output shapes
+ * and the v7 algorithm queries.
+ *
+ * Owns: the legacy (v7-style) descriptor calls the backend makes, with
+ * their documented checks (positive sizes, known data types and formats),
+ * the output-dimension formulas
+ *   convolution: 1 + (in + 2 pad - ((k - 1) dilation + 1)) / stride
+ *   pooling:     1 + (in + 2 pad - window) / stride
+ * and the algorithm queries: results ordered by an invented speed, with
+ * realistic, non-zero workspaces for the preferred algorithms (im2col
+ * buffers, precomputed indices, Winograd tiles), each result's determinism
+ * as cuDNN documents it (backward-data ALGO_0, backward-filter ALGO_0 and
+ * ALGO_3 are non-deterministic) and the descriptor's math type.  The same
+ * sizes are enforced when a convolution runs (sim_cudnn_ops.c).
+ * Never does: pick algorithms for anyone, or model real timings.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_cudnn_int.h"
+
+const char *cudnnGetErrorString(cudnnStatus_t s)
+{
+    switch (s) {
+    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
+    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
+    case CUDNN_STATUS_BAD_PARAM_NULL_POINTER:
+        return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
+    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
+    case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
+    case CUDNN_STATUS_ALLOC_FAILED: return "CUDNN_STATUS_ALLOC_FAILED";
+    default: return "CUDNN_STATUS_UNKNOWN";
+    }
+}
+
+size_t cudnnGetVersion(void) { return CUDNN_VERSION; }
+
+cudnnStatus_t td__dnn_handle(cudnnHandle_t h, const char *call)
+{
+    if (!h)
+        return CUDNN_STATUS_NOT_INITIALIZED;
+    td__sim_lock();
+    int cur = td__sim_cur();
+    cudaError_t e = td__sim_gate();
+    td__sim_unlock();
+    if (e != cudaSuccess)
+        return CUDNN_STATUS_EXECUTION_FAILED;
+    if (cur != h->dev) {
+        td__sim_say("%s: handle of device %d used while device %d is "
+                    "current", call, h->dev, cur);
+        return CUDNN_STATUS_BAD_PARAM;
+    }
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
+{
+    int n = 0;
+    if (!h)
+        return CUDNN_STATUS_BAD_PARAM;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+        return CUDNN_STATUS_NOT_INITIALIZED;
+    td__sim_lock();
+    int dev = td__sim_cur();
+    cudaError_t e = td__sim_gate();
+    td__sim_unlock();
+    if (e != cudaSuccess)
+        return CUDNN_STATUS_NOT_INITIALIZED;
+    struct cudnnContext *c = calloc(1, sizeof *c);
+    if (!c)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    c->dev = dev;
+    *h = c;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnDestroy(cudnnHandle_t h)
+{
+    if (!h)
+        return CUDNN_STATUS_BAD_PARAM;
+    free(h);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
+{
+    if (!h)
+        return CUDNN_STATUS_BAD_PARAM;
+    h->s = s;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetStream(cudnnHandle_t h, cudaStream_t *s)
+{
+    if (!h || !s)
+        return CUDNN_STATUS_BAD_PARAM;
+    *s = h->s;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* ---- descriptors ------------------------------------------------------------ */
+
+#define TD__DESC(Name, Struct)                                               \
+    cudnnStatus_t cudnnCreate##Name##Descriptor(struct Struct **d)           \
+    {                                                                        \
+        if (!d)                                                              \
+            return CUDNN_STATUS_BAD_PARAM;                                   \
+        *d = calloc(1, sizeof **d);                                          \
+        return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;        \
+    }                                                                        \
+    cudnnStatus_t cudnnDestroy##Name##Descriptor(struct Struct *d)           \
+    {                                                                        \
+        free(d);                                                             \
+        return CUDNN_STATUS_SUCCESS;                                         \
+    }
+
+TD__DESC(Tensor, cudnnTensorStruct)
+TD__DESC(Filter, cudnnFilterStruct)
+TD__DESC(Convolution, cudnnConvolutionStruct)
+TD__DESC(Activation, cudnnActivationStruct)
+TD__DESC(Pooling, cudnnPoolingStruct)
+
+static int td__known_dt(cudnnDataType_t dt)
+{
+    return dt == CUDNN_DATA_FLOAT || dt == CUDNN_DATA_DOUBLE ||
+           dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16;
+}
+
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d,
+                                         cudnnTensorFormat_t fmt,
+                                         cudnnDataType_t dt, int n, int c,
+                                         int h, int w)
+{
+    if (!d || n <= 0 || c <= 0 || h <= 0 || w <= 0 || !td__known_dt(dt))
+        return CUDNN_STATUS_BAD_PARAM;
+    if (fmt != CUDNN_TENSOR_NCHW && fmt != CUDNN_TENSOR_NHWC)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    *d = (struct cudnnTensorStruct){.set = 1, .dt = dt, .n = n, .c = c,
+                                    .h = h, .w = w};
+    if (fmt == CUDNN_TENSOR_NCHW) {
+        d->ws = 1, d->hs = w, d->cs = h * w, d->ns = c * h * w;
+    } else {
+        d->cs = 1, d->ws = c, d->hs = w * c, d->ns = h * w * c;
+    }
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t d,
+                                           cudnnDataType_t dt, int n, int c,
+                                           int h, int w, int ns, int cs,
+                                           int hs, int ws)
+{
+    if (!d || n <= 0 || c <= 0 || h <= 0 || w <= 0 || ns <= 0 || cs <= 0 ||
+        hs <= 0 || ws <= 0 || !td__known_dt(dt))
+        return CUDNN_STATUS_BAD_PARAM;
+    *d = (struct cudnnTensorStruct){1, dt, n, c, h, w, ns, cs, hs, ws};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d,
+                                         cudnnDataType_t dt,
+                                         cudnnTensorFormat_t fmt, int k,
+                                         int c, int h, int w)
+{
+    if (!d || k <= 0 || c <= 0 || h <= 0 || w <= 0 || !td__known_dt(dt))
+        return CUDNN_STATUS_BAD_PARAM;
+    if (fmt != CUDNN_TENSOR_NCHW)
+        return CUDNN_STATUS_NOT_SUPPORTED; /* the simulator's limit */
+    *d = (struct cudnnFilterStruct){1, dt, fmt, k, c, h, w};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d,
+                                              int ph, int pw, int u, int v,
+                                              int dh, int dw,
+                                              cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t dt)
+{
+    if (!d || ph < 0 || pw < 0 || u <= 0 || v <= 0 || dh <= 0 || dw <= 0 ||
+        (mode != CUDNN_CONVOLUTION && mode != CUDNN_CROSS_CORRELATION) ||
+        !td__known_dt(dt))
+        return CUDNN_STATUS_BAD_PARAM;
+    cudnnMathType_t math = d->set ? d->math : CUDNN_DEFAULT_MATH;
+    *d = (struct cudnnConvolutionStruct){1, ph, pw, u, v, dh, dw, mode, dt,
+                                         math};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d,
+                                          cudnnMathType_t m)
+{
+    if (!d || (m != CUDNN_DEFAULT_MATH && m != CUDNN_TENSOR_OP_MATH &&
+               m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
+               m != CUDNN_FMA_MATH))
+        return CUDNN_STATUS_BAD_PARAM;
+    d->math = m;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionMathType(cudnnConvolutionDescriptor_t d,
+                                          cudnnMathType_t *m)
+{
+    if (!d || !m)
+        return CUDNN_STATUS_BAD_PARAM;
+    *m = d->math;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t d,
+                                           cudnnActivationMode_t mode,
+                                           cudnnNanPropagation_t nan,
+                                           double coef)
+{
+    if (!d || (nan != CUDNN_PROPAGATE_NAN && nan != CUDNN_NOT_PROPAGATE_NAN))
+        return CUDNN_STATUS_BAD_PARAM;
+    *d = (struct cudnnActivationStruct){1, mode, nan, coef};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetPooling2dDescriptor(cudnnPoolingDescriptor_t d,
+                                          cudnnPoolingMode_t mode,
+                                          cudnnNanPropagation_t nan, int wh,
+                                          int ww, int ph, int pw, int sh,
+                                          int sw)
+{
+    if (!d || wh <= 0 || ww <= 0 || ph < 0 || pw < 0 || sh <= 0 ||
+        sw <= 0 || (nan != CUDNN_PROPAGATE_NAN &&
+                    nan != CUDNN_NOT_PROPAGATE_NAN))
+        return CUDNN_STATUS_BAD_PARAM;
+    *d = (struct cudnnPoolingStruct){1, mode, nan, wh, ww, ph, pw, sh, sw};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(
+    const cudnnConvolutionDescriptor_t c, const cudnnTensorDescriptor_t x,
+    const cudnnFilterDescriptor_t w, int *n, int *k, int *h, int *wo)
+{
+    if (!c || !x || !w || !c->set || !x->set || !w->set || !n || !k || !h ||
+        !wo || x->c != w->c)
+        return CUDNN_STATUS_BAD_PARAM;
+    int eh = (w->h - 1) * c->dh + 1, ew = (w->w - 1) * c->dw + 1;
+    if (x->h + 2 * c->ph < eh || x->w + 2 * c->pw < ew)
+        return CUDNN_STATUS_BAD_PARAM;
+    *n = x->n;
+    *k = w->k;
+    *h = 1 + (x->h + 2 * c->ph - eh) / c->u;
+    *wo = 1 + (x->w + 2 * c->pw - ew) / c->v;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetPooling2dForwardOutputDim(
+    const cudnnPoolingDescriptor_t p, const cudnnTensorDescriptor_t x, int *n,
+    int *c, int *h, int *w)
+{
+    if (!p || !x || !p->set || !x->set || !n || !c || !h || !w ||
+        x->h + 2 * p->ph < p->wh || x->w + 2 * p->pw < p->ww)
+        return CUDNN_STATUS_BAD_PARAM;
+    *n = x->n;
+    *c = x->c;
+    *h = 1 + (x->h + 2 * p->ph - p->wh) / p->sh;
+    *w = 1 + (x->w + 2 * p->pw - p->ww) / p->sw;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* ---- shapes and workspaces ------------------------------------------------------ */
+
+size_t td__dnn_span(const struct cudnnTensorStruct *t)
+{
+    return ((size_t)(t->n - 1) * t->ns + (size_t)(t->c - 1) * t->cs +
+            (size_t)(t->h - 1) * t->hs + (size_t)(t->w - 1) * t->ws + 1) *
+           sizeof(float);
+}
+
+size_t td__dnn_fspan(const struct cudnnFilterStruct *f)
+{
+    return (size_t)f->k * f->c * f->h * f->w * sizeof(float);
+}
+
+cudnnStatus_t td__dnn_conv_check(const char *call,
+                                 const struct cudnnTensorStruct *x,
+                                 const struct cudnnFilterStruct *w,
+                                 const struct cudnnConvolutionStruct *c,
+                                 const struct cudnnTensorStruct *y)
+{
+    int n, k, h, wo;
+    if (!x || !w || !c || !y || !y->set)
+        return CUDNN_STATUS_BAD_PARAM;
+    if (cudnnGetConvolution2dForwardOutputDim(
+            (cudnnConvolutionDescriptor_t)c, (cudnnTensorDescriptor_t)x,
+            (cudnnFilterDescriptor_t)w, &n, &k, &h, &wo) !=
+            CUDNN_STATUS_SUCCESS ||
+        y->n != n || y->c != k || y->h != h || y->w != wo) {
+        td__sim_say("%s: tensor shapes do not agree (x %dx%dx%dx%d, w "
+                    "%dx%dx%dx%d, y %dx%dx%dx%d)", call, x->n, x->c, x->h,
+                    x->w, w->k, w->c, w->h, w->w, y->n, y->c, y->h, y->w);
+        return CUDNN_STATUS_BAD_PARAM;
+    }
+    if (x->dt != CUDNN_DATA_FLOAT || w->dt != CUDNN_DATA_FLOAT ||
+        y->dt != CUDNN_DATA_FLOAT || c->dt != CUDNN_DATA_FLOAT)
+        return CUDNN_STATUS_NOT_SUPPORTED; /* the simulator computes fp32 */
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static size_t td__r256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+long long td__dnn_ws(int dir, int algo, const struct cudnnTensorStruct *x,
+                     const struct cudnnFilterStruct *w,
+                     const struct cudnnConvolutionStruct *c,
+                     const struct cudnnTensorStruct *y)
+{
+    size_t N = (size_t)x->n, C = (size_t)x->c, K = (size_t)w->k;
+    size_t RS = (size_t)w->h * w->w, PQ = (size_t)y->h * y->w;
+    int wino = w->h == 3 && w->w == 3 && c->u == 1 && c->v == 1 &&
+               c->dh == 1 && c->dw == 1;
+    size_t tiles = (size_t)((y->h + 3) / 4) * ((y->w + 3) / 4);
+    size_t wino_ws = td__r256(36 * tiles * N * (C + K) * 4);
+    if (dir == 0) {
+        switch (algo) {
+        case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return 0;
+        case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM:
+            return (long long)td__r256(C * RS * 8 + 256);
+        case CUDNN_CONVOLUTION_FWD_ALGO_GEMM:
+            return (long long)td__r256(N * C * RS * PQ * 4);
+        case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED:
+            return wino ? (long long)wino_ws : -1;
+        default: return -1;
+        }
+    }
+    if (dir == 1) {
+        switch (algo) {
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_0: return 0;
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1:
+            return (long long)td__r256(K * C * RS * 4 + 256);
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED:
+            return wino ? (long long)wino_ws : -1;
+        default: return -1;
+        }
+    }
+    switch (algo) {
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0: return 0;
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1:
+        return (long long)td__r256(C * RS * PQ * 4);
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3:
+        return (long long)td__r256(K * C * RS * 4 * 4);
+    default: return -1;
+    }
+}
+
+/* ---- the v7 queries ----------------------------------------------------------------- */
+
+/* Preference order per direction, and which algorithms are deterministic. */
+static const int td__rank[3][4] = {
+    {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+     CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED,
+     CUDNN_CONVOLUTION_FWD_ALGO_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM},
+    {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+     CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED,
+     CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, -1},
+    {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, -1},
+};
+static const int td__count[3] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT};
+
+static int td__deterministic(int dir, int algo)
+{
+    if (dir == 1)
+        return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+    if (dir == 2)
+        return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+    return 1;
+}
+
+typedef struct td__perf {
+    int algo;
+    cudnnStatus_t status;
+    float time;
+    size_t memory;
+    cudnnDeterminism_t det;
+    cudnnMathType_t math;
+} td__perf;
+
+/* Fills up to want results in preference order, then the unsupported. */
+static int td__query(int dir, const struct cudnnTensorStruct *x,
+                     const struct cudnnFilterStruct *w,
+                     const struct cudnnConvolutionStruct *c,
+                     const struct cudnnTensorStruct *y, int want,
+                     td__perf *out)
+{
+    int got = 0, used[16] = {0};
+    for (int i = 0; i < 4 && got < want; i++) {
+        int a = td__rank[dir][i];
+        long long ws = a < 0 ? -1 : td__dnn_ws(dir, a, x, w, c, y);
+        if (ws < 0)
+            continue;
+        used[a] = 1;
+        out[got] = (td__perf){a, CUDNN_STATUS_SUCCESS, 0.1f * (float)(got + 1),
+                              (size_t)ws,
+                              td__deterministic(dir, a)
+                                  ? CUDNN_DETERMINISTIC
+                                  : CUDNN_NON_DETERMINISTIC,
+                              c->math};
+        got++;
+    }
+    for (int a = 0; a < td__count[dir] && got < want; a++)
+        if (!used[a])
+            out[got++] = (td__perf){a, CUDNN_STATUS_NOT_SUPPORTED, -1.0f, 0,
+                                    CUDNN_NON_DETERMINISTIC, c->math};
+    return got;
+}
+
+#define TD__V7(dir, pf, want, got, x, w, c, y)                               \
+    do {                                                                     \
+        td__perf tmp_[16];                                                   \
+        cudnnStatus_t st_ = td__dnn_handle(h, "algorithm query");            \
+        if (st_)                                                             \
+            return st_;                                                      \
+        if (!(got) || !(pf) || (want) < 1)                                   \
+            return CUDNN_STATUS_BAD_PARAM;                                   \
+        st_ = td__dnn_conv_check("algorithm query", x, w, c, y);             \
+        if (st_)                                                             \
+            return st_;                                                      \
+        *(got) = td__query(dir, x, w, c, y, (want) < 16 ? (want) : 16, tmp_); \
+        for (int i_ = 0; i_ < *(got); i_++) {                                \
+            memset(&(pf)[i_], 0, sizeof (pf)[i_]);                           \
+            (pf)[i_].algo = tmp_[i_].algo;                                   \
+            (pf)[i_].status = tmp_[i_].status;                               \
+            (pf)[i_].time = tmp_[i_].time;                                   \
+            (pf)[i_].memory = tmp_[i_].memory;                               \
+            (pf)[i_].determinism = tmp_[i_].det;                             \
+            (pf)[i_].mathType = tmp_[i_].math;                               \
+        }                                                                    \
+        return CUDNN_STATUS_SUCCESS;                                         \
+    } while (0)
+
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+    const cudnnFilterDescriptor_t w, const cudnnConvolutionDescriptor_t c,
+    const cudnnTensorDescriptor_t y, const int want, int *got,
+    cudnnConvolutionFwdAlgoPerf_t *pf)
+{
+    TD__V7(0, pf, want, got, x, w, c, y);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t h, const cudnnFilterDescriptor_t w,
+    const cudnnTensorDescriptor_t dy, const cudnnConvolutionDescriptor_t c,
+    const cudnnTensorDescriptor_t dx, const int want, int *got,
+    cudnnConvolutionBwdDataAlgoPerf_t *pf)
+{
+    TD__V7(1, pf, want, got, dx, w, c, dy);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+    const cudnnTensorDescriptor_t dy, const cudnnConvolutionDescriptor_t c,
+    const cudnnFilterDescriptor_t dw, const int want, int *got,
+    cudnnConvolutionBwdFilterAlgoPerf_t *pf)
+{
+    TD__V7(2, pf, want, got, x, dw, c, dy);
+}
+
+static cudnnStatus_t td__ws_query(int dir, int algo,
+                                  const struct cudnnTensorStruct *x,
+                                  const struct cudnnFilterStruct *w,
+                                  const struct cudnnConvolutionStruct *c,
+                                  const struct cudnnTensorStruct *y,
+                                  size_t *bytes)
+{
+    if (!bytes)
+        return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = td__dnn_conv_check("workspace query", x, w, c, y);
+    if (st)
+        return st;
+    long long ws = td__dnn_ws(dir, algo, x, w, c, y);
+    if (ws < 0)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    *bytes = (size_t)ws;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+    const cudnnFilterDescriptor_t w, const cudnnConvolutionDescriptor_t c,
+    const cudnnTensorDescriptor_t y, cudnnConvolutionFwdAlgo_t algo,
+    size_t *bytes)
+{
+    cudnnStatus_t st = td__dnn_handle(h, "cudnnGetConvolutionForwardWorkspaceSize");
+    return st ? st : td__ws_query(0, algo, x, w, c, y, bytes);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
+    cudnnHandle_t h, const cudnnFilterDescriptor_t w,
+    const cudnnTensorDescriptor_t dy, const cudnnConvolutionDescriptor_t c,
+    const cudnnTensorDescriptor_t dx, cudnnConvolutionBwdDataAlgo_t algo,
+    size_t *bytes)
+{
+    cudnnStatus_t st = td__dnn_handle(h, "cudnnGetConvolutionBackwardDataWorkspaceSize");
+    return st ? st : td__ws_query(1, algo, dx, w, c, dy, bytes);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+    const cudnnTensorDescriptor_t dy, const cudnnConvolutionDescriptor_t c,
+    const cudnnFilterDescriptor_t dw, cudnnConvolutionBwdFilterAlgo_t algo,
+    size_t *bytes)
+{
+    cudnnStatus_t st = td__dnn_handle(h, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
+    return st ? st : td__ws_query(2, algo, x, dw, c, dy, bytes);
+}

@@ -1,0 +1,80 @@
+/* sim_cudnn_int.h - the simulated cuDNN's descriptors, shared by
+ * sim_cudnn.c (handles, descriptors, algorithm queries) and
+ * sim_cudnn_ops.c (the arithmetic).
+ *
+ * Owns: the descriptor structures (cuDNN keeps them opaque) and the
+ * workspace each convolution algorithm needs, which the queries report and
+ * the calls enforce.
+ * Never does: anything outside the simulator.
+ */
+#ifndef TD_SIM_CUDNN_INT_H
+#define TD_SIM_CUDNN_INT_H
+
+#include <cudnn.h>
+
+#include "sim_int.h"
+
+struct cudnnContext {
+    int dev;
+    cudaStream_t s;
+};
+
+struct cudnnTensorStruct {
+    int set;
+    cudnnDataType_t dt;
+    int n, c, h, w;
+    int ns, cs, hs, ws; /* strides in elements */
+};
+
+struct cudnnFilterStruct {
+    int set;
+    cudnnDataType_t dt;
+    cudnnTensorFormat_t fmt;
+    int k, c, h, w;
+};
+
+struct cudnnConvolutionStruct {
+    int set;
+    int ph, pw, u, v, dh, dw;
+    cudnnConvolutionMode_t mode;
+    cudnnDataType_t dt;
+    cudnnMathType_t math;
+};
+
+struct cudnnActivationStruct {
+    int set;
+    cudnnActivationMode_t mode;
+    cudnnNanPropagation_t nan;
+    double coef;
+};
+
+struct cudnnPoolingStruct {
+    int set;
+    cudnnPoolingMode_t mode;
+    cudnnNanPropagation_t nan;
+    int wh, ww, ph, pw, sh, sw;
+};
+
+/* Bytes a tensor's elements span. */
+size_t td__dnn_span(const struct cudnnTensorStruct *t);
+size_t td__dnn_fspan(const struct cudnnFilterStruct *f);
+
+/* Checks x, w, conv, y for a convolution: 0 or a cuDNN status (with a
+ * diagnostic naming what is wrong). */
+cudnnStatus_t td__dnn_conv_check(const char *call,
+                                 const struct cudnnTensorStruct *x,
+                                 const struct cudnnFilterStruct *w,
+                                 const struct cudnnConvolutionStruct *c,
+                                 const struct cudnnTensorStruct *y);
+
+/* Workspace of each algorithm for that shape; -1 when the algorithm does
+ * not support it.  dir: 0 forward, 1 backward data, 2 backward filter. */
+long long td__dnn_ws(int dir, int algo, const struct cudnnTensorStruct *x,
+                     const struct cudnnFilterStruct *w,
+                     const struct cudnnConvolutionStruct *c,
+                     const struct cudnnTensorStruct *y);
+
+/* The handle's device is current and its stream usable. */
+cudnnStatus_t td__dnn_handle(cudnnHandle_t h, const char *call);
+
+#endif

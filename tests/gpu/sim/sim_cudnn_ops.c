@@ -1,0 +1,779 @@
+/* sim_cudnn_ops.c - the simulated cuDNN's arithmetic, from the definitions
+ * in cuDNN's documentation, with plain loops and double accumulators.
+ *
+ * Owns: convolution forward, backward data, backward filter and bias
+ * (cross-correlation or convolution mode, padding, stride, dilation),
+ * cudnnAddTensor (broadcasting A's size-1 dimensions), batch norm in
+ * spatial mode (training with the running averages updated as
+ *   running = (1 - factor) running + factor batch,
+ * the variance's running average unbiased, saved mean and inverse
+ * standard deviation; inference; backward), ReLU forward and backward,
+ * max and average pooling (including or excluding padding) forward and
+ * backward.  Every call blends y = alpha * result + beta * y and reads y
+ * only when beta is not 0 (cuDNN's rule, which lets y hold NaN).
+ * Scalars and descriptors are copied at the call, as cuDNN does; the
+ * convolution's workspace must be at least what the algorithm needs
+ * (sim_cudnn.c) and is scribbled on, so a workspace shared between
+ * streams shows up in the race detector.
+ * Never does: share code with the backends or the reference layers in
+ * tests/ (those check this file), or support data types other than fp32.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_cudnn_int.h"
+
+typedef struct cudnnTensorStruct td__t;
+
+#define AT(t, n, c, h, w)                                                    \
+    ((size_t)(n) * (t).ns + (size_t)(c) * (t).cs + (size_t)(h) * (t).hs +    \
+     (size_t)(w) * (t).ws)
+
+enum { OP_CONV_FWD, OP_CONV_BWD_DATA, OP_CONV_BWD_FILTER, OP_CONV_BIAS,
+       OP_ADD, OP_BN_TRAIN, OP_BN_INFER, OP_BN_BWD, OP_ACT_FWD, OP_ACT_BWD,
+       OP_POOL_FWD, OP_POOL_BWD };
+
+typedef struct td__dop {
+    int kind;
+    td__t x, y, p;            /* data in, data out, per-channel params */
+    struct cudnnFilterStruct w;
+    struct cudnnConvolutionStruct c;
+    struct cudnnActivationStruct act;
+    struct cudnnPoolingStruct pool;
+    float alpha, beta, alpha2, beta2;
+    double eps, factor;
+    const float *X, *Y, *W, *DY, *S, *B, *M, *V;
+    float *OUT, *RM, *RV, *SM, *SI, *DS, *DB;
+    void *ws;
+    size_t wsb;
+} td__dop;
+
+static float td__blend(float alpha, double r, float beta, const float *old)
+{
+    double v = (double)alpha * r;
+    if (beta != 0.0f)
+        v += (double)beta * *old;
+    return (float)v;
+}
+
+/* ---- convolution ------------------------------------------------------------ */
+
+/* Calls f(n, k, p, q, c, r, s, ih, iw) for every product of a convolution. */
+#define TD__CONV_LOOP(o, BODY)                                               \
+    for (int n = 0; n < (o)->x.n; n++)                                       \
+        for (int k = 0; k < (o)->w.k; k++)                                   \
+            for (int p = 0; p < (o)->y.h; p++)                               \
+                for (int q = 0; q < (o)->y.w; q++)                           \
+                    for (int c = 0; c < (o)->x.c; c++)                       \
+                        for (int r = 0; r < (o)->w.h; r++)                   \
+                            for (int s = 0; s < (o)->w.w; s++) {             \
+                                int ih = p * (o)->c.u - (o)->c.ph +          \
+                                         r * (o)->c.dh;                      \
+                                int iw = q * (o)->c.v - (o)->c.pw +          \
+                                         s * (o)->c.dw;                      \
+                                if (ih < 0 || ih >= (o)->x.h || iw < 0 ||    \
+                                    iw >= (o)->x.w)                          \
+                                    continue;                                \
+                                int fr = (o)->c.mode == CUDNN_CONVOLUTION    \
+                                             ? (o)->w.h - 1 - r : r;         \
+                                int fs = (o)->c.mode == CUDNN_CONVOLUTION    \
+                                             ? (o)->w.w - 1 - s : s;         \
+                                size_t wi = (((size_t)k * (o)->w.c + c) *    \
+                                                 (o)->w.h + fr) * (o)->w.w + \
+                                            fs;                              \
+                                BODY                                         \
+                            }
+
+static void td__conv_fwd(td__dop *o)
+{
+    size_t n_out = (size_t)o->y.n * o->y.c * o->y.h * o->y.w;
+    double *acc = calloc(n_out, sizeof *acc);
+    if (!acc)
+        abort();
+#define IDX(i0, i1, i2, i3) ((((size_t)(i0) * o->y.c + (i1)) * o->y.h + (i2)) * o->y.w + (i3))
+    TD__CONV_LOOP(o, { acc[IDX(n, k, p, q)] += (double)o->W[wi] *
+                                              o->X[AT(o->x, n, c, ih, iw)]; })
+    for (int n = 0; n < o->y.n; n++)
+        for (int k = 0; k < o->y.c; k++)
+            for (int p = 0; p < o->y.h; p++)
+                for (int q = 0; q < o->y.w; q++) {
+                    float *d = &o->OUT[AT(o->y, n, k, p, q)];
+                    *d = td__blend(o->alpha, acc[IDX(n, k, p, q)], o->beta, d);
+                }
+#undef IDX
+    free(acc);
+}
+
+static void td__conv_bwd_data(td__dop *o)
+{
+    size_t n_in = (size_t)o->x.n * o->x.c * o->x.h * o->x.w;
+    double *acc = calloc(n_in, sizeof *acc);
+    if (!acc)
+        abort();
+#define IDX(i0, i1, i2, i3) ((((size_t)(i0) * o->x.c + (i1)) * o->x.h + (i2)) * o->x.w + (i3))
+    TD__CONV_LOOP(o, { acc[IDX(n, c, ih, iw)] += (double)o->W[wi] *
+                                                o->DY[AT(o->y, n, k, p, q)]; })
+    for (int n = 0; n < o->x.n; n++)
+        for (int c = 0; c < o->x.c; c++)
+            for (int h = 0; h < o->x.h; h++)
+                for (int w = 0; w < o->x.w; w++) {
+                    float *d = &o->OUT[AT(o->x, n, c, h, w)];
+                    *d = td__blend(o->alpha, acc[IDX(n, c, h, w)], o->beta, d);
+                }
+#undef IDX
+    free(acc);
+}
+
+static void td__conv_bwd_filter(td__dop *o)
+{
+    size_t nw = (size_t)o->w.k * o->w.c * o->w.h * o->w.w;
+    double *acc = calloc(nw, sizeof *acc);
+    if (!acc)
+        abort();
+    TD__CONV_LOOP(o, { acc[wi] += (double)o->DY[AT(o->y, n, k, p, q)] *
+                                  o->X[AT(o->x, n, c, ih, iw)]; })
+    for (size_t i = 0; i < nw; i++)
+        o->OUT[i] = td__blend(o->alpha, acc[i], o->beta, &o->OUT[i]);
+    free(acc);
+}
+
+static void td__conv_bias(td__dop *o)
+{
+    for (int k = 0; k < o->y.c; k++) {
+        double acc = 0;
+        for (int n = 0; n < o->y.n; n++)
+            for (int p = 0; p < o->y.h; p++)
+                for (int q = 0; q < o->y.w; q++)
+                    acc += o->DY[AT(o->y, n, k, p, q)];
+        float *d = &o->OUT[AT(o->p, 0, k, 0, 0)];
+        *d = td__blend(o->alpha, acc, o->beta, d);
+    }
+}
+
+/* y (= C) = alpha * A + beta * C; A's size-1 dimensions broadcast. */
+static void td__add(td__dop *o)
+{
+    for (int n = 0; n < o->y.n; n++)
+        for (int c = 0; c < o->y.c; c++)
+            for (int h = 0; h < o->y.h; h++)
+                for (int w = 0; w < o->y.w; w++) {
+                    float a = o->X[AT(o->x, o->x.n == 1 ? 0 : n,
+                                      o->x.c == 1 ? 0 : c,
+                                      o->x.h == 1 ? 0 : h,
+                                      o->x.w == 1 ? 0 : w)];
+                    float *d = &o->OUT[AT(o->y, n, c, h, w)];
+                    *d = td__blend(o->alpha, a, o->beta, d);
+                }
+}
+
+/* ---- batch norm (spatial) ---------------------------------------------------- */
+
+static void td__moments(const td__dop *o, int c, double *mean, double *var)
+{
+    double m = 0, v = 0, cnt = (double)o->x.n * o->x.h * o->x.w;
+    for (int n = 0; n < o->x.n; n++)
+        for (int h = 0; h < o->x.h; h++)
+            for (int w = 0; w < o->x.w; w++)
+                m += o->X[AT(o->x, n, c, h, w)];
+    m /= cnt;
+    for (int n = 0; n < o->x.n; n++)
+        for (int h = 0; h < o->x.h; h++)
+            for (int w = 0; w < o->x.w; w++) {
+                double d = o->X[AT(o->x, n, c, h, w)] - m;
+                v += d * d;
+            }
+    *mean = m;
+    *var = v / cnt;
+}
+
+static void td__bn_fwd(td__dop *o)
+{
+    double cnt = (double)o->x.n * o->x.h * o->x.w;
+    for (int c = 0; c < o->x.c; c++) {
+        size_t pc = AT(o->p, 0, c, 0, 0);
+        double mean, var;
+        if (o->kind == OP_BN_TRAIN) {
+            td__moments(o, c, &mean, &var);
+            if (o->RM) {
+                double f = o->factor;
+                o->RM[pc] = (float)((1 - f) * o->RM[pc] + f * mean);
+                o->RV[pc] = (float)((1 - f) * o->RV[pc] +
+                                    f * var * cnt / (cnt > 1 ? cnt - 1 : 1));
+            }
+            if (o->SM) {
+                o->SM[pc] = (float)mean;
+                o->SI[pc] = (float)(1.0 / sqrt(var + o->eps));
+            }
+        } else {
+            mean = o->M[pc];
+            var = o->V[pc];
+        }
+        double inv = 1.0 / sqrt(var + o->eps);
+        for (int n = 0; n < o->x.n; n++)
+            for (int h = 0; h < o->x.h; h++)
+                for (int w = 0; w < o->x.w; w++) {
+                    double xv = o->X[AT(o->x, n, c, h, w)];
+                    float *d = &o->OUT[AT(o->y, n, c, h, w)];
+                    *d = td__blend(o->alpha,
+                                   o->S[pc] * (xv - mean) * inv + o->B[pc],
+                                   o->beta, d);
+                }
+    }
+}
+
+static void td__bn_bwd(td__dop *o)
+{
+    double cnt = (double)o->x.n * o->x.h * o->x.w;
+    for (int c = 0; c < o->x.c; c++) {
+        size_t pc = AT(o->p, 0, c, 0, 0);
+        double mean, inv, var;
+        if (o->M && o->V) {
+            mean = o->M[pc];
+            inv = o->V[pc]; /* saved inverse standard deviation */
+        } else {
+            td__moments(o, c, &mean, &var);
+            inv = 1.0 / sqrt(var + o->eps);
+        }
+        double sdy = 0, sdyx = 0;
+        for (int n = 0; n < o->x.n; n++)
+            for (int h = 0; h < o->x.h; h++)
+                for (int w = 0; w < o->x.w; w++) {
+                    double dy = o->DY[AT(o->y, n, c, h, w)];
+                    sdy += dy;
+                    sdyx += dy * (o->X[AT(o->x, n, c, h, w)] - mean) * inv;
+                }
+        for (int n = 0; n < o->x.n; n++)
+            for (int h = 0; h < o->x.h; h++)
+                for (int w = 0; w < o->x.w; w++) {
+                    double xh = (o->X[AT(o->x, n, c, h, w)] - mean) * inv;
+                    double dy = o->DY[AT(o->y, n, c, h, w)];
+                    float *d = &o->OUT[AT(o->x, n, c, h, w)];
+                    *d = td__blend(o->alpha, o->S[pc] * inv *
+                                   (dy - sdy / cnt - xh * sdyx / cnt),
+                                   o->beta, d);
+                }
+        o->DS[pc] = td__blend(o->alpha2, sdyx, o->beta2, &o->DS[pc]);
+        o->DB[pc] = td__blend(o->alpha2, sdy, o->beta2, &o->DB[pc]);
+    }
+}
+
+/* ---- activation, pooling ------------------------------------------------------- */
+
+static void td__act(td__dop *o)
+{
+    int prop = o->act.nan == CUDNN_PROPAGATE_NAN;
+    for (int n = 0; n < o->x.n; n++)
+        for (int c = 0; c < o->x.c; c++)
+            for (int h = 0; h < o->x.h; h++)
+                for (int w = 0; w < o->x.w; w++) {
+                    float xv = o->X[AT(o->x, n, c, h, w)];
+                    double r;
+                    if (o->kind == OP_ACT_FWD)
+                        r = xv > 0 || (prop && isnan(xv)) ? xv : 0.0;
+                    else
+                        r = xv > 0 ? o->DY[AT(o->y, n, c, h, w)] : 0.0;
+                    float *d = &o->OUT[AT(o->kind == OP_ACT_FWD ? o->y : o->x,
+                                          n, c, h, w)];
+                    *d = td__blend(o->alpha, r, o->beta, d);
+                }
+}
+
+/* Forward into OUT (y), or backward: dy scattered into a dense buffer of
+ * x's size, then blended into OUT (dx). */
+static void td__pool(td__dop *o)
+{
+    const struct cudnnPoolingStruct *P = &o->pool;
+    int bwd = o->kind == OP_POOL_BWD, max = P->mode == CUDNN_POOLING_MAX ||
+                                           P->mode ==
+                                               CUDNN_POOLING_MAX_DETERMINISTIC;
+    int incl = P->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+    size_t nx = (size_t)o->x.n * o->x.c * o->x.h * o->x.w;
+    double *g = bwd ? calloc(nx, sizeof *g) : NULL;
+    if (bwd && !g)
+        abort();
+#define IDX(i0, i1, i2, i3) ((((size_t)(i0) * o->x.c + (i1)) * o->x.h + (i2)) * o->x.w + (i3))
+    for (int n = 0; n < o->y.n; n++)
+        for (int c = 0; c < o->y.c; c++)
+            for (int p = 0; p < o->y.h; p++)
+                for (int q = 0; q < o->y.w; q++) {
+                    int h0 = p * P->sh - P->ph, w0 = q * P->sw - P->pw;
+                    double sum = 0, best = -INFINITY;
+                    int cnt = 0, bh = -1, bw = -1;
+                    for (int h = h0; h < h0 + P->wh; h++)
+                        for (int w = w0; w < w0 + P->ww; w++) {
+                            if (h < 0 || h >= o->x.h || w < 0 || w >= o->x.w)
+                                continue;
+                            double v = o->X[AT(o->x, n, c, h, w)];
+                            sum += v;
+                            cnt++;
+                            if (bh < 0 || v > best ||
+                                (P->nan == CUDNN_PROPAGATE_NAN && isnan(v) &&
+                                 !isnan(best)))
+                                best = v, bh = h, bw = w;
+                        }
+                    int div = incl ? P->wh * P->ww : cnt;
+                    if (!bwd) {
+                        double r = max ? (bh < 0 ? 0.0 : best)
+                                       : (div ? sum / div : 0.0);
+                        float *d = &o->OUT[AT(o->y, n, c, p, q)];
+                        *d = td__blend(o->alpha, r, o->beta, d);
+                        continue;
+                    }
+                    double dy = o->DY[AT(o->y, n, c, p, q)];
+                    if (max) {
+                        if (bh >= 0)
+                            g[IDX(n, c, bh, bw)] += dy;
+                        continue;
+                    }
+                    for (int h = h0; div && h < h0 + P->wh; h++)
+                        for (int w = w0; w < w0 + P->ww; w++)
+                            if (h >= 0 && h < o->x.h && w >= 0 && w < o->x.w)
+                                g[IDX(n, c, h, w)] += dy / div;
+                }
+    if (bwd)
+        for (int n = 0; n < o->x.n; n++)
+            for (int c = 0; c < o->x.c; c++)
+                for (int h = 0; h < o->x.h; h++)
+                    for (int w = 0; w < o->x.w; w++) {
+                        float *d = &o->OUT[AT(o->x, n, c, h, w)];
+                        *d = td__blend(o->alpha, g[IDX(n, c, h, w)], o->beta,
+                                       d);
+                    }
+#undef IDX
+    free(g);
+}
+
+static void td__run(void *p)
+{
+    td__dop *o = p;
+    if (o->ws && o->wsb) /* the algorithm's scratch */
+        memset(o->ws, 0xa5, o->wsb < 65536 ? o->wsb : 65536);
+    switch (o->kind) {
+    case OP_CONV_FWD: td__conv_fwd(o); break;
+    case OP_CONV_BWD_DATA: td__conv_bwd_data(o); break;
+    case OP_CONV_BWD_FILTER: td__conv_bwd_filter(o); break;
+    case OP_CONV_BIAS: td__conv_bias(o); break;
+    case OP_ADD: td__add(o); break;
+    case OP_BN_TRAIN: case OP_BN_INFER: td__bn_fwd(o); break;
+    case OP_BN_BWD: td__bn_bwd(o); break;
+    case OP_ACT_FWD: case OP_ACT_BWD: td__act(o); break;
+    default: td__pool(o); break;
+    }
+}
+
+/* ---- submission --------------------------------------------------------------- */
+
+typedef struct td__sub {
+    td_sim_range r[12];
+    int n;
+} td__sub;
+
+static void td__use(td__sub *s, const void *p, size_t bytes, int write)
+{
+    if (p && bytes)
+        s->r[s->n++] = (td_sim_range){p, bytes, write};
+}
+
+static cudnnStatus_t td__submit(cudnnHandle_t h, const char *what,
+                                td__dop *o, td__sub *s, const void *caller)
+{
+    cudaError_t e = td_sim_submit(h->s, what, td__run, free, o, s->r, s->n,
+                                  caller);
+    if (e == cudaSuccess)
+        return CUDNN_STATUS_SUCCESS;
+    return e == cudaErrorInvalidValue ? CUDNN_STATUS_BAD_PARAM
+                                      : CUDNN_STATUS_EXECUTION_FAILED;
+}
+
+static int td__same(const td__t *a, const td__t *b)
+{
+    return a && b && a->set && b->set && a->n == b->n && a->c == b->c &&
+           a->h == b->h && a->w == b->w;
+}
+
+static int td__f32(const td__t *t) { return t->dt == CUDNN_DATA_FLOAT; }
+
+/* Descriptor of per-channel parameters for data tensor x: 1 x C x 1 x 1. */
+static int td__chan(const td__t *p, const td__t *x)
+{
+    return p && p->set && p->n == 1 && p->c == x->c && p->h == 1 &&
+           p->w == 1;
+}
+
+static td__dop *td__new(int kind, const void *alpha, const void *beta)
+{
+    td__dop *o = calloc(1, sizeof *o);
+    if (o) {
+        o->kind = kind;
+        o->alpha = *(const float *)alpha;
+        o->beta = *(const float *)beta;
+    }
+    return o;
+}
+
+#define TD__START(call)                                                      \
+    cudnnStatus_t st_ = td__dnn_handle(h, call);                             \
+    if (st_)                                                                 \
+        return st_;                                                          \
+    if (!alpha || !beta)                                                     \
+        return CUDNN_STATUS_BAD_PARAM
+
+static cudnnStatus_t td__conv(cudnnHandle_t h, int kind, const char *call,
+                              const void *alpha, const void *beta,
+                              const td__t *x, const struct cudnnFilterStruct *w,
+                              const struct cudnnConvolutionStruct *c,
+                              const td__t *y, int dir, int algo, void *ws,
+                              size_t wsb, const void *in1, const void *in2,
+                              void *out, const void *caller)
+{
+    TD__START(call);
+    cudnnStatus_t st = td__dnn_conv_check(call, x, w, c, y);
+    if (st)
+        return st;
+    long long need = td__dnn_ws(dir, algo, x, w, c, y);
+    if (need < 0) {
+        td__sim_say("%s: algorithm %d does not support this shape", call,
+                    algo);
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    }
+    if ((size_t)need > wsb || (need > 0 && !ws)) {
+        td__sim_say("%s: algorithm %d needs a workspace of %lld bytes, got "
+                    "%zu", call, algo, need, wsb);
+        return CUDNN_STATUS_BAD_PARAM;
+    }
+    td__dop *o = td__new(kind, alpha, beta);
+    if (!o)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    o->x = *x, o->w = *w, o->c = *c, o->y = *y;
+    o->ws = ws, o->wsb = (size_t)need;
+    td__sub s = {.n = 0};
+    td__use(&s, ws, (size_t)need, 1);
+    if (kind == OP_CONV_FWD) {
+        o->X = in1, o->W = in2, o->OUT = out;
+        td__use(&s, in1, td__dnn_span(x), 0);
+        td__use(&s, in2, td__dnn_fspan(w), 0);
+        td__use(&s, out, td__dnn_span(y), 1);
+    } else if (kind == OP_CONV_BWD_DATA) {
+        o->W = in1, o->DY = in2, o->OUT = out;
+        td__use(&s, in1, td__dnn_fspan(w), 0);
+        td__use(&s, in2, td__dnn_span(y), 0);
+        td__use(&s, out, td__dnn_span(x), 1);
+    } else {
+        o->X = in1, o->DY = in2, o->OUT = out;
+        td__use(&s, in1, td__dnn_span(x), 0);
+        td__use(&s, in2, td__dnn_span(y), 0);
+        td__use(&s, out, td__dnn_fspan(w), 1);
+    }
+    return td__submit(h, call, o, &s, caller);
+}
+
+cudnnStatus_t cudnnConvolutionForward(
+    cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd,
+    const void *x, const cudnnFilterDescriptor_t wd, const void *w,
+    const cudnnConvolutionDescriptor_t cd, cudnnConvolutionFwdAlgo_t algo,
+    void *ws, size_t wsb, const void *beta, const cudnnTensorDescriptor_t yd,
+    void *y)
+{
+    return td__conv(h, OP_CONV_FWD, "cudnnConvolutionForward", alpha, beta,
+                    xd, wd, cd, yd, 0, algo, ws, wsb, x, w, y,
+                    __builtin_return_address(0));
+}
+
+cudnnStatus_t cudnnConvolutionBackwardData(
+    cudnnHandle_t h, const void *alpha, const cudnnFilterDescriptor_t wd,
+    const void *w, const cudnnTensorDescriptor_t dyd, const void *dy,
+    const cudnnConvolutionDescriptor_t cd, cudnnConvolutionBwdDataAlgo_t algo,
+    void *ws, size_t wsb, const void *beta, const cudnnTensorDescriptor_t dxd,
+    void *dx)
+{
+    return td__conv(h, OP_CONV_BWD_DATA, "cudnnConvolutionBackwardData",
+                    alpha, beta, dxd, wd, cd, dyd, 1, algo, ws, wsb, w, dy,
+                    dx, __builtin_return_address(0));
+}
+
+cudnnStatus_t cudnnConvolutionBackwardFilter(
+    cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd,
+    const void *x, const cudnnTensorDescriptor_t dyd, const void *dy,
+    const cudnnConvolutionDescriptor_t cd,
+    cudnnConvolutionBwdFilterAlgo_t algo, void *ws, size_t wsb,
+    const void *beta, const cudnnFilterDescriptor_t dwd, void *dw)
+{
+    return td__conv(h, OP_CONV_BWD_FILTER, "cudnnConvolutionBackwardFilter",
+                    alpha, beta, xd, dwd, cd, dyd, 2, algo, ws, wsb, x, dy,
+                    dw, __builtin_return_address(0));
+}
+
+cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha,
+                                           const cudnnTensorDescriptor_t dyd,
+                                           const void *dy, const void *beta,
+                                           const cudnnTensorDescriptor_t dbd,
+                                           void *db)
+{
+    TD__START("cudnnConvolutionBackwardBias");
+    if (!dyd || !dyd->set || !td__chan(dbd, dyd) || !td__f32(dyd))
+        return CUDNN_STATUS_BAD_PARAM;
+    td__dop *o = td__new(OP_CONV_BIAS, alpha, beta);
+    if (!o)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    o->y = *dyd, o->p = *dbd, o->DY = dy, o->OUT = db;
+    td__sub s = {.n = 0};
+    td__use(&s, dy, td__dnn_span(dyd), 0);
+    td__use(&s, db, td__dnn_span(dbd), 1);
+    return td__submit(h, "cudnnConvolutionBackwardBias", o, &s,
+                      __builtin_return_address(0));
+}
+
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha,
+                             const cudnnTensorDescriptor_t ad, const void *A,
+                             const void *beta,
+                             const cudnnTensorDescriptor_t cd, void *C)
+{
+    TD__START("cudnnAddTensor");
+    if (!ad || !cd || !ad->set || !cd->set || !td__f32(ad) || !td__f32(cd) ||
+        (ad->n != cd->n && ad->n != 1) || (ad->c != cd->c && ad->c != 1) ||
+        (ad->h != cd->h && ad->h != 1) || (ad->w != cd->w && ad->w != 1))
+        return CUDNN_STATUS_BAD_PARAM;
+    td__dop *o = td__new(OP_ADD, alpha, beta);
+    if (!o)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    o->x = *ad, o->y = *cd, o->X = A, o->OUT = C;
+    td__sub s = {.n = 0};
+    td__use(&s, A, td__dnn_span(ad), 0);
+    td__use(&s, C, td__dnn_span(cd), 1);
+    return td__submit(h, "cudnnAddTensor", o, &s,
+                      __builtin_return_address(0));
+}
+
+/* ---- batch norm ------------------------------------------------------------------- */
+
+static cudnnStatus_t td__bn_check(cudnnBatchNormMode_t mode, const td__t *x,
+                                  const td__t *y, const td__t *p, double eps)
+{
+    if (mode != CUDNN_BATCHNORM_SPATIAL)
+        return CUDNN_STATUS_NOT_SUPPORTED; /* the simulator's subset */
+    if (!td__same(x, y) || !td__chan(p, x) || !td__f32(x) || !td__f32(y) ||
+        eps < CUDNN_BN_MIN_EPSILON)
+        return CUDNN_STATUS_BAD_PARAM;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void *alpha,
+    const void *beta, const cudnnTensorDescriptor_t xd, const void *x,
+    const cudnnTensorDescriptor_t yd, void *y,
+    const cudnnTensorDescriptor_t pd, const void *scale, const void *bias,
+    double factor, void *rmean, void *rvar, double eps, void *smean,
+    void *sinv)
+{
+    TD__START("cudnnBatchNormalizationForwardTraining");
+    cudnnStatus_t st = td__bn_check(mode, xd, yd, pd, eps);
+    if (st)
+        return st;
+    if (!scale || !bias || !rmean != !rvar || !smean != !sinv)
+        return CUDNN_STATUS_BAD_PARAM;
+    td__dop *o = td__new(OP_BN_TRAIN, alpha, beta);
+    if (!o)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    o->x = *xd, o->y = *yd, o->p = *pd, o->factor = factor, o->eps = eps;
+    o->X = x, o->OUT = y, o->S = scale, o->B = bias;
+    o->RM = rmean, o->RV = rvar, o->SM = smean, o->SI = sinv;
+    size_t pb = td__dnn_span(pd);
+    td__sub s = {.n = 0};
+    td__use(&s, x, td__dnn_span(xd), 0);
+    td__use(&s, y, td__dnn_span(yd), 1);
+    td__use(&s, scale, pb, 0);
+    td__use(&s, bias, pb, 0);
+    td__use(&s, rmean, pb, 1);
+    td__use(&s, rvar, pb, 1);
+    td__use(&s, smean, pb, 1);
+    td__use(&s, sinv, pb, 1);
+    return td__submit(h, "cudnnBatchNormalizationForwardTraining", o, &s,
+                      __builtin_return_address(0));
+}
+
+cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void *alpha,
+    const void *beta, const cudnnTensorDescriptor_t xd, const void *x,
+    const cudnnTensorDescriptor_t yd, void *y,
+    const cudnnTensorDescriptor_t pd, const void *scale, const void *bias,
+    const void *mean, const void *var, double eps)
+{
+    TD__START("cudnnBatchNormalizationForwardInference");
+    cudnnStatus_t st = td__bn_check(mode, xd, yd, pd, eps);
+    if (st)
+        return st;
+    if (!scale || !bias || !mean || !var)
+        return CUDNN_STATUS_BAD_PARAM;
+    td__dop *o = td__new(OP_BN_INFER, alpha, beta);
+    if (!o)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    o->x = *xd, o->y = *yd, o->p = *pd, o->eps = eps;
+    o->X = x, o->OUT = y, o->S = scale, o->B = bias, o->M = mean, o->V = var;
+    size_t pb = td__dnn_span(pd);
+    td__sub s = {.n = 0};
+    td__use(&s, x, td__dnn_span(xd), 0);
+    td__use(&s, y, td__dnn_span(yd), 1);
+    td__use(&s, scale, pb, 0);
+    td__use(&s, bias, pb, 0);
+    td__use(&s, mean, pb, 0);
+    td__use(&s, var, pb, 0);
+    return td__submit(h, "cudnnBatchNormalizationForwardInference", o, &s,
+                      __builtin_return_address(0));
+}
+
+cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void *alpha,
+    const void *beta, const void *alpha2, const void *beta2,
+    const cudnnTensorDescriptor_t xd, const void *x,
+    const cudnnTensorDescriptor_t dyd, const void *dy,
+    const cudnnTensorDescriptor_t dxd, void *dx,
+    const cudnnTensorDescriptor_t pd, const void *scale, void *dscale,
+    void *dbias, double eps, const void *smean, const void *sinv)
+{
+    TD__START("cudnnBatchNormalizationBackward");
+    cudnnStatus_t st = td__bn_check(mode, xd, dyd, pd, eps);
+    if (st)
+        return st;
+    if (!td__same(xd, dxd) || !alpha2 || !beta2 || !scale || !dscale ||
+        !dbias || !dx || !smean != !sinv)
+        return CUDNN_STATUS_BAD_PARAM;
+    td__dop *o = td__new(OP_BN_BWD, alpha, beta);
+    if (!o)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    o->alpha2 = *(const float *)alpha2, o->beta2 = *(const float *)beta2;
+    o->x = *xd, o->y = *dyd, o->p = *pd, o->eps = eps;
+    o->X = x, o->DY = dy, o->OUT = dx, o->S = scale, o->DS = dscale;
+    o->DB = dbias, o->M = smean, o->V = sinv;
+    size_t pb = td__dnn_span(pd);
+    td__sub s = {.n = 0};
+    td__use(&s, x, td__dnn_span(xd), 0);
+    td__use(&s, dy, td__dnn_span(dyd), 0);
+    td__use(&s, dx, td__dnn_span(dxd), 1);
+    td__use(&s, scale, pb, 0);
+    td__use(&s, dscale, pb, 1);
+    td__use(&s, dbias, pb, 1);
+    td__use(&s, smean, pb, 0);
+    td__use(&s, sinv, pb, 0);
+    return td__submit(h, "cudnnBatchNormalizationBackward", o, &s,
+                      __builtin_return_address(0));
+}
+
+/* ---- activation, pooling ------------------------------------------------------------ */
+
+cudnnStatus_t cudnnActivationForward(cudnnHandle_t h,
+                                     cudnnActivationDescriptor_t ad,
+                                     const void *alpha,
+                                     const cudnnTensorDescriptor_t xd,
+                                     const void *x, const void *beta,
+                                     const cudnnTensorDescriptor_t yd, void *y)
+{
+    TD__START("cudnnActivationForward");
+    if (!ad || !ad->set || !td__same(xd, yd) || !td__f32(xd))
+        return CUDNN_STATUS_BAD_PARAM;
+    if (ad->mode != CUDNN_ACTIVATION_RELU)
+        return CUDNN_STATUS_NOT_SUPPORTED; /* the simulator's subset */
+    td__dop *o = td__new(OP_ACT_FWD, alpha, beta);
+    if (!o)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    o->act = *ad, o->x = *xd, o->y = *yd, o->X = x, o->OUT = y;
+    td__sub s = {.n = 0};
+    td__use(&s, x, td__dnn_span(xd), 0);
+    td__use(&s, y, td__dnn_span(yd), 1);
+    return td__submit(h, "cudnnActivationForward", o, &s,
+                      __builtin_return_address(0));
+}
+
+cudnnStatus_t cudnnActivationBackward(
+    cudnnHandle_t h, cudnnActivationDescriptor_t ad, const void *alpha,
+    const cudnnTensorDescriptor_t yd, const void *y,
+    const cudnnTensorDescriptor_t dyd, const void *dy,
+    const cudnnTensorDescriptor_t xd, const void *x, const void *beta,
+    const cudnnTensorDescriptor_t dxd, void *dx)
+{
+    TD__START("cudnnActivationBackward");
+    if (!ad || !ad->set || !td__same(xd, yd) || !td__same(xd, dyd) ||
+        !td__same(xd, dxd) || !td__f32(xd))
+        return CUDNN_STATUS_BAD_PARAM;
+    if (ad->mode != CUDNN_ACTIVATION_RELU)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    td__dop *o = td__new(OP_ACT_BWD, alpha, beta);
+    if (!o)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    o->act = *ad, o->x = *xd, o->y = *dyd;
+    o->X = x, o->DY = dy, o->OUT = dx;
+    td__sub s = {.n = 0};
+    td__use(&s, y, td__dnn_span(yd), 0);
+    td__use(&s, dy, td__dnn_span(dyd), 0);
+    td__use(&s, x, td__dnn_span(xd), 0);
+    td__use(&s, dx, td__dnn_span(dxd), 1);
+    return td__submit(h, "cudnnActivationBackward", o, &s,
+                      __builtin_return_address(0));
+}
+
+static cudnnStatus_t td__pool_check(const struct cudnnPoolingStruct *p,
+                                    const td__t *x, const td__t *y)
+{
+    int n, c, hh, ww;
+    if (!p || !p->set || !x || !y || !x->set || !y->set || !td__f32(x) ||
+        cudnnGetPooling2dForwardOutputDim((cudnnPoolingDescriptor_t)p,
+                                          (cudnnTensorDescriptor_t)x, &n, &c,
+                                          &hh, &ww) ||
+        y->n != n || y->c != c || y->h != hh || y->w != ww)
+        return CUDNN_STATUS_BAD_PARAM;
+    if (p->mode != CUDNN_POOLING_MAX &&
+        p->mode != CUDNN_POOLING_MAX_DETERMINISTIC &&
+        p->mode != CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING &&
+        p->mode != CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnPoolingForward(cudnnHandle_t h,
+                                  const cudnnPoolingDescriptor_t pd,
+                                  const void *alpha,
+                                  const cudnnTensorDescriptor_t xd,
+                                  const void *x, const void *beta,
+                                  const cudnnTensorDescriptor_t yd, void *y)
+{
+    TD__START("cudnnPoolingForward");
+    cudnnStatus_t st = td__pool_check(pd, xd, yd);
+    if (st)
+        return st;
+    td__dop *o = td__new(OP_POOL_FWD, alpha, beta);
+    if (!o)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    o->pool = *pd, o->x = *xd, o->y = *yd, o->X = x, o->OUT = y;
+    td__sub s = {.n = 0};
+    td__use(&s, x, td__dnn_span(xd), 0);
+    td__use(&s, y, td__dnn_span(yd), 1);
+    return td__submit(h, "cudnnPoolingForward", o, &s,
+                      __builtin_return_address(0));
+}
+
+cudnnStatus_t cudnnPoolingBackward(
+    cudnnHandle_t h, const cudnnPoolingDescriptor_t pd, const void *alpha,
+    const cudnnTensorDescriptor_t yd, const void *y,
+    const cudnnTensorDescriptor_t dyd, const void *dy,
+    const cudnnTensorDescriptor_t xd, const void *x, const void *beta,
+    const cudnnTensorDescriptor_t dxd, void *dx)
+{
+    TD__START("cudnnPoolingBackward");
+    cudnnStatus_t st = td__pool_check(pd, xd, yd);
+    if (st)
+        return st;
+    if (!td__same(yd, dyd) || !td__same(xd, dxd))
+        return CUDNN_STATUS_BAD_PARAM;
+    td__dop *o = td__new(OP_POOL_BWD, alpha, beta);
+    if (!o)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    o->pool = *pd, o->x = *xd, o->y = *dyd;
+    o->X = x, o->DY = dy, o->OUT = dx;
+    td__sub s = {.n = 0};
+    td__use(&s, y, td__dnn_span(yd), 0);
+    td__use(&s, dy, td__dnn_span(dyd), 0);
+    td__use(&s, x, td__dnn_span(xd), 0);
+    td__use(&s, dx, td__dnn_span(dxd), 1);
+    return td__submit(h, "cudnnPoolingBackward", o, &s,
+                      __builtin_return_address(0));
+}

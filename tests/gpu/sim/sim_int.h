@@ -1,0 +1,179 @@
+/* sim_int.h - internals shared by the simulated CUDA device's files.
+ *
+ * Owns: the simulator's state (devices, device allocations, pinned host
+ * ranges, streams with their worker threads and queues, events, vector
+ * clocks) and the contracts between its files:
+ *   sim_runtime.c  configuration, devices, errors, memory, copies, memset
+ *   sim_stream.c   streams, workers, events, host functions, syncs, the
+ *                  kernel launch entry (td_sim_launch), jitter, faults
+ *   sim_race.c     the stream-order race detector (vector clocks)
+ *   sim_cublas.c   the cuBLAS subset (Sgemm)
+ *   sim_cudnn.c    cuDNN handles, descriptors, algorithm queries
+ *   sim_cudnn_ops.c cuDNN's arithmetic (convolution, batch norm, ...)
+ * Never does: anything outside tests.  This code is linked into test
+ * executables in place of libcudart, libcublas and libcudnn, never into
+ * traind or trainctl.
+ *
+ * Locking: one mutex (td__sim.mu) guards everything here; one condition
+ * variable (td__sim.cv) is broadcast whenever a stream completes an
+ * operation.  Stream workers drop the mutex while they run an operation,
+ * so device work runs concurrently with the host and with other streams,
+ * as on a GPU.
+ */
+#ifndef TD_SIM_INT_H
+#define TD_SIM_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "sim.h"
+
+#define TD_SIM_MAX_DEVICES 8
+#define TD_SIM_MAX_STREAMS 256 /* ever created, per reset (vector clocks) */
+
+typedef uint64_t td_sim_vc[TD_SIM_MAX_STREAMS];
+
+/* One access record of the race detector. */
+typedef struct td_sim_rec {
+    size_t off, len;        /* byte range within the allocation */
+    int stream;             /* stream id */
+    uint64_t epoch;         /* the stream's operation count at the access */
+    int write;
+    const char *what;       /* API call or kernel name */
+    const void *caller;     /* return address in the caller */
+} td_sim_rec;
+
+/* One device allocation (cudaMalloc) or pinned host range. */
+typedef struct td_sim_alloc {
+    char *base;
+    size_t bytes;
+    int dev;                /* device allocations: owner; host: -1 */
+    int registered;         /* host: cudaHostRegister (not ours to free) */
+    td_sim_rec *rec;        /* race records (device allocations) */
+    int nrec, caprec;
+} td_sim_alloc;
+
+enum td_sim_op_kind { TD_SIM_OP_RUN, TD_SIM_OP_WAIT, TD_SIM_OP_RECORD };
+
+typedef struct td_sim_op {
+    struct td_sim_op *next;
+    enum td_sim_op_kind kind;
+    void (*run)(void *ctx);      /* RUN */
+    void (*drop)(void *ctx);     /* RUN: frees ctx afterwards (may be NULL) */
+    void *ctx;
+    int hostfn;                  /* RUN: a cudaLaunchHostFunc callback */
+    int fault;                   /* RUN: injected illegal address */
+    const char *what;
+    struct CUstream_st *ws;      /* WAIT: until ws->done >= wseq */
+    uint64_t wseq;
+    struct CUevent_st *ev;       /* RECORD: timestamp ev if still its seq */
+    uint64_t seq;                /* this operation's number on its stream */
+} td_sim_op;
+
+struct CUstream_st {
+    int id;                /* index into vector clocks */
+    int dev;
+    unsigned flags;        /* cudaStreamNonBlocking or 0 */
+    int legacy;            /* the device's legacy default stream */
+    int dead;              /* destroyed: handle invalid */
+    int quit;
+    pthread_t th;
+    td_sim_op *head, *tail;
+    uint64_t enq, done;    /* operations enqueued, completed */
+    td_sim_vc vc;          /* what this stream's next operation follows */
+    uint64_t rng;          /* jitter state */
+};
+
+struct CUevent_st {
+    int dev;
+    unsigned flags;
+    int dead;
+    struct CUstream_st *s; /* stream of the last record; NULL: never */
+    uint64_t seq;          /* that record's operation number */
+    uint64_t t_ns;         /* when it executed (CLOCK_MONOTONIC) */
+    td_sim_vc vc;          /* clock of the stream at the record */
+};
+
+typedef struct td_sim_dev {
+    size_t cap, used;
+    struct CUstream_st *legacy;
+    cudaError_t sticky;    /* cudaSuccess until a fault */
+    unsigned flags;        /* cudaSetDeviceFlags */
+} td_sim_dev;
+
+typedef struct td_sim_state {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int init;
+    int ndev;
+    td_sim_dev dev[TD_SIM_MAX_DEVICES];
+    struct CUstream_st *streams[TD_SIM_MAX_STREAMS];
+    int nstreams;
+    struct CUevent_st **events;   /* every event ever created (freed at reset) */
+    int nevents, capevents;
+    td_sim_alloc *dmem;           /* device allocations, sorted by base */
+    int ndmem, capdmem;
+    td_sim_alloc *hmem;           /* pinned host ranges, sorted by base */
+    int nhmem, caphmem;
+    td_sim_vc host;               /* what the host has seen complete */
+    /* configuration (environment, read at init and td_sim_reset) */
+    uint64_t jitter;              /* 0: off, else the seed */
+    long oom_at;                  /* fail the Nth cudaMalloc (1-based) */
+    long fault_kernel;            /* illegal address at the Nth launch */
+    int race_mode;                /* 0 off, 1 report, 2 strict (abort) */
+    /* counters */
+    long mallocs, launches, races, spin_waits;
+} td_sim_state;
+
+extern td_sim_state td__sim;
+
+/* ---- sim_runtime.c ------------------------------------------------------- */
+/* Lazy initialisation; takes the mutex.  Every API entry starts here. */
+void td__sim_lock(void);
+void td__sim_unlock(void);
+/* The calling thread's current device. */
+int td__sim_cur(void);
+/* Sets the calling thread's last error when e is an error; returns e. */
+cudaError_t td__sim_err(cudaError_t e);
+/* Checks common to every call (called with the mutex held): inside a host
+ * function -> cudaErrorNotPermitted; a sticky error on the current device. */
+cudaError_t td__sim_gate(void);
+/* Device allocation containing [p, p + n), or NULL. */
+td_sim_alloc *td__sim_dfind(const void *p, size_t n);
+/* Pinned host range containing [p, p + n), or NULL. */
+td_sim_alloc *td__sim_hfind(const void *p, size_t n);
+/* Prints one diagnostic line to stderr ("td-sim: ..."). */
+void td__sim_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void td__sim_where(const void *caller, char *out, size_t cap);
+
+/* ---- sim_stream.c --------------------------------------------------------- */
+extern __thread int td__sim_in_hostfn;
+/* The stream an API call means (NULL / legacy / per-thread -> the current
+ * device's legacy stream); NULL for a dead or foreign handle. */
+struct CUstream_st *td__sim_stream(cudaStream_t s);
+/* Prepares a new operation on s: implicit legacy-stream waits, the host's
+ * clock, the stream's own epoch.  Returns the operation (not yet queued);
+ * the race detector sees s->vc as it will be for it. */
+td_sim_op *td__sim_op_new(struct CUstream_st *s, enum td_sim_op_kind kind);
+void td__sim_op_push(struct CUstream_st *s, td_sim_op *op);
+/* Blocks the host until s has completed operation seq, then makes the
+ * host's clock include vc (may be NULL).  Mutex held. */
+void td__sim_wait(struct CUstream_st *s, uint64_t seq, const uint64_t *vc,
+                  int spin);
+void td__sim_join(uint64_t *dst, const uint64_t *src);
+void td__sim_streams_free(void);
+/* Waits for every stream of dev and joins their clocks into the host's. */
+void td__sim_drain_dev(int dev);
+
+/* ---- sim_race.c ----------------------------------------------------------- */
+/* Records an access by the operation about to be queued on s and reports
+ * (in report or strict mode) an earlier conflicting access on another
+ * stream that is not ordered before it.  Mutex held. */
+void td__sim_race(td_sim_alloc *a, const void *p, size_t n, int write,
+                  const struct CUstream_st *s, const char *what,
+                  const void *caller);
+
+#endif

@@ -1,0 +1,789 @@
+/* sim_runtime.c - the simulated CUDA runtime: configuration, devices,
+ * errors, device and pinned host memory, copies and memsets.
+ *
+ * Owns: the global state's initialisation from the environment (sim.h),
+ * the per-thread current device and last error, sticky errors, device
+ * allocations (each a separate host allocation within the device's
+ * capacity, filled with 0xff bytes - a NaN in every float - when made),
+ * pinned host ranges (cudaHostAlloc, cudaHostRegister), and the documented
+ * host synchronisation of every copy ("API synchronization behavior" in
+ * the CUDA runtime documentation):
+ *   cudaMemcpy       H2D from pageable memory: waits for the legacy
+ *                    stream, stages the source, returns before the DMA;
+ *                    H2D from pinned memory, D2H, H2H: synchronous;
+ *                    D2D: asynchronous
+ *   cudaMemcpyAsync  D2H into pageable memory: returns once copied;
+ *                    H2D from pageable memory: stages the source at the
+ *                    call; otherwise asynchronous
+ *   cudaMemset(Async) of device memory: asynchronous
+ * Never does: let a copy name memory of another device than the current
+ * one, or run outside tests.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_int.h"
+
+td_sim_state td__sim = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                        .cv = PTHREAD_COND_INITIALIZER};
+
+static __thread int td__sim_device;
+static __thread cudaError_t td__sim_last;
+
+/* ---- configuration ------------------------------------------------------- */
+
+static long td__env_long(const char *name, long def, long lo, long hi)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (!v || !*v)
+        return def;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || x < lo || x > hi) {
+        fprintf(stderr, "td-sim: %s=%s: expected an integer in %ld..%ld\n",
+                name, v, lo, hi);
+        abort();
+    }
+    return x;
+}
+
+static void td__configure(void)
+{
+    td__sim.ndev = (int)td__env_long("TD_SIM_DEVICES", 1, 0,
+                                     TD_SIM_MAX_DEVICES);
+    long mb = td__env_long("TD_SIM_MEM_MB", 4096, 1, 1L << 24);
+    td__sim.jitter = (uint64_t)td__env_long("TD_SIM_JITTER", 0, 0,
+                                            0x7fffffffL);
+    td__sim.oom_at = td__env_long("TD_SIM_OOM_AT", 0, 0, 0x7fffffffL);
+    td__sim.fault_kernel = td__env_long("TD_SIM_FAULT_KERNEL", 0, 0,
+                                        0x7fffffffL);
+    const char *r = getenv("TD_SIM_RACE");
+    if (!r || !*r || strcmp(r, "report") == 0)
+        td__sim.race_mode = 1;
+    else if (strcmp(r, "strict") == 0)
+        td__sim.race_mode = 2;
+    else if (strcmp(r, "off") == 0)
+        td__sim.race_mode = 0;
+    else {
+        fprintf(stderr, "td-sim: TD_SIM_RACE=%s: expected off, report or "
+                "strict\n", r);
+        abort();
+    }
+    for (int d = 0; d < TD_SIM_MAX_DEVICES; d++) {
+        memset(&td__sim.dev[d], 0, sizeof td__sim.dev[d]);
+        td__sim.dev[d].cap = (size_t)mb << 20;
+    }
+    memset(td__sim.host, 0, sizeof td__sim.host);
+    td__sim.mallocs = td__sim.launches = 0;
+    td__sim.races = td__sim.spin_waits = 0;
+    td__sim.init = 1;
+}
+
+void td__sim_lock(void)
+{
+    pthread_mutex_lock(&td__sim.mu);
+    if (!td__sim.init)
+        td__configure();
+}
+
+void td__sim_unlock(void) { pthread_mutex_unlock(&td__sim.mu); }
+
+int td__sim_cur(void) { return td__sim_device; }
+
+cudaError_t td__sim_err(cudaError_t e)
+{
+    if (e != cudaSuccess)
+        td__sim_last = e;
+    return e;
+}
+
+cudaError_t td__sim_gate(void)
+{
+    if (td__sim_in_hostfn) {
+        td__sim_say("a CUDA call inside a host function (cudaLaunchHostFunc "
+                    "forbids it)");
+        return cudaErrorNotPermitted;
+    }
+    if (td__sim_device >= td__sim.ndev)
+        return td__sim.ndev ? cudaErrorInvalidDevice : cudaErrorNoDevice;
+    return td__sim.dev[td__sim_device].sticky;
+}
+
+void td__sim_say(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "td-sim: %s\n", line);
+}
+
+/* Sanitizer builds can name file and line; otherwise module + offset
+ * (for addr2line -f -e MODULE OFFSET). */
+extern void __sanitizer_symbolize_pc(void *pc, const char *fmt, char *out,
+                                     size_t cap) __attribute__((weak));
+
+void td__sim_where(const void *caller, char *out, size_t cap)
+{
+    Dl_info di;
+    if (!caller) {
+        snprintf(out, cap, "?");
+        return;
+    }
+    /* the return address points after the call */
+    void *pc = (char *)(uintptr_t)caller - 1;
+    if (__sanitizer_symbolize_pc) {
+        __sanitizer_symbolize_pc(pc, "%f %S", out, cap);
+        if (out[0] && strcmp(out, "<null>") != 0)
+            return;
+    }
+    if (dladdr(pc, &di) && di.dli_fname) {
+        snprintf(out, cap, "%s%s(%s+0x%lx)", di.dli_sname ? di.dli_sname : "",
+                 di.dli_sname ? " " : "", di.dli_fname,
+                 (unsigned long)((uintptr_t)pc - (uintptr_t)di.dli_fbase));
+        return;
+    }
+    snprintf(out, cap, "%p", pc);
+}
+
+/* ---- allocation tables (sorted by base) ----------------------------------- */
+
+static td_sim_alloc *td__find(td_sim_alloc *t, int n, const void *p,
+                              size_t bytes)
+{
+    const char *c = p;
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (c < t[mid].base)
+            hi = mid - 1;
+        else if (c >= t[mid].base + (t[mid].bytes ? t[mid].bytes : 1))
+            lo = mid + 1;
+        else
+            return (size_t)(c - t[mid].base) + bytes <= t[mid].bytes ||
+                           (bytes == 0)
+                       ? &t[mid]
+                       : NULL;
+    }
+    return NULL;
+}
+
+td_sim_alloc *td__sim_dfind(const void *p, size_t n)
+{
+    return td__find(td__sim.dmem, td__sim.ndmem, p, n);
+}
+
+td_sim_alloc *td__sim_hfind(const void *p, size_t n)
+{
+    return td__find(td__sim.hmem, td__sim.nhmem, p, n);
+}
+
+/* Whether p starts inside a device allocation (even if p + n overruns). */
+static td_sim_alloc *td__dstart(const void *p)
+{
+    return td__find(td__sim.dmem, td__sim.ndmem, p, 1);
+}
+
+static int td__insert(td_sim_alloc **t, int *n, int *cap, td_sim_alloc a)
+{
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 64;
+        td_sim_alloc *g = realloc(*t, (size_t)nc * sizeof *g);
+        if (!g)
+            return -ENOMEM;
+        *t = g;
+        *cap = nc;
+    }
+    int i = *n;
+    while (i > 0 && (*t)[i - 1].base > a.base) {
+        (*t)[i] = (*t)[i - 1];
+        i--;
+    }
+    (*t)[i] = a;
+    (*n)++;
+    return 0;
+}
+
+static void td__remove(td_sim_alloc *t, int *n, td_sim_alloc *a)
+{
+    int i = (int)(a - t);
+    memmove(&t[i], &t[i + 1], (size_t)(*n - i - 1) * sizeof *t);
+    (*n)--;
+}
+
+/* ---- errors, devices ------------------------------------------------------ */
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress:
+        return "an illegal memory access was encountered";
+    case cudaErrorNotPermitted: return "operation not permitted";
+    case cudaErrorHostMemoryAlreadyRegistered:
+        return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered:
+        return "pointer does not correspond to a registered memory region";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorNotSupported: return "operation not supported";
+    default: return "unknown error";
+    }
+}
+
+const char *cudaGetErrorName(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    default: return "cudaErrorUnknown";
+    }
+}
+
+cudaError_t cudaGetLastError(void)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_last;
+    int d = td__sim_device;
+    if (d < td__sim.ndev && td__sim.dev[d].sticky)
+        e = td__sim.dev[d].sticky; /* sticky errors are not cleared */
+    else
+        td__sim_last = cudaSuccess;
+    td__sim_unlock();
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_last;
+    int d = td__sim_device;
+    if (d < td__sim.ndev && td__sim.dev[d].sticky)
+        e = td__sim.dev[d].sticky;
+    td__sim_unlock();
+    return e;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v)
+{
+    if (!v)
+        return td__sim_err(cudaErrorInvalidValue);
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v)
+{
+    if (!v)
+        return td__sim_err(cudaErrorInvalidValue);
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+    td__sim_lock();
+    int nd = td__sim.ndev;
+    td__sim_unlock();
+    if (!n)
+        return td__sim_err(cudaErrorInvalidValue);
+    *n = 0;
+    if (nd == 0)
+        return td__sim_err(cudaErrorNoDevice);
+    *n = nd;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_in_hostfn ? cudaErrorNotPermitted
+                    : d < 0 || d >= td__sim.ndev ? cudaErrorInvalidDevice
+                                                 : cudaSuccess;
+    if (e == cudaSuccess)
+        td__sim_device = d;
+    td__sim_unlock();
+    return td__sim_err(e);
+}
+
+cudaError_t cudaGetDevice(int *d)
+{
+    if (!d)
+        return td__sim_err(cudaErrorInvalidValue);
+    *d = td__sim_device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDeviceFlags(unsigned flags)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_gate();
+    if (e == cudaSuccess)
+        td__sim.dev[td__sim_device].flags = flags;
+    td__sim_unlock();
+    return td__sim_err(e);
+}
+
+cudaError_t cudaGetDeviceFlags(unsigned *flags)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_gate();
+    if (e == cudaSuccess && flags)
+        *flags = td__sim.dev[td__sim_device].flags;
+    td__sim_unlock();
+    return td__sim_err(flags ? e : cudaErrorInvalidValue);
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
+{
+    td__sim_lock();
+    int nd = td__sim.ndev;
+    size_t cap = d >= 0 && d < nd ? td__sim.dev[d].cap : 0;
+    td__sim_unlock();
+    if (!p)
+        return td__sim_err(cudaErrorInvalidValue);
+    if (d < 0 || d >= nd)
+        return td__sim_err(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "traind simulated GPU %d", d);
+    p->totalGlobalMem = cap;
+    p->major = 8;
+    p->minor = 0;
+    p->multiProcessorCount = 108;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+    p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 0x7fffffff;
+    p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+    p->sharedMemPerBlock = 48 << 10;
+    p->unifiedAddressing = 1;
+    p->asyncEngineCount = 2;
+    p->concurrentKernels = 1;
+    return cudaSuccess;
+}
+
+/* ---- device memory ---------------------------------------------------------- */
+
+cudaError_t cudaMalloc(void **ptr, size_t bytes)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_gate();
+    int d = td__sim_device;
+    if (e == cudaSuccess && !ptr)
+        e = cudaErrorInvalidValue;
+    if (e != cudaSuccess)
+        goto out;
+    *ptr = NULL;
+    if (bytes == 0)
+        goto out;
+    td__sim.mallocs++;
+    td_sim_dev *dv = &td__sim.dev[d];
+    size_t charge = (bytes + 255) & ~(size_t)255;
+    if (td__sim.mallocs == td__sim.oom_at || charge > dv->cap - dv->used) {
+        td__sim_say("cudaMalloc #%ld of %zu bytes on device %d: out of "
+                    "memory (%zu of %zu bytes in use%s)", td__sim.mallocs,
+                    bytes, d, dv->used, dv->cap,
+                    td__sim.mallocs == td__sim.oom_at ? ", TD_SIM_OOM_AT"
+                                                      : "");
+        e = cudaErrorMemoryAllocation;
+        goto out;
+    }
+    td_sim_alloc a = {.dev = d, .bytes = bytes};
+    a.base = aligned_alloc(256, charge);
+    if (!a.base || td__insert(&td__sim.dmem, &td__sim.ndmem,
+                              &td__sim.capdmem, a)) {
+        free(a.base);
+        e = cudaErrorMemoryAllocation;
+        goto out;
+    }
+    memset(a.base, 0xff, bytes); /* poison: NaN in every float */
+    dv->used += charge;
+    *ptr = a.base;
+out:
+    td__sim_unlock();
+    return td__sim_err(e);
+}
+
+/* cudaFree synchronises the device first (documented behaviour). */
+cudaError_t cudaFree(void *p)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_gate();
+    if (e == cudaErrorNotPermitted || !p)
+        goto out;
+    td_sim_alloc *a = td__sim_dfind(p, 0);
+    if (!a || a->base != p) {
+        td__sim_say("cudaFree(%p): not the start of a device allocation",
+                    p);
+        e = cudaErrorInvalidValue;
+        goto out;
+    }
+    int d = a->dev;
+    td__sim_drain_dev(d);
+    a = td__sim_dfind(p, 0); /* the table may have moved while waiting */
+    if (!a)
+        goto out;
+    td__sim.dev[d].used -= (a->bytes + 255) & ~(size_t)255;
+    free(a->rec);
+    free(a->base);
+    td__remove(td__sim.dmem, &td__sim.ndmem, a);
+out:
+    td__sim_unlock();
+    return td__sim_err(e);
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_gate();
+    if (e == cudaSuccess && (!free_b || !total))
+        e = cudaErrorInvalidValue;
+    if (e == cudaSuccess) {
+        td_sim_dev *dv = &td__sim.dev[td__sim_device];
+        *free_b = dv->cap - dv->used;
+        *total = dv->cap;
+    }
+    td__sim_unlock();
+    return td__sim_err(e);
+}
+
+/* ---- pinned host memory -------------------------------------------------------- */
+
+cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned flags)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_gate();
+    if (e == cudaSuccess && !ptr)
+        e = cudaErrorInvalidValue;
+    if (e != cudaSuccess)
+        goto out;
+    size_t sz = bytes ? (bytes + 4095) & ~(size_t)4095 : 4096;
+    td_sim_alloc a = {.dev = -1, .bytes = bytes ? bytes : 1};
+    a.base = aligned_alloc(4096, sz);
+    if (!a.base || td__insert(&td__sim.hmem, &td__sim.nhmem,
+                              &td__sim.caphmem, a)) {
+        free(a.base);
+        e = cudaErrorMemoryAllocation;
+        goto out;
+    }
+    *ptr = a.base;
+out:
+    td__sim_unlock();
+    return td__sim_err(e);
+}
+
+cudaError_t cudaMallocHost(void **ptr, size_t bytes)
+{
+    return cudaHostAlloc(ptr, bytes, cudaHostAllocDefault);
+}
+
+/* Frees pinned memory; like the real call it synchronises the device. */
+cudaError_t cudaFreeHost(void *p)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_gate();
+    if (e == cudaErrorNotPermitted || !p)
+        goto out;
+    td_sim_alloc *a = td__sim_hfind(p, 0);
+    if (!a || a->base != p || a->registered) {
+        td__sim_say("cudaFreeHost(%p): not from cudaHostAlloc", p);
+        e = cudaErrorInvalidValue;
+        goto out;
+    }
+    for (int d = 0; d < td__sim.ndev; d++)
+        td__sim_drain_dev(d);
+    a = td__sim_hfind(p, 0);
+    if (!a)
+        goto out;
+    free(a->base);
+    td__remove(td__sim.hmem, &td__sim.nhmem, a);
+out:
+    td__sim_unlock();
+    return td__sim_err(e);
+}
+
+cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_gate();
+    if (e == cudaSuccess && (!p || !bytes))
+        e = cudaErrorInvalidValue;
+    if (e != cudaSuccess)
+        goto out;
+    for (int i = 0; i < td__sim.nhmem; i++) {
+        td_sim_alloc *h = &td__sim.hmem[i];
+        if ((char *)p < h->base + h->bytes && h->base < (char *)p + bytes) {
+            e = cudaErrorHostMemoryAlreadyRegistered;
+            goto out;
+        }
+    }
+    if (td__dstart(p)) {
+        e = cudaErrorInvalidValue;
+        goto out;
+    }
+    td_sim_alloc a = {.base = p, .bytes = bytes, .dev = -1, .registered = 1};
+    if (td__insert(&td__sim.hmem, &td__sim.nhmem, &td__sim.caphmem, a))
+        e = cudaErrorMemoryAllocation;
+out:
+    td__sim_unlock();
+    return td__sim_err(e);
+}
+
+cudaError_t cudaHostUnregister(void *p)
+{
+    td__sim_lock();
+    cudaError_t e = td__sim_gate();
+    if (e == cudaErrorNotPermitted)
+        goto out;
+    td_sim_alloc *a = p ? td__sim_hfind(p, 0) : NULL;
+    if (!a || a->base != p || !a->registered) {
+        e = cudaErrorHostMemoryNotRegistered;
+        goto out;
+    }
+    for (int d = 0; d < td__sim.ndev; d++)
+        td__sim_drain_dev(d);
+    a = td__sim_hfind(p, 0);
+    if (a)
+        td__remove(td__sim.hmem, &td__sim.nhmem, a);
+out:
+    td__sim_unlock();
+    return td__sim_err(e);
+}
+
+int td_sim_is_pinned(const void *p, size_t bytes)
+{
+    td__sim_lock();
+    int r = td__sim_hfind(p, bytes) != NULL;
+    td__sim_unlock();
+    return r;
+}
+
+size_t td_sim_used(int dev)
+{
+    td__sim_lock();
+    size_t u = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].used : 0;
+    td__sim_unlock();
+    return u;
+}
+
+/* ---- copies and memsets ------------------------------------------------------ */
+
+typedef struct td__copy {
+    void *dst;
+    const void *src;
+    size_t n;
+    void *stage;       /* pageable source copied at the call */
+    int set, val;      /* memset */
+} td__copy;
+
+static void td__copy_run(void *p)
+{
+    td__copy *c = p;
+    if (c->set)
+        memset(c->dst, c->val, c->n);
+    else
+        memcpy(c->dst, c->stage ? c->stage : c->src, c->n);
+}
+
+static void td__copy_drop(void *p)
+{
+    td__copy *c = p;
+    free(c->stage);
+    free(c);
+}
+
+static const char *td__kind_name(enum cudaMemcpyKind k)
+{
+    switch (k) {
+    case cudaMemcpyHostToHost: return "HostToHost";
+    case cudaMemcpyHostToDevice: return "HostToDevice";
+    case cudaMemcpyDeviceToHost: return "DeviceToHost";
+    case cudaMemcpyDeviceToDevice: return "DeviceToDevice";
+    default: return "Default";
+    }
+}
+
+/* Device allocation of p..p+n on the current device: 1, host memory: 0,
+ * an error (overrun, other device): -1 with a diagnostic. */
+static int td__side(const char *call, const char *name, const void *p,
+                    size_t n, td_sim_alloc **a)
+{
+    *a = td__dstart(p);
+    if (!*a)
+        return 0;
+    if ((size_t)((const char *)p - (*a)->base) + n > (*a)->bytes) {
+        td__sim_say("%s: %s %p + %zu bytes overruns its device allocation "
+                    "of %zu bytes", call, name, p, n, (*a)->bytes);
+        return -1;
+    }
+    if ((*a)->dev != td__sim_device) {
+        td__sim_say("%s: %s %p is memory of device %d, the current device "
+                    "is %d", call, name, p, (*a)->dev, td__sim_device);
+        return -1;
+    }
+    return 1;
+}
+
+static cudaError_t td__memcpy(void *dst, const void *src, size_t n,
+                              enum cudaMemcpyKind kind, cudaStream_t hs,
+                              int async, const void *caller)
+{
+    const char *call = async ? "cudaMemcpyAsync" : "cudaMemcpy";
+    td_sim_alloc *da, *sa;
+    td_sim_vc vc;
+    td__sim_lock();
+    cudaError_t e = td__sim_gate();
+    if (e != cudaSuccess)
+        goto out;
+    struct CUstream_st *s = td__sim_stream(async ? hs : NULL);
+    if (!s) {
+        e = cudaErrorInvalidResourceHandle;
+        goto out;
+    }
+    if (n == 0)
+        goto out;
+    int dd = dst ? td__side(call, "dst", dst, n, &da) : -1;
+    int sd = src ? td__side(call, "src", src, n, &sa) : -1;
+    if (dd < 0 || sd < 0) {
+        e = cudaErrorInvalidValue;
+        goto out;
+    }
+    enum cudaMemcpyKind real = dd ? (sd ? cudaMemcpyDeviceToDevice
+                                        : cudaMemcpyHostToDevice)
+                                  : (sd ? cudaMemcpyDeviceToHost
+                                        : cudaMemcpyHostToHost);
+    if (kind != cudaMemcpyDefault && kind != real) {
+        td__sim_say("%s: kind %s, but dst %p and src %p make it %s", call,
+                    td__kind_name(kind), dst, (const void *)src,
+                    td__kind_name(real));
+        e = cudaErrorInvalidValue;
+        goto out;
+    }
+    int src_pinned = !sd && td__sim_hfind(src, n);
+    int dst_pinned = !dd && td__sim_hfind(dst, n);
+    td__copy *c = calloc(1, sizeof *c);
+    if (!c) {
+        e = cudaErrorMemoryAllocation;
+        goto out;
+    }
+    c->dst = dst;
+    c->src = src;
+    c->n = n;
+    if (real == cudaMemcpyHostToDevice && !src_pinned) {
+        if (!async) /* "a stream sync is performed before the copy" */
+            td__sim_wait(s, s->enq, s->vc, 0);
+        c->stage = malloc(n);
+        if (!c->stage) {
+            free(c);
+            e = cudaErrorMemoryAllocation;
+            goto out;
+        }
+        memcpy(c->stage, src, n);
+    }
+    td_sim_op *op = td__sim_op_new(s, TD_SIM_OP_RUN);
+    op->run = td__copy_run;
+    op->drop = td__copy_drop;
+    op->ctx = c;
+    op->what = call;
+    if (dd)
+        td__sim_race(da, dst, n, 1, s, call, caller);
+    if (sd)
+        td__sim_race(sa, src, n, 0, s, call, caller);
+    memcpy(vc, s->vc, sizeof vc);
+    uint64_t seq = op->seq;
+    td__sim_op_push(s, op);
+    int wait;
+    if (async)
+        wait = real == cudaMemcpyDeviceToHost && !dst_pinned;
+    else
+        wait = real == cudaMemcpyDeviceToHost ||
+               real == cudaMemcpyHostToHost ||
+               (real == cudaMemcpyHostToDevice && src_pinned);
+    if (wait)
+        td__sim_wait(s, seq, vc, 0);
+out:
+    td__sim_unlock();
+    return td__sim_err(e);
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n,
+                       enum cudaMemcpyKind kind)
+{
+    return td__memcpy(dst, src, n, kind, NULL, 0,
+                      __builtin_return_address(0));
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
+                            enum cudaMemcpyKind kind, cudaStream_t s)
+{
+    return td__memcpy(dst, src, n, kind, s, 1, __builtin_return_address(0));
+}
+
+static cudaError_t td__memset(void *p, int v, size_t n, cudaStream_t hs,
+                              int async, const void *caller)
+{
+    const char *call = async ? "cudaMemsetAsync" : "cudaMemset";
+    td_sim_alloc *a;
+    td__sim_lock();
+    cudaError_t e = td__sim_gate();
+    if (e != cudaSuccess)
+        goto out;
+    struct CUstream_st *s = td__sim_stream(async ? hs : NULL);
+    if (!s) {
+        e = cudaErrorInvalidResourceHandle;
+        goto out;
+    }
+    if (n == 0)
+        goto out;
+    if (!p || td__side(call, "ptr", p, n, &a) != 1) {
+        td__sim_say("%s: %p is not device memory", call, p);
+        e = cudaErrorInvalidValue;
+        goto out;
+    }
+    td__copy *c = calloc(1, sizeof *c);
+    if (!c) {
+        e = cudaErrorMemoryAllocation;
+        goto out;
+    }
+    c->dst = p;
+    c->n = n;
+    c->set = 1;
+    c->val = v;
+    td_sim_op *op = td__sim_op_new(s, TD_SIM_OP_RUN);
+    op->run = td__copy_run;
+    op->drop = td__copy_drop;
+    op->ctx = c;
+    op->what = call;
+    td__sim_race(a, p, n, 1, s, call, caller);
+    td__sim_op_push(s, op);
+out:
+    td__sim_unlock();
+    return td__sim_err(e);
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n)
+{
+    return td__memset(p, v, n, NULL, 0, __builtin_return_address(0));
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
+{
+    return td__memset(p, v, n, s, 1, __builtin_return_address(0));
+}
