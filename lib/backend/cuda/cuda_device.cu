@@ -4,9 +4,10 @@
  * Without a driver, cudaGetDeviceCount returns cudaErrorInsufficientDriver
  * (or cudaErrorNoDevice): that means "no GPU", reported in info->reason.
  */
-#include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "backend/cuda/cuda_launch.h"
 
 extern "C" {
 #include "base/error.h"
@@ -83,7 +84,8 @@ extern "C" int td__cuda_philox_selftest(int dev, uint64_t seed,
     size_t bytes = (size_t)n * 4 * sizeof(uint32_t);
     TD__CU(cudaSetDevice(dev));
     TD__CU(cudaMalloc((void **)&d, bytes));
-    td__philox_kernel<<<(n + 255) / 256, 256>>>(seed, stream, d, n);
+    TD_LAUNCH(td__philox_kernel, (n + 255) / 256, 256, 0, 0, seed, stream, d,
+              n);
     TD__CU(cudaGetLastError());
     TD__CU(cudaMemcpy(out, d, bytes, cudaMemcpyDeviceToHost));
 out:

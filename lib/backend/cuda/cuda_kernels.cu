@@ -4,14 +4,16 @@
  * arithmetic in kernels/ (normalize.h, softmax_xent.h, optim_update.h,
  * eltwise.h, stats.h), which the host tests check against double
  * references.  Each launcher enqueues on the given stream and returns
- * cudaGetLastError(); the caller turns a failure into a job error.
+ * cudaGetLastError(); the caller turns a failure into a job error.  Every
+ * launch goes through TD_LAUNCH (cuda_launch.h), so the simulated device
+ * of the tests (tests/gpu/sim/) runs these same kernel bodies.
  * Never does: allocate, synchronise, or contain arithmetic of its own
  * beyond indexing (that lives in the shared headers).
  */
-#include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.h"
 
 extern "C" {
 #include "eltwise.h"
@@ -152,8 +154,8 @@ extern "C" cudaError_t td__k_normalize(cudaStream_t s, const uint8_t *nhwc,
         nm.bias[i] = i < c ? bias[i] : 0.0f;
     }
     size_t total = (size_t)n * c * h * w;
-    normalize_k<<<grid_for(total), kBlock, 0, s>>>(nhwc, y, total, c, h, w,
-                                                   nm);
+    TD_LAUNCH(normalize_k, grid_for(total), kBlock, 0, s, nhwc, y, total, c, h,
+              w, nm);
     return cudaGetLastError();
 }
 
@@ -163,8 +165,8 @@ extern "C" cudaError_t td__k_xent(cudaStream_t s, const float *z, int k,
                                   double *row_loss, int *row_ok)
 {
     const int b = 128;
-    xent_k<<<(rows + b - 1) / b, b, 0, s>>>(z, k, labels, n, rows, smooth,
-                                            inv_n, grad, row_loss, row_ok);
+    TD_LAUNCH(xent_k, (rows + b - 1) / b, b, 0, s, z, k, labels, n, rows,
+              smooth, inv_n, grad, row_loss, row_ok);
     return cudaGetLastError();
 }
 
@@ -172,7 +174,7 @@ extern "C" cudaError_t td__k_stats(cudaStream_t s, td_dev_stats *acc,
                                    const double *row_loss, const int *row_ok,
                                    int n)
 {
-    stats_k<<<1, 1, 0, s>>>(acc, row_loss, row_ok, n);
+    TD_LAUNCH(stats_k, 1, 1, 0, s, acc, row_loss, row_ok, n);
     return cudaGetLastError();
 }
 
@@ -180,8 +182,8 @@ extern "C" cudaError_t td__k_sgd(cudaStream_t s, float *w, float *v,
                                  const float *g, size_t count, float lr,
                                  float mu, float wd, int nesterov)
 {
-    sgd_k<<<grid_for(count), kBlock, 0, s>>>(w, v, g, count, lr, mu, wd,
-                                             nesterov);
+    TD_LAUNCH(sgd_k, grid_for(count), kBlock, 0, s, w, v, g, count, lr, mu, wd,
+              nesterov);
     return cudaGetLastError();
 }
 
@@ -193,22 +195,23 @@ extern "C" cudaError_t td__k_adamw(cudaStream_t s, float *w, float *m,
     td_adamw_corr c;
     c.c1 = c1;
     c.c2 = c2;
-    adamw_k<<<grid_for(count), kBlock, 0, s>>>(w, m, v, g, count, lr, b1, b2,
-                                               eps, wd, c);
+    TD_LAUNCH(adamw_k, grid_for(count), kBlock, 0, s, w, m, v, g, count, lr,
+              b1, b2, eps, wd, c);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t td__k_add(cudaStream_t s, const float *a,
                                  const float *b, float *y, size_t count)
 {
-    add_k<<<grid_for(count), kBlock, 0, s>>>(a, b, y, count);
+    TD_LAUNCH(add_k, grid_for(count), kBlock, 0, s, a, b, y, count);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t td__k_accum(cudaStream_t s, float *d, const float *src,
                                    size_t count, int accumulate)
 {
-    accum_k<<<grid_for(count), kBlock, 0, s>>>(d, src, count, accumulate);
+    TD_LAUNCH(accum_k, grid_for(count), kBlock, 0, s, d, src, count,
+              accumulate);
     return cudaGetLastError();
 }
 
@@ -216,15 +219,15 @@ extern "C" cudaError_t td__k_bias_add(cudaStream_t s, float *y,
                                       const float *b, int rows, int out)
 {
     size_t count = (size_t)rows * out;
-    bias_add_k<<<grid_for(count), kBlock, 0, s>>>(y, b, count, out);
+    TD_LAUNCH(bias_add_k, grid_for(count), kBlock, 0, s, y, b, count, out);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t td__k_bias_grad(cudaStream_t s, const float *dy,
                                        float *db, int rows, int out)
 {
-    bias_grad_k<<<(out + kBlock - 1) / kBlock, kBlock, 0, s>>>(dy, db, rows,
-                                                               out);
+    TD_LAUNCH(bias_grad_k, (out + kBlock - 1) / kBlock, kBlock, 0, s, dy, db,
+              rows, out);
     return cudaGetLastError();
 }
 
@@ -234,8 +237,8 @@ extern "C" cudaError_t td__k_dropout_fwd(cudaStream_t s, const float *x,
                                          uint64_t stream, uint64_t base,
                                          float keep)
 {
-    dropout_fwd_k<<<grid_for(count), kBlock, 0, s>>>(x, y, mask, count, seed,
-                                                     stream, base, keep);
+    TD_LAUNCH(dropout_fwd_k, grid_for(count), kBlock, 0, s, x, y, mask, count,
+              seed, stream, base, keep);
     return cudaGetLastError();
 }
 
@@ -244,7 +247,7 @@ extern "C" cudaError_t td__k_dropout_bwd(cudaStream_t s, const float *dy,
                                          size_t count, float keep,
                                          int accumulate)
 {
-    dropout_bwd_k<<<grid_for(count), kBlock, 0, s>>>(dy, dx, mask, count,
-                                                     keep, accumulate);
+    TD_LAUNCH(dropout_bwd_k, grid_for(count), kBlock, 0, s, dy, dx, mask,
+              count, keep, accumulate);
     return cudaGetLastError();
 }

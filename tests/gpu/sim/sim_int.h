@@ -65,7 +65,8 @@ typedef struct td_sim_op {
     void (*drop)(void *ctx);     /* RUN: frees ctx afterwards (may be NULL) */
     void *ctx;
     int hostfn;                  /* RUN: a cudaLaunchHostFunc callback */
-    int fault;                   /* RUN: injected illegal address */
+    int fault;                   /* RUN: illegal address: 1 injected,
+                                  * 2 a pointer of no/another device */
     const char *what;
     struct CUstream_st *ws;      /* WAIT: until ws->done >= wseq */
     uint64_t wseq;

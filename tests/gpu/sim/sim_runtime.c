@@ -130,6 +130,29 @@ void td__sim_say(const char *fmt, ...)
 extern void __sanitizer_symbolize_pc(void *pc, const char *fmt, char *out,
                                      size_t cap) __attribute__((weak));
 
+/* "function file:line" from binutils' addr2line, when it is installed
+ * (reports only: a test tool may spawn it). */
+static int td__addr2line(const char *file, unsigned long off, char *out,
+                         size_t cap)
+{
+    char cmd[4200], fn[512] = "", line[1024] = "";
+    if (strchr(file, '\'') ||
+        snprintf(cmd, sizeof cmd, "addr2line -f -C -e '%s' 0x%lx 2>/dev/null",
+                 file, off) >= (int)sizeof cmd)
+        return -1;
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    int ok = fgets(fn, sizeof fn, p) && fgets(line, sizeof line, p);
+    pclose(p);
+    if (!ok || fn[0] == '?' || line[0] == '?')
+        return -1;
+    fn[strcspn(fn, "\n")] = 0;
+    line[strcspn(line, "\n")] = 0;
+    snprintf(out, cap, "%s %s", fn, line);
+    return 0;
+}
+
 void td__sim_where(const void *caller, char *out, size_t cap)
 {
     Dl_info di;
@@ -145,9 +168,12 @@ void td__sim_where(const void *caller, char *out, size_t cap)
             return;
     }
     if (dladdr(pc, &di) && di.dli_fname) {
+        unsigned long off = (unsigned long)((uintptr_t)pc -
+                                            (uintptr_t)di.dli_fbase);
+        if (td__addr2line(di.dli_fname, off, out, cap) == 0)
+            return;
         snprintf(out, cap, "%s%s(%s+0x%lx)", di.dli_sname ? di.dli_sname : "",
-                 di.dli_sname ? " " : "", di.dli_fname,
-                 (unsigned long)((uintptr_t)pc - (uintptr_t)di.dli_fbase));
+                 di.dli_sname ? " " : "", di.dli_fname, off);
         return;
     }
     snprintf(out, cap, "%p", pc);

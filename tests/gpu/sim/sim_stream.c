@@ -84,9 +84,10 @@ static void *td__worker(void *p)
                 if (op->ev->s == s && op->ev->seq == op->seq)
                     op->ev->t_ns = td__now_ns();
             } else if (op->fault && !dv->sticky) {
-                td__sim_say("injected fault: %s (launch %ld) makes a sticky "
-                            "cudaErrorIllegalAddress on device %d", op->what,
-                            td__sim.fault_kernel, s->dev);
+                td__sim_say("%s: %s makes a sticky cudaErrorIllegalAddress "
+                            "on device %d", op->what, op->fault == 1
+                            ? "the injected fault (TD_SIM_FAULT_KERNEL)"
+                            : "a pointer outside its memory", s->dev);
                 dv->sticky = cudaErrorIllegalAddress;
             } else if (!dv->sticky && op->run) {
                 pthread_mutex_unlock(&td__sim.mu);
@@ -582,7 +583,7 @@ cudaError_t td_sim_launch(const td_sim_grid *g, cudaStream_t hs,
             td__sim_say("kernel %s: pointer argument %d (%p) is not memory "
                         "of device %d: illegal address", name, i,
                         (const void *)p, s->dev);
-            op->fault = 1;
+            op->fault = 2;
             continue;
         }
         size_t left = a->bytes - (size_t)(p - a->base);
