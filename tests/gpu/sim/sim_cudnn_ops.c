@@ -59,31 +59,47 @@ static float td__blend(float alpha, double r, float beta, const float *old)
 
 /* ---- convolution ------------------------------------------------------------ */
 
-/* Calls f(n, k, p, q, c, r, s, ih, iw) for every product of a convolution. */
+/* Outputs p in [*lo, *hi) whose input row p * stride - pad + off lies in
+ * [0, in): the loops below never test bounds per product. */
+static void td__range(int out, int stride, int pad, int off, int in, int *lo,
+                      int *hi)
+{
+    int a = pad - off, b = in - 1 + pad - off;
+    *lo = a <= 0 ? 0 : (a + stride - 1) / stride;
+    *hi = b < 0 ? 0 : b / stride + 1;
+    if (*hi > out)
+        *hi = out;
+}
+
+/* Visits every product of the convolution for (n, k, c, r, s): BODY sees
+ * p, q, ih, iw and wv (the filter value, flipped in CUDNN_CONVOLUTION
+ * mode). */
 #define TD__CONV_LOOP(o, BODY)                                               \
     for (int n = 0; n < (o)->x.n; n++)                                       \
         for (int k = 0; k < (o)->w.k; k++)                                   \
-            for (int p = 0; p < (o)->y.h; p++)                               \
-                for (int q = 0; q < (o)->y.w; q++)                           \
-                    for (int c = 0; c < (o)->x.c; c++)                       \
-                        for (int r = 0; r < (o)->w.h; r++)                   \
-                            for (int s = 0; s < (o)->w.w; s++) {             \
-                                int ih = p * (o)->c.u - (o)->c.ph +          \
-                                         r * (o)->c.dh;                      \
+            for (int c = 0; c < (o)->x.c; c++)                               \
+                for (int r = 0; r < (o)->w.h; r++)                           \
+                    for (int s = 0; s < (o)->w.w; s++) {                     \
+                        int fr = (o)->c.mode == CUDNN_CONVOLUTION            \
+                                     ? (o)->w.h - 1 - r : r;                 \
+                        int fs = (o)->c.mode == CUDNN_CONVOLUTION            \
+                                     ? (o)->w.w - 1 - s : s;                 \
+                        size_t wi = (((size_t)k * (o)->w.c + c) * (o)->w.h + \
+                                     fr) * (o)->w.w + fs;                    \
+                        int p0, p1, q0, q1;                                  \
+                        td__range((o)->y.h, (o)->c.u, (o)->c.ph,             \
+                                  r * (o)->c.dh, (o)->x.h, &p0, &p1);        \
+                        td__range((o)->y.w, (o)->c.v, (o)->c.pw,             \
+                                  s * (o)->c.dw, (o)->x.w, &q0, &q1);        \
+                        for (int p = p0; p < p1; p++) {                      \
+                            int ih = p * (o)->c.u - (o)->c.ph + r * (o)->c.dh; \
+                            for (int q = q0; q < q1; q++) {                  \
                                 int iw = q * (o)->c.v - (o)->c.pw +          \
                                          s * (o)->c.dw;                      \
-                                if (ih < 0 || ih >= (o)->x.h || iw < 0 ||    \
-                                    iw >= (o)->x.w)                          \
-                                    continue;                                \
-                                int fr = (o)->c.mode == CUDNN_CONVOLUTION    \
-                                             ? (o)->w.h - 1 - r : r;         \
-                                int fs = (o)->c.mode == CUDNN_CONVOLUTION    \
-                                             ? (o)->w.w - 1 - s : s;         \
-                                size_t wi = (((size_t)k * (o)->w.c + c) *    \
-                                                 (o)->w.h + fr) * (o)->w.w + \
-                                            fs;                              \
                                 BODY                                         \
-                            }
+                            }                                                \
+                        }                                                    \
+                    }
 
 static void td__conv_fwd(td__dop *o)
 {
