@@ -368,7 +368,11 @@ START_TEST(test_copy_overlaps_compute)
     if (as_cpu())
         return; /* nothing to see on a CPU */
     char err[256];
-    const int batch = 512, steps = 6;
+    /* TD_TEST_OVERLAP_BATCH: the simulated device (tests/gpu/sim) computes
+     * on one host core and sees the overlap at any batch size */
+    const char *ob = getenv("TD_TEST_OVERLAP_BATCH");
+    const int batch = ob ? atoi(ob) : 512, steps = 6;
+    ck_assert_int_gt(batch, 0);
     td_model *m = load("fmnist-cnn", (td_shape){1, 28, 28}, 10);
     td_backend_config c = config(batch, TD_OPT_SGD);
     td_backend *be = NULL;
