@@ -348,7 +348,8 @@ static int td__copy_batch(td__cuda *be, const td_batch *bt, int buf,
 {
     const td_shape in = be->base.model->layers[0].out;
     size_t per = (size_t)in.c * in.h * in.w;
-    /* the step that last read this buffer must have cast it */
+    /* the step that last used this buffer must have read its pixels (the
+     * cast) and its labels (the loss) */
     TD__CU(be, cudaStreamWaitEvent(be->copy, be->consumed[buf], 0));
     TD__CU(be, cudaEventRecord(t->c0, be->copy));
     TD__CU(be, cudaMemcpyAsync(be->pixels[buf], bt->data, per * (size_t)bt->n,

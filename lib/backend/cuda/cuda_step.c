@@ -107,8 +107,6 @@ int td__cuda_forward(td__cuda *be, int train)
     TD__CU(be, td__k_normalize(be->compute, be->pixels[be->cur], be->gl[0].y,
                                be->batch, in.c, in.h, in.w, be->nscale,
                                be->nbias));
-    /* the batch buffer may be refilled once the cast has read it */
-    TD__CU(be, cudaEventRecord(be->consumed[be->cur], be->compute));
     for (int L = 1; L < m->nlayers; L++)
         if (td__root(be, L) == L)
             TD__TRY(td__forward_layer(be, L, train));
@@ -124,6 +122,9 @@ int td__cuda_loss(td__cuda *be, int train)
                           train ? be->base.cfg.label_smoothing : 0.0f,
                           1.0f / (float)be->n, train ? last->dy : NULL,
                           be->row_loss, be->row_ok));
+    /* the batch buffer may be refilled once the loss has read its labels
+     * (the cast read its pixels earlier): upload k+2 waits for this */
+    TD__CU(be, cudaEventRecord(be->consumed[be->cur], be->compute));
     TD__CU(be, td__k_stats(be->compute, be->acc, be->row_loss, be->row_ok,
                            be->n));
     return 0;
