@@ -73,6 +73,14 @@ static void CUDART_CB gate_fn(void *p)
     pthread_mutex_unlock(&g->mu);
 }
 
+static void gate_wait_entered(gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    while (!g->entered)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
 static void gate_open(gate *g)
 {
     pthread_mutex_lock(&g->mu);
@@ -169,6 +177,7 @@ START_TEST(test_events_record_query_sync_elapsed)
     ck_assert_int_eq(cudaEventElapsedTime(&ms, e0, e1), cudaErrorNotReady);
     ck_assert_int_eq(cudaEventElapsedTime(&ms, e0, never),
                      cudaErrorInvalidResourceHandle);
+    gate_wait_entered(&g); /* so e0 has run: it precedes the gate */
     usleep(20000);
     gate_open(&g);
     CU(cudaEventSynchronize(e1));
@@ -663,10 +672,7 @@ START_TEST(test_spin_waits_counted)
     ck_assert_int_eq(base, 0);
     CU(cudaLaunchHostFunc(s, gate_fn, &g2));
     CU(cudaEventRecord(spin, s));
-    pthread_mutex_lock(&g2.mu);
-    while (!g2.entered)
-        pthread_cond_wait(&g2.cv, &g2.mu);
-    pthread_mutex_unlock(&g2.mu);
+    gate_wait_entered(&g2);
     pthread_t th;
     /* opened by another thread while the host waits on the event */
     ck_assert_int_eq(pthread_create(&th, NULL, open_later, &g2), 0);
