@@ -1,0 +1,200 @@
+/* test_sim_backend.c - the CUDA backend under what only the simulated
+ * device can arrange or observe (it links nowhere else): a job on cuda:1
+ * of two devices never touches device 0; out of memory at create leaves
+ * the device usable; a sticky fault in the middle of training fails the
+ * step with the runtime's reason; host waits do not busy-wait a core
+ * (issue 14 finding 6); an event made on another thread belongs to the
+ * backend's GPU (finding 11).
+ * Each test configures the simulator through the environment and
+ * td_sim_reset, in its own process. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda.h"
+#include "base/error.h"
+#include "base/rng.h"
+#include "model/model.h"
+#include "sim.h"
+#include "tdtest.h"
+
+static void sim_env(const char *name, const char *value)
+{
+    setenv(name, value, 1);
+    ck_assert_int_eq(td_sim_reset(), 0);
+}
+
+typedef struct job {
+    td_model *m;
+    td_backend *be;
+    uint8_t px[6 * 2 * 9 * 9];
+    int32_t labels[6];
+    td_batch b;
+} job;
+
+static int job_open(job *j, const char *kind, char *err, size_t cap)
+{
+    char path[4096];
+    const char *root = getenv("TD_SOURCE_ROOT");
+    memset(j, 0, sizeof *j);
+    snprintf(path, sizeof path, "%s/tests/data/tiny-all.json",
+             root ? root : ".");
+    ck_assert_int_eq(td_model_load(NULL, path, (td_shape){2, 9, 9}, 5, &j->m,
+                                   err, cap), 0);
+    td_backend_config c;
+    memset(&c, 0, sizeof c);
+    c.batch = 6;
+    c.threads = 1;
+    c.dtype = TD_F32;
+    for (int i = 0; i < 4; i++)
+        c.mean[i] = 0.5f, c.std[i] = 0.25f;
+    c.seed = 3;
+    td_optim_defaults(&c.optim, TD_OPT_SGD);
+    for (size_t i = 0; i < sizeof j->px; i++)
+        j->px[i] = (uint8_t)td_rng_below(9, 1, i, 256);
+    for (int i = 0; i < 6; i++)
+        j->labels[i] = i % 5;
+    j->b = (td_batch){.data = j->px, .labels = j->labels, .n = 6, .h = 9,
+                      .w = 9, .c = 2, .layout = TD_LAYOUT_NHWC};
+    return td_backend_create(kind, j->m, &c, &j->be, err, cap);
+}
+
+static void job_close(job *j)
+{
+    td_backend_destroy(j->be);
+    td_model_free(j->m);
+}
+
+/* Upload, step, statistics, an event and a snapshot: what a job does. */
+static int job_steps(job *j, int steps)
+{
+    td_step_stats st;
+    size_t n = td_backend_snapshot_floats(j->m, &j->be->cfg.optim);
+    float *snap = malloc(n * sizeof *snap);
+    td_event *ev = j->be->ops->event_create(j->be);
+    int rc = ev ? 0 : TD_E_DEVICE;
+    for (int s = 0; !rc && s < steps; s++) {
+        rc = td_backend_upload(j->be, &j->b);
+        if (!rc)
+            rc = td_backend_train_step(j->be, 0.01f, s + 1);
+        if (!rc)
+            rc = td_backend_read_stats(j->be, &st);
+        if (!rc)
+            rc = j->be->ops->event_record(j->be, ev);
+        if (!rc)
+            rc = j->be->ops->event_sync(j->be, ev);
+    }
+    if (!rc)
+        rc = td_backend_snapshot(j->be, snap, n);
+    if (!rc)
+        rc = td_backend_sync(j->be);
+    if (ev)
+        j->be->ops->event_destroy(j->be, ev);
+    free(snap);
+    return rc;
+}
+
+START_TEST(test_cuda1_job_never_touches_device0)
+{
+    char err[256] = "";
+    job j;
+    sim_env("TD_SIM_DEVICES", "2");
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:1", err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(job_steps(&j, 3) == 0, "%s", j.be->err);
+    ck_assert_uint_gt(td_sim_used(1), 0);
+    ck_assert_uint_eq(td_sim_used(0), 0);
+    job_close(&j);
+}
+END_TEST
+
+static void *make_event(void *be)
+{
+    return ((td_backend *)be)->ops->event_create(be);
+}
+
+/* A td_event made on a thread whose current device is 0 (the trainer may
+ * create its events anywhere) still belongs to the backend's GPU. */
+START_TEST(test_cuda1_event_made_on_another_thread)
+{
+    char err[256] = "";
+    job j;
+    pthread_t th;
+    void *ev = NULL;
+    sim_env("TD_SIM_DEVICES", "2");
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:1", err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(pthread_create(&th, NULL, make_event, j.be), 0);
+    pthread_join(th, &ev);
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(td_backend_upload(j.be, &j.b), 0);
+    ck_assert_msg(j.be->ops->event_record(j.be, ev) == 0, "%s", j.be->err);
+    ck_assert_msg(j.be->ops->event_sync(j.be, ev) == 0, "%s", j.be->err);
+    j.be->ops->event_destroy(j.be, ev);
+    ck_assert_uint_eq(td_sim_used(0), 0);
+    job_close(&j);
+}
+END_TEST
+
+START_TEST(test_oom_at_create_leaves_device_usable)
+{
+    char err[256] = "";
+    job j;
+    sim_env("TD_SIM_OOM_AT", "1"); /* the arena is the first allocation */
+    td_cuda_register();
+    ck_assert_int_eq(job_open(&j, "cuda:0", err, sizeof err), TD_E_DEVICE);
+    ck_assert_ptr_null(j.be);
+    ck_assert_msg(strstr(err, "device arena") && strstr(err, "MiB"), "%s",
+                  err);
+    td_model_free(j.m);
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(job_steps(&j, 2) == 0, "%s", j.be->err);
+    job_close(&j);
+    ck_assert_uint_eq(td_sim_used(0), 0);
+}
+END_TEST
+
+START_TEST(test_sticky_fault_fails_the_step)
+{
+    char err[256] = "";
+    job j;
+    sim_env("TD_SIM_FAULT_KERNEL", "40"); /* inside the second step */
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    int rc = job_steps(&j, 4);
+    ck_assert_int_eq(rc, TD_E_DEVICE);
+    ck_assert_msg(strstr(j.be->err, "illegal memory access"), "%s",
+                  j.be->err);
+    job_close(&j);
+}
+END_TEST
+
+START_TEST(test_host_waits_do_not_spin)
+{
+    char err[256] = "";
+    job j;
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    long before = td_sim_spin_waits();
+    ck_assert_msg(job_steps(&j, 3) == 0, "%s", j.be->err);
+    ck_assert_msg(td_sim_spin_waits() == before, "%ld host waits busy-waited "
+                  "a core", td_sim_spin_waits() - before);
+    job_close(&j);
+}
+END_TEST
+
+static Suite *sim_backend_suite(void)
+{
+    Suite *s = suite_create("sim_backend");
+    TCase *tc = tcase_create("backend");
+    tcase_add_test(tc, test_cuda1_job_never_touches_device0);
+    tcase_add_test(tc, test_cuda1_event_made_on_another_thread);
+    tcase_add_test(tc, test_oom_at_create_leaves_device_usable);
+    tcase_add_test(tc, test_sticky_fault_fails_the_step);
+    tcase_add_test(tc, test_host_waits_do_not_spin);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(sim_backend_suite)
