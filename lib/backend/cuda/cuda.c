@@ -612,6 +612,7 @@ static void td__cuda_event_destroy(td_backend *b, td_event *ev)
 
 static td_event *td__cuda_event_create(td_backend *b)
 {
+    (void)td__be(b); /* events belong to the current device: the backend's */
     td_event *ev = calloc(1, sizeof *ev);
     if (!ev)
         return NULL;
