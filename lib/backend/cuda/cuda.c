@@ -291,6 +291,9 @@ static int td__cuda_init(td__cuda *be)
         return TD_E_DEVICE;
     }
     TD__CU(be, cudaSetDevice(be->dev));
+    /* host waits (event and stream syncs) sleep instead of spinning a core
+     * the decode workers need; process-wide for this GPU */
+    TD__CU(be, cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
     TD__CU(be, cudaStreamCreateWithFlags(&be->compute, cudaStreamNonBlocking));
     TD__CU(be, cudaStreamCreateWithFlags(&be->copy, cudaStreamNonBlocking));
     TD__CU(be, cudaStreamCreateWithFlags(&be->snap, cudaStreamNonBlocking));
