@@ -184,6 +184,33 @@ START_TEST(test_host_waits_do_not_spin)
 }
 END_TEST
 
+/* Every step's compute interval starts after its copy's interval ended,
+ * however the streams are delayed (finding 11: the event the compute
+ * stream waits for was recorded before the copy's end marker). */
+START_TEST(test_step_times_order_under_jitter)
+{
+    enum { STEPS = TD_CUDA_TIMES_KEPT };
+    char err[256] = "";
+    job j;
+    sim_env("TD_SIM_JITTER", "11");
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    for (int s = 0; s < STEPS; s++) {
+        ck_assert_int_eq(td_backend_upload(j.be, &j.b), 0);
+        ck_assert_int_eq(td_backend_train_step(j.be, 0.01f, s + 1), 0);
+    }
+    ck_assert_int_eq(td_backend_sync(j.be), 0);
+    for (int s = 0; s < STEPS; s++) {
+        td_cuda_step_times t;
+        ck_assert_int_eq(td_backend_cuda_step_times(j.be, s, &t), 0);
+        ck_assert_msg(t.compute_start >= t.copy_end, "step %d computed at "
+                      "%.3f ms, before its copy ended at %.3f ms", s,
+                      t.compute_start, t.copy_end);
+    }
+    job_close(&j);
+}
+END_TEST
+
 static Suite *sim_backend_suite(void)
 {
     Suite *s = suite_create("sim_backend");
@@ -193,6 +220,7 @@ static Suite *sim_backend_suite(void)
     tcase_add_test(tc, test_oom_at_create_leaves_device_usable);
     tcase_add_test(tc, test_sticky_fault_fails_the_step);
     tcase_add_test(tc, test_host_waits_do_not_spin);
+    tcase_add_test(tc, test_step_times_order_under_jitter);
     suite_add_tcase(s, tc);
     return s;
 }
