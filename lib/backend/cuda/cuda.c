@@ -364,8 +364,10 @@ static int td__copy_batch(td__cuda *be, const td_batch *bt, int buf,
     TD__CU(be, cudaMemcpyAsync(be->labels[buf], bt->labels,
                                sizeof(int32_t) * (size_t)bt->n,
                                cudaMemcpyHostToDevice, be->copy));
-    TD__CU(be, cudaEventRecord(be->copied[buf], be->copy));
+    /* c1 first: the compute stream waits for copied, so its step can
+     * never start before the copy's end marker */
     TD__CU(be, cudaEventRecord(t->c1, be->copy));
+    TD__CU(be, cudaEventRecord(be->copied[buf], be->copy));
     TD__CU(be, cudaStreamWaitEvent(be->compute, be->copied[buf], 0));
     return 0;
 }
