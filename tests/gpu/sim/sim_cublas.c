@@ -6,8 +6,9 @@
  * A with leading dimension lda >= max(1, rows of A as stored), likewise B
  * and C (ldc >= max(1, m)); when beta is 0, C is not read (it may hold
  * NaN), and when alpha is 0 neither are A and B.  Scalars are read at
- * the call (host pointer mode).  The handle's workspace (cublasSetWorkspace) counts as written by every GEMM, so the
- * race detector sees a workspace shared between streams.
+ * the call (host pointer mode).  The handle's workspace
+ * (cublasSetWorkspace) counts as written by every GEMM, so the race
+ * detector sees a workspace shared between streams.
  * Never does: anything but these calls; sums in double (the real library
  * sums in float in an unspecified order).
  */
