@@ -67,6 +67,8 @@ typedef struct td_backend_config {
     uint64_t seed;         /* initialisation and dropout draws */
     td_optim_config optim;
     float label_smoothing; /* training loss only; evaluation is plain CE */
+    int allow_slow_bf16;   /* CPU tests only: accept oneDNN's reference
+                            * bf16 kernels (refused otherwise) */
     /* Per parameter (model order): that parameter's lr is the step's lr
      * times this; 0 freezes it (no update at all: no decay, no momentum,
      * its values stay bitwise the same).  NULL = 1 everywhere.  Borrowed;

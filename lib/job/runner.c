@@ -321,7 +321,15 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
         goto fail;
     }
     r->steps_per_epoch = tc.steps_per_epoch;
-    if ((rc = td_trainer_create(&tc, &r->trainer, err, errcap))) {
+    rc = td_trainer_create(&tc, &r->trainer, err, errcap);
+    if (rc == TD_E_NOTSUP && tc.backend.dtype == TD_BF16 &&
+        s->precision == TD_PREC_AUTO) {
+        /* auto: bf16 only where the device does the whole model well */
+        td_logf(TD_LOG_INFO, r->o.job, "precision: fp32 (auto; %s)", err);
+        tc.backend.dtype = TD_F32;
+        rc = td_trainer_create(&tc, &r->trainer, err, errcap);
+    }
+    if (rc) {
         if (rc == -ENOMEM)
             snprintf(err, errcap, "%s: cannot allocate the model (%zu "
                      "parameters, %d classes) with its optimizer state and "

@@ -103,8 +103,10 @@ static td_backend *make(const td_model *m, int n, enum td_dtype dt,
                         enum td_optim_type opt)
 {
     char err[256] = "";
+    /* the tiny models' 2-channel layers have only reference bf16 kernels
+     * in oneDNN: their numerics are what is tested here */
     td_backend_config cfg = {.batch = n, .threads = 1, .seed = 5,
-                             .dtype = dt};
+                             .dtype = dt, .allow_slow_bf16 = 1};
     for (int c = 0; c < m->layers[0].out.c; c++) {
         cfg.mean[c] = mean[c % 2];
         cfg.std[c] = sd[c % 2];
@@ -480,6 +482,39 @@ START_TEST(test_dropout_bf16)
 }
 END_TEST
 
+/* A layer oneDNN runs only in its reference loops in bf16 (backward
+ * weights of a 3 -> 8 channel convolution) is refused, naming it: no
+ * silent slow path (precision auto then trains in fp32: test_obs's job). */
+START_TEST(test_reference_kernel_refused)
+{
+    json_error_t je;
+    json_t *def = json_loads("{\"layers\": [{\"type\": \"conv2d\", "
+        "\"name\": \"c1\", \"channels\": 8, \"kernel\": 3, \"pad\": 1}, "
+        "{\"type\": \"relu\"}, {\"type\": \"flatten\"}, {\"type\": "
+        "\"dense\", \"units\": 4}]}", 0, &je);
+    td_model *m = NULL;
+    char err[256];
+    ck_assert_int_eq(td_model_build(def, (td_shape){3, 32, 32}, 4, &m, err,
+                                    sizeof err), 0);
+    json_decref(def);
+    td_backend_config cfg = {.batch = 16, .threads = 1, .dtype = TD_BF16,
+                             .std = {1, 1, 1}};
+    td_optim_defaults(&cfg.optim, TD_OPT_SGD);
+    td_backend *be = NULL;
+    ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
+                     TD_E_NOTSUP);
+    ck_assert_msg(strstr(err, "bf16: oneDNN has only a reference (slow) "
+                         "kernel for conv bwd weights of layer c1"), "%s",
+                  err);
+    ck_assert_ptr_null(be);
+    cfg.dtype = TD_F32;
+    ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
+                     0);
+    td_backend_destroy(be);
+    td_model_free(m);
+}
+END_TEST
+
 static Suite *backend_bf16_suite(void)
 {
     Suite *s = suite_create("backend_bf16");
@@ -492,6 +527,7 @@ static Suite *backend_bf16_suite(void)
     tcase_add_test(tc, test_snapshot_bf16_to_fp32);
     tcase_add_test(tc, test_snapshot_fp32_to_bf16);
     tcase_add_test(tc, test_dropout_bf16);
+    tcase_add_test(tc, test_reference_kernel_refused);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -30,7 +30,7 @@ static const char *base_spec =
     " \"input\": {\"size\": 8, \"channels\": 1, \"source\": \"synthetic\","
     "  \"normalize\": {\"mean\": [0.5], \"std\": [0.25]}},"
     " \"model\": {\"layers\": [{\"type\": \"conv2d\", \"name\": \"c1\","
-    "  \"channels\": 8, \"kernel\": 3, \"pad\": 1}, {\"type\": \"batchnorm\","
+    "  \"channels\": 16, \"kernel\": 3, \"pad\": 1}, {\"type\": \"batchnorm\","
     "  \"name\": \"b1\"}, {\"type\": \"relu\"}, {\"type\": \"flatten\"},"
     "  {\"type\": \"dense\", \"name\": \"fc\", \"units\": \"classes\"}]},"
     " \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9},"
@@ -254,13 +254,13 @@ static void expect_fp32_master(const char *dir)
     char path[4096], err[512];
     ck_assert_msg(td_ckpt_load_latest(dir, &f, path, sizeof path, err,
                                       sizeof err) == 0, "%s", err);
-    float w[8 * 9];
+    float w[16 * 9];
     ck_assert_msg(td_ckpt_file_read(f, "c1.weight", TD_DT_F32, w, sizeof w,
                                     err, sizeof err) == 0, "%s", err);
     int not_bf16 = 0;
-    for (int i = 0; i < 8 * 9; i++)
+    for (int i = 0; i < 16 * 9; i++)
         not_bf16 += td_bf16_round(w[i]) != w[i];
-    ck_assert_int_gt(not_bf16, 8 * 9 / 2);
+    ck_assert_int_gt(not_bf16, 16 * 9 / 2);
     td_ckpt_close(f);
 }
 

@@ -78,6 +78,17 @@ static int td__pd(td__cpu *be, const void *op, const_dnnl_primitive_desc_t
     const char *impl = NULL;
     dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &impl);
     td_debug("cpu backend: %s %s: %s", layer, what, impl ? impl : "?");
+    /* bf16 only where oneDNN has a native kernel: its reference loops are
+     * 10-100x slower than fp32 (e.g. backward weights of a convolution
+     * with 3 inputs and 8 outputs), a silent slow path */
+    if (be->adt == dnnl_bf16 && impl && strncmp(impl, "ref", 3) == 0 &&
+        !be->base.cfg.allow_slow_bf16) {
+        snprintf(be->base.err, sizeof be->base.err, "bf16: oneDNN has only "
+                 "a reference (slow) kernel for %s of layer %s on this CPU "
+                 "(%s): use precision fp32 for this model", what, layer,
+                 impl);
+        return TD_E_NOTSUP;
+    }
     return 0;
 }
 
