@@ -111,6 +111,7 @@ START_TEST(test_idx_rgb_shards_read_by_gnu_tar)
     uint8_t *px = write_idx(N, H, W, C);
     td_pack_options o;
     td_pack_options_default(&o);
+    o.quality = 95; /* JPEG members (the default, 0, stores PNG) */
     o.prefix = "rgb";
     o.shard_bytes = 6 * 1024;
     td_pack_result r;
@@ -207,6 +208,7 @@ START_TEST(test_oversize_samples_one_per_shard)
     free(write_idx(5, 8, 8, 1));
     td_pack_options o;
     td_pack_options_default(&o);
+    o.quality = 95; /* JPEG members (the default, 0, stores PNG) */
     o.shard_bytes = 100;
     td_pack_result r;
     char err[512] = "";
