@@ -229,3 +229,15 @@ int td_access_build_model(uid_t uid, const td_job_spec *s,
         td_fscred_leave(&saved);
     return rc;
 }
+
+int td_access_enter(uid_t uid, td_fscred_saved *saved)
+{
+    td_fscred cred;
+    memset(saved, 0, sizeof *saved);
+    if (uid == 0 || uid == geteuid() || !td_fscred_can_switch())
+        return 0;
+    if (td_fscred_for_uid(uid, &cred, NULL, 0) ||
+        td_fscred_enter(&cred, saved))
+        return -EACCES;
+    return 0;
+}

@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "base/fscred.h"
 #include "job/spec.h"
 #include "model/model.h"
 
@@ -27,6 +28,12 @@
  * array of absolute paths, may be empty); they apply to resolved paths. */
 int td_access_check_spec(uid_t uid, const td_job_spec *s, const json_t *roots,
                          char *err, size_t errcap);
+
+/* The calling (loop) thread takes on uid's filesystem identity when the
+ * daemon can (root) and uid is another user; saved is for
+ * td_fscred_leave either way.  -EACCES when uid has no passwd entry or
+ * the switch fails. */
+int td_access_enter(uid_t uid, td_fscred_saved *saved);
 
 /* Builds the job's model to know its shapes (bounds.c): a zoo name from
  * models_dir with the daemon's rights, a .json path with uid's.  classes

@@ -262,7 +262,14 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     int synthetic = s->input.source == TD_SOURCE_SYNTHETIC;
     if (!synthetic) { /* val mapped to train's classes by name, or split */
         td_job_data jd;
-        if ((rc = td_job_data_open(s, r->o.cred, &jd, err, errcap)))
+        rc = td_job_data_open(s, r->o.cred, &jd, err, errcap);
+        if (rc && r->o.cred && r->o.cred->set &&
+            strstr(err, strerror(EACCES))) { /* say whose rights */
+            size_t n = strlen(err);
+            snprintf(err + n, errcap > n ? errcap - n : 0, " (not readable "
+                     "by uid %u)", (unsigned)r->o.cred->uid);
+        }
+        if (rc)
             goto fail;
         if (jd.note[0])
             td_logf(s->data.val.n ? TD_LOG_WARN : TD_LOG_INFO, opts->job,
