@@ -45,6 +45,7 @@ int td_spec_absolute_paths(json_t *root, const char *base)
             json_t *a = td__abs(base, s);
             if (!a || json_object_set_new(data, keys[i], a))
                 return -ENOMEM;
+            continue; /* v was a string, and set_new has freed it */
         }
         size_t k;
         json_t *e;
