@@ -156,6 +156,7 @@ int main(int argc, char **argv)
             if (td_log_parse_level(optarg, &level)) {
                 fprintf(stderr, "traind: --log-level: '%s' is not one of "
                                 "error, warn, info, debug\n", optarg);
+                json_decref(overrides);
                 return 2;
             }
             json_object_set_new(overrides, "log_level", json_string(optarg));
@@ -163,9 +164,11 @@ int main(int argc, char **argv)
             break;
         case 'V':
             print_version();
+            json_decref(overrides);
             return 0;
         case 'C':
             print_settings();
+            json_decref(overrides);
             return 0;
         case 1000:
             run_job = optarg;
@@ -176,6 +179,7 @@ int main(int argc, char **argv)
         case 1002:
             if (nsets == 64) {
                 fprintf(stderr, "traind: too many --set options\n");
+                json_decref(overrides);
                 return 2;
             }
             sets[nsets++] = optarg;
@@ -191,15 +195,18 @@ int main(int argc, char **argv)
             break;
         case 'h':
             usage(stdout);
+            json_decref(overrides);
             return 0;
         default:
             usage(stderr);
+            json_decref(overrides);
             return 2;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "traind: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
+        json_decref(overrides);
         return 2;
     }
     if (run_job) {
