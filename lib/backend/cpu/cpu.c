@@ -761,7 +761,8 @@ int td_backend_cpu_create(const td_model *model, const td_backend_config *cfg,
     be->batch = cfg->batch;
     be->adt = cfg->dtype == TD_BF16 ? dnnl_bf16 : dnnl_f32;
     be->esize = cfg->dtype == TD_BF16 ? sizeof(td_bf16) : sizeof(float);
-    be->threads = cfg->threads ? cfg->threads : omp_get_num_procs();
+    /* auto: OpenMP's own default (OMP_NUM_THREADS, else one per CPU) */
+    be->threads = cfg->threads ? cfg->threads : omp_get_max_threads();
     omp_set_num_threads(be->threads);
     if ((rc = td__cpu_alloc(be)))
         goto fail;
