@@ -761,8 +761,14 @@ int td_backend_cpu_create(const td_model *model, const td_backend_config *cfg,
     be->batch = cfg->batch;
     be->adt = cfg->dtype == TD_BF16 ? dnnl_bf16 : dnnl_f32;
     be->esize = cfg->dtype == TD_BF16 ? sizeof(td_bf16) : sizeof(float);
-    /* auto: OpenMP's own default (OMP_NUM_THREADS, else one per CPU) */
-    be->threads = cfg->threads ? cfg->threads : omp_get_max_threads();
+    /* auto: OMP_NUM_THREADS when set (read here: an earlier job's
+     * omp_set_num_threads on this thread must not decide), else one per
+     * CPU */
+    const char *ont = getenv("OMP_NUM_THREADS");
+    int env_threads = ont ? atoi(ont) : 0;
+    be->threads = cfg->threads      ? cfg->threads
+                  : env_threads > 0 ? env_threads
+                                    : omp_get_num_procs();
     omp_set_num_threads(be->threads);
     if ((rc = td__cpu_alloc(be)))
         goto fail;
