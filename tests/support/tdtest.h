@@ -10,8 +10,50 @@
 #define TD_TDTEST_H
 
 #include <check.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* Runs a shell command in folder dir; it must succeed. */
+static inline void td_test_sh(const char *dir, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static inline void td_test_sh(const char *dir, const char *fmt, ...)
+{
+    char cmd[8192], full[8192 + 4200];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(n >= 0 && (size_t)n < sizeof cmd, "command too long");
+    n = snprintf(full, sizeof full, "cd '%s' && %s", dir, cmd);
+    ck_assert_msg(n >= 0 && (size_t)n < sizeof full, "command too long");
+    int rc = system(full);
+    ck_assert_msg(rc == 0, "`%s` failed (%d)", cmd, rc);
+}
+
+/* dir/rel's bytes, NUL-terminated (malloc'd), its length in *len; the
+ * file must exist. */
+static inline uint8_t *td_test_slurp(const char *dir, const char *rel,
+                                     size_t *len)
+{
+    char p[4200];
+    int k = snprintf(p, sizeof p, "%s/%s", dir, rel);
+    ck_assert_msg(k >= 0 && (size_t)k < sizeof p, "%s: path too long", rel);
+    FILE *f = fopen(p, "rb");
+    ck_assert_msg(f != NULL, "%s: %s", p, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)n + 1);
+    ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    b[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
 
 /* Exit status that tells meson a test was skipped. */
 #define TD_TEST_SKIP 77

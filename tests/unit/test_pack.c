@@ -28,41 +28,6 @@ static void teardown(void)
     free(tmp);
 }
 
-static void run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Runs a shell command in tmp; it must succeed. */
-static void run(const char *fmt, ...)
-{
-    char *cmd = NULL, *full = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    ck_assert_int_ge(vasprintf(&cmd, fmt, ap), 0);
-    va_end(ap);
-    ck_assert_int_ge(asprintf(&full, "cd '%s' && %s", tmp, cmd), 0);
-    int rc = system(full);
-    ck_assert_msg(rc == 0, "`%s` failed (%d)", cmd, rc);
-    free(cmd);
-    free(full);
-}
-
-/* tmp/rel's bytes (NUL-terminated), its length in *len. */
-static uint8_t *slurp(const char *rel, size_t *len)
-{
-    char p[4200];
-    snprintf(p, sizeof p, "%s/%s", tmp, rel);
-    FILE *f = fopen(p, "rb");
-    ck_assert_msg(f != NULL, "%s: %s", p, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 /* Writes n images of h x w x c (c 1 or 3) and their labels (i * 3 % 7)
  * as IDX files tmp/im.idx, tmp/lb.idx; returns the pixels. */
 static uint8_t *write_idx(int n, int h, int w, int c)
@@ -96,9 +61,9 @@ static int pack_idx(const td_pack_options *o, td_pack_result *r, char *err,
 /* Names in tmp/out, sorted, one per line. */
 static char *listing(void)
 {
-    run("ls -1 out > ls.txt");
+    td_test_sh(tmp, "ls -1 out > ls.txt");
     size_t n;
-    return (char *)slurp("ls.txt", &n);
+    return (char *)td_test_slurp(tmp, "ls.txt", &n);
 }
 
 /* RGB IDX images: shards named <prefix>-NNNNNN.tar, each within the cap,
@@ -144,10 +109,10 @@ START_TEST(test_idx_rgb_shards_read_by_gnu_tar)
         ck_assert_int_eq(stat(full, &st), 0);
         ck_assert_int_le(st.st_size, (off_t)o.shard_bytes);
         bytes += (uint64_t)st.st_size;
-        run("rm -rf x && mkdir x && tar -xf %s -C x && tar -tf %s > t.txt",
+        td_test_sh(tmp, "rm -rf x && mkdir x && tar -xf %s -C x && tar -tf %s > t.txt",
             shard, shard);
         size_t n;
-        char *names = (char *)slurp("t.txt", &n);
+        char *names = (char *)td_test_slurp(tmp, "t.txt", &n);
         for (char *line = strtok(names, "\n"); line;
              line = strtok(NULL, "\n")) {
             char jpg[32], cls[32];
@@ -159,13 +124,13 @@ START_TEST(test_idx_rgb_shards_read_by_gnu_tar)
             ck_assert_str_eq(line, cls);
             char rel[64];
             snprintf(rel, sizeof rel, "x/%s", cls);
-            char *label = (char *)slurp(rel, &n);
+            char *label = (char *)td_test_slurp(tmp, rel, &n);
             char lw[8];
             snprintf(lw, sizeof lw, "%d", next * 3 % 7);
             ck_assert_str_eq(label, lw);
             free(label);
             snprintf(rel, sizeof rel, "x/%s", jpg);
-            uint8_t *j = slurp(rel, &n), dec[H * W * C];
+            uint8_t *j = td_test_slurp(tmp, rel, &n), dec[H * W * C];
             int w, h, sub, cs;
             ck_assert_int_eq(tjDecompressHeader3(tj, j, (unsigned long)n, &w,
                                                  &h, &sub, &cs), 0);
@@ -216,9 +181,9 @@ START_TEST(test_oversize_samples_one_per_shard)
     ck_assert_int_eq(r.shards, 5);
     ck_assert_int_eq(r.channels, 1);
     for (int s = 0; s < 5; s++) {
-        run("tar -tf out/shard-%06d.tar > t.txt", s);
+        td_test_sh(tmp, "tar -tf out/shard-%06d.tar > t.txt", s);
         size_t n;
-        char *t = (char *)slurp("t.txt", &n), want[64];
+        char *t = (char *)td_test_slurp(tmp, "t.txt", &n), want[64];
         snprintf(want, sizeof want, "%09d.jpg\n%09d.cls\n", s, s);
         ck_assert_str_eq(t, want);
         free(t);
@@ -282,19 +247,19 @@ START_TEST(test_folder_index_is_lossless)
     ck_assert_int_eq(r.classes, 3);
     ck_assert_int_eq(r.width, 0); /* IDX only */
     size_t n;
-    char *classes = (char *)slurp("out/classes.txt", &n);
+    char *classes = (char *)td_test_slurp(tmp, "out/classes.txt", &n);
     ck_assert_str_eq(classes, "class0\nclass1\nclass2\n");
     free(classes);
-    run("mkdir x && tar -xf out/shard-000000.tar -C x");
+    td_test_sh(tmp, "mkdir x && tar -xf out/shard-000000.tar -C x");
     tjhandle tj = tjInitDecompress();
     static uint8_t a[64 * 48 * 3], b[64 * 48 * 3];
     for (int i = 0; i < 6; i++) {
         char rel[64], src[64];
         snprintf(rel, sizeof rel, "x/%09d.jpg", i);
         snprintf(src, sizeof src, "tree/class%d/img%03d.jpg", i / 2, i % 2);
-        uint8_t *j = slurp(rel, &n);
+        uint8_t *j = td_test_slurp(tmp, rel, &n);
         size_t sn;
-        uint8_t *s = slurp(src, &sn);
+        uint8_t *s = td_test_slurp(tmp, src, &sn);
         ck_assert(j[0] == 0xff && j[1] == 0xd8 && j[2] == 0xff &&
                   j[3] == TD_JPEGIDX_MARKER && memcmp(j + 6, "TDIX", 4) == 0);
         ck_assert_int_eq(tjDecompress2(tj, j, (unsigned long)n, a, 64, 0, 48,
@@ -303,7 +268,7 @@ START_TEST(test_folder_index_is_lossless)
                                        48, TJPF_RGB, 0), 0);
         ck_assert(memcmp(a, b, sizeof a) == 0);
         snprintf(rel, sizeof rel, "x/%09d.cls", i);
-        char *cls = (char *)slurp(rel, &n), want[8];
+        char *cls = (char *)td_test_slurp(tmp, rel, &n), want[8];
         snprintf(want, sizeof want, "%d", i / 2);
         ck_assert_str_eq(cls, want);
         free(cls);

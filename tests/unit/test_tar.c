@@ -28,39 +28,6 @@ static void teardown(void)
     free(tmp);
 }
 
-static void run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Runs a shell command in tmp; it must succeed. */
-static void run(const char *fmt, ...)
-{
-    char *cmd = NULL, *full = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    ck_assert_int_ge(vasprintf(&cmd, fmt, ap), 0);
-    va_end(ap);
-    ck_assert_int_ge(asprintf(&full, "cd '%s' && %s", tmp, cmd), 0);
-    int rc = system(full);
-    ck_assert_msg(rc == 0, "`%s` failed (%d)", cmd, rc);
-    free(cmd);
-    free(full);
-}
-
-static uint8_t *slurp(const char *name, size_t *len)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", tmp, name);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
-
 /* A file of `size` bytes (a pattern of the size) at tmp/name, its folders
  * made; returns its bytes. */
 static uint8_t *make_file(const char *name, size_t size)
@@ -112,11 +79,11 @@ START_TEST(test_header_is_gnu_tars)
     for (size_t n = 0; n < 3; n++)
         for (size_t s = 0; s < 4; s++) {
             free(make_file(names[n], sizes[s]));
-            run("tar --format=ustar --owner=0 --group=0 --numeric-owner "
+            td_test_sh(tmp, "tar --format=ustar --owner=0 --group=0 --numeric-owner "
                 "--mode=0644 --mtime=@%lld -cf gnu.tar '%s'",
                 (long long)mtime, names[n]);
             size_t len;
-            uint8_t *gnu = slurp("gnu.tar", &len), ours[TD_TAR_BLOCK];
+            uint8_t *gnu = td_test_slurp(tmp, "gnu.tar", &len), ours[TD_TAR_BLOCK];
             ck_assert_uint_ge(len, 3 * TD_TAR_BLOCK);
             ck_assert_int_eq(td_tar_header(ours, names[n], sizes[s], mtime),
                              0);
@@ -164,9 +131,9 @@ START_TEST(test_gnu_tar_extracts_ours)
     fwrite(zero, 1, sizeof zero, f);
     fclose(f);
     ck_assert_uint_eq(total, (512 + 1024) + (512 + 512) + 512 + (512 + 512));
-    run("mkdir x && tar -xf ours.tar -C x && tar -tf ours.tar > list.txt");
+    td_test_sh(tmp, "mkdir x && tar -xf ours.tar -C x && tar -tf ours.tar > list.txt");
     size_t len;
-    char *list = (char *)slurp("list.txt", &len);
+    char *list = (char *)td_test_slurp(tmp, "list.txt", &len);
     list[len] = '\0';
     char want[1024];
     snprintf(want, sizeof want, "%s\n%s\n%s\n%s\n", names[0], names[1],
@@ -176,7 +143,7 @@ START_TEST(test_gnu_tar_extracts_ours)
     for (int k = 0; k < 4; k++) {
         char x[4200];
         snprintf(x, sizeof x, "x/%s", names[k]);
-        uint8_t *got = slurp(x, &len);
+        uint8_t *got = td_test_slurp(tmp, x, &len);
         ck_assert_uint_eq(len, sizes[k]);
         ck_assert(memcmp(got, data[k], len) == 0);
         free(got);
@@ -222,14 +189,14 @@ START_TEST(test_walk_reads_gnu_archives)
     uint8_t *small = make_file("s.cls", 3), *big = make_file("b.jpg", 1500);
     free(make_file("e", 0));
     uint8_t *pl = make_file(lng, 40), *ps = make_file(split, 513);
-    run("mkdir -p dir && ln -s s.cls link");
+    td_test_sh(tmp, "mkdir -p dir && ln -s s.cls link");
     for (int fm = 0; fm < 3; fm++) {
         int ustar = fm == 0; /* ustar cannot hold the 180-byte name */
-        run("rm -f t.tar && tar --format=%s -cf t.tar s.cls dir b.jpg link e "
+        td_test_sh(tmp, "rm -f t.tar && tar --format=%s -cf t.tar s.cls dir b.jpg link e "
             "'%s' %s%s%s", formats[fm], split, ustar ? "" : "'",
             ustar ? "" : lng, ustar ? "" : "'");
         size_t len;
-        uint8_t *t = slurp("t.tar", &len);
+        uint8_t *t = td_test_slurp(tmp, "t.tar", &len);
         struct seen s = {0};
         uint64_t at = 7;
         ck_assert_int_eq(td_tar_walk(t, len, collect, &s, &at), 0);
@@ -261,9 +228,9 @@ START_TEST(test_walk_truncated)
 {
     free(make_file("a", 600));  /* header 0, data 512..1112, pad to 1536 */
     free(make_file("b", 100));  /* header 1536, data 2048.. */
-    run("tar --format=gnu -cf t.tar a b");
+    td_test_sh(tmp, "tar --format=gnu -cf t.tar a b");
     size_t len;
-    uint8_t *t = slurp("t.tar", &len);
+    uint8_t *t = td_test_slurp(tmp, "t.tar", &len);
     struct seen s = {0};
     uint64_t at = 0;
     ck_assert_int_eq(td_tar_walk(t, 1000, collect, &s, &at), TD_E_CORRUPT);
