@@ -1,9 +1,9 @@
-/* backend_cpu.h - internals shared by the CPU backend's files.
+/* cpu_int.h - internals shared by the CPU backend's files.
  *
- * Owns: the CPU backend's data structures.  backend_cpu_plan.c builds the
- * oneDNN primitives for a model (once per shape); backend_cpu.c runs them
- * and implements the td_backend_ops.  Nothing outside these two files may
- * include this header.
+ * Owns: the CPU backend's data structures.  cpu_plan.c builds the oneDNN
+ * primitives for a model (once per shape); cpu_step.c runs them for a step
+ * and cpu.c implements the rest of the td_backend_ops.  Nothing outside
+ * lib/backend/cpu/ may include this header.
  *
  * Tensors: every layer output lives in one oneDNN memory (value) and one
  * gradient memory with the same descriptor, in the blocked layout the
@@ -82,7 +82,7 @@ typedef struct td__cpu {
     td_step_stats acc;   /* counters since the last read_stats */
 } td__cpu;
 
-/* backend_cpu_plan.c */
+/* cpu_plan.c */
 int td__cpu_plan(td__cpu *be);
 void td__cpu_unplan(td__cpu *be);
 /* Sets be->base.err from a failed oneDNN call and returns TD_E_DEVICE. */
@@ -95,5 +95,24 @@ int td__cpu_fail(td__cpu *be, dnnl_status_t st, const char *what,
         if (td__st != dnnl_success)                                          \
             return td__cpu_fail((be), td__st, (what), (layer));              \
     } while (0)
+
+static inline td__cpu *td__be(td_backend *b) { return (td__cpu *)b; }
+static inline int td__is_bf16(const td__cpu *be)
+{
+    return be->adt == dnnl_bf16;
+}
+
+/* cpu_step.c: the td_backend_ops train_step and eval_step. */
+int td__cpu_train_step(td_backend *b, float lr, int64_t t);
+int td__cpu_eval_step(td_backend *b);
+
+#define TD__ARGS(...) ((dnnl_exec_arg_t[]){__VA_ARGS__})
+#define TD__NARGS(...)                                                       \
+    ((int)(sizeof((dnnl_exec_arg_t[]){__VA_ARGS__}) / sizeof(dnnl_exec_arg_t)))
+#define TD__RUN(be, prim, what, ...)                                         \
+    TD__DNNL(be, dnnl_primitive_execute(prim, (be)->strm,                    \
+                                        TD__NARGS(__VA_ARGS__),              \
+                                        TD__ARGS(__VA_ARGS__)),              \
+             what, NULL)
 
 #endif

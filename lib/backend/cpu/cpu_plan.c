@@ -1,4 +1,4 @@
-/* backend_cpu_plan.c - builds the CPU backend's oneDNN primitives.
+/* cpu_plan.c - builds the CPU backend's oneDNN primitives.
  *
  * Owns: turning a td_model into primitives, memories and reorders, once,
  * for the configured batch size.  Activations keep the layout the first
@@ -8,7 +8,7 @@
  * canonical arrays when the chosen layout differs.  In bf16 (be->adt) the
  * activations and the weights the primitives read are bf16, the weight
  * gradients, biases and batch-norm parameters fp32 (cpu_int.h).
- * Never does: execute primitives (backend_cpu.c does).
+ * Never does: execute primitives (cpu_step.c does).
  * Everything created here is recorded in be->cl and released by
  * td__cpu_unplan, which is the single cleanup path (also after a failure
  * half-way through planning).

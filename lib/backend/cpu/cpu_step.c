@@ -1,0 +1,421 @@
+/* cpu_step.c - one training or evaluation step on the CPU backend:
+ * normalise, forward, loss, backward and the optimizer update, run through
+ * the oneDNN primitives cpu_plan.c built and the plain-C kernels of
+ * kernels/ (the same split as cuda/cuda_step.c in the CUDA backend).
+ *
+ * Owns: the order of the primitives within a step and the bf16 weight
+ * refresh after an update.
+ * Never does: allocate, log, or touch anything outside the td__cpu it is
+ * given.
+ */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cpu/cpu_int.h"
+#include "base/clock.h"
+#include "base/error.h"
+#include "backend/cpu/caps.h"
+#include "base/rng.h"
+#include "bf16.h"
+#include "normalize.h"
+#include "optim_update.h"
+#include "softmax_xent.h"
+
+static float *td__f(dnnl_memory_t m)
+{
+    void *p = NULL;
+    dnnl_memory_get_data_handle(m, &p);
+    return p;
+}
+
+static int td__reorder(td__cpu *be, dnnl_primitive_t r, dnnl_memory_t src,
+                       dnnl_memory_t dst)
+{
+    TD__RUN(be, r, "reorder", {DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst});
+    return 0;
+}
+
+/* Weights into the layouts the primitives use, after any change. */
+static int td__refresh_weights(td__cpu *be)
+{
+    int rc;
+    if (!be->weights_dirty)
+        return 0;
+    for (int L = 1; L < be->base.model->nlayers; L++) {
+        td__cl *c = &be->cl[L];
+        if (c->r_w_f && (rc = td__reorder(be, c->r_w_f, c->w, c->w_f)))
+            return rc;
+        if (c->r_w_bd && (rc = td__reorder(be, c->r_w_bd, c->w, c->w_bd)))
+            return rc;
+    }
+    be->weights_dirty = 0;
+    return 0;
+}
+
+static void td__bn_running(td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const float *mean = td__f(c->mean), *var = td__f(c->var);
+    float *rm = td__f(c->rmean), *rv = td__f(c->rvar);
+    double cnt = (double)be->batch * l->out.h * l->out.w;
+    float unbias = cnt > 1 ? (float)(cnt / (cnt - 1)) : 1.0f;
+    float mo = l->momentum;
+    for (int i = 0; i < l->out.c; i++) {
+        rm[i] = (1 - mo) * rm[i] + mo * mean[i];
+        rv[i] = (1 - mo) * rv[i] + mo * var[i] * unbias;
+    }
+}
+
+/* dst[i] = mask[i] ? src[i] * scale : 0 in the activation type (bf16:
+ * the product in fp32, rounded once). */
+static void td__masked_scale(const td__cpu *be, const uint8_t *mask,
+                             const void *src, void *dst, size_t n,
+                             float scale)
+{
+    if (td__is_bf16(be)) {
+        const td_bf16 *x = src;
+        td_bf16 *y = dst;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++)
+            y[i] = mask[i] ? td_bf16_from_f32(td_bf16_to_f32(x[i]) * scale)
+                           : 0;
+        return;
+    }
+    const float *x = src;
+    float *y = dst;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        y[i] = mask[i] ? x[i] * scale : 0.0f;
+}
+
+static void td__dropout_fwd(td__cpu *be, int L, int train)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const void *x = td__f(be->cl[be->cl[l->in[0]].root].y);
+    void *y = td__f(c->y);
+    if (!train) {
+        memcpy(y, x, c->nelem * be->esize);
+        return;
+    }
+    uint64_t stream = td_rng_stream(TD_RNG_DROPOUT, (uint64_t)L);
+    uint64_t base = (uint64_t)be->step * c->nelem;
+    float keep = 1.0f - l->rate;
+    uint64_t seed = be->base.cfg.seed;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < c->nelem; i++)
+        c->mask[i] = td_rng_uniform(seed, stream, base + i) < keep;
+    td__masked_scale(be, c->mask, x, y, c->nelem, 1.0f / keep);
+}
+
+static int td__forward_layer(td__cpu *be, int L, int train)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    dnnl_memory_t x = be->cl[be->cl[l->in[0]].root].y;
+    switch (l->kind) {
+    case TD_L_CONV:
+    case TD_L_DENSE:
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, c->w_f ? c->w_f : c->w},
+                {DNNL_ARG_BIAS, c->b}, {DNNL_ARG_DST, c->y});
+        break;
+    case TD_L_BN:
+        if (!train) {
+            TD__RUN(be, c->inf, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[1]},
+                    {DNNL_ARG_SRC, x},
+                    {DNNL_ARG_MEAN, c->rmean}, {DNNL_ARG_VARIANCE, c->rvar},
+                    {DNNL_ARG_SCALE, c->w}, {DNNL_ARG_SHIFT, c->b},
+                    {DNNL_ARG_DST, c->y});
+            break;
+        }
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x},
+                {DNNL_ARG_MEAN, c->mean}, {DNNL_ARG_VARIANCE, c->var},
+                {DNNL_ARG_SCALE, c->w}, {DNNL_ARG_SHIFT, c->b},
+                {DNNL_ARG_WORKSPACE, c->ws}, {DNNL_ARG_DST, c->y});
+        td__bn_running(be, L);
+        break;
+    case TD_L_RELU:
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_DST, c->y});
+        break;
+    case TD_L_MAXPOOL:
+    case TD_L_AVGPOOL:
+    case TD_L_GAP:
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_DST, c->y},
+                {DNNL_ARG_WORKSPACE, c->ws});
+        break;
+    case TD_L_ADD:
+        TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                {DNNL_ARG_SRC_0, x},
+                {DNNL_ARG_SRC_1, be->cl[be->cl[l->in[1]].root].y},
+                {DNNL_ARG_DST, c->y});
+        break;
+    case TD_L_DROPOUT:
+        td__dropout_fwd(be, L, train);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+/* Cast + normalise the uploaded batch, then every layer in order. */
+static int td__forward(td__cpu *be, int train)
+{
+    const td_shape in = be->base.model->layers[0].out;
+    int rc = td__refresh_weights(be);
+    if (rc)
+        return rc;
+    float *x = td__is_bf16(be) ? be->xin : td__f(be->cl[0].y);
+    size_t per = (size_t)in.c * in.h * in.w;
+    int planar = be->layout == TD_LAYOUT_NCHW;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < be->batch; i++) {
+        if (planar)
+            td_normalize_planar(be->pixels + i * per, x + i * per, 1, in.c,
+                                in.h, in.w, be->nscale, be->nbias);
+        else
+            td_normalize_batch(be->pixels + i * per, x + i * per, 1, in.c,
+                               in.h, in.w, be->nscale, be->nbias);
+        if (td__is_bf16(be))
+            td_bf16_from_f32_n(x + i * per,
+                               (td_bf16 *)td__f(be->cl[0].y) + i * per, per);
+    }
+    for (int L = 1; L < be->base.model->nlayers; L++)
+        if (be->cl[L].root == L && (rc = td__forward_layer(be, L, train)))
+            return rc;
+    return 0;
+}
+
+/* Loss, correct count and (when train) the logits' gradient. */
+static int td__loss(td__cpu *be, int train)
+{
+    const td_model *m = be->base.model;
+    td__cl *last = &be->cl[be->cl[m->nlayers - 1].root];
+    int k = m->classes, rc;
+    if (be->r_logits && (rc = td__reorder(be, be->r_logits, last->y,
+                                          be->logits)))
+        return rc;
+    const float *z = td__f(be->r_logits ? be->logits : last->y);
+    float *g = td__f(be->r_logits ? be->dlogits : last->dy);
+    float inv_n = 1.0f / (float)be->n;
+    float smooth = train ? be->base.cfg.label_smoothing : 0.0f;
+    double loss = 0;
+    int64_t correct = 0;
+#pragma omp parallel for schedule(static) reduction(+ : loss, correct)
+    for (int i = 0; i < be->batch; i++) {
+        int ok = 0;
+        if (i >= be->n) {
+            if (train)
+                memset(g + (size_t)i * k, 0, (size_t)k * sizeof *g);
+            continue;
+        }
+        loss += td_xent_row(z + (size_t)i * k, k, be->labels[i], smooth,
+                            inv_n, train ? g + (size_t)i * k : NULL, &ok);
+        correct += ok;
+    }
+    be->acc.loss_sum += loss;
+    be->acc.correct += correct;
+    be->acc.samples += be->n;
+    if (train && be->r_dlogits)
+        return td__reorder(be, be->r_dlogits, be->dlogits, last->dy);
+    return 0;
+}
+
+/* Where a gradient summand for root r goes: straight into r's gradient if
+ * it is the first this step, else into r's scratch (td__settle adds it). */
+static dnnl_memory_t td__target(td__cpu *be, int r)
+{
+    td__cl *c = &be->cl[r];
+    return c->written ? c->acc : c->dy;
+}
+
+static void td__settle(td__cpu *be, int r)
+{
+    td__cl *c = &be->cl[r];
+    if (c->written++ == 0)
+        return;
+    if (td__is_bf16(be)) {
+        td_bf16 *d = (td_bf16 *)td__f(c->dy);
+        const td_bf16 *a = (const td_bf16 *)td__f(c->acc);
+        size_t chunk = 4096;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < c->nelem; i += chunk)
+            td_bf16_add_n(d + i, a + i,
+                          c->nelem - i < chunk ? c->nelem - i : chunk);
+        return;
+    }
+    float *d = td__f(c->dy);
+    const float *a = td__f(c->acc);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < c->nelem; i++)
+        d[i] += a[i];
+}
+
+static int td__backward_add(td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    for (int i = 0; i < 2; i++) {
+        int r = be->cl[l->in[i]].root;
+        dnnl_memory_t t = td__target(be, r);
+        if (i == 1 && c->r_src1) {
+            int rc = td__reorder(be, c->r_src1, c->dy, t);
+            if (rc)
+                return rc;
+        } else {
+            memcpy(td__f(t), td__f(c->dy), c->nelem * be->esize);
+        }
+        td__settle(be, r);
+    }
+    return 0;
+}
+
+static int td__backward_layer(td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    int r = be->cl[l->in[0]].root;
+    dnnl_memory_t x = be->cl[r].y, t = td__target(be, r);
+    int rc;
+    switch (l->kind) {
+    case TD_L_CONV:
+    case TD_L_DENSE:
+        TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
+                {DNNL_ARG_SRC, x},
+                {DNNL_ARG_DIFF_DST, c->dy},
+                {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
+                {DNNL_ARG_DIFF_BIAS, c->db});
+        if (c->r_dw && (rc = td__reorder(be, c->r_dw, c->dw_bw, c->dw)))
+            return rc;
+        if (c->no_dsrc)
+            return 0;
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_DIFF_DST, c->dy},
+                {DNNL_ARG_WEIGHTS, c->w_bd ? c->w_bd : c->w},
+                {DNNL_ARG_DIFF_SRC, t});
+        break;
+    case TD_L_BN:
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_MEAN, c->mean}, {DNNL_ARG_VARIANCE, c->var},
+                {DNNL_ARG_SCALE, c->w}, {DNNL_ARG_SHIFT, c->b},
+                {DNNL_ARG_WORKSPACE, c->ws}, {DNNL_ARG_DIFF_DST, c->dy},
+                {DNNL_ARG_DIFF_SRC, t}, {DNNL_ARG_DIFF_SCALE, c->dw},
+                {DNNL_ARG_DIFF_SHIFT, c->db});
+        break;
+    case TD_L_RELU:
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, c->dy},
+                {DNNL_ARG_DIFF_SRC, t});
+        break;
+    case TD_L_MAXPOOL:
+    case TD_L_AVGPOOL:
+    case TD_L_GAP:
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_DIFF_DST, c->dy}, {DNNL_ARG_WORKSPACE, c->ws},
+                {DNNL_ARG_DIFF_SRC, t});
+        break;
+    case TD_L_DROPOUT:
+        td__masked_scale(be, c->mask, td__f(c->dy), td__f(t), c->nelem,
+                         1.0f / (1.0f - l->rate));
+        break;
+    case TD_L_ADD:
+        return td__backward_add(be, L);
+    default:
+        return 0;
+    }
+    td__settle(be, r);
+    return 0;
+}
+
+static int td__backward(td__cpu *be)
+{
+    const td_model *m = be->base.model;
+    int rc;
+    for (int L = 0; L < m->nlayers; L++)
+        be->cl[L].written = 0;
+    for (int L = m->nlayers - 1; L >= 1; L--)
+        if (be->cl[L].root == L && (rc = td__backward_layer(be, L)))
+            return rc;
+    return 0;
+}
+
+/* The optimizer on parameter elements [lo, lo + cnt). */
+static void td__update_range(td__cpu *be, float lr, int64_t t, size_t lo,
+                             size_t cnt)
+{
+    const td_optim_config *o = &be->base.cfg.optim;
+    size_t n = be->base.model->param_count;
+    float *w = be->params + lo, *g = be->grads + lo;
+    float *s0 = be->slots ? be->slots + lo : NULL;
+    float wd = (float)o->weight_decay, mu = (float)o->momentum;
+    if (o->type == TD_OPT_ADAMW) {
+        float *s1 = be->slots + n + lo;
+        td_adamw_corr c = td_adamw_corrections(o->beta1, o->beta2, t);
+        float b1 = (float)o->beta1, b2 = (float)o->beta2;
+        float eps = (float)o->eps;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < cnt; i++)
+            td_adamw_elem(&w[i], &s0[i], &s1[i], g[i], lr, b1, b2, eps, wd,
+                          c);
+    } else {
+        int nest = o->nesterov;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < cnt; i++)
+            td_sgd_elem(&w[i], s0 ? &s0[i] : NULL, g[i], lr, mu, wd, nest);
+    }
+}
+
+/* Every parameter, each at the step's lr times its multiplier; frozen
+ * ones (multiplier 0) are not touched at all. */
+static void td__update(td__cpu *be, float lr, int64_t t)
+{
+    const td_model *m = be->base.model;
+    const float *mult = be->base.cfg.lr_mult;
+    if (!mult) {
+        td__update_range(be, lr, t, 0, m->param_count);
+    } else {
+        size_t off = 0;
+        for (int p = 0; p < m->nparams; off += m->params[p++].count)
+            if (mult[p] != 0.0f)
+                td__update_range(be, lr * mult[p], t, off,
+                                 m->params[p].count);
+    }
+    be->weights_dirty = 1;
+}
+
+int td__cpu_train_step(td_backend *b, float lr, int64_t t)
+{
+    td__cpu *be = td__be(b);
+    int rc;
+    if (be->n != be->batch) {
+        snprintf(b->err, sizeof b->err, "train_step: the batch has %d "
+                 "samples, the backend was planned for %d", be->n, be->batch);
+        return -EINVAL;
+    }
+    omp_set_num_threads(be->threads);
+    if ((rc = td__forward(be, 1)) || (rc = td__loss(be, 1)) ||
+        (rc = td__backward(be)))
+        return rc;
+    if (lr > 0)
+        td__update(be, lr, t);
+    be->step++;
+    dnnl_stream_wait(be->strm);
+    return 0;
+}
+
+int td__cpu_eval_step(td_backend *b)
+{
+    td__cpu *be = td__be(b);
+    int rc;
+    omp_set_num_threads(be->threads);
+    if ((rc = td__forward(be, 0)) || (rc = td__loss(be, 0)))
+        return rc;
+    dnnl_stream_wait(be->strm);
+    return 0;
+}
