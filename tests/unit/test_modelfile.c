@@ -2,8 +2,8 @@
  * torchvision-style tensor names with num_batches_tracked, the
  * self-describing metadata (graph, class names, input, normalisation,
  * evaluation preprocessing) that td_infer_open needs and nothing else,
- * weights files (td_weights_save/load), and the clear refusal of a
- * checkpoint with the zoo's old layer names.  Runs a tiny job on a
+ * and the clear refusal of a checkpoint with the zoo's old layer names
+ * (weights files on their own: test_weights.c).  Runs a tiny job on a
  * generated ImageFolder through the runner. */
 #include <math.h>
 #include <stdio.h>
@@ -177,56 +177,6 @@ END_TEST
 
 /* Weights files: a save loads back bit for bit; strict loading names a
  * missing tensor and one of another shape; a lenient load reports. */
-START_TEST(test_weights_files)
-{
-    char err[512], path[4200];
-    td_model *m, *m2;
-    json_t *g = json_pack("{s:[{s:s,s:s,s:i,s:i},{s:s,s:s},{s:s},{s:s,s:s,"
-                          "s:s}]}", "layers", "type", "conv2d", "name", "c",
-                          "channels", 2, "kernel", 3, "type", "batchnorm",
-                          "name", "n", "type", "global_avgpool", "type",
-                          "dense", "name", "fc", "units", "classes");
-    ck_assert_int_eq(td_model_build(g, (td_shape){1, 8, 8}, 3, &m, err,
-                                    sizeof err), 0);
-    ck_assert_int_eq(td_model_build(g, (td_shape){1, 8, 8}, 5, &m2, err,
-                                    sizeof err), 0);
-    float *p = malloc(m->param_count * sizeof *p), st[4] = {1, 2, 3, 4};
-    float *q = calloc(m2->param_count, sizeof *q), st2[4];
-    td_model_init_params(m, 7, p);
-    snprintf(path, sizeof path, "%s/w.safetensors", tmp);
-    ck_assert_int_eq(td_weights_save(m, p, st, 5, NULL, path, err,
-                                     sizeof err), 0);
-    td_ckpt_file *f;
-    ck_assert_int_eq(td_st_open(path, &f, err, sizeof err), 0);
-    float *back = calloc(m->param_count, sizeof *back), sb[4];
-    td_weights_report rep;
-    ck_assert_int_eq(td_weights_load(m, f, 1, back, sb, &rep, err,
-                                     sizeof err), 0);
-    ck_assert_int_eq(memcmp(back, p, m->param_count * sizeof *p), 0);
-    ck_assert_int_eq(memcmp(sb, st, sizeof st), 0);
-    ck_assert_int_eq(rep.loaded, 5 + 2); /* c, n (2), fc (2); n state */
-    ck_assert_int_eq(rep.missing + rep.reshaped + rep.ignored, 0);
-    /* 5 classes: fc.weight [5, 2] and fc.bias [5] differ */
-    ck_assert_int_eq(td_weights_load(m2, f, 1, q, st2, &rep, err,
-                                     sizeof err), TD_E_SPEC);
-    ck_assert_msg(strstr(err, "\"fc.weight\" is F32 [3, 2] in the file, the "
-                          "model's is F32 [5, 2]"), "%s", err);
-    ck_assert_int_eq(td_weights_load(m2, f, 0, q, st2, &rep, err,
-                                     sizeof err), 0);
-    ck_assert_int_eq(rep.loaded, 5 + 2 - 2);
-    ck_assert_int_eq(rep.reshaped, 2);
-    ck_assert_str_eq(rep.first_reshaped, "fc.weight");
-    ck_assert_float_eq(q[0], p[0]);
-    td_ckpt_close(f);
-    json_decref(g);
-    td_model_free(m);
-    td_model_free(m2);
-    free(p);
-    free(q);
-    free(back);
-}
-END_TEST
-
 /* A checkpoint from before torchvision names: resume refuses it and says
  * why (docs/checkpoints.md). */
 START_TEST(test_old_names_refused)
@@ -405,7 +355,6 @@ static Suite *modelfile_suite(void)
     tcase_set_timeout(tc, 280); /* trains small jobs; ASan is slower */
     tcase_add_test(tc, test_checkpoint_names_and_counter);
     tcase_add_test(tc, test_checkpoint_describes_model);
-    tcase_add_test(tc, test_weights_files);
     tcase_add_test(tc, test_old_names_refused);
     tcase_add_test(tc, test_eval_predict_match_validation);
     suite_add_tcase(su, tc);
