@@ -24,6 +24,7 @@
 #include "base/rng.h"
 #include "job/device.h"
 #include "model/model.h"
+#include "ref_models.h"
 #include "td_config.h"
 #include "tdtest.h"
 
@@ -36,22 +37,6 @@ static int as_cpu(void)
 }
 
 static const char *gpu_kind(void) { return as_cpu() ? "cpu" : "cuda:0"; }
-
-static td_model *load(const char *name, td_shape in, int classes)
-{
-    char path[4096], err[256] = "";
-    const char *root = getenv("TD_SOURCE_ROOT");
-    if (strcmp(name, "fmnist-cnn") == 0)
-        snprintf(path, sizeof path, "%s/config/models/%s.json",
-                 root ? root : ".", name);
-    else
-        snprintf(path, sizeof path, "%s/tests/data/%s.json",
-                 root ? root : ".", name);
-    td_model *m = NULL;
-    int rc = td_model_load(NULL, path, in, classes, &m, err, sizeof err);
-    ck_assert_msg(rc == 0, "%s: %s", name, err);
-    return m;
-}
 
 static td_backend_config config(int batch, enum td_optim_type opt)
 {
@@ -99,7 +84,7 @@ static void pair_open(pair *p, const char *model, td_shape in, int batch,
 {
     char err[256];
     memset(p, 0, sizeof p[0]);
-    p->m = load(model, in, 5);
+    p->m = ref_load_model(model, in, 5);
     td_backend_config c = config(batch, opt);
     int rc = td_backend_create("cpu", p->m, &c, &p->cpu, err, sizeof err);
     ck_assert_msg(rc == 0, "cpu: %s", err);
@@ -407,7 +392,7 @@ START_TEST(test_copy_overlaps_compute)
     const char *ob = getenv("TD_TEST_OVERLAP_BATCH");
     const int batch = ob ? atoi(ob) : 512, steps = 6;
     ck_assert_int_gt(batch, 0);
-    td_model *m = load("fmnist-cnn", (td_shape){1, 28, 28}, 10);
+    td_model *m = ref_load_model("fmnist-cnn", (td_shape){1, 28, 28}, 10);
     td_backend_config c = config(batch, TD_OPT_SGD);
     td_backend *be = NULL;
     ck_assert_msg(td_backend_create("cuda:0", m, &c, &be, err, sizeof err) ==
@@ -486,7 +471,7 @@ START_TEST(test_absent_gpu_index_fails)
     char err[256], kind[32];
     td_device_probe(&info);
     snprintf(kind, sizeof kind, "cuda:%d", info.cuda_count);
-    td_model *m = load("tiny-all", tiny_in, 5);
+    td_model *m = ref_load_model("tiny-all", tiny_in, 5);
     td_backend_config c = config(4, TD_OPT_SGD);
     td_backend *be = NULL;
     ck_assert_int_eq(td_backend_create(kind, m, &c, &be, err, sizeof err),

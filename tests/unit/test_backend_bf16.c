@@ -24,6 +24,7 @@
 #include "bf16.h"
 #include "optim_update.h"
 #include "ref_layers.h"
+#include "ref_models.h"
 #include "tdtest.h"
 
 enum { N = 4, K = 5 };
@@ -71,22 +72,6 @@ static layer_tol tol_of(enum td_layer_kind k)
 /* gradients of layers and parameters vs fp32; parameter gradients vs the
  * bf16-rounded reference (fp32 sums of bf16 products) */
 static const double tol_g_f = 0.35, tol_pg_b = 0.015;
-
-static td_model *load(const char *name, td_shape in, int classes)
-{
-    char path[4096], err[256] = "";
-    const char *root = getenv("TD_SOURCE_ROOT");
-    if (strcmp(name, "fmnist-cnn") == 0 || strncmp(name, "resnet", 6) == 0)
-        snprintf(path, sizeof path, "%s/config/models/%s.json",
-                 root ? root : ".", name);
-    else
-        snprintf(path, sizeof path, "%s/tests/data/%s.json",
-                 root ? root : ".", name);
-    td_model *m = NULL;
-    int rc = td_model_load(NULL, path, in, classes, &m, err, sizeof err);
-    ck_assert_msg(rc == 0, "%s: %s", name, err);
-    return m;
-}
 
 typedef struct fixture {
     td_model *m;
@@ -155,7 +140,7 @@ static void setup_fx(fixture *f, const char *name, td_shape in, int classes,
                      int n)
 {
     memset(f, 0, sizeof *f);
-    f->m = load(name, in, classes);
+    f->m = ref_load_model(name, in, classes);
     f->be = make(f->m, n, TD_BF16, TD_OPT_SGD);
     size_t per = (size_t)in.c * in.h * in.w;
     f->px = malloc(per * (size_t)n);
@@ -399,7 +384,7 @@ END_TEST
  * computes. */
 static void check_cross(enum td_dtype from, enum td_dtype to)
 {
-    td_model *m = load("tiny-all", (td_shape){2, 9, 9}, K);
+    td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, K);
     td_backend *a = make(m, N, from, TD_OPT_ADAMW);
     td_backend *b = make(m, N, to, TD_OPT_ADAMW);
     uint8_t px[N * 2 * 81];

@@ -11,25 +11,10 @@
 #include "base/rng.h"
 #include "optim_update.h"
 #include "ref_layers.h"
+#include "ref_models.h"
 #include "tdtest.h"
 
 enum { N = 4, K = 5 };
-
-static td_model *load(const char *name, td_shape in, int classes)
-{
-    char path[4096], err[256] = "";
-    const char *root = getenv("TD_SOURCE_ROOT");
-    if (strcmp(name, "fmnist-cnn") == 0 || strncmp(name, "resnet", 6) == 0)
-        snprintf(path, sizeof path, "%s/config/models/%s.json",
-                 root ? root : ".", name);
-    else
-        snprintf(path, sizeof path, "%s/tests/data/%s.json",
-                 root ? root : ".", name);
-    td_model *m = NULL;
-    int rc = td_model_load(NULL, path, in, classes, &m, err, sizeof err);
-    ck_assert_msg(rc == 0, "%s: %s", name, err);
-    return m;
-}
 
 typedef struct fixture {
     td_model *m;
@@ -47,7 +32,7 @@ static void setup_fx(fixture *f, const char *name, td_shape in, int classes,
 {
     char err[256] = "";
     memset(f, 0, sizeof *f);
-    f->m = load(name, in, classes);
+    f->m = ref_load_model(name, in, classes);
     td_backend_config cfg = {.batch = n, .threads = 1, .seed = 5};
     for (int c = 0; c < in.c; c++) {
         cfg.mean[c] = mean[c % 2];
@@ -422,7 +407,7 @@ END_TEST
 
 START_TEST(test_create_errors)
 {
-    td_model *m = load("tiny-flat", (td_shape){2, 9, 9}, K);
+    td_model *m = ref_load_model("tiny-flat", (td_shape){2, 9, 9}, K);
     td_backend_config cfg = {.batch = 4, .threads = 1, .std = {1, 1}};
     td_backend *be = NULL;
     char err[256];
