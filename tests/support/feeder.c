@@ -1,15 +1,16 @@
 /* feeder.c - the in-memory, in-order batch source (see feeder.h). */
 #include "feeder.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <zlib.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/rng.h"
+#include "input/idx.h"
 
 struct td_feeder {
     const td_dataset_mem *d;
@@ -21,102 +22,69 @@ struct td_feeder {
     int64_t nbatches;
 };
 
-static uint32_t td__be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-           p[3];
-}
-
-/* Reads an IDX file: magic 0x0000 0x08 ndims, big-endian dims, bytes. */
+/* Loads <prefix>-<kind>-idx<ndims>-ubyte.gz, else the same without .gz,
+ * and checks its rank. */
 static int td__idx(const char *prefix, const char *kind, int ndims,
-                   uint32_t *dims, uint8_t **data, char *err, size_t errcap)
+                   td_idx *idx, char *err, size_t errcap)
 {
     char path[4096];
-    uint8_t hdr[16];
-    gzFile f = NULL;
-    *data = NULL;
+    int rc;
     snprintf(path, sizeof path, "%s-%s-idx%d-ubyte.gz", prefix, kind, ndims);
-    if (!(f = gzopen(path, "rb"))) {
+    if (access(path, F_OK) != 0)
         snprintf(path, sizeof path, "%s-%s-idx%d-ubyte", prefix, kind, ndims);
-        f = gzopen(path, "rb");
-    }
-    if (!f) {
+    if (access(path, F_OK) != 0) {
         snprintf(err, errcap, "%s-%s-idx%d-ubyte[.gz]: cannot open", prefix,
                  kind, ndims);
         return -ENOENT;
     }
-    int hl = 4 + 4 * ndims, rc = TD_E_CORRUPT;
-    size_t total = 1;
-    if (gzread(f, hdr, (unsigned)hl) != hl || hdr[0] || hdr[1] ||
-        hdr[2] != 8 || hdr[3] != ndims) {
-        snprintf(err, errcap, "%s: not an IDX file of uint8 with %d "
-                 "dimensions", path, ndims);
-        goto out;
+    if ((rc = td_idx_load(path, idx, err, errcap)))
+        return rc;
+    if (idx->ndims != ndims) {
+        snprintf(err, errcap, "%s: %d dimensions, expected %d", path,
+                 idx->ndims, ndims);
+        td_idx_free(idx);
+        return TD_E_CORRUPT;
     }
-    for (int i = 0; i < ndims; i++) {
-        dims[i] = td__be32(hdr + 4 + 4 * i);
-        total *= dims[i];
-    }
-    if (total == 0 || total > (size_t)1 << 32) {
-        snprintf(err, errcap, "%s: implausible size", path);
-        goto out;
-    }
-    *data = malloc(total);
-    if (!*data) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    if (gzread(f, *data, (unsigned)total) != (int)total) {
-        snprintf(err, errcap, "%s: truncated (expected %zu data bytes)", path,
-                 total);
-        free(*data);
-        *data = NULL;
-        goto out;
-    }
-    rc = 0;
-out:
-    gzclose(f);
-    return rc;
+    return 0;
 }
 
 int td_feeder_load_idx(const char *prefix, int limit, td_dataset_mem *out,
                 char *err, size_t errcap)
 {
-    uint32_t id[3], ld[1];
-    uint8_t *img = NULL, *lab = NULL;
+    td_idx img = {0}, lab = {0};
     int rc;
     memset(out, 0, sizeof *out);
-    if ((rc = td__idx(prefix, "images", 3, id, &img, err, errcap)) ||
-        (rc = td__idx(prefix, "labels", 1, ld, &lab, err, errcap)))
+    if ((rc = td__idx(prefix, "images", 3, &img, err, errcap)) ||
+        (rc = td__idx(prefix, "labels", 1, &lab, err, errcap)))
         goto fail;
-    if (ld[0] != id[0]) {
-        snprintf(err, errcap, "%s: %u images but %u labels", prefix, id[0],
-                 ld[0]);
+    if (lab.dims[0] != img.dims[0]) {
+        snprintf(err, errcap, "%s: %u images but %u labels", prefix,
+                 img.dims[0], lab.dims[0]);
         rc = TD_E_CORRUPT;
         goto fail;
     }
-    out->n = (int)id[0];
+    out->n = (int)img.dims[0];
     if (limit > 0 && limit < out->n)
         out->n = limit;
-    out->h = (int)id[1];
-    out->w = (int)id[2];
+    out->h = (int)img.dims[1];
+    out->w = (int)img.dims[2];
     out->c = 1;
-    out->images = img;
     out->labels = malloc(sizeof *out->labels * (size_t)out->n);
     if (!out->labels) {
         rc = -ENOMEM;
         goto fail;
     }
     for (int i = 0; i < out->n; i++) {
-        out->labels[i] = lab[i];
-        if (lab[i] + 1 > out->classes)
-            out->classes = lab[i] + 1;
+        out->labels[i] = lab.data[i];
+        if (lab.data[i] + 1 > out->classes)
+            out->classes = lab.data[i] + 1;
     }
-    free(lab);
+    out->images = img.data; /* taken over from img */
+    td_idx_free(&lab);
     return 0;
 fail:
-    free(img);
-    free(lab);
+    td_idx_free(&img);
+    td_idx_free(&lab);
     memset(out, 0, sizeof *out);
     return rc;
 }

@@ -1,14 +1,16 @@
-/* feeder.h - a minimal in-memory batch source (until the pipeline lands).
+/* feeder.h - a minimal in-memory batch source for tests and benches.
  *
  * Owns: a dataset held in memory as uint8 NHWC images + int32 labels (read
- * from IDX files such as MNIST / Fashion-MNIST, gzipped or not, or built
- * by the caller), and a td_batch_source that serves it in order on the
+ * from IDX files such as MNIST / Fashion-MNIST, gzipped or not, through
+ * the library's td_idx_load, or built by the caller), and a td_batch_source that serves it in order on the
  * calling thread: a per-epoch permutation from (seed, epoch) as in
  * docs/design.md#from-a-file-on-disk-to-the-device, optional pad+random-
  * crop and horizontal flip drawn from (seed, epoch, sample), and
  * optionally only full batches (drop_last).
- * Never does: start threads, decode images, or allocate per batch.
- * The input pipeline's source replaces it; it stays for tests and benches.
+ * Never does: start threads, decode images, or allocate per batch.  Its
+ * pad+crop and flip are written out here on purpose, independent of
+ * augment.c, so suites that compare a training run against it check the
+ * pipeline's arithmetic rather than repeat it.
  */
 #ifndef TD_FEEDER_H
 #define TD_FEEDER_H
