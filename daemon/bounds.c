@@ -4,7 +4,9 @@
  * memory estimate of a job.  The estimate is deliberately simple and on
  * the high side: what the runner allocates up front (batch slots, the
  * model and its optimizer state) plus what a step touches (activations
- * and their gradients, one float input batch) plus decode scratch.
+ * and their gradients, one float input batch) plus decode scratch.  A
+ * job on a GPU is also billed by the memory planner (memplan.h) against
+ * the device's memory.
  * Never: allocates what it estimates, or reads files.
  */
 #define _GNU_SOURCE
@@ -16,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/memplan.h"
 #include "settings.h"
 
 int td_limits_cpus(void)
@@ -73,7 +76,7 @@ static uint64_t td__slots(const td_job_spec *s)
 }
 
 void td_limits_estimate(const td_job_spec *s, const td_model *model,
-                        td_mem_estimate *e)
+                        int on_gpu, td_mem_estimate *e)
 {
     memset(e, 0, sizeof *e);
     uint64_t B = (uint64_t)s->batch_size;
@@ -89,7 +92,9 @@ void td_limits_estimate(const td_job_spec *s, const td_model *model,
     } else {
         e->slots = B * px + B * 4; /* the synthetic batch */
     }
-    if (model) {
+    if (model && on_gpu) {
+        e->model = (model->param_count + td_model_state_count(model)) * 4;
+    } else if (model) {
         uint64_t params = model->param_count + td_model_state_count(model);
         e->model = params * 4 * 4; /* values, gradients, two moments */
         uint64_t act = px;
@@ -102,10 +107,77 @@ void td_limits_estimate(const td_job_spec *s, const td_model *model,
     e->total = e->slots + e->scratch + e->model + e->activations;
 }
 
+/* The figures `trainctl plan` uses for what it cannot know on the host:
+ * cuDNN's largest workspace is chosen on the device (the backend logs the
+ * real one), cuBLAS keeps its own, and lazily loaded kernels and engines
+ * need room at first use (issue 14 finding 3). */
+#define TD__NOMINAL_WORKSPACE ((size_t)256 << 20)
+#define TD__BLAS_WORKSPACE ((size_t)32 << 20)
+#define TD__HEADROOM_MIN ((size_t)512 << 20)
+
+uint64_t td_limits_device_estimate(const td_job_spec *s,
+                                   const td_model *model)
+{
+    if (!model)
+        return 0;
+    int slots = s->optimizer.type == TD_OPT_ADAMW ? 2
+                : s->optimizer.momentum > 0    ? 1
+                                               : 0;
+    td_memplan_config c = {
+        .batch = s->batch_size, .act_bytes = 4, .optim_slots = slots,
+        .reuse = 0, .nbuf = 2, .workspace = TD__NOMINAL_WORKSPACE,
+        .blas_workspace = TD__BLAS_WORKSPACE,
+        .headroom_min = TD__HEADROOM_MIN,
+    };
+    td_memplan p;
+    char e[256];
+    if (td_memplan_build(model, &c, &p, e, sizeof e) != 0)
+        return 0;
+    uint64_t total = p.total;
+    td_memplan_free(&p);
+    return total;
+}
+
 static double td__gib(uint64_t b) { return (double)b / (double)(1ULL << 30); }
 
+/* The job's GPU, if it runs on one: its bill against the card and the
+ * configured cap. */
+static int td__check_device(const json_t *settings, const td_job_spec *s,
+                            const td_model *model,
+                            const td_device_info *devices, char *err,
+                            size_t errcap)
+{
+    td_device_choice ch;
+    if (!devices || !model ||
+        td_device_select(s->device, devices, &ch, NULL, 0) != 0 ||
+        ch.kind != TD_DEVICE_CUDA || ch.index < 0 ||
+        ch.index >= devices->cuda_count)
+        return 0;
+    uint64_t need = td_limits_device_estimate(s, model);
+    uint64_t have = devices->gpus[ch.index].mem_bytes;
+    long long mb = td_settings_int(settings, "max_job_device_memory_mb");
+    uint64_t cap = mb > 0 ? (uint64_t)mb << 20 : have;
+    const char *capname = mb > 0 ? "max_job_device_memory_mb allows"
+                                 : "the device has";
+    if (mb > 0 && have && have < cap) {
+        cap = have;
+        capname = "the device has";
+    }
+    if (!need || !cap || need <= cap)
+        return 0;
+    snprintf(err, errcap, "batch_size: the job would need about %.2f GiB on "
+             "cuda:%d (%s), more than %s (%.2f GiB) at batch_size %d and "
+             "input.size %dx%dx%d; a smaller batch_size fits, and `trainctl "
+             "plan` prints the whole bill", td__gib(need), ch.index,
+             devices->gpus[ch.index].name, capname, td__gib(cap),
+             s->batch_size, s->input.size[0], s->input.size[1],
+             s->input.channels);
+    return -E2BIG;
+}
+
 int td_limits_check_spec(const json_t *settings, const td_job_spec *s,
-                         const td_model *model, char *err, size_t errcap)
+                         const td_model *model, const td_device_info *devices,
+                         char *err, size_t errcap)
 {
     int cpus = td_limits_cpus();
     if (s->threads > cpus) {
@@ -118,11 +190,15 @@ int td_limits_check_spec(const json_t *settings, const td_job_spec *s,
                  "traind may use", s->input.workers, cpus);
         return -EINVAL;
     }
+    td_device_choice ch;
+    int on_gpu = devices &&
+                 td_device_select(s->device, devices, &ch, NULL, 0) == 0 &&
+                 ch.kind == TD_DEVICE_CUDA;
     td_mem_estimate e;
-    td_limits_estimate(s, model, &e);
+    td_limits_estimate(s, model, on_gpu, &e);
     uint64_t cap = td_limits_memory_cap(settings);
     if (e.total <= cap)
-        return 0;
+        return td__check_device(settings, s, model, devices, err, errcap);
     /* Name the field behind the largest share. */
     const char *field = "input.size";
     uint64_t big = e.slots;

@@ -2,8 +2,10 @@
  *
  * A job spec is refused before it is queued when it asks for more than the
  * machine can give: more compute threads or decode workers than the CPUs
- * the daemon may run on, or more host memory (estimated from the spec and
- * the model's shapes) than max_job_memory_mb.  Refusals name the field.
+ * the daemon may run on, more host memory (estimated from the spec and
+ * the model's shapes) than max_job_memory_mb, or, for a job on a GPU, more
+ * device memory (the memory planner's bill, memplan.h) than the GPU has or
+ * max_job_device_memory_mb allows.  Refusals name the field.
  */
 #ifndef TD_BOUNDS_H
 #define TD_BOUNDS_H
@@ -13,14 +15,17 @@
 
 #include <jansson.h>
 
+#include "job/device.h"
 #include "job/spec.h"
 #include "model/model.h"
 
 typedef struct td_mem_estimate {
     uint64_t slots;       /* batch slots of the train and val pipelines */
     uint64_t scratch;     /* per decode worker */
-    uint64_t model;       /* parameters, gradients, optimizer state */
-    uint64_t activations; /* per-step outputs and their gradients */
+    uint64_t model;       /* parameters, gradients, optimizer state (on a
+                             GPU: the host's snapshot copy) */
+    uint64_t activations; /* per-step outputs and their gradients (0 on a
+                             GPU) */
     uint64_t total;
 } td_mem_estimate;
 
@@ -28,11 +33,22 @@ typedef struct td_mem_estimate {
 int td_limits_cpus(void);
 /* max_job_memory_mb in bytes ("auto": half of MemTotal). */
 uint64_t td_limits_memory_cap(const json_t *settings);
-/* The estimate for spec s; model may be NULL (not counted). */
+/* The host-memory estimate for spec s; model may be NULL (not counted).
+ * on_gpu: the model's training state and activations live on the device,
+ * so the host holds only the snapshot copy of parameters and state. */
 void td_limits_estimate(const td_job_spec *s, const td_model *model,
-                        td_mem_estimate *e);
-/* 0, or -E2BIG / -EINVAL with "field: why" in err. */
+                        int on_gpu, td_mem_estimate *e);
+/* Device memory the CUDA backend allocates for spec s and model at create
+ * as the planner bills it today (every layer's output and gradient kept,
+ * fp32, a nominal cuDNN workspace and the headroom the runtime needs);
+ * 0 when it cannot be planned. */
+uint64_t td_limits_device_estimate(const td_job_spec *s,
+                                   const td_model *model);
+/* 0, or -E2BIG / -EINVAL with "field: why" in err.  devices (may be NULL:
+ * no device check) are the GPUs the daemon found; model may be NULL (no
+ * model-based parts). */
 int td_limits_check_spec(const json_t *settings, const td_job_spec *s,
-                         const td_model *model, char *err, size_t errcap);
+                         const td_model *model, const td_device_info *devices,
+                         char *err, size_t errcap);
 
 #endif

@@ -177,8 +177,8 @@ static void cmd_submit(td_client *c, td_request *req)
     td_model *model = NULL;
     td_models_dir(NULL, models, sizeof models);
     td_access_build_model(c->uid, &parsed, models, &model);
-    int lrc = td_limits_check_spec(c->d->settings, &parsed, model, err,
-                                   sizeof err);
+    int lrc = td_limits_check_spec(c->d->settings, &parsed, model,
+                                   &c->d->devices, err, sizeof err);
     td_model_free(model);
     if (lrc || (lrc = td__check_init(c->uid, &parsed, models, err,
                                      sizeof err))) {

@@ -197,7 +197,8 @@ static int td__revalidate(td_daemon *d, td_job *j)
         return 0;
     int rc = td_spec_parse(j->spec, NULL, &sp, e, sizeof e);
     if (rc == 0) {
-        rc = td_limits_check_spec(d->settings, &sp, NULL, e, sizeof e);
+        rc = td_limits_check_spec(d->settings, &sp, NULL, NULL, e,
+                                  sizeof e);
         td_spec_free(&sp);
     }
     if (rc == 0)

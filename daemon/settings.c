@@ -48,6 +48,10 @@ const td_setting_def td_setting_defs[] = {
      "host memory one job may need, estimated at submit (batch slots, "
      "decode scratch, model, optimizer state, activations); auto: half of "
      "MemTotal"},
+    {"max_job_device_memory_mb", TD_SET_AUTO_INT, "\"auto\"", 16,
+     1LL << 40, 1,
+     "device memory one GPU job may need, billed at submit by the memory "
+     "planner (trainctl plan); auto: the GPU's memory"},
     {"max_crash_restarts", TD_SET_INT, "3", 1, 1000, 1,
      "times a job may be found running after the daemon died, with no new "
      "checkpoint in between, before it is failed instead of started again"},
