@@ -361,9 +361,13 @@ static int td__chlist(struct td__ctx *c, const char *path,
     int ch = c->spec->input.channels;
     char p[300];
     int r;
-    if (json_is_number(v)) { /* the default: one value for every channel */
-        for (int i = 0; i < ch; i++)
-            out[i] = json_number_value(v);
+    if (json_is_number(v)) { /* one value for every channel (the default
+                                 is written this way), range-checked as
+                                 an element would be */
+        if ((r = td__get_num(c, path, f, v, &out[0])) < 0)
+            return r;
+        for (int i = 1; i < ch; i++)
+            out[i] = out[0];
     } else if (!json_is_array(v)) {
         return td__fail(c, path, "must be an array of numbers");
     } else if ((int)json_array_size(v) != ch) {

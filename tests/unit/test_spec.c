@@ -209,6 +209,10 @@ START_TEST(test_range_errors)
     EXPECT_ERR("input.channels=2", "input.channels: must be 1 or 3");
     EXPECT_ERR("input.normalize.std=[0]",
                "input.normalize.std[0]: must be > 0");
+    /* One number for every channel is checked the same way (found by
+     * fuzz_spec: std 0 passed, then its normalised form did not parse). */
+    EXPECT_ERR("input.normalize.std=0", "input.normalize.std: must be > 0");
+    EXPECT_ERR("input.normalize.std=-1", "input.normalize.std: must be > 0");
     EXPECT_ERR("input.normalize.mean=[0.5, 0.5, 0.5]",
                "input.normalize.mean: needs 1 value per channel (1)");
     EXPECT_ERR("seed=-1", "seed: must be an integer >= 0");
