@@ -25,7 +25,7 @@ work=${TD_FUZZ_WORK:-$base/fuzz-work}
 jobs=${TD_FUZZ_JOBS:-1}
 secs=${1:-600}
 shift || true
-all=(protocol spec settings safetensors tar tdidx jpeg idx)
+all=(protocol spec settings safetensors tar tdidx jpeg idx dispatch)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 [[ $secs =~ ^[0-9]+$ ]] || { echo "fuzz: SECONDS must be a number" >&2; exit 2; }
