@@ -5,7 +5,7 @@
 #
 # SECONDS per target (default 600; with TD_FUZZ_RUNS=N a target also stops
 # after N executions, whichever comes first); TARGETs default to all of them
-# (protocol spec settings safetensors tar tdidx jpeg idx).  Builds the
+# (protocol spec settings safetensors tar tdidx jpeg idx dispatch).  Builds the
 # clang ASan+UBSan fuzz tree under $TD_BUILD_BASE/fuzz (default
 # build-test/fuzz, shared with scripts/test.sh), then runs the targets one
 # after the other ($TD_FUZZ_JOBS at a time, default 1).  Each target's
