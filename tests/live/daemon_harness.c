@@ -48,6 +48,10 @@ static int th__spawn(td_harness *h, const char *const *extra)
         setenv("TD_MODELS_DIR", models, 0);
         for (int i = 0; h->env && h->env[i]; i++)
             putenv((char *)h->env[i]);
+        if (h->as_uid && (setgroups(0, NULL) ||
+                          setresgid(h->as_gid, h->as_gid, h->as_gid) ||
+                          setresuid(h->as_uid, h->as_uid, h->as_uid)))
+            _exit(126);
         execv(exe, (char *const *)argv);
         _exit(127);
     }
@@ -80,6 +84,23 @@ int th_start_env(td_harness *h, const char *const *extra_args,
     h->extra = extra_args;
     snprintf(h->dir, sizeof h->dir, "/tmp/traind-test-XXXXXX");
     if (!mkdtemp(h->dir))
+        return -errno;
+    snprintf(h->sock, sizeof h->sock, "%s/traind.sock", h->dir);
+    snprintf(h->state, sizeof h->state, "%s/state", h->dir);
+    return th__spawn(h, extra_args);
+}
+
+int th_start_as(td_harness *h, uid_t uid, gid_t gid,
+                const char *const *extra_args)
+{
+    memset(h, 0, sizeof *h);
+    h->extra = extra_args;
+    h->as_uid = uid;
+    h->as_gid = gid;
+    snprintf(h->dir, sizeof h->dir, "/tmp/traind-test-XXXXXX");
+    if (!mkdtemp(h->dir))
+        return -errno;
+    if (chown(h->dir, uid, gid) != 0 || chmod(h->dir, 0755) != 0)
         return -errno;
     snprintf(h->sock, sizeof h->sock, "%s/traind.sock", h->dir);
     snprintf(h->state, sizeof h->state, "%s/state", h->dir);

@@ -15,6 +15,8 @@ typedef struct td_harness {
     const char *const *env; /* extra environment for the daemon */
     const char *const *extra; /* th_start's extra args, kept for
                                  th_restart (must outlive the harness) */
+    uid_t as_uid;          /* th_start_as: the daemon's user (0: root) */
+    gid_t as_gid;
 } td_harness;
 
 /* Starts build/daemon/traind (from $TD_BUILD_ROOT) with extra args
@@ -25,6 +27,10 @@ int th_start(td_harness *h, const char *const *extra_args);
  * terminated, may be NULL) for the daemon. */
 int th_start_env(td_harness *h, const char *const *extra_args,
                  const char *const *env);
+/* th_start with the daemon running as uid:gid instead of root (the
+ * caller must be root); the temporary dir is theirs. */
+int th_start_as(td_harness *h, uid_t uid, gid_t gid,
+                const char *const *extra_args);
 /* SIGTERM, then waits; returns the exit status (or -1). */
 int th_stop(td_harness *h);
 /* Restarts on the same dirs, with the same extra args. */
