@@ -2,10 +2,11 @@
  * top-K classes of each image with their probabilities, computed locally
  * on the CPU backend from the checkpoint alone (its metadata gives the
  * model, classes, input and preprocessing: docs/checkpoints.md).  Each
- * image goes through td_preprocess_jpeg in evaluation form, the code the
- * validation pass runs, so the prediction is the validation pass's.  A file
- * that cannot be read or is not a JPEG is named on stderr and the others
- * go on; the exit code is then 1.
+ * image goes through td_preprocess_jpeg (or td_preprocess_png for a PNG)
+ * in evaluation form, the code the validation pass runs, so the prediction
+ * is the validation pass's.  A file that cannot be read or is neither a
+ * JPEG nor a PNG is named on stderr and the others go on; the exit code is
+ * then 1.
  */
 #include <errno.h>
 #include <math.h>
@@ -17,6 +18,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
+#include "input/png.h"
 #include "input/preprocess.h"
 #include "job/infer.h"
 #include "modelfile.h"
@@ -26,13 +28,14 @@
 static const char td__usage[] =
     "usage: trainctl predict (CHECKPOINT | JOB) IMAGE... [--top K] [--json]\n"
     "\n"
-    "Classifies JPEG images with the model of a checkpoint or export (or a\n"
-    "job's newest checkpoint), locally on the CPU, with the preprocessing\n"
-    "of the job's validation pass.  Prints the top K classes (default 5)\n"
-    "with their softmax probabilities, one line per image; --json prints\n"
-    "{\"file\", \"top\": [{\"class\", \"label\", \"p\"}, ...]} per image.\n"
-    "An unreadable or non-JPEG file is named on stderr ({\"file\",\n"
-    "\"error\"} with --json) and the rest go on; the exit code is then 1.\n";
+    "Classifies JPEG and PNG images with the model of a checkpoint or\n"
+    "export (or a job's newest checkpoint), locally on the CPU, with the\n"
+    "preprocessing of the job's validation pass.  Prints the top K classes\n"
+    "(default 5) with their softmax probabilities, one line per image;\n"
+    "--json prints {\"file\", \"top\": [{\"class\", \"label\", \"p\"}, ...]}\n"
+    "per image.  A file that is unreadable or neither JPEG nor PNG is named\n"
+    "on stderr ({\"file\", \"error\"} with --json) and the rest go on; the\n"
+    "exit code is then 1.\n";
 
 typedef struct td__pred {
     td_cli *cli;
@@ -161,6 +164,7 @@ int td_cmd_predict(int argc, char **argv)
     td__pred p = {.cli = &cli, .top = 5};
     char path[4096], err[600];
     td_decoder *dec = NULL;
+    td_png png = {0};
     td_resampler rs;
     uint8_t *buf = NULL;
     size_t cap = 0, len = 0;
@@ -196,7 +200,12 @@ int td_cmd_predict(int argc, char **argv)
     for (int i = 1; i < cli.npos; i++) {
         const char *file = cli.pos[i], *msg = NULL;
         int r = td__slurp(file, &buf, &cap, &len);
-        if (r == 0)
+        if (r == 0 && td_png_is(buf, len))
+            r = td_preprocess_png(&png, &rs, p.meta->augment,
+                                  p.meta->n_augment, 0, 0, 0, 0, buf, len,
+                                  in.w, in.h, in.c, TD_LAYOUT_NHWC,
+                                  p.px + per * (size_t)p.n, NULL, &msg);
+        else if (r == 0)
             r = td_preprocess_jpeg(dec, &rs, p.meta->augment,
                                    p.meta->n_augment, 0, 0, 0, 0, buf, len,
                                    in.w, in.h, in.c, TD_LAYOUT_NHWC,
@@ -211,7 +220,8 @@ int td_cmd_predict(int argc, char **argv)
                 goto out;
             }
             snprintf(why, sizeof why, "%s%s%s",
-                     r == TD_E_CORRUPT ? "not a readable JPEG" : "cannot read",
+                     r == TD_E_CORRUPT ? "not a readable JPEG or PNG"
+                                       : "cannot read",
                      msg && msg[0] ? ": " : "", msg ? msg : "");
             td__bad(&p, file, why);
             bad++;
@@ -227,6 +237,7 @@ int td_cmd_predict(int argc, char **argv)
                        : bad ? TD_EXIT_REFUSED : TD_EXIT_OK;
 out:
     td_resampler_free(&rs);
+    td_png_free(&png);
     td_decoder_destroy(dec);
     td_infer_free(p.inf);
     free(p.px);

@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 
 #include "base/error.h"
+#include "input/decode.h"
+#include "input/png.h"
 #include "job/infer.h"
 #include "job/modelmeta.h"
 #include "job/runner.h"
@@ -259,7 +261,8 @@ static char *run_cmd(const char *cmd, int *status)
 /* The job's validation accuracy, `trainctl eval` and `trainctl predict`
  * over the same images agree: eval's top-1 count is the validation
  * pass's, and predict's arg-max for every image rebuilds eval's confusion
- * matrix exactly.  predict names a non-image and goes on (exit 1). */
+ * matrix exactly.  predict names a non-image and goes on (exit 1), and
+ * gives a PNG of a JPEG's pixels the JPEG's probabilities. */
 START_TEST(test_eval_predict_match_validation)
 {
     char txt[8192], err[512], path[4096], cmd[16384];
@@ -344,6 +347,47 @@ START_TEST(test_eval_predict_match_validation)
                                              json_array_get(conf, (size_t)k),
                                              (size_t)p)));
     json_decref(ev);
+
+    /* A PNG of a JPEG's decoded pixels is predicted exactly as that JPEG
+     * (the same pixels reach the same resampling). */
+    char jpg[600], png[600];
+    snprintf(jpg, sizeof jpg, "%s/val/class1/img002.jpg", tmp);
+    snprintf(png, sizeof png, "%s/img002.png", tmp);
+    size_t jl, pl = 0, pcap = 0;
+    uint8_t *jb = td_test_slurp("/", jpg + 1, &jl), *pb = NULL;
+    td_decoder *dec;
+    td_region reg;
+    int w, h;
+    ck_assert_int_eq(td_decoder_create(&dec), 0);
+    ck_assert_int_eq(td_decoder_header(dec, jb, jl, &w, &h), 0);
+    ck_assert_int_eq(td_decoder_region(dec, 0, 0, w, h, w, h, 3,
+                                       TD_DECODE_FORCE_FULL_SCALE, &reg), 0);
+    ck_assert_int_eq(reg.w, w);
+    uint8_t *px = malloc((size_t)w * h * 3);
+    for (int y = 0; y < h; y++)
+        memcpy(px + (size_t)y * w * 3, reg.px + (size_t)y * reg.stride,
+               (size_t)w * 3);
+    ck_assert_int_eq(td_png_encode(px, w, h, 3, &pb, &pcap, &pl), 0);
+    td_test_write_file(png, pb, pl);
+    snprintf(cmd, sizeof cmd, "%s/client/trainctl predict %s --top 5 --json "
+             "%s %s", bld ? bld : ".", path, jpg, png);
+    out = run_cmd(cmd, &st);
+    ck_assert_msg(st == 0, "%s", out);
+    char *nl = strchr(out, '\n');
+    ck_assert_ptr_nonnull(nl);
+    *nl = '\0';
+    json_t *a = json_loads(out, 0, &je), *b = json_loads(nl + 1, 0, &je);
+    ck_assert_msg(a && b, "%s", out);
+    ck_assert_msg(json_equal(json_object_get(a, "top"),
+                             json_object_get(b, "top")),
+                  "JPEG %s, PNG %s", out, nl + 1);
+    json_decref(a);
+    json_decref(b);
+    free(out);
+    free(px);
+    free(pb);
+    free(jb);
+    td_decoder_destroy(dec);
 }
 END_TEST
 
