@@ -74,6 +74,13 @@ typedef struct td_backend_config {
      * its values stay bitwise the same).  NULL = 1 everywhere.  Borrowed;
      * must outlive the backend.  CPU backend only (cuda refuses it). */
     const float *lr_mult;
+    /* Per layer (model order): 1 for a batch norm that runs in inference
+     * mode during training too: it normalises with its running
+     * statistics, leaves them bitwise unchanged, and its backward is the
+     * inference-mode one (the job's freeze_bn_stats).  NULL = none.
+     * Borrowed, like lr_mult, and CPU backend only (it comes with frozen
+     * parameters, which the cuda backend refuses). */
+    const uint8_t *bn_eval;
 } td_backend_config;
 
 /* Counters accumulated on the device since the last read_stats. */

@@ -63,6 +63,34 @@ int td_job_lr_mult(const td_model *m, const td_job_spec *s, float **out,
     return 0;
 }
 
+int td_job_bn_eval(const td_model *m, const td_job_spec *s,
+                   const float *mult, uint8_t **out, char *err,
+                   size_t errcap)
+{
+    *out = NULL;
+    if (!s->freeze_bn_stats)
+        return 0;
+    uint8_t *bn = calloc((size_t)m->nlayers, 1);
+    int any = 0;
+    if (!bn)
+        return -ENOMEM;
+    for (int L = 0; mult && L < m->nlayers; L++) {
+        const td_layer *l = &m->layers[L];
+        if (l->kind == TD_L_BN && l->param0 >= 0 && mult[l->param0] == 0 &&
+            mult[l->param0 + 1] == 0)
+            any = bn[L] = 1;
+    }
+    if (!any) {
+        free(bn);
+        snprintf(err, errcap, "freeze_bn_stats: no batch norm of the model "
+                 "has both its weight and bias frozen (by freeze or an "
+                 "lr_mult of 0), so none would keep its statistics");
+        return TD_E_SPEC;
+    }
+    *out = bn;
+    return 0;
+}
+
 /* Names of the model's tensors present in f with another shape or dtype,
  * comma-separated into out. */
 static void td__reshaped(const td_model *m, const td_ckpt_file *f, char *out,
@@ -123,7 +151,7 @@ int td_job_check_init(const td_job_spec *s, const char *models_dir,
     char e[512];
     float *mult = NULL;
     if (s->init.n == 0 && s->freeze.n == 0 &&
-        json_object_size(s->lr_mult) == 0)
+        json_object_size(s->lr_mult) == 0 && !s->freeze_bn_stats)
         return 0;
     if (s->init.n > 1) {
         snprintf(err, errcap, "init: one file, not %d", s->init.n);
@@ -138,7 +166,11 @@ int td_job_check_init(const td_job_spec *s, const char *models_dir,
         snprintf(err, errcap, "%s", e);
         return rc;
     }
-    if ((rc = td_job_lr_mult(m, s, &mult, err, errcap)) == 0 && s->init.n) {
+    uint8_t *bn = NULL;
+    if ((rc = td_job_lr_mult(m, s, &mult, err, errcap)) == 0)
+        rc = td_job_bn_eval(m, s, mult, &bn, err, errcap);
+    free(bn);
+    if (rc == 0 && s->init.n) {
         float *p = malloc((m->param_count + 1) * sizeof *p);
         float *st = malloc((td_model_state_count(m) + 1) * sizeof *st);
         char rep[1024];

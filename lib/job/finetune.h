@@ -11,6 +11,7 @@
 #define TD_FINETUNE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "job/spec.h"
 #include "model/model.h"
@@ -30,6 +31,15 @@ int td_job_check_init(const td_job_spec *s, const char *models_dir,
  * parameter. */
 int td_job_lr_mult(const td_model *m, const td_job_spec *s, float **out,
                    char *err, size_t errcap);
+
+/* The batch norms that run in inference mode while the job trains (its
+ * freeze_bn_stats): *out (malloc'd, m->nlayers) is 1 for a batch-norm
+ * layer whose scale and shift both have multiplier 0 in mult (from
+ * td_job_lr_mult), else 0; NULL when freeze_bn_stats is off.  TD_E_SPEC
+ * when it is on and no batch norm qualifies. */
+int td_job_bn_eval(const td_model *m, const td_job_spec *s,
+                   const float *mult, uint8_t **out, char *err,
+                   size_t errcap);
 
 /* Copies the tensors of `path` whose names and shapes match into params
  * and state (which hold the fresh initialisation): the others keep it.

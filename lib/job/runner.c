@@ -218,6 +218,9 @@ static int td__model(td_runner *r, char *err, size_t errcap)
         snprintf(err, errcap, "%s", e);
     else if ((rc = td__runner_meta(r, err, errcap)) == 0)
         rc = td_job_lr_mult(r->model, s, &r->lr_mult, err, errcap);
+    if (rc == 0)
+        rc = td_job_bn_eval(r->model, s, r->lr_mult, &r->bn_eval, err,
+                            errcap);
     return rc;
 }
 
@@ -303,6 +306,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.backend.seed = s->seed;
     tc.backend.label_smoothing = (float)s->label_smoothing;
     tc.backend.lr_mult = r->lr_mult;
+    tc.backend.bn_eval = r->bn_eval;
     td__runner_optim(s, &tc.backend.optim);
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;
@@ -891,6 +895,7 @@ void td_runner_free(td_runner *r)
     td_model_free(r->model);
     json_decref(r->graph);
     free(r->lr_mult);
+    free(r->bn_eval);
     json_decref(r->meta_json);
     for (int i = 0; i < TD__NSNAP; i++)
         td_ckpt_snapshot_destroy(&r->snap[i]);

@@ -26,6 +26,8 @@ struct td_runner {
     json_t *graph;                   /* the model's layer graph */
     json_t *meta_json;               /* self-describing checkpoint keys */
     float *lr_mult;                  /* per parameter (freeze), or NULL */
+    uint8_t *bn_eval;                /* per layer (freeze_bn_stats), or
+                                        NULL */
     double es_best;                  /* early stopping: best metric so far */
     int64_t es_best_epoch;           /* its epoch (0-based), -1: none yet */
     int es_bad;                      /* epochs since it improved */

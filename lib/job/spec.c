@@ -152,6 +152,7 @@ static const struct td__field td__spec_fields[] = {
     {"device", K_DEVICE, "\"auto\"", 0, 0, 0, NULL, S(device)},
     {"init", K_PATHS, "null", 0, 0, F_NULLABLE, NULL, S(init)},
     {"freeze", K_STRLIST, "[]", 0, 0, 0, NULL, S(freeze)},
+    {"freeze_bn_stats", K_BOOL, "false", 0, 0, 0, NULL, S(freeze_bn_stats)},
     {"lr_mult", K_NUMMAP, "{}", 0, 1000, 0, NULL, S(lr_mult)},
     {"early_stopping", K_OBJ, "{}", 0, 0, 0, NULL, 0},
     {"early_stopping.patience", K_INT, "0", 0, 100000, 0, NULL,
@@ -838,7 +839,8 @@ json_t *td_spec_to_json(const td_job_spec *spec)
  * that does not use them keeps the hash (and resumes from the checkpoints)
  * it had before they existed. */
 static const char *const td__hash_if_set[][2] = {
-    {"init", "null"}, {"freeze", "[]"}, {"lr_mult", "{}"},
+    {"init", "null"}, {"freeze", "[]"}, {"freeze_bn_stats", "false"},
+    {"lr_mult", "{}"},
     {"early_stopping",
      "{\"patience\": 0, \"metric\": \"val_loss\", \"min_delta\": 0.0}"},
     {"checkpoint.keep_best", "false"},

@@ -106,6 +106,8 @@ typedef struct td_job_spec {
     td_spec_paths init;              /* weights to start from (n <= 1) */
     td_spec_paths freeze;            /* parameter-name patterns (fnmatch)
                                         that do not train */
+    int freeze_bn_stats;             /* batch norms with frozen scale and
+                                        shift run in inference mode */
     const json_t *lr_mult;           /* {pattern: multiplier} of the lr */
     struct {
         int patience;                /* epochs without improvement; 0 off */

@@ -27,12 +27,9 @@ typedef struct fixture {
 
 static const float mean[2] = {0.3f, 0.6f}, sd[2] = {0.25f, 0.5f};
 
-static void setup_fx(fixture *f, const char *name, td_shape in, int classes,
-                     int n, enum td_optim_type opt)
+/* The fixtures' backend configuration. */
+static td_backend_config fx_config(td_shape in, int n, enum td_optim_type opt)
 {
-    char err[256] = "";
-    memset(f, 0, sizeof *f);
-    f->m = ref_load_model(name, in, classes);
     td_backend_config cfg = {.batch = n, .threads = 1, .seed = 5};
     for (int c = 0; c < in.c; c++) {
         cfg.mean[c] = mean[c % 2];
@@ -40,6 +37,16 @@ static void setup_fx(fixture *f, const char *name, td_shape in, int classes,
     }
     td_optim_defaults(&cfg.optim, opt);
     cfg.optim.weight_decay = 0.01;
+    return cfg;
+}
+
+static void setup_fx(fixture *f, const char *name, td_shape in, int classes,
+                     int n, enum td_optim_type opt)
+{
+    char err[256] = "";
+    memset(f, 0, sizeof *f);
+    f->m = ref_load_model(name, in, classes);
+    td_backend_config cfg = fx_config(in, n, opt);
     int rc = td_backend_create("cpu", f->m, &cfg, &f->be, err, sizeof err);
     ck_assert_msg(rc == 0, "create: %s", err);
     size_t per = (size_t)in.c * in.h * in.w;
@@ -206,6 +213,89 @@ START_TEST(test_imagenet_models_step)
         s += fabs(g[i]);
     ck_assert(s > 0 && isfinite(s));
     free(g);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* cfg.bn_eval: batch norms kept in inference mode while training.  The
+ * training step's loss is then the evaluation step's, the running
+ * statistics stay bitwise, and the gradients are those of the network in
+ * evaluation mode (checked against central differences of the reference
+ * forward on the running statistics). */
+START_TEST(test_bn_eval_trains_in_inference_mode)
+{
+    fixture f;
+    const td_shape in = {2, 9, 9};
+    char err[256] = "";
+    setup_fx(&f, "tiny-all", in, K, N, TD_OPT_SGD);
+    uint8_t *bn = calloc((size_t)f.m->nlayers, 1);
+    for (int L = 0; L < f.m->nlayers; L++)
+        bn[L] = f.m->layers[L].kind == TD_L_BN;
+    td_backend_config cfg = fx_config(in, N, TD_OPT_SGD);
+    cfg.bn_eval = bn;
+    td_backend *be;
+    ck_assert_msg(td_backend_create("cpu", f.m, &cfg, &be, err, sizeof err) ==
+                      0, "%s", err);
+    size_t nf = td_backend_snapshot_floats(f.m, &cfg.optim);
+    float *before = malloc(nf * sizeof *before);
+    float *after = malloc(nf * sizeof *after);
+    ck_assert_int_eq(td_backend_snapshot(be, before, nf), 0);
+
+    td_step_stats tr, ev, plain_tr, plain_ev;
+    ck_assert_int_eq(td_backend_upload(be, &f.b), 0);
+    ck_assert_int_eq(td_backend_train_step(be, 0.0f, 1), 0);
+    ck_assert_int_eq(td_backend_read_stats(be, &tr), 0);
+    ck_assert_int_eq(td_backend_upload(be, &f.b), 0);
+    ck_assert_int_eq(td_backend_eval_step(be), 0);
+    ck_assert_int_eq(td_backend_read_stats(be, &ev), 0);
+    ck_assert_double_eq_tol(tr.loss_sum, ev.loss_sum,
+                            1e-5 * fabs(ev.loss_sum));
+    ck_assert_int_eq(tr.correct, ev.correct);
+    ck_assert_int_eq(td_backend_snapshot(be, after, nf), 0);
+    size_t ns = td_model_state_count(f.m);
+    size_t soff = nf - ns; /* the snapshot ends with the running stats */
+    ck_assert_mem_eq(after + soff, before + soff, ns * sizeof(float));
+    /* Without it the same step uses batch statistics: another loss. */
+    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
+    ck_assert_int_eq(td_backend_train_step(f.be, 0.0f, 1), 0);
+    ck_assert_int_eq(td_backend_read_stats(f.be, &plain_tr), 0);
+    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
+    ck_assert_int_eq(td_backend_eval_step(f.be), 0);
+    ck_assert_int_eq(td_backend_read_stats(f.be, &plain_ev), 0);
+    ck_assert_msg(fabs(plain_tr.loss_sum - plain_ev.loss_sum) >
+                      1e-3 * fabs(plain_ev.loss_sum),
+                  "batch and running statistics give the same loss");
+
+    /* c1.weight's gradient against central differences of the reference
+     * network in evaluation mode (the running statistics of the state,
+     * which the step left alone). */
+    size_t nw = f.m->params[0].count;
+    float *g = malloc(nw * sizeof *g);
+    ck_assert_int_eq(be->ops->read_tensor(be, TD_T_PARAM_GRAD, 0, g, nw), 0);
+    for (size_t i = 0; i < ns; i++)
+        f.r.running[i] = before[soff + i];
+    double gmax = 0, err_max = 0;
+    for (size_t k = 0; k < nw; k += 7) {
+        const double h = 1e-4, w0 = f.r.params[k];
+        f.r.params[k] = w0 + h;
+        td_ref_forward(&f.r, 0);
+        double lp = f.r.loss;
+        f.r.params[k] = w0 - h;
+        td_ref_forward(&f.r, 0);
+        double lm = f.r.loss;
+        f.r.params[k] = w0;
+        double num = (lp - lm) / (2 * h);
+        gmax = fmax(gmax, fabs(num));
+        err_max = fmax(err_max, fabs(num - g[k]));
+    }
+    ck_assert_msg(gmax > 1e-4, "the gradient is ~0: nothing was checked");
+    ck_assert_msg(err_max <= 2e-3 * gmax, "c1.weight gradient off by %g "
+                  "(largest %g)", err_max, gmax);
+    free(g);
+    free(before);
+    free(after);
+    free(bn);
+    td_backend_destroy(be);
     teardown_fx(&f);
 }
 END_TEST
@@ -493,6 +583,7 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_fmnist_cnn_matches_reference);
     tcase_add_test(tc, test_resnet20_matches_reference);
     tcase_add_test(tc, test_running_stats_and_inference);
+    tcase_add_test(tc, test_bn_eval_trains_in_inference_mode);
     tcase_add_test(tc, test_sgd_update);
     tcase_add_test(tc, test_adamw_update);
     tcase_add_test(tc, test_snapshot_restore_round_trip);

@@ -1,7 +1,8 @@
 /* test_finetune.c - starting a job from weights: a model trained on 5
  * classes, re-headed for 10 with its backbone frozen, trains only the head
  * (every other parameter bitwise unchanged) and beats the same job from
- * scratch after the same steps; `init` files and `freeze` patterns that
+ * scratch after the same steps; frozen batch norms can keep their
+ * statistics (freeze_bn_stats); `init` files and `freeze` patterns that
  * do not fit are refused naming them.  Runs small jobs through the
  * runner on generated ImageFolders. */
 #include <math.h>
@@ -192,6 +193,52 @@ START_TEST(test_init_and_freeze_refused)
     spec_for(&s, "ten", 0, 1, extra);
     ck_assert_msg(td_job_check_init(&s, ".", err, sizeof err) == 0, "%s",
                   err);
+    td_spec_free(&s);
+}
+END_TEST
+
+/* freeze_bn_stats: the frozen backbone's batch norms keep their running
+ * statistics bitwise (without it they move with every batch), and asking
+ * for it with no batch norm frozen is refused at submit. */
+START_TEST(test_frozen_bn_stats)
+{
+    td_runner_result pre, ft, moved;
+    td_job_spec s;
+    char p5[4096], pft[4096], pmv[4096], extra[4600], err[1024];
+    run("five", 0, 1, "", "ck5", &pre, p5, sizeof p5);
+    snprintf(extra, sizeof extra, ", \"init\": \"%s\", \"freeze\": "
+             "[\"c1.*\", \"b1.*\", \"c2.*\", \"b2.*\"], \"freeze_bn_stats\": "
+             "true", p5);
+    run("ten", 1, 1, extra, "ckbn", &ft, pft, sizeof pft);
+    snprintf(extra, sizeof extra, ", \"init\": \"%s\", \"freeze\": "
+             "[\"c1.*\", \"b1.*\", \"c2.*\", \"b2.*\"]", p5);
+    run("ten", 1, 1, extra, "ckmv", &moved, pmv, sizeof pmv);
+
+    td_ckpt_file *a, *b, *c;
+    ck_assert_int_eq(td_ckpt_open(p5, &a, err, sizeof err), 0);
+    ck_assert_int_eq(td_ckpt_open(pft, &b, err, sizeof err), 0);
+    ck_assert_int_eq(td_ckpt_open(pmv, &c, err, sizeof err), 0);
+    const char *stats[] = {"b1.running_mean", "b1.running_var",
+                           "b2.running_mean", "b2.running_var"};
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_msg(same_tensor(a, b, stats[i]), "%s changed", stats[i]);
+        ck_assert_msg(!same_tensor(a, c, stats[i]),
+                      "%s did not move without freeze_bn_stats", stats[i]);
+    }
+    ck_assert_msg(same_tensor(a, b, "c2.weight"), "c2.weight changed");
+    td_ckpt_close(a);
+    td_ckpt_close(b);
+    td_ckpt_close(c);
+    ck_assert(isfinite(ft.val_acc));
+
+    /* Nothing to keep: refused at submit, saying why. */
+    spec_for(&s, "ten", 0, 1, ", \"freeze\": [\"c1.*\", \"b1.weight\"], "
+             "\"freeze_bn_stats\": true");
+    ck_assert_int_eq(td_job_check_init(&s, ".", err, sizeof err),
+                     TD_E_SPEC);
+    ck_assert_msg(strstr(err, "freeze_bn_stats: no batch norm of the model "
+                              "has both its weight and bias frozen"),
+                  "%s", err);
     td_spec_free(&s);
 }
 END_TEST
@@ -388,6 +435,7 @@ static Suite *finetune_suite(void)
     tcase_set_timeout(tc, 280);
     tcase_add_test(tc, test_reheaded_frozen_backbone);
     tcase_add_test(tc, test_init_and_freeze_refused);
+    tcase_add_test(tc, test_frozen_bn_stats);
     tcase_add_test(tc, test_lr_mult);
     tcase_add_test(tc, test_early_stopping);
     tcase_add_test(tc, test_keep_best);

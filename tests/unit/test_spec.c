@@ -317,6 +317,7 @@ START_TEST(test_finetune_fields)
     json_t *old = json_deep_copy(a.json);
     json_object_del(old, "init");
     json_object_del(old, "freeze");
+    json_object_del(old, "freeze_bn_stats");
     json_object_del(old, "lr_mult");
     json_object_del(old, "early_stopping");
     json_object_del(json_object_get(old, "checkpoint"), "keep_best");

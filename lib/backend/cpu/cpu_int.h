@@ -101,6 +101,12 @@ static inline int td__is_bf16(const td__cpu *be)
 {
     return be->adt == dnnl_bf16;
 }
+/* Layer L is a batch norm kept in inference mode while training
+ * (cfg.bn_eval: frozen scale, shift and statistics). */
+static inline int td__bn_eval(const td__cpu *be, int L)
+{
+    return be->base.cfg.bn_eval && be->base.cfg.bn_eval[L];
+}
 
 /* cpu_step.c: the td_backend_ops train_step and eval_step. */
 int td__cpu_train_step(td_backend *b, float lr, int64_t t);

@@ -231,9 +231,13 @@ static int td__plan_bn(td__cpu *be, int L)
     int rc;
     if (c->fused)
         fl |= dnnl_fuse_norm_relu;
+    /* Frozen statistics: training-mode forward and backward on the
+     * running mean and variance (inputs), as in inference. */
+    unsigned tfl = td__bn_eval(be, L) ? fl | dnnl_use_global_stats : fl;
     td__md(&vmd, 1, cd, dnnl_a);
     TD__DNNL(be, dnnl_batch_normalization_forward_desc_init(&d,
-             dnnl_forward_training, src, l->eps, fl), "batch norm", l->name);
+             dnnl_forward_training, src, l->eps, tfl), "batch norm",
+             l->name);
     if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "bn fwd", l->name)) ||
         (rc = td__output(be, L, td__q(c->pd[0], dnnl_query_dst_md, 0))) ||
         (rc = td__param_views(be, L, &vmd, &vmd)) ||
@@ -259,7 +263,7 @@ static int td__plan_bn(td__cpu *be, int L)
                      l->name)))
         return rc;
     TD__DNNL(be, dnnl_batch_normalization_backward_desc_init(&d,
-             dnnl_backward, &c->md, src, l->eps, fl), "batch norm backward",
+             dnnl_backward, &c->md, src, l->eps, tfl), "batch norm backward",
              l->name);
     return td__pd(be, &d, c->pd[0], &c->pd[2], &c->bwd_d, "bn bwd", l->name);
 }

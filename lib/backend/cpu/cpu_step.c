@@ -131,6 +131,14 @@ static int td__forward_layer(td__cpu *be, int L, int train)
                     {DNNL_ARG_DST, c->y});
             break;
         }
+        if (td__bn_eval(be, L)) { /* frozen: the running statistics */
+            TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
+                    {DNNL_ARG_SRC, x},
+                    {DNNL_ARG_MEAN, c->rmean}, {DNNL_ARG_VARIANCE, c->rvar},
+                    {DNNL_ARG_SCALE, c->w}, {DNNL_ARG_SHIFT, c->b},
+                    {DNNL_ARG_WORKSPACE, c->ws}, {DNNL_ARG_DST, c->y});
+            break;
+        }
         TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
                 {DNNL_ARG_SRC, x},
                 {DNNL_ARG_MEAN, c->mean}, {DNNL_ARG_VARIANCE, c->var},
@@ -302,7 +310,9 @@ static int td__backward_layer(td__cpu *be, int L)
         break;
     case TD_L_BN:
         TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
-                {DNNL_ARG_SRC, x}, {DNNL_ARG_MEAN, c->mean}, {DNNL_ARG_VARIANCE, c->var},
+                {DNNL_ARG_SRC, x},
+                {DNNL_ARG_MEAN, td__bn_eval(be, L) ? c->rmean : c->mean},
+                {DNNL_ARG_VARIANCE, td__bn_eval(be, L) ? c->rvar : c->var},
                 {DNNL_ARG_SCALE, c->w}, {DNNL_ARG_SHIFT, c->b},
                 {DNNL_ARG_WORKSPACE, c->ws}, {DNNL_ARG_DIFF_DST, c->dy},
                 {DNNL_ARG_DIFF_SRC, t}, {DNNL_ARG_DIFF_SCALE, c->dw},
