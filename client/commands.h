@@ -41,5 +41,6 @@ int td_cmd_plan(int argc, char **argv);
 int td_cmd_export(int argc, char **argv);
 int td_cmd_eval(int argc, char **argv);
 int td_cmd_predict(int argc, char **argv);
+int td_cmd_extend(int argc, char **argv);
 
 #endif

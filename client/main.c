@@ -23,6 +23,8 @@ static const struct td_command td__commands[] = {
     {"resume", "resume a paused job", td_cmd_resume},
     {"checkpoint", "write a checkpoint of a running job now",
      td_cmd_checkpoint},
+    {"extend", "continue a completed job for more epochs from its weights",
+     td_cmd_extend},
     {"trace", "record a running job's timeline as Chrome trace JSON",
      td_cmd_trace},
     {"top", "every job's samples/s, idle and verdict, refreshing",

@@ -35,7 +35,8 @@ START_TEST(test_every_command_has_help)
 {
     static const char *cmds[] = {"submit", "queue", "ls", "show", "watch",
                                  "logs", "cancel", "pause", "resume",
-                                 "checkpoint", "config", "version"};
+                                 "checkpoint", "extend", "config",
+                                 "version"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char *out;
         ck_assert_int_eq(CLI(&out, NULL, cmds[i], "--help"), 0);
@@ -253,6 +254,62 @@ START_TEST(test_submit_follow_to_completion)
 }
 END_TEST
 
+/* extend: a completed job continues as a new job from its newest
+ * checkpoint, with --set applied; jobs that are not completed, unknown
+ * jobs and a missing --epochs are refused. */
+START_TEST(test_extend_completed_job)
+{
+    char *out, *err;
+    ck_assert_int_eq(CLI(NULL, NULL, "submit", job_file_epochs(1),
+                         "--follow"), 0);
+    ck_assert_int_eq(CLI(&out, &err, "extend", "1", "--epochs", "2", "--set",
+                         "optimizer.lr=0.001", "--json"), 0);
+    json_t *r = json_loads(out, 0, NULL);
+    ck_assert_msg(r, "%s / %s", out, err);
+    json_t *ok = json_object_get(r, "ok");
+    ck_assert_int_eq(json_integer_value(json_object_get(ok, "job")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(ok, "extends")), 1);
+    char init[512];
+    snprintf(init, sizeof init, "%s",
+             json_string_value(json_object_get(ok, "init")));
+    ck_assert_msg(strstr(init, "/checkpoints/1/ckpt-") &&
+                      strstr(init, ".safetensors"), "%s", init);
+    json_decref(r);
+    free(out);
+    free(err);
+    ck_assert_int_eq(CLI(&out, NULL, "show", "2", "--json"), 0);
+    r = json_loads(out, 0, NULL);
+    json_t *spec = json_object_get(json_object_get(r, "job"), "spec");
+    ck_assert_str_eq(json_string_value(json_object_get(spec, "init")), init);
+    ck_assert_int_eq(json_integer_value(json_object_get(spec, "epochs")), 2);
+    ck_assert_double_eq(json_number_value(json_object_get(
+                            json_object_get(spec, "optimizer"), "lr")),
+                        0.001);
+    ck_assert_str_eq(json_string_value(json_object_get(spec, "name")),
+                     "cli-test-ext");
+    json_decref(r);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "watch", "2"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "job 2 completed"));
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "2"), 0);
+    ck_assert_msg(strstr(out, "init from ") && strstr(out, init), "%s", out);
+    free(out);
+
+    ck_assert_int_eq(CLI(NULL, &err, "extend", "1"), 2);
+    ck_assert_msg(strstr(err, "--epochs"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "extend", "42", "--epochs", "1"), 1);
+    ck_assert_msg(strstr(err, "no job 42"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, NULL, "submit", job_file()), 0);
+    ck_assert_int_eq(CLI(NULL, &err, "extend", "3", "--epochs", "1"), 1);
+    ck_assert_msg(strstr(err, "extend continues a completed job"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, NULL, "cancel", "3"), 0);
+}
+END_TEST
+
 START_TEST(test_config_and_version)
 {
     char *out, *err;
@@ -324,6 +381,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_job_actions_and_refusals);
     tcase_add_test(tc, test_config_and_version);
     tcase_add_test(tc, test_submit_follow_to_completion);
+    tcase_add_test(tc, test_extend_completed_job);
     tcase_add_test(tc, test_watch_on_a_terminal);
     suite_add_tcase(s, tc);
     return s;
