@@ -1,5 +1,6 @@
 /* test_cli.c - trainctl against a live traind: every subcommand, human
  * and --json output, exit codes, and the errors people see. */
+#define _GNU_SOURCE
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -256,7 +257,8 @@ END_TEST
 
 /* extend: a completed job continues as a new job from its newest
  * checkpoint, with --set applied; jobs that are not completed, unknown
- * jobs and a missing --epochs are refused. */
+ * jobs and a missing --epochs are refused.  export JOB writes that
+ * checkpoint's weights. */
 START_TEST(test_extend_completed_job)
 {
     char *out, *err;
@@ -295,6 +297,26 @@ START_TEST(test_extend_completed_job)
     ck_assert_int_eq(CLI(&out, NULL, "logs", "2"), 0);
     ck_assert_msg(strstr(out, "init from ") && strstr(out, init), "%s", out);
     free(out);
+
+    /* export JOB: the job's newest checkpoint, asked of the daemon. */
+    char exp[256];
+    snprintf(exp, sizeof exp, "%s/job1.safetensors", H.dir);
+    ck_assert_int_eq(CLI(&out, &err, "export", "1", "-o", exp, "--json"), 0);
+    ck_assert_msg(strstr(out, "job1.safetensors"), "%s / %s", out, err);
+    free(out);
+    free(err);
+    size_t n;
+    uint8_t *f = td_test_slurp(H.dir, "job1.safetensors", &n);
+    ck_assert_uint_gt(n, 8);
+    ck_assert_msg(memmem(f, n, "\"c1.weight\"", 11) &&
+                      memmem(f, n, "\"fc.bias\"", 9) &&
+                      !memmem(f, n, "momentum_buffer", 15),
+                  "the export's header lacks the weights or keeps the "
+                  "optimizer state");
+    free(f);
+    ck_assert_int_eq(CLI(NULL, &err, "export", "42", "-o", exp), 1);
+    ck_assert_msg(strstr(err, "42"), "%s", err);
+    free(err);
 
     ck_assert_int_eq(CLI(NULL, &err, "extend", "1"), 2);
     ck_assert_msg(strstr(err, "--epochs"), "%s", err);
