@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_int.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "job/device.h"
 #include "normalize.h"
 
 #if defined(__has_include)
@@ -52,13 +53,70 @@ static td__cuda *td__be(td_backend *b)
     return be;
 }
 
+int td__cuda_sticky(cudaError_t e)
+{
+    switch (e) {
+    /* driver_types.h: "This leaves the process in an inconsistent state
+     * and any further CUDA work will return the same error.  To continue
+     * using CUDA, the process must be terminated and relaunched." */
+    case cudaErrorContained:
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorExternalDevice:
+    /* "The device cannot be used again.  All existing allocations are
+     * invalid." */
+    case cudaErrorAssert:
+    /* not documented as sticky, but the context does not survive it */
+    case cudaErrorECCUncorrectable:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* A sticky error: the message says what it means for the job and the
+ * daemon, and the GPU is marked unusable for the rest of the process. */
+static int td__cuda_lost(td__cuda *be, const char *file, int line,
+                         const char *call, cudaError_t e)
+{
+    int fn = (int)strcspn(call, "( ");
+    snprintf(be->base.err, sizeof be->base.err, "cuda:%d: %s (%s, sticky, "
+             "at %s:%d %.*s): the GPU is unusable until traind restarts; "
+             "docs/cuda.md#sticky-errors says how to find the kernel",
+             be->dev, cudaGetErrorString(e), cudaGetErrorName(e), file, line,
+             fn, call);
+    td_device_mark_unusable(be->dev, be->base.err);
+    td_error("%s", be->base.err);
+    return TD_E_DEVICE;
+}
+
 int td__cuda_fail(td__cuda *be, const char *file, int line, const char *call,
                   const char *msg)
 {
     const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    cudaError_t last = cudaPeekAtLastError(); /* under a cuBLAS/cuDNN error */
+    if (td__cuda_sticky(last))
+        return td__cuda_lost(be, base, line, call, last);
     snprintf(be->base.err, sizeof be->base.err, "cuda:%d: %s:%d: %s: %s",
-             be->dev, base ? base + 1 : file, line, call, msg);
+             be->dev, base, line, call, msg);
     return TD_E_DEVICE;
+}
+
+int td__cuda_fail_rt(td__cuda *be, const char *file, int line,
+                     const char *call, cudaError_t e)
+{
+    const char *base = strrchr(file, '/');
+    if (td__cuda_sticky(e))
+        return td__cuda_lost(be, base ? base + 1 : file, line, call, e);
+    return td__cuda_fail(be, file, line, call, cudaGetErrorString(e));
 }
 
 const char *td__cublas_str(cublasStatus_t s)

@@ -101,17 +101,25 @@ typedef struct td__cuda {
 
 /* ---- errors: every CUDA, cuBLAS and cuDNN status goes through these ---- */
 
-/* Writes "file:line: call: message" into be->base.err; returns TD_E_DEVICE. */
+/* Writes "file:line: call: message" into be->base.err; returns TD_E_DEVICE.
+ * When the thread's last CUDA error is sticky (td__cuda_sticky: a cuBLAS
+ * or cuDNN failure can hide one), the message says instead that the GPU
+ * is unusable, and the GPU is marked so (td_device_mark_unusable). */
 int td__cuda_fail(td__cuda *be, const char *file, int line, const char *call,
                   const char *msg);
+/* The same for a CUDA runtime status e. */
+int td__cuda_fail_rt(td__cuda *be, const char *file, int line,
+                     const char *call, cudaError_t e);
+/* 1 for the errors after which, as the CUDA runtime documents, "any
+ * further CUDA work will return the same error" until the process ends. */
+int td__cuda_sticky(cudaError_t e);
 const char *td__cublas_str(cublasStatus_t s);
 
 #define TD__CU(be, call)                                                     \
     do {                                                                     \
         cudaError_t td__e = (call);                                          \
         if (td__e != cudaSuccess)                                            \
-            return td__cuda_fail((be), __FILE__, __LINE__, #call,            \
-                                 cudaGetErrorString(td__e));                 \
+            return td__cuda_fail_rt((be), __FILE__, __LINE__, #call, td__e); \
     } while (0)
 
 #define TD__BLAS(be, call)                                                   \

@@ -15,6 +15,7 @@
 #include "backend/cuda/backend_cuda.h"
 #include "base/error.h"
 #include "base/rng.h"
+#include "job/device.h"
 #include "model/model.h"
 #include "sim.h"
 #include "tdtest.h"
@@ -147,6 +148,8 @@ START_TEST(test_oom_at_create_leaves_device_usable)
     ck_assert_ptr_null(j.be);
     ck_assert_msg(strstr(err, "device arena") && strstr(err, "MiB"), "%s",
                   err);
+    /* out of memory is not sticky: the GPU is not marked unusable */
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
     td_model_free(j.m);
     ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
     ck_assert_msg(job_steps(&j, 2) == 0, "%s", j.be->err);
@@ -162,6 +165,7 @@ START_TEST(test_sticky_fault_fails_the_step)
     sim_env("TD_SIM_FAULT_KERNEL", "40"); /* inside the second step */
     td_cuda_register();
     ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
     int rc = job_steps(&j, 4);
     ck_assert_int_eq(rc, TD_E_DEVICE);
     ck_assert_msg(strstr(j.be->err, "illegal memory access"), "%s",
@@ -169,6 +173,39 @@ START_TEST(test_sticky_fault_fails_the_step)
     job_close(&j);
 }
 END_TEST
+
+/* Finding 4: a sticky error is told apart from an ordinary one.  The job's
+ * message says the GPU is unusable and how to find the kernel, the GPU is
+ * marked (so `auto` passes it by and `cuda:0` is refused), and destroy
+ * still gives back every stream, event, device allocation and pinned
+ * buffer (td_sim_reset refuses while any is alive). */
+START_TEST(test_sticky_fault_marks_the_gpu_unusable)
+{
+    char err[512] = "";
+    job j;
+    sim_env("TD_SIM_FAULT_KERNEL", "40");
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(job_steps(&j, 4), TD_E_DEVICE);
+    ck_assert_msg(strstr(j.be->err, "cudaErrorIllegalAddress, sticky") &&
+                  strstr(j.be->err, "unusable until traind restarts") &&
+                  strstr(j.be->err, "docs/cuda.md#sticky-errors"), "%s",
+                  j.be->err);
+    ck_assert_int_eq(td_device_first_unusable(err, sizeof err), 0);
+    ck_assert_str_eq(err, j.be->err);
+    job_close(&j);
+    ck_assert_int_eq(td_sim_reset(), 0);
+    td_device_info info;
+    td_device_choice ch;
+    ck_assert_int_eq(td_device_probe(&info), 0);
+    ck_assert_int_eq(info.gpus[0].unusable, 1);
+    ck_assert_int_eq(td_device_select("auto", &info, &ch, err, sizeof err), 0);
+    ck_assert_int_eq(ch.kind, TD_DEVICE_CPU);
+    ck_assert_int_eq(td_device_select("cuda:0", &info, &ch, err, sizeof err),
+                     TD_E_DEVICE);
+}
+END_TEST
+
 
 START_TEST(test_host_waits_do_not_spin)
 {
@@ -219,6 +256,7 @@ static Suite *sim_backend_suite(void)
     tcase_add_test(tc, test_cuda1_event_made_on_another_thread);
     tcase_add_test(tc, test_oom_at_create_leaves_device_usable);
     tcase_add_test(tc, test_sticky_fault_fails_the_step);
+    tcase_add_test(tc, test_sticky_fault_marks_the_gpu_unusable);
     tcase_add_test(tc, test_host_waits_do_not_spin);
     tcase_add_test(tc, test_step_times_order_under_jitter);
     suite_add_tcase(s, tc);
