@@ -103,6 +103,11 @@ typedef struct td_sim_dev {
     struct CUstream_st *legacy;
     cudaError_t sticky;    /* cudaSuccess until a fault */
     unsigned flags;        /* cudaSetDeviceFlags */
+    /* activity: calls that need the device's context (cudaSetDevice makes
+     * it since CUDA 12, and any call with the device current), kernel
+     * and library launches on its streams, the most memory it held */
+    long calls, launches;
+    size_t peak;
 } td_sim_dev;
 
 typedef struct td_sim_state {

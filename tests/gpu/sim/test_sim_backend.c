@@ -107,6 +107,12 @@ START_TEST(test_cuda1_job_never_touches_device0)
     ck_assert_uint_gt(td_sim_used(1), 0);
     ck_assert_uint_eq(td_sim_used(0), 0);
     job_close(&j);
+    /* not a call with device 0 current, not a launch, not a byte */
+    ck_assert_int_gt(td_sim_calls(1), 0);
+    ck_assert_int_gt(td_sim_launches(1), 0);
+    ck_assert_int_eq(td_sim_calls(0), 0);
+    ck_assert_int_eq(td_sim_launches(0), 0);
+    ck_assert_uint_eq(td_sim_peak(0), 0);
 }
 END_TEST
 
