@@ -81,6 +81,11 @@ typedef struct td_backend_config {
      * Borrowed, like lr_mult, and CPU backend only (it comes with frozen
      * parameters, which the cuda backend refuses). */
     const uint8_t *bn_eval;
+    /* CUDA: run one step at create (lr 0; parameters, optimizer state and
+     * running statistics put back after), so what the CUDA libraries load
+     * and allocate at first use fails create, not step 1.  The runner sets
+     * it; tests that only size big models leave it 0.  CPU: ignored. */
+    int warmup;
 } td_backend_config;
 
 /* Counters accumulated on the device since the last read_stats. */

@@ -6,8 +6,8 @@
  * and offered by td_backend_cuda_arena_bytes; a model that does not fit
  * fails create with the sizes in the message), three streams (copy,
  * compute, snapshot), double-buffered device batches, the pinned ring that
- * read_stats copies through, and the translation of every CUDA, cuBLAS and
- * cuDNN failure into TD_E_DEVICE with "file:line: call: reason" in err.
+ * read_stats copies through (cuda_err.c words the failures, cuda_mem.c
+ * holds the shadow copies and the warm-up step).
  * Never does: synchronise the whole device (only this backend's streams,
  * and only in create, restore, sync, destroy and the test accessors),
  * allocate after create, or exit: a device error fails the job, not the
@@ -26,7 +26,6 @@
 #include "backend/cuda/cuda_int.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "job/device.h"
 #include "normalize.h"
 
 #if defined(__has_include)
@@ -51,86 +50,6 @@ static td__cuda *td__be(td_backend *b)
     if (be->compute)
         (void)cudaSetDevice(be->dev);
     return be;
-}
-
-int td__cuda_sticky(cudaError_t e)
-{
-    switch (e) {
-    /* driver_types.h: "This leaves the process in an inconsistent state
-     * and any further CUDA work will return the same error.  To continue
-     * using CUDA, the process must be terminated and relaunched." */
-    case cudaErrorContained:
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorLaunchFailure:
-    case cudaErrorTensorMemoryLeak:
-    case cudaErrorExternalDevice:
-    /* "The device cannot be used again.  All existing allocations are
-     * invalid." */
-    case cudaErrorAssert:
-    /* not documented as sticky, but the context does not survive it */
-    case cudaErrorECCUncorrectable:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-/* A sticky error: the message says what it means for the job and the
- * daemon, and the GPU is marked unusable for the rest of the process. */
-static int td__cuda_lost(td__cuda *be, const char *file, int line,
-                         const char *call, cudaError_t e)
-{
-    int fn = (int)strcspn(call, "( ");
-    snprintf(be->base.err, sizeof be->base.err, "cuda:%d: %s (%s, sticky, "
-             "at %s:%d %.*s): the GPU is unusable until traind restarts; "
-             "docs/cuda.md#sticky-errors says how to find the kernel",
-             be->dev, cudaGetErrorString(e), cudaGetErrorName(e), file, line,
-             fn, call);
-    td_device_mark_unusable(be->dev, be->base.err);
-    td_error("%s", be->base.err);
-    return TD_E_DEVICE;
-}
-
-int td__cuda_fail(td__cuda *be, const char *file, int line, const char *call,
-                  const char *msg)
-{
-    const char *base = strrchr(file, '/');
-    base = base ? base + 1 : file;
-    cudaError_t last = cudaPeekAtLastError(); /* under a cuBLAS/cuDNN error */
-    if (td__cuda_sticky(last))
-        return td__cuda_lost(be, base, line, call, last);
-    snprintf(be->base.err, sizeof be->base.err, "cuda:%d: %s:%d: %s: %s",
-             be->dev, base, line, call, msg);
-    return TD_E_DEVICE;
-}
-
-int td__cuda_fail_rt(td__cuda *be, const char *file, int line,
-                     const char *call, cudaError_t e)
-{
-    const char *base = strrchr(file, '/');
-    if (td__cuda_sticky(e))
-        return td__cuda_lost(be, base ? base + 1 : file, line, call, e);
-    return td__cuda_fail(be, file, line, call, cudaGetErrorString(e));
-}
-
-const char *td__cublas_str(cublasStatus_t s)
-{
-    switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "cuBLAS invalid value";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "cuBLAS architecture mismatch";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "cuBLAS execution failed";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "cuBLAS internal error";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "cuBLAS not supported";
-    default: return "cuBLAS error";
-    }
 }
 
 size_t td__cuda_esize(enum td_dtype t) { return t == TD_BF16 ? 2 : 4; }
@@ -247,23 +166,46 @@ static void td__carve(td__cuda *be, td__cursor *c)
     }
 }
 
+/* Device memory left free beside the arena (issue 14 finding 3): with
+ * lazy module loading (the default since CUDA 12.2) our kernels' modules,
+ * cuBLAS and cuDNN's runtime-compiled engines take device memory at their
+ * first use, outside the arena.  1/32 of the GPU, at least 512 MiB. */
+#define TD__HEADROOM_MIN ((size_t)512 << 20)
+
+static size_t td__headroom(size_t total)
+{
+    size_t h = total / 32;
+    return h > TD__HEADROOM_MIN ? h : TD__HEADROOM_MIN;
+}
+
+static int td__no_room(td__cuda *be, size_t free_b, size_t total_b)
+{
+    snprintf(be->base.err, sizeof be->base.err, "cuda:%d: the model needs "
+             "a device arena of %.1f MiB at batch %d and %.1f MiB of "
+             "headroom; %.1f MiB of %.1f MiB are free (try a smaller "
+             "batch_size)", be->dev, be->arena_bytes / 1048576.0, be->batch,
+             be->headroom / 1048576.0, free_b / 1048576.0,
+             total_b / 1048576.0);
+    be->arena = NULL;
+    return TD_E_DEVICE;
+}
+
 static int td__arena(td__cuda *be)
 {
     td__cursor c = {NULL, 0};
     size_t free_b = 0, total_b = 0;
     td__carve(be, &c);
     be->arena_bytes = c.off;
+    TD__CU(be, cudaMemGetInfo(&free_b, &total_b));
+    be->free_before = free_b;
+    be->headroom = td__headroom(total_b);
+    if (free_b < be->headroom || free_b - be->headroom < be->arena_bytes)
+        return td__no_room(be, free_b, total_b);
     cudaError_t e = cudaMalloc((void **)&be->arena, be->arena_bytes);
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
         cudaMemGetInfo(&free_b, &total_b);
-        snprintf(be->base.err, sizeof be->base.err, "cuda:%d: the model needs "
-                 "a device arena of %.1f MiB at batch %d; %.1f MiB of %.1f "
-                 "MiB are free (try a smaller batch_size)", be->dev,
-                 be->arena_bytes / 1048576.0, be->batch, free_b / 1048576.0,
-                 total_b / 1048576.0);
-        be->arena = NULL;
-        return TD_E_DEVICE;
+        return td__no_room(be, free_b, total_b);
     }
     TD__CU(be, e);
     c.base = be->arena;
@@ -374,6 +316,8 @@ static int td__cuda_init(td__cuda *be)
     for (int c = 0; c < in.c; c++)
         td_normalize_coeffs(be->base.cfg.mean[c], be->base.cfg.std[c],
                             &be->nscale[c], &be->nbias[c]);
+    if (be->base.cfg.warmup)
+        TD__TRY(td__warmup(be));
     TD__CU(be, cudaEventRecord(be->t0, be->compute));
     TD__CU(be, cudaDeviceSynchronize()); /* create only */
     return 0;
@@ -555,21 +499,12 @@ static int td__snap_check(td__cuda *be, size_t nfloats, const char *what)
 static int td__cuda_snapshot(td_backend *b, float *host, size_t nfloats)
 {
     td__cuda *be = td__be(b);
-    size_t pc = b->model->param_count, f = sizeof(float);
+    size_t f = sizeof(float);
     TD__TRY(td__snap_check(be, nfloats, "snapshot"));
     td__nvtx_push("snapshot");
     if (be->snap_pending)
         TD__CU(be, cudaStreamWaitEvent(be->compute, be->snap_done, 0));
-    TD__CU(be, cudaMemcpyAsync(be->shadow, be->params, pc * f,
-                               cudaMemcpyDeviceToDevice, be->compute));
-    if (be->nslots)
-        TD__CU(be, cudaMemcpyAsync(be->shadow + pc, be->slots,
-                                   be->nslots * pc * f,
-                                   cudaMemcpyDeviceToDevice, be->compute));
-    if (be->nstate)
-        TD__CU(be, cudaMemcpyAsync(be->shadow + pc * (1 + be->nslots),
-                                   be->state, be->nstate * f,
-                                   cudaMemcpyDeviceToDevice, be->compute));
+    TD__TRY(td__to_shadow(be));
     TD__CU(be, cudaEventRecord(be->snap_ready, be->compute));
     TD__CU(be, cudaStreamWaitEvent(be->snap, be->snap_ready, 0));
     TD__CU(be, cudaMemcpyAsync(host, be->shadow, nfloats * f,

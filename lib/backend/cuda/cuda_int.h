@@ -10,6 +10,8 @@
  *                           pooling, activation); the only file that uses
  *                           cuDNN's deprecated legacy API
  *   backend_cuda_kernels.cu the CUDA kernels, over the arithmetic in kernels/
+ *   cuda_err.c              failure messages; sticky errors mark the GPU
+ *   cuda_mem.c              shadow copies of the state; the warm-up step
  * Nothing outside these files may include this header.
  *
  * Data: activations are NCHW in the compute type (fp32 today; the type is
@@ -83,6 +85,8 @@ typedef struct td__cuda {
     /* the arena and what is carved from it */
     char *arena;
     size_t arena_bytes;
+    size_t free_before;          /* cudaMemGetInfo before the arena */
+    size_t headroom;             /* kept free beside it (td__headroom) */
     float *params, *grads, *slots, *state, *shadow;
     size_t nslots, nstate, nsnap;
     uint8_t *pixels[TD__NBUF];
@@ -143,6 +147,15 @@ size_t td__cuda_esize(enum td_dtype t);
 /* ---- NVTX ranges (no-ops when the header is missing) --------------------- */
 void td__nvtx_push(const char *name);
 void td__nvtx_pop(void);
+
+/* ---- cuda_mem.c ------------------------------------------------------------- */
+/* Parameters, optimizer slots and running statistics into the shadow and
+ * back, on the compute stream. */
+int td__to_shadow(td__cuda *be);
+int td__from_shadow(td__cuda *be);
+/* One training and one evaluation step on a zero batch at create, the
+ * state put back after; logs cudaMemGetInfo.  Ends synchronised. */
+int td__warmup(td__cuda *be);
 
 /* ---- backend_cuda_dnn.c ---------------------------------------------------- */
 /* Handle on the compute stream; descriptors and algorithm choice per layer

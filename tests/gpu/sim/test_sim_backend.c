@@ -34,6 +34,9 @@ typedef struct job {
     td_batch b;
 } job;
 
+/* job_open's configuration beyond the defaults (set before calling it) */
+static int g_warmup, g_adamw;
+
 static int job_open(job *j, const char *kind, char *err, size_t cap)
 {
     char path[4096];
@@ -51,7 +54,8 @@ static int job_open(job *j, const char *kind, char *err, size_t cap)
     for (int i = 0; i < 4; i++)
         c.mean[i] = 0.5f, c.std[i] = 0.25f;
     c.seed = 3;
-    td_optim_defaults(&c.optim, TD_OPT_SGD);
+    td_optim_defaults(&c.optim, g_adamw ? TD_OPT_ADAMW : TD_OPT_SGD);
+    c.warmup = g_warmup;
     for (size_t i = 0; i < sizeof j->px; i++)
         j->px[i] = (uint8_t)td_rng_below(9, 1, i, 256);
     for (int i = 0; i < 6; i++)
@@ -254,6 +258,90 @@ START_TEST(test_step_times_order_under_jitter)
 }
 END_TEST
 
+/* The snapshot (parameters, optimizer slots, running statistics) right
+ * after create, and the loss sums of `steps` steps after it. */
+static float *after_create(int warmup, int steps, double *loss, long *launches)
+{
+    char err[256] = "";
+    job j;
+    g_warmup = warmup;
+    g_adamw = 1;
+    td_cuda_register();
+    long before = td_sim_launches(0);
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    *launches = td_sim_launches(0) - before;
+    size_t n = td_backend_snapshot_floats(j.m, &j.be->cfg.optim);
+    float *snap = malloc(n * sizeof *snap);
+    ck_assert_int_eq(td_backend_snapshot(j.be, snap, n), 0);
+    ck_assert_int_eq(td_backend_sync(j.be), 0);
+    for (int s = 0; s < steps; s++) {
+        td_step_stats st;
+        ck_assert_int_eq(td_backend_upload(j.be, &j.b), 0);
+        ck_assert_int_eq(td_backend_train_step(j.be, 0.01f, s + 1), 0);
+        ck_assert_int_eq(td_backend_read_stats(j.be, &st), 0);
+        ck_assert_int_eq(td_backend_sync(j.be), 0);
+        loss[s] = st.loss_sum;
+    }
+    job_close(&j);
+    return snap;
+}
+
+/* Finding 3: create runs a step (every kernel of it, so first-use loads
+ * and allocations happen there), yet leaves no trace: the state after
+ * create and the losses of the steps after it are bitwise those of a
+ * create without it (AdamW slots and batch-norm running statistics
+ * included). */
+START_TEST(test_warmup_step_at_create_leaves_no_trace)
+{
+    enum { STEPS = 3 };
+    double l0[STEPS], l1[STEPS];
+    long k0, k1;
+    char err[256];
+    job j;
+    ck_assert_int_eq(job_open(&j, "cpu", err, sizeof err), 0);
+    size_t n = td_backend_snapshot_floats(j.m, &j.be->cfg.optim);
+    job_close(&j);
+    float *s0 = after_create(0, STEPS, l0, &k0);
+    float *s1 = after_create(1, STEPS, l1, &k1);
+    ck_assert_int_eq(k0, 0);
+    ck_assert_msg(k1 > 10, "create launched %ld kernels: no warm-up step", k1);
+    ck_assert_msg(memcmp(s0, s1, n * sizeof *s0) == 0, "the warm-up step "
+                  "changed parameters, optimizer state or statistics");
+    for (int s = 0; s < STEPS; s++)
+        ck_assert_msg(l0[s] == l1[s], "step %d: loss %.9g after a warm-up, "
+                      "%.9g without", s, l1[s], l0[s]);
+    free(s0);
+    free(s1);
+}
+END_TEST
+
+/* Finding 3: the arena is not sized to fill the GPU; at least 512 MiB
+ * stay free for what the libraries allocate at first use. */
+START_TEST(test_headroom_is_kept_beside_the_arena)
+{
+    char err[256] = "", mb[32];
+    job j;
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    size_t arena = td_backend_cuda_arena_bytes(j.be);
+    job_close(&j);
+    /* room for the arena and 100 MiB: refused, naming the headroom */
+    snprintf(mb, sizeof mb, "%zu", (arena >> 20) + 101);
+    sim_env("TD_SIM_MEM_MB", mb);
+    ck_assert_int_eq(job_open(&j, "cuda:0", err, sizeof err), TD_E_DEVICE);
+    ck_assert_msg(strstr(err, "device arena") && strstr(err, "headroom") &&
+                  strstr(err, "try a smaller batch_size"), "%s", err);
+    td_model_free(j.m);
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
+    /* and with 600 MiB beside it, it runs */
+    snprintf(mb, sizeof mb, "%zu", (arena >> 20) + 601);
+    sim_env("TD_SIM_MEM_MB", mb);
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(job_steps(&j, 2) == 0, "%s", j.be->err);
+    job_close(&j);
+}
+END_TEST
+
 static Suite *sim_backend_suite(void)
 {
     Suite *s = suite_create("sim_backend");
@@ -264,6 +352,8 @@ static Suite *sim_backend_suite(void)
     tcase_add_test(tc, test_sticky_fault_fails_the_step);
     tcase_add_test(tc, test_sticky_fault_marks_the_gpu_unusable);
     tcase_add_test(tc, test_host_waits_do_not_spin);
+    tcase_add_test(tc, test_warmup_step_at_create_leaves_no_trace);
+    tcase_add_test(tc, test_headroom_is_kept_beside_the_arena);
     tcase_add_test(tc, test_step_times_order_under_jitter);
     suite_add_tcase(s, tc);
     return s;
