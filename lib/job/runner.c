@@ -888,6 +888,8 @@ void td_runner_free(td_runner *r)
         return;
     if (r->writer)
         td_ckpt_writer_stop(r->writer);
+    if (r->trainer)
+        td__runner_ckpt_release(r);
     td_trainer_free(r->trainer);
     td_pipeline_destroy(r->train);
     td_pipeline_destroy(r->val);

@@ -687,6 +687,22 @@ static int td__cuda_event_elapsed(td_backend *b, td_event *a, td_event *e,
 
 static int td__cuda_sync(td_backend *b) { return td__sync_streams(td__be(b)); }
 
+/* Page-locks a host buffer (checkpoint snapshots: finding 8), portable
+ * across devices like the pinned batch slots. */
+static int td__cuda_host_register(td_backend *b, void *p, size_t bytes)
+{
+    td__cuda *be = td__be(b);
+    TD__CU(be, cudaHostRegister(p, bytes, cudaHostRegisterPortable));
+    return 0;
+}
+
+static void td__cuda_host_unregister(td_backend *b, void *p)
+{
+    (void)td__be(b);
+    if (cudaHostUnregister(p) != cudaSuccess)
+        (void)cudaGetLastError(); /* the memory is the caller's either way */
+}
+
 static void td__cuda_destroy(td_backend *b)
 {
     td__cuda *be = td__be(b);
@@ -747,6 +763,8 @@ static const td_backend_ops td__cuda_ops = {
     .event_sync = td__cuda_event_sync,
     .event_elapsed_ns = td__cuda_event_elapsed,
     .sync = td__cuda_sync,
+    .host_register = td__cuda_host_register,
+    .host_unregister = td__cuda_host_unregister,
 };
 
 /* ---- create ------------------------------------------------------------------- */

@@ -19,9 +19,11 @@
  *   TD_SIM_RACE=off|report|strict   the stream-order race detector
  *                           (default report; strict aborts after a report)
  *   TD_SIM_REPORT=FILE      at exit, one line per device appended to FILE:
- *                           "device D calls C launches L peak_bytes P"
- *                           (what td_sim_calls, td_sim_launches and
- *                           td_sim_peak say), for tests of a whole process
+ *                           "device D calls C launches L peak_bytes P
+ *                           pageable_d2h N"
+ *                           (what td_sim_calls, td_sim_launches, td_sim_peak
+ *                           and td_sim_pageable_d2h say), for tests of a
+ *                           whole process
  *                           such as the daemon
  */
 #ifndef TD_SIM_H
@@ -80,6 +82,9 @@ size_t td_sim_used(int dev);   /* bytes allocated on a device */
 long td_sim_calls(int dev);
 long td_sim_launches(int dev);
 size_t td_sim_peak(int dev);
+/* cudaMemcpyAsync calls from a device into pageable host memory, which
+ * blocked the calling thread until the copy was done (as documented). */
+long td_sim_pageable_d2h(int dev);
 int td_sim_is_pinned(const void *p, size_t bytes);
 
 #ifdef __cplusplus

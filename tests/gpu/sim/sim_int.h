@@ -107,6 +107,7 @@ typedef struct td_sim_dev {
      * it since CUDA 12, and any call with the device current), kernel
      * and library launches on its streams, the most memory it held */
     long calls, launches;
+    long pageable_d2h;     /* cudaMemcpyAsync to pageable memory: blocked */
     size_t peak;
 } td_sim_dev;
 

@@ -62,9 +62,10 @@ static void td__report(void)
         return;
     td__sim_lock();
     for (int d = 0; d < td__sim.ndev; d++)
-        fprintf(f, "device %d calls %ld launches %ld peak_bytes %zu\n", d,
-                td__sim.dev[d].calls, td__sim.dev[d].launches,
-                td__sim.dev[d].peak);
+        fprintf(f, "device %d calls %ld launches %ld peak_bytes %zu "
+                "pageable_d2h %ld\n", d, td__sim.dev[d].calls,
+                td__sim.dev[d].launches, td__sim.dev[d].peak,
+                td__sim.dev[d].pageable_d2h);
     td__sim_unlock();
     fclose(f);
 }
@@ -643,6 +644,15 @@ long td_sim_launches(int dev)
     return n;
 }
 
+long td_sim_pageable_d2h(int dev)
+{
+    td__sim_lock();
+    long n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].pageable_d2h
+                                            : 0;
+    td__sim_unlock();
+    return n;
+}
+
 size_t td_sim_peak(int dev)
 {
     td__sim_lock();
@@ -786,8 +796,10 @@ static cudaError_t td__memcpy(void *dst, const void *src, size_t n,
     uint64_t seq = op->seq;
     td__sim_op_push(s, op);
     int wait;
-    if (async)
+    if (async) {
         wait = real == cudaMemcpyDeviceToHost && !dst_pinned;
+        td__sim.dev[s->dev].pageable_d2h += wait;
+    }
     else
         wait = real == cudaMemcpyDeviceToHost ||
                real == cudaMemcpyHostToHost ||
