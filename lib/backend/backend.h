@@ -90,6 +90,11 @@ typedef struct td_backend_config {
      * and allocate at first use fails create, not step 1.  The runner sets
      * it; tests that only size big models leave it 0.  CPU: ignored. */
     int warmup;
+    /* Bitwise-repeatable runs: CUDA picks only convolution algorithms cuDNN
+     * documents as deterministic (no atomics in backward data and filter),
+     * at some cost in speed.  CPU: ignored (deterministic for a fixed
+     * thread count). */
+    int deterministic;
 } td_backend_config;
 
 /* Counters accumulated on the device since the last read_stats. */

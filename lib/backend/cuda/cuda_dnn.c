@@ -1,9 +1,11 @@
 /* backend_cuda_dnn.c - every cuDNN call of the CUDA backend.
  *
  * Owns: the cuDNN handle, per-layer descriptors (tensors, filters,
- * convolutions, activations, pooling), the choice of convolution
- * algorithms once per shape at create (heuristics, fp32 FMA math: no TF32,
- * so results match the CPU backend), and the forward and backward calls of
+ * convolutions - one per direction, each with its algorithm's math type -,
+ * activations, pooling), the choice of convolution algorithms once per
+ * shape at create (heuristics, fp32 FMA math first: no TF32, so results
+ * match the CPU backend; only documented-deterministic algorithms when the
+ * configuration asks), and the forward and backward calls of
  * conv2d, batch norm (training with running statistics, inference,
  * backward), relu and the pools.  Gradient summation into a shared input
  * uses cuDNN's beta = 1.
@@ -37,7 +39,9 @@ struct td__dnn_layer {
     cudnnTensorDescriptor_t x, y;  /* input and output, [batch, C, H, W] */
     cudnnTensorDescriptor_t chan;  /* [1, C_out, 1, 1]: bias, bn params */
     cudnnFilterDescriptor_t wf;
-    cudnnConvolutionDescriptor_t conv;
+    /* one convolution descriptor per direction (forward, backward data,
+     * backward filter): each carries the math type of its own algorithm */
+    cudnnConvolutionDescriptor_t cf, cd, cw;
     cudnnActivationDescriptor_t act;
     cudnnPoolingDescriptor_t pool;
     cudnnConvolutionFwdAlgo_t fa;
@@ -84,35 +88,52 @@ static const td_shape *td__in_shape(const td__cuda *be, int L)
 
 /* ---- convolution: descriptors and algorithms ------------------------------ */
 
-/* Sets pick to the first of got cuDNN perf results that ran and fits the
- * workspace cap, preferring plain FMA math (no TF32) in a first pass; -1
- * if none.  The three *AlgoPerf_t types share these fields. */
-#define TD__PICK_ALGO(pf, got, cap, pick)                                     \
+/* Sets pick to the first of got cuDNN perf results that ran, fits the
+ * workspace cap and, when the configuration asks for determinism
+ * (td_backend_config.deterministic), is documented deterministic;
+ * preferring plain FMA math (no TF32) in a first pass; -1 if none.  The
+ * three *AlgoPerf_t types share these fields.  The caller then sets the
+ * chosen result's math type on that direction's descriptor (a result's
+ * mathType is only used when the descriptor says so). */
+#define TD__PICK_ALGO(pf, got, cap, det, pick)                                \
     do {                                                                      \
         (pick) = -1;                                                          \
         for (int pass_ = 0; pass_ < 2 && (pick) < 0; pass_++)                 \
             for (int i_ = 0; i_ < (got) && (pick) < 0; i_++)                  \
                 if ((pf)[i_].status == CUDNN_STATUS_SUCCESS &&                \
                     (pf)[i_].memory <= (cap) &&                               \
+                    (!(det) ||                                                \
+                     (pf)[i_].determinism == CUDNN_DETERMINISTIC) &&          \
                     (pass_ || (pf)[i_].mathType == CUDNN_FMA_MATH))           \
                     (pick) = i_;                                              \
     } while (0)
+
+static int td__no_algo(td__cuda *be, int L, const char *dir)
+{
+    snprintf(be->base.err, sizeof be->base.err, "cuda:%d: layer %s: no "
+             "%s%s convolution algorithm fits a workspace of %.1f MiB",
+             be->dev, be->base.model->layers[L].name,
+             be->base.cfg.deterministic ? "deterministic " : "", dir,
+             be->dnn->ws_cap / 1048576.0);
+    return TD_E_DEVICE;
+}
 
 static int td__pick_fwd(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
 {
     cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int got = 0, pick = -1;
     TD__DNN(be, cudnnGetConvolutionForwardAlgorithm_v7(be->dnn->h, d->x,
-            d->wf, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
+            d->wf, d->cf, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
             pf));
-    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
+                  pick);
     if (pick < 0)
-        return td__cuda_fail(be, __FILE__, __LINE__, "conv forward algorithm",
-                             be->base.model->layers[L].name);
+        return td__no_algo(be, L, "forward");
     d->fa = pf[pick].algo;
+    TD__DNN(be, cudnnSetConvolutionMathType(d->cf, pf[pick].mathType));
     size_t b = 0;
     TD__DNN(be, cudnnGetConvolutionForwardWorkspaceSize(be->dnn->h, d->x,
-            d->wf, d->conv, d->y, d->fa, &b));
+            d->wf, d->cf, d->y, d->fa, &b));
     *ws = b > *ws ? b : *ws;
     return 0;
 }
@@ -123,16 +144,17 @@ static int td__pick_bwd_data(td__cuda *be, int L, td__dnn_layer *d,
     cudnnConvolutionBwdDataAlgoPerf_t pf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int got = 0, pick = -1;
     TD__DNN(be, cudnnGetConvolutionBackwardDataAlgorithm_v7(be->dnn->h,
-            d->wf, d->y, d->conv, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+            d->wf, d->y, d->cd, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
             &got, pf));
-    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
+                  pick);
     if (pick < 0)
-        return td__cuda_fail(be, __FILE__, __LINE__, "conv backward data "
-                             "algorithm", be->base.model->layers[L].name);
+        return td__no_algo(be, L, "backward-data");
     d->da = pf[pick].algo;
+    TD__DNN(be, cudnnSetConvolutionMathType(d->cd, pf[pick].mathType));
     size_t b = 0;
     TD__DNN(be, cudnnGetConvolutionBackwardDataWorkspaceSize(be->dnn->h,
-            d->wf, d->y, d->conv, d->x, d->da, &b));
+            d->wf, d->y, d->cd, d->x, d->da, &b));
     *ws = b > *ws ? b : *ws;
     return 0;
 }
@@ -144,16 +166,17 @@ static int td__pick_bwd_filter(td__cuda *be, int L, td__dnn_layer *d,
         pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int got = 0, pick = -1;
     TD__DNN(be, cudnnGetConvolutionBackwardFilterAlgorithm_v7(be->dnn->h,
-            d->x, d->y, d->conv, d->wf,
+            d->x, d->y, d->cw, d->wf,
             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf));
-    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
+                  pick);
     if (pick < 0)
-        return td__cuda_fail(be, __FILE__, __LINE__, "conv backward filter "
-                             "algorithm", be->base.model->layers[L].name);
+        return td__no_algo(be, L, "backward-filter");
     d->wa = pf[pick].algo;
+    TD__DNN(be, cudnnSetConvolutionMathType(d->cw, pf[pick].mathType));
     size_t b = 0;
     TD__DNN(be, cudnnGetConvolutionBackwardFilterWorkspaceSize(be->dnn->h,
-            d->x, d->y, d->conv, d->wf, d->wa, &b));
+            d->x, d->y, d->cw, d->wf, d->wa, &b));
     *ws = b > *ws ? b : *ws;
     return 0;
 }
@@ -166,13 +189,17 @@ static int td__plan_conv(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
     TD__DNN(be, cudnnCreateFilterDescriptor(&d->wf));
     TD__DNN(be, cudnnSetFilter4dDescriptor(d->wf, be->dnn->dt,
             CUDNN_TENSOR_NCHW, l->channels, in->c, l->kernel, l->kernel));
-    TD__DNN(be, cudnnCreateConvolutionDescriptor(&d->conv));
-    TD__DNN(be, cudnnSetConvolution2dDescriptor(d->conv, l->pad, l->pad,
-            l->stride, l->stride, 1, 1, CUDNN_CROSS_CORRELATION,
-            be->dnn->dt));
-    /* fp32 stays fp32: no TF32 tensor-core rounding */
-    TD__DNN(be, cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH));
-    TD__DNN(be, cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->wf,
+    cudnnConvolutionDescriptor_t *dirs[3] = {&d->cf, &d->cd, &d->cw};
+    for (int i = 0; i < 3; i++) {
+        TD__DNN(be, cudnnCreateConvolutionDescriptor(dirs[i]));
+        TD__DNN(be, cudnnSetConvolution2dDescriptor(*dirs[i], l->pad, l->pad,
+                l->stride, l->stride, 1, 1, CUDNN_CROSS_CORRELATION,
+                be->dnn->dt));
+        /* fp32 stays fp32: the queries offer FMA-math (no TF32) results
+         * first; the chosen one's math type is set after */
+        TD__DNN(be, cudnnSetConvolutionMathType(*dirs[i], CUDNN_FMA_MATH));
+    }
+    TD__DNN(be, cudnnGetConvolution2dForwardOutputDim(d->cf, d->x, d->wf,
                                                       &n, &c, &h, &w));
     if (c != l->out.c || h != l->out.h || w != l->out.w) {
         snprintf(be->base.err, sizeof be->base.err, "layer %s: cuDNN makes "
@@ -184,8 +211,9 @@ static int td__plan_conv(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
     TD__TRY(td__pick_bwd_filter(be, L, d, ws));
     if (be->gl[l->in[0]].root != 0) /* the batch itself needs no gradient */
         TD__TRY(td__pick_bwd_data(be, L, d, ws));
-    td_debug("cuda backend: %s algorithms fwd %d bwd-data %d bwd-filter %d",
-             l->name, (int)d->fa, (int)d->da, (int)d->wa);
+    td_debug("cuda backend: %s algorithms fwd %d bwd-data %d bwd-filter %d%s",
+             l->name, (int)d->fa, (int)d->da, (int)d->wa,
+             be->base.cfg.deterministic ? " (deterministic)" : "");
     return 0;
 }
 
@@ -280,8 +308,10 @@ void td__dnn_destroy(td__cuda *be)
             cudnnDestroyTensorDescriptor(d->chan);
         if (d->wf)
             cudnnDestroyFilterDescriptor(d->wf);
-        if (d->conv)
-            cudnnDestroyConvolutionDescriptor(d->conv);
+        cudnnConvolutionDescriptor_t dirs[3] = {d->cf, d->cd, d->cw};
+        for (int i = 0; i < 3; i++)
+            if (dirs[i])
+                cudnnDestroyConvolutionDescriptor(dirs[i]);
         if (d->act)
             cudnnDestroyActivationDescriptor(d->act);
         if (d->pool)
@@ -312,7 +342,7 @@ int td__dnn_forward(td__cuda *be, int L, int train)
     switch (l->kind) {
     case TD_L_CONV:
         TD__DNN(be, cudnnConvolutionForward(h, &td__one, d->x, x, d->wf, g->w,
-                d->conv, d->fa, be->work, be->work_bytes, &td__zero, d->y,
+                d->cf, d->fa, be->work, be->work_bytes, &td__zero, d->y,
                 g->y));
         if (l->bias)
             TD__DNN(be, cudnnAddTensor(h, &td__one, d->chan, g->b, &td__one,
@@ -362,11 +392,11 @@ int td__dnn_backward(td__cuda *be, int L, float *dx, int accumulate)
                                                      &td__zero, d->chan,
                                                      g->db));
         TD__DNN(be, cudnnConvolutionBackwardFilter(h, &td__one, d->x, x, d->y,
-                g->dy, d->conv, d->wa, be->work, be->work_bytes, &td__zero,
+                g->dy, d->cw, d->wa, be->work, be->work_bytes, &td__zero,
                 d->wf, g->dw));
         if (dx)
             TD__DNN(be, cudnnConvolutionBackwardData(h, &td__one, d->wf, g->w,
-                    d->y, g->dy, d->conv, d->da, be->work, be->work_bytes,
+                    d->y, g->dy, d->cd, d->da, be->work, be->work_bytes,
                     beta, d->x, dx));
         return 0;
     case TD_L_BN:

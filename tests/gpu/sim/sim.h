@@ -85,6 +85,10 @@ size_t td_sim_peak(int dev);
 /* cudaMemcpyAsync calls from a device into pageable host memory, which
  * blocked the calling thread until the copy was done (as documented). */
 long td_sim_pageable_d2h(int dev);
+/* cuDNN convolutions run with an algorithm cuDNN documents as
+ * non-deterministic (backward data ALGO_0, backward filter ALGO_0 and
+ * ALGO_3), in the whole process. */
+long td_sim_dnn_nondeterministic(void);
 int td_sim_is_pinned(const void *p, size_t bytes);
 
 #ifdef __cplusplus

@@ -365,7 +365,14 @@ static const int td__count[3] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT};
 
-static int td__deterministic(int dir, int algo)
+long td__dnn_nondet;
+
+long td_sim_dnn_nondeterministic(void)
+{
+    return __atomic_load_n(&td__dnn_nondet, __ATOMIC_RELAXED);
+}
+
+int td__dnn_deterministic(int dir, int algo)
 {
     if (dir == 1)
         return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
@@ -399,7 +406,7 @@ static int td__query(int dir, const struct cudnnTensorStruct *x,
         used[a] = 1;
         out[got] = (td__perf){a, CUDNN_STATUS_SUCCESS, 0.1f * (float)(got + 1),
                               (size_t)ws,
-                              td__deterministic(dir, a)
+                              td__dnn_deterministic(dir, a)
                                   ? CUDNN_DETERMINISTIC
                                   : CUDNN_NON_DETERMINISTIC,
                               c->math};
