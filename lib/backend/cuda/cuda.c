@@ -311,6 +311,7 @@ static int td__cuda_init(td__cuda *be)
     TD__TRY(td__arena(be));
     /* cuBLAS's scratch comes from the arena too: nothing allocates later */
     TD__BLAS(be, cublasSetWorkspace(be->blas, be->blas_ws, TD__BLAS_WS));
+    TD__TRY(td__dnn_find(be));
     TD__TRY(td__init_values(be));
     const td_shape in = m->layers[0].out;
     for (int c = 0; c < in.c; c++)

@@ -2,10 +2,12 @@
  *
  * Owns: the cuDNN handle, per-layer descriptors (tensors, filters,
  * convolutions - one per direction, each with its algorithm's math type -,
- * activations, pooling), the choice of convolution algorithms once per
- * shape at create (heuristics, fp32 FMA math first: no TF32, so results
- * match the CPU backend; only documented-deterministic algorithms when the
- * configuration asks), and the forward and backward calls of
+ * activations, pooling), the choice of convolution algorithms at create
+ * (heuristics size the workspace, then cudnnFind*Ex measures each shape
+ * and direction once per process, cached; fp32 FMA math first: no TF32,
+ * so results match the CPU backend; only documented-deterministic
+ * algorithms when the configuration asks), and the forward and backward
+ * calls of
  * conv2d, batch norm (training with running statistics, inference,
  * backward), relu and the pools.  Gradient summation into a shared input
  * uses cuDNN's beta = 1.
@@ -20,6 +22,8 @@
  * API (conv + bias + relu fusions, runtime-compiled kernels) is confined
  * to this file.
  */
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,6 +295,156 @@ int td__dnn_create(td__cuda *be, size_t *ws)
     *ws = 0;
     for (int L = 1; L < m->nlayers; L++)
         TD__TRY(td__plan_layer(be, L, ws));
+    return 0;
+}
+
+/* ---- measured choice: cudnnFind once per shape, cached ------------------ */
+
+static const float *td__x(const td__cuda *be, int L);
+
+/* What a search found for one convolution shape and direction on one GPU,
+ * kept for the life of the process (the next job with the same layers
+ * does not search again).  Found results are only used when they fit the
+ * workspace the heuristics sized; otherwise the heuristic choice stays. */
+typedef struct td__found {
+    int dev, dir, det;
+    int x[4], w[4], pad, stride;
+    int algo;
+    cudnnMathType_t math;
+    size_t memory;
+} td__found;
+
+#define TD__FOUND_MAX 512
+static pthread_mutex_t td__found_mu = PTHREAD_MUTEX_INITIALIZER;
+static td__found td__found_tab[TD__FOUND_MAX];
+static int td__nfound;
+
+static td__found td__found_key(const td__cuda *be, int L, int dir)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td_shape *in = td__in_shape(be, L);
+    td__found k;
+    memset(&k, 0, sizeof k); /* compared with memcmp: no stray padding */
+    k.dev = be->dev, k.dir = dir, k.det = be->base.cfg.deterministic != 0;
+    k.x[0] = be->batch, k.x[1] = in->c, k.x[2] = in->h, k.x[3] = in->w;
+    k.w[0] = l->channels, k.w[1] = in->c, k.w[2] = k.w[3] = l->kernel;
+    k.pad = l->pad, k.stride = l->stride;
+    return k;
+}
+
+static int td__found_get(td__found *k)
+{
+    size_t key = offsetof(td__found, algo);
+    int hit = 0;
+    pthread_mutex_lock(&td__found_mu);
+    for (int i = 0; i < td__nfound && !hit; i++)
+        if (memcmp(&td__found_tab[i], k, key) == 0) {
+            *k = td__found_tab[i];
+            hit = 1;
+        }
+    pthread_mutex_unlock(&td__found_mu);
+    return hit;
+}
+
+static void td__found_put(const td__found *k)
+{
+    pthread_mutex_lock(&td__found_mu);
+    if (td__nfound < TD__FOUND_MAX)
+        td__found_tab[td__nfound++] = *k;
+    pthread_mutex_unlock(&td__found_mu);
+}
+
+/* Runs the search of direction dir for layer L on the arena's buffers. */
+static int td__search(td__cuda *be, int L, int dir, td__found *k)
+{
+    const td__dnn_layer *d = &be->dnn->l[L];
+    const td__gl *g = &be->gl[L];
+    const float *x = td__x(be, L);
+    float *dx = be->gl[be->gl[be->base.model->layers[L].in[0]].root].dy;
+    cudnnHandle_t h = be->dnn->h;
+    int got = 0, pick = -1, det = be->base.cfg.deterministic;
+    size_t cap = be->work_bytes;
+    if (dir == 0) {
+        cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        TD__DNN(be, cudnnFindConvolutionForwardAlgorithmEx(h, d->x, x, d->wf,
+                g->w, d->cf, d->y, g->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                &got, pf, be->work, be->work_bytes));
+        TD__PICK_ALGO(pf, got, cap, det, pick);
+        if (pick >= 0)
+            k->algo = pf[pick].algo, k->math = pf[pick].mathType,
+            k->memory = pf[pick].memory;
+    } else if (dir == 1) {
+        cudnnConvolutionBwdDataAlgoPerf_t
+            pf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        TD__DNN(be, cudnnFindConvolutionBackwardDataAlgorithmEx(h, d->wf,
+                g->w, d->y, g->dy, d->cd, d->x, dx,
+                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, pf, be->work,
+                be->work_bytes));
+        TD__PICK_ALGO(pf, got, cap, det, pick);
+        if (pick >= 0)
+            k->algo = pf[pick].algo, k->math = pf[pick].mathType,
+            k->memory = pf[pick].memory;
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t
+            pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        TD__DNN(be, cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d->x, x,
+                d->y, g->dy, d->cw, d->wf, g->dw,
+                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf, be->work,
+                be->work_bytes));
+        TD__PICK_ALGO(pf, got, cap, det, pick);
+        if (pick >= 0)
+            k->algo = pf[pick].algo, k->math = pf[pick].mathType,
+            k->memory = pf[pick].memory;
+    }
+    return pick >= 0;
+}
+
+int td__dnn_find(td__cuda *be)
+{
+    const td_model *m = be->base.model;
+    int searched = 0, cached = 0;
+    for (int L = 1; L < m->nlayers; L++) {
+        const td_layer *l = &m->layers[L];
+        td__dnn_layer *d = &be->dnn->l[L];
+        if (l->kind != TD_L_CONV)
+            continue;
+        for (int dir = 0; dir < 3; dir++) {
+            if (dir == 1 && be->gl[l->in[0]].root == 0)
+                continue; /* the batch itself needs no gradient */
+            td__found k = td__found_key(be, L, dir);
+            int ok = td__found_get(&k);
+            if (ok) {
+                cached++;
+            } else {
+                int r = td__search(be, L, dir, &k);
+                if (r < 0)
+                    return r;
+                searched++;
+                if (!(ok = r))
+                    continue; /* nothing fits: the heuristic choice stays */
+                td__found_put(&k);
+            }
+            if (k.memory > be->work_bytes)
+                continue;
+            cudnnConvolutionDescriptor_t c = dir == 0 ? d->cf
+                                             : dir == 1 ? d->cd : d->cw;
+            TD__DNN(be, cudnnSetConvolutionMathType(c, k.math));
+            if (dir == 0)
+                d->fa = (cudnnConvolutionFwdAlgo_t)k.algo;
+            else if (dir == 1)
+                d->da = (cudnnConvolutionBwdDataAlgo_t)k.algo;
+            else
+                d->wa = (cudnnConvolutionBwdFilterAlgo_t)k.algo;
+        }
+        td_debug("cuda backend: %s algorithms fwd %d bwd-data %d bwd-filter "
+                 "%d (measured%s)", l->name, (int)d->fa, (int)d->da,
+                 (int)d->wa, be->base.cfg.deterministic
+                 ? ", deterministic" : "");
+    }
+    td_info("cuda:%d: convolution algorithms measured (cudnnFind) for %d "
+            "shape%s and direction%s, %d from earlier searches", be->dev,
+            searched, searched == 1 ? "" : "s", searched == 1 ? "" : "s",
+            cached);
     return 0;
 }
 

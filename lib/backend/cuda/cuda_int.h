@@ -162,6 +162,13 @@ int td__warmup(td__cuda *be);
  * (once per shape); *ws receives the largest workspace any layer needs. */
 int td__dnn_create(td__cuda *be, size_t *ws);
 void td__dnn_destroy(td__cuda *be);
+/* Once the arena exists: measures the convolution algorithms of every
+ * shape and direction not measured before in this process (cudnnFind*Ex
+ * on the arena's buffers and workspace; it overwrites outputs, gradients
+ * and the workspace, so it runs before the initial values are set) and
+ * takes the fastest that fits the workspace (and is deterministic when
+ * asked); the heuristic choice stays where none fits. */
+int td__dnn_find(td__cuda *be);
 /* conv, bn, relu, pools: forward of layer L (train selects batch-norm
  * batch statistics and updates the running ones). */
 int td__dnn_forward(td__cuda *be, int L, int train);

@@ -89,6 +89,8 @@ long td_sim_pageable_d2h(int dev);
  * non-deterministic (backward data ALGO_0, backward filter ALGO_0 and
  * ALGO_3), in the whole process. */
 long td_sim_dnn_nondeterministic(void);
+/* cudnnFind*AlgorithmEx searches run, in the whole process. */
+long td_sim_dnn_finds(void);
 int td_sim_is_pinned(const void *p, size_t bytes);
 
 #ifdef __cplusplus

@@ -268,9 +268,10 @@ static float *after_create(int warmup, int steps, double *loss, long *launches)
     g_warmup = warmup;
     g_adamw = 1;
     td_cuda_register();
-    long before = td_sim_launches(0);
+    long before = td_sim_launches(0), finds = td_sim_dnn_finds();
     ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
-    *launches = td_sim_launches(0) - before;
+    /* kernels and library calls, not the algorithm searches */
+    *launches = td_sim_launches(0) - before - (td_sim_dnn_finds() - finds);
     size_t n = td_backend_snapshot_floats(j.m, &j.be->cfg.optim);
     float *snap = malloc(n * sizeof *snap);
     ck_assert_int_eq(td_backend_snapshot(j.be, snap, n), 0);
@@ -369,6 +370,29 @@ START_TEST(test_deterministic_setting_is_honoured)
 }
 END_TEST
 
+/* Finding 10: algorithms are measured (cudnnFind*Ex) once per shape and
+ * direction: tiny-all's three convolutions make 8 searches (the first
+ * one has no backward-data), a second job with the same layers none, and
+ * the deterministic setting its own 8.  Training runs after the searches
+ * (they overwrite outputs and gradients: the initial values come after). */
+START_TEST(test_convolutions_measured_once_per_shape)
+{
+    char err[256] = "";
+    job j;
+    long want[3] = {8, 0, 8};
+    td_cuda_register();
+    for (int round = 0; round < 3; round++) {
+        g_deterministic = round == 2;
+        long before = td_sim_dnn_finds();
+        ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s",
+                      err);
+        ck_assert_int_eq(td_sim_dnn_finds() - before, want[round]);
+        ck_assert_msg(job_steps(&j, 2) == 0, "%s", j.be->err);
+        job_close(&j);
+    }
+}
+END_TEST
+
 static Suite *sim_backend_suite(void)
 {
     Suite *s = suite_create("sim_backend");
@@ -382,6 +406,7 @@ static Suite *sim_backend_suite(void)
     tcase_add_test(tc, test_warmup_step_at_create_leaves_no_trace);
     tcase_add_test(tc, test_headroom_is_kept_beside_the_arena);
     tcase_add_test(tc, test_deterministic_setting_is_honoured);
+    tcase_add_test(tc, test_convolutions_measured_once_per_shape);
     tcase_add_test(tc, test_step_times_order_under_jitter);
     suite_add_tcase(s, tc);
     return s;
