@@ -18,17 +18,19 @@ static pthread_mutex_t td__lost_mu = PTHREAD_MUTEX_INITIALIZER;
 static char td__lost_why[TD_MAX_GPUS][256];
 static int td__lost[TD_MAX_GPUS];
 
-void td_device_mark_unusable(int index, const char *why)
+int td_device_mark_unusable(int index, const char *why)
 {
+    int marked = 0;
     if (index < 0 || index >= TD_MAX_GPUS)
-        return;
+        return 0;
     pthread_mutex_lock(&td__lost_mu);
     if (!td__lost[index]) {
-        td__lost[index] = 1;
+        td__lost[index] = marked = 1;
         snprintf(td__lost_why[index], sizeof td__lost_why[index], "%s",
                  why && *why ? why : "a sticky CUDA error");
     }
     pthread_mutex_unlock(&td__lost_mu);
+    return marked;
 }
 
 int td_device_first_unusable(char *why, size_t cap)

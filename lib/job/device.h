@@ -50,8 +50,9 @@ int td_device_probe(td_device_info *info);
  * td_device_probe reports it, `auto` skips it and `cuda:N` naming it is
  * refused, and the daemon exits so that its service manager restarts it
  * with a fresh context.  The mark is process-wide, as the CUDA context
- * is, and thread-safe; the first reason given is kept. */
-void td_device_mark_unusable(int index, const char *why);
+ * is, and thread-safe; the first reason given is kept.  Returns 1 when
+ * this call marked it, 0 when it already was (or index is out of range). */
+int td_device_mark_unusable(int index, const char *why);
 /* The lowest GPU index marked unusable, its reason into why (may be
  * NULL); -1 when every GPU is usable. */
 int td_device_first_unusable(char *why, size_t cap);

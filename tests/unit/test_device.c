@@ -122,8 +122,10 @@ START_TEST(test_unusable_gpu_is_skipped_and_refused)
     td_device_unusable_reset();
     ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
     td_device_register_probe(fake_probe);
-    td_device_mark_unusable(0, "illegal memory access");
-    td_device_mark_unusable(0, "a later error"); /* the first one is kept */
+    ck_assert_int_eq(td_device_mark_unusable(0, "illegal memory access"), 1);
+    /* the first reason is kept */
+    ck_assert_int_eq(td_device_mark_unusable(0, "a later error"), 0);
+    ck_assert_int_eq(td_device_mark_unusable(TD_MAX_GPUS, "x"), 0);
     td_device_info info;
     ck_assert_int_eq(td_device_probe(&info), 0);
     ck_assert_int_eq(info.gpus[0].unusable, 1);

@@ -57,8 +57,8 @@ static int td__cuda_lost(td__cuda *be, const char *file, int line,
              "docs/cuda.md#sticky-errors says how to find the kernel",
              be->dev, cudaGetErrorString(e), cudaGetErrorName(e), file, line,
              fn, call);
-    td_device_mark_unusable(be->dev, be->base.err);
-    td_error("%s", be->base.err);
+    if (td_device_mark_unusable(be->dev, be->base.err))
+        td_error("%s", be->base.err); /* once: later calls fail the same */
     return TD_E_DEVICE;
 }
 
