@@ -18,8 +18,10 @@
  *                           cudaErrorIllegalAddress on its device
  *   TD_SIM_RACE=off|report|strict   the stream-order race detector
  *                           (default report; strict aborts after a report)
- *   TD_SIM_REPORT=FILE      at exit, one line per device appended to FILE:
- *                           "device D calls C launches L peak_bytes P
+ *   TD_SIM_REPORT=FILE      at exit, appended to FILE: "host page_locked
+ *                           A live L" (cudaHostAlloc and cudaHostRegister
+ *                           calls, ranges still page-locked), then per
+ *                           device "device D calls C launches L peak_bytes P
  *                           pageable_d2h N"
  *                           (what td_sim_calls, td_sim_launches, td_sim_peak
  *                           and td_sim_pageable_d2h say), for tests of a

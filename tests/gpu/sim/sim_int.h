@@ -133,6 +133,7 @@ typedef struct td_sim_state {
     int race_mode;                /* 0 off, 1 report, 2 strict (abort) */
     /* counters */
     long mallocs, launches, races, spin_waits;
+    long host_allocs;             /* cudaHostAlloc and cudaHostRegister */
 } td_sim_state;
 
 extern td_sim_state td__sim;

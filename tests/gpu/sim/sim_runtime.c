@@ -61,6 +61,8 @@ static void td__report(void)
     if (!f)
         return;
     td__sim_lock();
+    fprintf(f, "host page_locked %ld live %d\n", td__sim.host_allocs,
+            td__sim.nhmem);
     for (int d = 0; d < td__sim.ndev; d++)
         fprintf(f, "device %d calls %ld launches %ld peak_bytes %zu "
                 "pageable_d2h %ld\n", d, td__sim.dev[d].calls,
@@ -102,7 +104,7 @@ static void td__configure(void)
         td__sim.dev[d].cap = (size_t)mb << 20;
     }
     memset(td__sim.host, 0, sizeof td__sim.host);
-    td__sim.mallocs = td__sim.launches = 0;
+    td__sim.mallocs = td__sim.launches = td__sim.host_allocs = 0;
     td__sim.races = td__sim.spin_waits = 0;
     td__sim.init = 1;
 }
@@ -536,6 +538,7 @@ cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned flags)
         e = cudaErrorMemoryAllocation;
         goto out;
     }
+    td__sim.host_allocs++;
     *ptr = a.base;
 out:
     td__sim_unlock();
@@ -594,6 +597,8 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags)
     td_sim_alloc a = {.base = p, .bytes = bytes, .dev = -1, .registered = 1};
     if (td__insert(&td__sim.hmem, &td__sim.nhmem, &td__sim.caphmem, a))
         e = cudaErrorMemoryAllocation;
+    else
+        td__sim.host_allocs++;
 out:
     td__sim_unlock();
     return td__sim_err(e);

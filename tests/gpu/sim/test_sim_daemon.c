@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "daemon_harness.h"
+#include "jpeggen.h"
 #include "tdtest.h"
 
 static void sleep_ms(int ms)
@@ -116,6 +117,48 @@ static int report(const char *path, int dev, long *calls, long *launches,
     }
     fclose(f);
     return found;
+}
+
+/* TD_SIM_REPORT's host line: page-locking calls, ranges still locked. */
+static int report_host(const char *path, long *locked, long *live)
+{
+    FILE *f = fopen(path, "r");
+    char line[256];
+    int found = 0;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        found |= sscanf(line, "host page_locked %ld live %ld", locked,
+                        live) == 2;
+    fclose(f);
+    return found;
+}
+
+/* A job reading JPEGs from an ImageFolder under dir (3 classes, 8 images
+ * each for training, 2 for validation, 16x16): its batch slots are
+ * page-locked (the pinned allocator) and its evaluation runs on the GPU. */
+static json_t *files_spec(const char *dir, const char *device, int epochs)
+{
+    char train[160], val[160];
+    snprintf(train, sizeof train, "%s/train", dir);
+    snprintf(val, sizeof val, "%s/val", dir);
+    td_test_make_folder(train, 3, 8, 16, 16);
+    td_test_make_folder(val, 3, 2, 16, 16);
+    json_t *spec = spec_on(device, epochs, 0);
+    json_t *data = json_object_get(spec, "data");
+    json_object_del(data, "classes");
+    json_object_set_new(data, "train", json_string(train));
+    json_object_set_new(data, "val", json_string(val));
+    json_t *in = json_object_get(spec, "input");
+    json_object_set_new(in, "source", json_string("files"));
+    json_object_set_new(in, "size", json_pack("[i,i]", 16, 16));
+    json_object_set_new(in, "channels", json_integer(3));
+    json_object_set_new(in, "workers", json_integer(1));
+    json_object_set_new(in, "normalize", json_pack("{s:[f,f,f], s:[f,f,f]}",
+                                                   "mean", 0.5, 0.5, 0.5,
+                                                   "std", 0.25, 0.25, 0.25));
+    json_object_set_new(spec, "batch_size", json_integer(4));
+    return spec;
 }
 
 /* Reads events until job's state is `state`; checks the step events on
@@ -322,6 +365,68 @@ START_TEST(test_sticky_error_fails_the_job_and_daemon_exits)
 }
 END_TEST
 
+/* The real input path on the GPU: decoded batches in page-locked slots,
+ * uploaded while the previous step computes, a validation pass each
+ * epoch; at exit every page-locked range (slots, statistics ring,
+ * checkpoint buffers) has been given back. */
+START_TEST(test_files_job_on_cuda0_with_validation)
+{
+    td_harness h;
+    char rep[128];
+    static const char *env[] = {"TD_SIM_DEVICES=1", NULL, NULL};
+    static char report_env[160];
+    ck_assert_int_eq(th_start_env(&h, NULL, env), 0);
+    snprintf(rep, sizeof rep, "%s/sim-report.txt", h.dir);
+    snprintf(report_env, sizeof report_env, "TD_SIM_REPORT=%s", rep);
+    env[1] = report_env;
+    ck_assert_int_eq(th_restart(&h), 0);
+    int fd = th_connect(&h, NULL);
+    int64_t id = th_submit(fd, files_spec(h.dir, "cuda:0", 2));
+    ck_assert(th_wait_state(fd, id, "completed", 300000));
+    json_t *j = show(fd, id);
+    json_t *acc = json_object_get(json_object_get(j, "result"), "val_acc");
+    ck_assert_msg(json_is_number(acc), "no validation accuracy");
+    ck_assert(json_number_value(acc) >= 0 && json_number_value(acc) <= 1);
+    json_decref(j);
+    close(fd);
+    ck_assert_int_eq(th_stop(&h), 0);
+    long locked = 0, live = -1, c = 0, l = 0, p = 0;
+    ck_assert_msg(report_host(rep, &locked, &live) &&
+                  report(rep, 0, &c, &l, &p), "no report in %s", rep);
+    ck_assert_msg(locked > 2, "%ld page-locked ranges: the batch slots are "
+                  "not pinned", locked);
+    ck_assert_msg(live == 0, "%ld page-locked ranges left at exit", live);
+    ck_assert_msg(g_pageable_d2h == 0, "%ld device-to-host copies into "
+                  "pageable memory", g_pageable_d2h);
+    th_cleanup(&h);
+}
+END_TEST
+
+/* A sticky error in a job reading files: the job fails, the daemon exits
+ * with 75, and its page-locked batch slots were given back first. */
+START_TEST(test_sticky_error_with_pinned_slots)
+{
+    td_harness h;
+    char rep[128];
+    static const char *env[] = {"TD_SIM_FAULT_KERNEL=300", NULL, NULL};
+    static char report_env[160];
+    ck_assert_int_eq(th_start_env(&h, NULL, env), 0);
+    snprintf(rep, sizeof rep, "%s/sim-report.txt", h.dir);
+    snprintf(report_env, sizeof report_env, "TD_SIM_REPORT=%s", rep);
+    env[1] = report_env;
+    ck_assert_int_eq(th_restart(&h), 0);
+    int fd = th_connect(&h, NULL);
+    th_submit(fd, files_spec(h.dir, "cuda:0", 50)); /* 300 steps */
+    close(fd);
+    ck_assert_int_eq(wait_exit(&h, 120000), 75);
+    long locked = 0, live = -1;
+    ck_assert_msg(report_host(rep, &locked, &live), "no report in %s", rep);
+    ck_assert_int_gt(locked, 2);
+    ck_assert_msg(live == 0, "%ld page-locked ranges left at exit", live);
+    th_cleanup(&h);
+}
+END_TEST
+
 static Suite *sim_daemon_suite(void)
 {
     Suite *s = suite_create("sim_daemon");
@@ -331,6 +436,8 @@ static Suite *sim_daemon_suite(void)
     tcase_add_test(tc, test_cuda1_job_never_touches_device0);
     tcase_add_test(tc, test_out_of_memory_at_create_fails_the_job);
     tcase_add_test(tc, test_sticky_error_fails_the_job_and_daemon_exits);
+    tcase_add_test(tc, test_files_job_on_cuda0_with_validation);
+    tcase_add_test(tc, test_sticky_error_with_pinned_slots);
     suite_add_tcase(s, tc);
     return s;
 }
