@@ -446,6 +446,24 @@ static void td__progress(td_daemon *d, td_job *j, int kind, json_t *data)
         td_daemon_persist_job(d, j);
 }
 
+/* After a job ended: when a sticky CUDA error left a GPU unusable (the
+ * job has failed with that error), no later job may start in this
+ * process.  Stop, with an exit status that makes the service manager
+ * restart traind; pending jobs stay pending for the next process. */
+static int td__gpu_lost(td_daemon *d)
+{
+    char why[256];
+    int dev = td_device_first_unusable(why, sizeof why);
+    if (dev < 0)
+        return 0;
+    td_error("cuda:%d is unusable after a sticky CUDA error (%s); traind "
+             "exits with status %d so that it is restarted (systemd: "
+             "Restart=on-failure)", dev, why, TD_EXIT_GPU_LOST);
+    d->exit_status = TD_EXIT_GPU_LOST;
+    td_daemon_shutdown(d, "a GPU is unusable until traind restarts");
+    return 1;
+}
+
 /* The trainer thread finished job m->job: decide its state. */
 static void td__job_done(td_daemon *d, td_inbox_msg *m)
 {
@@ -490,6 +508,8 @@ static void td__job_done(td_daemon *d, td_inbox_msg *m)
             td_daemon_set_job_state(d, j, TD_JOB_COMPLETED, why);
         }
     }
+    if (!d->shutting_down && td__gpu_lost(d))
+        return;
     if (d->shutting_down)
         td__close_handles(d);
     else
@@ -848,7 +868,7 @@ void td_daemon_shutdown(td_daemon *d, const char *why)
 int td_daemon_run(td_daemon *d)
 {
     uv_run(d->loop, UV_RUN_DEFAULT);
-    return 0;
+    return d->exit_status;
 }
 
 void td_daemon_free(td_daemon *d)

@@ -101,6 +101,8 @@ typedef struct td_daemon {
     int listening;
     int activated;             /* socket passed by systemd */
     int shutting_down;
+    int exit_status;           /* td_daemon_run's result: 0, or
+                                  TD_EXIT_GPU_LOST */
     int64_t started_ns;
     td_trainer_slot *trainer;  /* the running job's thread, or NULL */
     struct td_obs *obs;        /* trace waiters, Prometheus (obs.c) */
@@ -114,7 +116,13 @@ typedef struct td_daemon {
 
 /* daemon.c */
 int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o);
-int td_daemon_run(td_daemon *d);      /* until shutdown; 0 on clean exit */
+/* The exit status after a sticky CUDA error left a GPU unusable: the
+ * daemon stops (pending jobs stay pending) so that its service manager
+ * restarts it with a fresh CUDA context (Restart=on-failure).  75 is
+ * EX_TEMPFAIL of sysexits.h: try again later. */
+#define TD_EXIT_GPU_LOST 75
+/* Until shutdown; 0 on a clean exit, else d->exit_status. */
+int td_daemon_run(td_daemon *d);
 void td_daemon_shutdown(td_daemon *d, const char *why);
 void td_daemon_free(td_daemon *d);
 /* Any thread: queue an event for the loop.  Never blocks for long; step

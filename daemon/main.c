@@ -233,12 +233,15 @@ int main(int argc, char **argv)
         td_error("traind could not start: %s", td_strerror(rc));
         return 1;
     }
-    td_daemon_run(&d);
+    int status = td_daemon_run(&d);
     td_daemon_free(&d);
     json_decref(overrides);
     rc = uv_loop_close(&loop);
     if (rc)
         td_warn("loop closed with handles open: %s", uv_strerror(rc));
-    td_info("traind stopped");
-    return 0;
+    if (status)
+        td_info("traind stopped, exit status %d", status);
+    else
+        td_info("traind stopped");
+    return status;
 }

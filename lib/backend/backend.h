@@ -34,7 +34,11 @@
  * (with its oneDNN/OpenMP team of `threads`), so its events have completed
  * when record() returns and carry the host time of that moment.
  *
- * All calls on one backend must come from one thread (the trainer).
+ * All calls on one backend must come from one thread (the trainer), with
+ * one exception: event_sync (and event_query) of an event the trainer has
+ * recorded and then handed over may be called from another thread (the
+ * checkpoint writer waits so for a snapshot's copy); the trainer must not
+ * record or destroy that event again until the other thread is done.
  * Host tensors exchanged with the backend (parameters, snapshots, tensor
  * reads for tests) are fp32 in the canonical layouts of model.h whatever
  * the device's compute type; `dtype` chooses the device's compute type.
@@ -81,6 +85,16 @@ typedef struct td_backend_config {
      * Borrowed, like lr_mult, and CPU backend only (it comes with frozen
      * parameters, which the cuda backend refuses). */
     const uint8_t *bn_eval;
+    /* CUDA: run one step at create (lr 0; parameters, optimizer state and
+     * running statistics put back after), so what the CUDA libraries load
+     * and allocate at first use fails create, not step 1.  The runner sets
+     * it; tests that only size big models leave it 0.  CPU: ignored. */
+    int warmup;
+    /* Bitwise-repeatable runs: CUDA picks only convolution algorithms cuDNN
+     * documents as deterministic (no atomics in backward data and filter),
+     * at some cost in speed.  CPU: ignored (deterministic for a fixed
+     * thread count). */
+    int deterministic;
 } td_backend_config;
 
 /* Counters accumulated on the device since the last read_stats. */
@@ -127,6 +141,14 @@ typedef struct td_backend_ops {
     int (*event_elapsed_ns)(td_backend *be, td_event *a, td_event *b,
                             int64_t *ns);
     int (*sync)(td_backend *be);
+    /* Optional (NULL: not needed).  Makes host memory [p, p + bytes) a
+     * buffer the device copies to and from asynchronously (CUDA:
+     * cudaHostRegister, so a snapshot's device-to-host copy no longer
+     * blocks the trainer) until host_unregister, which must come before
+     * the memory is freed and before destroy.  0, or a negative code with
+     * err set: the buffer still works, synchronously. */
+    int (*host_register)(td_backend *be, void *p, size_t bytes);
+    void (*host_unregister)(td_backend *be, void *p);
 } td_backend_ops;
 
 /* Every backend struct starts with this header. */

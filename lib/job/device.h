@@ -19,6 +19,8 @@ typedef struct td_gpu_info {
     char name[256];
     uint64_t mem_bytes;
     int cc_major, cc_minor; /* compute capability */
+    int unusable;           /* a sticky error killed its context here */
+    char unusable_why[256]; /* that error, for people */
 } td_gpu_info;
 
 typedef struct td_device_info {
@@ -37,10 +39,28 @@ typedef struct td_device_choice {
     char desc[300];      /* "cpu" or "cuda:0 NVIDIA A100-SXM4-80GB" */
 } td_device_choice;
 
-/* Fills info.  Always returns 0: "no GPU" is a result, not an error. */
+/* Fills info.  Always returns 0: "no GPU" is a result, not an error.
+ * GPUs marked with td_device_mark_unusable say so (unusable, and why). */
 int td_device_probe(td_device_info *info);
 
-/* Resolves a job's "device" field: "auto" (CUDA:0 when present, else CPU),
+/* A sticky CUDA error (an illegal address, a launch failure: the CUDA
+ * runtime documents that "any further CUDA work will return the same
+ * error" until the process ends) makes GPU `index` unusable for the rest
+ * of this process.  The backend marks it when it sees one; from then on
+ * td_device_probe reports it, `auto` skips it and `cuda:N` naming it is
+ * refused, and the daemon exits so that its service manager restarts it
+ * with a fresh context.  The mark is process-wide, as the CUDA context
+ * is, and thread-safe; the first reason given is kept.  Returns 1 when
+ * this call marked it, 0 when it already was (or index is out of range). */
+int td_device_mark_unusable(int index, const char *why);
+/* The lowest GPU index marked unusable, its reason into why (may be
+ * NULL); -1 when every GPU is usable. */
+int td_device_first_unusable(char *why, size_t cap);
+/* Forgets every mark (tests). */
+void td_device_unusable_reset(void);
+
+/* Resolves a job's "device" field: "auto" (the first usable GPU when
+ * there is one, else CPU),
  * "cpu", "cuda" (= "cuda:0") or "cuda:N".  Returns 0, -EINVAL for a
  * malformed name, or TD_E_DEVICE when the named GPU is absent; err (may be
  * NULL) receives a message for people in either case. */

@@ -307,6 +307,8 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.backend.label_smoothing = (float)s->label_smoothing;
     tc.backend.lr_mult = r->lr_mult;
     tc.backend.bn_eval = r->bn_eval;
+    tc.backend.warmup = 1; /* CUDA: first-use allocations happen at create */
+    tc.backend.deterministic = s->deterministic;
     td__runner_optim(s, &tc.backend.optim);
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;
@@ -887,6 +889,8 @@ void td_runner_free(td_runner *r)
         return;
     if (r->writer)
         td_ckpt_writer_stop(r->writer);
+    if (r->trainer)
+        td__runner_ckpt_release(r);
     td_trainer_free(r->trainer);
     td_pipeline_destroy(r->train);
     td_pipeline_destroy(r->val);

@@ -1,8 +1,13 @@
 /* runner_ckpt.c - the runner's checkpoints: the snapshot a step boundary
  * hands to the writer thread (one copy, straight into the checkpoint
  * buffer, two buffers so one can be filled while the other is written),
- * and the resume from the newest valid checkpoint.
- * Never: waits for the disk on the trainer thread. */
+ * and the resume from the newest valid checkpoint.  The buffers are
+ * page-locked by the backend when it can (CUDA: cudaHostRegister), so the
+ * snapshot's device-to-host copy runs while training goes on; the event
+ * recorded after it goes with the snapshot, and the writer thread waits
+ * for it (issue 14 finding 8).
+ * Never: waits for the disk, or for a snapshot's copy, on the trainer
+ * thread. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -252,6 +257,60 @@ static void td__skipped(td_runner *r, const td_train_position *pos)
             pos->steps);
 }
 
+/* On the writer thread: the snapshot's copy has arrived. */
+static int td__snap_ready(void *arg, char *err, size_t errcap)
+{
+    struct td__snap_wait *w = arg;
+    int rc = w->be->ops->event_sync(w->be, w->ev);
+    if (rc)
+        snprintf(err, errcap, "the snapshot's copy from the device failed: "
+                 "%s", td_strerror(rc));
+    return rc;
+}
+
+/* The snapshot into buffer `slot`, enqueued; its event recorded for the
+ * writer.  The buffer is page-locked the first time, when the backend
+ * can. */
+static int td__snap_async(td_runner *r, int slot, float *dst)
+{
+    td_backend *be = td_trainer_backend(r->trainer);
+    struct td__snap_wait *w = &r->snap_wait[slot];
+    td_ckpt_snapshot *s = &r->snap[slot];
+    int rc;
+    w->be = be;
+    if (!w->ev && !(w->ev = be->ops->event_create(be)))
+        return -ENOMEM;
+    if (!w->registered && be->ops->host_register) {
+        if (be->ops->host_register(be, s->data, s->cap) == 0)
+            w->registered = 1;
+        else /* still correct, only synchronous: say why, once */
+            td_logf(TD_LOG_WARN, r->o.job, "checkpoint buffer not "
+                    "page-locked (%s): snapshots will stall training while "
+                    "they copy", be->err);
+        if (!w->registered)
+            w->registered = -1;
+    }
+    if ((rc = td_backend_snapshot(be, dst, r->snap_floats)))
+        return rc;
+    if ((rc = be->ops->event_record(be, w->ev)))
+        return rc;
+    s->ready = td__snap_ready;
+    s->ready_arg = w;
+    return 0;
+}
+
+void td__runner_ckpt_release(td_runner *r)
+{
+    for (int i = 0; i < TD__NSNAP; i++) {
+        struct td__snap_wait *w = &r->snap_wait[i];
+        if (w->ev)
+            w->be->ops->event_destroy(w->be, w->ev);
+        if (w->registered == 1)
+            w->be->ops->host_unregister(w->be, r->snap[i].data);
+        memset(w, 0, sizeof *w);
+    }
+}
+
 /* Snapshots the trainer at pos and hands it to the writer.  Never waits
  * for the disk: with both buffers busy (or the writer's queue full) the
  * checkpoint is not taken, -EBUSY; counted and logged as skipped when
@@ -307,7 +366,7 @@ static int td__checkpoint(td_runner *r, const td_train_position *pos,
         return rc;
     if (!f.contiguous) /* the checkpoint format always packs; be safe */
         return -EINVAL;
-    if ((rc = td_trainer_snapshot(r->trainer, f.base, r->snap_floats)))
+    if ((rc = td__snap_async(r, slot, f.base)))
         return rc;
     s->meta.spec_hash = td_spec_hash(r->spec);
     s->meta.step = pos->steps;

@@ -45,6 +45,14 @@ struct td_runner {
     float *flat;                     /* trainer snapshot, flat layout */
     td_ckpt_snapshot snap[TD__NSNAP];
     atomic_int snap_busy[TD__NSNAP]; /* owned by the writer until done */
+    /* per checkpoint buffer: the event recorded after its snapshot, which
+     * the writer waits for (the trainer does not), and whether the backend
+     * page-locked the buffer (host_register) */
+    struct td__snap_wait {
+        td_backend *be;
+        td_event *ev;
+        int registered;
+    } snap_wait[TD__NSNAP];
     atomic_int stop_reason;
     atomic_int ckpt_request;
     int64_t last_ckpt_step;
@@ -99,5 +107,8 @@ int td__runner_meta(td_runner *r, char *err, size_t errcap);
 int td__runner_init(td_runner *r, char *err, size_t errcap);
 /* Restores the newest valid checkpoint of opts.ckpt_dir, if any. */
 int td__runner_resume(td_runner *r, char *err, size_t errcap);
+/* The checkpoint buffers' events and page-locking: after the writer has
+ * stopped, before the trainer (its backend) is freed. */
+void td__runner_ckpt_release(td_runner *r);
 
 #endif

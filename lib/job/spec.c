@@ -165,6 +165,7 @@ static const struct td__field td__spec_fields[] = {
     {"threads", K_AUTO, "\"auto\"", 1, 1024, 0, NULL, S(threads)},
     {"precision", K_ENUM, "\"auto\"", 0, 0, 0, td__precisions,
      S(precision)},
+    {"deterministic", K_BOOL, "false", 0, 0, 0, NULL, S(deterministic)},
     {"metrics", K_OBJ, "{}", 0, 0, 0, NULL, 0},
     {"metrics.warmup_steps", K_INT, "20", 0, 1000000, 0, NULL,
      S(metrics.warmup_steps)},
@@ -872,6 +873,10 @@ uint64_t td_spec_hash(const td_job_spec *spec)
      * the field, keep their hash). */
     if (j)
         json_object_del(j, "precision");
+    /* Nor "deterministic": it chooses among algorithms computing the same
+     * thing, so a job may resume with or without it. */
+    if (j)
+        json_object_del(j, "deterministic");
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     if (!s)

@@ -117,6 +117,7 @@ typedef struct td_job_spec {
     double max_bad_ratio;
     int threads;                     /* TD_SPEC_AUTO or N */
     enum td_precision precision;     /* checked against the device later */
+    int deterministic;               /* GPU: deterministic algorithms only */
     struct {
         int warmup_steps, window_steps;
     } metrics;

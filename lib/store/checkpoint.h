@@ -80,6 +80,12 @@ typedef struct td_ckpt_snapshot {
     const json_t *extra_meta;
     void *user;             /* the caller's; untouched */
     int64_t submit_ns;      /* set by td_ckpt_writer_submit */
+    /* Called by the writer thread before it reads data: waits until the
+     * data is there (a device-to-host copy the trainer enqueued and did
+     * not wait for).  0, or a negative code with a message in err: that
+     * checkpoint then fails like a failed write.  NULL: data is ready. */
+    int (*ready)(void *ready_arg, char *err, size_t errcap);
+    void *ready_arg;
 } td_ckpt_snapshot;
 
 /* Allocates room for data_bytes and max_tensors, pages touched up front.

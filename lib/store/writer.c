@@ -4,8 +4,10 @@
  * writes them with td_ckpt_write, and the writer's counters.  The trainer's
  * submit never blocks: td_queue_try_push either queues the snapshot (one
  * write may run while one waits) or fails, and the trainer hears -EBUSY.
- * Never: touches a device, calls back into the trainer other than through
- * the done callback, or fails the job - a failed write is a result.
+ * Never: touches a device (beyond waiting, through a snapshot's ready
+ * callback, for the copy the trainer enqueued into it), calls back into the
+ * trainer other than through the done callback, or fails the job - a
+ * failed write is a result.
  */
 #define _GNU_SOURCE /* gettid */
 #include "store/checkpoint.h"
@@ -51,9 +53,11 @@ static void td__write_one(td_ckpt_writer *w, td_ckpt_snapshot *s,
     r->snap = s;
     r->step = s->meta.step;
     r->queued_ns = t0 - submitted;
-    r->status = td_ckpt_write(w->dir, s, w->keep, w->has_io ? &w->io : NULL,
-                              r->path, sizeof r->path, r->err,
-                              sizeof r->err);
+    r->status = s->ready ? s->ready(s->ready_arg, r->err, sizeof r->err) : 0;
+    if (r->status == 0)
+        r->status = td_ckpt_write(w->dir, s, w->keep,
+                                  w->has_io ? &w->io : NULL, r->path,
+                                  sizeof r->path, r->err, sizeof r->err);
     r->write_ns = td_now_ns() - t0;
     if (r->status == 0) {
         r->bytes = s->used; /* data; the header adds a few KB */

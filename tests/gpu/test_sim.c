@@ -489,6 +489,35 @@ START_TEST(test_two_devices_keep_their_memory_apart)
 }
 END_TEST
 
+/* Activity per device: asking about a device is not using it; making it
+ * current (a context since CUDA 12) and every call while it is are. */
+START_TEST(test_activity_is_counted_per_device)
+{
+    int n = 0;
+    float *d1;
+    struct cudaDeviceProp p;
+    sim_env("TD_SIM_DEVICES", "2");
+    CU(cudaGetDeviceCount(&n));
+    CU(cudaGetDeviceProperties(&p, 0));
+    CU(cudaGetDeviceProperties(&p, 1));
+    ck_assert_int_eq(td_sim_calls(0), 0);
+    ck_assert_int_eq(td_sim_calls(1), 0);
+    CU(cudaSetDevice(1));
+    ck_assert_int_eq(td_sim_calls(1), 1);
+    CU(cudaMalloc((void **)&d1, 1000));
+    CU(cudaMemset(d1, 0, 1000));
+    CU(cudaFree(d1));
+    ck_assert_int_ge(td_sim_calls(1), 4);
+    ck_assert_uint_eq(td_sim_peak(1), 1024); /* in 256-byte units */
+    ck_assert_uint_eq(td_sim_used(1), 0);
+    ck_assert_int_eq(td_sim_calls(0), 0);
+    ck_assert_uint_eq(td_sim_peak(0), 0);
+    ck_assert_int_eq(td_sim_launches(0) + td_sim_launches(1), 0);
+    CU(cudaSetDevice(0));
+    ck_assert_int_eq(td_sim_calls(0), 1);
+}
+END_TEST
+
 START_TEST(test_no_device)
 {
     int n = 5;
@@ -701,6 +730,7 @@ static Suite *sim_suite(void)
     tcase_add_test(tc, test_fresh_memory_is_nan);
     tcase_add_test(tc, test_copy_checks_kinds_and_bounds);
     tcase_add_test(tc, test_two_devices_keep_their_memory_apart);
+    tcase_add_test(tc, test_activity_is_counted_per_device);
     tcase_add_test(tc, test_no_device);
     suite_add_tcase(s, tc);
     tc = tcase_create("races");

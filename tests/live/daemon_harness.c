@@ -29,8 +29,12 @@ static void th__sleep_ms(int ms)
 static int th__spawn(td_harness *h, const char *const *extra)
 {
     const char *root = getenv("TD_BUILD_ROOT");
+    const char *other = getenv("TD_TRAIND"); /* e.g. the simulated-GPU one */
     char exe[512];
-    snprintf(exe, sizeof exe, "%s/daemon/traind", root ? root : "build");
+    if (other && *other)
+        snprintf(exe, sizeof exe, "%s", other);
+    else
+        snprintf(exe, sizeof exe, "%s/daemon/traind", root ? root : "build");
     const char *argv[32] = {exe, "--foreground", "--config", "/dev/null",
                             "--socket", h->sock, "--state-dir", h->state,
                             "--log-level", "debug"};

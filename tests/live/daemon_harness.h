@@ -19,7 +19,8 @@ typedef struct td_harness {
     gid_t as_gid;
 } td_harness;
 
-/* Starts build/daemon/traind (from $TD_BUILD_ROOT) with extra args
+/* Starts build/daemon/traind (from $TD_BUILD_ROOT; $TD_TRAIND names
+ * another build of it, such as tests/gpu/sim's traind_sim) with extra args
  * (NULL-terminated, may be NULL) and waits until its socket accepts.
  * The daemon reads no config file unless extra_args name one. */
 int th_start(td_harness *h, const char *const *extra_args);

@@ -16,6 +16,7 @@ struct probe {
     int64_t steps[8];
     const td_ckpt_snapshot *snaps[8];
     int gate_closed, in_write, fail_first;
+    char err0[512];          /* the first result's message */
 };
 
 static void probe_init(struct probe *p)
@@ -40,6 +41,8 @@ static void on_done(void *user, const td_ckpt_result *r)
         p->steps[p->results] = r->step;
         p->snaps[p->results] = r->snap;
     }
+    if (p->results == 0)
+        snprintf(p->err0, sizeof p->err0, "%s", r->err);
     p->results++;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
@@ -214,6 +217,74 @@ START_TEST(test_stop_finishes_queued_writes)
 }
 END_TEST
 
+/* A snapshot's ready callback: the data "arrives" (tensor w's first value
+ * becomes 9.5) only when the writer asks, as a device copy would; fails
+ * when told to. */
+struct arrival {
+    td_ckpt_snapshot *s;
+    int calls, fail;
+};
+
+static int arrive(void *arg, char *err, size_t errcap)
+{
+    struct arrival *a = arg;
+    a->calls++;
+    if (a->fail) {
+        snprintf(err, errcap, "the copy from the device failed");
+        return TD_E_DEVICE;
+    }
+    ((float *)(void *)a->s->data)[0] = 9.5f; /* w comes first */
+    return 0;
+}
+
+/* Issue 14 finding 8: the writer waits for the snapshot (its ready
+ * callback) before it reads the data, on its own thread; a failed wait is
+ * a failed checkpoint with its message, and nothing is written. */
+START_TEST(test_ready_is_waited_for_before_the_write)
+{
+    char dir[64], err[512];
+    struct probe p;
+    td_ckpt_snapshot a, b;
+    td_ckpt_writer *w;
+    td_ckpt_file *f;
+    float v[6];
+    probe_init(&p);
+    scratch_dir(dir, sizeof dir);
+    make_snapshot(&a, 1);
+    make_snapshot(&b, 2);
+    struct arrival ra = {&a, 0, 1}, rb = {&b, 0, 0};
+    a.ready = arrive;
+    a.ready_arg = &ra;
+    b.ready = arrive;
+    b.ready_arg = &rb;
+    td_ckpt_writer_config cfg = {.dir = dir, .keep = 5, .done = on_done,
+                                 .user = &p};
+    ck_assert_int_eq(td_ckpt_writer_start(&w, &cfg), 0);
+    ck_assert_int_eq(td_ckpt_writer_submit(w, &a), 0);
+    wait_results(&p, 1);
+    ck_assert_int_eq(p.statuses[0], TD_E_DEVICE);
+    ck_assert_str_eq(p.err0, "the copy from the device failed");
+    ck_assert_int_eq(count_files(dir, ".safetensors"), 0);
+    ck_assert_int_eq(td_ckpt_writer_submit(w, &b), 0);
+    wait_results(&p, 2);
+    ck_assert_int_eq(p.statuses[1], 0);
+    td_ckpt_writer_stop(w);
+    ck_assert_int_eq(ra.calls, 1);
+    ck_assert_int_eq(rb.calls, 1);
+    ck_assert_int_eq(td_ckpt_load_latest(dir, &f, NULL, 0, err, sizeof err),
+                     0);
+    ck_assert_int_eq(td_ckpt_file_read(f, "w", TD_DT_F32, v, sizeof v, err,
+                                       sizeof err), 0);
+    ck_assert(v[0] == 9.5f); /* read after the callback, not before */
+    ck_assert(v[1] == -0.5f);
+    td_ckpt_close(f);
+    td_ckpt_snapshot_destroy(&a);
+    td_ckpt_snapshot_destroy(&b);
+    probe_destroy(&p);
+    rm_tree(dir);
+}
+END_TEST
+
 START_TEST(test_bad_config)
 {
     td_ckpt_writer *w;
@@ -236,6 +307,7 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_one_pending_then_busy);
     tcase_add_test(tc, test_failure_reported_and_next_succeeds);
     tcase_add_test(tc, test_stop_finishes_queued_writes);
+    tcase_add_test(tc, test_ready_is_waited_for_before_the_write);
     tcase_add_test(tc, test_bad_config);
     suite_add_tcase(s, tc);
     return s;

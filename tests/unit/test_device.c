@@ -112,6 +112,49 @@ START_TEST(test_select_malformed)
 }
 END_TEST
 
+/* After a sticky CUDA error on GPU 0: the probe says so, `auto` takes the
+ * next usable GPU (or the CPU, saying why), and naming GPU 0 is refused
+ * with the error that killed it (issue 14 finding 4). */
+START_TEST(test_unusable_gpu_is_skipped_and_refused)
+{
+    td_device_choice ch;
+    char err[512];
+    td_device_unusable_reset();
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
+    td_device_register_probe(fake_probe);
+    ck_assert_int_eq(td_device_mark_unusable(0, "illegal memory access"), 1);
+    /* the first reason is kept */
+    ck_assert_int_eq(td_device_mark_unusable(0, "a later error"), 0);
+    ck_assert_int_eq(td_device_mark_unusable(TD_MAX_GPUS, "x"), 0);
+    td_device_info info;
+    ck_assert_int_eq(td_device_probe(&info), 0);
+    ck_assert_int_eq(info.gpus[0].unusable, 1);
+    ck_assert_int_eq(info.gpus[1].unusable, 0);
+    ck_assert_str_eq(info.gpus[0].unusable_why, "illegal memory access");
+    ck_assert_int_eq(td_device_first_unusable(err, sizeof err), 0);
+    ck_assert_str_eq(err, "illegal memory access");
+    ck_assert_int_eq(td_device_select("auto", &info, &ch, err, sizeof err), 0);
+    ck_assert_int_eq(ch.kind, TD_DEVICE_CUDA);
+    ck_assert_int_eq(ch.index, 1);
+    ck_assert_int_eq(td_device_select("cuda:0", &info, &ch, err, sizeof err),
+                     TD_E_DEVICE);
+    ck_assert_str_eq(err, "device \"cuda:0\" is unusable until traind "
+                     "restarts: illegal memory access");
+    ck_assert_int_eq(td_device_select("cuda", &info, &ch, err, sizeof err),
+                     TD_E_DEVICE);
+    td_device_mark_unusable(1, "unspecified launch failure");
+    ck_assert_int_eq(td_device_probe(&info), 0);
+    ck_assert_int_eq(td_device_select("auto", &info, &ch, err, sizeof err), 0);
+    ck_assert_int_eq(ch.kind, TD_DEVICE_CPU);
+    ck_assert_msg(strstr(ch.desc, "unusable until traind restarts"), "%s",
+                  ch.desc);
+    td_device_unusable_reset();
+    ck_assert_int_eq(td_device_probe(&info), 0);
+    ck_assert_int_eq(info.gpus[0].unusable, 0);
+    td_device_register_probe(NULL);
+}
+END_TEST
+
 static Suite *device_suite(void)
 {
     Suite *s = suite_create("device");
@@ -121,6 +164,7 @@ static Suite *device_suite(void)
     tcase_add_test(tc, test_select_without_gpu);
     tcase_add_test(tc, test_select_with_gpus);
     tcase_add_test(tc, test_select_malformed);
+    tcase_add_test(tc, test_unusable_gpu_is_skipped_and_refused);
     suite_add_tcase(s, tc);
     return s;
 }

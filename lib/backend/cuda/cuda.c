@@ -6,8 +6,8 @@
  * and offered by td_backend_cuda_arena_bytes; a model that does not fit
  * fails create with the sizes in the message), three streams (copy,
  * compute, snapshot), double-buffered device batches, the pinned ring that
- * read_stats copies through, and the translation of every CUDA, cuBLAS and
- * cuDNN failure into TD_E_DEVICE with "file:line: call: reason" in err.
+ * read_stats copies through (cuda_err.c words the failures, cuda_mem.c
+ * holds the shadow copies and the warm-up step).
  * Never does: synchronise the whole device (only this backend's streams,
  * and only in create, restore, sync, destroy and the test accessors),
  * allocate after create, or exit: a device error fails the job, not the
@@ -50,29 +50,6 @@ static td__cuda *td__be(td_backend *b)
     if (be->compute)
         (void)cudaSetDevice(be->dev);
     return be;
-}
-
-int td__cuda_fail(td__cuda *be, const char *file, int line, const char *call,
-                  const char *msg)
-{
-    const char *base = strrchr(file, '/');
-    snprintf(be->base.err, sizeof be->base.err, "cuda:%d: %s:%d: %s: %s",
-             be->dev, base ? base + 1 : file, line, call, msg);
-    return TD_E_DEVICE;
-}
-
-const char *td__cublas_str(cublasStatus_t s)
-{
-    switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "cuBLAS invalid value";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "cuBLAS architecture mismatch";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "cuBLAS execution failed";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "cuBLAS internal error";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "cuBLAS not supported";
-    default: return "cuBLAS error";
-    }
 }
 
 size_t td__cuda_esize(enum td_dtype t) { return t == TD_BF16 ? 2 : 4; }
@@ -189,23 +166,46 @@ static void td__carve(td__cuda *be, td__cursor *c)
     }
 }
 
+/* Device memory left free beside the arena (issue 14 finding 3): with
+ * lazy module loading (the default since CUDA 12.2) our kernels' modules,
+ * cuBLAS and cuDNN's runtime-compiled engines take device memory at their
+ * first use, outside the arena.  1/32 of the GPU, at least 512 MiB. */
+#define TD__HEADROOM_MIN ((size_t)512 << 20)
+
+static size_t td__headroom(size_t total)
+{
+    size_t h = total / 32;
+    return h > TD__HEADROOM_MIN ? h : TD__HEADROOM_MIN;
+}
+
+static int td__no_room(td__cuda *be, size_t free_b, size_t total_b)
+{
+    snprintf(be->base.err, sizeof be->base.err, "cuda:%d: the model needs "
+             "a device arena of %.1f MiB at batch %d and %.1f MiB of "
+             "headroom; %.1f MiB of %.1f MiB are free (try a smaller "
+             "batch_size)", be->dev, be->arena_bytes / 1048576.0, be->batch,
+             be->headroom / 1048576.0, free_b / 1048576.0,
+             total_b / 1048576.0);
+    be->arena = NULL;
+    return TD_E_DEVICE;
+}
+
 static int td__arena(td__cuda *be)
 {
     td__cursor c = {NULL, 0};
     size_t free_b = 0, total_b = 0;
     td__carve(be, &c);
     be->arena_bytes = c.off;
+    TD__CU(be, cudaMemGetInfo(&free_b, &total_b));
+    be->free_before = free_b;
+    be->headroom = td__headroom(total_b);
+    if (free_b < be->headroom || free_b - be->headroom < be->arena_bytes)
+        return td__no_room(be, free_b, total_b);
     cudaError_t e = cudaMalloc((void **)&be->arena, be->arena_bytes);
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
         cudaMemGetInfo(&free_b, &total_b);
-        snprintf(be->base.err, sizeof be->base.err, "cuda:%d: the model needs "
-                 "a device arena of %.1f MiB at batch %d; %.1f MiB of %.1f "
-                 "MiB are free (try a smaller batch_size)", be->dev,
-                 be->arena_bytes / 1048576.0, be->batch, free_b / 1048576.0,
-                 total_b / 1048576.0);
-        be->arena = NULL;
-        return TD_E_DEVICE;
+        return td__no_room(be, free_b, total_b);
     }
     TD__CU(be, e);
     c.base = be->arena;
@@ -311,11 +311,14 @@ static int td__cuda_init(td__cuda *be)
     TD__TRY(td__arena(be));
     /* cuBLAS's scratch comes from the arena too: nothing allocates later */
     TD__BLAS(be, cublasSetWorkspace(be->blas, be->blas_ws, TD__BLAS_WS));
+    TD__TRY(td__dnn_find(be));
     TD__TRY(td__init_values(be));
     const td_shape in = m->layers[0].out;
     for (int c = 0; c < in.c; c++)
         td_normalize_coeffs(be->base.cfg.mean[c], be->base.cfg.std[c],
                             &be->nscale[c], &be->nbias[c]);
+    if (be->base.cfg.warmup)
+        TD__TRY(td__warmup(be));
     TD__CU(be, cudaEventRecord(be->t0, be->compute));
     TD__CU(be, cudaDeviceSynchronize()); /* create only */
     return 0;
@@ -497,21 +500,12 @@ static int td__snap_check(td__cuda *be, size_t nfloats, const char *what)
 static int td__cuda_snapshot(td_backend *b, float *host, size_t nfloats)
 {
     td__cuda *be = td__be(b);
-    size_t pc = b->model->param_count, f = sizeof(float);
+    size_t f = sizeof(float);
     TD__TRY(td__snap_check(be, nfloats, "snapshot"));
     td__nvtx_push("snapshot");
     if (be->snap_pending)
         TD__CU(be, cudaStreamWaitEvent(be->compute, be->snap_done, 0));
-    TD__CU(be, cudaMemcpyAsync(be->shadow, be->params, pc * f,
-                               cudaMemcpyDeviceToDevice, be->compute));
-    if (be->nslots)
-        TD__CU(be, cudaMemcpyAsync(be->shadow + pc, be->slots,
-                                   be->nslots * pc * f,
-                                   cudaMemcpyDeviceToDevice, be->compute));
-    if (be->nstate)
-        TD__CU(be, cudaMemcpyAsync(be->shadow + pc * (1 + be->nslots),
-                                   be->state, be->nstate * f,
-                                   cudaMemcpyDeviceToDevice, be->compute));
+    TD__TRY(td__to_shadow(be));
     TD__CU(be, cudaEventRecord(be->snap_ready, be->compute));
     TD__CU(be, cudaStreamWaitEvent(be->snap, be->snap_ready, 0));
     TD__CU(be, cudaMemcpyAsync(host, be->shadow, nfloats * f,
@@ -694,6 +688,22 @@ static int td__cuda_event_elapsed(td_backend *b, td_event *a, td_event *e,
 
 static int td__cuda_sync(td_backend *b) { return td__sync_streams(td__be(b)); }
 
+/* Page-locks a host buffer (checkpoint snapshots: finding 8), portable
+ * across devices like the pinned batch slots. */
+static int td__cuda_host_register(td_backend *b, void *p, size_t bytes)
+{
+    td__cuda *be = td__be(b);
+    TD__CU(be, cudaHostRegister(p, bytes, cudaHostRegisterPortable));
+    return 0;
+}
+
+static void td__cuda_host_unregister(td_backend *b, void *p)
+{
+    (void)td__be(b);
+    if (cudaHostUnregister(p) != cudaSuccess)
+        (void)cudaGetLastError(); /* the memory is the caller's either way */
+}
+
 static void td__cuda_destroy(td_backend *b)
 {
     td__cuda *be = td__be(b);
@@ -754,6 +764,8 @@ static const td_backend_ops td__cuda_ops = {
     .event_sync = td__cuda_event_sync,
     .event_elapsed_ns = td__cuda_event_elapsed,
     .sync = td__cuda_sync,
+    .host_register = td__cuda_host_register,
+    .host_unregister = td__cuda_host_unregister,
 };
 
 /* ---- create ------------------------------------------------------------------- */

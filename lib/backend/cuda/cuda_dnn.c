@@ -1,9 +1,13 @@
 /* backend_cuda_dnn.c - every cuDNN call of the CUDA backend.
  *
  * Owns: the cuDNN handle, per-layer descriptors (tensors, filters,
- * convolutions, activations, pooling), the choice of convolution
- * algorithms once per shape at create (heuristics, fp32 FMA math: no TF32,
- * so results match the CPU backend), and the forward and backward calls of
+ * convolutions - one per direction, each with its algorithm's math type -,
+ * activations, pooling), the choice of convolution algorithms at create
+ * (heuristics size the workspace, then cudnnFind*Ex measures each shape
+ * and direction once per process, cached; fp32 FMA math first: no TF32,
+ * so results match the CPU backend; only documented-deterministic
+ * algorithms when the configuration asks), and the forward and backward
+ * calls of
  * conv2d, batch norm (training with running statistics, inference,
  * backward), relu and the pools.  Gradient summation into a shared input
  * uses cuDNN's beta = 1.
@@ -18,6 +22,8 @@
  * API (conv + bias + relu fusions, runtime-compiled kernels) is confined
  * to this file.
  */
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +43,9 @@ struct td__dnn_layer {
     cudnnTensorDescriptor_t x, y;  /* input and output, [batch, C, H, W] */
     cudnnTensorDescriptor_t chan;  /* [1, C_out, 1, 1]: bias, bn params */
     cudnnFilterDescriptor_t wf;
-    cudnnConvolutionDescriptor_t conv;
+    /* one convolution descriptor per direction (forward, backward data,
+     * backward filter): each carries the math type of its own algorithm */
+    cudnnConvolutionDescriptor_t cf, cd, cw;
     cudnnActivationDescriptor_t act;
     cudnnPoolingDescriptor_t pool;
     cudnnConvolutionFwdAlgo_t fa;
@@ -84,35 +92,52 @@ static const td_shape *td__in_shape(const td__cuda *be, int L)
 
 /* ---- convolution: descriptors and algorithms ------------------------------ */
 
-/* Sets pick to the first of got cuDNN perf results that ran and fits the
- * workspace cap, preferring plain FMA math (no TF32) in a first pass; -1
- * if none.  The three *AlgoPerf_t types share these fields. */
-#define TD__PICK_ALGO(pf, got, cap, pick)                                     \
+/* Sets pick to the first of got cuDNN perf results that ran, fits the
+ * workspace cap and, when the configuration asks for determinism
+ * (td_backend_config.deterministic), is documented deterministic;
+ * preferring plain FMA math (no TF32) in a first pass; -1 if none.  The
+ * three *AlgoPerf_t types share these fields.  The caller then sets the
+ * chosen result's math type on that direction's descriptor (a result's
+ * mathType is only used when the descriptor says so). */
+#define TD__PICK_ALGO(pf, got, cap, det, pick)                                \
     do {                                                                      \
         (pick) = -1;                                                          \
         for (int pass_ = 0; pass_ < 2 && (pick) < 0; pass_++)                 \
             for (int i_ = 0; i_ < (got) && (pick) < 0; i_++)                  \
                 if ((pf)[i_].status == CUDNN_STATUS_SUCCESS &&                \
                     (pf)[i_].memory <= (cap) &&                               \
+                    (!(det) ||                                                \
+                     (pf)[i_].determinism == CUDNN_DETERMINISTIC) &&          \
                     (pass_ || (pf)[i_].mathType == CUDNN_FMA_MATH))           \
                     (pick) = i_;                                              \
     } while (0)
+
+static int td__no_algo(td__cuda *be, int L, const char *dir)
+{
+    snprintf(be->base.err, sizeof be->base.err, "cuda:%d: layer %s: no "
+             "%s%s convolution algorithm fits a workspace of %.1f MiB",
+             be->dev, be->base.model->layers[L].name,
+             be->base.cfg.deterministic ? "deterministic " : "", dir,
+             be->dnn->ws_cap / 1048576.0);
+    return TD_E_DEVICE;
+}
 
 static int td__pick_fwd(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
 {
     cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int got = 0, pick = -1;
     TD__DNN(be, cudnnGetConvolutionForwardAlgorithm_v7(be->dnn->h, d->x,
-            d->wf, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
+            d->wf, d->cf, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
             pf));
-    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
+                  pick);
     if (pick < 0)
-        return td__cuda_fail(be, __FILE__, __LINE__, "conv forward algorithm",
-                             be->base.model->layers[L].name);
+        return td__no_algo(be, L, "forward");
     d->fa = pf[pick].algo;
+    TD__DNN(be, cudnnSetConvolutionMathType(d->cf, pf[pick].mathType));
     size_t b = 0;
     TD__DNN(be, cudnnGetConvolutionForwardWorkspaceSize(be->dnn->h, d->x,
-            d->wf, d->conv, d->y, d->fa, &b));
+            d->wf, d->cf, d->y, d->fa, &b));
     *ws = b > *ws ? b : *ws;
     return 0;
 }
@@ -123,16 +148,17 @@ static int td__pick_bwd_data(td__cuda *be, int L, td__dnn_layer *d,
     cudnnConvolutionBwdDataAlgoPerf_t pf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int got = 0, pick = -1;
     TD__DNN(be, cudnnGetConvolutionBackwardDataAlgorithm_v7(be->dnn->h,
-            d->wf, d->y, d->conv, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+            d->wf, d->y, d->cd, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
             &got, pf));
-    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
+                  pick);
     if (pick < 0)
-        return td__cuda_fail(be, __FILE__, __LINE__, "conv backward data "
-                             "algorithm", be->base.model->layers[L].name);
+        return td__no_algo(be, L, "backward-data");
     d->da = pf[pick].algo;
+    TD__DNN(be, cudnnSetConvolutionMathType(d->cd, pf[pick].mathType));
     size_t b = 0;
     TD__DNN(be, cudnnGetConvolutionBackwardDataWorkspaceSize(be->dnn->h,
-            d->wf, d->y, d->conv, d->x, d->da, &b));
+            d->wf, d->y, d->cd, d->x, d->da, &b));
     *ws = b > *ws ? b : *ws;
     return 0;
 }
@@ -144,16 +170,17 @@ static int td__pick_bwd_filter(td__cuda *be, int L, td__dnn_layer *d,
         pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int got = 0, pick = -1;
     TD__DNN(be, cudnnGetConvolutionBackwardFilterAlgorithm_v7(be->dnn->h,
-            d->x, d->y, d->conv, d->wf,
+            d->x, d->y, d->cw, d->wf,
             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf));
-    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, pick);
+    TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
+                  pick);
     if (pick < 0)
-        return td__cuda_fail(be, __FILE__, __LINE__, "conv backward filter "
-                             "algorithm", be->base.model->layers[L].name);
+        return td__no_algo(be, L, "backward-filter");
     d->wa = pf[pick].algo;
+    TD__DNN(be, cudnnSetConvolutionMathType(d->cw, pf[pick].mathType));
     size_t b = 0;
     TD__DNN(be, cudnnGetConvolutionBackwardFilterWorkspaceSize(be->dnn->h,
-            d->x, d->y, d->conv, d->wf, d->wa, &b));
+            d->x, d->y, d->cw, d->wf, d->wa, &b));
     *ws = b > *ws ? b : *ws;
     return 0;
 }
@@ -166,13 +193,17 @@ static int td__plan_conv(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
     TD__DNN(be, cudnnCreateFilterDescriptor(&d->wf));
     TD__DNN(be, cudnnSetFilter4dDescriptor(d->wf, be->dnn->dt,
             CUDNN_TENSOR_NCHW, l->channels, in->c, l->kernel, l->kernel));
-    TD__DNN(be, cudnnCreateConvolutionDescriptor(&d->conv));
-    TD__DNN(be, cudnnSetConvolution2dDescriptor(d->conv, l->pad, l->pad,
-            l->stride, l->stride, 1, 1, CUDNN_CROSS_CORRELATION,
-            be->dnn->dt));
-    /* fp32 stays fp32: no TF32 tensor-core rounding */
-    TD__DNN(be, cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH));
-    TD__DNN(be, cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->wf,
+    cudnnConvolutionDescriptor_t *dirs[3] = {&d->cf, &d->cd, &d->cw};
+    for (int i = 0; i < 3; i++) {
+        TD__DNN(be, cudnnCreateConvolutionDescriptor(dirs[i]));
+        TD__DNN(be, cudnnSetConvolution2dDescriptor(*dirs[i], l->pad, l->pad,
+                l->stride, l->stride, 1, 1, CUDNN_CROSS_CORRELATION,
+                be->dnn->dt));
+        /* fp32 stays fp32: the queries offer FMA-math (no TF32) results
+         * first; the chosen one's math type is set after */
+        TD__DNN(be, cudnnSetConvolutionMathType(*dirs[i], CUDNN_FMA_MATH));
+    }
+    TD__DNN(be, cudnnGetConvolution2dForwardOutputDim(d->cf, d->x, d->wf,
                                                       &n, &c, &h, &w));
     if (c != l->out.c || h != l->out.h || w != l->out.w) {
         snprintf(be->base.err, sizeof be->base.err, "layer %s: cuDNN makes "
@@ -184,8 +215,9 @@ static int td__plan_conv(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
     TD__TRY(td__pick_bwd_filter(be, L, d, ws));
     if (be->gl[l->in[0]].root != 0) /* the batch itself needs no gradient */
         TD__TRY(td__pick_bwd_data(be, L, d, ws));
-    td_debug("cuda backend: %s algorithms fwd %d bwd-data %d bwd-filter %d",
-             l->name, (int)d->fa, (int)d->da, (int)d->wa);
+    td_debug("cuda backend: %s algorithms fwd %d bwd-data %d bwd-filter %d%s",
+             l->name, (int)d->fa, (int)d->da, (int)d->wa,
+             be->base.cfg.deterministic ? " (deterministic)" : "");
     return 0;
 }
 
@@ -266,6 +298,156 @@ int td__dnn_create(td__cuda *be, size_t *ws)
     return 0;
 }
 
+/* ---- measured choice: cudnnFind once per shape, cached ------------------ */
+
+static const float *td__x(const td__cuda *be, int L);
+
+/* What a search found for one convolution shape and direction on one GPU,
+ * kept for the life of the process (the next job with the same layers
+ * does not search again).  Found results are only used when they fit the
+ * workspace the heuristics sized; otherwise the heuristic choice stays. */
+typedef struct td__found {
+    int dev, dir, det;
+    int x[4], w[4], pad, stride;
+    int algo;
+    cudnnMathType_t math;
+    size_t memory;
+} td__found;
+
+#define TD__FOUND_MAX 512
+static pthread_mutex_t td__found_mu = PTHREAD_MUTEX_INITIALIZER;
+static td__found td__found_tab[TD__FOUND_MAX];
+static int td__nfound;
+
+static td__found td__found_key(const td__cuda *be, int L, int dir)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td_shape *in = td__in_shape(be, L);
+    td__found k;
+    memset(&k, 0, sizeof k); /* compared with memcmp: no stray padding */
+    k.dev = be->dev, k.dir = dir, k.det = be->base.cfg.deterministic != 0;
+    k.x[0] = be->batch, k.x[1] = in->c, k.x[2] = in->h, k.x[3] = in->w;
+    k.w[0] = l->channels, k.w[1] = in->c, k.w[2] = k.w[3] = l->kernel;
+    k.pad = l->pad, k.stride = l->stride;
+    return k;
+}
+
+static int td__found_get(td__found *k)
+{
+    size_t key = offsetof(td__found, algo);
+    int hit = 0;
+    pthread_mutex_lock(&td__found_mu);
+    for (int i = 0; i < td__nfound && !hit; i++)
+        if (memcmp(&td__found_tab[i], k, key) == 0) {
+            *k = td__found_tab[i];
+            hit = 1;
+        }
+    pthread_mutex_unlock(&td__found_mu);
+    return hit;
+}
+
+static void td__found_put(const td__found *k)
+{
+    pthread_mutex_lock(&td__found_mu);
+    if (td__nfound < TD__FOUND_MAX)
+        td__found_tab[td__nfound++] = *k;
+    pthread_mutex_unlock(&td__found_mu);
+}
+
+/* Runs the search of direction dir for layer L on the arena's buffers. */
+static int td__search(td__cuda *be, int L, int dir, td__found *k)
+{
+    const td__dnn_layer *d = &be->dnn->l[L];
+    const td__gl *g = &be->gl[L];
+    const float *x = td__x(be, L);
+    float *dx = be->gl[be->gl[be->base.model->layers[L].in[0]].root].dy;
+    cudnnHandle_t h = be->dnn->h;
+    int got = 0, pick = -1, det = be->base.cfg.deterministic;
+    size_t cap = be->work_bytes;
+    if (dir == 0) {
+        cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        TD__DNN(be, cudnnFindConvolutionForwardAlgorithmEx(h, d->x, x, d->wf,
+                g->w, d->cf, d->y, g->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                &got, pf, be->work, be->work_bytes));
+        TD__PICK_ALGO(pf, got, cap, det, pick);
+        if (pick >= 0)
+            k->algo = pf[pick].algo, k->math = pf[pick].mathType,
+            k->memory = pf[pick].memory;
+    } else if (dir == 1) {
+        cudnnConvolutionBwdDataAlgoPerf_t
+            pf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        TD__DNN(be, cudnnFindConvolutionBackwardDataAlgorithmEx(h, d->wf,
+                g->w, d->y, g->dy, d->cd, d->x, dx,
+                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, pf, be->work,
+                be->work_bytes));
+        TD__PICK_ALGO(pf, got, cap, det, pick);
+        if (pick >= 0)
+            k->algo = pf[pick].algo, k->math = pf[pick].mathType,
+            k->memory = pf[pick].memory;
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t
+            pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        TD__DNN(be, cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d->x, x,
+                d->y, g->dy, d->cw, d->wf, g->dw,
+                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf, be->work,
+                be->work_bytes));
+        TD__PICK_ALGO(pf, got, cap, det, pick);
+        if (pick >= 0)
+            k->algo = pf[pick].algo, k->math = pf[pick].mathType,
+            k->memory = pf[pick].memory;
+    }
+    return pick >= 0;
+}
+
+int td__dnn_find(td__cuda *be)
+{
+    const td_model *m = be->base.model;
+    int searched = 0, cached = 0;
+    for (int L = 1; L < m->nlayers; L++) {
+        const td_layer *l = &m->layers[L];
+        td__dnn_layer *d = &be->dnn->l[L];
+        if (l->kind != TD_L_CONV)
+            continue;
+        for (int dir = 0; dir < 3; dir++) {
+            if (dir == 1 && be->gl[l->in[0]].root == 0)
+                continue; /* the batch itself needs no gradient */
+            td__found k = td__found_key(be, L, dir);
+            int ok = td__found_get(&k);
+            if (ok) {
+                cached++;
+            } else {
+                int r = td__search(be, L, dir, &k);
+                if (r < 0)
+                    return r;
+                searched++;
+                if (!(ok = r))
+                    continue; /* nothing fits: the heuristic choice stays */
+                td__found_put(&k);
+            }
+            if (k.memory > be->work_bytes)
+                continue;
+            cudnnConvolutionDescriptor_t c = dir == 0 ? d->cf
+                                             : dir == 1 ? d->cd : d->cw;
+            TD__DNN(be, cudnnSetConvolutionMathType(c, k.math));
+            if (dir == 0)
+                d->fa = (cudnnConvolutionFwdAlgo_t)k.algo;
+            else if (dir == 1)
+                d->da = (cudnnConvolutionBwdDataAlgo_t)k.algo;
+            else
+                d->wa = (cudnnConvolutionBwdFilterAlgo_t)k.algo;
+        }
+        td_debug("cuda backend: %s algorithms fwd %d bwd-data %d bwd-filter "
+                 "%d (measured%s)", l->name, (int)d->fa, (int)d->da,
+                 (int)d->wa, be->base.cfg.deterministic
+                 ? ", deterministic" : "");
+    }
+    td_info("cuda:%d: convolution algorithms measured (cudnnFind) for %d "
+            "shape%s and direction%s, %d from earlier searches", be->dev,
+            searched, searched == 1 ? "" : "s", searched == 1 ? "" : "s",
+            cached);
+    return 0;
+}
+
 void td__dnn_destroy(td__cuda *be)
 {
     if (!be->dnn)
@@ -280,8 +462,10 @@ void td__dnn_destroy(td__cuda *be)
             cudnnDestroyTensorDescriptor(d->chan);
         if (d->wf)
             cudnnDestroyFilterDescriptor(d->wf);
-        if (d->conv)
-            cudnnDestroyConvolutionDescriptor(d->conv);
+        cudnnConvolutionDescriptor_t dirs[3] = {d->cf, d->cd, d->cw};
+        for (int i = 0; i < 3; i++)
+            if (dirs[i])
+                cudnnDestroyConvolutionDescriptor(dirs[i]);
         if (d->act)
             cudnnDestroyActivationDescriptor(d->act);
         if (d->pool)
@@ -312,7 +496,7 @@ int td__dnn_forward(td__cuda *be, int L, int train)
     switch (l->kind) {
     case TD_L_CONV:
         TD__DNN(be, cudnnConvolutionForward(h, &td__one, d->x, x, d->wf, g->w,
-                d->conv, d->fa, be->work, be->work_bytes, &td__zero, d->y,
+                d->cf, d->fa, be->work, be->work_bytes, &td__zero, d->y,
                 g->y));
         if (l->bias)
             TD__DNN(be, cudnnAddTensor(h, &td__one, d->chan, g->b, &td__one,
@@ -362,11 +546,11 @@ int td__dnn_backward(td__cuda *be, int L, float *dx, int accumulate)
                                                      &td__zero, d->chan,
                                                      g->db));
         TD__DNN(be, cudnnConvolutionBackwardFilter(h, &td__one, d->x, x, d->y,
-                g->dy, d->conv, d->wa, be->work, be->work_bytes, &td__zero,
+                g->dy, d->cw, d->wa, be->work, be->work_bytes, &td__zero,
                 d->wf, g->dw));
         if (dx)
             TD__DNN(be, cudnnConvolutionBackwardData(h, &td__one, d->wf, g->w,
-                    d->y, g->dy, d->conv, d->da, be->work, be->work_bytes,
+                    d->y, g->dy, d->cd, d->da, be->work, be->work_bytes,
                     beta, d->x, dx));
         return 0;
     case TD_L_BN:

@@ -10,6 +10,8 @@
  *                           pooling, activation); the only file that uses
  *                           cuDNN's deprecated legacy API
  *   backend_cuda_kernels.cu the CUDA kernels, over the arithmetic in kernels/
+ *   cuda_err.c              failure messages; sticky errors mark the GPU
+ *   cuda_mem.c              shadow copies of the state; the warm-up step
  * Nothing outside these files may include this header.
  *
  * Data: activations are NCHW in the compute type (fp32 today; the type is
@@ -83,6 +85,8 @@ typedef struct td__cuda {
     /* the arena and what is carved from it */
     char *arena;
     size_t arena_bytes;
+    size_t free_before;          /* cudaMemGetInfo before the arena */
+    size_t headroom;             /* kept free beside it (td__headroom) */
     float *params, *grads, *slots, *state, *shadow;
     size_t nslots, nstate, nsnap;
     uint8_t *pixels[TD__NBUF];
@@ -101,17 +105,25 @@ typedef struct td__cuda {
 
 /* ---- errors: every CUDA, cuBLAS and cuDNN status goes through these ---- */
 
-/* Writes "file:line: call: message" into be->base.err; returns TD_E_DEVICE. */
+/* Writes "file:line: call: message" into be->base.err; returns TD_E_DEVICE.
+ * When the thread's last CUDA error is sticky (td__cuda_sticky: a cuBLAS
+ * or cuDNN failure can hide one), the message says instead that the GPU
+ * is unusable, and the GPU is marked so (td_device_mark_unusable). */
 int td__cuda_fail(td__cuda *be, const char *file, int line, const char *call,
                   const char *msg);
+/* The same for a CUDA runtime status e. */
+int td__cuda_fail_rt(td__cuda *be, const char *file, int line,
+                     const char *call, cudaError_t e);
+/* 1 for the errors after which, as the CUDA runtime documents, "any
+ * further CUDA work will return the same error" until the process ends. */
+int td__cuda_sticky(cudaError_t e);
 const char *td__cublas_str(cublasStatus_t s);
 
 #define TD__CU(be, call)                                                     \
     do {                                                                     \
         cudaError_t td__e = (call);                                          \
         if (td__e != cudaSuccess)                                            \
-            return td__cuda_fail((be), __FILE__, __LINE__, #call,            \
-                                 cudaGetErrorString(td__e));                 \
+            return td__cuda_fail_rt((be), __FILE__, __LINE__, #call, td__e); \
     } while (0)
 
 #define TD__BLAS(be, call)                                                   \
@@ -136,11 +148,27 @@ size_t td__cuda_esize(enum td_dtype t);
 void td__nvtx_push(const char *name);
 void td__nvtx_pop(void);
 
+/* ---- cuda_mem.c ------------------------------------------------------------- */
+/* Parameters, optimizer slots and running statistics into the shadow and
+ * back, on the compute stream. */
+int td__to_shadow(td__cuda *be);
+int td__from_shadow(td__cuda *be);
+/* One training and one evaluation step on a zero batch at create, the
+ * state put back after; logs cudaMemGetInfo.  Ends synchronised. */
+int td__warmup(td__cuda *be);
+
 /* ---- backend_cuda_dnn.c ---------------------------------------------------- */
 /* Handle on the compute stream; descriptors and algorithm choice per layer
  * (once per shape); *ws receives the largest workspace any layer needs. */
 int td__dnn_create(td__cuda *be, size_t *ws);
 void td__dnn_destroy(td__cuda *be);
+/* Once the arena exists: measures the convolution algorithms of every
+ * shape and direction not measured before in this process (cudnnFind*Ex
+ * on the arena's buffers and workspace; it overwrites outputs, gradients
+ * and the workspace, so it runs before the initial values are set) and
+ * takes the fastest that fits the workspace (and is deterministic when
+ * asked); the heuristic choice stays where none fits. */
+int td__dnn_find(td__cuda *be);
 /* conv, bn, relu, pools: forward of layer L (train selects batch-norm
  * batch statistics and updates the running ones). */
 int td__dnn_forward(td__cuda *be, int L, int train);

@@ -18,6 +18,15 @@
  *                           cudaErrorIllegalAddress on its device
  *   TD_SIM_RACE=off|report|strict   the stream-order race detector
  *                           (default report; strict aborts after a report)
+ *   TD_SIM_REPORT=FILE      at exit, appended to FILE: "host page_locked
+ *                           A live L" (cudaHostAlloc and cudaHostRegister
+ *                           calls, ranges still page-locked), then per
+ *                           device "device D calls C launches L peak_bytes P
+ *                           pageable_d2h N"
+ *                           (what td_sim_calls, td_sim_launches, td_sim_peak
+ *                           and td_sim_pageable_d2h say), for tests of a
+ *                           whole process
+ *                           such as the daemon
  */
 #ifndef TD_SIM_H
 #define TD_SIM_H
@@ -68,6 +77,22 @@ int td_sim_reset(void);
 long td_sim_races(void);       /* race reports so far */
 long td_sim_spin_waits(void);  /* host waits that would busy-wait a core */
 size_t td_sim_used(int dev);   /* bytes allocated on a device */
+/* Activity on a device since the last reset: CUDA calls made while it was
+ * current (cudaSetDevice to it included: since CUDA 12 that creates its
+ * context), kernel and library launches on its streams, and the most
+ * device memory allocated at once.  0 0 0: the process never touched it. */
+long td_sim_calls(int dev);
+long td_sim_launches(int dev);
+size_t td_sim_peak(int dev);
+/* cudaMemcpyAsync calls from a device into pageable host memory, which
+ * blocked the calling thread until the copy was done (as documented). */
+long td_sim_pageable_d2h(int dev);
+/* cuDNN convolutions run with an algorithm cuDNN documents as
+ * non-deterministic (backward data ALGO_0, backward filter ALGO_0 and
+ * ALGO_3), in the whole process. */
+long td_sim_dnn_nondeterministic(void);
+/* cudnnFind*AlgorithmEx searches run, in the whole process. */
+long td_sim_dnn_finds(void);
 int td_sim_is_pinned(const void *p, size_t bytes);
 
 #ifdef __cplusplus

@@ -12,6 +12,8 @@
  * as cuDNN documents it (backward-data ALGO_0, backward-filter ALGO_0 and
  * ALGO_3 are non-deterministic) and the descriptor's math type.  The same
  * sizes are enforced when a convolution runs (sim_cudnn_ops.c).
+ * And the cudnnFind*AlgorithmEx searches (at the end: blocking, output and
+ * workspace overwritten, counted).
  * Never does: pick algorithms for anyone, or model real timings.
  */
 #include <stdlib.h>
@@ -365,7 +367,14 @@ static const int td__count[3] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT};
 
-static int td__deterministic(int dir, int algo)
+long td__dnn_nondet;
+
+long td_sim_dnn_nondeterministic(void)
+{
+    return __atomic_load_n(&td__dnn_nondet, __ATOMIC_RELAXED);
+}
+
+int td__dnn_deterministic(int dir, int algo)
 {
     if (dir == 1)
         return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
@@ -399,7 +408,7 @@ static int td__query(int dir, const struct cudnnTensorStruct *x,
         used[a] = 1;
         out[got] = (td__perf){a, CUDNN_STATUS_SUCCESS, 0.1f * (float)(got + 1),
                               (size_t)ws,
-                              td__deterministic(dir, a)
+                              td__dnn_deterministic(dir, a)
                                   ? CUDNN_DETERMINISTIC
                                   : CUDNN_NON_DETERMINISTIC,
                               c->math};
@@ -510,4 +519,144 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
 {
     cudnnStatus_t st = td__dnn_handle(h, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
     return st ? st : td__ws_query(2, algo, x, dw, c, dy, bytes);
+}
+
+/* ---- cudnnFind*AlgorithmEx ---------------------------------------------------- */
+
+/* What cuDNN documents for the Ex searches: they run every algorithm on
+ * the caller's buffers and workspace, blocking until done, and leave the
+ * output (y, dx or dw) and the workspace overwritten; an algorithm that
+ * needs more workspace than given is not run (status
+ * CUDNN_STATUS_ALLOC_FAILED).  Here the run is one operation on the
+ * handle's stream that poisons output and workspace (so a caller relying
+ * on them afterwards sees NaN), the race detector sees every operand, and
+ * the times are the invented ones of the v7 queries. */
+long td__dnn_finds;
+
+long td_sim_dnn_finds(void)
+{
+    return __atomic_load_n(&td__dnn_finds, __ATOMIC_RELAXED);
+}
+
+typedef struct td__poison {
+    void *out, *ws;
+    size_t out_bytes, ws_bytes;
+} td__poison;
+
+static void td__poison_run(void *p)
+{
+    td__poison *z = p;
+    memset(z->out, 0xff, z->out_bytes);
+    if (z->ws)
+        memset(z->ws, 0xff, z->ws_bytes);
+}
+
+static cudnnStatus_t td__find(cudnnHandle_t h, int dir, const char *call,
+                              const struct cudnnTensorStruct *x,
+                              const struct cudnnFilterStruct *w,
+                              const struct cudnnConvolutionStruct *c,
+                              const struct cudnnTensorStruct *y,
+                              const void *in1, size_t in1_bytes,
+                              const void *in2, size_t in2_bytes, void *out,
+                              size_t out_bytes, void *ws, size_t wsb,
+                              int want, int *got, td__perf *res,
+                              const void *caller)
+{
+    cudnnStatus_t st = td__dnn_handle(h, call);
+    if (st)
+        return st;
+    if (!got || !res || want < 1 || !in1 || !in2 || !out || (wsb && !ws))
+        return CUDNN_STATUS_BAD_PARAM;
+    if ((st = td__dnn_conv_check(call, x, w, c, y)))
+        return st;
+    td__poison *z = malloc(sizeof *z);
+    if (!z)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    *z = (td__poison){out, wsb ? ws : NULL, out_bytes, wsb};
+    td_sim_range r[4] = {{in1, in1_bytes, 0}, {in2, in2_bytes, 0},
+                         {out, out_bytes, 1}, {ws, wsb, 1}};
+    cudaError_t e = td_sim_submit(h->s, call, td__poison_run, free, z, r,
+                                  wsb ? 4 : 3, caller);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(h->s); /* the search blocks the host */
+    if (e != cudaSuccess)
+        return e == cudaErrorInvalidValue ? CUDNN_STATUS_BAD_PARAM
+                                          : CUDNN_STATUS_EXECUTION_FAILED;
+    __atomic_add_fetch(&td__dnn_finds, 1, __ATOMIC_RELAXED);
+    *got = td__query(dir, x, w, c, y, want < 16 ? want : 16, res);
+    for (int i = 0; i < *got; i++)
+        if (res[i].status == CUDNN_STATUS_SUCCESS && res[i].memory > wsb)
+            res[i].status = CUDNN_STATUS_ALLOC_FAILED;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+#define TD__COPY_PERF(pf, got, tmp)                                          \
+    for (int i_ = 0; i_ < (got); i_++) {                                     \
+        memset(&(pf)[i_], 0, sizeof (pf)[i_]);                               \
+        (pf)[i_].algo = (tmp)[i_].algo;                                      \
+        (pf)[i_].status = (tmp)[i_].status;                                  \
+        (pf)[i_].time = (tmp)[i_].time;                                      \
+        (pf)[i_].memory = (tmp)[i_].memory;                                  \
+        (pf)[i_].determinism = (tmp)[i_].det;                                \
+        (pf)[i_].mathType = (tmp)[i_].math;                                  \
+    }
+
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void *x,
+    const cudnnFilterDescriptor_t wd, const void *w,
+    const cudnnConvolutionDescriptor_t cd, const cudnnTensorDescriptor_t yd,
+    void *y, const int want, int *got, cudnnConvolutionFwdAlgoPerf_t *pf,
+    void *ws, size_t wsb)
+{
+    td__perf tmp[16];
+    if (!xd || !wd || !yd || !pf)
+        return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = td__find(h, 0, "cudnnFindConvolutionForwardAlgorithmEx",
+        xd, wd, cd, yd, x, td__dnn_span(xd), w, td__dnn_fspan(wd), y,
+        td__dnn_span(yd), ws, wsb, want, got, tmp,
+        __builtin_return_address(0));
+    if (st)
+        return st;
+    TD__COPY_PERF(pf, *got, tmp);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(
+    cudnnHandle_t h, const cudnnFilterDescriptor_t wd, const void *w,
+    const cudnnTensorDescriptor_t dyd, const void *dy,
+    const cudnnConvolutionDescriptor_t cd, const cudnnTensorDescriptor_t dxd,
+    void *dx, const int want, int *got, cudnnConvolutionBwdDataAlgoPerf_t *pf,
+    void *ws, size_t wsb)
+{
+    td__perf tmp[16];
+    if (!wd || !dyd || !dxd || !pf)
+        return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = td__find(h, 1,
+        "cudnnFindConvolutionBackwardDataAlgorithmEx", dxd, wd, cd, dyd, w,
+        td__dnn_fspan(wd), dy, td__dnn_span(dyd), dx, td__dnn_span(dxd), ws,
+        wsb, want, got, tmp, __builtin_return_address(0));
+    if (st)
+        return st;
+    TD__COPY_PERF(pf, *got, tmp);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void *x,
+    const cudnnTensorDescriptor_t dyd, const void *dy,
+    const cudnnConvolutionDescriptor_t cd, const cudnnFilterDescriptor_t dwd,
+    void *dw, const int want, int *got,
+    cudnnConvolutionBwdFilterAlgoPerf_t *pf, void *ws, size_t wsb)
+{
+    td__perf tmp[16];
+    if (!xd || !dyd || !dwd || !pf)
+        return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = td__find(h, 2,
+        "cudnnFindConvolutionBackwardFilterAlgorithmEx", xd, dwd, cd, dyd, x,
+        td__dnn_span(xd), dy, td__dnn_span(dyd), dw, td__dnn_fspan(dwd), ws,
+        wsb, want, got, tmp, __builtin_return_address(0));
+    if (st)
+        return st;
+    TD__COPY_PERF(pf, *got, tmp);
+    return CUDNN_STATUS_SUCCESS;
 }

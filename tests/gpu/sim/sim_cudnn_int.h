@@ -74,6 +74,12 @@ long long td__dnn_ws(int dir, int algo, const struct cudnnTensorStruct *x,
                      const struct cudnnConvolutionStruct *c,
                      const struct cudnnTensorStruct *y);
 
+/* Whether cuDNN documents algorithm `algo` of direction dir (0 forward,
+ * 1 backward data, 2 backward filter) as deterministic; convolutions run
+ * with one that is not, counted (td_sim_dnn_nondeterministic). */
+int td__dnn_deterministic(int dir, int algo);
+extern long td__dnn_nondet;
+
 /* The handle's device is current and its stream usable. */
 cudnnStatus_t td__dnn_handle(cudnnHandle_t h, const char *call);
 

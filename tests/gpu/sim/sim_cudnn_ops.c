@@ -461,6 +461,8 @@ static cudnnStatus_t td__conv(cudnnHandle_t h, int kind, const char *call,
     td__dop *o = td__new(kind, alpha, beta);
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
+    if (!td__dnn_deterministic(dir, algo))
+        __atomic_add_fetch(&td__dnn_nondet, 1, __ATOMIC_RELAXED);
     o->x = *x, o->w = *w, o->c = *c, o->y = *y;
     o->ws = ws, o->wsb = (size_t)need;
     td__sub s = {.n = 0};

@@ -103,6 +103,12 @@ typedef struct td_sim_dev {
     struct CUstream_st *legacy;
     cudaError_t sticky;    /* cudaSuccess until a fault */
     unsigned flags;        /* cudaSetDeviceFlags */
+    /* activity: calls that need the device's context (cudaSetDevice makes
+     * it since CUDA 12, and any call with the device current), kernel
+     * and library launches on its streams, the most memory it held */
+    long calls, launches;
+    long pageable_d2h;     /* cudaMemcpyAsync to pageable memory: blocked */
+    size_t peak;
 } td_sim_dev;
 
 typedef struct td_sim_state {
@@ -127,6 +133,7 @@ typedef struct td_sim_state {
     int race_mode;                /* 0 off, 1 report, 2 strict (abort) */
     /* counters */
     long mallocs, launches, races, spin_waits;
+    long host_allocs;             /* cudaHostAlloc and cudaHostRegister */
 } td_sim_state;
 
 extern td_sim_state td__sim;

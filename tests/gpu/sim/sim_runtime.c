@@ -53,8 +53,32 @@ static long td__env_long(const char *name, long def, long lo, long hi)
     return x;
 }
 
+/* TD_SIM_REPORT: what each device saw, appended at exit. */
+static void td__report(void)
+{
+    const char *path = getenv("TD_SIM_REPORT");
+    FILE *f = path && *path ? fopen(path, "a") : NULL;
+    if (!f)
+        return;
+    td__sim_lock();
+    fprintf(f, "host page_locked %ld live %d\n", td__sim.host_allocs,
+            td__sim.nhmem);
+    for (int d = 0; d < td__sim.ndev; d++)
+        fprintf(f, "device %d calls %ld launches %ld peak_bytes %zu "
+                "pageable_d2h %ld\n", d, td__sim.dev[d].calls,
+                td__sim.dev[d].launches, td__sim.dev[d].peak,
+                td__sim.dev[d].pageable_d2h);
+    td__sim_unlock();
+    fclose(f);
+}
+
 static void td__configure(void)
 {
+    static int reporting;
+    if (!reporting && getenv("TD_SIM_REPORT")) {
+        reporting = 1;
+        atexit(td__report);
+    }
     td__sim.ndev = (int)td__env_long("TD_SIM_DEVICES", 1, 0,
                                      TD_SIM_MAX_DEVICES);
     long mb = td__env_long("TD_SIM_MEM_MB", 4096, 1, 1L << 24);
@@ -80,7 +104,7 @@ static void td__configure(void)
         td__sim.dev[d].cap = (size_t)mb << 20;
     }
     memset(td__sim.host, 0, sizeof td__sim.host);
-    td__sim.mallocs = td__sim.launches = 0;
+    td__sim.mallocs = td__sim.launches = td__sim.host_allocs = 0;
     td__sim.races = td__sim.spin_waits = 0;
     td__sim.init = 1;
 }
@@ -112,6 +136,7 @@ cudaError_t td__sim_gate(void)
     }
     if (td__sim_device >= td__sim.ndev)
         return td__sim.ndev ? cudaErrorInvalidDevice : cudaErrorNoDevice;
+    td__sim.dev[td__sim_device].calls++;
     return td__sim.dev[td__sim_device].sticky;
 }
 
@@ -342,8 +367,10 @@ cudaError_t cudaSetDevice(int d)
     cudaError_t e = td__sim_in_hostfn ? cudaErrorNotPermitted
                     : d < 0 || d >= td__sim.ndev ? cudaErrorInvalidDevice
                                                  : cudaSuccess;
-    if (e == cudaSuccess)
+    if (e == cudaSuccess) {
         td__sim_device = d;
+        td__sim.dev[d].calls++; /* CUDA 12+: makes the primary context */
+    }
     td__sim_unlock();
     return td__sim_err(e);
 }
@@ -441,6 +468,8 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes)
     }
     memset(a.base, 0xff, bytes); /* poison: NaN in every float */
     dv->used += charge;
+    if (dv->used > dv->peak)
+        dv->peak = dv->used;
     *ptr = a.base;
 out:
     td__sim_unlock();
@@ -509,6 +538,7 @@ cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned flags)
         e = cudaErrorMemoryAllocation;
         goto out;
     }
+    td__sim.host_allocs++;
     *ptr = a.base;
 out:
     td__sim_unlock();
@@ -567,6 +597,8 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags)
     td_sim_alloc a = {.base = p, .bytes = bytes, .dev = -1, .registered = 1};
     if (td__insert(&td__sim.hmem, &td__sim.nhmem, &td__sim.caphmem, a))
         e = cudaErrorMemoryAllocation;
+    else
+        td__sim.host_allocs++;
 out:
     td__sim_unlock();
     return td__sim_err(e);
@@ -599,6 +631,39 @@ int td_sim_is_pinned(const void *p, size_t bytes)
     int r = td__sim_hfind(p, bytes) != NULL;
     td__sim_unlock();
     return r;
+}
+
+long td_sim_calls(int dev)
+{
+    td__sim_lock();
+    long n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].calls : 0;
+    td__sim_unlock();
+    return n;
+}
+
+long td_sim_launches(int dev)
+{
+    td__sim_lock();
+    long n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].launches : 0;
+    td__sim_unlock();
+    return n;
+}
+
+long td_sim_pageable_d2h(int dev)
+{
+    td__sim_lock();
+    long n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].pageable_d2h
+                                            : 0;
+    td__sim_unlock();
+    return n;
+}
+
+size_t td_sim_peak(int dev)
+{
+    td__sim_lock();
+    size_t n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].peak : 0;
+    td__sim_unlock();
+    return n;
 }
 
 size_t td_sim_used(int dev)
@@ -736,8 +801,10 @@ static cudaError_t td__memcpy(void *dst, const void *src, size_t n,
     uint64_t seq = op->seq;
     td__sim_op_push(s, op);
     int wait;
-    if (async)
+    if (async) {
         wait = real == cudaMemcpyDeviceToHost && !dst_pinned;
+        td__sim.dev[s->dev].pageable_d2h += wait;
+    }
     else
         wait = real == cudaMemcpyDeviceToHost ||
                real == cudaMemcpyHostToHost ||

@@ -574,6 +574,7 @@ cudaError_t td_sim_launch(const td_sim_grid *g, cudaStream_t hs,
     op->ctx = ctx;
     op->what = name;
     op->fault = ++td__sim.launches == td__sim.fault_kernel;
+    td__sim.dev[s->dev].launches++;
     for (int i = 0; i < nargs; i++) {
         const char *p = args[i].p;
         if (!p)
@@ -624,6 +625,7 @@ cudaError_t td_sim_submit(cudaStream_t hs, const char *what,
     op->drop = drop;
     op->ctx = ctx;
     op->what = what;
+    td__sim.dev[s->dev].launches++;
     for (int i = 0; i < n; i++)
         td__sim_race(td__sim_dfind(r[i].p, r[i].bytes), r[i].p, r[i].bytes,
                      r[i].write, s, what, caller);

@@ -15,6 +15,7 @@
 #include "backend/cuda/backend_cuda.h"
 #include "base/error.h"
 #include "base/rng.h"
+#include "job/device.h"
 #include "model/model.h"
 #include "sim.h"
 #include "tdtest.h"
@@ -33,6 +34,9 @@ typedef struct job {
     td_batch b;
 } job;
 
+/* job_open's configuration beyond the defaults (set before calling it) */
+static int g_warmup, g_adamw, g_deterministic;
+
 static int job_open(job *j, const char *kind, char *err, size_t cap)
 {
     char path[4096];
@@ -50,7 +54,9 @@ static int job_open(job *j, const char *kind, char *err, size_t cap)
     for (int i = 0; i < 4; i++)
         c.mean[i] = 0.5f, c.std[i] = 0.25f;
     c.seed = 3;
-    td_optim_defaults(&c.optim, TD_OPT_SGD);
+    td_optim_defaults(&c.optim, g_adamw ? TD_OPT_ADAMW : TD_OPT_SGD);
+    c.warmup = g_warmup;
+    c.deterministic = g_deterministic;
     for (size_t i = 0; i < sizeof j->px; i++)
         j->px[i] = (uint8_t)td_rng_below(9, 1, i, 256);
     for (int i = 0; i < 6; i++)
@@ -106,6 +112,12 @@ START_TEST(test_cuda1_job_never_touches_device0)
     ck_assert_uint_gt(td_sim_used(1), 0);
     ck_assert_uint_eq(td_sim_used(0), 0);
     job_close(&j);
+    /* not a call with device 0 current, not a launch, not a byte */
+    ck_assert_int_gt(td_sim_calls(1), 0);
+    ck_assert_int_gt(td_sim_launches(1), 0);
+    ck_assert_int_eq(td_sim_calls(0), 0);
+    ck_assert_int_eq(td_sim_launches(0), 0);
+    ck_assert_uint_eq(td_sim_peak(0), 0);
 }
 END_TEST
 
@@ -147,6 +159,8 @@ START_TEST(test_oom_at_create_leaves_device_usable)
     ck_assert_ptr_null(j.be);
     ck_assert_msg(strstr(err, "device arena") && strstr(err, "MiB"), "%s",
                   err);
+    /* out of memory is not sticky: the GPU is not marked unusable */
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
     td_model_free(j.m);
     ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
     ck_assert_msg(job_steps(&j, 2) == 0, "%s", j.be->err);
@@ -162,6 +176,7 @@ START_TEST(test_sticky_fault_fails_the_step)
     sim_env("TD_SIM_FAULT_KERNEL", "40"); /* inside the second step */
     td_cuda_register();
     ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
     int rc = job_steps(&j, 4);
     ck_assert_int_eq(rc, TD_E_DEVICE);
     ck_assert_msg(strstr(j.be->err, "illegal memory access"), "%s",
@@ -169,6 +184,39 @@ START_TEST(test_sticky_fault_fails_the_step)
     job_close(&j);
 }
 END_TEST
+
+/* Finding 4: a sticky error is told apart from an ordinary one.  The job's
+ * message says the GPU is unusable and how to find the kernel, the GPU is
+ * marked (so `auto` passes it by and `cuda:0` is refused), and destroy
+ * still gives back every stream, event, device allocation and pinned
+ * buffer (td_sim_reset refuses while any is alive). */
+START_TEST(test_sticky_fault_marks_the_gpu_unusable)
+{
+    char err[512] = "";
+    job j;
+    sim_env("TD_SIM_FAULT_KERNEL", "40");
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(job_steps(&j, 4), TD_E_DEVICE);
+    ck_assert_msg(strstr(j.be->err, "cudaErrorIllegalAddress, sticky") &&
+                  strstr(j.be->err, "unusable until traind restarts") &&
+                  strstr(j.be->err, "docs/cuda.md#sticky-errors"), "%s",
+                  j.be->err);
+    ck_assert_int_eq(td_device_first_unusable(err, sizeof err), 0);
+    ck_assert_str_eq(err, j.be->err);
+    job_close(&j);
+    ck_assert_int_eq(td_sim_reset(), 0);
+    td_device_info info;
+    td_device_choice ch;
+    ck_assert_int_eq(td_device_probe(&info), 0);
+    ck_assert_int_eq(info.gpus[0].unusable, 1);
+    ck_assert_int_eq(td_device_select("auto", &info, &ch, err, sizeof err), 0);
+    ck_assert_int_eq(ch.kind, TD_DEVICE_CPU);
+    ck_assert_int_eq(td_device_select("cuda:0", &info, &ch, err, sizeof err),
+                     TD_E_DEVICE);
+}
+END_TEST
+
 
 START_TEST(test_host_waits_do_not_spin)
 {
@@ -211,6 +259,140 @@ START_TEST(test_step_times_order_under_jitter)
 }
 END_TEST
 
+/* The snapshot (parameters, optimizer slots, running statistics) right
+ * after create, and the loss sums of `steps` steps after it. */
+static float *after_create(int warmup, int steps, double *loss, long *launches)
+{
+    char err[256] = "";
+    job j;
+    g_warmup = warmup;
+    g_adamw = 1;
+    td_cuda_register();
+    long before = td_sim_launches(0), finds = td_sim_dnn_finds();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    /* kernels and library calls, not the algorithm searches */
+    *launches = td_sim_launches(0) - before - (td_sim_dnn_finds() - finds);
+    size_t n = td_backend_snapshot_floats(j.m, &j.be->cfg.optim);
+    float *snap = malloc(n * sizeof *snap);
+    ck_assert_int_eq(td_backend_snapshot(j.be, snap, n), 0);
+    ck_assert_int_eq(td_backend_sync(j.be), 0);
+    for (int s = 0; s < steps; s++) {
+        td_step_stats st;
+        ck_assert_int_eq(td_backend_upload(j.be, &j.b), 0);
+        ck_assert_int_eq(td_backend_train_step(j.be, 0.01f, s + 1), 0);
+        ck_assert_int_eq(td_backend_read_stats(j.be, &st), 0);
+        ck_assert_int_eq(td_backend_sync(j.be), 0);
+        loss[s] = st.loss_sum;
+    }
+    job_close(&j);
+    return snap;
+}
+
+/* Finding 3: create runs a step (every kernel of it, so first-use loads
+ * and allocations happen there), yet leaves no trace: the state after
+ * create and the losses of the steps after it are bitwise those of a
+ * create without it (AdamW slots and batch-norm running statistics
+ * included). */
+START_TEST(test_warmup_step_at_create_leaves_no_trace)
+{
+    enum { STEPS = 3 };
+    double l0[STEPS], l1[STEPS];
+    long k0, k1;
+    char err[256];
+    job j;
+    ck_assert_int_eq(job_open(&j, "cpu", err, sizeof err), 0);
+    size_t n = td_backend_snapshot_floats(j.m, &j.be->cfg.optim);
+    job_close(&j);
+    float *s0 = after_create(0, STEPS, l0, &k0);
+    float *s1 = after_create(1, STEPS, l1, &k1);
+    ck_assert_int_eq(k0, 0);
+    ck_assert_msg(k1 > 10, "create launched %ld kernels: no warm-up step", k1);
+    ck_assert_msg(memcmp(s0, s1, n * sizeof *s0) == 0, "the warm-up step "
+                  "changed parameters, optimizer state or statistics");
+    for (int s = 0; s < STEPS; s++)
+        ck_assert_msg(l0[s] == l1[s], "step %d: loss %.9g after a warm-up, "
+                      "%.9g without", s, l1[s], l0[s]);
+    free(s0);
+    free(s1);
+}
+END_TEST
+
+/* Finding 3: the arena is not sized to fill the GPU; at least 512 MiB
+ * stay free for what the libraries allocate at first use. */
+START_TEST(test_headroom_is_kept_beside_the_arena)
+{
+    char err[256] = "", mb[32];
+    job j;
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    size_t arena = td_backend_cuda_arena_bytes(j.be);
+    job_close(&j);
+    /* room for the arena and 100 MiB: refused, naming the headroom */
+    snprintf(mb, sizeof mb, "%zu", (arena >> 20) + 101);
+    sim_env("TD_SIM_MEM_MB", mb);
+    ck_assert_int_eq(job_open(&j, "cuda:0", err, sizeof err), TD_E_DEVICE);
+    ck_assert_msg(strstr(err, "device arena") && strstr(err, "headroom") &&
+                  strstr(err, "try a smaller batch_size"), "%s", err);
+    td_model_free(j.m);
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
+    /* and with 600 MiB beside it, it runs */
+    snprintf(mb, sizeof mb, "%zu", (arena >> 20) + 601);
+    sim_env("TD_SIM_MEM_MB", mb);
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(job_steps(&j, 2) == 0, "%s", j.be->err);
+    job_close(&j);
+}
+END_TEST
+
+/* Finding 10: deterministic: true keeps to the convolution algorithms
+ * cuDNN documents as deterministic (the simulated heuristics put the
+ * non-deterministic backward-filter ALGO_3 first, as real ones often do);
+ * without it the fastest is taken. */
+START_TEST(test_deterministic_setting_is_honoured)
+{
+    char err[256] = "";
+    job j;
+    td_cuda_register();
+    for (int det = 0; det < 2; det++) {
+        g_deterministic = det;
+        long before = td_sim_dnn_nondeterministic();
+        ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s",
+                      err);
+        ck_assert_msg(job_steps(&j, 2) == 0, "%s", j.be->err);
+        job_close(&j);
+        long ran = td_sim_dnn_nondeterministic() - before;
+        if (det)
+            ck_assert_msg(ran == 0, "%ld convolutions ran a "
+                          "non-deterministic algorithm", ran);
+        else
+            ck_assert_int_gt(ran, 0);
+    }
+}
+END_TEST
+
+/* Finding 10: algorithms are measured (cudnnFind*Ex) once per shape and
+ * direction: tiny-all's three convolutions make 8 searches (the first
+ * one has no backward-data), a second job with the same layers none, and
+ * the deterministic setting its own 8.  Training runs after the searches
+ * (they overwrite outputs and gradients: the initial values come after). */
+START_TEST(test_convolutions_measured_once_per_shape)
+{
+    char err[256] = "";
+    job j;
+    long want[3] = {8, 0, 8};
+    td_cuda_register();
+    for (int round = 0; round < 3; round++) {
+        g_deterministic = round == 2;
+        long before = td_sim_dnn_finds();
+        ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s",
+                      err);
+        ck_assert_int_eq(td_sim_dnn_finds() - before, want[round]);
+        ck_assert_msg(job_steps(&j, 2) == 0, "%s", j.be->err);
+        job_close(&j);
+    }
+}
+END_TEST
+
 static Suite *sim_backend_suite(void)
 {
     Suite *s = suite_create("sim_backend");
@@ -219,7 +401,12 @@ static Suite *sim_backend_suite(void)
     tcase_add_test(tc, test_cuda1_event_made_on_another_thread);
     tcase_add_test(tc, test_oom_at_create_leaves_device_usable);
     tcase_add_test(tc, test_sticky_fault_fails_the_step);
+    tcase_add_test(tc, test_sticky_fault_marks_the_gpu_unusable);
     tcase_add_test(tc, test_host_waits_do_not_spin);
+    tcase_add_test(tc, test_warmup_step_at_create_leaves_no_trace);
+    tcase_add_test(tc, test_headroom_is_kept_beside_the_arena);
+    tcase_add_test(tc, test_deterministic_setting_is_honoured);
+    tcase_add_test(tc, test_convolutions_measured_once_per_shape);
     tcase_add_test(tc, test_step_times_order_under_jitter);
     suite_add_tcase(s, tc);
     return s;
