@@ -4,8 +4,10 @@
 #   1. install what is needed (scripts/deps.sh)
 #   2. plain build, CUDA backend if nvcc and cuDNN are found, warnings as
 #      errors: every suite (GPU-only tests skip without a device)
-#   3. ASan+UBSan build without CUDA: every suite
-#   4. ThreadSanitizer build without CUDA: the threaded suites
+#   3. ASan+UBSan build without CUDA: every suite, with the CUDA backend
+#      built against the simulated device (tests/gpu/sim) and its suites
+#   4. ThreadSanitizer build without CUDA: the threaded suites, the
+#      simulated device's among them
 #   5. clang ASan+UBSan build of the libFuzzer targets (tests/fuzz): each
 #      target over its seeds and regression inputs, then 10 s of fuzzing
 #      (`--suite fuzz`; scripts/fuzz.sh runs them long)
@@ -77,16 +79,21 @@ run() { # name, dir, ninja target ("": all), "test options", meson options...
 
 run "plain build (CUDA auto, -Werror)" "$base/plain" "" "" \
   -Dwerror=true -Dcuda=auto -Dbuildtype=debugoptimized
+# The sanitizer builds also build the CUDA backend against the simulated
+# device (tests/gpu/sim): it needs CUDA's and cuDNN's headers, not a GPU;
+# where they are installed it must build and run.
+sim=auto
+[[ -f /usr/local/cuda/include/cudnn.h ]] && sim=enabled
 run "ASan+UBSan build" "$base/asan" "" "" \
-  -Dwerror=true -Dcuda=disabled -Db_sanitize=address,undefined \
-  -Db_lundef=false -Dbuildtype=debug
+  -Dwerror=true -Dcuda=disabled -Dgpu_sim=$sim \
+  -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 # libgomp is not built with ThreadSanitizer, so TSan cannot see the
 # barriers that end an OpenMP parallel region and reports the CPU backend's
 # parallel loops as races: one OpenMP thread under TSan (the threads the
 # suites are about - pipeline workers, writer, loop, trainer - are ours).
 OMP_NUM_THREADS=1 run "ThreadSanitizer build (threaded suites)" "$base/tsan" "" "--suite threaded" \
-  -Dwerror=true -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false \
-  -Dbuildtype=debugoptimized
+  -Dwerror=true -Dcuda=disabled -Dgpu_sim=$sim -Db_sanitize=thread \
+  -Db_lundef=false -Dbuildtype=debugoptimized
 # clang: the libFuzzer targets and the library they instrument, nothing
 # else (warnings are not errors here: -Werror is the gcc builds' job).
 CC=clang run "fuzz targets, clang ASan+UBSan (--suite fuzz)" "$base/fuzz" \
