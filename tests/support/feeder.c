@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/rng.h"
+#include "input/augment.h"
 #include "input/idx.h"
 
 struct td_feeder {
@@ -20,6 +21,9 @@ struct td_feeder {
     int32_t *labels;
     int64_t epoch, step;
     int64_t nbatches;
+    td_augment ops[2];  /* pad_crop, flip: the pipeline's own (augment.h) */
+    int nops;
+    td_resampler rs;
 };
 
 /* Loads <prefix>-<kind>-idx<ndims>-ubyte.gz, else the same without .gz,
@@ -121,32 +125,25 @@ static int td__start(void *self, int64_t epoch, int64_t step)
 }
 
 /* Copies sample `s` into `dst` with the augmentation of position `pos`. */
+/* Copies sample `s` into `dst` with the augmentation of position `pos`:
+ * the pipeline's plan and resampling (augment.h) on the whole image, at
+ * full scale. */
 static void td__sample(td_feeder *f, int s, uint64_t pos, uint8_t *dst)
 {
     const td_dataset_mem *d = f->d;
     const uint8_t *src = d->images + (size_t)s * d->h * d->w * d->c;
-    int dy = 0, dx = 0, flip = 0, p = f->cfg.pad_crop;
-    uint64_t st = td_rng_stream(TD_RNG_AUGMENT, (uint64_t)f->epoch);
-    if (p > 0) {
-        dy = (int)td_rng_below(f->cfg.seed, st, pos * 4, 2 * p + 1) - p;
-        dx = (int)td_rng_below(f->cfg.seed, st, pos * 4 + 1, 2 * p + 1) - p;
-    }
-    if (f->cfg.flip)
-        flip = (int)td_rng_below(f->cfg.seed, st, pos * 4 + 2, 2);
-    if (!p && !flip) {
+    if (!f->nops) {
         memcpy(dst, src, (size_t)d->h * d->w * d->c);
         return;
     }
-    for (int y = 0; y < d->h; y++)
-        for (int x = 0; x < d->w; x++) {
-            int sy = y + dy, sx = (flip ? d->w - 1 - x : x) + dx;
-            uint8_t *o = dst + ((size_t)y * d->w + x) * d->c;
-            if (sy < 0 || sy >= d->h || sx < 0 || sx >= d->w)
-                memset(o, 0, (size_t)d->c);
-            else
-                memcpy(o, src + ((size_t)sy * d->w + sx) * d->c,
-                       (size_t)d->c);
-        }
+    td_aug_plan plan;
+    td_augment_plan(f->ops, f->nops, 1, f->cfg.seed, f->epoch, pos, d->w,
+                    d->h, d->w, d->h, &plan);
+    td_region reg = {.px = src, .stride = (size_t)d->w * d->c, .w = d->w,
+                     .h = d->h, .scaled_w = d->w, .scaled_h = d->h,
+                     .scale_num = 8, .c = d->c};
+    /* the row scratch was sized at create: this cannot fail */
+    td_augment_apply(&f->rs, &reg, d->w, d->h, &plan, TD_LAYOUT_NHWC, dst);
 }
 
 static int td__next(void *self, td_batch *b, int64_t *wait_ns)
@@ -202,6 +199,16 @@ int td_feeder_create(const td_dataset_mem *d, const td_feeder_config *cfg,
     f->cfg = *cfg;
     f->nbatches = cfg->drop_last ? d->n / cfg->batch
                                  : (d->n + cfg->batch - 1) / cfg->batch;
+    if (cfg->pad_crop > 0) {
+        td_augment_default(&f->ops[f->nops], TD_AUG_PAD_CROP);
+        f->ops[f->nops++].pad = cfg->pad_crop;
+    }
+    if (cfg->flip)
+        td_augment_default(&f->ops[f->nops++], TD_AUG_FLIP);
+    if (td_resampler_init(&f->rs, d->w, d->h, d->c) != 0) {
+        td_feeder_free(f);
+        return -ENOMEM;
+    }
     f->perm = malloc(sizeof *f->perm * (size_t)d->n);
     f->pixels = malloc((size_t)cfg->batch * d->h * d->w * d->c);
     f->labels = malloc(sizeof *f->labels * (size_t)cfg->batch);
@@ -218,6 +225,7 @@ void td_feeder_free(td_feeder *f)
 {
     if (!f)
         return;
+    td_resampler_free(&f->rs);
     free(f->perm);
     free(f->pixels);
     free(f->labels);

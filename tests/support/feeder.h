@@ -8,9 +8,8 @@
  * crop and horizontal flip drawn from (seed, epoch, sample), and
  * optionally only full batches (drop_last).
  * Never does: start threads, decode images, or allocate per batch.  Its
- * pad+crop and flip are written out here on purpose, independent of
- * augment.c, so suites that compare a training run against it check the
- * pipeline's arithmetic rather than repeat it.
+ * pad+crop and flip are the pipeline's (td_augment_plan and
+ * td_augment_apply on the whole image at full scale).
  */
 #ifndef TD_FEEDER_H
 #define TD_FEEDER_H
