@@ -140,21 +140,18 @@ uint64_t td_limits_device_estimate(const td_job_spec *s,
 
 static double td__gib(uint64_t b) { return (double)b / (double)(1ULL << 30); }
 
-/* The job's GPU, if it runs on one: its bill against the card and the
- * configured cap. */
+/* The job's GPU (gpu: its choice, NULL when it runs on the CPU): its bill
+ * against the card and the configured cap. */
 static int td__check_device(const json_t *settings, const td_job_spec *s,
                             const td_model *model,
-                            const td_device_info *devices, char *err,
+                            const td_device_info *devices,
+                            const td_device_choice *gpu, char *err,
                             size_t errcap)
 {
-    td_device_choice ch;
-    if (!devices || !model ||
-        td_device_select(s->device, devices, &ch, NULL, 0) != 0 ||
-        ch.kind != TD_DEVICE_CUDA || ch.index < 0 ||
-        ch.index >= devices->cuda_count)
+    if (!gpu || !model || gpu->index < 0 || gpu->index >= devices->cuda_count)
         return 0;
     uint64_t need = td_limits_device_estimate(s, model);
-    uint64_t have = devices->gpus[ch.index].mem_bytes;
+    uint64_t have = devices->gpus[gpu->index].mem_bytes;
     long long mb = td_settings_int(settings, "max_job_device_memory_mb");
     uint64_t cap = mb > 0 ? (uint64_t)mb << 20 : have;
     const char *capname = mb > 0 ? "max_job_device_memory_mb allows"
@@ -168,8 +165,8 @@ static int td__check_device(const json_t *settings, const td_job_spec *s,
     snprintf(err, errcap, "batch_size: the job would need about %.2f GiB on "
              "cuda:%d (%s), more than %s (%.2f GiB) at batch_size %d and "
              "input.size %dx%dx%d; a smaller batch_size fits, and `trainctl "
-             "plan` prints the whole bill", td__gib(need), ch.index,
-             devices->gpus[ch.index].name, capname, td__gib(cap),
+             "plan` prints the whole bill", td__gib(need), gpu->index,
+             devices->gpus[gpu->index].name, capname, td__gib(cap),
              s->batch_size, s->input.size[0], s->input.size[1],
              s->input.channels);
     return -E2BIG;
@@ -198,7 +195,8 @@ int td_limits_check_spec(const json_t *settings, const td_job_spec *s,
     td_limits_estimate(s, model, on_gpu, &e);
     uint64_t cap = td_limits_memory_cap(settings);
     if (e.total <= cap)
-        return td__check_device(settings, s, model, devices, err, errcap);
+        return td__check_device(settings, s, model, devices,
+                                on_gpu ? &ch : NULL, err, errcap);
     /* Name the field behind the largest share. */
     const char *field = "input.size";
     uint64_t big = e.slots;
