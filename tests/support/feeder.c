@@ -127,14 +127,15 @@ static int td__start(void *self, int64_t epoch, int64_t step)
 /* Copies sample `s` into `dst` with the augmentation of position `pos`. */
 /* Copies sample `s` into `dst` with the augmentation of position `pos`:
  * the pipeline's plan and resampling (augment.h) on the whole image, at
- * full scale. */
-static void td__sample(td_feeder *f, int s, uint64_t pos, uint8_t *dst)
+ * full scale.  0, or -ENOMEM when the resampler's row scratch cannot grow
+ * (it grows on first use). */
+static int td__sample(td_feeder *f, int s, uint64_t pos, uint8_t *dst)
 {
     const td_dataset_mem *d = f->d;
     const uint8_t *src = d->images + (size_t)s * d->h * d->w * d->c;
     if (!f->nops) {
         memcpy(dst, src, (size_t)d->h * d->w * d->c);
-        return;
+        return 0;
     }
     td_aug_plan plan;
     td_augment_plan(f->ops, f->nops, 1, f->cfg.seed, f->epoch, pos, d->w,
@@ -142,8 +143,8 @@ static void td__sample(td_feeder *f, int s, uint64_t pos, uint8_t *dst)
     td_region reg = {.px = src, .stride = (size_t)d->w * d->c, .w = d->w,
                      .h = d->h, .scaled_w = d->w, .scaled_h = d->h,
                      .scale_num = 8, .c = d->c};
-    /* the row scratch was sized at create: this cannot fail */
-    td_augment_apply(&f->rs, &reg, d->w, d->h, &plan, TD_LAYOUT_NHWC, dst);
+    return td_augment_apply(&f->rs, &reg, d->w, d->h, &plan,
+                            TD_LAYOUT_NHWC, dst);
 }
 
 static int td__next(void *self, td_batch *b, int64_t *wait_ns)
@@ -163,7 +164,10 @@ static int td__next(void *self, td_batch *b, int64_t *wait_ns)
     size_t per = (size_t)d->h * d->w * d->c;
     for (int i = 0; i < n; i++) {
         uint32_t s = f->perm[first + i];
-        td__sample(f, (int)s, (uint64_t)(first + i), f->pixels + per * i);
+        int rc = td__sample(f, (int)s, (uint64_t)(first + i),
+                            f->pixels + per * i);
+        if (rc)
+            return rc;
         f->labels[i] = d->labels[s];
     }
     *b = (td_batch){.data = f->pixels, .labels = f->labels, .n = n,
