@@ -380,6 +380,17 @@ json_t *th_tiny_spec(int epochs, int every)
     return th_spec(epochs, every, 8, 4);
 }
 
+json_t *th_files_spec(const char *path, int epochs)
+{
+    json_t *s = th_tiny_spec(epochs, 0);
+    json_object_set_new(json_object_get(s, "data"), "train", json_string(path));
+    json_object_set_new(json_object_get(s, "input"), "source",
+                        json_string("files"));
+    json_object_set_new(json_object_get(s, "data"), "classes",
+                        json_integer(2));
+    return s;
+}
+
 json_t *th_spec(int epochs, int every, int size, int channels)
 {
     return json_pack(

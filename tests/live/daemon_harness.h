@@ -61,6 +61,9 @@ json_t *th_tiny_spec(int epochs, int every);
 /* The same with an input of size x size and a first conv of `channels`
  * (bigger = slower steps). */
 json_t *th_spec(int epochs, int every, int size, int channels);
+/* th_tiny_spec reading a 2-class ImageFolder at path (input.source
+ * files). */
+json_t *th_files_spec(const char *path, int epochs);
 /* Reads events from fd until one of `kind` for job arrives whose
  * data.state equals state (state may be NULL: any); returns it or NULL
  * after timeout_ms.  Every event read is appended to log if non-NULL. */

@@ -55,17 +55,6 @@ static void teardown(void)
     ck_assert_msg(st == 0, "traind exited with status %d", st);
 }
 
-static json_t *files_spec(const char *path)
-{
-    json_t *s = th_tiny_spec(1, 0);
-    json_object_set_new(json_object_get(s, "data"), "train", json_string(path));
-    json_object_set_new(json_object_get(s, "data"), "classes",
-                        json_integer(2));
-    json_object_set_new(json_object_get(s, "input"), "source",
-                        json_string("files"));
-    return s;
-}
-
 static json_t *submit_as(uid_t uid, json_t *spec)
 {
     int fd = uid ? th_connect_as(&H, uid, uid) : th_connect(&H, NULL);
@@ -105,7 +94,7 @@ START_TEST(test_other_users_private_data_refused_by_bits)
     if (getuid() != 0)
         return;
     /* The daemon could read priv; uid 1 could not: refused for uid 1. */
-    json_t *r = submit_as(OTHER, files_spec(priv));
+    json_t *r = submit_as(OTHER, th_files_spec(priv, 1));
     ck_assert_msg(th_err_class(r) &&
                       !strcmp(th_err_class(r), "permission_denied"),
                   "%s", json_dumps(r, 0));
@@ -114,7 +103,7 @@ START_TEST(test_other_users_private_data_refused_by_bits)
                   "%s", desc(r));
     json_decref(r);
     /* The same user's readable data is accepted. */
-    r = submit_as(OTHER, files_spec(pub));
+    r = submit_as(OTHER, th_files_spec(pub, 1));
     ck_assert_msg(th_ok(r), "%s", json_dumps(r, 0));
     json_decref(r);
 }
@@ -126,7 +115,7 @@ START_TEST(test_other_users_private_model_file_refused)
         return;
     char m[300];
     snprintf(m, sizeof m, "%s/m.json", priv);
-    json_t *s = files_spec(pub);
+    json_t *s = th_files_spec(pub, 1);
     json_object_set_new(s, "model", json_string(m));
     json_t *r = submit_as(OTHER, s);
     ck_assert_msg(th_err_class(r) &&
@@ -145,7 +134,7 @@ START_TEST(test_data_the_daemon_cannot_read_refused_at_submit)
         return;
     /* Root may name anything, but this daemon cannot open it: refused
      * now, naming the path, rather than failing when the job starts. */
-    json_t *r = submit_as(0, files_spec(rootonly));
+    json_t *r = submit_as(0, th_files_spec(rootonly, 1));
     ck_assert_msg(th_err_class(r) != NULL, "accepted: %s", json_dumps(r, 0));
     ck_assert_msg(strstr(desc(r), "rootonly"), "%s", desc(r));
     json_decref(r);

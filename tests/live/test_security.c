@@ -56,18 +56,6 @@ static void make_tree(char *secret, char *pub, size_t cap)
     td_test_write_file(p, m, strlen(m));
 }
 
-/* A tiny job reading an ImageFolder at path. */
-static json_t *files_spec(const char *path, int epochs)
-{
-    json_t *s = th_tiny_spec(epochs, 0);
-    json_object_set_new(json_object_get(s, "data"), "train", json_string(path));
-    json_object_set_new(json_object_get(s, "input"), "source",
-                        json_string("files"));
-    json_object_set_new(json_object_get(s, "data"), "classes",
-                        json_integer(2));
-    return s;
-}
-
 /* Submits spec as nobody; returns the reply (caller decrefs). */
 static json_t *submit_as_nobody(json_t *spec)
 {
@@ -103,7 +91,7 @@ START_TEST(test_symlink_into_private_dir_refused)
     snprintf(link, sizeof link, "%s/link", pub);
     snprintf(target, sizeof target, "%s/ds", secret);
     ck_assert_int_eq(symlink(target, link), 0);
-    json_t *r = submit_as_nobody(files_spec(link, 1));
+    json_t *r = submit_as_nobody(th_files_spec(link, 1));
     assert_refused(r, "data.train");
     json_decref(r);
 }
@@ -116,7 +104,7 @@ START_TEST(test_glob_into_private_dir_refused)
     char secret[256], pub[256], glob[300];
     make_tree(secret, pub, sizeof secret);
     snprintf(glob, sizeof glob, "%s/d*", secret);
-    json_t *r = submit_as_nobody(files_spec(glob, 1));
+    json_t *r = submit_as_nobody(th_files_spec(glob, 1));
     const char *desc = json_string_value(json_object_get(
         json_object_get(r, "error"), "desc"));
     ck_assert_str_eq(th_err_class(r), "permission_denied");
@@ -127,7 +115,7 @@ START_TEST(test_glob_into_private_dir_refused)
     snprintf(link, sizeof link, "%s/s", pub);
     ck_assert_int_eq(symlink(secret, link), 0);
     snprintf(glob, sizeof glob, "%s/s/d*", pub);
-    r = submit_as_nobody(files_spec(glob, 1));
+    r = submit_as_nobody(th_files_spec(glob, 1));
     ck_assert_str_eq(th_err_class(r), "permission_denied");
     json_decref(r);
 }
@@ -140,7 +128,7 @@ START_TEST(test_dotdot_refused)
     char secret[256], pub[256], p[400];
     make_tree(secret, pub, sizeof secret);
     snprintf(p, sizeof p, "%s/../secret/ds", pub);
-    json_t *r = submit_as_nobody(files_spec(p, 1));
+    json_t *r = submit_as_nobody(th_files_spec(p, 1));
     assert_refused(r, "data.train");
     json_decref(r);
 }
@@ -187,7 +175,7 @@ START_TEST(test_swap_after_submit_read_as_user)
     int fd = th_connect(&H, NULL);
     int64_t blocker = th_submit(fd, th_tiny_spec(100000, 0));
     ck_assert(th_wait_state(fd, blocker, "running", 10000));
-    json_t *r = submit_as_nobody(files_spec(ds, 1));
+    json_t *r = submit_as_nobody(th_files_spec(ds, 1));
     json_t *ok = th_ok(r);
     ck_assert_msg(ok, "%s", json_dumps(r, 0));
     int64_t id = json_integer_value(json_object_get(ok, "job"));
@@ -800,7 +788,7 @@ START_TEST(test_slot_allocation_failure_names_input_size)
     json_decref(th_request(fd, "config_set", json_pack("{s:s, s:I}", "key",
                            "max_job_memory_mb", "value",
                            (json_int_t)1 << 20)));
-    json_t *s = files_spec(ds, 1);
+    json_t *s = th_files_spec(ds, 1);
     json_t *in = json_object_get(s, "input");
     json_object_set_new(in, "size", json_pack("[i,i]", 2048, 2048));
     json_object_set_new(in, "prefetch", json_integer(4));
