@@ -70,7 +70,10 @@ run() { # name, dir, ninja target ("": all), "test options", meson options...
   fi
   count "$dir"
   if [[ $status -ne 0 && -f "$dir/meson-logs/testlog.txt" ]]; then
-    failures+=$(grep -E '^[^ ]+\.c:[0-9]+:[EF]:' "$dir/meson-logs/testlog.txt" |
+    # Check's own errors (e.g. "check_pack.c:NN: Error in call to fwrite:",
+    # its exit 2 that the test log calls an early exit) name the cause.
+    failures+=$(grep -E '^[^ ]+\.c:[0-9]+:[EF]:|^check[_a-z]*\.c:[0-9]+: ' \
+      "$dir/meson-logs/testlog.txt" |
       sed "s|^|  [$name] |" | head -20 || true)
     failures+=$'\n'
   fi
