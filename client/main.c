@@ -25,6 +25,8 @@ static const struct td_command td__commands[] = {
      td_cmd_checkpoint},
     {"extend", "continue a completed job for more epochs from its weights",
      td_cmd_extend},
+    {"history", "a job's learning curves: every epoch's loss, accuracy, lr",
+     td_cmd_history},
     {"trace", "record a running job's timeline as Chrome trace JSON",
      td_cmd_trace},
     {"top", "every job's samples/s, idle and verdict, refreshing",

@@ -33,7 +33,7 @@ _trainctl()
         cur=${COMP_WORDS[COMP_CWORD]}
         prev=${COMP_WORDS[COMP_CWORD - 1]}
     fi
-    local cmds="submit queue ls show watch logs cancel pause resume checkpoint extend trace top config version pack plan bench-input export eval predict"
+    local cmds="submit queue ls show watch logs cancel pause resume checkpoint extend history trace top config version pack plan bench-input export eval predict"
     # Global options may come before the command (trainctl --socket X ls).
     local i=1 cmd="" _trainctl_socket=""
     while ((i < cword)); do
@@ -105,6 +105,12 @@ _trainctl()
         extend)
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--epochs --set --name --follow -f --json --socket --help" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W "$(_trainctl_jobs)" -- "$cur"))
+            fi ;;
+        history)
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "--csv --windows --json --socket --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -W "$(_trainctl_jobs)" -- "$cur"))
             fi ;;

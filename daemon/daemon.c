@@ -419,9 +419,15 @@ static void td__progress(td_daemon *d, td_job *j, int kind, json_t *data)
     if (kind == TD_EV_WINDOW) {
         json_decref(j->last_window);
         j->last_window = json_incref(data);
+        if (td_curves_window(&j->curves, data))
+            td_warn("job %lld: out of memory for its learning curve",
+                    (long long)j->id);
     } else if (kind == TD_EV_EPOCH) {
         json_decref(j->last_epoch);
         j->last_epoch = json_incref(data);
+        if (td_curves_epoch(&j->curves, data))
+            td_warn("job %lld: out of memory for its history",
+                    (long long)j->id);
     } else if (kind == TD_EV_CHECKPOINT &&
                json_is_true(json_object_get(data, "ok"))) {
         json_array_append_new(j->checkpoints,

@@ -47,6 +47,7 @@ static void td__job_free(td_job *j)
     json_decref(j->spec);
     json_decref(j->last_window);
     json_decref(j->last_epoch);
+    td_curves_free(&j->curves);
     json_decref(j->checkpoints);
     json_decref(j->result);
     json_decref(j->persist_waiters);
@@ -83,8 +84,8 @@ td_job *td_jobs_add(td_jobs *t, const char *name, uid_t uid, json_t *spec)
     if (!j)
         return NULL;
     j->checkpoints = json_array();
-    if (!j->checkpoints) {
-        free(j);
+    if (!j->checkpoints || td_curves_init(&j->curves)) {
+        td__job_free(j);
         return NULL;
     }
     j->id = t->next_id++;
@@ -218,6 +219,7 @@ json_t *td_job_record(const td_job *j)
         json_object_set(o, "last_window", j->last_window);
     if (j->last_epoch)
         json_object_set(o, "last_epoch", j->last_epoch);
+    td_curves_to_record(&j->curves, o);
     if (j->result)
         json_object_set(o, "result", j->result);
     if (j->stop_requested)
@@ -279,6 +281,11 @@ td_job *td_job_from_record(json_t *rec, char *err, size_t errcap)
         j->last_window = json_deep_copy(v);
     if ((v = json_object_get(rec, "last_epoch")))
         j->last_epoch = json_deep_copy(v);
+    if (td_curves_from_record(&j->curves, rec)) {
+        td__job_free(j);
+        snprintf(err, errcap, "out of memory");
+        return NULL;
+    }
     if ((v = json_object_get(rec, "result")))
         j->result = json_deep_copy(v);
     if ((v = json_object_get(rec, "stop_requested")) && json_is_object(v)) {

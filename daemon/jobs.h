@@ -20,6 +20,8 @@
 
 #include <jansson.h>
 
+#include "curves.h"
+
 enum td_job_state {
     TD_JOB_PENDING = 0,
     TD_JOB_RUNNING,
@@ -42,6 +44,7 @@ typedef struct td_job {
     int64_t epoch, step, steps_total, epochs_total;
     json_t *last_window;     /* owned, may be NULL */
     json_t *last_epoch;      /* owned, may be NULL */
+    td_curves curves;        /* every epoch, window points (curves.h) */
     json_t *checkpoints;     /* array of {path, step, bytes}, owned */
     json_t *result;          /* the trainer's final figures, owned, or NULL */
     char stop_note[128];     /* why a stop was requested (loop only) */

@@ -255,6 +255,8 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     r->spec = s;
     pthread_mutex_init(&r->res_mu, NULL);
     r->last_ckpt_step = -1;
+    r->cur_loss = r->ep_train_loss = r->ep_train_acc = NAN;
+    r->ep_val_loss = r->ep_val_acc = NAN;
     r->es_best_epoch = -1;
     atomic_store(&r->best_step, -1);
     r->last_written_step = -1;
@@ -502,6 +504,12 @@ static void td__snapshot(td_runner *r, int64_t epoch)
     pj.ckpt_write_s = r->ckpt_write_s;
     pthread_mutex_unlock(&r->res_mu);
     pj.ckpt_skipped = r->ckpt_skipped;
+    pj.lr = r->last_lr;
+    pj.train_loss = r->cur_loss;
+    pj.epoch_train_loss = r->ep_train_loss;
+    pj.epoch_train_acc = r->ep_train_acc;
+    pj.val_loss = r->ep_val_loss;
+    pj.val_acc = r->ep_val_acc;
     r->snap_last_ns = td_now_ns();
     r->o.snapshot(r->o.user, &pj);
 }
@@ -607,6 +615,10 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
     r->pending_ckpt_ns = 0;
     r->last_loss = s->loss;
     r->last_lr = s->lr;
+    if (isfinite(s->loss)) {
+        r->win_loss_sum += s->loss * s->n;
+        r->win_samples += s->n;
+    }
     int closed = td_metrics_step(r->metrics, &st);
     json_t *step = td_metrics_step_json(r->metrics);
     if (step) {
@@ -620,8 +632,17 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
         json_t *w = td_metrics_window_json(r->metrics);
         td_metrics_counters mc;
         td_metrics_get_counters(r->metrics, &mc);
-        if (w)
+        if (w) {
             json_object_set_new(w, "step", json_integer(s->step + 1));
+            /* the learning curve's point: the window's mean, not the last
+             * batch's loss */
+            if (r->win_samples > 0) {
+                r->cur_loss = r->win_loss_sum / (double)r->win_samples;
+                json_object_set_new(w, "train_loss", json_real(r->cur_loss));
+            }
+        }
+        r->win_loss_sum = 0;
+        r->win_samples = 0;
         td__autotune(r, &mc, w);
         td__runner_emit(r, "window", td__with_progress(r, w, s->epoch));
     }
@@ -704,6 +725,7 @@ static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
     json_object_set_new(o, "val_samples", json_integer(e->val_samples));
     json_object_set_new(o, "train_s", json_real(e->train_s));
     json_object_set_new(o, "eval_s", json_real(e->eval_s));
+    json_object_set_new(o, "lr", json_real(e->lr));
     json_object_set_new(o, "epochs_total", json_integer(r->spec->epochs));
     td_eta_eval(&r->eta, e->eval_s);
     double eta = td_eta_left(&r->eta, e->steps, e->epoch);
@@ -722,7 +744,13 @@ static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
         td_logf(TD_LOG_INFO, r->o.job, "epoch %" PRId64 "/%d: train loss "
                 "%.4f, val loss %.4f, val acc %.4f", e->epoch + 1,
                 r->spec->epochs, e->train_loss, e->val_loss, e->val_acc);
+    r->ep_train_loss = e->train_loss;
+    r->ep_train_acc = e->train_acc;
+    r->ep_val_loss = e->val_loss;
+    r->ep_val_acc = e->val_acc;
     td__runner_emit(r, "epoch", o);
+    if (r->o.snapshot) /* the epoch's figures at once, not a window later */
+        td__snapshot(r, e->epoch + 1);
     td__keep_best(r, e);
     return td__early_stop(r, e);
 }
@@ -731,7 +759,6 @@ static int td__on_boundary(void *user, td_trainer *t,
                            const td_train_position *pos)
 {
     td_runner *r = user;
-    (void)t;
     if (atomic_load(&r->stop_reason) != TD_STOP_NONE)
         return 1;
     int due = atomic_exchange(&r->ckpt_request, 0);
@@ -741,6 +768,17 @@ static int td__on_boundary(void *user, td_trainer *t,
             due = 1;
         if (r->spec->checkpoint.at_epoch_end && pos->step_in_epoch == 0)
             due = 1;
+    }
+    td_train_position settled;
+    if (due && pos->steps != r->last_ckpt_step) {
+        /* The step in flight is counted in the checkpoint's epoch sums
+         * (a resumed epoch's train loss covers all of it). */
+        if (td_trainer_settle(t) == 0) {
+            td_trainer_position(t, &settled);
+            pos = &settled;
+        } else {
+            due = 0; /* a device error: the next step reports it */
+        }
     }
     if (due && pos->steps != r->last_ckpt_step &&
         td__runner_checkpoint(r, pos) == 0)

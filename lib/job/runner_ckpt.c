@@ -159,8 +159,9 @@ int td__runner_init(td_runner *r, char *err, size_t errcap)
     td_fscred_leave(&cred);
     if (rc)
         return rc;
-    if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats, 0, 0,
-                                 0))) {
+    const td_train_position start = {0};
+    if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats,
+                                 &start))) {
         snprintf(err, errcap, "init: %s: the trainer refused the weights",
                  r->spec->init.v[0]);
         return rc;
@@ -373,6 +374,10 @@ static int td__checkpoint(td_runner *r, const td_train_position *pos,
     s->meta.epoch = pos->epoch;
     s->meta.sampler_pos = pos->step_in_epoch * r->spec->batch_size;
     s->meta.seed = r->spec->seed;
+    s->meta.has_epoch_sums = 1;
+    s->meta.epoch_loss_sum = pos->ep_loss_sum;
+    s->meta.epoch_correct = pos->ep_correct;
+    s->meta.epoch_samples = pos->ep_samples;
     atomic_store(&r->snap_busy[slot], 1);
     rc = td_ckpt_writer_submit(r->writer, s);
     if (rc) {
@@ -459,8 +464,15 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
                  "resume it: start the job again");
         rc = TD_E_SPEC;
     }
-    int64_t epoch = m->epoch, steps = m->step;
-    int64_t in_epoch = m->sampler_pos / r->spec->batch_size;
+    /* Without the epoch's sums (a checkpoint from before they were kept)
+     * the resumed epoch's train loss covers the steps after the resume. */
+    td_train_position pos = {
+        .steps = m->step, .epoch = m->epoch,
+        .step_in_epoch = m->sampler_pos / r->spec->batch_size,
+        .ep_loss_sum = m->has_epoch_sums ? m->epoch_loss_sum : 0,
+        .ep_correct = m->has_epoch_sums ? m->epoch_correct : 0,
+        .ep_samples = m->has_epoch_sums ? m->epoch_samples : 0};
+    int64_t epoch = pos.epoch, steps = pos.steps, in_epoch = pos.step_in_epoch;
     td_ckpt_close(f);
     if (rc) {
         snprintf(err, errcap, "checkpoint %s: %s", path, e);
@@ -470,8 +482,8 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
         snprintf(err, errcap, "checkpoint %s is at the end of the job", path);
         return -EINVAL;
     }
-    if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats, steps,
-                                 epoch, in_epoch))) {
+    if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats,
+                                 &pos))) {
         snprintf(err, errcap, "checkpoint %s: position epoch %" PRId64
                  " step %" PRId64 " does not fit this job", path, epoch,
                  in_epoch);

@@ -63,6 +63,13 @@ struct td_runner {
     char last_ckpt_err[512];         /* why the newest failed write failed */
     pthread_mutex_t res_mu;          /* last_ckpt, counters (writer thread) */
     double last_loss, last_lr;
+    double win_loss_sum;        /* per-sample train loss since the last
+                                   window closed, and its samples */
+    int64_t win_samples;
+    /* the curves' latest values, for the Prometheus snapshot (NAN until
+     * known): the last window's mean train loss, the last finished epoch's
+     * train and validation figures */
+    double cur_loss, ep_train_loss, ep_train_acc, ep_val_loss, ep_val_acc;
     /* the input autotuner (workers/prefetch "auto") */
     int tune_workers, tune_prefetch; /* 1 when the spec leaves it to us */
     int64_t tune_slot_wait_ns;       /* pipeline's slot wait at last look */

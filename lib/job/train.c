@@ -47,6 +47,9 @@ struct td_trainer {
     atomic_int stop;
     int64_t steps, epoch, step_in_epoch;
     td__pending pend[2];
+    int cur;                    /* pend[cur] is the next step's; pend[cur^1]
+                                   may still be in flight */
+    td_step_stats eval_st;      /* written by the backend's read_stats */
     uint8_t *synth_px;
     int32_t *synth_labels;
     /* per run */
@@ -140,20 +143,29 @@ void td_trainer_position(const td_trainer *t, td_train_position *pos)
     pos->steps = t->steps;
     pos->epoch = t->epoch;
     pos->step_in_epoch = t->step_in_epoch;
+    pos->ep_loss_sum = t->ep_loss;
+    pos->ep_correct = t->ep_correct;
+    pos->ep_samples = t->ep_samples;
 }
 
 int td_trainer_restore(td_trainer *t, const float *buf, size_t nfloats,
-                       int64_t steps, int64_t epoch, int64_t step_in_epoch)
+                       const td_train_position *pos)
 {
-    if (steps < 0 || epoch < 0 || step_in_epoch < 0 ||
-        step_in_epoch >= t->cfg.steps_per_epoch)
+    if (pos->steps < 0 || pos->epoch < 0 || pos->step_in_epoch < 0 ||
+        pos->step_in_epoch >= t->cfg.steps_per_epoch ||
+        pos->ep_samples < 0 || pos->ep_correct < 0 ||
+        pos->ep_correct > pos->ep_samples || !isfinite(pos->ep_loss_sum) ||
+        pos->ep_loss_sum < 0)
         return -EINVAL;
     int rc = td_backend_restore(t->be, buf, nfloats);
     if (rc)
         return rc;
-    t->steps = steps;
-    t->epoch = epoch;
-    t->step_in_epoch = step_in_epoch;
+    t->steps = pos->steps;
+    t->epoch = pos->epoch;
+    t->step_in_epoch = pos->step_in_epoch;
+    t->ep_loss = pos->ep_loss_sum;
+    t->ep_correct = pos->ep_correct;
+    t->ep_samples = pos->ep_samples;
     return 0;
 }
 
@@ -186,15 +198,23 @@ static int td__finish(td_trainer *t, td__pending *p, int64_t step_end)
     return 0;
 }
 
+int td_trainer_settle(td_trainer *t)
+{
+    return td__finish(t, &t->pend[t->cur ^ 1], td_now_ns());
+}
+
 /* One pass over the validation source in inference mode. */
 static int td__evaluate(td_trainer *t, td_batch_source *val,
                         td_epoch_info *ei)
 {
     td_backend *be = t->be;
-    td_step_stats st;
+    /* In the trainer, not on this stack: a device backend writes read
+     * statistics later, from its stream, and an early return below leaves
+     * before that write (issue 14, finding 2). */
+    td_step_stats *stp = &t->eval_st;
     td_batch b;
     int rc;
-    td_backend_read_stats(be, &st); /* drop anything pending */
+    td_backend_read_stats(be, stp); /* drop anything pending */
     if ((rc = val->start(val->self, t->epoch, 0)))
         return td__fail(t, rc, "validation source");
     for (;;) {
@@ -212,8 +232,9 @@ static int td__evaluate(td_trainer *t, td_batch_source *val,
         if (last)
             break;
     }
-    if ((rc = td_backend_read_stats(be, &st)) || (rc = td_backend_sync(be)))
+    if ((rc = td_backend_read_stats(be, stp)) || (rc = td_backend_sync(be)))
         return td__fail(t, rc, "evaluation");
+    const td_step_stats st = *stp;
     ei->val_samples = st.samples;
     ei->val_loss = st.samples ? st.loss_sum / (double)st.samples : NAN;
     ei->val_acc = st.samples ? (double)st.correct / (double)st.samples : NAN;
@@ -234,6 +255,9 @@ static int td__end_epoch(td_trainer *t, td_batch_source *val,
         t->eval_ns_after_warm += eval_ns;
     ei.eval_s = td_ns_to_s(eval_ns);
     ei.steps = t->steps;
+    ei.lr = td_schedule_lr(&t->cfg.backend.optim, t->steps > 0 ? t->steps - 1
+                                                              : 0,
+                           t->cfg.epochs * t->cfg.steps_per_epoch);
     ei.train_loss = t->ep_samples ? t->ep_loss / (double)t->ep_samples : NAN;
     ei.train_acc = t->ep_samples ? (double)t->ep_correct / t->ep_samples
                                  : NAN;
@@ -346,11 +370,12 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
                    td_train_result *res, char *err, size_t errcap)
 {
     td_batch b;
-    int rc = 0, cur = 0;
+    int rc = 0;
     int64_t ep_t0 = td_now_ns(), start_steps = t->steps;
     memset(res, 0, sizeof *res);
     res->val_loss = res->val_acc = NAN;
     t->cb = cb;
+    t->cur = 0;
     t->err = err;
     t->errcap = errcap;
     t->warm_t0 = 0;
@@ -366,7 +391,7 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
     if (rc)
         return td__fail(t, rc, "training source");
     while (t->epoch < t->cfg.epochs && !atomic_load(&t->stop)) {
-        td__pending *p = &t->pend[cur];
+        td__pending *p = &t->pend[t->cur];
         if (cb && cb->on_boundary) {
             td_train_position pos;
             td_trainer_position(t, &pos);
@@ -388,20 +413,20 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
             if (t->warm_t0)
                 t->warm_samples += b.n;
             if ((rc = td__step(t, train, &b, p, t0, wait)) ||
-                (rc = td__finish(t, &t->pend[cur ^ 1], t0)))
+                (rc = td__finish(t, &t->pend[t->cur ^ 1], t0)))
                 return rc;
             t->steps++;
             t->step_in_epoch++;
-            cur ^= 1;
+            t->cur ^= 1;
         }
         if (last) {
-            if ((rc = td__finish(t, &t->pend[cur ^ 1], td_now_ns())) ||
+            if ((rc = td__finish(t, &t->pend[t->cur ^ 1], td_now_ns())) ||
                 (rc = td__end_epoch(t, val, res, ep_t0)))
                 return rc;
             ep_t0 = td_now_ns();
         }
     }
-    if ((rc = td__finish(t, &t->pend[cur ^ 1], td_now_ns())))
+    if ((rc = td__finish(t, &t->pend[t->cur ^ 1], td_now_ns())))
         return rc;
     int64_t span = td_now_ns() - t->warm_t0 - t->eval_ns_after_warm;
     res->steps = t->steps;

@@ -57,6 +57,7 @@ typedef struct td_epoch_info {
     double val_loss, val_acc;   /* NAN when there is no validation source */
     int64_t val_samples;
     double train_s, eval_s;
+    double lr;                  /* of the epoch's last step */
 } td_epoch_info;
 
 typedef struct td_trainer td_trainer;
@@ -65,6 +66,11 @@ typedef struct td_trainer td_trainer;
  * next step to run is batch `step_in_epoch` of `epoch`. */
 typedef struct td_train_position {
     int64_t steps, epoch, step_in_epoch;
+    /* The epoch so far: the sum of the per-sample train loss, the correct
+     * predictions and the samples of its finished steps.  Complete (every
+     * step before `steps` counted) only after td_trainer_settle. */
+    double ep_loss_sum;
+    int64_t ep_correct, ep_samples;
 } td_train_position;
 
 /* Return non-zero from a callback to stop at this step boundary.
@@ -106,16 +112,25 @@ void td_trainer_request_stop(td_trainer *t);
  * Call from a callback (a step boundary) or outside run(). */
 size_t td_trainer_snapshot_floats(const td_trainer *t);
 int td_trainer_snapshot(td_trainer *t, float *buf, size_t nfloats);
-/* Restores a snapshot taken after global step `steps` (so the schedule
- * and AdamW's step count continue) at the start of `epoch`+`step_in_epoch`;
- * run() then positions the source there. */
+/* Restores a snapshot taken at pos: after global step pos->steps (so the
+ * schedule and AdamW's step count continue), at the start of batch
+ * pos->step_in_epoch of pos->epoch, with the epoch's sums so far (so that
+ * the epoch's train loss and accuracy cover all of it); run() then
+ * positions the source there. */
 int td_trainer_restore(td_trainer *t, const float *buf, size_t nfloats,
-                       int64_t steps, int64_t epoch, int64_t step_in_epoch);
+                       const td_train_position *pos);
 
 td_backend *td_trainer_backend(td_trainer *t);
 
 /* The position the parameters correspond to (see td_train_position);
  * exact between run() calls and inside on_boundary. */
 void td_trainer_position(const td_trainer *t, td_train_position *pos);
+
+/* Inside on_boundary: waits for the step still in flight (steps run one
+ * step ahead of their statistics) and reports it, so that the position's
+ * epoch sums count every step before pos->steps.  Costs the overlap of one
+ * step: for checkpoints, not for every boundary.  0 or negative errno
+ * (the error is in the run's err). */
+int td_trainer_settle(td_trainer *t);
 
 #endif

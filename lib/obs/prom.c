@@ -8,7 +8,9 @@
 #include "obs/prom.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -148,6 +150,39 @@ static void td__jobs(td__out *o, const td_prom_job *jobs, int n)
     }
 }
 
+/* The learning curves: a sample only where the value is known. */
+static void td__curves(td__out *o, const td_prom_job *jobs, int n)
+{
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } f[] = {
+        {"traind_learning_rate", "Learning rate of the last step.",
+         offsetof(td_prom_job, lr)},
+        {"traind_train_loss", "Mean per-sample training loss over the last "
+         "metrics window.", offsetof(td_prom_job, train_loss)},
+        {"traind_epoch_train_loss", "Mean training loss of the last "
+         "finished epoch.", offsetof(td_prom_job, epoch_train_loss)},
+        {"traind_epoch_train_accuracy", "Training accuracy of the last "
+         "finished epoch.", offsetof(td_prom_job, epoch_train_acc)},
+        {"traind_val_loss", "Validation loss after the last finished epoch "
+         "(absent without a validation set).", offsetof(td_prom_job,
+                                                        val_loss)},
+        {"traind_val_accuracy", "Validation accuracy after the last "
+         "finished epoch (absent without a validation set).",
+         offsetof(td_prom_job, val_acc)},
+    };
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
+        td__family(o, f[k].name, "gauge", f[k].help);
+        for (int i = 0; i < n; i++) {
+            double v;
+            memcpy(&v, (const char *)&jobs[i] + f[k].off, sizeof v);
+            if (isfinite(v))
+                td__sample(o, f[k].name, &jobs[i], NULL, v);
+        }
+    }
+}
+
 static void td__pipelines(td__out *o, const td_prom_job *jobs, int n)
 {
     static const char *stages[] = {"read", "decode", "augment",
@@ -219,6 +254,7 @@ int td_prom_render(const td_prom_job *jobs, int njobs,
     if (cap)
         buf[0] = '\0';
     td__jobs(&o, jobs, njobs);
+    td__curves(&o, jobs, njobs);
     td__pipelines(&o, jobs, njobs);
     if (proc)
         td__process(&o, proc);

@@ -31,6 +31,11 @@ typedef struct td_prom_job {
     /* checkpoints */
     int64_t ckpt_written, ckpt_failed, ckpt_skipped;
     double ckpt_write_s;           /* writer time, all writes */
+    /* learning curves (NAN: not known yet, or no validation set) */
+    double lr;                     /* of the last step */
+    double train_loss;             /* the last window's mean */
+    double epoch_train_loss, epoch_train_acc; /* the last finished epoch */
+    double val_loss, val_acc;      /* after the last finished epoch */
 } td_prom_job;
 
 typedef struct td_prom_process {

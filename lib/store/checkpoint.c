@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,6 +182,16 @@ static char *td__header(const td_ckpt_snapshot *s, int traind, uint32_t crc,
                          buf[4], "seed", buf[5], "data_crc32", buf[6]);
     else
         meta = json_pack("{s:s}", "format", "pt");
+    if (traind && meta && s->meta.has_epoch_sums) {
+        char sums[3][32];
+        snprintf(sums[0], 32, "%.17g", s->meta.epoch_loss_sum);
+        snprintf(sums[1], 32, "%" PRId64, s->meta.epoch_correct);
+        snprintf(sums[2], 32, "%" PRId64, s->meta.epoch_samples);
+        if (json_object_set_new(meta, "epoch_loss_sum", json_string(sums[0])) ||
+            json_object_set_new(meta, "epoch_correct", json_string(sums[1])) ||
+            json_object_set_new(meta, "epoch_samples", json_string(sums[2])))
+            goto fail;
+    }
     if (!h || !meta || json_object_set_new(h, "__metadata__", meta) < 0)
         goto fail;
     if (s->extra_meta) {
@@ -509,6 +520,42 @@ static int td__meta_u64(const json_t *meta, const char *key, int base,
     return 0;
 }
 
+/* The epoch's sums so far: optional (older checkpoints have none), but
+ * all three or none, and well formed. */
+static int td__epoch_sums(td_ckpt_file *f, char *err, size_t cap)
+{
+    const char *ls = json_string_value(json_object_get(f->meta,
+                                                       "epoch_loss_sum"));
+    uint64_t correct, samples;
+    char *end;
+    int r;
+    if (!ls && !json_object_get(f->meta, "epoch_correct") &&
+        !json_object_get(f->meta, "epoch_samples"))
+        return 0;
+    if (!ls) {
+        td_set_error(err, cap, 0, "metadata \"epoch_loss_sum\" is missing");
+        return TD_E_CORRUPT;
+    }
+    if ((r = td__meta_u64(f->meta, "epoch_correct", 10, &correct, err,
+                          cap)) < 0 ||
+        (r = td__meta_u64(f->meta, "epoch_samples", 10, &samples, err,
+                          cap)) < 0)
+        return r;
+    errno = 0;
+    double loss = strtod(ls, &end);
+    if (!*ls || *end || errno || !isfinite(loss) || loss < 0 ||
+        samples > INT64_MAX || correct > samples) {
+        td_set_error(err, cap, 0, "metadata epoch_loss_sum/epoch_correct/"
+                     "epoch_samples out of range");
+        return TD_E_CORRUPT;
+    }
+    f->m.has_epoch_sums = 1;
+    f->m.epoch_loss_sum = loss;
+    f->m.epoch_correct = (int64_t)correct;
+    f->m.epoch_samples = (int64_t)samples;
+    return 0;
+}
+
 /* __metadata__: all strings; our keys present and well formed. */
 static int td__check_crc(td_ckpt_file *f, char *err, size_t cap)
 {
@@ -577,6 +624,8 @@ static int td__parse_meta(td_ckpt_file *f, int traind, char *err, size_t cap)
     f->m.step = (int64_t)step;
     f->m.epoch = (int64_t)epoch;
     f->m.sampler_pos = (int64_t)pos;
+    if ((r = td__epoch_sums(f, err, cap)) < 0)
+        return r;
     return td__check_crc(f, err, cap);
 }
 

@@ -8,7 +8,8 @@
  * (offsets relative to the data region) and "__metadata__" to a map of
  * strings: traind.format ("1"), spec_hash (16 hex), step, epoch,
  * sampler_pos, seed (decimal), data_crc32 (8 hex, zlib CRC-32 of the whole
- * data region) and format ("pt").
+ * data region), format ("pt") and, since traind kept them, the epoch's
+ * sums so far: epoch_loss_sum, epoch_correct, epoch_samples (decimal).
  *
  * Files are named ckpt-<step, 12 digits>.safetensors in the job's
  * checkpoint directory.  A write goes to <name>.tmp, is fsynced, renamed
@@ -65,6 +66,12 @@ typedef struct td_ckpt_meta {
     int64_t step, epoch;
     int64_t sampler_pos;    /* next sample index within the epoch */
     uint64_t seed;
+    /* The epoch so far (td_train_position): epoch_loss_sum (the sum of
+     * per-sample train losses, %.17g), epoch_correct, epoch_samples.
+     * Optional on read: older checkpoints have none (has_epoch_sums 0). */
+    int has_epoch_sums;
+    double epoch_loss_sum;
+    int64_t epoch_correct, epoch_samples;
 } td_ckpt_meta;
 
 /* A host snapshot: named tensors in one contiguous allocation. */

@@ -415,6 +415,14 @@ START_TEST(test_metrics_scraped_during_a_job)
     snprintf(w, sizeof w, "traind_input_workers{job=\"%lld\",device=\"cpu\"}",
              (long long)id);
     ck_assert_double_eq(oc_prom_value(body(b), w), 2);
+    /* the learning curve's gauges: the spec's constant learning rate, a
+     * window's mean loss */
+    snprintf(w, sizeof w, "traind_learning_rate{job=\"%lld\",device=\"cpu\"}",
+             (long long)id);
+    ck_assert_msg(oc_prom_value(body(b), w) > 0, "%s", body(b));
+    snprintf(w, sizeof w, "traind_train_loss{job=\"%lld\",device=\"cpu\"}",
+             (long long)id);
+    ck_assert_msg(oc_prom_value(body(b), w) > 0, "%s", body(b));
     ck_assert_double_eq(oc_prom_value(body(b), "traind_jobs{state=\"running\"}"),
                         1);
     free(a);

@@ -2,6 +2,7 @@
  * options before the command, following a finished job's log, the model
  * zoo found from a build tree, messages without nan or "1 epochs".
  * (issue 18; test_cli.c covers each command's basics.) */
+#include <math.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -276,6 +277,102 @@ START_TEST(test_show_lists_existing_checkpoints)
 END_TEST
 
 
+/* ---- 7: learning curves: every epoch kept, durable, printed ------------- */
+
+static json_t *show(int fd, int64_t id)
+{
+    json_t *r = th_job_request(fd, "show", id);
+    json_t *job = json_incref(json_object_get(th_ok(r), "job"));
+    json_decref(r);
+    ck_assert_ptr_nonnull(job);
+    return job;
+}
+
+static int lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+START_TEST(test_history_of_every_epoch)
+{
+    int fd = th_connect(&H, NULL);
+    /* 3 epochs of 100 steps, windows of 10 after 5 warm-up steps */
+    int64_t id = th_submit(fd, th_tiny_spec(3, 0));
+    ck_assert(th_wait_state(fd, id, "completed", 60000));
+    json_t *job = show(fd, id);
+    json_t *h = json_object_get(job, "history");
+    ck_assert_int_eq(json_array_size(h), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *e = json_array_get(h, i);
+        ck_assert_int_eq(json_integer_value(json_object_get(e, "epoch")),
+                         (json_int_t)i);
+        ck_assert_int_eq(json_integer_value(json_object_get(e, "step")),
+                         (json_int_t)(100 * (i + 1)));
+        double loss = json_number_value(json_object_get(e, "train_loss"));
+        ck_assert(isfinite(loss) && loss > 0);
+        ck_assert(json_is_null(json_object_get(e, "val_loss")));
+        ck_assert_double_eq_tol(json_number_value(json_object_get(e, "lr")),
+                                0.01, 1e-9);
+        ck_assert(json_number_value(json_object_get(e, "samples_per_s")) > 0);
+        ck_assert_ptr_nonnull(json_string_value(json_object_get(e,
+                                                                "verdict")));
+    }
+    ck_assert(json_equal(json_object_get(json_array_get(h, 2), "train_loss"),
+                         json_object_get(json_object_get(job, "last_epoch"),
+                                         "train_loss")));
+    json_t *curve = json_object_get(job, "curve");
+    ck_assert_int_ge(json_array_size(curve), 20);
+    json_int_t prev = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(curve, i, p) {
+        json_int_t st = json_integer_value(json_object_get(p, "step"));
+        ck_assert_int_gt(st, prev);
+        prev = st;
+        ck_assert(json_number_value(json_object_get(p, "train_loss")) > 0);
+    }
+    json_decref(job);
+
+    char ids[24], *out;
+    snprintf(ids, sizeof ids, "%lld", (long long)id);
+    ck_assert_int_eq(CLI(&out, NULL, "history", ids, "--csv"), 0);
+    ck_assert_int_eq(lines(out), 4);
+    ck_assert_msg(strncmp(out, "epoch,step,train_loss,train_acc,val_loss,"
+                               "val_acc,lr,", 40) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "\n3,300,"), "%s", out);
+    ck_assert_msg(strstr(out, ",,,"), "no validation: empty cells: %s", out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "history", ids), 0);
+    ck_assert_int_eq(lines(out), 4);
+    ck_assert_msg(strstr(out, "train_loss") && strstr(out, "\n3 "), "%s",
+                  out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "history", ids, "--windows", "--csv"),
+                     0);
+    ck_assert_int_ge(lines(out), 21);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "history", ids, "--json"), 0);
+    json_t *js = json_loads(out, 0, NULL);
+    ck_assert_msg(js, "%s", out);
+    ck_assert_int_eq(json_array_size(json_object_get(js, "history")), 3);
+    json_decref(js);
+    free(out);
+    ck_assert_int_eq(CLI(NULL, NULL, "history", "99"), 1);
+    /* durable: a restarted daemon has the same history */
+    close(fd);
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    job = show(fd, id);
+    ck_assert_int_eq(json_array_size(json_object_get(job, "history")), 3);
+    json_decref(job);
+    close(fd);
+}
+END_TEST
+
+
 /* ---- 16: checkpoints logged once; requests and recoveries logged -------- */
 
 static int count(const char *hay, const char *needle)
@@ -334,6 +431,25 @@ START_TEST(test_checkpoint_request_and_recovery_logged)
                               "shutdown (killed or crashed) at step "), "%s",
                   out);
     free(out);
+    /* The epochs run again from the checkpoint replace what the first
+     * process reported: the history counts each epoch once, in order. */
+    fd = th_connect(&H, NULL);
+    json_t *job = NULL;
+    for (int k = 0; k < 300; k++) { /* up to 30 s */
+        json_decref(job);
+        job = show(fd, id);
+        if (json_array_size(json_object_get(job, "history")) >= 3)
+            break;
+        usleep(100000);
+    }
+    json_t *h = json_object_get(job, "history");
+    ck_assert_int_ge(json_array_size(h), 3);
+    for (size_t i = 0; i < json_array_size(h); i++)
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_array_get(h, i), "epoch")),
+                         (json_int_t)i);
+    json_decref(job);
+    close(fd);
     ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);
 }
 END_TEST
@@ -504,6 +620,7 @@ static Suite *user_suite(void)
     tcase_add_test(tc, test_config_set_tells_the_truth);
     tcase_add_test(tc, test_set_paths_relative_to_cwd);
     tcase_add_test(tc, test_show_lists_existing_checkpoints);
+    tcase_add_test(tc, test_history_of_every_epoch);
     tcase_add_test(tc, test_checkpoint_said_once);
     tcase_add_test(tc, test_checkpoint_request_and_recovery_logged);
     tcase_add_test(tc, test_watch_at_80_columns);

@@ -34,6 +34,12 @@ static void job(td_prom_job *j, long id, int pipeline)
     j->bad_samples = 2;
     j->ckpt_written = 4;
     j->ckpt_write_s = 0.75;
+    j->lr = 0.05;
+    j->train_loss = 0.625;
+    j->epoch_train_loss = 0.75;
+    j->epoch_train_acc = 0.5;
+    j->val_loss = NAN; /* no validation set */
+    j->val_acc = NAN;
 }
 
 static char *render(const td_prom_job *jobs, int n)
@@ -111,6 +117,36 @@ START_TEST(test_unknown_idle_and_synthetic_input_leave_series_out)
 }
 END_TEST
 
+/* The learning curves: known values as gauges, no validation set no
+ * validation series (not a 0 that would read as a perfect loss). */
+START_TEST(test_curve_series)
+{
+    td_prom_job j[2];
+    char err[256];
+    job(&j[0], 6, 1);
+    job(&j[1], 7, 1);
+    j[1].val_loss = 0.25;
+    j[1].val_acc = 0.875;
+    char *t = render(j, 2);
+    ck_assert_msg(oc_prom_check(t, err, sizeof err) == 0, "%s\n%s", err, t);
+    ck_assert_double_eq(oc_prom_value(t, "traind_learning_rate{job=\"6\","
+                                         "device=\"cpu\"}"), 0.05);
+    ck_assert_double_eq(oc_prom_value(t, "traind_train_loss{job=\"6\","
+                                         "device=\"cpu\"}"), 0.625);
+    ck_assert_double_eq(oc_prom_value(t, "traind_epoch_train_loss{job=\"6\","
+                                         "device=\"cpu\"}"), 0.75);
+    ck_assert_double_eq(oc_prom_value(t, "traind_epoch_train_accuracy{job="
+                                         "\"6\",device=\"cpu\"}"), 0.5);
+    ck_assert(isnan(oc_prom_value(t, "traind_val_loss{job=\"6\","
+                                     "device=\"cpu\"}")));
+    ck_assert_double_eq(oc_prom_value(t, "traind_val_loss{job=\"7\","
+                                         "device=\"cpu\"}"), 0.25);
+    ck_assert_double_eq(oc_prom_value(t, "traind_val_accuracy{job=\"7\","
+                                         "device=\"cpu\"}"), 0.875);
+    free(t);
+}
+END_TEST
+
 START_TEST(test_small_buffer_is_enospc)
 {
     td_prom_job j;
@@ -150,6 +186,7 @@ static Suite *prom_suite(void)
     tcase_add_test(tc, test_render_is_valid_exposition);
     tcase_add_test(tc, test_design_names_with_job_and_device_labels);
     tcase_add_test(tc, test_unknown_idle_and_synthetic_input_leave_series_out);
+    tcase_add_test(tc, test_curve_series);
     tcase_add_test(tc, test_small_buffer_is_enospc);
     tcase_add_test(tc, test_checker_rejects_bad_text);
     suite_add_tcase(s, tc);

@@ -79,6 +79,7 @@ typedef struct seen {
     int64_t last_step;
     double loss[EPOCHS * PER_EPOCH + 1]; /* by step number, 1-based */
     int64_t epoch_step[EPOCHS];
+    double epoch_loss[EPOCHS], epoch_acc[EPOCHS];
     int64_t ckpt_step[32];
     td_runner *r;          /* for stops from the step event */
     int stop_at;           /* 0: never */
@@ -101,8 +102,13 @@ static void on_event(void *user, const char *kind, json_t *data)
     } else if (strcmp(kind, "window") == 0) {
         s->windows++;
     } else if (strcmp(kind, "epoch") == 0) {
-        if (s->epochs < EPOCHS)
+        if (s->epochs < EPOCHS) {
             s->epoch_step[s->epochs] = step;
+            s->epoch_loss[s->epochs] = json_number_value(
+                json_object_get(data, "train_loss"));
+            s->epoch_acc[s->epochs] = json_number_value(
+                json_object_get(data, "train_acc"));
+        }
         s->epochs++;
     } else if (strcmp(kind, "checkpoint") == 0) {
         if (s->ckpts < 32 && json_is_true(json_object_get(data, "ok")))
@@ -193,6 +199,26 @@ START_TEST(test_job_does_what_the_spec_says)
     char dir[4200], name[256];
     snprintf(dir, sizeof dir, "%s/ck", tmp);
     ck_assert_int_eq(count_files(dir, ".safetensors"), KEEP);
+    /* The older kept checkpoint holds its epoch's sums so far, the step in
+     * flight when it was taken included: (step mod 10) batches of 8. */
+    int64_t older = s.ckpt_step[s.ckpts - 2];
+    char path[4500];
+    td_ckpt_filename(older, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    td_ckpt_file *f;
+    ck_assert_msg(td_ckpt_open(path, &f, err, sizeof err) == 0, "%s", err);
+    const td_ckpt_meta *m = td_ckpt_file_meta(f);
+    int64_t done = older % PER_EPOCH;
+    double want = 0;
+    for (int64_t st = older - done + 1; st <= older; st++)
+        want += 8 * s.loss[st];
+    ck_assert_int_eq(m->has_epoch_sums, 1);
+    ck_assert_int_eq(m->epoch_samples, 8 * done);
+    ck_assert_int_le(m->epoch_correct, m->epoch_samples);
+    ck_assert_msg(fabs(m->epoch_loss_sum - want) <= 1e-5 * (1 + want),
+                  "step %lld: loss sum %.9g, steps' losses give %.9g",
+                  (long long)older, m->epoch_loss_sum, want);
+    td_ckpt_close(f);
     td_ckpt_filename(2 * PER_EPOCH, name, sizeof name);
     ck_assert_ptr_nonnull(strstr(res.last_checkpoint, name));
     ck_assert_int_eq(access(res.last_checkpoint, R_OK), 0);
@@ -245,6 +271,14 @@ START_TEST(test_pause_then_resume_matches_uninterrupted)
         ck_assert_msg(c->loss[st] == a->loss[st],
                       "step %d: loss %.9g resumed, %.9g uninterrupted", st,
                       c->loss[st], a->loss[st]);
+    /* The interrupted epoch's train loss and accuracy cover all of it:
+     * the checkpoint carried the sums of the steps before the pause. */
+    ck_assert_int_eq(c->epochs, EPOCHS);
+    ck_assert_msg(c->epoch_loss[0] == a->epoch_loss[0],
+                  "epoch 1 train loss %.9g resumed, %.9g uninterrupted",
+                  c->epoch_loss[0], a->epoch_loss[0]);
+    ck_assert(c->epoch_acc[0] == a->epoch_acc[0]);
+    ck_assert(c->epoch_loss[1] == a->epoch_loss[1]);
     free(a);
     free(b);
     free(c);

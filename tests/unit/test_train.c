@@ -285,7 +285,8 @@ START_TEST(test_resume_from_snapshot)
     td_trainer_free(a);
     r.cfg.epochs = 2;
     ck_assert_int_eq(td_trainer_create(&r.cfg, &b, err, sizeof err), 0);
-    ck_assert_int_eq(td_trainer_restore(b, mid, n, 10, 1, 0), 0);
+    const td_train_position at = {.steps = 10, .epoch = 1};
+    ck_assert_int_eq(td_trainer_restore(b, mid, n, &at), 0);
     ck_assert_int_eq(td_trainer_run(b, &r.str, NULL, NULL, &res, err,
                                     sizeof err), 0);
     ck_assert_int_eq(res.steps, 20);

@@ -1,0 +1,173 @@
+/* cmd_history.c - `trainctl history JOB [--csv] [--windows] [--json]`:
+ * a job's learning curves as the daemon keeps them in its record
+ * (daemon/curves.h): every finished epoch's train and validation loss and
+ * accuracy, learning rate, samples/s, input wait, device idle and verdict;
+ * with --windows the metrics-window points instead.  A table for people,
+ * CSV for spreadsheets and plotting tools, JSON as the daemon gives it.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "conn.h"
+
+static const char td__usage[] =
+    "usage: trainctl history JOB [--csv] [--windows] [--json] "
+    "[--socket PATH]\n"
+    "\n"
+    "A job's learning curves, kept in its record while it runs: one row\n"
+    "per finished epoch (epoch counted from 1, the step at its end, train\n"
+    "and validation loss and accuracy, the learning rate of its last step,\n"
+    "samples/s, input wait, device idle and the verdict).  A resumed\n"
+    "epoch's train loss covers the whole epoch.\n"
+    "\n"
+    "  --csv       comma-separated values with a header row (ratios as\n"
+    "              fractions, empty where a value is unknown, e.g. no\n"
+    "              validation set)\n"
+    "  --windows   the metrics-window points instead of the epochs (step,\n"
+    "              the window's mean train loss, lr, samples/s, input\n"
+    "              wait, idle, verdict; at most 1024, thinned evenly)\n"
+    "  --json      {\"job\": ID, \"history\": [...], \"curve\": [...]} as the\n"
+    "              daemon keeps them (epochs 0-based there, as in events)\n"
+    "\n"
+    "Exit codes: 0 printed (also when no epoch has finished yet), 1 the job\n"
+    "is unknown or another user's, 2 usage, 3 cannot reach the daemon.\n";
+
+typedef struct td__col {
+    const char *key;    /* in the entry */
+    const char *head;   /* table heading and CSV column */
+    int pct;            /* a ratio shown as percent in the table */
+} td__col;
+
+static const td__col td__epoch_cols[] = {
+    {"epoch", "epoch", 0},           {"step", "step", 0},
+    {"train_loss", "train_loss", 0}, {"train_acc", "train_acc", 0},
+    {"val_loss", "val_loss", 0},     {"val_acc", "val_acc", 0},
+    {"lr", "lr", 0},                 {"samples_per_s", "samples_per_s", 0},
+    {"input_wait_ratio", "input_wait", 1},
+    {"device_idle_ratio", "device_idle", 1},
+    {"verdict", "verdict", 0},       {NULL, NULL, 0}};
+
+static const td__col td__window_cols[] = {
+    {"step", "step", 0},             {"epoch", "epoch", 0},
+    {"train_loss", "train_loss", 0}, {"lr", "lr", 0},
+    {"samples_per_s", "samples_per_s", 0},
+    {"input_wait_ratio", "input_wait", 1},
+    {"device_idle_ratio", "device_idle", 1},
+    {"verdict", "verdict", 0},       {NULL, NULL, 0}};
+
+/* One value as text: "" for null or missing; epochs from 1. */
+static void td__cell(const json_t *e, const td__col *c, int csv, char *buf,
+                     size_t cap)
+{
+    const json_t *v = json_object_get(e, c->key);
+    buf[0] = '\0';
+    if (json_is_string(v)) {
+        snprintf(buf, cap, "%s", json_string_value(v));
+    } else if (json_is_integer(v)) {
+        json_int_t i = json_integer_value(v);
+        snprintf(buf, cap, "%lld",
+                 (long long)(strcmp(c->key, "epoch") == 0 ? i + 1 : i));
+    } else if (json_is_number(v)) {
+        double d = json_number_value(v);
+        if (!isfinite(d))
+            snprintf(buf, cap, "%s", csv ? "" : "-");
+        else if (csv)
+            snprintf(buf, cap, "%.9g", d);
+        else if (c->pct)
+            snprintf(buf, cap, "%.1f%%", 100 * d);
+        else if (strcmp(c->key, "samples_per_s") == 0)
+            snprintf(buf, cap, "%.1f", d);
+        else if (strcmp(c->key, "lr") == 0)
+            snprintf(buf, cap, "%.4g", d);
+        else
+            snprintf(buf, cap, "%.4f", d);
+    } else if (!csv) {
+        snprintf(buf, cap, "-");
+    }
+}
+
+static void td__print(const json_t *rows, const td__col *cols, int csv)
+{
+    size_t i;
+    json_t *e;
+    char cell[96];
+    for (int k = 0; cols[k].key; k++) {
+        int w = (int)(strlen(cols[k].head) > 10 ? strlen(cols[k].head) : 10);
+        printf("%s%-*s", k ? (csv ? "," : " ") : "", csv ? 0 : w,
+               cols[k].head);
+    }
+    putchar('\n');
+    json_array_foreach(rows, i, e) {
+        for (int k = 0; cols[k].key; k++) {
+            td__cell(e, &cols[k], csv, cell, sizeof cell);
+            int w = (int)(strlen(cols[k].head) > 10 ? strlen(cols[k].head)
+                                                    : 10);
+            if (csv) /* no value holds a comma or a quote */
+                printf("%s%s", k ? "," : "", cell);
+            else
+                printf("%s%-*s", k ? " " : "", w, cell);
+        }
+        putchar('\n');
+    }
+}
+
+int td_cmd_history(int argc, char **argv)
+{
+    td_cli cli = {.usage = td__usage};
+    int csv = 0, windows = 0;
+    td_cli_flag flags[] = {
+        {"--csv", NULL, 0, NULL, &csv, NULL},
+        {"--windows", NULL, 0, NULL, &windows, NULL},
+        {NULL, NULL, 0, NULL, NULL, NULL},
+    };
+    int64_t id;
+    td_conn c;
+    int rc = td_cli_job_command(&cli, argc, argv, flags, &id, &c);
+    if (rc)
+        return rc < 0 ? TD_EXIT_OK : rc;
+    if (csv && cli.json) {
+        td_conn_close(&c);
+        return td_cli_usage_error(&cli, "--csv and --json: choose one");
+    }
+    json_t *r = td_conn_request(&c, "show",
+                                json_pack("{s:I}", "job", (json_int_t)id),
+                                NULL, NULL);
+    td_conn_close(&c);
+    if (!r)
+        return TD_EXIT_UNREACHABLE;
+    if ((rc = td_conn_check("history", r, cli.json)) != TD_EXIT_OK) {
+        json_decref(r);
+        return rc;
+    }
+    json_t *job = json_object_get(json_object_get(r, "ok"), "job");
+    if (json_is_true(json_object_get(job, "restricted"))) {
+        fprintf(stderr, "trainctl history: job %lld is another user's; only "
+                "its owner and root see its curves\n", (long long)id);
+        json_decref(r);
+        return TD_EXIT_REFUSED;
+    }
+    json_t *hist = json_object_get(job, "history");
+    json_t *curve = json_object_get(job, "curve");
+    if (cli.json) {
+        json_t *o = json_pack("{s:I, s:o, s:o}", "job", (json_int_t)id,
+                              "history",
+                              hist ? json_incref(hist) : json_array(),
+                              "curve",
+                              curve ? json_incref(curve) : json_array());
+        td_print_json(o);
+        json_decref(o);
+    } else {
+        json_t *rows = windows ? curve : hist;
+        if (!csv && json_array_size(rows) == 0)
+            printf("job %lld: %s\n", (long long)id,
+                   windows ? "no metrics window has closed yet"
+                           : "no epoch has finished yet");
+        else
+            td__print(rows, windows ? td__window_cols : td__epoch_cols, csv);
+    }
+    json_decref(r);
+    return TD_EXIT_OK;
+}
