@@ -404,6 +404,45 @@ void td_daemon_schedule(td_daemon *d)
     }
 }
 
+/* The fields of `keys` that data has, into a new object (src names the
+ * field in data when it differs: {"train_loss", "loss"}). */
+static json_t *td__pick(const json_t *data, const char *const (*keys)[2],
+                        size_t n)
+{
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < n; i++) {
+        json_t *v = json_object_get(data, keys[i][1] ? keys[i][1] : keys[i][0]);
+        if (v)
+            json_object_set(o, keys[i][0], v);
+    }
+    return o;
+}
+
+/* Appends an epoch or window event to the job's learning curves
+ * (jobs.h: history, curve). */
+static void td__curves_add(td_job *j, int kind, const json_t *data)
+{
+    static const char *const epoch_keys[][2] = {
+        {"epoch", NULL}, {"step", NULL}, {"train_loss", NULL},
+        {"train_acc", NULL}, {"val_loss", NULL}, {"val_acc", NULL},
+        {"lr", NULL}, {"samples_per_s", NULL}, {"input_wait_ratio", NULL},
+        {"device_idle_ratio", NULL}, {"verdict", NULL}, {"train_s", NULL},
+        {"eval_s", NULL}};
+    static const char *const window_keys[][2] = {
+        {"step", NULL}, {"epoch", NULL}, {"train_loss", "loss"},
+        {"lr", NULL}, {"samples_per_s", NULL}, {"input_wait_ratio", NULL},
+        {"device_idle_ratio", NULL}, {"verdict", NULL}};
+    json_t **arr = kind == TD_EV_EPOCH ? &j->history : &j->curve;
+    if (!*arr && !(*arr = json_array()))
+        return;
+    json_array_append_new(*arr, kind == TD_EV_EPOCH
+                                    ? td__pick(data, epoch_keys, 13)
+                                    : td__pick(data, window_keys, 8));
+    if (kind == TD_EV_WINDOW && json_array_size(j->curve) > TD_JOB_CURVE_MAX)
+        for (size_t i = 1; i < json_array_size(j->curve); i++)
+            json_array_remove(j->curve, i); /* every other point */
+}
+
 /* Keeps a job's progress current from its events. */
 static void td__progress(td_daemon *d, td_job *j, int kind, json_t *data)
 {
@@ -419,9 +458,11 @@ static void td__progress(td_daemon *d, td_job *j, int kind, json_t *data)
     if (kind == TD_EV_WINDOW) {
         json_decref(j->last_window);
         j->last_window = json_incref(data);
+        td__curves_add(j, kind, data);
     } else if (kind == TD_EV_EPOCH) {
         json_decref(j->last_epoch);
         j->last_epoch = json_incref(data);
+        td__curves_add(j, kind, data);
     } else if (kind == TD_EV_CHECKPOINT &&
                json_is_true(json_object_get(data, "ok"))) {
         json_array_append_new(j->checkpoints,

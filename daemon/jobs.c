@@ -47,6 +47,8 @@ static void td__job_free(td_job *j)
     json_decref(j->spec);
     json_decref(j->last_window);
     json_decref(j->last_epoch);
+    json_decref(j->history);
+    json_decref(j->curve);
     json_decref(j->checkpoints);
     json_decref(j->result);
     json_decref(j->persist_waiters);
@@ -218,6 +220,10 @@ json_t *td_job_record(const td_job *j)
         json_object_set(o, "last_window", j->last_window);
     if (j->last_epoch)
         json_object_set(o, "last_epoch", j->last_epoch);
+    if (j->history)
+        json_object_set(o, "history", j->history);
+    if (j->curve)
+        json_object_set(o, "curve", j->curve);
     if (j->result)
         json_object_set(o, "result", j->result);
     if (j->stop_requested)
@@ -279,6 +285,10 @@ td_job *td_job_from_record(json_t *rec, char *err, size_t errcap)
         j->last_window = json_deep_copy(v);
     if ((v = json_object_get(rec, "last_epoch")))
         j->last_epoch = json_deep_copy(v);
+    if ((v = json_object_get(rec, "history")) && json_is_array(v))
+        j->history = json_deep_copy(v);
+    if ((v = json_object_get(rec, "curve")) && json_is_array(v))
+        j->curve = json_deep_copy(v);
     if ((v = json_object_get(rec, "result")))
         j->result = json_deep_copy(v);
     if ((v = json_object_get(rec, "stop_requested")) && json_is_object(v)) {

@@ -42,6 +42,14 @@ typedef struct td_job {
     int64_t epoch, step, steps_total, epochs_total;
     json_t *last_window;     /* owned, may be NULL */
     json_t *last_epoch;      /* owned, may be NULL */
+    /* The learning curves (issue 18), owned, NULL until the first event:
+     * history, one object per finished epoch (epoch, step, train_loss,
+     * train_acc, val_loss, val_acc, lr, samples_per_s, input_wait_ratio,
+     * device_idle_ratio, verdict, train_s, eval_s); curve, one per
+     * metrics window (step, epoch, train_loss, lr, samples_per_s,
+     * input_wait_ratio, device_idle_ratio, verdict), at most
+     * TD_JOB_CURVE_MAX (thinned to every other point when full). */
+    json_t *history, *curve;
     json_t *checkpoints;     /* array of {path, step, bytes}, owned */
     json_t *result;          /* the trainer's final figures, owned, or NULL */
     char stop_note[128];     /* why a stop was requested (loop only) */
@@ -84,6 +92,7 @@ int td_job_set_state(td_job *j, enum td_job_state s, const char *reason);
 /* A job name: 1..TD_JOB_NAME_MAX bytes, no control characters (so it
  * cannot forge rows in `trainctl queue` or lines in a log). */
 #define TD_JOB_NAME_MAX 64
+#define TD_JOB_CURVE_MAX 1024
 int td_job_name_ok(const char *name);
 int td_job_may_control(const td_job *j, uid_t uid);
 /* May uid see j's spec, log lines and checkpoint paths?  The owner and
