@@ -213,12 +213,15 @@ void td_obs_job_curves(td_daemon *d, int64_t job, const char *name,
         job < o->curves[TD__RECENT - 1].job)
         return; /* older than every job shown */
     json_t *empty = json_array(), *obj = json_object();
+    json_t *jname = json_string(name);
     char *text = NULL;
+    if (!jname)
+        jname = json_string("?"); /* a name that is not UTF-8 */
     /* json_object_set takes references to the loop's arrays, on the
-     * loop thread; they are dropped before anything leaves it. */
-    if (empty && obj &&
+     * loop thread; they are dropped before anything leaves it.  (The
+     * first set_new consumes jname even when obj is NULL.) */
+    if (!json_object_set_new(obj, "name", jname) && empty &&
         !json_object_set_new(obj, "id", json_integer((json_int_t)job)) &&
-        !json_object_set_new(obj, "name", json_string(name)) &&
         !json_object_set_new(obj, "state", json_string(state)) &&
         !json_object_set(obj, "history",
                          history ? (json_t *)history : empty) &&
