@@ -324,6 +324,9 @@ int td_daemon_set_job_state(td_daemon *d, td_job *j, enum td_job_state s,
         return rc;
     td_logf(TD_LOG_INFO, j->id, "%s: %s", td_job_state_name(s), j->reason);
     td_daemon_persist_job(d, j);
+    /* the dashboard shows the state */
+    td_obs_job_curves(d, j->id, j->name, td_job_state_name(s),
+                      j->curves.history, j->curves.curve);
     json_t *data = json_pack("{s:s, s:s}", "state", td_job_state_name(s),
                              "reason", j->reason);
     td_server_broadcast(d, TD_EV_STATE, j->id, td_daemon_ts(d), data);
@@ -447,6 +450,9 @@ static void td__progress(td_daemon *d, td_job *j, int kind, json_t *data)
         while (json_array_size(j->checkpoints) > 16)
             json_array_remove(j->checkpoints, 0);
     }
+    if (kind == TD_EV_WINDOW || kind == TD_EV_EPOCH)
+        td_obs_job_curves(d, j->id, j->name, td_job_state_name(j->state),
+                          j->curves.history, j->curves.curve);
     if (kind == TD_EV_WINDOW || kind == TD_EV_EPOCH ||
         kind == TD_EV_CHECKPOINT)
         td_daemon_persist_job(d, j);

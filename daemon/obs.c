@@ -1,10 +1,15 @@
-/* obs.c - trace waiters and the Prometheus endpoint (see obs.h).
+/* obs.c - trace waiters, the Prometheus endpoint and the live dashboard
+ * (see obs.h).
  *
  * Owns: the list of clients waiting for a timeline, the latest figures of
- * recent jobs and of the process (behind `mu`), and the libmicrohttpd
- * server thread that renders them on GET /metrics.
+ * recent jobs and of the process, the learning curves of recent jobs as
+ * JSON text (all behind `mu`), and the libmicrohttpd server thread that
+ * serves them: GET /metrics, GET /dashboard (the page, dashboard.html
+ * built into the binary) and GET /dashboard/data.json.
  * Never: blocks the loop (the HTTP thread copies the figures under the
- * mutex and renders outside it; the loop only swaps numbers in), writes a
+ * mutex and renders outside it; the loop only swaps numbers and finished
+ * strings in), lets the HTTP thread touch a json_t (the loop serialises
+ * the curves it owns; jansson objects are not thread-safe), writes a
  * trace to disk (the client does).
  */
 #define _GNU_SOURCE
@@ -23,10 +28,15 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "daemon.h"
+#include "dashboard.h"
 #include "http_guard.h"
 #include "settings.h"
 
 enum { TD__RECENT = 8, TD__PART = 256 * 1024 };
+
+/* A window event re-serialises a job's curves at most this often (an
+ * epoch, a state change or a new job always does). */
+#define TD__CURVES_EVERY_NS (250 * TD_NS_PER_MS)
 
 typedef struct td__waiter {
     uint64_t client;
@@ -47,6 +57,17 @@ typedef struct td_obs {
     td_prom_job jobs[TD__RECENT]; /* newest first */
     int njobs;
     td_prom_process proc;
+    struct td__curves {       /* newest job (highest id) first */
+        int64_t job;
+        char *json;           /* {"id":..,"name":..,"state":..,"history":
+                                 [..],"curve":[..]}, malloc'd */
+        size_t len;
+        /* the loop's alone (written under mu, read without it) */
+        int64_t at_ns;
+        size_t nhistory;
+        char state[16];
+    } curves[TD__RECENT];
+    int ncurves;
 } td_obs;
 
 static const char *const td__state_names[TD_JOB_NSTATES] = {
@@ -170,6 +191,94 @@ void td_obs_job_snapshot(td_daemon *d, const td_prom_job *s)
     pthread_mutex_unlock(&o->mu);
 }
 
+/* Loop thread.  Serialises the job's curves (outside the lock) and swaps
+ * the text into its slot; the slots keep the TD__RECENT highest job ids. */
+void td_obs_job_curves(td_daemon *d, int64_t job, const char *name,
+                       const char *state, const json_t *history,
+                       const json_t *curve)
+{
+    td_obs *o = d->obs;
+    int i;
+    if (!o)
+        return;
+    int64_t now = td_now_ns();
+    size_t nh = json_array_size(history);
+    for (i = 0; i < o->ncurves && o->curves[i].job != job; i++)
+        ;
+    if (i < o->ncurves && strcmp(o->curves[i].state, state) == 0 &&
+        o->curves[i].nhistory == nh &&
+        now - o->curves[i].at_ns < TD__CURVES_EVERY_NS)
+        return; /* a window soon after the last one: the next will do */
+    if (i == o->ncurves && o->ncurves == TD__RECENT &&
+        job < o->curves[TD__RECENT - 1].job)
+        return; /* older than every job shown */
+    json_t *empty = json_array(), *obj = json_object();
+    json_t *jname = json_string(name);
+    char *text = NULL;
+    if (!jname)
+        jname = json_string("?"); /* a name that is not UTF-8 */
+    /* json_object_set takes references to the loop's arrays, on the
+     * loop thread; they are dropped before anything leaves it.  (The
+     * first set_new consumes jname even when obj is NULL.) */
+    if (!json_object_set_new(obj, "name", jname) && empty &&
+        !json_object_set_new(obj, "id", json_integer((json_int_t)job)) &&
+        !json_object_set_new(obj, "state", json_string(state)) &&
+        !json_object_set(obj, "history",
+                         history ? (json_t *)history : empty) &&
+        !json_object_set(obj, "curve", curve ? (json_t *)curve : empty))
+        text = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(7));
+    json_decref(obj);
+    json_decref(empty);
+    if (!text)
+        return; /* out of memory: the page shows the previous figures */
+    char *old;
+    pthread_mutex_lock(&o->mu);
+    if (i == o->ncurves) { /* new: insert by id, the lowest may go */
+        if (o->ncurves < TD__RECENT)
+            o->ncurves++;
+        else
+            free(o->curves[TD__RECENT - 1].json);
+        for (i = o->ncurves - 1; i > 0 && o->curves[i - 1].job < job; i--)
+            o->curves[i] = o->curves[i - 1];
+        memset(&o->curves[i], 0, sizeof o->curves[i]);
+        o->curves[i].job = job;
+    }
+    old = o->curves[i].json;
+    o->curves[i].json = text;
+    o->curves[i].len = strlen(text);
+    o->curves[i].at_ns = now;
+    o->curves[i].nhistory = nh;
+    snprintf(o->curves[i].state, sizeof o->curves[i].state, "%s", state);
+    pthread_mutex_unlock(&o->mu);
+    free(old);
+}
+
+/* HTTP thread: {"jobs":[...]} from a copy of the slots' text. */
+static char *td__render_curves(td_obs *o, size_t *len)
+{
+    pthread_mutex_lock(&o->mu);
+    size_t cap = 16;
+    for (int i = 0; i < o->ncurves; i++)
+        cap += o->curves[i].len + 1;
+    char *buf = malloc(cap);
+    size_t n = 0;
+    if (buf) {
+        memcpy(buf, "{\"jobs\":[", 9);
+        n = 9;
+        for (int i = 0; i < o->ncurves; i++) {
+            if (i)
+                buf[n++] = ',';
+            memcpy(buf + n, o->curves[i].json, o->curves[i].len);
+            n += o->curves[i].len;
+        }
+        memcpy(buf + n, "]}\n", 3);
+        n += 3;
+    }
+    pthread_mutex_unlock(&o->mu);
+    *len = n;
+    return buf;
+}
+
 /* Loop thread: the job table and clients, every second. */
 static void td__on_refresh(uv_timer_t *t)
 {
@@ -215,17 +324,37 @@ static char *td__render(td_obs *o, size_t *len)
     return NULL;
 }
 
-static enum MHD_Result td__reply(struct MHD_Connection *con, unsigned code,
-                                 const char *text)
+/* Queues body (len bytes; `mode` says who frees it) as the response. */
+static enum MHD_Result td__send(struct MHD_Connection *con, unsigned code,
+                                const char *type, const char *body,
+                                size_t len, enum MHD_ResponseMemoryMode mode)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(
-        strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
-    if (!r)
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)body, mode);
+    if (!r) {
+        if (mode == MHD_RESPMEM_MUST_FREE)
+            free((void *)body);
         return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    if (strncmp(type, "text/html", 9) == 0) /* the page loads nothing */
+        MHD_add_response_header(
+            r, "Content-Security-Policy",
+            "default-src 'none'; script-src 'unsafe-inline'; "
+            "style-src 'unsafe-inline'; connect-src 'self'; "
+            "img-src data:; base-uri 'none'; form-action 'none'");
     enum MHD_Result rc = MHD_queue_response(con, code, r);
     MHD_destroy_response(r);
     return rc;
+}
+
+static enum MHD_Result td__reply(struct MHD_Connection *con, unsigned code,
+                                 const char *text)
+{
+    return td__send(con, code, "text/plain; charset=utf-8", text,
+                    strlen(text), MHD_RESPMEM_PERSISTENT);
 }
 
 static enum MHD_Result td__on_http(void *cls, struct MHD_Connection *con,
@@ -243,25 +372,25 @@ static enum MHD_Result td__on_http(void *cls, struct MHD_Connection *con,
     (void)con_cls;
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return td__reply(con, MHD_HTTP_METHOD_NOT_ALLOWED,
-                         "only GET /metrics\n");
-    if (strcmp(url, "/metrics") != 0)
+                         "traind serves GET /metrics and /dashboard\n");
+    if (strcmp(url, "/dashboard") == 0)
+        return td__send(con, MHD_HTTP_OK, "text/html; charset=utf-8",
+                        td_dashboard_html, td_dashboard_html_len,
+                        MHD_RESPMEM_PERSISTENT);
+    char *body = NULL;
+    const char *type = "application/json";
+    if (strcmp(url, "/dashboard/data.json") == 0)
+        body = td__render_curves(o, &len);
+    else if (strcmp(url, "/metrics") == 0) {
+        body = td__render(o, &len);
+        type = "text/plain; version=0.0.4; charset=utf-8";
+    } else
         return td__reply(con, MHD_HTTP_NOT_FOUND,
-                         "traind serves GET /metrics\n");
-    char *body = td__render(o, &len);
+                         "traind serves GET /metrics and /dashboard\n");
     if (!body)
         return td__reply(con, MHD_HTTP_INTERNAL_SERVER_ERROR,
                          "out of memory\n");
-    struct MHD_Response *r = MHD_create_response_from_buffer(
-        len, body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type",
-                            "text/plain; version=0.0.4; charset=utf-8");
-    enum MHD_Result rc = MHD_queue_response(con, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    return rc;
+    return td__send(con, MHD_HTTP_OK, type, body, len, MHD_RESPMEM_MUST_FREE);
 }
 
 /* "host:port" (IPv4 address or "localhost"; empty host: any). */
@@ -323,7 +452,7 @@ static int td__http_start(td_obs *o, const char *listen)
         return -EADDRNOTAVAIL;
     }
     o->port = ntohs(sa.sin_port);
-    td_info("metrics: serving GET http://%s/metrics", listen);
+    td_info("metrics: serving GET http://%s/metrics and /dashboard", listen);
     return 0;
 }
 
@@ -340,6 +469,11 @@ int td_obs_init(td_daemon *d)
     o->timer_on = 1;
     td__on_refresh(&o->refresh);
     uv_timer_start(&o->refresh, td__on_refresh, 1000, 1000);
+    for (td_job *j = d->jobs.head; j; j = j->next) /* restored jobs */
+        if (json_array_size(j->curves.history) ||
+            json_array_size(j->curves.curve))
+            td_obs_job_curves(d, j->id, j->name, td_job_state_name(j->state),
+                              j->curves.history, j->curves.curve);
     const char *listen = td_settings_str(d->settings, "metrics_listen");
     return listen && *listen ? td__http_start(o, listen) : 0;
 }
@@ -375,6 +509,8 @@ void td_obs_free(td_daemon *d)
         json_decref(w->id);
         free(w);
     }
+    for (int i = 0; i < o->ncurves; i++)
+        free(o->curves[i].json);
     pthread_mutex_destroy(&o->mu);
     free(o);
     d->obs = NULL;

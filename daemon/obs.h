@@ -1,11 +1,12 @@
 /* obs.h - the daemon's observability exports: trace requests waiting for
- * their timeline, and the Prometheus endpoint (docs/observability.md).
+ * their timeline, the Prometheus endpoint (docs/observability.md) and the
+ * live dashboard beside it (docs/metrics.md#live-dashboard).
  *
- * Threads: the td_obs_trace_* and td_obs_refresh calls are the loop's;
- * td_obs_job_snapshot is called by the trainer thread; the HTTP server
- * (libmicrohttpd) runs its own thread and serves the text that the loop
- * and the trainer refresh behind a mutex, so a scrape never touches the
- * loop and the loop never waits for a scrape.
+ * Threads: the td_obs_trace_*, td_obs_job_curves and td_obs_refresh calls
+ * are the loop's; td_obs_job_snapshot is called by the trainer thread; the
+ * HTTP server (libmicrohttpd) runs its own thread and serves the text that
+ * the loop and the trainer refresh behind a mutex, so a scrape never
+ * touches the loop and the loop never waits for a scrape.
  */
 #ifndef TD_DAEMON_OBS_H
 #define TD_DAEMON_OBS_H
@@ -38,6 +39,16 @@ void td_obs_job_done(struct td_daemon *d, int64_t job);
  * a recording nobody waits for any more is cut short, so the job's trace
  * slot is free again. */
 void td_obs_client_gone(struct td_daemon *d, uint64_t client);
+
+/* Loop thread: job's learning curves changed (an epoch or window event,
+ * or a state change): the dashboard (GET /dashboard/data.json) shows
+ * them.  history and curve (jobs.h; either may be NULL) are serialised
+ * here, so the HTTP thread never sees them; window events within 250 ms
+ * of the last serialisation of an unchanged state and history are
+ * skipped.  The TD__RECENT highest job ids are kept. */
+void td_obs_job_curves(struct td_daemon *d, int64_t job, const char *name,
+                       const char *state, const json_t *history,
+                       const json_t *curve);
 
 /* Trainer thread: the running job's latest figures. */
 void td_obs_job_snapshot(struct td_daemon *d, const td_prom_job *s);

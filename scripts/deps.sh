@@ -34,6 +34,9 @@ packages=(
   # and runs it in OpenCV's DNN module
   libonnx-dev libprotobuf-c-dev protobuf-c-compiler python3-onnx
   python3-opencv
+  # tests/live/test_dashboard.c renders GET /dashboard in headless chromium
+  # (it skips without it)
+  chromium
   # the reference dataset for the demo and the accuracy benchmarks
   dataset-fashion-mnist
 )

@@ -435,14 +435,97 @@ START_TEST(test_metrics_other_paths_and_methods)
 {
     char *r = http("GET", "/");
     ck_assert_ptr_nonnull(strstr(r, " 404 "));
+    ck_assert_ptr_nonnull(strstr(r, "traind serves GET /metrics and "
+                                    "/dashboard"));
     free(r);
     r = http("POST", "/metrics");
     ck_assert_ptr_nonnull(strstr(r, " 405 "));
+    free(r);
+    r = http("POST", "/dashboard");
+    ck_assert_ptr_nonnull(strstr(r, " 405 "));
+    free(r);
+    r = http("GET", "/dashboard/");
+    ck_assert_ptr_nonnull(strstr(r, " 404 "));
     free(r);
     r = http("GET", "/metrics");
     ck_assert_ptr_nonnull(strstr(r, " 200 "));
     ck_assert_ptr_nonnull(strstr(r, "traind_uptime_seconds "));
     free(r);
+}
+END_TEST
+
+/* ---- the dashboard (the browser's view: test_dashboard.c) ------------ */
+
+START_TEST(test_dashboard_page_and_data)
+{
+    char *r = http("GET", "/dashboard");
+    ck_assert_ptr_nonnull(strstr(r, " 200 "));
+    ck_assert_ptr_nonnull(strstr(r, "text/html; charset=utf-8"));
+    ck_assert_ptr_nonnull(strstr(r, "Content-Security-Policy: default-src "
+                                    "'none'"));
+    const char *page = body(r);
+    ck_assert_ptr_nonnull(strstr(page, "<svg") ? page
+                                               : strstr(page, "SVGNS"));
+    ck_assert_ptr_nonnull(strstr(page, "dashboard/data.json"));
+    /* self-contained: no URL of any other place, no asset tags */
+    ck_assert_msg(!strcasestr(page, "http://") && !strcasestr(page, "https://")
+                  && !strstr(page, "//fonts") && !strcasestr(page, "<link")
+                  && !strcasestr(page, "src=") && !strcasestr(page, "@import")
+                  && !strcasestr(page, "url("),
+                  "the page refers to something outside it");
+    free(r);
+
+    r = http("GET", "/dashboard/data.json");
+    ck_assert_ptr_nonnull(strstr(r, " 200 "));
+    ck_assert_ptr_nonnull(strstr(r, "application/json"));
+    json_t *o = json_loads(body(r), 0, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert(json_is_array(json_object_get(o, "jobs")));
+    ck_assert_int_eq(json_array_size(json_object_get(o, "jobs")), 0);
+    json_decref(o);
+    free(r);
+
+    /* a running job's curves show up, its state with them */
+    int fd = th_connect(&H, NULL);
+    int64_t id = submit_folder_job(fd);
+    json_t *job = NULL;
+    for (int i = 0; i < 300 && !job; i++) { /* until a window is in */
+        r = http("GET", "/dashboard/data.json");
+        o = json_loads(body(r), 0, NULL);
+        ck_assert_msg(o != NULL, "not JSON: %.300s", body(r));
+        free(r);
+        json_t *j0 = json_array_get(json_object_get(o, "jobs"), 0);
+        if (json_array_size(json_object_get(j0, "curve")) > 0)
+            job = json_incref(j0);
+        json_decref(o);
+        if (!job)
+            usleep(100000);
+    }
+    ck_assert_ptr_nonnull(job);
+    ck_assert_int_eq(json_integer_value(json_object_get(job, "id")), id);
+    ck_assert_str_eq(json_string_value(json_object_get(job, "name")),
+                     "folder");
+    ck_assert_str_eq(json_string_value(json_object_get(job, "state")),
+                     "running");
+    ck_assert(json_is_array(json_object_get(job, "history")));
+    json_t *pt = json_array_get(json_object_get(job, "curve"), 0);
+    ck_assert(json_is_number(json_object_get(pt, "step")));
+    ck_assert(json_is_number(json_object_get(pt, "samples_per_s")));
+    ck_assert(json_is_string(json_object_get(pt, "verdict")));
+    json_decref(job);
+    json_t *c = th_job_request(fd, "cancel", id);
+    json_decref(c);
+    ck_assert(th_wait_state(fd, id, "cancelled", 30000));
+    r = http("GET", "/dashboard/data.json");
+    o = json_loads(body(r), 0, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(o, "jobs"), 0),
+                         "state")),
+                     "cancelled");
+    json_decref(o);
+    free(r);
+    close(fd);
 }
 END_TEST
 
@@ -508,6 +591,7 @@ static Suite *obs_suite(void)
     tcase_add_test(tc, test_trainctl_trace_writes_the_file);
     tcase_add_test(tc, test_metrics_scraped_during_a_job);
     tcase_add_test(tc, test_metrics_other_paths_and_methods);
+    tcase_add_test(tc, test_dashboard_page_and_data);
     tcase_add_test(tc, test_bad_metrics_listen_keeps_the_daemon_up);
     tcase_add_test(tc, test_top_snapshot);
     suite_add_tcase(s, tc);
