@@ -6,11 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/rng.h"
 #include "feeder.h"
 #include "job/train.h"
+#include "model/model.h"
 #include "tdtest.h"
 
 enum { S = 12 };
@@ -259,12 +261,40 @@ static float *final_state(td_trainer *t, size_t *n)
     return s;
 }
 
+/* fmnist-cnn with a dropout layer before its head, for _i == 1. */
+static void use_dropout_model(rig *r)
+{
+    char path[] = "/tmp/td-dropout-model-XXXXXX.json", err[256] = "";
+    int fd = mkstemps(path, 5);
+    ck_assert_int_ge(fd, 0);
+    static const char txt[] =
+        "{\"name\": \"drop\", \"layers\": ["
+        "{\"type\": \"conv2d\", \"name\": \"c1\", \"channels\": 8, "
+        "\"kernel\": 3, \"pad\": 1}, {\"type\": \"relu\", \"name\": \"r1\"},"
+        "{\"type\": \"maxpool\", \"name\": \"p1\", \"kernel\": 2},"
+        "{\"type\": \"flatten\", \"name\": \"f\"},"
+        "{\"type\": \"dropout\", \"name\": \"d\", \"rate\": 0.5},"
+        "{\"type\": \"dense\", \"name\": \"fc\", \"units\": \"classes\"}]}";
+    ck_assert_int_eq(write(fd, txt, sizeof txt - 1), (ssize_t)(sizeof txt - 1));
+    close(fd);
+    td_model_free(r->m);
+    int rc = td_model_load(NULL, path, (td_shape){1, S, S}, 10, &r->m, err,
+                           sizeof err);
+    unlink(path);
+    ck_assert_msg(rc == 0, "%s", err);
+    r->cfg.model = r->m;
+}
+
 /* Two epochs straight, or one epoch, a snapshot, a new trainer restored
- * from it and the second epoch: the same state, bit for bit. */
+ * from it and the second epoch: the same state, bit for bit.  _i 1: with
+ * dropout, whose masks follow the global step (a restored trainer must not
+ * draw step 0's masks again). */
 START_TEST(test_resume_from_snapshot)
 {
     rig r;
     rig_init(&r, 320, 2); /* 10 steps per epoch */
+    if (_i == 1)
+        use_dropout_model(&r);
     r.cfg.backend.optim.type = TD_OPT_ADAMW;
     r.cfg.backend.optim.lr = 1e-3;
     char err[256] = "";
@@ -327,7 +357,7 @@ static Suite *train_suite(void)
     tcase_add_test(tc, test_step_reports);
     tcase_add_test(tc, test_stop_at_step_boundary);
     tcase_add_test(tc, test_synthetic_input);
-    tcase_add_test(tc, test_resume_from_snapshot);
+    tcase_add_loop_test(tc, test_resume_from_snapshot, 0, 2);
     tcase_add_test(tc, test_config_errors);
     suite_add_tcase(s, tc);
     return s;

@@ -78,7 +78,8 @@ typedef struct td__cpu {
     dnnl_memory_t logits;   /* plain [batch, classes] view of the logits */
     dnnl_memory_t dlogits;  /* plain gradient of the logits */
     dnnl_primitive_t r_logits, r_dlogits; /* when the last layer is blocked */
-    int64_t step;        /* train steps run, for dropout draws */
+    int64_t step;        /* this train step, 0-based global (t - 1): the
+                            dropout draws' position */
     td_step_stats acc;   /* counters since the last read_stats */
 } td__cpu;
 

@@ -409,12 +409,14 @@ int td__cpu_train_step(td_backend *b, float lr, int64_t t)
         return -EINVAL;
     }
     omp_set_num_threads(be->threads);
+    /* dropout draws by the global step: a resumed job continues the masks
+     * of an uninterrupted one */
+    be->step = t > 0 ? t - 1 : 0;
     if ((rc = td__forward(be, 1)) || (rc = td__loss(be, 1)) ||
         (rc = td__backward(be)))
         return rc;
     if (lr > 0)
         td__update(be, lr, t);
-    be->step++;
     dnnl_stream_wait(be->strm);
     return 0;
 }

@@ -439,8 +439,10 @@ static int td__cuda_train_step(td_backend *b, float lr, int64_t t)
                  "samples, the backend was planned for %d", be->n, be->batch);
         return -EINVAL;
     }
+    /* dropout draws by the global step (as the CPU backend): a resumed
+     * job continues the masks of an uninterrupted one */
+    be->step = t > 0 ? t - 1 : 0;
     TD__TRY(td__run(be, 1, lr, t));
-    be->step++;
     return 0;
 }
 

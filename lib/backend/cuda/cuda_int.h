@@ -74,7 +74,8 @@ typedef struct td__cuda {
     int dev;
     int batch, n;                /* planned batch, samples uploaded */
     int cur;                     /* buffer of the latest upload */
-    int64_t uploads, step;       /* uploads done, train steps done */
+    int64_t uploads, step;       /* uploads done; this train step, 0-based
+                                    global (t - 1): the dropout draws */
     cudaStream_t compute, copy, snap;
     cudaEvent_t copied[TD__NBUF], consumed[TD__NBUF];
     cudaEvent_t snap_ready, snap_done, t0;
