@@ -42,5 +42,6 @@ int td_cmd_export(int argc, char **argv);
 int td_cmd_eval(int argc, char **argv);
 int td_cmd_predict(int argc, char **argv);
 int td_cmd_extend(int argc, char **argv);
+int td_cmd_plot(int argc, char **argv);
 
 #endif

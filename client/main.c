@@ -25,6 +25,7 @@ static const struct td_command td__commands[] = {
      td_cmd_checkpoint},
     {"extend", "continue a completed job for more epochs from its weights",
      td_cmd_extend},
+    {"plot", "draw a job's learning curves into a PNG", td_cmd_plot},
     {"trace", "record a running job's timeline as Chrome trace JSON",
      td_cmd_trace},
     {"top", "every job's samples/s, idle and verdict, refreshing",
