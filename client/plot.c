@@ -38,6 +38,8 @@ static const char *const td__panel_title[TD_PLOT_NPANELS] = {
 
 #define TD__TITLE_H 36 /* the job's title band */
 #define TD__HEAD_H 28  /* a panel's title and legend, above its area */
+#define TD__HEAD2_H 46 /* the same on two lines, in a narrow panel */
+#define TD__NARROW 560 /* panels narrower than this: legend on line two */
 #define TD__LEFT 64    /* room for the y tick labels */
 #define TD__RIGHT 16
 #define TD__BOTTOM 38  /* x tick labels and "step" */
@@ -57,10 +59,11 @@ void td_plot_layout(int width, int height, int panel, td_plot_rect *whole,
                       ph};
     if (whole)
         *whole = w;
+    int head = pw < TD__NARROW ? TD__HEAD2_H : TD__HEAD_H;
     if (area)
-        *area = (td_plot_rect){w.x + TD__LEFT, w.y + TD__HEAD_H,
+        *area = (td_plot_rect){w.x + TD__LEFT, w.y + head,
                                w.w - TD__LEFT - TD__RIGHT,
-                               w.h - TD__HEAD_H - TD__BOTTOM};
+                               w.h - head - TD__BOTTOM};
 }
 
 /* A finite number at key, else NAN (missing, null, not a number). */
@@ -115,7 +118,22 @@ static td__axis td__axis_of(double lo, double hi, int ticks)
     a.step = td__nice((hi - lo) / ticks);
     a.lo = floor(lo / a.step + 1e-9) * a.step;
     a.hi = ceil(hi / a.step - 1e-9) * a.step;
+    /* Values too close together for doubles to step between (1e9 and
+     * 1e9 + 1e-7): the bare range, one interval. */
+    if (!isfinite(a.step) || !(a.hi > a.lo) ||
+        !((a.hi - a.lo) / a.step <= 4.0 * ticks)) {
+        a.lo = lo;
+        a.hi = hi;
+        a.step = hi - lo;
+    }
     return a;
+}
+
+/* The number of tick intervals of a (a small count, or 0). */
+static int td__ticks(const td__axis *a)
+{
+    double n = round((a->hi - a->lo) / a->step);
+    return n >= 0 && n <= 100 ? (int)n : 0;
 }
 
 /* A tick's label, with as many decimals as the step needs; "12k" for
@@ -128,7 +146,7 @@ static void td__tick_label(double v, double step, char *buf, size_t cap)
         snprintf(buf, cap, "%.0fk", v / 1000);
         return;
     }
-    int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
+    int dec = step >= 1 ? 0 : (int)fmin(ceil(-log10(step) - 1e-9), 12);
     snprintf(buf, cap, "%.*f", dec, v);
 }
 
@@ -216,37 +234,55 @@ static int td__draw_series(cairo_t *cr, const td__map *m,
     return drawn;
 }
 
-/* The legend, right-aligned in the panel's header: a swatch and a label
- * per series, or "LABEL: none" in grey for a series with no value. */
-static void td__legend(cairo_t *cr, const td_plot_rect *whole,
-                       const td__series *ss, const int *series, int ns,
-                       const int *drawn)
+static void td__legend_label(const td__series *s, int none, char *buf,
+                             size_t cap)
 {
-    double xr = whole->x + whole->w - TD__RIGHT, y = whole->y + 18;
-    cairo_set_font_size(cr, 11);
+    snprintf(buf, cap, "%s%s%s", s->info->label,
+             s->per_epoch && !s->info->per_epoch ? " (epoch)" : "",
+             none ? ": none" : "");
+}
+
+/* The legend, right-aligned in the panel's header between x_min and the
+ * right edge (its font smaller when it would not fit, down to 7 px): a
+ * swatch and a label per series, or "LABEL: none" in grey for a series
+ * with no value. */
+static void td__legend(cairo_t *cr, const td_plot_rect *whole, double x_min,
+                       double y, const td__series *ss, const int *series,
+                       int ns, const int *drawn)
+{
+    double xr = whole->x + whole->w - TD__RIGHT, need = 0, size = 11;
+    char label[64];
+    cairo_text_extents_t te;
+    cairo_set_font_size(cr, size);
+    for (int k = 0; k < ns; k++) {
+        int none = drawn[series[k]] == 0;
+        td__legend_label(&ss[series[k]], none, label, sizeof label);
+        cairo_text_extents(cr, label, &te);
+        need += te.x_advance + (none ? 0 : 22) + (k ? 14 : 0);
+    }
+    if (need > xr - x_min && need > 0)
+        size = fmax(7, size * (xr - x_min) / need);
+    cairo_set_font_size(cr, size);
+    double gap = 14 * size / 11, sw = 22 * size / 11;
     for (int k = ns - 1; k >= 0; k--) {
         const td__series *s = &ss[series[k]];
-        char label[64];
         int none = drawn[series[k]] == 0;
-        snprintf(label, sizeof label, "%s%s%s", s->info->label,
-                 s->per_epoch && !s->info->per_epoch ? " (epoch)" : "",
-                 none ? ": none" : "");
-        cairo_text_extents_t te;
+        td__legend_label(s, none, label, sizeof label);
         cairo_text_extents(cr, label, &te);
-        double w = te.x_advance + (none ? 0 : 22);
+        double w = te.x_advance + (none ? 0 : sw);
         double x = xr - w;
         if (!none) {
             td__rgb(cr, s->info->rgb);
             cairo_set_line_width(cr, 2);
             cairo_move_to(cr, x, y - 4);
-            cairo_line_to(cr, x + 16, y - 4);
+            cairo_line_to(cr, x + sw - 6, y - 4);
             cairo_stroke(cr);
             if (s->per_epoch)
-                td__marker(cr, s->info, x + 8, y - 4);
+                td__marker(cr, s->info, x + (sw - 6) / 2, y - 4);
         }
         td__rgb(cr, none ? TD__FAINT : TD__TEXT);
-        td__text(cr, x + (none ? 0 : 22), y, 0, label);
-        xr = x - 14;
+        td__text(cr, x + (none ? 0 : sw), y, 0, label);
+        xr = x - gap;
     }
 }
 
@@ -258,6 +294,10 @@ static void td__panel(cairo_t *cr, int width, int height, int panel,
 {
     td_plot_rect whole, area;
     td_plot_layout(width, height, panel, &whole, &area);
+    /* nothing of a panel (a long tick label, a legend) reaches the next */
+    cairo_save(cr);
+    cairo_rectangle(cr, whole.x, whole.y, whole.w, whole.h);
+    cairo_clip(cr);
     int series[TD_PLOT_NSERIES], ns = 0;
     double lo = INFINITY, hi = -INFINITY, x, y;
     for (int s = 0; s < TD_PLOT_NSERIES; s++) {
@@ -287,7 +327,8 @@ static void td__panel(cairo_t *cr, int width, int height, int panel,
     char buf[32];
     cairo_set_font_size(cr, 11);
     cairo_set_line_width(cr, 1);
-    for (double v = m.y.lo; v <= m.y.hi + m.y.step * 1e-6; v += m.y.step) {
+    for (int k = 0, nt = td__ticks(&m.y); k <= nt; k++) {
+        double v = fmin(m.y.lo + k * m.y.step, m.y.hi);
         double py = floor(td__py(&m, v)) + 0.5;
         td__rgb(cr, TD__GRID);
         cairo_move_to(cr, area.x, py);
@@ -297,7 +338,8 @@ static void td__panel(cairo_t *cr, int width, int height, int panel,
         td__rgb(cr, TD__TEXT);
         td__text(cr, area.x - 6, py + 4, 2, buf);
     }
-    for (double v = m.x.lo; v <= m.x.hi + m.x.step * 1e-6; v += m.x.step) {
+    for (int k = 0, nt = td__ticks(&m.x); k <= nt; k++) {
+        double v = fmin(m.x.lo + k * m.x.step, m.x.hi);
         /* a tick mark only: the vertical lines are the epochs' */
         double px = floor(td__px(&m, v)) + 0.5;
         td__rgb(cr, TD__FRAME);
@@ -346,10 +388,19 @@ static void td__panel(cairo_t *cr, int width, int height, int panel,
                            CAIRO_FONT_WEIGHT_BOLD);
     cairo_set_font_size(cr, 13);
     td__rgb(cr, TD__TEXT);
-    td__text(cr, area.x, whole.y + 18, 0, td__panel_title[panel]);
+    double tx = whole.w < TD__NARROW ? whole.x + 12 : area.x;
+    cairo_text_extents_t te;
+    cairo_text_extents(cr, td__panel_title[panel], &te);
+    td__text(cr, tx, whole.y + 18, 0, td__panel_title[panel]);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL,
                            CAIRO_FONT_WEIGHT_NORMAL);
-    td__legend(cr, &whole, ss, series, ns, drawn);
+    if (whole.w < TD__NARROW) /* on a line of its own */
+        td__legend(cr, &whole, whole.x + 12, whole.y + 36, ss, series, ns,
+                   drawn);
+    else
+        td__legend(cr, &whole, tx + te.x_advance + 16, whole.y + 18, ss,
+                   series, ns, drawn);
+    cairo_restore(cr);
 }
 
 /* "job 3 (fmnist): completed, 10 epochs, step 4690". */

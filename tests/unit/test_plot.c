@@ -150,7 +150,8 @@ static void assert_in_own_panel(const image *im, int s)
 
 START_TEST(test_every_series_in_its_panel)
 {
-    static const int sizes[][2] = {{1200, 900}, {640, 480}, {1600, 1000}};
+    static const int sizes[][2] = {{1200, 900}, {640, 480}, {1600, 1000},
+                                   {400, 300}};
     json_t *rec = record(0);
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         td_plot_stats st;
@@ -197,13 +198,13 @@ START_TEST(test_null_val_draws_no_val)
     td_plot_stats st;
     image im;
     draw(rec, 1200, 900, &st, &im);
-    ck_assert_int_eq(st.points[TD_PLOT_S_LOSS_VAL], 0);
-    ck_assert_int_eq(st.points[TD_PLOT_S_ACC_VAL], 0);
     /* Not in the plot and not in the legend either. */
     ck_assert_int_eq(count_all(&im, td_plot_series[TD_PLOT_S_LOSS_VAL].rgb),
                      0);
     ck_assert_int_eq(count_all(&im, td_plot_series[TD_PLOT_S_ACC_VAL].rgb),
                      0);
+    ck_assert_int_eq(st.points[TD_PLOT_S_LOSS_VAL], 0);
+    ck_assert_int_eq(st.points[TD_PLOT_S_ACC_VAL], 0);
     assert_in_own_panel(&im, TD_PLOT_S_LOSS_TRAIN);
     assert_in_own_panel(&im, TD_PLOT_S_LOSS_WINDOW);
     assert_in_own_panel(&im, TD_PLOT_S_ACC_TRAIN);
@@ -220,8 +221,8 @@ START_TEST(test_null_idle_is_skipped_not_zero)
     image im;
     uint32_t idle = td_plot_series[TD_PLOT_S_DEVICE_IDLE].rgb;
     draw(rec, 1200, 900, &st, &im);
-    ck_assert_int_eq(st.points[TD_PLOT_S_DEVICE_IDLE], 0);
     ck_assert_int_eq(count_all(&im, idle), 0);
+    ck_assert_int_eq(st.points[TD_PLOT_S_DEVICE_IDLE], 0);
     assert_in_own_panel(&im, TD_PLOT_S_INPUT_WAIT);
     image_free(&im);
     json_decref(rec);
@@ -231,13 +232,13 @@ START_TEST(test_null_idle_is_skipped_not_zero)
      * the bottom of the area. */
     rec = record(NULL_IDLE_SOME);
     draw(rec, 1200, 900, &st, &im);
-    ck_assert_int_eq(st.points[TD_PLOT_S_DEVICE_IDLE],
-                     st.windows - st.windows / 3);
     td_plot_rect area;
     td_plot_layout(1200, 900, TD_PLOT_IDLE, NULL, &area);
     ck_assert_int_gt(count(&im, area, idle), 0);
     td_plot_rect bottom = {area.x, area.y + area.h - 20, area.w, 20};
     ck_assert_int_eq(count(&im, bottom, idle), 0);
+    ck_assert_int_eq(st.points[TD_PLOT_S_DEVICE_IDLE],
+                     st.windows - st.windows / 3);
     image_free(&im);
     json_decref(rec);
 }
@@ -259,6 +260,31 @@ START_TEST(test_history_only_record)
     assert_in_own_panel(&im, TD_PLOT_S_DEVICE_IDLE);
     assert_in_own_panel(&im, TD_PLOT_S_INPUT_WAIT);
     assert_in_own_panel(&im, TD_PLOT_S_LOSS_VAL);
+    image_free(&im);
+    json_decref(rec);
+}
+END_TEST
+
+START_TEST(test_degenerate_values)
+{
+    /* One window only; a flat loss; samples/s too close together for a
+     * tick step; a step of 0.  Each is drawn (a dot when alone). */
+    json_t *rec = json_pack(
+        "{s:i, s:[{s:i, s:f, s:f, s:f, s:f}, {s:i, s:f, s:f, s:f, s:n}]}",
+        "id", 3, "curve",
+        "step", 0, "train_loss", 0.5, "samples_per_s", 1e9,
+        "input_wait_ratio", 0.0, "device_idle_ratio", 1.0,
+        "step", 7, "train_loss", 0.5, "samples_per_s", 1e9 + 1e-7,
+        "input_wait_ratio", 0.0, "device_idle_ratio");
+    td_plot_stats st;
+    image im;
+    draw(rec, 400, 300, &st, &im);
+    ck_assert_int_eq(st.points[TD_PLOT_S_LOSS_WINDOW], 2);
+    ck_assert_int_eq(st.points[TD_PLOT_S_DEVICE_IDLE], 1);
+    assert_in_own_panel(&im, TD_PLOT_S_LOSS_WINDOW);
+    assert_in_own_panel(&im, TD_PLOT_S_SPEED);
+    assert_in_own_panel(&im, TD_PLOT_S_DEVICE_IDLE);
+    assert_in_own_panel(&im, TD_PLOT_S_INPUT_WAIT);
     image_free(&im);
     json_decref(rec);
 }
@@ -312,6 +338,7 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_null_val_draws_no_val);
     tcase_add_test(tc, test_null_idle_is_skipped_not_zero);
     tcase_add_test(tc, test_history_only_record);
+    tcase_add_test(tc, test_degenerate_values);
     tcase_add_test(tc, test_no_points_is_an_error);
     tcase_add_test(tc, test_bad_size_and_unwritable_path);
     suite_add_tcase(s, tc);
