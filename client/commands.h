@@ -43,5 +43,6 @@ int td_cmd_eval(int argc, char **argv);
 int td_cmd_predict(int argc, char **argv);
 int td_cmd_extend(int argc, char **argv);
 int td_cmd_history(int argc, char **argv);
+int td_cmd_plot(int argc, char **argv);
 
 #endif

@@ -27,6 +27,7 @@ static const struct td_command td__commands[] = {
      td_cmd_extend},
     {"history", "a job's learning curves: every epoch's loss, accuracy, lr",
      td_cmd_history},
+    {"plot", "draw a job's learning curves into a PNG", td_cmd_plot},
     {"trace", "record a running job's timeline as Chrome trace JSON",
      td_cmd_trace},
     {"top", "every job's samples/s, idle and verdict, refreshing",

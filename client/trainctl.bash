@@ -33,7 +33,7 @@ _trainctl()
         cur=${COMP_WORDS[COMP_CWORD]}
         prev=${COMP_WORDS[COMP_CWORD - 1]}
     fi
-    local cmds="submit queue ls show watch logs cancel pause resume checkpoint extend history trace top config version pack plan bench-input export eval predict"
+    local cmds="submit queue ls show watch logs cancel pause resume checkpoint extend history plot trace top config version pack plan bench-input export eval predict"
     # Global options may come before the command (trainctl --socket X ls).
     local i=1 cmd="" _trainctl_socket=""
     while ((i < cword)); do
@@ -117,6 +117,12 @@ _trainctl()
         logs)
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--follow -f --lines --json --socket --help" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W "$(_trainctl_jobs)" -- "$cur"))
+            fi ;;
+        plot)
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "--output -o --size --json --socket --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -W "$(_trainctl_jobs)" -- "$cur"))
             fi ;;

@@ -15,6 +15,8 @@ packages=(
   zlib1g-dev
   # PNG samples (lib/input/png.c)
   libpng-dev
+  # trainctl plot draws and writes its PNG with cairo (client/plot.c)
+  libcairo2-dev
   # the Prometheus endpoint (docs/observability.md)
   libmicrohttpd-dev
   # tests

@@ -36,7 +36,7 @@ START_TEST(test_every_command_has_help)
 {
     static const char *cmds[] = {"submit", "queue", "ls", "show", "watch",
                                  "logs", "cancel", "pause", "resume",
-                                 "checkpoint", "extend", "config",
+                                 "checkpoint", "extend", "plot", "config",
                                  "version"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char *out;
@@ -332,6 +332,62 @@ START_TEST(test_extend_completed_job)
 }
 END_TEST
 
+/* plot: usage errors, an unknown job, and a completed job's curves.  A
+ * daemon whose show has no "history" and "curve" yet (before issue 18's
+ * daemon side is merged) gives the "nothing to draw" refusal; one that
+ * has them gives a PNG of the asked size with one epoch drawn. */
+START_TEST(test_plot)
+{
+    char *out, *err, png[256];
+    snprintf(png, sizeof png, "%s/curves.png", H.dir);
+    ck_assert_int_eq(CLI(NULL, &err, "plot", "1"), 2);
+    ck_assert_msg(strstr(err, "-o FILE.png is required"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "plot", "1", "-o", png, "--size",
+                         "300x20"), 2);
+    ck_assert_msg(strstr(err, "--size"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "plot", "42", "-o", png), 1);
+    ck_assert_msg(strstr(err, "no job 42"), "%s", err);
+    free(err);
+
+    ck_assert_int_eq(CLI(NULL, NULL, "submit", job_file_epochs(1),
+                         "--follow"), 0);
+    ck_assert_int_eq(CLI(&out, NULL, "show", "1", "--json"), 0);
+    json_t *r = json_loads(out, 0, NULL);
+    json_t *job = json_object_get(r, "job");
+    int has = json_array_size(json_object_get(job, "history")) +
+              json_array_size(json_object_get(job, "curve")) > 0;
+    json_decref(r);
+    free(out);
+    int rc = CLI(&out, &err, "plot", "1", "-o", png, "--size", "640x480",
+                 "--json");
+    if (!has) {
+        ck_assert_int_eq(rc, 1);
+        ck_assert_msg(strstr(err, "job 1 has no finished epoch or metrics "
+                                  "window yet"), "%s", err);
+    } else {
+        ck_assert_msg(rc == 0, "%s", err);
+        r = json_loads(out, 0, NULL);
+        ck_assert_msg(r, "%s", out);
+        ck_assert_str_eq(json_string_value(json_object_get(r, "path")), png);
+        ck_assert_int_eq(json_integer_value(json_object_get(r, "width")),
+                         640);
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_object_get(r, "points"), "epochs")), 1);
+        json_decref(r);
+        size_t n;
+        uint8_t *f = td_test_slurp(H.dir, "curves.png", &n);
+        /* the IHDR: width and height, big-endian, at bytes 16 and 20 */
+        ck_assert_uint_gt(n, 24);
+        ck_assert_mem_eq(f + 16, "\0\0\x02\x80\0\0\x01\xe0", 8);
+        free(f);
+    }
+    free(out);
+    free(err);
+}
+END_TEST
+
 START_TEST(test_config_and_version)
 {
     char *out, *err;
@@ -404,6 +460,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_config_and_version);
     tcase_add_test(tc, test_submit_follow_to_completion);
     tcase_add_test(tc, test_extend_completed_job);
+    tcase_add_test(tc, test_plot);
     tcase_add_test(tc, test_watch_on_a_terminal);
     suite_add_tcase(s, tc);
     return s;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_completion.sh - drives client/trainctl.bash's completion function
-# in bash, as a shell would on <TAB>: commands, options of pack and
-# bench-input, --augment op names, job ids, options before the command.
+# in bash, as a shell would on <TAB>: commands, options of pack,
+# bench-input and plot, --augment op names, job ids, options before the command.
 # Runs twice: with plain bash and with the bash-completion package's
 # helpers loaded (when installed).
 set -u
@@ -52,6 +52,8 @@ expect pad_crop -- trainctl bench-input --augment pa
 expect flip,pad_crop -- trainctl bench-input --augment flip,pa
 expect 3 12 -- trainctl watch ""
 expect 12 -- trainctl logs 1
+expect --output --size -- trainctl plot --
+expect 3 12 -- trainctl plot ""
 expect 3 12 -- trainctl --socket /tmp/x.sock cancel ""
 [[ $(cat "$TMPDIR_/socket") == /tmp/x.sock ]] && echo ok ||
     echo "FAIL [$mode] job ids not asked on --socket's daemon"
@@ -72,6 +74,6 @@ for m in "${modes[@]}"; do
     echo "$out"
     n=$(grep -c '^ok$' <<<"$out")
     grep -q FAIL <<<"$out" && fail=1
-    ((n == 11)) || { echo "[$m] only $n of 11 checks ran"; fail=1; }
+    ((n == 13)) || { echo "[$m] only $n of 13 checks ran"; fail=1; }
 done
 exit $fail
