@@ -25,4 +25,14 @@ bash -euo pipefail walk.sh 2>&1 | tee walk.out
 grep -q 'OpenCV and traind agree on 50 of 50 images' walk.out
 grep -q 're-initialised (shape differs: linear.weight, linear.bias)' walk.out
 grep -q '^done  4 epochs, 40 steps' walk.out
+# On a daemon: every epoch in the history, the curves drawn as a PNG of
+# the default 1200x900.
+test "$(wc -l < walk/curves.csv)" -eq 5
+python3 - <<'PY'
+import struct
+with open("walk/curves.png", "rb") as f:
+    head = f.read(24)
+assert head[:8] == b"\x89PNG\r\n\x1a\n", head
+assert struct.unpack(">II", head[16:24]) == (1200, 900), head
+PY
 echo "walkthrough: ok"
