@@ -2,7 +2,8 @@
  * accuracy and the confusion matrix of a checkpoint's model on a dataset,
  * locally on the CPU backend.  The dataset goes through the input
  * pipeline in evaluation mode with the checkpoint's preprocessing, exactly
- * as the job's validation pass does.
+ * as the job's validation pass does.  With --daemon the same runs as an
+ * eval job of traind on its device (infer_daemon.c) and prints the same.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,12 +14,13 @@
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
+#include "infer_daemon.h"
 #include "job/infer_run.h"
 #include "modelfile.h"
 
 static const char td__usage[] =
     "usage: trainctl eval (CHECKPOINT | JOB) DATA [--batch N] [--workers N]\n"
-    "                     [--json]\n"
+    "                     [--daemon [--device D]] [--json] [--socket PATH]\n"
     "\n"
     "Evaluates the model of a checkpoint or export (or a job's newest\n"
     "checkpoint) on DATA (an ImageFolder, a directory of shards, a shard or\n"
@@ -27,7 +29,10 @@ static const char td__usage[] =
     "accuracy and the confusion matrix (rows: true class, columns:\n"
     "predicted; printed up to 20 classes, always in --json).\n"
     "  --batch N    images per forward pass (default 32)\n"
-    "  --workers N  decode threads (default 2)\n";
+    "  --workers N  decode threads (default 2)\n"
+    "  --daemon     run it as a job of traind, on its device, queued with\n"
+    "               the other jobs; prints the same (paths made absolute)\n"
+    "  --device D   with --daemon: auto (default), cpu, cuda or cuda:N\n";
 
 static int td__int_flag(td_cli *cli, const char *name, const char *s,
                         int lo, int hi, int *out)
@@ -43,9 +48,12 @@ static int td__int_flag(td_cli *cli, const char *name, const char *s,
 
 int td_cmd_eval(int argc, char **argv)
 {
-    const char *batch_s = NULL, *workers_s = NULL;
+    const char *batch_s = NULL, *workers_s = NULL, *device = NULL;
+    int daemon = 0;
     td_cli_flag flags[] = {{"--batch", "-b", 1, &batch_s, NULL, NULL},
                            {"--workers", NULL, 1, &workers_s, NULL, NULL},
+                           {"--daemon", NULL, 0, NULL, &daemon, NULL},
+                           {"--device", NULL, 1, &device, NULL, NULL},
                            {NULL, NULL, 0, NULL, NULL, NULL}};
     td_cli cli = {.usage = td__usage};
     char path[4096], err[1200];
@@ -59,8 +67,28 @@ int td_cmd_eval(int argc, char **argv)
         (workers_s && (rc = td__int_flag(&cli, "--workers", workers_s, 1, 64,
                                          &workers))))
         return rc;
+    if (device && !daemon)
+        return td_cli_usage_error(&cli, "--device: only with --daemon (the "
+                                  "local evaluation runs on the CPU)");
     if ((rc = td_cli_model_path(&cli, cli.pos[0], path, sizeof path)))
         return rc;
+    if (daemon) {
+        char ck[4096], data[4096];
+        if (td_infer_absolute(path, ck, sizeof ck) ||
+            td_infer_absolute(cli.pos[1], data, sizeof data))
+            return td_cli_usage_error(&cli, "a path is too long");
+        json_t *spec = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i}", "task",
+                                 "eval", "checkpoint", ck, "data", data,
+                                 "device", device ? device : "auto",
+                                 "batch_size", batch, "workers", workers);
+        if ((rc = td_infer_via_daemon(&cli, "eval", spec, &res)))
+            return rc;
+        /* printed as the local command prints it: the path as given */
+        json_object_set_new(res, "checkpoint", json_string(path));
+        td_infer_eval_print(res, cli.json, stdout);
+        json_decref(res);
+        return TD_EXIT_OK;
+    }
     td_infer_run_opts o = {.checkpoint = path, .device = "cpu",
                            .batch = batch, .workers = workers};
     if (td_infer_eval(&o, cli.pos[1], &res, err, sizeof err)) {

@@ -174,8 +174,9 @@ static void td__enqueue(td_client *c, td_request *req, json_t *norm,
         return;
     }
     j->epochs_total = json_integer_value(json_object_get(j->spec, "epochs"));
-    td_logf(TD_LOG_INFO, j->id, "submitted by uid %u: %s%s%s",
-            (unsigned)c->uid, j->name, task ? " (" : "", task ? task : "");
+    td_logf(TD_LOG_INFO, j->id, "submitted by uid %u: %s%s%s%s",
+            (unsigned)c->uid, j->name, task ? " (" : "", task ? task : "",
+            task ? " job)" : "");
     if (task)
         td_logf(TD_LOG_INFO, j->id, "%s job: checkpoint %s", task,
                 json_string_value(json_object_get(j->spec, "checkpoint")));
