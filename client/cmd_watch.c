@@ -36,6 +36,7 @@ typedef struct td_view {
     json_t *window;     /* last window event data */
     json_t *step;       /* last step event data */
     json_t *epochs;     /* array of epoch event data */
+    json_t *images;     /* last eval event data (eval, predict jobs) */
     json_t *record;     /* the job as `show` gave it (the first frame) */
     double eta_s;       /* the daemon's latest estimate; < 0: none */
     int cpu;            /* the daemon trains on the CPU */
@@ -119,7 +120,13 @@ static void td__draw(td_view *v)
     v->cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col ? ws.ws_col
                                                                      : 80;
     v->lines = 0;
-    if (total > 0)
+    if (v->images) { /* an eval or predict job: images, not epochs */
+        step = JINT(v->images, "done");
+        total = JINT(v->images, "total");
+        frac = total > 0 ? (double)step / (double)total : 0;
+        snprintf(where, sizeof where, "%s  images %lld/%lld",
+                 JSTR(v->images, "task", "eval"), step, total);
+    } else if (total > 0)
         snprintf(where, sizeof where, "epoch %lld/%lld  step %lld/%lld",
                  epoch + 1, epochs, step, total);
     else
@@ -204,6 +211,9 @@ static void td__plain(td_view *v, const char *kind, json_t *d)
         td_fmt_val(d, val, sizeof val);
         printf("job %lld epoch %lld done: %s\n", (long long)v->job,
                JINT(d, "epoch") + 1, val);
+    } else if (strcmp(kind, "eval") == 0) {
+        printf("job %lld %s: %lld/%lld images\n", (long long)v->job,
+               JSTR(d, "task", "eval"), JINT(d, "done"), JINT(d, "total"));
     } else if (strcmp(kind, "state") == 0) {
         printf("job %lld %s: %s\n", (long long)v->job, JSTR(d, "state", "?"),
                JSTR(d, "reason", ""));
@@ -260,6 +270,9 @@ static void td__on_event(json_t *ev, td_view *v)
         v->step = json_incref(d);
     } else if (strcmp(kind, "epoch") == 0) {
         json_array_append(v->epochs, d);
+    } else if (strcmp(kind, "eval") == 0) {
+        json_decref(v->images);
+        v->images = json_incref(d);
     }
     if (v->json)
         return;
@@ -326,6 +339,7 @@ out:
     json_decref(v.window);
     json_decref(v.step);
     json_decref(v.epochs);
+    json_decref(v.images);
     json_decref(v.record);
     return rc;
 }

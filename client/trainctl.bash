@@ -65,6 +65,9 @@ _trainctl()
         --spec | --idx-images | --idx-labels)
             _trainctl_files
             return ;;
+        --device)
+            COMPREPLY=($(compgen -W "auto cpu cuda cuda:0" -- "$cur"))
+            return ;;
         --state)
             COMPREPLY=($(compgen -W "pending running suspended completed cancelled failed" -- "$cur"))
             return ;;
@@ -163,9 +166,9 @@ _trainctl()
         export)
             COMPREPLY=($(compgen -W "-o --output --format --json --socket --help" -f -- "$cur")) ;;
         eval)
-            COMPREPLY=($(compgen -W "--batch --workers --json --socket --help" -f -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--batch --workers --daemon --device --json --socket --help" -f -- "$cur")) ;;
         predict)
-            COMPREPLY=($(compgen -W "--top --json --socket --help" -f -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--top --daemon --device --json --socket --help" -f -- "$cur")) ;;
         bench-input)
             COMPREPLY=($(compgen -W "--data --spec --size --channels --augment --workers --batch --epochs --prefetch --seed --layout --eval --json --help" -- "$cur")) ;;
     esac

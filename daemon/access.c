@@ -205,6 +205,43 @@ int td_access_check_spec(uid_t uid, const td_job_spec *s, const json_t *roots,
     return rc;
 }
 
+int td_access_check_paths(uid_t uid, const char *field, int indexed,
+                          const char *const *paths, int n,
+                          const json_t *roots, char *err, size_t errcap)
+{
+    td_fscred cred;
+    td_fscred_saved saved;
+    td__acc a = {.uid = uid, .err = err, .errcap = errcap, .roots = roots};
+    char f[96];
+    int rc;
+    if (uid != 0 && uid != geteuid()) {
+        if ((rc = td_fscred_for_uid(uid, &cred, err, errcap)))
+            return -EACCES;
+        if (td_fscred_can_switch()) {
+            if ((rc = td_fscred_enter(&cred, &saved))) {
+                snprintf(err, errcap, "cannot check paths as uid %u: %s",
+                         (unsigned)uid, strerror(-rc));
+                return -EACCES;
+            }
+            a.switched = 1;
+        } else {
+            a.cred = &cred;
+        }
+    }
+    rc = 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (indexed)
+            snprintf(f, sizeof f, "%s[%d]", field, i);
+        else
+            snprintf(f, sizeof f, "%s", field);
+        a.field = f;
+        rc = td__path(&a, paths[i]);
+    }
+    if (a.switched)
+        td_fscred_leave(&saved);
+    return rc;
+}
+
 int td_access_build_model(uid_t uid, const td_job_spec *s,
                           const char *models_dir, td_model **out)
 {

@@ -29,6 +29,13 @@
 int td_access_check_spec(uid_t uid, const td_job_spec *s, const json_t *roots,
                          char *err, size_t errcap);
 
+/* The same rule for paths of one field (an eval or predict job's
+ * checkpoint, data, images): refusals name "field", or "field[i]" when
+ * indexed.  roots NULL: not applied. */
+int td_access_check_paths(uid_t uid, const char *field, int indexed,
+                          const char *const *paths, int n,
+                          const json_t *roots, char *err, size_t errcap);
+
 /* The calling (loop) thread takes on uid's filesystem identity when the
  * daemon can (root) and uid is another user; saved is for
  * td_fscred_leave either way.  -EACCES when uid has no passwd entry or

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "infer_jobs.h"
 #include "bounds.h"
 #include "model/zoo.h"
 #include "base/error.h"
@@ -136,12 +137,95 @@ static int td__check_init(uid_t uid, const td_job_spec *s, const char *models,
     return rc;
 }
 
+/* The name check, the per-user bound and the queueing, the same for
+ * every kind of job.  Takes norm. */
+static void td__enqueue(td_client *c, td_request *req, json_t *norm,
+                        const char *dflt_name, const char *task)
+{
+    json_t *name = json_object_get(req->args, "name");
+    const char *n = json_string_value(name);
+    if (name && !td_job_name_ok(n)) {
+        ERRF(c, req, TD_ERR_INVALID_ARGS, "submit: name must be 1-%d bytes "
+             "of printable text (no control characters)", TD_JOB_NAME_MAX);
+        json_decref(norm);
+        return;
+    }
+    if (c->uid != 0) {
+        long long max = td_settings_int(c->d->settings, "max_queued_per_user");
+        long long have = 0;
+        for (td_job *q = c->d->jobs.head; q; q = q->next)
+            have += q->uid == c->uid && !td_job_state_final(q->state);
+        if (have >= max) {
+            ERRF(c, req, TD_ERR_CONFLICT, "submit: uid %u already has %lld "
+                 "unfinished job(s), the limit (max_queued_per_user); wait "
+                 "for some to end or cancel them", (unsigned)c->uid, have);
+            json_decref(norm);
+            return;
+        }
+    }
+    if (!n)
+        n = dflt_name;
+    td_job *j = norm ? td_jobs_add(&c->d->jobs, n && *n ? n : "job", c->uid,
+                                   norm)
+                     : NULL;
+    json_decref(norm);
+    if (!j) {
+        ERRF(c, req, TD_ERR_INTERNAL, "out of memory");
+        return;
+    }
+    j->epochs_total = json_integer_value(json_object_get(j->spec, "epochs"));
+    td_logf(TD_LOG_INFO, j->id, "submitted by uid %u: %s%s%s%s",
+            (unsigned)c->uid, j->name, task ? " (" : "", task ? task : "",
+            task ? " job)" : "");
+    if (task)
+        td_logf(TD_LOG_INFO, j->id, "%s job: checkpoint %s", task,
+                json_string_value(json_object_get(j->spec, "checkpoint")));
+    td_daemon_persist_job(c->d, j);
+    td__ok(c, req, json_pack("{s:I, s:s}", "job", (json_int_t)j->id,
+                             "state", td_job_state_name(j->state)));
+    td_daemon_schedule(c->d);
+}
+
+/* An eval or predict job (infer_jobs.h): its spec, then its files as the
+ * submitter. */
+static void td__submit_infer(td_client *c, td_request *req, json_t *spec)
+{
+    td_infer_spec is;
+    char err[1400];
+    int rc;
+    if ((rc = td_infer_spec_parse(spec, &is, err, sizeof err))) {
+        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
+        return;
+    }
+    if ((rc = td_infer_job_check(c->d, c->uid, &is, err, sizeof err))) {
+        ERRF(c, req, rc == -EACCES ? TD_ERR_PERMISSION : TD_ERR_INVALID_SPEC,
+             "%s", err);
+        td_infer_spec_free(&is);
+        return;
+    }
+    char name[80];
+    snprintf(name, sizeof name, "%s", is.name[0] ? is.name
+                                                 : td_task_name(is.task));
+    json_t *norm = td_infer_spec_to_json(&is);
+    enum td_task t = is.task;
+    td_infer_spec_free(&is);
+    td__enqueue(c, req, norm, name, td_task_name(t));
+}
+
 static void cmd_submit(td_client *c, td_request *req)
 {
     json_t *spec = json_object_get(req->args, "spec");
-    json_t *name = json_object_get(req->args, "name");
     td_job_spec parsed;
     char err[1024];
+    enum td_task task;
+    if (td_spec_task(spec, &task, err, sizeof err)) {
+        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
+        return;
+    }
+    if (task != TD_TASK_TRAIN) {
+        td__submit_infer(c, req, spec);
+        return;
+    }
     if (td_spec_parse(spec, NULL, &parsed, err, sizeof err)) {
         ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
         return;
@@ -198,45 +282,11 @@ static void cmd_submit(td_client *c, td_request *req)
         td_spec_free(&parsed);
         return;
     }
-    const char *n = json_string_value(name);
-    if (name && !td_job_name_ok(n)) {
-        ERRF(c, req, TD_ERR_INVALID_ARGS, "submit: name must be 1-%d bytes "
-             "of printable text (no control characters)", TD_JOB_NAME_MAX);
-        td_spec_free(&parsed);
-        return;
-    }
-    if (c->uid != 0) {
-        long long max = td_settings_int(c->d->settings, "max_queued_per_user");
-        long long have = 0;
-        for (td_job *q = c->d->jobs.head; q; q = q->next)
-            have += q->uid == c->uid && !td_job_state_final(q->state);
-        if (have >= max) {
-            ERRF(c, req, TD_ERR_CONFLICT, "submit: uid %u already has %lld "
-                 "unfinished job(s), the limit (max_queued_per_user); wait "
-                 "for some to end or cancel them", (unsigned)c->uid, have);
-            td_spec_free(&parsed);
-            return;
-        }
-    }
     json_t *norm = td_spec_to_json(&parsed);
-    if (!n)
-        n = parsed.name;
-    td_job *j = norm ? td_jobs_add(&c->d->jobs, n && *n ? n : "job", c->uid,
-                                   norm)
-                     : NULL;
-    json_decref(norm);
+    char dflt[80];
+    snprintf(dflt, sizeof dflt, "%s", parsed.name ? parsed.name : "");
     td_spec_free(&parsed);
-    if (!j) {
-        ERRF(c, req, TD_ERR_INTERNAL, "out of memory");
-        return;
-    }
-    j->epochs_total = json_integer_value(json_object_get(j->spec, "epochs"));
-    td_logf(TD_LOG_INFO, j->id, "submitted by uid %u: %s", (unsigned)c->uid,
-            j->name);
-    td_daemon_persist_job(c->d, j);
-    td__ok(c, req, json_pack("{s:I, s:s}", "job", (json_int_t)j->id,
-                             "state", td_job_state_name(j->state)));
-    td_daemon_schedule(c->d);
+    td__enqueue(c, req, norm, dflt, NULL);
 }
 
 static void cmd_list(td_client *c, td_request *req)
@@ -359,6 +409,12 @@ static void cmd_checkpoint(td_client *c, td_request *req)
     td_job *j = td__job_arg(c, req, 1);
     if (!j)
         return;
+    if (td_job_task(j) != TD_TASK_TRAIN) {
+        ERRF(c, req, TD_ERR_CONFLICT, "job %lld is a %s job; only training "
+             "jobs write checkpoints", (long long)j->id,
+             td_task_name(td_job_task(j)));
+        return;
+    }
     if (j->state != TD_JOB_RUNNING || !c->d->trainer ||
         td_trainer_slot_job(c->d->trainer) != j->id) {
         ERRF(c, req, TD_ERR_CONFLICT, "job %lld is %s; only a running job "
@@ -379,6 +435,7 @@ static unsigned td__event_mask(json_t *events, char *bad, size_t cap)
         {"step", TD_EV_STEP},   {"window", TD_EV_WINDOW},
         {"epoch", TD_EV_EPOCH}, {"state", TD_EV_STATE},
         {"log", TD_EV_LOG},     {"checkpoint", TD_EV_CHECKPOINT},
+        {"eval", TD_EV_EVAL},
     };
     if (!events)
         return TD_EV_ALL;
@@ -418,10 +475,10 @@ static void cmd_subscribe(td_client *c, td_request *req)
         if (bad[0] == '(')
             ERRF(c, req, TD_ERR_INVALID_ARGS, "subscribe: events must be a "
                  "non-empty list (step, window, epoch, state, log, "
-                 "checkpoint)");
+                 "checkpoint, eval)");
         else
             ERRF(c, req, TD_ERR_INVALID_ARGS, "subscribe: unknown event '%s' "
-                 "(step, window, epoch, state, log, checkpoint)", bad);
+                 "(step, window, epoch, state, log, checkpoint, eval)", bad);
         return;
     }
     if (job && !td_jobs_find(&c->d->jobs, json_integer_value(job))) {
@@ -631,6 +688,12 @@ static void cmd_trace(td_client *c, td_request *req)
     if (steps < 1 || steps > 10000) {
         ERRF(c, req, TD_ERR_INVALID_ARGS, "steps: must be 1..10000, not %lld",
              (long long)steps);
+        return;
+    }
+    if (td_job_task(j) != TD_TASK_TRAIN) {
+        ERRF(c, req, TD_ERR_CONFLICT, "job %lld is a %s job; only training "
+             "jobs have steps to trace", (long long)j->id,
+             td_task_name(td_job_task(j)));
         return;
     }
     if (j->state != TD_JOB_RUNNING || !c->d->trainer ||

@@ -31,6 +31,7 @@
 #include "bounds.h"
 #include "job/spec.h"
 #include "starts.h"
+#include "infer_jobs.h"
 
 enum { TD_INBOX_MAX = 4096 }; /* step events beyond this are dropped */
 
@@ -195,6 +196,15 @@ static int td__revalidate(td_daemon *d, td_job *j)
     }
     if (td_job_state_final(j->state))
         return 0;
+    if (td_job_task(j) != TD_TASK_TRAIN ||
+        json_object_get(j->spec, "task")) { /* eval, predict (or junk) */
+        td_infer_spec is;
+        int irc = td_infer_spec_parse(j->spec, &is, e, sizeof e);
+        td_infer_spec_free(&is);
+        if (irc == 0)
+            return 0;
+        goto failed;
+    }
     int rc = td_spec_parse(j->spec, NULL, &sp, e, sizeof e);
     if (rc == 0) {
         rc = td_limits_check_spec(d->settings, &sp, NULL, NULL, e,
@@ -203,6 +213,7 @@ static int td__revalidate(td_daemon *d, td_job *j)
     }
     if (rc == 0)
         return 0;
+failed:
     j->state = TD_JOB_FAILED;
     snprintf(j->reason, sizeof j->reason, "the saved record is no longer a "
              "valid job: %.200s", e);
@@ -283,9 +294,12 @@ static void td__load_jobs(td_daemon *d)
                 /* A clean shutdown leaves its job pending; running means
                  * traind died under it (kill -9, a crash, power loss). */
                 j->state = TD_JOB_PENDING;
-                snprintf(j->reason, sizeof j->reason,
-                         "interrupted by a daemon restart; resumes from its "
-                         "last checkpoint");
+                snprintf(j->reason, sizeof j->reason, "%s",
+                         td_job_task(j) != TD_TASK_TRAIN
+                             ? "interrupted by a daemon restart; runs again "
+                               "from the start"
+                             : "interrupted by a daemon restart; resumes "
+                               "from its last checkpoint");
                 td_logf(TD_LOG_WARN, j->id, "recovered after traind stopped "
                         "without a shutdown (killed or crashed) at step "
                         "%lld; resumes from its last checkpoint",
@@ -403,7 +417,11 @@ void td_daemon_schedule(td_daemon *d)
             td_daemon_set_job_state(d, j, TD_JOB_FAILED, err);
             continue;
         }
-        td_daemon_set_job_state(d, j, TD_JOB_RUNNING, "training");
+        enum td_task t = td_job_task(j);
+        td_daemon_set_job_state(d, j, TD_JOB_RUNNING,
+                                t == TD_TASK_EVAL      ? "evaluating"
+                                : t == TD_TASK_PREDICT ? "predicting"
+                                                       : "training");
     }
 }
 
@@ -411,6 +429,11 @@ void td_daemon_schedule(td_daemon *d)
 static void td__progress(td_daemon *d, td_job *j, int kind, json_t *data)
 {
     json_t *v;
+    if (kind == TD_EV_EVAL) { /* images done of total, as steps */
+        j->step = json_integer_value(json_object_get(data, "done"));
+        j->steps_total = json_integer_value(json_object_get(data, "total"));
+        return;
+    }
     if ((v = json_object_get(data, "step")))
         j->step = json_integer_value(v);
     if ((v = json_object_get(data, "epoch")) && kind != TD_EV_EPOCH)
@@ -489,8 +512,13 @@ static void td__job_done(td_daemon *d, td_inbox_msg *m)
     if (j) {
         int rc = (int)json_integer_value(json_object_get(r, "rc"));
         int stopped = (int)json_integer_value(json_object_get(r, "stopped"));
+        enum td_task task = td_job_task(j);
         json_decref(j->result);
-        j->result = json_incref(r);
+        /* An eval or predict job's result is what the local command
+         * prints with --json (infer_run.h), when there is one. */
+        j->result = task == TD_TASK_TRAIN ? json_incref(r)
+                                          : json_incref(json_object_get(
+                                                r, "result"));
         if (rc) {
             td_daemon_set_job_state(d, j, TD_JOB_FAILED,
                                     json_string_value(json_object_get(
@@ -499,12 +527,19 @@ static void td__job_done(td_daemon *d, td_inbox_msg *m)
             td_daemon_set_job_state(d, j, TD_JOB_CANCELLED, j->stop_note);
         } else if (stopped == TD_STOP_PAUSE) {
             td_daemon_set_job_state(d, j, TD_JOB_SUSPENDED, j->stop_note);
+        } else if (stopped == TD_STOP_SHUTDOWN && task != TD_TASK_TRAIN) {
+            td_daemon_set_job_state(d, j, TD_JOB_PENDING, "interrupted by a "
+                                    "daemon shutdown; runs again from the "
+                                    "start");
         } else if (stopped == TD_STOP_SHUTDOWN) {
             snprintf(why, sizeof why, "interrupted by a daemon shutdown at "
                      "step %lld; resumes from its last checkpoint",
                      (long long)json_integer_value(json_object_get(r,
                                                                    "steps")));
             td_daemon_set_job_state(d, j, TD_JOB_PENDING, why);
+        } else if (task != TD_TASK_TRAIN) {
+            td_infer_job_summary(j->result, task, why, sizeof why);
+            td_daemon_set_job_state(d, j, TD_JOB_COMPLETED, why);
         } else {
             json_t *acc = json_object_get(r, "val_acc");
             char accs[32] = "no validation set";

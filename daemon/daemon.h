@@ -31,7 +31,8 @@ enum {
     TD_EV_STATE = 1 << 3,
     TD_EV_LOG = 1 << 4,
     TD_EV_CHECKPOINT = 1 << 5,
-    TD_EV_ALL = (1 << 6) - 1,
+    TD_EV_EVAL = 1 << 6, /* an eval or predict job's images done / total */
+    TD_EV_ALL = (1 << 7) - 1,
     /* inbox messages that are not events */
     TD_MSG_STARTED = 1 << 8, /* the trainer built the job and trains */
     TD_MSG_DONE = 1 << 9,    /* the trainer thread is done with the job */

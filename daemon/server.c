@@ -201,6 +201,7 @@ void td_server_broadcast(td_daemon *d, int kind, int64_t job, double ts,
         {TD_EV_STEP, "step"},   {TD_EV_WINDOW, "window"},
         {TD_EV_EPOCH, "epoch"}, {TD_EV_STATE, "state"},
         {TD_EV_LOG, "log"},     {TD_EV_CHECKPOINT, "checkpoint"},
+        {TD_EV_EVAL, "eval"},
     };
     const char *name = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -22,7 +22,9 @@
 #include "base/fscred.h"
 #include "base/log.h"
 #include "daemon.h"
+#include "base/clock.h"
 #include "job/device.h"
+#include "job/infer_run.h"
 #include "job/runner.h"
 #include "job/spec.h"
 #include "notify.h"
@@ -30,6 +32,7 @@
 #include "model/zoo.h"
 #include "settings.h"
 #include "starts.h"
+#include "infer_jobs.h"
 
 struct td_trainer_slot {
     td_daemon *d;
@@ -45,6 +48,11 @@ struct td_trainer_slot {
     enum td_stop_reason pending_stop;
     int pending_workers;
     int pending_trace;         /* steps to record once the runner exists */
+    /* eval and predict jobs (infer_jobs.h) */
+    enum td_task task;         /* TD_TASK_TRAIN: the runner runs it */
+    td_infer_spec ispec;
+    atomic_int infer_stop;     /* a TD_STOP_* asked of an eval/predict */
+    int64_t infer_last_ns;     /* the last progress event posted */
 };
 
 /* ---- the thread ------------------------------------------------------- */
@@ -163,6 +171,69 @@ static void *td__thread(void *arg)
     return NULL;
 }
 
+/* ---- eval and predict jobs -------------------------------------------- */
+
+/* Images done / total as "eval" events, at most 5 a second (and the
+ * first and last). */
+static void td__infer_progress(void *user, int64_t done, int64_t total)
+{
+    td_trainer_slot *s = user;
+    int64_t now = td_now_ns();
+    if (done != 0 && done != total && now - s->infer_last_ns < 200000000)
+        return;
+    s->infer_last_ns = now;
+    td_daemon_heartbeat(s->d);
+    td_daemon_post(s->d, TD_EV_EVAL, s->job,
+                   json_pack("{s:s, s:I, s:I}", "task",
+                             td_task_name(s->task), "done", (json_int_t)done,
+                             "total", (json_int_t)total));
+}
+
+/* An eval or predict job, start to end, on the job's device and with its
+ * submitter's identity for every file (infer_run.h). */
+static void *td__infer_thread(void *arg)
+{
+    td_trainer_slot *s = arg;
+    const td_infer_spec *is = &s->ispec;
+    char err[1400] = "";
+    json_t *result = NULL;
+    int rc;
+    td_log_set_thread_name("trainer");
+    int starts = td_starts_raise(s->d->state_dir, s->job);
+    if (starts < 0)
+        td_logf(TD_LOG_WARN, s->job, "cannot record the start attempt: %s",
+                td_strerror(starts));
+    td_infer_run_opts o = {.checkpoint = is->checkpoint, .device = s->device,
+                           .batch = is->batch_size, .workers = is->workers,
+                           .top_k = is->top_k,
+                           .cred = s->cred.set ? &s->cred : NULL,
+                           .stop = &s->infer_stop,
+                           .progress = td__infer_progress, .user = s};
+    td_daemon_post(s->d, TD_MSG_STARTED, s->job,
+                   json_pack("{s:I}", "steps_total",
+                             (json_int_t)(is->task == TD_TASK_PREDICT
+                                              ? is->n_images : 0)));
+    if (is->task == TD_TASK_EVAL)
+        rc = td_infer_eval(&o, is->data, &result, err, sizeof err);
+    else
+        rc = td_infer_predict(&o, (const char *const *)is->images,
+                              is->n_images, &result, err, sizeof err);
+    int stopped = rc == -ECANCELED ? atomic_load(&s->infer_stop) : 0;
+    if (stopped)
+        rc = 0;
+    json_t *done = json_pack("{s:i, s:s, s:i, s:I, s:s}", "rc", rc, "error",
+                             err[0] ? err : td_strerror(rc), "stopped",
+                             stopped, "steps", (json_int_t)0, "task",
+                             td_task_name(s->task));
+    if (done && result)
+        json_object_set_new(done, "result", result);
+    else
+        json_decref(result);
+    td_starts_clear(s->d->state_dir, s->job); /* ended without a crash */
+    td_daemon_post(s->d, TD_MSG_DONE, s->job, done);
+    return NULL;
+}
+
 /* ---- loop side -------------------------------------------------------- */
 
 int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
@@ -179,14 +250,20 @@ int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
     s->d = d;
     s->job = j->id;
     pthread_mutex_init(&s->mu, NULL);
-    if ((rc = td_spec_parse(j->spec, NULL, &s->spec, err, errcap)))
+    atomic_init(&s->infer_stop, 0);
+    s->task = td_job_task(j);
+    if (s->task != TD_TASK_TRAIN
+            ? (rc = td_infer_spec_parse(j->spec, &s->ispec, err, errcap))
+            : (rc = td_spec_parse(j->spec, NULL, &s->spec, err, errcap)))
         goto fail;
     /* The job's files are read with its submitter's rights (fscred.h). */
     if (j->uid != 0 && j->uid != geteuid() && td_fscred_can_switch() &&
         (rc = td_fscred_for_uid(j->uid, &s->cred, err, errcap)))
         goto fail;
     td_device_probe(&info);
-    if ((rc = td_device_select(s->spec.device, &info, &ch, err, errcap)))
+    if ((rc = td_device_select(s->task != TD_TASK_TRAIN ? s->ispec.device
+                                                        : s->spec.device,
+                               &info, &ch, err, errcap)))
         goto fail;
     if (ch.kind == TD_DEVICE_CUDA)
         snprintf(s->device, sizeof s->device, "cuda:%d", ch.index);
@@ -200,7 +277,10 @@ int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
              d->state_dir, (long long)j->id);
     long long w = td_settings_int(d->settings, "workers");
     s->pending_workers = w > 0 && s->spec.input.workers == 0 ? (int)w : 0;
-    if ((rc = pthread_create(&s->thread, NULL, td__thread, s)) != 0) {
+    if ((rc = pthread_create(&s->thread, NULL,
+                             s->task != TD_TASK_TRAIN ? td__infer_thread
+                                                      : td__thread,
+                             s)) != 0) {
         snprintf(err, errcap, "cannot start the trainer thread: %s",
                  strerror(rc));
         rc = -rc;
@@ -210,6 +290,7 @@ int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
     return 0;
 fail:
     td_spec_free(&s->spec);
+    td_infer_spec_free(&s->ispec);
     pthread_mutex_destroy(&s->mu);
     free(s);
     return rc;
@@ -217,6 +298,8 @@ fail:
 
 void td_trainer_slot_request(td_trainer_slot *s, enum td_stop_reason why)
 {
+    int none = 0;
+    atomic_compare_exchange_strong(&s->infer_stop, &none, (int)why);
     pthread_mutex_lock(&s->mu);
     if (s->runner)
         td_runner_stop(s->runner, why);
@@ -273,6 +356,7 @@ void td_trainer_slot_join(td_trainer_slot *s)
 {
     pthread_join(s->thread, NULL);
     td_spec_free(&s->spec);
+    td_infer_spec_free(&s->ispec);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

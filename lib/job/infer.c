@@ -1,5 +1,5 @@
 /* infer.c - forward passes of a model with given weights on the CPU
- * backend (see infer.h).
+ * backend, or a GPU's where built (see infer.h).
  *
  * Owns: the model, backend and weights of one predictor.
  * Never: decodes, trains, or writes files.
@@ -47,8 +47,8 @@ static int td__load(td_infer *inf, const td_ckpt_file *f, const char *path,
 }
 
 static int td__create(const td_model_meta *meta, const td_ckpt_file *f,
-                      const char *path, int batch, int threads,
-                      td_infer **out, char *err, size_t errcap)
+                      const char *path, const char *device, int batch,
+                      int threads, td_infer **out, char *err, size_t errcap)
 {
     td_infer *inf = calloc(1, sizeof *inf);
     char e[400];
@@ -78,9 +78,9 @@ static int td__create(const td_model_meta *meta, const td_ckpt_file *f,
     }
     td_optim_defaults(&bc.optim, TD_OPT_SGD);
     bc.optim.momentum = 0; /* no optimizer slots to hold */
-    if ((rc = td_backend_create("cpu", inf->model, &bc, &inf->be, e,
+    if ((rc = td_backend_create(device, inf->model, &bc, &inf->be, e,
                                 sizeof e))) {
-        snprintf(err, errcap, "cpu backend: %s", e);
+        snprintf(err, errcap, "%s backend: %s", device, e);
         goto fail;
     }
     inf->batch = batch;
@@ -107,13 +107,20 @@ int td_infer_create(const td_model_meta *meta, const char *weights,
     int rc = td_st_open(weights, &f, err, errcap);
     if (rc)
         return rc;
-    rc = td__create(meta, f, weights, batch, threads, out, err, errcap);
+    rc = td__create(meta, f, weights, "cpu", batch, threads, out, err,
+                    errcap);
     td_ckpt_close(f);
     return rc;
 }
 
 int td_infer_open(const char *path, int batch, int threads, td_infer **out,
                   char *err, size_t errcap)
+{
+    return td_infer_open_on(path, "cpu", batch, threads, out, err, errcap);
+}
+
+int td_infer_open_on(const char *path, const char *device, int batch,
+                     int threads, td_infer **out, char *err, size_t errcap)
 {
     td_ckpt_file *f;
     td_model_meta meta;
@@ -127,7 +134,8 @@ int td_infer_open(const char *path, int batch, int threads, td_infer **out,
         td_ckpt_close(f);
         return rc;
     }
-    rc = td__create(&meta, f, path, batch, threads, out, err, errcap);
+    rc = td__create(&meta, f, path, device ? device : "cpu", batch, threads,
+                    out, err, errcap);
     td_model_meta_free(&meta);
     td_ckpt_close(f);
     return rc;

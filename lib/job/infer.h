@@ -36,6 +36,10 @@ int td_infer_create(const td_model_meta *meta, const char *weights,
  * traind; modelmeta.h). */
 int td_infer_open(const char *path, int batch, int threads, td_infer **out,
                   char *err, size_t errcap);
+/* The same on a device: "cpu" or "cuda:N" (a build with CUDA; the
+ * daemon's eval and predict jobs run on their job's device). */
+int td_infer_open_on(const char *path, const char *device, int batch,
+                     int threads, td_infer **out, char *err, size_t errcap);
 
 void td_infer_free(td_infer *inf);
 

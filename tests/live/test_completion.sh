@@ -53,6 +53,9 @@ expect flip,pad_crop -- trainctl bench-input --augment flip,pa
 expect 3 12 -- trainctl watch ""
 expect 12 -- trainctl logs 1
 expect --output --size -- trainctl plot --
+expect --daemon --device -- trainctl eval --
+expect --daemon --device --top -- trainctl predict --
+expect cpu cuda:0 -- trainctl predict c.st --daemon --device ""
 expect 3 12 -- trainctl plot ""
 expect 3 12 -- trainctl --socket /tmp/x.sock cancel ""
 [[ $(cat "$TMPDIR_/socket") == /tmp/x.sock ]] && echo ok ||
@@ -74,6 +77,6 @@ for m in "${modes[@]}"; do
     echo "$out"
     n=$(grep -c '^ok$' <<<"$out")
     grep -q FAIL <<<"$out" && fail=1
-    ((n == 13)) || { echo "[$m] only $n of 13 checks ran"; fail=1; }
+    ((n == 16)) || { echo "[$m] only $n of 16 checks ran"; fail=1; }
 done
 exit $fail
