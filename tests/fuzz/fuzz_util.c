@@ -69,9 +69,13 @@ const char *td_fuzz_tmpdir(void)
 {
     if (td__dir[0])
         return td__dir;
+    /* TMPDIR, else /dev/shm: the targets that write files (dispatch makes
+     * and removes a daemon's state dir per input) run 10x faster on a
+     * tmpfs than on ext4, whose mkdir/rmdir dominate them. */
     const char *base = getenv("TMPDIR");
-    snprintf(td__dir, sizeof td__dir, "%s/td-fuzz-XXXXXX",
-             base && *base ? base : "/tmp");
+    if (!base || !*base)
+        base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    snprintf(td__dir, sizeof td__dir, "%s/td-fuzz-XXXXXX", base);
     if (!mkdtemp(td__dir)) {
         perror("fuzz: mkdtemp");
         abort();
