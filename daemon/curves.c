@@ -103,6 +103,31 @@ int td_curves_window(td_curves *c, const json_t *data)
     return 0;
 }
 
+int td_curves_restore(td_curves *c, const json_t *history)
+{
+    size_t i;
+    json_t *e;
+    int added = 0;
+    json_array_foreach(history, i, e) {
+        json_t *ep = json_object_get(e, "epoch");
+        if (!json_is_object(e) || !json_is_integer(ep))
+            continue;
+        json_int_t want = json_integer_value(ep);
+        size_t at = 0, n = json_array_size(c->history);
+        while (at < n && json_integer_value(json_object_get(
+                             json_array_get(c->history, at), "epoch")) < want)
+            at++;
+        if (at < n && json_integer_value(json_object_get(
+                          json_array_get(c->history, at), "epoch")) == want)
+            continue; /* kept already */
+        json_t *copy = td__pick(e, td__epoch_keys);
+        if (!copy || json_array_insert_new(c->history, at, copy))
+            return -ENOMEM;
+        added++;
+    }
+    return added;
+}
+
 void td_curves_to_record(const td_curves *c, json_t *rec)
 {
     if (c->history)

@@ -12,7 +12,10 @@
  *     other point goes and from then on every other window is kept (the
  *     whole run stays covered at half the resolution).
  * A job resumed after a kill -9 runs again from its checkpoint: an epoch
- * or window reported again replaces what was kept from the first pass.
+ * or window reported again replaces what was kept from the first pass,
+ * and the epochs before the checkpoint come back from it (an epoch can
+ * end, and its checkpoint land, just before the kill, while its record
+ * write had not).
  */
 #ifndef TD_CURVES_H
 #define TD_CURVES_H
@@ -37,6 +40,11 @@ void td_curves_free(td_curves *c);
 /* Adds an "epoch" or a "window" event's data; 0 or -ENOMEM. */
 int td_curves_epoch(td_curves *c, const json_t *data);
 int td_curves_window(td_curves *c, const json_t *data);
+
+/* A resumed job's epochs as its checkpoint kept them (traind.history):
+ * every epoch the history lacks is put in its place.  Returns how many
+ * were added, or -ENOMEM. */
+int td_curves_restore(td_curves *c, const json_t *history);
 
 /* Into / from a job record: "history", "curve", "curve_every",
  * "curve_windows".  from_record takes what is well formed and starts

@@ -579,6 +579,12 @@ static void td__on_wake(uv_async_t *a)
             td__job_done(d, m);
         } else if (m->kind == TD_MSG_TRACE) {
             td_obs_trace_done(d, m->job, m->data);
+        } else if (m->kind == TD_MSG_HISTORY) {
+            /* epochs whose record had not reached the disk before the
+             * daemon stopped, from the checkpoint the job resumed from */
+            if (j && td_curves_restore(&j->curves, json_object_get(
+                                                       m->data, "history")) > 0)
+                td_daemon_persist_job(d, j);
         } else if (m->kind == TD_MSG_STARTED) {
             if (j) {
                 j->steps_total = json_integer_value(json_object_get(

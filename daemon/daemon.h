@@ -37,6 +37,8 @@ enum {
     TD_MSG_STARTED = 1 << 8, /* the trainer built the job and trains */
     TD_MSG_DONE = 1 << 9,    /* the trainer thread is done with the job */
     TD_MSG_TRACE = 1 << 10,  /* a recorded timeline (obs.c) */
+    TD_MSG_HISTORY = 1 << 11, /* a resumed job's epochs from its
+                                 checkpoint (curves.h) */
 };
 
 struct td_daemon;

@@ -705,6 +705,35 @@ static int td__early_stop(td_runner *r, const td_epoch_info *e)
     return 1;
 }
 
+const char *const td__hist_keys[] = {
+    "epoch", "step", "train_loss", "train_acc", "val_loss", "val_acc", "lr",
+    "samples_per_s", "input_wait_ratio", "device_idle_ratio", "verdict",
+    "train_s", "eval_s", NULL};
+
+/* The epoch's entry in r->hist, replacing any of this epoch or later (a
+ * job that resumed runs them again). */
+static void td__hist_add(td_runner *r, const json_t *ev)
+{
+    json_int_t ep = json_integer_value(json_object_get(ev, "epoch"));
+    json_t *e = json_object();
+    if (!r->hist)
+        r->hist = json_array();
+    if (!e || !r->hist) {
+        json_decref(e);
+        return;
+    }
+    for (int k = 0; td__hist_keys[k]; k++) {
+        json_t *v = json_object_get(ev, td__hist_keys[k]);
+        if (v) /* copies: the event goes to another thread */
+            json_object_set_new(e, td__hist_keys[k], json_deep_copy(v));
+    }
+    size_t n = json_array_size(r->hist);
+    while (n > 0 && json_integer_value(json_object_get(
+                        json_array_get(r->hist, n - 1), "epoch")) >= ep)
+        json_array_remove(r->hist, --n);
+    json_array_append_new(r->hist, e);
+}
+
 static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
 {
     td_runner *r = user;
@@ -748,6 +777,7 @@ static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
     r->ep_train_acc = e->train_acc;
     r->ep_val_loss = e->val_loss;
     r->ep_val_acc = e->val_acc;
+    td__hist_add(r, o);
     td__runner_emit(r, "epoch", o);
     if (r->o.snapshot) /* the epoch's figures at once, not a window later */
         td__snapshot(r, e->epoch + 1);
@@ -939,8 +969,11 @@ void td_runner_free(td_runner *r)
     free(r->lr_mult);
     free(r->bn_eval);
     json_decref(r->meta_json);
-    for (int i = 0; i < TD__NSNAP; i++)
+    json_decref(r->hist);
+    for (int i = 0; i < TD__NSNAP; i++) {
         td_ckpt_snapshot_destroy(&r->snap[i]);
+        json_decref(r->snap_meta[i]);
+    }
     free(r->flat);
     pthread_mutex_destroy(&r->res_mu);
     free(r);

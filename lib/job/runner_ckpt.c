@@ -361,7 +361,28 @@ static int td__checkpoint(td_runner *r, const td_train_position *pos,
             return rc;
         *cnt = pos->steps;
     }
-    s->extra_meta = r->meta_json;
+    /* This buffer's metadata: the model's keys and the curves of the
+     * epochs before pos (their record may not have reached the disk when
+     * a kill -9 comes; the resumed job hands them back to the daemon).
+     * The buffer is free, so the writer no longer reads its old one. */
+    json_decref(r->snap_meta[slot]);
+    r->snap_meta[slot] = r->meta_json ? json_deep_copy(r->meta_json)
+                                      : json_object();
+    if (r->snap_meta[slot] && json_array_size(r->hist) > 0) {
+        json_t *h = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(r->hist, i, e)
+            if (json_integer_value(json_object_get(e, "epoch")) < pos->epoch)
+                json_array_append(h, e);
+        char *txt = json_dumps(h, JSON_COMPACT);
+        if (txt)
+            json_object_set_new(r->snap_meta[slot], "traind.history",
+                                json_string(txt));
+        free(txt);
+        json_decref(h);
+    }
+    s->extra_meta = r->snap_meta[slot] ? r->snap_meta[slot] : r->meta_json;
     td__fill f = {s, NULL, 1};
     if ((rc = td__walk(r, td__fill_one, &f)))
         return rc;
@@ -473,21 +494,38 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
         .ep_correct = m->has_epoch_sums ? m->epoch_correct : 0,
         .ep_samples = m->has_epoch_sums ? m->epoch_samples : 0};
     int64_t epoch = pos.epoch, steps = pos.steps, in_epoch = pos.step_in_epoch;
+    /* The curves of the epochs before the checkpoint (optional: older
+     * checkpoints have none). */
+    const char *hist = td_ckpt_file_meta_str(f, "traind.history");
+    json_t *h = hist ? json_loads(hist, 0, NULL) : NULL;
+    if (hist && !json_is_array(h))
+        td_logf(TD_LOG_WARN, r->o.job, "checkpoint %s: traind.history is not "
+                "a JSON array; the epochs before it are not restored", path);
     td_ckpt_close(f);
     if (rc) {
         snprintf(err, errcap, "checkpoint %s: %s", path, e);
-        return rc;
-    }
-    if (epoch >= r->spec->epochs) {
+    } else if (epoch >= r->spec->epochs) {
         snprintf(err, errcap, "checkpoint %s is at the end of the job", path);
-        return -EINVAL;
-    }
-    if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats,
-                                 &pos))) {
+        rc = -EINVAL;
+    } else if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats,
+                                        &pos))) {
         snprintf(err, errcap, "checkpoint %s: position epoch %" PRId64
                  " step %" PRId64 " does not fit this job", path, epoch,
                  in_epoch);
+    }
+    if (rc) {
+        json_decref(h);
         return rc;
+    }
+    if (json_is_array(h)) {
+        /* the event's copy goes to another thread; r->hist stays here */
+        json_decref(r->hist);
+        r->hist = h;
+        td__runner_emit(r, "history", json_pack("{s:I, s:o}", "epoch",
+                                                 (json_int_t)epoch, "history",
+                                                 json_deep_copy(h)));
+    } else {
+        json_decref(h);
     }
     r->last_ckpt_step = steps;
     r->last_written_step = steps; /* it is on disk */

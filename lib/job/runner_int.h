@@ -19,12 +19,20 @@
 
 enum { TD__NSNAP = 2, TD__TRACE_CAP = 1 << 18 };
 
+/* The fields of an epoch event a checkpoint's traind.history keeps. */
+extern const char *const td__hist_keys[];
+
 struct td_runner {
     td_runner_opts o;
     const td_job_spec *spec;
     td_model *model;
     json_t *graph;                   /* the model's layer graph */
     json_t *meta_json;               /* self-describing checkpoint keys */
+    json_t *hist;                    /* every finished epoch's curve entry
+                                        (the epoch event's figures), kept in
+                                        each checkpoint as traind.history */
+    json_t *snap_meta[TD__NSNAP];    /* per buffer: meta_json plus
+                                        traind.history, read by the writer */
     float *lr_mult;                  /* per parameter (freeze), or NULL */
     uint8_t *bn_eval;                /* per layer (freeze_bn_stats), or
                                         NULL */

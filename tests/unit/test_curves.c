@@ -150,6 +150,38 @@ START_TEST(test_record_round_trip)
 }
 END_TEST
 
+/* Epochs from a resumed job's checkpoint fill the gaps, in order, and
+ * leave the epochs the history has alone. */
+START_TEST(test_restore_fills_gaps)
+{
+    td_curves c;
+    ck_assert_int_eq(td_curves_init(&c), 0);
+    json_t *ev = epoch_ev(0, 0.5);
+    td_curves_epoch(&c, ev);
+    json_decref(ev);
+    ev = epoch_ev(3, 0.5); /* 1 and 2 missing (their record was lost) */
+    td_curves_epoch(&c, ev);
+    json_decref(ev);
+    json_t *from = json_array();
+    for (int e = 0; e < 3; e++)
+        json_array_append_new(from, epoch_ev(e, 0.25));
+    ck_assert_int_eq(td_curves_restore(&c, from), 2);
+    ck_assert_int_eq(json_array_size(c.history), 4);
+    for (int e = 0; e < 4; e++)
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_array_get(c.history, (size_t)e), "epoch")),
+                         e);
+    /* epoch 0 kept as it was; 1 restored without the event-only keys */
+    ck_assert_double_eq(json_real_value(json_object_get(
+                            json_array_get(c.history, 0), "val_acc")), 0.5);
+    ck_assert_ptr_null(json_object_get(json_array_get(c.history, 1),
+                                       "epochs_total"));
+    ck_assert_int_eq(td_curves_restore(&c, from), 0);
+    json_decref(from);
+    td_curves_free(&c);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("curves");
@@ -158,6 +190,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_windows_thinned_cover_the_run);
     tcase_add_test(tc, test_window_reported_again_replaces);
     tcase_add_test(tc, test_record_round_trip);
+    tcase_add_test(tc, test_restore_fills_gaps);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -80,6 +80,8 @@ typedef struct seen {
     double loss[EPOCHS * PER_EPOCH + 1]; /* by step number, 1-based */
     int64_t epoch_step[EPOCHS];
     double epoch_loss[EPOCHS], epoch_acc[EPOCHS];
+    int hist_events, hist_len;       /* "history" events (a resume) */
+    double hist_loss0;               /* their epoch 0 train_loss */
     int64_t ckpt_step[32];
     td_runner *r;          /* for stops from the step event */
     int stop_at;           /* 0: never */
@@ -110,6 +112,12 @@ static void on_event(void *user, const char *kind, json_t *data)
                 json_object_get(data, "train_acc"));
         }
         s->epochs++;
+    } else if (strcmp(kind, "history") == 0) {
+        json_t *h = json_object_get(data, "history");
+        s->hist_events++;
+        s->hist_len = (int)json_array_size(h);
+        s->hist_loss0 = json_number_value(json_object_get(
+            json_array_get(h, 0), "train_loss"));
     } else if (strcmp(kind, "checkpoint") == 0) {
         if (s->ckpts < 32 && json_is_true(json_object_get(data, "ok")))
             s->ckpt_step[s->ckpts] = step;
@@ -286,6 +294,53 @@ START_TEST(test_pause_then_resume_matches_uninterrupted)
 }
 END_TEST
 
+/* A checkpoint keeps the curves of the epochs before it
+ * (traind.history), and a job resumed from it hands them back in a
+ * "history" event: what the daemon restores when an epoch's record had
+ * not reached the disk before a kill -9. */
+START_TEST(test_checkpoint_carries_history)
+{
+    td_job_spec spec;
+    parse_spec(&spec, 0, 0);
+    char err[512] = "";
+    td_runner_result res;
+    seen *a = malloc(sizeof *a), *c = malloc(sizeof *c);
+    seen_init(a);
+    a->stop_at = 13; /* in the second epoch */
+    a->stop_why = TD_STOP_PAUSE;
+    ck_assert_msg(run_job(&spec, "h", 0, a, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.stopped, TD_STOP_PAUSE);
+    ck_assert_int_eq(a->epochs, 1);
+    td_ckpt_file *f;
+    ck_assert_msg(td_ckpt_open(res.last_checkpoint, &f, err, sizeof err) == 0,
+                  "%s", err);
+    const char *txt = td_ckpt_file_meta_str(f, "traind.history");
+    ck_assert_ptr_nonnull(txt);
+    json_t *h = json_loads(txt, 0, NULL);
+    ck_assert_int_eq(json_array_size(h), 1);
+    json_t *e0 = json_array_get(h, 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(e0, "epoch")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(e0, "step")),
+                     PER_EPOCH);
+    ck_assert(json_number_value(json_object_get(e0, "train_loss")) ==
+              a->epoch_loss[0]);
+    ck_assert_ptr_nonnull(json_object_get(e0, "lr"));
+    json_decref(h);
+    td_ckpt_close(f);
+    seen_init(c);
+    c->last_step = res.steps;
+    ck_assert_msg(run_job(&spec, "h", 1, c, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(c->hist_events, 1);
+    ck_assert_int_eq(c->hist_len, 1);
+    ck_assert(c->hist_loss0 == a->epoch_loss[0]);
+    free(a);
+    free(c);
+    td_spec_free(&spec);
+}
+END_TEST
+
 /* A cancel stops at a step boundary (after step 4 or 5, as above) and
  * takes no checkpoint. */
 START_TEST(test_cancel_takes_no_final_checkpoint)
@@ -399,6 +454,7 @@ static Suite *runner_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_job_does_what_the_spec_says);
     tcase_add_test(tc, test_pause_then_resume_matches_uninterrupted);
+    tcase_add_test(tc, test_checkpoint_carries_history);
     tcase_add_test(tc, test_cancel_takes_no_final_checkpoint);
     tcase_add_test(tc, test_final_checkpoint_wait_is_not_a_skip);
     tcase_add_test(tc, test_create_errors_name_the_field);
