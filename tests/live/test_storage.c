@@ -37,20 +37,18 @@ static json_t *show_job(int fd, int64_t id)
     return j;
 }
 
-/* Waits until the job has taken a step in this daemon's life. */
-static void wait_stepping(int fd, int64_t id, int64_t after)
+/* Waits until the job has taken a step in this daemon's life: a step
+ * event on fd, not the record's step, which a restarted daemon shows from
+ * the previous life at once (a kill -9 then came before the trainer had
+ * counted the start, and the crash loop was not seen). */
+static void wait_stepping(int fd, int64_t id)
 {
-    for (int i = 0; i < 500; i++) {
-        json_t *j = show_job(fd, id);
-        int64_t step = json_integer_value(json_object_get(j, "step"));
-        const char *st = json_string_value(json_object_get(j, "state"));
-        int ok = strcmp(st, "running") == 0 && step > after;
-        json_decref(j);
-        if (ok)
-            return;
-        usleep(20000);
-    }
-    ck_abort_msg("job %lld never stepped", (long long)id);
+    json_decref(th_request(fd, "subscribe", json_pack("{s:I, s:[s]}", "job",
+                                                      (json_int_t)id,
+                                                      "events", "step")));
+    json_t *ev = th_wait_event(fd, "step", id, NULL, 30000, NULL);
+    ck_assert_msg(ev != NULL, "job %lld never stepped", (long long)id);
+    json_decref(ev);
 }
 
 /* A job that takes the daemon down every time it runs (here: kill -9
@@ -64,7 +62,7 @@ START_TEST(test_crash_loop_job_failed)
                         json_false());
     int64_t id = th_submit(fd, spec);
     for (int life = 0; life < 3; life++) {
-        wait_stepping(fd, id, 0);
+        wait_stepping(fd, id);
         close(fd);
         kill9_and_restart(&H);
         fd = th_connect(&H, NULL);
@@ -95,7 +93,7 @@ START_TEST(test_one_crash_resumes)
     json_object_set_new(json_object_get(spec, "checkpoint"), "at_epoch_end",
                         json_false());
     int64_t id = th_submit(fd, spec);
-    wait_stepping(fd, id, 0);
+    wait_stepping(fd, id);
     close(fd);
     kill9_and_restart(&H);
     fd = th_connect(&H, NULL);
@@ -295,7 +293,7 @@ START_TEST(test_cancel_survives_kill9)
 {
     int fd = th_connect(&H, NULL);
     int64_t id = th_submit(fd, th_spec(100000, 0, 64, 32));
-    wait_stepping(fd, id, 0);
+    wait_stepping(fd, id);
     json_t *r = th_job_request(fd, "cancel", id);
     ck_assert_ptr_nonnull(th_ok(r));
     json_decref(r);
