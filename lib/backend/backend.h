@@ -76,14 +76,15 @@ typedef struct td_backend_config {
     /* Per parameter (model order): that parameter's lr is the step's lr
      * times this; 0 freezes it (no update at all: no decay, no momentum,
      * its values stay bitwise the same).  NULL = 1 everywhere.  Borrowed;
-     * must outlive the backend.  CPU backend only (cuda refuses it). */
+     * must outlive the backend.  Both backends (cuda: one fused update
+     * launch per run of equal multipliers, frozen runs skipped). */
     const float *lr_mult;
     /* Per layer (model order): 1 for a batch norm that runs in inference
      * mode during training too: it normalises with its running
      * statistics, leaves them bitwise unchanged, and its backward is the
      * inference-mode one (the job's freeze_bn_stats).  NULL = none.
-     * Borrowed, like lr_mult, and CPU backend only (it comes with frozen
-     * parameters, which the cuda backend refuses). */
+     * Borrowed, like lr_mult.  Both backends (cuda: cuDNN's inference
+     * forward, the backward a kernel of kernels/bn_eval.h). */
     const uint8_t *bn_eval;
     /* CUDA: run one step at create (lr 0; parameters, optimizer state and
      * running statistics put back after), so what the CUDA libraries load

@@ -112,6 +112,20 @@ static void td__roots(td__cuda *be)
     }
 }
 
+/* Floats of scratch the bn_eval backward needs: 2 per (sample, channel)
+ * of the widest batch norm kept in inference mode; 0 without any. */
+static size_t td__bn_part_count(const td__cuda *be)
+{
+    const td_model *m = be->base.model;
+    size_t most = 0;
+    for (int L = 0; L < m->nlayers; L++) {
+        size_t k = 2 * (size_t)be->batch * (size_t)m->layers[L].out.c;
+        if (td__cuda_bn_eval(be, L) && k > most)
+            most = k;
+    }
+    return most;
+}
+
 /* Lays everything out from c->base (sizing pass when it is NULL). */
 static void td__carve(td__cuda *be, td__cursor *c)
 {
@@ -130,6 +144,7 @@ static void td__carve(td__cuda *be, td__cursor *c)
     }
     be->row_loss = td__take(c, sizeof(double) * (size_t)be->batch);
     be->row_ok = td__take(c, sizeof(int) * (size_t)be->batch);
+    be->bn_part = td__take(c, td__bn_part_count(be) * f);
     be->acc = td__take(c, sizeof(td_dev_stats));
     be->work = td__take(c, be->work_bytes);
     be->blas_ws = td__take(c, TD__BLAS_WS);
@@ -788,11 +803,6 @@ static int td__cuda_check(const td_model *m, const td_backend_config *cfg,
     if (m->layers[0].out.c > 4) {
         snprintf(err, errcap, "input.channels: the cuda backend takes 1..4");
         return -EINVAL;
-    }
-    if (cfg->lr_mult) {
-        snprintf(err, errcap, "freeze: not supported on the cuda backend "
-                 "yet (use device \"cpu\")");
-        return TD_E_NOTSUP;
     }
     return td_backend_check_config(m, cfg, err, errcap);
 }

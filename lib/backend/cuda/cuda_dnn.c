@@ -8,8 +8,9 @@
  * so results match the CPU backend; only documented-deterministic
  * algorithms when the configuration asks), and the forward and backward
  * calls of
- * conv2d, batch norm (training with running statistics, inference,
- * backward), relu and the pools.  Gradient summation into a shared input
+ * conv2d, batch norm (training with running statistics, inference - also
+ * while training for layers kept in inference mode, whose backward is a
+ * kernel of ours, cuda_step.c -, backward), relu and the pools.  Gradient summation into a shared input
  * uses cuDNN's beta = 1.
  * Never does: allocate device memory (the workspace comes from the arena),
  * synchronise, or call anything but cuDNN.
@@ -503,7 +504,9 @@ int td__dnn_forward(td__cuda *be, int L, int train)
                                        d->y, g->y));
         return 0;
     case TD_L_BN:
-        if (!train) {
+        /* evaluation, and training with the layer kept in inference mode
+         * (bn_eval): the running statistics, read only */
+        if (!train || td__cuda_bn_eval(be, L)) {
             TD__DNN(be, cudnnBatchNormalizationForwardInference(h,
                     CUDNN_BATCHNORM_SPATIAL, &td__one, &td__zero, d->x, x,
                     d->y, g->y, d->chan, g->w, g->b, g->rmean, g->rvar,

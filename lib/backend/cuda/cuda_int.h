@@ -94,6 +94,7 @@ typedef struct td__cuda {
     int32_t *labels[TD__NBUF];
     double *row_loss;
     int *row_ok;
+    float *bn_part;              /* scratch of the bn_eval backward */
     td_dev_stats *acc;
     void *work;
     size_t work_bytes;          /* cuDNN workspace (max over layers) */
@@ -144,6 +145,16 @@ const char *td__cublas_str(cublasStatus_t s);
     } while (0)
 
 size_t td__cuda_esize(enum td_dtype t);
+
+/* Layer L is a batch norm kept in inference mode while training
+ * (cfg.bn_eval, the job's freeze_bn_stats): its forward normalises with
+ * the running statistics and leaves them alone, its backward is the
+ * inference-mode one (kernels/bn_eval.h). */
+static inline int td__cuda_bn_eval(const td__cuda *be, int L)
+{
+    return be->base.cfg.bn_eval && be->base.cfg.bn_eval[L] &&
+           be->base.model->layers[L].kind == TD_L_BN;
+}
 
 /* ---- NVTX ranges (no-ops when the header is missing) --------------------- */
 void td__nvtx_push(const char *name);

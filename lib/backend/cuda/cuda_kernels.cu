@@ -2,7 +2,7 @@
  *
  * Owns: the launch code (grid shapes, index mapping) around the per-element
  * arithmetic in kernels/ (normalize.h, softmax_xent.h, optim_update.h,
- * eltwise.h, stats.h), which the host tests check against double
+ * eltwise.h, stats.h, bn_eval.h), which the host tests check against double
  * references.  Each launcher enqueues on the given stream and returns
  * cudaGetLastError(); the caller turns a failure into a job error.  Every
  * launch goes through TD_LAUNCH (cuda_launch.h), so the simulated device
@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_launch.h"
 
 extern "C" {
+#include "bn_eval.h"
 #include "eltwise.h"
 #include "normalize.h"
 #include "optim_update.h"
@@ -142,6 +143,37 @@ __global__ void dropout_bwd_k(const float *dy, float *dx,
                           accumulate);
 }
 
+/* Inference-mode batch norm backward (bn_eval.h): partial sums per
+ * (sample, channel) plane, then per channel, then dx element-wise. */
+__global__ void bn_eval_plane_k(const float *x, const float *dy,
+                                const float *mean, float *part,
+                                size_t planes, int c, size_t hw)
+{
+    TD__GRID_LOOP(p, planes)
+    td_bn_eval_plane(x, dy, mean, part, p, c, hw);
+}
+
+__global__ void bn_eval_chan_k(const float *part, const float *var,
+                               float eps, float *dgamma, float *dbeta, int n,
+                               int c)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch < c)
+        td_bn_eval_chan(part, var, eps, dgamma, dbeta, n, c, ch);
+}
+
+__global__ void bn_eval_dx_k(const float *dy, float *dx, const float *gamma,
+                             const float *var, float eps, size_t count,
+                             int c, size_t hw, int accumulate)
+{
+    TD__GRID_LOOP(i, count)
+    {
+        size_t ch = (i / hw) % (size_t)c;
+        dx[i] = td_accum_elem(dx[i], td_bn_eval_dx(dy[i], gamma[ch],
+                              td_bn_eval_inv(var[ch], eps)), accumulate);
+    }
+}
+
 } // namespace
 
 extern "C" cudaError_t td__k_normalize(cudaStream_t s, const uint8_t *nhwc,
@@ -249,5 +281,24 @@ extern "C" cudaError_t td__k_dropout_bwd(cudaStream_t s, const float *dy,
 {
     TD_LAUNCH(dropout_bwd_k, grid_for(count), kBlock, 0, s, dy, dx, mask,
               count, keep, accumulate);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t td__k_bn_eval_bwd(cudaStream_t s, const float *x,
+                                         const float *dy, float *dx,
+                                         const float *gamma,
+                                         const float *mean, const float *var,
+                                         float eps, float *dgamma,
+                                         float *dbeta, float *part, int n,
+                                         int c, size_t hw, int accumulate)
+{
+    size_t planes = (size_t)n * c, count = planes * hw;
+    TD_LAUNCH(bn_eval_plane_k, grid_for(planes), kBlock, 0, s, x, dy, mean,
+              part, planes, c, hw);
+    TD_LAUNCH(bn_eval_chan_k, (c + kBlock - 1) / kBlock, kBlock, 0, s, part,
+              var, eps, dgamma, dbeta, n, c);
+    if (dx)
+        TD_LAUNCH(bn_eval_dx_k, grid_for(count), kBlock, 0, s, dy, dx, gamma,
+                  var, eps, count, c, hw, accumulate);
     return cudaGetLastError();
 }

@@ -47,6 +47,15 @@ cudaError_t td__k_dropout_fwd(cudaStream_t s, const float *x, float *y,
 cudaError_t td__k_dropout_bwd(cudaStream_t s, const float *dy, float *dx,
                               const uint8_t *mask, size_t count, float keep,
                               int accumulate);
+/* The backward of batch norm in inference mode (kernels/bn_eval.h) on an
+ * n x c x (hw) NCHW tensor: dgamma, dbeta (overwritten) and, when dx is
+ * not NULL, dx (summed into it when accumulate); part is scratch of
+ * 2 * n * c floats. */
+cudaError_t td__k_bn_eval_bwd(cudaStream_t s, const float *x,
+                              const float *dy, float *dx, const float *gamma,
+                              const float *mean, const float *var, float eps,
+                              float *dgamma, float *dbeta, float *part, int n,
+                              int c, size_t hw, int accumulate);
 
 #ifdef __cplusplus
 }

@@ -2,8 +2,10 @@
  *
  * Owns: the order of a step (cast + normalise, every layer's forward, the
  * softmax cross-entropy with its gradient and counters, every layer's
- * backward in reverse, the fused optimizer update), the dense layers on
- * cuBLAS, and the layers that are ours (add, dropout, flatten).
+ * backward in reverse, the fused optimizer update - per run of equal
+ * learning-rate multipliers, skipping frozen parameters -), the dense
+ * layers on cuBLAS, and the layers that are ours (add, dropout, flatten,
+ * and the backward of a batch norm kept in inference mode, bn_eval).
  * Gradient summation: a layer output read by several layers (residual
  * blocks) receives one summand per reader; the first writes (beta = 0),
  * later ones add (beta = 1), as in the CPU backend, so no buffer is ever
@@ -64,6 +66,19 @@ static int td__dense_bwd(td__cuda *be, int L, float *dx, int accumulate)
                                  be->batch, out, &td__one, g->w, in, g->dy,
                                  out, accumulate ? &td__one : &td__zero, dx,
                                  in));
+    return 0;
+}
+
+/* The inference-mode backward of a batch norm kept in inference mode
+ * (bn_eval): cuDNN's backward is the training-mode one only. */
+static int td__bn_eval_bwd(td__cuda *be, int L, float *dx, int accumulate)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__gl *g = &be->gl[L];
+    TD__CU(be, td__k_bn_eval_bwd(be->compute, td__x(be, L, 0), g->dy, dx,
+                                 g->w, g->rmean, g->rvar, l->eps, g->dw,
+                                 g->db, be->bn_part, be->batch, l->out.c,
+                                 (size_t)l->out.h * l->out.w, accumulate));
     return 0;
 }
 
@@ -169,6 +184,11 @@ static int td__backward_layer(td__cuda *be, int L)
         if (l->kind == TD_L_DENSE)
             return td__dense_bwd(be, L, dx, acc);
         return td__dnn_backward(be, L, dx, acc);
+    case TD_L_BN:
+        dx = td__target(be, L, 0, &acc);
+        if (td__cuda_bn_eval(be, L))
+            return td__bn_eval_bwd(be, L, dx, acc);
+        return td__dnn_backward(be, L, dx, acc);
     default:
         dx = td__target(be, L, 0, &acc);
         return td__dnn_backward(be, L, dx, acc);
@@ -187,21 +207,47 @@ int td__cuda_backward(td__cuda *be)
     return 0;
 }
 
-int td__cuda_update(td__cuda *be, float lr, int64_t t)
+/* The fused optimizer kernel on parameter elements [lo, lo + cnt). */
+static int td__update_range(td__cuda *be, float lr, int64_t t, size_t lo,
+                            size_t cnt)
 {
     const td_optim_config *o = &be->base.cfg.optim;
     size_t n = be->base.model->param_count;
     float wd = (float)o->weight_decay;
     if (o->type == TD_OPT_ADAMW) {
         td_adamw_corr c = td_adamw_corrections(o->beta1, o->beta2, t);
-        TD__CU(be, td__k_adamw(be->compute, be->params, be->slots,
-                               be->slots + n, be->grads, n, lr,
+        TD__CU(be, td__k_adamw(be->compute, be->params + lo, be->slots + lo,
+                               be->slots + n + lo, be->grads + lo, cnt, lr,
                                (float)o->beta1, (float)o->beta2,
                                (float)o->eps, wd, c.c1, c.c2));
         return 0;
     }
-    TD__CU(be, td__k_sgd(be->compute, be->params,
-                         be->nslots ? be->slots : NULL, be->grads, n, lr,
-                         (float)o->momentum, wd, o->nesterov));
+    TD__CU(be, td__k_sgd(be->compute, be->params + lo,
+                         be->nslots ? be->slots + lo : NULL, be->grads + lo,
+                         cnt, lr, (float)o->momentum, wd, o->nesterov));
+    return 0;
+}
+
+/* Every parameter at the step's lr times its multiplier (cfg.lr_mult),
+ * as the CPU backend: one launch per run of consecutive parameters with
+ * the same multiplier, so without multipliers, or with all of them 1,
+ * the whole model is one fused launch; runs with multiplier 0 (frozen)
+ * are not touched at all: no decay, no momentum or Adam state change. */
+int td__cuda_update(td__cuda *be, float lr, int64_t t)
+{
+    const td_model *m = be->base.model;
+    const float *mult = be->base.cfg.lr_mult;
+    if (!mult)
+        return td__update_range(be, lr, t, 0, m->param_count);
+    size_t off = 0;
+    for (int p = 0; p < m->nparams;) {
+        size_t lo = off;
+        int q = p;
+        while (q < m->nparams && mult[q] == mult[p])
+            off += m->params[q++].count;
+        if (mult[p] != 0.0f)
+            TD__TRY(td__update_range(be, lr * mult[p], t, lo, off - lo));
+        p = q;
+    }
     return 0;
 }

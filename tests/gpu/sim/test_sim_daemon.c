@@ -10,7 +10,9 @@
  *   - a sticky error from kernel N fails the job with a message that says
  *     the GPU is unusable, and the daemon exits with TD_EXIT_GPU_LOST (75)
  *     so that systemd restarts it (Restart=on-failure); the job queued
- *     behind it stays pending and completes after the restart.
+ *     behind it stays pending and completes after the restart;
+ *   - a fine-tuning job on cuda:0 (freeze, freeze_bn_stats, lr_mult):
+ *     its checkpoints hold the frozen tensors and statistics unchanged.
  * Each test starts its own daemon; the environment reaches it as well
  * (TD_SIM_RACE=strict from meson: any stream-order race aborts it). */
 #include <math.h>
@@ -24,6 +26,7 @@
 
 #include "daemon_harness.h"
 #include "jpeggen.h"
+#include "store/checkpoint.h"
 #include "tdtest.h"
 
 static void sleep_ms(int ms)
@@ -427,6 +430,74 @@ START_TEST(test_sticky_error_with_pinned_slots)
 }
 END_TEST
 
+/* Whether tensor `name` of checkpoint a has the same bytes in b. */
+static int ckpt_same(td_ckpt_file *a, td_ckpt_file *b, const char *name)
+{
+    const td_ckpt_tensor *x = td_ckpt_file_find(a, name);
+    const td_ckpt_tensor *y = td_ckpt_file_find(b, name);
+    ck_assert_msg(x && y, "no tensor %s", name);
+    return x->nbytes == y->nbytes &&
+           memcmp(td_ckpt_file_data(a, x), td_ckpt_file_data(b, y),
+                  x->nbytes) == 0;
+}
+
+/* Issue 16: freeze, freeze_bn_stats and lr_mult on cuda:0 (the backend
+ * refused them before).  Between the job's first and last checkpoint the
+ * frozen convolution and batch norm and the batch norm's statistics keep
+ * their bytes, the head (lr x 10) trains; the running statistics are
+ * still their initial 0 and 1, the frozen weights' momentum still 0. */
+START_TEST(test_finetune_job_on_cuda0)
+{
+    td_harness h;
+    char err[256];
+    ck_assert_int_eq(th_start_env(&h, NULL, NULL), 0);
+    int fd = th_connect(&h, NULL);
+    json_t *spec = spec_on("cuda:0", 1, 10);
+    json_array_insert_new(json_object_get(json_object_get(spec, "model"),
+                                          "layers"), 1,
+                          json_pack("{s:s, s:s}", "type", "batchnorm",
+                                    "name", "bn"));
+    json_object_set_new(spec, "freeze", json_pack("[s, s]", "c1.*", "bn.*"));
+    json_object_set_new(spec, "freeze_bn_stats", json_true());
+    json_object_set_new(spec, "lr_mult", json_pack("{s:f}", "fc.*", 10.0));
+    int64_t id = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, id, "completed", 300000));
+    ck_assert(log_has(fd, id, "device: cuda:0 traind simulated GPU 0"));
+    json_t *j = show(fd, id), *cks = json_object_get(j, "checkpoints");
+    size_t n = json_array_size(cks);
+    ck_assert_uint_ge(n, 2);
+    const char *first = json_string_value(json_object_get(
+        json_array_get(cks, 0), "path"));
+    const char *last = json_string_value(json_object_get(
+        json_array_get(cks, n - 1), "path"));
+    td_ckpt_file *a, *b;
+    ck_assert_msg(td_ckpt_open(first, &a, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(td_ckpt_open(last, &b, err, sizeof err) == 0, "%s", err);
+    const char *kept[] = {"c1.weight", "bn.weight", "bn.bias",
+                          "bn.running_mean", "bn.running_var"};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        ck_assert_msg(ckpt_same(a, b, kept[i]), "%s changed", kept[i]);
+    ck_assert_msg(!ckpt_same(a, b, "fc.weight"), "fc.weight did not train");
+    const char *init[] = {"bn.running_mean", "bn.running_var",
+                          "optimizer.momentum_buffer.c1.weight"};
+    const float want[] = {0.0f, 1.0f, 0.0f};
+    for (int i = 0; i < 3; i++) {
+        const td_ckpt_tensor *t = td_ckpt_file_find(b, init[i]);
+        ck_assert_msg(t != NULL, "no tensor %s", init[i]);
+        const float *v = td_ckpt_file_data(b, t);
+        for (size_t k = 0; k < t->nbytes / sizeof *v; k++)
+            ck_assert_msg(v[k] == want[i], "%s[%zu] = %g", init[i], k,
+                          v[k]);
+    }
+    td_ckpt_close(a);
+    td_ckpt_close(b);
+    json_decref(j);
+    close(fd);
+    ck_assert_int_eq(th_stop(&h), 0);
+    th_cleanup(&h);
+}
+END_TEST
+
 static Suite *sim_daemon_suite(void)
 {
     Suite *s = suite_create("sim_daemon");
@@ -438,6 +509,7 @@ static Suite *sim_daemon_suite(void)
     tcase_add_test(tc, test_sticky_error_fails_the_job_and_daemon_exits);
     tcase_add_test(tc, test_files_job_on_cuda0_with_validation);
     tcase_add_test(tc, test_sticky_error_with_pinned_slots);
+    tcase_add_test(tc, test_finetune_job_on_cuda0);
     suite_add_tcase(s, tc);
     return s;
 }
