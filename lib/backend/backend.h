@@ -182,8 +182,11 @@ typedef struct td_gpu_backend {
      * in its memory. */
     int (*create)(const td_model *model, const td_backend_config *cfg,
                   int device, td_backend **out, char *err, size_t errcap);
-    /* Batch slots the device's copy engine reads directly (pinned). */
-    td_slot_allocator (*pinned_allocator)(void);
+    /* Batch slots the copy engine of GPU `device` reads directly
+     * (page-locked, made with that GPU current, never GPU 0's context for
+     * another GPU's job); pageable memory, with a warning, when
+     * page-locking fails. */
+    td_slot_allocator (*pinned_allocator)(int device);
 } td_gpu_backend;
 
 /* Registers the GPU backend (one; a later call replaces it) and returns
