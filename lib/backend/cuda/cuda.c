@@ -6,8 +6,10 @@
  * and offered by td_backend_cuda_arena_bytes; a model that does not fit
  * fails create with the sizes in the message), three streams (copy,
  * compute, snapshot), double-buffered device batches, the pinned ring that
- * read_stats copies through (cuda_err.c words the failures, cuda_mem.c
- * holds the shadow copies and the warm-up step).
+ * read_stats copies through (delivered to the caller after an event wait,
+ * never by a host function), the pinned batch-slot allocator (cuda_err.c
+ * words the failures, cuda_mem.c holds the shadow copies and the warm-up
+ * step).
  * Never does: synchronise the whole device (only this backend's streams,
  * and only in create, restore, sync, destroy and the test accessors),
  * allocate after create, or exit: a device error fails the job, not the
@@ -19,6 +21,7 @@
  * Per-upload events (copy start/end, compute start/end) are kept for the
  * last TD_CUDA_TIMES_KEPT uploads and read with cudaEventQuery.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -458,31 +461,56 @@ static int td__cuda_eval_step(td_backend *b)
     return td__run(be, 0, 0.0f, 0);
 }
 
-/* ---- statistics: a pinned ring and a host function, never a sync ------- */
+/* ---- statistics: a pinned ring, read after an event wait --------------
+ *
+ * read_stats copies the device's counters into the next slot of a pinned
+ * ring and records the slot's `done` event, on the compute stream.  The
+ * caller's td_step_stats is filled when the host learns that the copy has
+ * completed: in event_sync, in event_query returning 1 and in sync (an
+ * event recorded after read_stats completes after `done`), oldest slot
+ * first.  No host function on the stream (finding 9: one per step stalled
+ * the compute stream until a driver thread had run it).  The checkpoint
+ * writer may call event_sync from its thread: the ring is under stat_mu,
+ * and a caller reads its stats only after its own event_sync, which takes
+ * stat_mu after any other thread's delivery. */
 
-static void CUDART_CB td__stat_cb(void *p)
+/* Delivers every completed slot, oldest first; never blocks. */
+static void td__stats_deliver(td__cuda *be)
 {
-    td__stat_slot *s = p;
-    s->dst->loss_sum = s->val.loss_sum;
-    s->dst->correct = s->val.correct;
-    s->dst->samples = s->val.samples;
+    pthread_mutex_lock(&be->stat_mu);
+    while (be->stat_busy > 0) {
+        td__stat_slot *s = &be->stat[be->stat_old];
+        if (cudaEventQuery(s->done) != cudaSuccess)
+            break; /* not yet; an error is reported by the caller's call */
+        *s->dst = (td_step_stats){.loss_sum = s->val.loss_sum,
+                                  .correct = s->val.correct,
+                                  .samples = s->val.samples};
+        s->busy = 0;
+        be->stat_old = (be->stat_old + 1) % TD__NSTAT;
+        be->stat_busy--;
+    }
+    pthread_mutex_unlock(&be->stat_mu);
 }
 
 static int td__cuda_read_stats(td_backend *b, td_step_stats *host)
 {
     td__cuda *be = td__be(b);
     td__stat_slot *s = &be->stat[be->stat_next];
-    be->stat_next = (be->stat_next + 1) % TD__NSTAT;
-    if (s->busy) /* only waits when TD__NSTAT reads are still queued */
+    if (s->busy) { /* only when TD__NSTAT reads are still undelivered */
         TD__CU(be, cudaEventSynchronize(s->done));
-    s->dst = host;
+        td__stats_deliver(be);
+    }
     TD__CU(be, cudaMemcpyAsync(&s->val, be->acc, sizeof s->val,
                                cudaMemcpyDeviceToHost, be->compute));
     TD__CU(be, cudaMemsetAsync(be->acc, 0, sizeof(td_dev_stats),
                                be->compute));
-    TD__CU(be, cudaLaunchHostFunc(be->compute, td__stat_cb, s));
     TD__CU(be, cudaEventRecord(s->done, be->compute));
+    pthread_mutex_lock(&be->stat_mu);
+    s->dst = host;
     s->busy = 1;
+    be->stat_busy++;
+    be->stat_next = (be->stat_next + 1) % TD__NSTAT;
+    pthread_mutex_unlock(&be->stat_mu);
     return 0;
 }
 
@@ -659,9 +687,11 @@ static int td__cuda_event_query(td_backend *b, td_event *ev)
     int r;
     if (!ev->recorded)
         return 0;
-    if ((r = td__query(be, ev->c)) != 1 || (r = td__query(be, ev->x)) != 1)
+    if ((r = td__query(be, ev->c)) != 1 || (r = td__query(be, ev->x)) != 1 ||
+        (r = td__query(be, ev->s)) != 1)
         return r;
-    return td__query(be, ev->s);
+    td__stats_deliver(be);
+    return 1;
 }
 
 static int td__cuda_event_sync(td_backend *b, td_event *ev)
@@ -672,6 +702,7 @@ static int td__cuda_event_sync(td_backend *b, td_event *ev)
     TD__CU(be, cudaEventSynchronize(ev->c));
     TD__CU(be, cudaEventSynchronize(ev->x));
     TD__CU(be, cudaEventSynchronize(ev->s));
+    td__stats_deliver(be);
     return 0;
 }
 
@@ -690,7 +721,13 @@ static int td__cuda_event_elapsed(td_backend *b, td_event *a, td_event *e,
     return 0;
 }
 
-static int td__cuda_sync(td_backend *b) { return td__sync_streams(td__be(b)); }
+static int td__cuda_sync(td_backend *b)
+{
+    td__cuda *be = td__be(b);
+    TD__TRY(td__sync_streams(be));
+    td__stats_deliver(be);
+    return 0;
+}
 
 /* Page-locks a host buffer (checkpoint snapshots: finding 8), portable
  * across devices like the pinned batch slots. */
@@ -746,6 +783,7 @@ static void td__cuda_destroy(td_backend *b)
         if (st[i])
             cudaStreamDestroy(st[i]);
     (void)cudaGetLastError();
+    pthread_mutex_destroy(&be->stat_mu);
     free(be->gl);
     free(be);
 }
@@ -811,6 +849,7 @@ int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
     be = calloc(1, sizeof *be);
     if (!be)
         return -ENOMEM;
+    pthread_mutex_init(&be->stat_mu, NULL);
     be->base.ops = &td__cuda_ops;
     be->base.model = model;
     be->base.cfg = *cfg;

@@ -30,6 +30,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 
 #include "backend/backend.h"
 #include "backend/cuda/backend_cuda.h"
@@ -61,9 +62,9 @@ typedef struct td__times_ev {
 
 typedef struct td__stat_slot {
     td_dev_stats val;       /* pinned: the device writes it */
-    td_step_stats *dst;     /* the caller's struct */
-    cudaEvent_t done;
-    int busy;
+    td_step_stats *dst;     /* the caller's struct, filled on delivery */
+    cudaEvent_t done;       /* recorded after the copy into val */
+    int busy;               /* enqueued, not yet delivered */
 } td__stat_slot;
 
 #define TD__NSTAT 16
@@ -100,7 +101,10 @@ typedef struct td__cuda {
     void *blas_ws;              /* cuBLAS workspace, TD__BLAS_WS bytes */
     float nscale[4], nbias[4];
     td__stat_slot *stat;         /* pinned ring for read_stats */
-    int stat_next;
+    int stat_next;               /* the slot the next read_stats takes */
+    int stat_old, stat_busy;     /* oldest undelivered slot, how many */
+    pthread_mutex_t stat_mu;     /* the ring: event_sync may deliver from
+                                    the checkpoint writer's thread */
     td__times_ev times[TD_CUDA_TIMES_KEPT];
 } td__cuda;
 
