@@ -281,6 +281,52 @@ static int td__events(td__cuda *be)
     return 0;
 }
 
+/* 1 when `archs` (gpu_arch: "sm_80 sm_90 compute_90") has code that runs
+ * on compute capability major.minor.  Machine code sm_XY runs on X.y for
+ * y >= Y (the same major); PTX compute_XY is compiled by the driver for
+ * X.Y and any later GPU; arch-specific code (sm_90a) runs on X.Y only. */
+int td__cuda_arch_ok(const char *archs, int major, int minor)
+{
+    const char *p = archs;
+    int cc = major * 10 + minor;
+    while (*p) {
+        int ptx = strncmp(p, "compute_", 8) == 0;
+        int sm = strncmp(p, "sm_", 3) == 0;
+        char *end = (char *)p;
+        long num = -1;
+        if (ptx || sm)
+            num = strtol(p + (ptx ? 8 : 3), &end, 10);
+        int exact = *end == 'a';
+        if (num > 0) {
+            if (ptx ? cc >= num
+                    : exact ? cc == num
+                            : major == num / 10 && minor >= num % 10)
+                return 1;
+        }
+        p = end;
+        while (*p && *p != ' ')
+            p++;
+        while (*p == ' ')
+            p++;
+    }
+    return 0;
+}
+
+/* A GPU the kernels were not built for fails here, not at the first
+ * launch with "no kernel image is available" (finding 11). */
+static int td__check_arch(td__cuda *be)
+{
+    struct cudaDeviceProp p;
+    TD__CU(be, cudaGetDeviceProperties(&p, be->dev));
+    if (td__cuda_arch_ok(TD_CUDA_ARCHS, p.major, p.minor))
+        return 0;
+    snprintf(be->base.err, sizeof be->base.err, "cuda:%d: %.48s has compute "
+             "capability %d.%d and this traind has no kernel image for it "
+             "(built for %s; rebuild with -Dgpu_arch=sm_%d%d)", be->dev,
+             p.name, p.major, p.minor, TD_CUDA_ARCHS, p.major, p.minor);
+    return TD_E_DEVICE;
+}
+
 /* Device, streams, handles, plan, arena, values: everything create does
  * after checking the configuration. */
 static int td__cuda_init(td__cuda *be)
@@ -295,6 +341,7 @@ static int td__cuda_init(td__cuda *be)
         (void)cudaGetLastError();
         return TD_E_DEVICE;
     }
+    TD__TRY(td__check_arch(be));
     TD__CU(be, cudaSetDevice(be->dev));
     /* host waits (event and stream syncs) sleep instead of spinning a core
      * the decode workers need; process-wide for this GPU */

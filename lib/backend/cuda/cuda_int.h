@@ -148,6 +148,9 @@ const char *td__cublas_str(cublasStatus_t s);
     } while (0)
 
 size_t td__cuda_esize(enum td_dtype t);
+/* 1 when the gpu_arch list `archs` has code for compute capability
+ * major.minor (cuda.c) */
+int td__cuda_arch_ok(const char *archs, int major, int minor);
 
 /* ---- NVTX ranges (no-ops when the header is missing) --------------------- */
 void td__nvtx_push(const char *name);
