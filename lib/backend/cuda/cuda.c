@@ -427,13 +427,52 @@ static int td__copy_batch(td__cuda *be, const td_batch *bt, int buf,
     return 0;
 }
 
+/* Step times keep their resolution however long the job runs (finding
+ * 11): cudaEventElapsedTime gives float milliseconds, 2 ms apart once the
+ * interval passes 4.7 h, so times are not measured from t0.  Each upload's
+ * copy start is placed after the previous upload's (a short interval,
+ * exact to about a microsecond) and the sum is kept in double; a step's
+ * other marks are measured from its own copy start.  Never blocks: stops
+ * at the first copy start not yet completed.  Only when an upload has left
+ * the ring before its copy started (the host more than TD_CUDA_TIMES_KEPT
+ * uploads ahead of the copy stream) does one link go back to t0, at a
+ * float's resolution. */
+static void td__chain(td__cuda *be)
+{
+    const int64_t K = TD_CUDA_TIMES_KEPT;
+    while (be->chain + 1 < be->uploads) {
+        int64_t j = be->chain + 1;
+        td__times_ev *t = &be->times[j % K];
+        if (t->step != j) {
+            if (j >= be->uploads - K)
+                return; /* being recorded */
+            be->chain = be->uploads - K - 1; /* lost: the oldest kept */
+            continue;
+        }
+        if (cudaEventQuery(t->c0) != cudaSuccess)
+            return; /* not yet (an error shows in the caller's calls) */
+        const td__times_ev *p = be->chain >= 0
+                                    ? &be->times[be->chain % K] : NULL;
+        int linked = p && p->step == be->chain && p->based;
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, linked ? p->c0 : be->t0, t->c0) !=
+            cudaSuccess)
+            return;
+        t->base_ms = (linked ? p->base_ms : 0.0) + (double)ms;
+        t->based = 1;
+        be->chain = j;
+    }
+}
+
 static int td__cuda_upload(td_backend *b, const td_batch *bt)
 {
     td__cuda *be = td__be(b);
     TD__TRY(td__check_batch(be, bt));
     int buf = (int)(be->uploads % TD__NBUF);
     td__times_ev *t = &be->times[be->uploads % TD_CUDA_TIMES_KEPT];
+    td__chain(be); /* before the slot's events are reused */
     t->step = -1; /* invalid until both events are recorded */
+    t->based = 0;
     td__nvtx_push("upload");
     int rc = td__copy_batch(be, bt, buf, t);
     td__nvtx_pop();
@@ -901,6 +940,7 @@ int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
     be->base.model = model;
     be->base.cfg = *cfg;
     be->dev = device;
+    be->chain = -1;
     be->batch = cfg->batch;
     be->nslots = (size_t)td_optim_slots(&cfg->optim);
     be->nstate = td__state_count(model);
@@ -999,11 +1039,13 @@ size_t td_backend_cuda_arena_bytes(const td_backend *b)
     return ((const td__cuda *)b)->arena_bytes;
 }
 
-static int td__ms(td__cuda *be, cudaEvent_t e, double *ms)
+/* e in ms since t0: the step's copy start (base_ms) and a short float. */
+static int td__ms(td__cuda *be, const td__times_ev *t, cudaEvent_t e,
+                  double *ms)
 {
     float f = 0;
-    TD__CU(be, cudaEventElapsedTime(&f, be->t0, e));
-    *ms = f;
+    TD__CU(be, cudaEventElapsedTime(&f, t->c0, e));
+    *ms = t->base_ms + (double)f;
     return 0;
 }
 
@@ -1023,11 +1065,14 @@ int td_backend_cuda_step_times(td_backend *b, int64_t step,
         r = td__query(be, t->k1);
     if (r <= 0)
         return r < 0 ? r : -EAGAIN;
+    td__chain(be);
+    if (!t->based)
+        return -EAGAIN;
     out->step = step;
-    TD__TRY(td__ms(be, t->c0, &out->copy_start));
-    TD__TRY(td__ms(be, t->c1, &out->copy_end));
-    TD__TRY(td__ms(be, t->k0, &out->compute_start));
-    TD__TRY(td__ms(be, t->k1, &out->compute_end));
+    out->copy_start = t->base_ms;
+    TD__TRY(td__ms(be, t, t->c1, &out->copy_end));
+    TD__TRY(td__ms(be, t, t->k0, &out->compute_start));
+    TD__TRY(td__ms(be, t, t->k1, &out->compute_end));
     return 0;
 }
 

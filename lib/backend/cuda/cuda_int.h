@@ -58,6 +58,8 @@ typedef struct td__times_ev {
     cudaEvent_t c0, c1, k0, k1; /* copy start/end, compute start/end */
     int64_t step;               /* -1: unused */
     int computed;               /* a train/eval step recorded k0/k1 */
+    int based;                  /* base_ms is known (td__chain) */
+    double base_ms;             /* c0 in ms since t0 */
 } td__times_ev;
 
 typedef struct td__stat_slot {
@@ -106,6 +108,8 @@ typedef struct td__cuda {
     pthread_mutex_t stat_mu;     /* the ring: event_sync may deliver from
                                     the checkpoint writer's thread */
     td__times_ev times[TD_CUDA_TIMES_KEPT];
+    int64_t chain;               /* the latest upload whose base_ms is
+                                    known; -1: none (t0 is the anchor) */
 } td__cuda;
 
 /* ---- errors: every CUDA, cuBLAS and cuDNN status goes through these ---- */
