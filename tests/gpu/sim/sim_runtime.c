@@ -5,7 +5,9 @@
  * the per-thread current device and last error, sticky errors, device
  * allocations (each a separate host allocation within the device's
  * capacity, filled with 0xff bytes - a NaN in every float - when made),
- * pinned host ranges (cudaHostAlloc, cudaHostRegister), and the documented
+ * pinned host ranges (cudaHostAlloc, cudaHostRegister; within the
+ * page-locked limit TD_SIM_PINNED_KB), each device's compute capability
+ * (TD_SIM_CC, in cudaGetDeviceProperties), and the documented
  * host synchronisation of every copy ("API synchronization behavior" in
  * the CUDA runtime documentation):
  *   cudaMemcpy       H2D from pageable memory: waits for the legacy

@@ -13,7 +13,8 @@
  * stream's or event's at each completed synchronisation); jitter
  * (TD_SIM_JITTER: random delays before operations, seeded per stream);
  * injected kernel faults (TD_SIM_FAULT_KERNEL), after which the device's
- * sticky error skips all its later work.
+ * sticky error skips all its later work; event times moved on by
+ * td_sim_advance_clock; counts of host functions and whole-stream syncs.
  * Never does: run device work on the calling thread, or let a host
  * function call CUDA (cudaErrorNotPermitted, as documented).
  */
