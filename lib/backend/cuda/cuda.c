@@ -582,7 +582,10 @@ static int td__cuda_read_stats(td_backend *b, td_step_stats *host)
 {
     td__cuda *be = td__be(b);
     td__stat_slot *s = &be->stat[be->stat_next];
-    if (s->busy) { /* only when TD__NSTAT reads are still undelivered */
+    pthread_mutex_lock(&be->stat_mu); /* another thread may deliver it */
+    int busy = s->busy;
+    pthread_mutex_unlock(&be->stat_mu);
+    if (busy) { /* only when TD__NSTAT reads are still undelivered */
         TD__CU(be, cudaEventSynchronize(s->done));
         td__stats_deliver(be);
     }
