@@ -20,10 +20,21 @@
  *                          softmax cross-entropy, backward, optimizer update;
  *                          accumulates loss sum and correct count
  *   record(ev_compute)
- *   read_stats(&host)      async copy of the accumulated counters into
- *                          `host` and reset of the counters
+ *   read_stats(&host)      async copy of the accumulated counters and
+ *                          reset of the counters; `host` is filled by
+ *                          the time an event recorded after read_stats
+ *                          is seen completed (below)
  *   record(ev_d2h)
  * and the trainer looks at step k-1's events and stats while step k runs.
+ *
+ * read_stats's `host` must stay valid until then, and is valid (holds the
+ * counters) once this backend's event_sync of an event recorded after the
+ * read_stats has returned 0, its event_query of such an event has
+ * returned 1, or td_backend_sync has returned 0 (the trainer reads step
+ * k's statistics after its event_sync on ev_d2h).  Before that the
+ * backend may write it at any time.  Reads not yet seen completed when
+ * the backend is destroyed are dropped.  (The CPU backend fills `host`
+ * before read_stats returns, which satisfies this.)
  * Snapshots are the same: snapshot(host_buf) enqueues a copy of parameters,
  * optimizer state and batch-norm running statistics; the buffer is valid
  * once an event recorded after it completes.  On a GPU the stream-ordered
@@ -124,6 +135,7 @@ typedef struct td_backend_ops {
     int (*train_step)(td_backend *be, float lr, int64_t t);
     /* forward and loss only, batch norm in inference mode, no update */
     int (*eval_step)(td_backend *be);
+    /* host: see "read_stats's host" above (valid after an event wait) */
     int (*read_stats)(td_backend *be, td_step_stats *host);
     int (*snapshot)(td_backend *be, float *host, size_t nfloats);
     int (*restore)(td_backend *be, const float *host, size_t nfloats);
@@ -183,8 +195,11 @@ typedef struct td_gpu_backend {
      * in its memory. */
     int (*create)(const td_model *model, const td_backend_config *cfg,
                   int device, td_backend **out, char *err, size_t errcap);
-    /* Batch slots the device's copy engine reads directly (pinned). */
-    td_slot_allocator (*pinned_allocator)(void);
+    /* Batch slots the copy engine of GPU `device` reads directly
+     * (page-locked, made with that GPU current, never GPU 0's context for
+     * another GPU's job); pageable memory, with a warning, when
+     * page-locking fails. */
+    td_slot_allocator (*pinned_allocator)(int device);
 } td_gpu_backend;
 
 /* Registers the GPU backend (one; a later call replaces it) and returns

@@ -149,11 +149,14 @@ static int td__pipeline(td_runner *r, td_dataset *ds, int train,
     pc.train = train;
     pc.drop_last = train;
     pc.job = r->o.job;
-    /* On a GPU the batch slots are pinned, so copies are truly async. */
+    /* On a GPU the batch slots are pinned, so copies are truly async;
+     * made with the job's GPU current (not GPU 0's context for cuda:1) */
     const td_gpu_backend *gpu = td_backend_gpu();
-    if (gpu && r->o.device && strncmp(r->o.device, gpu->name,
-                                      strlen(gpu->name)) == 0)
-        pc.alloc = gpu->pinned_allocator();
+    size_t gn = gpu ? strlen(gpu->name) : 0;
+    if (gpu && r->o.device && strncmp(r->o.device, gpu->name, gn) == 0)
+        pc.alloc = gpu->pinned_allocator(r->o.device[gn] == ':'
+                                             ? atoi(r->o.device + gn + 1)
+                                             : 0);
     pc.trace = train ? r->trace : NULL;
     pc.cred = r->o.cred;
     rc = td_pipeline_create(&pc, out, e, sizeof e);

@@ -49,6 +49,9 @@ struct td_trainer {
     td__pending pend[2];
     int cur;                    /* pend[cur] is the next step's; pend[cur^1]
                                    may still be in flight */
+    td__pending evp[2];         /* evaluation: batch k's upload event and
+                                   held slot in evp[k & 1] (only ev[EV_H2D]
+                                   exists) */
     td_step_stats eval_st;      /* written by the backend's read_stats */
     uint8_t *synth_px;
     int32_t *synth_labels;
@@ -89,12 +92,17 @@ int td_trainer_create(const td_train_config *cfg, td_trainer **out,
                            &cfg->backend, &t->be, err, errcap);
     if (rc)
         goto fail;
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 2; s++) {
         for (int e = 0; e < EV_N; e++)
             if (!(t->pend[s].ev[e] = t->be->ops->event_create(t->be))) {
                 rc = -ENOMEM;
                 goto fail;
             }
+        if (!(t->evp[s].ev[EV_H2D] = t->be->ops->event_create(t->be))) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+    }
     *out = t;
     return 0;
 fail:
@@ -107,10 +115,13 @@ void td_trainer_free(td_trainer *t)
     if (!t)
         return;
     if (t->be)
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < 2; s++) {
             for (int e = 0; e < EV_N; e++)
                 if (t->pend[s].ev[e])
                     t->be->ops->event_destroy(t->be, t->pend[s].ev[e]);
+            if (t->evp[s].ev[EV_H2D])
+                t->be->ops->event_destroy(t->be, t->evp[s].ev[EV_H2D]);
+        }
     td_backend_destroy(t->be);
     free(t->synth_px);
     free(t->synth_labels);
@@ -203,7 +214,36 @@ int td_trainer_settle(td_trainer *t)
     return td__finish(t, &t->pend[t->cur ^ 1], td_now_ns());
 }
 
-/* One pass over the validation source in inference mode. */
+/* Enqueues validation batch k (upload, eval_step) and gives back the slot
+ * of batch k-1 once its copy is done: the host waits for an event
+ * recorded after that upload, so it stays at most about one batch ahead
+ * of the device while batch k's copy overlaps batch k-1's evaluation. */
+static int td__eval_batch(td_trainer *t, td_batch_source *val, td_batch *b,
+                          td__pending *p, td__pending *prev)
+{
+    td_backend *be = t->be;
+    const td_backend_ops *o = be->ops;
+    int rc = td_backend_upload(be, b), rc2;
+    if (rc == 0)
+        rc = o->event_record(be, p->ev[EV_H2D]);
+    /* as in td__step: held while the copy may still read it */
+    if (rc == 0 && o->event_query(be, p->ev[EV_H2D]) == 0) {
+        p->held = *b;
+        p->held_src = val;
+    } else {
+        val->release(val->self, b);
+    }
+    if (rc == 0)
+        rc = td_backend_eval_step(be);
+    rc2 = td__release_held(be, prev);
+    return rc ? rc : rc2;
+}
+
+/* One pass over the validation source in inference mode, overlapped like
+ * training (issue 14, finding 7: it uploaded, synchronised the device and
+ * evaluated, batch after batch).  The device accumulates the counters
+ * batch by batch in the same order as before, so the sums are those of
+ * the serial pass; the only whole-device wait is the one at the end. */
 static int td__evaluate(td_trainer *t, td_batch_source *val,
                         td_epoch_info *ei)
 {
@@ -213,25 +253,27 @@ static int td__evaluate(td_trainer *t, td_batch_source *val,
      * before that write (issue 14, finding 2). */
     td_step_stats *stp = &t->eval_st;
     td_batch b;
-    int rc;
+    const char *what = "evaluation";
+    int rc, rc2;
     td_backend_read_stats(be, stp); /* drop anything pending */
     if ((rc = val->start(val->self, t->epoch, 0)))
         return td__fail(t, rc, "validation source");
-    for (;;) {
-        if ((rc = val->next(val->self, &b, NULL)))
-            return td__fail(t, rc, "validation source");
+    for (int64_t k = 0;; k++) {
+        if ((rc = val->next(val->self, &b, NULL))) {
+            what = "validation source";
+            break;
+        }
         int last = b.last_in_epoch;
-        rc = td_backend_upload(be, &b);
-        if (rc == 0)
-            rc = td_backend_sync(be); /* the slot goes back after the copy */
-        val->release(val->self, &b);
-        if (rc == 0)
-            rc = td_backend_eval_step(be);
-        if (rc)
-            return td__fail(t, rc, "evaluation");
-        if (last)
+        if ((rc = td__eval_batch(t, val, &b, &t->evp[k & 1],
+                                 &t->evp[(k & 1) ^ 1])) || last)
             break;
     }
+    /* the last slot, and on an error whatever is still held */
+    for (int s = 0; s < 2; s++)
+        if ((rc2 = td__release_held(be, &t->evp[s])) && !rc)
+            rc = rc2;
+    if (rc)
+        return td__fail(t, rc, what);
     if ((rc = td_backend_read_stats(be, stp)) || (rc = td_backend_sync(be)))
         return td__fail(t, rc, "evaluation");
     const td_step_stats st = *stp;

@@ -51,7 +51,7 @@ static int run(const char *model, td_shape in, int batch)
         td_model_free(m);
         return 1;
     }
-    td_slot_allocator pin = td_cuda_pinned_allocator();
+    td_slot_allocator pin = td_cuda_pinned_allocator(0);
     size_t per = (size_t)in.c * in.h * in.w * (size_t)batch;
     uint8_t *px = pin.alloc(pin.user, per * NBUF);
     int32_t *lab = pin.alloc(pin.user, sizeof *lab * (size_t)batch);

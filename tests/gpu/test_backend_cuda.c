@@ -516,7 +516,7 @@ START_TEST(test_copy_overlaps_compute)
     td_backend *be = NULL;
     ck_assert_msg(td_backend_create("cuda:0", m, &c, &be, err, sizeof err) ==
                   0, "%s", err);
-    td_slot_allocator pin = td_cuda_pinned_allocator();
+    td_slot_allocator pin = td_cuda_pinned_allocator(0);
     size_t bytes = (size_t)batch * 28 * 28;
     uint8_t *px = pin.alloc(pin.user, bytes * steps);
     int32_t *lab = pin.alloc(pin.user, sizeof *lab * (size_t)batch);

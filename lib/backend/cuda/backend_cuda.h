@@ -40,9 +40,14 @@ int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
                            size_t errcap);
 
 /* Batch slots in page-locked host memory (cudaHostAlloc, portable across
- * devices), so the host-to-device copy is a true asynchronous DMA.  The
- * allocator's alloc returns NULL when pinning fails (no driver, limits). */
-td_slot_allocator td_cuda_pinned_allocator(void);
+ * devices), so the host-to-device copy is a true asynchronous DMA.  alloc
+ * and free make GPU `device` the calling thread's current device first
+ * (a CUDA call with no device set would create a context on GPU 0).  When
+ * page-locking fails (no driver, the locked-memory limit) alloc falls
+ * back to pageable memory (64-byte aligned) and logs a warning, once per
+ * process: the copies then stage through the driver and block the caller
+ * while they do.  NULL only when malloc fails too. */
+td_slot_allocator td_cuda_pinned_allocator(int device);
 
 /* Bytes of the one device allocation made at create (parameters,
  * gradients, optimizer state, activations, workspaces). */

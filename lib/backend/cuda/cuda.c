@@ -6,8 +6,10 @@
  * and offered by td_backend_cuda_arena_bytes; a model that does not fit
  * fails create with the sizes in the message), three streams (copy,
  * compute, snapshot), double-buffered device batches, the pinned ring that
- * read_stats copies through (cuda_err.c words the failures, cuda_mem.c
- * holds the shadow copies and the warm-up step).
+ * read_stats copies through (delivered to the caller after an event wait,
+ * never by a host function), the pinned batch-slot allocator (cuda_err.c
+ * words the failures, cuda_mem.c holds the shadow copies and the warm-up
+ * step).
  * Never does: synchronise the whole device (only this backend's streams,
  * and only in create, restore, sync, destroy and the test accessors),
  * allocate after create, or exit: a device error fails the job, not the
@@ -19,6 +21,9 @@
  * Per-upload events (copy start/end, compute start/end) are kept for the
  * last TD_CUDA_TIMES_KEPT uploads and read with cudaEventQuery.
  */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,6 +296,52 @@ static int td__events(td__cuda *be)
     return 0;
 }
 
+/* 1 when `archs` (gpu_arch: "sm_80 sm_90 compute_90") has code that runs
+ * on compute capability major.minor.  Machine code sm_XY runs on X.y for
+ * y >= Y (the same major); PTX compute_XY is compiled by the driver for
+ * X.Y and any later GPU; arch-specific code (sm_90a) runs on X.Y only. */
+int td__cuda_arch_ok(const char *archs, int major, int minor)
+{
+    const char *p = archs;
+    int cc = major * 10 + minor;
+    while (*p) {
+        int ptx = strncmp(p, "compute_", 8) == 0;
+        int sm = strncmp(p, "sm_", 3) == 0;
+        char *end = (char *)p;
+        long num = -1;
+        if (ptx || sm)
+            num = strtol(p + (ptx ? 8 : 3), &end, 10);
+        int exact = *end == 'a';
+        if (num > 0) {
+            if (ptx ? cc >= num
+                    : exact ? cc == num
+                            : major == num / 10 && minor >= num % 10)
+                return 1;
+        }
+        p = end;
+        while (*p && *p != ' ')
+            p++;
+        while (*p == ' ')
+            p++;
+    }
+    return 0;
+}
+
+/* A GPU the kernels were not built for fails here, not at the first
+ * launch with "no kernel image is available" (finding 11). */
+static int td__check_arch(td__cuda *be)
+{
+    struct cudaDeviceProp p;
+    TD__CU(be, cudaGetDeviceProperties(&p, be->dev));
+    if (td__cuda_arch_ok(TD_CUDA_ARCHS, p.major, p.minor))
+        return 0;
+    snprintf(be->base.err, sizeof be->base.err, "cuda:%d: %.48s has compute "
+             "capability %d.%d and this traind has no kernel image for it "
+             "(built for %s; rebuild with -Dgpu_arch=sm_%d%d)", be->dev,
+             p.name, p.major, p.minor, TD_CUDA_ARCHS, p.major, p.minor);
+    return TD_E_DEVICE;
+}
+
 /* Device, streams, handles, plan, arena, values: everything create does
  * after checking the configuration. */
 static int td__cuda_init(td__cuda *be)
@@ -305,6 +356,7 @@ static int td__cuda_init(td__cuda *be)
         (void)cudaGetLastError();
         return TD_E_DEVICE;
     }
+    TD__TRY(td__check_arch(be));
     TD__CU(be, cudaSetDevice(be->dev));
     /* host waits (event and stream syncs) sleep instead of spinning a core
      * the decode workers need; process-wide for this GPU */
@@ -390,13 +442,52 @@ static int td__copy_batch(td__cuda *be, const td_batch *bt, int buf,
     return 0;
 }
 
+/* Step times keep their resolution however long the job runs (finding
+ * 11): cudaEventElapsedTime gives float milliseconds, 2 ms apart once the
+ * interval passes 4.7 h, so times are not measured from t0.  Each upload's
+ * copy start is placed after the previous upload's (a short interval,
+ * exact to about a microsecond) and the sum is kept in double; a step's
+ * other marks are measured from its own copy start.  Never blocks: stops
+ * at the first copy start not yet completed.  Only when an upload has left
+ * the ring before its copy started (the host more than TD_CUDA_TIMES_KEPT
+ * uploads ahead of the copy stream) does one link go back to t0, at a
+ * float's resolution. */
+static void td__chain(td__cuda *be)
+{
+    const int64_t K = TD_CUDA_TIMES_KEPT;
+    while (be->chain + 1 < be->uploads) {
+        int64_t j = be->chain + 1;
+        td__times_ev *t = &be->times[j % K];
+        if (t->step != j) {
+            if (j >= be->uploads - K)
+                return; /* being recorded */
+            be->chain = be->uploads - K - 1; /* lost: the oldest kept */
+            continue;
+        }
+        if (cudaEventQuery(t->c0) != cudaSuccess)
+            return; /* not yet (an error shows in the caller's calls) */
+        const td__times_ev *p = be->chain >= 0
+                                    ? &be->times[be->chain % K] : NULL;
+        int linked = p && p->step == be->chain && p->based;
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, linked ? p->c0 : be->t0, t->c0) !=
+            cudaSuccess)
+            return;
+        t->base_ms = (linked ? p->base_ms : 0.0) + (double)ms;
+        t->based = 1;
+        be->chain = j;
+    }
+}
+
 static int td__cuda_upload(td_backend *b, const td_batch *bt)
 {
     td__cuda *be = td__be(b);
     TD__TRY(td__check_batch(be, bt));
     int buf = (int)(be->uploads % TD__NBUF);
     td__times_ev *t = &be->times[be->uploads % TD_CUDA_TIMES_KEPT];
+    td__chain(be); /* before the slot's events are reused */
     t->step = -1; /* invalid until both events are recorded */
+    t->based = 0;
     td__nvtx_push("upload");
     int rc = td__copy_batch(be, bt, buf, t);
     td__nvtx_pop();
@@ -471,31 +562,59 @@ static int td__cuda_eval_step(td_backend *b)
     return td__run(be, 0, 0.0f, 0);
 }
 
-/* ---- statistics: a pinned ring and a host function, never a sync ------- */
+/* ---- statistics: a pinned ring, read after an event wait --------------
+ *
+ * read_stats copies the device's counters into the next slot of a pinned
+ * ring and records the slot's `done` event, on the compute stream.  The
+ * caller's td_step_stats is filled when the host learns that the copy has
+ * completed: in event_sync, in event_query returning 1 and in sync (an
+ * event recorded after read_stats completes after `done`), oldest slot
+ * first.  No host function on the stream (finding 9: one per step stalled
+ * the compute stream until a driver thread had run it).  The checkpoint
+ * writer may call event_sync from its thread: the ring is under stat_mu,
+ * and a caller reads its stats only after its own event_sync, which takes
+ * stat_mu after any other thread's delivery. */
 
-static void CUDART_CB td__stat_cb(void *p)
+/* Delivers every completed slot, oldest first; never blocks. */
+static void td__stats_deliver(td__cuda *be)
 {
-    td__stat_slot *s = p;
-    s->dst->loss_sum = s->val.loss_sum;
-    s->dst->correct = s->val.correct;
-    s->dst->samples = s->val.samples;
+    pthread_mutex_lock(&be->stat_mu);
+    while (be->stat_busy > 0) {
+        td__stat_slot *s = &be->stat[be->stat_old];
+        if (cudaEventQuery(s->done) != cudaSuccess)
+            break; /* not yet; an error is reported by the caller's call */
+        *s->dst = (td_step_stats){.loss_sum = s->val.loss_sum,
+                                  .correct = s->val.correct,
+                                  .samples = s->val.samples};
+        s->busy = 0;
+        be->stat_old = (be->stat_old + 1) % TD__NSTAT;
+        be->stat_busy--;
+    }
+    pthread_mutex_unlock(&be->stat_mu);
 }
 
 static int td__cuda_read_stats(td_backend *b, td_step_stats *host)
 {
     td__cuda *be = td__be(b);
     td__stat_slot *s = &be->stat[be->stat_next];
-    be->stat_next = (be->stat_next + 1) % TD__NSTAT;
-    if (s->busy) /* only waits when TD__NSTAT reads are still queued */
+    pthread_mutex_lock(&be->stat_mu); /* another thread may deliver it */
+    int busy = s->busy;
+    pthread_mutex_unlock(&be->stat_mu);
+    if (busy) { /* only when TD__NSTAT reads are still undelivered */
         TD__CU(be, cudaEventSynchronize(s->done));
-    s->dst = host;
+        td__stats_deliver(be);
+    }
     TD__CU(be, cudaMemcpyAsync(&s->val, be->acc, sizeof s->val,
                                cudaMemcpyDeviceToHost, be->compute));
     TD__CU(be, cudaMemsetAsync(be->acc, 0, sizeof(td_dev_stats),
                                be->compute));
-    TD__CU(be, cudaLaunchHostFunc(be->compute, td__stat_cb, s));
     TD__CU(be, cudaEventRecord(s->done, be->compute));
+    pthread_mutex_lock(&be->stat_mu);
+    s->dst = host;
     s->busy = 1;
+    be->stat_busy++;
+    be->stat_next = (be->stat_next + 1) % TD__NSTAT;
+    pthread_mutex_unlock(&be->stat_mu);
     return 0;
 }
 
@@ -672,9 +791,11 @@ static int td__cuda_event_query(td_backend *b, td_event *ev)
     int r;
     if (!ev->recorded)
         return 0;
-    if ((r = td__query(be, ev->c)) != 1 || (r = td__query(be, ev->x)) != 1)
+    if ((r = td__query(be, ev->c)) != 1 || (r = td__query(be, ev->x)) != 1 ||
+        (r = td__query(be, ev->s)) != 1)
         return r;
-    return td__query(be, ev->s);
+    td__stats_deliver(be);
+    return 1;
 }
 
 static int td__cuda_event_sync(td_backend *b, td_event *ev)
@@ -685,6 +806,7 @@ static int td__cuda_event_sync(td_backend *b, td_event *ev)
     TD__CU(be, cudaEventSynchronize(ev->c));
     TD__CU(be, cudaEventSynchronize(ev->x));
     TD__CU(be, cudaEventSynchronize(ev->s));
+    td__stats_deliver(be);
     return 0;
 }
 
@@ -703,7 +825,13 @@ static int td__cuda_event_elapsed(td_backend *b, td_event *a, td_event *e,
     return 0;
 }
 
-static int td__cuda_sync(td_backend *b) { return td__sync_streams(td__be(b)); }
+static int td__cuda_sync(td_backend *b)
+{
+    td__cuda *be = td__be(b);
+    TD__TRY(td__sync_streams(be));
+    td__stats_deliver(be);
+    return 0;
+}
 
 /* Page-locks a host buffer (checkpoint snapshots: finding 8), portable
  * across devices like the pinned batch slots. */
@@ -759,6 +887,7 @@ static void td__cuda_destroy(td_backend *b)
         if (st[i])
             cudaStreamDestroy(st[i]);
     (void)cudaGetLastError();
+    pthread_mutex_destroy(&be->stat_mu);
     free(be->gl);
     free(be);
 }
@@ -819,10 +948,12 @@ int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
     be = calloc(1, sizeof *be);
     if (!be)
         return -ENOMEM;
+    pthread_mutex_init(&be->stat_mu, NULL);
     be->base.ops = &td__cuda_ops;
     be->base.model = model;
     be->base.cfg = *cfg;
     be->dev = device;
+    be->chain = -1;
     be->batch = cfg->batch;
     be->nslots = (size_t)td_optim_slots(&cfg->optim);
     be->nstate = td__state_count(model);
@@ -842,26 +973,64 @@ int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
 
 /* ---- the CUDA-only API (backend_cuda.h) ---------------------------------- */
 
+/* Batch slots (finding 11).  Each block starts with a header saying how
+ * it was made, so that free gives it back the same way: page-locked by
+ * cudaHostAlloc with the job's GPU current, or pageable from aligned_alloc
+ * when page-locking failed. */
+#define TD__PIN_HDR 64 /* keeps the slot 64-byte aligned */
+
+typedef struct td__pin_hdr {
+    int pinned, dev;
+} td__pin_hdr;
+
+static atomic_int td__pin_warned;
+
 static void *td__pin_alloc(void *user, size_t bytes)
 {
-    void *p = NULL;
-    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) !=
-        cudaSuccess) {
+    int dev = (int)(intptr_t)user;
+    size_t total = TD__PIN_HDR + (bytes ? bytes : 1);
+    char *base = NULL;
+    cudaError_t e = cudaSetDevice(dev);
+    if (e == cudaSuccess)
+        e = cudaHostAlloc((void **)&base, total, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return NULL;
+        if (atomic_exchange(&td__pin_warned, 1) == 0)
+            td_warn("cuda:%d: cannot page-lock %zu bytes for batch slots "
+                    "(%s); using pageable memory: host-to-device copies "
+                    "then stage through the driver and block the trainer "
+                    "while they do", dev, total, cudaGetErrorString(e));
+        base = aligned_alloc(TD__PIN_HDR, (total + TD__PIN_HDR - 1) &
+                                              ~(size_t)(TD__PIN_HDR - 1));
+        if (!base)
+            return NULL;
     }
-    return p;
+    td__pin_hdr h = {e == cudaSuccess, dev};
+    memcpy(base, &h, sizeof h);
+    return base + TD__PIN_HDR;
 }
 
 static void td__pin_free(void *user, void *p)
 {
-    if (p)
-        cudaFreeHost(p);
+    td__pin_hdr h;
+    (void)user;
+    if (!p)
+        return;
+    char *base = (char *)p - TD__PIN_HDR;
+    memcpy(&h, base, sizeof h);
+    if (!h.pinned) {
+        free(base);
+        return;
+    }
+    if (cudaSetDevice(h.dev) != cudaSuccess || cudaFreeHost(base) !=
+                                                   cudaSuccess)
+        (void)cudaGetLastError(); /* after a sticky error: left locked */
 }
 
-td_slot_allocator td_cuda_pinned_allocator(void)
+td_slot_allocator td_cuda_pinned_allocator(int device)
 {
-    td_slot_allocator a = {td__pin_alloc, td__pin_free, NULL};
+    td_slot_allocator a = {td__pin_alloc, td__pin_free,
+                           (void *)(intptr_t)device};
     return a;
 }
 
@@ -883,11 +1052,13 @@ size_t td_backend_cuda_arena_bytes(const td_backend *b)
     return ((const td__cuda *)b)->arena_bytes;
 }
 
-static int td__ms(td__cuda *be, cudaEvent_t e, double *ms)
+/* e in ms since t0: the step's copy start (base_ms) and a short float. */
+static int td__ms(td__cuda *be, const td__times_ev *t, cudaEvent_t e,
+                  double *ms)
 {
     float f = 0;
-    TD__CU(be, cudaEventElapsedTime(&f, be->t0, e));
-    *ms = f;
+    TD__CU(be, cudaEventElapsedTime(&f, t->c0, e));
+    *ms = t->base_ms + (double)f;
     return 0;
 }
 
@@ -907,11 +1078,14 @@ int td_backend_cuda_step_times(td_backend *b, int64_t step,
         r = td__query(be, t->k1);
     if (r <= 0)
         return r < 0 ? r : -EAGAIN;
+    td__chain(be);
+    if (!t->based)
+        return -EAGAIN;
     out->step = step;
-    TD__TRY(td__ms(be, t->c0, &out->copy_start));
-    TD__TRY(td__ms(be, t->c1, &out->copy_end));
-    TD__TRY(td__ms(be, t->k0, &out->compute_start));
-    TD__TRY(td__ms(be, t->k1, &out->compute_end));
+    out->copy_start = t->base_ms;
+    TD__TRY(td__ms(be, t, t->c1, &out->copy_end));
+    TD__TRY(td__ms(be, t, t->k0, &out->compute_start));
+    TD__TRY(td__ms(be, t, t->k1, &out->compute_end));
     return 0;
 }
 

@@ -30,6 +30,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 
 #include "backend/backend.h"
 #include "backend/cuda/backend_cuda.h"
@@ -57,13 +58,15 @@ typedef struct td__times_ev {
     cudaEvent_t c0, c1, k0, k1; /* copy start/end, compute start/end */
     int64_t step;               /* -1: unused */
     int computed;               /* a train/eval step recorded k0/k1 */
+    int based;                  /* base_ms is known (td__chain) */
+    double base_ms;             /* c0 in ms since t0 */
 } td__times_ev;
 
 typedef struct td__stat_slot {
     td_dev_stats val;       /* pinned: the device writes it */
-    td_step_stats *dst;     /* the caller's struct */
-    cudaEvent_t done;
-    int busy;
+    td_step_stats *dst;     /* the caller's struct, filled on delivery */
+    cudaEvent_t done;       /* recorded after the copy into val */
+    int busy;               /* enqueued, not yet delivered */
 } td__stat_slot;
 
 #define TD__NSTAT 16
@@ -101,8 +104,13 @@ typedef struct td__cuda {
     void *blas_ws;              /* cuBLAS workspace, TD__BLAS_WS bytes */
     float nscale[4], nbias[4];
     td__stat_slot *stat;         /* pinned ring for read_stats */
-    int stat_next;
+    int stat_next;               /* the slot the next read_stats takes */
+    int stat_old, stat_busy;     /* oldest undelivered slot, how many */
+    pthread_mutex_t stat_mu;     /* the ring: event_sync may deliver from
+                                    the checkpoint writer's thread */
     td__times_ev times[TD_CUDA_TIMES_KEPT];
+    int64_t chain;               /* the latest upload whose base_ms is
+                                    known; -1: none (t0 is the anchor) */
 } td__cuda;
 
 /* ---- errors: every CUDA, cuBLAS and cuDNN status goes through these ---- */
@@ -145,6 +153,9 @@ const char *td__cublas_str(cublasStatus_t s);
     } while (0)
 
 size_t td__cuda_esize(enum td_dtype t);
+/* 1 when the gpu_arch list `archs` has code for compute capability
+ * major.minor (cuda.c) */
+int td__cuda_arch_ok(const char *archs, int major, int minor);
 
 /* Layer L is a batch norm kept in inference mode while training
  * (cfg.bn_eval, the job's freeze_bn_stats): its forward normalises with

@@ -16,6 +16,11 @@
  *   TD_SIM_OOM_AT=N         the Nth cudaMalloc fails (out of memory)
  *   TD_SIM_FAULT_KERNEL=N   the Nth kernel launch makes a sticky
  *                           cudaErrorIllegalAddress on its device
+ *   TD_SIM_CC=M.m[,M.m...]  compute capability of device 0, 1, ... (the
+ *                           last one given repeats; default 8.0)
+ *   TD_SIM_PINNED_KB=M      page-locked host memory the "driver" grants
+ *                           (cudaHostAlloc, cudaHostRegister past it:
+ *                           cudaErrorMemoryAllocation); default unlimited
  *   TD_SIM_RACE=off|report|strict   the stream-order race detector
  *                           (default report; strict aborts after a report)
  *   TD_SIM_REPORT=FILE      at exit, appended to FILE: "host page_locked
@@ -32,6 +37,7 @@
 #define TD_SIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_runtime_api.h>
 
@@ -87,6 +93,18 @@ size_t td_sim_peak(int dev);
 /* cudaMemcpyAsync calls from a device into pageable host memory, which
  * blocked the calling thread until the copy was done (as documented). */
 long td_sim_pageable_d2h(int dev);
+/* cudaMemcpyAsync calls to a device from pageable host memory: the source
+ * was staged at the call, which returned once it was (as documented). */
+long td_sim_pageable_h2d(int dev);
+/* Host functions enqueued (cudaLaunchHostFunc) in the whole process. */
+long td_sim_host_funcs(void);
+/* Whole-stream host synchronisations (cudaStreamSynchronize,
+ * cudaDeviceSynchronize) in the whole process. */
+long td_sim_stream_syncs(void);
+/* Every event recorded from now on carries a time `ns` later than the
+ * clock says, as if the process had run that much longer (tests of long
+ * jobs' timings).  Cumulative; td_sim_reset sets it back to 0. */
+void td_sim_advance_clock(uint64_t ns);
 /* cuDNN convolutions run with an algorithm cuDNN documents as
  * non-deterministic (backward data ALGO_0, backward filter ALGO_0 and
  * ALGO_3), in the whole process. */

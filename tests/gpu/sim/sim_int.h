@@ -108,7 +108,9 @@ typedef struct td_sim_dev {
      * and library launches on its streams, the most memory it held */
     long calls, launches;
     long pageable_d2h;     /* cudaMemcpyAsync to pageable memory: blocked */
+    long pageable_h2d;     /* cudaMemcpyAsync from pageable memory: staged */
     size_t peak;
+    int cc_major, cc_minor; /* compute capability (TD_SIM_CC) */
 } td_sim_dev;
 
 typedef struct td_sim_state {
@@ -131,9 +133,16 @@ typedef struct td_sim_state {
     long oom_at;                  /* fail the Nth cudaMalloc (1-based) */
     long fault_kernel;            /* illegal address at the Nth launch */
     int race_mode;                /* 0 off, 1 report, 2 strict (abort) */
+    size_t pinned_cap;            /* TD_SIM_PINNED_KB: page-locked limit */
+    size_t pinned_used;           /* bytes page-locked now */
+    uint64_t clock_skew;          /* td_sim_advance_clock: ns added to
+                                   * every event time */
     /* counters */
     long mallocs, launches, races, spin_waits;
     long host_allocs;             /* cudaHostAlloc and cudaHostRegister */
+    long host_funcs;              /* cudaLaunchHostFunc calls */
+    long stream_syncs;            /* cudaStreamSynchronize and
+                                   * cudaDeviceSynchronize calls */
 } td_sim_state;
 
 extern td_sim_state td__sim;

@@ -5,7 +5,9 @@
  * the per-thread current device and last error, sticky errors, device
  * allocations (each a separate host allocation within the device's
  * capacity, filled with 0xff bytes - a NaN in every float - when made),
- * pinned host ranges (cudaHostAlloc, cudaHostRegister), and the documented
+ * pinned host ranges (cudaHostAlloc, cudaHostRegister; within the
+ * page-locked limit TD_SIM_PINNED_KB), each device's compute capability
+ * (TD_SIM_CC, in cudaGetDeviceProperties), and the documented
  * host synchronisation of every copy ("API synchronization behavior" in
  * the CUDA runtime documentation):
  *   cudaMemcpy       H2D from pageable memory: waits for the legacy
@@ -72,6 +74,32 @@ static void td__report(void)
     fclose(f);
 }
 
+/* TD_SIM_CC=8.0,7.5: device 0 is an 8.0, device 1 and the rest 7.5. */
+static void td__compute_capability(void)
+{
+    const char *v = getenv("TD_SIM_CC");
+    int major = 8, minor = 0;
+    for (int d = 0; d < TD_SIM_MAX_DEVICES; d++) {
+        if (v && *v) {
+            char *end;
+            long M = strtol(v, &end, 10), m = -1;
+            if (*end == '.')
+                m = strtol(end + 1, &end, 10);
+            if (M < 1 || M > 99 || m < 0 || m > 9 ||
+                (*end && *end != ',')) {
+                fprintf(stderr, "td-sim: TD_SIM_CC=%s: expected "
+                        "MAJOR.MINOR[,MAJOR.MINOR...]\n", getenv("TD_SIM_CC"));
+                abort();
+            }
+            major = (int)M;
+            minor = (int)m;
+            v = *end ? end + 1 : end;
+        }
+        td__sim.dev[d].cc_major = major;
+        td__sim.dev[d].cc_minor = minor;
+    }
+}
+
 static void td__configure(void)
 {
     static int reporting;
@@ -99,13 +127,19 @@ static void td__configure(void)
                 "strict\n", r);
         abort();
     }
+    long pin_kb = td__env_long("TD_SIM_PINNED_KB", -1, -1, 1L << 30);
+    td__sim.pinned_cap = pin_kb < 0 ? (size_t)-1 : (size_t)pin_kb << 10;
+    td__sim.pinned_used = 0;
+    td__sim.clock_skew = 0;
     for (int d = 0; d < TD_SIM_MAX_DEVICES; d++) {
         memset(&td__sim.dev[d], 0, sizeof td__sim.dev[d]);
         td__sim.dev[d].cap = (size_t)mb << 20;
     }
+    td__compute_capability();
     memset(td__sim.host, 0, sizeof td__sim.host);
     td__sim.mallocs = td__sim.launches = td__sim.host_allocs = 0;
     td__sim.races = td__sim.spin_waits = 0;
+    td__sim.host_funcs = td__sim.stream_syncs = 0;
     td__sim.init = 1;
 }
 
@@ -408,6 +442,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     td__sim_lock();
     int nd = td__sim.ndev;
     size_t cap = d >= 0 && d < nd ? td__sim.dev[d].cap : 0;
+    int major = d >= 0 && d < nd ? td__sim.dev[d].cc_major : 0;
+    int minor = d >= 0 && d < nd ? td__sim.dev[d].cc_minor : 0;
     td__sim_unlock();
     if (!p)
         return td__sim_err(cudaErrorInvalidValue);
@@ -416,8 +452,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "traind simulated GPU %d", d);
     p->totalGlobalMem = cap;
-    p->major = 8;
-    p->minor = 0;
+    p->major = major;
+    p->minor = minor;
     p->multiProcessorCount = 108;
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
@@ -531,6 +567,13 @@ cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned flags)
         goto out;
     size_t sz = bytes ? (bytes + 4095) & ~(size_t)4095 : 4096;
     td_sim_alloc a = {.dev = -1, .bytes = bytes ? bytes : 1};
+    if (sz > td__sim.pinned_cap - td__sim.pinned_used) {
+        td__sim_say("cudaHostAlloc of %zu bytes: past the page-locked limit "
+                    "(TD_SIM_PINNED_KB, %zu bytes locked)", bytes,
+                    td__sim.pinned_used);
+        e = cudaErrorMemoryAllocation;
+        goto out;
+    }
     a.base = aligned_alloc(4096, sz);
     if (!a.base || td__insert(&td__sim.hmem, &td__sim.nhmem,
                               &td__sim.caphmem, a)) {
@@ -539,6 +582,7 @@ cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned flags)
         goto out;
     }
     td__sim.host_allocs++;
+    td__sim.pinned_used += sz;
     *ptr = a.base;
 out:
     td__sim_unlock();
@@ -568,6 +612,7 @@ cudaError_t cudaFreeHost(void *p)
     a = td__sim_hfind(p, 0);
     if (!a)
         goto out;
+    td__sim.pinned_used -= (a->bytes + 4095) & ~(size_t)4095;
     free(a->base);
     td__remove(td__sim.hmem, &td__sim.nhmem, a);
 out:
@@ -594,11 +639,20 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags)
         e = cudaErrorInvalidValue;
         goto out;
     }
+    size_t sz = (bytes + 4095) & ~(size_t)4095;
+    if (sz > td__sim.pinned_cap - td__sim.pinned_used) {
+        td__sim_say("cudaHostRegister of %zu bytes: past the page-locked "
+                    "limit (TD_SIM_PINNED_KB)", bytes);
+        e = cudaErrorMemoryAllocation;
+        goto out;
+    }
     td_sim_alloc a = {.base = p, .bytes = bytes, .dev = -1, .registered = 1};
     if (td__insert(&td__sim.hmem, &td__sim.nhmem, &td__sim.caphmem, a))
         e = cudaErrorMemoryAllocation;
-    else
+    else {
         td__sim.host_allocs++;
+        td__sim.pinned_used += sz;
+    }
 out:
     td__sim_unlock();
     return td__sim_err(e);
@@ -618,8 +672,10 @@ cudaError_t cudaHostUnregister(void *p)
     for (int d = 0; d < td__sim.ndev; d++)
         td__sim_drain_dev(d);
     a = td__sim_hfind(p, 0);
-    if (a)
+    if (a) {
+        td__sim.pinned_used -= (a->bytes + 4095) & ~(size_t)4095;
         td__remove(td__sim.hmem, &td__sim.nhmem, a);
+    }
 out:
     td__sim_unlock();
     return td__sim_err(e);
@@ -654,6 +710,15 @@ long td_sim_pageable_d2h(int dev)
     td__sim_lock();
     long n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].pageable_d2h
                                             : 0;
+    td__sim_unlock();
+    return n;
+}
+
+long td_sim_pageable_h2d(int dev)
+{
+    td__sim_lock();
+    long n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].pageable_h2d
+                                             : 0;
     td__sim_unlock();
     return n;
 }
@@ -804,6 +869,8 @@ static cudaError_t td__memcpy(void *dst, const void *src, size_t n,
     if (async) {
         wait = real == cudaMemcpyDeviceToHost && !dst_pinned;
         td__sim.dev[s->dev].pageable_d2h += wait;
+        td__sim.dev[s->dev].pageable_h2d +=
+            real == cudaMemcpyHostToDevice && !src_pinned;
     }
     else
         wait = real == cudaMemcpyDeviceToHost ||

@@ -13,7 +13,8 @@
  * stream's or event's at each completed synchronisation); jitter
  * (TD_SIM_JITTER: random delays before operations, seeded per stream);
  * injected kernel faults (TD_SIM_FAULT_KERNEL), after which the device's
- * sticky error skips all its later work.
+ * sticky error skips all its later work; event times moved on by
+ * td_sim_advance_clock; counts of host functions and whole-stream syncs.
  * Never does: run device work on the calling thread, or let a host
  * function call CUDA (cudaErrorNotPermitted, as documented).
  */
@@ -82,7 +83,7 @@ static void *td__worker(void *p)
             td_sim_dev *dv = &td__sim.dev[s->dev];
             if (op->kind == TD_SIM_OP_RECORD) {
                 if (op->ev->s == s && op->ev->seq == op->seq)
-                    op->ev->t_ns = td__now_ns();
+                    op->ev->t_ns = td__now_ns() + td__sim.clock_skew;
             } else if (op->fault && !dv->sticky) {
                 td__sim_say("%s: %s makes a sticky cudaErrorIllegalAddress "
                             "on device %d", op->what, op->fault == 1
@@ -306,6 +307,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h)
         e = cudaErrorInvalidResourceHandle;
     if (s) {
         td_sim_vc vc;
+        td__sim.stream_syncs++;
         memcpy(vc, s->vc, sizeof vc);
         td__sim_wait(s, s->enq, vc, td__spins(s->dev, NULL));
         e = td__sim.dev[s->dev].sticky; /* an error of the work waited for */
@@ -337,6 +339,7 @@ cudaError_t cudaDeviceSynchronize(void)
     cudaError_t e = td__sim_gate();
     if (e == cudaSuccess) {
         int d = td__sim_cur();
+        td__sim.stream_syncs++;
         if (td__spins(d, NULL))
             for (int i = 0; i < td__sim.nstreams; i++) {
                 struct CUstream_st *s = td__sim.streams[i];
@@ -528,6 +531,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t hs, cudaHostFn_t fn, void *data)
         op->ctx = data;
         op->hostfn = 1;
         op->what = "cudaLaunchHostFunc";
+        td__sim.host_funcs++;
         td__sim_op_push(s, op);
     }
     td__sim_unlock();
@@ -679,6 +683,29 @@ long td_sim_races(void)
     long n = td__sim.races;
     td__sim_unlock();
     return n;
+}
+
+long td_sim_host_funcs(void)
+{
+    td__sim_lock();
+    long n = td__sim.host_funcs;
+    td__sim_unlock();
+    return n;
+}
+
+long td_sim_stream_syncs(void)
+{
+    td__sim_lock();
+    long n = td__sim.stream_syncs;
+    td__sim_unlock();
+    return n;
+}
+
+void td_sim_advance_clock(uint64_t ns)
+{
+    td__sim_lock();
+    td__sim.clock_skew += ns;
+    td__sim_unlock();
 }
 
 long td_sim_spin_waits(void)
