@@ -99,9 +99,11 @@ static void td__configure(void)
                 "strict\n", r);
         abort();
     }
+    long cc = td__env_long("TD_SIM_CC", 80, 30, 129);
     for (int d = 0; d < TD_SIM_MAX_DEVICES; d++) {
         memset(&td__sim.dev[d], 0, sizeof td__sim.dev[d]);
         td__sim.dev[d].cap = (size_t)mb << 20;
+        td__sim.dev[d].cc = (int)cc;
     }
     memset(td__sim.host, 0, sizeof td__sim.host);
     td__sim.mallocs = td__sim.launches = td__sim.host_allocs = 0;
@@ -117,6 +119,45 @@ void td__sim_lock(void)
 }
 
 void td__sim_unlock(void) { pthread_mutex_unlock(&td__sim.mu); }
+
+int td__sim_cc(int d)
+{
+    td__sim_lock();
+    int cc = d >= 0 && d < TD_SIM_MAX_DEVICES ? td__sim.dev[d].cc : 0;
+    td__sim_unlock();
+    return cc;
+}
+
+/* ---- math modes: what each GEMM and convolution ran with ----------------- */
+
+/* [0] cuBLAS by cublasMath_t (the low 4 bits), [1] cuDNN by
+ * cudnnMathType_t; [.][16]: of all, those computed in TF32.  Process-wide,
+ * never reset (tests take differences). */
+static long td__math_runs[2][17];
+
+void td__sim_math_count(int blas, int math, int tf32)
+{
+    int k = blas ? 0 : 1;
+    __atomic_add_fetch(&td__math_runs[k][math & 15], 1, __ATOMIC_RELAXED);
+    if (tf32)
+        __atomic_add_fetch(&td__math_runs[k][16], 1, __ATOMIC_RELAXED);
+}
+
+static long td__math_get(int k, int math)
+{
+    long n = 0;
+    if (math >= 0)
+        return __atomic_load_n(&td__math_runs[k][math & 15],
+                               __ATOMIC_RELAXED);
+    for (int i = 0; i < 16; i++)
+        n += __atomic_load_n(&td__math_runs[k][i], __ATOMIC_RELAXED);
+    return n;
+}
+
+long td_sim_blas_gemms(int math) { return td__math_get(0, math); }
+long td_sim_dnn_convs(int math) { return td__math_get(1, math); }
+long td_sim_blas_tf32(void) { return td__math_get(0, 16); }
+long td_sim_dnn_tf32(void) { return td__math_get(1, 16); }
 
 int td__sim_cur(void) { return td__sim_device; }
 
@@ -408,6 +449,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     td__sim_lock();
     int nd = td__sim.ndev;
     size_t cap = d >= 0 && d < nd ? td__sim.dev[d].cap : 0;
+    int cc = d >= 0 && d < nd ? td__sim.dev[d].cc : 0;
     td__sim_unlock();
     if (!p)
         return td__sim_err(cudaErrorInvalidValue);
@@ -416,8 +458,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "traind simulated GPU %d", d);
     p->totalGlobalMem = cap;
-    p->major = 8;
-    p->minor = 0;
+    p->major = cc / 10;
+    p->minor = cc % 10;
     p->multiProcessorCount = 108;
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
