@@ -146,8 +146,8 @@ void td__sim_math_count(int blas, int math, int tf32)
 static long td__math_get(int k, int math)
 {
     long n = 0;
-    if (math >= 0)
-        return __atomic_load_n(&td__math_runs[k][math & 15],
+    if (math >= 0) /* 16: the TF32 count */
+        return __atomic_load_n(&td__math_runs[k][math < 16 ? math : 16],
                                __ATOMIC_RELAXED);
     for (int i = 0; i < 16; i++)
         n += __atomic_load_n(&td__math_runs[k][i], __ATOMIC_RELAXED);
