@@ -280,11 +280,20 @@ START_TEST(test_tf32_refused_below_ampere)
 }
 END_TEST
 
+/* Under ASan or ThreadSanitizer (CI's sanitizer builds run every sim
+ * suite) two steps: the same code paths, with the CPU backend at -O0 20
+ * steps took 160 s there; the numerics are checked by the plain build. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TD__STEPS 2
+#else
+#define TD__STEPS 20
+#endif
+
 /* The loss curves of fmnist-cnn: CPU fp32 against the GPU in fp32 and in
  * tf32 (tolerances and measurements at the top of the file). */
 START_TEST(test_tf32_losses_track_cpu)
 {
-    enum { STEPS = 20, N = 4 };
+    enum { STEPS = TD__STEPS, N = 4 };
     double cpu[STEPS], f32[STEPS], t32[STEPS];
     double worst32 = 0, worst_t = 0, moved = 0;
     td_cuda_register();
@@ -312,7 +321,8 @@ START_TEST(test_tf32_losses_track_cpu)
     if (getenv("TF32_VERBOSE"))
         printf("worst relative: fp32 %.2e tf32 %.2e\n", worst32, worst_t);
     /* the loss falls over the 20 steps, and TF32 is really modelled */
-    ck_assert_double_lt(t32[STEPS - 1], t32[0]);
+    if (STEPS >= 20)
+        ck_assert_double_lt(t32[STEPS - 1], t32[0]);
     ck_assert_msg(moved > 0, "tf32 losses are bitwise the fp32 ones");
     td_model_free(m);
 }
