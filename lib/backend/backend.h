@@ -73,6 +73,19 @@
 
 enum td_dtype { TD_F32 = 0, TD_BF16 = 1 };
 
+/* How fp32 matrix products (convolutions, dense layers) may compute on a
+ * GPU (docs/cuda.md "Precision").  0 is strict so that a configuration
+ * made with memset (the tests that compare backends) stays exact; a job's
+ * precision (lib/job/precision.c) sets it. */
+enum td_fp32_math {
+    TD_MATH_FP32 = 0,  /* strict: FMA on fp32 values, no tensor cores */
+    TD_MATH_TF32 = 1,  /* TF32 tensor cores: inputs rounded to 10 mantissa
+                        * bits, fp32 accumulation; needs compute capability
+                        * 8.0 (refused below) */
+    TD_MATH_AUTO = 2,  /* TF32 on 8.0 and newer, strict below */
+};
+#define TD_TF32_MIN_CC_MAJOR 8 /* TF32 tensor cores: Ampere (8.0) on */
+
 typedef struct td_backend_config {
     int batch;             /* largest batch; smaller eval batches are fine */
     int threads;           /* CPU: OpenMP/oneDNN threads (0 = all cores) */
@@ -82,6 +95,8 @@ typedef struct td_backend_config {
     uint64_t seed;         /* initialisation and dropout draws */
     td_optim_config optim;
     float label_smoothing; /* training loss only; evaluation is plain CE */
+    enum td_fp32_math fp32_math; /* CUDA, dtype TD_F32; CPU: ignored (its
+                            * fp32 is always strict) */
     int allow_slow_bf16;   /* CPU tests only: accept oneDNN's reference
                             * bf16 kernels (refused otherwise) */
     /* Per parameter (model order): that parameter's lr is the step's lr

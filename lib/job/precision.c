@@ -11,8 +11,15 @@
  *               CPU's fast type.
  *         auto  bf16 where the CPU has it (measured: docs/compute.md),
  *               else fp32.
- *   cuda  fp32 and auto (= fp32) until the CUDA part of issue 15 lands;
- *         tf32, bf16 and fp16 are refused, naming the GPU.
+ *   cuda  fp32  strict fp32: cuDNN FMA math, cuBLAS default math (no TF32).
+ *         tf32  TF32 tensor cores for convolutions and GEMMs; needs compute
+ *               capability 8.0 (Ampere) or newer, refused below naming
+ *               the GPU and its capability.
+ *         auto  tf32 on 8.0 and newer, fp32 below (the backend decides at
+ *               create from the capability it reads; the check at submit
+ *               has nothing to refuse).
+ *         bf16, fp16  refused, naming the GPU: not implemented on the CUDA
+ *               backend yet.
  * Never does: pick a slow emulation silently.
  */
 #include "job/precision.h"
@@ -71,21 +78,39 @@ int td_precision_resolve(enum td_precision want, const char *device,
         err[0] = '\0';
     if (!device || strncmp(device, "cuda", 4) != 0)
         return td__cpu(want, out, err ? err : (char[1]){0}, err ? errcap : 1);
-    if (want == TD_PREC_AUTO || want == TD_PREC_FP32) {
-        *out = TD_F32;
-        return 0;
-    }
     int idx = device[4] == ':' ? (int)strtol(device + 5, NULL, 10) : 0;
+    const td_gpu_info *g = info && idx >= 0 && idx < info->cuda_count
+                               ? &info->gpus[idx] : NULL;
     char gpu[300] = "";
-    if (info && idx >= 0 && idx < info->cuda_count)
-        snprintf(gpu, sizeof gpu, " (%s: %s, sm_%d%d)", device,
-                 info->gpus[idx].name, info->gpus[idx].cc_major,
-                 info->gpus[idx].cc_minor);
+    if (g)
+        snprintf(gpu, sizeof gpu, " (%s: %s, compute capability %d.%d)",
+                 device, g->name, g->cc_major, g->cc_minor);
+    *out = TD_F32;
+    if (want == TD_PREC_AUTO || want == TD_PREC_FP32)
+        return 0;
+    if (want == TD_PREC_TF32) {
+        /* without the device's details the backend checks at create */
+        if (!g || g->cc_major >= TD_TF32_MIN_CC_MAJOR)
+            return 0;
+        if (err && errcap)
+            snprintf(err, errcap, "precision: tf32 needs a GPU of compute "
+                     "capability %d.0 or newer (Ampere); %s is %s, compute "
+                     "capability %d.%d: use fp32 or auto",
+                     TD_TF32_MIN_CC_MAJOR, device, g->name, g->cc_major,
+                     g->cc_minor);
+        return TD_E_NOTSUP;
+    }
     if (err && errcap)
         snprintf(err, errcap, "precision: %s is not implemented on the CUDA "
-                 "backend yet, which computes in fp32 only%s: use fp32 or "
-                 "auto", td_precision_name(want), gpu);
+                 "backend yet, which computes in fp32 or tf32%s: use fp32, "
+                 "tf32 or auto", td_precision_name(want), gpu);
     return TD_E_NOTSUP;
+}
+
+enum td_fp32_math td_precision_fp32_math(enum td_precision p)
+{
+    return p == TD_PREC_TF32 ? TD_MATH_TF32
+           : p == TD_PREC_AUTO ? TD_MATH_AUTO : TD_MATH_FP32;
 }
 
 int td_precision_check_job(const td_job_spec *spec, const td_device_info *info,

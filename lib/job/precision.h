@@ -21,10 +21,17 @@ const char *td_precision_name(enum td_precision p);
 /* The compute type for precision `want` on `device` ("cpu", "cuda" or
  * "cuda:N"; GPU details from info, which may be NULL).  Returns 0, or
  * TD_E_NOTSUP with "precision: bf16 needs ..." naming the device's
- * capability in err. */
+ * capability in err.  On a GPU *out is TD_F32 and tf32 is checked against
+ * the compute capability in info; with info NULL the backend checks it
+ * at create. */
 int td_precision_resolve(enum td_precision want, const char *device,
                          const td_device_info *info, enum td_dtype *out,
                          char *err, size_t errcap);
+
+/* The backend's fp32 math for a job's precision (td_backend_config
+ * fp32_math): tf32 -> TF32, auto -> AUTO (the CUDA backend picks by the
+ * GPU's compute capability), anything else strict. */
+enum td_fp32_math td_precision_fp32_math(enum td_precision p);
 
 /* The check at submit: the job's device as td_device_select resolves it
  * against info, then td_precision_resolve.  A device that cannot be

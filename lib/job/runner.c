@@ -237,12 +237,16 @@ static int td__runner_precision(td_runner *r, enum td_dtype *dt, char *err,
     if (rc)
         return rc;
     char caps[256] = "";
+    const char *got = *dt == TD_BF16 ? "bf16" : "fp32";
     if (strncmp(dev, "cuda", 4) != 0)
         td_cpu_caps_describe(td_cpu_caps_get(), caps, sizeof caps);
+    else if (r->spec->precision == TD_PREC_TF32)
+        got = "tf32";
+    else if (r->spec->precision == TD_PREC_AUTO) /* the backend logs which */
+        got = "tf32 on compute capability 8.0 and newer, else fp32";
     td_logf(TD_LOG_INFO, r->o.job, "precision: %s (asked %s) on %s%s%s",
-            *dt == TD_BF16 ? "bf16" : "fp32",
-            td_precision_name(r->spec->precision), dev, *caps ? ": " : "",
-            caps);
+            got, td_precision_name(r->spec->precision), dev,
+            *caps ? ": " : "", caps);
     return 0;
 }
 
@@ -304,6 +308,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.backend.threads = s->threads > 0 ? s->threads : 0;
     if ((rc = td__runner_precision(r, &tc.backend.dtype, err, errcap)))
         goto fail;
+    tc.backend.fp32_math = td_precision_fp32_math(s->precision);
     for (int c = 0; c < s->input.channels && c < 4; c++) {
         tc.backend.mean[c] = (float)s->input.mean[c];
         tc.backend.std[c] = (float)s->input.std[c];

@@ -10,6 +10,7 @@
 #include "optim_update.h"
 #include "softmax_xent.h"
 #include "tdtest.h"
+#include "tf32.h"
 
 /* bf16 rounding: to nearest, ties to even, on the bit patterns. */
 START_TEST(test_bf16_rounding)
@@ -218,6 +219,51 @@ START_TEST(test_optim_validation)
 }
 END_TEST
 
+/* TF32 rounding (kernels/tf32.h): 10 mantissa bits kept, to nearest,
+ * ties to even, on the bit patterns. */
+START_TEST(test_tf32_rounding)
+{
+    /* exact values pass through; the low 13 bits always end up 0 */
+    ck_assert_float_eq(td_tf32_round(1.0f), 1.0f);
+    ck_assert_float_eq(td_tf32_round(-0.75f), -0.75f);
+    ck_assert_float_eq(td_tf32_round(1.0f + 0x1p-10f), 1.0f + 0x1p-10f);
+    /* 1 + 2^-11 lies halfway between 1 and 1 + 2^-10: even (1) wins */
+    ck_assert_float_eq(td_tf32_round(1.0f + 0x1p-11f), 1.0f);
+    /* 1 + 3 * 2^-11 lies halfway between 1 + 2^-10 and 1 + 2^-9: even */
+    ck_assert_float_eq(td_tf32_round(1.0f + 3 * 0x1p-11f), 1.0f + 0x1p-9f);
+    /* just above halfway rounds up, just below down */
+    ck_assert_float_eq(td_tf32_round(1.0f + 0x1p-11f + 0x1p-20f),
+                       1.0f + 0x1p-10f);
+    ck_assert_float_eq(td_tf32_round(1.0f + 0x1p-11f - 0x1p-20f), 1.0f);
+    ck_assert_float_eq(td_tf32_round(-(1.0f + 0x1p-11f + 0x1p-20f)),
+                       -(1.0f + 0x1p-10f));
+    /* a carry into the exponent */
+    ck_assert_float_eq(td_tf32_round(2.0f - 0x1p-12f), 2.0f);
+    /* relative error <= 2^-11, and finer than bf16's 2^-8 */
+    for (int i = 0; i < 100000; i++) {
+        float x = (float)ldexp(1.0 + i / 100000.0, i % 60 - 30);
+        float r = td_tf32_round(x);
+        uint32_t u;
+        memcpy(&u, &r, sizeof u);
+        ck_assert_uint_eq(u & 0x1fffu, 0);
+        ck_assert(fabsf(r - x) <= x * 0x1p-11f);
+    }
+    /* subnormals round on the same bits */
+    ck_assert_float_eq(td_tf32_round(0x1p-130f), 0x1p-130f);
+    ck_assert_float_eq(td_tf32_round(0x1p-136f + 0x1p-140f), 0x1p-136f);
+    ck_assert_float_eq(td_tf32_round(0x1p-149f), 0.0f);
+    /* infinities stay, overflow becomes infinity, NaN stays NaN */
+    ck_assert(isinf(td_tf32_round(INFINITY)));
+    ck_assert(td_tf32_round(-INFINITY) < 0);
+    ck_assert(isinf(td_tf32_round(3.4028235e38f)));
+    ck_assert(isnan(td_tf32_round(NAN)));
+    uint32_t snan = 0x7f800001u; /* low payload bits only: must stay NaN */
+    float f;
+    memcpy(&f, &snan, sizeof f);
+    ck_assert(isnan(td_tf32_round(f)));
+}
+END_TEST
+
 static Suite *kernels_suite(void)
 {
     Suite *s = suite_create("kernels");
@@ -231,6 +277,7 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_adamw_first_steps);
     tcase_add_test(tc, test_schedules);
     tcase_add_test(tc, test_optim_validation);
+    tcase_add_test(tc, test_tf32_rounding);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -185,14 +185,35 @@ START_TEST(test_resolve_on_gpu)
     ck_assert_int_eq(dt, TD_F32);
     ck_assert_int_eq(td_precision_resolve(TD_PREC_FP32, "cuda", &info, &dt,
                                           err, sizeof err), 0);
-    for (int p = TD_PREC_TF32; p <= TD_PREC_FP16; p++) {
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_TF32, "cuda:0", &info, &dt,
+                                          err, sizeof err), 0);
+    ck_assert_int_eq(dt, TD_F32);
+    ck_assert_int_eq(td_precision_fp32_math(TD_PREC_TF32), TD_MATH_TF32);
+    ck_assert_int_eq(td_precision_fp32_math(TD_PREC_AUTO), TD_MATH_AUTO);
+    ck_assert_int_eq(td_precision_fp32_math(TD_PREC_FP32), TD_MATH_FP32);
+    for (int p = TD_PREC_BF16; p <= TD_PREC_FP16; p++) {
         ck_assert_int_eq(td_precision_resolve((enum td_precision)p, "cuda:0",
                                               &info, &dt, err, sizeof err),
                          TD_E_NOTSUP);
         ck_assert_msg(strstr(err, "is not implemented on the CUDA backend "
                              "yet") && strstr(err, "cuda:0: NVIDIA H100, "
-                             "sm_90"), "%s", err);
+                             "compute capability 9.0"), "%s", err);
     }
+    /* tf32 needs Ampere: a Turing GPU refuses it at submit, naming itself;
+     * auto and fp32 run (auto = fp32 there, decided by the backend) */
+    snprintf(info.gpus[0].name, sizeof info.gpus[0].name, "Tesla T4");
+    info.gpus[0].cc_major = 7;
+    info.gpus[0].cc_minor = 5;
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_TF32, "cuda:0", &info, &dt,
+                                          err, sizeof err), TD_E_NOTSUP);
+    ck_assert_msg(strstr(err, "tf32 needs a GPU of compute capability 8.0") &&
+                  strstr(err, "cuda:0 is Tesla T4, compute capability 7.5"),
+                  "%s", err);
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_AUTO, "cuda:0", &info, &dt,
+                                          err, sizeof err), 0);
+    /* without the GPU's details (traind --run) the backend checks */
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_TF32, "cuda:0", NULL, &dt,
+                                          err, sizeof err), 0);
     /* at submit: a job on the GPU is checked for the GPU, and a GPU that
      * is absent is not this check's error (the job reports it) */
     td_job_spec s;

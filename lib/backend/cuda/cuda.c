@@ -367,9 +367,9 @@ static int td__cuda_init(td__cuda *be)
     TD__TRY(td__events(be));
     TD__BLAS(be, cublasCreate(&be->blas));
     TD__BLAS(be, cublasSetStream(be->blas, be->compute));
-    /* CUBLAS_DEFAULT_MATH keeps fp32 GEMMs in fp32 (no TF32) unless the
-     * environment sets NVIDIA_TF32_OVERRIDE; results match the CPU's */
-    TD__BLAS(be, cublasSetMathMode(be->blas, CUBLAS_DEFAULT_MATH));
+    /* strict fp32 or TF32, by the job and the compute capability; sets
+     * the cuBLAS math mode (cuda_prec.c) */
+    TD__TRY(td__cuda_precision(be));
     be->gl = calloc((size_t)m->nlayers, sizeof *be->gl);
     if (!be->gl)
         return -ENOMEM;
@@ -920,9 +920,15 @@ static int td__cuda_check(const td_model *m, const td_backend_config *cfg,
                           int device, char *err, size_t errcap)
 {
     if (cfg->dtype != TD_F32) {
-        snprintf(err, errcap, "cuda backend: only fp32 is supported so far "
-                 "(bf16 comes with mixed precision)");
+        snprintf(err, errcap, "cuda backend: precision bf16 is not "
+                 "implemented yet (fp32 and tf32 are): use fp32, tf32 or "
+                 "auto");
         return TD_E_NOTSUP;
+    }
+    if ((unsigned)cfg->fp32_math > TD_MATH_AUTO) {
+        snprintf(err, errcap, "cuda backend: fp32_math %d is not one of "
+                 "fp32, tf32, auto", (int)cfg->fp32_math);
+        return -EINVAL;
     }
     if (device < 0) {
         snprintf(err, errcap, "device cuda:%d: the index must be >= 0",

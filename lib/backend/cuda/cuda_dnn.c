@@ -1,13 +1,15 @@
 /* backend_cuda_dnn.c - every cuDNN call of the CUDA backend.
  *
  * Owns: the cuDNN handle, per-layer descriptors (tensors, filters,
- * convolutions - one per direction, each with its algorithm's math type -,
+ * convolutions - one per direction -,
  * activations, pooling), the choice of convolution algorithms at create
  * (heuristics size the workspace, then cudnnFind*Ex measures each shape
- * and direction once per process, cached; fp32 FMA math first: no TF32,
- * so results match the CPU backend; only documented-deterministic
- * algorithms when the configuration asks), and the forward and backward
- * calls of
+ * and direction once per process, cached; only documented-deterministic
+ * algorithms when the configuration asks), the math type of every
+ * convolution descriptor (the backend's fp32 math, cuda_prec.c: strict
+ * CUDNN_FMA_MATH, so results match the CPU backend, or TF32 with
+ * CUDNN_TENSOR_OP_MATH; never the search result's own), and the forward
+ * and backward calls of
  * conv2d, batch norm (training with running statistics, inference - also
  * while training for layers kept in inference mode, whose backward is a
  * kernel of ours, cuda_step.c -, backward), relu and the pools.  Gradient summation into a shared input
@@ -45,7 +47,7 @@ struct td__dnn_layer {
     cudnnTensorDescriptor_t chan;  /* [1, C_out, 1, 1]: bias, bn params */
     cudnnFilterDescriptor_t wf;
     /* one convolution descriptor per direction (forward, backward data,
-     * backward filter): each carries the math type of its own algorithm */
+     * backward filter), each with the backend's math type (td__math) */
     cudnnConvolutionDescriptor_t cf, cd, cw;
     cudnnActivationDescriptor_t act;
     cudnnPoolingDescriptor_t pool;
@@ -96,11 +98,12 @@ static const td_shape *td__in_shape(const td__cuda *be, int L)
 /* Sets pick to the first of got cuDNN perf results that ran, fits the
  * workspace cap and, when the configuration asks for determinism
  * (td_backend_config.deterministic), is documented deterministic;
- * preferring plain FMA math (no TF32) in a first pass; -1 if none.  The
- * three *AlgoPerf_t types share these fields.  The caller then sets the
- * chosen result's math type on that direction's descriptor (a result's
- * mathType is only used when the descriptor says so). */
-#define TD__PICK_ALGO(pf, got, cap, det, pick)                                \
+ * preferring in a first pass results of the backend's math (FMA for
+ * strict fp32, a tensor-op or default math type for TF32); -1 if none.
+ * The three *AlgoPerf_t types share these fields.  Whatever the pick's
+ * mathType, the descriptor keeps the backend's math type (td__math): a
+ * strict job never runs TF32 because a search preferred it. */
+#define TD__PICK_ALGO(pf, got, cap, det, tf32, pick)                          \
     do {                                                                      \
         (pick) = -1;                                                          \
         for (int pass_ = 0; pass_ < 2 && (pick) < 0; pass_++)                 \
@@ -109,9 +112,16 @@ static const td_shape *td__in_shape(const td__cuda *be, int L)
                     (pf)[i_].memory <= (cap) &&                               \
                     (!(det) ||                                                \
                      (pf)[i_].determinism == CUDNN_DETERMINISTIC) &&          \
-                    (pass_ || (pf)[i_].mathType == CUDNN_FMA_MATH))           \
+                    (pass_ || ((pf)[i_].mathType == CUDNN_FMA_MATH) ==        \
+                                  !(tf32)))                                   \
                     (pick) = i_;                                              \
     } while (0)
+
+/* The math type every convolution descriptor carries. */
+static cudnnMathType_t td__math(const td__cuda *be)
+{
+    return be->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+}
 
 static int td__no_algo(td__cuda *be, int L, const char *dir)
 {
@@ -131,11 +141,10 @@ static int td__pick_fwd(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
             d->wf, d->cf, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
             pf));
     TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
-                  pick);
+                  be->tf32, pick);
     if (pick < 0)
         return td__no_algo(be, L, "forward");
     d->fa = pf[pick].algo;
-    TD__DNN(be, cudnnSetConvolutionMathType(d->cf, pf[pick].mathType));
     size_t b = 0;
     TD__DNN(be, cudnnGetConvolutionForwardWorkspaceSize(be->dnn->h, d->x,
             d->wf, d->cf, d->y, d->fa, &b));
@@ -152,11 +161,10 @@ static int td__pick_bwd_data(td__cuda *be, int L, td__dnn_layer *d,
             d->wf, d->y, d->cd, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
             &got, pf));
     TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
-                  pick);
+                  be->tf32, pick);
     if (pick < 0)
         return td__no_algo(be, L, "backward-data");
     d->da = pf[pick].algo;
-    TD__DNN(be, cudnnSetConvolutionMathType(d->cd, pf[pick].mathType));
     size_t b = 0;
     TD__DNN(be, cudnnGetConvolutionBackwardDataWorkspaceSize(be->dnn->h,
             d->wf, d->y, d->cd, d->x, d->da, &b));
@@ -174,11 +182,10 @@ static int td__pick_bwd_filter(td__cuda *be, int L, td__dnn_layer *d,
             d->x, d->y, d->cw, d->wf,
             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf));
     TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
-                  pick);
+                  be->tf32, pick);
     if (pick < 0)
         return td__no_algo(be, L, "backward-filter");
     d->wa = pf[pick].algo;
-    TD__DNN(be, cudnnSetConvolutionMathType(d->cw, pf[pick].mathType));
     size_t b = 0;
     TD__DNN(be, cudnnGetConvolutionBackwardFilterWorkspaceSize(be->dnn->h,
             d->x, d->y, d->cw, d->wf, d->wa, &b));
@@ -200,9 +207,8 @@ static int td__plan_conv(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
         TD__DNN(be, cudnnSetConvolution2dDescriptor(*dirs[i], l->pad, l->pad,
                 l->stride, l->stride, 1, 1, CUDNN_CROSS_CORRELATION,
                 be->dnn->dt));
-        /* fp32 stays fp32: the queries offer FMA-math (no TF32) results
-         * first; the chosen one's math type is set after */
-        TD__DNN(be, cudnnSetConvolutionMathType(*dirs[i], CUDNN_FMA_MATH));
+        /* before the queries: their results and workspaces are for it */
+        TD__DNN(be, cudnnSetConvolutionMathType(*dirs[i], td__math(be)));
     }
     TD__DNN(be, cudnnGetConvolution2dForwardOutputDim(d->cf, d->x, d->wf,
                                                       &n, &c, &h, &w));
@@ -308,10 +314,9 @@ static const float *td__x(const td__cuda *be, int L);
  * does not search again).  Found results are only used when they fit the
  * workspace the heuristics sized; otherwise the heuristic choice stays. */
 typedef struct td__found {
-    int dev, dir, det;
+    int dev, dir, det, tf32;
     int x[4], w[4], pad, stride;
     int algo;
-    cudnnMathType_t math;
     size_t memory;
 } td__found;
 
@@ -327,6 +332,7 @@ static td__found td__found_key(const td__cuda *be, int L, int dir)
     td__found k;
     memset(&k, 0, sizeof k); /* compared with memcmp: no stray padding */
     k.dev = be->dev, k.dir = dir, k.det = be->base.cfg.deterministic != 0;
+    k.tf32 = be->tf32;
     k.x[0] = be->batch, k.x[1] = in->c, k.x[2] = in->h, k.x[3] = in->w;
     k.w[0] = l->channels, k.w[1] = in->c, k.w[2] = k.w[3] = l->kernel;
     k.pad = l->pad, k.stride = l->stride;
@@ -370,10 +376,9 @@ static int td__search(td__cuda *be, int L, int dir, td__found *k)
         TD__DNN(be, cudnnFindConvolutionForwardAlgorithmEx(h, d->x, x, d->wf,
                 g->w, d->cf, d->y, g->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                 &got, pf, be->work, be->work_bytes));
-        TD__PICK_ALGO(pf, got, cap, det, pick);
+        TD__PICK_ALGO(pf, got, cap, det, be->tf32, pick);
         if (pick >= 0)
-            k->algo = pf[pick].algo, k->math = pf[pick].mathType,
-            k->memory = pf[pick].memory;
+            k->algo = pf[pick].algo, k->memory = pf[pick].memory;
     } else if (dir == 1) {
         cudnnConvolutionBwdDataAlgoPerf_t
             pf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -381,10 +386,9 @@ static int td__search(td__cuda *be, int L, int dir, td__found *k)
                 g->w, d->y, g->dy, d->cd, d->x, dx,
                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, pf, be->work,
                 be->work_bytes));
-        TD__PICK_ALGO(pf, got, cap, det, pick);
+        TD__PICK_ALGO(pf, got, cap, det, be->tf32, pick);
         if (pick >= 0)
-            k->algo = pf[pick].algo, k->math = pf[pick].mathType,
-            k->memory = pf[pick].memory;
+            k->algo = pf[pick].algo, k->memory = pf[pick].memory;
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t
             pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
@@ -392,10 +396,9 @@ static int td__search(td__cuda *be, int L, int dir, td__found *k)
                 d->y, g->dy, d->cw, d->wf, g->dw,
                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf, be->work,
                 be->work_bytes));
-        TD__PICK_ALGO(pf, got, cap, det, pick);
+        TD__PICK_ALGO(pf, got, cap, det, be->tf32, pick);
         if (pick >= 0)
-            k->algo = pf[pick].algo, k->math = pf[pick].mathType,
-            k->memory = pf[pick].memory;
+            k->algo = pf[pick].algo, k->memory = pf[pick].memory;
     }
     return pick >= 0;
 }
@@ -427,9 +430,6 @@ int td__dnn_find(td__cuda *be)
             }
             if (k.memory > be->work_bytes)
                 continue;
-            cudnnConvolutionDescriptor_t c = dir == 0 ? d->cf
-                                             : dir == 1 ? d->cd : d->cw;
-            TD__DNN(be, cudnnSetConvolutionMathType(c, k.math));
             if (dir == 0)
                 d->fa = (cudnnConvolutionFwdAlgo_t)k.algo;
             else if (dir == 1)

@@ -12,6 +12,7 @@
  *   backend_cuda_kernels.cu the CUDA kernels, over the arithmetic in kernels/
  *   cuda_err.c              failure messages; sticky errors mark the GPU
  *   cuda_mem.c              shadow copies of the state; the warm-up step
+ *   cuda_prec.c             fp32 math (strict or TF32) by compute capability
  * Nothing outside these files may include this header.
  *
  * Data: activations are NCHW in the compute type (fp32 today; the type is
@@ -84,6 +85,7 @@ typedef struct td__cuda {
     cudaEvent_t snap_ready, snap_done, t0;
     int snap_pending;
     cublasHandle_t blas;
+    int tf32;                    /* fp32 math: TF32 tensor cores (cuda_prec.c) */
     td__dnn *dnn;
     td__gl *gl;
     /* the arena and what is carved from it */
@@ -170,6 +172,12 @@ static inline int td__cuda_bn_eval(const td__cuda *be, int L)
 /* ---- NVTX ranges (no-ops when the header is missing) --------------------- */
 void td__nvtx_push(const char *name);
 void td__nvtx_pop(void);
+
+/* ---- cuda_prec.c ------------------------------------------------------------ */
+/* Resolves cfg.fp32_math against the GPU's compute capability into
+ * be->tf32 and sets the cuBLAS handle's math mode; TD_E_NOTSUP (message in
+ * be->base.err) for tf32 below compute capability 8.0. */
+int td__cuda_precision(td__cuda *be);
 
 /* ---- cuda_mem.c ------------------------------------------------------------- */
 /* Parameters, optimizer slots and running statistics into the shadow and

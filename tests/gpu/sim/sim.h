@@ -17,7 +17,9 @@
  *   TD_SIM_FAULT_KERNEL=N   the Nth kernel launch makes a sticky
  *                           cudaErrorIllegalAddress on its device
  *   TD_SIM_CC=M.m[,M.m...]  compute capability of device 0, 1, ... (the
- *                           last one given repeats; default 8.0)
+ *                           last one given repeats; default 8.0: TF32
+ *                           math in the libraries; below 8.0 TF32 modes
+ *                           compute in fp32)
  *   TD_SIM_PINNED_KB=M      page-locked host memory the "driver" grants
  *                           (cudaHostAlloc, cudaHostRegister past it:
  *                           cudaErrorMemoryAllocation); default unlimited
@@ -111,6 +113,18 @@ void td_sim_advance_clock(uint64_t ns);
 long td_sim_dnn_nondeterministic(void);
 /* cudnnFind*AlgorithmEx searches run, in the whole process. */
 long td_sim_dnn_finds(void);
+/* The math the libraries ran with, in the whole process, counted when a
+ * call is accepted: cublasSgemm calls by the handle's math mode
+ * (cublasMath_t, low 4 bits) and convolutions (forward, backward data,
+ * backward filter) by the descriptor's cudnnMathType_t; math -1: all.
+ * The _tf32 counts are those that computed in TF32 (inputs rounded to
+ * 10 mantissa bits, kernels/tf32.h): CUBLAS_TF32_TENSOR_OP_MATH, and
+ * CUDNN_TENSOR_OP_MATH, _ALLOW_CONVERSION or CUDNN_DEFAULT_MATH, on a
+ * device of compute capability 8.0 or newer. */
+long td_sim_blas_gemms(int math);
+long td_sim_dnn_convs(int math);
+long td_sim_blas_tf32(void);
+long td_sim_dnn_tf32(void);
 int td_sim_is_pinned(const void *p, size_t bytes);
 
 #ifdef __cplusplus

@@ -9,8 +9,15 @@
  * the call (host pointer mode).  The handle's workspace
  * (cublasSetWorkspace) counts as written by every GEMM, so the race
  * detector sees a workspace shared between streams.
+ * The handle's math mode decides the numerics: CUBLAS_TF32_TENSOR_OP_MATH
+ * on a device of compute capability 8.0 or newer rounds every A and B
+ * element to TF32 (kernels/tf32.h: 10 mantissa bits, to nearest even)
+ * before the products, as tensor cores read fp32 inputs; any other mode,
+ * or an older device (no TF32 units), computes on the fp32 values.  Every
+ * GEMM is counted by its mode (td_sim_blas_gemms, td_sim_blas_tf32).
  * Never does: anything but these calls; sums in double (the real library
- * sums in float in an unspecified order).
+ * sums in float in an unspecified order, fp32 accumulators in TF32 mode
+ * too).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +25,7 @@
 #include <cublas_v2.h>
 
 #include "sim_int.h"
+#include "tf32.h"
 
 struct cublasContext {
     int dev;
@@ -95,15 +103,18 @@ cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes)
 
 typedef struct td__gemm {
     int ta, tb, m, n, k, lda, ldb, ldc;
+    int tf32;
     float alpha, beta;
     const float *A, *B;
     float *C;
 } td__gemm;
 
-/* Element (i, j) of op(X) for X stored column-major with leading dim ld. */
-static float td__op(const float *X, int ld, int t, int i, int j)
+/* Element (i, j) of op(X) for X stored column-major with leading dim ld,
+ * as a tensor core in TF32 math reads it when tf32. */
+static float td__op(const float *X, int ld, int t, int i, int j, int tf32)
 {
-    return t ? X[(size_t)i * ld + j] : X[(size_t)j * ld + i];
+    float v = t ? X[(size_t)i * ld + j] : X[(size_t)j * ld + i];
+    return tf32 ? td_tf32_round(v) : v;
 }
 
 static void td__gemm_run(void *p)
@@ -113,8 +124,8 @@ static void td__gemm_run(void *p)
         for (int i = 0; i < g->m; i++) {
             double acc = 0;
             for (int l = 0; g->alpha != 0.0f && l < g->k; l++)
-                acc += (double)td__op(g->A, g->lda, g->ta, i, l) *
-                       td__op(g->B, g->ldb, g->tb, l, j);
+                acc += (double)td__op(g->A, g->lda, g->ta, i, l, g->tf32) *
+                       td__op(g->B, g->ldb, g->tb, l, j, g->tf32);
             float *c = &g->C[(size_t)j * g->ldc + i];
             double v = (double)g->alpha * acc;
             if (g->beta != 0.0f)
@@ -162,7 +173,10 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta,
     td__gemm *g = malloc(sizeof *g);
     if (!g)
         return CUBLAS_STATUS_ALLOC_FAILED;
-    *g = (td__gemm){tA, tB, m, n, k, lda, ldb, ldc, *alpha, *beta, A, B, C};
+    int tf32 = (h->math & 15) == CUBLAS_TF32_TENSOR_OP_MATH &&
+               td__sim_cc(h->dev) >= 80;
+    *g = (td__gemm){tA, tB, m, n, k, lda, ldb, ldc, tf32, *alpha, *beta, A,
+                    B, C};
     td_sim_range r[4];
     int nr = 0;
     if (k > 0) {
@@ -174,6 +188,8 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta,
         r[nr++] = (td_sim_range){h->ws, h->ws_bytes, 1};
     cudaError_t e = td_sim_submit(h->s, "cublasSgemm", td__gemm_run, free, g,
                                   r, nr, caller);
+    if (e == cudaSuccess)
+        td__sim_math_count(1, (int)h->math, tf32);
     if (e == cudaErrorInvalidValue)
         return CUBLAS_STATUS_INVALID_VALUE;
     return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS

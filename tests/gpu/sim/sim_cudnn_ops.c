@@ -15,6 +15,16 @@
  * convolution's workspace must be at least what the algorithm needs
  * (sim_cudnn.c) and is scribbled on, so a workspace shared between
  * streams shows up in the race detector.
+ * Convolutions compute in TF32 when the descriptor's math type allows
+ * tensor cores (CUDNN_TENSOR_OP_MATH, _ALLOW_CONVERSION, and
+ * CUDNN_DEFAULT_MATH, which cuDNN documents as permitting TF32 on Ampere)
+ * on a device of compute capability 8.0 or newer: both inputs of every
+ * product are rounded to TF32 (kernels/tf32.h, the one piece shared with
+ * the project; its unit test checks it by hand), the sums stay as below.
+ * CUDNN_FMA_MATH, or an older device, computes on the fp32 values.  Every
+ * convolution is counted by its math type (td_sim_dnn_convs,
+ * td_sim_dnn_tf32).  Bias, batch norm, activations and pools are not
+ * matrix products: always fp32.
  * Never does: share code with the backends or the reference layers in
  * tests/ (those check this file), or support data types other than fp32.
  */
@@ -23,6 +33,7 @@
 #include <string.h>
 
 #include "sim_cudnn_int.h"
+#include "tf32.h"
 
 typedef struct cudnnTensorStruct td__t;
 
@@ -47,6 +58,7 @@ typedef struct td__dop {
     float *OUT, *RM, *RV, *SM, *SI, *DS, *DB;
     void *ws;
     size_t wsb;
+    int tf32;                 /* convolutions: products of TF32 inputs */
 } td__dop;
 
 static float td__blend(float alpha, double r, float beta, const float *old)
@@ -58,6 +70,12 @@ static float td__blend(float alpha, double r, float beta, const float *old)
 }
 
 /* ---- convolution ------------------------------------------------------------ */
+
+/* A convolution's input value as its math reads it. */
+static inline float td__in(const td__dop *o, float v)
+{
+    return o->tf32 ? td_tf32_round(v) : v;
+}
 
 /* Outputs p in [*lo, *hi) whose input row p * stride - pad + off lies in
  * [0, in): the loops below never test bounds per product. */
@@ -108,8 +126,9 @@ static void td__conv_fwd(td__dop *o)
     if (!acc)
         abort();
 #define IDX(i0, i1, i2, i3) ((((size_t)(i0) * o->y.c + (i1)) * o->y.h + (i2)) * o->y.w + (i3))
-    TD__CONV_LOOP(o, { acc[IDX(n, k, p, q)] += (double)o->W[wi] *
-                                              o->X[AT(o->x, n, c, ih, iw)]; })
+    TD__CONV_LOOP(o, { acc[IDX(n, k, p, q)] +=
+                           (double)td__in(o, o->W[wi]) *
+                           td__in(o, o->X[AT(o->x, n, c, ih, iw)]); })
     for (int n = 0; n < o->y.n; n++)
         for (int k = 0; k < o->y.c; k++)
             for (int p = 0; p < o->y.h; p++)
@@ -128,8 +147,9 @@ static void td__conv_bwd_data(td__dop *o)
     if (!acc)
         abort();
 #define IDX(i0, i1, i2, i3) ((((size_t)(i0) * o->x.c + (i1)) * o->x.h + (i2)) * o->x.w + (i3))
-    TD__CONV_LOOP(o, { acc[IDX(n, c, ih, iw)] += (double)o->W[wi] *
-                                                o->DY[AT(o->y, n, k, p, q)]; })
+    TD__CONV_LOOP(o, { acc[IDX(n, c, ih, iw)] +=
+                           (double)td__in(o, o->W[wi]) *
+                           td__in(o, o->DY[AT(o->y, n, k, p, q)]); })
     for (int n = 0; n < o->x.n; n++)
         for (int c = 0; c < o->x.c; c++)
             for (int h = 0; h < o->x.h; h++)
@@ -147,8 +167,9 @@ static void td__conv_bwd_filter(td__dop *o)
     double *acc = calloc(nw, sizeof *acc);
     if (!acc)
         abort();
-    TD__CONV_LOOP(o, { acc[wi] += (double)o->DY[AT(o->y, n, k, p, q)] *
-                                  o->X[AT(o->x, n, c, ih, iw)]; })
+    TD__CONV_LOOP(o, { acc[wi] +=
+                           (double)td__in(o, o->DY[AT(o->y, n, k, p, q)]) *
+                           td__in(o, o->X[AT(o->x, n, c, ih, iw)]); })
     for (size_t i = 0; i < nw; i++)
         o->OUT[i] = td__blend(o->alpha, acc[i], o->beta, &o->OUT[i]);
     free(acc);
@@ -465,6 +486,7 @@ static cudnnStatus_t td__conv(cudnnHandle_t h, int kind, const char *call,
         __atomic_add_fetch(&td__dnn_nondet, 1, __ATOMIC_RELAXED);
     o->x = *x, o->w = *w, o->c = *c, o->y = *y;
     o->ws = ws, o->wsb = (size_t)need;
+    o->tf32 = c->math != CUDNN_FMA_MATH && td__sim_cc(h->dev) >= 80;
     td__sub s = {.n = 0};
     td__use(&s, ws, (size_t)need, 1);
     if (kind == OP_CONV_FWD) {
@@ -483,7 +505,11 @@ static cudnnStatus_t td__conv(cudnnHandle_t h, int kind, const char *call,
         td__use(&s, in2, td__dnn_span(y), 0);
         td__use(&s, out, td__dnn_fspan(w), 1);
     }
-    return td__submit(h, call, o, &s, caller);
+    int tf32 = o->tf32;
+    cudnnStatus_t rs = td__submit(h, call, o, &s, caller);
+    if (rs == CUDNN_STATUS_SUCCESS)
+        td__sim_math_count(0, (int)c->math, tf32);
+    return rs;
 }
 
 cudnnStatus_t cudnnConvolutionForward(

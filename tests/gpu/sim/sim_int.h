@@ -193,4 +193,11 @@ void td__sim_race(td_sim_alloc *a, const void *p, size_t n, int write,
                   const struct CUstream_st *s, const char *what,
                   const void *caller);
 
+/* Compute capability (10 major + minor) of device d, read under the
+ * simulator's lock: what decides whether a TF32 math mode computes in
+ * TF32 (8.0 and newer) or in fp32 (older GPUs have no TF32 units). */
+int td__sim_cc(int d);
+/* The math counters of sim_cublas.c and sim_cudnn_ops.c (sim.h). */
+void td__sim_math_count(int blas, int math, int tf32);
+
 #endif

@@ -152,6 +152,47 @@ void td__sim_lock(void)
 
 void td__sim_unlock(void) { pthread_mutex_unlock(&td__sim.mu); }
 
+int td__sim_cc(int d)
+{
+    td__sim_lock();
+    int cc = d >= 0 && d < TD_SIM_MAX_DEVICES
+                 ? 10 * td__sim.dev[d].cc_major + td__sim.dev[d].cc_minor
+                 : 0;
+    td__sim_unlock();
+    return cc;
+}
+
+/* ---- math modes: what each GEMM and convolution ran with ----------------- */
+
+/* [0] cuBLAS by cublasMath_t (the low 4 bits), [1] cuDNN by
+ * cudnnMathType_t; [.][16]: of all, those computed in TF32.  Process-wide,
+ * never reset (tests take differences). */
+static long td__math_runs[2][17];
+
+void td__sim_math_count(int blas, int math, int tf32)
+{
+    int k = blas ? 0 : 1;
+    __atomic_add_fetch(&td__math_runs[k][math & 15], 1, __ATOMIC_RELAXED);
+    if (tf32)
+        __atomic_add_fetch(&td__math_runs[k][16], 1, __ATOMIC_RELAXED);
+}
+
+static long td__math_get(int k, int math)
+{
+    long n = 0;
+    if (math >= 0) /* 16: the TF32 count */
+        return __atomic_load_n(&td__math_runs[k][math < 16 ? math : 16],
+                               __ATOMIC_RELAXED);
+    for (int i = 0; i < 16; i++)
+        n += __atomic_load_n(&td__math_runs[k][i], __ATOMIC_RELAXED);
+    return n;
+}
+
+long td_sim_blas_gemms(int math) { return td__math_get(0, math); }
+long td_sim_dnn_convs(int math) { return td__math_get(1, math); }
+long td_sim_blas_tf32(void) { return td__math_get(0, 16); }
+long td_sim_dnn_tf32(void) { return td__math_get(1, 16); }
+
 int td__sim_cur(void) { return td__sim_device; }
 
 cudaError_t td__sim_err(cudaError_t e)
