@@ -176,6 +176,8 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta,
                                   r, nr, caller);
     if (e == cudaErrorInvalidValue)
         return CUBLAS_STATUS_INVALID_VALUE;
+    if (e == cudaErrorMemoryAllocation) /* td_sim_oom_launch_in */
+        return CUBLAS_STATUS_ALLOC_FAILED;
     return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS
                             : CUBLAS_STATUS_EXECUTION_FAILED;
 }

@@ -106,6 +106,7 @@ static void td__configure(void)
     memset(td__sim.host, 0, sizeof td__sim.host);
     td__sim.mallocs = td__sim.launches = td__sim.host_allocs = 0;
     td__sim.races = td__sim.spin_waits = 0;
+    td__sim.oom_launch_in = 0;
     td__sim.init = 1;
 }
 
