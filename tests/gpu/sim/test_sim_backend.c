@@ -697,6 +697,43 @@ START_TEST(test_refusals_and_write_param)
 }
 END_TEST
 
+/* Finding 10's refusal: with deterministic: true and too little free
+ * memory for any deterministic algorithm's workspace, create fails naming
+ * the layer and the direction (the simulated backward-filter ALGO_1, the
+ * only deterministic one, needs C x R x S x P x Q floats: 0.9 MiB for
+ * fmnist-cnn's conv2 at 28x28; one algorithm may take free/8, 0.5 MiB of
+ * a 4 MiB device).  A refusal, not a failure of the GPU. */
+START_TEST(test_no_deterministic_algorithm_fits)
+{
+    char err[256] = "", dir[4096];
+    td_model *m = NULL;
+    td_backend *be = NULL;
+    const char *root = getenv("TD_SOURCE_ROOT");
+    snprintf(dir, sizeof dir, "%s/config/models", root ? root : ".");
+    ck_assert_int_eq(td_model_load(dir, "fmnist-cnn", (td_shape){1, 28, 28},
+                                   10, &m, err, sizeof err), 0);
+    sim_env("TD_SIM_MEM_MB", "4");
+    td_cuda_register();
+    td_backend_config c;
+    memset(&c, 0, sizeof c);
+    c.batch = 8;
+    c.dtype = TD_F32;
+    for (int i = 0; i < 4; i++)
+        c.mean[i] = 0.5f, c.std[i] = 0.25f;
+    td_optim_defaults(&c.optim, TD_OPT_SGD);
+    c.deterministic = 1;
+    ck_assert_int_eq(td_backend_create("cuda:0", m, &c, &be, err, sizeof err),
+                     TD_E_DEVICE);
+    ck_assert_ptr_null(be);
+    ck_assert_msg(strstr(err, "layer conv2: no deterministic backward-filter "
+                         "convolution algorithm fits a workspace of 0.5 MiB"),
+                  "%s", err);
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
+    ck_assert_uint_eq(td_sim_used(0), 0);
+    td_model_free(m);
+}
+END_TEST
+
 static Suite *sim_backend_suite(void)
 {
     Suite *s = suite_create("sim_backend");
@@ -717,6 +754,7 @@ static Suite *sim_backend_suite(void)
     tcase_add_test(tc, test_oom_at_a_launch_fails_create);
     tcase_add_test(tc, test_host_register_failure_is_reported);
     tcase_add_test(tc, test_refusals_and_write_param);
+    tcase_add_test(tc, test_no_deterministic_algorithm_fits);
     suite_add_tcase(s, tc);
     return s;
 }
