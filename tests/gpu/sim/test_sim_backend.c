@@ -184,6 +184,7 @@ START_TEST(test_sticky_fault_fails_the_step)
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(j.be->ops->event_record(j.be, ev), 0);
     ck_assert_int_eq(j.be->ops->event_sync(j.be, ev), 0);
+    ck_assert_int_eq(j.be->ops->event_query(j.be, ev), 1);
     int rc = job_steps(&j, 4);
     ck_assert_int_eq(rc, TD_E_DEVICE);
     ck_assert_msg(strstr(j.be->err, "illegal memory access"), "%s",
