@@ -11,7 +11,7 @@
  * Tolerances (fp32, different summation orders; relative to the largest
  * magnitude in the reference tensor, floored at 1% of the largest of its
  * kind): forward values 1e-4, gradients 1e-3 (batch norm's backward
- * amplifies rounding), parameters and optimizer state after 4-5 steps
+ * amplifies rounding), parameters and optimizer state after 3-5 steps
  * 2e-3; each step's loss 1e-3 and evaluation losses 2e-3 of the CPU's,
  * evaluation's correct count within 1.
  *
@@ -451,16 +451,18 @@ static void steps_match(const steps_case *k)
     }
     compare_snapshots(&p, 2e-3);
     eval_both(&p, k->batch, 900);
-    eval_both(&p, k->batch - 3, 901); /* a short last validation batch */
+    eval_both(&p, k->batch - 1, 901); /* a short last validation batch */
     pair_close(&p);
 }
 
 /* resnet20 on 3x16x16 (three stages: 16x16, 8x8, 4x4; the 1x1 strided
- * shortcuts), batch 8: SGD with Nesterov momentum and weight decay. */
+ * shortcuts), batch 4 (the suite runs under ASan in CI: a host core does
+ * every convolution), 3 steps: SGD with Nesterov momentum and weight
+ * decay. */
 START_TEST(test_resnet20_sgd_steps_match_cpu)
 {
-    steps_case k = {.model = "resnet20", .in = {3, 16, 16}, .batch = 8,
-                    .steps = 4, .opt = TD_OPT_SGD, .lr = 0.01f,
+    steps_case k = {.model = "resnet20", .in = {3, 16, 16}, .batch = 4,
+                    .steps = 3, .opt = TD_OPT_SGD, .lr = 0.01f,
                     .nesterov = 1};
     steps_match(&k);
 }
@@ -470,8 +472,8 @@ END_TEST
  * label smoothing 0.1 in the training loss (evaluation stays plain). */
 START_TEST(test_resnet20_adamw_smoothing_steps_match_cpu)
 {
-    steps_case k = {.model = "resnet20", .in = {3, 16, 16}, .batch = 8,
-                    .steps = 4, .opt = TD_OPT_ADAMW, .lr = 1e-3f,
+    steps_case k = {.model = "resnet20", .in = {3, 16, 16}, .batch = 4,
+                    .steps = 3, .opt = TD_OPT_ADAMW, .lr = 1e-3f,
                     .smoothing = 0.1f};
     steps_match(&k);
 }
