@@ -536,7 +536,8 @@ START_TEST(test_dropout_masks_match_cpu)
                       "%zu of %zu kept at rate 0.5", kept, live);
         if (round == 1)
             ck_assert_msg(same_as_prev < live * 8 / 10, "step %lld drew the "
-                          "masks of the step before", (long long)steps_done[0]);
+                          "masks of the step before",
+                          (long long)steps_done[0]);
         memcpy(prev, yg, n * sizeof *yg);
     }
     free(x);
