@@ -81,6 +81,12 @@ int td__cuda_fail_rt(td__cuda *be, const char *file, int line,
     const char *base = strrchr(file, '/');
     if (td__cuda_sticky(e))
         return td__cuda_lost(be, base ? base + 1 : file, line, call, e);
+    /* reported here, so consumed: a failed runtime call also leaves its
+     * error as the thread's last error, which the next kernel launcher's
+     * cudaGetLastError would return as its own (a refused
+     * cudaHostRegister failed the next step in td__k_normalize) */
+    if (cudaPeekAtLastError() == e)
+        (void)cudaGetLastError();
     return td__cuda_fail(be, file, line, call, cudaGetErrorString(e));
 }
 

@@ -126,6 +126,13 @@ long td_sim_dnn_convs(int math);
 long td_sim_blas_tf32(void);
 long td_sim_dnn_tf32(void);
 int td_sim_is_pinned(const void *p, size_t bytes);
+/* The nth kernel or library launch from now (1: the next one) fails at
+ * the call with cudaErrorMemoryAllocation (cuBLAS and cuDNN calls: their
+ * ALLOC_FAILED), as a module loaded lazily at its first launch or a
+ * library's allocation at first use can fail.  Not sticky: the device
+ * stays usable.  0 disarms; td_sim_reset disarms too.  (Out of memory at
+ * create, in cudaMalloc: TD_SIM_OOM_AT.) */
+void td_sim_oom_launch_in(long n);
 
 #ifdef __cplusplus
 }

@@ -192,6 +192,8 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta,
         td__sim_math_count(1, (int)h->math, tf32);
     if (e == cudaErrorInvalidValue)
         return CUBLAS_STATUS_INVALID_VALUE;
+    if (e == cudaErrorMemoryAllocation) /* td_sim_oom_launch_in */
+        return CUBLAS_STATUS_ALLOC_FAILED;
     return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS
                             : CUBLAS_STATUS_EXECUTION_FAILED;
 }

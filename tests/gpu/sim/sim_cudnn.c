@@ -579,6 +579,8 @@ static cudnnStatus_t td__find(cudnnHandle_t h, int dir, const char *call,
                                   wsb ? 4 : 3, caller);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(h->s); /* the search blocks the host */
+    if (e == cudaErrorMemoryAllocation) /* td_sim_oom_launch_in */
+        return CUDNN_STATUS_ALLOC_FAILED;
     if (e != cudaSuccess)
         return e == cudaErrorInvalidValue ? CUDNN_STATUS_BAD_PARAM
                                           : CUDNN_STATUS_EXECUTION_FAILED;

@@ -419,6 +419,8 @@ static cudnnStatus_t td__submit(cudnnHandle_t h, const char *what,
                                   caller);
     if (e == cudaSuccess)
         return CUDNN_STATUS_SUCCESS;
+    if (e == cudaErrorMemoryAllocation) /* td_sim_oom_launch_in */
+        return CUDNN_STATUS_ALLOC_FAILED;
     return e == cudaErrorInvalidValue ? CUDNN_STATUS_BAD_PARAM
                                       : CUDNN_STATUS_EXECUTION_FAILED;
 }

@@ -130,6 +130,8 @@ typedef struct td_sim_state {
     td_sim_vc host;               /* what the host has seen complete */
     /* configuration (environment, read at init and td_sim_reset) */
     uint64_t jitter;              /* 0: off, else the seed */
+    long oom_launch_in;           /* td_sim_oom_launch_in: launches until
+                                   * one fails (out of memory); 0 off */
     long oom_at;                  /* fail the Nth cudaMalloc (1-based) */
     long fault_kernel;            /* illegal address at the Nth launch */
     int race_mode;                /* 0 off, 1 report, 2 strict (abort) */

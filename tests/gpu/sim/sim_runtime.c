@@ -140,6 +140,7 @@ static void td__configure(void)
     td__sim.mallocs = td__sim.launches = td__sim.host_allocs = 0;
     td__sim.races = td__sim.spin_waits = 0;
     td__sim.host_funcs = td__sim.stream_syncs = 0;
+    td__sim.oom_launch_in = 0;
     td__sim.init = 1;
 }
 

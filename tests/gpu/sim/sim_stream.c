@@ -549,6 +549,20 @@ static int td__grid_ok(const td_sim_grid *g)
            g->smem <= 48 << 10;
 }
 
+/* Under the mutex, once per kernel or library launch: whether this is
+ * the launch td_sim_oom_launch_in armed. */
+static int td__oom_launch(void)
+{
+    return td__sim.oom_launch_in > 0 && --td__sim.oom_launch_in == 0;
+}
+
+void td_sim_oom_launch_in(long n)
+{
+    td__sim_lock();
+    td__sim.oom_launch_in = n > 0 ? n : 0;
+    td__sim_unlock();
+}
+
 cudaError_t td_sim_launch(const td_sim_grid *g, cudaStream_t hs,
                           const char *name, void (*run)(void *),
                           void (*drop)(void *), void *ctx,
@@ -566,6 +580,8 @@ cudaError_t td_sim_launch(const td_sim_grid *g, cudaStream_t hs,
                     g->by, g->bz, g->smem);
         e = cudaErrorInvalidConfiguration;
     }
+    if (e == cudaSuccess && td__oom_launch())
+        e = cudaErrorMemoryAllocation;
     if (e != cudaSuccess) {
         td__sim_unlock();
         if (drop)
@@ -618,6 +634,8 @@ cudaError_t td_sim_submit(cudaStream_t hs, const char *what,
             e = cudaErrorInvalidValue;
         }
     }
+    if (e == cudaSuccess && td__oom_launch())
+        e = cudaErrorMemoryAllocation;
     if (e != cudaSuccess) {
         td__sim_unlock();
         if (drop)

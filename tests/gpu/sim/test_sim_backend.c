@@ -4,7 +4,8 @@
  * the device usable; a sticky fault in the middle of training fails the
  * step with the runtime's reason; host waits do not busy-wait a core
  * (issue 14 finding 6); an event made on another thread belongs to the
- * backend's GPU (finding 11).
+ * backend's GPU (finding 11); snapshot, restore and resume are bitwise
+ * those of an uninterrupted run (issue 14).
  * Each test configures the simulator through the environment and
  * td_sim_reset, in its own process. */
 #include <pthread.h>
@@ -36,14 +37,15 @@ typedef struct job {
 
 /* job_open's configuration beyond the defaults (set before calling it) */
 static int g_warmup, g_adamw, g_deterministic;
+static const char *g_model = "tiny-all"; /* tests/data/<g_model>.json */
 
 static int job_open(job *j, const char *kind, char *err, size_t cap)
 {
     char path[4096];
     const char *root = getenv("TD_SOURCE_ROOT");
     memset(j, 0, sizeof *j);
-    snprintf(path, sizeof path, "%s/tests/data/tiny-all.json",
-             root ? root : ".");
+    snprintf(path, sizeof path, "%s/tests/data/%s.json", root ? root : ".",
+             g_model);
     ck_assert_int_eq(td_model_load(NULL, path, (td_shape){2, 9, 9}, 5, &j->m,
                                    err, cap), 0);
     td_backend_config c;
@@ -177,10 +179,23 @@ START_TEST(test_sticky_fault_fails_the_step)
     td_cuda_register();
     ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
+    /* an event recorded (and complete) before the fault */
+    td_event *ev = j.be->ops->event_create(j.be);
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(j.be->ops->event_record(j.be, ev), 0);
+    ck_assert_int_eq(j.be->ops->event_sync(j.be, ev), 0);
+    ck_assert_int_eq(j.be->ops->event_query(j.be, ev), 1);
     int rc = job_steps(&j, 4);
     ck_assert_int_eq(rc, TD_E_DEVICE);
     ck_assert_msg(strstr(j.be->err, "illegal memory access"), "%s",
                   j.be->err);
+    /* after it, a poller (the checkpoint writer) sees the error, not
+     * "not ready" for ever, and no new event can be made */
+    ck_assert_int_eq(j.be->ops->event_query(j.be, ev), TD_E_DEVICE);
+    ck_assert_ptr_null(j.be->ops->event_create(j.be));
+    ck_assert_msg(strstr(j.be->err, "cannot create an event"), "%s",
+                  j.be->err);
+    j.be->ops->event_destroy(j.be, ev);
     job_close(&j);
 }
 END_TEST
@@ -393,6 +408,326 @@ START_TEST(test_convolutions_measured_once_per_shape)
 }
 END_TEST
 
+/* Batch `salt` (pixels and labels) into j's buffers. */
+static void job_fill(job *j, uint64_t salt)
+{
+    for (size_t i = 0; i < sizeof j->px; i++)
+        j->px[i] = (uint8_t)td_rng_below(salt, 1, i, 256);
+    for (int i = 0; i < 6; i++)
+        j->labels[i] = (int32_t)td_rng_below(salt, 2, (uint64_t)i, 5);
+}
+
+/* Global steps from+1 .. to, each on its own batch (by t), every loss
+ * read back into loss[t - 1]. */
+static void job_span(job *j, int64_t from, int64_t to, double *loss)
+{
+    for (int64_t t = from + 1; t <= to; t++) {
+        td_step_stats st;
+        job_fill(j, 500 + (uint64_t)t);
+        ck_assert_int_eq(td_backend_upload(j->be, &j->b), 0);
+        ck_assert_msg(td_backend_train_step(j->be, 0.01f, t) == 0, "%s",
+                      j->be->err);
+        ck_assert_int_eq(td_backend_read_stats(j->be, &st), 0);
+        ck_assert_int_eq(td_backend_sync(j->be), 0);
+        loss[t - 1] = st.loss_sum;
+    }
+}
+
+static double job_eval(job *j)
+{
+    td_step_stats st;
+    job_fill(j, 77);
+    ck_assert_int_eq(td_backend_upload(j->be, &j->b), 0);
+    ck_assert_int_eq(td_backend_eval_step(j->be), 0);
+    ck_assert_int_eq(td_backend_read_stats(j->be, &st), 0);
+    ck_assert_int_eq(td_backend_sync(j->be), 0);
+    return st.loss_sum;
+}
+
+/* Issue 14: snapshot, restore and resume on the simulated device, bitwise
+ * against itself.  STEPS steps straight, or STEPS/2 steps, a snapshot, a
+ * new backend restored from it and STEPS/2 more: the same parameters,
+ * AdamW slots and running statistics bit for bit, the same loss at every
+ * step of the second half and the same evaluation loss after.  The model
+ * has batch norm (running statistics in the snapshot) and dropout at rate
+ * 0.5 (masks drawn by the global step: a count of steps since create
+ * would draw the first half's masks again after the restore). */
+START_TEST(test_resume_is_bitwise)
+{
+    enum { STEPS = 6 };
+    char err[256] = "";
+    double straight[STEPS], resumed[STEPS];
+    job j;
+    g_model = "tiny-dropout";
+    g_adamw = 1;
+    g_deterministic = 1;
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    size_t n = td_backend_snapshot_floats(j.m, &j.be->cfg.optim);
+    float *a = malloc(n * sizeof *a), *mid = malloc(n * sizeof *mid);
+    float *b = malloc(n * sizeof *b);
+    job_span(&j, 0, STEPS, straight);
+    ck_assert_int_eq(td_backend_snapshot(j.be, a, n), 0);
+    ck_assert_int_eq(td_backend_sync(j.be), 0);
+    double eval_straight = job_eval(&j);
+    job_close(&j);
+
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    job_span(&j, 0, STEPS / 2, resumed);
+    ck_assert_int_eq(td_backend_snapshot(j.be, mid, n), 0);
+    ck_assert_int_eq(td_backend_sync(j.be), 0);
+    job_close(&j);
+    ck_assert_msg(memcmp(mid, a, n * sizeof *a) != 0, "training moved "
+                  "nothing in %d steps", STEPS - STEPS / 2);
+
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(td_backend_restore(j.be, mid, n) == 0, "%s", j.be->err);
+    job_span(&j, STEPS / 2, STEPS, resumed);
+    ck_assert_int_eq(td_backend_snapshot(j.be, b, n), 0);
+    ck_assert_int_eq(td_backend_sync(j.be), 0);
+    double eval_resumed = job_eval(&j);
+    job_close(&j);
+
+    for (int s = 0; s < STEPS; s++)
+        ck_assert_msg(straight[s] == resumed[s], "step %d: loss %.9g "
+                      "resumed, %.9g straight", s + 1, resumed[s],
+                      straight[s]);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(memcmp(&a[i], &b[i], sizeof *a) == 0, "snapshot float "
+                      "%zu of %zu: %.9g resumed, %.9g straight", i, n,
+                      b[i], a[i]);
+    ck_assert_msg(eval_straight == eval_resumed, "evaluation loss %.9g "
+                  "resumed, %.9g straight", eval_resumed, eval_straight);
+    free(a);
+    free(mid);
+    free(b);
+}
+END_TEST
+
+/* Whether err is an out-of-memory failure of a CUDA, cuBLAS or cuDNN
+ * call, worded "cuda:0: FILE.c:LINE: CALL: REASON"; which kind in *kind
+ * (0 kernel or runtime, 1 cuBLAS, 2 cuDNN). */
+static int oom_message(const char *err, int *kind)
+{
+    if (strncmp(err, "cuda:0: cuda", 12) != 0 || !strstr(err, ".c:"))
+        return 0;
+    *kind = strstr(err, "cublas") ? 1 : strstr(err, "cudnn") ? 2 : 0;
+    return strstr(err, "out of memory") != NULL ||
+           strstr(err, "cuBLAS allocation failed") != NULL ||
+           strstr(err, "CUDNN_STATUS_ALLOC_FAILED") != NULL;
+}
+
+/* The device after a job that failed without a sticky error: not marked,
+ * nothing left allocated, and a new job trains on it. */
+static void device_still_usable(void)
+{
+    char err[256] = "";
+    double loss[2];
+    job j;
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
+    ck_assert_uint_eq(td_sim_used(0), 0);
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    job_span(&j, 0, 2, loss);
+    job_close(&j);
+}
+
+/* Out of memory at step N (issue 14): whichever kernel or library launch
+ * of a training step runs out of memory (a module loaded lazily at its
+ * first launch, a library allocating at first use; what the warm-up step
+ * moves to create, and what can still happen later), that step fails with
+ * TD_E_DEVICE and a message naming the call and the reason, not as a
+ * sticky error; destroy gives everything back and the device trains the
+ * next job.  Every launch of the step is tried in turn; kernels, cuBLAS
+ * and cuDNN calls are all among them. */
+START_TEST(test_oom_at_any_launch_of_a_step)
+{
+    char err[256] = "";
+    double loss[2];
+    int seen[3] = {0, 0, 0};
+    job j;
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    long before = td_sim_launches(0);
+    job_span(&j, 0, 1, loss);
+    long per = td_sim_launches(0) - before;
+    job_span(&j, 1, 2, loss);
+    ck_assert_int_eq(td_sim_launches(0) - before, 2 * per); /* all alike */
+    job_close(&j);
+    ck_assert_int_gt(per, 10);
+    for (long k = 1; k <= per; k++) {
+        int kind = -1;
+        ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s",
+                      err);
+        job_fill(&j, 501);
+        ck_assert_int_eq(td_backend_upload(j.be, &j.b), 0);
+        td_sim_oom_launch_in(k);
+        int rc = td_backend_train_step(j.be, 0.01f, 1);
+        ck_assert_msg(rc == TD_E_DEVICE, "launch %ld of %ld failed, the step "
+                      "returned %d", k, per, rc);
+        ck_assert_msg(oom_message(j.be->err, &kind), "launch %ld: %s", k,
+                      j.be->err);
+        ck_assert_msg(!strstr(j.be->err, "sticky"), "%s", j.be->err);
+        seen[kind]++;
+        job_close(&j);
+        ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
+        ck_assert_uint_eq(td_sim_used(0), 0);
+    }
+    ck_assert_msg(seen[0] && seen[1] && seen[2], "kernels %d, cuBLAS %d, "
+                  "cuDNN %d failures", seen[0], seen[1], seen[2]);
+    device_still_usable();
+}
+END_TEST
+
+/* Out of memory at create: in the first convolution search (cudnnFind
+ * runs every algorithm on the arena), and in the warm-up step's first
+ * kernel (finding 3: where lazy loading fails when it fails).  Create
+ * fails, names the call, leaves nothing behind, and the device trains the
+ * next job. */
+START_TEST(test_oom_at_a_launch_fails_create)
+{
+    char err[256] = "";
+    int kind = -1;
+    job j;
+    td_cuda_register();
+    long finds = td_sim_dnn_finds();
+    td_sim_oom_launch_in(1);
+    ck_assert_int_eq(job_open(&j, "cuda:0", err, sizeof err), TD_E_DEVICE);
+    ck_assert_ptr_null(j.be);
+    ck_assert_msg(oom_message(err, &kind) && kind == 2 &&
+                  strstr(err, "cudnnFindConvolution"), "%s", err);
+    ck_assert_int_eq(td_sim_dnn_finds(), finds); /* it never ran */
+    td_model_free(j.m);
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
+    ck_assert_uint_eq(td_sim_used(0), 0);
+
+    /* tiny-all's 8 searches, then the warm-up step's first launch (the
+     * cast + normalise kernel) */
+    g_warmup = 1;
+    td_sim_oom_launch_in(8 + 1);
+    ck_assert_int_eq(job_open(&j, "cuda:0", err, sizeof err), TD_E_DEVICE);
+    ck_assert_int_eq(td_sim_dnn_finds() - finds, 8);
+    ck_assert_msg(oom_message(err, &kind) && kind == 0 &&
+                  strstr(err, "td__k_normalize"), "%s", err);
+    td_model_free(j.m);
+    device_still_usable();
+}
+END_TEST
+
+/* An ordinary (not sticky) failure of a runtime call: page-locking a
+ * range twice.  The message names the call and the reason, the GPU is
+ * not marked, and training goes on. */
+START_TEST(test_host_register_failure_is_reported)
+{
+    char err[256] = "";
+    double loss[2];
+    static float buf[1024];
+    job j;
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(j.be->ops->host_register(j.be, buf, sizeof buf), 0);
+    ck_assert_int_eq(td_sim_is_pinned(buf, sizeof buf), 1);
+    ck_assert_int_eq(j.be->ops->host_register(j.be, buf, sizeof buf),
+                     TD_E_DEVICE);
+    ck_assert_msg(strncmp(j.be->err, "cuda:0: cuda.c:", 15) == 0 &&
+                  strstr(j.be->err, "cudaHostRegister") &&
+                  !strstr(j.be->err, "sticky"), "%s", j.be->err);
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
+    job_span(&j, 0, 2, loss);
+    j.be->ops->host_unregister(j.be, buf);
+    ck_assert_int_eq(td_sim_is_pinned(buf, sizeof buf), 0);
+    j.be->ops->host_unregister(j.be, buf); /* not registered: ignored */
+    job_close(&j);
+}
+END_TEST
+
+/* What the backend refuses, each with a reason: a configuration it
+ * cannot run (negative device index, bf16), an
+ * evaluation with nothing uploaded, a tensor read or a parameter write of
+ * the wrong size or index.  And write_param puts exactly the given values
+ * in place. */
+START_TEST(test_refusals_and_write_param)
+{
+    char err[256] = "";
+    job j;
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    td_backend_config c = j.be->cfg;
+    td_backend *be = NULL;
+    ck_assert_int_eq(td_backend_cuda_create(j.m, &c, -1, &be, err,
+                                            sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "index must be >= 0"), "%s", err);
+    /* (frozen parameters run since issue 16: sim_freeze) */
+    c.dtype = TD_BF16;
+    ck_assert_int_eq(td_backend_cuda_create(j.m, &c, 0, &be, err, sizeof err),
+                     TD_E_NOTSUP);
+    ck_assert_msg(strstr(err, "bf16"), "%s", err);
+    ck_assert_ptr_null(be);
+
+    ck_assert_int_eq(td_backend_eval_step(j.be), -EINVAL);
+    ck_assert_msg(strstr(j.be->err, "nothing uploaded"), "%s", j.be->err);
+    size_t n = j.m->params[0].count;
+    float *v = malloc((n + 1) * sizeof *v), *back = malloc(n * sizeof *back);
+    ck_assert_int_eq(j.be->ops->read_tensor(j.be, TD_T_PARAM, 0, back, n + 1),
+                     -EINVAL);
+    ck_assert_msg(strstr(j.be->err, "floats asked"), "%s", j.be->err);
+    ck_assert_int_eq(j.be->ops->read_tensor(j.be, TD_T_VALUE, j.m->nlayers,
+                                            back, n), -EINVAL);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)i * 0.125f - 1.0f;
+    ck_assert_int_eq(j.be->ops->write_param(j.be, 0, v, n + 1), -EINVAL);
+    ck_assert_int_eq(j.be->ops->write_param(j.be, j.m->nparams, v, n),
+                     -EINVAL);
+    ck_assert_int_eq(j.be->ops->write_param(j.be, -1, v, n), -EINVAL);
+    ck_assert_int_eq(j.be->ops->write_param(j.be, 0, v, n), 0);
+    ck_assert_int_eq(j.be->ops->read_tensor(j.be, TD_T_PARAM, 0, back, n), 0);
+    ck_assert_int_eq(memcmp(v, back, n * sizeof *v), 0);
+    /* and training starts from them */
+    ck_assert_int_eq(job_steps(&j, 1), 0);
+    ck_assert_int_eq(j.be->ops->read_tensor(j.be, TD_T_PARAM, 0, back, n), 0);
+    ck_assert_int_ne(memcmp(v, back, n * sizeof *v), 0);
+    free(v);
+    free(back);
+    job_close(&j);
+}
+END_TEST
+
+/* Finding 10's refusal: with deterministic: true and too little free
+ * memory for any deterministic algorithm's workspace, create fails naming
+ * the layer and the direction (the simulated backward-filter ALGO_1, the
+ * only deterministic one, needs C x R x S x P x Q floats: 0.9 MiB for
+ * fmnist-cnn's conv2 at 28x28; one algorithm may take free/8, 0.5 MiB of
+ * a 4 MiB device).  A refusal, not a failure of the GPU. */
+START_TEST(test_no_deterministic_algorithm_fits)
+{
+    char err[256] = "", dir[4096];
+    td_model *m = NULL;
+    td_backend *be = NULL;
+    const char *root = getenv("TD_SOURCE_ROOT");
+    snprintf(dir, sizeof dir, "%s/config/models", root ? root : ".");
+    ck_assert_int_eq(td_model_load(dir, "fmnist-cnn", (td_shape){1, 28, 28},
+                                   10, &m, err, sizeof err), 0);
+    sim_env("TD_SIM_MEM_MB", "4");
+    td_cuda_register();
+    td_backend_config c;
+    memset(&c, 0, sizeof c);
+    c.batch = 8;
+    c.dtype = TD_F32;
+    for (int i = 0; i < 4; i++)
+        c.mean[i] = 0.5f, c.std[i] = 0.25f;
+    td_optim_defaults(&c.optim, TD_OPT_SGD);
+    c.deterministic = 1;
+    ck_assert_int_eq(td_backend_create("cuda:0", m, &c, &be, err, sizeof err),
+                     TD_E_DEVICE);
+    ck_assert_ptr_null(be);
+    ck_assert_msg(strstr(err, "layer conv2: no deterministic backward-filter "
+                         "convolution algorithm fits a workspace of 0.5 MiB"),
+                  "%s", err);
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), -1);
+    ck_assert_uint_eq(td_sim_used(0), 0);
+    td_model_free(m);
+}
+END_TEST
+
 static Suite *sim_backend_suite(void)
 {
     Suite *s = suite_create("sim_backend");
@@ -408,6 +743,12 @@ static Suite *sim_backend_suite(void)
     tcase_add_test(tc, test_deterministic_setting_is_honoured);
     tcase_add_test(tc, test_convolutions_measured_once_per_shape);
     tcase_add_test(tc, test_step_times_order_under_jitter);
+    tcase_add_test(tc, test_resume_is_bitwise);
+    tcase_add_test(tc, test_oom_at_any_launch_of_a_step);
+    tcase_add_test(tc, test_oom_at_a_launch_fails_create);
+    tcase_add_test(tc, test_host_register_failure_is_reported);
+    tcase_add_test(tc, test_refusals_and_write_param);
+    tcase_add_test(tc, test_no_deterministic_algorithm_fits);
     suite_add_tcase(s, tc);
     return s;
 }
