@@ -40,17 +40,9 @@ static const char td__usage[] =
 /* The job as `show` gives it, or NULL with the exit code in *rc. */
 static json_t *td__show(td_conn *c, int64_t id, int *rc)
 {
-    json_t *r = td_conn_request(c, "show",
-                                json_pack("{s:I}", "job", (json_int_t)id),
-                                NULL, NULL);
-    if (!r) {
-        *rc = TD_EXIT_UNREACHABLE;
+    json_t *r = td_conn_show(c, "extend", id, 0, rc);
+    if (!r)
         return NULL;
-    }
-    if ((*rc = td_conn_check("extend", r, 0)) != TD_EXIT_OK) {
-        json_decref(r);
-        return NULL;
-    }
     json_t *j = json_incref(json_object_get(json_object_get(r, "ok"), "job"));
     json_decref(r);
     return j;

@@ -132,16 +132,10 @@ int td_cmd_history(int argc, char **argv)
         td_conn_close(&c);
         return td_cli_usage_error(&cli, "--csv and --json: choose one");
     }
-    json_t *r = td_conn_request(&c, "show",
-                                json_pack("{s:I}", "job", (json_int_t)id),
-                                NULL, NULL);
+    json_t *r = td_conn_show(&c, "history", id, cli.json, &rc);
     td_conn_close(&c);
     if (!r)
-        return TD_EXIT_UNREACHABLE;
-    if ((rc = td_conn_check("history", r, cli.json)) != TD_EXIT_OK) {
-        json_decref(r);
         return rc;
-    }
     json_t *job = json_object_get(json_object_get(r, "ok"), "job");
     if (json_is_true(json_object_get(job, "restricted"))) {
         fprintf(stderr, "trainctl history: job %lld is another user's; only "

@@ -267,16 +267,10 @@ int td_cmd_show(int argc, char **argv)
     int rc = td_cli_job_command(&cli, argc, argv, NULL, &id, &c);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
-    json_t *r = td_conn_request(&c, "show",
-                                json_pack("{s:I}", "job", (json_int_t)id),
-                                NULL, NULL);
+    json_t *r = td_conn_show(&c, "show", id, cli.json, &rc);
     td_conn_close(&c);
     if (!r)
-        return TD_EXIT_UNREACHABLE;
-    if ((rc = td_conn_check("show", r, cli.json)) != TD_EXIT_OK) {
-        json_decref(r);
         return rc;
-    }
     json_t *j = json_object_get(json_object_get(r, "ok"), "job");
     if (cli.json) {
         td_print_json(json_object_get(r, "ok"));

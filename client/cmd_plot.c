@@ -81,16 +81,10 @@ int td_cmd_plot(int argc, char **argv)
     td_conn c;
     if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))))
         return rc;
-    json_t *r = td_conn_request(&c, "show",
-                                json_pack("{s:I}", "job", (json_int_t)id),
-                                NULL, NULL);
+    json_t *r = td_conn_show(&c, "plot", id, cli.json, &rc);
     td_conn_close(&c);
     if (!r)
-        return TD_EXIT_UNREACHABLE;
-    if ((rc = td_conn_check("plot", r, cli.json)) != TD_EXIT_OK) {
-        json_decref(r);
         return rc;
-    }
     const json_t *job = json_object_get(json_object_get(r, "ok"), "job");
     td_plot_stats st;
     char err[600];

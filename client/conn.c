@@ -247,3 +247,20 @@ void td_print_json(json_t *o)
     }
     fflush(stdout);
 }
+
+json_t *td_conn_show(td_conn *c, const char *cmd, int64_t id, int json,
+                     int *rc)
+{
+    json_t *r = td_conn_request(c, "show",
+                                json_pack("{s:I}", "job", (json_int_t)id),
+                                NULL, NULL);
+    if (!r) {
+        *rc = TD_EXIT_UNREACHABLE;
+        return NULL;
+    }
+    if ((*rc = td_conn_check(cmd, r, json)) != TD_EXIT_OK) {
+        json_decref(r);
+        return NULL;
+    }
+    return r;
+}

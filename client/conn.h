@@ -42,6 +42,12 @@ json_t *td_conn_read(td_conn *c, int timeout_ms, int *timed_out);
  * returns TD_EXIT_OK for an ok reply. */
 int td_conn_check(const char *cmd, json_t *reply, int json);
 
+/* `show` of job id: the whole reply (the record is ok.job), or NULL with
+ * the exit code in *rc (TD_EXIT_UNREACHABLE, or td_conn_check's for a
+ * refusal, printed as `trainctl CMD: ...`, as JSON with json). */
+json_t *td_conn_show(td_conn *c, const char *cmd, int64_t id, int json,
+                     int *rc);
+
 /* Prints o as one compact JSON line on stdout. */
 void td_print_json(json_t *o);
 
