@@ -162,6 +162,29 @@ static int td__model_path(const td_job_spec *s, const char **out)
     return 0;
 }
 
+/* Checks as a->uid from here on: the credentials switched to it (saved
+ * in *saved, a->switched) where the daemon may, else a->cred for the
+ * checks by hand.  0 or -EACCES (the reason in a->err). */
+static int td__as_uid(td__acc *a, td_fscred *cred, td_fscred_saved *saved)
+{
+    int rc;
+    if (a->uid == 0 || a->uid == geteuid())
+        return 0;
+    if (td_fscred_for_uid(a->uid, cred, a->err, a->errcap))
+        return -EACCES;
+    if (!td_fscred_can_switch()) {
+        a->cred = cred;
+        return 0;
+    }
+    if ((rc = td_fscred_enter(cred, saved))) {
+        snprintf(a->err, a->errcap, "cannot check paths as uid %u: %s",
+                 (unsigned)a->uid, strerror(-rc));
+        return -EACCES;
+    }
+    a->switched = 1;
+    return 0;
+}
+
 int td_access_check_spec(uid_t uid, const td_job_spec *s, const json_t *roots,
                          char *err, size_t errcap)
 {
@@ -169,20 +192,8 @@ int td_access_check_spec(uid_t uid, const td_job_spec *s, const json_t *roots,
     td_fscred_saved saved;
     td__acc a = {.uid = uid, .err = err, .errcap = errcap};
     int rc;
-    if (uid != 0 && uid != geteuid()) {
-        if ((rc = td_fscred_for_uid(uid, &cred, err, errcap)))
-            return -EACCES;
-        if (td_fscred_can_switch()) {
-            if ((rc = td_fscred_enter(&cred, &saved))) {
-                snprintf(err, errcap, "cannot check paths as uid %u: %s",
-                         (unsigned)uid, strerror(-rc));
-                return -EACCES;
-            }
-            a.switched = 1;
-        } else {
-            a.cred = &cred;
-        }
-    }
+    if ((rc = td__as_uid(&a, &cred, &saved)))
+        return rc;
     const td_spec_paths *sets[2] = {&s->data.train, &s->data.val};
     const char *names[2] = {"data.train", "data.val"};
     rc = 0;
@@ -214,20 +225,8 @@ int td_access_check_paths(uid_t uid, const char *field, int indexed,
     td__acc a = {.uid = uid, .err = err, .errcap = errcap, .roots = roots};
     char f[96];
     int rc;
-    if (uid != 0 && uid != geteuid()) {
-        if ((rc = td_fscred_for_uid(uid, &cred, err, errcap)))
-            return -EACCES;
-        if (td_fscred_can_switch()) {
-            if ((rc = td_fscred_enter(&cred, &saved))) {
-                snprintf(err, errcap, "cannot check paths as uid %u: %s",
-                         (unsigned)uid, strerror(-rc));
-                return -EACCES;
-            }
-            a.switched = 1;
-        } else {
-            a.cred = &cred;
-        }
-    }
+    if ((rc = td__as_uid(&a, &cred, &saved)))
+        return rc;
     rc = 0;
     for (int i = 0; rc == 0 && i < n; i++) {
         if (indexed)

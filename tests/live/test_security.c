@@ -330,7 +330,7 @@ START_TEST(test_subscribe_empty_events)
     const char *desc = json_string_value(json_object_get(
         json_object_get(r, "error"), "desc"));
     ck_assert_str_eq(desc, "subscribe: events must be a non-empty list "
-                     "(step, window, epoch, state, log, checkpoint)");
+                     "(step, window, epoch, state, log, checkpoint, eval)");
     json_decref(r);
     close(fd);
 }
