@@ -405,6 +405,52 @@ START_TEST(test_files_job_on_cuda0_with_validation)
 }
 END_TEST
 
+/* Evaluation of a checkpoint as a job on the GPU (issue 16: eval
+ * through the daemon on its device): the same top-1 over the same samples
+ * as the same job on the CPU. */
+START_TEST(test_eval_job_on_cuda0)
+{
+    td_harness h;
+    static const char *env[] = {"TD_SIM_DEVICES=1", NULL};
+    ck_assert_int_eq(th_start_env(&h, NULL, env), 0);
+    int fd = th_connect(&h, NULL);
+    int64_t id = th_submit(fd, files_spec(h.dir, "cpu", 1));
+    ck_assert(th_wait_state(fd, id, "completed", 300000));
+    json_t *j = show(fd, id);
+    /* Evaluation of its checkpoint as a job on the GPU (issue 16): the
+     * same top-1 over the same samples as on the CPU. */
+    char val[200];
+    snprintf(val, sizeof val, "%s/val", h.dir);
+    const char *ck = json_string_value(json_object_get(
+        json_object_get(j, "result"), "last_checkpoint"));
+    ck_assert_ptr_nonnull(ck);
+    int64_t eg = th_submit(fd, json_pack("{s:s, s:s, s:s, s:s}", "task",
+                                         "eval", "checkpoint", ck, "data",
+                                         val, "device", "cuda:0"));
+    int64_t ec = th_submit(fd, json_pack("{s:s, s:s, s:s, s:s}", "task",
+                                         "eval", "checkpoint", ck, "data",
+                                         val, "device", "cpu"));
+    ck_assert(th_wait_state(fd, eg, "completed", 120000));
+    ck_assert(th_wait_state(fd, ec, "completed", 120000));
+    json_t *jg = show(fd, eg), *jc = show(fd, ec);
+    json_t *rg = json_object_get(jg, "result");
+    json_t *rc = json_object_get(jc, "result");
+    ck_assert_int_eq(json_integer_value(json_object_get(rg, "samples")), 6);
+    ck_assert_int_eq(json_integer_value(json_object_get(rc, "samples")), 6);
+    ck_assert_msg(json_equal(json_object_get(rg, "top1"),
+                             json_object_get(rc, "top1")),
+                  "top-1 %g on cuda:0, %g on the CPU",
+                  json_number_value(json_object_get(rg, "top1")),
+                  json_number_value(json_object_get(rc, "top1")));
+    json_decref(jg);
+    json_decref(jc);
+    json_decref(j);
+    close(fd);
+    ck_assert_int_eq(th_stop(&h), 0);
+    th_cleanup(&h);
+}
+END_TEST
+
 /* A sticky error in a job reading files: the job fails, the daemon exits
  * with 75, and its page-locked batch slots were given back first. */
 START_TEST(test_sticky_error_with_pinned_slots)
@@ -508,6 +554,7 @@ static Suite *sim_daemon_suite(void)
     tcase_add_test(tc, test_out_of_memory_at_create_fails_the_job);
     tcase_add_test(tc, test_sticky_error_fails_the_job_and_daemon_exits);
     tcase_add_test(tc, test_files_job_on_cuda0_with_validation);
+    tcase_add_test(tc, test_eval_job_on_cuda0);
     tcase_add_test(tc, test_sticky_error_with_pinned_slots);
     tcase_add_test(tc, test_finetune_job_on_cuda0);
     suite_add_tcase(s, tc);
