@@ -1,15 +1,16 @@
-/* backend_cuda_int.h - internals shared by the CUDA backend's files.
+/* cuda_int.h - internals shared by the CUDA backend's files.
  *
  * Owns: the CUDA backend's data structures and the contracts between its
- * four files:
- *   backend_cuda.c          lifecycle, the device arena, streams, events,
- *                           uploads, statistics, snapshots, the ops table
- *   backend_cuda_step.c     one step: forward, loss, backward, update
+ * files:
+ *   cuda.c                  lifecycle, streams, events, uploads,
+ *                           statistics, snapshots, the ops table
+ *   cuda_arena.c            the device arena: layout, size, allocation
+ *   cuda_step.c             one step: forward, loss, backward, update
  *                           (cuBLAS for dense layers, kernels for the rest)
- *   backend_cuda_dnn.c      every cuDNN call (convolution, batch norm,
+ *   cuda_dnn.c              every cuDNN call (convolution, batch norm,
  *                           pooling, activation); the only file that uses
  *                           cuDNN's deprecated legacy API
- *   backend_cuda_kernels.cu the CUDA kernels, over the arithmetic in kernels/
+ *   cuda_kernels.cu         the CUDA kernels, over the arithmetic in kernels/
  *   cuda_err.c              failure messages; sticky errors mark the GPU
  *   cuda_mem.c              shadow copies of the state; the warm-up step
  *   cuda_prec.c             fp32 math (strict or TF32) by compute capability
@@ -158,6 +159,15 @@ size_t td__cuda_esize(enum td_dtype t);
 /* 1 when the gpu_arch list `archs` has code for compute capability
  * major.minor (cuda.c) */
 int td__cuda_arch_ok(const char *archs, int major, int minor);
+
+/* cuda_arena.c: the state tensors' floats, a parameter's offset in the
+ * flat parameter block, each layer's root (the layer whose buffers it
+ * shares), and the arena laid out and allocated (0 or negative errno,
+ * with the sizes in the error when the model does not fit). */
+size_t td__cuda_state_count(const td_model *m);
+size_t td__cuda_param_off(const td_model *m, int p);
+void td__cuda_roots(td__cuda *be);
+int td__cuda_arena(td__cuda *be);
 
 /* Layer L is a batch norm kept in inference mode while training
  * (cfg.bn_eval, the job's freeze_bn_stats): its forward normalises with
