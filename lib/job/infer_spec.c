@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "job/device.h"
 #include "job/infer_run.h"
+#include "job/spec.h"
 
 static const char *const td__task_names[] = {"train", "eval", "predict"};
 
@@ -99,27 +100,6 @@ static int td__int(const json_t *spec, const char *field, int lo, int hi,
     return 0;
 }
 
-static int td__name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n < 1 || n > 64)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                    "0123456789._-", s[i]))
-            return 0;
-    return 1;
-}
-
-static int td__device_ok(const char *s)
-{
-    td_device_info fake;
-    td_device_choice ch;
-    memset(&fake, 0, sizeof fake);
-    fake.cuda_count = TD_MAX_GPUS; /* syntax only, not presence */
-    return td_device_select(s, &fake, &ch, NULL, 0) == 0;
-}
-
 int td_infer_spec_parse(const json_t *spec, td_infer_spec *s, char *err,
                         size_t errcap)
 {
@@ -152,14 +132,14 @@ int td_infer_spec_parse(const json_t *spec, td_infer_spec *s, char *err,
         }
     }
     const char *name = json_string_value(json_object_get(spec, "name"));
-    if (json_object_get(spec, "name") && (!name || !td__name_ok(name))) {
+    if (json_object_get(spec, "name") && (!name || !td_spec_name_ok(name))) {
         snprintf(err, errcap, "name: must be 1-64 characters of A-Z a-z 0-9 "
                  ". _ -");
         return TD_E_SPEC;
     }
     snprintf(s->name, sizeof s->name, "%s", name ? name : "");
     const char *dev = json_string_value(json_object_get(spec, "device"));
-    if (json_object_get(spec, "device") && (!dev || !td__device_ok(dev))) {
+    if (json_object_get(spec, "device") && (!dev || !td_spec_device_ok(dev))) {
         snprintf(err, errcap, "device: must be auto, cpu, cuda or cuda:N");
         return TD_E_SPEC;
     }

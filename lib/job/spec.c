@@ -490,7 +490,7 @@ static void td__paths_bind(const json_t *norm, td_spec_paths *out)
     }
 }
 
-static int td__name_ok(const char *s)
+int td_spec_name_ok(const char *s)
 {
     size_t n = strlen(s);
     if (n < 1 || n > 64)
@@ -501,7 +501,7 @@ static int td__name_ok(const char *s)
     return 1;
 }
 
-static int td__device_ok(const char *s)
+int td_spec_device_ok(const char *s)
 {
     td_device_info fake;
     td_device_choice ch;
@@ -568,9 +568,9 @@ static int td__leaf_str(struct td__ctx *c, const struct td__field *f,
     }
     if (f->kind == K_MODEL && (!s || !*s))
         return td__fail(c, path, "must be a model name or a model object");
-    if (f->kind == K_DEVICE && (!s || !td__device_ok(s)))
+    if (f->kind == K_DEVICE && (!s || !td_spec_device_ok(s)))
         return td__fail(c, path, "must be auto, cpu, cuda or cuda:N");
-    if (f->kind == K_NAME && (!s || !td__name_ok(s)))
+    if (f->kind == K_NAME && (!s || !td_spec_name_ok(s)))
         return td__fail(c, path,
                         "must be 1-64 characters of A-Z a-z 0-9 . _ -");
     *norm = json_string(s);

@@ -165,6 +165,12 @@ int td_spec_apply_set(json_t *root, const char *assignment, char *err,
  * relative to where they are.  0 or -errno. */
 int td_spec_absolute_paths(json_t *root, const char *base);
 
+/* The spec's checks of a name (1-64 of A-Z a-z 0-9 . _ -) and of a device
+ * string's syntax (cpu, auto, cuda:N; not whether the device exists), for
+ * the other specs that take them (infer_spec.c).  1 if ok. */
+int td_spec_name_ok(const char *s);
+int td_spec_device_ok(const char *s);
+
 const char *td_spec_aug_op_name(enum td_spec_aug_op op);
 
 #endif
