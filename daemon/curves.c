@@ -9,10 +9,7 @@
 
 #include <errno.h>
 
-static const char *const td__epoch_keys[] = {
-    "epoch", "step", "train_loss", "train_acc", "val_loss", "val_acc", "lr",
-    "samples_per_s", "input_wait_ratio", "device_idle_ratio", "verdict",
-    "train_s", "eval_s", NULL};
+#include "job/runner.h"
 
 static const char *const td__window_keys[] = {
     "step", "epoch", "train_loss", "lr", "samples_per_s", "input_wait_ratio",
@@ -65,7 +62,7 @@ int td_curves_epoch(td_curves *c, const json_t *data)
 {
     if (!json_is_integer(json_object_get(data, "epoch")))
         return 0;
-    json_t *e = td__pick(data, td__epoch_keys);
+    json_t *e = td__pick(data, td_runner_curve_keys);
     if (!e)
         return -ENOMEM;
     td__drop_from(c->history, "epoch",
@@ -120,7 +117,7 @@ int td_curves_restore(td_curves *c, const json_t *history)
         if (at < n && json_integer_value(json_object_get(
                           json_array_get(c->history, at), "epoch")) == want)
             continue; /* kept already */
-        json_t *copy = td__pick(e, td__epoch_keys);
+        json_t *copy = td__pick(e, td_runner_curve_keys);
         if (!copy || json_array_insert_new(c->history, at, copy))
             return -ENOMEM;
         added++;

@@ -713,7 +713,7 @@ static int td__early_stop(td_runner *r, const td_epoch_info *e)
     return 1;
 }
 
-const char *const td__hist_keys[] = {
+const char *const td_runner_curve_keys[] = {
     "epoch", "step", "train_loss", "train_acc", "val_loss", "val_acc", "lr",
     "samples_per_s", "input_wait_ratio", "device_idle_ratio", "verdict",
     "train_s", "eval_s", NULL};
@@ -730,10 +730,10 @@ static void td__hist_add(td_runner *r, const json_t *ev)
         json_decref(e);
         return;
     }
-    for (int k = 0; td__hist_keys[k]; k++) {
-        json_t *v = json_object_get(ev, td__hist_keys[k]);
+    for (const char *const *k = td_runner_curve_keys; *k; k++) {
+        json_t *v = json_object_get(ev, *k);
         if (v) /* copies: the event goes to another thread */
-            json_object_set_new(e, td__hist_keys[k], json_deep_copy(v));
+            json_object_set_new(e, *k, json_deep_copy(v));
     }
     size_t n = json_array_size(r->hist);
     while (n > 0 && json_integer_value(json_object_get(

@@ -109,4 +109,9 @@ int td_runner_trace(td_runner *r, int steps);
 /* The total number of training steps of the job (epochs x steps). */
 int64_t td_runner_steps_total(const td_runner *r);
 
+/* The fields of an "epoch" event that make a learning-curve entry (NULL
+ * ended): kept in each checkpoint as traind.history, and in the daemon's
+ * job record (daemon/curves.c). */
+extern const char *const td_runner_curve_keys[];
+
 #endif

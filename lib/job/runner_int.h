@@ -19,9 +19,6 @@
 
 enum { TD__NSNAP = 2, TD__TRACE_CAP = 1 << 18 };
 
-/* The fields of an epoch event a checkpoint's traind.history keeps. */
-extern const char *const td__hist_keys[];
-
 struct td_runner {
     td_runner_opts o;
     const td_job_spec *spec;
