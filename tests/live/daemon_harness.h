@@ -39,6 +39,9 @@ int th_restart(td_harness *h);
 void th_cleanup(td_harness *h); /* removes the temporary dir */
 
 /* A connected client.  Reads the hello line, into *hello if non-NULL. */
+/* A TCP port on 127.0.0.1 that nothing listens on now (for the metrics
+ * endpoint). */
+int th_free_port(void);
 int th_connect(const td_harness *h, json_t **hello);
 /* A client whose peer credentials are uid/gid (the daemon sees that user):
  * a forked child drops to them, connects and hands the socket back.  Opens

@@ -56,22 +56,9 @@ static int find_chromium(char *out, size_t cap)
     return 0;
 }
 
-static int free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static void setup(void)
 {
-    port = free_port();
+    port = th_free_port();
     snprintf(data_dir, sizeof data_dir, "/tmp/td_dash_data_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(data_dir));
     td_test_make_folder(data_dir, 2, 100, 16, 16);

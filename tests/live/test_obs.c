@@ -22,19 +22,6 @@ static char data_dir[64], conf[96];
 static int port;
 
 /* A free TCP port on the loopback (bound, read back, released). */
-static int free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static void start_with(const char *listen)
 {
     snprintf(data_dir, sizeof data_dir, "/tmp/td_obs_data_XXXXXX");
@@ -52,7 +39,7 @@ static void start_with(const char *listen)
 static void setup(void)
 {
     char listen[64];
-    port = free_port();
+    port = th_free_port();
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     start_with(listen);
 }

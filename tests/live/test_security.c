@@ -644,18 +644,6 @@ END_TEST
 
 /* ---- slowloris on the metrics endpoint ------------------------------------ */
 
-static int free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* A connection to port from source address `from` (127.0.0.x). */
 static int tcp_from(const char *from, int port)
 {
@@ -701,7 +689,7 @@ START_TEST(test_slowloris_metrics_served)
 {
     char dir[] = "/tmp/traind-slow-XXXXXX", conf[128], listen[64];
     td_harness h;
-    int port = free_port();
+    int port = th_free_port();
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(conf, sizeof conf, "%s/traind.conf", dir);
     snprintf(listen, sizeof listen, "metrics_listen = 127.0.0.1:%d\n", port);
