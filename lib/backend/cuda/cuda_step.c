@@ -137,6 +137,9 @@ int td__cuda_loss(td__cuda *be, int train)
                           train ? be->base.cfg.label_smoothing : 0.0f,
                           1.0f / (float)be->n, train ? last->dy : NULL,
                           be->row_loss, be->row_ok));
+    if (train) /* loss scaling (cuda_lscale.c): no-op when off */
+        TD__TRY(td__cuda_ls_scale_loss(be, last->dy,
+                                       (size_t)be->batch * m->classes));
     /* the batch buffer may be refilled once the loss has read its labels
      * (the cast read its pixels earlier): upload k+2 waits for this */
     TD__CU(be, cudaEventRecord(be->consumed[be->cur], be->compute));
@@ -219,12 +222,14 @@ static int td__update_range(td__cuda *be, float lr, int64_t t, size_t lo,
         TD__CU(be, td__k_adamw(be->compute, be->params + lo, be->slots + lo,
                                be->slots + n + lo, be->grads + lo, cnt, lr,
                                (float)o->beta1, (float)o->beta2,
-                               (float)o->eps, wd, c.c1, c.c2));
+                               (float)o->eps, wd, c.c1, c.c2,
+                               td__cuda_ls(be)));
         return 0;
     }
     TD__CU(be, td__k_sgd(be->compute, be->params + lo,
                          be->nslots ? be->slots + lo : NULL, be->grads + lo,
-                         cnt, lr, (float)o->momentum, wd, o->nesterov));
+                         cnt, lr, (float)o->momentum, wd, o->nesterov,
+                         td__cuda_ls(be)));
     return 0;
 }
 
@@ -237,6 +242,7 @@ int td__cuda_update(td__cuda *be, float lr, int64_t t)
 {
     const td_model *m = be->base.model;
     const float *mult = be->base.cfg.lr_mult;
+    TD__TRY(td__cuda_ls_decide(be, t)); /* loss scaling (cuda_lscale.c) */
     if (!mult)
         return td__update_range(be, lr, t, 0, m->param_count);
     size_t off = 0;
