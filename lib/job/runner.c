@@ -319,6 +319,17 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.backend.bn_eval = r->bn_eval;
     tc.backend.warmup = 1; /* CUDA: first-use allocations happen at create */
     tc.backend.deterministic = s->deterministic;
+    td_precision_loss_scale(s, &tc.backend.loss_scale,
+                            &tc.backend.loss_scale_interval);
+    tc.backend.ls_poison_step = opts->ls_poison_step;
+    r->ls_scale = tc.backend.loss_scale;
+    if (tc.backend.loss_scale > 0)
+        td_logf(TD_LOG_INFO, opts->job, "loss scaling: %s, scale %g%s",
+                tc.backend.loss_scale_interval < 0 ? "static" : "dynamic",
+                (double)tc.backend.loss_scale,
+                tc.backend.loss_scale_interval < 0 ? "" : " (halved on an "
+                "inf or NaN gradient, the step skipped; doubled after 2000 "
+                "good steps)");
     td__runner_optim(s, &tc.backend.optim);
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;
@@ -518,6 +529,9 @@ static void td__snapshot(td_runner *r, int64_t epoch)
     pj.epoch_train_acc = r->ep_train_acc;
     pj.val_loss = r->ep_val_loss;
     pj.val_acc = r->ep_val_acc;
+    pj.has_loss_scale = r->ls_scale > 0;
+    pj.loss_scale = r->ls_scale;
+    pj.skipped_steps = r->ls_skipped;
     r->snap_last_ns = td_now_ns();
     r->o.snapshot(r->o.user, &pj);
 }
@@ -539,6 +553,10 @@ static json_t *td__with_progress(td_runner *r, json_t *o, int64_t epoch)
         json_object_set_new(o, "eta_s", json_real(eta));
     if (!json_object_get(o, "loss") && isfinite(r->last_loss))
         json_object_set_new(o, "loss", json_real(r->last_loss));
+    if (r->ls_scale > 0) { /* loss scaling on */
+        json_object_set_new(o, "loss_scale", json_real(r->ls_scale));
+        json_object_set_new(o, "skipped_steps", json_integer(r->ls_skipped));
+    }
     return o;
 }
 
@@ -609,6 +627,24 @@ static void td__autotune(td_runner *r, const td_metrics_counters *mc,
     }
 }
 
+/* Loss scaling: the step's scale and skipped count for the events and
+ * the Prometheus snapshot; a step skipped at the floor scale is logged
+ * once (the gradients overflow unscaled: the job is diverging). */
+static void td__loss_scale_step(td_runner *r, const td_step_info *s)
+{
+    if (!(s->loss_scale > 0))
+        return;
+    r->ls_scale = s->loss_scale;
+    r->ls_skipped = s->skipped_total;
+    if (s->skipped && s->loss_scale <= TD_LS_MIN && !r->ls_floor_warned) {
+        r->ls_floor_warned = 1;
+        td_logf(TD_LOG_WARN, r->o.job, "step %" PRId64 " skipped at the "
+                "smallest loss scale (%g): its gradients are inf or NaN "
+                "without scaling; the job is diverging (lower "
+                "optimizer.lr?)", s->step + 1, (double)TD_LS_MIN);
+    }
+}
+
 static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
 {
     td_runner *r = user;
@@ -623,6 +659,7 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
     r->pending_ckpt_ns = 0;
     r->last_loss = s->loss;
     r->last_lr = s->lr;
+    td__loss_scale_step(r, s);
     if (isfinite(s->loss)) {
         r->win_loss_sum += s->loss * s->n;
         r->win_samples += s->n;
@@ -632,6 +669,8 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
     if (step) {
         json_object_set_new(step, "step", json_integer(s->step + 1));
         json_object_set_new(step, "correct", json_integer(s->correct));
+        if (s->loss_scale > 0)
+            json_object_set_new(step, "skipped", json_boolean(s->skipped));
     }
     td_eta_step(&r->eta, s->step, (double)s->step_ns / 1e9);
     r->eta_done = s->step + 1;

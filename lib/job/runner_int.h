@@ -68,6 +68,11 @@ struct td_runner {
     char last_ckpt_err[512];         /* why the newest failed write failed */
     pthread_mutex_t res_mu;          /* last_ckpt, counters (writer thread) */
     double last_loss, last_lr;
+    /* loss scaling (docs/compute.md): the scale after the latest reported
+     * step (0: off) and the steps skipped so far (trainer thread) */
+    double ls_scale;
+    int64_t ls_skipped;
+    int ls_floor_warned;             /* a skip at the floor was logged */
     double win_loss_sum;        /* per-sample train loss since the last
                                    window closed, and its samples */
     int64_t win_samples;
