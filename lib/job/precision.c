@@ -6,9 +6,8 @@
  *               CPU has no such unit and computes it as fp32.
  *         bf16  needs oneDNN's avx512_core_bf16 or avx512_core_amx ISA
  *               (AVX512_BF16 or AMX-BF16 in cpuid); refused elsewhere.
- *         fp16  refused: oneDNN trains fp16 only on AVX512_FP16 CPUs with
- *               loss scaling this backend does not have; bf16 is the
- *               CPU's fast type.
+ *         fp16  refused: oneDNN trains fp16 only on AVX512_FP16 CPUs;
+ *               bf16 is the CPU's fast type.
  *         auto  bf16 where the CPU has it (measured: docs/compute.md),
  *               else fp32.
  *   cuda  fp32  strict fp32: cuDNN FMA math, cuBLAS default math (no TF32).
