@@ -7,9 +7,9 @@
  * traind_skipped_steps_total); the checkpoint carries the scaler
  * ("traind.loss_scale") and a paused job resumes into the uninterrupted
  * run's scale, skipped count and (AdamW, whose step count leaves skipped
- * steps out) bitwise its losses; a job resumed with another loss_scale
- * starts the scale fresh and keeps the skipped count; "off" reports none
- * of it. */
+ * steps out) bitwise its losses; a job resumed with another loss_scale or
+ * at another precision starts the scale fresh and keeps the skipped
+ * count; "off" reports none of it. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
@@ -41,7 +41,8 @@ static void teardown(void)
 }
 
 /* 8x8 grey synthetic input, conv + relu + dense, AdamW. */
-static void parse_spec(td_job_spec *spec, json_t *loss_scale)
+static void parse_spec_at(td_job_spec *spec, json_t *loss_scale,
+                          const char *precision)
 {
     char err[512];
     json_t *js = json_pack(
@@ -60,9 +61,15 @@ static void parse_spec(td_job_spec *spec, json_t *loss_scale)
         "checkpoint", "every_steps", 0, "at_epoch_end", 1, "loss_scale",
         loss_scale);
     ck_assert_ptr_nonnull(js);
+    json_object_set_new(js, "precision", json_string(precision));
     ck_assert_msg(td_spec_parse(js, NULL, spec, err, sizeof err) == 0, "%s",
                   err);
     json_decref(js);
+}
+
+static void parse_spec(td_job_spec *spec, json_t *loss_scale)
+{
+    parse_spec_at(spec, loss_scale, "fp32");
 }
 
 typedef struct seen {
@@ -218,6 +225,8 @@ START_TEST(test_resume_restores_the_scaler)
     ck_assert_int_lt(at, ALL);
     seen *b2 = run_job(&dyn, "b2", 0, POISON + 2, POISON, &res);
     ck_assert_int_eq(res.steps, at);
+    seen *b3 = run_job(&dyn, "b3", 0, POISON + 2, POISON, &res);
+    ck_assert_int_eq(res.steps, at);
     /* no poison on resume: the checkpoint's state alone */
     seen *c = run_job(&dyn, "b", 1, 0, 0, &res);
     ck_assert_int_eq(res.steps, ALL);
@@ -239,6 +248,20 @@ START_TEST(test_resume_restores_the_scaler)
         ck_assert_msg(d->scale[st] == 1024, "step %d: %g", st, d->scale[st]);
         ck_assert_int_eq(d->skipped_total[st], 1);
     }
+    /* resumed at another precision (tf32: fp32 on the CPU): the scale
+     * starts fresh at 2^16, the skipped count is kept */
+    td_job_spec tf32;
+    parse_spec_at(&tf32, json_string("dynamic"), "tf32");
+    seen *e = run_job(&tf32, "b3", 1, 0, 0, &res);
+    ck_assert_int_eq(res.steps, ALL);
+    ck_assert_int_eq(e->steps, ALL - at);
+    for (int st = at + 1; st <= ALL; st++) {
+        ck_assert_msg(e->scale[st] == 65536, "step %d: %g", st, e->scale[st]);
+        ck_assert_int_eq(e->skipped_total[st], 1);
+    }
+    free(b3);
+    free(e);
+    td_spec_free(&tf32);
     free(a);
     free(b);
     free(b2);

@@ -3,7 +3,9 @@
  * Owns: the order of a step (cast + normalise, every layer's forward, the
  * softmax cross-entropy with its gradient and counters, every layer's
  * backward in reverse, the fused optimizer update - per run of equal
- * learning-rate multipliers, skipping frozen parameters -), the dense
+ * learning-rate multipliers, skipping frozen parameters -; with loss
+ * scaling the loss gradient's scaling after the loss and the overflow
+ * check and decision before the update, both in cuda_lscale.c), the dense
  * layers on cuBLAS, and the layers that are ours (add, dropout, flatten,
  * and the backward of a batch norm kept in inference mode, bn_eval).
  * Gradient summation: a layer output read by several layers (residual
