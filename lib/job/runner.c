@@ -4,8 +4,8 @@
  * accumulator, the checkpoint writer and two snapshot buffers (one being
  * written, one being filled), and the translation of the job spec into
  * each of their configurations.
- * Checkpoint writing and resume live in runner_ckpt.c, the shared state
- * in runner_int.h.
+ * Checkpoint writing and resume live in runner_ckpt.c, loss scaling in
+ * runner_lscale.c, the shared state in runner_int.h.
  * Never: blocks the trainer on the disk (a checkpoint that finds both
  * buffers busy is skipped and counted), talks to sockets, exits.
  */
@@ -319,17 +319,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.backend.bn_eval = r->bn_eval;
     tc.backend.warmup = 1; /* CUDA: first-use allocations happen at create */
     tc.backend.deterministic = s->deterministic;
-    td_precision_loss_scale(s, &tc.backend.loss_scale,
-                            &tc.backend.loss_scale_interval);
-    tc.backend.ls_poison_step = opts->ls_poison_step;
-    r->ls_scale = tc.backend.loss_scale;
-    if (tc.backend.loss_scale > 0)
-        td_logf(TD_LOG_INFO, opts->job, "loss scaling: %s, scale %g%s",
-                tc.backend.loss_scale_interval < 0 ? "static" : "dynamic",
-                (double)tc.backend.loss_scale,
-                tc.backend.loss_scale_interval < 0 ? "" : " (halved on an "
-                "inf or NaN gradient, the step skipped; doubled after 2000 "
-                "good steps)");
+    td__runner_ls_config(r, &tc.backend); /* runner_lscale.c */
     td__runner_optim(s, &tc.backend.optim);
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;
@@ -553,10 +543,7 @@ static json_t *td__with_progress(td_runner *r, json_t *o, int64_t epoch)
         json_object_set_new(o, "eta_s", json_real(eta));
     if (!json_object_get(o, "loss") && isfinite(r->last_loss))
         json_object_set_new(o, "loss", json_real(r->last_loss));
-    if (r->ls_scale > 0) { /* loss scaling on */
-        json_object_set_new(o, "loss_scale", json_real(r->ls_scale));
-        json_object_set_new(o, "skipped_steps", json_integer(r->ls_skipped));
-    }
+    td__runner_ls_event(r, o);
     return o;
 }
 
@@ -627,24 +614,6 @@ static void td__autotune(td_runner *r, const td_metrics_counters *mc,
     }
 }
 
-/* Loss scaling: the step's scale and skipped count for the events and
- * the Prometheus snapshot; a step skipped at the floor scale is logged
- * once (the gradients overflow unscaled: the job is diverging). */
-static void td__loss_scale_step(td_runner *r, const td_step_info *s)
-{
-    if (!(s->loss_scale > 0))
-        return;
-    r->ls_scale = s->loss_scale;
-    r->ls_skipped = s->skipped_total;
-    if (s->skipped && s->loss_scale <= TD_LS_MIN && !r->ls_floor_warned) {
-        r->ls_floor_warned = 1;
-        td_logf(TD_LOG_WARN, r->o.job, "step %" PRId64 " skipped at the "
-                "smallest loss scale (%g): its gradients are inf or NaN "
-                "without scaling; the job is diverging (lower "
-                "optimizer.lr?)", s->step + 1, (double)TD_LS_MIN);
-    }
-}
-
 static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
 {
     td_runner *r = user;
@@ -659,7 +628,7 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
     r->pending_ckpt_ns = 0;
     r->last_loss = s->loss;
     r->last_lr = s->lr;
-    td__loss_scale_step(r, s);
+    td__runner_ls_step(r, s);
     if (isfinite(s->loss)) {
         r->win_loss_sum += s->loss * s->n;
         r->win_samples += s->n;

@@ -11,7 +11,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +24,6 @@
 #include "base/log.h"
 #include "job/finetune.h"
 #include "job/modelmeta.h"
-#include "job/precision.h"
 #include "job/runner_int.h"
 #include "store/weights.h"
 
@@ -314,92 +312,6 @@ void td__runner_ckpt_release(td_runner *r)
     }
 }
 
-/* ---- the loss scaler in checkpoints ------------------------------------
- *
- * "traind.loss_scale": {"scale", "good", "skipped", "precision", "mode"}
- * as JSON text, the scaler after the checkpoint's last step (the trainer
- * has settled it).  At resume a job with loss scaling takes it back when
- * precision and mode (dynamic, or the same static scale) match; otherwise,
- * or from a checkpoint without the key, the scale and its good steps start
- * fresh, and the skipped count (AdamW's step count leaves skipped steps
- * out) is kept when the checkpoint has one. */
-
-static void td__ls_mode(const td_runner *r, char *out, size_t cap)
-{
-    const td_spec_loss_scale *ls = &r->spec->loss_scale;
-    if (ls->mode == TD_LS_STATIC)
-        snprintf(out, cap, "static %.9g", ls->scale);
-    else
-        snprintf(out, cap, "dynamic");
-}
-
-static void td__loss_scale_meta(td_runner *r, json_t *meta)
-{
-    td_ls_state st;
-    char mode[64];
-    td_trainer_loss_scale(r->trainer, &st);
-    if (!(st.scale > 0))
-        return;
-    td__ls_mode(r, mode, sizeof mode);
-    json_t *o = json_pack("{s:f, s:i, s:I, s:s, s:s}", "scale",
-                          (double)st.scale, "good", (int)st.good, "skipped",
-                          (json_int_t)st.skipped, "precision",
-                          td_precision_name(r->spec->precision), "mode",
-                          mode);
-    char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (txt)
-        json_object_set_new(meta, "traind.loss_scale", json_string(txt));
-    free(txt);
-    json_decref(o);
-}
-
-/* After td_trainer_restore: the scaler from the checkpoint's key (text,
- * or NULL without one). */
-static void td__loss_scale_resume(td_runner *r, const char *txt,
-                                  const char *path)
-{
-    td_ls_state st, cur;
-    char mode[64];
-    json_t *o = txt ? json_loads(txt, 0, NULL) : NULL;
-    td_trainer_loss_scale(r->trainer, &cur);
-    double scale = json_number_value(json_object_get(o, "scale"));
-    json_int_t good = json_integer_value(json_object_get(o, "good"));
-    json_int_t skipped = json_integer_value(json_object_get(o, "skipped"));
-    const char *prec = json_string_value(json_object_get(o, "precision"));
-    const char *was = json_string_value(json_object_get(o, "mode"));
-    int valid = o && scale > 0 && isfinite(scale) && good >= 0 &&
-                good <= INT32_MAX && skipped >= 0 && prec && was;
-    if (txt && !valid)
-        td_logf(TD_LOG_WARN, r->o.job, "checkpoint %s: traind.loss_scale "
-                "is not valid; the loss scaler starts fresh", path);
-    if (!(cur.scale > 0)) { /* off in this job: nothing to restore */
-        json_decref(o);
-        return;
-    }
-    td__ls_mode(r, mode, sizeof mode);
-    st = cur; /* fresh: the initial scale, no good steps */
-    if (valid)
-        st.skipped = skipped;
-    if (valid && strcmp(prec, td_precision_name(r->spec->precision)) == 0 &&
-        strcmp(was, mode) == 0) {
-        st.scale = (float)scale;
-        st.good = (int32_t)good;
-    } else {
-        td_logf(TD_LOG_INFO, r->o.job, "loss scaling starts fresh at scale "
-                "%g (%s)", (double)cur.scale, !valid ? "the checkpoint has "
-                "no loss scaler" : "the checkpoint's precision or loss_scale "
-                "differ");
-    }
-    json_decref(o);
-    if (td_trainer_set_loss_scale(r->trainer, &st)) {
-        td_logf(TD_LOG_WARN, r->o.job, "loss scaler not restored: %s",
-                td_trainer_backend(r->trainer)->err);
-        return;
-    }
-    r->ls_scale = st.scale;
-    r->ls_skipped = st.skipped;
-}
-
 /* Snapshots the trainer at pos and hands it to the writer.  Never waits
  * for the disk: with both buffers busy (or the writer's queue full) the
  * checkpoint is not taken, -EBUSY; counted and logged as skipped when
@@ -471,7 +383,7 @@ static int td__checkpoint(td_runner *r, const td_train_position *pos,
         json_decref(h);
     }
     if (r->snap_meta[slot])
-        td__loss_scale_meta(r, r->snap_meta[slot]);
+        td__runner_ls_meta(r, r->snap_meta[slot]);
     s->extra_meta = r->snap_meta[slot] ? r->snap_meta[slot] : r->meta_json;
     td__fill f = {s, NULL, 1};
     if ((rc = td__walk(r, td__fill_one, &f)))
@@ -606,7 +518,7 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
                  in_epoch);
     }
     if (rc == 0)
-        td__loss_scale_resume(r, ls_txt, path);
+        td__runner_ls_resume(r, ls_txt, path);
     free(ls_txt);
     if (rc) {
         json_decref(h);

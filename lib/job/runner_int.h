@@ -1,6 +1,7 @@
 /* runner_int.h - the runner's state, shared by its files (runner.c: the
  * job's set-up and the trainer callbacks; runner_ckpt.c: checkpoints and
- * resume).  Not for use outside lib/runner*.c. */
+ * resume; runner_lscale.c: loss scaling).  Not for use outside
+ * lib/runner*.c. */
 #ifndef TD_RUNNER_INT_H
 #define TD_RUNNER_INT_H
 
@@ -107,6 +108,20 @@ void td__runner_emit(td_runner *r, const char *kind, json_t *data);
 int td__runner_augments(const td_job_spec *s, td_augment *out, int *n,
                         char *err, size_t errcap);
 void td__runner_optim(const td_job_spec *s, td_optim_config *o);
+
+/* runner_lscale.c: loss scaling (docs/compute.md "Loss scaling") */
+/* The backend's loss_scale, interval and test hook from the spec. */
+void td__runner_ls_config(td_runner *r, td_backend_config *bc);
+/* The step's scale and skipped count (on_step); "loss_scale" and
+ * "skipped_steps" into a step or window event when scaling is on. */
+void td__runner_ls_step(td_runner *r, const td_step_info *s);
+void td__runner_ls_event(const td_runner *r, json_t *o);
+/* "traind.loss_scale" into a checkpoint's metadata (after a settle). */
+void td__runner_ls_meta(td_runner *r, json_t *meta);
+/* After td_trainer_restore: the scaler from the checkpoint's key (its
+ * text, or NULL without one), or a fresh one (another precision or
+ * loss_scale), logged. */
+void td__runner_ls_resume(td_runner *r, const char *txt, const char *path);
 
 /* runner_ckpt.c */
 /* Snapshots the trainer at pos and hands it to the writer thread; never
