@@ -458,10 +458,11 @@ static void td__update(td__cpu *be, float lr, int64_t t)
     const td_optim_config *o = &be->base.cfg.optim;
     td_ls_dev d = {.st = be->ls};
     if (be->ls.scale > 0) {
-        int poisoned = 0;
+        int poisoned = 0, found = 0;
         if (t == be->base.cfg.ls_poison_step)
             td__updated_runs(be, td__poison_run, &poisoned);
-        td__updated_runs(be, td__check_run, &d.found);
+        td__updated_runs(be, td__check_run, &found);
+        d.found = found;
     } else {
         d.st.scale = 1.0f; /* inv_scale 1, nothing skipped */
     }
