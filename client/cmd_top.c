@@ -78,12 +78,18 @@ static int td__screen(td_conn *c, json_t *jobs, int clear)
         td__ratio(idle, sizeof idle, json_object_get(j, "device_idle_ratio"));
         td__ratio(input, sizeof input,
                   json_object_get(j, "input_wait_ratio"));
-        printf("%5lld  %-20.20s %-10s %15s %10s %7s %7s  %s\n",
+        char lscale[64] = ""; /* only for jobs that scale their loss */
+        json_t *ls = json_object_get(j, "loss_scale");
+        if (json_is_number(ls))
+            snprintf(lscale, sizeof lscale, "  (loss scale %g, %lld "
+                     "skipped)", json_number_value(ls), (long long)
+                     json_integer_value(json_object_get(j, "skipped_steps")));
+        printf("%5lld  %-20.20s %-10s %15s %10s %7s %7s  %s%s\n",
                (long long)json_integer_value(json_object_get(j, "id")),
                td__str(j, "name", ""),
                td__str(j, "state", "?"), prog,
                sps, idle, input,
-               td__str(j, "verdict", "-"));
+               td__str(j, "verdict", "-"), lscale);
     }
     fflush(stdout);
     return (int)json_array_size(jobs);

@@ -157,6 +157,10 @@ static void td__draw(td_view *v)
         LINE("  %.0f samples/s  idle %.0f%% (lower bound)  input wait %.0f%%  "
              "loss %.4f", sps, 100 * JNUM(w, "device_idle_ratio"),
              100 * JNUM(w, "input_wait_ratio"), JNUM(s ? s : w, "loss"));
+        const json_t *ls = s && json_object_get(s, "loss_scale") ? s : w;
+        if (json_object_get(ls, "loss_scale")) /* the job scales its loss */
+            LINE("  loss scale %g  skipped steps %lld",
+                 JNUM(ls, "loss_scale"), JINT(ls, "skipped_steps"));
         json_t *ph = json_object_get(w, "phase_shares");
         if (json_is_object(ph)) {
             char buf[256];
@@ -206,6 +210,10 @@ static void td__plain(td_view *v, const char *kind, json_t *d)
                JNUM(d, "loss"), 100 * JNUM(d, "device_idle_ratio"),
                100 * JNUM(d, "input_wait_ratio"), JSTR(d, "verdict", "-"),
                eta);
+        if (json_object_get(d, "loss_scale")) /* loss scaling on */
+            printf("job %lld step %lld: loss scale %g, skipped steps %lld\n",
+                   (long long)v->job, JINT(d, "step"),
+                   JNUM(d, "loss_scale"), JINT(d, "skipped_steps"));
     } else if (strcmp(kind, "epoch") == 0) {
         char val[64];
         td_fmt_val(d, val, sizeof val);

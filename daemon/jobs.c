@@ -199,8 +199,10 @@ json_t *td_job_summary(const td_job *j)
     if (j->ended)
         json_object_set_new(o, "ended", json_real(j->ended));
     static const char *const from_window[] = {
-        "samples_per_s", "verdict", "device_idle_ratio", "input_wait_ratio"};
-    for (size_t k = 0; j->last_window && k < 4; k++) {
+        "samples_per_s", "verdict", "device_idle_ratio", "input_wait_ratio",
+        "loss_scale", "skipped_steps"}; /* the last two: loss scaling */
+    for (size_t k = 0; j->last_window &&
+                       k < sizeof from_window / sizeof *from_window; k++) {
         json_t *v = json_object_get(j->last_window, from_window[k]);
         if (v)
             json_object_set(o, from_window[k], v);

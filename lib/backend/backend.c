@@ -109,5 +109,10 @@ int td_backend_check_config(const td_model *m, const td_backend_config *cfg,
         snprintf(err, errcap, "label_smoothing: must be >= 0 and < 1");
         return -EINVAL;
     }
+    if (!(cfg->loss_scale >= 0 && cfg->loss_scale <= TD_LS_MAX)) {
+        snprintf(err, errcap, "loss_scale: %g: must be 0 (off) or in (0, "
+                 "%g]", (double)cfg->loss_scale, (double)TD_LS_MAX);
+        return -EINVAL;
+    }
     return td_optim_validate(&cfg->optim, err, errcap);
 }

@@ -68,6 +68,7 @@
 #include <stdint.h>
 
 #include "input/batch.h"
+#include "loss_scale.h"
 #include "model/model.h"
 #include "model/optim.h"
 
@@ -122,13 +123,40 @@ typedef struct td_backend_config {
      * at some cost in speed.  CPU: ignored (deterministic for a fixed
      * thread count). */
     int deterministic;
+    /* Loss scaling (kernels/loss_scale.h, docs/compute.md "Loss
+     * scaling"): 0 = off; > 0 = the loss's gradient is multiplied by a
+     * scale starting at this value, parameter gradients by its inverse
+     * before the update, and a step whose updated parameters' gradients
+     * hold an inf or NaN is skipped (parameters, optimizer state and
+     * AdamW's step count unchanged).  Both backends (cuda: the check, the
+     * decision and the scale's update run on the device, no host sync). */
+    float loss_scale;
+    /* Good steps before the scale doubles (TD_LS_INTERVAL when 0); < 0: a
+     * static scale that never changes. */
+    int loss_scale_interval;
+    /* Tests only: at the train step with this t (1-based), after the
+     * backward, the first gradient element of the first updated parameter
+     * becomes +inf, an injected overflow.  0 = never. */
+    int64_t ls_poison_step;
 } td_backend_config;
+
+/* The interval td_ls_advance takes for a configuration (0: static). */
+static inline int td_backend_ls_interval(const td_backend_config *c)
+{
+    return c->loss_scale_interval < 0    ? 0
+           : c->loss_scale_interval == 0 ? TD_LS_INTERVAL
+                                         : c->loss_scale_interval;
+}
 
 /* Counters accumulated on the device since the last read_stats. */
 typedef struct td_step_stats {
     double loss_sum;       /* sum of per-sample cross-entropy */
     int64_t correct;       /* samples whose arg-max matched the label */
     int64_t samples;
+    /* The loss scaler after the latest train step (scale 0: off): its
+     * scale, good steps and steps skipped so far, copied with the counters
+     * (no extra synchronisation). */
+    td_ls_state ls;
 } td_step_stats;
 
 enum td_tensor_kind {
@@ -177,6 +205,12 @@ typedef struct td_backend_ops {
      * err set: the buffer still works, synchronously. */
     int (*host_register)(td_backend *be, void *p, size_t bytes);
     void (*host_unregister)(td_backend *be, void *p);
+    /* Loss scaling on (cfg.loss_scale > 0): makes *st the scaler's state
+     * (a resumed job's), ordered after the work already enqueued; `st`
+     * may be reused at return.  -EINVAL when loss scaling is off or the
+     * scale is not positive and finite.  NULL only in backends without
+     * loss scaling. */
+    int (*set_loss_scale)(td_backend *be, const td_ls_state *st);
 } td_backend_ops;
 
 /* Every backend struct starts with this header. */

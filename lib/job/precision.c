@@ -6,9 +6,8 @@
  *               CPU has no such unit and computes it as fp32.
  *         bf16  needs oneDNN's avx512_core_bf16 or avx512_core_amx ISA
  *               (AVX512_BF16 or AMX-BF16 in cpuid); refused elsewhere.
- *         fp16  refused: oneDNN trains fp16 only on AVX512_FP16 CPUs with
- *               loss scaling this backend does not have; bf16 is the
- *               CPU's fast type.
+ *         fp16  refused: oneDNN trains fp16 only on AVX512_FP16 CPUs;
+ *               bf16 is the CPU's fast type.
  *         auto  bf16 where the CPU has it (measured: docs/compute.md),
  *               else fp32.
  *   cuda  fp32  strict fp32: cuDNN FMA math, cuBLAS default math (no TF32).
@@ -126,4 +125,30 @@ int td_precision_check_job(const td_job_spec *spec, const td_device_info *info,
     else
         snprintf(dev, sizeof dev, "cpu");
     return td_precision_resolve(spec->precision, dev, info, &dt, err, errcap);
+}
+
+/* "loss_scale" (docs/compute.md "Loss scaling"): auto is dynamic scaling
+ * for fp16 (the type whose small gradients underflow) and off for every
+ * other precision; dynamic starts at TD_LS_INIT and adapts; a number is a
+ * static scale (interval < 0). */
+void td_precision_loss_scale(const td_job_spec *s, float *scale,
+                             int *interval)
+{
+    *interval = 0; /* TD_LS_INTERVAL */
+    switch (s->loss_scale.mode) {
+    case TD_LS_AUTO:
+        *scale = s->precision == TD_PREC_FP16 ? TD_LS_INIT : 0.0f;
+        return;
+    case TD_LS_DYNAMIC:
+        *scale = TD_LS_INIT;
+        return;
+    case TD_LS_STATIC:
+        *scale = (float)s->loss_scale.scale;
+        *interval = -1;
+        return;
+    case TD_LS_OFF:
+    default:
+        *scale = 0.0f;
+        return;
+    }
 }

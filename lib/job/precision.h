@@ -40,4 +40,10 @@ enum td_fp32_math td_precision_fp32_math(enum td_precision p);
 int td_precision_check_job(const td_job_spec *spec, const td_device_info *info,
                            char *err, size_t errcap);
 
+/* The backend's loss scaling for a job (td_backend_config loss_scale and
+ * loss_scale_interval): "auto" is dynamic for fp16 and off otherwise,
+ * "dynamic" starts at TD_LS_INIT (2^16), a number is a static scale. */
+void td_precision_loss_scale(const td_job_spec *s, float *scale,
+                             int *interval);
+
 #endif

@@ -4,8 +4,8 @@
  * accumulator, the checkpoint writer and two snapshot buffers (one being
  * written, one being filled), and the translation of the job spec into
  * each of their configurations.
- * Checkpoint writing and resume live in runner_ckpt.c, the shared state
- * in runner_int.h.
+ * Checkpoint writing and resume live in runner_ckpt.c, loss scaling in
+ * runner_lscale.c, the shared state in runner_int.h.
  * Never: blocks the trainer on the disk (a checkpoint that finds both
  * buffers busy is skipped and counted), talks to sockets, exits.
  */
@@ -319,6 +319,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.backend.bn_eval = r->bn_eval;
     tc.backend.warmup = 1; /* CUDA: first-use allocations happen at create */
     tc.backend.deterministic = s->deterministic;
+    td__runner_ls_config(r, &tc.backend); /* runner_lscale.c */
     td__runner_optim(s, &tc.backend.optim);
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;
@@ -518,6 +519,9 @@ static void td__snapshot(td_runner *r, int64_t epoch)
     pj.epoch_train_acc = r->ep_train_acc;
     pj.val_loss = r->ep_val_loss;
     pj.val_acc = r->ep_val_acc;
+    pj.has_loss_scale = r->ls_scale > 0;
+    pj.loss_scale = r->ls_scale;
+    pj.skipped_steps = r->ls_skipped;
     r->snap_last_ns = td_now_ns();
     r->o.snapshot(r->o.user, &pj);
 }
@@ -539,6 +543,7 @@ static json_t *td__with_progress(td_runner *r, json_t *o, int64_t epoch)
         json_object_set_new(o, "eta_s", json_real(eta));
     if (!json_object_get(o, "loss") && isfinite(r->last_loss))
         json_object_set_new(o, "loss", json_real(r->last_loss));
+    td__runner_ls_event(r, o);
     return o;
 }
 
@@ -623,6 +628,7 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
     r->pending_ckpt_ns = 0;
     r->last_loss = s->loss;
     r->last_lr = s->lr;
+    td__runner_ls_step(r, s);
     if (isfinite(s->loss)) {
         r->win_loss_sum += s->loss * s->n;
         r->win_samples += s->n;
@@ -632,6 +638,8 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
     if (step) {
         json_object_set_new(step, "step", json_integer(s->step + 1));
         json_object_set_new(step, "correct", json_integer(s->correct));
+        if (s->loss_scale > 0)
+            json_object_set_new(step, "skipped", json_boolean(s->skipped));
     }
     td_eta_step(&r->eta, s->step, (double)s->step_ns / 1e9);
     r->eta_done = s->step + 1;

@@ -56,6 +56,9 @@ typedef struct td_runner_opts {
     /* Read the data and a model .json file as this user (base/fscred.h);
      * NULL: with the process's own rights. */
     const struct td_fscred *cred;
+    /* Tests only: the backend's injected overflow (td_backend_config
+     * ls_poison_step) at this global step (1-based); 0: never. */
+    int64_t ls_poison_step;
 } td_runner_opts;
 
 enum td_stop_reason {

@@ -382,6 +382,8 @@ static int td__checkpoint(td_runner *r, const td_train_position *pos,
         free(txt);
         json_decref(h);
     }
+    if (r->snap_meta[slot])
+        td__runner_ls_meta(r, r->snap_meta[slot]);
     s->extra_meta = r->snap_meta[slot] ? r->snap_meta[slot] : r->meta_json;
     td__fill f = {s, NULL, 1};
     if ((rc = td__walk(r, td__fill_one, &f)))
@@ -496,6 +498,8 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
     int64_t epoch = pos.epoch, steps = pos.steps, in_epoch = pos.step_in_epoch;
     /* The curves of the epochs before the checkpoint (optional: older
      * checkpoints have none). */
+    const char *lsm = td_ckpt_file_meta_str(f, "traind.loss_scale");
+    char *ls_txt = lsm ? strdup(lsm) : NULL; /* f closes below */
     const char *hist = td_ckpt_file_meta_str(f, "traind.history");
     json_t *h = hist ? json_loads(hist, 0, NULL) : NULL;
     if (hist && !json_is_array(h))
@@ -513,6 +517,9 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
                  " step %" PRId64 " does not fit this job", path, epoch,
                  in_epoch);
     }
+    if (rc == 0)
+        td__runner_ls_resume(r, ls_txt, path);
+    free(ls_txt);
     if (rc) {
         json_decref(h);
         return rc;

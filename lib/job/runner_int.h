@@ -1,6 +1,7 @@
 /* runner_int.h - the runner's state, shared by its files (runner.c: the
  * job's set-up and the trainer callbacks; runner_ckpt.c: checkpoints and
- * resume).  Not for use outside lib/runner*.c. */
+ * resume; runner_lscale.c: loss scaling).  Not for use outside
+ * lib/runner*.c. */
 #ifndef TD_RUNNER_INT_H
 #define TD_RUNNER_INT_H
 
@@ -68,6 +69,11 @@ struct td_runner {
     char last_ckpt_err[512];         /* why the newest failed write failed */
     pthread_mutex_t res_mu;          /* last_ckpt, counters (writer thread) */
     double last_loss, last_lr;
+    /* loss scaling (docs/compute.md): the scale after the latest reported
+     * step (0: off) and the steps skipped so far (trainer thread) */
+    double ls_scale;
+    int64_t ls_skipped;
+    int ls_floor_warned;             /* a skip at the floor was logged */
     double win_loss_sum;        /* per-sample train loss since the last
                                    window closed, and its samples */
     int64_t win_samples;
@@ -102,6 +108,20 @@ void td__runner_emit(td_runner *r, const char *kind, json_t *data);
 int td__runner_augments(const td_job_spec *s, td_augment *out, int *n,
                         char *err, size_t errcap);
 void td__runner_optim(const td_job_spec *s, td_optim_config *o);
+
+/* runner_lscale.c: loss scaling (docs/compute.md "Loss scaling") */
+/* The backend's loss_scale, interval and test hook from the spec. */
+void td__runner_ls_config(td_runner *r, td_backend_config *bc);
+/* The step's scale and skipped count (on_step); "loss_scale" and
+ * "skipped_steps" into a step or window event when scaling is on. */
+void td__runner_ls_step(td_runner *r, const td_step_info *s);
+void td__runner_ls_event(const td_runner *r, json_t *o);
+/* "traind.loss_scale" into a checkpoint's metadata (after a settle). */
+void td__runner_ls_meta(td_runner *r, json_t *meta);
+/* After td_trainer_restore: the scaler from the checkpoint's key (its
+ * text, or NULL without one), or a fresh one (another precision or
+ * loss_scale), logged. */
+void td__runner_ls_resume(td_runner *r, const char *txt, const char *path);
 
 /* runner_ckpt.c */
 /* Snapshots the trainer at pos and hands it to the writer thread; never

@@ -46,7 +46,9 @@ enum td__kind {
     K_NAME,    /* const char *: 1-64 of [A-Za-z0-9._-] */
     K_CHANNELS, /* int: 1 or 3 */
     K_STRLIST, /* td_spec_paths of plain strings (not resolved) */
-    K_NUMMAP   /* const json_t *: {string: number in [lo, hi]} */
+    K_NUMMAP,  /* const json_t *: {string: number in [lo, hi]} */
+    K_LSCALE   /* td_spec_loss_scale: names[] (auto, off, dynamic) or a
+                  static scale in [lo, hi] */
 };
 
 enum {
@@ -74,6 +76,8 @@ static const char *const td__es_metrics[] = {"val_loss", "val_acc", NULL};
 /* enum td_precision order; the device check runs at submit (precision.c) */
 static const char *const td__precisions[] = {"auto", "fp32", "tf32", "bf16",
                                              "fp16", NULL};
+/* enum td_ls_mode order; a number is TD_LS_STATIC */
+static const char *const td__ls_modes[] = {"auto", "off", "dynamic", NULL};
 static const char *const td__ops[] = {"random_resized_crop", "pad_crop",
                                       "center_crop", "resize", "flip",
                                       "color_jitter", NULL};
@@ -166,6 +170,8 @@ static const struct td__field td__spec_fields[] = {
     {"precision", K_ENUM, "\"auto\"", 0, 0, 0, td__precisions,
      S(precision)},
     {"deterministic", K_BOOL, "false", 0, 0, 0, NULL, S(deterministic)},
+    {"loss_scale", K_LSCALE, "\"auto\"", 1, 16777216, 0, td__ls_modes,
+     S(loss_scale)},
     {"metrics", K_OBJ, "{}", 0, 0, 0, NULL, 0},
     {"metrics.warmup_steps", K_INT, "20", 0, 1000000, 0, NULL,
      S(metrics.warmup_steps)},
@@ -300,6 +306,38 @@ static int td__get_num(struct td__ctx *c, const char *path,
     if (!td__in_range(f, x))
         return td__range_fail(c, path, f, 0);
     *out = x;
+    return 0;
+}
+
+/* "loss_scale": "auto", "off", "dynamic" or a static scale. */
+static int td__lscale(struct td__ctx *c, const struct td__field *f,
+                      const json_t *v, const char *path, void *dst,
+                      json_t **norm)
+{
+    td_spec_loss_scale *ls = dst;
+    if (json_is_string(v)) {
+        const char *name = json_string_value(v);
+        for (int i = 0; f->names[i]; i++)
+            if (strcmp(name, f->names[i]) == 0) {
+                ls->mode = (enum td_ls_mode)i;
+                ls->scale = 0;
+                *norm = json_string(name);
+                return 0;
+            }
+        return td__fail(c, path, "must be \"auto\", \"off\", \"dynamic\" "
+                        "or a number (a static scale), not \"%s\"", name);
+    }
+    if (!json_is_number(v))
+        return td__fail(c, path, "must be \"auto\", \"off\", \"dynamic\" "
+                        "or a number (a static scale), not %s",
+                        td_json_type_name(json_typeof(v)));
+    double x = json_number_value(v);
+    if (!(x >= f->lo && x <= f->hi))
+        return td__fail(c, path, "a static scale must be in [1, 16777216] "
+                        "(2^24), not %g", x);
+    ls->mode = TD_LS_STATIC;
+    ls->scale = x;
+    *norm = json_real(x);
     return 0;
 }
 
@@ -629,6 +667,8 @@ static int td__leaf(struct td__ctx *c, const struct td__field *f,
         return td__strlist(c, path, v, norm);
     case K_NUMMAP:
         return td__nummap(c, f, path, v, norm);
+    case K_LSCALE:
+        return td__lscale(c, f, v, path, dst, norm);
     case K_AUGLIST:
         return td__parse_augment(c, v, path, norm);
     case K_MODEL:
@@ -874,9 +914,12 @@ uint64_t td_spec_hash(const td_job_spec *spec)
     if (j)
         json_object_del(j, "precision");
     /* Nor "deterministic": it chooses among algorithms computing the same
-     * thing, so a job may resume with or without it. */
+     * thing, so a job may resume with or without it.  Nor "loss_scale",
+     * like precision: the scaler restarts when it changes. */
     if (j)
         json_object_del(j, "deterministic");
+    if (j)
+        json_object_del(j, "loss_scale");
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     if (!s)

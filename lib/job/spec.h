@@ -12,7 +12,8 @@
  * relative paths made absolute); string fields and `model` point into it,
  * so they live until td_spec_free().  td_spec_hash() is a 64-bit FNV-1a of
  * that JSON dumped compact with sorted keys, leaving out init, freeze and
- * lr_mult while they hold their defaults and "precision" always (so older
+ * lr_mult while they hold their defaults and "precision" and "loss_scale"
+ * always (so older
  * jobs keep their hash, and a job resumes at another precision):
  * parse(to_json(s)) hashes equal.
  */
@@ -61,6 +62,13 @@ enum td_spec_layout { TD_SPEC_LAYOUT_AUTO = 0, TD_SPEC_LAYOUT_NHWC,
 /* "precision": the compute type (docs/compute.md); names in spec.c. */
 enum td_precision { TD_PREC_AUTO = 0, TD_PREC_FP32, TD_PREC_TF32,
                     TD_PREC_BF16, TD_PREC_FP16 };
+
+/* "loss_scale" (docs/job-spec.md): auto = dynamic for fp16, else off */
+enum td_ls_mode { TD_LS_AUTO = 0, TD_LS_OFF, TD_LS_DYNAMIC, TD_LS_STATIC };
+typedef struct td_spec_loss_scale {
+    enum td_ls_mode mode;
+    double scale;                    /* TD_LS_STATIC: in [1, 2^24] */
+} td_spec_loss_scale;
 
 typedef struct td_job_spec {
     const char *name;
@@ -118,6 +126,7 @@ typedef struct td_job_spec {
     int threads;                     /* TD_SPEC_AUTO or N */
     enum td_precision precision;     /* checked against the device later */
     int deterministic;               /* GPU: deterministic algorithms only */
+    td_spec_loss_scale loss_scale;
     struct {
         int warmup_steps, window_steps;
     } metrics;

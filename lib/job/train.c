@@ -53,6 +53,8 @@ struct td_trainer {
                                    held slot in evp[k & 1] (only ev[EV_H2D]
                                    exists) */
     td_step_stats eval_st;      /* written by the backend's read_stats */
+    td_ls_state ls;             /* loss scaler after the latest reported
+                                   step (scale 0: off) */
     uint8_t *synth_px;
     int32_t *synth_labels;
     /* per run */
@@ -86,6 +88,7 @@ int td_trainer_create(const td_train_config *cfg, td_trainer **out,
     if (!t)
         return -ENOMEM;
     t->cfg = *cfg;
+    t->ls.scale = cfg->backend.loss_scale > 0 ? cfg->backend.loss_scale : 0;
     if (t->cfg.warmup_steps < 0)
         t->cfg.warmup_steps = 20;
     rc = td_backend_create(cfg->device ? cfg->device : "cpu", cfg->model,
@@ -131,6 +134,21 @@ void td_trainer_free(td_trainer *t)
 void td_trainer_request_stop(td_trainer *t) { atomic_store(&t->stop, 1); }
 
 td_backend *td_trainer_backend(td_trainer *t) { return t->be; }
+
+void td_trainer_loss_scale(const td_trainer *t, td_ls_state *st)
+{
+    *st = t->ls;
+}
+
+int td_trainer_set_loss_scale(td_trainer *t, const td_ls_state *st)
+{
+    if (!t->be->ops->set_loss_scale)
+        return -EINVAL;
+    int rc = t->be->ops->set_loss_scale(t->be, st);
+    if (rc == 0)
+        t->ls = *st;
+    return rc;
+}
 
 size_t td_trainer_snapshot_floats(const td_trainer *t)
 {
@@ -201,6 +219,12 @@ static int td__finish(td_trainer *t, td__pending *p, int64_t step_end)
     p->info.loss = p->st.samples ? p->st.loss_sum / (double)p->st.samples
                                  : NAN;
     p->info.correct = p->st.correct;
+    if (p->st.ls.scale > 0) { /* loss scaling: this step's verdict */
+        p->info.loss_scale = p->st.ls.scale;
+        p->info.skipped = p->st.ls.skipped > t->ls.skipped;
+        p->info.skipped_total = p->st.ls.skipped;
+        t->ls = p->st.ls;
+    }
     t->ep_loss += p->st.loss_sum;
     t->ep_correct += p->st.correct;
     t->ep_samples += p->st.samples;

@@ -49,6 +49,12 @@ typedef struct td_step_info {
                                    next step's start (or the loop's end) */
     int64_t start_ns;           /* host clock (td_now_ns) at the start */
     int64_t copy_ns;            /* device time of the upload (events) */
+    /* loss scaling (backend cfg.loss_scale > 0; all 0 when off): the
+     * scale after this step, 1 when this step was skipped (an inf or NaN
+     * gradient: no update), and the steps skipped so far in the run */
+    double loss_scale;
+    int skipped;
+    int64_t skipped_total;
 } td_step_info;
 
 typedef struct td_epoch_info {
@@ -121,6 +127,13 @@ int td_trainer_restore(td_trainer *t, const float *buf, size_t nfloats,
                        const td_train_position *pos);
 
 td_backend *td_trainer_backend(td_trainer *t);
+
+/* The loss scaler after the latest reported step (scale 0: off); exact in
+ * on_boundary after td_trainer_settle, and between run() calls. */
+void td_trainer_loss_scale(const td_trainer *t, td_ls_state *st);
+/* A resumed job's scaler state (after td_trainer_restore); -EINVAL when
+ * the job has no loss scaling. */
+int td_trainer_set_loss_scale(td_trainer *t, const td_ls_state *st);
 
 /* The position the parameters correspond to (see td_train_position);
  * exact between run() calls and inside on_boundary. */

@@ -183,6 +183,24 @@ static void td__curves(td__out *o, const td_prom_job *jobs, int n)
     }
 }
 
+/* Loss scaling: only the jobs that scale their loss. */
+static void td__loss_scale(td__out *o, const td_prom_job *jobs, int n)
+{
+    td__family(o, "traind_loss_scale", "gauge",
+               "Loss scale after the last step (jobs with loss scaling).");
+    for (int i = 0; i < n; i++)
+        if (jobs[i].has_loss_scale)
+            td__sample(o, "traind_loss_scale", &jobs[i], NULL,
+                       jobs[i].loss_scale);
+    td__family(o, "traind_skipped_steps_total", "counter",
+               "Steps skipped because a gradient was inf or NaN (loss "
+               "scaling).");
+    for (int i = 0; i < n; i++)
+        if (jobs[i].has_loss_scale)
+            td__sample(o, "traind_skipped_steps_total", &jobs[i], NULL,
+                       (double)jobs[i].skipped_steps);
+}
+
 static void td__pipelines(td__out *o, const td_prom_job *jobs, int n)
 {
     static const char *stages[] = {"read", "decode", "augment",
@@ -255,6 +273,7 @@ int td_prom_render(const td_prom_job *jobs, int njobs,
         buf[0] = '\0';
     td__jobs(&o, jobs, njobs);
     td__curves(&o, jobs, njobs);
+    td__loss_scale(&o, jobs, njobs);
     td__pipelines(&o, jobs, njobs);
     if (proc)
         td__process(&o, proc);

@@ -36,6 +36,10 @@ typedef struct td_prom_job {
     double train_loss;             /* the last window's mean */
     double epoch_train_loss, epoch_train_acc; /* the last finished epoch */
     double val_loss, val_acc;      /* after the last finished epoch */
+    /* loss scaling (has_loss_scale: the job scales its loss) */
+    int has_loss_scale;
+    double loss_scale;             /* after the last reported step */
+    int64_t skipped_steps;         /* steps skipped on inf/NaN gradients */
 } td_prom_job;
 
 typedef struct td_prom_process {

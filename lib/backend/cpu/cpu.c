@@ -8,6 +8,7 @@
  * Never does: allocate during a step (everything is planned at create),
  * log per step, or touch the batch after upload returns.
  */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +65,22 @@ static int td__cpu_read_stats(td_backend *b, td_step_stats *host)
 {
     td__cpu *be = td__be(b);
     *host = be->acc;
+    host->ls = be->ls;
     memset(&be->acc, 0, sizeof be->acc);
+    return 0;
+}
+
+static int td__cpu_set_loss_scale(td_backend *b, const td_ls_state *st)
+{
+    td__cpu *be = td__be(b);
+    if (!(b->cfg.loss_scale > 0) || !(st->scale > 0 && isfinite(st->scale)) ||
+        st->good < 0 || st->skipped < 0) {
+        snprintf(b->err, sizeof b->err, "set_loss_scale: %s",
+                 b->cfg.loss_scale > 0 ? "scale, good steps or skipped "
+                 "steps out of range" : "loss scaling is off");
+        return -EINVAL;
+    }
+    be->ls = *st;
     return 0;
 }
 
@@ -277,6 +293,7 @@ static const td_backend_ops td__cpu_ops = {
     .event_sync = td__cpu_event_sync,
     .event_elapsed_ns = td__cpu_event_elapsed,
     .sync = td__cpu_sync,
+    .set_loss_scale = td__cpu_set_loss_scale,
 };
 
 static int td__cpu_alloc(td__cpu *be)
@@ -346,6 +363,7 @@ int td_backend_cpu_create(const td_model *model, const td_backend_config *cfg,
     be->base.ops = &td__cpu_ops;
     be->base.model = model;
     be->base.cfg = *cfg;
+    be->ls = (td_ls_state){cfg->loss_scale, 0, 0};
     be->batch = cfg->batch;
     be->adt = cfg->dtype == TD_BF16 ? dnnl_bf16 : dnnl_f32;
     be->esize = cfg->dtype == TD_BF16 ? sizeof(td_bf16) : sizeof(float);

@@ -81,6 +81,7 @@ typedef struct td__cpu {
     int64_t step;        /* this train step, 0-based global (t - 1): the
                             dropout draws' position */
     td_step_stats acc;   /* counters since the last read_stats */
+    td_ls_state ls;      /* the loss scaler (scale 0: off) */
 } td__cpu;
 
 /* cpu_plan.c */

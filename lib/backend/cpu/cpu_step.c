@@ -8,6 +8,7 @@
  * Never does: allocate, log, or touch anything outside the td__cpu it is
  * given.
  */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "backend/cpu/caps.h"
 #include "base/rng.h"
 #include "bf16.h"
+#include "loss_scale.h"
 #include "normalize.h"
 #include "optim_update.h"
 #include "softmax_xent.h"
@@ -230,6 +232,13 @@ static int td__loss(td__cpu *be, int train)
     be->acc.loss_sum += loss;
     be->acc.correct += correct;
     be->acc.samples += be->n;
+    if (train && be->ls.scale > 0) { /* loss scaling: d(scale * loss) */
+        float sc = be->ls.scale;
+        size_t all = (size_t)be->batch * k;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < all; i++)
+            g[i] *= sc;
+    }
     if (train && be->r_dlogits)
         return td__reorder(be, be->r_dlogits, be->dlogits, last->dy);
     return 0;
@@ -355,47 +364,116 @@ static int td__backward(td__cpu *be)
     return 0;
 }
 
-/* The optimizer on parameter elements [lo, lo + cnt). */
-static void td__update_range(td__cpu *be, float lr, int64_t t, size_t lo,
-                             size_t cnt)
+/* The optimizer on parameter elements [lo, lo + cnt), gradients times
+ * ls->inv_scale (1 without loss scaling), AdamW's corrections ls->corr. */
+static void td__update_range(td__cpu *be, float lr, const td_ls_step *ls,
+                             size_t lo, size_t cnt)
 {
     const td_optim_config *o = &be->base.cfg.optim;
     size_t n = be->base.model->param_count;
     float *w = be->params + lo, *g = be->grads + lo;
     float *s0 = be->slots ? be->slots + lo : NULL;
     float wd = (float)o->weight_decay, mu = (float)o->momentum;
+    float inv = ls->inv_scale;
     if (o->type == TD_OPT_ADAMW) {
         float *s1 = be->slots + n + lo;
-        td_adamw_corr c = td_adamw_corrections(o->beta1, o->beta2, t);
+        td_adamw_corr c = ls->corr;
         float b1 = (float)o->beta1, b2 = (float)o->beta2;
         float eps = (float)o->eps;
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < cnt; i++)
-            td_adamw_elem(&w[i], &s0[i], &s1[i], g[i], lr, b1, b2, eps, wd,
-                          c);
+            td_adamw_elem(&w[i], &s0[i], &s1[i], g[i] * inv, lr, b1, b2, eps,
+                          wd, c);
     } else {
         int nest = o->nesterov;
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < cnt; i++)
-            td_sgd_elem(&w[i], s0 ? &s0[i] : NULL, g[i], lr, mu, wd, nest);
+            td_sgd_elem(&w[i], s0 ? &s0[i] : NULL, g[i] * inv, lr, mu, wd,
+                        nest);
     }
 }
 
-/* Every parameter, each at the step's lr times its multiplier; frozen
- * ones (multiplier 0) are not touched at all. */
-static void td__update(td__cpu *be, float lr, int64_t t)
+/* Calls fn on every run [lo, lo + cnt) of parameters the update touches
+ * (multiplier not 0), with its multiplier. */
+static void td__updated_runs(td__cpu *be,
+                             void (*fn)(td__cpu *, float, size_t, size_t,
+                                        void *),
+                             void *arg)
 {
     const td_model *m = be->base.model;
     const float *mult = be->base.cfg.lr_mult;
     if (!mult) {
-        td__update_range(be, lr, t, 0, m->param_count);
-    } else {
-        size_t off = 0;
-        for (int p = 0; p < m->nparams; off += m->params[p++].count)
-            if (mult[p] != 0.0f)
-                td__update_range(be, lr * mult[p], t, off,
-                                 m->params[p].count);
+        fn(be, 1.0f, 0, m->param_count, arg);
+        return;
     }
+    size_t off = 0;
+    for (int p = 0; p < m->nparams; off += m->params[p++].count)
+        if (mult[p] != 0.0f)
+            fn(be, mult[p], off, m->params[p].count, arg);
+}
+
+struct td__upd {
+    float lr;
+    const td_ls_step *ls;
+};
+
+static void td__update_run(td__cpu *be, float mult, size_t lo, size_t cnt,
+                           void *arg)
+{
+    const struct td__upd *u = arg;
+    td__update_range(be, u->lr * mult, u->ls, lo, cnt);
+}
+
+/* Loss scaling: sets *found when a gradient of the run is inf or NaN. */
+static void td__check_run(td__cpu *be, float mult, size_t lo, size_t cnt,
+                          void *arg)
+{
+    const float *g = be->grads + lo;
+    int bad = 0;
+    (void)mult;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (size_t i = 0; i < cnt; i++)
+        bad |= td_ls_bad(g[i]);
+    *(int *)arg |= bad;
+}
+
+/* The test hook cfg.ls_poison_step: +inf into the first updated element. */
+static void td__poison_run(td__cpu *be, float mult, size_t lo, size_t cnt,
+                           void *arg)
+{
+    int *done = arg;
+    (void)mult;
+    if (!*done && cnt > 0) {
+        be->grads[lo] = INFINITY;
+        *done = 1;
+    }
+}
+
+/* Every parameter, each at the step's lr times its multiplier; frozen
+ * ones (multiplier 0) are not touched at all.  With loss scaling the
+ * updated parameters' gradients are checked first (the step is skipped,
+ * nothing touched, on an inf or NaN) and the scaler advances. */
+static void td__update(td__cpu *be, float lr, int64_t t)
+{
+    const td_optim_config *o = &be->base.cfg.optim;
+    td_ls_dev d = {.st = be->ls};
+    if (be->ls.scale > 0) {
+        int poisoned = 0, found = 0;
+        if (t == be->base.cfg.ls_poison_step)
+            td__updated_runs(be, td__poison_run, &poisoned);
+        td__updated_runs(be, td__check_run, &found);
+        d.found = found;
+    } else {
+        d.st.scale = 1.0f; /* inv_scale 1, nothing skipped */
+    }
+    td_ls_prepare(&d, td_backend_ls_interval(&be->base.cfg), o->beta1,
+                  o->beta2, t);
+    if (be->ls.scale > 0)
+        be->ls = d.st;
+    if (d.step.skip)
+        return;
+    struct td__upd u = {lr, &d.step};
+    td__updated_runs(be, td__update_run, &u);
     be->weights_dirty = 1;
 }
 

@@ -218,12 +218,15 @@ static int td__cuda_init(td__cuda *be)
     TD__BLAS(be, cublasSetWorkspace(be->blas, be->blas_ws, TD__BLAS_WS));
     TD__TRY(td__dnn_find(be));
     TD__TRY(td__init_values(be));
+    TD__TRY(td__cuda_ls_init(be));
     const td_shape in = m->layers[0].out;
     for (int c = 0; c < in.c; c++)
         td_normalize_coeffs(be->base.cfg.mean[c], be->base.cfg.std[c],
                             &be->nscale[c], &be->nbias[c]);
-    if (be->base.cfg.warmup)
+    if (be->base.cfg.warmup) { /* and the scaler as if it had not run */
         TD__TRY(td__warmup(be));
+        TD__TRY(td__cuda_ls_init(be));
+    }
     TD__CU(be, cudaEventRecord(be->t0, be->compute));
     TD__CU(be, cudaDeviceSynchronize()); /* create only */
     return 0;
@@ -423,7 +426,8 @@ static void td__stats_deliver(td__cuda *be)
             break; /* not yet; an error is reported by the caller's call */
         *s->dst = (td_step_stats){.loss_sum = s->val.loss_sum,
                                   .correct = s->val.correct,
-                                  .samples = s->val.samples};
+                                  .samples = s->val.samples,
+                                  .ls = s->ls};
         s->busy = 0;
         be->stat_old = (be->stat_old + 1) % TD__NSTAT;
         be->stat_busy--;
@@ -446,6 +450,11 @@ static int td__cuda_read_stats(td_backend *b, td_step_stats *host)
                                cudaMemcpyDeviceToHost, be->compute));
     TD__CU(be, cudaMemsetAsync(be->acc, 0, sizeof(td_dev_stats),
                                be->compute));
+    if (td__cuda_ls(be))
+        TD__CU(be, cudaMemcpyAsync(&s->ls, &be->ls->st, sizeof s->ls,
+                                   cudaMemcpyDeviceToHost, be->compute));
+    else
+        s->ls = (td_ls_state){0, 0, 0};
     TD__CU(be, cudaEventRecord(s->done, be->compute));
     pthread_mutex_lock(&be->stat_mu);
     s->dst = host;
@@ -750,6 +759,7 @@ static const td_backend_ops td__cuda_ops = {
     .sync = td__cuda_sync,
     .host_register = td__cuda_host_register,
     .host_unregister = td__cuda_host_unregister,
+    .set_loss_scale = td__cuda_set_loss_scale,
 };
 
 /* ---- create ------------------------------------------------------------------- */

@@ -11,6 +11,9 @@
  *                           pooling, activation); the only file that uses
  *                           cuDNN's deprecated legacy API
  *   cuda_kernels.cu         the CUDA kernels, over the arithmetic in kernels/
+ *   cuda_lscale.c           loss scaling's place in a step (scale, check,
+ *                           decision on the device), its state at resume
+ *   cuda_lscale.cu          loss scaling's kernels (kernels/loss_scale.h)
  *   cuda_err.c              failure messages; sticky errors mark the GPU
  *   cuda_mem.c              shadow copies of the state; the warm-up step
  *   cuda_prec.c             fp32 math (strict or TF32) by compute capability
@@ -67,6 +70,7 @@ typedef struct td__times_ev {
 typedef struct td__stat_slot {
     td_dev_stats val;       /* pinned: the device writes it */
     td_step_stats *dst;     /* the caller's struct, filled on delivery */
+    td_ls_state ls;         /* pinned: the loss scaler, copied with val */
     cudaEvent_t done;       /* recorded after the copy into val */
     int busy;               /* enqueued, not yet delivered */
 } td__stat_slot;
@@ -102,6 +106,7 @@ typedef struct td__cuda {
     int *row_ok;
     float *bn_part;              /* scratch of the bn_eval backward */
     td_dev_stats *acc;
+    td_ls_dev *ls;               /* the loss scaler (cfg.loss_scale > 0) */
     void *work;
     size_t work_bytes;          /* cuDNN workspace (max over layers) */
     void *blas_ws;              /* cuBLAS workspace, TD__BLAS_WS bytes */
@@ -222,6 +227,20 @@ int td__cuda_forward(td__cuda *be, int train);
 int td__cuda_loss(td__cuda *be, int train);
 int td__cuda_backward(td__cuda *be);
 int td__cuda_update(td__cuda *be, float lr, int64_t t);
+
+/* ---- cuda_lscale.c: loss scaling (cfg.loss_scale > 0) ---------------------- */
+/* be->ls when loss scaling is on, else NULL (what the kernels take). */
+const td_ls_dev *td__cuda_ls(const td__cuda *be);
+/* The scaler at its initial state (create, after the warm-up); sync. */
+int td__cuda_ls_init(td__cuda *be);
+/* The loss's gradient (count floats) times the device's scale. */
+int td__cuda_ls_scale_loss(td__cuda *be, float *dlogits, size_t count);
+/* After the backward of step t: the test poison (cfg.ls_poison_step),
+ * the inf/NaN check of the updated gradients and the one-thread decision
+ * the update kernels read. */
+int td__cuda_ls_decide(td__cuda *be, int64_t t);
+/* The td_backend_ops set_loss_scale. */
+int td__cuda_set_loss_scale(td_backend *b, const td_ls_state *st);
 
 /* ---- backend_cuda_kernels.cu: see backend_cuda_kernels.h ------------- */
 

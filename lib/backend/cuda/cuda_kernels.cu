@@ -1,7 +1,7 @@
 /* backend_cuda_kernels.cu - the CUDA backend's own kernels.
  *
  * Owns: the launch code (grid shapes, index mapping) around the per-element
- * arithmetic in kernels/ (normalize.h, softmax_xent.h, optim_update.h,
+ * arithmetic in kernels/ (normalize.h, softmax_xent.h, optim_update.h, loss_scale.h,
  * eltwise.h, stats.h, bn_eval.h), which the host tests check against double
  * references.  Each launcher enqueues on the given stream and returns
  * cudaGetLastError(); the caller turns a failure into a job error.  Every
@@ -18,6 +18,7 @@
 extern "C" {
 #include "bn_eval.h"
 #include "eltwise.h"
+#include "loss_scale.h"
 #include "normalize.h"
 #include "optim_update.h"
 #include "softmax_xent.h"
@@ -81,19 +82,31 @@ __global__ void stats_k(td_dev_stats *acc, const double *row_loss,
         td_stats_reduce(acc, row_loss, row_ok, n);
 }
 
+/* ls (loss scaling, loss_scale.h): skip, 1/scale and AdamW's corrections
+ * from the device; NULL without it. */
 __global__ void sgd_k(float *w, float *v, const float *g, size_t count,
-                      float lr, float mu, float wd, int nesterov)
+                      float lr, float mu, float wd, int nesterov,
+                      const td_ls_dev *ls)
 {
+    if (ls && ls->step.skip)
+        return;
+    float inv = ls ? ls->step.inv_scale : 1.0f;
     TD__GRID_LOOP(i, count)
-    td_sgd_elem(&w[i], v ? &v[i] : nullptr, g[i], lr, mu, wd, nesterov);
+    td_sgd_elem(&w[i], v ? &v[i] : nullptr, g[i] * inv, lr, mu, wd,
+                nesterov);
 }
 
 __global__ void adamw_k(float *w, float *m, float *v, const float *g,
                         size_t count, float lr, float b1, float b2, float eps,
-                        float wd, td_adamw_corr c)
+                        float wd, td_adamw_corr c, const td_ls_dev *ls)
 {
+    if (ls && ls->step.skip)
+        return;
+    float inv = ls ? ls->step.inv_scale : 1.0f;
+    if (ls)
+        c = ls->step.corr;
     TD__GRID_LOOP(i, count)
-    td_adamw_elem(&w[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, c);
+    td_adamw_elem(&w[i], &m[i], &v[i], g[i] * inv, lr, b1, b2, eps, wd, c);
 }
 
 __global__ void add_k(const float *a, const float *b, float *y, size_t count)
@@ -212,23 +225,25 @@ extern "C" cudaError_t td__k_stats(cudaStream_t s, td_dev_stats *acc,
 
 extern "C" cudaError_t td__k_sgd(cudaStream_t s, float *w, float *v,
                                  const float *g, size_t count, float lr,
-                                 float mu, float wd, int nesterov)
+                                 float mu, float wd, int nesterov,
+                                 const td_ls_dev *ls)
 {
     TD_LAUNCH(sgd_k, grid_for(count), kBlock, 0, s, w, v, g, count, lr, mu, wd,
-              nesterov);
+              nesterov, ls);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t td__k_adamw(cudaStream_t s, float *w, float *m,
                                    float *v, const float *g, size_t count,
                                    float lr, float b1, float b2, float eps,
-                                   float wd, float c1, float c2)
+                                   float wd, float c1, float c2,
+                                   const td_ls_dev *ls)
 {
     td_adamw_corr c;
     c.c1 = c1;
     c.c2 = c2;
     TD_LAUNCH(adamw_k, grid_for(count), kBlock, 0, s, w, m, v, g, count, lr,
-              b1, b2, eps, wd, c);
+              b1, b2, eps, wd, c, ls);
     return cudaGetLastError();
 }
 

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loss_scale.h"
 #include "stats.h"
 
 #ifdef __cplusplus
@@ -27,12 +28,17 @@ cudaError_t td__k_xent(cudaStream_t s, const float *z, int k,
                        int *row_ok);
 cudaError_t td__k_stats(cudaStream_t s, td_dev_stats *acc,
                         const double *row_loss, const int *row_ok, int n);
+/* The fused updates.  ls: NULL without loss scaling; else the update
+ * does nothing when ls->step.skip, multiplies gradients by
+ * ls->step.inv_scale, and AdamW takes ls->step.corr instead of c1, c2
+ * (kernels/loss_scale.h). */
 cudaError_t td__k_sgd(cudaStream_t s, float *w, float *v, const float *g,
                       size_t count, float lr, float mu, float wd,
-                      int nesterov);
+                      int nesterov, const td_ls_dev *ls);
 cudaError_t td__k_adamw(cudaStream_t s, float *w, float *m, float *v,
                         const float *g, size_t count, float lr, float b1,
-                        float b2, float eps, float wd, float c1, float c2);
+                        float b2, float eps, float wd, float c1, float c2,
+                        const td_ls_dev *ls);
 cudaError_t td__k_add(cudaStream_t s, const float *a, const float *b,
                       float *y, size_t count);
 cudaError_t td__k_accum(cudaStream_t s, float *d, const float *src,

@@ -3,7 +3,9 @@
  * Owns: the order of a step (cast + normalise, every layer's forward, the
  * softmax cross-entropy with its gradient and counters, every layer's
  * backward in reverse, the fused optimizer update - per run of equal
- * learning-rate multipliers, skipping frozen parameters -), the dense
+ * learning-rate multipliers, skipping frozen parameters -; with loss
+ * scaling the loss gradient's scaling after the loss and the overflow
+ * check and decision before the update, both in cuda_lscale.c), the dense
  * layers on cuBLAS, and the layers that are ours (add, dropout, flatten,
  * and the backward of a batch norm kept in inference mode, bn_eval).
  * Gradient summation: a layer output read by several layers (residual
@@ -137,6 +139,9 @@ int td__cuda_loss(td__cuda *be, int train)
                           train ? be->base.cfg.label_smoothing : 0.0f,
                           1.0f / (float)be->n, train ? last->dy : NULL,
                           be->row_loss, be->row_ok));
+    if (train) /* loss scaling (cuda_lscale.c): no-op when off */
+        TD__TRY(td__cuda_ls_scale_loss(be, last->dy,
+                                       (size_t)be->batch * m->classes));
     /* the batch buffer may be refilled once the loss has read its labels
      * (the cast read its pixels earlier): upload k+2 waits for this */
     TD__CU(be, cudaEventRecord(be->consumed[be->cur], be->compute));
@@ -219,12 +224,14 @@ static int td__update_range(td__cuda *be, float lr, int64_t t, size_t lo,
         TD__CU(be, td__k_adamw(be->compute, be->params + lo, be->slots + lo,
                                be->slots + n + lo, be->grads + lo, cnt, lr,
                                (float)o->beta1, (float)o->beta2,
-                               (float)o->eps, wd, c.c1, c.c2));
+                               (float)o->eps, wd, c.c1, c.c2,
+                               td__cuda_ls(be)));
         return 0;
     }
     TD__CU(be, td__k_sgd(be->compute, be->params + lo,
                          be->nslots ? be->slots + lo : NULL, be->grads + lo,
-                         cnt, lr, (float)o->momentum, wd, o->nesterov));
+                         cnt, lr, (float)o->momentum, wd, o->nesterov,
+                         td__cuda_ls(be)));
     return 0;
 }
 
@@ -237,6 +244,7 @@ int td__cuda_update(td__cuda *be, float lr, int64_t t)
 {
     const td_model *m = be->base.model;
     const float *mult = be->base.cfg.lr_mult;
+    TD__TRY(td__cuda_ls_decide(be, t)); /* loss scaling (cuda_lscale.c) */
     if (!mult)
         return td__update_range(be, lr, t, 0, m->param_count);
     size_t off = 0;
