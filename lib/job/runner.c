@@ -319,6 +319,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.backend.bn_eval = r->bn_eval;
     tc.backend.warmup = 1; /* CUDA: first-use allocations happen at create */
     tc.backend.deterministic = s->deterministic;
+    tc.backend.cuda_graphs = s->cuda_graphs;
     td__runner_optim(s, &tc.backend.optim);
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;

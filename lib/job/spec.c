@@ -74,6 +74,8 @@ static const char *const td__es_metrics[] = {"val_loss", "val_acc", NULL};
 /* enum td_precision order; the device check runs at submit (precision.c) */
 static const char *const td__precisions[] = {"auto", "fp32", "tf32", "bf16",
                                              "fp16", NULL};
+/* enum td_cuda_graphs order (backend.h): off 0, on 1, auto 2 */
+static const char *const td__graphs[] = {"off", "on", "auto", NULL};
 static const char *const td__ops[] = {"random_resized_crop", "pad_crop",
                                       "center_crop", "resize", "flip",
                                       "color_jitter", NULL};
@@ -166,6 +168,8 @@ static const struct td__field td__spec_fields[] = {
     {"precision", K_ENUM, "\"auto\"", 0, 0, 0, td__precisions,
      S(precision)},
     {"deterministic", K_BOOL, "false", 0, 0, 0, NULL, S(deterministic)},
+    {"cuda_graphs", K_ENUM, "\"auto\"", 0, 0, 0, td__graphs,
+     S(cuda_graphs)},
     {"metrics", K_OBJ, "{}", 0, 0, 0, NULL, 0},
     {"metrics.warmup_steps", K_INT, "20", 0, 1000000, 0, NULL,
      S(metrics.warmup_steps)},
@@ -877,6 +881,9 @@ uint64_t td_spec_hash(const td_job_spec *spec)
      * thing, so a job may resume with or without it. */
     if (j)
         json_object_del(j, "deterministic");
+    /* Nor "cuda_graphs": graphs on and off compute bitwise the same. */
+    if (j)
+        json_object_del(j, "cuda_graphs");
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     if (!s)

@@ -12,8 +12,9 @@
  * relative paths made absolute); string fields and `model` point into it,
  * so they live until td_spec_free().  td_spec_hash() is a 64-bit FNV-1a of
  * that JSON dumped compact with sorted keys, leaving out init, freeze and
- * lr_mult while they hold their defaults and "precision" always (so older
- * jobs keep their hash, and a job resumes at another precision):
+ * lr_mult while they hold their defaults and "precision",
+ * "deterministic" and "cuda_graphs" always (so older jobs keep their
+ * hash, and a job resumes at another precision or graph mode):
  * parse(to_json(s)) hashes equal.
  */
 #ifndef TD_SPEC_H
@@ -118,6 +119,7 @@ typedef struct td_job_spec {
     int threads;                     /* TD_SPEC_AUTO or N */
     enum td_precision precision;     /* checked against the device later */
     int deterministic;               /* GPU: deterministic algorithms only */
+    int cuda_graphs;                 /* enum td_cuda_graphs; CPU: ignored */
     struct {
         int warmup_steps, window_steps;
     } metrics;

@@ -5,7 +5,8 @@
  * multipliers, in the arena), written before every training step, eager
  * or captured, by one cudaMemcpyAsync on the compute stream from a ring
  * of TD__NSCAL pinned slots (a slot is rewritten only after its copy's
- * event has completed); the graph mode (cfg.cuda_graphs: off, on, auto)
+ * event has completed; pageable when page-locking fails: the copy is
+ * then staged at the call); the graph mode (cfg.cuda_graphs: off, on, auto)
  * and the auto rule; one executable graph per batch buffer, captured at
  * the buffer's first full training step (thread-local capture mode, so
  * other threads - the checkpoint writer - may keep synchronising on
@@ -44,8 +45,19 @@ int td__graph_init(td__cuda *be)
 {
     size_t sz = td__scal_bytes(be);
     be->nruns = td__cuda_lr_runs(be, 0.0f, NULL);
-    TD__CU(be, cudaHostAlloc((void **)&be->scal_host, sz * TD__NSCAL,
-                             cudaHostAllocDefault));
+    cudaError_t e = cudaHostAlloc((void **)&be->scal_host, sz * TD__NSCAL,
+                                  cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        /* the driver's page-locked limit: from pageable memory the copy
+         * is staged at the call, which is as safe (never captured) */
+        (void)cudaGetLastError();
+        be->scal_host = malloc(sz * TD__NSCAL);
+        if (!be->scal_host)
+            return -ENOMEM;
+        be->scal_pageable = 1;
+        td_info("cuda:%d: step scalars from pageable memory (%s)", be->dev,
+                cudaGetErrorString(e));
+    }
     for (int i = 0; i < TD__NSCAL; i++)
         TD__CU(be, cudaEventCreateWithFlags(&be->scal_done[i],
                                             cudaEventDisableTiming));
@@ -63,7 +75,9 @@ void td__graph_destroy(td__cuda *be)
     for (int i = 0; i < TD__NSCAL; i++)
         if (be->scal_done[i])
             cudaEventDestroy(be->scal_done[i]);
-    if (be->scal_host)
+    if (be->scal_host && be->scal_pageable)
+        free(be->scal_host);
+    else if (be->scal_host)
         cudaFreeHost(be->scal_host);
 }
 

@@ -122,6 +122,7 @@ typedef struct td__cuda {
     float *scal_lr;
     int nruns;
     char *scal_host;             /* TD__NSCAL slots of td__scal_bytes */
+    int scal_pageable;           /* page-locking failed: malloc */
     cudaEvent_t scal_done[TD__NSCAL];
     int scal_used[TD__NSCAL], scal_next;
     /* CUDA graphs: one executable graph per batch buffer */
