@@ -482,10 +482,10 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t hs)
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x)
 {
     td__sim_lock();
-    cudaError_t e = td__sim_gate();
-    if (e == cudaSuccess && (!x || !x->body))
+    cudaError_t e = td__sim_gate(); /* a sticky error still frees */
+    if (e != cudaErrorNotPermitted && (!x || !x->body))
         e = cudaErrorInvalidValue;
-    if (e == cudaSuccess) {
+    else if (e != cudaErrorNotPermitted) {
         td__unref_now(x->body);
         x->body = NULL;
         free(x);
@@ -497,10 +497,10 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x)
 cudaError_t cudaGraphDestroy(cudaGraph_t g)
 {
     td__sim_lock();
-    cudaError_t e = td__sim_gate();
-    if (e == cudaSuccess && (!g || !g->body))
+    cudaError_t e = td__sim_gate(); /* a sticky error still frees */
+    if (e != cudaErrorNotPermitted && (!g || !g->body))
         e = cudaErrorInvalidValue;
-    if (e == cudaSuccess) {
+    else if (e != cudaErrorNotPermitted) {
         td__unref_now(g->body);
         g->body = NULL;
         free(g);
