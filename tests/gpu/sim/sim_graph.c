@@ -200,6 +200,19 @@ cudaError_t td__sim_cap_node(struct CUstream_st *s, const char *what,
     return cudaSuccess;
 }
 
+cudaError_t td__sim_cap_copy(struct CUstream_st *s, const char *call,
+                             void (*run)(void *), void (*drop)(void *),
+                             void *ctx, const void *dst, const void *src,
+                             size_t n, const void *caller)
+{
+    td_sim_range r[2] = {{dst, dst ? n : 0, 1}, {src, src ? n : 0, 0}};
+    cudaError_t e = td__sim_cap_node(s, call, run, drop, ctx, r, 2, 0, 0,
+                                     caller);
+    if (e != cudaSuccess)
+        drop(ctx);
+    return e;
+}
+
 cudaError_t td__sim_cap_record(struct CUevent_st *ev,
                                struct CUstream_st *s)
 {

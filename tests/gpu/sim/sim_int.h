@@ -221,6 +221,12 @@ cudaError_t td__sim_cap_node(struct CUstream_st *s, const char *what,
                              void (*run)(void *), void (*drop)(void *),
                              void *ctx, const td_sim_range *r, int n,
                              int fault, int kernel, const void *caller);
+/* td__sim_cap_node for a copy or memset: dst written and src read when
+ * they are device memory (else NULL); on an error ctx is dropped. */
+cudaError_t td__sim_cap_copy(struct CUstream_st *s, const char *call,
+                             void (*run)(void *), void (*drop)(void *),
+                             void *ctx, const void *dst, const void *src,
+                             size_t n, const void *caller);
 /* Mutex held: cudaEventRecord on a capturing stream (no node: marks ev),
  * and cudaStreamWaitEvent on ev by s when either side is in a capture
  * (*handled = 1; else the caller enqueues an ordinary wait). */

@@ -908,15 +908,8 @@ static cudaError_t td__memcpy(void *dst, const void *src, size_t n,
         memcpy(c->stage, src, n);
     }
     if (s->cap) {
-        td_sim_range r[2] = {{dst, dd ? n : 0, 1}, {src, sd ? n : 0, 0}};
-        if (!dd)
-            r[0].p = NULL;
-        if (!sd)
-            r[1].p = NULL;
-        e = td__sim_cap_node(s, call, td__copy_run, td__copy_drop, c, r, 2,
-                             0, 0, caller);
-        if (e != cudaSuccess)
-            td__copy_drop(c);
+        e = td__sim_cap_copy(s, call, td__copy_run, td__copy_drop, c,
+                             dd ? dst : NULL, sd ? src : NULL, n, caller);
         goto out;
     }
     td_sim_op *op = td__sim_op_new(s, TD_SIM_OP_RUN);
@@ -995,11 +988,8 @@ static cudaError_t td__memset(void *p, int v, size_t n, cudaStream_t hs,
     c->set = 1;
     c->val = v;
     if (s->cap) {
-        td_sim_range r = {p, n, 1};
-        e = td__sim_cap_node(s, call, td__copy_run, td__copy_drop, c, &r, 1,
-                             0, 0, caller);
-        if (e != cudaSuccess)
-            td__copy_drop(c);
+        e = td__sim_cap_copy(s, call, td__copy_run, td__copy_drop, c, p,
+                             NULL, n, caller);
         goto out;
     }
     td_sim_op *op = td__sim_op_new(s, TD_SIM_OP_RUN);
