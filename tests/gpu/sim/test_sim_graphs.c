@@ -531,6 +531,32 @@ START_TEST(test_refuses_unjoined_fork)
 }
 END_TEST
 
+static void *other_end(void *arg)
+{
+    cap *c = arg;
+    cudaGraph_t g = NULL;
+    (void)cudaSetDevice(0);
+    ck_assert_int_eq(cudaStreamEndCapture(c->s, &g),
+                     cudaErrorStreamCaptureWrongThread);
+    ck_assert_ptr_null(g);
+    return NULL;
+}
+
+/* A non-relaxed capture ends on the thread that began it. */
+START_TEST(test_refuses_end_from_other_thread)
+{
+    cap c;
+    pthread_t th;
+    cap_open(&c, cudaStreamCaptureModeThreadLocal);
+    ck_assert_int_eq(cudaMemsetAsync(c.d, 1, 4, c.s), cudaSuccess);
+    pthread_create(&th, NULL, other_end, &c);
+    pthread_join(th, NULL);
+    enum cudaStreamCaptureStatus st;
+    ck_assert_int_eq(cudaStreamIsCapturing(c.s, &st), cudaSuccess);
+    ck_assert_int_eq(st, cudaStreamCaptureStatusNone);
+}
+END_TEST
+
 /* Work on a capturing stream is recorded, not run; each launch replays
  * it with the values of capture time, in stream order. */
 START_TEST(test_graph_replays_captured_values)
@@ -622,6 +648,7 @@ static Suite *sim_graphs_suite(void)
     tcase_add_test(cc, test_refuses_pageable_memcpy_async);
     tcase_add_test(cc, test_refuses_wait_on_outside_event);
     tcase_add_test(cc, test_refuses_unjoined_fork);
+    tcase_add_test(cc, test_refuses_end_from_other_thread);
     tcase_add_test(cc, test_graph_replays_captured_values);
     tcase_add_test(cc, test_race_detector_sees_graph_nodes);
     suite_add_tcase(s, cc);
