@@ -87,6 +87,13 @@ enum td_fp32_math {
 };
 #define TD_TF32_MIN_CC_MAJOR 8 /* TF32 tensor cores: Ampere (8.0) on */
 
+/* CUDA: the training step captured as a CUDA graph (docs/cuda.md). */
+enum td_cuda_graphs {
+    TD_GRAPHS_OFF = 0,  /* every step launched kernel by kernel */
+    TD_GRAPHS_ON = 1,   /* full-batch steps replay a captured graph */
+    TD_GRAPHS_AUTO = 2, /* on when the measured eager step is short */
+};
+
 typedef struct td_backend_config {
     int batch;             /* largest batch; smaller eval batches are fine */
     int threads;           /* CPU: OpenMP/oneDNN threads (0 = all cores) */
@@ -138,6 +145,9 @@ typedef struct td_backend_config {
      * backward, the first gradient element of the first updated parameter
      * becomes +inf, an injected overflow.  0 = never. */
     int64_t ls_poison_step;
+    /* CUDA: enum td_cuda_graphs (0, the zero config, is off; jobs default
+     * to auto).  CPU: ignored. */
+    int cuda_graphs;
 } td_backend_config;
 
 /* The interval td_ls_advance takes for a configuration (0: static). */

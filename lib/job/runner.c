@@ -320,6 +320,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.backend.warmup = 1; /* CUDA: first-use allocations happen at create */
     tc.backend.deterministic = s->deterministic;
     td__runner_ls_config(r, &tc.backend); /* runner_lscale.c */
+    tc.backend.cuda_graphs = s->cuda_graphs;
     td__runner_optim(s, &tc.backend.optim);
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;

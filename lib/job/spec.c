@@ -78,6 +78,8 @@ static const char *const td__precisions[] = {"auto", "fp32", "tf32", "bf16",
                                              "fp16", NULL};
 /* enum td_ls_mode order; a number is TD_LS_STATIC */
 static const char *const td__ls_modes[] = {"auto", "off", "dynamic", NULL};
+/* enum td_cuda_graphs order (backend.h): off 0, on 1, auto 2 */
+static const char *const td__graphs[] = {"off", "on", "auto", NULL};
 static const char *const td__ops[] = {"random_resized_crop", "pad_crop",
                                       "center_crop", "resize", "flip",
                                       "color_jitter", NULL};
@@ -172,6 +174,8 @@ static const struct td__field td__spec_fields[] = {
     {"deterministic", K_BOOL, "false", 0, 0, 0, NULL, S(deterministic)},
     {"loss_scale", K_LSCALE, "\"auto\"", 1, 16777216, 0, td__ls_modes,
      S(loss_scale)},
+    {"cuda_graphs", K_ENUM, "\"auto\"", 0, 0, 0, td__graphs,
+     S(cuda_graphs)},
     {"metrics", K_OBJ, "{}", 0, 0, 0, NULL, 0},
     {"metrics.warmup_steps", K_INT, "20", 0, 1000000, 0, NULL,
      S(metrics.warmup_steps)},
@@ -920,6 +924,9 @@ uint64_t td_spec_hash(const td_job_spec *spec)
         json_object_del(j, "deterministic");
     if (j)
         json_object_del(j, "loss_scale");
+    /* Nor "cuda_graphs": graphs on and off compute bitwise the same. */
+    if (j)
+        json_object_del(j, "cuda_graphs");
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     if (!s)

@@ -12,9 +12,10 @@
  * relative paths made absolute); string fields and `model` point into it,
  * so they live until td_spec_free().  td_spec_hash() is a 64-bit FNV-1a of
  * that JSON dumped compact with sorted keys, leaving out init, freeze and
- * lr_mult while they hold their defaults and "precision" and "loss_scale"
- * always (so older
- * jobs keep their hash, and a job resumes at another precision):
+ * lr_mult while they hold their defaults and "precision",
+ * "deterministic", "loss_scale" and "cuda_graphs" always (so older jobs
+ * keep their hash, and a job resumes at another precision, loss scale or
+ * graph mode):
  * parse(to_json(s)) hashes equal.
  */
 #ifndef TD_SPEC_H
@@ -127,6 +128,7 @@ typedef struct td_job_spec {
     enum td_precision precision;     /* checked against the device later */
     int deterministic;               /* GPU: deterministic algorithms only */
     td_spec_loss_scale loss_scale;
+    int cuda_graphs;                 /* enum td_cuda_graphs; CPU: ignored */
     struct {
         int warmup_steps, window_steps;
     } metrics;

@@ -77,5 +77,19 @@ int td_backend_cuda_step_times(td_backend *be, int64_t step,
  * upload, this does not also wait for the compute stream. */
 int td_backend_cuda_copy_done(td_backend *be, int64_t upload);
 
+/* CUDA graphs (cuda_graph.c, docs/cuda.md): cuda_graphs auto turns them
+ * on when the shortest of the first 3 eager full training steps took
+ * less than this on the device (k0 to k1). */
+#define TD_CUDA_GRAPH_SHORT_MS 5.0
+typedef struct td_cuda_graph_info {
+    int mode;            /* cfg.cuda_graphs (enum td_cuda_graphs) */
+    int on;              /* -1 auto, not decided yet; 0 eager; 1 graphs */
+    double eager_ms;     /* auto: the shortest eager step timed; -1 none */
+    long captures;       /* graphs captured (one per batch buffer) */
+    long launches;       /* training steps run as a graph launch */
+} td_cuda_graph_info;
+/* 0, or -EINVAL when be is not a CUDA backend. */
+int td_backend_cuda_graph_info(td_backend *be, td_cuda_graph_info *out);
+
 #endif
 #endif

@@ -223,6 +223,7 @@ static int td__cuda_init(td__cuda *be)
     for (int c = 0; c < in.c; c++)
         td_normalize_coeffs(be->base.cfg.mean[c], be->base.cfg.std[c],
                             &be->nscale[c], &be->nbias[c]);
+    TD__TRY(td__graph_init(be)); /* the step scalars' pinned slots */
     if (be->base.cfg.warmup) { /* and the scaler as if it had not run */
         TD__TRY(td__warmup(be));
         TD__TRY(td__cuda_ls_init(be));
@@ -349,11 +350,29 @@ static td__times_ev *td__cur_times(td__cuda *be)
     return t->step == be->uploads - 1 && !t->computed ? t : NULL;
 }
 
+/* A full training step as one CUDA graph launch (cuda_graph.c); the
+ * buffer may be refilled only once the whole step has run. */
+static int td__run_graph(td__cuda *be, td__times_ev *tv)
+{
+    TD__TRY(td__graph_launch(be));
+    if (tv) {
+        TD__CU(be, cudaEventRecord(tv->k1, be->compute));
+        tv->computed = 1;
+    }
+    TD__CU(be, cudaEventRecord(be->consumed[be->cur], be->compute));
+    return 0;
+}
+
 static int td__run(td__cuda *be, int train, float lr, int64_t t)
 {
     td__times_ev *tv = td__cur_times(be);
+    int graph = train && td__graph_use(be, lr);
     if (tv)
         TD__CU(be, cudaEventRecord(tv->k0, be->compute));
+    if (train)
+        TD__TRY(td__step_scalars(be, lr, t));
+    if (graph)
+        return td__run_graph(be, tv);
     td__nvtx_push("forward");
     int rc = td__cuda_forward(be, train);
     if (!rc)
@@ -366,7 +385,7 @@ static int td__run(td__cuda *be, int train, float lr, int64_t t)
     }
     if (!rc && train && lr > 0) {
         td__nvtx_push("update");
-        rc = td__cuda_update(be, lr, t);
+        rc = td__cuda_update(be);
         td__nvtx_pop();
     }
     if (rc)
@@ -375,6 +394,8 @@ static int td__run(td__cuda *be, int train, float lr, int64_t t)
         TD__CU(be, cudaEventRecord(tv->k1, be->compute));
         tv->computed = 1;
     }
+    if (train)
+        td__graph_eager_done(be);
     return 0;
 }
 
@@ -702,6 +723,7 @@ static void td__cuda_destroy(td_backend *b)
     if (be->compute)
         (void)td__sync_streams(be);
     td__dnn_destroy(be);
+    td__graph_destroy(be);
     if (be->blas)
         cublasDestroy(be->blas);
     for (int i = 0; i < TD__NBUF; i++) {
@@ -772,6 +794,11 @@ static int td__cuda_check(const td_model *m, const td_backend_config *cfg,
                  "implemented yet (fp32 and tf32 are): use fp32, tf32 or "
                  "auto");
         return TD_E_NOTSUP;
+    }
+    if ((unsigned)cfg->cuda_graphs > TD_GRAPHS_AUTO) {
+        snprintf(err, errcap, "cuda backend: cuda_graphs %d is not one of "
+                 "off (0), on (1), auto (2)", cfg->cuda_graphs);
+        return -EINVAL;
     }
     if ((unsigned)cfg->fp32_math > TD_MATH_AUTO) {
         snprintf(err, errcap, "cuda backend: fp32_math %d is not one of "

@@ -93,6 +93,8 @@ static void td__carve(td__cuda *be, td__cursor *c)
     be->bn_part = td__take(c, td__bn_part_count(be) * f);
     be->acc = td__take(c, sizeof(td_dev_stats));
     be->ls = td__take(c, sizeof(td_ls_dev));
+    be->scal = td__take(c, td__scal_bytes(be));
+    be->scal_lr = be->scal ? (float *)(be->scal + 1) : NULL;
     be->work = td__take(c, be->work_bytes);
     be->blas_ws = td__take(c, TD__BLAS_WS);
     for (int L = 0; L < m->nlayers; L++) {

@@ -17,6 +17,8 @@
  *   cuda_err.c              failure messages; sticky errors mark the GPU
  *   cuda_mem.c              shadow copies of the state; the warm-up step
  *   cuda_prec.c             fp32 math (strict or TF32) by compute capability
+ *   cuda_graph.c            the step scalars; the training step captured
+ *                           as a CUDA graph per batch buffer and replayed
  * Nothing outside these files may include this header.
  *
  * Data: activations are NCHW in the compute type (fp32 today; the type is
@@ -76,6 +78,7 @@ typedef struct td__stat_slot {
 } td__stat_slot;
 
 #define TD__NSTAT 16
+#define TD__NSCAL 16 /* pinned step-scalar slots in flight */
 #define TD__BLAS_WS ((size_t)32 << 20) /* what cuBLAS asks for on Hopper */
 
 typedef struct td__cuda {
@@ -117,6 +120,25 @@ typedef struct td__cuda {
     pthread_mutex_t stat_mu;     /* the ring: event_sync may deliver from
                                     the checkpoint writer's thread */
     td__times_ev times[TD_CUDA_TIMES_KEPT];
+    /* the step scalars (cuda_graph.c): td_step_scalars then nruns floats
+     * on the device; a pinned ring of host copies, each reused after its
+     * `scal_done` event */
+    td_step_scalars *scal;
+    float *scal_lr;
+    int nruns;
+    char *scal_host;             /* TD__NSCAL slots of td__scal_bytes */
+    int scal_pageable;           /* page-locking failed: malloc */
+    cudaEvent_t scal_done[TD__NSCAL];
+    int scal_used[TD__NSCAL], scal_next;
+    /* CUDA graphs: one executable graph per batch buffer */
+    cudaGraphExec_t gexec[TD__NBUF];
+    int capturing;               /* the step is being captured: no
+                                    consumed[] record inside */
+    int graph_on;                /* -1 undecided (auto), 0 eager, 1 graphs */
+    int64_t probe_upload;        /* auto: the eager step being timed */
+    int probes;                  /* auto: eager steps timed */
+    double eager_ms;             /* auto: shortest eager step measured */
+    long graph_caps, graph_runs; /* captures made, graph launches */
     int64_t chain;               /* the latest upload whose base_ms is
                                     known; -1: none (t0 is the anchor) */
 } td__cuda;
@@ -226,7 +248,31 @@ int td__dnn_backward(td__cuda *be, int L, float *dx, int accumulate);
 int td__cuda_forward(td__cuda *be, int train);
 int td__cuda_loss(td__cuda *be, int train);
 int td__cuda_backward(td__cuda *be);
-int td__cuda_update(td__cuda *be, float lr, int64_t t);
+/* The optimizer update at the lrs of the step scalars. */
+int td__cuda_update(td__cuda *be);
+/* The runs of equal lr multipliers td__cuda_update launches per (one
+ * without multipliers; frozen runs count): how many, and with out (one
+ * float per run) each run's lr for the step's lr. */
+int td__cuda_lr_runs(const td__cuda *be, float lr, float *out);
+
+/* ---- cuda_graph.c ---------------------------------------------------------- */
+/* Bytes of the device step scalars (td_step_scalars, then one lr per
+ * run); the arena carves them. */
+size_t td__scal_bytes(const td__cuda *be);
+/* The pinned slots and their events; the graph mode from the config. */
+int td__graph_init(td__cuda *be);
+void td__graph_destroy(td__cuda *be);
+/* This training step's scalars (lr, t, be->step) into the device block:
+ * one cudaMemcpyAsync from a pinned slot on the compute stream. */
+int td__step_scalars(td__cuda *be, float lr, int64_t t);
+/* Whether this training step runs as a graph (full batch, lr > 0, graphs
+ * on or auto having decided so); auto times eager steps first. */
+int td__graph_use(td__cuda *be, float lr);
+/* The step (forward, loss, backward, update, statistics) of buffer cur:
+ * captured at its first use, then launched on the compute stream. */
+int td__graph_launch(td__cuda *be);
+/* An eager full training step was enqueued (auto mode times it). */
+void td__graph_eager_done(td__cuda *be);
 
 /* ---- cuda_lscale.c: loss scaling (cfg.loss_scale > 0) ---------------------- */
 /* be->ls when loss scaling is on, else NULL (what the kernels take). */
@@ -238,7 +284,7 @@ int td__cuda_ls_scale_loss(td__cuda *be, float *dlogits, size_t count);
 /* After the backward of step t: the test poison (cfg.ls_poison_step),
  * the inf/NaN check of the updated gradients and the one-thread decision
  * the update kernels read. */
-int td__cuda_ls_decide(td__cuda *be, int64_t t);
+int td__cuda_ls_decide(td__cuda *be);
 /* The td_backend_ops set_loss_scale. */
 int td__cuda_set_loss_scale(td_backend *b, const td_ls_state *st);
 

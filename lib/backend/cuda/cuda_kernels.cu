@@ -85,25 +85,31 @@ __global__ void stats_k(td_dev_stats *acc, const double *row_loss,
 /* ls (loss scaling, loss_scale.h): skip, 1/scale and AdamW's corrections
  * from the device; NULL without it. */
 __global__ void sgd_k(float *w, float *v, const float *g, size_t count,
-                      float lr, float mu, float wd, int nesterov,
+                      const float *lrp, float mu, float wd, int nesterov,
                       const td_ls_dev *ls)
 {
     if (ls && ls->step.skip)
         return;
     float inv = ls ? ls->step.inv_scale : 1.0f;
+    float lr = *lrp; /* the step scalars: changes every step */
     TD__GRID_LOOP(i, count)
     td_sgd_elem(&w[i], v ? &v[i] : nullptr, g[i] * inv, lr, mu, wd,
                 nesterov);
 }
 
 __global__ void adamw_k(float *w, float *m, float *v, const float *g,
-                        size_t count, float lr, float b1, float b2, float eps,
-                        float wd, td_adamw_corr c, const td_ls_dev *ls)
+                        size_t count, const float *lrp, float b1, float b2,
+                        float eps, float wd, const td_step_scalars *sc,
+                        const td_ls_dev *ls)
 {
     if (ls && ls->step.skip)
         return;
     float inv = ls ? ls->step.inv_scale : 1.0f;
-    if (ls)
+    float lr = *lrp; /* the step scalars: change every step */
+    td_adamw_corr c;
+    c.c1 = sc->c1;
+    c.c2 = sc->c2;
+    if (ls) /* the step count without skipped steps */
         c = ls->step.corr;
     TD__GRID_LOOP(i, count)
     td_adamw_elem(&w[i], &m[i], &v[i], g[i] * inv, lr, b1, b2, eps, wd, c);
@@ -137,8 +143,9 @@ __global__ void bias_grad_k(const float *dy, float *db, int rows, int out)
 
 __global__ void dropout_fwd_k(const float *x, float *y, uint8_t *mask,
                               size_t count, uint64_t seed, uint64_t stream,
-                              uint64_t base, float keep)
+                              const td_step_scalars *sc, float keep)
 {
+    uint64_t base = sc->step * count; /* the step scalars */
     TD__GRID_LOOP(i, count)
     {
         int k = td_dropout_keep(seed, stream, base + i, keep);
@@ -224,9 +231,9 @@ extern "C" cudaError_t td__k_stats(cudaStream_t s, td_dev_stats *acc,
 }
 
 extern "C" cudaError_t td__k_sgd(cudaStream_t s, float *w, float *v,
-                                 const float *g, size_t count, float lr,
-                                 float mu, float wd, int nesterov,
-                                 const td_ls_dev *ls)
+                                 const float *g, size_t count,
+                                 const float *lr, float mu, float wd,
+                                 int nesterov, const td_ls_dev *ls)
 {
     TD_LAUNCH(sgd_k, grid_for(count), kBlock, 0, s, w, v, g, count, lr, mu, wd,
               nesterov, ls);
@@ -235,15 +242,13 @@ extern "C" cudaError_t td__k_sgd(cudaStream_t s, float *w, float *v,
 
 extern "C" cudaError_t td__k_adamw(cudaStream_t s, float *w, float *m,
                                    float *v, const float *g, size_t count,
-                                   float lr, float b1, float b2, float eps,
-                                   float wd, float c1, float c2,
+                                   const float *lr, float b1, float b2,
+                                   float eps, float wd,
+                                   const td_step_scalars *sc,
                                    const td_ls_dev *ls)
 {
-    td_adamw_corr c;
-    c.c1 = c1;
-    c.c2 = c2;
     TD_LAUNCH(adamw_k, grid_for(count), kBlock, 0, s, w, m, v, g, count, lr,
-              b1, b2, eps, wd, c, ls);
+              b1, b2, eps, wd, sc, ls);
     return cudaGetLastError();
 }
 
@@ -281,11 +286,12 @@ extern "C" cudaError_t td__k_bias_grad(cudaStream_t s, const float *dy,
 extern "C" cudaError_t td__k_dropout_fwd(cudaStream_t s, const float *x,
                                          float *y, uint8_t *mask,
                                          size_t count, uint64_t seed,
-                                         uint64_t stream, uint64_t base,
+                                         uint64_t stream,
+                                         const td_step_scalars *sc,
                                          float keep)
 {
     TD_LAUNCH(dropout_fwd_k, grid_for(count), kBlock, 0, s, x, y, mask, count,
-              seed, stream, base, keep);
+              seed, stream, sc, keep);
     return cudaGetLastError();
 }
 

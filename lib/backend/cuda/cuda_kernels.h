@@ -19,6 +19,18 @@
 extern "C" {
 #endif
 
+/* The step scalars: what changes from one training step to the next,
+ * read by the kernels from device memory (one copy from pinned memory per
+ * step, cuda_graph.c), so that a step captured as a CUDA graph replays
+ * with each step's values.  On the device this header is followed by one
+ * float per run of equal lr multipliers: that run's lr (the step's lr
+ * times the multiplier, computed on the host in float). */
+typedef struct td_step_scalars {
+    uint64_t step;   /* dropout draws: the global step (t - 1) */
+    int64_t t;       /* the optimizer step, 1-based (loss scaling) */
+    float c1, c2;    /* AdamW bias corrections of step t */
+} td_step_scalars;
+
 cudaError_t td__k_normalize(cudaStream_t s, const uint8_t *nhwc, float *y,
                             int n, int c, int h, int w, const float *scale,
                             const float *bias);
@@ -28,17 +40,18 @@ cudaError_t td__k_xent(cudaStream_t s, const float *z, int k,
                        int *row_ok);
 cudaError_t td__k_stats(cudaStream_t s, td_dev_stats *acc,
                         const double *row_loss, const int *row_ok, int n);
-/* The fused updates.  ls: NULL without loss scaling; else the update
- * does nothing when ls->step.skip, multiplies gradients by
- * ls->step.inv_scale, and AdamW takes ls->step.corr instead of c1, c2
- * (kernels/loss_scale.h). */
+/* The fused updates.  lr: the run's lr in the step scalars (device
+ * memory).  ls: NULL without loss scaling; else the update does nothing
+ * when ls->step.skip, multiplies gradients by ls->step.inv_scale, and
+ * AdamW takes ls->step.corr instead of sc's c1, c2 (kernels/loss_scale.h). */
 cudaError_t td__k_sgd(cudaStream_t s, float *w, float *v, const float *g,
-                      size_t count, float lr, float mu, float wd,
+                      size_t count, const float *lr, float mu, float wd,
                       int nesterov, const td_ls_dev *ls);
+/* sc: the step scalars (bias corrections c1, c2) */
 cudaError_t td__k_adamw(cudaStream_t s, float *w, float *m, float *v,
-                        const float *g, size_t count, float lr, float b1,
-                        float b2, float eps, float wd, float c1, float c2,
-                        const td_ls_dev *ls);
+                        const float *g, size_t count, const float *lr,
+                        float b1, float b2, float eps, float wd,
+                        const td_step_scalars *sc, const td_ls_dev *ls);
 cudaError_t td__k_add(cudaStream_t s, const float *a, const float *b,
                       float *y, size_t count);
 cudaError_t td__k_accum(cudaStream_t s, float *d, const float *src,
@@ -47,9 +60,11 @@ cudaError_t td__k_bias_add(cudaStream_t s, float *y, const float *b,
                            int rows, int out);
 cudaError_t td__k_bias_grad(cudaStream_t s, const float *dy, float *db,
                             int rows, int out);
+/* Draws counter sc->step * count + i of (seed, stream) for element i. */
 cudaError_t td__k_dropout_fwd(cudaStream_t s, const float *x, float *y,
                               uint8_t *mask, size_t count, uint64_t seed,
-                              uint64_t stream, uint64_t base, float keep);
+                              uint64_t stream, const td_step_scalars *sc,
+                              float keep);
 cudaError_t td__k_dropout_bwd(cudaStream_t s, const float *dy, float *dx,
                               const uint8_t *mask, size_t count, float keep,
                               int accumulate);

@@ -64,19 +64,22 @@ static int td__check(td__cuda *be, size_t lo, size_t cnt)
     return 0;
 }
 
+/* The kernel compares the step scalars' t with the poisoned step on the
+ * device, so a captured step (cuda_graph.c) poisons the right one too. */
 static int td__poison(td__cuda *be, size_t lo, size_t cnt)
 {
     if (cnt > 0)
-        TD__CU(be, td__k_ls_poison(be->compute, be->grads + lo));
+        TD__CU(be, td__k_ls_poison(be->compute, be->grads + lo, &be->scal->t,
+                                   be->base.cfg.ls_poison_step));
     return 1; /* the first updated element only: stop here */
 }
 
-int td__cuda_ls_decide(td__cuda *be, int64_t t)
+int td__cuda_ls_decide(td__cuda *be)
 {
     const td_optim_config *o = &be->base.cfg.optim;
     if (!td__cuda_ls(be))
         return 0;
-    if (t == be->base.cfg.ls_poison_step) {
+    if (be->base.cfg.ls_poison_step > 0) {
         int rc = td__each_updated(be, td__poison);
         if (rc < 0)
             return rc;
@@ -84,7 +87,7 @@ int td__cuda_ls_decide(td__cuda *be, int64_t t)
     TD__TRY(td__each_updated(be, td__check));
     TD__CU(be, td__k_ls_prepare(be->compute, be->ls,
                                 td_backend_ls_interval(&be->base.cfg),
-                                o->beta1, o->beta2, t));
+                                o->beta1, o->beta2, &be->scal->t));
     return 0;
 }
 

@@ -54,15 +54,15 @@ __global__ void ls_check_k(const float *g, size_t count, td_ls_dev *d)
 }
 
 __global__ void ls_prepare_k(td_ls_dev *d, int interval, double b1,
-                             double b2, long long t)
+                             double b2, const int64_t *t)
 {
     if (blockIdx.x == 0 && threadIdx.x == 0)
-        td_ls_prepare(d, interval, b1, b2, (int64_t)t);
+        td_ls_prepare(d, interval, b1, b2, *t);
 }
 
-__global__ void ls_poison_k(float *g)
+__global__ void ls_poison_k(float *g, const int64_t *t, long long at)
 {
-    if (blockIdx.x == 0 && threadIdx.x == 0)
+    if (blockIdx.x == 0 && threadIdx.x == 0 && *t == (int64_t)at)
         *g = INFINITY;
 }
 
@@ -84,14 +84,15 @@ extern "C" cudaError_t td__k_ls_check(cudaStream_t s, const float *g,
 
 extern "C" cudaError_t td__k_ls_prepare(cudaStream_t s, td_ls_dev *d,
                                         int interval, double b1, double b2,
-                                        int64_t t)
+                                        const int64_t *t)
 {
-    TD_LAUNCH(ls_prepare_k, 1, 1, 0, s, d, interval, b1, b2, (long long)t);
+    TD_LAUNCH(ls_prepare_k, 1, 1, 0, s, d, interval, b1, b2, t);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t td__k_ls_poison(cudaStream_t s, float *g)
+extern "C" cudaError_t td__k_ls_poison(cudaStream_t s, float *g,
+                                       const int64_t *t, int64_t at)
 {
-    TD_LAUNCH(ls_poison_k, 1, 1, 0, s, g);
+    TD_LAUNCH(ls_poison_k, 1, 1, 0, s, g, t, (long long)at);
     return cudaGetLastError();
 }

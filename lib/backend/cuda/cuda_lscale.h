@@ -24,11 +24,13 @@ cudaError_t td__k_ls_scale(cudaStream_t s, float *g, size_t count,
 /* d->found = 1 when some g[0..count) is inf or NaN (never cleared here) */
 cudaError_t td__k_ls_check(cudaStream_t s, const float *g, size_t count,
                            td_ls_dev *d);
-/* One thread: td_ls_prepare(d, interval, b1, b2, t). */
+/* One thread: td_ls_prepare(d, interval, b1, b2, *t); t in device memory
+ * (the step scalars), so a captured step reads each step's own. */
 cudaError_t td__k_ls_prepare(cudaStream_t s, td_ls_dev *d, int interval,
-                             double b1, double b2, int64_t t);
-/* Tests: *g = +inf (an injected overflow). */
-cudaError_t td__k_ls_poison(cudaStream_t s, float *g);
+                             double b1, double b2, const int64_t *t);
+/* Tests: *g = +inf (an injected overflow) when *t == at. */
+cudaError_t td__k_ls_poison(cudaStream_t s, float *g, const int64_t *t,
+                            int64_t at);
 
 #ifdef __cplusplus
 }

@@ -77,7 +77,8 @@ int td__warmup(td__cuda *be)
     TD__TRY(td__cuda_forward(be, 1));
     TD__TRY(td__cuda_loss(be, 1));
     TD__TRY(td__cuda_backward(be));
-    TD__TRY(td__cuda_update(be, 0.0f, 1));
+    TD__TRY(td__step_scalars(be, 0.0f, 1));
+    TD__TRY(td__cuda_update(be));
     TD__TRY(td__cuda_forward(be, 0));
     TD__TRY(td__cuda_loss(be, 0));
     TD__TRY(td__from_shadow(be));

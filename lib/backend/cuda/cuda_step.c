@@ -12,6 +12,10 @@
  * blocks) receives one summand per reader; the first writes (beta = 0),
  * later ones add (beta = 1), as in the CPU backend, so no buffer is ever
  * cleared.
+ * What changes from step to step (each run's lr, AdamW's bias corrections,
+ * the dropout draws) is read by the kernels from the step scalars in
+ * device memory (cuda_graph.c writes them), never passed as a kernel
+ * argument, so the same calls can be captured once as a CUDA graph.
  * Never does: synchronise, allocate, or talk to the copy stream (the
  * batch buffer it reads was made ready by the upload's event).
  *
@@ -107,8 +111,7 @@ static int td__forward_layer(td__cuda *be, int L, int train)
                                      g->mask, g->nelem, be->base.cfg.seed,
                                      td_rng_stream(TD_RNG_DROPOUT,
                                                    (uint64_t)L),
-                                     (uint64_t)be->step * g->nelem,
-                                     1.0f - l->rate));
+                                     be->scal, 1.0f - l->rate));
         return 0;
     case TD_L_FLATTEN:
         return 0; /* an alias of its input (NCHW is already C,H,W order) */
@@ -143,8 +146,10 @@ int td__cuda_loss(td__cuda *be, int train)
         TD__TRY(td__cuda_ls_scale_loss(be, last->dy,
                                        (size_t)be->batch * m->classes));
     /* the batch buffer may be refilled once the loss has read its labels
-     * (the cast read its pixels earlier): upload k+2 waits for this */
-    TD__CU(be, cudaEventRecord(be->consumed[be->cur], be->compute));
+     * (the cast read its pixels earlier): upload k+2 waits for this; a
+     * captured step records it after the graph's launch instead */
+    if (!be->capturing)
+        TD__CU(be, cudaEventRecord(be->consumed[be->cur], be->compute));
     TD__CU(be, td__k_stats(be->compute, be->acc, be->row_loss, be->row_ok,
                            be->n));
     return 0;
@@ -212,19 +217,19 @@ int td__cuda_backward(td__cuda *be)
     return 0;
 }
 
-/* The fused optimizer kernel on parameter elements [lo, lo + cnt). */
-static int td__update_range(td__cuda *be, float lr, int64_t t, size_t lo,
-                            size_t cnt)
+/* The fused optimizer kernel on parameter elements [lo, lo + cnt), at
+ * the lr the step scalars hold for run r. */
+static int td__update_range(td__cuda *be, int r, size_t lo, size_t cnt)
 {
     const td_optim_config *o = &be->base.cfg.optim;
     size_t n = be->base.model->param_count;
     float wd = (float)o->weight_decay;
+    const float *lr = be->scal_lr + r;
     if (o->type == TD_OPT_ADAMW) {
-        td_adamw_corr c = td_adamw_corrections(o->beta1, o->beta2, t);
         TD__CU(be, td__k_adamw(be->compute, be->params + lo, be->slots + lo,
                                be->slots + n + lo, be->grads + lo, cnt, lr,
                                (float)o->beta1, (float)o->beta2,
-                               (float)o->eps, wd, c.c1, c.c2,
+                               (float)o->eps, wd, be->scal,
                                td__cuda_ls(be)));
         return 0;
     }
@@ -239,23 +244,46 @@ static int td__update_range(td__cuda *be, float lr, int64_t t, size_t lo,
  * as the CPU backend: one launch per run of consecutive parameters with
  * the same multiplier, so without multipliers, or with all of them 1,
  * the whole model is one fused launch; runs with multiplier 0 (frozen)
- * are not touched at all: no decay, no momentum or Adam state change. */
-int td__cuda_update(td__cuda *be, float lr, int64_t t)
+ * are not touched at all: no decay, no momentum or Adam state change.
+ * Run r's lr is scal_lr[r] (td__cuda_lr_runs). */
+int td__cuda_update(td__cuda *be)
 {
     const td_model *m = be->base.model;
     const float *mult = be->base.cfg.lr_mult;
-    TD__TRY(td__cuda_ls_decide(be, t)); /* loss scaling (cuda_lscale.c) */
+    TD__TRY(td__cuda_ls_decide(be)); /* loss scaling (cuda_lscale.c) */
     if (!mult)
-        return td__update_range(be, lr, t, 0, m->param_count);
+        return td__update_range(be, 0, 0, m->param_count);
     size_t off = 0;
-    for (int p = 0; p < m->nparams;) {
+    int r = 0;
+    for (int p = 0; p < m->nparams; r++) {
         size_t lo = off;
         int q = p;
         while (q < m->nparams && mult[q] == mult[p])
             off += m->params[q++].count;
         if (mult[p] != 0.0f)
-            TD__TRY(td__update_range(be, lr * mult[p], t, lo, off - lo));
+            TD__TRY(td__update_range(be, r, lo, off - lo));
         p = q;
     }
     return 0;
+}
+
+int td__cuda_lr_runs(const td__cuda *be, float lr, float *out)
+{
+    const td_model *m = be->base.model;
+    const float *mult = be->base.cfg.lr_mult;
+    int r = 0;
+    if (!mult) {
+        if (out)
+            out[0] = lr;
+        return 1;
+    }
+    for (int p = 0; p < m->nparams; r++) {
+        int q = p;
+        while (q < m->nparams && mult[q] == mult[p])
+            q++;
+        if (out)
+            out[r] = lr * mult[p]; /* in float, as before the scalars */
+        p = q;
+    }
+    return r;
 }

@@ -103,6 +103,10 @@ long td_sim_host_funcs(void);
 /* Whole-stream host synchronisations (cudaStreamSynchronize,
  * cudaDeviceSynchronize) in the whole process. */
 long td_sim_stream_syncs(void);
+/* Stream captures that made a graph (cudaStreamEndCapture) and graph
+ * launches accepted (cudaGraphLaunch), in the whole process. */
+long td_sim_graph_captures(void);
+long td_sim_graph_launches(void);
 /* Every event recorded from now on carries a time `ns` later than the
  * clock says, as if the process had run that much longer (tests of long
  * jobs' timings).  Cumulative; td_sim_reset sets it back to 0. */

@@ -7,6 +7,8 @@
  *   sim_stream.c   streams, workers, events, host functions, syncs, the
  *                  kernel launch entry (td_sim_launch), jitter, faults
  *   sim_race.c     the stream-order race detector (vector clocks)
+ *   sim_graph.c    stream capture, CUDA graphs and their launches, and
+ *                  what capture forbids
  *   sim_cublas.c   the cuBLAS subset (Sgemm)
  *   sim_cudnn.c    cuDNN handles, descriptors, algorithm queries
  *   sim_cudnn_ops.c cuDNN's arithmetic (convolution, batch norm, ...)
@@ -72,7 +74,12 @@ typedef struct td_sim_op {
     uint64_t wseq;
     struct CUevent_st *ev;       /* RECORD: timestamp ev if still its seq */
     uint64_t seq;                /* this operation's number on its stream */
+    struct td_sim_body *body;    /* RUN of a graph launch: the graph's
+                                  * nodes, released after the run */
 } td_sim_op;
+
+/* A capture in progress (sim_graph.c). */
+struct td_sim_capture;
 
 struct CUstream_st {
     int id;                /* index into vector clocks */
@@ -86,6 +93,9 @@ struct CUstream_st {
     uint64_t enq, done;    /* operations enqueued, completed */
     td_sim_vc vc;          /* what this stream's next operation follows */
     uint64_t rng;          /* jitter state */
+    struct td_sim_capture *cap; /* capturing into it; NULL: not */
+    uint64_t cap_ops;      /* operations this stream captured */
+    int cap_joined;        /* forked stream joined back to the origin */
 };
 
 struct CUevent_st {
@@ -96,6 +106,9 @@ struct CUevent_st {
     uint64_t seq;          /* that record's operation number */
     uint64_t t_ns;         /* when it executed (CLOCK_MONOTONIC) */
     td_sim_vc vc;          /* clock of the stream at the record */
+    uint64_t cap_id;       /* last recorded inside capture cap_id; 0: no */
+    struct CUstream_st *cap_s; /* ... on this stream */
+    uint64_t cap_pos;      /* ... after this many of its captured ops */
 };
 
 typedef struct td_sim_dev {
@@ -145,6 +158,8 @@ typedef struct td_sim_state {
     long host_funcs;              /* cudaLaunchHostFunc calls */
     long stream_syncs;            /* cudaStreamSynchronize and
                                    * cudaDeviceSynchronize calls */
+    long graph_captures;          /* cudaStreamEndCapture that made a graph */
+    long graph_launches;          /* cudaGraphLaunch calls accepted */
 } td_sim_state;
 
 extern td_sim_state td__sim;
@@ -186,6 +201,47 @@ void td__sim_join(uint64_t *dst, const uint64_t *src);
 void td__sim_streams_free(void);
 /* Waits for every stream of dev and joins their clocks into the host's. */
 void td__sim_drain_dev(int dev);
+
+/* ---- sim_graph.c ---------------------------------------------------------- */
+/* Mutex held.  cudaSuccess, or cudaErrorStreamCaptureUnsupported (with a
+ * diagnostic naming `call`, and the captures that forbid it invalidated)
+ * when the calling thread may not make a "potentially unsafe" call now:
+ * it has a capture of its own not begun in relaxed mode, or another
+ * thread has one begun in global mode. */
+cudaError_t td__sim_unsafe(const char *call);
+/* Mutex held.  Refuses `call` on the capturing stream s: prints why,
+ * invalidates the capture, returns e. */
+cudaError_t td__sim_cap_refuse(struct CUstream_st *s, const char *call,
+                               const char *why, cudaError_t e);
+/* Mutex held, s capturing.  Appends a node to the capture's graph instead
+ * of running it (fault: 2 when a kernel pointer is not memory of the
+ * device, kernel: counts for TD_SIM_FAULT_KERNEL at each replay).  On an
+ * error (the capture was invalidated) the caller still owns ctx. */
+cudaError_t td__sim_cap_node(struct CUstream_st *s, const char *what,
+                             void (*run)(void *), void (*drop)(void *),
+                             void *ctx, const td_sim_range *r, int n,
+                             int fault, int kernel, const void *caller);
+/* td__sim_cap_node for a copy or memset: dst written and src read when
+ * they are device memory (else NULL); on an error ctx is dropped. */
+cudaError_t td__sim_cap_copy(struct CUstream_st *s, const char *call,
+                             void (*run)(void *), void (*drop)(void *),
+                             void *ctx, const void *dst, const void *src,
+                             size_t n, const void *caller);
+/* Mutex held: cudaEventRecord on a capturing stream (no node: marks ev),
+ * and cudaStreamWaitEvent on ev by s when either side is in a capture
+ * (*handled = 1; else the caller enqueues an ordinary wait). */
+cudaError_t td__sim_cap_record(struct CUevent_st *ev,
+                               struct CUstream_st *s);
+cudaError_t td__sim_cap_wait(struct CUstream_st *s, struct CUevent_st *ev,
+                             unsigned flags, int *handled);
+/* Mutex held, from the stream worker: one reference to a launched graph's
+ * nodes is done; returns 1 when it was the last (then td__sim_body_free
+ * after dropping the mutex). */
+int td__sim_body_unref(struct td_sim_body *b);
+/* The name (name 1) or description of a stream-capture error (900-908,
+ * cudaErrorIllegalState); "cudaErrorUnknown" / "unknown error" else. */
+const char *td__sim_cap_error(cudaError_t e, int name);
+void td__sim_body_free(struct td_sim_body *b);
 
 /* ---- sim_race.c ----------------------------------------------------------- */
 /* Records an access by the operation about to be queued on s and reports

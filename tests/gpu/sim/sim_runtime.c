@@ -367,7 +367,7 @@ const char *cudaGetErrorString(cudaError_t e)
         return "pointer does not correspond to a registered memory region";
     case cudaErrorInvalidDevicePointer: return "invalid device pointer";
     case cudaErrorNotSupported: return "operation not supported";
-    default: return "unknown error";
+    default: return td__sim_cap_error(e, 0);
     }
 }
 
@@ -379,7 +379,7 @@ const char *cudaGetErrorName(cudaError_t e)
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    default: return "cudaErrorUnknown";
+    default: return td__sim_cap_error(e, 1);
     }
 }
 
@@ -519,6 +519,8 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes)
     int d = td__sim_device;
     if (e == cudaSuccess && !ptr)
         e = cudaErrorInvalidValue;
+    if (e == cudaSuccess)
+        e = td__sim_unsafe("cudaMalloc");
     if (e != cudaSuccess)
         goto out;
     *ptr = NULL;
@@ -560,6 +562,8 @@ cudaError_t cudaFree(void *p)
     td__sim_lock();
     cudaError_t e = td__sim_gate();
     if (e == cudaErrorNotPermitted || !p)
+        goto out;
+    if ((e = td__sim_unsafe("cudaFree")) != cudaSuccess)
         goto out;
     td_sim_alloc *a = td__sim_dfind(p, 0);
     if (!a || a->base != p) {
@@ -850,6 +854,8 @@ static cudaError_t td__memcpy(void *dst, const void *src, size_t n,
     cudaError_t e = td__sim_gate();
     if (e != cudaSuccess)
         goto out;
+    if (!async && (e = td__sim_unsafe(call)) != cudaSuccess)
+        goto out;
     struct CUstream_st *s = td__sim_stream(async ? hs : NULL);
     if (!s) {
         e = cudaErrorInvalidResourceHandle;
@@ -876,6 +882,12 @@ static cudaError_t td__memcpy(void *dst, const void *src, size_t n,
     }
     int src_pinned = !sd && td__sim_hfind(src, n);
     int dst_pinned = !dd && td__sim_hfind(dst, n);
+    if (s->cap && ((!sd && !src_pinned) || (!dd && !dst_pinned))) {
+        e = td__sim_cap_refuse(s, call, "pageable host memory cannot be "
+                               "captured (page-lock it)",
+                               cudaErrorStreamCaptureUnsupported);
+        goto out;
+    }
     td__copy *c = calloc(1, sizeof *c);
     if (!c) {
         e = cudaErrorMemoryAllocation;
@@ -894,6 +906,11 @@ static cudaError_t td__memcpy(void *dst, const void *src, size_t n,
             goto out;
         }
         memcpy(c->stage, src, n);
+    }
+    if (s->cap) {
+        e = td__sim_cap_copy(s, call, td__copy_run, td__copy_drop, c,
+                             dd ? dst : NULL, sd ? src : NULL, n, caller);
+        goto out;
     }
     td_sim_op *op = td__sim_op_new(s, TD_SIM_OP_RUN);
     op->run = td__copy_run;
@@ -945,6 +962,8 @@ static cudaError_t td__memset(void *p, int v, size_t n, cudaStream_t hs,
     td_sim_alloc *a;
     td__sim_lock();
     cudaError_t e = td__sim_gate();
+    if (e == cudaSuccess && !async)
+        e = td__sim_unsafe(call);
     if (e != cudaSuccess)
         goto out;
     struct CUstream_st *s = td__sim_stream(async ? hs : NULL);
@@ -968,6 +987,11 @@ static cudaError_t td__memset(void *p, int v, size_t n, cudaStream_t hs,
     c->n = n;
     c->set = 1;
     c->val = v;
+    if (s->cap) {
+        e = td__sim_cap_copy(s, call, td__copy_run, td__copy_drop, c, p,
+                             NULL, n, caller);
+        goto out;
+    }
     td_sim_op *op = td__sim_op_new(s, TD_SIM_OP_RUN);
     op->run = td__copy_run;
     op->drop = td__copy_drop;

@@ -103,9 +103,13 @@ static void *td__worker(void *p)
             s->tail = NULL;
         s->done = op->seq;
         pthread_cond_broadcast(&td__sim.cv);
+        struct td_sim_body *body = op->body;
+        int last = body && td__sim_body_unref(body);
         pthread_mutex_unlock(&td__sim.mu);
         if (op->drop)
             op->drop(op->ctx);
+        if (last)
+            td__sim_body_free(body);
         free(op);
         pthread_mutex_lock(&td__sim.mu);
     }
@@ -305,6 +309,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h)
     struct CUstream_st *s = e == cudaSuccess ? td__sim_stream(h) : NULL;
     if (e == cudaSuccess && !s)
         e = cudaErrorInvalidResourceHandle;
+    if (s && s->cap) {
+        e = td__sim_cap_refuse(s, "cudaStreamSynchronize", "the stream is "
+                               "capturing",
+                               cudaErrorStreamCaptureUnsupported);
+        s = NULL;
+    }
     if (s) {
         td_sim_vc vc;
         td__sim.stream_syncs++;
@@ -323,6 +333,12 @@ cudaError_t cudaStreamQuery(cudaStream_t h)
     struct CUstream_st *s = e == cudaSuccess ? td__sim_stream(h) : NULL;
     if (e == cudaSuccess && !s)
         e = cudaErrorInvalidResourceHandle;
+    if (s && s->cap) {
+        e = td__sim_cap_refuse(s, "cudaStreamQuery", "the stream is "
+                               "capturing",
+                               cudaErrorStreamCaptureUnsupported);
+        s = NULL;
+    }
     if (s) {
         if (s->done < s->enq)
             e = cudaErrorNotReady;
@@ -337,6 +353,8 @@ cudaError_t cudaDeviceSynchronize(void)
 {
     td__sim_lock();
     cudaError_t e = td__sim_gate();
+    if (e == cudaSuccess)
+        e = td__sim_unsafe("cudaDeviceSynchronize");
     if (e == cudaSuccess) {
         int d = td__sim_cur();
         td__sim.stream_syncs++;
@@ -430,7 +448,12 @@ cudaError_t cudaEventRecord(cudaEvent_t h, cudaStream_t hs)
                         "device %d", ev->dev, s->dev);
         e = cudaErrorInvalidResourceHandle;
     }
+    if (e == cudaSuccess && s->cap) { /* a dependency of the capture */
+        e = td__sim_cap_record(ev, s);
+        goto out;
+    }
     if (e == cudaSuccess) {
+        ev->cap_id = 0;
         td_sim_op *op = td__sim_op_new(s, TD_SIM_OP_RECORD);
         op->ev = ev;
         op->what = "cudaEventRecord";
@@ -439,8 +462,19 @@ cudaError_t cudaEventRecord(cudaEvent_t h, cudaStream_t hs)
         memcpy(ev->vc, s->vc, sizeof ev->vc);
         td__sim_op_push(s, op);
     }
+out:
     td__sim_unlock();
     return td__sim_err(e);
+}
+
+/* cudaErrorCapturedEvent for an event last recorded in a capture. */
+static cudaError_t td__captured(const struct CUevent_st *ev, const char *call)
+{
+    if (!ev->cap_id)
+        return cudaSuccess;
+    td__sim_say("%s: the event was last recorded in a stream capture "
+                "(cudaErrorCapturedEvent)", call);
+    return cudaErrorCapturedEvent;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t h)
@@ -450,6 +484,8 @@ cudaError_t cudaEventQuery(cudaEvent_t h)
     struct CUevent_st *ev = td__event(h);
     if (e == cudaSuccess && !ev)
         e = cudaErrorInvalidResourceHandle;
+    if (e == cudaSuccess)
+        e = td__captured(ev, "cudaEventQuery");
     if (e == cudaSuccess && ev->s) {
         if (ev->s->done < ev->seq)
             e = cudaErrorNotReady;
@@ -467,6 +503,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t h)
     struct CUevent_st *ev = td__event(h);
     if (e == cudaSuccess && !ev)
         e = cudaErrorInvalidResourceHandle;
+    if (e == cudaSuccess)
+        e = td__captured(ev, "cudaEventSynchronize");
     if (e == cudaSuccess && ev->s) {
         td__sim_wait(ev->s, ev->seq, ev->vc, td__spins(ev->dev, ev));
         e = td__sim.dev[ev->dev].sticky;
@@ -504,7 +542,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t hs, cudaEvent_t h,
     struct CUstream_st *s = e == cudaSuccess ? td__sim_stream(hs) : NULL;
     if (e == cudaSuccess && (!ev || !s))
         e = cudaErrorInvalidResourceHandle;
-    if (e == cudaSuccess && ev->s) { /* never recorded: nothing to wait for */
+    int handled = 0;
+    if (e == cudaSuccess)
+        e = td__sim_cap_wait(s, ev, flags, &handled);
+    if (e == cudaSuccess && !handled && ev->s) {
+        /* never recorded: nothing to wait for */
         td_sim_op *op = td__sim_op_new(s, TD_SIM_OP_WAIT);
         op->ws = ev->s;
         op->wseq = ev->seq;
@@ -525,6 +567,10 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t hs, cudaHostFn_t fn, void *data)
         e = cudaErrorInvalidResourceHandle;
     if (e == cudaSuccess && !fn)
         e = cudaErrorInvalidValue;
+    if (e == cudaSuccess && s->cap)
+        e = td__sim_cap_refuse(s, "cudaLaunchHostFunc", "host nodes are not "
+                               "simulated",
+                               cudaErrorStreamCaptureUnsupported);
     if (e == cudaSuccess) {
         td_sim_op *op = td__sim_op_new(s, TD_SIM_OP_RUN);
         op->run = fn;
@@ -563,6 +609,29 @@ void td_sim_oom_launch_in(long n)
     td__sim_unlock();
 }
 
+/* A kernel launch on a capturing stream: its pointers checked as at a
+ * launch (a fault shows at each replay), then a node of the graph. */
+static cudaError_t td__sim_launch_capture(struct CUstream_st *s,
+                                          const char *name,
+                                          void (*run)(void *),
+                                          void (*drop)(void *), void *ctx,
+                                          const td_sim_range *args,
+                                          int nargs, const void *caller)
+{
+    int fault = 0;
+    for (int i = 0; i < nargs; i++) {
+        td_sim_alloc *a = args[i].p ? td__sim_dfind(args[i].p, 1) : NULL;
+        if (args[i].p && (!a || a->dev != s->dev)) {
+            td__sim_say("kernel %s: pointer argument %d (%p) is not memory "
+                        "of device %d: illegal address", name, i,
+                        args[i].p, s->dev);
+            fault = 2;
+        }
+    }
+    return td__sim_cap_node(s, name, run, drop, ctx, args, nargs, fault, 1,
+                            caller);
+}
+
 cudaError_t td_sim_launch(const td_sim_grid *g, cudaStream_t hs,
                           const char *name, void (*run)(void *),
                           void (*drop)(void *), void *ctx,
@@ -585,6 +654,14 @@ cudaError_t td_sim_launch(const td_sim_grid *g, cudaStream_t hs,
     if (e != cudaSuccess) {
         td__sim_unlock();
         if (drop)
+            drop(ctx);
+        return td__sim_err(e);
+    }
+    if (s->cap) {
+        e = td__sim_launch_capture(s, name, run, drop, ctx, args, nargs,
+                                   caller);
+        td__sim_unlock();
+        if (e != cudaSuccess && drop)
             drop(ctx);
         return td__sim_err(e);
     }
@@ -636,9 +713,11 @@ cudaError_t td_sim_submit(cudaStream_t hs, const char *what,
     }
     if (e == cudaSuccess && td__oom_launch())
         e = cudaErrorMemoryAllocation;
-    if (e != cudaSuccess) {
+    if (e == cudaSuccess && s->cap)
+        e = td__sim_cap_node(s, what, run, drop, ctx, r, n, 0, 0, caller);
+    if (e != cudaSuccess || s->cap) {
         td__sim_unlock();
-        if (drop)
+        if (e != cudaSuccess && drop)
             drop(ctx);
         return td__sim_err(e);
     }
