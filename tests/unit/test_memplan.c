@@ -271,7 +271,11 @@ START_TEST(test_bill_adds_up_and_bad_config)
     ck_assert_uint_eq(p.weights_lp, (m->param_count * 2 + 255) / 256 * 256);
     ck_assert_uint_eq(p.total, p.params + p.grads + p.optim + p.weights_lp +
                                    p.state + p.shadow + p.batches +
-                                   p.activations + p.workspace + p.headroom);
+                                   p.activations + p.workspace + p.scratch +
+                                   p.headroom);
+    /* 64 losses (double) and flags (int), the 24-byte counters, 256-byte
+     * aligned each; no batch norm in inference mode */
+    ck_assert_uint_eq(p.scratch, 512 + 256 + 256);
     td_memplan_free(&p);
     td_memplan_config bad = {.batch = 0, .act_bytes = 3, .nbuf = 2};
     char err[256] = "";
