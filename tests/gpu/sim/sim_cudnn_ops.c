@@ -429,8 +429,8 @@ int td__dnn_aliased(const char *call, const td_sim_range *r, int n,
             if (j == i || !r[j].p || !r[j].bytes ||
                 !td__overlaps(&r[i], &r[j]))
                 continue;
-            if (ok_out && r[i].p == ok_out && r[j].p == ok_in &&
-                r[i].bytes == r[j].bytes)
+            if (ok_out && ok_in == ok_out && r[i].p == ok_out &&
+                r[j].p == ok_in && r[i].bytes == r[j].bytes)
                 continue; /* the routine's documented in-place case */
             td__sim_say("%s: output operand %d (%p, %zu bytes) overlaps "
                         "operand %d (%p, %zu bytes): cuDNN documents no "

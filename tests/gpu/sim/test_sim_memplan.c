@@ -21,13 +21,19 @@
  *   - the backend points every value and gradient at the plan's offset,
  *     and in that placement no two buffers live at the same time share a
  *     byte (aliases: only a ReLU on the buffers of the one layer it reads);
- *   - the race detector (TD_SIM_RACE=strict, sim_env) reports nothing.
+ *   - the race detector (TD_SIM_RACE=strict, sim_env) reports nothing;
+ *   - the simulator allows cuDNN's documented in-place activations and
+ *     refuses any other overlap of an output with an operand.
  * No tolerance anywhere: the two layouts run the same kernels and library
  * calls in the same order on the same values, only at other addresses.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include "backend/backend.h"
 #include "backend/cuda/backend_cuda.h"
@@ -357,6 +363,75 @@ START_TEST(test_bn_eval_planned_equals_per_layer)
 }
 END_TEST
 
+/* The simulator is no more lenient than cuDNN and cuBLAS document: in
+ * place only where the routine says so (the activations: same pointer,
+ * identical descriptors), any other overlap of an output refused. */
+START_TEST(test_simulator_refuses_undocumented_overlap)
+{
+    const float one = 1.0f, zero = 0.0f;
+    float *d = NULL;
+    cudnnHandle_t h;
+    cudnnTensorDescriptor_t t, u;
+    cudnnActivationDescriptor_t act;
+    cudnnPoolingDescriptor_t pool;
+    cublasHandle_t bl;
+    ck_assert_int_eq(cudaMalloc((void **)&d, 1024 * sizeof *d), cudaSuccess);
+    ck_assert_int_eq(cudaMemset(d, 0, 1024 * sizeof *d), cudaSuccess);
+    ck_assert_int_eq(cudnnCreate(&h), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateTensorDescriptor(&t), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateTensorDescriptor(&u), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW,
+                     CUDNN_DATA_FLOAT, 2, 4, 4, 4), CUDNN_STATUS_SUCCESS);
+    /* the same sizes, other strides (NHWC) */
+    ck_assert_int_eq(cudnnSetTensor4dDescriptor(u, CUDNN_TENSOR_NHWC,
+                     CUDNN_DATA_FLOAT, 2, 4, 4, 4), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateActivationDescriptor(&act),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetActivationDescriptor(act, CUDNN_ACTIVATION_RELU,
+                     CUDNN_PROPAGATE_NAN, 0.0), CUDNN_STATUS_SUCCESS);
+    /* 128 floats per tensor: x at 0, y at 128, dy at 256, dx at 384 */
+    float *x = d, *y = d + 128, *dy = d + 256, *dx = d + 384;
+    ck_assert_int_eq(cudnnActivationForward(h, act, &one, t, x, &zero, t, x),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnActivationForward(h, act, &one, t, x, &zero, t,
+                                            x + 8), CUDNN_STATUS_BAD_PARAM);
+    ck_assert_int_eq(cudnnActivationForward(h, act, &one, t, x, &zero, u, x),
+                     CUDNN_STATUS_BAD_PARAM);
+    ck_assert_int_eq(cudnnActivationBackward(h, act, &one, t, y, t, dy, t, y,
+                                             &zero, t, dy),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnActivationBackward(h, act, &one, t, y, t, dy, t, x,
+                                             &zero, t, x),
+                     CUDNN_STATUS_BAD_PARAM); /* dx == x: not documented */
+    ck_assert_int_eq(cudnnActivationBackward(h, act, &one, t, y, t, dy, t, x,
+                                             &zero, t, dx),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreatePoolingDescriptor(&pool),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetPooling2dDescriptor(pool, CUDNN_POOLING_MAX,
+                     CUDNN_PROPAGATE_NAN, 1, 1, 0, 0, 1, 1),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnPoolingForward(h, pool, &one, t, x, &zero, t, x),
+                     CUDNN_STATUS_BAD_PARAM); /* pooling has no in place */
+    ck_assert_int_eq(cublasCreate(&bl), CUBLAS_STATUS_SUCCESS);
+    ck_assert_int_eq(cublasSgemm(bl, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one,
+                                 x, 4, y, 4, &zero, x + 4, 4),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    ck_assert_int_eq(cublasSgemm(bl, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one,
+                                 x, 4, y, 4, &zero, dy, 4),
+                     CUBLAS_STATUS_SUCCESS);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    cublasDestroy(bl);
+    cudnnDestroyPoolingDescriptor(pool);
+    cudnnDestroyActivationDescriptor(act);
+    cudnnDestroyTensorDescriptor(t);
+    cudnnDestroyTensorDescriptor(u);
+    cudnnDestroy(h);
+    cudaFree(d);
+    ck_assert_int_eq(td_sim_races(), 0);
+}
+END_TEST
+
 /* A mem_layout that is neither is refused at create, naming the field. */
 START_TEST(test_bad_layout_refused)
 {
@@ -385,6 +460,7 @@ static Suite *memplan_sim_suite(void)
     tcase_add_test(tc, test_every_layer_kind_planned_equals_per_layer);
     tcase_add_test(tc, test_bn_eval_planned_equals_per_layer);
     tcase_add_test(tc, test_bad_layout_refused);
+    tcase_add_test(tc, test_simulator_refuses_undocumented_overlap);
     suite_add_tcase(s, tc);
     return s;
 }
