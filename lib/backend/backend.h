@@ -174,7 +174,9 @@ typedef struct td_backend_ops {
     int (*read_stats)(td_backend *be, td_step_stats *host);
     int (*snapshot)(td_backend *be, float *host, size_t nfloats);
     int (*restore)(td_backend *be, const float *host, size_t nfloats);
-    /* test and debugging access, synchronous, canonical NCHW layout */
+    /* test and debugging access, synchronous, canonical NCHW layout; a
+     * CUDA backend with the memory plan (mem_layout) refuses a layer's
+     * value or gradient whose memory the latest step reused */
     int (*read_tensor)(td_backend *be, enum td_tensor_kind kind, int index,
                        float *host, size_t nfloats);
     int (*write_param)(td_backend *be, int index, const float *host,
