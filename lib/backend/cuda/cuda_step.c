@@ -216,6 +216,15 @@ int td__cuda_backward(td__cuda *be)
                                        be->compute));
         TD__TRY(td__backward_layer(be, L));
     }
+    /* each gradient got the summands the plan's lifetimes count on */
+    for (int L = 0; L < m->nlayers; L++)
+        if (td__root(be, L) == L && be->gl[L].written != be->gl[L].nsum) {
+            snprintf(be->base.err, sizeof be->base.err, "internal: the "
+                     "gradient of %s got %d summands, the memory plan "
+                     "counts %d", m->layers[L].name, be->gl[L].written,
+                     be->gl[L].nsum);
+            return TD_E_DEVICE;
+        }
     return 0;
 }
 
