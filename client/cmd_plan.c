@@ -26,9 +26,10 @@ static const char plan_usage[] =
     "name such as resnet50, or a model .json file) at a batch size and a\n"
     "precision: parameters, gradients, optimizer state, the low-precision\n"
     "weight copy, activations and their gradients (placed by liveness, ReLU\n"
-    "in place), batch buffers, workspaces and headroom, beside the fp32\n"
-    "layout that keeps every layer's buffers for the whole step.  Pick a\n"
-    "batch that fits your card before submitting.  Needs no GPU.\n"
+    "in place), batch buffers, workspaces, the step's scratch and headroom,\n"
+    "beside the fp32 layout that keeps every layer's buffers for the whole\n"
+    "step.  Pick a batch that fits your card before submitting.  Needs no\n"
+    "GPU.\n"
     "\n"
     "  --batch N          batch size (default 128)\n"
     "  --precision P      fp32, tf32, bf16 or fp16 (default bf16)\n"
@@ -54,7 +55,7 @@ static int td__num(const char *s, long lo, long hi, long *out)
 static json_t *td__bill(const td_memplan *p)
 {
     return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-                     "s:I}",
+                     "s:I, s:I}",
                      "params", (json_int_t)p->params, "grads",
                      (json_int_t)p->grads, "optimizer", (json_int_t)p->optim,
                      "weights_low_precision", (json_int_t)p->weights_lp,
@@ -62,7 +63,8 @@ static json_t *td__bill(const td_memplan *p)
                      (json_int_t)p->shadow, "batch_buffers",
                      (json_int_t)p->batches, "activations",
                      (json_int_t)p->activations, "workspace",
-                     (json_int_t)p->workspace, "headroom",
+                     (json_int_t)p->workspace, "scratch",
+                     (json_int_t)p->scratch, "headroom",
                      (json_int_t)p->headroom, "total",
                      (json_int_t)p->total);
 }
@@ -172,10 +174,15 @@ int td_cmd_plan(int argc, char **argv)
         td__row("activations + gradients", plan.activations,
                 base.activations);
         td__row("workspaces", plan.workspace, base.workspace);
+        td__row("step scratch", plan.scratch, base.scratch);
         td__row("headroom", plan.headroom, base.headroom);
         td__row("total", plan.total, base.total);
         printf("  this plan is %.0f%% of the fp32 one-buffer-per-layer "
                "layout\n", 100.0 * ratio);
+        printf("  the CUDA backend allocates all but the headroom, %.1f "
+               "MiB, in one arena (with its real cuDNN\n  workspace) and "
+               "keeps max(512 MiB, 1/32 of the GPU) free beside it\n",
+               (double)(plan.total - plan.headroom) / (1 << 20));
         const double cards[] = {16, 24, 40, 80};
         for (int i = 0; i < 4; i++)
             printf("  a %2.0f GB card: %s\n", cards[i],

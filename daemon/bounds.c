@@ -125,7 +125,8 @@ uint64_t td_limits_device_estimate(const td_job_spec *s,
                                                : 0;
     td_memplan_config c = {
         .batch = s->batch_size, .act_bytes = 4, .optim_slots = slots,
-        .reuse = 0, .nbuf = 2, .workspace = TD__NOMINAL_WORKSPACE,
+        /* the CUDA backend's layout: placed by liveness, ReLU in place */
+        .reuse = 1, .nbuf = 2, .workspace = TD__NOMINAL_WORKSPACE,
         .blas_workspace = TD__BLAS_WORKSPACE,
         .headroom_min = TD__HEADROOM_MIN,
     };

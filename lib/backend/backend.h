@@ -74,6 +74,22 @@
 
 enum td_dtype { TD_F32 = 0, TD_BF16 = 1 };
 
+/* Where a GPU backend keeps the layers' values and gradients
+ * (docs/cuda.md "The arena and the plan").  0 is the plan, so that a
+ * configuration made with memset gets what jobs get. */
+enum td_mem_layout {
+    TD_MEM_PLANNED = 0,   /* placed by liveness over one step
+                           * (backend/memplan.h, reuse on): buffers whose
+                           * lifetimes do not overlap share memory, ReLU
+                           * runs in place.  A value or gradient is kept
+                           * only until its last use in the step, and
+                           * read_tensor refuses one the step overwrote */
+    TD_MEM_PER_LAYER = 1, /* every layer keeps its own value and gradient
+                           * for the whole step (the layout before the
+                           * plan): tests that read every layer's tensors,
+                           * and the comparison with the plan */
+};
+
 /* How fp32 matrix products (convolutions, dense layers) may compute on a
  * GPU (docs/cuda.md "Precision").  0 is strict so that a configuration
  * made with memset (the tests that compare backends) stays exact; a job's
@@ -148,6 +164,10 @@ typedef struct td_backend_config {
     /* CUDA: enum td_cuda_graphs (0, the zero config, is off; jobs default
      * to auto).  CPU: ignored. */
     int cuda_graphs;
+    /* CUDA: the activation layout above (identical results either way,
+     * bitwise: test_sim_memplan).  CPU: ignored (oneDNN keeps every
+     * layer's tensors). */
+    enum td_mem_layout mem_layout;
 } td_backend_config;
 
 /* The interval td_ls_advance takes for a configuration (0: static). */
@@ -192,7 +212,9 @@ typedef struct td_backend_ops {
     int (*read_stats)(td_backend *be, td_step_stats *host);
     int (*snapshot)(td_backend *be, float *host, size_t nfloats);
     int (*restore)(td_backend *be, const float *host, size_t nfloats);
-    /* test and debugging access, synchronous, canonical NCHW layout */
+    /* test and debugging access, synchronous, canonical NCHW layout; a
+     * CUDA backend with the memory plan (mem_layout) refuses a layer's
+     * value or gradient whose memory the latest step reused */
     int (*read_tensor)(td_backend *be, enum td_tensor_kind kind, int index,
                        float *host, size_t nfloats);
     int (*write_param)(td_backend *be, int index, const float *host,

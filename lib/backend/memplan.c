@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "stats.h" /* kernels/: the step's counters on the device */
 
 #define TD__ALIGN ((size_t)256) /* cudaMalloc's and cuDNN's alignment */
 
@@ -42,6 +43,37 @@ static int td__inplace_ok(enum td_layer_kind k)
 {
     return k == TD_L_CONV || k == TD_L_BN || k == TD_L_ADD ||
            k == TD_L_DENSE;
+}
+
+/* Does any layer other than a convolution or a dense layer (their
+ * backward skips the input gradient of the batch) read the batch? */
+static int td__batch_grad(const td_model *m, const int *root)
+{
+    for (int L = 1; L < m->nlayers; L++) {
+        const td_layer *l = &m->layers[L];
+        if (l->kind == TD_L_FLATTEN || l->kind == TD_L_CONV ||
+            l->kind == TD_L_DENSE)
+            continue;
+        for (int i = 0; i < 2 && l->in[i] >= 0; i++)
+            if (root[l->in[i]] == 0)
+                return 1;
+    }
+    return 0;
+}
+
+/* Layers reading root P's buffers: its consumers and, through flatten
+ * (an alias), the flatten's. */
+static int td__readers(const td_model *m, const int *root, int P)
+{
+    int k = 0;
+    for (int L = 1; L < m->nlayers; L++) {
+        const td_layer *l = &m->layers[L];
+        if (l->kind == TD_L_FLATTEN)
+            continue;
+        for (int i = 0; i < 2 && l->in[i] >= 0; i++)
+            k += root[l->in[i]] == P;
+    }
+    return k;
 }
 
 int td_membuf_overlap_in_time(const td_membuf *a, const td_membuf *b)
@@ -108,11 +140,13 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
 {
     memset(out, 0, sizeof *out);
     if (c->batch < 1 || (c->act_bytes != 2 && c->act_bytes != 4) ||
-        c->optim_slots < 0 || c->optim_slots > 2 || c->nbuf < 1)
+        c->optim_slots < 0 || c->optim_slots > 2 || c->nbuf < 1 ||
+        c->bn_eval_channels < 0)
         return td_set_error(err, errcap, -EINVAL, "memory plan: batch %d, "
                             "%d-byte activations, %d optimizer slots, %d "
-                            "batch buffers: out of range", c->batch,
-                            c->act_bytes, c->optim_slots, c->nbuf);
+                            "batch buffers, %d bn_eval channels: out of "
+                            "range", c->batch, c->act_bytes, c->optim_slots,
+                            c->nbuf, c->bn_eval_channels);
     const int N = m->nlayers;
     int *root = malloc(sizeof *root * (size_t)N);
     int *iy = malloc(sizeof *iy * (size_t)N), *idy = malloc(sizeof *idy *
@@ -129,6 +163,9 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
         const td_layer *l = &m->layers[L];
         root[L] = l->kind == TD_L_FLATTEN ? root[l->in[0]] : L;
         iy[L] = idy[L] = -1;
+    }
+    for (int L = 0; L < N; L++) {
+        const td_layer *l = &m->layers[L];
         if (root[L] != L)
             continue;
         size_t elems = (size_t)c->batch * (size_t)l->out.c *
@@ -136,7 +173,7 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
         b[n] = (td_membuf){TD_MB_Y, L, -1, elems * (size_t)c->act_bytes, 0,
                            L, L};
         iy[L] = n++;
-        if (L >= 1) {
+        if (L >= 1 || td__batch_grad(m, root)) {
             /* first: when the first consumer's backward writes it (set
              * below); last: this layer's own backward reads it. */
             b[n] = (td_membuf){TD_MB_DY, L, -1, elems * (size_t)c->act_bytes,
@@ -184,7 +221,7 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
                 continue;
             int P = root[l->in[0]];
             if (P < 1 || !td__inplace_ok(m->layers[P].kind) ||
-                m->layers[P].consumers != 1)
+                td__readers(m, root, P) != 1)
                 continue;
             td_membuf *yp = &b[iy[P]], *yr = &b[iy[L]];
             td_membuf *dp = &b[idy[P]], *dr = &b[idy[L]];
@@ -218,6 +255,7 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
             out->activations_sum += td__align(b[i].bytes);
     out->activations += bn_saves;
     out->activations_sum += bn_saves;
+    out->bn_saves = bn_saves;
 
     const size_t pc = m->param_count, f = sizeof(float);
     const size_t ns = td_model_state_count(m);
@@ -234,9 +272,15 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
                               (size_t)in.h * (size_t)in.w) +
                     td__align((size_t)c->batch * sizeof(int32_t)));
     out->workspace = td__align(c->workspace) + td__align(c->blas_workspace);
+    out->scratch = td__align((size_t)c->batch * sizeof(double)) +
+                   td__align((size_t)c->batch * sizeof(int)) +
+                   td__align(sizeof(td_dev_stats)) +
+                   td__align(2 * (size_t)c->batch *
+                             (size_t)c->bn_eval_channels * sizeof(float)) +
+                   td__align(c->step_bytes);
     size_t sub = out->params + out->grads + out->optim + out->weights_lp +
                  out->state + out->shadow + out->batches + out->activations +
-                 out->workspace;
+                 out->workspace + out->scratch;
     out->headroom = sub / 20 > c->headroom_min ? sub / 20 : c->headroom_min;
     out->total = sub + out->headroom;
     out->nbufs = n;

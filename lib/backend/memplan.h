@@ -14,7 +14,10 @@
  *
  * The step's clock: layer L's forward runs at time L (the batch, layer 0,
  * at 0), the loss at N = nlayers, layer L's backward at 2N - L.  A buffer
- * is live over [first, last] of those times, both ends included.
+ * is live over [first, last] of those times, both ends included.  The
+ * batch (layer 0) has a gradient buffer only when a layer other than a
+ * convolution or a dense layer reads it (theirs skip the input gradient).
+ * Evaluation runs the forward times 0..N only, a subset of the step.
  */
 #ifndef TD_MEMPLAN_H
 #define TD_MEMPLAN_H
@@ -35,6 +38,14 @@ typedef struct td_memplan_config {
     int nbuf;             /* batch buffers on the device (double buffering) */
     size_t workspace;     /* cuDNN workspace bytes (largest algorithm) */
     size_t blas_workspace;
+    int bn_eval_channels; /* channels of the widest batch norm kept in
+                             inference mode while training (the job's
+                             freeze_bn_stats; its backward's scratch), or
+                             0 */
+    size_t step_bytes;    /* the device's per-step values: the step scalars
+                             (cuda_graph.c) and the loss scaler; the CUDA
+                             backend passes its figure, planners before
+                             create leave 0 (a few hundred bytes) */
     size_t headroom_min;  /* at least this much left for what the runtime,
                              cuBLAS and cuDNN allocate lazily; the plan
                              keeps max(headroom_min, 5% of the rest) */
@@ -60,8 +71,15 @@ typedef struct td_memplan {
     size_t state;         /* batch-norm running statistics, fp32 */
     size_t shadow;        /* the snapshot copy (checkpoints), fp32 */
     size_t batches;       /* nbuf x (uint8 pixels + int32 labels) */
-    size_t activations;   /* the activation region: y, dy, masks, BN saves */
+    size_t activations;   /* the activation region: y, dy, masks, BN saves
+                             (the CUDA backend allocates exactly this) */
+    size_t bn_saves;      /* of which the batch norms' saved statistics,
+                             at its end: per batch norm, 256-aligned, C
+                             means then C inverse deviations (fp32) */
     size_t workspace;     /* cuDNN + cuBLAS */
+    size_t scratch;       /* the step's per-sample loss and correctness
+                             rows, its counters, the bn_eval scratch, the
+                             per-step values (step_bytes) */
     size_t headroom;
     size_t total;
     size_t activations_sum; /* every buffer on its own (no reuse) */

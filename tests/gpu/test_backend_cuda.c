@@ -84,6 +84,11 @@ static void make_batch(pair *p, int n, uint64_t salt)
                       .layout = TD_LAYOUT_NHWC};
 }
 
+/* The GPU's activation layout in pair_open: the tests that read every
+ * layer's value and gradient after a step keep them all (the memory plan
+ * reuses a buffer after its last read; test_sim_memplan compares both). */
+static enum td_mem_layout pair_layout = TD_MEM_PLANNED;
+
 static void pair_open(pair *p, const char *model, td_shape in, int batch,
                       enum td_optim_type opt)
 {
@@ -91,6 +96,7 @@ static void pair_open(pair *p, const char *model, td_shape in, int batch,
     memset(p, 0, sizeof p[0]);
     p->m = ref_load_model(model, in, 5);
     td_backend_config c = config(batch, opt);
+    c.mem_layout = pair_layout;
     int rc = td_backend_create("cpu", p->m, &c, &p->cpu, err, sizeof err);
     ck_assert_msg(rc == 0, "cpu: %s", err);
     rc = td_backend_create(gpu_kind(), p->m, &c, &p->gpu, err, sizeof err);
@@ -298,6 +304,7 @@ START_TEST(test_forward_and_backward_match_cpu)
 {
     pair p;
     float lr = 0.0f; /* forward + backward, no update */
+    pair_layout = TD_MEM_PER_LAYER; /* reads every layer's tensors */
     pair_open(&p, "tiny-all", tiny_in, 6, TD_OPT_SGD);
     both(&p, do_upload, &p.b);
     both(&p, do_train, &lr);
@@ -523,6 +530,7 @@ START_TEST(test_dropout_masks_match_cpu)
 {
     pair p;
     float lr = 0.0f;
+    pair_layout = TD_MEM_PER_LAYER; /* reads r2's and dr's values */
     pair_open(&p, "tiny-dropout", tiny_in, 8, TD_OPT_SGD);
     int L = td_model_find(p.m, "dr"), X = td_model_find(p.m, "r2");
     ck_assert_int_ge(L, 0);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/memplan.h"
 #include "input/batch.h"
 #include "job/device.h"
 #include "td_config.h"
@@ -50,8 +51,23 @@ int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
 td_slot_allocator td_cuda_pinned_allocator(int device);
 
 /* Bytes of the one device allocation made at create (parameters,
- * gradients, optimizer state, activations, workspaces). */
+ * gradients, optimizer state, activations, workspaces): exactly the
+ * plan's total less its headroom (below). */
 size_t td_backend_cuda_arena_bytes(const td_backend *be);
+
+/* The memory plan the arena was laid out by (memplan.h, with the
+ * backend's real cuDNN workspace; headroom_min 0, the backend keeps its
+ * own headroom beside the arena): every value, gradient and mask with its
+ * lifetime and its offset in the activation region.  NULL for another
+ * backend.  Borrowed: valid until the backend is destroyed. */
+const td_memplan *td_backend_cuda_plan(const td_backend *be);
+
+/* Where the backend points layer `layer`'s value (TD_T_VALUE) or gradient
+ * (TD_T_GRAD): the byte offset in the activation region, -1 when it has
+ * none (the batch's gradient) or the arguments are not those of a CUDA
+ * backend's layer.  Tests check it against the plan. */
+long long td_backend_cuda_act_offset(const td_backend *be,
+                                     enum td_tensor_kind kind, int layer);
 
 /* Device timings of one training step, in ms since the backend was
  * created: its host-to-device copy on the copy stream and its

@@ -99,11 +99,8 @@ static int td__init_values(td__cuda *be)
     if (be->nslots)
         TD__CU(be, cudaMemset(be->slots, 0, be->nslots * pc * sizeof(float)));
     TD__CU(be, cudaMemset(be->acc, 0, sizeof(td_dev_stats)));
-    for (int L = 0; L < m->nlayers; L++)
-        if (be->gl[L].root == L) {
-            TD__CU(be, cudaMemset(be->gl[L].y, 0, be->gl[L].nelem * 4));
-            TD__CU(be, cudaMemset(be->gl[L].dy, 0, be->gl[L].nelem * 4));
-        }
+    /* values, gradients and masks (cuda_plan.c) */
+    TD__CU(be, cudaMemset(be->acts, 0, be->plan.activations));
     return 0;
 }
 
@@ -369,6 +366,7 @@ static int td__run(td__cuda *be, int train, float lr, int64_t t)
     int graph = train && td__graph_use(be, lr);
     if (tv)
         TD__CU(be, cudaEventRecord(tv->k0, be->compute));
+    be->last_train = train; /* what read_tensor may still read */
     if (train)
         TD__TRY(td__step_scalars(be, lr, t));
     if (graph)
@@ -563,6 +561,7 @@ static int td__cuda_read_tensor(td_backend *b, enum td_tensor_kind kind,
         if (index < 0 || index >= m->nlayers)
             return -EINVAL;
         const td__gl *g = &be->gl[be->gl[index].root];
+        TD__TRY(td__cuda_readable(be, index, kind == TD_T_GRAD));
         src = kind == TD_T_VALUE ? g->y : g->dy;
         n = g->nelem;
     } else {
@@ -757,6 +756,7 @@ static void td__cuda_destroy(td_backend *b)
             cudaStreamDestroy(st[i]);
     (void)cudaGetLastError();
     pthread_mutex_destroy(&be->stat_mu);
+    td_memplan_free(&be->plan);
     free(be->gl);
     free(be);
 }
@@ -800,6 +800,11 @@ static int td__cuda_check(const td_model *m, const td_backend_config *cfg,
                  "off (0), on (1), auto (2)", cfg->cuda_graphs);
         return -EINVAL;
     }
+    if ((unsigned)cfg->mem_layout > TD_MEM_PER_LAYER) {
+        snprintf(err, errcap, "cuda backend: mem_layout %d is not one of "
+                 "planned, per_layer", (int)cfg->mem_layout);
+        return -EINVAL;
+    }
     if ((unsigned)cfg->fp32_math > TD_MATH_AUTO) {
         snprintf(err, errcap, "cuda backend: fp32_math %d is not one of "
                  "fp32, tf32, auto", (int)cfg->fp32_math);
@@ -835,6 +840,7 @@ int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
     be->base.cfg = *cfg;
     be->dev = device;
     be->chain = -1;
+    be->last_train = -1;
     be->batch = cfg->batch;
     be->nslots = (size_t)td_optim_slots(&cfg->optim);
     be->nstate = td__cuda_state_count(model);
@@ -931,6 +937,27 @@ size_t td_backend_cuda_arena_bytes(const td_backend *b)
     if (!b || b->ops != &td__cuda_ops)
         return 0;
     return ((const td__cuda *)b)->arena_bytes;
+}
+
+const td_memplan *td_backend_cuda_plan(const td_backend *b)
+{
+    if (!b || b->ops != &td__cuda_ops)
+        return NULL;
+    return &((const td__cuda *)b)->plan;
+}
+
+long long td_backend_cuda_act_offset(const td_backend *b,
+                                     enum td_tensor_kind kind, int layer)
+{
+    if (!b || b->ops != &td__cuda_ops || layer < 0 ||
+        layer >= b->model->nlayers ||
+        (kind != TD_T_VALUE && kind != TD_T_GRAD))
+        return -1;
+    const td__cuda *be = (const td__cuda *)b;
+    const td__gl *g = &be->gl[be->gl[layer].root];
+    const char *p = kind == TD_T_VALUE ? (const char *)g->y
+                                       : (const char *)g->dy;
+    return p ? (long long)(p - be->acts) : -1;
 }
 
 /* e in ms since t0: the step's copy start (base_ms) and a short float. */

@@ -1,13 +1,15 @@
 /* cuda_arena.c - the CUDA backend's device arena: every buffer a step
  * needs (parameters, gradients, optimizer slots, running statistics,
- * activations and their gradients, batch buffers, the cuDNN workspace)
- * laid out once from the model and the batch, sized with headroom for
- * what the CUDA libraries allocate at first use, checked against
- * cudaMemGetInfo and allocated in one cudaMalloc (see cuda.c for the
- * backend's lifecycle).
+ * batch buffers, the step's scratch, the cuDNN and cuBLAS workspaces, and
+ * the activation region: values, gradients and masks placed by the memory
+ * plan, cuda_plan.c) laid out once from the model and the batch, sized
+ * with headroom for what the CUDA libraries allocate at first use,
+ * checked against cudaMemGetInfo and allocated in one cudaMalloc (see
+ * cuda.c for the backend's lifecycle).
  *
- * Owns: the layout (td__carve, run twice: once to size, once to place)
- * and the out-of-memory message that names the sizes.
+ * Owns: the layout (td__carve, run twice: once to size, once to place),
+ * the check that it is exactly what the plan bills (memplan.h: total
+ * less headroom), and the out-of-memory message that names the sizes.
  * Never does: allocate after create, or touch a stream.
  */
 #include <stdint.h>
@@ -97,19 +99,11 @@ static void td__carve(td__cuda *be, td__cursor *c)
     be->scal_lr = be->scal ? (float *)(be->scal + 1) : NULL;
     be->work = td__take(c, be->work_bytes);
     be->blas_ws = td__take(c, TD__BLAS_WS);
+    /* values, gradients, masks and the batch norms' saved statistics */
+    td__cuda_place_acts(be, td__take(c, be->plan.activations));
     for (int L = 0; L < m->nlayers; L++) {
         const td_layer *l = &m->layers[L];
         td__gl *g = &be->gl[L];
-        if (g->root == L) {
-            g->y = td__take(c, g->nelem * f);
-            g->dy = td__take(c, g->nelem * f);
-        }
-        if (l->kind == TD_L_BN) {
-            g->smean = td__take(c, (size_t)l->out.c * f);
-            g->sinv = td__take(c, (size_t)l->out.c * f);
-        }
-        if (l->kind == TD_L_DROPOUT)
-            g->mask = td__take(c, g->nelem);
         if (c->base && l->param0 >= 0) {
             size_t off = td__cuda_param_off(m, l->param0);
             g->w = be->params + off;
@@ -158,8 +152,16 @@ int td__cuda_arena(td__cuda *be)
 {
     td__cursor c = {NULL, 0};
     size_t free_b = 0, total_b = 0;
+    TD__TRY(td__cuda_plan(be));
     td__carve(be, &c);
     be->arena_bytes = c.off;
+    if (be->arena_bytes != be->plan.total - be->plan.headroom) {
+        snprintf(be->base.err, sizeof be->base.err, "cuda:%d: the arena "
+                 "takes %zu bytes, the memory plan bills %zu (memplan.c "
+                 "and cuda_arena.c disagree)", be->dev, be->arena_bytes,
+                 be->plan.total - be->plan.headroom);
+        return TD_E_DEVICE;
+    }
     TD__CU(be, cudaMemGetInfo(&free_b, &total_b));
     be->free_before = free_b;
     be->headroom = td__headroom(total_b);
@@ -176,8 +178,11 @@ int td__cuda_arena(td__cuda *be)
     c.off = 0;
     td__carve(be, &c);
     td_info("cuda:%d: device arena %.1f MiB (batch %d, cuDNN workspace "
-            "%.1f MiB)", be->dev, be->arena_bytes / 1048576.0, be->batch,
-            be->work_bytes / 1048576.0);
+            "%.1f MiB, activations %.1f MiB %s)", be->dev,
+            be->arena_bytes / 1048576.0, be->batch,
+            be->work_bytes / 1048576.0, be->plan.activations / 1048576.0,
+            be->base.cfg.mem_layout == TD_MEM_PER_LAYER
+                ? "one buffer per layer" : "placed by the memory plan");
     return 0;
 }
 

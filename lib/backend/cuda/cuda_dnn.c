@@ -521,6 +521,9 @@ int td__dnn_forward(td__cuda *be, int L, int train)
                 g->rvar, (double)l->eps, g->smean, g->sinv));
         return 0;
     case TD_L_RELU:
+        /* in place (x == y) under the memory plan when nothing else reads
+         * the input: cuDNN allows it, with identical descriptors (d->x
+         * and d->y describe the same shape) */
         TD__DNN(be, cudnnActivationForward(h, d->act, &td__one, d->x, x,
                                            &td__zero, d->y, g->y));
         return 0;
@@ -563,6 +566,8 @@ int td__dnn_backward(td__cuda *be, int L, float *dx, int accumulate)
                 g->smean, g->sinv));
         return 0;
     case TD_L_RELU:
+        /* in place too (dx == dy, and x == y: ReLU's derivative is the
+         * same read from its output, y > 0 exactly where x > 0) */
         TD__DNN(be, cudnnActivationBackward(h, d->act, &td__one, d->y, g->y,
                 d->y, g->dy, d->x, x, beta, d->x, dx));
         return 0;

@@ -5,6 +5,9 @@
  *   cuda.c                  lifecycle, streams, events, uploads,
  *                           statistics, snapshots, the ops table
  *   cuda_arena.c            the device arena: layout, size, allocation
+ *   cuda_plan.c             the activation region from the memory plan
+ *                           (memplan.h): where every y, dy and mask
+ *                           lives, and what a step leaves readable
  *   cuda_step.c             one step: forward, loss, backward, update
  *                           (cuBLAS for dense layers, kernels for the rest)
  *   cuda_dnn.c              every cuDNN call (convolution, batch norm,
@@ -26,7 +29,11 @@
  * sizes come from td__cuda_esize).  Parameters, gradients, optimizer slots
  * and running statistics are flat arrays in the canonical layouts of
  * model.h, so snapshots and tests need no reordering.  Everything on the
- * device lives in one arena allocated at create.
+ * device lives in one arena allocated at create; the layers' values,
+ * gradients and dropout masks in its activation region, placed by the
+ * memory plan (cuda_plan.c: buffers share memory when their lifetimes in
+ * the step do not overlap, ReLU runs in place), or one per layer
+ * (cfg.mem_layout).
  *
  * Streams: `copy` carries host-to-device batch copies, `compute` the steps,
  * `snap` the device-to-host snapshot copies.  Two device batch buffers
@@ -41,6 +48,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/backend_cuda.h"
+#include "backend/memplan.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "stats.h"
 
@@ -50,6 +58,12 @@ typedef struct td__dnn_layer td__dnn_layer;
 typedef struct td__gl {
     int root;          /* layer whose buffers hold this output (flatten) */
     int written;       /* gradient summands written this backward */
+    int nsum;          /* summands a backward writes into dy (roots; 0:
+                          nothing reads this layer, dy is zeroed at its
+                          own backward) */
+    unsigned char kept_y[2], kept_dy; /* y still in memory after an
+                          evaluation [0] or a training [1] step, dy after
+                          a training step (cuda_plan.c) */
     size_t nelem;      /* batch * c * h * w */
     float *y, *dy;     /* value and gradient (roots only) */
     float *w, *dw, *b, *db; /* views into params / grads (conv, dense, bn) */
@@ -101,6 +115,11 @@ typedef struct td__cuda {
     size_t arena_bytes;
     size_t free_before;          /* cudaMemGetInfo before the arena */
     size_t headroom;             /* kept free beside it (td__headroom) */
+    td_memplan plan;             /* the activation region's layout */
+    char *acts;                  /* the activation region, plan.activations
+                                    bytes */
+    int last_train;              /* the latest step: 1 training, 0
+                                    evaluation, -1 none yet */
     float *params, *grads, *slots, *state, *shadow;
     size_t nslots, nstate, nsnap;
     uint8_t *pixels[TD__NBUF];
@@ -195,6 +214,17 @@ size_t td__cuda_state_count(const td_model *m);
 size_t td__cuda_param_off(const td_model *m, int p);
 void td__cuda_roots(td__cuda *be);
 int td__cuda_arena(td__cuda *be);
+
+/* cuda_plan.c: the plan of the activation region for this model, batch,
+ * element size and cfg.mem_layout, the summands of every gradient and
+ * what each step kind leaves in memory (0, or an error in be->base.err);
+ * the layers' y, dy, mask, smean and sinv pointed into the region at
+ * `acts` (NULL: nothing to point yet); whether layer L's value (grad 0)
+ * or gradient (grad 1) still holds what the latest step computed (0, or
+ * -EINVAL with the reason in be->base.err). */
+int td__cuda_plan(td__cuda *be);
+void td__cuda_place_acts(td__cuda *be, char *acts);
+int td__cuda_readable(td__cuda *be, int L, int grad);
 
 /* Layer L is a batch norm kept in inference mode while training
  * (cfg.bn_eval, the job's freeze_bn_stats): its forward normalises with

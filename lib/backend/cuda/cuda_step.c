@@ -11,7 +11,11 @@
  * Gradient summation: a layer output read by several layers (residual
  * blocks) receives one summand per reader; the first writes (beta = 0),
  * later ones add (beta = 1), as in the CPU backend, so no buffer is ever
- * cleared.
+ * cleared (but the gradient of a layer nothing reads, zeroed at its own
+ * backward).  The first summand is the first write of that memory in the
+ * step: the memory plan (cuda_plan.c) starts a gradient's lifetime at
+ * its last reader's backward, so what the buffer held before (another
+ * buffer's data, when they share memory) is never added to.
  * What changes from step to step (each run's lr, AdamW's bias corrections,
  * the dropout draws) is read by the kernels from the step scalars in
  * device memory (cuda_graph.c writes them), never passed as a kernel
@@ -211,9 +215,26 @@ int td__cuda_backward(td__cuda *be)
     for (int L = 0; L < m->nlayers; L++)
         be->gl[L].written = 0;
     be->gl[td__root(be, m->nlayers - 1)].written = 1; /* the loss wrote it */
-    for (int L = m->nlayers - 1; L >= 1; L--)
-        if (td__root(be, L) == L)
-            TD__TRY(td__backward_layer(be, L));
+    for (int L = m->nlayers - 1; L >= 1; L--) {
+        if (td__root(be, L) != L)
+            continue;
+        /* a layer nothing reads has a zero gradient; its memory may hold
+         * another buffer's data under the memory plan (cuda_plan.c) */
+        if (be->gl[L].nsum == 0)
+            TD__CU(be, cudaMemsetAsync(be->gl[L].dy, 0, be->gl[L].nelem *
+                                       td__cuda_esize(be->base.cfg.dtype),
+                                       be->compute));
+        TD__TRY(td__backward_layer(be, L));
+    }
+    /* each gradient got the summands the plan's lifetimes count on */
+    for (int L = 0; L < m->nlayers; L++)
+        if (td__root(be, L) == L && be->gl[L].written != be->gl[L].nsum) {
+            snprintf(be->base.err, sizeof be->base.err, "internal: the "
+                     "gradient of %s got %d summands, the memory plan "
+                     "counts %d", m->layers[L].name, be->gl[L].written,
+                     be->gl[L].nsum);
+            return TD_E_DEVICE;
+        }
     return 0;
 }
 

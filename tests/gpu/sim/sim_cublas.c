@@ -15,6 +15,8 @@
  * before the products, as tensor cores read fp32 inputs; any other mode,
  * or an older device (no TF32 units), computes on the fp32 values.  Every
  * GEMM is counted by its mode (td_sim_blas_gemms, td_sim_blas_tf32).
+ * C overlapping A or B is refused (CUBLAS_STATUS_INVALID_VALUE, with a
+ * diagnostic): cuBLAS documents no in-place GEMM.
  * Never does: anything but these calls; sums in double (the real library
  * sums in float in an unspecified order, fp32 accumulators in TF32 mode
  * too).
@@ -184,6 +186,18 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta,
         r[nr++] = (td_sim_range){B, td__span(brows, bcols, ldb), 0};
     }
     r[nr++] = (td_sim_range){C, td__span(m, n, ldc), 1};
+    for (int i = 0; i + 1 < nr; i++) {
+        const char *p = r[i].p, *c = (const char *)C;
+        if (p < c + r[nr - 1].bytes && c < p + r[i].bytes) {
+            /* cuBLAS documents no in-place GEMM: C is written while A
+             * and B are read */
+            td__sim_say("cublasSgemm: C (%p, %zu bytes) overlaps %s (%p, "
+                        "%zu bytes)", (const void *)C, r[nr - 1].bytes,
+                        i ? "B" : "A", r[i].p, r[i].bytes);
+            free(g);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
     if (h->ws_bytes)
         r[nr++] = (td_sim_range){h->ws, h->ws_bytes, 1};
     cudaError_t e = td_sim_submit(h->s, "cublasSgemm", td__gemm_run, free, g,

@@ -575,6 +575,10 @@ static cudnnStatus_t td__find(cudnnHandle_t h, int dir, const char *call,
     *z = (td__poison){out, wsb ? ws : NULL, out_bytes, wsb};
     td_sim_range r[4] = {{in1, in1_bytes, 0}, {in2, in2_bytes, 0},
                          {out, out_bytes, 1}, {ws, wsb, 1}};
+    if (td__dnn_aliased(call, r, wsb ? 4 : 3, NULL, NULL)) {
+        free(z);
+        return CUDNN_STATUS_BAD_PARAM;
+    }
     cudaError_t e = td_sim_submit(h->s, call, td__poison_run, free, z, r,
                                   wsb ? 4 : 3, caller);
     if (e == cudaSuccess)

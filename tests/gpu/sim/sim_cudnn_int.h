@@ -80,6 +80,14 @@ long long td__dnn_ws(int dir, int algo, const struct cudnnTensorStruct *x,
 int td__dnn_deterministic(int dir, int algo);
 extern long td__dnn_nondet;
 
+/* 1 (with a diagnostic naming the call and the operands) when an output
+ * of r[0..n) shares a byte with another operand.  cuDNN documents
+ * in-place operation only for some routines, each time as the same
+ * address with identical descriptors: ok_in/ok_out name that one
+ * permitted pair (NULL: none); anything else overlapping is refused. */
+int td__dnn_aliased(const char *call, const td_sim_range *r, int n,
+                    const void *ok_in, const void *ok_out);
+
 /* The handle's device is current and its stream usable. */
 cudnnStatus_t td__dnn_handle(cudnnHandle_t h, const char *call);
 

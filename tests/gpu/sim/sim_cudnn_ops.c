@@ -15,6 +15,12 @@
  * convolution's workspace must be at least what the algorithm needs
  * (sim_cudnn.c) and is scribbled on, so a workspace shared between
  * streams shows up in the race detector.
+ * Operands may not overlap an output (td__dnn_aliased): cuDNN's API
+ * reference allows in-place operation only where a routine says so -
+ * here cudnnActivationForward (x == y) and cudnnActivationBackward
+ * (dy == dx), each with identical descriptors -, so any other overlap,
+ * and a partial one anywhere, is refused with CUDNN_STATUS_BAD_PARAM and
+ * a diagnostic (a GPU would compute garbage without a word).
  * Convolutions compute in TF32 when the descriptor's math type allows
  * tensor cores (CUDNN_TENSOR_OP_MATH, _ALLOW_CONVERSION, and
  * CUDNN_DEFAULT_MATH, which cuDNN documents as permitting TF32 on Ampere)
@@ -404,7 +410,37 @@ static void td__run(void *p)
 typedef struct td__sub {
     td_sim_range r[12];
     int n;
+    const void *ok_in, *ok_out; /* the documented in-place pair, if any */
 } td__sub;
+
+static int td__overlaps(const td_sim_range *a, const td_sim_range *b)
+{
+    const char *pa = a->p, *pb = b->p;
+    return pa < pb + b->bytes && pb < pa + a->bytes;
+}
+
+int td__dnn_aliased(const char *call, const td_sim_range *r, int n,
+                    const void *ok_in, const void *ok_out)
+{
+    for (int i = 0; i < n; i++) {
+        if (!r[i].write || !r[i].p || !r[i].bytes)
+            continue;
+        for (int j = 0; j < n; j++) {
+            if (j == i || !r[j].p || !r[j].bytes ||
+                !td__overlaps(&r[i], &r[j]))
+                continue;
+            if (ok_out && ok_in == ok_out && r[i].p == ok_out &&
+                r[j].p == ok_in && r[i].bytes == r[j].bytes)
+                continue; /* the routine's documented in-place case */
+            td__sim_say("%s: output operand %d (%p, %zu bytes) overlaps "
+                        "operand %d (%p, %zu bytes): cuDNN documents no "
+                        "in-place operation for these operands", call, i,
+                        r[i].p, r[i].bytes, j, r[j].p, r[j].bytes);
+            return 1;
+        }
+    }
+    return 0;
+}
 
 static void td__use(td__sub *s, const void *p, size_t bytes, int write)
 {
@@ -415,6 +451,10 @@ static void td__use(td__sub *s, const void *p, size_t bytes, int write)
 static cudnnStatus_t td__submit(cudnnHandle_t h, const char *what,
                                 td__dop *o, td__sub *s, const void *caller)
 {
+    if (td__dnn_aliased(what, s->r, s->n, s->ok_in, s->ok_out)) {
+        free(o);
+        return CUDNN_STATUS_BAD_PARAM;
+    }
     cudaError_t e = td_sim_submit(h->s, what, td__run, free, o, s->r, s->n,
                                   caller);
     if (e == cudaSuccess)
@@ -432,6 +472,29 @@ static int td__same(const td__t *a, const td__t *b)
 }
 
 static int td__f32(const td__t *t) { return t->dt == CUDNN_DATA_FLOAT; }
+
+/* Identical descriptors, as in-place operation requires: type, sizes and
+ * strides. */
+static int td__ident(const td__t *a, const td__t *b)
+{
+    return td__same(a, b) && a->dt == b->dt && a->ns == b->ns &&
+           a->cs == b->cs && a->hs == b->hs && a->ws == b->ws;
+}
+
+/* In place (out == in) is allowed with identical descriptors only. */
+static int td__inplace_ok(const char *call, const void *in, const td__t *id,
+                          const void *out, const td__t *od)
+{
+    if (in != out || td__ident(id, od))
+        return 1;
+    td__sim_say("%s: in place (%p) with descriptors that are not identical "
+                "(%dx%dx%dx%d strides %d,%d,%d,%d against %dx%dx%dx%d "
+                "strides %d,%d,%d,%d): cuDNN requires identical ones", call,
+                out, id->n, id->c, id->h, id->w, id->ns, id->cs, id->hs,
+                id->ws, od->n, od->c, od->h, od->w, od->ns, od->cs, od->hs,
+                od->ws);
+    return 0;
+}
 
 /* Descriptor of per-channel parameters for data tensor x: 1 x C x 1 x 1. */
 static int td__chan(const td__t *p, const td__t *x)
@@ -719,11 +782,13 @@ cudnnStatus_t cudnnActivationForward(cudnnHandle_t h,
         return CUDNN_STATUS_BAD_PARAM;
     if (ad->mode != CUDNN_ACTIVATION_RELU)
         return CUDNN_STATUS_NOT_SUPPORTED; /* the simulator's subset */
+    if (!td__inplace_ok("cudnnActivationForward", x, xd, y, yd))
+        return CUDNN_STATUS_BAD_PARAM;
     td__dop *o = td__new(OP_ACT_FWD, alpha, beta);
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->act = *ad, o->x = *xd, o->y = *yd, o->X = x, o->OUT = y;
-    td__sub s = {.n = 0};
+    td__sub s = {.n = 0, .ok_in = x, .ok_out = y};
     td__use(&s, x, td__dnn_span(xd), 0);
     td__use(&s, y, td__dnn_span(yd), 1);
     return td__submit(h, "cudnnActivationForward", o, &s,
@@ -743,12 +808,14 @@ cudnnStatus_t cudnnActivationBackward(
         return CUDNN_STATUS_BAD_PARAM;
     if (ad->mode != CUDNN_ACTIVATION_RELU)
         return CUDNN_STATUS_NOT_SUPPORTED;
+    if (!td__inplace_ok("cudnnActivationBackward", dy, dyd, dx, dxd))
+        return CUDNN_STATUS_BAD_PARAM;
     td__dop *o = td__new(OP_ACT_BWD, alpha, beta);
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->act = *ad, o->x = *xd, o->y = *dyd;
     o->X = x, o->DY = dy, o->OUT = dx;
-    td__sub s = {.n = 0};
+    td__sub s = {.n = 0, .ok_in = dy, .ok_out = dx};
     td__use(&s, y, td__dnn_span(yd), 0);
     td__use(&s, dy, td__dnn_span(dyd), 0);
     td__use(&s, x, td__dnn_span(xd), 0);

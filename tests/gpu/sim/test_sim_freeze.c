@@ -146,11 +146,17 @@ static void pair_init(pair *p)
         p->mult[q] = 1.0f;
 }
 
+/* The GPU's activation layout: the test that reads every layer's value
+ * and gradient keeps them all (the memory plan reuses a buffer after its
+ * last read). */
+static enum td_mem_layout gpu_layout = TD_MEM_PLANNED;
+
 static void pair_create(pair *p, enum td_optim_type opt, int use_mult,
                         int use_bn, int warmup)
 {
     char err[256] = "";
     td_backend_config c = config(opt);
+    c.mem_layout = gpu_layout;
     c.lr_mult = use_mult ? p->mult : NULL;
     c.bn_eval = use_bn ? p->bn : NULL;
     ck_assert_msg(td_backend_create("cpu", p->m, &c, &p->cpu, err,
@@ -414,6 +420,7 @@ START_TEST(test_bn_eval_step_matches_cpu)
     pair_init(&p);
     frozen_backbone(&p);
     bn_eval_all(&p);
+    gpu_layout = TD_MEM_PER_LAYER; /* reads every layer's tensors */
     pair_create(&p, TD_OPT_SGD, 1, 1, 0);
     float *start = snapshot(p.gpu, &n);
     step(&p, 0.0f, loss);
