@@ -18,8 +18,15 @@
  *         auto  tf32 on 8.0 and newer, fp32 below (the backend decides at
  *               create from the capability it reads; the check at submit
  *               has nothing to refuse).
- *         bf16, fp16  refused, naming the GPU: not implemented on the CUDA
- *               backend yet.
+ *         bf16  activations in bf16 on tensor cores, fp32 master weights
+ *               (docs/cuda.md "Precision"); needs compute capability 8.0
+ *               (Ampere), refused below naming the GPU (the backend
+ *               checks again at create).
+ *         fp16  the backend computes it from compute capability 7.0
+ *               (Volta), but fp16 training needs dynamic loss scaling
+ *               (gradients below 6e-8 flush to zero), which is not there
+ *               yet: refused at submit, saying so (td__fp16_ready);
+ *               below 7.0 refused naming the GPU.
  * Never does: pick a slow emulation silently.
  */
 #include "job/precision.h"
@@ -36,6 +43,39 @@ const char *td_precision_name(enum td_precision p)
     static const char *const names[] = {"auto", "fp32", "tf32", "bf16",
                                         "fp16"};
     return (unsigned)p < sizeof names / sizeof names[0] ? names[p] : "?";
+}
+
+/* fp16 on CUDA is accepted once dynamic loss scaling exists (issue 15:
+ * another branch builds it); the backend already computes TD_F16. */
+static const int td__fp16_ready = 0;
+
+/* bf16 (8.0) and fp16 (7.0) on a CUDA device; g NULL: the device's
+ * details are unknown, the backend checks at create. */
+static int td__cuda_low(enum td_precision want, const char *device,
+                        const td_gpu_info *g, enum td_dtype *out, char *err,
+                        size_t errcap)
+{
+    int bf16 = want == TD_PREC_BF16;
+    int need = bf16 ? TD_BF16_MIN_CC_MAJOR : TD_F16_MIN_CC_MAJOR;
+    if (g && g->cc_major < need) {
+        snprintf(err, errcap, "precision: %s needs a GPU of compute "
+                 "capability %d.0 or newer (%s tensor cores); %s is %s, "
+                 "compute capability %d.%d: use %s", bf16 ? "bf16" : "fp16",
+                 need, bf16 ? "Ampere" : "Volta", device, g->name,
+                 g->cc_major, g->cc_minor,
+                 g->cc_major >= TD_TF32_MIN_CC_MAJOR ? "tf32, fp32 or auto"
+                                                     : "fp32 or auto");
+        return TD_E_NOTSUP;
+    }
+    if (!bf16 && !td__fp16_ready) {
+        snprintf(err, errcap, "precision: fp16 needs dynamic loss scaling, "
+                 "which traind does not have yet (without it small "
+                 "gradients flush to zero in fp16): use bf16 (compute "
+                 "capability 8.0), tf32 or fp32 on %s", device);
+        return TD_E_NOTSUP;
+    }
+    *out = bf16 ? TD_BF16 : TD_F16;
+    return 0;
 }
 
 static int td__cpu(enum td_precision want, enum td_dtype *out, char *err,
@@ -100,10 +140,12 @@ int td_precision_resolve(enum td_precision want, const char *device,
                      g->cc_minor);
         return TD_E_NOTSUP;
     }
+    if (want == TD_PREC_BF16 || want == TD_PREC_FP16)
+        return td__cuda_low(want, device, g, out, err ? err : (char[1]){0},
+                            err ? errcap : 1);
     if (err && errcap)
-        snprintf(err, errcap, "precision: %s is not implemented on the CUDA "
-                 "backend yet, which computes in fp32 or tf32%s: use fp32, "
-                 "tf32 or auto", td_precision_name(want), gpu);
+        snprintf(err, errcap, "precision: %d is not a precision%s",
+                 (int)want, gpu);
     return TD_E_NOTSUP;
 }
 
