@@ -801,16 +801,6 @@ static int td__cuda_check(const td_model *m, const td_backend_config *cfg,
                  "bf16, fp16", (int)cfg->dtype);
         return -EINVAL;
     }
-    for (int L = 0; cfg->dtype != TD_F32 && cfg->bn_eval && L < m->nlayers;
-         L++)
-        if (cfg->bn_eval[L] && m->layers[L].kind == TD_L_BN) {
-            snprintf(err, errcap, "freeze_bn_stats: not implemented with "
-                     "precision %s on the cuda backend yet (batch norm "
-                     "layer %s; fp32 and tf32 have it)",
-                     cfg->dtype == TD_BF16 ? "bf16" : "fp16",
-                     m->layers[L].name);
-            return TD_E_NOTSUP;
-        }
     if ((unsigned)cfg->fp32_math > TD_MATH_AUTO) {
         snprintf(err, errcap, "cuda backend: fp32_math %d is not one of "
                  "fp32, tf32, auto", (int)cfg->fp32_math);

@@ -233,6 +233,22 @@ __global__ void bn_eval_plane_k(const float *x, const float *dy,
     td_bn_eval_plane(x, dy, mean, part, p, c, hw);
 }
 
+/* 16-bit x and dy: td_bn_eval_plane's loop on values loaded as float. */
+template <typename T>
+__global__ void bn_eval_plane_lp_k(const T *x, const T *dy,
+                                   const float *mean, float *part,
+                                   size_t planes, int c, size_t hw)
+{
+    TD__GRID_LOOP(p, planes)
+    {
+        float m = mean[p % (size_t)c], sdy = 0.0f, sdyx = 0.0f;
+        for (size_t i = p * hw; i < (p + 1) * hw; i++)
+            td_bn_eval_acc(ld(x, i), ld(dy, i), m, &sdy, &sdyx);
+        part[2 * p] = sdy;
+        part[2 * p + 1] = sdyx;
+    }
+}
+
 __global__ void bn_eval_chan_k(const float *part, const float *var,
                                float eps, float *dgamma, float *dbeta, int n,
                                int c)
@@ -242,19 +258,48 @@ __global__ void bn_eval_chan_k(const float *part, const float *var,
         td_bn_eval_chan(part, var, eps, dgamma, dbeta, n, c, ch);
 }
 
-__global__ void bn_eval_dx_k(const float *dy, float *dx, const float *gamma,
+template <typename T>
+__global__ void bn_eval_dx_k(const T *dy, T *dx, const float *gamma,
                              const float *var, float eps, size_t count,
                              int c, size_t hw, int accumulate)
 {
     TD__GRID_LOOP(i, count)
     {
         size_t ch = (i / hw) % (size_t)c;
-        dx[i] = td_accum_elem(dx[i], td_bn_eval_dx(dy[i], gamma[ch],
-                              td_bn_eval_inv(var[ch], eps)), accumulate);
+        st(dx, i, td_accum_elem(accumulate ? ld(dx, i) : 0.0f,
+                                td_bn_eval_dx(ld(dy, i), gamma[ch],
+                                              td_bn_eval_inv(var[ch], eps)),
+                                accumulate));
     }
 }
 
 /* Host launchers per storage type; the extern "C" ones pick by dt. */
+template <typename T>
+cudaError_t bn_eval_bwd_t(cudaStream_t s, const void *x, const void *dy,
+                          void *dx, const float *gamma, const float *mean,
+                          const float *var, float eps, float *dgamma,
+                          float *dbeta, float *part, int n, int c, size_t hw,
+                          int accumulate)
+{
+    size_t planes = (size_t)n * c, count = planes * hw;
+    const T *tx = static_cast<const T *>(x), *tdy = static_cast<const T *>(dy);
+    if (sizeof(T) == sizeof(float))
+        TD_LAUNCH(bn_eval_plane_k, grid_for(planes), kBlock, 0, s,
+                  reinterpret_cast<const float *>(tx),
+                  reinterpret_cast<const float *>(tdy), mean, part, planes,
+                  c, hw);
+    else
+        TD_LAUNCH(bn_eval_plane_lp_k<T>, grid_for(planes), kBlock, 0, s, tx,
+                  tdy, mean, part, planes, c, hw);
+    TD_LAUNCH(bn_eval_chan_k, (c + kBlock - 1) / kBlock, kBlock, 0, s, part,
+              var, eps, dgamma, dbeta, n, c);
+    if (dx)
+        TD_LAUNCH(bn_eval_dx_k<T>, grid_for(count), kBlock, 0, s, tdy,
+                  static_cast<T *>(dx), gamma, var, eps, count, c, hw,
+                  accumulate);
+    return cudaGetLastError();
+}
+
 template <typename T>
 cudaError_t normalize_t(cudaStream_t s, const uint8_t *nhwc, void *y,
                         size_t total, int c, int h, int w, Norm nm)
@@ -486,21 +531,15 @@ extern "C" cudaError_t td__k_dropout_bwd(cudaStream_t s, const void *dy,
                      accumulate);
 }
 
-extern "C" cudaError_t td__k_bn_eval_bwd(cudaStream_t s, const float *x,
-                                         const float *dy, float *dx,
+extern "C" cudaError_t td__k_bn_eval_bwd(cudaStream_t s, const void *x,
+                                         const void *dy, void *dx,
                                          const float *gamma,
                                          const float *mean, const float *var,
                                          float eps, float *dgamma,
                                          float *dbeta, float *part, int n,
-                                         int c, size_t hw, int accumulate)
+                                         int c, size_t hw, int accumulate,
+                                         int dt)
 {
-    size_t planes = (size_t)n * c, count = planes * hw;
-    TD_LAUNCH(bn_eval_plane_k, grid_for(planes), kBlock, 0, s, x, dy, mean,
-              part, planes, c, hw);
-    TD_LAUNCH(bn_eval_chan_k, (c + kBlock - 1) / kBlock, kBlock, 0, s, part,
-              var, eps, dgamma, dbeta, n, c);
-    if (dx)
-        TD_LAUNCH(bn_eval_dx_k, grid_for(count), kBlock, 0, s, dy, dx, gamma,
-                  var, eps, count, c, hw, accumulate);
-    return cudaGetLastError();
+    return TD__BY_DT(dt, bn_eval_bwd_t, s, x, dy, dx, gamma, mean, var, eps,
+                     dgamma, dbeta, part, n, c, hw, accumulate);
 }

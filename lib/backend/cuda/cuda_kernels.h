@@ -73,13 +73,12 @@ cudaError_t td__k_dropout_bwd(cudaStream_t s, const void *dy, void *dx,
 /* The backward of batch norm in inference mode (kernels/bn_eval.h) on an
  * n x c x (hw) NCHW tensor: dgamma, dbeta (overwritten) and, when dx is
  * not NULL, dx (summed into it when accumulate); part is scratch of
- * 2 * n * c floats.  fp32 tensors only (the backend refuses bn_eval with
- * bf16 or fp16 activations). */
-cudaError_t td__k_bn_eval_bwd(cudaStream_t s, const float *x,
-                              const float *dy, float *dx, const float *gamma,
-                              const float *mean, const float *var, float eps,
-                              float *dgamma, float *dbeta, float *part, int n,
-                              int c, size_t hw, int accumulate);
+ * 2 * n * c floats; x, dy and dx of type dt, the rest fp32. */
+cudaError_t td__k_bn_eval_bwd(cudaStream_t s, const void *x, const void *dy,
+                              void *dx, const float *gamma, const float *mean,
+                              const float *var, float eps, float *dgamma,
+                              float *dbeta, float *part, int n, int c,
+                              size_t hw, int accumulate, int dt);
 
 #ifdef __cplusplus
 }

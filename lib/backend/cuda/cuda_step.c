@@ -129,7 +129,8 @@ static int td__bn_eval_bwd(td__cuda *be, int L, void *dx, int accumulate)
     TD__CU(be, td__k_bn_eval_bwd(be->compute, td__x(be, L, 0), g->dy, dx,
                                  g->w, g->rmean, g->rvar, l->eps, g->dw,
                                  g->db, be->bn_part, be->batch, l->out.c,
-                                 (size_t)l->out.h * l->out.w, accumulate));
+                                 (size_t)l->out.h * l->out.w, accumulate,
+                                 be->dt));
     return 0;
 }
 

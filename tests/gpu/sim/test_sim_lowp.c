@@ -20,6 +20,8 @@
  *     CPU's bf16;
  *   - the master weights are fp32: a step too small to move a bf16 weight
  *     still moves the fp32 master;
+ *   - batch norms kept in inference mode (freeze_bn_stats) in bf16 and
+ *     fp16: losses against the CPU, running statistics untouched;
  *   - checkpoints: a bf16 job's snapshot restored at fp32 and an fp32
  *     job's at bf16 (the 16-bit copy rebuilt from the master weights).
  * LOWP_VERBOSE=1 prints every measured figure.
@@ -260,16 +262,6 @@ START_TEST(test_refusals)
     ck_assert_int_eq(td_precision_check_job(&s, &info, err, sizeof err),
                      TD_E_NOTSUP);
     ck_assert_msg(strstr(err, "fp16 needs dynamic loss scaling"), "%s", err);
-    /* freeze_bn_stats is fp32's only for now: refused, naming the layer */
-    uint8_t bn_eval[64] = {0};
-    for (int L = 0; L < m->nlayers; L++)
-        bn_eval[L] = m->layers[L].kind == TD_L_BN;
-    c.dtype = TD_F16;
-    c.bn_eval = bn_eval;
-    ck_assert_int_eq(td_backend_create("cuda:0", m, &c, &be, err, sizeof err),
-                     TD_E_NOTSUP);
-    ck_assert_msg(strstr(err, "freeze_bn_stats: not implemented with "
-                         "precision fp16"), "%s", err);
     ck_assert_int_eq(td_sim_reset(), 0);
     sim_env("TD_SIM_CC", "8.0");
     ck_assert_int_eq(td_device_probe(&info), 0);
@@ -719,6 +711,63 @@ START_TEST(test_master_weights_stay_fp32)
 }
 END_TEST
 
+/* ---- batch norms kept in inference mode (freeze_bn_stats) -------------- */
+
+/* tiny-all with every batch norm in inference mode, 5 SGD steps: the GPU
+ * in bf16 and fp16 against the CPU in fp32 (the loss tolerances above),
+ * and the running statistics bitwise untouched. */
+START_TEST(test_bn_eval_in_16_bits)
+{
+    td_cuda_register();
+    td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
+    uint8_t bn_eval[64] = {0};
+    ck_assert_int_le(m->nlayers, 64);
+    for (int L = 0; L < m->nlayers; L++)
+        bn_eval[L] = m->layers[L].kind == TD_L_BN;
+    enum td_dtype dts[3] = {TD_F32, TD_BF16, TD_F16};
+    double loss[3][5];
+    size_t n = 0;
+    float *snap = NULL;
+    for (int k = 0; k < 3; k++) {
+        td_backend_config c = config(6, dts[k]);
+        c.bn_eval = bn_eval;
+        td_backend *be = make(k == 0 ? "cpu" : "cuda:0", m, &c);
+        batch b = {0};
+        for (int s = 0; s < 5; s++)
+            loss[k][s] = step(be, m, &b, 6, 300 + (uint64_t)s, 0.05f, s + 1);
+        n = td_backend_snapshot_floats(m, &c.optim);
+        snap = realloc(snap, n * sizeof *snap);
+        ck_assert_ptr_nonnull(snap);
+        ck_assert_int_eq(td_backend_snapshot(be, snap, n), 0);
+        ck_assert_int_eq(td_backend_sync(be), 0);
+        /* the state tensors (running mean 0, running var 1) at the end */
+        size_t at = n;
+        for (int i = m->nstate - 1; i >= 0; i--)
+            at -= m->state[i].count;
+        for (int i = 0; i < m->nstate; i++)
+            for (size_t e = 0; e < m->state[i].count; e++, at++)
+                ck_assert_msg(snap[at] == m->state[i].init, "%s: state %d "
+                              "element %zu is %g", dt_name(dts[k]), i, e,
+                              snap[at]);
+        td_backend_destroy(be);
+        batch_free(&b);
+    }
+    for (int s = 0; s < 5; s++) {
+        double eb = loss_err(loss[1][s], loss[0][s]);
+        double eh = loss_err(loss[2][s], loss[0][s]);
+        if (verbose())
+            printf("bn_eval step %d cpu %.6f bf16 %.6f (%.2e) fp16 %.6f "
+                   "(%.2e)\n", s, loss[0][s], loss[1][s], eb, loss[2][s],
+                   eh);
+        ck_assert_msg(eb <= LOSS_TOL_BF16 && eh <= LOSS_TOL_F16, "step %d: "
+                      "cpu %.6f bf16 %.6f fp16 %.6f", s, loss[0][s],
+                      loss[1][s], loss[2][s]);
+    }
+    free(snap);
+    td_model_free(m);
+}
+END_TEST
+
 /* ---- checkpoints across precisions ------------------------------------ */
 
 /* A snapshot (fp32 master weights, slots, statistics) of a job at `from`,
@@ -798,6 +847,7 @@ static Suite *sim_lowp_suite(void)
     tcase_add_test(tc, test_fmnist_losses_track_cpu);
     tcase_add_test(tc, test_resnet20_losses_track_cpu);
     tcase_add_test(tc, test_master_weights_stay_fp32);
+    tcase_add_test(tc, test_bn_eval_in_16_bits);
     suite_add_tcase(s, tc);
     tc = tcase_create("resume");
     tcase_add_test(tc, test_bf16_checkpoint_resumes_at_fp32);
