@@ -368,8 +368,9 @@ static cudnnTensorDescriptor_t tensor(cudnnDataType_t dt, int n, int c,
 }
 
 /* cuDNN: PSEUDO_HALF runs, TRUE_HALF (fp16 accumulation) and mixed types
- * are refused, batch norm wants fp32 parameters for 16-bit data, bf16
- * convolutions need 8.0. */
+ * are refused, batch norm wants fp32 parameters for 16-bit data, NHWC
+ * 16-bit tensors are read through their strides, bf16 convolutions need
+ * 8.0. */
 START_TEST(test_sim_cudnn_rules)
 {
     cudnnHandle_t h;
@@ -445,6 +446,54 @@ START_TEST(test_sim_cudnn_rules)
                      CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x, yd, y, pf, p,
                      p + 1, p + 2, p + 3, 1e-5), CUDNN_STATUS_SUCCESS);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    /* NHWC bf16 (strides c = 1): a relu over [1, 2, 1, 2] stored as
+     * (w0: c0 c1)(w1: c0 c1), and a max pool over w, per channel */
+    cudnnTensorDescriptor_t nx, ny, np;
+    cudnnActivationDescriptor_t act;
+    cudnnPoolingDescriptor_t pool;
+    ck_assert_int_eq(cudnnCreateTensorDescriptor(&nx), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateTensorDescriptor(&ny), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateTensorDescriptor(&np), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetTensor4dDescriptor(nx, CUDNN_TENSOR_NHWC,
+                     CUDNN_DATA_BFLOAT16, 1, 2, 1, 2), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetTensor4dDescriptor(ny, CUDNN_TENSOR_NHWC,
+                     CUDNN_DATA_BFLOAT16, 1, 2, 1, 2), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetTensor4dDescriptor(np, CUDNN_TENSOR_NHWC,
+                     CUDNN_DATA_BFLOAT16, 1, 2, 1, 1), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateActivationDescriptor(&act),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetActivationDescriptor(act, CUDNN_ACTIVATION_RELU,
+                     CUDNN_PROPAGATE_NAN, 0.0), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreatePoolingDescriptor(&pool),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetPooling2dDescriptor(pool, CUDNN_POOLING_MAX,
+                     CUDNN_PROPAGATE_NAN, 1, 2, 0, 0, 1, 2),
+                     CUDNN_STATUS_SUCCESS);
+    td_bf16 hn[4] = {td_bf16_from_f32(-1.0f), td_bf16_from_f32(0.5f),
+                     td_bf16_from_f32(3.0f), td_bf16_from_f32(-2.0f)};
+    td_bf16 hr[4], hm[2];
+    ck_assert_int_eq(cudaMemcpy(x, hn, 8, cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    ck_assert_int_eq(cudnnActivationForward(h, act, &one, nx, x, &zero, ny,
+                                            y), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnPoolingForward(h, pool, &one, nx, x, &zero, np, p),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(hr, y, 8, cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(hm, p, 4, cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    ck_assert_float_eq(td_bf16_to_f32(hr[0]), 0.0f);
+    ck_assert_float_eq(td_bf16_to_f32(hr[1]), 0.5f);
+    ck_assert_float_eq(td_bf16_to_f32(hr[2]), 3.0f);
+    ck_assert_float_eq(td_bf16_to_f32(hr[3]), 0.0f);
+    ck_assert_float_eq(td_bf16_to_f32(hm[0]), 3.0f);  /* channel 0 */
+    ck_assert_float_eq(td_bf16_to_f32(hm[1]), 0.5f);  /* channel 1 */
+    cudnnDestroyTensorDescriptor(nx);
+    cudnnDestroyTensorDescriptor(ny);
+    cudnnDestroyTensorDescriptor(np);
+    cudnnDestroyActivationDescriptor(act);
+    cudnnDestroyPoolingDescriptor(pool);
     cudnnDestroyTensorDescriptor(yf);
     cudnnDestroyTensorDescriptor(xd);
     cudnnDestroyTensorDescriptor(yd);
