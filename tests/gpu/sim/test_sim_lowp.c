@@ -22,6 +22,7 @@
  *     still moves the fp32 master;
  *   - batch norms kept in inference mode (freeze_bn_stats) in bf16 and
  *     fp16: losses against the CPU, running statistics untouched;
+ *   - dropout in bf16 and fp16: the same masks as the CPU's, losses;
  *   - checkpoints: a bf16 job's snapshot restored at fp32 and an fp32
  *     job's at bf16 (the 16-bit copy rebuilt from the master weights).
  * LOWP_VERBOSE=1 prints every measured figure.
@@ -721,6 +722,70 @@ START_TEST(test_resnet20_losses_track_cpu)
 }
 END_TEST
 
+/* tiny-dropout (rate 0.5) over 5 steps in bf16 and fp16: the masks are
+ * Philox draws by index on both backends, so wherever the dropout's input
+ * is not zero on either (its relu input can round across zero in 16
+ * bits), its output is zero exactly where the CPU's is; the losses stay
+ * within the tolerances above. */
+START_TEST(test_dropout_in_16_bits)
+{
+    td_cuda_register();
+    td_model *m = ref_load_model("tiny-dropout", (td_shape){2, 9, 9}, 5);
+    int drop = -1;
+    for (int L = 0; L < m->nlayers; L++)
+        if (m->layers[L].kind == TD_L_DROPOUT)
+            drop = L;
+    ck_assert_int_ge(drop, 0);
+    size_t cnt = (size_t)8 * m->layers[drop].out.c;
+    int in = m->layers[drop].in[0];
+    float *a = malloc(cnt * sizeof *a), *g = malloc(cnt * sizeof *g);
+    float *ai = malloc(cnt * sizeof *a), *gi = malloc(cnt * sizeof *g);
+    ck_assert(a && g && ai && gi);
+    enum td_dtype dts[2] = {TD_BF16, TD_F16};
+    for (int k = 0; k < 2; k++) {
+        td_backend_config c32 = config(8, TD_F32), clo = config(8, dts[k]);
+        td_backend *cpu = make("cpu", m, &c32), *gpu = make("cuda:0", m, &clo);
+        batch b = {0};
+        size_t zeros = 0, differ = 0;
+        for (int s = 0; s < 5; s++) {
+            double lc = step(cpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
+            double lg = step(gpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
+            double tol = dts[k] == TD_BF16 ? LOSS_TOL_BF16 : LOSS_TOL_F16;
+            ck_assert_msg(loss_err(lg, lc) <= tol, "%s step %d: %.6f, cpu "
+                          "%.6f", dt_name(dts[k]), s, lg, lc);
+            ck_assert_int_eq(cpu->ops->read_tensor(cpu, TD_T_VALUE, drop, a,
+                                                   cnt), 0);
+            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, drop, g,
+                                                   cnt), 0);
+            ck_assert_int_eq(cpu->ops->read_tensor(cpu, TD_T_VALUE, in, ai,
+                                                   cnt), 0);
+            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, in, gi,
+                                                   cnt), 0);
+            for (size_t i = 0; i < cnt; i++) {
+                if (ai[i] == 0.0f || gi[i] == 0.0f)
+                    continue;
+                zeros += a[i] == 0.0f;
+                differ += (a[i] == 0.0f) != (g[i] == 0.0f);
+            }
+        }
+        if (verbose())
+            printf("tiny-dropout %s: %zu outputs of nonzero inputs dropped "
+                   "on the CPU (of %zu), %zu differ\n", dt_name(dts[k]),
+                   zeros, 5 * cnt, differ);
+        ck_assert_uint_eq(differ, 0);
+        ck_assert_uint_gt(zeros, 5 * cnt / 8); /* rate 0.5 */
+        td_backend_destroy(cpu);
+        td_backend_destroy(gpu);
+        batch_free(&b);
+    }
+    free(a);
+    free(g);
+    free(ai);
+    free(gi);
+    td_model_free(m);
+}
+END_TEST
+
 /* ---- fp32 master weights ---------------------------------------------- */
 
 /* A step at lr 1e-6 moves fmnist-cnn's weights by far less than half a
@@ -897,6 +962,7 @@ static Suite *sim_lowp_suite(void)
     tcase_add_test(tc, test_resnet20_losses_track_cpu);
     tcase_add_test(tc, test_master_weights_stay_fp32);
     tcase_add_test(tc, test_bn_eval_in_16_bits);
+    tcase_add_test(tc, test_dropout_in_16_bits);
     suite_add_tcase(s, tc);
     tc = tcase_create("resume");
     tcase_add_test(tc, test_bf16_checkpoint_resumes_at_fp32);
