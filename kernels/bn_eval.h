@@ -37,6 +37,15 @@ TD_HD static inline float td_bn_eval_dx(float dy, float gamma, float inv)
     return dy * (gamma * inv);
 }
 
+/* One element's share of a plane's sums (td_bn_eval_plane; the CUDA
+ * kernel for 16-bit tensors calls it on values loaded as float). */
+TD_HD static inline void td_bn_eval_acc(float x, float dy, float m,
+                                        float *sdy, float *sdyx)
+{
+    *sdy += dy;
+    *sdyx += dy * (x - m);
+}
+
 /* Plane p = n * C + c of an NCHW tensor with hw elements per plane:
  * part[2p] = sum dy, part[2p + 1] = sum dy * (x - mean). */
 TD_HD static inline void td_bn_eval_plane(const float *x, const float *dy,
@@ -45,10 +54,8 @@ TD_HD static inline void td_bn_eval_plane(const float *x, const float *dy,
 {
     const float *xp = x + p * hw, *gp = dy + p * hw;
     float m = mean[p % (size_t)C], sdy = 0.0f, sdyx = 0.0f;
-    for (size_t i = 0; i < hw; i++) {
-        sdy += gp[i];
-        sdyx += gp[i] * (xp[i] - m);
-    }
+    for (size_t i = 0; i < hw; i++)
+        td_bn_eval_acc(xp[i], gp[i], m, &sdy, &sdyx);
     part[2 * p] = sdy;
     part[2 * p + 1] = sdyx;
 }

@@ -72,7 +72,10 @@
 #include "model/model.h"
 #include "model/optim.h"
 
-enum td_dtype { TD_F32 = 0, TD_BF16 = 1 };
+/* The compute type of activations (and of the products' inputs); the
+ * weights' master copy, gradients and optimizer state stay fp32.  TD_F16:
+ * the CUDA backend only (the CPU backend refuses it). */
+enum td_dtype { TD_F32 = 0, TD_BF16 = 1, TD_F16 = 2 };
 
 /* Where a GPU backend keeps the layers' values and gradients
  * (docs/cuda.md "The arena and the plan").  0 is the plan, so that a
@@ -102,6 +105,8 @@ enum td_fp32_math {
     TD_MATH_AUTO = 2,  /* TF32 on 8.0 and newer, strict below */
 };
 #define TD_TF32_MIN_CC_MAJOR 8 /* TF32 tensor cores: Ampere (8.0) on */
+#define TD_BF16_MIN_CC_MAJOR 8 /* bf16 tensor cores: Ampere (8.0) on */
+#define TD_F16_MIN_CC_MAJOR 7  /* fp16 tensor cores: Volta (7.0) on */
 
 /* CUDA: the training step captured as a CUDA graph (docs/cuda.md). */
 enum td_cuda_graphs {
@@ -114,7 +119,9 @@ typedef struct td_backend_config {
     int batch;             /* largest batch; smaller eval batches are fine */
     int threads;           /* CPU: OpenMP/oneDNN threads (0 = all cores) */
     enum td_dtype dtype;   /* compute type: TD_BF16 = mixed precision (CPU:
-                            * AVX512_BF16/AMX; see docs/compute.md) */
+                            * AVX512_BF16/AMX; see docs/compute.md; CUDA:
+                            * compute capability 8.0), TD_F16 (CUDA, 7.0;
+                            * docs/cuda.md "Precision") */
     float mean[4], std[4]; /* per-channel normalisation, pixel/255 units */
     uint64_t seed;         /* initialisation and dropout draws */
     td_optim_config optim;

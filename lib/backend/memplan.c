@@ -261,7 +261,11 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
     const size_t ns = td_model_state_count(m);
     const td_shape in = m->layers[0].out;
     out->params = td__align(pc * f);
-    out->grads = td__align(pc * (size_t)c->act_bytes);
+    /* fp32 gradients (the update reads them); with a 16-bit compute type
+     * also the 16-bit ones cuDNN writes for convolutions before they are
+     * widened (cuda_arena.c's lgrad) */
+    out->grads = td__align(pc * f) +
+                 (c->act_bytes < 4 ? td__align(pc * (size_t)c->act_bytes) : 0);
     out->optim = td__align(pc * f * (size_t)c->optim_slots);
     out->weights_lp = c->act_bytes < 4 ? td__align(pc * (size_t)c->act_bytes)
                                        : 0;
@@ -277,7 +281,12 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
                    td__align(sizeof(td_dev_stats)) +
                    td__align(2 * (size_t)c->batch *
                              (size_t)c->bn_eval_channels * sizeof(float)) +
-                   td__align(c->step_bytes);
+                   td__align(c->step_bytes) +
+                   /* 16-bit compute: the logits widened to fp32 and the
+                    * loss's fp32 gradient (cuda_arena.c's xz, xg) */
+                   (c->act_bytes < 4 ? 2 * td__align((size_t)c->batch *
+                                                     (size_t)m->classes * f)
+                                     : 0);
     size_t sub = out->params + out->grads + out->optim + out->weights_lp +
                  out->state + out->shadow + out->batches + out->activations +
                  out->workspace + out->scratch;

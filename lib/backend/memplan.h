@@ -65,7 +65,9 @@ typedef struct td_membuf {
 
 typedef struct td_memplan {
     size_t params;        /* fp32 master weights */
-    size_t grads;         /* gradients, in the activation precision */
+    size_t grads;         /* parameter gradients in fp32, and with a 16-bit
+                             compute type the 16-bit ones convolutions
+                             write before they are widened */
     size_t optim;         /* optimizer state, fp32 */
     size_t weights_lp;    /* the low-precision copy convolutions read */
     size_t state;         /* batch-norm running statistics, fp32 */
@@ -79,7 +81,9 @@ typedef struct td_memplan {
     size_t workspace;     /* cuDNN + cuBLAS */
     size_t scratch;       /* the step's per-sample loss and correctness
                              rows, its counters, the bn_eval scratch, the
-                             per-step values (step_bytes) */
+                             per-step values (step_bytes), and with a
+                             16-bit compute type the loss's fp32 logits and
+                             gradient */
     size_t headroom;
     size_t total;
     size_t activations_sum; /* every buffer on its own (no reuse) */

@@ -17,8 +17,14 @@
  *         auto  tf32 on 8.0 and newer, fp32 below (the backend decides at
  *               create from the capability it reads; the check at submit
  *               has nothing to refuse).
- *         bf16, fp16  refused, naming the GPU: not implemented on the CUDA
- *               backend yet.
+ *         bf16  activations in bf16 on tensor cores, fp32 master weights
+ *               (docs/cuda.md "Precision"); needs compute capability 8.0
+ *               (Ampere), refused below naming the GPU (the backend
+ *               checks again at create).
+ *         fp16  from compute capability 7.0 (Volta), with dynamic loss
+ *               scaling by default (loss_scale auto: gradients below
+ *               6e-8 would flush to zero without it); below 7.0 refused
+ *               naming the GPU.
  * Never does: pick a slow emulation silently.
  */
 #include "job/precision.h"
@@ -35,6 +41,28 @@ const char *td_precision_name(enum td_precision p)
     static const char *const names[] = {"auto", "fp32", "tf32", "bf16",
                                         "fp16"};
     return (unsigned)p < sizeof names / sizeof names[0] ? names[p] : "?";
+}
+
+/* bf16 (8.0) and fp16 (7.0) on a CUDA device; g NULL: the device's
+ * details are unknown, the backend checks at create. */
+static int td__cuda_low(enum td_precision want, const char *device,
+                        const td_gpu_info *g, enum td_dtype *out, char *err,
+                        size_t errcap)
+{
+    int bf16 = want == TD_PREC_BF16;
+    int need = bf16 ? TD_BF16_MIN_CC_MAJOR : TD_F16_MIN_CC_MAJOR;
+    if (g && g->cc_major < need) {
+        snprintf(err, errcap, "precision: %s needs a GPU of compute "
+                 "capability %d.0 or newer (%s tensor cores); %s is %s, "
+                 "compute capability %d.%d: use %s", bf16 ? "bf16" : "fp16",
+                 need, bf16 ? "Ampere" : "Volta", device, g->name,
+                 g->cc_major, g->cc_minor,
+                 g->cc_major >= TD_TF32_MIN_CC_MAJOR ? "tf32, fp32 or auto"
+                                                     : "fp32 or auto");
+        return TD_E_NOTSUP;
+    }
+    *out = bf16 ? TD_BF16 : TD_F16;
+    return 0;
 }
 
 static int td__cpu(enum td_precision want, enum td_dtype *out, char *err,
@@ -99,10 +127,12 @@ int td_precision_resolve(enum td_precision want, const char *device,
                      g->cc_minor);
         return TD_E_NOTSUP;
     }
+    if (want == TD_PREC_BF16 || want == TD_PREC_FP16)
+        return td__cuda_low(want, device, g, out, err ? err : (char[1]){0},
+                            err ? errcap : 1);
     if (err && errcap)
-        snprintf(err, errcap, "precision: %s is not implemented on the CUDA "
-                 "backend yet, which computes in fp32 or tf32%s: use fp32, "
-                 "tf32 or auto", td_precision_name(want), gpu);
+        snprintf(err, errcap, "precision: %d is not a precision%s",
+                 (int)want, gpu);
     return TD_E_NOTSUP;
 }
 

@@ -237,7 +237,8 @@ static int td__runner_precision(td_runner *r, enum td_dtype *dt, char *err,
     if (rc)
         return rc;
     char caps[256] = "";
-    const char *got = *dt == TD_BF16 ? "bf16" : "fp32";
+    const char *got = *dt == TD_BF16 ? "bf16" : *dt == TD_F16 ? "fp16"
+                                                               : "fp32";
     if (strncmp(dev, "cuda", 4) != 0)
         td_cpu_caps_describe(td_cpu_caps_get(), caps, sizeof caps);
     else if (r->spec->precision == TD_PREC_TF32)

@@ -505,8 +505,11 @@ START_TEST(test_create_errors)
     cfg.dtype = (enum td_dtype)7;
     ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
                      TD_E_NOTSUP);
-    ck_assert_str_eq(err, "cpu backend: compute type 7: only fp32 and bf16 "
-                     "exist");
+    ck_assert_str_eq(err, "cpu backend: compute type 7: the cpu backend "
+                     "computes in fp32 or bf16 (fp16 is the cuda backend's)");
+    cfg.dtype = TD_F16;
+    ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
+                     TD_E_NOTSUP);
     cfg.dtype = TD_F32;
     cfg.optim.lr = -1;
     ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),

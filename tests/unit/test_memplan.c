@@ -304,12 +304,21 @@ START_TEST(test_bill_adds_up_and_bad_config)
     td_memplan p = plan(m, 64, 2, 1);
     ck_assert_uint_eq(p.params, (m->param_count * 4 + 255) / 256 * 256);
     ck_assert_uint_eq(p.weights_lp, (m->param_count * 2 + 255) / 256 * 256);
+    /* fp32 gradients and the 16-bit ones convolutions write */
+    ck_assert_uint_eq(p.grads, (m->param_count * 4 + 255) / 256 * 256 +
+                                   (m->param_count * 2 + 255) / 256 * 256);
     ck_assert_uint_eq(p.total, p.params + p.grads + p.optim + p.weights_lp +
                                    p.state + p.shadow + p.batches +
                                    p.activations + p.workspace + p.scratch +
                                    p.headroom);
     /* 64 losses (double) and flags (int), the 24-byte counters, 256-byte
-     * aligned each; no batch norm in inference mode */
+     * aligned each; no batch norm in inference mode; in 16 bits the loss's
+     * fp32 logits and gradient, 64 x 10 floats each */
+    ck_assert_uint_eq(p.scratch, 512 + 256 + 256 + 2 * 2560);
+    td_memplan_free(&p);
+    p = plan(m, 64, 4, 1);
+    ck_assert_uint_eq(p.grads, (m->param_count * 4 + 255) / 256 * 256);
+    ck_assert_uint_eq(p.weights_lp, 0);
     ck_assert_uint_eq(p.scratch, 512 + 256 + 256);
     td_memplan_free(&p);
     td_memplan_config bad = {.batch = 0, .act_bytes = 3, .nbuf = 2};

@@ -191,14 +191,14 @@ START_TEST(test_resolve_on_gpu)
     ck_assert_int_eq(td_precision_fp32_math(TD_PREC_TF32), TD_MATH_TF32);
     ck_assert_int_eq(td_precision_fp32_math(TD_PREC_AUTO), TD_MATH_AUTO);
     ck_assert_int_eq(td_precision_fp32_math(TD_PREC_FP32), TD_MATH_FP32);
-    for (int p = TD_PREC_BF16; p <= TD_PREC_FP16; p++) {
-        ck_assert_int_eq(td_precision_resolve((enum td_precision)p, "cuda:0",
-                                              &info, &dt, err, sizeof err),
-                         TD_E_NOTSUP);
-        ck_assert_msg(strstr(err, "is not implemented on the CUDA backend "
-                             "yet") && strstr(err, "cuda:0: NVIDIA H100, "
-                             "compute capability 9.0"), "%s", err);
-    }
+    /* bf16 and fp16 on Hopper: 16-bit activations (TD_BF16, TD_F16; fp16
+     * with dynamic loss scaling, td_precision_loss_scale) */
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_BF16, "cuda:0", &info, &dt,
+                                          err, sizeof err), 0);
+    ck_assert_int_eq(dt, TD_BF16);
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_FP16, "cuda:0", &info, &dt,
+                                          err, sizeof err), 0);
+    ck_assert_int_eq(dt, TD_F16);
     /* tf32 needs Ampere: a Turing GPU refuses it at submit, naming itself;
      * auto and fp32 run (auto = fp32 there, decided by the backend) */
     snprintf(info.gpus[0].name, sizeof info.gpus[0].name, "Tesla T4");
@@ -211,7 +211,28 @@ START_TEST(test_resolve_on_gpu)
                   "%s", err);
     ck_assert_int_eq(td_precision_resolve(TD_PREC_AUTO, "cuda:0", &info, &dt,
                                           err, sizeof err), 0);
+    /* bf16 needs Ampere too; fp16 Volta (7.0), so on a Pascal (6.1) GPU it
+     * is the capability that refuses it, before loss scaling */
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_BF16, "cuda:0", &info, &dt,
+                                          err, sizeof err), TD_E_NOTSUP);
+    ck_assert_msg(strstr(err, "bf16 needs a GPU of compute capability 8.0") &&
+                  strstr(err, "cuda:0 is Tesla T4, compute capability 7.5") &&
+                  strstr(err, "use fp32 or auto"), "%s", err);
+    snprintf(info.gpus[0].name, sizeof info.gpus[0].name, "Tesla P100");
+    info.gpus[0].cc_major = 6;
+    info.gpus[0].cc_minor = 0;
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_FP16, "cuda:0", &info, &dt,
+                                          err, sizeof err), TD_E_NOTSUP);
+    ck_assert_msg(strstr(err, "fp16 needs a GPU of compute capability 7.0") &&
+                  strstr(err, "cuda:0 is Tesla P100, compute capability 6.0"),
+                  "%s", err);
+    snprintf(info.gpus[0].name, sizeof info.gpus[0].name, "Tesla T4");
+    info.gpus[0].cc_major = 7;
+    info.gpus[0].cc_minor = 5;
     /* without the GPU's details (traind --run) the backend checks */
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_BF16, "cuda:0", NULL, &dt,
+                                          err, sizeof err), 0);
+    ck_assert_int_eq(dt, TD_BF16);
     ck_assert_int_eq(td_precision_resolve(TD_PREC_TF32, "cuda:0", NULL, &dt,
                                           err, sizeof err), 0);
     /* at submit: a job on the GPU is checked for the GPU, and a GPU that

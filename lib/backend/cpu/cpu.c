@@ -338,8 +338,9 @@ static int td__cpu_check(const td_model *m, const td_backend_config *cfg,
         return TD_E_NOTSUP;
     }
     if (cfg->dtype != TD_F32 && cfg->dtype != TD_BF16) {
-        snprintf(err, errcap, "cpu backend: compute type %d: only fp32 and "
-                 "bf16 exist", (int)cfg->dtype);
+        snprintf(err, errcap, "cpu backend: compute type %d: the cpu "
+                 "backend computes in fp32 or bf16 (fp16 is the cuda "
+                 "backend's)", (int)cfg->dtype);
         return TD_E_NOTSUP;
     }
     if (cfg->threads < 0 || cfg->threads > 1024) {

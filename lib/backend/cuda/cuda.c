@@ -31,6 +31,8 @@
 #include "backend/cuda/cuda_int.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "bf16.h"
+#include "fp16.h"
 #include "normalize.h"
 
 #if defined(__has_include)
@@ -57,7 +59,12 @@ static td__cuda *td__be(td_backend *b)
     return be;
 }
 
-size_t td__cuda_esize(enum td_dtype t) { return t == TD_BF16 ? 2 : 4; }
+size_t td__cuda_esize(enum td_dtype t) { return t == TD_F32 ? 4 : 2; }
+
+/* the kernels' storage types are enum td_dtype's values */
+_Static_assert(TD_KDT_F32 == TD_F32 && TD_KDT_BF16 == TD_BF16 &&
+                   TD_KDT_F16 == TD_F16,
+               "cuda_kernels.h's TD_KDT_* must equal enum td_dtype");
 
 void td__nvtx_push(const char *name)
 {
@@ -101,6 +108,11 @@ static int td__init_values(td__cuda *be)
     TD__CU(be, cudaMemset(be->acc, 0, sizeof(td_dev_stats)));
     /* values, gradients and masks (cuda_plan.c) */
     TD__CU(be, cudaMemset(be->acts, 0, be->plan.activations));
+    /* the weights' 16-bit copy; the compute stream does not wait for the
+     * legacy default stream's copies above */
+    TD__CU(be, cudaDeviceSynchronize());
+    TD__TRY(td__cuda_narrow_params(be));
+    TD__CU(be, cudaStreamSynchronize(be->compute));
     return 0;
 }
 
@@ -544,19 +556,40 @@ static int td__cuda_restore(td_backend *b, const float *host, size_t nfloats)
         TD__CU(be, cudaMemcpyAsync(be->state, host + pc * (1 + be->nslots),
                                    be->nstate * f, cudaMemcpyHostToDevice,
                                    be->compute));
+    /* a snapshot holds the fp32 master weights only: the 16-bit copy is
+     * rebuilt from them (so a job resumes at another precision) */
+    TD__TRY(td__cuda_narrow_params(be));
     TD__CU(be, cudaStreamSynchronize(be->compute));
     return 0;
 }
 
 /* ---- test access (synchronous) --------------------------------------------- */
 
+/* n 16-bit activations (the compute type) to fp32 on the host, exact. */
+static int td__read_16(td__cuda *be, const void *src, float *host, size_t n)
+{
+    uint16_t *t = malloc(n * sizeof *t + 1);
+    if (!t)
+        return -ENOMEM;
+    cudaError_t e = cudaMemcpyAsync(t, src, n * sizeof *t,
+                                    cudaMemcpyDeviceToHost, be->compute);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(be->compute);
+    for (size_t i = 0; e == cudaSuccess && i < n; i++)
+        host[i] = be->dt == TD_BF16 ? td_bf16_to_f32(t[i])
+                                    : td_f16_to_f32(t[i]);
+    free(t);
+    TD__CU(be, e);
+    return 0;
+}
+
 static int td__cuda_read_tensor(td_backend *b, enum td_tensor_kind kind,
                                 int index, float *host, size_t nfloats)
 {
     td__cuda *be = td__be(b);
     const td_model *m = b->model;
-    const float *src;
-    size_t n;
+    const void *src;
+    size_t n, esz = sizeof(float);
     if (kind == TD_T_VALUE || kind == TD_T_GRAD) {
         if (index < 0 || index >= m->nlayers)
             return -EINVAL;
@@ -564,6 +597,7 @@ static int td__cuda_read_tensor(td_backend *b, enum td_tensor_kind kind,
         TD__TRY(td__cuda_readable(be, index, kind == TD_T_GRAD));
         src = kind == TD_T_VALUE ? g->y : g->dy;
         n = g->nelem;
+        esz = be->esz;
     } else {
         if (index < 0 || index >= m->nparams)
             return -EINVAL;
@@ -576,10 +610,13 @@ static int td__cuda_read_tensor(td_backend *b, enum td_tensor_kind kind,
                  "tensor has %zu", nfloats, n);
         return -EINVAL;
     }
-    TD__CU(be, cudaMemcpyAsync(host, src, n * sizeof *host,
-                               cudaMemcpyDeviceToHost, be->compute));
-    TD__CU(be, cudaStreamSynchronize(be->compute));
-    return 0;
+    if (esz == sizeof(float)) {
+        TD__CU(be, cudaMemcpyAsync(host, src, n * sizeof *host,
+                                   cudaMemcpyDeviceToHost, be->compute));
+        TD__CU(be, cudaStreamSynchronize(be->compute));
+        return 0;
+    }
+    return td__read_16(be, src, host, n);
 }
 
 static int td__cuda_write_param(td_backend *b, int index, const float *host,
@@ -592,6 +629,7 @@ static int td__cuda_write_param(td_backend *b, int index, const float *host,
     TD__CU(be, cudaMemcpyAsync(be->params + td__cuda_param_off(m, index), host,
                                nfloats * sizeof *host, cudaMemcpyHostToDevice,
                                be->compute));
+    TD__TRY(td__cuda_narrow_params(be));
     TD__CU(be, cudaStreamSynchronize(be->compute));
     return 0;
 }
@@ -789,11 +827,10 @@ static const td_backend_ops td__cuda_ops = {
 static int td__cuda_check(const td_model *m, const td_backend_config *cfg,
                           int device, char *err, size_t errcap)
 {
-    if (cfg->dtype != TD_F32) {
-        snprintf(err, errcap, "cuda backend: precision bf16 is not "
-                 "implemented yet (fp32 and tf32 are): use fp32, tf32 or "
-                 "auto");
-        return TD_E_NOTSUP;
+    if ((unsigned)cfg->dtype > TD_F16) {
+        snprintf(err, errcap, "cuda backend: dtype %d is not one of fp32, "
+                 "bf16, fp16", (int)cfg->dtype);
+        return -EINVAL;
     }
     if ((unsigned)cfg->cuda_graphs > TD_GRAPHS_AUTO) {
         snprintf(err, errcap, "cuda backend: cuda_graphs %d is not one of "

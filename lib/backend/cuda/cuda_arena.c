@@ -80,12 +80,18 @@ static void td__carve(td__cuda *be, td__cursor *c)
     const td_model *m = be->base.model;
     const td_shape in = m->layers[0].out;
     size_t pc = m->param_count, per = (size_t)in.c * in.h * in.w;
-    size_t f = sizeof(float); /* fp32 today: see td__cuda_esize */
+    size_t f = sizeof(float), e = be->esz; /* activations: the compute type */
+    size_t logits = (size_t)be->batch * (size_t)m->classes;
+    int low = td__cuda_lowp(be);
     be->params = td__take(c, pc * f);
     be->grads = td__take(c, pc * f);
     be->slots = td__take(c, be->nslots * pc * f);
     be->state = td__take(c, be->nstate * f);
     be->shadow = td__take(c, be->nsnap * f);
+    be->lowp = low ? td__take(c, pc * e) : NULL;
+    be->lgrad = low ? td__take(c, pc * e) : NULL;
+    be->xz = low ? td__take(c, logits * f) : NULL;
+    be->xg = low ? td__take(c, logits * f) : NULL;
     for (int i = 0; i < TD__NBUF; i++) {
         be->pixels[i] = td__take(c, per * (size_t)be->batch);
         be->labels[i] = td__take(c, sizeof(int32_t) * (size_t)be->batch);
@@ -108,10 +114,14 @@ static void td__carve(td__cuda *be, td__cursor *c)
             size_t off = td__cuda_param_off(m, l->param0);
             g->w = be->params + off;
             g->dw = be->grads + off;
+            g->wl = low ? (char *)be->lowp + off * e : (void *)g->w;
+            g->dwl = low ? (char *)be->lgrad + off * e : (void *)g->dw;
             if (l->kind == TD_L_BN || l->bias) {
                 off += m->params[l->param0].count;
                 g->b = be->params + off;
                 g->db = be->grads + off;
+                g->bl = low ? (char *)be->lowp + off * e : (void *)g->b;
+                g->dbl = low ? (char *)be->lgrad + off * e : (void *)g->db;
             }
         }
         if (c->base && l->kind == TD_L_BN) {

@@ -8,7 +8,13 @@
  * algorithms when the configuration asks), the math type of every
  * convolution descriptor (the backend's fp32 math, cuda_prec.c: strict
  * CUDNN_FMA_MATH, so results match the CPU backend, or TF32 with
- * CUDNN_TENSOR_OP_MATH; never the search result's own), and the forward
+ * CUDNN_TENSOR_OP_MATH; never the search result's own; bf16 and fp16
+ * always CUDNN_TENSOR_OP_MATH), the data types (activations, filters and
+ * convolution biases in the compute type, convolutions computing in fp32
+ * - the descriptor's compute type is CUDNN_DATA_FLOAT whatever the data
+ * type: cuDNN's PSEUDO_HALF and PSEUDO_BFLOAT16 configurations -, batch
+ * norm's scale, bias and statistics fp32 as cuDNN requires for 16-bit
+ * data), and the forward
  * and backward calls of
  * conv2d, batch norm (training with running statistics, inference - also
  * while training for layers kept in inference mode, whose backward is a
@@ -44,7 +50,8 @@
 
 struct td__dnn_layer {
     cudnnTensorDescriptor_t x, y;  /* input and output, [batch, C, H, W] */
-    cudnnTensorDescriptor_t chan;  /* [1, C_out, 1, 1]: bias, bn params */
+    cudnnTensorDescriptor_t chan;  /* [1, C_out, 1, 1]: bias (compute type),
+                                      bn params (fp32) */
     cudnnFilterDescriptor_t wf;
     /* one convolution descriptor per direction (forward, backward data,
      * backward filter), each with the backend's math type (td__math) */
@@ -79,11 +86,11 @@ static const float *td__beta(int accumulate)
 }
 
 static int td__tensor(td__cuda *be, cudnnTensorDescriptor_t *d, int n,
-                      td_shape s)
+                      td_shape s, cudnnDataType_t dt)
 {
     TD__DNN(be, cudnnCreateTensorDescriptor(d));
-    TD__DNN(be, cudnnSetTensor4dDescriptor(*d, CUDNN_TENSOR_NCHW, be->dnn->dt,
-                                           n, s.c, s.h, s.w));
+    TD__DNN(be, cudnnSetTensor4dDescriptor(*d, CUDNN_TENSOR_NCHW, dt, n, s.c,
+                                           s.h, s.w));
     return 0;
 }
 
@@ -117,10 +124,16 @@ static const td_shape *td__in_shape(const td__cuda *be, int L)
                     (pick) = i_;                                              \
     } while (0)
 
+/* Tensor cores: TF32 for fp32, and always for bf16 and fp16. */
+static int td__tensor_op(const td__cuda *be)
+{
+    return be->tf32 || td__cuda_lowp(be);
+}
+
 /* The math type every convolution descriptor carries. */
 static cudnnMathType_t td__math(const td__cuda *be)
 {
-    return be->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+    return td__tensor_op(be) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
 }
 
 static int td__no_algo(td__cuda *be, int L, const char *dir)
@@ -141,7 +154,7 @@ static int td__pick_fwd(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
             d->wf, d->cf, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
             pf));
     TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
-                  be->tf32, pick);
+                  td__tensor_op(be), pick);
     if (pick < 0)
         return td__no_algo(be, L, "forward");
     d->fa = pf[pick].algo;
@@ -161,7 +174,7 @@ static int td__pick_bwd_data(td__cuda *be, int L, td__dnn_layer *d,
             d->wf, d->y, d->cd, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
             &got, pf));
     TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
-                  be->tf32, pick);
+                  td__tensor_op(be), pick);
     if (pick < 0)
         return td__no_algo(be, L, "backward-data");
     d->da = pf[pick].algo;
@@ -182,7 +195,7 @@ static int td__pick_bwd_filter(td__cuda *be, int L, td__dnn_layer *d,
             d->x, d->y, d->cw, d->wf,
             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf));
     TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
-                  be->tf32, pick);
+                  td__tensor_op(be), pick);
     if (pick < 0)
         return td__no_algo(be, L, "backward-filter");
     d->wa = pf[pick].algo;
@@ -204,9 +217,10 @@ static int td__plan_conv(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
     cudnnConvolutionDescriptor_t *dirs[3] = {&d->cf, &d->cd, &d->cw};
     for (int i = 0; i < 3; i++) {
         TD__DNN(be, cudnnCreateConvolutionDescriptor(dirs[i]));
+        /* fp32 accumulation for every data type */
         TD__DNN(be, cudnnSetConvolution2dDescriptor(*dirs[i], l->pad, l->pad,
                 l->stride, l->stride, 1, 1, CUDNN_CROSS_CORRELATION,
-                be->dnn->dt));
+                CUDNN_DATA_FLOAT));
         /* before the queries: their results and workspaces are for it */
         TD__DNN(be, cudnnSetConvolutionMathType(*dirs[i], td__math(be)));
     }
@@ -264,9 +278,12 @@ static int td__plan_layer(td__cuda *be, int L, size_t *ws)
     default:
         return 0; /* dense, add, dropout, flatten: not cuDNN's */
     }
-    TD__TRY(td__tensor(be, &d->x, be->batch, *td__in_shape(be, L)));
-    TD__TRY(td__tensor(be, &d->y, be->batch, l->out));
-    TD__TRY(td__tensor(be, &d->chan, 1, (td_shape){l->out.c, 1, 1}));
+    cudnnDataType_t dt = be->dnn->dt;
+    TD__TRY(td__tensor(be, &d->x, be->batch, *td__in_shape(be, L), dt));
+    TD__TRY(td__tensor(be, &d->y, be->batch, l->out, dt));
+    /* batch norm's per-channel tensors are fp32 for every data type */
+    TD__TRY(td__tensor(be, &d->chan, 1, (td_shape){l->out.c, 1, 1},
+                       l->kind == TD_L_BN ? CUDNN_DATA_FLOAT : dt));
     switch (l->kind) {
     case TD_L_CONV:
         return td__plan_conv(be, L, d, ws);
@@ -292,7 +309,8 @@ int td__dnn_create(td__cuda *be, size_t *ws)
     be->dnn->l = calloc((size_t)m->nlayers, sizeof *be->dnn->l);
     if (!be->dnn->l)
         return -ENOMEM;
-    be->dnn->dt = CUDNN_DATA_FLOAT; /* the only dtype create accepts today */
+    be->dnn->dt = be->dt == TD_BF16 ? CUDNN_DATA_BFLOAT16
+                  : be->dt == TD_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
     TD__DNN(be, cudnnCreate(&be->dnn->h));
     TD__DNN(be, cudnnSetStream(be->dnn->h, be->compute));
     TD__CU(be, cudaMemGetInfo(&free_b, &total_b));
@@ -307,14 +325,14 @@ int td__dnn_create(td__cuda *be, size_t *ws)
 
 /* ---- measured choice: cudnnFind once per shape, cached ------------------ */
 
-static const float *td__x(const td__cuda *be, int L);
+static const void *td__x(const td__cuda *be, int L);
 
 /* What a search found for one convolution shape and direction on one GPU,
  * kept for the life of the process (the next job with the same layers
  * does not search again).  Found results are only used when they fit the
  * workspace the heuristics sized; otherwise the heuristic choice stays. */
 typedef struct td__found {
-    int dev, dir, det, tf32;
+    int dev, dir, det, tf32, dt;
     int x[4], w[4], pad, stride;
     int algo;
     size_t memory;
@@ -332,7 +350,7 @@ static td__found td__found_key(const td__cuda *be, int L, int dir)
     td__found k;
     memset(&k, 0, sizeof k); /* compared with memcmp: no stray padding */
     k.dev = be->dev, k.dir = dir, k.det = be->base.cfg.deterministic != 0;
-    k.tf32 = be->tf32;
+    k.tf32 = be->tf32, k.dt = (int)be->dt;
     k.x[0] = be->batch, k.x[1] = in->c, k.x[2] = in->h, k.x[3] = in->w;
     k.w[0] = l->channels, k.w[1] = in->c, k.w[2] = k.w[3] = l->kernel;
     k.pad = l->pad, k.stride = l->stride;
@@ -366,37 +384,37 @@ static int td__search(td__cuda *be, int L, int dir, td__found *k)
 {
     const td__dnn_layer *d = &be->dnn->l[L];
     const td__gl *g = &be->gl[L];
-    const float *x = td__x(be, L);
-    float *dx = be->gl[be->gl[be->base.model->layers[L].in[0]].root].dy;
+    const void *x = td__x(be, L);
+    void *dx = be->gl[be->gl[be->base.model->layers[L].in[0]].root].dy;
     cudnnHandle_t h = be->dnn->h;
     int got = 0, pick = -1, det = be->base.cfg.deterministic;
     size_t cap = be->work_bytes;
     if (dir == 0) {
         cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         TD__DNN(be, cudnnFindConvolutionForwardAlgorithmEx(h, d->x, x, d->wf,
-                g->w, d->cf, d->y, g->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                g->wl, d->cf, d->y, g->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                 &got, pf, be->work, be->work_bytes));
-        TD__PICK_ALGO(pf, got, cap, det, be->tf32, pick);
+        TD__PICK_ALGO(pf, got, cap, det, td__tensor_op(be), pick);
         if (pick >= 0)
             k->algo = pf[pick].algo, k->memory = pf[pick].memory;
     } else if (dir == 1) {
         cudnnConvolutionBwdDataAlgoPerf_t
             pf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         TD__DNN(be, cudnnFindConvolutionBackwardDataAlgorithmEx(h, d->wf,
-                g->w, d->y, g->dy, d->cd, d->x, dx,
+                g->wl, d->y, g->dy, d->cd, d->x, dx,
                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, pf, be->work,
                 be->work_bytes));
-        TD__PICK_ALGO(pf, got, cap, det, be->tf32, pick);
+        TD__PICK_ALGO(pf, got, cap, det, td__tensor_op(be), pick);
         if (pick >= 0)
             k->algo = pf[pick].algo, k->memory = pf[pick].memory;
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t
             pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         TD__DNN(be, cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d->x, x,
-                d->y, g->dy, d->cw, d->wf, g->dw,
+                d->y, g->dy, d->cw, d->wf, g->dwl,
                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf, be->work,
                 be->work_bytes));
-        TD__PICK_ALGO(pf, got, cap, det, be->tf32, pick);
+        TD__PICK_ALGO(pf, got, cap, det, td__tensor_op(be), pick);
         if (pick >= 0)
             k->algo = pf[pick].algo, k->memory = pf[pick].memory;
     }
@@ -481,7 +499,7 @@ void td__dnn_destroy(td__cuda *be)
 
 /* ---- execution -------------------------------------------------------------- */
 
-static const float *td__x(const td__cuda *be, int L)
+static const void *td__x(const td__cuda *be, int L)
 {
     const td_model *m = be->base.model;
     return be->gl[be->gl[m->layers[L].in[0]].root].y;
@@ -493,14 +511,14 @@ int td__dnn_forward(td__cuda *be, int L, int train)
     const td__dnn_layer *d = &be->dnn->l[L];
     td__gl *g = &be->gl[L];
     cudnnHandle_t h = be->dnn->h;
-    const float *x = td__x(be, L);
+    const void *x = td__x(be, L);
     switch (l->kind) {
     case TD_L_CONV:
-        TD__DNN(be, cudnnConvolutionForward(h, &td__one, d->x, x, d->wf, g->w,
-                d->cf, d->fa, be->work, be->work_bytes, &td__zero, d->y,
-                g->y));
+        TD__DNN(be, cudnnConvolutionForward(h, &td__one, d->x, x, d->wf,
+                g->wl, d->cf, d->fa, be->work, be->work_bytes, &td__zero,
+                d->y, g->y));
         if (l->bias)
-            TD__DNN(be, cudnnAddTensor(h, &td__one, d->chan, g->b, &td__one,
+            TD__DNN(be, cudnnAddTensor(h, &td__one, d->chan, g->bl, &td__one,
                                        d->y, g->y));
         return 0;
     case TD_L_BN:
@@ -538,24 +556,25 @@ int td__dnn_forward(td__cuda *be, int L, int train)
     }
 }
 
-int td__dnn_backward(td__cuda *be, int L, float *dx, int accumulate)
+int td__dnn_backward(td__cuda *be, int L, void *dx, int accumulate)
 {
     const td_layer *l = &be->base.model->layers[L];
     const td__dnn_layer *d = &be->dnn->l[L];
     td__gl *g = &be->gl[L];
     cudnnHandle_t h = be->dnn->h;
-    const float *x = td__x(be, L), *beta = td__beta(accumulate);
+    const void *x = td__x(be, L);
+    const float *beta = td__beta(accumulate);
     switch (l->kind) {
     case TD_L_CONV:
         if (l->bias)
             TD__DNN(be, cudnnConvolutionBackwardBias(h, &td__one, d->y, g->dy,
                                                      &td__zero, d->chan,
-                                                     g->db));
+                                                     g->dbl));
         TD__DNN(be, cudnnConvolutionBackwardFilter(h, &td__one, d->x, x, d->y,
                 g->dy, d->cw, d->wa, be->work, be->work_bytes, &td__zero,
-                d->wf, g->dw));
+                d->wf, g->dwl));
         if (dx)
-            TD__DNN(be, cudnnConvolutionBackwardData(h, &td__one, d->wf, g->w,
+            TD__DNN(be, cudnnConvolutionBackwardData(h, &td__one, d->wf, g->wl,
                     d->y, g->dy, d->cd, d->da, be->work, be->work_bytes,
                     beta, d->x, dx));
         return 0;

@@ -19,21 +19,28 @@
  *   cuda_lscale.cu          loss scaling's kernels (kernels/loss_scale.h)
  *   cuda_err.c              failure messages; sticky errors mark the GPU
  *   cuda_mem.c              shadow copies of the state; the warm-up step
- *   cuda_prec.c             fp32 math (strict or TF32) by compute capability
+ *   cuda_prec.c             the compute type (fp32 strict or TF32, bf16,
+ *                           fp16) by compute capability
  *   cuda_graph.c            the step scalars; the training step captured
  *                           as a CUDA graph per batch buffer and replayed
  * Nothing outside these files may include this header.
  *
- * Data: activations are NCHW in the compute type (fp32 today; the type is
- * a field of the configuration and of every cuDNN descriptor, and element
- * sizes come from td__cuda_esize).  Parameters, gradients, optimizer slots
- * and running statistics are flat arrays in the canonical layouts of
- * model.h, so snapshots and tests need no reordering.  Everything on the
- * device lives in one arena allocated at create; the layers' values,
- * gradients and dropout masks in its activation region, placed by the
- * memory plan (cuda_plan.c: buffers share memory when their lifetimes in
- * the step do not overlap, ReLU runs in place), or one per layer
- * (cfg.mem_layout).
+ * Data: activations and their gradients are NCHW in the compute type
+ * (cfg.dtype: fp32, bf16 or fp16; the type of every cuDNN activation
+ * descriptor, element sizes from td__cuda_esize).  Parameters (the fp32
+ * master weights), their gradients, optimizer slots and running statistics
+ * are fp32 flat arrays in the canonical layouts of model.h, so snapshots
+ * and tests need no reordering.  With a 16-bit compute type the arena
+ * also holds `lowp`, the master weights rounded to that type (written by
+ * the update kernel, rebuilt by td__cuda_narrow_params wherever the
+ * master weights are set otherwise), which convolutions and GEMMs read,
+ * and `lgrad`, where cuDNN writes convolution weight and bias gradients
+ * in the compute type before they are widened into the fp32 gradients
+ * (docs/cuda.md "Precision").  Everything on the device lives in one
+ * arena allocated at create; the layers' values, gradients and dropout
+ * masks in its activation region, placed by the memory plan (cuda_plan.c:
+ * buffers share memory when their lifetimes in the step do not overlap,
+ * ReLU runs in place), or one per layer (cfg.mem_layout).
  *
  * Streams: `copy` carries host-to-device batch copies, `compute` the steps,
  * `snap` the device-to-host snapshot copies.  Two device batch buffers
@@ -65,8 +72,12 @@ typedef struct td__gl {
                           evaluation [0] or a training [1] step, dy after
                           a training step (cuda_plan.c) */
     size_t nelem;      /* batch * c * h * w */
-    float *y, *dy;     /* value and gradient (roots only) */
+    void *y, *dy;      /* value and gradient (roots only), compute type */
     float *w, *dw, *b, *db; /* views into params / grads (conv, dense, bn) */
+    void *wl, *bl;     /* conv, dense: the weights as the products read
+                          them (lowp views; fp32: w, b themselves) */
+    void *dwl, *dbl;   /* conv: where cuDNN writes dW, db (lgrad views;
+                          fp32: dw, db themselves) */
     float *rmean, *rvar;    /* batch norm: views into the state array */
     float *smean, *sinv;    /* batch norm: saved batch mean, 1/sqrt(var+eps) */
     uint8_t *mask;          /* dropout keep mask */
@@ -108,6 +119,8 @@ typedef struct td__cuda {
     int snap_pending;
     cublasHandle_t blas;
     int tf32;                    /* fp32 math: TF32 tensor cores (cuda_prec.c) */
+    enum td_dtype dt;            /* activations' type (cfg.dtype) */
+    size_t esz;                  /* its element size */
     td__dnn *dnn;
     td__gl *gl;
     /* the arena and what is carved from it */
@@ -121,6 +134,9 @@ typedef struct td__cuda {
     int last_train;              /* the latest step: 1 training, 0
                                     evaluation, -1 none yet */
     float *params, *grads, *slots, *state, *shadow;
+    void *lowp, *lgrad;          /* 16-bit compute types only (see Data) */
+    float *xz, *xg;              /* 16-bit: the loss's fp32 logits and
+                                    their gradient, batch x classes */
     size_t nslots, nstate, nsnap;
     uint8_t *pixels[TD__NBUF];
     int32_t *labels[TD__NBUF];
@@ -241,10 +257,16 @@ void td__nvtx_push(const char *name);
 void td__nvtx_pop(void);
 
 /* ---- cuda_prec.c ------------------------------------------------------------ */
-/* Resolves cfg.fp32_math against the GPU's compute capability into
- * be->tf32 and sets the cuBLAS handle's math mode; TD_E_NOTSUP (message in
- * be->base.err) for tf32 below compute capability 8.0. */
+/* Resolves cfg.dtype and cfg.fp32_math against the GPU's compute
+ * capability into be->dt, be->esz and be->tf32 and sets the cuBLAS
+ * handle's math mode; TD_E_NOTSUP (message in be->base.err) for tf32 or
+ * bf16 below compute capability 8.0 and fp16 below 7.0. */
 int td__cuda_precision(td__cuda *be);
+/* 1 when activations are 16-bit (bf16 or fp16). */
+static inline int td__cuda_lowp(const td__cuda *be) { return be->dt != TD_F32; }
+/* With a 16-bit compute type: lowp = the master weights rounded, on the
+ * compute stream (after anything that set them other than the update). */
+int td__cuda_narrow_params(td__cuda *be);
 
 /* ---- cuda_mem.c ------------------------------------------------------------- */
 /* Parameters, optimizer slots and running statistics into the shadow and
@@ -272,7 +294,7 @@ int td__dnn_find(td__cuda *be);
 int td__dnn_forward(td__cuda *be, int L, int train);
 /* backward of layer L: parameter gradients (overwritten) and, when dx is
  * not NULL, the input gradient into dx (summed into it when accumulate). */
-int td__dnn_backward(td__cuda *be, int L, float *dx, int accumulate);
+int td__dnn_backward(td__cuda *be, int L, void *dx, int accumulate);
 
 /* ---- backend_cuda_step.c --------------------------------------------------- */
 int td__cuda_forward(td__cuda *be, int train);

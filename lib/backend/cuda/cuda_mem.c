@@ -48,7 +48,7 @@ int td__from_shadow(td__cuda *be)
         TD__CU(be, cudaMemcpyAsync(be->state, be->shadow + pc * (1 + be->nslots),
                                    be->nstate * f, cudaMemcpyDeviceToDevice,
                                    be->compute));
-    return 0;
+    return td__cuda_narrow_params(be); /* the weights' 16-bit copy */
 }
 
 /* One training step (forward, loss, backward, update with lr 0) and one

@@ -16,6 +16,14 @@
  * step: the memory plan (cuda_plan.c) starts a gradient's lifetime at
  * its last reader's backward, so what the buffer held before (another
  * buffer's data, when they share memory) is never added to.
+ * With a 16-bit compute type (bf16, fp16: docs/cuda.md "Precision") the
+ * dense layers are cublasGemmEx with A and B in that type and fp32
+ * accumulation (CUBLAS_COMPUTE_32F), the weight gradient written in fp32
+ * straight into the gradients, the loss widens the logits to fp32,
+ * computes there and narrows its gradient (scaled first, with loss
+ * scaling), convolution weight gradients (cuDNN writes them in the
+ * compute type) are widened into the fp32 gradients, and the update
+ * writes the weights' 16-bit copy.
  * What changes from step to step (each run's lr, AdamW's bias corrections,
  * the dropout draws) is read by the kernels from the step scalars in
  * device memory (cuda_graph.c writes them), never passed as a kernel
@@ -40,9 +48,37 @@ static const float td__one = 1.0f, td__zero = 0.0f;
 
 static int td__root(const td__cuda *be, int L) { return be->gl[L].root; }
 
-static const float *td__x(const td__cuda *be, int L, int i)
+static const void *td__x(const td__cuda *be, int L, int i)
 {
     return be->gl[td__root(be, be->base.model->layers[L].in[i])].y;
+}
+
+/* cuBLAS's name of the compute type. */
+static cudaDataType td__blas_type(const td__cuda *be)
+{
+    return be->dt == TD_BF16 ? CUDA_R_16BF
+           : be->dt == TD_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* C = op(A) op(B) + beta C, column-major (see the top): fp32 is
+ * cublasSgemm (the handle's math: strict or TF32); a 16-bit compute type
+ * is cublasGemmEx with A and B in that type, C in that type or, when
+ * c32, fp32 (weight gradients), products accumulated in fp32. */
+static int td__gemm(td__cuda *be, cublasOperation_t ta, cublasOperation_t tb,
+                    int m, int n, int k, const void *A, int lda,
+                    const void *B, int ldb, const float *beta, void *C,
+                    int ldc, int c32)
+{
+    if (!td__cuda_lowp(be)) {
+        TD__BLAS(be, cublasSgemm(be->blas, ta, tb, m, n, k, &td__one, A, lda,
+                                 B, ldb, beta, C, ldc));
+        return 0;
+    }
+    cudaDataType t = td__blas_type(be);
+    TD__BLAS(be, cublasGemmEx(be->blas, ta, tb, m, n, k, &td__one, A, t, lda,
+                              B, t, ldb, beta, C, c32 ? CUDA_R_32F : t, ldc,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
 }
 
 static int td__dense_fwd(td__cuda *be, int L)
@@ -51,44 +87,61 @@ static int td__dense_fwd(td__cuda *be, int L)
     const td_shape *s = &be->base.model->layers[l->in[0]].out;
     int in = s->c * s->h * s->w, out = l->channels;
     td__gl *g = &be->gl[L];
-    TD__BLAS(be, cublasSgemm(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, out,
-                             be->batch, in, &td__one, g->w, in,
-                             td__x(be, L, 0), in, &td__zero, g->y, out));
+    TD__TRY(td__gemm(be, CUBLAS_OP_T, CUBLAS_OP_N, out, be->batch, in, g->wl,
+                     in, td__x(be, L, 0), in, &td__zero, g->y, out, 0));
     if (l->bias)
-        TD__CU(be, td__k_bias_add(be->compute, g->y, g->b, be->batch, out));
+        TD__CU(be, td__k_bias_add(be->compute, g->y, g->b, be->batch, out,
+                                  be->dt));
     return 0;
 }
 
-static int td__dense_bwd(td__cuda *be, int L, float *dx, int accumulate)
+static int td__dense_bwd(td__cuda *be, int L, void *dx, int accumulate)
 {
     const td_layer *l = &be->base.model->layers[L];
     const td_shape *s = &be->base.model->layers[l->in[0]].out;
     int in = s->c * s->h * s->w, out = l->channels;
     td__gl *g = &be->gl[L];
-    TD__BLAS(be, cublasSgemm(be->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out,
-                             be->batch, &td__one, td__x(be, L, 0), in, g->dy,
-                             out, &td__zero, g->dw, in));
+    TD__TRY(td__gemm(be, CUBLAS_OP_N, CUBLAS_OP_T, in, out, be->batch,
+                     td__x(be, L, 0), in, g->dy, out, &td__zero, g->dw, in,
+                     1));
     if (l->bias)
-        TD__CU(be, td__k_bias_grad(be->compute, g->dy, g->db, be->batch,
-                                   out));
+        TD__CU(be, td__k_bias_grad(be->compute, g->dy, g->db, be->batch, out,
+                                   be->dt));
     if (dx)
-        TD__BLAS(be, cublasSgemm(be->blas, CUBLAS_OP_N, CUBLAS_OP_N, in,
-                                 be->batch, out, &td__one, g->w, in, g->dy,
-                                 out, accumulate ? &td__one : &td__zero, dx,
-                                 in));
+        TD__TRY(td__gemm(be, CUBLAS_OP_N, CUBLAS_OP_N, in, be->batch, out,
+                         g->wl, in, g->dy, out,
+                         accumulate ? &td__one : &td__zero, dx, in, 0));
+    return 0;
+}
+
+/* A convolution's backward; with a 16-bit compute type cuDNN wrote its
+ * weight (and bias) gradient in that type into lgrad: widened into the
+ * fp32 gradients the update reads (weight and bias are adjacent). */
+static int td__conv_bwd(td__cuda *be, int L, void *dx, int accumulate)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__gl *g = &be->gl[L];
+    TD__TRY(td__dnn_backward(be, L, dx, accumulate));
+    if (!td__cuda_lowp(be))
+        return 0;
+    size_t n = be->base.model->params[l->param0].count;
+    if (l->bias)
+        n += be->base.model->params[l->param0 + 1].count;
+    TD__CU(be, td__k_widen(be->compute, g->dwl, be->dt, g->dw, n));
     return 0;
 }
 
 /* The inference-mode backward of a batch norm kept in inference mode
  * (bn_eval): cuDNN's backward is the training-mode one only. */
-static int td__bn_eval_bwd(td__cuda *be, int L, float *dx, int accumulate)
+static int td__bn_eval_bwd(td__cuda *be, int L, void *dx, int accumulate)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__gl *g = &be->gl[L];
     TD__CU(be, td__k_bn_eval_bwd(be->compute, td__x(be, L, 0), g->dy, dx,
                                  g->w, g->rmean, g->rvar, l->eps, g->dw,
                                  g->db, be->bn_part, be->batch, l->out.c,
-                                 (size_t)l->out.h * l->out.w, accumulate));
+                                 (size_t)l->out.h * l->out.w, accumulate,
+                                 be->dt));
     return 0;
 }
 
@@ -101,12 +154,12 @@ static int td__forward_layer(td__cuda *be, int L, int train)
         return td__dense_fwd(be, L);
     case TD_L_ADD:
         TD__CU(be, td__k_add(be->compute, td__x(be, L, 0), td__x(be, L, 1),
-                             g->y, g->nelem));
+                             g->y, g->nelem, be->dt));
         return 0;
     case TD_L_DROPOUT:
         if (!train || l->rate <= 0.0f) {
             TD__CU(be, cudaMemcpyAsync(g->y, td__x(be, L, 0),
-                                       g->nelem * sizeof(float),
+                                       g->nelem * be->esz,
                                        cudaMemcpyDeviceToDevice,
                                        be->compute));
             return 0;
@@ -115,7 +168,7 @@ static int td__forward_layer(td__cuda *be, int L, int train)
                                      g->mask, g->nelem, be->base.cfg.seed,
                                      td_rng_stream(TD_RNG_DROPOUT,
                                                    (uint64_t)L),
-                                     be->scal, 1.0f - l->rate));
+                                     be->scal, 1.0f - l->rate, be->dt));
         return 0;
     case TD_L_FLATTEN:
         return 0; /* an alias of its input (NCHW is already C,H,W order) */
@@ -130,25 +183,35 @@ int td__cuda_forward(td__cuda *be, int train)
     const td_shape in = m->layers[0].out;
     TD__CU(be, td__k_normalize(be->compute, be->pixels[be->cur], be->gl[0].y,
                                be->batch, in.c, in.h, in.w, be->nscale,
-                               be->nbias));
+                               be->nbias, be->dt));
     for (int L = 1; L < m->nlayers; L++)
         if (td__root(be, L) == L)
             TD__TRY(td__forward_layer(be, L, train));
     return 0;
 }
 
+/* The loss in fp32: with a 16-bit compute type the logits are widened
+ * into xz first and the gradient (xg) narrowed into the last layer's dy
+ * after. */
 int td__cuda_loss(td__cuda *be, int train)
 {
     const td_model *m = be->base.model;
     td__gl *last = &be->gl[td__root(be, m->nlayers - 1)];
-    TD__CU(be, td__k_xent(be->compute, last->y, m->classes,
-                          be->labels[be->cur], be->n, be->batch,
+    int low = td__cuda_lowp(be);
+    size_t nz = (size_t)be->batch * (size_t)m->classes;
+    if (low)
+        TD__CU(be, td__k_widen(be->compute, last->y, be->dt, be->xz, nz));
+    float *grad = !train ? NULL : low ? be->xg : (float *)last->dy;
+    TD__CU(be, td__k_xent(be->compute, low ? be->xz : (const float *)last->y,
+                          m->classes, be->labels[be->cur], be->n, be->batch,
                           train ? be->base.cfg.label_smoothing : 0.0f,
-                          1.0f / (float)be->n, train ? last->dy : NULL,
-                          be->row_loss, be->row_ok));
-    if (train) /* loss scaling (cuda_lscale.c): no-op when off */
-        TD__TRY(td__cuda_ls_scale_loss(be, last->dy,
-                                       (size_t)be->batch * m->classes));
+                          1.0f / (float)be->n, grad, be->row_loss,
+                          be->row_ok));
+    if (train) /* loss scaling (cuda_lscale.c): no-op when off; in fp32,
+                * before a 16-bit gradient is rounded */
+        TD__TRY(td__cuda_ls_scale_loss(be, grad, nz));
+    if (low && train)
+        TD__CU(be, td__k_narrow(be->compute, be->xg, last->dy, be->dt, nz));
     /* the batch buffer may be refilled once the loss has read its labels
      * (the cast read its pixels earlier): upload k+2 waits for this; a
      * captured step records it after the graph's launch instead */
@@ -160,7 +223,7 @@ int td__cuda_loss(td__cuda *be, int train)
 }
 
 /* Gradient target of input i of layer L, and whether to add into it. */
-static float *td__target(td__cuda *be, int L, int i, int *accumulate)
+static void *td__target(td__cuda *be, int L, int i, int *accumulate)
 {
     td__gl *r = &be->gl[td__root(be, be->base.model->layers[L].in[i])];
     *accumulate = r->written++ > 0;
@@ -172,23 +235,27 @@ static int td__backward_layer(td__cuda *be, int L)
     const td_layer *l = &be->base.model->layers[L];
     td__gl *g = &be->gl[L];
     int acc = 0, acc1 = 0;
-    float *dx;
+    void *dx;
     switch (l->kind) {
     case TD_L_FLATTEN:
         return 0;
     case TD_L_ADD:
         dx = td__target(be, L, 0, &acc);
-        TD__CU(be, td__k_accum(be->compute, dx, g->dy, g->nelem, acc));
+        TD__CU(be, td__k_accum(be->compute, dx, g->dy, g->nelem, acc,
+                               be->dt));
         dx = td__target(be, L, 1, &acc1);
-        TD__CU(be, td__k_accum(be->compute, dx, g->dy, g->nelem, acc1));
+        TD__CU(be, td__k_accum(be->compute, dx, g->dy, g->nelem, acc1,
+                               be->dt));
         return 0;
     case TD_L_DROPOUT:
         dx = td__target(be, L, 0, &acc);
         if (l->rate <= 0.0f)
-            TD__CU(be, td__k_accum(be->compute, dx, g->dy, g->nelem, acc));
+            TD__CU(be, td__k_accum(be->compute, dx, g->dy, g->nelem, acc,
+                                   be->dt));
         else
             TD__CU(be, td__k_dropout_bwd(be->compute, g->dy, dx, g->mask,
-                                         g->nelem, 1.0f - l->rate, acc));
+                                         g->nelem, 1.0f - l->rate, acc,
+                                         be->dt));
         return 0;
     case TD_L_DENSE:
     case TD_L_CONV:
@@ -197,7 +264,7 @@ static int td__backward_layer(td__cuda *be, int L)
                                            : td__target(be, L, 0, &acc);
         if (l->kind == TD_L_DENSE)
             return td__dense_bwd(be, L, dx, acc);
-        return td__dnn_backward(be, L, dx, acc);
+        return td__conv_bwd(be, L, dx, acc);
     case TD_L_BN:
         dx = td__target(be, L, 0, &acc);
         if (td__cuda_bn_eval(be, L))
@@ -246,18 +313,20 @@ static int td__update_range(td__cuda *be, int r, size_t lo, size_t cnt)
     size_t n = be->base.model->param_count;
     float wd = (float)o->weight_decay;
     const float *lr = be->scal_lr + r;
+    /* the weights' 16-bit copy, written by the same kernel */
+    void *low = be->lowp ? (char *)be->lowp + lo * be->esz : NULL;
     if (o->type == TD_OPT_ADAMW) {
         TD__CU(be, td__k_adamw(be->compute, be->params + lo, be->slots + lo,
                                be->slots + n + lo, be->grads + lo, cnt, lr,
                                (float)o->beta1, (float)o->beta2,
                                (float)o->eps, wd, be->scal,
-                               td__cuda_ls(be)));
+                               td__cuda_ls(be), low, be->dt));
         return 0;
     }
     TD__CU(be, td__k_sgd(be->compute, be->params + lo,
                          be->nslots ? be->slots + lo : NULL, be->grads + lo,
                          cnt, lr, (float)o->momentum, wd, o->nesterov,
-                         td__cuda_ls(be)));
+                         td__cuda_ls(be), low, be->dt));
     return 0;
 }
 
@@ -307,4 +376,12 @@ int td__cuda_lr_runs(const td__cuda *be, float lr, float *out)
         p = q;
     }
     return r;
+}
+
+int td__cuda_narrow_params(td__cuda *be)
+{
+    if (td__cuda_lowp(be))
+        TD__CU(be, td__k_narrow(be->compute, be->params, be->lowp, be->dt,
+                                be->base.model->param_count));
+    return 0;
 }

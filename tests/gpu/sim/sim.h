@@ -129,6 +129,12 @@ long td_sim_blas_gemms(int math);
 long td_sim_dnn_convs(int math);
 long td_sim_blas_tf32(void);
 long td_sim_dnn_tf32(void);
+/* The same calls by data type, in the whole process: GEMMs (cublasSgemm,
+ * cublasGemmEx) by their A and B type, convolutions by their tensors'
+ * type (all three directions).  t: TD_SIM_F32, TD_SIM_BF16, TD_SIM_F16. */
+enum { TD_SIM_F32 = 0, TD_SIM_BF16 = 1, TD_SIM_F16 = 2 };
+long td_sim_blas_typed(int t);
+long td_sim_dnn_typed(int t);
 int td_sim_is_pinned(const void *p, size_t bytes);
 /* The nth kernel or library launch from now (1: the next one) fails at
  * the call with cudaErrorMemoryAllocation (cuBLAS and cuDNN calls: their

@@ -30,6 +30,8 @@ const char *cudnnGetErrorString(cudnnStatus_t s)
     case CUDNN_STATUS_BAD_PARAM_NULL_POINTER:
         return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
     case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH:
+        return "CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH";
     case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
     case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
     case CUDNN_STATUS_ALLOC_FAILED: return "CUDNN_STATUS_ALLOC_FAILED";
@@ -268,16 +270,33 @@ cudnnStatus_t cudnnGetPooling2dForwardOutputDim(
 
 /* ---- shapes and workspaces ------------------------------------------------------ */
 
+size_t td__dnn_esize(cudnnDataType_t dt)
+{
+    return dt == CUDNN_DATA_DOUBLE ? 8
+           : dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16 ? 2 : 4;
+}
+
+size_t td__dnn_elems(const struct cudnnTensorStruct *t)
+{
+    return (size_t)(t->n - 1) * t->ns + (size_t)(t->c - 1) * t->cs +
+           (size_t)(t->h - 1) * t->hs + (size_t)(t->w - 1) * t->ws + 1;
+}
+
 size_t td__dnn_span(const struct cudnnTensorStruct *t)
 {
-    return ((size_t)(t->n - 1) * t->ns + (size_t)(t->c - 1) * t->cs +
-            (size_t)(t->h - 1) * t->hs + (size_t)(t->w - 1) * t->ws + 1) *
-           sizeof(float);
+    return td__dnn_elems(t) * td__dnn_esize(t->dt);
 }
 
 size_t td__dnn_fspan(const struct cudnnFilterStruct *f)
 {
-    return (size_t)f->k * f->c * f->h * f->w * sizeof(float);
+    return (size_t)f->k * f->c * f->h * f->w * td__dnn_esize(f->dt);
+}
+
+static const char *td__dt_name(cudnnDataType_t dt)
+{
+    return dt == CUDNN_DATA_FLOAT ? "FLOAT" : dt == CUDNN_DATA_HALF ? "HALF"
+           : dt == CUDNN_DATA_BFLOAT16 ? "BFLOAT16"
+           : dt == CUDNN_DATA_DOUBLE ? "DOUBLE" : "another type";
 }
 
 cudnnStatus_t td__dnn_conv_check(const char *call,
@@ -299,9 +318,21 @@ cudnnStatus_t td__dnn_conv_check(const char *call,
                     x->w, w->k, w->c, w->h, w->w, y->n, y->c, y->h, y->w);
         return CUDNN_STATUS_BAD_PARAM;
     }
-    if (x->dt != CUDNN_DATA_FLOAT || w->dt != CUDNN_DATA_FLOAT ||
-        y->dt != CUDNN_DATA_FLOAT || c->dt != CUDNN_DATA_FLOAT)
-        return CUDNN_STATUS_NOT_SUPPORTED; /* the simulator computes fp32 */
+    /* cuDNN's configurations the simulator models: FLOAT_CONFIG (all
+     * fp32), PSEUDO_HALF_CONFIG and PSEUDO_BFLOAT16_CONFIG (x, w, y in
+     * the 16-bit type, the convolution's compute type fp32).  Not:
+     * TRUE_HALF_CONFIG (fp16 accumulation), doubles, mixed types. */
+    int t16 = x->dt == CUDNN_DATA_HALF || x->dt == CUDNN_DATA_BFLOAT16;
+    if ((x->dt != CUDNN_DATA_FLOAT && !t16) || w->dt != x->dt ||
+        y->dt != x->dt || c->dt != CUDNN_DATA_FLOAT) {
+        td__sim_say("%s: x %s, w %s, y %s with compute type %s is not a "
+                    "configuration the simulator models (FLOAT, "
+                    "PSEUDO_HALF, PSEUDO_BFLOAT16: one data type, compute "
+                    "type FLOAT)", call, td__dt_name(x->dt),
+                    td__dt_name(w->dt), td__dt_name(y->dt),
+                    td__dt_name(c->dt));
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    }
     return CUDNN_STATUS_SUCCESS;
 }
 

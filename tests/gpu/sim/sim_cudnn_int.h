@@ -55,7 +55,10 @@ struct cudnnPoolingStruct {
     int wh, ww, ph, pw, sh, sw;
 };
 
-/* Bytes a tensor's elements span. */
+/* Bytes of one element of type dt; elements and bytes a tensor's
+ * elements span. */
+size_t td__dnn_esize(cudnnDataType_t dt);
+size_t td__dnn_elems(const struct cudnnTensorStruct *t);
 size_t td__dnn_span(const struct cudnnTensorStruct *t);
 size_t td__dnn_fspan(const struct cudnnFilterStruct *f);
 

@@ -31,13 +31,25 @@
  * convolution is counted by its math type (td_sim_dnn_convs,
  * td_sim_dnn_tf32).  Bias, batch norm, activations and pools are not
  * matrix products: always fp32.
+ * 16-bit data (CUDNN_DATA_HALF, CUDNN_DATA_BFLOAT16; the convolutions'
+ * configurations PSEUDO_HALF and PSEUDO_BFLOAT16, sim_cudnn.c): every
+ * 16-bit operand is widened exactly to fp32 before the arithmetic above
+ * runs unchanged (products of 16-bit values are exact in fp32, sums as
+ * above), and every element stored is rounded to the 16-bit type
+ * (kernels/bf16.h, fp16.h: to nearest even); the blend's old value is
+ * read from the 16-bit tensor.  Batch norm's scale, bias, mean and
+ * variance tensors must be FLOAT for 16-bit data, as cuDNN documents;
+ * bf16 convolutions need compute capability 8.0 (ARCH_MISMATCH below);
+ * convolutions are also counted by data type (td_sim_dnn_typed).
  * Never does: share code with the backends or the reference layers in
- * tests/ (those check this file), or support data types other than fp32.
+ * tests/ (those check this file), or support doubles.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+#include "fp16.h"
 #include "sim_cudnn_int.h"
 #include "tf32.h"
 
@@ -65,7 +77,46 @@ typedef struct td__dop {
     void *ws;
     size_t wsb;
     int tf32;                 /* convolutions: products of TF32 inputs */
+    /* X, W, DY, OUT held as 16-bit data (td__mark): their type and
+     * element count; 0 = fp32 */
+    cudnnDataType_t lt[4];
+    size_t ln[4];
 } td__dop;
+
+enum { LP_X, LP_W, LP_DY, LP_OUT };
+
+static int td__is16(cudnnDataType_t dt)
+{
+    return dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16;
+}
+
+/* Operand `slot` is n elements of type dt (nothing to do for fp32). */
+static void td__mark(td__dop *o, int slot, cudnnDataType_t dt, size_t n)
+{
+    if (td__is16(dt))
+        o->lt[slot] = dt, o->ln[slot] = n;
+}
+
+static float *td__widen(const void *p, cudnnDataType_t dt, size_t n)
+{
+    float *f = malloc(n * sizeof *f + 1);
+    if (!f)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        f[i] = dt == CUDNN_DATA_HALF ? td_f16_to_f32(((const td_f16 *)p)[i])
+                                     : td_bf16_to_f32(((const td_bf16 *)p)[i]);
+    return f;
+}
+
+static void td__narrow(const float *f, void *p, cudnnDataType_t dt, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (dt == CUDNN_DATA_HALF)
+            ((td_f16 *)p)[i] = td_f16_from_f32(f[i]);
+        else
+            ((td_bf16 *)p)[i] = td_bf16_from_f32(f[i]);
+    }
+}
 
 static float td__blend(float alpha, double r, float beta, const float *old)
 {
@@ -387,11 +438,37 @@ static void td__pool(td__dop *o)
     free(g);
 }
 
+static void td__compute(td__dop *o);
+
+/* 16-bit operands through fp32 copies (see the top), then td__compute.
+ * The operation's own pointers are put back after: a graph node (stream
+ * capture, sim_graph.c) runs the same operation again at every launch. */
 static void td__run(void *p)
 {
     td__dop *o = p;
+    const float **in[3] = {&o->X, &o->W, &o->DY};
+    const float *orig[3] = {o->X, o->W, o->DY};
+    float *tmp[4] = {NULL, NULL, NULL, NULL};
+    void *out = o->OUT;
     if (o->ws && o->wsb) /* the algorithm's scratch */
         memset(o->ws, 0xa5, o->wsb < 65536 ? o->wsb : 65536);
+    for (int i = 0; i < 3; i++)
+        if (o->lt[i])
+            *in[i] = tmp[i] = td__widen(*in[i], o->lt[i], o->ln[i]);
+    if (o->lt[LP_OUT])
+        o->OUT = tmp[LP_OUT] = td__widen(out, o->lt[LP_OUT], o->ln[LP_OUT]);
+    td__compute(o);
+    if (o->lt[LP_OUT])
+        td__narrow(tmp[LP_OUT], out, o->lt[LP_OUT], o->ln[LP_OUT]);
+    for (int i = 0; i < 3; i++)
+        *in[i] = orig[i];
+    o->OUT = out;
+    for (int i = 0; i < 4; i++)
+        free(tmp[i]);
+}
+
+static void td__compute(td__dop *o)
+{
     switch (o->kind) {
     case OP_CONV_FWD: td__conv_fwd(o); break;
     case OP_CONV_BWD_DATA: td__conv_bwd_data(o); break;
@@ -471,7 +548,11 @@ static int td__same(const td__t *a, const td__t *b)
            a->h == b->h && a->w == b->w;
 }
 
-static int td__f32(const td__t *t) { return t->dt == CUDNN_DATA_FLOAT; }
+/* Data the simulator computes on: fp32, or 16-bit through fp32 copies. */
+static int td__data(const td__t *t)
+{
+    return t->dt == CUDNN_DATA_FLOAT || td__is16(t->dt);
+}
 
 /* Identical descriptors, as in-place operation requires: type, sizes and
  * strides. */
@@ -521,6 +602,16 @@ static td__dop *td__new(int kind, const void *alpha, const void *beta)
     if (!alpha || !beta)                                                     \
         return CUDNN_STATUS_BAD_PARAM
 
+/* Convolutions by data type (td_sim_dnn_typed). */
+static long td__dnn_typed[3];
+
+long td_sim_dnn_typed(int t)
+{
+    return t >= 0 && t < 3 ? __atomic_load_n(&td__dnn_typed[t],
+                                             __ATOMIC_RELAXED)
+                           : 0;
+}
+
 static cudnnStatus_t td__conv(cudnnHandle_t h, int kind, const char *call,
                               const void *alpha, const void *beta,
                               const td__t *x, const struct cudnnFilterStruct *w,
@@ -544,6 +635,12 @@ static cudnnStatus_t td__conv(cudnnHandle_t h, int kind, const char *call,
                     "%zu", call, algo, need, wsb);
         return CUDNN_STATUS_BAD_PARAM;
     }
+    if (x->dt == CUDNN_DATA_BFLOAT16 && td__sim_cc(h->dev) < 80) {
+        td__sim_say("%s: BFLOAT16 convolutions need compute capability 8.0; "
+                    "device %d is %d.%d", call, h->dev,
+                    td__sim_cc(h->dev) / 10, td__sim_cc(h->dev) % 10);
+        return CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH;
+    }
     td__dop *o = td__new(kind, alpha, beta);
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
@@ -551,29 +648,43 @@ static cudnnStatus_t td__conv(cudnnHandle_t h, int kind, const char *call,
         __atomic_add_fetch(&td__dnn_nondet, 1, __ATOMIC_RELAXED);
     o->x = *x, o->w = *w, o->c = *c, o->y = *y;
     o->ws = ws, o->wsb = (size_t)need;
-    o->tf32 = c->math != CUDNN_FMA_MATH && td__sim_cc(h->dev) >= 80;
+    /* TF32 rounds fp32 inputs; 16-bit inputs are exact in a tensor core */
+    o->tf32 = c->math != CUDNN_FMA_MATH && td__sim_cc(h->dev) >= 80 &&
+              x->dt == CUDNN_DATA_FLOAT;
+    size_t nx = td__dnn_elems(x), ny = td__dnn_elems(y);
+    size_t nw = (size_t)w->k * w->c * w->h * w->w;
     td__sub s = {.n = 0};
     td__use(&s, ws, (size_t)need, 1);
     if (kind == OP_CONV_FWD) {
         o->X = in1, o->W = in2, o->OUT = out;
+        td__mark(o, LP_X, x->dt, nx), td__mark(o, LP_W, w->dt, nw);
+        td__mark(o, LP_OUT, y->dt, ny);
         td__use(&s, in1, td__dnn_span(x), 0);
         td__use(&s, in2, td__dnn_fspan(w), 0);
         td__use(&s, out, td__dnn_span(y), 1);
     } else if (kind == OP_CONV_BWD_DATA) {
         o->W = in1, o->DY = in2, o->OUT = out;
+        td__mark(o, LP_W, w->dt, nw), td__mark(o, LP_DY, y->dt, ny);
+        td__mark(o, LP_OUT, x->dt, nx);
         td__use(&s, in1, td__dnn_fspan(w), 0);
         td__use(&s, in2, td__dnn_span(y), 0);
         td__use(&s, out, td__dnn_span(x), 1);
     } else {
         o->X = in1, o->DY = in2, o->OUT = out;
+        td__mark(o, LP_X, x->dt, nx), td__mark(o, LP_DY, y->dt, ny);
+        td__mark(o, LP_OUT, w->dt, nw);
         td__use(&s, in1, td__dnn_span(x), 0);
         td__use(&s, in2, td__dnn_span(y), 0);
         td__use(&s, out, td__dnn_fspan(w), 1);
     }
     int tf32 = o->tf32;
     cudnnStatus_t rs = td__submit(h, call, o, &s, caller);
-    if (rs == CUDNN_STATUS_SUCCESS)
+    if (rs == CUDNN_STATUS_SUCCESS) {
         td__sim_math_count(0, (int)c->math, tf32);
+        int t = x->dt == CUDNN_DATA_BFLOAT16 ? TD_SIM_BF16
+                : x->dt == CUDNN_DATA_HALF ? TD_SIM_F16 : TD_SIM_F32;
+        __atomic_add_fetch(&td__dnn_typed[t], 1, __ATOMIC_RELAXED);
+    }
     return rs;
 }
 
@@ -620,12 +731,15 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha,
                                            void *db)
 {
     TD__START("cudnnConvolutionBackwardBias");
-    if (!dyd || !dyd->set || !td__chan(dbd, dyd) || !td__f32(dyd))
+    if (!dyd || !dyd->set || !td__chan(dbd, dyd) || !td__data(dyd) ||
+        dbd->dt != dyd->dt)
         return CUDNN_STATUS_BAD_PARAM;
     td__dop *o = td__new(OP_CONV_BIAS, alpha, beta);
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->y = *dyd, o->p = *dbd, o->DY = dy, o->OUT = db;
+    td__mark(o, LP_DY, dyd->dt, td__dnn_elems(dyd));
+    td__mark(o, LP_OUT, dbd->dt, td__dnn_elems(dbd));
     td__sub s = {.n = 0};
     td__use(&s, dy, td__dnn_span(dyd), 0);
     td__use(&s, db, td__dnn_span(dbd), 1);
@@ -639,7 +753,8 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha,
                              const cudnnTensorDescriptor_t cd, void *C)
 {
     TD__START("cudnnAddTensor");
-    if (!ad || !cd || !ad->set || !cd->set || !td__f32(ad) || !td__f32(cd) ||
+    if (!ad || !cd || !ad->set || !cd->set || !td__data(cd) ||
+        ad->dt != cd->dt ||
         (ad->n != cd->n && ad->n != 1) || (ad->c != cd->c && ad->c != 1) ||
         (ad->h != cd->h && ad->h != 1) || (ad->w != cd->w && ad->w != 1))
         return CUDNN_STATUS_BAD_PARAM;
@@ -647,6 +762,8 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha,
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->x = *ad, o->y = *cd, o->X = A, o->OUT = C;
+    td__mark(o, LP_X, ad->dt, td__dnn_elems(ad));
+    td__mark(o, LP_OUT, cd->dt, td__dnn_elems(cd));
     td__sub s = {.n = 0};
     td__use(&s, A, td__dnn_span(ad), 0);
     td__use(&s, C, td__dnn_span(cd), 1);
@@ -661,9 +778,15 @@ static cudnnStatus_t td__bn_check(cudnnBatchNormMode_t mode, const td__t *x,
 {
     if (mode != CUDNN_BATCHNORM_SPATIAL)
         return CUDNN_STATUS_NOT_SUPPORTED; /* the simulator's subset */
-    if (!td__same(x, y) || !td__chan(p, x) || !td__f32(x) || !td__f32(y) ||
-        eps < CUDNN_BN_MIN_EPSILON)
+    if (!td__same(x, y) || !td__chan(p, x) || !td__data(x) ||
+        y->dt != x->dt || eps < CUDNN_BN_MIN_EPSILON)
         return CUDNN_STATUS_BAD_PARAM;
+    if (p->dt != CUDNN_DATA_FLOAT) {
+        td__sim_say("batch norm: bnScaleBiasMeanVarDesc must be FLOAT for "
+                    "FLOAT, HALF and BFLOAT16 data (it is type %d)",
+                    (int)p->dt);
+        return CUDNN_STATUS_BAD_PARAM;
+    }
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -687,6 +810,8 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
     o->x = *xd, o->y = *yd, o->p = *pd, o->factor = factor, o->eps = eps;
     o->X = x, o->OUT = y, o->S = scale, o->B = bias;
     o->RM = rmean, o->RV = rvar, o->SM = smean, o->SI = sinv;
+    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
+    td__mark(o, LP_OUT, yd->dt, td__dnn_elems(yd));
     size_t pb = td__dnn_span(pd);
     td__sub s = {.n = 0};
     td__use(&s, x, td__dnn_span(xd), 0);
@@ -719,6 +844,8 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(
         return CUDNN_STATUS_ALLOC_FAILED;
     o->x = *xd, o->y = *yd, o->p = *pd, o->eps = eps;
     o->X = x, o->OUT = y, o->S = scale, o->B = bias, o->M = mean, o->V = var;
+    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
+    td__mark(o, LP_OUT, yd->dt, td__dnn_elems(yd));
     size_t pb = td__dnn_span(pd);
     td__sub s = {.n = 0};
     td__use(&s, x, td__dnn_span(xd), 0);
@@ -744,7 +871,8 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
     cudnnStatus_t st = td__bn_check(mode, xd, dyd, pd, eps);
     if (st)
         return st;
-    if (!td__same(xd, dxd) || !alpha2 || !beta2 || !scale || !dscale ||
+    if (!td__same(xd, dxd) || dxd->dt != xd->dt || !alpha2 || !beta2 ||
+        !scale || !dscale ||
         !dbias || !dx || !smean != !sinv)
         return CUDNN_STATUS_BAD_PARAM;
     td__dop *o = td__new(OP_BN_BWD, alpha, beta);
@@ -754,6 +882,9 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
     o->x = *xd, o->y = *dyd, o->p = *pd, o->eps = eps;
     o->X = x, o->DY = dy, o->OUT = dx, o->S = scale, o->DS = dscale;
     o->DB = dbias, o->M = smean, o->V = sinv;
+    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
+    td__mark(o, LP_DY, dyd->dt, td__dnn_elems(dyd));
+    td__mark(o, LP_OUT, dxd->dt, td__dnn_elems(dxd));
     size_t pb = td__dnn_span(pd);
     td__sub s = {.n = 0};
     td__use(&s, x, td__dnn_span(xd), 0);
@@ -778,7 +909,8 @@ cudnnStatus_t cudnnActivationForward(cudnnHandle_t h,
                                      const cudnnTensorDescriptor_t yd, void *y)
 {
     TD__START("cudnnActivationForward");
-    if (!ad || !ad->set || !td__same(xd, yd) || !td__f32(xd))
+    if (!ad || !ad->set || !td__same(xd, yd) || !td__data(xd) ||
+        yd->dt != xd->dt)
         return CUDNN_STATUS_BAD_PARAM;
     if (ad->mode != CUDNN_ACTIVATION_RELU)
         return CUDNN_STATUS_NOT_SUPPORTED; /* the simulator's subset */
@@ -788,6 +920,8 @@ cudnnStatus_t cudnnActivationForward(cudnnHandle_t h,
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->act = *ad, o->x = *xd, o->y = *yd, o->X = x, o->OUT = y;
+    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
+    td__mark(o, LP_OUT, yd->dt, td__dnn_elems(yd));
     td__sub s = {.n = 0, .ok_in = x, .ok_out = y};
     td__use(&s, x, td__dnn_span(xd), 0);
     td__use(&s, y, td__dnn_span(yd), 1);
@@ -804,7 +938,8 @@ cudnnStatus_t cudnnActivationBackward(
 {
     TD__START("cudnnActivationBackward");
     if (!ad || !ad->set || !td__same(xd, yd) || !td__same(xd, dyd) ||
-        !td__same(xd, dxd) || !td__f32(xd))
+        !td__same(xd, dxd) || !td__data(xd) || yd->dt != xd->dt ||
+        dyd->dt != xd->dt || dxd->dt != xd->dt)
         return CUDNN_STATUS_BAD_PARAM;
     if (ad->mode != CUDNN_ACTIVATION_RELU)
         return CUDNN_STATUS_NOT_SUPPORTED;
@@ -815,6 +950,9 @@ cudnnStatus_t cudnnActivationBackward(
         return CUDNN_STATUS_ALLOC_FAILED;
     o->act = *ad, o->x = *xd, o->y = *dyd;
     o->X = x, o->DY = dy, o->OUT = dx;
+    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
+    td__mark(o, LP_DY, dyd->dt, td__dnn_elems(dyd));
+    td__mark(o, LP_OUT, dxd->dt, td__dnn_elems(dxd));
     td__sub s = {.n = 0, .ok_in = dy, .ok_out = dx};
     td__use(&s, y, td__dnn_span(yd), 0);
     td__use(&s, dy, td__dnn_span(dyd), 0);
@@ -828,7 +966,8 @@ static cudnnStatus_t td__pool_check(const struct cudnnPoolingStruct *p,
                                     const td__t *x, const td__t *y)
 {
     int n, c, hh, ww;
-    if (!p || !p->set || !x || !y || !x->set || !y->set || !td__f32(x) ||
+    if (!p || !p->set || !x || !y || !x->set || !y->set || !td__data(x) ||
+        y->dt != x->dt ||
         cudnnGetPooling2dForwardOutputDim((cudnnPoolingDescriptor_t)p,
                                           (cudnnTensorDescriptor_t)x, &n, &c,
                                           &hh, &ww) ||
@@ -857,6 +996,8 @@ cudnnStatus_t cudnnPoolingForward(cudnnHandle_t h,
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->pool = *pd, o->x = *xd, o->y = *yd, o->X = x, o->OUT = y;
+    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
+    td__mark(o, LP_OUT, yd->dt, td__dnn_elems(yd));
     td__sub s = {.n = 0};
     td__use(&s, x, td__dnn_span(xd), 0);
     td__use(&s, y, td__dnn_span(yd), 1);
@@ -875,13 +1016,17 @@ cudnnStatus_t cudnnPoolingBackward(
     cudnnStatus_t st = td__pool_check(pd, xd, yd);
     if (st)
         return st;
-    if (!td__same(yd, dyd) || !td__same(xd, dxd))
+    if (!td__same(yd, dyd) || !td__same(xd, dxd) || dyd->dt != xd->dt ||
+        dxd->dt != xd->dt)
         return CUDNN_STATUS_BAD_PARAM;
     td__dop *o = td__new(OP_POOL_BWD, alpha, beta);
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->pool = *pd, o->x = *xd, o->y = *dyd;
     o->X = x, o->DY = dy, o->OUT = dx;
+    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
+    td__mark(o, LP_DY, dyd->dt, td__dnn_elems(dyd));
+    td__mark(o, LP_OUT, dxd->dt, td__dnn_elems(dxd));
     td__sub s = {.n = 0};
     td__use(&s, y, td__dnn_span(yd), 0);
     td__use(&s, dy, td__dnn_span(dyd), 0);

@@ -41,6 +41,7 @@ typedef struct run {
     float *snap;
     size_t nsnap;
     td_cuda_graph_info gi;
+    td_ls_state ls; /* the scaler after the last training step */
 } run;
 
 static td_model *load(const char *name)
@@ -55,13 +56,21 @@ static td_model *load(const char *name)
     return m;
 }
 
+/* The compute type and loss scaling of config() (test_16_bit_and_loss_
+ * scaling_bitwise changes them). */
+static enum td_dtype g_dt = TD_F32;
+static float g_loss_scale;
+static int64_t g_poison;
+
 static td_backend_config config(enum td_optim_type opt, int graphs)
 {
     td_backend_config c;
     memset(&c, 0, sizeof c);
     c.batch = BATCH;
     c.threads = 1;
-    c.dtype = TD_F32;
+    c.dtype = g_dt;
+    c.loss_scale = g_loss_scale;
+    c.ls_poison_step = g_poison;
     for (int i = 0; i < 4; i++) {
         c.mean[i] = 0.45f;
         c.std[i] = 0.25f;
@@ -139,6 +148,8 @@ static void train(run *r, const char *model, enum td_optim_type opt,
         ck_assert_int_eq(td_backend_sync(r->be), 0);
         ck_assert_int_eq(st.samples, n);
         r->loss[t - 1] = st.loss_sum;
+        if (n == BATCH)
+            r->ls = st.ls;
     }
     r->nsnap = td_backend_snapshot_floats(r->m, &c.optim);
     r->snap = malloc(r->nsnap * sizeof *r->snap);
@@ -187,6 +198,21 @@ static void compare(const char *model, enum td_optim_type opt, int use_mult,
     ck_assert_int_eq(td_sim_graph_launches() - launch0, STEPS);
     ck_assert_int_eq(off.gi.captures, 0);
     ck_assert_int_eq(td_sim_races(), 0);
+    /* with loss scaling, the injected overflow was skipped either way;
+     * fp16 may overflow for real too (tiny-dropout does at 2^16: its
+     * scaled gradients pass 65504 once), each skip halving the scale */
+    ck_assert(memcmp(&off.ls, &on.ls, sizeof on.ls) == 0);
+    if (g_poison)
+        ck_assert_msg(on.ls.skipped >= 1 && (g_dt == TD_F16 ||
+                                              on.ls.skipped == 1) &&
+                      on.ls.scale == ldexpf(g_loss_scale,
+                                            -(int)on.ls.skipped),
+                      "skipped %lld, scale %g", (long long)on.ls.skipped,
+                      (double)on.ls.scale);
+    if (g_poison)
+        printf("%s %s: %lld step(s) skipped, loss scale %g\n", model,
+               g_dt == TD_F16 ? "fp16" : g_dt == TD_BF16 ? "bf16" : "fp32",
+               (long long)on.ls.skipped, (double)on.ls.scale);
     printf("%s: graphs on/off bitwise equal over %d steps + a short batch "
            "(last loss %.9g, %zu state floats)\n", model, STEPS,
            on.loss[STEPS], on.nsnap);
@@ -203,6 +229,26 @@ END_TEST
 START_TEST(test_adamw_warmup_bitwise)
 {
     compare("tiny-all", TD_OPT_ADAMW, 0, 1);
+}
+END_TEST
+
+/* fp32, bf16 and fp16 (16-bit activations, the update writing the
+ * weights' 16-bit copy) with dynamic loss scaling and an overflow injected
+ * at step 4: the captured step scales, checks, skips and corrects from
+ * device memory like the eager one, bitwise. */
+START_TEST(test_16_bit_and_loss_scaling_bitwise)
+{
+    enum td_dtype dts[3] = {TD_F32, TD_BF16, TD_F16};
+    for (int k = 0; k < 3; k++) {
+        g_dt = dts[k];
+        g_loss_scale = 65536.0f;
+        g_poison = 4;
+        compare("tiny-all", TD_OPT_ADAMW, 0, 1);
+        compare("tiny-dropout", TD_OPT_SGD, 1, 0);
+    }
+    g_dt = TD_F32;
+    g_loss_scale = 0.0f;
+    g_poison = 0;
 }
 END_TEST
 
@@ -630,6 +676,7 @@ static Suite *sim_graphs_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_sgd_dropout_lr_mult_bitwise);
     tcase_add_test(tc, test_adamw_warmup_bitwise);
+    tcase_add_test(tc, test_16_bit_and_loss_scaling_bitwise);
     tcase_add_test(tc, test_lr_zero_runs_eagerly);
     tcase_add_test(tc, test_auto_decides_by_eager_time);
     tcase_add_test(tc, test_bad_mode_refused);
