@@ -457,6 +457,18 @@ json_t *th_job_request(int fd, const char *cmd, int64_t job)
     return th_request(fd, cmd, json_pack("{s:I}", "job", (json_int_t)job));
 }
 
+int th_log_has(int fd, int64_t job, const char *text)
+{
+    json_t *r = th_job_request(fd, "logs", job);
+    size_t i;
+    json_t *l;
+    int found = 0;
+    json_array_foreach(json_object_get(th_ok(r), "lines"), i, l)
+        found |= strstr(json_string_value(l), text) != NULL;
+    json_decref(r);
+    return found;
+}
+
 int th_wait_state(int fd, int64_t job, const char *state, int timeout_ms)
 {
     int64_t deadline = td_now_ns() + (int64_t)timeout_ms * TD_NS_PER_MS;

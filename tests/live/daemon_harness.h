@@ -57,6 +57,8 @@ json_t *th_read_json(int fd, int timeout_ms);
 json_t *th_request(int fd, const char *cmd, json_t *args);
 /* th_request with the one argument {"job": job}. */
 json_t *th_job_request(int fd, const char *cmd, int64_t job);
+/* Whether a line of the job's log (the "logs" request) contains text. */
+int th_log_has(int fd, int64_t job, const char *text);
 /* A small valid job: synthetic 8x8 input, a tiny conv net, 100 steps per
  * epoch, one compute thread (deterministic), metrics windows of 10 steps
  * after 5 warm-up steps, checkpoints every `every` steps (0: none). */

@@ -27,6 +27,7 @@
 #include "base/rng.h"
 #include "loss_scale.h"
 #include "model/model.h"
+#include "ref_models.h"
 #include "tdtest.h"
 
 enum { BATCH = 6 };
@@ -37,18 +38,6 @@ typedef struct run {
     float *snap;
     size_t nsnap, nopt; /* snapshot floats; parameters + optimizer slots */
 } run;
-
-static td_model *load_tiny(void)
-{
-    char path[4096], err[256] = "";
-    const char *root = getenv("TD_SOURCE_ROOT");
-    td_model *m = NULL;
-    snprintf(path, sizeof path, "%s/tests/data/tiny-all.json",
-             root ? root : ".");
-    ck_assert_msg(td_model_load(NULL, path, (td_shape){2, 9, 9}, 5, &m, err,
-                                sizeof err) == 0, "%s", err);
-    return m;
-}
 
 static td_backend_config config(enum td_optim_type opt, float ls,
                                 int interval, int64_t poison)
@@ -78,7 +67,7 @@ static void run_open(run *r, const td_backend_config *c, const float *mult)
 {
     char err[256] = "";
     td_backend_config cc = *c;
-    r->m = load_tiny();
+    r->m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
     cc.lr_mult = mult;
     ck_assert_msg(td_backend_create("cpu", r->m, &cc, &r->be, err,
                                     sizeof err) == 0, "%s", err);
@@ -230,7 +219,7 @@ START_TEST(test_frozen_not_checked)
 {
     run on;
     td_backend_config c = config(TD_OPT_SGD, TD_LS_INIT, 0, 2);
-    td_model *m = load_tiny();
+    td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
     float *mult = malloc(sizeof *mult * (size_t)m->nparams);
     for (int q = 0; q < m->nparams; q++)
         mult[q] = q < 2 ? 0.0f : 1.0f; /* c1's weight and bias frozen */
@@ -292,7 +281,7 @@ END_TEST
 START_TEST(test_config_refused)
 {
     char err[256] = "";
-    td_model *m = load_tiny();
+    td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
     td_backend *be = NULL;
     td_backend_config c = config(TD_OPT_SGD, -2.0f, 0, 0);
     ck_assert_int_ne(td_backend_create("cpu", m, &c, &be, err, sizeof err),

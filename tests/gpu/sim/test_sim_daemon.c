@@ -68,19 +68,6 @@ static json_t *show(int fd, int64_t job)
     return j;
 }
 
-/* Whether a line of the job's log contains text. */
-static int log_has(int fd, int64_t job, const char *text)
-{
-    json_t *r = th_job_request(fd, "logs", job);
-    size_t i;
-    json_t *l;
-    int found = 0;
-    json_array_foreach(json_object_get(th_ok(r), "lines"), i, l)
-        found |= strstr(json_string_value(l), text) != NULL;
-    json_decref(r);
-    return found;
-}
-
 /* Waits up to timeout_ms for the daemon to exit on its own; its status. */
 static int wait_exit(td_harness *h, int timeout_ms)
 {
@@ -252,9 +239,9 @@ START_TEST(test_cuda0_job_end_to_end)
                   "times", s.steps_timed);
     ck_assert_int_ge(s.windows, 20);
     ck_assert_int_ge(s.checkpoints, 4);
-    ck_assert_msg(log_has(fd, id, "device: cuda:0 traind simulated GPU 0"),
+    ck_assert_msg(th_log_has(fd, id, "device: cuda:0 traind simulated GPU 0"),
                   "the job did not run on cuda:0");
-    ck_assert_msg(log_has(fd, id, "resumed from "), "no resume after pause");
+    ck_assert_msg(th_log_has(fd, id, "resumed from "), "no resume after pause");
     json_t *j = show(fd, id);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")),
                      "completed");
@@ -295,7 +282,7 @@ START_TEST(test_cuda1_job_never_touches_device0)
     int fd = th_connect(&h, NULL);
     int64_t id = th_submit(fd, spec_on("cuda:1", 1, 40));
     ck_assert(th_wait_state(fd, id, "completed", 300000));
-    ck_assert(log_has(fd, id, "device: cuda:1 traind simulated GPU 1"));
+    ck_assert(th_log_has(fd, id, "device: cuda:1 traind simulated GPU 1"));
     close(fd);
     ck_assert_int_eq(th_stop(&h), 0);
     long c0 = -1, l0 = -1, p0 = -1, c1 = 0, l1 = 0, p1 = 0;
@@ -361,7 +348,7 @@ START_TEST(test_sticky_error_fails_the_job_and_daemon_exits)
                   why ? why : "(none)");
     json_decref(j);
     ck_assert(th_wait_state(fd, b, "completed", 300000));
-    ck_assert(log_has(fd, b, "device: cuda:0"));
+    ck_assert(th_log_has(fd, b, "device: cuda:0"));
     close(fd);
     ck_assert_int_eq(th_stop(&h), 0);
     th_cleanup(&h);
@@ -508,7 +495,7 @@ START_TEST(test_finetune_job_on_cuda0)
     json_object_set_new(spec, "lr_mult", json_pack("{s:f}", "fc.*", 10.0));
     int64_t id = th_submit(fd, spec);
     ck_assert(th_wait_state(fd, id, "completed", 300000));
-    ck_assert(log_has(fd, id, "device: cuda:0 traind simulated GPU 0"));
+    ck_assert(th_log_has(fd, id, "device: cuda:0 traind simulated GPU 0"));
     json_t *j = show(fd, id), *cks = json_object_get(j, "checkpoints");
     size_t n = json_array_size(cks);
     ck_assert_uint_ge(n, 2);

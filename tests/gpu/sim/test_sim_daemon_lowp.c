@@ -25,18 +25,6 @@ static json_t *spec_at(const char *precision, int epochs)
     return s;
 }
 
-static int log_has(int fd, int64_t job, const char *text)
-{
-    json_t *r = th_job_request(fd, "logs", job);
-    size_t i;
-    json_t *l;
-    int found = 0;
-    json_array_foreach(json_object_get(th_ok(r), "lines"), i, l)
-        found |= strstr(json_string_value(l), text) != NULL;
-    json_decref(r);
-    return found;
-}
-
 START_TEST(test_bf16_job_on_cuda0)
 {
     td_harness h;
@@ -44,7 +32,7 @@ START_TEST(test_bf16_job_on_cuda0)
     int fd = th_connect(&h, NULL);
     int64_t id = th_submit(fd, spec_at("bf16", 2));
     ck_assert(th_wait_state(fd, id, "completed", 300000));
-    ck_assert_msg(log_has(fd, id, "precision: bf16 (asked bf16) on cuda:0"),
+    ck_assert_msg(th_log_has(fd, id, "precision: bf16 (asked bf16) on cuda:0"),
                   "no precision line in the job's log");
     /* the checkpoint's weights: fp32 masters, trained off the bf16 grid */
     json_t *r = th_job_request(fd, "show", id);
@@ -73,7 +61,7 @@ START_TEST(test_bf16_job_on_cuda0)
      * is a power of two in [1, 2^24] (halved on an overflow, if any) */
     int64_t id16 = th_submit(fd, spec_at("fp16", 1));
     ck_assert(th_wait_state(fd, id16, "completed", 300000));
-    ck_assert_msg(log_has(fd, id16, "precision: fp16 (asked fp16) on cuda:0"),
+    ck_assert_msg(th_log_has(fd, id16, "precision: fp16 (asked fp16) on cuda:0"),
                   "no precision line in the fp16 job's log");
     r = th_job_request(fd, "show", id16);
     json_t *job = json_object_get(th_ok(r), "job");

@@ -29,6 +29,7 @@
 #include "base/rng.h"
 #include "model/model.h"
 #include "sim.h"
+#include "ref_models.h"
 #include "tdtest.h"
 
 enum { BATCH = 6, STEPS = 10, SHORT = 4 };
@@ -43,18 +44,6 @@ typedef struct run {
     td_cuda_graph_info gi;
     td_ls_state ls; /* the scaler after the last training step */
 } run;
-
-static td_model *load(const char *name)
-{
-    char path[4096], err[256] = "";
-    const char *root = getenv("TD_SOURCE_ROOT");
-    td_model *m = NULL;
-    snprintf(path, sizeof path, "%s/tests/data/%s.json", root ? root : ".",
-             name);
-    ck_assert_msg(td_model_load(NULL, path, (td_shape){2, 9, 9}, 5, &m, err,
-                                sizeof err) == 0, "%s", err);
-    return m;
-}
 
 /* The compute type and loss scaling of config() (test_16_bit_and_loss_
  * scaling_bitwise changes them). */
@@ -118,7 +107,7 @@ static void train(run *r, const char *model, enum td_optim_type opt,
     int32_t lab[BATCH];
     td_batch b;
     memset(r, 0, sizeof *r);
-    r->m = load(model);
+    r->m = ref_load_model(model, (td_shape){2, 9, 9}, 5);
     td_backend_config c = config(opt, graphs);
     c.warmup = warmup;
     if (use_mult) { /* three runs: 0.5, frozen, 2 */
@@ -291,7 +280,7 @@ END_TEST
 START_TEST(test_bad_mode_refused)
 {
     char err[256] = "";
-    td_model *m = load("tiny-dropout");
+    td_model *m = ref_load_model("tiny-dropout", (td_shape){2, 9, 9}, 5);
     td_backend_config c = config(TD_OPT_SGD, 3);
     td_backend *be = NULL;
     td_cuda_register();
@@ -313,7 +302,7 @@ static int overlaps(int graphs, double *gap_ms)
     int32_t lab[N][BATCH];
     td_step_stats st[N];
     td_batch b;
-    td_model *m = load("tiny-all");
+    td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
     td_backend_config c = config(TD_OPT_SGD, graphs);
     td_backend *be = NULL;
     td_cuda_register();

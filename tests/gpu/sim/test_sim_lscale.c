@@ -34,6 +34,7 @@
 #include "loss_scale.h"
 #include "model/model.h"
 #include "sim.h"
+#include "ref_models.h"
 #include "tdtest.h"
 
 enum { BATCH = 6, STEPS = 7, POISON = 3 };
@@ -52,18 +53,6 @@ typedef struct pair {
     side s[2]; /* cpu, cuda */
     size_t nsnap, nopt;
 } pair;
-
-static td_model *load_tiny(void)
-{
-    char path[4096], err[256] = "";
-    const char *root = getenv("TD_SOURCE_ROOT");
-    td_model *m = NULL;
-    snprintf(path, sizeof path, "%s/tests/data/tiny-all.json",
-             root ? root : ".");
-    ck_assert_msg(td_model_load(NULL, path, (td_shape){2, 9, 9}, 5, &m, err,
-                                sizeof err) == 0, "%s", err);
-    return m;
-}
 
 static td_backend_config config(enum td_optim_type opt, float ls,
                                 int64_t poison)
@@ -102,7 +91,7 @@ static void pair_open(pair *p, const td_backend_config *c0,
                       const char *k1)
 {
     memset(p, 0, sizeof *p);
-    p->m = load_tiny();
+    p->m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
     p->nsnap = td_backend_snapshot_floats(p->m, &c0->optim);
     p->nopt = p->m->param_count * (size_t)(1 + td_optim_slots(&c0->optim));
     td_cuda_register();
