@@ -51,7 +51,16 @@
 #ifndef TD_BACKEND_CUDA_INT_H
 #define TD_BACKEND_CUDA_INT_H
 
+/* cublasLt.h declares cublasLtLoggerForceDisable() without a prototype
+ * (CUDA 13): silenced around it only, for C (-Wstrict-prototypes is C's) */
+#ifndef __cplusplus
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#endif
 #include <cublasLt.h>
+#ifndef __cplusplus
+#pragma GCC diagnostic pop
+#endif
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
