@@ -8,10 +8,9 @@
  *   - its refusals, one check each (sim_cublaslt.c's list);
  *   - the calls of a step: per dense layer three cublasLtMatmul (forward
  *     with BIAS when it has a bias, weight gradient with BGRADB, input
- *     gradient plain, none for the layer reading the batch... here every
- *     dense layer has an input gradient), no cuBLAS GEMM, and two kernel
- *     launches fewer per biased layer than the old path (the bias add and
- *     bias gradient kernels);
+ *     gradient plain: every dense layer of lt-mlp has one), no cuBLAS
+ *     GEMM, and two kernel launches fewer per biased layer than the old
+ *     path (the bias add and bias gradient kernels);
  *   - the old path as the fallback when cuBLASLt has no algorithm
  *     (td_sim_blaslt_no_algo), said in a log line;
  *   - fp32 strict: Lt against the old path (cuBLAS GEMM + our bias
@@ -21,7 +20,8 @@
  *     bias kernel does), the bias gradients within the fp32 rounding of
  *     the kernel's sum (bound per element in check_bias_grads);
  *   - tf32, bf16, fp16: loss curves against the CPU backend in fp32
- *     (test_sim_precision.c's and test_sim_lowp.c's tolerances);
+ *     (test_sim_precision.c's and test_sim_lowp.c's tolerances); tf32's
+ *     first loss bitwise the old path's;
  *   - a graph-captured run bitwise equal to an eager one.
  * LT_VERBOSE=1 prints every measured figure.
  */
@@ -603,6 +603,11 @@ static void curves(const char *what, enum td_dtype dt, enum td_fp32_math math,
            "cuBLASLt, %.2e on the old path (tolerance %.0e)\n", what, worst,
            worst_old, tol);
     ck_assert_double_gt(worst, 0); /* really not fp32 */
+    /* TF32: the first step's forward rounds the same inputs on both paths
+     * and adds the bias in float to the same float sum: bitwise */
+    if (dt == TD_F32)
+        ck_assert_msg(lt.loss[0] == old.loss[0], "tf32 step 0: %.17g, old "
+                      "path %.17g", lt.loss[0], old.loss[0]);
     run_free(&cpu, m);
     run_free(&lt, m);
     run_free(&old, m);
