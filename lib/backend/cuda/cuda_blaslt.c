@@ -8,6 +8,11 @@
  *   weights   dW^T = x^T * dy        epilogue BGRADB (db: D's columns,
  *                                    the sum of dy over the batch, k)
  *   input     dx^T = W^T * dy^T      no epilogue (beta 1 to accumulate)
+ * and, when the dense layer's only reader is a ReLU the memory plan runs
+ * in place (its y is the dense layer's y), the forward's epilogue is
+ * RELU_BIAS (RELU without a bias) and the ReLU's forward is skipped; its
+ * backward is cuDNN's as before, reading the same buffer (y > 0 exactly
+ * where x > 0), so no auxiliary mask is needed.
  * in the job's types (A and B in the compute type; D in it too but for
  * dW, fp32 into the gradients), compute type CUBLAS_COMPUTE_32F, or
  * _32F_FAST_TF32 when the fp32 math is TF32 (be->tf32, cuda_prec.c),
@@ -41,6 +46,8 @@ typedef struct td__ltg {
 
 struct td__lt {
     td__ltg g[TD__LT_N];
+    int relu;     /* dense: the ReLU its forward epilogue computes, or 0 */
+    int fused;    /* ReLU: computed by its input's epilogue, skipped */
 };
 
 static const float td__one = 1.0f, td__zero = 0.0f;
@@ -88,11 +95,16 @@ static td__ltspec td__lt_spec(const td__cuda *be, int L, int which)
     void *dx = be->gl[be->gl[l->in[0]].root].dy;
     cudaDataType t = td__lt_type(be);
     switch (which) {
-    case TD__LT_FWD:
+    case TD__LT_FWD: {
+        int relu = be->lt && be->lt[L].relu;
+        uint32_t epi = l->bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                       : CUBLASLT_EPILOGUE_BIAS)
+                               : (relu ? CUBLASLT_EPILOGUE_RELU
+                                       : CUBLASLT_EPILOGUE_DEFAULT);
         return (td__ltspec){CUBLAS_OP_T, CUBLAS_OP_N, in, out, in, n, out,
                             n, t, t, g->wl, x, l->bias ? g->bl : NULL, g->y,
-                            l->bias ? CUBLASLT_EPILOGUE_BIAS
-                                    : CUBLASLT_EPILOGUE_DEFAULT};
+                            epi};
+    }
     case TD__LT_WGRAD:
         return (td__ltspec){CUBLAS_OP_N, CUBLAS_OP_T, in, n, out, n, in, out,
                             t, CUDA_R_32F, x, g->dy, l->bias ? g->db : NULL,
@@ -127,7 +139,7 @@ static int td__lt_make(td__cuda *be, const td__ltspec *p, td__ltg *q)
                         sizeof tb));
     TD__TRY(td__lt_attr(be, q->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p->epi,
                         sizeof p->epi));
-    if (p->epi != CUBLASLT_EPILOGUE_DEFAULT) {
+    if (p->bias) {
         TD__TRY(td__lt_attr(be, q->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                             &p->bias, sizeof p->bias));
         TD__TRY(td__lt_attr(be, q->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
@@ -181,17 +193,48 @@ static void td__lt_free(td__ltg *q)
     *q = (td__ltg){0};
 }
 
+/* The ReLU that dense layer L's forward epilogue may compute: L's only
+ * reader, run in place on L's buffers by the memory plan; 0: none. */
+static int td__lt_relu_of(const td__cuda *be, int L)
+{
+    const td_model *m = be->base.model;
+    int reader = 0, readers = 0;
+    for (int R = L + 1; R < m->nlayers; R++) {
+        if (be->gl[R].root != R)
+            continue; /* an alias (flatten): its readers are counted */
+        for (int i = 0; i < 2; i++) {
+            int in = m->layers[R].in[i];
+            if (in >= 0 && be->gl[in].root == L)
+                reader = R, readers++;
+        }
+    }
+    if (readers != 1 || m->layers[reader].kind != TD_L_RELU ||
+        be->gl[reader].y != be->gl[L].y || be->gl[reader].dy != be->gl[L].dy)
+        return 0;
+    return reader;
+}
+
 static int td__lt_layer(td__cuda *be, int L, int *fell)
 {
     const td_model *m = be->base.model;
     const td_layer *l = &m->layers[L];
     int in_root = be->gl[l->in[0]].root;
+    be->lt[L].relu = td__lt_relu_of(be, L);
     for (int w = 0; w < TD__LT_N; w++) {
         if (w == TD__LT_DGRAD && in_root == 0)
             continue; /* the batch itself needs no gradient */
         td__ltspec p = td__lt_spec(be, L, w);
         td__ltg *q = &be->lt[L].g[w];
         TD__TRY(td__lt_make(be, &p, q));
+        if (!q->ok && w == TD__LT_FWD && be->lt[L].relu) {
+            /* no algorithm with the ReLU: without it, the ReLU on cuDNN */
+            td__lt_free(q);
+            be->lt[L].relu = 0;
+            p = td__lt_spec(be, L, w);
+            TD__TRY(td__lt_make(be, &p, q));
+        }
+        if (w == TD__LT_FWD && q->ok && be->lt[L].relu)
+            be->lt[be->lt[L].relu].fused = 1;
         if (q->ok)
             continue;
         td__lt_free(q);
@@ -210,7 +253,7 @@ static int td__lt_layer(td__cuda *be, int L, int *fell)
 int td__blaslt_create(td__cuda *be)
 {
     const td_model *m = be->base.model;
-    int dense = 0, fell = 0;
+    int dense = 0, fell = 0, relus = 0;
     TD__LT(be, cublasLtCreate(&be->blaslt));
     be->lt = calloc((size_t)m->nlayers, sizeof *be->lt);
     if (!be->lt)
@@ -219,12 +262,14 @@ int td__blaslt_create(td__cuda *be)
         if (m->layers[L].kind == TD_L_DENSE && be->gl[L].root == L) {
             TD__TRY(td__lt_layer(be, L, &fell));
             dense++;
+            relus += be->lt[L].relu != 0;
         }
     if (dense)
         td_info("cuda:%d: %d dense layer%s on cuBLASLt (bias in the "
-                "epilogues%s), %d GEMM%s on cuBLAS", be->dev, dense,
-                dense == 1 ? "" : "s", be->tf32 ? ", TF32" : "", fell,
-                fell == 1 ? "" : "s");
+                "epilogues%s), %d ReLU%s in them, %d GEMM%s on cuBLAS",
+                be->dev, dense, dense == 1 ? "" : "s",
+                be->tf32 ? ", TF32" : "", relus, relus == 1 ? "" : "s",
+                fell, fell == 1 ? "" : "s");
     return 0;
 }
 
@@ -245,6 +290,11 @@ void td__blaslt_destroy(td__cuda *be)
 int td__blaslt_has(const td__cuda *be, int L, int which)
 {
     return be->lt && be->lt[L].g[which].ok;
+}
+
+int td__blaslt_fused_relu(const td__cuda *be, int L)
+{
+    return be->lt && be->lt[L].fused;
 }
 
 /* GEMM `which` of layer L; D (dx for the input gradient) and beta as

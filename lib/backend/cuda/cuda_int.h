@@ -284,6 +284,9 @@ void td__blaslt_destroy(td__cuda *be);
  * no algorithm for it, cuda_step.c runs the cuBLAS GEMM (and bias
  * kernel) instead. */
 int td__blaslt_has(const td__cuda *be, int L, int which);
+/* 1 when ReLU layer L is computed by its dense input's forward epilogue
+ * (RELU_BIAS): its forward is skipped, its backward is cuDNN's. */
+int td__blaslt_fused_relu(const td__cuda *be, int L);
 /* y = W x + b; dW and db from one call; dx (beta 1 when accumulate). */
 int td__blaslt_fwd(td__cuda *be, int L);
 int td__blaslt_wgrad(td__cuda *be, int L);

@@ -182,6 +182,10 @@ static int td__forward_layer(td__cuda *be, int L, int train)
         return 0;
     case TD_L_FLATTEN:
         return 0; /* an alias of its input (NCHW is already C,H,W order) */
+    case TD_L_RELU:
+        if (td__blaslt_fused_relu(be, L))
+            return 0; /* its dense input's epilogue computed it */
+        return td__dnn_forward(be, L, train);
     default:
         return td__dnn_forward(be, L, train);
     }

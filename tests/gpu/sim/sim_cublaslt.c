@@ -16,7 +16,10 @@
  * TF32 first (kernels/tf32.h), 16-bit inputs read exactly; then the
  * epilogue in float: BIAS adds bias[row] (D's rows: the vector's length
  * is D's row count, broadcast over the columns, added after the scaling
- * as cublasLt.h defines it), and D is rounded to its type.  BGRADA /
+ * as cublasLt.h defines it), RELU_BIAS adds it then takes max(x, 0),
+ * RELU that alone (as documented, x := max(x, 0): a NaN becomes 0, an
+ * assumption: cuDNN's ReLU with CUDNN_PROPAGATE_NAN keeps it), and D is
+ * rounded to its type.  BGRADA /
  * BGRADB write the bias gradient: per row of op(A) / per column of op(B)
  * the sum over the GEMM's k of the elements as stored (no TF32 rounding:
  * an assumption, see docs/cuda.md), in double, rounded to float, stored
@@ -28,7 +31,8 @@
  * type combinations outside GemmEx's (A = B in 32F, 16F or 16BF; C = D
  * in A's type or 32F), bf16 below 8.0, device pointer mode, layouts
  * whose shapes do not make a GEMM, C's layout other than D's, epilogues
- * other than DEFAULT, BIAS, BGRADA and BGRADB, a bias type other than
+ * other than DEFAULT, BIAS, RELU, RELU_BIAS, BGRADA and BGRADB (no AUX
+ * outputs, no GELU), a bias type other than
  * D's (cublasLt.h: the bias and the bias gradient are in the output
  * type, but for IMMA and fp8 kernels), an epilogue without its bias
  * pointer, a bias gradient with alpha other than 1 (the documentation
@@ -39,7 +43,7 @@
  * the heuristic), a workspace smaller than the algorithm's, and D
  * overlapping A or B (or C unless C is D), the bias gradient
  * overlapping any matrix.
- * Never does: batches, other epilogues (RELU, GELU, AUX), IMMA or fp8,
+ * Never does: batches, other epilogues (GELU, AUX, DRELU), IMMA or fp8,
  * layout attributes (ORDER, BATCH_COUNT), several algorithms.
  */
 #include <stdint.h>
@@ -85,17 +89,25 @@ typedef struct td__ltpref {
 
 /* ---- counters and the test switch (sim_lt.h) ---- */
 
-static long td__lt_runs[3], td__lt_all; /* DEFAULT/BIAS, BGRADA/B */
+/* matmuls by epilogue: DEFAULT, BIAS, BGRADA/B, RELU_BIAS, RELU */
+static long td__lt_runs[5], td__lt_all;
 static int td__lt_none;
+
+static int td__epi_slot(int epi)
+{
+    return epi == CUBLASLT_EPILOGUE_BIAS        ? 1
+           : epi == CUBLASLT_EPILOGUE_BGRADA ||
+                   epi == CUBLASLT_EPILOGUE_BGRADB ? 2
+           : epi == CUBLASLT_EPILOGUE_RELU_BIAS   ? 3
+           : epi == CUBLASLT_EPILOGUE_RELU        ? 4 : 0;
+}
 
 long td_sim_blaslt_matmuls(int epi)
 {
     if (epi < 0)
         return __atomic_load_n(&td__lt_all, __ATOMIC_RELAXED);
-    int k = epi == CUBLASLT_EPILOGUE_BIAS ? 1
-            : epi == CUBLASLT_EPILOGUE_BGRADA ||
-                      epi == CUBLASLT_EPILOGUE_BGRADB ? 2 : 0;
-    return __atomic_load_n(&td__lt_runs[k], __ATOMIC_RELAXED);
+    return __atomic_load_n(&td__lt_runs[td__epi_slot(epi)],
+                           __ATOMIC_RELAXED);
 }
 
 void td_sim_blaslt_no_algo(int on)
@@ -348,6 +360,7 @@ typedef struct td__ltshape {
 static int td__epi_known(uint32_t e)
 {
     return e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_BIAS ||
+           e == CUBLASLT_EPILOGUE_RELU || e == CUBLASLT_EPILOGUE_RELU_BIAS ||
            e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB;
 }
 
@@ -422,10 +435,12 @@ static cublasStatus_t td__check(cublasLtHandle_t h, const char *call,
     }
     if (!td__epi_known(o->epi)) {
         td__sim_say("%s: epilogue %u: the simulator implements DEFAULT, "
-                    "BIAS, BGRADA and BGRADB", call, (unsigned)o->epi);
+                    "BIAS, RELU, RELU_BIAS, BGRADA and BGRADB", call,
+                    (unsigned)o->epi);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if (o->epi != CUBLASLT_EPILOGUE_DEFAULT && o->bias_type != -1 &&
+    if (o->epi != CUBLASLT_EPILOGUE_DEFAULT &&
+        o->epi != CUBLASLT_EPILOGUE_RELU && o->bias_type != -1 &&
         o->bias_type != D->type) {
         td__sim_say("%s: bias type %d with D of type %d: cuBLASLt documents "
                     "the bias (and bias gradient) in D's type but for IMMA "
@@ -554,8 +569,12 @@ static void td__lt_run(void *p)
             if (g->beta != 0.0f)
                 v += (double)g->beta * td__ld(g->C, s->ct, c);
             float f = (float)v; /* the fp32 accumulator, scaled */
-            if (g->epi == CUBLASLT_EPILOGUE_BIAS)
+            if (g->epi == CUBLASLT_EPILOGUE_BIAS ||
+                g->epi == CUBLASLT_EPILOGUE_RELU_BIAS)
                 f += td__ld(g->bias, s->ct, (size_t)i);
+            if (g->epi == CUBLASLT_EPILOGUE_RELU ||
+                g->epi == CUBLASLT_EPILOGUE_RELU_BIAS)
+                f = f > 0.0f ? f : 0.0f; /* max(x, 0): NaN gives 0 */
             td__st(g->D, s->ct, c, f);
         }
     if (g->epi == CUBLASLT_EPILOGUE_BGRADA ||
@@ -605,8 +624,7 @@ static cublasStatus_t td__algo_ok(const char *call, const td__ltop *o,
                         td__align_of(ptr[i]), (unsigned)q[2 + i], nm[i]);
             return CUBLAS_STATUS_INVALID_VALUE;
         }
-    if (o->epi != CUBLASLT_EPILOGUE_DEFAULT &&
-        td__align_of(o->bias) < (uint32_t)q[7]) {
+    if (o->bias && td__align_of(o->bias) < (uint32_t)q[7]) {
         td__sim_say("%s: the bias pointer %p is %u-byte aligned, the "
                     "algorithm was chosen with one %u-byte aligned", call,
                     o->bias, td__align_of(o->bias), (unsigned)(uint32_t)q[7]);
@@ -643,9 +661,8 @@ static cublasStatus_t td__overlaps(const char *call, const td_sim_range *r,
 static void td__count(const td__ltop *o, int at, int tf32)
 {
     __atomic_add_fetch(&td__lt_all, 1, __ATOMIC_RELAXED);
-    int k = o->epi == CUBLASLT_EPILOGUE_BIAS ? 1
-            : o->epi == CUBLASLT_EPILOGUE_DEFAULT ? 0 : 2;
-    __atomic_add_fetch(&td__lt_runs[k], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&td__lt_runs[td__epi_slot((int)o->epi)], 1,
+                       __ATOMIC_RELAXED);
     /* and among cuBLAS's GEMMs (td_sim_blas_gemms, _typed, _tf32): the
      * math a cuBLAS handle would have had for this compute type */
     td__sim_blas_count(o->compute == CUBLAS_COMPUTE_32F_FAST_TF32
@@ -672,7 +689,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
         return st;
     if (!alpha || !beta)
         return CUBLAS_STATUS_INVALID_VALUE;
-    int bias = o->epi == CUBLASLT_EPILOGUE_BIAS;
+    int bias = o->epi == CUBLASLT_EPILOGUE_BIAS ||
+               o->epi == CUBLASLT_EPILOGUE_RELU_BIAS;
     int bgrad = o->epi == CUBLASLT_EPILOGUE_BGRADA ||
                 o->epi == CUBLASLT_EPILOGUE_BGRADB;
     if ((bias || bgrad) && !o->bias) {

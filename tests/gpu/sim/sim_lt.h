@@ -11,8 +11,8 @@ extern "C" {
 #endif
 
 /* cublasLtMatmul calls accepted in the whole process, by epilogue:
- * CUBLASLT_EPILOGUE_DEFAULT, _BIAS, or either bias gradient (_BGRADA and
- * _BGRADB count together); -1: all.  Each also counts among cuBLAS's
+ * CUBLASLT_EPILOGUE_DEFAULT, _BIAS, _RELU_BIAS, _RELU, or either bias
+ * gradient (_BGRADA and _BGRADB count together); -1: all.  Each also counts among cuBLAS's
  * GEMMs (td_sim_blas_gemms by the math its compute type means,
  * td_sim_blas_typed, td_sim_blas_tf32). */
 long td_sim_blaslt_matmuls(int epilogue);

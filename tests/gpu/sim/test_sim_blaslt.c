@@ -4,13 +4,15 @@
  * What is checked (tests/data/lt-mlp.json: a convolution into three
  * dense layers, d1 and d3 with a bias, d2 without; batch 4):
  *   - the simulated cuBLASLt by hand: BIAS adds the bias after the
- *     product, BGRADB sums B over k, a bf16 D is rounded once;
+ *     product, RELU_BIAS then clamps at 0, BGRADB sums B over k, a bf16
+ *     D is rounded once;
  *   - its refusals, one check each (sim_cublaslt.c's list);
  *   - the calls of a step: per dense layer three cublasLtMatmul (forward
- *     with BIAS when it has a bias, weight gradient with BGRADB, input
+ *     with BIAS when it has a bias, RELU_BIAS or RELU when an in-place
+ *     ReLU follows, weight gradient with BGRADB, input
  *     gradient plain: every dense layer of lt-mlp has one), no cuBLAS
  *     GEMM, and two kernel launches fewer per biased layer than the old
- *     path (the bias add and bias gradient kernels);
+ *     path (the bias add and bias gradient kernels), one per fused ReLU;
  *   - the old path as the fallback when cuBLASLt has no algorithm
  *     (td_sim_blaslt_no_algo), said in a log line;
  *   - fp32 strict: Lt against the old path (cuBLAS GEMM + our bias
@@ -18,7 +20,8 @@
  *     gradient bitwise equal (the simulator sums a GEMM the same way on
  *     both paths and adds the bias in float to the float sum, as the
  *     bias kernel does), the bias gradients within the fp32 rounding of
- *     the kernel's sum (bound per element in check_bias_grads);
+ *     the kernel's sum (bound per element in check_bias_grads); the same
+ *     under the memory plan with the ReLUs in the epilogues;
  *   - tf32, bf16, fp16: loss curves against the CPU backend in fp32
  *     (test_sim_precision.c's and test_sim_lowp.c's tolerances); tf32's
  *     first loss bitwise the old path's;
@@ -245,6 +248,22 @@ START_TEST(test_sim_lt_by_hand)
     ck_assert_int_eq(td_sim_blaslt_matmuls(CUBLASLT_EPILOGUE_BIAS),
                      before + 1);
     lt_free(&c);
+    /* RELU_BIAS: the bias, then max(x, 0): bias -2, -3 gives
+     * [-1 0 0 1] before the ReLU */
+    float hneg[2] = {-2, -3};
+    ck_assert_int_eq(cudaMemcpy(bias, hneg, sizeof hneg,
+                                cudaMemcpyHostToDevice), cudaSuccess);
+    ck_assert_int_eq(lt_setup(&c, CUDA_R_32F, CUDA_R_32F, 2, 2, 2,
+                              CUBLASLT_EPILOGUE_RELU_BIAS, bias,
+                              CUBLAS_COMPUTE_32F), CUBLAS_STATUS_SUCCESS);
+    ck_assert_int_eq(lt_run(&c, A, B, D, ws, 4u << 20),
+                     CUBLAS_STATUS_SUCCESS);
+    get(hd, D, sizeof hd);
+    ck_assert_float_eq(hd[0], 0); /* 1 - 2 */
+    ck_assert_float_eq(hd[1], 0); /* 3 - 3 */
+    ck_assert_float_eq(hd[2], 0); /* 2 - 2 */
+    ck_assert_float_eq(hd[3], 1); /* 4 - 3 */
+    lt_free(&c);
     /* bias gradient over B's k: B = [[1 0] [0 1]] has column sums 1, 1;
      * take B = A instead: column sums of [1 2 | 3 4] are 3 and 7 */
     float *G = dev(sizeof hg, NULL);
@@ -375,13 +394,15 @@ END_TEST
 /* ---- the backend's calls ---------------------------------------------- */
 
 typedef struct counts {
-    long lt, bias, bgrad, plain, gemms, launches;
+    long lt, bias, relu_bias, relu, bgrad, plain, gemms, launches;
 } counts;
 
 static counts counts_now(void)
 {
     return (counts){td_sim_blaslt_matmuls(-1),
                     td_sim_blaslt_matmuls(CUBLASLT_EPILOGUE_BIAS),
+                    td_sim_blaslt_matmuls(CUBLASLT_EPILOGUE_RELU_BIAS),
+                    td_sim_blaslt_matmuls(CUBLASLT_EPILOGUE_RELU),
                     td_sim_blaslt_matmuls(CUBLASLT_EPILOGUE_BGRADB),
                     td_sim_blaslt_matmuls(CUBLASLT_EPILOGUE_DEFAULT),
                     td_sim_blas_gemms(-1), td_sim_launches(0)};
@@ -389,9 +410,9 @@ static counts counts_now(void)
 
 static counts counts_diff(counts b, counts a)
 {
-    return (counts){b.lt - a.lt, b.bias - a.bias, b.bgrad - a.bgrad,
-                    b.plain - a.plain, b.gemms - a.gemms,
-                    b.launches - a.launches};
+    return (counts){b.lt - a.lt, b.bias - a.bias, b.relu_bias - a.relu_bias,
+                    b.relu - a.relu, b.bgrad - a.bgrad, b.plain - a.plain,
+                    b.gemms - a.gemms, b.launches - a.launches};
 }
 
 static char logged[4096];
@@ -429,17 +450,23 @@ START_TEST(test_step_calls_lt_with_epilogues)
     td_log_set_sink(sink, NULL);
     counts lt = step_calls(0);
     ck_assert_ptr_null(strstr(logged, "no algorithm"));
-    ck_assert_ptr_nonnull(strstr(logged, "3 dense layers on cuBLASLt"));
+    ck_assert_msg(strstr(logged, "3 dense layers on cuBLASLt (bias in the "
+                         "epilogues), 2 ReLUs in them, 0 GEMMs on cuBLAS"),
+                  "%s", logged);
     counts old = step_calls(1);
     td_log_set_sink(NULL, NULL);
-    printf("per step: cuBLASLt %ld (BIAS %ld, BGRADB %ld, plain %ld), "
-           "GEMMs %ld, launches %ld; without cuBLASLt: cuBLASLt %ld, GEMMs "
-           "%ld, launches %ld\n", lt.lt, lt.bias, lt.bgrad, lt.plain,
-           lt.gemms, lt.launches, old.lt, old.gemms, old.launches);
-    /* d1 and d3 have a bias, d2 not; every one has an input gradient */
-    ck_assert_int_eq(lt.bias, 2);
+    printf("per step: cuBLASLt %ld (BIAS %ld, RELU_BIAS %ld, RELU %ld, "
+           "BGRADB %ld, plain %ld), GEMMs %ld, launches %ld; without "
+           "cuBLASLt: cuBLASLt %ld, GEMMs %ld, launches %ld\n", lt.lt,
+           lt.bias, lt.relu_bias, lt.relu, lt.bgrad, lt.plain, lt.gemms,
+           lt.launches, old.lt, old.gemms, old.launches);
+    /* d1 and d3 have a bias, d2 not; d1 and d2 feed in-place ReLUs (the
+     * memory plan's), d3 the loss; every one has an input gradient */
+    ck_assert_int_eq(lt.relu_bias, 1); /* d1 + r2 */
+    ck_assert_int_eq(lt.relu, 1);      /* d2 + r3 */
+    ck_assert_int_eq(lt.bias, 1);      /* d3 */
     ck_assert_int_eq(lt.bgrad, 2);
-    ck_assert_int_eq(lt.plain, 2 + 3); /* d2 forward and dW, 3 dx */
+    ck_assert_int_eq(lt.plain, 1 + 3); /* d2's dW, 3 dx */
     ck_assert_int_eq(lt.lt, 9);
     ck_assert_int_eq(lt.gemms, 9); /* no cuBLAS GEMM beside them */
     /* the fallback: the same GEMMs on cuBLAS, said in a log line */
@@ -449,8 +476,9 @@ START_TEST(test_step_calls_lt_with_epilogues)
                          "forward GEMM") &&
                   strstr(logged, "cuBLAS GEMM and bias kernel instead"),
                   "%s", logged);
-    /* two kernels fewer per biased layer: bias add and bias gradient */
-    ck_assert_int_eq(old.launches - lt.launches, 2 * 2);
+    /* two kernels fewer per biased layer (bias add and bias gradient)
+     * and one cuDNN call per fused ReLU (its forward) */
+    ck_assert_int_eq(old.launches - lt.launches, 2 * 2 + 2);
 }
 END_TEST
 
@@ -474,13 +502,16 @@ static void run_free(run *r, const td_model *m)
 }
 
 /* `steps` steps of the CUDA backend (or CPU), keeping what the
- * comparisons read: one buffer per layer so every gradient is readable. */
+ * comparisons read; with `layout` TD_MEM_PER_LAYER every gradient is
+ * readable, with the plan (the default) the ReLUs run in place and those
+ * after a dense layer are fused into its epilogue. */
 static void train(const char *kind, enum td_dtype dt, enum td_fp32_math math,
-                  int no_algo, int graphs, int steps, run *r)
+                  int no_algo, int graphs, int steps, run *r,
+                  enum td_mem_layout layout)
 {
     td_model *m = model();
     td_backend_config c = config(dt, math);
-    c.mem_layout = TD_MEM_PER_LAYER;
+    c.mem_layout = layout;
     c.cuda_graphs = graphs;
     batch b = {0};
     memset(r, 0, sizeof *r);
@@ -513,13 +544,14 @@ static void train(const char *kind, enum td_dtype dt, enum td_fp32_math math,
     td_model_free(m);
 }
 
-/* Dense layer L's bias gradient (parameter p + 1) on the two paths: the
+/* Dense layer L's bias gradient (parameter p + 1) on the two paths (dy
+ * from `dys`, a run with every gradient readable): the
  * kernel sums the batch's N values of dy in float, in row order (N - 1
  * roundings, each at most 2^-24 of the partial sum, which is at most the
  * sum of |dy|); the simulated BGRADB sums in double and rounds once
  * (2^-24 of the result): per element |lt - kernel| <= N 2^-24 sum|dy|. */
 static void check_bias_grads(const td_model *m, const run *lt,
-                             const run *old)
+                             const run *old, const run *dys)
 {
     for (int L = 1; L < m->nlayers; L++) {
         const td_layer *l = &m->layers[L];
@@ -530,7 +562,7 @@ static void check_bias_grads(const td_model *m, const run *lt,
         for (int o = 0; o < out; o++) {
             double s = 0;
             for (int i = 0; i < N; i++)
-                s += fabs(lt->dy[L][(size_t)i * out + o]);
+                s += fabs(dys->dy[L][(size_t)i * out + o]);
             double d = fabs((double)lt->grad[p][o] - old->grad[p][o]);
             double bound = N * 0x1p-24 * s;
             worst = fmax(worst, s > 0 ? d / bound : 0);
@@ -543,13 +575,29 @@ static void check_bias_grads(const td_model *m, const run *lt,
     }
 }
 
+/* Parameter gradients bitwise equal but the dense biases'. */
+static void same_weight_grads(const td_model *m, const run *a, const run *b)
+{
+    for (int p = 0; p < m->nparams; p++) {
+        const td_param *q = &m->params[p];
+        const td_layer *l = &m->layers[q->layer];
+        if (l->kind == TD_L_DENSE && l->bias && p == l->param0 + 1)
+            continue;
+        ck_assert_msg(memcmp(a->grad[p], b->grad[p],
+                             q->count * sizeof(float)) == 0,
+                      "parameter %d's gradient differs", p);
+    }
+}
+
 START_TEST(test_fp32_lt_matches_gemm_and_kernels)
 {
     td_cuda_register();
     td_model *m = model();
-    run lt, old;
-    train("cuda:0", TD_F32, TD_MATH_FP32, 0, TD_GRAPHS_OFF, 1, &lt);
-    train("cuda:0", TD_F32, TD_MATH_FP32, 1, TD_GRAPHS_OFF, 1, &old);
+    run lt, old, ltp, oldp;
+    train("cuda:0", TD_F32, TD_MATH_FP32, 0, TD_GRAPHS_OFF, 1, &lt,
+          TD_MEM_PER_LAYER);
+    train("cuda:0", TD_F32, TD_MATH_FP32, 1, TD_GRAPHS_OFF, 1, &old,
+          TD_MEM_PER_LAYER);
     ck_assert_msg(lt.loss[0] == old.loss[0], "loss %.17g, old path %.17g",
                   lt.loss[0], old.loss[0]);
     for (int L = 1; L < m->nlayers; L++)
@@ -559,21 +607,26 @@ START_TEST(test_fp32_lt_matches_gemm_and_kernels)
             ck_assert_msg(memcmp(lt.dy[L], old.dy[L], n * 4) == 0,
                           "layer %s's gradient differs", m->layers[L].name);
         }
-    for (int p = 0; p < m->nparams; p++) {
-        const td_param *q = &m->params[p];
-        int is_bias = p > 0 && m->layers[q->layer].kind == TD_L_DENSE &&
-                      m->layers[q->layer].bias && p == m->layers[q->layer]
-                                                           .param0 + 1;
-        if (!is_bias)
-            ck_assert_msg(memcmp(lt.grad[p], old.grad[p],
-                                 q->count * sizeof(float)) == 0,
-                          "parameter %d's gradient differs", p);
-    }
-    check_bias_grads(m, &lt, &old);
-    printf("fp32: loss %.9f on both paths, weight and input gradients "
-           "bitwise equal\n", lt.loss[0]);
+    same_weight_grads(m, &lt, &old);
+    check_bias_grads(m, &lt, &old, &lt);
+    /* under the memory plan, with the ReLUs in the epilogues: the same */
+    train("cuda:0", TD_F32, TD_MATH_FP32, 0, TD_GRAPHS_OFF, 1, &ltp,
+          TD_MEM_PLANNED);
+    train("cuda:0", TD_F32, TD_MATH_FP32, 1, TD_GRAPHS_OFF, 1, &oldp,
+          TD_MEM_PLANNED);
+    ck_assert_msg(ltp.loss[0] == lt.loss[0] && oldp.loss[0] == lt.loss[0],
+                  "loss %.17g with fused ReLUs, old path %.17g",
+                  ltp.loss[0], oldp.loss[0]);
+    same_weight_grads(m, &ltp, &oldp);
+    same_weight_grads(m, &ltp, &lt);
+    check_bias_grads(m, &ltp, &oldp, &lt);
+    printf("fp32: loss %.9f on both paths, with and without the ReLUs in "
+           "the epilogues; weight and input gradients bitwise equal\n",
+           lt.loss[0]);
     run_free(&lt, m);
     run_free(&old, m);
+    run_free(&ltp, m);
+    run_free(&oldp, m);
     td_model_free(m);
 }
 END_TEST
@@ -584,9 +637,10 @@ static void curves(const char *what, enum td_dtype dt, enum td_fp32_math math,
 {
     td_model *m = model();
     run cpu, lt, old;
-    train("cpu", TD_F32, TD_MATH_FP32, 0, TD_GRAPHS_OFF, 5, &cpu);
-    train("cuda:0", dt, math, 0, TD_GRAPHS_OFF, 5, &lt);
-    train("cuda:0", dt, math, 1, TD_GRAPHS_OFF, 5, &old);
+    train("cpu", TD_F32, TD_MATH_FP32, 0, TD_GRAPHS_OFF, 5, &cpu,
+          TD_MEM_PLANNED);
+    train("cuda:0", dt, math, 0, TD_GRAPHS_OFF, 5, &lt, TD_MEM_PLANNED);
+    train("cuda:0", dt, math, 1, TD_GRAPHS_OFF, 5, &old, TD_MEM_PLANNED);
     double worst = 0, worst_old = 0;
     for (int s = 0; s < 5; s++) {
         double e = fabs(lt.loss[s] - cpu.loss[s]) / fmax(cpu.loss[s], 1);
@@ -646,9 +700,11 @@ START_TEST(test_graph_step_equals_eager)
     td_model *m = model();
     run eager, graph;
     long launches = td_sim_graph_launches();
-    train("cuda:0", TD_F32, TD_MATH_TF32, 0, TD_GRAPHS_OFF, 4, &eager);
+    train("cuda:0", TD_F32, TD_MATH_TF32, 0, TD_GRAPHS_OFF, 4, &eager,
+          TD_MEM_PLANNED);
     ck_assert_int_eq(td_sim_graph_launches(), launches);
-    train("cuda:0", TD_F32, TD_MATH_TF32, 0, TD_GRAPHS_ON, 4, &graph);
+    train("cuda:0", TD_F32, TD_MATH_TF32, 0, TD_GRAPHS_ON, 4, &graph,
+          TD_MEM_PLANNED);
     ck_assert_int_gt(td_sim_graph_launches(), launches);
     for (int s = 0; s < 4; s++)
         ck_assert_msg(eager.loss[s] == graph.loss[s], "step %d: %.17g "
