@@ -6,8 +6,9 @@
  * learning-rate multipliers, skipping frozen parameters -; with loss
  * scaling the loss gradient's scaling after the loss and the overflow
  * check and decision before the update, both in cuda_lscale.c), the dense
- * layers (on cuBLASLt with the bias in the GEMMs' epilogues, cuda_blaslt.c;
- * a GEMM cuBLASLt has no algorithm for on cuBLAS, with our bias kernels),
+ * layers (on cuBLASLt with the bias, and an in-place ReLU reading them,
+ * in the GEMMs' epilogues, cuda_blaslt.c; a GEMM cuBLASLt has no
+ * algorithm for on cuBLAS, with our bias kernels),
  * and the layers that are ours (add, dropout, flatten,
  * and the backward of a batch norm kept in inference mode, bn_eval).
  * Gradient summation: a layer output read by several layers (residual
