@@ -13,6 +13,8 @@
  *     gradient plain: every dense layer of lt-mlp has one), no cuBLAS
  *     GEMM, and two kernel launches fewer per biased layer than the old
  *     path (the bias add and bias gradient kernels), one per fused ReLU;
+ *   - a dense layer reading the batch: no input gradient GEMM, the CPU's
+ *     losses (tests/data/lt-linear.json);
  *   - the old path as the fallback when cuBLASLt has no algorithm
  *     (td_sim_blaslt_no_algo), said in a log line;
  *   - fp32 strict: Lt against the old path (cuBLAS GEMM + our bias
@@ -482,6 +484,40 @@ START_TEST(test_step_calls_lt_with_epilogues)
 }
 END_TEST
 
+/* A dense layer reading the batch (tests/data/lt-linear.json): two
+ * calls a step (BIAS forward, BGRADB weight gradient; no input gradient
+ * GEMM), and the losses of 3 fp32 steps within test_sim_precision.c's
+ * strict fp32 tolerance of the CPU's (1e-4 relative; only summation
+ * order differs). */
+START_TEST(test_dense_on_the_batch)
+{
+    td_cuda_register();
+    td_model *m = ref_load_model("lt-linear", (td_shape){2, 9, 9}, 5);
+    td_backend_config c = config(TD_F32, TD_MATH_FP32);
+    td_backend *cpu = make("cpu", m, &c), *gpu = make("cuda:0", m, &c);
+    batch b = {0};
+    double worst = 0;
+    for (int s = 0; s < 3; s++) {
+        double lc = step(cpu, m, &b, 100 + (uint64_t)s, s + 1);
+        counts a = counts_now();
+        double lg = step(gpu, m, &b, 100 + (uint64_t)s, s + 1);
+        counts d = counts_diff(counts_now(), a);
+        ck_assert_int_eq(d.lt, 2);
+        ck_assert_int_eq(d.bias, 1);
+        ck_assert_int_eq(d.bgrad, 1);
+        double e = fabs(lg - lc) / fmax(lc, 1);
+        worst = fmax(worst, e);
+        ck_assert_msg(e <= 1e-4, "step %d: gpu %.9f, cpu %.9f", s, lg, lc);
+    }
+    printf("dense on the batch: 2 cuBLASLt calls a step, losses within "
+           "%.2e of the CPU's\n", worst);
+    td_backend_destroy(cpu);
+    td_backend_destroy(gpu);
+    free(b.px), free(b.labels);
+    td_model_free(m);
+}
+END_TEST
+
 /* ---- numerics --------------------------------------------------------- */
 
 typedef struct run {
@@ -728,6 +764,7 @@ static Suite *sim_blaslt_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("backend");
     tcase_add_test(tc, test_step_calls_lt_with_epilogues);
+    tcase_add_test(tc, test_dense_on_the_batch);
     tcase_add_test(tc, test_fp32_lt_matches_gemm_and_kernels);
     tcase_add_test(tc, test_tf32_tracks_cpu);
     tcase_add_test(tc, test_bf16_tracks_cpu);
