@@ -201,6 +201,8 @@ resnet50_run() {
     grep -h 'device arena\|after the warm-up step\|headroom' "$raw"
     echo "--- convolution algorithms chosen (count of layers):"
     grep -h 'algorithms' "$raw" | sed 's/.*cuda backend: //' | sort | uniq -c
+    echo "--- dense layers on cuBLASLt (and any GEMM it had no algorithm for):"
+    grep -h 'on cuBLASLt\|cuBLASLt has no algorithm' "$raw"
     echo "--- images/s per window (step, images/s, verdict):"
     grep -h '"event":"window"' "$raw" | python3 -c 'import json, sys
 for line in sys.stdin:

@@ -225,6 +225,7 @@ static int td__cuda_init(td__cuda *be)
     TD__TRY(td__cuda_arena(be));
     /* cuBLAS's scratch comes from the arena too: nothing allocates later */
     TD__BLAS(be, cublasSetWorkspace(be->blas, be->blas_ws, TD__BLAS_WS));
+    TD__TRY(td__blaslt_create(be)); /* dense layers (cuda_blaslt.c) */
     TD__TRY(td__dnn_find(be));
     TD__TRY(td__init_values(be));
     TD__TRY(td__cuda_ls_init(be));
@@ -761,6 +762,7 @@ static void td__cuda_destroy(td_backend *b)
         (void)td__sync_streams(be);
     td__dnn_destroy(be);
     td__graph_destroy(be);
+    td__blaslt_destroy(be);
     if (be->blas)
         cublasDestroy(be->blas);
     for (int i = 0; i < TD__NBUF; i++) {

@@ -9,7 +9,9 @@
  *                           (memplan.h): where every y, dy and mask
  *                           lives, and what a step leaves readable
  *   cuda_step.c             one step: forward, loss, backward, update
- *                           (cuBLAS for dense layers, kernels for the rest)
+ *                           (cuBLASLt for dense layers, kernels for the rest)
+ *   cuda_blaslt.c           the dense layers' cuBLASLt GEMMs: descriptors,
+ *                           bias epilogues, the algorithms chosen at create
  *   cuda_dnn.c              every cuDNN call (convolution, batch norm,
  *                           pooling, activation); the only file that uses
  *                           cuDNN's deprecated legacy API
@@ -49,6 +51,16 @@
 #ifndef TD_BACKEND_CUDA_INT_H
 #define TD_BACKEND_CUDA_INT_H
 
+/* cublasLt.h declares cublasLtLoggerForceDisable() without a prototype
+ * (CUDA 13): silenced around it only, for C (-Wstrict-prototypes is C's) */
+#ifndef __cplusplus
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#endif
+#include <cublasLt.h>
+#ifndef __cplusplus
+#pragma GCC diagnostic pop
+#endif
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -61,6 +73,7 @@
 
 typedef struct td__dnn td__dnn;          /* backend_cuda_dnn.c */
 typedef struct td__dnn_layer td__dnn_layer;
+typedef struct td__lt td__lt;            /* cuda_blaslt.c */
 
 typedef struct td__gl {
     int root;          /* layer whose buffers hold this output (flatten) */
@@ -118,6 +131,8 @@ typedef struct td__cuda {
     cudaEvent_t snap_ready, snap_done, t0;
     int snap_pending;
     cublasHandle_t blas;
+    cublasLtHandle_t blaslt;     /* dense layers (cuda_blaslt.c) */
+    td__lt *lt;                  /* per layer: their GEMMs' descriptors */
     int tf32;                    /* fp32 math: TF32 tensor cores (cuda_prec.c) */
     enum td_dtype dt;            /* activations' type (cfg.dtype) */
     size_t esz;                  /* its element size */
@@ -255,6 +270,27 @@ static inline int td__cuda_bn_eval(const td__cuda *be, int L)
 /* ---- NVTX ranges (no-ops when the header is missing) --------------------- */
 void td__nvtx_push(const char *name);
 void td__nvtx_pop(void);
+
+/* ---- cuda_blaslt.c: the dense layers on cuBLASLt -------------------------- */
+/* The GEMMs of a dense layer: forward (bias epilogue), weight gradient
+ * (bias-gradient epilogue), input gradient. */
+enum { TD__LT_FWD, TD__LT_WGRAD, TD__LT_DGRAD, TD__LT_N };
+/* The handle and every dense layer's descriptors and algorithms, after
+ * the arena (its pointers decide the alignment asked for); destroy
+ * undoes it (also after a partial create). */
+int td__blaslt_create(td__cuda *be);
+void td__blaslt_destroy(td__cuda *be);
+/* 1 when GEMM `which` of dense layer L runs on cuBLASLt; 0: cuBLASLt had
+ * no algorithm for it, cuda_step.c runs the cuBLAS GEMM (and bias
+ * kernel) instead. */
+int td__blaslt_has(const td__cuda *be, int L, int which);
+/* 1 when ReLU layer L is computed by its dense input's forward epilogue
+ * (RELU_BIAS): its forward is skipped, its backward is cuDNN's. */
+int td__blaslt_fused_relu(const td__cuda *be, int L);
+/* y = W x + b; dW and db from one call; dx (beta 1 when accumulate). */
+int td__blaslt_fwd(td__cuda *be, int L);
+int td__blaslt_wgrad(td__cuda *be, int L);
+int td__blaslt_dgrad(td__cuda *be, int L, void *dx, int accumulate);
 
 /* ---- cuda_prec.c ------------------------------------------------------------ */
 /* Resolves cfg.dtype and cfg.fp32_math against the GPU's compute

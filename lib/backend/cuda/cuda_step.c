@@ -6,7 +6,10 @@
  * learning-rate multipliers, skipping frozen parameters -; with loss
  * scaling the loss gradient's scaling after the loss and the overflow
  * check and decision before the update, both in cuda_lscale.c), the dense
- * layers on cuBLAS, and the layers that are ours (add, dropout, flatten,
+ * layers (on cuBLASLt with the bias, and an in-place ReLU reading them,
+ * in the GEMMs' epilogues, cuda_blaslt.c; a GEMM cuBLASLt has no
+ * algorithm for on cuBLAS, with our bias kernels),
+ * and the layers that are ours (add, dropout, flatten,
  * and the backward of a batch norm kept in inference mode, bn_eval).
  * Gradient summation: a layer output read by several layers (residual
  * blocks) receives one summand per reader; the first writes (beta = 0),
@@ -87,6 +90,8 @@ static int td__dense_fwd(td__cuda *be, int L)
     const td_shape *s = &be->base.model->layers[l->in[0]].out;
     int in = s->c * s->h * s->w, out = l->channels;
     td__gl *g = &be->gl[L];
+    if (td__blaslt_has(be, L, TD__LT_FWD))
+        return td__blaslt_fwd(be, L); /* y = W x + b in one call */
     TD__TRY(td__gemm(be, CUBLAS_OP_T, CUBLAS_OP_N, out, be->batch, in, g->wl,
                      in, td__x(be, L, 0), in, &td__zero, g->y, out, 0));
     if (l->bias)
@@ -101,12 +106,18 @@ static int td__dense_bwd(td__cuda *be, int L, void *dx, int accumulate)
     const td_shape *s = &be->base.model->layers[l->in[0]].out;
     int in = s->c * s->h * s->w, out = l->channels;
     td__gl *g = &be->gl[L];
-    TD__TRY(td__gemm(be, CUBLAS_OP_N, CUBLAS_OP_T, in, out, be->batch,
-                     td__x(be, L, 0), in, g->dy, out, &td__zero, g->dw, in,
-                     1));
-    if (l->bias)
-        TD__CU(be, td__k_bias_grad(be->compute, g->dy, g->db, be->batch, out,
-                                   be->dt));
+    if (td__blaslt_has(be, L, TD__LT_WGRAD)) {
+        TD__TRY(td__blaslt_wgrad(be, L)); /* dW and db in one call */
+    } else {
+        TD__TRY(td__gemm(be, CUBLAS_OP_N, CUBLAS_OP_T, in, out, be->batch,
+                         td__x(be, L, 0), in, g->dy, out, &td__zero, g->dw,
+                         in, 1));
+        if (l->bias)
+            TD__CU(be, td__k_bias_grad(be->compute, g->dy, g->db, be->batch,
+                                       out, be->dt));
+    }
+    if (dx && td__blaslt_has(be, L, TD__LT_DGRAD))
+        return td__blaslt_dgrad(be, L, dx, accumulate);
     if (dx)
         TD__TRY(td__gemm(be, CUBLAS_OP_N, CUBLAS_OP_N, in, be->batch, out,
                          g->wl, in, g->dy, out,
@@ -172,6 +183,10 @@ static int td__forward_layer(td__cuda *be, int L, int train)
         return 0;
     case TD_L_FLATTEN:
         return 0; /* an alias of its input (NCHW is already C,H,W order) */
+    case TD_L_RELU:
+        if (td__blaslt_fused_relu(be, L))
+            return 0; /* its dense input's epilogue computed it */
+        return td__dnn_forward(be, L, train);
     default:
         return td__dnn_forward(be, L, train);
     }

@@ -202,6 +202,12 @@ static cublasStatus_t td__gemm_submit(cublasHandle_t h, const char *call,
                                       const float *beta, void *C, int ct,
                                       int ldc, const void *caller);
 
+void td__sim_blas_count(int math, int tf32, int at)
+{
+    td__sim_math_count(1, math, tf32);
+    __atomic_add_fetch(&td__typed[at], 1, __ATOMIC_RELAXED);
+}
+
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta,
                            cublasOperation_t tb, int m, int n, int k,
                            const float *alpha, const float *A, int lda,
@@ -323,10 +329,8 @@ static cublasStatus_t td__gemm_submit(cublasHandle_t h, const char *call,
         r[nr++] = (td_sim_range){h->ws, h->ws_bytes, 1};
     cudaError_t e = td_sim_submit(h->s, call, td__gemm_run, free, g, r, nr,
                                   caller);
-    if (e == cudaSuccess) {
-        td__sim_math_count(1, (int)h->math, tf32);
-        __atomic_add_fetch(&td__typed[at], 1, __ATOMIC_RELAXED);
-    }
+    if (e == cudaSuccess)
+        td__sim_blas_count((int)h->math, tf32, at);
     if (e == cudaErrorInvalidValue)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (e == cudaErrorMemoryAllocation) /* td_sim_oom_launch_in */

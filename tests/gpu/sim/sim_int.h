@@ -257,5 +257,9 @@ void td__sim_race(td_sim_alloc *a, const void *p, size_t n, int write,
 int td__sim_cc(int d);
 /* The math counters of sim_cublas.c and sim_cudnn_ops.c (sim.h). */
 void td__sim_math_count(int blas, int math, int tf32);
+/* A GEMM accepted (sim_cublas.c, sim_cublaslt.c): counted by the math
+ * (cublasMath_t) it ran with, whether in TF32, and its A and B type
+ * (0 fp32, 1 bf16, 2 fp16: td_sim_blas_typed). */
+void td__sim_blas_count(int math, int tf32, int at);
 
 #endif
