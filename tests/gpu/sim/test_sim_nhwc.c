@@ -491,12 +491,12 @@ static void resume_case(enum td_dtype from, enum td_dtype to)
 {
     td_model *m = ref_load_model("fmnist-cnn", (td_shape){1, 28, 28}, 10);
     td_backend_config cf = config(4, from), ct = config(4, to);
-    cf.optim.lr = ct.optim.lr = 0.01f;
+    cf.optim.lr = ct.optim.lr = LR;
     td_backend *a = make("cuda:0", m, &cf), *b2 = make("cuda:0", m, &ct);
     batch b = {0};
     double init = eval(b2, m, &b, 4, 900);
     for (int s = 0; s < 4; s++)
-        step(a, m, &b, 4, 100 + (uint64_t)s, 0.01f, s + 1);
+        step(a, m, &b, 4, 100 + (uint64_t)s, LR, s + 1);
     double ea = eval(a, m, &b, 4, 900);
     size_t n = td_backend_snapshot_floats(m, &cf.optim);
     float *s1 = malloc(n * sizeof *s1), *s2 = malloc(n * sizeof *s2);
