@@ -14,7 +14,9 @@
  * - the descriptor's compute type is CUDNN_DATA_FLOAT whatever the data
  * type: cuDNN's PSEUDO_HALF and PSEUDO_BFLOAT16 configurations -, batch
  * norm's scale, bias and statistics fp32 as cuDNN requires for 16-bit
- * data), and the forward
+ * data), the layouts (NCHW tensors and KCRS filters for fp32; NHWC
+ * tensors and KRSC filters for the 16-bit types, the batch's channels
+ * padded to be->stem_c: cuda_nhwc.c, docs/cuda.md "NHWC"), and the forward
  * and backward calls of
  * conv2d, batch norm (training with running statistics, inference - also
  * while training for layers kept in inference mode, whose backward is a
