@@ -46,6 +46,17 @@ TD_HD static inline void td_bn_eval_acc(float x, float dy, float m,
     *sdyx += dy * (x - m);
 }
 
+/* Element j of plane p = n * C + c (hw elements) in an NCHW tensor or,
+ * when nhwc, an NHWC one (the CUDA backend's 16-bit layout). */
+TD_HD static inline size_t td_bn_eval_at(size_t p, size_t j, int C,
+                                         size_t hw, int nhwc)
+{
+    if (!nhwc)
+        return p * hw + j;
+    size_t n = p / (size_t)C, c = p % (size_t)C;
+    return (n * hw + j) * (size_t)C + c;
+}
+
 /* Plane p = n * C + c of an NCHW tensor with hw elements per plane:
  * part[2p] = sum dy, part[2p + 1] = sum dy * (x - mean). */
 TD_HD static inline void td_bn_eval_plane(const float *x, const float *dy,

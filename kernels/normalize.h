@@ -37,6 +37,20 @@ TD_HD static inline float td_normalize_elem(const uint8_t *nhwc, size_t o,
     return (float)v * scale[ch] + bias[ch];
 }
 
+/* Output element o of an NHWC batch with cp >= c channels (the CUDA
+ * backend's 16-bit layout; the pad channels c..cp-1 are zero, for the
+ * padded stem): the input is NHWC already, so o walks it in order. */
+TD_HD static inline float td_normalize_nhwc_elem(const uint8_t *nhwc,
+                                                 size_t o, int c, int cp,
+                                                 const float *scale,
+                                                 const float *bias)
+{
+    size_t ch = o % (size_t)cp, pix = o / (size_t)cp;
+    if (ch >= (size_t)c)
+        return 0.0f;
+    return (float)nhwc[pix * (size_t)c + ch] * scale[ch] + bias[ch];
+}
+
 /* Host loop: the whole batch, plane by plane. */
 static inline void td_normalize_batch(const uint8_t *nhwc, float *nchw, int n,
                                       int c, int h, int w, const float *scale,

@@ -135,6 +135,63 @@ static int td__place(td_membuf *bufs, int n, size_t *end)
     return 0;
 }
 
+/* ---- the 16-bit NHWC layout (memplan.h) --------------------------------- */
+
+int td_memplan_stem_channels(const td_model *m, int act_bytes)
+{
+    int c = m->layers[0].out.c, readers = 0;
+    if (act_bytes != 2)
+        return c;
+    for (int L = 1; L < m->nlayers; L++)
+        for (int i = 0; i < 2 && m->layers[L].in[i] >= 0; i++)
+            if (m->layers[L].in[i] == 0) {
+                if (m->layers[L].kind != TD_L_CONV)
+                    return c;
+                readers++;
+            }
+    return readers ? (c + 7) / 8 * 8 : c;
+}
+
+size_t td_memplan_stem_extra(const td_model *m, int act_bytes)
+{
+    int cp = td_memplan_stem_channels(m, act_bytes);
+    size_t n = 0;
+    if (cp == m->layers[0].out.c)
+        return 0;
+    for (int L = 1; L < m->nlayers; L++) {
+        const td_layer *l = &m->layers[L];
+        if (l->kind == TD_L_CONV && l->in[0] == 0)
+            n += (size_t)l->channels * (size_t)l->kernel * (size_t)l->kernel *
+                 (size_t)cp;
+    }
+    return n;
+}
+
+int td_memplan_dense_nhwc(const td_model *m, int L, int act_bytes)
+{
+    const td_layer *l = &m->layers[L];
+    if (act_bytes != 2 || l->kind != TD_L_DENSE)
+        return 0;
+    int R = l->in[0];
+    while (m->layers[R].kind == TD_L_FLATTEN)
+        R = m->layers[R].in[0];
+    const td_shape *s = &m->layers[R].out;
+    return s->c > 1 && s->h * s->w > 1;
+}
+
+size_t td_memplan_dense_scratch(const td_model *m, int act_bytes)
+{
+    size_t most = 0;
+    for (int L = 1; L < m->nlayers; L++)
+        if (td_memplan_dense_nhwc(m, L, act_bytes)) {
+            const td_shape *s = &m->layers[m->layers[L].in[0]].out;
+            size_t k = (size_t)m->layers[L].channels * (size_t)s->c *
+                       (size_t)s->h * (size_t)s->w;
+            most = k > most ? k : most;
+        }
+    return most;
+}
+
 int td_memplan_build(const td_model *m, const td_memplan_config *c,
                      td_memplan *out, char *err, size_t errcap)
 {
@@ -168,8 +225,11 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
         const td_layer *l = &m->layers[L];
         if (root[L] != L)
             continue;
-        size_t elems = (size_t)c->batch * (size_t)l->out.c *
-                       (size_t)l->out.h * (size_t)l->out.w;
+        /* the batch: with its padded channels (td_memplan_stem_channels) */
+        int ch = L == 0 ? td_memplan_stem_channels(m, c->act_bytes)
+                        : l->out.c;
+        size_t elems = (size_t)c->batch * (size_t)ch * (size_t)l->out.h *
+                       (size_t)l->out.w;
         b[n] = (td_membuf){TD_MB_Y, L, -1, elems * (size_t)c->act_bytes, 0,
                            L, L};
         iy[L] = n++;
@@ -264,11 +324,14 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
     /* fp32 gradients (the update reads them); with a 16-bit compute type
      * also the 16-bit ones cuDNN writes for convolutions before they are
      * widened (cuda_arena.c's lgrad) */
+    /* (16-bit: with the padded stem filters, td_memplan_stem_extra) */
+    const size_t lpc = pc + td_memplan_stem_extra(m, c->act_bytes);
     out->grads = td__align(pc * f) +
-                 (c->act_bytes < 4 ? td__align(pc * (size_t)c->act_bytes) : 0);
+                 (c->act_bytes < 4 ? td__align(lpc * (size_t)c->act_bytes)
+                                   : 0);
     out->optim = td__align(pc * f * (size_t)c->optim_slots);
-    out->weights_lp = c->act_bytes < 4 ? td__align(pc * (size_t)c->act_bytes)
-                                       : 0;
+    out->weights_lp = c->act_bytes < 4
+                          ? td__align(lpc * (size_t)c->act_bytes) : 0;
     out->state = td__align(ns * f);
     out->shadow = td__align((pc * (1 + (size_t)c->optim_slots) + ns) * f);
     out->batches = (size_t)c->nbuf *
@@ -286,7 +349,9 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
                     * loss's fp32 gradient (cuda_arena.c's xz, xg) */
                    (c->act_bytes < 4 ? 2 * td__align((size_t)c->batch *
                                                      (size_t)m->classes * f)
-                                     : 0);
+                                     : 0) +
+                   /* a dense layer's permuted fp32 weight gradient */
+                   td__align(td_memplan_dense_scratch(m, c->act_bytes) * f);
     size_t sub = out->params + out->grads + out->optim + out->weights_lp +
                  out->state + out->shadow + out->batches + out->activations +
                  out->workspace + out->scratch;

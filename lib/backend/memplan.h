@@ -91,6 +91,24 @@ typedef struct td_memplan {
     td_membuf *bufs;
 } td_memplan;
 
+/* The CUDA backend's 16-bit layout (act_bytes 2; docs/cuda.md "NHWC"):
+ * activations NHWC, convolution filters KRSC.  The batch (layer 0) is
+ * stored with td_memplan_stem_channels channels: its channels rounded up
+ * to a multiple of 8 (cuDNN's rule for fp16/bf16 tensor-core
+ * convolutions in NHWC) when every layer reading it is a convolution,
+ * else its own; the pad channels are zero.  Each convolution reading the
+ * batch then has a padded KRSC filter of K x R x S x that many channels,
+ * stored beside the 16-bit weight copy (and its gradient beside the
+ * 16-bit gradients): td_memplan_stem_extra elements in all.  A dense
+ * layer whose input (through flattens) is a spatial tensor with several
+ * channels reads it in NHWC order (td_memplan_dense_nhwc): its 16-bit
+ * weights are permuted the same way and its fp32 weight gradient comes
+ * out permuted into a scratch of td_memplan_dense_scratch floats. */
+int td_memplan_stem_channels(const td_model *m, int act_bytes);
+size_t td_memplan_stem_extra(const td_model *m, int act_bytes);
+int td_memplan_dense_nhwc(const td_model *m, int L, int act_bytes);
+size_t td_memplan_dense_scratch(const td_model *m, int act_bytes);
+
 /* Plans model m.  0, or -EINVAL/-ENOMEM with a message in err. */
 int td_memplan_build(const td_model *m, const td_memplan_config *c,
                      td_memplan *out, char *err, size_t errcap);

@@ -303,18 +303,33 @@ START_TEST(test_bill_adds_up_and_bad_config)
     td_model *m = load("fmnist-cnn", (td_shape){1, 28, 28}, 10);
     td_memplan p = plan(m, 64, 2, 1);
     ck_assert_uint_eq(p.params, (m->param_count * 4 + 255) / 256 * 256);
-    ck_assert_uint_eq(p.weights_lp, (m->param_count * 2 + 255) / 256 * 256);
+    /* in 16 bits the 1-channel batch is stored with 8 (NHWC, the stem
+     * padded for tensor cores) and conv1's KRSC filter with it: 32 x 3 x
+     * 3 x 8 elements after the copy and after the 16-bit gradients */
+    ck_assert_int_eq(td_memplan_stem_channels(m, 2), 8);
+    ck_assert_int_eq(td_memplan_stem_channels(m, 4), 1);
+    size_t extra = td_memplan_stem_extra(m, 2);
+    ck_assert_uint_eq(extra, 32 * 3 * 3 * 8);
+    ck_assert_uint_eq(p.weights_lp,
+                      ((m->param_count + extra) * 2 + 255) / 256 * 256);
     /* fp32 gradients and the 16-bit ones convolutions write */
     ck_assert_uint_eq(p.grads, (m->param_count * 4 + 255) / 256 * 256 +
-                                   (m->param_count * 2 + 255) / 256 * 256);
+                                   ((m->param_count + extra) * 2 + 255) /
+                                       256 * 256);
+    for (int i = 0; i < p.nbufs; i++)
+        if (p.bufs[i].layer == 0 && p.bufs[i].kind == TD_MB_Y)
+            ck_assert_uint_eq(p.bufs[i].bytes, 64 * 8 * 28 * 28 * 2);
     ck_assert_uint_eq(p.total, p.params + p.grads + p.optim + p.weights_lp +
                                    p.state + p.shadow + p.batches +
                                    p.activations + p.workspace + p.scratch +
                                    p.headroom);
     /* 64 losses (double) and flags (int), the 24-byte counters, 256-byte
      * aligned each; no batch norm in inference mode; in 16 bits the loss's
-     * fp32 logits and gradient, 64 x 10 floats each */
-    ck_assert_uint_eq(p.scratch, 512 + 256 + 256 + 2 * 2560);
+     * fp32 logits and gradient, 64 x 10 floats each, and the dense
+     * layer's permuted fp32 weight gradient (it reads the NHWC flatten of
+     * 64 x 7 x 7: 10 x 3136 floats) */
+    ck_assert_uint_eq(td_memplan_dense_scratch(m, 2), 10 * 3136);
+    ck_assert_uint_eq(p.scratch, 512 + 256 + 256 + 2 * 2560 + 125440);
     td_memplan_free(&p);
     p = plan(m, 64, 4, 1);
     ck_assert_uint_eq(p.grads, (m->param_count * 4 + 255) / 256 * 256);

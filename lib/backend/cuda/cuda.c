@@ -599,6 +599,8 @@ static int td__cuda_read_tensor(td_backend *b, enum td_tensor_kind kind,
         src = kind == TD_T_VALUE ? g->y : g->dy;
         n = g->nelem;
         esz = be->esz;
+        if (nfloats == n && esz != sizeof(float)) /* NHWC to NCHW */
+            return td__cuda_read_act(be, index, src, host, n);
     } else {
         if (index < 0 || index >= m->nparams)
             return -EINVAL;

@@ -58,6 +58,8 @@ void td__cuda_roots(td__cuda *be)
         g->root = l->kind == TD_L_FLATTEN ? be->gl[l->in[0]].root : L;
         g->nelem = (size_t)be->batch * l->out.c * l->out.h * l->out.w;
     }
+    /* 16-bit: the batch's channels padded for the stem (memplan.h) */
+    be->stem_c = td_memplan_stem_channels(m, (int)be->esz);
 }
 
 /* Floats of scratch the bn_eval backward needs: 2 per (sample, channel)
@@ -83,15 +85,18 @@ static void td__carve(td__cuda *be, td__cursor *c)
     size_t f = sizeof(float), e = be->esz; /* activations: the compute type */
     size_t logits = (size_t)be->batch * (size_t)m->classes;
     int low = td__cuda_lowp(be);
+    /* 16-bit: the padded stem filters after the copy (memplan.h) */
+    size_t lpc = pc + td_memplan_stem_extra(m, (int)e), tail = pc;
     be->params = td__take(c, pc * f);
     be->grads = td__take(c, pc * f);
     be->slots = td__take(c, be->nslots * pc * f);
     be->state = td__take(c, be->nstate * f);
     be->shadow = td__take(c, be->nsnap * f);
-    be->lowp = low ? td__take(c, pc * e) : NULL;
-    be->lgrad = low ? td__take(c, pc * e) : NULL;
+    be->lowp = low ? td__take(c, lpc * e) : NULL;
+    be->lgrad = low ? td__take(c, lpc * e) : NULL;
     be->xz = low ? td__take(c, logits * f) : NULL;
     be->xg = low ? td__take(c, logits * f) : NULL;
+    be->dwt = td__take(c, td_memplan_dense_scratch(m, (int)e) * f);
     for (int i = 0; i < TD__NBUF; i++) {
         be->pixels[i] = td__take(c, per * (size_t)be->batch);
         be->labels[i] = td__take(c, sizeof(int32_t) * (size_t)be->batch);
@@ -114,8 +119,15 @@ static void td__carve(td__cuda *be, td__cursor *c)
             size_t off = td__cuda_param_off(m, l->param0);
             g->w = be->params + off;
             g->dw = be->grads + off;
-            g->wl = low ? (char *)be->lowp + off * e : (void *)g->w;
-            g->dwl = low ? (char *)be->lgrad + off * e : (void *)g->dw;
+            size_t at = off;
+            if (low && l->kind == TD_L_CONV && l->in[0] == 0 &&
+                be->stem_c != in.c) { /* a padded stem filter (layout.h) */
+                at = tail;
+                tail += (size_t)l->channels * (size_t)l->kernel *
+                        (size_t)l->kernel * (size_t)be->stem_c;
+            }
+            g->wl = low ? (char *)be->lowp + at * e : (void *)g->w;
+            g->dwl = low ? (char *)be->lgrad + at * e : (void *)g->dw;
             if (l->kind == TD_L_BN || l->bias) {
                 off += m->params[l->param0].count;
                 g->b = be->params + off;

@@ -14,7 +14,9 @@
  * - the descriptor's compute type is CUDNN_DATA_FLOAT whatever the data
  * type: cuDNN's PSEUDO_HALF and PSEUDO_BFLOAT16 configurations -, batch
  * norm's scale, bias and statistics fp32 as cuDNN requires for 16-bit
- * data), and the forward
+ * data), the layouts (NCHW tensors and KCRS filters for fp32; NHWC
+ * tensors and KRSC filters for the 16-bit types, the batch's channels
+ * padded to be->stem_c: cuda_nhwc.c, docs/cuda.md "NHWC"), and the forward
  * and backward calls of
  * conv2d, batch norm (training with running statistics, inference - also
  * while training for layers kept in inference mode, whose backward is a
@@ -85,13 +87,31 @@ static const float *td__beta(int accumulate)
     return accumulate ? &td__one : &td__zero;
 }
 
+/* Activations' and filters' format: NHWC (filters KRSC) for the 16-bit
+ * types, NCHW for fp32 (docs/cuda.md "NHWC"). */
+static cudnnTensorFormat_t td__fmt(const td__cuda *be)
+{
+    return td__cuda_nhwc(be) ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
 static int td__tensor(td__cuda *be, cudnnTensorDescriptor_t *d, int n,
                       td_shape s, cudnnDataType_t dt)
 {
     TD__DNN(be, cudnnCreateTensorDescriptor(d));
-    TD__DNN(be, cudnnSetTensor4dDescriptor(*d, CUDNN_TENSOR_NCHW, dt, n, s.c,
-                                           s.h, s.w));
+    TD__DNN(be, cudnnSetTensor4dDescriptor(*d, td__fmt(be), dt, n, s.c, s.h,
+                                           s.w));
     return 0;
+}
+
+/* Layer L's input as stored: the batch with its padded channels
+ * (be->stem_c, 16-bit NHWC only). */
+static td_shape td__in_stored(const td__cuda *be, int L)
+{
+    const td_model *m = be->base.model;
+    td_shape s = m->layers[m->layers[L].in[0]].out;
+    if (be->gl[m->layers[L].in[0]].root == 0)
+        s.c = be->stem_c;
+    return s;
 }
 
 static const td_shape *td__in_shape(const td__cuda *be, int L)
@@ -209,11 +229,12 @@ static int td__pick_bwd_filter(td__cuda *be, int L, td__dnn_layer *d,
 static int td__plan_conv(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
 {
     const td_layer *l = &be->base.model->layers[L];
-    const td_shape *in = td__in_shape(be, L);
+    td_shape in = td__in_stored(be, L);
     int n, c, h, w;
     TD__DNN(be, cudnnCreateFilterDescriptor(&d->wf));
-    TD__DNN(be, cudnnSetFilter4dDescriptor(d->wf, be->dnn->dt,
-            CUDNN_TENSOR_NCHW, l->channels, in->c, l->kernel, l->kernel));
+    /* KRSC for the 16-bit types: the format must match the tensors' */
+    TD__DNN(be, cudnnSetFilter4dDescriptor(d->wf, be->dnn->dt, td__fmt(be),
+            l->channels, in.c, l->kernel, l->kernel));
     cudnnConvolutionDescriptor_t *dirs[3] = {&d->cf, &d->cd, &d->cw};
     for (int i = 0; i < 3; i++) {
         TD__DNN(be, cudnnCreateConvolutionDescriptor(dirs[i]));
@@ -279,7 +300,7 @@ static int td__plan_layer(td__cuda *be, int L, size_t *ws)
         return 0; /* dense, add, dropout, flatten: not cuDNN's */
     }
     cudnnDataType_t dt = be->dnn->dt;
-    TD__TRY(td__tensor(be, &d->x, be->batch, *td__in_shape(be, L), dt));
+    TD__TRY(td__tensor(be, &d->x, be->batch, td__in_stored(be, L), dt));
     TD__TRY(td__tensor(be, &d->y, be->batch, l->out, dt));
     /* batch norm's per-channel tensors are fp32 for every data type */
     TD__TRY(td__tensor(be, &d->chan, 1, (td_shape){l->out.c, 1, 1},
@@ -346,13 +367,13 @@ static int td__nfound;
 static td__found td__found_key(const td__cuda *be, int L, int dir)
 {
     const td_layer *l = &be->base.model->layers[L];
-    const td_shape *in = td__in_shape(be, L);
+    const td_shape in = td__in_stored(be, L);
     td__found k;
     memset(&k, 0, sizeof k); /* compared with memcmp: no stray padding */
     k.dev = be->dev, k.dir = dir, k.det = be->base.cfg.deterministic != 0;
     k.tf32 = be->tf32, k.dt = (int)be->dt;
-    k.x[0] = be->batch, k.x[1] = in->c, k.x[2] = in->h, k.x[3] = in->w;
-    k.w[0] = l->channels, k.w[1] = in->c, k.w[2] = k.w[3] = l->kernel;
+    k.x[0] = be->batch, k.x[1] = in.c, k.x[2] = in.h, k.x[3] = in.w;
+    k.w[0] = l->channels, k.w[1] = in.c, k.w[2] = k.w[3] = l->kernel;
     k.pad = l->pad, k.stride = l->stride;
     return k;
 }

@@ -25,11 +25,17 @@
  *                           fp16) by compute capability
  *   cuda_graph.c            the step scalars; the training step captured
  *                           as a CUDA graph per batch buffer and replayed
+ *   cuda_nhwc.c             the 16-bit layout: the KRSC weight copy, the
+ *                           gradients back to KCRS, dense layers over
+ *                           NHWC inputs, tensors to NCHW for read_tensor
  * Nothing outside these files may include this header.
  *
- * Data: activations and their gradients are NCHW in the compute type
+ * Data: activations and their gradients are in the compute type
  * (cfg.dtype: fp32, bf16 or fp16; the type of every cuDNN activation
- * descriptor, element sizes from td__cuda_esize).  Parameters (the fp32
+ * descriptor, element sizes from td__cuda_esize), NCHW for fp32 and NHWC
+ * for the 16-bit types (kernels/layout.h; the batch's channels padded to
+ * be->stem_c, convolution filters of the 16-bit copy in KRSC:
+ * cuda_nhwc.c).  Parameters (the fp32
  * master weights), their gradients, optimizer slots and running statistics
  * are fp32 flat arrays in the canonical layouts of model.h, so snapshots
  * and tests need no reordering.  With a 16-bit compute type the arena
@@ -152,6 +158,10 @@ typedef struct td__cuda {
     void *lowp, *lgrad;          /* 16-bit compute types only (see Data) */
     float *xz, *xg;              /* 16-bit: the loss's fp32 logits and
                                     their gradient, batch x classes */
+    int stem_c;                  /* channels layer 0 is stored with (NHWC:
+                                    padded, td_memplan_stem_channels) */
+    float *dwt;                  /* 16-bit: a dense layer's permuted fp32
+                                    weight gradient (cuda_nhwc.c) */
     size_t nslots, nstate, nsnap;
     uint8_t *pixels[TD__NBUF];
     int32_t *labels[TD__NBUF];
@@ -266,6 +276,27 @@ static inline int td__cuda_bn_eval(const td__cuda *be, int L)
     return be->base.cfg.bn_eval && be->base.cfg.bn_eval[L] &&
            be->base.model->layers[L].kind == TD_L_BN;
 }
+
+/* ---- cuda_nhwc.c: the 16-bit NHWC layout (docs/cuda.md "NHWC") ----------- */
+/* 1 when activations are NHWC (the 16-bit types). */
+static inline int td__cuda_nhwc(const td__cuda *be) { return be->dt != TD_F32; }
+/* The 16-bit copy's convolution (and NHWC-reading dense) weights
+ * rewritten in KRSC from the fp32 masters, on the compute stream: after
+ * the update kernel (which wrote them in KCRS) and wherever the copy is
+ * rebuilt.  No-op in fp32. */
+int td__cuda_krsc_weights(td__cuda *be);
+/* After cuDNN wrote conv layer L's KRSC 16-bit weight gradient into
+ * dwl: widened into the fp32 KCRS gradient (bias widened as is). */
+int td__cuda_conv_grad_kcrs(td__cuda *be, int L);
+/* The dense layer L's backward when it reads an NHWC tensor: the weight
+ * gradient goes to be->dwt (td__dense_bwd unchanged) and is permuted back
+ * into the canonical gradient. */
+int td__cuda_dense_bwd_nhwc(td__cuda *be, int L, void *dx, int accumulate,
+                            int (*bwd)(td__cuda *, int, void *, int));
+/* A value or gradient tensor of layer L (the root's buffer, n floats
+ * canonical) converted to NCHW floats on the host. */
+int td__cuda_read_act(td__cuda *be, int L, const void *src, float *host,
+                      size_t n);
 
 /* ---- NVTX ranges (no-ops when the header is missing) --------------------- */
 void td__nvtx_push(const char *name);

@@ -27,6 +27,7 @@ extern "C" {
 #include "eltwise.h"
 #include "fp16.h"
 #include "loss_scale.h"
+#include "layout.h"
 #include "normalize.h"
 #include "optim_update.h"
 #include "softmax_xent.h"
@@ -88,6 +89,15 @@ __global__ void normalize_k(const uint8_t *nhwc, T *y, size_t total, int c,
 {
     TD__GRID_LOOP(o, total)
     st(y, o, td_normalize_elem(nhwc, o, c, h, w, nm.scale, nm.bias));
+}
+
+/* NHWC output with cp >= c channels, the pad channels zero. */
+template <typename T>
+__global__ void normalize_nhwc_k(const uint8_t *nhwc, T *y, size_t total,
+                                 int c, int cp, Norm nm)
+{
+    TD__GRID_LOOP(o, total)
+    st(y, o, td_normalize_nhwc_elem(nhwc, o, c, cp, nm.scale, nm.bias));
 }
 
 /* One thread per row; rows >= n (padding of a short batch) get a zero
@@ -223,12 +233,15 @@ __global__ void bias_grad_lp_k(const T *dy, float *db, int rows, int out)
 template <typename T>
 __global__ void dropout_fwd_k(const T *x, T *y, uint8_t *mask, size_t count,
                               uint64_t seed, uint64_t stream,
-                              const td_step_scalars *sc, float keep)
+                              const td_step_scalars *sc, float keep, int c,
+                              size_t hw)
 {
     uint64_t base = sc->step * count; /* the step scalars */
     TD__GRID_LOOP(i, count)
     {
-        int k = td_dropout_keep(seed, stream, base + i, keep);
+        /* the draw of the element's NCHW index (c > 0: x is NHWC) */
+        size_t e = c > 0 ? td_nhwc_to_nchw(i, c, c, hw) : i;
+        int k = td_dropout_keep(seed, stream, base + e, keep);
         mask[i] = (uint8_t)k;
         st(y, i, td_dropout_elem(ld(x, i), k, keep));
     }
@@ -258,13 +271,15 @@ __global__ void bn_eval_plane_k(const float *x, const float *dy,
 template <typename T>
 __global__ void bn_eval_plane_lp_k(const T *x, const T *dy,
                                    const float *mean, float *part,
-                                   size_t planes, int c, size_t hw)
+                                   size_t planes, int c, size_t hw, int nhwc)
 {
     TD__GRID_LOOP(p, planes)
     {
         float m = mean[p % (size_t)c], sdy = 0.0f, sdyx = 0.0f;
-        for (size_t i = p * hw; i < (p + 1) * hw; i++)
+        for (size_t j = 0; j < hw; j++) {
+            size_t i = td_bn_eval_at(p, j, c, hw, nhwc);
             td_bn_eval_acc(ld(x, i), ld(dy, i), m, &sdy, &sdyx);
+        }
         part[2 * p] = sdy;
         part[2 * p + 1] = sdyx;
     }
@@ -282,16 +297,68 @@ __global__ void bn_eval_chan_k(const float *part, const float *var,
 template <typename T>
 __global__ void bn_eval_dx_k(const T *dy, T *dx, const float *gamma,
                              const float *var, float eps, size_t count,
-                             int c, size_t hw, int accumulate)
+                             int c, size_t hw, int accumulate, int nhwc)
 {
     TD__GRID_LOOP(i, count)
     {
-        size_t ch = (i / hw) % (size_t)c;
+        size_t ch = nhwc ? i % (size_t)c : (i / hw) % (size_t)c;
         st(dx, i, td_accum_elem(accumulate ? ld(dx, i) : 0.0f,
                                 td_bn_eval_dx(ld(dy, i), gamma[ch],
                                               td_bn_eval_inv(var[ch], eps)),
                                 accumulate));
     }
+}
+
+/* fp32 KCRS weights narrowed into the type's KRSC copy (layout.h), the
+ * cp - c pad channels zero. */
+template <typename T>
+__global__ void to_krsc_k(const float *src, T *dst, size_t total, int c,
+                          int cp, size_t rs)
+{
+    TD__GRID_LOOP(i, total)
+    {
+        size_t o = td_nhwc_to_nchw(i, c, cp, rs);
+        st(dst, i, o == (size_t)-1 ? 0.0f : src[o]);
+    }
+}
+
+/* A KRSC gradient (type T, cp channels) widened into fp32 KCRS; the pad
+ * channels' gradients are not read. */
+template <typename T>
+__global__ void from_krsc_k(const T *src, float *dst, size_t total, int c,
+                            int cp, size_t rs)
+{
+    TD__GRID_LOOP(o, total)
+    dst[o] = ld(src, td_nchw_to_nhwc(o, c, cp, rs));
+}
+
+template <typename T>
+cudaError_t to_krsc_t(cudaStream_t s, const float *src, void *dst, int k,
+                      int c, int cp, size_t rs)
+{
+    size_t total = (size_t)k * rs * (size_t)cp;
+    TD_LAUNCH(to_krsc_k<T>, grid_for(total), kBlock, 0, s, src,
+              static_cast<T *>(dst), total, c, cp, rs);
+    return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t from_krsc_t(cudaStream_t s, const void *src, float *dst, int k,
+                        int c, int cp, size_t rs)
+{
+    size_t total = (size_t)k * (size_t)c * rs;
+    TD_LAUNCH(from_krsc_k<T>, grid_for(total), kBlock, 0, s,
+              static_cast<const T *>(src), dst, total, c, cp, rs);
+    return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t normalize_nhwc_t(cudaStream_t s, const uint8_t *nhwc, void *y,
+                             size_t total, int c, int cp, Norm nm)
+{
+    TD_LAUNCH(normalize_nhwc_k<T>, grid_for(total), kBlock, 0, s, nhwc,
+              static_cast<T *>(y), total, c, cp, nm);
+    return cudaGetLastError();
 }
 
 /* Host launchers per storage type; the extern "C" ones pick by dt. */
@@ -300,7 +367,7 @@ cudaError_t bn_eval_bwd_t(cudaStream_t s, const void *x, const void *dy,
                           void *dx, const float *gamma, const float *mean,
                           const float *var, float eps, float *dgamma,
                           float *dbeta, float *part, int n, int c, size_t hw,
-                          int accumulate)
+                          int accumulate, int nhwc)
 {
     size_t planes = (size_t)n * c, count = planes * hw;
     const T *tx = static_cast<const T *>(x), *tdy = static_cast<const T *>(dy);
@@ -311,13 +378,13 @@ cudaError_t bn_eval_bwd_t(cudaStream_t s, const void *x, const void *dy,
                   c, hw);
     else
         TD_LAUNCH(bn_eval_plane_lp_k<T>, grid_for(planes), kBlock, 0, s, tx,
-                  tdy, mean, part, planes, c, hw);
+                  tdy, mean, part, planes, c, hw, nhwc);
     TD_LAUNCH(bn_eval_chan_k, (c + kBlock - 1) / kBlock, kBlock, 0, s, part,
               var, eps, dgamma, dbeta, n, c);
     if (dx)
         TD_LAUNCH(bn_eval_dx_k<T>, grid_for(count), kBlock, 0, s, tdy,
                   static_cast<T *>(dx), gamma, var, eps, count, c, hw,
-                  accumulate);
+                  accumulate, nhwc);
     return cudaGetLastError();
 }
 
@@ -410,11 +477,11 @@ template <typename T>
 cudaError_t dropout_fwd_t(cudaStream_t s, const void *x, void *y,
                           uint8_t *mask, size_t count, uint64_t seed,
                           uint64_t stream, const td_step_scalars *sc,
-                          float keep)
+                          float keep, int c, size_t hw)
 {
     TD_LAUNCH(dropout_fwd_k<T>, grid_for(count), kBlock, 0, s,
               static_cast<const T *>(x), static_cast<T *>(y), mask, count,
-              seed, stream, sc, keep);
+              seed, stream, sc, keep, c, hw);
     return cudaGetLastError();
 }
 
@@ -440,16 +507,33 @@ cudaError_t dropout_bwd_t(cudaStream_t s, const void *dy, void *dx,
 
 extern "C" cudaError_t td__k_normalize(cudaStream_t s, const uint8_t *nhwc,
                                        void *y, int n, int c, int h, int w,
-                                       const float *scale, const float *bias,
-                                       int dt)
+                                       int cp, const float *scale,
+                                       const float *bias, int dt)
 {
     Norm nm;
     for (int i = 0; i < 4; i++) {
         nm.scale[i] = i < c ? scale[i] : 0.0f;
         nm.bias[i] = i < c ? bias[i] : 0.0f;
     }
+    if (cp > 0)
+        return TD__BY_DT(dt, normalize_nhwc_t, s, nhwc, y,
+                         (size_t)n * h * w * cp, c, cp, nm);
     size_t total = (size_t)n * c * h * w;
     return TD__BY_DT(dt, normalize_t, s, nhwc, y, total, c, h, w, nm);
+}
+
+extern "C" cudaError_t td__k_to_krsc(cudaStream_t s, const float *src,
+                                     void *dst, int dt, int k, int c, int cp,
+                                     size_t rs)
+{
+    return TD__BY_DT(dt, to_krsc_t, s, src, dst, k, c, cp, rs);
+}
+
+extern "C" cudaError_t td__k_from_krsc(cudaStream_t s, const void *src,
+                                       int dt, float *dst, int k, int c,
+                                       int cp, size_t rs)
+{
+    return TD__BY_DT(dt, from_krsc_t, s, src, dst, k, c, cp, rs);
 }
 
 extern "C" cudaError_t td__k_xent(cudaStream_t s, const float *z, int k,
@@ -539,10 +623,11 @@ extern "C" cudaError_t td__k_dropout_fwd(cudaStream_t s, const void *x,
                                          size_t count, uint64_t seed,
                                          uint64_t stream,
                                          const td_step_scalars *sc,
-                                         float keep, int dt)
+                                         float keep, int c, size_t hw,
+                                         int dt)
 {
     return TD__BY_DT(dt, dropout_fwd_t, s, x, y, mask, count, seed, stream,
-                     sc, keep);
+                     sc, keep, c, hw);
 }
 
 extern "C" cudaError_t td__k_dropout_bwd(cudaStream_t s, const void *dy,
@@ -561,8 +646,8 @@ extern "C" cudaError_t td__k_bn_eval_bwd(cudaStream_t s, const void *x,
                                          float eps, float *dgamma,
                                          float *dbeta, float *part, int n,
                                          int c, size_t hw, int accumulate,
-                                         int dt)
+                                         int nhwc, int dt)
 {
     return TD__BY_DT(dt, bn_eval_bwd_t, s, x, dy, dx, gamma, mean, var, eps,
-                     dgamma, dbeta, part, n, c, hw, accumulate);
+                     dgamma, dbeta, part, n, c, hw, accumulate, nhwc);
 }

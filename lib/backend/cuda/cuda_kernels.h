@@ -42,9 +42,20 @@ typedef struct td_step_scalars {
     float c1, c2;    /* AdamW bias corrections of step t */
 } td_step_scalars;
 
+/* y = the normalised batch: NCHW when cp is 0, else NHWC with cp >= c
+ * channels, the pad channels zero (the padded stem, layout.h). */
 cudaError_t td__k_normalize(cudaStream_t s, const uint8_t *nhwc, void *y,
-                            int n, int c, int h, int w, const float *scale,
-                            const float *bias, int dt);
+                            int n, int c, int h, int w, int cp,
+                            const float *scale, const float *bias, int dt);
+/* Filters between the fp32 master's KCRS and cuDNN's KRSC (layout.h):
+ * to_krsc narrows k x c x rs fp32 weights into dst (type dt, k x rs x cp,
+ * pad channels zero); from_krsc widens a k x rs x cp gradient of type dt
+ * (TD_KDT_F32 too: a dense layer's) into fp32 KCRS, pad channels left
+ * out.  Dense weights over a flattened NHWC tensor are the case rs = hw. */
+cudaError_t td__k_to_krsc(cudaStream_t s, const float *src, void *dst,
+                          int dt, int k, int c, int cp, size_t rs);
+cudaError_t td__k_from_krsc(cudaStream_t s, const void *src, int dt,
+                            float *dst, int k, int c, int cp, size_t rs);
 cudaError_t td__k_xent(cudaStream_t s, const float *z, int k,
                        const int32_t *labels, int n, int rows, float smooth,
                        float inv_n, float *grad, double *row_loss,
@@ -83,23 +94,26 @@ cudaError_t td__k_bias_add(cudaStream_t s, void *y, const float *b,
                            int rows, int out, int dt);
 cudaError_t td__k_bias_grad(cudaStream_t s, const void *dy, float *db,
                             int rows, int out, int dt);
-/* Draws counter sc->step * count + i of (seed, stream) for element i. */
+/* Draws counter sc->step * count + e of (seed, stream) for element i,
+ * e its NCHW index: i itself when c is 0, else x is NHWC with c channels
+ * and hw pixels per sample (layout.h), so the masks are the NCHW path's
+ * and the CPU's.  The mask is stored in x's order. */
 cudaError_t td__k_dropout_fwd(cudaStream_t s, const void *x, void *y,
                               uint8_t *mask, size_t count, uint64_t seed,
                               uint64_t stream, const td_step_scalars *sc,
-                              float keep, int dt);
+                              float keep, int c, size_t hw, int dt);
 cudaError_t td__k_dropout_bwd(cudaStream_t s, const void *dy, void *dx,
                               const uint8_t *mask, size_t count, float keep,
                               int accumulate, int dt);
 /* The backward of batch norm in inference mode (kernels/bn_eval.h) on an
- * n x c x (hw) NCHW tensor: dgamma, dbeta (overwritten) and, when dx is
+ * n x c x (hw) tensor, NCHW, or NHWC when nhwc (16-bit types only): dgamma, dbeta (overwritten) and, when dx is
  * not NULL, dx (summed into it when accumulate); part is scratch of
  * 2 * n * c floats; x, dy and dx of type dt, the rest fp32. */
 cudaError_t td__k_bn_eval_bwd(cudaStream_t s, const void *x, const void *dy,
                               void *dx, const float *gamma, const float *mean,
                               const float *var, float eps, float *dgamma,
                               float *dbeta, float *part, int n, int c,
-                              size_t hw, int accumulate, int dt);
+                              size_t hw, int accumulate, int nhwc, int dt);
 
 #ifdef __cplusplus
 }

@@ -126,20 +126,14 @@ static int td__dense_bwd(td__cuda *be, int L, void *dx, int accumulate)
 }
 
 /* A convolution's backward; with a 16-bit compute type cuDNN wrote its
- * weight (and bias) gradient in that type into lgrad: widened into the
- * fp32 gradients the update reads (weight and bias are adjacent). */
+ * weight (KRSC) and bias gradient in that type into lgrad: widened into
+ * the fp32 gradients the update reads. */
 static int td__conv_bwd(td__cuda *be, int L, void *dx, int accumulate)
 {
-    const td_layer *l = &be->base.model->layers[L];
-    td__gl *g = &be->gl[L];
     TD__TRY(td__dnn_backward(be, L, dx, accumulate));
     if (!td__cuda_lowp(be))
         return 0;
-    size_t n = be->base.model->params[l->param0].count;
-    if (l->bias)
-        n += be->base.model->params[l->param0 + 1].count;
-    TD__CU(be, td__k_widen(be->compute, g->dwl, be->dt, g->dw, n));
-    return 0;
+    return td__cuda_conv_grad_kcrs(be, L); /* KRSC (cuda_nhwc.c) */
 }
 
 /* The inference-mode backward of a batch norm kept in inference mode
@@ -152,7 +146,7 @@ static int td__bn_eval_bwd(td__cuda *be, int L, void *dx, int accumulate)
                                  g->w, g->rmean, g->rvar, l->eps, g->dw,
                                  g->db, be->bn_part, be->batch, l->out.c,
                                  (size_t)l->out.h * l->out.w, accumulate,
-                                 be->dt));
+                                 td__cuda_nhwc(be), be->dt));
     return 0;
 }
 
@@ -179,7 +173,10 @@ static int td__forward_layer(td__cuda *be, int L, int train)
                                      g->mask, g->nelem, be->base.cfg.seed,
                                      td_rng_stream(TD_RNG_DROPOUT,
                                                    (uint64_t)L),
-                                     be->scal, 1.0f - l->rate, be->dt));
+                                     be->scal, 1.0f - l->rate,
+                                     /* NHWC: draws by the NCHW index */
+                                     td__cuda_nhwc(be) ? l->out.c : 0,
+                                     (size_t)l->out.h * l->out.w, be->dt));
         return 0;
     case TD_L_FLATTEN:
         return 0; /* an alias of its input (NCHW is already C,H,W order) */
@@ -197,8 +194,9 @@ int td__cuda_forward(td__cuda *be, int train)
     const td_model *m = be->base.model;
     const td_shape in = m->layers[0].out;
     TD__CU(be, td__k_normalize(be->compute, be->pixels[be->cur], be->gl[0].y,
-                               be->batch, in.c, in.h, in.w, be->nscale,
-                               be->nbias, be->dt));
+                               be->batch, in.c, in.h, in.w,
+                               td__cuda_nhwc(be) ? be->stem_c : 0,
+                               be->nscale, be->nbias, be->dt));
     for (int L = 1; L < m->nlayers; L++)
         if (td__root(be, L) == L)
             TD__TRY(td__forward_layer(be, L, train));
@@ -277,6 +275,9 @@ static int td__backward_layer(td__cuda *be, int L)
         /* layers reading the batch itself need no input gradient */
         dx = td__root(be, l->in[0]) == 0 ? NULL
                                            : td__target(be, L, 0, &acc);
+        if (l->kind == TD_L_DENSE &&
+            td_memplan_dense_nhwc(be->base.model, L, (int)be->esz))
+            return td__cuda_dense_bwd_nhwc(be, L, dx, acc, td__dense_bwd);
         if (l->kind == TD_L_DENSE)
             return td__dense_bwd(be, L, dx, acc);
         return td__conv_bwd(be, L, dx, acc);
@@ -356,8 +357,10 @@ int td__cuda_update(td__cuda *be)
     const td_model *m = be->base.model;
     const float *mult = be->base.cfg.lr_mult;
     TD__TRY(td__cuda_ls_decide(be)); /* loss scaling (cuda_lscale.c) */
-    if (!mult)
-        return td__update_range(be, 0, 0, m->param_count);
+    if (!mult) {
+        TD__TRY(td__update_range(be, 0, 0, m->param_count));
+        return td__cuda_krsc_weights(be); /* 16-bit filters in KRSC */
+    }
     size_t off = 0;
     int r = 0;
     for (int p = 0; p < m->nparams; r++) {
@@ -369,7 +372,7 @@ int td__cuda_update(td__cuda *be)
             TD__TRY(td__update_range(be, r, lo, off - lo));
         p = q;
     }
-    return 0;
+    return td__cuda_krsc_weights(be); /* 16-bit filters in KRSC */
 }
 
 int td__cuda_lr_runs(const td__cuda *be, float lr, float *out)
@@ -398,5 +401,5 @@ int td__cuda_narrow_params(td__cuda *be)
     if (td__cuda_lowp(be))
         TD__CU(be, td__k_narrow(be->compute, be->params, be->lowp, be->dt,
                                 be->base.model->param_count));
-    return 0;
+    return td__cuda_krsc_weights(be); /* 16-bit filters in KRSC */
 }

@@ -135,6 +135,13 @@ long td_sim_dnn_tf32(void);
 enum { TD_SIM_F32 = 0, TD_SIM_BF16 = 1, TD_SIM_F16 = 2 };
 long td_sim_blas_typed(int t);
 long td_sim_dnn_typed(int t);
+/* Convolutions (all three directions) run with a filter in
+ * CUDNN_TENSOR_NHWC format (KRSC; its tensors then NHWC too: mixing
+ * layouts is refused), and those of them on 16-bit data whose input or
+ * output channels are not a multiple of 8 (cuDNN's condition for
+ * tensor-core kernels on fp16/bf16 NHWC data), in the whole process. */
+long td_sim_dnn_nhwc(void);
+long td_sim_dnn_unaligned(void);
 int td_sim_is_pinned(const void *p, size_t bytes);
 /* The nth kernel or library launch from now (1: the next one) fails at
  * the call with cudaErrorMemoryAllocation (cuBLAS and cuDNN calls: their

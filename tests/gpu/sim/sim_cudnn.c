@@ -170,7 +170,8 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d,
 {
     if (!d || k <= 0 || c <= 0 || h <= 0 || w <= 0 || !td__known_dt(dt))
         return CUDNN_STATUS_BAD_PARAM;
-    if (fmt != CUDNN_TENSOR_NCHW)
+    /* KCRS (NCHW) or KRSC (NHWC); not NCHW_VECT_C (int8 only) */
+    if (fmt != CUDNN_TENSOR_NCHW && fmt != CUDNN_TENSOR_NHWC)
         return CUDNN_STATUS_NOT_SUPPORTED; /* the simulator's limit */
     *d = (struct cudnnFilterStruct){1, dt, fmt, k, c, h, w};
     return CUDNN_STATUS_SUCCESS;
@@ -299,6 +300,40 @@ static const char *td__dt_name(cudnnDataType_t dt)
            : dt == CUDNN_DATA_DOUBLE ? "DOUBLE" : "another type";
 }
 
+/* Whether t's strides are those of a fully packed tensor in the NHWC
+ * (nhwc 1) or NCHW (0) layout; the stride of a dimension of size 1 is
+ * never looked at (both layouts fit it). */
+static int td__packed_as(const struct cudnnTensorStruct *t, int nhwc)
+{
+    int cs = nhwc ? 1 : t->h * t->w, ws = nhwc ? t->c : 1;
+    int hs = nhwc ? t->w * t->c : t->w;
+    return (t->c == 1 || t->cs == cs) && (t->w == 1 || t->ws == ws) &&
+           (t->h == 1 || t->hs == hs);
+}
+
+static long td__dnn_nhwc_n, td__dnn_unaligned_n;
+
+long td_sim_dnn_nhwc(void)
+{
+    return __atomic_load_n(&td__dnn_nhwc_n, __ATOMIC_RELAXED);
+}
+
+long td_sim_dnn_unaligned(void)
+{
+    return __atomic_load_n(&td__dnn_unaligned_n, __ATOMIC_RELAXED);
+}
+
+void td__dnn_count_layout(const struct cudnnTensorStruct *x,
+                          const struct cudnnFilterStruct *w,
+                          const struct cudnnTensorStruct *y)
+{
+    int t16 = x->dt == CUDNN_DATA_HALF || x->dt == CUDNN_DATA_BFLOAT16;
+    if (w->fmt == CUDNN_TENSOR_NHWC)
+        __atomic_add_fetch(&td__dnn_nhwc_n, 1, __ATOMIC_RELAXED);
+    if (t16 && w->fmt == CUDNN_TENSOR_NHWC && (x->c % 8 || y->c % 8))
+        __atomic_add_fetch(&td__dnn_unaligned_n, 1, __ATOMIC_RELAXED);
+}
+
 cudnnStatus_t td__dnn_conv_check(const char *call,
                                  const struct cudnnTensorStruct *x,
                                  const struct cudnnFilterStruct *w,
@@ -317,6 +352,19 @@ cudnnStatus_t td__dnn_conv_check(const char *call,
                     "%dx%dx%dx%d, y %dx%dx%dx%d)", call, x->n, x->c, x->h,
                     x->w, w->k, w->c, w->h, w->w, y->n, y->c, y->h, y->w);
         return CUDNN_STATUS_BAD_PARAM;
+    }
+    /* One layout for x, y and the filter: NCHW tensors with a KCRS
+     * filter or fully packed NHWC tensors with a KRSC one.  cuDNN's
+     * tables list its supported layouts per configuration; mixing them
+     * is refused here whether or not a given cuDNN version accepts it
+     * (stricter, never more lenient). */
+    int wn = w->fmt == CUDNN_TENSOR_NHWC;
+    if (!td__packed_as(x, wn) || !td__packed_as(y, wn)) {
+        td__sim_say("%s: x and y are not both packed %s, as their %s filter "
+                    "is: the tensors and the filter must share one layout "
+                    "(NCHW with KCRS, NHWC with KRSC)", call,
+                    wn ? "NHWC" : "NCHW", wn ? "KRSC (NHWC)" : "KCRS (NCHW)");
+        return CUDNN_STATUS_NOT_SUPPORTED;
     }
     /* cuDNN's configurations the simulator models: FLOAT_CONFIG (all
      * fp32), PSEUDO_HALF_CONFIG and PSEUDO_BFLOAT16_CONFIG (x, w, y in

@@ -62,6 +62,22 @@ size_t td__dnn_elems(const struct cudnnTensorStruct *t);
 size_t td__dnn_span(const struct cudnnTensorStruct *t);
 size_t td__dnn_fspan(const struct cudnnFilterStruct *f);
 
+/* Index of filter element (k, c, r, s) in memory: KCRS for a filter in
+ * CUDNN_TENSOR_NCHW format, KRSC for CUDNN_TENSOR_NHWC. */
+static inline size_t td__dnn_widx(const struct cudnnFilterStruct *f, int k,
+                                  int c, int r, int s)
+{
+    if (f->fmt == CUDNN_TENSOR_NHWC)
+        return (((size_t)k * f->h + r) * f->w + s) * f->c + c;
+    return (((size_t)k * f->c + c) * f->h + r) * f->w + s;
+}
+
+/* An accepted convolution's layout, counted (td_sim_dnn_nhwc,
+ * td_sim_dnn_unaligned). */
+void td__dnn_count_layout(const struct cudnnTensorStruct *x,
+                          const struct cudnnFilterStruct *w,
+                          const struct cudnnTensorStruct *y);
+
 /* Checks x, w, conv, y for a convolution: 0 or a cuDNN status (with a
  * diagnostic naming what is wrong). */
 cudnnStatus_t td__dnn_conv_check(const char *call,

@@ -159,8 +159,7 @@ static void td__range(int out, int stride, int pad, int off, int in, int *lo,
                                      ? (o)->w.h - 1 - r : r;                 \
                         int fs = (o)->c.mode == CUDNN_CONVOLUTION            \
                                      ? (o)->w.w - 1 - s : s;                 \
-                        size_t wi = (((size_t)k * (o)->w.c + c) * (o)->w.h + \
-                                     fr) * (o)->w.w + fs;                    \
+                        size_t wi = td__dnn_widx(&(o)->w, k, c, fr, fs);     \
                         int p0, p1, q0, q1;                                  \
                         td__range((o)->y.h, (o)->c.u, (o)->c.ph,             \
                                   r * (o)->c.dh, (o)->x.h, &p0, &p1);        \
@@ -684,6 +683,7 @@ static cudnnStatus_t td__conv(cudnnHandle_t h, int kind, const char *call,
         int t = x->dt == CUDNN_DATA_BFLOAT16 ? TD_SIM_BF16
                 : x->dt == CUDNN_DATA_HALF ? TD_SIM_F16 : TD_SIM_F32;
         __atomic_add_fetch(&td__dnn_typed[t], 1, __ATOMIC_RELAXED);
+        td__dnn_count_layout(x, w, y);
     }
     return rs;
 }

@@ -1,0 +1,553 @@
+/* test_sim_nhwc.c - the CUDA backend's 16-bit NHWC layout (issue 15:
+ * NHWC activations, KRSC filters, the stem padded for tensor cores) on
+ * the simulated device.
+ *
+ * What is checked:
+ *   - kernels/layout.h's index maps on the host: NCHW <-> NHWC round
+ *     trips with pad channels, and the normalise and bn_eval element
+ *     functions of the NHWC layout against the NCHW ones;
+ *   - the libraries' calls: every convolution of a bf16 or fp16 job runs
+ *     with a KRSC (CUDNN_TENSOR_NHWC) filter and NHWC tensors, with
+ *     input and output channels multiples of 8 (fmnist-cnn's 1-channel
+ *     stem and resnet20's 3-channel one padded to 8); fp32 stays NCHW;
+ *     the simulator refuses NCHW tensors with a KRSC filter;
+ *   - the padded batch read back (read_tensor, NCHW) equals the CPU's
+ *     normalised input within one 16-bit rounding, and the first
+ *     convolution's output within the first-product tolerance of
+ *     test_sim_lowp;
+ *   - dropout on a spatial tensor read through a flatten by a dense
+ *     layer: the same masks as the CPU's, losses within test_sim_lowp's
+ *     tolerances;
+ *   - a bf16 job's steps as CUDA graphs bitwise equal to eager ones;
+ *   - a 16-bit snapshot (canonical layouts) restored at fp32 and back;
+ *   - the memory plan bills the padded batch exactly and equals the
+ *     arena.
+ * NHWC_VERBOSE=1 prints every measured figure.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cudnn.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda.h"
+#include "backend/memplan.h"
+#include "base/rng.h"
+#include "bn_eval.h"
+#include "layout.h"
+#include "model/model.h"
+#include "normalize.h"
+#include "ref_models.h"
+#include "sim.h"
+#include "tdtest.h"
+
+/* as test_sim_lowp.c: stable SGD on fmnist-cnn at batch 4 */
+#define LR 0.0005f
+/* test_sim_lowp.c's loss tolerances, |16-bit - cpu| / max(cpu, 1): the
+ * 16-bit rounding of activations and gradients, which NHWC does not
+ * change (same products, same roundings, another memory order) */
+#define LOSS_TOL_BF16 5e-2
+#define LOSS_TOL_F16 2.5e-2
+
+static int verbose(void)
+{
+    fflush(stdout);
+    return getenv("NHWC_VERBOSE") != NULL;
+}
+
+static const char *dt_name(enum td_dtype dt)
+{
+    return dt == TD_BF16 ? "bf16" : dt == TD_F16 ? "fp16" : "fp32";
+}
+
+static td_backend_config config(int batch, enum td_dtype dt)
+{
+    td_backend_config c;
+    memset(&c, 0, sizeof c);
+    c.batch = batch;
+    c.threads = 1;
+    c.dtype = dt;
+    c.fp32_math = TD_MATH_FP32;
+    for (int i = 0; i < 4; i++)
+        c.mean[i] = 0.45f, c.std[i] = 0.25f;
+    c.seed = 17;
+    td_optim_defaults(&c.optim, TD_OPT_SGD);
+    c.optim.lr = LR;
+    return c;
+}
+
+typedef struct batch {
+    uint8_t *px;
+    int32_t *labels;
+    td_batch b;
+} batch;
+
+/* Learnable batches: noise plus a bright band of rows where the label
+ * says (as test_sim_lowp.c). */
+static void batch_fill(batch *b, const td_model *m, int n, uint64_t salt)
+{
+    td_shape in = m->layers[0].out;
+    size_t per = (size_t)in.c * in.h * in.w;
+    if (!b->px) {
+        b->px = malloc(per * (size_t)n);
+        b->labels = malloc(sizeof *b->labels * (size_t)n);
+        ck_assert(b->px && b->labels);
+    }
+    for (int i = 0; i < n; i++) {
+        int k = (int)td_rng_below(salt, 2, (uint64_t)i, (uint64_t)m->classes);
+        b->labels[i] = k;
+        for (size_t e = 0; e < per; e++) {
+            int row = (int)(e / (size_t)in.c / (size_t)in.w % (size_t)in.h);
+            int band = row * m->classes / in.h == k;
+            size_t at = (size_t)i * per + e;
+            b->px[at] = (uint8_t)(td_rng_below(salt, 1, at, 96) +
+                                  (band ? 150 : 0));
+        }
+    }
+    b->b = (td_batch){.data = b->px, .labels = b->labels, .n = n, .h = in.h,
+                      .w = in.w, .c = in.c, .layout = TD_LAYOUT_NHWC};
+}
+
+static void batch_free(batch *b)
+{
+    free(b->px);
+    free(b->labels);
+}
+
+static td_backend *make(const char *kind, const td_model *m,
+                        const td_backend_config *c)
+{
+    char err[512] = "";
+    td_backend *be = NULL;
+    int rc = td_backend_create(kind, m, c, &be, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s %s: %s", kind, dt_name(c->dtype), err);
+    return be;
+}
+
+static double step(td_backend *be, const td_model *m, batch *b, int n,
+                   uint64_t salt, float lr, int64_t t)
+{
+    td_step_stats st;
+    batch_fill(b, m, n, salt);
+    ck_assert_int_eq(td_backend_upload(be, &b->b), 0);
+    ck_assert_msg(td_backend_train_step(be, lr, t) == 0, "%s", be->err);
+    ck_assert_int_eq(td_backend_read_stats(be, &st), 0);
+    ck_assert_int_eq(td_backend_sync(be), 0);
+    ck_assert_int_eq(st.samples, n);
+    return st.loss_sum / (double)st.samples;
+}
+
+static double eval(td_backend *be, const td_model *m, batch *b, int n,
+                   uint64_t salt)
+{
+    td_step_stats st;
+    batch_fill(b, m, n, salt);
+    ck_assert_int_eq(td_backend_upload(be, &b->b), 0);
+    ck_assert_msg(td_backend_eval_step(be) == 0, "%s", be->err);
+    ck_assert_int_eq(td_backend_read_stats(be, &st), 0);
+    ck_assert_int_eq(td_backend_sync(be), 0);
+    return st.loss_sum / (double)st.samples;
+}
+
+static double loss_err(double a, double b)
+{
+    return fabs(a - b) / fmax(fabs(b), 1.0);
+}
+
+/* Largest |a - b| over n values, relative to the largest |b|. */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double big = 0, diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        big = fmax(big, fabs(b[i]));
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+    }
+    return diff / fmax(big, 1e-30);
+}
+
+/* ---- kernels/layout.h on the host -------------------------------------- */
+
+START_TEST(test_layout_maps)
+{
+    /* 2 samples, 3 channels stored as 8, 2 x 3 pixels */
+    const int n = 2, c = 3, cp = 8;
+    const size_t hw = 6, total = (size_t)n * cp * hw;
+    size_t seen[2 * 3 * 6] = {0}, pads = 0;
+    for (size_t i = 0; i < total; i++) {
+        size_t o = td_nhwc_to_nchw(i, c, cp, hw);
+        if (o == (size_t)-1) {
+            pads++;
+            ck_assert_uint_ge(i % (size_t)cp, (size_t)c);
+            continue;
+        }
+        ck_assert_uint_lt(o, (size_t)n * c * hw);
+        seen[o]++;
+        ck_assert_uint_eq(td_nchw_to_nhwc(o, c, cp, hw), i);
+    }
+    ck_assert_uint_eq(pads, (size_t)n * (cp - c) * hw);
+    for (size_t o = 0; o < (size_t)n * c * hw; o++)
+        ck_assert_uint_eq(seen[o], 1);
+    /* a known element: sample 1, channel 2, pixel 4 */
+    ck_assert_uint_eq(td_nchw_to_nhwc((1 * 3 + 2) * 6 + 4, c, cp, hw),
+                      (1 * 6 + 4) * 8 + 2);
+
+    /* the normalise kernel's NHWC element is the NCHW one, pads zero */
+    uint8_t px[2 * 6 * 3];
+    float scale[3] = {0.1f, 0.2f, 0.3f}, bias[3] = {-1.0f, 0.5f, 2.0f};
+    for (size_t i = 0; i < sizeof px; i++)
+        px[i] = (uint8_t)(i * 37 + 11);
+    for (size_t i = 0; i < total; i++) {
+        size_t o = td_nhwc_to_nchw(i, c, cp, hw);
+        float v = td_normalize_nhwc_elem(px, i, c, cp, scale, bias);
+        if (o == (size_t)-1)
+            ck_assert_float_eq(v, 0.0f);
+        else
+            ck_assert_float_eq(v, td_normalize_elem(px, o, c, 2, 3, scale,
+                                                     bias));
+    }
+    /* bn_eval's plane walk: element j of plane (sample, channel) */
+    for (size_t p = 0; p < (size_t)n * c; p++)
+        for (size_t j = 0; j < hw; j++) {
+            size_t o = p * hw + j;
+            ck_assert_uint_eq(td_bn_eval_at(p, j, c, hw, 0), o);
+            ck_assert_uint_eq(td_bn_eval_at(p, j, c, hw, 1),
+                              td_nchw_to_nhwc(o, c, c, hw));
+        }
+}
+END_TEST
+
+/* ---- the libraries' calls: NHWC, KRSC, the stem padded ---------------- */
+
+/* A 16-bit job's convolutions all NHWC with channels multiples of 8; an
+ * fp32 job's none. */
+static void layout_case(const char *model, td_shape in, int classes,
+                        enum td_dtype dt)
+{
+    td_model *m = ref_load_model(model, in, classes);
+    td_backend_config c = config(4, dt);
+    td_backend *be = make("cuda:0", m, &c);
+    batch b = {0};
+    long c0 = td_sim_dnn_convs(-1), n0 = td_sim_dnn_nhwc();
+    long u0 = td_sim_dnn_unaligned();
+    step(be, m, &b, 4, 100, LR, 1);
+    long convs = td_sim_dnn_convs(-1) - c0, nhwc = td_sim_dnn_nhwc() - n0;
+    long unaligned = td_sim_dnn_unaligned() - u0;
+    if (verbose())
+        printf("%s %s: %ld convolutions, %ld NHWC, %ld with channels not "
+               "a multiple of 8\n", model, dt_name(dt), convs, nhwc,
+               unaligned);
+    ck_assert_int_gt(convs, 0);
+    if (dt == TD_F32) {
+        ck_assert_int_eq(nhwc, 0);
+    } else {
+        ck_assert_int_eq(nhwc, convs);
+        ck_assert_int_eq(unaligned, 0);
+    }
+    /* the batch: stored with its channels padded to 8 in 16 bits */
+    const td_memplan *p = td_backend_cuda_plan(be);
+    int cp = dt == TD_F32 ? in.c : 8;
+    size_t esz = dt == TD_F32 ? 4 : 2;
+    for (int i = 0; i < p->nbufs; i++)
+        if (p->bufs[i].kind == TD_MB_Y && p->bufs[i].layer == 0)
+            ck_assert_uint_eq(p->bufs[i].bytes,
+                              4 * (size_t)cp * in.h * in.w * esz);
+    ck_assert_int_eq(td_memplan_stem_channels(m, (int)esz), cp);
+    /* the arena is the plan's bill (cuda_arena.c checks it too) */
+    ck_assert_uint_eq(td_backend_cuda_arena_bytes(be), p->total - p->headroom);
+    td_backend_destroy(be);
+    batch_free(&b);
+    td_model_free(m);
+}
+
+START_TEST(test_convolutions_nhwc_stem_padded)
+{
+    td_cuda_register();
+    layout_case("fmnist-cnn", (td_shape){1, 28, 28}, 10, TD_BF16);
+    layout_case("fmnist-cnn", (td_shape){1, 28, 28}, 10, TD_F16);
+    layout_case("resnet20", (td_shape){3, 16, 16}, 10, TD_BF16);
+    layout_case("fmnist-cnn", (td_shape){1, 28, 28}, 10, TD_F32);
+}
+END_TEST
+
+static cudnnTensorDescriptor_t tensor(cudnnTensorFormat_t f, int n, int c,
+                                      int h, int w)
+{
+    cudnnTensorDescriptor_t d;
+    ck_assert_int_eq(cudnnCreateTensorDescriptor(&d), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetTensor4dDescriptor(d, f, CUDNN_DATA_HALF, n, c,
+                                                h, w), CUDNN_STATUS_SUCCESS);
+    return d;
+}
+
+/* The simulator refuses NCHW tensors with a KRSC filter (and the
+ * reverse), and computes an NHWC convolution with a KRSC filter as the
+ * NCHW one with the same filter in KCRS. */
+START_TEST(test_sim_krsc_filters)
+{
+    cudnnHandle_t h;
+    ck_assert_int_eq(cudnnCreate(&h), CUDNN_STATUS_SUCCESS);
+    cudnnFilterDescriptor_t wk, wn;
+    cudnnConvolutionDescriptor_t cd;
+    ck_assert_int_eq(cudnnCreateFilterDescriptor(&wk), 0);
+    ck_assert_int_eq(cudnnCreateFilterDescriptor(&wn), 0);
+    ck_assert_int_eq(cudnnSetFilter4dDescriptor(wk, CUDNN_DATA_HALF,
+                     CUDNN_TENSOR_NHWC, 8, 8, 3, 3), 0);
+    ck_assert_int_eq(cudnnSetFilter4dDescriptor(wn, CUDNN_DATA_HALF,
+                     CUDNN_TENSOR_NCHW, 8, 8, 3, 3), 0);
+    ck_assert_int_eq(cudnnCreateConvolutionDescriptor(&cd), 0);
+    ck_assert_int_eq(cudnnSetConvolution2dDescriptor(cd, 1, 1, 1, 1, 1, 1,
+                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT), 0);
+    cudnnTensorDescriptor_t xn = tensor(CUDNN_TENSOR_NCHW, 2, 8, 5, 5);
+    cudnnTensorDescriptor_t xh = tensor(CUDNN_TENSOR_NHWC, 2, 8, 5, 5);
+    cudnnConvolutionFwdAlgoPerf_t pf[8];
+    int got = 0;
+    ck_assert_int_eq(cudnnGetConvolutionForwardAlgorithm_v7(h, xn, wk, cd,
+                     xn, 8, &got, pf), CUDNN_STATUS_NOT_SUPPORTED);
+    ck_assert_int_eq(cudnnGetConvolutionForwardAlgorithm_v7(h, xh, wn, cd,
+                     xh, 8, &got, pf), CUDNN_STATUS_NOT_SUPPORTED);
+    ck_assert_int_eq(cudnnGetConvolutionForwardAlgorithm_v7(h, xh, wk, cd,
+                     xh, 8, &got, pf), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_gt(got, 0);
+    cudnnDestroyTensorDescriptor(xn);
+    cudnnDestroyTensorDescriptor(xh);
+    cudnnDestroyFilterDescriptor(wk);
+    cudnnDestroyFilterDescriptor(wn);
+    cudnnDestroyConvolutionDescriptor(cd);
+    cudnnDestroy(h);
+}
+END_TEST
+
+/* ---- values against the CPU ------------------------------------------- */
+
+/* After one step on the same batch: the batch (padded NHWC, read back as
+ * NCHW) within half a 16-bit spacing of the CPU's fp32 normalised input,
+ * the first convolution's output within test_sim_lowp's tolerance for one
+ * product, u (4 + 2) with u the type's unit roundoff. */
+static void stem_case(const char *model, td_shape in, int classes,
+                      enum td_dtype dt)
+{
+    double u = dt == TD_BF16 ? 0x1p-8 : 0x1p-11;
+    td_model *m = ref_load_model(model, in, classes);
+    td_backend_config c32 = config(4, TD_F32), clo = config(4, dt);
+    clo.mem_layout = c32.mem_layout = TD_MEM_PER_LAYER;
+    td_backend *cpu = make("cpu", m, &c32), *gpu = make("cuda:0", m, &clo);
+    batch b = {0};
+    step(cpu, m, &b, 4, 100, LR, 1);
+    step(gpu, m, &b, 4, 100, LR, 1);
+    for (int L = 0; L <= 1; L++) {
+        const td_shape *s = &m->layers[L].out;
+        size_t cnt = (size_t)4 * s->c * s->h * s->w;
+        float *a = malloc(cnt * sizeof *a), *g = malloc(cnt * sizeof *g);
+        ck_assert(a && g);
+        ck_assert_int_eq(cpu->ops->read_tensor(cpu, TD_T_VALUE, L, a, cnt),
+                         0);
+        ck_assert_msg(gpu->ops->read_tensor(gpu, TD_T_VALUE, L, g, cnt) == 0,
+                      "%s", gpu->err);
+        double rel = rel_diff(g, a, cnt), tol = L == 0 ? u : u * 6.0;
+        if (verbose())
+            printf("%s %s layer %s: %.3e of the largest value off "
+                   "(tolerance %.1e)\n", model, dt_name(dt),
+                   m->layers[L].name, rel, tol);
+        ck_assert_msg(rel <= tol, "%s %s layer %s: %.3e off (tolerance "
+                      "%.1e)", model, dt_name(dt), m->layers[L].name, rel,
+                      tol);
+        free(a);
+        free(g);
+    }
+    td_backend_destroy(cpu);
+    td_backend_destroy(gpu);
+    batch_free(&b);
+    td_model_free(m);
+}
+
+START_TEST(test_stem_values)
+{
+    td_cuda_register();
+    stem_case("fmnist-cnn", (td_shape){1, 28, 28}, 10, TD_BF16);
+    stem_case("fmnist-cnn", (td_shape){1, 28, 28}, 10, TD_F16);
+    stem_case("resnet20", (td_shape){3, 16, 16}, 10, TD_F16);
+}
+END_TEST
+
+/* tiny-dropout-nhwc (dropout at rate 0.5 on an 8 x 9 x 9 tensor, then a
+ * flatten and a dense layer) over 5 steps in bf16 and fp16 against the
+ * fp32 GPU path (NCHW): the masks are Philox draws by the NCHW index on
+ * both, so wherever the dropout's input is not zero on either, its output
+ * is zero exactly where the fp32 path's is; the losses within
+ * test_sim_lowp's tolerances (the dense layer reads the NHWC flatten
+ * through its permuted weights).  Not against the CPU backend here: it
+ * draws by the index in its own memory, and oneDNN keeps a convolution's
+ * 8-channel output blocked (nChw8c), so its masks of a spatial tensor
+ * differ from the fp32 GPU path's too (1439 of 5184 at step 0, measured);
+ * they are equal for plain 2-D tensors (test_sim_lowp's tiny-dropout). */
+START_TEST(test_dropout_masks_nhwc)
+{
+    td_cuda_register();
+    td_model *m = ref_load_model("tiny-dropout-nhwc", (td_shape){2, 9, 9}, 5);
+    const int drop = 3, in = 2; /* dr and r1 (layer 0 is the batch) */
+    ck_assert_int_eq(m->layers[drop].kind, TD_L_DROPOUT);
+    size_t cnt = (size_t)8 * 8 * 9 * 9;
+    float *a = malloc(cnt * sizeof *a), *g = malloc(cnt * sizeof *g);
+    float *ai = malloc(cnt * sizeof *a), *gi = malloc(cnt * sizeof *g);
+    ck_assert(a && g && ai && gi);
+    enum td_dtype dts[2] = {TD_BF16, TD_F16};
+    for (int k = 0; k < 2; k++) {
+        td_backend_config c32 = config(8, TD_F32), clo = config(8, dts[k]);
+        /* one buffer per layer: the dropout's input is read after */
+        c32.mem_layout = clo.mem_layout = TD_MEM_PER_LAYER;
+        td_backend *ref = make("cuda:0", m, &c32);
+        td_backend *gpu = make("cuda:0", m, &clo);
+        batch b = {0};
+        size_t zeros = 0, differ = 0, seen = 0;
+        double worst = 0;
+        for (int s = 0; s < 5; s++) {
+            double lc = step(ref, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
+            double lg = step(gpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
+            ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, drop, a,
+                                                   cnt), 0);
+            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, drop, g,
+                                                   cnt), 0);
+            ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, in, ai,
+                                                   cnt), 0);
+            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, in, gi,
+                                                   cnt), 0);
+            for (size_t i = 0; i < cnt; i++) {
+                if (ai[i] == 0.0f || gi[i] == 0.0f)
+                    continue;
+                seen++;
+                zeros += a[i] == 0.0f;
+                differ += (a[i] == 0.0f) != (g[i] == 0.0f);
+            }
+            ck_assert_msg(differ == 0, "%s step %d: %zu masks differ",
+                          dt_name(dts[k]), s, differ);
+            double tol = dts[k] == TD_BF16 ? LOSS_TOL_BF16 : LOSS_TOL_F16;
+            worst = fmax(worst, loss_err(lg, lc));
+            ck_assert_msg(loss_err(lg, lc) <= tol, "%s step %d: %.6f, fp32 "
+                          "%.6f", dt_name(dts[k]), s, lg, lc);
+        }
+        printf("tiny-dropout-nhwc %s: %zu of %zu outputs of nonzero inputs "
+               "dropped, %zu differ from the fp32 path; losses %.2e off at "
+               "worst\n", dt_name(dts[k]), zeros, seen, differ, worst);
+        ck_assert_uint_gt(zeros, seen / 4); /* rate 0.5 */
+        td_backend_destroy(ref);
+        td_backend_destroy(gpu);
+        batch_free(&b);
+    }
+    free(a);
+    free(g);
+    free(ai);
+    free(gi);
+    td_model_free(m);
+}
+END_TEST
+
+/* fmnist-cnn in bf16, 4 full steps as CUDA graphs and eagerly: the same
+ * losses and parameters bit for bit (the KRSC rewrite of the weight copy
+ * is part of the captured update). */
+START_TEST(test_graphs_bitwise_nhwc)
+{
+    td_cuda_register();
+    td_model *m = ref_load_model("fmnist-cnn", (td_shape){1, 28, 28}, 10);
+    double loss[2][4];
+    float *par[2];
+    size_t np = m->param_count;
+    for (int gr = 0; gr < 2; gr++) {
+        td_backend_config c = config(4, TD_BF16);
+        c.cuda_graphs = gr ? TD_GRAPHS_ON : 0;
+        td_backend *be = make("cuda:0", m, &c);
+        batch b = {0};
+        for (int s = 0; s < 4; s++)
+            loss[gr][s] = step(be, m, &b, 4, 100 + (uint64_t)s, LR, s + 1);
+        td_cuda_graph_info gi;
+        ck_assert_int_eq(td_backend_cuda_graph_info(be, &gi), 0);
+        ck_assert_int_eq(gi.captures > 0, gr);
+        par[gr] = malloc(np * sizeof(float));
+        ck_assert(par[gr]);
+        size_t off = 0;
+        for (int p = 0; p < m->nparams; p++) {
+            ck_assert_int_eq(be->ops->read_tensor(be, TD_T_PARAM, p,
+                                                  par[gr] + off,
+                                                  m->params[p].count), 0);
+            off += m->params[p].count;
+        }
+        td_backend_destroy(be);
+        batch_free(&b);
+    }
+    ck_assert_int_eq(memcmp(loss[0], loss[1], sizeof loss[0]), 0);
+    ck_assert_int_eq(memcmp(par[0], par[1], np * sizeof(float)), 0);
+    free(par[0]);
+    free(par[1]);
+    td_model_free(m);
+}
+END_TEST
+
+/* fmnist-cnn (1-channel stem, a dense layer over a flattened NHWC tensor)
+ * trained at `from`, its snapshot (canonical layouts) restored at `to`:
+ * the snapshot comes back bitwise and the evaluation loss is the first
+ * job's within the 16-bit tolerance, not the initial weights'. */
+static void resume_case(enum td_dtype from, enum td_dtype to)
+{
+    td_model *m = ref_load_model("fmnist-cnn", (td_shape){1, 28, 28}, 10);
+    td_backend_config cf = config(4, from), ct = config(4, to);
+    cf.optim.lr = ct.optim.lr = LR;
+    td_backend *a = make("cuda:0", m, &cf), *b2 = make("cuda:0", m, &ct);
+    batch b = {0};
+    double init = eval(b2, m, &b, 4, 900);
+    for (int s = 0; s < 4; s++)
+        step(a, m, &b, 4, 100 + (uint64_t)s, LR, s + 1);
+    double ea = eval(a, m, &b, 4, 900);
+    size_t n = td_backend_snapshot_floats(m, &cf.optim);
+    float *s1 = malloc(n * sizeof *s1), *s2 = malloc(n * sizeof *s2);
+    ck_assert(s1 && s2);
+    ck_assert_int_eq(td_backend_snapshot(a, s1, n), 0);
+    ck_assert_int_eq(td_backend_sync(a), 0);
+    ck_assert_msg(td_backend_restore(b2, s1, n) == 0, "%s", b2->err);
+    ck_assert_int_eq(td_backend_snapshot(b2, s2, n), 0);
+    ck_assert_int_eq(td_backend_sync(b2), 0);
+    ck_assert_int_eq(memcmp(s1, s2, n * sizeof *s1), 0);
+    double eb = eval(b2, m, &b, 4, 900);
+    printf("fmnist-cnn %s -> %s: eval loss initial %.6f, before %.6f, "
+           "after the restore %.6f\n", dt_name(from), dt_name(to), init, ea,
+           eb);
+    double tol = from == TD_BF16 || to == TD_BF16 ? LOSS_TOL_BF16
+                                                  : LOSS_TOL_F16;
+    ck_assert_msg(loss_err(eb, ea) <= tol, "%s -> %s: %.6f after, %.6f "
+                  "before", dt_name(from), dt_name(to), eb, ea);
+    ck_assert_msg(fabs(eb - init) > 5 * fabs(eb - ea), "%s -> %s: the loss "
+                  "did not move from the initial weights' (%.6f, %.6f, "
+                  "%.6f)", dt_name(from), dt_name(to), init, ea, eb);
+    free(s1);
+    free(s2);
+    batch_free(&b);
+    td_backend_destroy(a);
+    td_backend_destroy(b2);
+    td_model_free(m);
+}
+
+START_TEST(test_checkpoint_across_layouts)
+{
+    td_cuda_register();
+    resume_case(TD_BF16, TD_F32);
+    resume_case(TD_F32, TD_F16);
+}
+END_TEST
+
+static Suite *sim_nhwc_suite(void)
+{
+    Suite *s = suite_create("sim_nhwc");
+    TCase *tc = tcase_create("layout");
+    tcase_add_test(tc, test_layout_maps);
+    tcase_add_test(tc, test_convolutions_nhwc_stem_padded);
+    tcase_add_test(tc, test_sim_krsc_filters);
+    tcase_add_test(tc, test_stem_values);
+    tcase_add_test(tc, test_dropout_masks_nhwc);
+    tcase_add_test(tc, test_graphs_bitwise_nhwc);
+    tcase_add_test(tc, test_checkpoint_across_layouts);
+    tcase_set_timeout(tc, 600);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(sim_nhwc_suite)
