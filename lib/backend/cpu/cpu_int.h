@@ -23,10 +23,10 @@
  * running statistics in fp32.  The input is normalised in fp32 (xin) and
  * rounded once; the logits are read as fp32 for the loss, and its fp32
  * gradient is rounded into the last layer's dy.  The input keeps plain
- * NCHW unless the first convolution prefers channels-last (bf16 on AMX:
- * oneDNN 2.6's AMX kernels take only nhwc); then every activation is nhwc
- * and one reorder (r_in) converts and lays out xin.  Parameters, gradients,
- * optimizer slots and snapshots stay fp32 whatever the dtype.
+ * NCHW unless, in bf16, the model's convolutions prefer channels-last (on
+ * AMX: oneDNN 2.6's AMX kernels take only nhwc); then every activation is
+ * nhwc and one reorder (r_in) converts and lays out xin.  Parameters,
+ * gradients, optimizer slots and snapshots stay fp32 whatever the dtype.
  */
 #ifndef TD_BACKEND_CPU_H
 #define TD_BACKEND_CPU_H
