@@ -70,8 +70,14 @@ static layer_tol tol_of(enum td_layer_kind k)
     }
 }
 /* gradients of layers and parameters vs fp32; parameter gradients vs the
- * bf16-rounded reference (fp32 sums of bf16 products) */
-static const double tol_g_f = 0.35, tol_pg_b = 0.015;
+ * bf16-rounded reference (fp32 sums of bf16 products).  The reference
+ * rounds where the backend stores bf16 but cannot follow each kernel's
+ * summation order: fmnist-cnn's parameter gradients are within 0.006 of
+ * it on the AVX512_BF16 kernels (blocked layout) and within 0.016 on AMX
+ * (channels-last: batch norm statistics summed in another order flip a
+ * few bf16 roundings from bn1 on), while both stay as close to fp32
+ * (0.157 vs 0.156 for conv1.weight); 0.025 leaves a margin over 0.016. */
+static const double tol_g_f = 0.35, tol_pg_b = 0.025;
 
 typedef struct fixture {
     td_model *m;
@@ -468,10 +474,15 @@ START_TEST(test_dropout_bf16)
 END_TEST
 
 /* A layer oneDNN runs only in its reference loops in bf16 (backward
- * weights of a 3 -> 8 channel convolution) is refused, naming it: no
- * silent slow path (precision auto then trains in fp32: test_obs's job). */
+ * weights of a 3 -> 8 channel convolution on the AVX512_BF16 kernels) is
+ * refused, naming it: no silent slow path (precision auto then trains in
+ * fp32: test_obs's job).  On AMX the backend plans channels-last (nhwc)
+ * activations, where oneDNN 2.6 has AMX kernels for this layer too, so
+ * the model is accepted there; test_backend_bf16_avx512 checks the
+ * refusal on every bf16 machine by limiting oneDNN to AVX512_BF16. */
 START_TEST(test_reference_kernel_refused)
 {
+    int amx = strcmp(td_cpu_caps_get()->isa, "avx512_core_amx") == 0;
     json_error_t je;
     json_t *def = json_loads("{\"layers\": [{\"type\": \"conv2d\", "
         "\"name\": \"c1\", \"channels\": 8, \"kernel\": 3, \"pad\": 1}, "
@@ -486,12 +497,19 @@ START_TEST(test_reference_kernel_refused)
                              .std = {1, 1, 1}};
     td_optim_defaults(&cfg.optim, TD_OPT_SGD);
     td_backend *be = NULL;
-    ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
-                     TD_E_NOTSUP);
-    ck_assert_msg(strstr(err, "bf16: oneDNN has only a reference (slow) "
-                         "kernel for conv bwd weights of layer c1"), "%s",
-                  err);
-    ck_assert_ptr_null(be);
+    if (amx) {
+        ck_assert_msg(td_backend_create("cpu", m, &cfg, &be, err,
+                                        sizeof err) == 0, "%s", err);
+        td_backend_destroy(be);
+        be = NULL;
+    } else {
+        ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err,
+                                           sizeof err), TD_E_NOTSUP);
+        ck_assert_msg(strstr(err, "bf16: oneDNN has only a reference (slow) "
+                             "kernel for conv bwd weights of layer c1"),
+                      "%s", err);
+        ck_assert_ptr_null(be);
+    }
     cfg.dtype = TD_F32;
     ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
                      0);

@@ -22,8 +22,11 @@
  * fp32 weight and bias gradients; batch norm keeps scale, shift, batch and
  * running statistics in fp32.  The input is normalised in fp32 (xin) and
  * rounded once; the logits are read as fp32 for the loss, and its fp32
- * gradient is rounded into the last layer's dy.  Parameters, gradients,
- * optimizer slots and snapshots stay fp32 whatever the dtype.
+ * gradient is rounded into the last layer's dy.  The input keeps plain
+ * NCHW unless, in bf16, the model's convolutions prefer channels-last (on
+ * AMX: oneDNN 2.6's AMX kernels take only nhwc); then every activation is
+ * nhwc and one reorder (r_in) converts and lays out xin.  Parameters,
+ * gradients, optimizer slots and snapshots stay fp32 whatever the dtype.
  */
 #ifndef TD_BACKEND_CPU_H
 #define TD_BACKEND_CPU_H
@@ -65,7 +68,11 @@ typedef struct td__cpu {
     int batch;
     dnnl_data_type_t adt;  /* activations: dnnl_f32 or dnnl_bf16 */
     size_t esize;          /* bytes per activation element */
+    dnnl_format_tag_t atag; /* conv and pooling outputs: any (the first
+                               convolution chooses), or nhwc */
     float *xin;            /* bf16: the normalised input in fp32 */
+    dnnl_memory_t xin_m;   /* xin as plain NCHW fp32, when r_in exists */
+    dnnl_primitive_t r_in; /* bf16: xin into the input's layout (nhwc) */
     td__cl *cl;          /* one per model layer */
     float *params, *grads, *slots, *state;
     size_t nslots;       /* optimizer slot arrays (0, 1 or 2) */

@@ -184,7 +184,7 @@ static int td__plan_conv(td__cpu *be, int L)
     dnnl_convolution_desc_t d;
     int rc;
     td__mdt(&wany, 4, wd, dnnl_format_tag_any, be->adt);
-    td__mdt(&dany, 4, dd, dnnl_format_tag_any, be->adt);
+    td__mdt(&dany, 4, dd, be->atag, be->adt);
     td__md(&wgrad, 4, wd, dnnl_format_tag_any); /* fp32 gradients */
     td__md(&bmd, 1, bd, dnnl_a);
     td__md(&wplain, 4, wd, dnnl_oihw);
@@ -305,7 +305,7 @@ static int td__plan_pool(td__cpu *be, int L)
         st[0] = st[1] = 1;
         pad[0] = pad[1] = 0;
     }
-    td__mdt(&dany, 4, dd, dnnl_format_tag_any, be->adt);
+    td__mdt(&dany, 4, dd, be->atag, be->adt);
     TD__DNNL(be, dnnl_pooling_forward_desc_init(&d, dnnl_forward_training,
              alg, src, &dany, st, k, pad, pad), "pooling", l->name);
     if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "pool fwd", l->name)) ||
@@ -490,6 +490,91 @@ static int td__plan_scratch(td__cpu *be)
     return 0;
 }
 
+/* The convolution to ask for the activations' layout: the first one not
+ * reading the input (its 1-3 channels make it atypical), else the first. */
+static int td__typical_conv(const td_model *m)
+{
+    int first = -1;
+    for (int L = 1; L < m->nlayers; L++) {
+        if (m->layers[L].kind != TD_L_CONV)
+            continue;
+        if (m->layers[L].in[0] != 0)
+            return L;
+        if (first < 0)
+            first = L;
+    }
+    return first;
+}
+
+/* The input's layout.  fp32 keeps plain NCHW, which the normalisation
+ * writes directly.  bf16 asks a typical convolution which activation
+ * layout it prefers ("any") and makes the input channels-last (nhwc) when
+ * that one is: on AMX, oneDNN 2.6's AMX kernels take nothing else, and
+ * from a planar NCHW input the first convolution would choose the blocked
+ * nChw16c layout and every later layer would run the slower AVX512_BF16
+ * kernels.  *reorder is set when xin needs a reorder into it. */
+static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
+                             dnnl_memory_desc_t *md, int *reorder)
+{
+    const td_model *m = be->base.model;
+    dnnl_memory_desc_t src, w, dst;
+    dnnl_convolution_desc_t cd;
+    dnnl_primitive_desc_t pd;
+    int L = td__typical_conv(m);
+    td__mdt(md, 4, d, dnnl_nchw, be->adt);
+    be->atag = dnnl_format_tag_any;
+    *reorder = 0;
+    if (!td__is_bf16(be) || L < 0)
+        return 0;
+    const td_layer *l = &m->layers[L];
+    const td_shape in = m->layers[l->in[0]].out;
+    dnnl_dim_t sd[4] = {be->batch, in.c, in.h, in.w};
+    dnnl_dim_t wd[4] = {l->channels, in.c, l->kernel, l->kernel};
+    dnnl_dim_t dd[4] = {be->batch, l->out.c, l->out.h, l->out.w};
+    dnnl_dims_t st = {l->stride, l->stride}, pad = {l->pad, l->pad};
+    td__mdt(&src, 4, sd, dnnl_format_tag_any, be->adt);
+    td__mdt(&w, 4, wd, dnnl_format_tag_any, be->adt);
+    td__mdt(&dst, 4, dd, dnnl_format_tag_any, be->adt);
+    /* a probe that fails leaves the planar input: the layer's own plan
+     * then reports what is wrong with it */
+    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training,
+            dnnl_convolution_direct, &src, &w, NULL, &dst, st, pad, pad) !=
+            dnnl_success ||
+        dnnl_primitive_desc_create(&pd, &cd, be->attr, be->eng, NULL) !=
+            dnnl_success)
+        return 0;
+    const dnnl_memory_desc_t *want = td__q(pd, dnnl_query_src_md, 0);
+    int nhwc = want->format_kind == dnnl_blocked &&
+               want->format_desc.blocking.inner_nblks == 0 &&
+               want->format_desc.blocking.strides[1] == 1;
+    dnnl_primitive_desc_destroy(pd);
+    if (nhwc) { /* "any" would still pick a reference kernel for some
+                   first convolutions (1 input channel, AMX) */
+        td__mdt(md, 4, d, dnnl_nhwc, be->adt);
+        be->atag = dnnl_nhwc;
+        *reorder = 1;
+    }
+    return 0;
+}
+
+/* bf16 with a non-NCHW input: xin (fp32 NCHW) into the input's memory,
+ * converting (round to nearest even) and laying out in one reorder. */
+static int td__plan_input_reorder(td__cpu *be, const dnnl_dim_t *d)
+{
+    dnnl_memory_desc_t plain;
+    dnnl_primitive_desc_t pd;
+    td__md(&plain, 4, d, dnnl_nchw);
+    int rc = td__mem(be, &plain, be->xin, &be->xin_m, "input");
+    if (rc)
+        return rc;
+    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, &plain, be->eng,
+             &be->cl[0].md, be->eng, NULL), "input reorder", NULL);
+    dnnl_status_t st = dnnl_primitive_create(&be->r_in, pd);
+    dnnl_primitive_desc_destroy(pd);
+    TD__DNNL(be, st, "input reorder", NULL);
+    return 0;
+}
+
 int td__cpu_plan(td__cpu *be)
 {
     const td_model *m = be->base.model;
@@ -504,8 +589,10 @@ int td__cpu_plan(td__cpu *be)
     TD__DNNL(be, dnnl_primitive_attr_create(&be->attr), "attributes", NULL);
     TD__DNNL(be, dnnl_primitive_attr_set_scratchpad_mode(be->attr,
              dnnl_scratchpad_mode_user), "attributes", NULL);
-    td__mdt(&md, 4, d, dnnl_nchw, be->adt);
-    if ((rc = td__output(be, 0, &md)))
+    int reorder_in;
+    if ((rc = td__plan_input_md(be, d, &md, &reorder_in)) ||
+        (rc = td__output(be, 0, &md)) ||
+        (reorder_in && (rc = td__plan_input_reorder(be, d))))
         return rc;
     for (int L = 1; L < m->nlayers && rc == 0; L++) {
         if (be->cl[L].root != L)
@@ -575,6 +662,12 @@ void td__cpu_unplan(td__cpu *be)
         }
         free(c->mask);
     }
+    if (be->r_in)
+        dnnl_primitive_destroy(be->r_in);
+    if (be->xin_m)
+        dnnl_memory_destroy(be->xin_m);
+    be->r_in = NULL;
+    be->xin_m = NULL;
     if (be->r_logits)
         dnnl_primitive_destroy(be->r_logits);
     if (be->r_dlogits)

@@ -192,10 +192,13 @@ static int td__forward(td__cpu *be, int train)
         else
             td_normalize_batch(be->pixels + i * per, x + i * per, 1, in.c,
                                in.h, in.w, be->nscale, be->nbias);
-        if (td__is_bf16(be))
+        if (td__is_bf16(be) && !be->r_in)
             td_bf16_from_f32_n(x + i * per,
                                (td_bf16 *)td__f(be->cl[0].y) + i * per, per);
     }
+    if (be->r_in && (rc = td__reorder(be, be->r_in, be->xin_m,
+                                      be->cl[0].y)))
+        return rc;
     for (int L = 1; L < be->base.model->nlayers; L++)
         if (be->cl[L].root == L && (rc = td__forward_layer(be, L, train)))
             return rc;

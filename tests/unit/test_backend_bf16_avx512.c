@@ -1,0 +1,73 @@
+/* test_backend_bf16_avx512.c - the CPU backend's bf16 on the AVX512_BF16
+ * kernels, on every machine with native bf16: main() limits oneDNN to
+ * avx512_core_bf16 (ONEDNN_MAX_CPU_ISA, read once per process, before the
+ * first oneDNN call) unless the caller chose an ISA.  On an AMX CPU this
+ * is the path AMD Zen 4/5 take: activations stay in the blocked layout
+ * the first convolution chooses from the planar input, and a layer that
+ * oneDNN 2.6 has only reference loops for there is refused, naming it
+ * (test_backend_bf16 runs the unlimited ISA, where AMX plans nhwc).
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/caps.h"
+#include "base/error.h"
+#include "model/model.h"
+#include "tdtest.h"
+
+/* A 3 -> 8 channel convolution on a 3-channel input: oneDNN 2.6 has no
+ * AVX512_BF16 kernel for its backward weights (ref:any). */
+START_TEST(test_reference_kernel_refused_avx512)
+{
+    ck_assert_str_eq(td_cpu_caps_get()->isa, "avx512_core_bf16");
+    json_error_t je;
+    json_t *def = json_loads("{\"layers\": [{\"type\": \"conv2d\", "
+        "\"name\": \"c1\", \"channels\": 8, \"kernel\": 3, \"pad\": 1}, "
+        "{\"type\": \"relu\"}, {\"type\": \"flatten\"}, {\"type\": "
+        "\"dense\", \"units\": 4}]}", 0, &je);
+    td_model *m = NULL;
+    char err[256];
+    ck_assert_int_eq(td_model_build(def, (td_shape){3, 32, 32}, 4, &m, err,
+                                    sizeof err), 0);
+    json_decref(def);
+    td_backend_config cfg = {.batch = 16, .threads = 1, .dtype = TD_BF16,
+                             .std = {1, 1, 1}};
+    td_optim_defaults(&cfg.optim, TD_OPT_SGD);
+    td_backend *be = NULL;
+    ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &be, err, sizeof err),
+                     TD_E_NOTSUP);
+    ck_assert_msg(strstr(err, "bf16: oneDNN has only a reference (slow) "
+                         "kernel for conv bwd weights of layer c1"), "%s",
+                  err);
+    ck_assert_ptr_null(be);
+    cfg.allow_slow_bf16 = 1; /* the same plan, reference loops allowed */
+    ck_assert_msg(td_backend_create("cpu", m, &cfg, &be, err, sizeof err) ==
+                  0, "%s", err);
+    td_backend_destroy(be);
+    td_model_free(m);
+}
+END_TEST
+
+int main(void)
+{
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", 0);
+    char d[256];
+    td_cpu_caps_describe(td_cpu_caps_get(), d, sizeof d);
+    if (!td_cpu_caps_get()->bf16 ||
+        strcmp(td_cpu_caps_get()->isa, "avx512_core_bf16") != 0) {
+        printf("SKIP: oneDNN does not run avx512_core_bf16 here (%s)\n", d);
+        return TD_TEST_SKIP;
+    }
+    Suite *s = suite_create("backend_bf16_avx512");
+    TCase *tc = tcase_create("backend_bf16_avx512");
+    tcase_add_test(tc, test_reference_kernel_refused_avx512);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
