@@ -47,87 +47,12 @@
 #include "model/model.h"
 #include "ref_models.h"
 #include "sim.h"
+#include "sim_testkit.h"
 #include "sim_lt.h"
 #include "tdtest.h"
 
 /* as test_sim_precision.c: a small stable SGD step */
-#define LR 0.0005f
 #define N 4
-
-static int verbose(void)
-{
-    fflush(stdout);
-    return getenv("LT_VERBOSE") != NULL;
-}
-
-static td_backend_config config(enum td_dtype dt, enum td_fp32_math math)
-{
-    td_backend_config c;
-    memset(&c, 0, sizeof c);
-    c.batch = N;
-    c.threads = 1;
-    c.dtype = dt;
-    c.fp32_math = math;
-    for (int i = 0; i < 4; i++)
-        c.mean[i] = 0.45f, c.std[i] = 0.25f;
-    c.seed = 17;
-    td_optim_defaults(&c.optim, TD_OPT_SGD);
-    c.optim.lr = LR;
-    return c;
-}
-
-typedef struct batch {
-    uint8_t *px;
-    int32_t *labels;
-    td_batch b;
-} batch;
-
-/* Learnable batches (as test_sim_precision.c). */
-static void batch_fill(batch *b, const td_model *m, uint64_t salt)
-{
-    td_shape in = m->layers[0].out;
-    size_t per = (size_t)in.c * in.h * in.w;
-    if (!b->px) {
-        b->px = malloc(per * N);
-        b->labels = malloc(sizeof *b->labels * N);
-        ck_assert(b->px && b->labels);
-    }
-    for (int i = 0; i < N; i++) {
-        int k = (int)td_rng_below(salt, 2, (uint64_t)i, (uint64_t)m->classes);
-        b->labels[i] = k;
-        for (size_t e = 0; e < per; e++) {
-            int row = (int)(e / (size_t)in.w % (size_t)in.h);
-            int band = row * m->classes / in.h == k;
-            size_t at = (size_t)i * per + e;
-            b->px[at] = (uint8_t)(td_rng_below(salt, 1, at, 96) +
-                                  (band ? 150 : 0));
-        }
-    }
-    b->b = (td_batch){.data = b->px, .labels = b->labels, .n = N, .h = in.h,
-                      .w = in.w, .c = in.c, .layout = TD_LAYOUT_NHWC};
-}
-
-static td_backend *make(const char *kind, const td_model *m,
-                        const td_backend_config *c)
-{
-    char err[512] = "";
-    td_backend *be = NULL;
-    int rc = td_backend_create(kind, m, c, &be, err, sizeof err);
-    ck_assert_msg(rc == 0, "%s: %s", kind, err);
-    return be;
-}
-
-static double step(td_backend *be, const td_model *m, batch *b,
-                   uint64_t salt, int64_t t)
-{
-    td_step_stats st;
-    batch_fill(b, m, salt);
-    ck_assert_int_eq(td_backend_upload(be, &b->b), 0);
-    ck_assert_msg(td_backend_train_step(be, LR, t) == 0, "%s", be->err);
-    ck_assert_int_eq(td_backend_read_stats(be, &st), 0);
-    ck_assert_int_eq(td_backend_sync(be), 0);
-    return st.loss_sum / (double)st.samples;
-}
 
 static td_model *model(void)
 {
@@ -431,13 +356,13 @@ static void sink(void *user, int level, long job, const char *line)
 static counts step_calls(int no_algo)
 {
     td_model *m = model();
-    td_backend_config c = config(TD_F32, TD_MATH_FP32);
-    batch b = {0};
+    td_backend_config c = st_config(N, TD_F32, TD_MATH_FP32);
+    st_batch b = {0};
     td_sim_blaslt_no_algo(no_algo);
-    td_backend *be = make("cuda:0", m, &c);
-    step(be, m, &b, 100, 1);
+    td_backend *be = st_make("cuda:0", m, &c);
+    st_step(be, m, &b, N, 100, ST_LR, 1);
     counts a = counts_now();
-    step(be, m, &b, 101, 2);
+    st_step(be, m, &b, N, 101, ST_LR, 2);
     counts d = counts_diff(counts_now(), a);
     td_backend_destroy(be);
     td_sim_blaslt_no_algo(0);
@@ -493,14 +418,14 @@ START_TEST(test_dense_on_the_batch)
 {
     td_cuda_register();
     td_model *m = ref_load_model("lt-linear", (td_shape){2, 9, 9}, 5);
-    td_backend_config c = config(TD_F32, TD_MATH_FP32);
-    td_backend *cpu = make("cpu", m, &c), *gpu = make("cuda:0", m, &c);
-    batch b = {0};
+    td_backend_config c = st_config(N, TD_F32, TD_MATH_FP32);
+    td_backend *cpu = st_make("cpu", m, &c), *gpu = st_make("cuda:0", m, &c);
+    st_batch b = {0};
     double worst = 0;
     for (int s = 0; s < 3; s++) {
-        double lc = step(cpu, m, &b, 100 + (uint64_t)s, s + 1);
+        double lc = st_step(cpu, m, &b, N, 100 + (uint64_t)s, ST_LR, s + 1);
         counts a = counts_now();
-        double lg = step(gpu, m, &b, 100 + (uint64_t)s, s + 1);
+        double lg = st_step(gpu, m, &b, N, 100 + (uint64_t)s, ST_LR, s + 1);
         counts d = counts_diff(counts_now(), a);
         ck_assert_int_eq(d.lt, 2);
         ck_assert_int_eq(d.bias, 1);
@@ -546,15 +471,15 @@ static void train(const char *kind, enum td_dtype dt, enum td_fp32_math math,
                   enum td_mem_layout layout)
 {
     td_model *m = model();
-    td_backend_config c = config(dt, math);
+    td_backend_config c = st_config(N, dt, math);
     c.mem_layout = layout;
     c.cuda_graphs = graphs;
-    batch b = {0};
+    st_batch b = {0};
     memset(r, 0, sizeof *r);
     td_sim_blaslt_no_algo(no_algo);
-    td_backend *be = make(kind, m, &c);
+    td_backend *be = st_make(kind, m, &c);
     for (int s = 0; s < steps; s++)
-        r->loss[s] = step(be, m, &b, 100 + (uint64_t)s, s + 1);
+        r->loss[s] = st_step(be, m, &b, N, 100 + (uint64_t)s, ST_LR, s + 1);
     for (int p = 0; p < m->nparams; p++) {
         size_t n = m->params[p].count;
         r->grad[p] = malloc(n * sizeof(float));
@@ -681,7 +606,7 @@ static void curves(const char *what, enum td_dtype dt, enum td_fp32_math math,
     for (int s = 0; s < 5; s++) {
         double e = fabs(lt.loss[s] - cpu.loss[s]) / fmax(cpu.loss[s], 1);
         double eo = fabs(old.loss[s] - cpu.loss[s]) / fmax(cpu.loss[s], 1);
-        if (verbose())
+        if (st_verbose("LT_VERBOSE"))
             printf("%s step %d: cpu %.6f cuBLASLt %.6f (%.2e) old path "
                    "%.6f (%.2e)\n", what, s, cpu.loss[s], lt.loss[s], e,
                    old.loss[s], eo);

@@ -20,7 +20,7 @@
  *     CPU's bf16;
  *   - the master weights are fp32: a step too small to move a bf16 weight
  *     still moves the fp32 master;
- *   - batch norms kept in inference mode (freeze_bn_stats) in bf16 and
+ *   - st_batch norms kept in inference mode (freeze_bn_stats) in bf16 and
  *     fp16: losses against the CPU, running statistics untouched;
  *   - dropout in bf16 and fp16: the same masks as the CPU's, losses;
  *   - checkpoints: a bf16 job's snapshot restored at fp32 and an fp32
@@ -50,130 +50,22 @@
 #include "model/model.h"
 #include "ref_models.h"
 #include "sim.h"
+#include "sim_testkit.h"
 #include "tdtest.h"
 
 /* as test_sim_precision.c: stable SGD on fmnist-cnn at batch 4 */
-#define LR 0.0005f
-
-static int verbose(void)
-{
-    fflush(stdout); /* what was printed survives a failed assertion */
-    return getenv("LOWP_VERBOSE") != NULL;
-}
-
-static const char *dt_name(enum td_dtype dt)
-{
-    return dt == TD_BF16 ? "bf16" : dt == TD_F16 ? "fp16" : "fp32";
-}
-
-static void sim_env(const char *name, const char *value)
-{
-    setenv(name, value, 1);
-    ck_assert_int_eq(td_sim_reset(), 0);
-}
-
-static td_backend_config config(int batch, enum td_dtype dt)
-{
-    td_backend_config c;
-    memset(&c, 0, sizeof c);
-    c.batch = batch;
-    c.threads = 1;
-    c.dtype = dt;
-    c.fp32_math = TD_MATH_FP32;
-    for (int i = 0; i < 4; i++)
-        c.mean[i] = 0.45f, c.std[i] = 0.25f;
-    c.seed = 17;
-    td_optim_defaults(&c.optim, TD_OPT_SGD);
-    c.optim.lr = LR;
-    return c;
-}
-
-typedef struct batch {
-    uint8_t *px;
-    int32_t *labels;
-    td_batch b;
-} batch;
-
-/* Learnable batches: noise plus a bright band of rows where the label
- * says (as test_sim_precision.c). */
-static void batch_fill(batch *b, const td_model *m, int n, uint64_t salt)
-{
-    td_shape in = m->layers[0].out;
-    size_t per = (size_t)in.c * in.h * in.w;
-    if (!b->px) {
-        b->px = malloc(per * (size_t)n);
-        b->labels = malloc(sizeof *b->labels * (size_t)n);
-        ck_assert(b->px && b->labels);
-    }
-    for (int i = 0; i < n; i++) {
-        int k = (int)td_rng_below(salt, 2, (uint64_t)i, (uint64_t)m->classes);
-        b->labels[i] = k;
-        for (size_t e = 0; e < per; e++) {
-            int row = (int)(e / (size_t)in.w % (size_t)in.h);
-            int band = row * m->classes / in.h == k;
-            size_t at = (size_t)i * per + e;
-            b->px[at] = (uint8_t)(td_rng_below(salt, 1, at, 96) +
-                                  (band ? 150 : 0));
-        }
-    }
-    b->b = (td_batch){.data = b->px, .labels = b->labels, .n = n, .h = in.h,
-                      .w = in.w, .c = in.c, .layout = TD_LAYOUT_NHWC};
-}
-
-static void batch_free(batch *b)
-{
-    free(b->px);
-    free(b->labels);
-}
-
-static td_backend *make(const char *kind, const td_model *m,
-                        const td_backend_config *c)
-{
-    char err[512] = "";
-    td_backend *be = NULL;
-    int rc = td_backend_create(kind, m, c, &be, err, sizeof err);
-    ck_assert_msg(rc == 0, "%s %s: %s", kind, dt_name(c->dtype), err);
-    return be;
-}
-
-/* One training step on batch `salt`; its mean loss. */
-static double step(td_backend *be, const td_model *m, batch *b, int n,
-                   uint64_t salt, float lr, int64_t t)
-{
-    td_step_stats st;
-    batch_fill(b, m, n, salt);
-    ck_assert_int_eq(td_backend_upload(be, &b->b), 0);
-    ck_assert_msg(td_backend_train_step(be, lr, t) == 0, "%s", be->err);
-    ck_assert_int_eq(td_backend_read_stats(be, &st), 0);
-    ck_assert_int_eq(td_backend_sync(be), 0);
-    ck_assert_int_eq(st.samples, n);
-    return st.loss_sum / (double)st.samples;
-}
-
-/* Mean evaluation loss on batch `salt` (no update). */
-static double eval(td_backend *be, const td_model *m, batch *b, int n,
-                   uint64_t salt)
-{
-    td_step_stats st;
-    batch_fill(b, m, n, salt);
-    ck_assert_int_eq(td_backend_upload(be, &b->b), 0);
-    ck_assert_msg(td_backend_eval_step(be) == 0, "%s", be->err);
-    ck_assert_int_eq(td_backend_read_stats(be, &st), 0);
-    ck_assert_int_eq(td_backend_sync(be), 0);
-    return st.loss_sum / (double)st.samples;
-}
 
 static void run_steps(const char *kind, const td_model *m, int n,
                       enum td_dtype dt, int steps, double *loss)
 {
-    batch b = {0};
-    td_backend_config c = config(n, dt);
+    st_batch b = {0};
+    td_backend_config c = st_config(n, dt, TD_MATH_FP32);
     c.allow_slow_bf16 = 0;
-    td_backend *be = make(kind, m, &c);
+    td_backend *be = st_make(kind, m, &c);
     for (int s = 0; s < steps; s++)
-        loss[s] = step(be, m, &b, n, 100 + (uint64_t)s, LR, s + 1);
+        loss[s] = st_step(be, m, &b, n, 100 + (uint64_t)s, ST_LR, s + 1);
     td_backend_destroy(be);
-    batch_free(&b);
+    st_batch_free(&b);
 }
 
 /* ---- the libraries' calls --------------------------------------------- */
@@ -204,10 +96,10 @@ static void check_calls_of(enum td_dtype dt)
     ck_assert_msg(b.tensor_op - a.tensor_op == convs &&
                   b.conv_t - a.conv_t == convs && b.conv_f32 == a.conv_f32,
                   "%s: %ld convolutions, %ld tensor-op, %ld of the type, "
-                  "%ld fp32", dt_name(dt), convs, b.tensor_op - a.tensor_op,
+                  "%ld fp32", st_dt_name(dt), convs, b.tensor_op - a.tensor_op,
                   b.conv_t - a.conv_t, b.conv_f32 - a.conv_f32);
     ck_assert_msg(b.gemm_t - a.gemm_t == gemms && b.gemm_f32 == a.gemm_f32,
-                  "%s: %ld GEMMs, %ld of the type, %ld fp32", dt_name(dt),
+                  "%s: %ld GEMMs, %ld of the type, %ld fp32", st_dt_name(dt),
                   gemms, b.gemm_t - a.gemm_t, b.gemm_f32 - a.gemm_f32);
     for (int s = 0; s < 3; s++)
         ck_assert(isfinite(loss[s]));
@@ -224,7 +116,7 @@ END_TEST
 /* fp16 from Volta on: runs on a 7.5 device (Turing, fp16 tensor cores) */
 START_TEST(test_fp16_job_runs_fp16_tensor_ops)
 {
-    sim_env("TD_SIM_CC", "7.5");
+    st_sim_env("TD_SIM_CC", "7.5");
     td_cuda_register();
     check_calls_of(TD_F16);
 }
@@ -237,10 +129,10 @@ START_TEST(test_refusals)
 {
     char err[512] = "";
     td_backend *be = NULL;
-    sim_env("TD_SIM_CC", "7.5");
+    st_sim_env("TD_SIM_CC", "7.5");
     td_cuda_register();
     td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
-    td_backend_config c = config(6, TD_BF16);
+    td_backend_config c = st_config(6, TD_BF16, TD_MATH_FP32);
     ck_assert_int_eq(td_backend_create("cuda:0", m, &c, &be, err, sizeof err),
                      TD_E_NOTSUP);
     ck_assert_ptr_null(be);
@@ -262,7 +154,7 @@ START_TEST(test_refusals)
     s.precision = TD_PREC_FP16;
     ck_assert_int_eq(td_precision_check_job(&s, &info, err, sizeof err), 0);
     ck_assert_int_eq(td_sim_reset(), 0);
-    sim_env("TD_SIM_CC", "6.1");
+    st_sim_env("TD_SIM_CC", "6.1");
     ck_assert_int_eq(td_device_probe(&info), 0);
     ck_assert_int_eq(td_precision_check_job(&s, &info, err, sizeof err),
                      TD_E_NOTSUP);
@@ -270,7 +162,7 @@ START_TEST(test_refusals)
                          "capability 7.0 or newer") &&
                   strstr(err, "capability 6.1"), "%s", err);
     ck_assert_int_eq(td_sim_reset(), 0);
-    sim_env("TD_SIM_CC", "8.0");
+    st_sim_env("TD_SIM_CC", "8.0");
     ck_assert_int_eq(td_device_probe(&info), 0);
     s.precision = TD_PREC_BF16;
     ck_assert_int_eq(td_precision_check_job(&s, &info, err, sizeof err), 0);
@@ -348,7 +240,7 @@ START_TEST(test_sim_gemmex_rules)
     cublasDestroy(h);
     cudaFree(a), cudaFree(b), cudaFree(c16), cudaFree(c32);
     /* bf16 below 8.0 */
-    sim_env("TD_SIM_CC", "7.5");
+    st_sim_env("TD_SIM_CC", "7.5");
     ck_assert_int_eq(cudaMalloc((void **)&a, 4 * sizeof *a), cudaSuccess);
     ck_assert_int_eq(cudaMalloc((void **)&c32, 4 * sizeof *c32), cudaSuccess);
     ck_assert_int_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
@@ -374,7 +266,7 @@ static cudnnTensorDescriptor_t tensor(cudnnDataType_t dt, int n, int c,
 }
 
 /* cuDNN: PSEUDO_HALF runs, TRUE_HALF (fp16 accumulation) and mixed types
- * are refused, batch norm wants fp32 parameters for 16-bit data, NHWC
+ * are refused, st_batch norm wants fp32 parameters for 16-bit data, NHWC
  * 16-bit tensors are read through their strides, bf16 convolutions need
  * 8.0. */
 START_TEST(test_sim_cudnn_rules)
@@ -441,7 +333,7 @@ START_TEST(test_sim_cudnn_rules)
     ck_assert_int_eq(cudnnConvolutionForward(h, &one, xd, x, wf, w, cv,
                      CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, NULL, 0, &zero,
                      yf, p), CUDNN_STATUS_NOT_SUPPORTED);
-    /* batch norm of fp16 data: parameters FLOAT, not HALF */
+    /* st_batch norm of fp16 data: parameters FLOAT, not HALF */
     ck_assert_int_eq(cudnnBatchNormalizationForwardInference(h,
                      CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x, yd, y, ph, p,
                      p, p, p, 1e-5), CUDNN_STATUS_BAD_PARAM);
@@ -510,7 +402,7 @@ START_TEST(test_sim_cudnn_rules)
     cudnnDestroy(h);
     cudaFree(x), cudaFree(y), cudaFree(w), cudaFree(p);
     /* bf16 convolutions below 8.0 */
-    sim_env("TD_SIM_CC", "7.5");
+    st_sim_env("TD_SIM_CC", "7.5");
     ck_assert_int_eq(cudnnCreate(&h), CUDNN_STATUS_SUCCESS);
     xd = tensor(CUDNN_DATA_BFLOAT16, 1, 1, 2, 2);
     yd = tensor(CUDNN_DATA_BFLOAT16, 1, 1, 2, 2);
@@ -546,7 +438,7 @@ END_TEST
  * 4.9e-4.  The input and the first weights are rounded (2 u, doubled for
  * room: 4), and each matrix product on the way rounds its weights and its
  * output (2 u more each), an error every later layer passes on (batch
- * norm divides by a batch standard deviation computed from rounded
+ * norm divides by a st_batch standard deviation computed from rounded
  * values, relu and pooling keep it): u (4 + 2 k) after k products.  The
  * measured worst is about a third of that (docs/cuda.md "Precision"). */
 #define TOL_UNITS(k) (4.0 + 2.0 * (k))
@@ -568,14 +460,14 @@ static void forward_case(const char *model, td_shape in, int classes, int n,
     double u = dt == TD_BF16 ? 0x1p-8 : 0x1p-11, ratio = 0;
     int k = 0;
     td_model *m = ref_load_model(model, in, classes);
-    td_backend_config c32 = config(n, TD_F32), clo = config(n, dt);
+    td_backend_config c32 = st_config(n, TD_F32, TD_MATH_FP32), clo = st_config(n, dt, TD_MATH_FP32);
     /* every layer's value after the step: one buffer per layer (the
      * memory plan lets later buffers overwrite them; sim_memplan) */
     clo.mem_layout = TD_MEM_PER_LAYER;
-    td_backend *cpu = make("cpu", m, &c32), *gpu = make("cuda:0", m, &clo);
-    batch b = {0};
-    step(cpu, m, &b, n, 100, LR, 1);
-    step(gpu, m, &b, n, 100, LR, 1);
+    td_backend *cpu = st_make("cpu", m, &c32), *gpu = st_make("cuda:0", m, &clo);
+    st_batch b = {0};
+    st_step(cpu, m, &b, n, 100, ST_LR, 1);
+    st_step(gpu, m, &b, n, 100, ST_LR, 1);
     double worst = 0;
     for (int L = 1; L < m->nlayers; L++) {
         const td_shape *s = &m->layers[L].out;
@@ -585,7 +477,7 @@ static void forward_case(const char *model, td_shape in, int classes, int n,
         float *a = malloc(cnt * sizeof *a), *g = malloc(cnt * sizeof *g);
         ck_assert(a && g);
         int rc = cpu->ops->read_tensor(cpu, TD_T_VALUE, L, a, cnt);
-        if (rc == TD_E_NOTSUP) { /* a batch norm fused with its relu */
+        if (rc == TD_E_NOTSUP) { /* a st_batch norm fused with its relu */
             free(a);
             free(g);
             continue;
@@ -603,27 +495,27 @@ static void forward_case(const char *model, td_shape in, int classes, int n,
         double rel = diff / fmax(big, 1e-30);
         worst = fmax(worst, rel);
         ratio = fmax(ratio, rel / tol);
-        if (verbose())
+        if (st_verbose("LOWP_VERBOSE"))
             printf("%s %s layer %2d %-10s max|x| %9.4f max diff %.3e "
                    "relative %.3e (%.1f u, tolerance %.1f u)\n", model,
-                   dt_name(dt), L, m->layers[L].name, big, diff, rel,
+                   st_dt_name(dt), L, m->layers[L].name, big, diff, rel,
                    rel / u, tol / u);
         ck_assert_msg(off == 0, "%s %s layer %s: %zu of %zu values are not "
-                      "%s values", model, dt_name(dt), m->layers[L].name, off,
-                      cnt, dt_name(dt));
+                      "%s values", model, st_dt_name(dt), m->layers[L].name, off,
+                      cnt, st_dt_name(dt));
         ck_assert_msg(rel <= tol, "%s %s layer %s: %.3e of the largest "
-                      "value off (tolerance %.1e)", model, dt_name(dt),
+                      "value off (tolerance %.1e)", model, st_dt_name(dt),
                       m->layers[L].name, rel, tol);
         free(a);
         free(g);
     }
     printf("%s %s forward: worst layer %.3e of its largest value, at most "
-           "%.2f of its tolerance\n", model, dt_name(dt), worst, ratio);
+           "%.2f of its tolerance\n", model, st_dt_name(dt), worst, ratio);
     /* the precision is really modelled: not the fp32 values */
     ck_assert_double_gt(worst, 0);
     td_backend_destroy(cpu);
     td_backend_destroy(gpu);
-    batch_free(&b);
+    st_batch_free(&b);
     td_model_free(m);
 }
 
@@ -652,12 +544,6 @@ END_TEST
 #define TD__STEPS 20
 #endif
 
-/* |a - b| / max(|b|, 1): relative, absolute once the loss is below 1 */
-static double loss_err(double a, double b)
-{
-    return fabs(a - b) / fmax(fabs(b), 1.0);
-}
-
 static void losses_case(const char *model, td_shape in, int n, int steps,
                         double tol_bf16, double tol_f16)
 {
@@ -674,10 +560,10 @@ static void losses_case(const char *model, td_shape in, int n, int steps,
         printf("%s: the CPU has no bf16 oneDNN uses (AVX512_BF16, AMX): "
                "GPU bf16 against CPU bf16 skipped\n", model);
     for (int s = 0; s < steps; s++) {
-        double eb = loss_err(bf[s], cpu[s]), eh = loss_err(hf[s], cpu[s]);
-        double ec = cpu_bf16 ? loss_err(bf[s], cbf[s]) : 0;
+        double eb = st_loss_err(bf[s], cpu[s]), eh = st_loss_err(hf[s], cpu[s]);
+        double ec = cpu_bf16 ? st_loss_err(bf[s], cbf[s]) : 0;
         wb = fmax(wb, eb), wh = fmax(wh, eh), wc = fmax(wc, ec);
-        if (verbose())
+        if (st_verbose("LOWP_VERBOSE"))
             printf("%s step %2d cpu %.6f gpu bf16 %.6f (%.2e) fp16 %.6f "
                    "(%.2e) cpu bf16 %.6f (%.2e)\n", model, s, cpu[s], bf[s],
                    eb, hf[s], eh, cpu_bf16 ? cbf[s] : 0.0, ec);
@@ -751,17 +637,17 @@ START_TEST(test_dropout_in_16_bits)
     ck_assert(a && g && ai && gi);
     enum td_dtype dts[2] = {TD_BF16, TD_F16};
     for (int k = 0; k < 2; k++) {
-        td_backend_config c32 = config(8, TD_F32), clo = config(8, dts[k]);
+        td_backend_config c32 = st_config(8, TD_F32, TD_MATH_FP32), clo = st_config(8, dts[k], TD_MATH_FP32);
         clo.mem_layout = TD_MEM_PER_LAYER; /* reads the dropout's input */
-        td_backend *cpu = make("cpu", m, &c32), *gpu = make("cuda:0", m, &clo);
-        batch b = {0};
+        td_backend *cpu = st_make("cpu", m, &c32), *gpu = st_make("cuda:0", m, &clo);
+        st_batch b = {0};
         size_t zeros = 0, differ = 0;
         for (int s = 0; s < 5; s++) {
-            double lc = step(cpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
-            double lg = step(gpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
+            double lc = st_step(cpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
+            double lg = st_step(gpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
             double tol = dts[k] == TD_BF16 ? LOSS_TOL_BF16 : LOSS_TOL_F16;
-            ck_assert_msg(loss_err(lg, lc) <= tol, "%s step %d: %.6f, cpu "
-                          "%.6f", dt_name(dts[k]), s, lg, lc);
+            ck_assert_msg(st_loss_err(lg, lc) <= tol, "%s step %d: %.6f, cpu "
+                          "%.6f", st_dt_name(dts[k]), s, lg, lc);
             ck_assert_int_eq(cpu->ops->read_tensor(cpu, TD_T_VALUE, drop, a,
                                                    cnt), 0);
             ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, drop, g,
@@ -777,15 +663,15 @@ START_TEST(test_dropout_in_16_bits)
                 differ += (a[i] == 0.0f) != (g[i] == 0.0f);
             }
         }
-        if (verbose())
+        if (st_verbose("LOWP_VERBOSE"))
             printf("tiny-dropout %s: %zu outputs of nonzero inputs dropped "
-                   "on the CPU (of %zu), %zu differ\n", dt_name(dts[k]),
+                   "on the CPU (of %zu), %zu differ\n", st_dt_name(dts[k]),
                    zeros, 5 * cnt, differ);
         ck_assert_uint_eq(differ, 0);
         ck_assert_uint_gt(zeros, 5 * cnt / 8); /* rate 0.5 */
         td_backend_destroy(cpu);
         td_backend_destroy(gpu);
-        batch_free(&b);
+        st_batch_free(&b);
     }
     free(a);
     free(g);
@@ -804,14 +690,14 @@ START_TEST(test_master_weights_stay_fp32)
 {
     td_cuda_register();
     td_model *m = ref_load_model("fmnist-cnn", (td_shape){1, 28, 28}, 10);
-    td_backend_config c = config(4, TD_BF16);
-    td_backend *be = make("cuda:0", m, &c);
-    batch b = {0};
+    td_backend_config c = st_config(4, TD_BF16, TD_MATH_FP32);
+    td_backend *be = st_make("cuda:0", m, &c);
+    st_batch b = {0};
     size_t cnt = m->params[0].count; /* conv1.weight */
     float *w0 = malloc(cnt * sizeof *w0), *w1 = malloc(cnt * sizeof *w1);
     ck_assert(w0 && w1);
     ck_assert_int_eq(be->ops->read_tensor(be, TD_T_PARAM, 0, w0, cnt), 0);
-    step(be, m, &b, 4, 100, 1e-6f, 1);
+    st_step(be, m, &b, 4, 100, 1e-6f, 1);
     ck_assert_int_eq(be->ops->read_tensor(be, TD_T_PARAM, 0, w1, cnt), 0);
     size_t moved = 0, sub_ulp = 0, off_grid = 0;
     for (size_t i = 0; i < cnt; i++) {
@@ -820,7 +706,7 @@ START_TEST(test_master_weights_stay_fp32)
                                          td_bf16_round(w0[i]);
         off_grid += td_bf16_round(w1[i]) != w1[i];
     }
-    if (verbose())
+    if (st_verbose("LOWP_VERBOSE"))
         printf("conv1.weight: %zu of %zu moved, %zu by less than a bf16 "
                "step, %zu not bf16 values\n", moved, cnt, sub_ulp, off_grid);
     ck_assert_uint_gt(moved, cnt / 2);
@@ -828,15 +714,15 @@ START_TEST(test_master_weights_stay_fp32)
     ck_assert_uint_gt(off_grid, cnt / 2);
     free(w0);
     free(w1);
-    batch_free(&b);
+    st_batch_free(&b);
     td_backend_destroy(be);
     td_model_free(m);
 }
 END_TEST
 
-/* ---- batch norms kept in inference mode (freeze_bn_stats) -------------- */
+/* ---- st_batch norms kept in inference mode (freeze_bn_stats) -------------- */
 
-/* tiny-all with every batch norm in inference mode, 5 SGD steps: the GPU
+/* tiny-all with every st_batch norm in inference mode, 5 SGD steps: the GPU
  * in bf16 and fp16 against the CPU in fp32 (the loss tolerances above),
  * and the running statistics bitwise untouched. */
 START_TEST(test_bn_eval_in_16_bits)
@@ -852,12 +738,12 @@ START_TEST(test_bn_eval_in_16_bits)
     size_t n = 0;
     float *snap = NULL;
     for (int k = 0; k < 3; k++) {
-        td_backend_config c = config(6, dts[k]);
+        td_backend_config c = st_config(6, dts[k], TD_MATH_FP32);
         c.bn_eval = bn_eval;
-        td_backend *be = make(k == 0 ? "cpu" : "cuda:0", m, &c);
-        batch b = {0};
+        td_backend *be = st_make(k == 0 ? "cpu" : "cuda:0", m, &c);
+        st_batch b = {0};
         for (int s = 0; s < 5; s++)
-            loss[k][s] = step(be, m, &b, 6, 300 + (uint64_t)s, 0.05f, s + 1);
+            loss[k][s] = st_step(be, m, &b, 6, 300 + (uint64_t)s, 0.05f, s + 1);
         n = td_backend_snapshot_floats(m, &c.optim);
         snap = realloc(snap, n * sizeof *snap);
         ck_assert_ptr_nonnull(snap);
@@ -870,15 +756,15 @@ START_TEST(test_bn_eval_in_16_bits)
         for (int i = 0; i < m->nstate; i++)
             for (size_t e = 0; e < m->state[i].count; e++, at++)
                 ck_assert_msg(snap[at] == m->state[i].init, "%s: state %d "
-                              "element %zu is %g", dt_name(dts[k]), i, e,
+                              "element %zu is %g", st_dt_name(dts[k]), i, e,
                               snap[at]);
         td_backend_destroy(be);
-        batch_free(&b);
+        st_batch_free(&b);
     }
     for (int s = 0; s < 5; s++) {
-        double eb = loss_err(loss[1][s], loss[0][s]);
-        double eh = loss_err(loss[2][s], loss[0][s]);
-        if (verbose())
+        double eb = st_loss_err(loss[1][s], loss[0][s]);
+        double eh = st_loss_err(loss[2][s], loss[0][s]);
+        if (st_verbose("LOWP_VERBOSE"))
             printf("bn_eval step %d cpu %.6f bf16 %.6f (%.2e) fp16 %.6f "
                    "(%.2e)\n", s, loss[0][s], loss[1][s], eb, loss[2][s],
                    eh);
@@ -901,14 +787,14 @@ END_TEST
 static void resume_case(enum td_dtype from, enum td_dtype to)
 {
     td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
-    td_backend_config cf = config(6, from), ct = config(6, to);
+    td_backend_config cf = st_config(6, from, TD_MATH_FP32), ct = st_config(6, to, TD_MATH_FP32);
     cf.optim.lr = ct.optim.lr = 0.05f;
-    td_backend *a = make("cuda:0", m, &cf), *b2 = make("cuda:0", m, &ct);
-    batch b = {0};
-    double init = eval(b2, m, &b, 6, 900);
+    td_backend *a = st_make("cuda:0", m, &cf), *b2 = st_make("cuda:0", m, &ct);
+    st_batch b = {0};
+    double init = st_eval(b2, m, &b, 6, 900);
     for (int s = 0; s < 6; s++)
-        step(a, m, &b, 6, 100 + (uint64_t)s, 0.05f, s + 1);
-    double ea = eval(a, m, &b, 6, 900);
+        st_step(a, m, &b, 6, 100 + (uint64_t)s, 0.05f, s + 1);
+    double ea = st_eval(a, m, &b, 6, 900);
     size_t n = td_backend_snapshot_floats(m, &cf.optim);
     float *s1 = malloc(n * sizeof *s1), *s2 = malloc(n * sizeof *s2);
     ck_assert(s1 && s2);
@@ -918,21 +804,21 @@ static void resume_case(enum td_dtype from, enum td_dtype to)
     ck_assert_int_eq(td_backend_snapshot(b2, s2, n), 0);
     ck_assert_int_eq(td_backend_sync(b2), 0);
     ck_assert_int_eq(memcmp(s1, s2, n * sizeof *s1), 0);
-    double eb = eval(b2, m, &b, 6, 900);
-    if (verbose())
+    double eb = st_eval(b2, m, &b, 6, 900);
+    if (st_verbose("LOWP_VERBOSE"))
         printf("%s -> %s: eval loss initial %.6f, before %.6f, after the "
-               "restore %.6f\n", dt_name(from), dt_name(to), init, ea, eb);
-    ck_assert_msg(loss_err(eb, ea) <= 3e-2, "%s -> %s: %.6f after, %.6f "
-                  "before", dt_name(from), dt_name(to), eb, ea);
+               "restore %.6f\n", st_dt_name(from), st_dt_name(to), init, ea, eb);
+    ck_assert_msg(st_loss_err(eb, ea) <= 3e-2, "%s -> %s: %.6f after, %.6f "
+                  "before", st_dt_name(from), st_dt_name(to), eb, ea);
     ck_assert_msg(fabs(eb - init) > 10 * fabs(eb - ea), "%s -> %s: the "
                   "loss did not move from the initial weights' (%.6f, "
-                  "%.6f, %.6f)", dt_name(from), dt_name(to), init, ea, eb);
+                  "%.6f, %.6f)", st_dt_name(from), st_dt_name(to), init, ea, eb);
     /* and it trains on */
-    double l = step(b2, m, &b, 6, 200, 0.05f, 7);
+    double l = st_step(b2, m, &b, 6, 200, 0.05f, 7);
     ck_assert(isfinite(l));
     free(s1);
     free(s2);
-    batch_free(&b);
+    st_batch_free(&b);
     td_backend_destroy(a);
     td_backend_destroy(b2);
     td_model_free(m);

@@ -11,7 +11,7 @@
  *     input and output channels multiples of 8 (fmnist-cnn's 1-channel
  *     stem and resnet20's 3-channel one padded to 8); fp32 stays NCHW;
  *     the simulator refuses NCHW tensors with a KRSC filter;
- *   - the padded batch read back (read_tensor, NCHW) equals the CPU's
+ *   - the padded st_batch read back (read_tensor, NCHW) equals the CPU's
  *     normalised input within one 16-bit rounding, and the first
  *     convolution's output within the first-product tolerance of
  *     test_sim_lowp;
@@ -20,7 +20,7 @@
  *     tolerances;
  *   - a bf16 job's steps as CUDA graphs bitwise equal to eager ones;
  *   - a 16-bit snapshot (canonical layouts) restored at fp32 and back;
- *   - the memory plan bills the padded batch exactly and equals the
+ *   - the memory plan bills the padded st_batch exactly and equals the
  *     arena.
  * NHWC_VERBOSE=1 prints every measured figure.
  */
@@ -41,120 +41,15 @@
 #include "normalize.h"
 #include "ref_models.h"
 #include "sim.h"
+#include "sim_testkit.h"
 #include "tdtest.h"
 
 /* as test_sim_lowp.c: stable SGD on fmnist-cnn at batch 4 */
-#define LR 0.0005f
 /* test_sim_lowp.c's loss tolerances, |16-bit - cpu| / max(cpu, 1): the
  * 16-bit rounding of activations and gradients, which NHWC does not
  * change (same products, same roundings, another memory order) */
 #define LOSS_TOL_BF16 5e-2
 #define LOSS_TOL_F16 2.5e-2
-
-static int verbose(void)
-{
-    fflush(stdout);
-    return getenv("NHWC_VERBOSE") != NULL;
-}
-
-static const char *dt_name(enum td_dtype dt)
-{
-    return dt == TD_BF16 ? "bf16" : dt == TD_F16 ? "fp16" : "fp32";
-}
-
-static td_backend_config config(int batch, enum td_dtype dt)
-{
-    td_backend_config c;
-    memset(&c, 0, sizeof c);
-    c.batch = batch;
-    c.threads = 1;
-    c.dtype = dt;
-    c.fp32_math = TD_MATH_FP32;
-    for (int i = 0; i < 4; i++)
-        c.mean[i] = 0.45f, c.std[i] = 0.25f;
-    c.seed = 17;
-    td_optim_defaults(&c.optim, TD_OPT_SGD);
-    c.optim.lr = LR;
-    return c;
-}
-
-typedef struct batch {
-    uint8_t *px;
-    int32_t *labels;
-    td_batch b;
-} batch;
-
-/* Learnable batches: noise plus a bright band of rows where the label
- * says (as test_sim_lowp.c). */
-static void batch_fill(batch *b, const td_model *m, int n, uint64_t salt)
-{
-    td_shape in = m->layers[0].out;
-    size_t per = (size_t)in.c * in.h * in.w;
-    if (!b->px) {
-        b->px = malloc(per * (size_t)n);
-        b->labels = malloc(sizeof *b->labels * (size_t)n);
-        ck_assert(b->px && b->labels);
-    }
-    for (int i = 0; i < n; i++) {
-        int k = (int)td_rng_below(salt, 2, (uint64_t)i, (uint64_t)m->classes);
-        b->labels[i] = k;
-        for (size_t e = 0; e < per; e++) {
-            int row = (int)(e / (size_t)in.c / (size_t)in.w % (size_t)in.h);
-            int band = row * m->classes / in.h == k;
-            size_t at = (size_t)i * per + e;
-            b->px[at] = (uint8_t)(td_rng_below(salt, 1, at, 96) +
-                                  (band ? 150 : 0));
-        }
-    }
-    b->b = (td_batch){.data = b->px, .labels = b->labels, .n = n, .h = in.h,
-                      .w = in.w, .c = in.c, .layout = TD_LAYOUT_NHWC};
-}
-
-static void batch_free(batch *b)
-{
-    free(b->px);
-    free(b->labels);
-}
-
-static td_backend *make(const char *kind, const td_model *m,
-                        const td_backend_config *c)
-{
-    char err[512] = "";
-    td_backend *be = NULL;
-    int rc = td_backend_create(kind, m, c, &be, err, sizeof err);
-    ck_assert_msg(rc == 0, "%s %s: %s", kind, dt_name(c->dtype), err);
-    return be;
-}
-
-static double step(td_backend *be, const td_model *m, batch *b, int n,
-                   uint64_t salt, float lr, int64_t t)
-{
-    td_step_stats st;
-    batch_fill(b, m, n, salt);
-    ck_assert_int_eq(td_backend_upload(be, &b->b), 0);
-    ck_assert_msg(td_backend_train_step(be, lr, t) == 0, "%s", be->err);
-    ck_assert_int_eq(td_backend_read_stats(be, &st), 0);
-    ck_assert_int_eq(td_backend_sync(be), 0);
-    ck_assert_int_eq(st.samples, n);
-    return st.loss_sum / (double)st.samples;
-}
-
-static double eval(td_backend *be, const td_model *m, batch *b, int n,
-                   uint64_t salt)
-{
-    td_step_stats st;
-    batch_fill(b, m, n, salt);
-    ck_assert_int_eq(td_backend_upload(be, &b->b), 0);
-    ck_assert_msg(td_backend_eval_step(be) == 0, "%s", be->err);
-    ck_assert_int_eq(td_backend_read_stats(be, &st), 0);
-    ck_assert_int_eq(td_backend_sync(be), 0);
-    return st.loss_sum / (double)st.samples;
-}
-
-static double loss_err(double a, double b)
-{
-    return fabs(a - b) / fmax(fabs(b), 1.0);
-}
 
 /* Largest |a - b| over n values, relative to the largest |b|. */
 static double rel_diff(const float *a, const float *b, size_t n)
@@ -226,17 +121,17 @@ static void layout_case(const char *model, td_shape in, int classes,
                         enum td_dtype dt)
 {
     td_model *m = ref_load_model(model, in, classes);
-    td_backend_config c = config(4, dt);
-    td_backend *be = make("cuda:0", m, &c);
-    batch b = {0};
+    td_backend_config c = st_config(4, dt, TD_MATH_FP32);
+    td_backend *be = st_make("cuda:0", m, &c);
+    st_batch b = {.pixel_rows = 1};
     long c0 = td_sim_dnn_convs(-1), n0 = td_sim_dnn_nhwc();
     long u0 = td_sim_dnn_unaligned();
-    step(be, m, &b, 4, 100, LR, 1);
+    st_step(be, m, &b, 4, 100, ST_LR, 1);
     long convs = td_sim_dnn_convs(-1) - c0, nhwc = td_sim_dnn_nhwc() - n0;
     long unaligned = td_sim_dnn_unaligned() - u0;
-    if (verbose())
+    if (st_verbose("NHWC_VERBOSE"))
         printf("%s %s: %ld convolutions, %ld NHWC, %ld with channels not "
-               "a multiple of 8\n", model, dt_name(dt), convs, nhwc,
+               "a multiple of 8\n", model, st_dt_name(dt), convs, nhwc,
                unaligned);
     ck_assert_int_gt(convs, 0);
     if (dt == TD_F32) {
@@ -257,7 +152,7 @@ static void layout_case(const char *model, td_shape in, int classes,
     /* the arena is the plan's bill (cuda_arena.c checks it too) */
     ck_assert_uint_eq(td_backend_cuda_arena_bytes(be), p->total - p->headroom);
     td_backend_destroy(be);
-    batch_free(&b);
+    st_batch_free(&b);
     td_model_free(m);
 }
 
@@ -330,12 +225,12 @@ static void stem_case(const char *model, td_shape in, int classes,
 {
     double u = dt == TD_BF16 ? 0x1p-8 : 0x1p-11;
     td_model *m = ref_load_model(model, in, classes);
-    td_backend_config c32 = config(4, TD_F32), clo = config(4, dt);
+    td_backend_config c32 = st_config(4, TD_F32, TD_MATH_FP32), clo = st_config(4, dt, TD_MATH_FP32);
     clo.mem_layout = c32.mem_layout = TD_MEM_PER_LAYER;
-    td_backend *cpu = make("cpu", m, &c32), *gpu = make("cuda:0", m, &clo);
-    batch b = {0};
-    step(cpu, m, &b, 4, 100, LR, 1);
-    step(gpu, m, &b, 4, 100, LR, 1);
+    td_backend *cpu = st_make("cpu", m, &c32), *gpu = st_make("cuda:0", m, &clo);
+    st_batch b = {.pixel_rows = 1};
+    st_step(cpu, m, &b, 4, 100, ST_LR, 1);
+    st_step(gpu, m, &b, 4, 100, ST_LR, 1);
     for (int L = 0; L <= 1; L++) {
         const td_shape *s = &m->layers[L].out;
         size_t cnt = (size_t)4 * s->c * s->h * s->w;
@@ -346,19 +241,19 @@ static void stem_case(const char *model, td_shape in, int classes,
         ck_assert_msg(gpu->ops->read_tensor(gpu, TD_T_VALUE, L, g, cnt) == 0,
                       "%s", gpu->err);
         double rel = rel_diff(g, a, cnt), tol = L == 0 ? u : u * 6.0;
-        if (verbose())
+        if (st_verbose("NHWC_VERBOSE"))
             printf("%s %s layer %s: %.3e of the largest value off "
-                   "(tolerance %.1e)\n", model, dt_name(dt),
+                   "(tolerance %.1e)\n", model, st_dt_name(dt),
                    m->layers[L].name, rel, tol);
         ck_assert_msg(rel <= tol, "%s %s layer %s: %.3e off (tolerance "
-                      "%.1e)", model, dt_name(dt), m->layers[L].name, rel,
+                      "%.1e)", model, st_dt_name(dt), m->layers[L].name, rel,
                       tol);
         free(a);
         free(g);
     }
     td_backend_destroy(cpu);
     td_backend_destroy(gpu);
-    batch_free(&b);
+    st_batch_free(&b);
     td_model_free(m);
 }
 
@@ -394,17 +289,17 @@ START_TEST(test_dropout_masks_nhwc)
     ck_assert(a && g && ai && gi);
     enum td_dtype dts[2] = {TD_BF16, TD_F16};
     for (int k = 0; k < 2; k++) {
-        td_backend_config c32 = config(8, TD_F32), clo = config(8, dts[k]);
+        td_backend_config c32 = st_config(8, TD_F32, TD_MATH_FP32), clo = st_config(8, dts[k], TD_MATH_FP32);
         /* one buffer per layer: the dropout's input is read after */
         c32.mem_layout = clo.mem_layout = TD_MEM_PER_LAYER;
-        td_backend *ref = make("cuda:0", m, &c32);
-        td_backend *gpu = make("cuda:0", m, &clo);
-        batch b = {0};
+        td_backend *ref = st_make("cuda:0", m, &c32);
+        td_backend *gpu = st_make("cuda:0", m, &clo);
+        st_batch b = {.pixel_rows = 1};
         size_t zeros = 0, differ = 0, seen = 0;
         double worst = 0;
         for (int s = 0; s < 5; s++) {
-            double lc = step(ref, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
-            double lg = step(gpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
+            double lc = st_step(ref, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
+            double lg = st_step(gpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
             ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, drop, a,
                                                    cnt), 0);
             ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, drop, g,
@@ -421,19 +316,19 @@ START_TEST(test_dropout_masks_nhwc)
                 differ += (a[i] == 0.0f) != (g[i] == 0.0f);
             }
             ck_assert_msg(differ == 0, "%s step %d: %zu masks differ",
-                          dt_name(dts[k]), s, differ);
+                          st_dt_name(dts[k]), s, differ);
             double tol = dts[k] == TD_BF16 ? LOSS_TOL_BF16 : LOSS_TOL_F16;
-            worst = fmax(worst, loss_err(lg, lc));
-            ck_assert_msg(loss_err(lg, lc) <= tol, "%s step %d: %.6f, fp32 "
-                          "%.6f", dt_name(dts[k]), s, lg, lc);
+            worst = fmax(worst, st_loss_err(lg, lc));
+            ck_assert_msg(st_loss_err(lg, lc) <= tol, "%s step %d: %.6f, fp32 "
+                          "%.6f", st_dt_name(dts[k]), s, lg, lc);
         }
         printf("tiny-dropout-nhwc %s: %zu of %zu outputs of nonzero inputs "
                "dropped, %zu differ from the fp32 path; losses %.2e off at "
-               "worst\n", dt_name(dts[k]), zeros, seen, differ, worst);
+               "worst\n", st_dt_name(dts[k]), zeros, seen, differ, worst);
         ck_assert_uint_gt(zeros, seen / 4); /* rate 0.5 */
         td_backend_destroy(ref);
         td_backend_destroy(gpu);
-        batch_free(&b);
+        st_batch_free(&b);
     }
     free(a);
     free(g);
@@ -454,12 +349,12 @@ START_TEST(test_graphs_bitwise_nhwc)
     float *par[2];
     size_t np = m->param_count;
     for (int gr = 0; gr < 2; gr++) {
-        td_backend_config c = config(4, TD_BF16);
+        td_backend_config c = st_config(4, TD_BF16, TD_MATH_FP32);
         c.cuda_graphs = gr ? TD_GRAPHS_ON : 0;
-        td_backend *be = make("cuda:0", m, &c);
-        batch b = {0};
+        td_backend *be = st_make("cuda:0", m, &c);
+        st_batch b = {.pixel_rows = 1};
         for (int s = 0; s < 4; s++)
-            loss[gr][s] = step(be, m, &b, 4, 100 + (uint64_t)s, LR, s + 1);
+            loss[gr][s] = st_step(be, m, &b, 4, 100 + (uint64_t)s, ST_LR, s + 1);
         td_cuda_graph_info gi;
         ck_assert_int_eq(td_backend_cuda_graph_info(be, &gi), 0);
         ck_assert_int_eq(gi.captures > 0, gr);
@@ -473,7 +368,7 @@ START_TEST(test_graphs_bitwise_nhwc)
             off += m->params[p].count;
         }
         td_backend_destroy(be);
-        batch_free(&b);
+        st_batch_free(&b);
     }
     ck_assert_int_eq(memcmp(loss[0], loss[1], sizeof loss[0]), 0);
     ck_assert_int_eq(memcmp(par[0], par[1], np * sizeof(float)), 0);
@@ -490,14 +385,14 @@ END_TEST
 static void resume_case(enum td_dtype from, enum td_dtype to)
 {
     td_model *m = ref_load_model("fmnist-cnn", (td_shape){1, 28, 28}, 10);
-    td_backend_config cf = config(4, from), ct = config(4, to);
-    cf.optim.lr = ct.optim.lr = LR;
-    td_backend *a = make("cuda:0", m, &cf), *b2 = make("cuda:0", m, &ct);
-    batch b = {0};
-    double init = eval(b2, m, &b, 4, 900);
+    td_backend_config cf = st_config(4, from, TD_MATH_FP32), ct = st_config(4, to, TD_MATH_FP32);
+    cf.optim.lr = ct.optim.lr = ST_LR;
+    td_backend *a = st_make("cuda:0", m, &cf), *b2 = st_make("cuda:0", m, &ct);
+    st_batch b = {.pixel_rows = 1};
+    double init = st_eval(b2, m, &b, 4, 900);
     for (int s = 0; s < 4; s++)
-        step(a, m, &b, 4, 100 + (uint64_t)s, LR, s + 1);
-    double ea = eval(a, m, &b, 4, 900);
+        st_step(a, m, &b, 4, 100 + (uint64_t)s, ST_LR, s + 1);
+    double ea = st_eval(a, m, &b, 4, 900);
     size_t n = td_backend_snapshot_floats(m, &cf.optim);
     float *s1 = malloc(n * sizeof *s1), *s2 = malloc(n * sizeof *s2);
     ck_assert(s1 && s2);
@@ -507,20 +402,20 @@ static void resume_case(enum td_dtype from, enum td_dtype to)
     ck_assert_int_eq(td_backend_snapshot(b2, s2, n), 0);
     ck_assert_int_eq(td_backend_sync(b2), 0);
     ck_assert_int_eq(memcmp(s1, s2, n * sizeof *s1), 0);
-    double eb = eval(b2, m, &b, 4, 900);
+    double eb = st_eval(b2, m, &b, 4, 900);
     printf("fmnist-cnn %s -> %s: eval loss initial %.6f, before %.6f, "
-           "after the restore %.6f\n", dt_name(from), dt_name(to), init, ea,
+           "after the restore %.6f\n", st_dt_name(from), st_dt_name(to), init, ea,
            eb);
     double tol = from == TD_BF16 || to == TD_BF16 ? LOSS_TOL_BF16
                                                   : LOSS_TOL_F16;
-    ck_assert_msg(loss_err(eb, ea) <= tol, "%s -> %s: %.6f after, %.6f "
-                  "before", dt_name(from), dt_name(to), eb, ea);
+    ck_assert_msg(st_loss_err(eb, ea) <= tol, "%s -> %s: %.6f after, %.6f "
+                  "before", st_dt_name(from), st_dt_name(to), eb, ea);
     ck_assert_msg(fabs(eb - init) > 5 * fabs(eb - ea), "%s -> %s: the loss "
                   "did not move from the initial weights' (%.6f, %.6f, "
-                  "%.6f)", dt_name(from), dt_name(to), init, ea, eb);
+                  "%.6f)", st_dt_name(from), st_dt_name(to), init, ea, eb);
     free(s1);
     free(s2);
-    batch_free(&b);
+    st_batch_free(&b);
     td_backend_destroy(a);
     td_backend_destroy(b2);
     td_model_free(m);

@@ -48,81 +48,28 @@
 #include "model/model.h"
 #include "ref_models.h"
 #include "sim.h"
+#include "sim_testkit.h"
 #include "tdtest.h"
 
 /* SGD with momentum 0.9: stable on fmnist-cnn at batch 4 (its dense layer
  * sees 3136 features; 0.01 made the loss jump from 2 to 9 in one step) */
-#define LR 0.0005f
-
-static void sim_env(const char *name, const char *value)
-{
-    setenv(name, value, 1);
-    ck_assert_int_eq(td_sim_reset(), 0);
-}
-
-static td_backend_config config(int batch, enum td_fp32_math math)
-{
-    td_backend_config c;
-    memset(&c, 0, sizeof c);
-    c.batch = batch;
-    c.threads = 1;
-    c.dtype = TD_F32;
-    c.fp32_math = math;
-    for (int i = 0; i < 4; i++)
-        c.mean[i] = 0.45f, c.std[i] = 0.25f;
-    c.seed = 17;
-    td_optim_defaults(&c.optim, TD_OPT_SGD);
-    c.optim.lr = LR;
-    return c;
-}
-
-typedef struct batch {
-    uint8_t *px;
-    int32_t *labels;
-    td_batch b;
-} batch;
-
-static void batch_fill(batch *b, const td_model *m, int n, uint64_t salt)
-{
-    td_shape in = m->layers[0].out;
-    size_t per = (size_t)in.c * in.h * in.w;
-    if (!b->px) {
-        b->px = malloc(per * (size_t)n);
-        b->labels = malloc(sizeof *b->labels * (size_t)n);
-        ck_assert(b->px && b->labels);
-    }
-    /* learnable: noise plus a bright band of rows where the label says */
-    for (int i = 0; i < n; i++) {
-        int k = (int)td_rng_below(salt, 2, (uint64_t)i, (uint64_t)m->classes);
-        b->labels[i] = k;
-        for (size_t e = 0; e < per; e++) {
-            int row = (int)(e / (size_t)in.w % (size_t)in.h);
-            int band = row * m->classes / in.h == k;
-            size_t at = (size_t)i * per + e;
-            b->px[at] = (uint8_t)(td_rng_below(salt, 1, at, 96) +
-                                  (band ? 150 : 0));
-        }
-    }
-    b->b = (td_batch){.data = b->px, .labels = b->labels, .n = n, .h = in.h,
-                      .w = in.w, .c = in.c, .layout = TD_LAYOUT_NHWC};
-}
 
 /* Mean loss of each of `steps` training steps of a backend of kind on
- * model m (batch salts 100, 101, ...). */
+ * model m (st_batch salts 100, 101, ...). */
 static void run_steps(const char *kind, td_model *m, int n,
                       enum td_fp32_math math, int steps, double *loss)
 {
     char err[512] = "";
     td_backend *be = NULL;
-    batch b = {0};
-    td_backend_config c = config(n, math);
+    st_batch b = {0};
+    td_backend_config c = st_config(n, TD_F32, math);
     ck_assert_msg(td_backend_create(kind, m, &c, &be, err, sizeof err) == 0,
                   "%s: %s", kind, err);
     for (int s = 0; s < steps; s++) {
         td_step_stats st;
-        batch_fill(&b, m, n, 100 + (uint64_t)s);
+        st_batch_fill(&b, m, n, 100 + (uint64_t)s);
         ck_assert_int_eq(td_backend_upload(be, &b.b), 0);
-        ck_assert_msg(td_backend_train_step(be, LR, s + 1) == 0, "%s",
+        ck_assert_msg(td_backend_train_step(be, ST_LR, s + 1) == 0, "%s",
                       be->err);
         ck_assert_int_eq(td_backend_read_stats(be, &st), 0);
         ck_assert_int_eq(td_backend_sync(be), 0);
@@ -209,13 +156,13 @@ END_TEST
 START_TEST(test_auto_is_tf32_from_ampere_on)
 {
     td_cuda_register();
-    sim_env("TD_SIM_CC", "8.0");
+    st_sim_env("TD_SIM_CC", "8.0");
     math_seen s = math_of_job(TD_MATH_AUTO);
     assert_tf32(&s);
-    sim_env("TD_SIM_CC", "8.6");
+    st_sim_env("TD_SIM_CC", "8.6");
     s = math_of_job(TD_MATH_AUTO);
     assert_tf32(&s);
-    sim_env("TD_SIM_CC", "7.5");
+    st_sim_env("TD_SIM_CC", "7.5");
     s = math_of_job(TD_MATH_AUTO);
     assert_strict(&s);
     /* and fp32 runs there too */
@@ -230,10 +177,10 @@ START_TEST(test_tf32_refused_below_ampere)
 {
     char err[512] = "";
     td_backend *be = NULL;
-    sim_env("TD_SIM_CC", "7.5");
+    st_sim_env("TD_SIM_CC", "7.5");
     td_cuda_register();
     td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
-    td_backend_config c = config(6, TD_MATH_TF32);
+    td_backend_config c = st_config(6, TD_F32, TD_MATH_TF32);
     ck_assert_int_eq(td_backend_create("cuda:0", m, &c, &be, err, sizeof err),
                      TD_E_NOTSUP);
     ck_assert_ptr_null(be);

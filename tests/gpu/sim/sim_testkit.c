@@ -1,0 +1,119 @@
+/* sim_testkit.c - the simulated device's numeric suites' common setup
+ * (see sim_testkit.h). */
+#include "sim_testkit.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "sim.h"
+
+td_backend_config st_config(int batch, enum td_dtype dt,
+                            enum td_fp32_math math)
+{
+    td_backend_config c;
+    memset(&c, 0, sizeof c);
+    c.batch = batch;
+    c.threads = 1;
+    c.dtype = dt;
+    c.fp32_math = math;
+    for (int i = 0; i < 4; i++)
+        c.mean[i] = 0.45f, c.std[i] = 0.25f;
+    c.seed = 17;
+    td_optim_defaults(&c.optim, TD_OPT_SGD);
+    c.optim.lr = ST_LR;
+    return c;
+}
+
+void st_batch_fill(st_batch *b, const td_model *m, int n, uint64_t salt)
+{
+    td_shape in = m->layers[0].out;
+    size_t per = (size_t)in.c * in.h * in.w;
+    size_t cw = (size_t)in.w * (b->pixel_rows ? (size_t)in.c : 1);
+    if (!b->px) {
+        b->px = malloc(per * (size_t)n);
+        b->labels = malloc(sizeof *b->labels * (size_t)n);
+        ck_assert(b->px && b->labels);
+    }
+    for (int i = 0; i < n; i++) {
+        int k = (int)td_rng_below(salt, 2, (uint64_t)i, (uint64_t)m->classes);
+        b->labels[i] = k;
+        for (size_t e = 0; e < per; e++) {
+            int row = (int)(e / cw % (size_t)in.h);
+            int band = row * m->classes / in.h == k;
+            size_t at = (size_t)i * per + e;
+            b->px[at] = (uint8_t)(td_rng_below(salt, 1, at, 96) +
+                                  (band ? 150 : 0));
+        }
+    }
+    b->b = (td_batch){.data = b->px, .labels = b->labels, .n = n, .h = in.h,
+                      .w = in.w, .c = in.c, .layout = TD_LAYOUT_NHWC};
+}
+
+void st_batch_free(st_batch *b)
+{
+    free(b->px);
+    free(b->labels);
+    b->px = NULL;
+    b->labels = NULL;
+}
+
+td_backend *st_make(const char *kind, const td_model *m,
+                    const td_backend_config *c)
+{
+    char err[512] = "";
+    td_backend *be = NULL;
+    int rc = td_backend_create(kind, m, c, &be, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s %s: %s", kind, st_dt_name(c->dtype), err);
+    return be;
+}
+
+double st_step(td_backend *be, const td_model *m, st_batch *b, int n,
+               uint64_t salt, float lr, int64_t t)
+{
+    td_step_stats st;
+    st_batch_fill(b, m, n, salt);
+    ck_assert_int_eq(td_backend_upload(be, &b->b), 0);
+    ck_assert_msg(td_backend_train_step(be, lr, t) == 0, "%s", be->err);
+    ck_assert_int_eq(td_backend_read_stats(be, &st), 0);
+    ck_assert_int_eq(td_backend_sync(be), 0);
+    ck_assert_int_eq(st.samples, n);
+    return st.loss_sum / (double)st.samples;
+}
+
+double st_eval(td_backend *be, const td_model *m, st_batch *b, int n,
+               uint64_t salt)
+{
+    td_step_stats st;
+    st_batch_fill(b, m, n, salt);
+    ck_assert_int_eq(td_backend_upload(be, &b->b), 0);
+    ck_assert_msg(td_backend_eval_step(be) == 0, "%s", be->err);
+    ck_assert_int_eq(td_backend_read_stats(be, &st), 0);
+    ck_assert_int_eq(td_backend_sync(be), 0);
+    return st.loss_sum / (double)st.samples;
+}
+
+double st_loss_err(double a, double b)
+{
+    return fabs(a - b) / fmax(fabs(b), 1.0);
+}
+
+const char *st_dt_name(enum td_dtype dt)
+{
+    return dt == TD_BF16 ? "bf16" : dt == TD_F16 ? "fp16" : "fp32";
+}
+
+void st_sim_env(const char *name, const char *value)
+{
+    setenv(name, value, 1);
+    ck_assert_int_eq(td_sim_reset(), 0);
+}
+
+int st_verbose(const char *name)
+{
+    fflush(stdout);
+    return getenv(name) != NULL;
+}

@@ -1,0 +1,57 @@
+/* sim_testkit.h - what the simulated device's numeric suites share
+ * (test_sim_precision, test_sim_lowp, test_sim_nhwc, test_sim_blaslt):
+ * a backend configuration, learnable synthetic batches, one training or
+ * evaluation step, and small helpers.
+ *
+ * Owns: the common setup of those suites, so their figures come from the
+ * same batches and configurations.
+ * Never does: compare anything (each suite states its own tolerances).
+ */
+#ifndef TD_SIM_TESTKIT_H
+#define TD_SIM_TESTKIT_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+/* The suites' learning rate (small: the curves stay comparable). */
+#define ST_LR 0.0005f
+
+/* SGD at ST_LR, seed 17, one thread, mean 0.45 and std 0.25 everywhere. */
+td_backend_config st_config(int batch, enum td_dtype dt,
+                            enum td_fp32_math math);
+
+/* Learnable batches: noise plus a bright band of rows where the label
+ * says.  pixel_rows: the row of an NHWC byte counted per pixel (as it
+ * is); 0: per byte, the first suites' choice (a band of bytes, which for
+ * several channels is not a band of rows; kept so their figures stay). */
+typedef struct st_batch {
+    uint8_t *px;
+    int32_t *labels;
+    td_batch b;
+    int pixel_rows;
+} st_batch;
+void st_batch_fill(st_batch *b, const td_model *m, int n, uint64_t salt);
+void st_batch_free(st_batch *b);
+
+/* A backend of kind ("cpu", "cuda:0"), failing the test with the error. */
+td_backend *st_make(const char *kind, const td_model *m,
+                    const td_backend_config *c);
+/* One training step on batch `salt`; its mean loss. */
+double st_step(td_backend *be, const td_model *m, st_batch *b, int n,
+               uint64_t salt, float lr, int64_t t);
+/* Mean evaluation loss on batch `salt` (no update). */
+double st_eval(td_backend *be, const td_model *m, st_batch *b, int n,
+               uint64_t salt);
+
+/* |a - b| / max(|b|, 1) */
+double st_loss_err(double a, double b);
+const char *st_dt_name(enum td_dtype dt);
+/* Sets an environment variable the simulator reads and resets it. */
+void st_sim_env(const char *name, const char *value);
+/* Whether environment variable `name` asks for every figure (stdout is
+ * flushed first, so what was printed survives a failed assertion). */
+int st_verbose(const char *name);
+
+#endif
