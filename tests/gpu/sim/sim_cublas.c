@@ -36,10 +36,7 @@
 
 #include <cublas_v2.h>
 
-#include "bf16.h"
-#include "fp16.h"
-#include "sim_int.h"
-#include "tf32.h"
+#include "sim_blas_int.h"
 
 struct cublasContext {
     int dev;
@@ -51,16 +48,10 @@ struct cublasContext {
 
 cublasStatus_t cublasCreate(cublasHandle_t *h)
 {
-    int n = 0;
+    int dev;
     if (!h)
         return CUBLAS_STATUS_INVALID_VALUE;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
-        return CUBLAS_STATUS_NOT_INITIALIZED;
-    td__sim_lock();
-    cudaError_t e = td__sim_gate();
-    int dev = td__sim_cur();
-    td__sim_unlock();
-    if (e != cudaSuccess)
+    if (td__sim_blas_open(&dev) != 0)
         return CUBLAS_STATUS_NOT_INITIALIZED;
     struct cublasContext *c = calloc(1, sizeof *c);
     if (!c)
@@ -116,8 +107,6 @@ cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes)
 }
 
 /* Element types: fp32, bf16, fp16 (cudaDataType CUDA_R_32F, _16BF, _16F). */
-enum { TD__F32, TD__BF16, TD__F16 };
-
 typedef struct td__gemm {
     int ta, tb, m, n, k, lda, ldb, ldc;
     int tf32;
@@ -126,36 +115,6 @@ typedef struct td__gemm {
     const void *A, *B;
     void *C;
 } td__gemm;
-
-static size_t td__esize(int t) { return t == TD__F32 ? 4 : 2; }
-
-static float td__ld(const void *X, int t, size_t i)
-{
-    if (t == TD__BF16)
-        return td_bf16_to_f32(((const td_bf16 *)X)[i]);
-    if (t == TD__F16)
-        return td_f16_to_f32(((const td_f16 *)X)[i]);
-    return ((const float *)X)[i];
-}
-
-static void td__st(void *X, int t, size_t i, float v)
-{
-    if (t == TD__BF16)
-        ((td_bf16 *)X)[i] = td_bf16_from_f32(v);
-    else if (t == TD__F16)
-        ((td_f16 *)X)[i] = td_f16_from_f32(v);
-    else
-        ((float *)X)[i] = v;
-}
-
-/* Element (i, j) of op(X) for X stored column-major with leading dim ld,
- * as a tensor core in TF32 math reads it when tf32. */
-static float td__op(const void *X, int xt, int ld, int t, int i, int j,
-                    int tf32)
-{
-    float v = td__ld(X, xt, t ? (size_t)i * ld + j : (size_t)j * ld + i);
-    return tf32 ? td_tf32_round(v) : v;
-}
 
 static void td__gemm_run(void *p)
 {

@@ -52,11 +52,8 @@
 
 #include <cublasLt.h>
 
-#include "bf16.h"
-#include "fp16.h"
-#include "sim_int.h"
+#include "sim_blas_int.h"
 #include "sim_lt.h"
-#include "tf32.h"
 
 #define TD__LT_MAGIC 0x4c7453696dULL /* "LtSim" */
 /* what the simulated algorithm asks for when the preference allows it
@@ -119,16 +116,10 @@ void td_sim_blaslt_no_algo(int on)
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
 {
-    int n = 0;
+    int dev;
     if (!h)
         return CUBLAS_STATUS_INVALID_VALUE;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
-        return CUBLAS_STATUS_NOT_INITIALIZED;
-    td__sim_lock();
-    cudaError_t e = td__sim_gate();
-    int dev = td__sim_cur();
-    td__sim_unlock();
-    if (e != cudaSuccess)
+    if (td__sim_blas_open(&dev) != 0)
         return CUBLAS_STATUS_NOT_INITIALIZED;
     struct cublasLtContext *c = calloc(1, sizeof *c);
     if (!c)
@@ -342,15 +333,11 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(
 
 /* ---- the operation's validity ---- */
 
-enum { TD__F32, TD__BF16, TD__F16 };
-
 static int td__lt_type(int32_t t)
 {
     return t == CUDA_R_32F ? TD__F32 : t == CUDA_R_16BF ? TD__BF16
                            : t == CUDA_R_16F ? TD__F16 : -1;
 }
-
-static size_t td__esize(int t) { return t == TD__F32 ? 4 : 2; }
 
 /* The GEMM a descriptor and its layouts describe. */
 typedef struct td__ltshape {
@@ -511,33 +498,6 @@ typedef struct td__ltrun {
     void *D, *bgrad;
     int lda, ldb, ldc;
 } td__ltrun;
-
-static float td__ld(const void *X, int t, size_t i)
-{
-    if (t == TD__BF16)
-        return td_bf16_to_f32(((const td_bf16 *)X)[i]);
-    if (t == TD__F16)
-        return td_f16_to_f32(((const td_f16 *)X)[i]);
-    return ((const float *)X)[i];
-}
-
-static void td__st(void *X, int t, size_t i, float v)
-{
-    if (t == TD__BF16)
-        ((td_bf16 *)X)[i] = td_bf16_from_f32(v);
-    else if (t == TD__F16)
-        ((td_f16 *)X)[i] = td_f16_from_f32(v);
-    else
-        ((float *)X)[i] = v;
-}
-
-/* Element (i, j) of op(X), X column-major with leading dimension ld. */
-static float td__op(const void *X, int xt, int ld, int t, int i, int j,
-                    int tf32)
-{
-    float v = td__ld(X, xt, t ? (size_t)i * ld + j : (size_t)j * ld + i);
-    return tf32 ? td_tf32_round(v) : v;
-}
 
 static void td__bgrad(const td__ltrun *g)
 {
