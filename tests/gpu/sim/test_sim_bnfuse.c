@@ -1,0 +1,485 @@
+/* test_sim_bnfuse.c - batch norm + ReLU (+ residual add) fused by cuDNN's
+ * extended calls (issue 15), on the simulated cuDNN by hand.
+ *
+ * What is checked (fp16 NHWC fully packed, 4 x 8 x 5 x 5, random data):
+ *   - BN_ACTIVATION: cudnnBatchNormalizationForwardTrainingEx's y, running
+ *     and saved statistics bitwise those of batch norm then an in-place
+ *     ReLU; BackwardEx's dx, dscale, dbias bitwise those of the ReLU's
+ *     backward then batch norm's backward;
+ *   - BN_ADD_ACTIVATION: y within the rounding the fused kernel saves
+ *     (bound below), dz bitwise the ReLU backward's output, dx, dscale,
+ *     dbias bitwise the sequence's;
+ *   - the reserve space: a backward given one its forward did not write,
+ *     or after y changed, is caught (td_sim_bnex_bad_reserve) and its dx
+ *     is NaN;
+ *   - the refusals, one check each (sim_cudnn_bnex.c's list), none
+ *     counted as a fused call;
+ *   - a forward and backward captured in a CUDA graph bitwise equal to
+ *     the eager calls.
+ * What is NOT checked here: the CUDA backend does not call these yet
+ * (docs/cuda.md "NHWC").  BNFUSE_VERBOSE=1 prints every figure.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include <cudnn.h>
+#pragma GCC diagnostic pop
+
+#include "fp16.h"
+#include "sim_bnex.h"
+#include "tdtest.h"
+
+enum { N = 4, C = 8, H = 5, W = 5, NE = N * C * H * W };
+
+static const double EPS = 1e-5;
+static const double FACTOR = 0.1;
+
+static int verbose(void)
+{
+    fflush(stdout);
+    return getenv("BNFUSE_VERBOSE") != NULL;
+}
+
+/* a fixed LCG: the data are the same in every run */
+static float rnd(uint32_t *s, float lo, float hi)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return lo + (hi - lo) * (float)(*s >> 8) / 16777216.0f;
+}
+
+static void *dev(size_t bytes)
+{
+    void *p = NULL;
+    ck_assert_int_eq(cudaMalloc(&p, bytes), cudaSuccess);
+    ck_assert_int_eq(cudaMemset(p, 0, bytes), cudaSuccess);
+    return p;
+}
+
+static void *dev16(uint32_t *s, float lo, float hi)
+{
+    td_f16 h[NE];
+    for (int i = 0; i < NE; i++)
+        h[i] = td_f16_from_f32(rnd(s, lo, hi));
+    void *p = dev(sizeof h);
+    ck_assert_int_eq(cudaMemcpy(p, h, sizeof h, cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    return p;
+}
+
+static void get(void *host, const void *d, size_t bytes)
+{
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+}
+
+/* Device buffers of one fused and one unfused run on the same data. */
+typedef struct fix {
+    cudnnHandle_t h;
+    cudnnTensorDescriptor_t xd, pd;
+    cudnnActivationDescriptor_t ad;
+    void *x, *z, *dy, *ws, *rs;
+    size_t wsb, rsb;
+    float *scale, *bias;
+    /* [0] fused, [1] unfused */
+    void *y[2], *dx[2], *dz[2];
+    float *rm[2], *rv[2], *sm[2], *si[2], *ds[2], *db[2];
+} fix;
+
+static float *devp(const float *v)
+{
+    float *p = dev(C * sizeof *p);
+    ck_assert_int_eq(cudaMemcpy(p, v, C * sizeof *v, cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    return p;
+}
+
+static void fix_init(fix *f, cudnnBatchNormOps_t ops)
+{
+    memset(f, 0, sizeof *f);
+    uint32_t s = 12345;
+    ck_assert_int_eq(cudnnCreate(&f->h), CUDNN_STATUS_SUCCESS);
+    cudnnCreateTensorDescriptor(&f->xd);
+    cudnnCreateTensorDescriptor(&f->pd);
+    ck_assert_int_eq(cudnnSetTensor4dDescriptor(f->xd, CUDNN_TENSOR_NHWC,
+                                                CUDNN_DATA_HALF, N, C, H, W),
+                     CUDNN_STATUS_SUCCESS);
+    cudnnSetTensor4dDescriptor(f->pd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
+                               C, 1, 1);
+    cudnnCreateActivationDescriptor(&f->ad);
+    cudnnSetActivationDescriptor(f->ad, CUDNN_ACTIVATION_RELU,
+                                 CUDNN_NOT_PROPAGATE_NAN, 0.0);
+    f->x = dev16(&s, -2.0f, 2.0f);
+    f->z = dev16(&s, -1.0f, 1.0f);
+    f->dy = dev16(&s, -1.0f, 1.0f);
+    float sc[C], bi[C], one[C], zero[C];
+    for (int c = 0; c < C; c++) {
+        sc[c] = rnd(&s, 0.5f, 1.5f), bi[c] = rnd(&s, -0.5f, 0.5f);
+        one[c] = 1.0f, zero[c] = 0.0f;
+    }
+    f->scale = devp(sc), f->bias = devp(bi);
+    for (int k = 0; k < 2; k++) {
+        f->y[k] = dev(NE * 2), f->dx[k] = dev(NE * 2), f->dz[k] = dev(NE * 2);
+        f->rm[k] = devp(zero), f->rv[k] = devp(one);
+        f->sm[k] = devp(zero), f->si[k] = devp(zero);
+        f->ds[k] = devp(zero), f->db[k] = devp(zero);
+    }
+    size_t wb = 0;
+    ck_assert_int_eq(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+                         f->h, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, f->xd,
+                         f->xd, f->xd, f->pd, f->ad, &f->wsb),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+                         f->h, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, f->xd,
+                         f->xd, f->xd, f->xd, f->xd, f->pd, f->ad, &wb),
+                     CUDNN_STATUS_SUCCESS);
+    if (wb > f->wsb)
+        f->wsb = wb;
+    ck_assert_int_eq(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+                         f->h, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, f->ad,
+                         f->xd, &f->rsb),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert(f->wsb > 0 && f->rsb > 0);
+    f->ws = dev(f->wsb), f->rs = dev(f->rsb);
+}
+
+static const float ONE = 1.0f, ZERO = 0.0f;
+
+static cudnnStatus_t fused_fwd(fix *f, cudnnBatchNormOps_t ops, void *rs)
+{
+    return cudnnBatchNormalizationForwardTrainingEx(
+        f->h, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &ONE, &ZERO, f->xd,
+        f->x, f->xd, ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? f->z : NULL,
+        f->xd, f->y[0], f->pd, f->scale, f->bias, FACTOR, f->rm[0], f->rv[0],
+        EPS, f->sm[0], f->si[0], f->ad, f->ws, f->wsb, rs, f->rsb);
+}
+
+static cudnnStatus_t fused_bwd(fix *f, cudnnBatchNormOps_t ops, void *rs)
+{
+    return cudnnBatchNormalizationBackwardEx(
+        f->h, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &ONE, &ZERO, &ONE,
+        &ZERO, f->xd, f->x, f->xd, f->y[0], f->xd, f->dy, f->xd,
+        ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? f->dz[0] : NULL,
+        f->xd, f->dx[0], f->pd, f->scale, f->bias, f->ds[0], f->db[0], EPS,
+        f->sm[0], f->si[0], f->ad, f->ws, f->wsb, rs, f->rsb);
+}
+
+/* The unfused sequence the backend runs today: batch norm, (the add,)
+ * the ReLU in place; backward: the ReLU's (into dz[1]), batch norm's.
+ * bn_out: batch norm's own output, copied before the add (may be NULL). */
+static void unfused(fix *f, int add, td_f16 *bn_out)
+{
+    ck_assert_int_eq(cudnnBatchNormalizationForwardTraining(
+                         f->h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, f->xd,
+                         f->x, f->xd, f->y[1], f->pd, f->scale, f->bias,
+                         FACTOR, f->rm[1], f->rv[1], EPS, f->sm[1], f->si[1]),
+                     CUDNN_STATUS_SUCCESS);
+    if (bn_out)
+        get(bn_out, f->y[1], NE * 2);
+    if (add)
+        ck_assert_int_eq(cudnnAddTensor(f->h, &ONE, f->xd, f->z, &ONE, f->xd,
+                                        f->y[1]),
+                         CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnActivationForward(f->h, f->ad, &ONE, f->xd, f->y[1],
+                                            &ZERO, f->xd, f->y[1]),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnActivationBackward(f->h, f->ad, &ONE, f->xd,
+                                             f->y[1], f->xd, f->dy, f->xd,
+                                             f->y[1], &ZERO, f->xd, f->dz[1]),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnBatchNormalizationBackward(
+                         f->h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, &ONE,
+                         &ZERO, f->xd, f->x, f->xd, f->dz[1], f->xd, f->dx[1],
+                         f->pd, f->scale, f->ds[1], f->db[1], EPS, f->sm[1],
+                         f->si[1]),
+                     CUDNN_STATUS_SUCCESS);
+}
+
+static void same_bytes(const void *a, const void *b, size_t bytes,
+                       const char *what)
+{
+    unsigned char ha[NE * 4], hb[NE * 4];
+    ck_assert(bytes <= sizeof ha);
+    get(ha, a, bytes);
+    get(hb, b, bytes);
+    ck_assert_msg(memcmp(ha, hb, bytes) == 0, "%s: fused and unfused differ",
+                  what);
+}
+
+/* Everything but y (and dz when there is no add): bitwise. */
+static void same_rest(fix *f, int add)
+{
+    same_bytes(f->rm[0], f->rm[1], C * 4, "running mean");
+    same_bytes(f->rv[0], f->rv[1], C * 4, "running variance");
+    same_bytes(f->sm[0], f->sm[1], C * 4, "saved mean");
+    same_bytes(f->si[0], f->si[1], C * 4, "saved inverse std");
+    same_bytes(f->dx[0], f->dx[1], NE * 2, "dx");
+    same_bytes(f->ds[0], f->ds[1], C * 4, "dscale");
+    same_bytes(f->db[0], f->db[1], C * 4, "dbias");
+    if (add)
+        same_bytes(f->dz[0], f->dz[1], NE * 2, "dz");
+}
+
+START_TEST(test_bn_activation_is_the_sequence)
+{
+    fix f;
+    cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+    fix_init(&f, ops);
+    long f0 = td_sim_bnex_calls(0), b0 = td_sim_bnex_calls(1);
+    long bad0 = td_sim_bnex_bad_reserve();
+    ck_assert_int_eq(fused_fwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(fused_bwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    unfused(&f, 0, NULL);
+    same_bytes(f.y[0], f.y[1], NE * 2, "y");
+    same_rest(&f, 0);
+    ck_assert_int_eq(td_sim_bnex_calls(0) - f0, 1);
+    ck_assert_int_eq(td_sim_bnex_calls(1) - b0, 1);
+    ck_assert_int_eq(td_sim_bnex_bad_reserve(), bad0);
+    td_f16 y[NE];
+    get(y, f.y[0], sizeof y);
+    int zeros = 0;
+    for (int i = 0; i < NE; i++)
+        zeros += y[i] == 0;
+    /* the ReLU did clamp something, and not everything */
+    ck_assert(zeros > NE / 5 && zeros < NE * 4 / 5);
+    if (verbose())
+        printf("BN_ACTIVATION: %d of %d outputs clamped, all bitwise\n",
+               zeros, NE);
+}
+END_TEST
+
+/* Half's unit in the last place at |v| (normal range). */
+static double ulp16(double v)
+{
+    v = fabs(v);
+    if (v < 6.103515625e-05)
+        return ldexp(1.0, -24);
+    return ldexp(1.0, (int)floor(log2(v)) - 10);
+}
+
+START_TEST(test_bn_add_activation_rounds_once)
+{
+    fix f;
+    cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+    fix_init(&f, ops);
+    ck_assert_int_eq(fused_fwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(fused_bwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    td_f16 bn[NE], y0[NE], y1[NE];
+    unfused(&f, 1, bn);
+    get(y0, f.y[0], sizeof y0);
+    get(y1, f.y[1], sizeof y1);
+    /* The sequence rounds bn's output to half (error <= ulp(bn) / 2),
+     * then the sum (<= ulp(sum) / 2); the fused kernel rounds the sum
+     * once (<= ulp / 2).  So they differ by at most ulp(bn) / 2 +
+     * ulp(sum), the sum taken at its larger rounding, and the ReLU only
+     * shrinks that. */
+    int differ = 0;
+    double worst = 0;
+    for (int i = 0; i < NE; i++) {
+        double a = td_f16_to_f32(y0[i]), b = td_f16_to_f32(y1[i]);
+        double tol = ulp16(td_f16_to_f32(bn[i])) / 2 +
+                     2 * ulp16(fmax(fabs(a), fabs(b)));
+        ck_assert_msg(fabs(a - b) <= tol, "y[%d]: fused %g, sequence %g, "
+                      "bn %g", i, a, b, (double)td_f16_to_f32(bn[i]));
+        differ += y0[i] != y1[i];
+        if (fabs(a - b) > worst)
+            worst = fabs(a - b);
+    }
+    same_rest(&f, 1);
+    if (verbose())
+        printf("BN_ADD_ACTIVATION: y differs from the sequence in %d of %d "
+               "elements (largest %g); the rest bitwise\n", differ, NE,
+               worst);
+}
+END_TEST
+
+START_TEST(test_reserve_space_checked)
+{
+    fix f;
+    cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+    fix_init(&f, ops);
+    long bad0 = td_sim_bnex_bad_reserve();
+    ck_assert_int_eq(fused_fwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    /* a reserve space no forward wrote */
+    void *other = dev(f.rsb);
+    ck_assert_int_eq(fused_bwd(&f, ops, other), CUDNN_STATUS_SUCCESS);
+    td_f16 dx[NE];
+    get(dx, f.dx[0], sizeof dx);
+    ck_assert_int_eq(td_sim_bnex_bad_reserve() - bad0, 1);
+    for (int i = 0; i < NE; i++)
+        ck_assert(isnan(td_f16_to_f32(dx[i])));
+    /* the right one, after y changed under it */
+    ck_assert_int_eq(cudaMemset(f.y[0], 0x3c, NE * 2), cudaSuccess);
+    ck_assert_int_eq(fused_bwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    get(dx, f.dx[0], sizeof dx);
+    ck_assert_int_eq(td_sim_bnex_bad_reserve() - bad0, 2);
+    /* forward again, then the right one: accepted, dx finite */
+    ck_assert_int_eq(fused_fwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(fused_bwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    get(dx, f.dx[0], sizeof dx);
+    ck_assert_int_eq(td_sim_bnex_bad_reserve() - bad0, 2);
+    for (int i = 0; i < NE; i++)
+        ck_assert(isfinite(td_f16_to_f32(dx[i])));
+}
+END_TEST
+
+START_TEST(test_refusals)
+{
+    fix f;
+    cudnnBatchNormOps_t act = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+    cudnnBatchNormOps_t add = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+    fix_init(&f, add);
+    long f0 = td_sim_bnex_calls(0), b0 = td_sim_bnex_calls(1);
+    cudnnTensorDescriptor_t keep = f.xd, bad;
+    cudnnCreateTensorDescriptor(&bad);
+    size_t sz = 1;
+    /* bf16, NCHW, C not a multiple of 4 (6 channels of the same bytes) */
+    cudnnSetTensor4dDescriptor(bad, CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16,
+                               N, C, H, W);
+    f.xd = bad;
+    ck_assert_int_eq(fused_fwd(&f, act, f.rs), CUDNN_STATUS_NOT_SUPPORTED);
+    ck_assert_int_eq(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+                         f.h, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, act, f.ad,
+                         bad, &sz),
+                     CUDNN_STATUS_NOT_SUPPORTED);
+    cudnnSetTensor4dDescriptor(bad, CUDNN_TENSOR_NCHW, CUDNN_DATA_HALF, N, C,
+                               H, W);
+    ck_assert_int_eq(fused_fwd(&f, act, f.rs), CUDNN_STATUS_NOT_SUPPORTED);
+    ck_assert_int_eq(fused_bwd(&f, act, f.rs), CUDNN_STATUS_NOT_SUPPORTED);
+    cudnnSetTensor4dDescriptor(bad, CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, N, 6,
+                               H, W);
+    ck_assert_int_eq(fused_fwd(&f, act, f.rs), CUDNN_STATUS_NOT_SUPPORTED);
+    f.xd = keep;
+    /* mode SPATIAL with a fused op */
+    ck_assert_int_eq(cudnnBatchNormalizationForwardTrainingEx(
+                         f.h, CUDNN_BATCHNORM_SPATIAL, act, &ONE, &ZERO, f.xd,
+                         f.x, f.xd, NULL, f.xd, f.y[0], f.pd, f.scale, f.bias,
+                         FACTOR, f.rm[0], f.rv[0], EPS, f.sm[0], f.si[0],
+                         f.ad, f.ws, f.wsb, f.rs, f.rsb),
+                     CUDNN_STATUS_NOT_SUPPORTED);
+    /* no workspace, too small a one, too small a reserve space */
+    void *ws = f.ws;
+    size_t wsb = f.wsb, rsb = f.rsb;
+    f.ws = NULL;
+    ck_assert_int_eq(fused_fwd(&f, act, f.rs), CUDNN_STATUS_BAD_PARAM);
+    f.ws = ws, f.wsb = wsb - 1;
+    ck_assert_int_eq(fused_fwd(&f, act, f.rs), CUDNN_STATUS_BAD_PARAM);
+    f.wsb = wsb, f.rsb = rsb - 1;
+    ck_assert_int_eq(fused_bwd(&f, act, f.rs), CUDNN_STATUS_BAD_PARAM);
+    f.rsb = rsb;
+    /* no activation descriptor; a sigmoid */
+    cudnnActivationDescriptor_t ad = f.ad, sig;
+    f.ad = NULL;
+    ck_assert_int_eq(fused_fwd(&f, act, f.rs), CUDNN_STATUS_BAD_PARAM);
+    cudnnCreateActivationDescriptor(&sig);
+    cudnnSetActivationDescriptor(sig, CUDNN_ACTIVATION_SIGMOID,
+                                 CUDNN_NOT_PROPAGATE_NAN, 0.0);
+    f.ad = sig;
+    ck_assert_int_eq(fused_fwd(&f, act, f.rs), CUDNN_STATUS_NOT_SUPPORTED);
+    f.ad = ad;
+    /* BN_ADD_ACTIVATION without z, and without dz */
+    ck_assert_int_eq(cudnnBatchNormalizationForwardTrainingEx(
+                         f.h, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, add, &ONE,
+                         &ZERO, f.xd, f.x, f.xd, NULL, f.xd, f.y[0], f.pd,
+                         f.scale, f.bias, FACTOR, f.rm[0], f.rv[0], EPS,
+                         f.sm[0], f.si[0], f.ad, f.ws, f.wsb, f.rs, f.rsb),
+                     CUDNN_STATUS_BAD_PARAM);
+    ck_assert_int_eq(cudnnBatchNormalizationBackwardEx(
+                         f.h, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, add, &ONE,
+                         &ZERO, &ONE, &ZERO, f.xd, f.x, f.xd, f.y[0], f.xd,
+                         f.dy, f.xd, NULL, f.xd, f.dx[0], f.pd, f.scale,
+                         f.bias, f.ds[0], f.db[0], EPS, f.sm[0], f.si[0],
+                         f.ad, f.ws, f.wsb, f.rs, f.rsb),
+                     CUDNN_STATUS_BAD_PARAM);
+    ck_assert_int_eq(td_sim_bnex_calls(0), f0);
+    ck_assert_int_eq(td_sim_bnex_calls(1), b0);
+    /* bnOps BN is the plain call: no reserve space, the SPATIAL mode */
+    ck_assert_int_eq(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+                         f.h, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN,
+                         NULL, f.xd, &sz),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_uint_eq(sz, 0);
+    ck_assert_int_eq(cudnnBatchNormalizationForwardTrainingEx(
+                         f.h, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN,
+                         &ONE, &ZERO, f.xd, f.x, NULL, NULL, f.xd, f.y[0],
+                         f.pd, f.scale, f.bias, FACTOR, f.rm[0], f.rv[0], EPS,
+                         f.sm[0], f.si[0], NULL, NULL, 0, NULL, 0),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(td_sim_bnex_calls(0), f0);
+}
+END_TEST
+
+START_TEST(test_graph_equals_eager)
+{
+    fix f;
+    cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+    fix_init(&f, ops);
+    cudaStream_t s;
+    ck_assert_int_eq(cudaStreamCreate(&s), cudaSuccess);
+    ck_assert_int_eq(cudnnSetStream(f.h, s), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(fused_fwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(fused_bwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    td_f16 y[NE], dx[NE], dz[NE];
+    float ds[C], rm[C];
+    get(y, f.y[0], sizeof y);
+    get(dx, f.dx[0], sizeof dx);
+    get(dz, f.dz[0], sizeof dz);
+    get(ds, f.ds[0], sizeof ds);
+    get(rm, f.rm[0], sizeof rm);
+    /* the same calls captured, from the same starting statistics */
+    float zero[C];
+    memset(zero, 0, sizeof zero);
+    ck_assert_int_eq(cudaMemcpy(f.rm[0], zero, sizeof zero,
+                                cudaMemcpyHostToDevice), cudaSuccess);
+    ck_assert_int_eq(cudaMemset(f.y[0], 0, NE * 2), cudaSuccess);
+    ck_assert_int_eq(cudaMemset(f.dx[0], 0, NE * 2), cudaSuccess);
+    ck_assert_int_eq(cudaMemset(f.dz[0], 0, NE * 2), cudaSuccess);
+    long f0 = td_sim_bnex_calls(0);
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    ck_assert_int_eq(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    ck_assert_int_eq(fused_fwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(fused_bwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudaStreamEndCapture(s, &g), cudaSuccess);
+    ck_assert_int_eq(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    ck_assert_int_eq(cudaGraphLaunch(ge, s), cudaSuccess);
+    ck_assert_int_eq(cudaStreamSynchronize(s), cudaSuccess);
+    ck_assert_int_eq(td_sim_bnex_calls(0) - f0, 1); /* captured once */
+    td_f16 y2[NE], dx2[NE], dz2[NE];
+    float ds2[C], rm2[C];
+    get(y2, f.y[0], sizeof y2);
+    get(dx2, f.dx[0], sizeof dx2);
+    get(dz2, f.dz[0], sizeof dz2);
+    get(rm2, f.rm[0], sizeof rm2);
+    get(ds2, f.ds[0], sizeof ds2);
+    ck_assert(memcmp(y, y2, sizeof y) == 0);
+    ck_assert(memcmp(dx, dx2, sizeof dx) == 0);
+    ck_assert(memcmp(dz, dz2, sizeof dz) == 0);
+    ck_assert(memcmp(rm, rm2, sizeof rm) == 0);
+    ck_assert(memcmp(ds, ds2, sizeof ds) == 0);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+}
+END_TEST
+
+static Suite *bnfuse_suite(void)
+{
+    Suite *s = suite_create("sim_bnfuse");
+    TCase *tc = tcase_create("sim");
+    tcase_add_test(tc, test_bn_activation_is_the_sequence);
+    tcase_add_test(tc, test_bn_add_activation_rounds_once);
+    tcase_add_test(tc, test_reserve_space_checked);
+    tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_graph_equals_eager);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(bnfuse_suite)
