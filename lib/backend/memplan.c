@@ -179,6 +179,21 @@ int td_memplan_dense_nhwc(const td_model *m, int L, int act_bytes)
     return s->c > 1 && s->h * s->w > 1;
 }
 
+int td_memplan_bn_relu(const td_model *m, int P)
+{
+    if (P < 1 || P >= m->nlayers || m->layers[P].kind != TD_L_BN)
+        return 0;
+    int R = 0, readers = 0;
+    for (int L = P + 1; L < m->nlayers; L++)
+        for (int i = 0; i < 2 && m->layers[L].in[i] >= 0; i++)
+            if (m->layers[L].in[i] == P)
+                readers++, R = L;
+    return readers == 1 && m->layers[R].kind == TD_L_RELU &&
+                   m->layers[R].in[1] < 0
+               ? R
+               : 0;
+}
+
 size_t td_memplan_dense_scratch(const td_model *m, int act_bytes)
 {
     size_t most = 0;
@@ -243,7 +258,8 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
         if (l->kind == TD_L_DROPOUT)
             b[n++] = (td_membuf){TD_MB_MASK, L, -1, elems, 0, L, 2 * N - L};
         if (l->kind == TD_L_BN) /* saved mean and inverse deviation */
-            bn_saves += td__align(2 * (size_t)l->out.c * sizeof(float));
+            bn_saves += td__align(2 * (size_t)l->out.c * sizeof(float)) +
+                        (c->bn_reserve ? td__align(c->bn_reserve[L]) : 0);
     }
     for (int L = 1; L < N; L++) {
         const td_layer *l = &m->layers[L];
@@ -286,6 +302,10 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
             td_membuf *yp = &b[iy[P]], *yr = &b[iy[L]];
             td_membuf *dp = &b[idy[P]], *dr = &b[idy[L]];
             yp->last = td__max(yp->last, yr->last);
+            /* a fused batch norm (its reserve space billed) reads the
+             * ReLU's output at its own backward */
+            if (c->bn_reserve && c->bn_reserve[P])
+                yp->last = td__max(yp->last, 2 * N - P);
             yr->alias = iy[P];
             dp->first = td__min(dp->first, dr->first);
             dp->last = td__max(dp->last, dr->last);

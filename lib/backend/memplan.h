@@ -46,6 +46,12 @@ typedef struct td_memplan_config {
                              (cuda_graph.c) and the loss scaler; the CUDA
                              backend passes its figure, planners before
                              create leave 0 (a few hundred bytes) */
+    const size_t *bn_reserve; /* per layer: bytes of a batch norm's
+                             reserve space (cuDNN's fused batch norm +
+                             ReLU, docs/cuda.md "NHWC"), billed beside
+                             its saved statistics, and the value of the
+                             ReLU in place on it kept to its backward,
+                             which reads it; NULL: none */
     size_t headroom_min;  /* at least this much left for what the runtime,
                              cuBLAS and cuDNN allocate lazily; the plan
                              keeps max(headroom_min, 5% of the rest) */
@@ -77,7 +83,8 @@ typedef struct td_memplan {
                              (the CUDA backend allocates exactly this) */
     size_t bn_saves;      /* of which the batch norms' saved statistics,
                              at its end: per batch norm, 256-aligned, C
-                             means then C inverse deviations (fp32) */
+                             means then C inverse deviations (fp32), then
+                             its bn_reserve bytes (256-aligned) */
     size_t workspace;     /* cuDNN + cuBLAS */
     size_t scratch;       /* the step's per-sample loss and correctness
                              rows, its counters, the bn_eval scratch, the
@@ -108,6 +115,11 @@ int td_memplan_stem_channels(const td_model *m, int act_bytes);
 size_t td_memplan_stem_extra(const td_model *m, int act_bytes);
 int td_memplan_dense_nhwc(const td_model *m, int L, int act_bytes);
 size_t td_memplan_dense_scratch(const td_model *m, int act_bytes);
+
+/* The ReLU that is batch norm layer P's only reader (nothing else, no
+ * flatten, reads P), which the plan runs in place on P's output when
+ * reuse is on; 0 when there is none. */
+int td_memplan_bn_relu(const td_model *m, int P);
 
 /* Plans model m.  0, or -EINVAL/-ENOMEM with a message in err. */
 int td_memplan_build(const td_model *m, const td_memplan_config *c,

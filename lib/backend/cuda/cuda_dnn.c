@@ -320,6 +320,103 @@ static int td__plan_layer(td__cuda *be, int L, size_t *ws)
     }
 }
 
+/* ---- batch norm + ReLU fused (docs/cuda.md "NHWC") ----------------------- */
+
+static const cudnnBatchNormMode_t td__bnfuse_mode =
+    CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+static const cudnnBatchNormOps_t td__bnfuse_ops =
+    CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+
+/* The ReLU batch norm layer L's training passes may compute with it: an
+ * fp16 job (cuDNN's fused kernel takes HALF data, fully packed NHWC, C a
+ * multiple of 4), a batch norm whose only reader is a ReLU the memory
+ * plan runs in place on its output, not kept in inference mode; 0: none.
+ * TD_TEST_NO_BNFUSE (tests only) turns fusion off. */
+static int td__bnfuse_relu(const td__cuda *be, int L)
+{
+    const td_model *m = be->base.model;
+    if (m->layers[L].kind != TD_L_BN || be->dt != TD_F16 ||
+        be->base.cfg.mem_layout == TD_MEM_PER_LAYER ||
+        td__cuda_bn_eval(be, L) || m->layers[L].out.c % 4 ||
+        getenv("TD_TEST_NO_BNFUSE"))
+        return 0;
+    return td_memplan_bn_relu(m, L);
+}
+
+/* At create, after every layer's descriptors: which batch norms are
+ * fused (gl[].bnfuse), their reserve spaces' sizes (gl[].rsb, placed by
+ * the memory plan) and the workspace grown to what the fused calls ask. */
+static int td__bnfuse_plan(td__cuda *be, size_t *ws)
+{
+    const td_model *m = be->base.model;
+    cudnnHandle_t h = be->dnn->h;
+    int fused = 0;
+    for (int L = 1; L < m->nlayers; L++) {
+        int R = td__bnfuse_relu(be, L);
+        if (!R)
+            continue;
+        const td__dnn_layer *d = &be->dnn->l[L];
+        cudnnActivationDescriptor_t a = be->dnn->l[R].act;
+        size_t fw = 0, bw = 0, rs = 0;
+        TD__DNN(be, cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+                h, td__bnfuse_mode, td__bnfuse_ops, d->x, NULL, d->y,
+                d->chan, a, &fw));
+        TD__DNN(be, cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+                h, td__bnfuse_mode, td__bnfuse_ops, d->x, d->y, d->y, NULL,
+                d->x, d->chan, a, &bw));
+        TD__DNN(be, cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+                h, td__bnfuse_mode, td__bnfuse_ops, a, d->x, &rs));
+        *ws = fw > *ws ? fw : *ws;
+        *ws = bw > *ws ? bw : *ws;
+        be->gl[L].bnfuse = R;
+        be->gl[L].rsb = rs;
+        fused++;
+    }
+    if (fused)
+        td_info("cuda:%d: %d batch norm%s fused with the ReLU after %s "
+                "(cuDNN BN_ACTIVATION)", be->dev, fused,
+                fused == 1 ? "" : "s", fused == 1 ? "it" : "them");
+    return 0;
+}
+
+int td__dnn_fused_relu(const td__cuda *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    return l->kind == TD_L_RELU && be->gl[l->in[0]].bnfuse == L;
+}
+
+static int td__bnfuse_fwd(td__cuda *be, int L, const void *x)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td__dnn_layer *d = &be->dnn->l[L];
+    td__gl *g = &be->gl[L];
+    /* y is the ReLU's (in place: the same buffer), never bn's own value */
+    TD__DNN(be, cudnnBatchNormalizationForwardTrainingEx(be->dnn->h,
+            td__bnfuse_mode, td__bnfuse_ops, &td__one, &td__zero, d->x, x,
+            NULL, NULL, d->y, be->gl[g->bnfuse].y, d->chan, g->w, g->b,
+            (double)l->momentum, g->rmean, g->rvar, (double)l->eps,
+            g->smean, g->sinv, be->dnn->l[g->bnfuse].act, be->work,
+            be->work_bytes, g->reserve, g->rsb));
+    return 0;
+}
+
+static int td__bnfuse_bwd(td__cuda *be, int L, const void *x, void *dx,
+                          const float *beta)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td__dnn_layer *d = &be->dnn->l[L];
+    td__gl *g = &be->gl[L];
+    const td__gl *r = &be->gl[g->bnfuse];
+    /* the ReLU's output and the gradient its readers summed into it */
+    TD__DNN(be, cudnnBatchNormalizationBackwardEx(be->dnn->h,
+            td__bnfuse_mode, td__bnfuse_ops, &td__one, beta, &td__one,
+            &td__zero, d->x, x, d->y, r->y, d->y, r->dy, NULL, NULL, d->x,
+            dx, d->chan, g->w, g->b, g->dw, g->db, (double)l->eps, g->smean,
+            g->sinv, be->dnn->l[g->bnfuse].act, be->work, be->work_bytes,
+            g->reserve, g->rsb));
+    return 0;
+}
+
 int td__dnn_create(td__cuda *be, size_t *ws)
 {
     const td_model *m = be->base.model;
@@ -341,7 +438,7 @@ int td__dnn_create(td__cuda *be, size_t *ws)
     *ws = 0;
     for (int L = 1; L < m->nlayers; L++)
         TD__TRY(td__plan_layer(be, L, ws));
-    return 0;
+    return td__bnfuse_plan(be, ws);
 }
 
 /* ---- measured choice: cudnnFind once per shape, cached ------------------ */
@@ -552,6 +649,8 @@ int td__dnn_forward(td__cuda *be, int L, int train)
                     (double)l->eps));
             return 0;
         }
+        if (g->bnfuse) /* with its ReLU (cuDNN's Ex call) */
+            return td__bnfuse_fwd(be, L, x);
         /* running statistics as PyTorch: factor = momentum, unbiased
          * variance; saved mean and inverse std for the backward */
         TD__DNN(be, cudnnBatchNormalizationForwardTraining(h,
@@ -600,6 +699,8 @@ int td__dnn_backward(td__cuda *be, int L, void *dx, int accumulate)
                     beta, d->x, dx));
         return 0;
     case TD_L_BN:
+        if (g->bnfuse)
+            return td__bnfuse_bwd(be, L, x, dx, beta);
         TD__DNN(be, cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL,
                 &td__one, beta, &td__one, &td__zero, d->x, x, d->y, g->dy,
                 d->x, dx, d->chan, g->w, g->dw, g->db, (double)l->eps,

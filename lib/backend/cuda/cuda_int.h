@@ -99,6 +99,11 @@ typedef struct td__gl {
                           fp32: dw, db themselves) */
     float *rmean, *rvar;    /* batch norm: views into the state array */
     float *smean, *sinv;    /* batch norm: saved batch mean, 1/sqrt(var+eps) */
+    int bnfuse;             /* batch norm: the in-place ReLU its training
+                               forward and backward compute with it
+                               (cuDNN's Ex calls, cuda_dnn.c); 0: none */
+    size_t rsb;             /* ... and the reserve space's bytes */
+    void *reserve;          /* ... placed after smean/sinv (cuda_plan.c) */
     uint8_t *mask;          /* dropout keep mask */
     td__dnn_layer *dnn;     /* cuDNN descriptors (conv, bn, relu, pools) */
 } td__gl;
@@ -356,6 +361,10 @@ void td__dnn_destroy(td__cuda *be);
  * takes the fastest that fits the workspace (and is deterministic when
  * asked); the heuristic choice stays where none fits. */
 int td__dnn_find(td__cuda *be);
+/* 1 when ReLU layer L is computed by its batch norm's fused training
+ * forward and backward (gl[].bnfuse): both its own passes are skipped in
+ * a training step, its gradient summand counted as written. */
+int td__dnn_fused_relu(const td__cuda *be, int L);
 /* conv, bn, relu, pools: forward of layer L (train selects batch-norm
  * batch statistics and updates the running ones). */
 int td__dnn_forward(td__cuda *be, int L, int train);

@@ -9,6 +9,8 @@
  * layers (on cuBLASLt with the bias, and an in-place ReLU reading them,
  * in the GEMMs' epilogues, cuda_blaslt.c; a GEMM cuBLASLt has no
  * algorithm for on cuBLAS, with our bias kernels),
+ * a ReLU its batch norm computes with it in training (cuDNN's fused
+ * BN_ACTIVATION, cuda_dnn.c: its own passes skipped),
  * and the layers that are ours (add, dropout, flatten,
  * and the backward of a batch norm kept in inference mode, bn_eval).
  * Gradient summation: a layer output read by several layers (residual
@@ -183,6 +185,8 @@ static int td__forward_layer(td__cuda *be, int L, int train)
     case TD_L_RELU:
         if (td__blaslt_fused_relu(be, L))
             return 0; /* its dense input's epilogue computed it */
+        if (train && td__dnn_fused_relu(be, L))
+            return 0; /* its batch norm's fused forward computed it */
         return td__dnn_forward(be, L, train);
     default:
         return td__dnn_forward(be, L, train);
@@ -288,6 +292,10 @@ static int td__backward_layer(td__cuda *be, int L)
         return td__dnn_backward(be, L, dx, acc);
     default:
         dx = td__target(be, L, 0, &acc);
+        if (l->kind == TD_L_RELU && td__dnn_fused_relu(be, L))
+            return 0; /* its batch norm's fused backward reads its dy, y;
+                       * the summand is counted (dx is that same buffer,
+                       * in place) */
         return td__dnn_backward(be, L, dx, acc);
     }
 }
