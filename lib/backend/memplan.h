@@ -51,7 +51,12 @@ typedef struct td_memplan_config {
                              ReLU, docs/cuda.md "NHWC"), billed beside
                              its saved statistics, and the value of the
                              ReLU in place on it kept to its backward,
-                             which reads it; NULL: none */
+                             which reads it; for a batch norm ending a
+                             residual block (td_memplan_bn_add_relu) the
+                             add's value kept to the add's backward and
+                             the batch norm's input gradient written from
+                             the add's backward on (the fused backward
+                             runs there); NULL: none */
     size_t headroom_min;  /* at least this much left for what the runtime,
                              cuBLAS and cuDNN allocate lazily; the plan
                              keeps max(headroom_min, 5% of the rest) */
@@ -120,6 +125,13 @@ size_t td_memplan_dense_scratch(const td_model *m, int act_bytes);
  * flatten, reads P), which the plan runs in place on P's output when
  * reuse is on; 0 when there is none. */
 int td_memplan_bn_relu(const td_model *m, int P);
+
+/* The residual block's end: batch norm layer P read only by an add (*A)
+ * whose only reader is a ReLU (returned) the plan runs in place on the
+ * add's output, P's input read by P alone, and the add's other input
+ * read by no layer after the add (so the add's gradient summand into it
+ * is its first); 0 when P is not such a batch norm. */
+int td_memplan_bn_add_relu(const td_model *m, int P, int *A);
 
 /* Plans model m.  0, or -EINVAL/-ENOMEM with a message in err. */
 int td_memplan_build(const td_model *m, const td_memplan_config *c,
