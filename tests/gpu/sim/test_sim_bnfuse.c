@@ -17,19 +17,21 @@
  *   - a forward and backward captured in a CUDA graph bitwise equal to
  *     the eager calls.
  * and on the CUDA backend (resnet20 at 3x16x16, batch 4, fp16):
- *   - every batch norm whose only reader is a ReLU run in place is fused
- *     (10: the stem's and each block's first), one ForwardTrainingEx and
- *     one BackwardEx per fused batch norm per step, none in evaluation;
- *   - losses and parameters after 3 steps bitwise those of the same job
- *     unfused (TD_TEST_NO_BNFUSE=1): the fused calls compute what batch
- *     norm then ReLU compute, the roundings the same;
- *   - the plan bills each reserve space (the arena is the plan's:
- *     cuda_arena.c refuses to create otherwise), fused minus unfused
- *     activation region = the reserve spaces, 256-aligned;
+ *   - 10 batch norms fused with their ReLU (the stem's and each block's
+ *     first) and 9 with the residual add and ReLU (each block's second),
+ *     one ForwardTrainingEx and one BackwardEx each per step, none in
+ *     evaluation;
+ *   - BN_ACTIVATION alone (TD_TEST_NO_BNADD=1): losses and parameters
+ *     after 3 steps bitwise those of the job unfused
+ *     (TD_TEST_NO_BNFUSE=1), the activation region larger by exactly
+ *     the reserve spaces (the arena is the plan's: cuda_arena.c refuses
+ *     to create otherwise);
+ *   - both forms: within the single rounding's tolerance of the unfused
+ *     job (bounds at the check), the region at least the reserve spaces
+ *     larger;
  *   - a graph-captured job bitwise the eager one;
  *   - bf16 and fp32 jobs unfused (cuDNN's fused kernel takes HALF only);
  *   - read_tensor of a fused batch norm's value refused.
- * Not done: BN_ADD_ACTIVATION on the backend (the block ends).
  * BNFUSE_VERBOSE=1 prints every figure.
  */
 #include <math.h>
