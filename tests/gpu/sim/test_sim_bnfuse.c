@@ -31,7 +31,8 @@
  *     larger;
  *   - a graph-captured job bitwise the eager one;
  *   - bf16 and fp32 jobs unfused (cuDNN's fused kernel takes HALF only);
- *   - read_tensor of a fused batch norm's value refused.
+ *   - read_tensor of a fused batch norm's value refused;
+ *   - the plan's lifetimes for the fused calls (test_plan_lifetimes).
  * BNFUSE_VERBOSE=1 prints every figure.
  */
 #include <math.h>
@@ -723,6 +724,75 @@ START_TEST(test_backend_fused_equals_unfused)
 }
 END_TEST
 
+/* The plan's lifetimes with reserve spaces (memplan.c): a fused batch
+ * norm's ReLU output lives to the batch norm's backward; at a block's
+ * end the add's value lives to the add's backward, and the batch norm's
+ * input gradient starts there; the region grows by the reserve spaces
+ * at least, and without reserve spaces nothing changes. */
+static const td_membuf *buf(const td_memplan *p, int kind, int layer)
+{
+    for (int i = 0; i < p->nbufs; i++)
+        if ((int)p->bufs[i].kind == kind && p->bufs[i].layer == layer)
+            return &p->bufs[i];
+    ck_abort_msg("no buffer of kind %d for layer %d", kind, layer);
+    return NULL;
+}
+
+START_TEST(test_plan_lifetimes)
+{
+    td_model *m = ref_load_model("resnet20", (td_shape){3, 16, 16}, 10);
+    const int NL = m->nlayers;
+    size_t *rs = calloc((size_t)NL, sizeof *rs);
+    int *claimed = calloc((size_t)NL, sizeof *claimed);
+    ck_assert(rs && claimed);
+    td_memplan_config c;
+    memset(&c, 0, sizeof c);
+    c.batch = BATCH, c.act_bytes = 2, c.reuse = 1, c.nbuf = 2;
+    td_memplan plain, fused;
+    char err[200];
+    ck_assert_int_eq(td_memplan_build(m, &c, &plain, err, sizeof err), 0);
+    size_t total = 0;
+    for (int L = 1; L < NL; L++) {
+        int A = 0;
+        if (td_memplan_bn_relu(m, L) ||
+            (td_memplan_bn_add_relu(m, L, &A) && !claimed[A])) {
+            rs[L] = 1000; /* any size: billed 256-aligned */
+            total += 1024;
+            claimed[A] = A != 0;
+        }
+    }
+    c.bn_reserve = rs;
+    ck_assert_int_eq(td_memplan_build(m, &c, &fused, err, sizeof err), 0);
+    ck_assert_uint_ge(fused.activations - plain.activations, total);
+    ck_assert_uint_eq(fused.bn_saves - plain.bn_saves, total);
+    int checked = 0;
+    for (int P = 1; P < NL; P++) {
+        if (!rs[P])
+            continue;
+        int A = 0, R = td_memplan_bn_relu(m, P);
+        if (R) {
+            /* the ReLU in place on the batch norm's own buffer */
+            ck_assert_int_ge(buf(&fused, TD_MB_Y, P)->last, 2 * NL - P);
+            ck_assert_int_lt(buf(&plain, TD_MB_Y, P)->last, 2 * NL - P);
+        } else {
+            R = td_memplan_bn_add_relu(m, P, &A);
+            ck_assert_int_ge(buf(&fused, TD_MB_Y, A)->last, 2 * NL - A);
+            ck_assert_int_lt(buf(&plain, TD_MB_Y, A)->last, 2 * NL - A);
+            int X = m->layers[P].in[0];
+            ck_assert_int_le(buf(&fused, TD_MB_DY, X)->first, 2 * NL - A);
+            ck_assert_int_gt(buf(&plain, TD_MB_DY, X)->first, 2 * NL - A);
+        }
+        checked++;
+    }
+    ck_assert_int_eq(checked, 19);
+    td_memplan_free(&plain);
+    td_memplan_free(&fused);
+    free(rs);
+    free(claimed);
+    td_model_free(m);
+}
+END_TEST
+
 START_TEST(test_backend_graph_equals_eager)
 {
     td_cuda_register();
@@ -778,6 +848,7 @@ static Suite *bnfuse_suite(void)
     tcase_add_test(tc, test_graph_equals_eager);
     suite_add_tcase(s, tc);
     tc = tcase_create("backend");
+    tcase_add_test(tc, test_plan_lifetimes);
     tcase_add_test(tc, test_backend_fused_equals_unfused);
     tcase_add_test(tc, test_backend_graph_equals_eager);
     tcase_add_test(tc, test_backend_other_types_unfused);
