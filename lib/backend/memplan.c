@@ -257,6 +257,7 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
     int *root = malloc(sizeof *root * (size_t)N);
     int *iy = malloc(sizeof *iy * (size_t)N), *idy = malloc(sizeof *idy *
                                                             (size_t)N);
+    /* y, dy and a mask (dropout) or reserve space (batch norm) a layer */
     td_membuf *b = calloc((size_t)N * 3, sizeof *b);
     if (!root || !iy || !idy || !b) {
         free(root), free(iy), free(idy), free(b);
@@ -292,8 +293,16 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
         if (l->kind == TD_L_DROPOUT)
             b[n++] = (td_membuf){TD_MB_MASK, L, -1, elems, 0, L, 2 * N - L};
         if (l->kind == TD_L_BN) /* saved mean and inverse deviation */
-            bn_saves += td__align(2 * (size_t)l->out.c * sizeof(float)) +
-                        (c->bn_reserve ? td__align(c->bn_reserve[L]) : 0);
+            bn_saves += td__align(2 * (size_t)l->out.c * sizeof(float));
+        if (l->kind == TD_L_BN && c->bn_reserve && c->bn_reserve[L]) {
+            /* fused: forward and backward at the batch norm's, or at a
+             * block's end at the add's (cuda_step.c) */
+            int A = 0, at = L;
+            if (!td_memplan_bn_relu(m, L) && td_memplan_bn_add_relu(m, L, &A))
+                at = A;
+            b[n++] = (td_membuf){TD_MB_RESERVE, L, -1, c->bn_reserve[L], 0,
+                                 at, 2 * N - at};
+        }
     }
     for (int L = 1; L < N; L++) {
         const td_layer *l = &m->layers[L];

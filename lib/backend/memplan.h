@@ -48,8 +48,10 @@ typedef struct td_memplan_config {
                              create leave 0 (a few hundred bytes) */
     const size_t *bn_reserve; /* per layer: bytes of a batch norm's
                              reserve space (cuDNN's fused batch norm +
-                             ReLU, docs/cuda.md "NHWC"), billed beside
-                             its saved statistics, and the value of the
+                             ReLU, docs/cuda.md "NHWC"), a buffer
+                             (TD_MB_RESERVE) live from the fused forward
+                             (the batch norm's, or at a block's end the
+                             add's) to the fused backward, and the value of the
                              ReLU in place on it kept to its backward,
                              which reads it; for a batch norm ending a
                              residual block (td_memplan_bn_add_relu) the
@@ -62,7 +64,9 @@ typedef struct td_memplan_config {
                              keeps max(headroom_min, 5% of the rest) */
 } td_memplan_config;
 
-enum td_membuf_kind { TD_MB_Y = 0, TD_MB_DY, TD_MB_MASK };
+/* TD_MB_RESERVE: a fused batch norm's reserve space (bn_reserve), live
+ * from its fused forward to its fused backward. */
+enum td_membuf_kind { TD_MB_Y = 0, TD_MB_DY, TD_MB_MASK, TD_MB_RESERVE };
 
 typedef struct td_membuf {
     enum td_membuf_kind kind;
@@ -88,8 +92,7 @@ typedef struct td_memplan {
                              (the CUDA backend allocates exactly this) */
     size_t bn_saves;      /* of which the batch norms' saved statistics,
                              at its end: per batch norm, 256-aligned, C
-                             means then C inverse deviations (fp32), then
-                             its bn_reserve bytes (256-aligned) */
+                             means then C inverse deviations (fp32) */
     size_t workspace;     /* cuDNN + cuBLAS */
     size_t scratch;       /* the step's per-sample loss and correctness
                              rows, its counters, the bn_eval scratch, the

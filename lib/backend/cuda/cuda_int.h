@@ -108,7 +108,7 @@ typedef struct td__gl {
     int bnfuse_of;          /* ReLU or add: the batch norm whose fused
                                call computes it in training; 0: none */
     size_t rsb;             /* ... and the reserve space's bytes */
-    void *reserve;          /* ... placed after smean/sinv (cuda_plan.c) */
+    void *reserve;          /* ... placed by the plan (TD_MB_RESERVE) */
     uint8_t *mask;          /* dropout keep mask */
     td__dnn_layer *dnn;     /* cuDNN descriptors (conv, bn, relu, pools) */
 } td__gl;

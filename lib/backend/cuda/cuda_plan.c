@@ -5,8 +5,8 @@
  * workspace; placement by liveness with ReLU in place, or one buffer per
  * layer when cfg.mem_layout is TD_MEM_PER_LAYER), every layer's y, dy and
  * dropout mask pointed at region + its buffer's offset, the batch norms'
- * saved statistics and fused batch norms' reserve spaces at the region's
- * end (as the plan bills them), the
+ * saved statistics at the region's end (as the plan bills them), fused
+ * batch norms' reserve spaces where the plan placed them, the
  * number of summands each gradient receives in a backward pass, and which
  * values and gradients a step leaves in memory (read_tensor refuses the
  * others: under the plan a buffer is reused after its last read).
@@ -75,8 +75,8 @@ static void td__writes(const td__cuda *be, const td_membuf *b, int train,
     }
     if (!train)
         return; /* evaluation writes values only */
-    if (b->kind == TD_MB_MASK) {
-        *lo = *hi = L;
+    if (b->kind == TD_MB_MASK || b->kind == TD_MB_RESERVE) {
+        *lo = *hi = b->first; /* written by the (fused) forward */
         return;
     }
     int first = 2 * N + 1, last = -1;
@@ -183,6 +183,8 @@ void td__cuda_place_acts(td__cuda *be, char *acts)
             g->y = (float *)(void *)p;
         else if (b->kind == TD_MB_DY)
             g->dy = (float *)(void *)p;
+        else if (b->kind == TD_MB_RESERVE)
+            g->reserve = p;
         else
             g->mask = (uint8_t *)p;
     }
@@ -196,8 +198,6 @@ void td__cuda_place_acts(td__cuda *be, char *acts)
         be->gl[L].smean = (float *)(void *)(acts + off);
         be->gl[L].sinv = be->gl[L].smean + C;
         off += td__round256(2 * C * sizeof(float));
-        be->gl[L].reserve = be->gl[L].rsb ? acts + off : NULL;
-        off += td__round256(be->gl[L].rsb);
     }
 }
 
