@@ -172,6 +172,24 @@ static void fix_init(fix *f, cudnnBatchNormOps_t ops)
     f->ws = dev(f->wsb), f->rs = dev(f->rsb);
 }
 
+static void fix_free(fix *f)
+{
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    void *p[] = {f->x, f->z, f->dy, f->ws, f->rs, f->scale, f->bias};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+        cudaFree(p[i]);
+    for (int k = 0; k < 2; k++) {
+        void *q[] = {f->y[k], f->dx[k], f->dz[k], f->rm[k], f->rv[k],
+                     f->sm[k], f->si[k], f->ds[k], f->db[k]};
+        for (size_t i = 0; i < sizeof q / sizeof *q; i++)
+            cudaFree(q[i]);
+    }
+    cudnnDestroyTensorDescriptor(f->xd);
+    cudnnDestroyTensorDescriptor(f->pd);
+    cudnnDestroyActivationDescriptor(f->ad);
+    cudnnDestroy(f->h);
+}
+
 static const float ONE = 1.0f, ZERO = 0.0f;
 
 static cudnnStatus_t fused_fwd(fix *f, cudnnBatchNormOps_t ops, void *rs)
@@ -274,6 +292,7 @@ START_TEST(test_bn_activation_is_the_sequence)
     if (verbose())
         printf("BN_ACTIVATION: %d of %d outputs clamped, all bitwise\n",
                zeros, NE);
+    fix_free(&f);
 }
 END_TEST
 
@@ -319,6 +338,7 @@ START_TEST(test_bn_add_activation_rounds_once)
         printf("BN_ADD_ACTIVATION: y differs from the sequence in %d of %d "
                "elements (largest %g); the rest bitwise\n", differ, NE,
                worst);
+    fix_free(&f);
 }
 END_TEST
 
@@ -349,6 +369,8 @@ START_TEST(test_reserve_space_checked)
     ck_assert_int_eq(td_sim_bnex_bad_reserve() - bad0, 2);
     for (int i = 0; i < NE; i++)
         ck_assert(isfinite(td_f16_to_f32(dx[i])));
+    cudaFree(other);
+    fix_free(&f);
 }
 END_TEST
 
@@ -435,6 +457,9 @@ START_TEST(test_refusals)
                          f.sm[0], f.si[0], NULL, NULL, 0, NULL, 0),
                      CUDNN_STATUS_SUCCESS);
     ck_assert_int_eq(td_sim_bnex_calls(0), f0);
+    cudnnDestroyTensorDescriptor(bad);
+    cudnnDestroyActivationDescriptor(sig);
+    fix_free(&f);
 }
 END_TEST
 
@@ -489,6 +514,9 @@ START_TEST(test_graph_equals_eager)
     ck_assert(memcmp(ds, ds2, sizeof ds) == 0);
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
+    cudnnSetStream(f.h, NULL);
+    cudaStreamDestroy(s);
+    fix_free(&f);
 }
 END_TEST
 
