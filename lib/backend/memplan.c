@@ -179,6 +179,55 @@ int td_memplan_dense_nhwc(const td_model *m, int L, int act_bytes)
     return s->c > 1 && s->h * s->w > 1;
 }
 
+int td_memplan_bn_relu(const td_model *m, int P)
+{
+    if (P < 1 || P >= m->nlayers || m->layers[P].kind != TD_L_BN)
+        return 0;
+    int R = 0, readers = 0;
+    for (int L = P + 1; L < m->nlayers; L++)
+        for (int i = 0; i < 2 && m->layers[L].in[i] >= 0; i++)
+            if (m->layers[L].in[i] == P)
+                readers++, R = L;
+    return readers == 1 && m->layers[R].kind == TD_L_RELU &&
+                   m->layers[R].in[1] < 0
+               ? R
+               : 0;
+}
+
+/* Layers reading layer P's output through in[]. */
+static int td__nreaders(const td_model *m, int P, int *last)
+{
+    int n = 0;
+    *last = 0;
+    for (int L = 1; L < m->nlayers; L++)
+        for (int i = 0; i < 2 && m->layers[L].in[i] >= 0; i++)
+            if (m->layers[L].in[i] == P)
+                n++, *last = L;
+    return n;
+}
+
+int td_memplan_bn_add_relu(const td_model *m, int P, int *A)
+{
+    int a, r, last;
+    if (P < 1 || P >= m->nlayers || m->layers[P].kind != TD_L_BN ||
+        td__nreaders(m, P, &a) != 1 || m->layers[a].kind != TD_L_ADD ||
+        td__nreaders(m, a, &r) != 1 || m->layers[r].kind != TD_L_RELU ||
+        m->layers[r].in[1] >= 0)
+        return 0;
+    int X = m->layers[P].in[0];
+    int Q = m->layers[a].in[0] == P ? m->layers[a].in[1]
+                                    : m->layers[a].in[0];
+    if (Q == P || X < 1 || m->layers[X].kind == TD_L_FLATTEN ||
+        td__nreaders(m, X, &last) != 1 ||
+        m->layers[Q].kind == TD_L_FLATTEN)
+        return 0;
+    td__nreaders(m, Q, &last);
+    if (last != a)
+        return 0;
+    *A = a;
+    return r;
+}
+
 size_t td_memplan_dense_scratch(const td_model *m, int act_bytes)
 {
     size_t most = 0;
@@ -208,6 +257,7 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
     int *root = malloc(sizeof *root * (size_t)N);
     int *iy = malloc(sizeof *iy * (size_t)N), *idy = malloc(sizeof *idy *
                                                             (size_t)N);
+    /* y, dy and a mask (dropout) or reserve space (batch norm) a layer */
     td_membuf *b = calloc((size_t)N * 3, sizeof *b);
     if (!root || !iy || !idy || !b) {
         free(root), free(iy), free(idy), free(b);
@@ -244,6 +294,15 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
             b[n++] = (td_membuf){TD_MB_MASK, L, -1, elems, 0, L, 2 * N - L};
         if (l->kind == TD_L_BN) /* saved mean and inverse deviation */
             bn_saves += td__align(2 * (size_t)l->out.c * sizeof(float));
+        if (l->kind == TD_L_BN && c->bn_reserve && c->bn_reserve[L]) {
+            /* fused: forward and backward at the batch norm's, or at a
+             * block's end at the add's (cuda_step.c) */
+            int A = 0, at = L;
+            if (!td_memplan_bn_relu(m, L) && td_memplan_bn_add_relu(m, L, &A))
+                at = A;
+            b[n++] = (td_membuf){TD_MB_RESERVE, L, -1, c->bn_reserve[L], 0,
+                                 at, 2 * N - at};
+        }
     }
     for (int L = 1; L < N; L++) {
         const td_layer *l = &m->layers[L];
@@ -286,6 +345,24 @@ int td_memplan_build(const td_model *m, const td_memplan_config *c,
             td_membuf *yp = &b[iy[P]], *yr = &b[iy[L]];
             td_membuf *dp = &b[idy[P]], *dr = &b[idy[L]];
             yp->last = td__max(yp->last, yr->last);
+            /* a fused batch norm (its reserve space billed) reads the
+             * ReLU's output at its own backward */
+            if (c->bn_reserve && c->bn_reserve[P])
+                yp->last = td__max(yp->last, 2 * N - P);
+            /* an add ending a residual block whose batch norm is fused:
+             * the fused backward runs at the add's backward, reading this
+             * value and writing the batch norm's input gradient */
+            for (int i = 0; m->layers[P].kind == TD_L_ADD && i < 2; i++) {
+                /* (the backend fuses one batch norm per add: only that
+                 * one has a reserve space) */
+                int B = m->layers[P].in[i], A = 0;
+                if (c->bn_reserve && B >= 0 && c->bn_reserve[B] &&
+                    td_memplan_bn_add_relu(m, B, &A) == L && A == P) {
+                    yp->last = td__max(yp->last, 2 * N - P);
+                    td_membuf *dx = &b[idy[m->layers[B].in[0]]];
+                    dx->first = td__min(dx->first, 2 * N - P);
+                }
+            }
             yr->alias = iy[P];
             dp->first = td__min(dp->first, dr->first);
             dp->last = td__max(dp->last, dr->last);

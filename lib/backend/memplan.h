@@ -46,12 +46,27 @@ typedef struct td_memplan_config {
                              (cuda_graph.c) and the loss scaler; the CUDA
                              backend passes its figure, planners before
                              create leave 0 (a few hundred bytes) */
+    const size_t *bn_reserve; /* per layer: bytes of a batch norm's
+                             reserve space (cuDNN's fused batch norm +
+                             ReLU, docs/cuda.md "NHWC"), a buffer
+                             (TD_MB_RESERVE) live from the fused forward
+                             (the batch norm's, or at a block's end the
+                             add's) to the fused backward, and the value of the
+                             ReLU in place on it kept to its backward,
+                             which reads it; for a batch norm ending a
+                             residual block (td_memplan_bn_add_relu) the
+                             add's value kept to the add's backward and
+                             the batch norm's input gradient written from
+                             the add's backward on (the fused backward
+                             runs there); NULL: none */
     size_t headroom_min;  /* at least this much left for what the runtime,
                              cuBLAS and cuDNN allocate lazily; the plan
                              keeps max(headroom_min, 5% of the rest) */
 } td_memplan_config;
 
-enum td_membuf_kind { TD_MB_Y = 0, TD_MB_DY, TD_MB_MASK };
+/* TD_MB_RESERVE: a fused batch norm's reserve space (bn_reserve), live
+ * from its fused forward to its fused backward. */
+enum td_membuf_kind { TD_MB_Y = 0, TD_MB_DY, TD_MB_MASK, TD_MB_RESERVE };
 
 typedef struct td_membuf {
     enum td_membuf_kind kind;
@@ -108,6 +123,18 @@ int td_memplan_stem_channels(const td_model *m, int act_bytes);
 size_t td_memplan_stem_extra(const td_model *m, int act_bytes);
 int td_memplan_dense_nhwc(const td_model *m, int L, int act_bytes);
 size_t td_memplan_dense_scratch(const td_model *m, int act_bytes);
+
+/* The ReLU that is batch norm layer P's only reader (nothing else, no
+ * flatten, reads P), which the plan runs in place on P's output when
+ * reuse is on; 0 when there is none. */
+int td_memplan_bn_relu(const td_model *m, int P);
+
+/* The residual block's end: batch norm layer P read only by an add (*A)
+ * whose only reader is a ReLU (returned) the plan runs in place on the
+ * add's output, P's input read by P alone, and the add's other input
+ * read by no layer after the add (so the add's gradient summand into it
+ * is its first); 0 when P is not such a batch norm. */
+int td_memplan_bn_add_relu(const td_model *m, int P, int *A);
 
 /* Plans model m.  0, or -EINVAL/-ENOMEM with a message in err. */
 int td_memplan_build(const td_model *m, const td_memplan_config *c,

@@ -320,6 +320,122 @@ static int td__plan_layer(td__cuda *be, int L, size_t *ws)
     }
 }
 
+/* ---- batch norm + ReLU fused (docs/cuda.md "NHWC") ----------------------- */
+
+static const cudnnBatchNormMode_t td__bnfuse_mode =
+    CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+static cudnnBatchNormOps_t td__bnfuse_ops(const td__gl *g)
+{
+    return g->bnadd ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
+                    : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+}
+
+/* The ReLU batch norm layer L's training passes may compute with it: an
+ * fp16 job (cuDNN's fused kernel takes HALF data, fully packed NHWC, C a
+ * multiple of 4), a batch norm not kept in inference mode whose only
+ * reader is a ReLU the memory plan runs in place on its output, or an
+ * add (*A) ending a residual block (td_memplan_bn_add_relu); 0: none.
+ * TD_TEST_NO_BNFUSE (tests only) turns fusion off, TD_TEST_NO_BNADD the
+ * residual form only. */
+static int td__bnfuse_relu(const td__cuda *be, int L, int *A)
+{
+    const td_model *m = be->base.model;
+    *A = 0;
+    if (m->layers[L].kind != TD_L_BN || be->dt != TD_F16 ||
+        be->base.cfg.mem_layout == TD_MEM_PER_LAYER ||
+        td__cuda_bn_eval(be, L) || m->layers[L].out.c % 4 ||
+        getenv("TD_TEST_NO_BNFUSE"))
+        return 0;
+    int R = td_memplan_bn_relu(m, L);
+    if (R || getenv("TD_TEST_NO_BNADD"))
+        return R;
+    return td_memplan_bn_add_relu(m, L, A);
+}
+
+/* At create, after every layer's descriptors: which batch norms are
+ * fused (gl[].bnfuse), their reserve spaces' sizes (gl[].rsb, placed by
+ * the memory plan) and the workspace grown to what the fused calls ask. */
+static int td__bnfuse_plan(td__cuda *be, size_t *ws)
+{
+    const td_model *m = be->base.model;
+    cudnnHandle_t h = be->dnn->h;
+    int fused[2] = {0, 0};
+    for (int L = 1; L < m->nlayers; L++) {
+        int A, R = td__bnfuse_relu(be, L, &A);
+        if (!R || (A && be->gl[A].bnfuse_of))
+            continue; /* an add takes one batch norm (the first) along */
+        td__gl *g = &be->gl[L];
+        g->bnfuse = R, g->bnadd = A;
+        const td__dnn_layer *d = &be->dnn->l[L];
+        cudnnTensorDescriptor_t z = A ? d->y : NULL;
+        cudnnActivationDescriptor_t a = be->dnn->l[R].act;
+        size_t fw = 0, bw = 0, rs = 0;
+        TD__DNN(be, cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+                h, td__bnfuse_mode, td__bnfuse_ops(g), d->x, z, d->y,
+                d->chan, a, &fw));
+        TD__DNN(be, cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+                h, td__bnfuse_mode, td__bnfuse_ops(g), d->x, d->y, d->y, z,
+                d->x, d->chan, a, &bw));
+        TD__DNN(be, cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+                h, td__bnfuse_mode, td__bnfuse_ops(g), a, d->x, &rs));
+        *ws = fw > *ws ? fw : *ws;
+        *ws = bw > *ws ? bw : *ws;
+        g->rsb = rs;
+        be->gl[R].bnfuse_of = L;
+        if (A)
+            be->gl[A].bnfuse_of = L;
+        fused[A != 0]++;
+    }
+    if (fused[0] + fused[1])
+        td_info("cuda:%d: batch norms fused by cuDNN: %d with the ReLU "
+                "after them (BN_ACTIVATION), %d with the residual add and "
+                "ReLU after them (BN_ADD_ACTIVATION)", be->dev, fused[0],
+                fused[1]);
+    return 0;
+}
+
+int td__dnn_fused_relu(const td__cuda *be, int L)
+{
+    return be->base.model->layers[L].kind == TD_L_RELU &&
+           be->gl[L].bnfuse_of != 0;
+}
+
+/* z: the add's other input's value (BN_ADD_ACTIVATION), or NULL. */
+static int td__bnfuse_fwd(td__cuda *be, int L, const void *x, const void *z)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td__dnn_layer *d = &be->dnn->l[L];
+    td__gl *g = &be->gl[L];
+    /* y is the ReLU's (in place: the same buffer), never bn's own value */
+    TD__DNN(be, cudnnBatchNormalizationForwardTrainingEx(be->dnn->h,
+            td__bnfuse_mode, td__bnfuse_ops(g), &td__one, &td__zero, d->x, x,
+            z ? d->y : NULL, z, d->y, be->gl[g->bnfuse].y, d->chan, g->w, g->b,
+            (double)l->momentum, g->rmean, g->rvar, (double)l->eps,
+            g->smean, g->sinv, be->dnn->l[g->bnfuse].act, be->work,
+            be->work_bytes, g->reserve, g->rsb));
+    return 0;
+}
+
+/* dz: the add's other input's gradient (BN_ADD_ACTIVATION, written,
+ * never summed into: cuDNN's dz has no blend), or NULL. */
+static int td__bnfuse_bwd(td__cuda *be, int L, const void *x, void *dx,
+                          const float *beta, void *dz)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const td__dnn_layer *d = &be->dnn->l[L];
+    td__gl *g = &be->gl[L];
+    const td__gl *r = &be->gl[g->bnfuse];
+    /* the ReLU's output and the gradient its readers summed into it */
+    TD__DNN(be, cudnnBatchNormalizationBackwardEx(be->dnn->h,
+            td__bnfuse_mode, td__bnfuse_ops(g), &td__one, beta, &td__one,
+            &td__zero, d->x, x, d->y, r->y, d->y, r->dy, dz ? d->y : NULL,
+            dz, d->x,
+            dx, d->chan, g->w, g->b, g->dw, g->db, (double)l->eps, g->smean,
+            g->sinv, be->dnn->l[g->bnfuse].act, be->work, be->work_bytes,
+            g->reserve, g->rsb));
+    return 0;
+}
+
 int td__dnn_create(td__cuda *be, size_t *ws)
 {
     const td_model *m = be->base.model;
@@ -341,7 +457,7 @@ int td__dnn_create(td__cuda *be, size_t *ws)
     *ws = 0;
     for (int L = 1; L < m->nlayers; L++)
         TD__TRY(td__plan_layer(be, L, ws));
-    return 0;
+    return td__bnfuse_plan(be, ws);
 }
 
 /* ---- measured choice: cudnnFind once per shape, cached ------------------ */
@@ -552,6 +668,10 @@ int td__dnn_forward(td__cuda *be, int L, int train)
                     (double)l->eps));
             return 0;
         }
+        if (g->bnfuse && g->bnadd)
+            return 0; /* at its add's forward (td__dnn_bnadd_fwd) */
+        if (g->bnfuse) /* with its ReLU (cuDNN's Ex call) */
+            return td__bnfuse_fwd(be, L, x, NULL);
         /* running statistics as PyTorch: factor = momentum, unbiased
          * variance; saved mean and inverse std for the backward */
         TD__DNN(be, cudnnBatchNormalizationForwardTraining(h,
@@ -600,6 +720,8 @@ int td__dnn_backward(td__cuda *be, int L, void *dx, int accumulate)
                     beta, d->x, dx));
         return 0;
     case TD_L_BN:
+        if (g->bnfuse)
+            return td__bnfuse_bwd(be, L, x, dx, beta, NULL);
         TD__DNN(be, cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL,
                 &td__one, beta, &td__one, &td__zero, d->x, x, d->y, g->dy,
                 d->x, dx, d->chan, g->w, g->dw, g->db, (double)l->eps,
@@ -620,6 +742,34 @@ int td__dnn_backward(td__cuda *be, int L, void *dx, int accumulate)
                  "layer", l->name);
         return TD_E_NOTSUP;
     }
+}
+
+/* The add's other input (not its batch norm P). */
+static int td__bnadd_other(const td__cuda *be, int A, int P)
+{
+    const td_layer *a = &be->base.model->layers[A];
+    return a->in[0] == P ? a->in[1] : a->in[0];
+}
+
+int td__dnn_bnadd_fwd(td__cuda *be, int A)
+{
+    int P = be->gl[A].bnfuse_of;
+    int Q = td__bnadd_other(be, A, P);
+    return td__bnfuse_fwd(be, P, td__x(be, P),
+                          be->gl[be->gl[Q].root].y);
+}
+
+int td__dnn_bnadd_bwd(td__cuda *be, int A, void *dz, int acc_z, void *dx,
+                      int acc_x)
+{
+    int P = be->gl[A].bnfuse_of;
+    if (acc_z) { /* td_memplan_bn_add_relu rules it out */
+        snprintf(be->base.err, sizeof be->base.err, "internal: the fused "
+                 "batch norm %s's dz would be summed into",
+                 be->base.model->layers[P].name);
+        return TD_E_DEVICE;
+    }
+    return td__bnfuse_bwd(be, P, td__x(be, P), dx, td__beta(acc_x), dz);
 }
 
 #pragma GCC diagnostic pop

@@ -99,6 +99,16 @@ typedef struct td__gl {
                           fp32: dw, db themselves) */
     float *rmean, *rvar;    /* batch norm: views into the state array */
     float *smean, *sinv;    /* batch norm: saved batch mean, 1/sqrt(var+eps) */
+    int bnfuse;             /* batch norm: the in-place ReLU its training
+                               forward and backward compute with it
+                               (cuDNN's Ex calls, cuda_dnn.c); 0: none */
+    int bnadd;              /* ... and the add between them (BN_ADD_
+                               ACTIVATION: the residual block's end); 0:
+                               BN_ACTIVATION */
+    int bnfuse_of;          /* ReLU or add: the batch norm whose fused
+                               call computes it in training; 0: none */
+    size_t rsb;             /* ... and the reserve space's bytes */
+    void *reserve;          /* ... placed by the plan (TD_MB_RESERVE) */
     uint8_t *mask;          /* dropout keep mask */
     td__dnn_layer *dnn;     /* cuDNN descriptors (conv, bn, relu, pools) */
 } td__gl;
@@ -356,6 +366,18 @@ void td__dnn_destroy(td__cuda *be);
  * takes the fastest that fits the workspace (and is deterministic when
  * asked); the heuristic choice stays where none fits. */
 int td__dnn_find(td__cuda *be);
+/* 1 when ReLU layer L is computed by its batch norm's fused training
+ * forward and backward (gl[].bnfuse): both its own passes are skipped in
+ * a training step, its gradient summand counted as written. */
+int td__dnn_fused_relu(const td__cuda *be, int L);
+/* An add ending a residual block whose batch norm is fused
+ * (BN_ADD_ACTIVATION): in training its forward is the fused forward
+ * (the batch norm's own is skipped), its backward the fused backward,
+ * which writes both its inputs' summands and the batch norm's input
+ * gradient (the batch norm's own backward is skipped). */
+int td__dnn_bnadd_fwd(td__cuda *be, int A);
+int td__dnn_bnadd_bwd(td__cuda *be, int A, void *dz, int acc_z, void *dx,
+                      int acc_x);
 /* conv, bn, relu, pools: forward of layer L (train selects batch-norm
  * batch statistics and updates the running ones). */
 int td__dnn_forward(td__cuda *be, int L, int train);

@@ -5,7 +5,8 @@
  * workspace; placement by liveness with ReLU in place, or one buffer per
  * layer when cfg.mem_layout is TD_MEM_PER_LAYER), every layer's y, dy and
  * dropout mask pointed at region + its buffer's offset, the batch norms'
- * saved statistics at the region's end (as the plan bills them), the
+ * saved statistics at the region's end (as the plan bills them), fused
+ * batch norms' reserve spaces where the plan placed them, the
  * number of summands each gradient receives in a backward pass, and which
  * values and gradients a step leaves in memory (read_tensor refuses the
  * others: under the plan a buffer is reused after its last read).
@@ -74,8 +75,8 @@ static void td__writes(const td__cuda *be, const td_membuf *b, int train,
     }
     if (!train)
         return; /* evaluation writes values only */
-    if (b->kind == TD_MB_MASK) {
-        *lo = *hi = L;
+    if (b->kind == TD_MB_MASK || b->kind == TD_MB_RESERVE) {
+        *lo = *hi = b->first; /* written by the (fused) forward */
         return;
     }
     int first = 2 * N + 1, last = -1;
@@ -136,8 +137,19 @@ int td__cuda_plan(td__cuda *be)
                       td__round256(td__scal_bytes(be)),
         .headroom_min = 0, /* the backend's own: td__headroom, of the GPU */
     };
+    /* the fused batch norms' reserve spaces (cuda_dnn.c sized them) */
+    size_t *rsb = calloc((size_t)m->nlayers, sizeof *rsb);
+    if (!rsb) {
+        snprintf(be->base.err, sizeof be->base.err, "cuda:%d: out of host "
+                 "memory planning the device's", be->dev);
+        return -ENOMEM;
+    }
+    for (int L = 0; L < m->nlayers; L++)
+        rsb[L] = be->gl[L].rsb;
+    c.bn_reserve = rsb;
     char err[200];
     int rc = td_memplan_build(m, &c, &be->plan, err, sizeof err);
+    free(rsb);
     if (rc) {
         snprintf(be->base.err, sizeof be->base.err, "cuda:%d: %s", be->dev,
                  err);
@@ -171,6 +183,8 @@ void td__cuda_place_acts(td__cuda *be, char *acts)
             g->y = (float *)(void *)p;
         else if (b->kind == TD_MB_DY)
             g->dy = (float *)(void *)p;
+        else if (b->kind == TD_MB_RESERVE)
+            g->reserve = p;
         else
             g->mask = (uint8_t *)p;
     }
@@ -183,7 +197,7 @@ void td__cuda_place_acts(td__cuda *be, char *acts)
         size_t C = (size_t)m->layers[L].out.c;
         be->gl[L].smean = (float *)(void *)(acts + off);
         be->gl[L].sinv = be->gl[L].smean + C;
-        off += (2 * C * sizeof(float) + 255) & ~(size_t)255;
+        off += td__round256(2 * C * sizeof(float));
     }
 }
 
@@ -196,6 +210,13 @@ int td__cuda_readable(td__cuda *be, int L, int grad)
                  "%.40s has no gradient on the device (the batch's is "
                  "computed only for a layer other than a convolution or a "
                  "dense layer)", m->layers[L].name);
+        return -EINVAL;
+    }
+    if (!grad && g->bnfuse && be->last_train == 1) {
+        snprintf(be->base.err, sizeof be->base.err, "read_tensor: value of "
+                 "%.40s not computed by a training step: the batch norm "
+                 "runs fused with its ReLU (cuDNN BN_ACTIVATION), only the "
+                 "ReLU's output is stored", m->layers[L].name);
         return -EINVAL;
     }
     if (be->base.cfg.mem_layout == TD_MEM_PER_LAYER || be->last_train < 0)

@@ -9,6 +9,11 @@
  * layers (on cuBLASLt with the bias, and an in-place ReLU reading them,
  * in the GEMMs' epilogues, cuda_blaslt.c; a GEMM cuBLASLt has no
  * algorithm for on cuBLAS, with our bias kernels),
+ * a ReLU (and residual add) its batch norm computes with it in training
+ * (cuDNN's fused BN_ACTIVATION and BN_ADD_ACTIVATION, cuda_dnn.c: the
+ * ReLU's own passes skipped; for the add, the fused forward at the add's
+ * forward and the fused backward at the add's backward, the batch
+ * norm's own passes skipped),
  * and the layers that are ours (add, dropout, flatten,
  * and the backward of a batch norm kept in inference mode, bn_eval).
  * Gradient summation: a layer output read by several layers (residual
@@ -158,6 +163,8 @@ static int td__forward_layer(td__cuda *be, int L, int train)
     case TD_L_DENSE:
         return td__dense_fwd(be, L);
     case TD_L_ADD:
+        if (train && g->bnfuse_of) /* with its batch norm and ReLU */
+            return td__dnn_bnadd_fwd(be, L);
         TD__CU(be, td__k_add(be->compute, td__x(be, L, 0), td__x(be, L, 1),
                              g->y, g->nelem, be->dt));
         return 0;
@@ -183,6 +190,8 @@ static int td__forward_layer(td__cuda *be, int L, int train)
     case TD_L_RELU:
         if (td__blaslt_fused_relu(be, L))
             return 0; /* its dense input's epilogue computed it */
+        if (train && td__dnn_fused_relu(be, L))
+            return 0; /* its batch norm's fused forward computed it */
         return td__dnn_forward(be, L, train);
     default:
         return td__dnn_forward(be, L, train);
@@ -243,6 +252,26 @@ static void *td__target(td__cuda *be, int L, int i, int *accumulate)
     return r->dy;
 }
 
+/* The backward of an add ending a residual block whose batch norm P is
+ * fused (BN_ADD_ACTIVATION): one cuDNN call writes the add's other
+ * input's summand (dz) and P's input gradient; P's own summand (never
+ * materialised) and P's backward's summand are counted here, P's
+ * backward is skipped. */
+static int td__bnadd_bwd(td__cuda *be, int A)
+{
+    const td_layer *l = &be->base.model->layers[A];
+    int P = be->gl[A].bnfuse_of, acc_z = 0, acc_x = 0, unused;
+    void *dz = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (l->in[i] == P)
+            (void)td__target(be, A, i, &unused);
+        else
+            dz = td__target(be, A, i, &acc_z);
+    }
+    void *dx = td__target(be, P, 0, &acc_x);
+    return td__dnn_bnadd_bwd(be, A, dz, acc_z, dx, acc_x);
+}
+
 static int td__backward_layer(td__cuda *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -253,6 +282,8 @@ static int td__backward_layer(td__cuda *be, int L)
     case TD_L_FLATTEN:
         return 0;
     case TD_L_ADD:
+        if (g->bnfuse_of)
+            return td__bnadd_bwd(be, L);
         dx = td__target(be, L, 0, &acc);
         TD__CU(be, td__k_accum(be->compute, dx, g->dy, g->nelem, acc,
                                be->dt));
@@ -282,12 +313,18 @@ static int td__backward_layer(td__cuda *be, int L)
             return td__dense_bwd(be, L, dx, acc);
         return td__conv_bwd(be, L, dx, acc);
     case TD_L_BN:
+        if (g->bnfuse && g->bnadd)
+            return 0; /* its add's backward ran it (td__bnadd_bwd) */
         dx = td__target(be, L, 0, &acc);
         if (td__cuda_bn_eval(be, L))
             return td__bn_eval_bwd(be, L, dx, acc);
         return td__dnn_backward(be, L, dx, acc);
     default:
         dx = td__target(be, L, 0, &acc);
+        if (l->kind == TD_L_RELU && td__dnn_fused_relu(be, L))
+            return 0; /* its batch norm's fused backward reads its dy, y;
+                       * the summand is counted (dx is that same buffer,
+                       * in place) */
         return td__dnn_backward(be, L, dx, acc);
     }
 }
