@@ -96,6 +96,31 @@ double st_eval(td_backend *be, const td_model *m, st_batch *b, int n,
     return st.loss_sum / (double)st.samples;
 }
 
+td_backend *st_resume_across(const td_model *m, const td_backend_config *cf,
+                             const td_backend_config *ct, st_batch *b, int n,
+                             int steps, float lr, double ev[3])
+{
+    td_backend *a = st_make("cuda:0", m, cf), *b2 = st_make("cuda:0", m, ct);
+    ev[0] = st_eval(b2, m, b, n, 900);
+    for (int s = 0; s < steps; s++)
+        st_step(a, m, b, n, 100 + (uint64_t)s, lr, s + 1);
+    ev[1] = st_eval(a, m, b, n, 900);
+    size_t k = td_backend_snapshot_floats(m, &cf->optim);
+    float *s1 = malloc(k * sizeof *s1), *s2 = malloc(k * sizeof *s2);
+    ck_assert(s1 && s2);
+    ck_assert_int_eq(td_backend_snapshot(a, s1, k), 0);
+    ck_assert_int_eq(td_backend_sync(a), 0);
+    ck_assert_msg(td_backend_restore(b2, s1, k) == 0, "%s", b2->err);
+    ck_assert_int_eq(td_backend_snapshot(b2, s2, k), 0);
+    ck_assert_int_eq(td_backend_sync(b2), 0);
+    ck_assert_int_eq(memcmp(s1, s2, k * sizeof *s1), 0);
+    ev[2] = st_eval(b2, m, b, n, 900);
+    free(s1);
+    free(s2);
+    td_backend_destroy(a);
+    return b2;
+}
+
 double st_loss_err(double a, double b)
 {
     return fabs(a - b) / fmax(fabs(b), 1.0);

@@ -45,6 +45,16 @@ double st_step(td_backend *be, const td_model *m, st_batch *b, int n,
 double st_eval(td_backend *be, const td_model *m, st_batch *b, int n,
                uint64_t salt);
 
+/* A checkpoint across compute types: `steps` training steps (batches
+ * 100..., at lr) on a backend made with cf; its snapshot restored into a
+ * backend made with ct (snapshotted again: bitwise the same floats).
+ * ev: evaluation losses on batch 900 of ct's backend before the restore,
+ * of cf's after training, of ct's after the restore.  Returns ct's
+ * backend (the caller trains on, and destroys it). */
+td_backend *st_resume_across(const td_model *m, const td_backend_config *cf,
+                             const td_backend_config *ct, st_batch *b, int n,
+                             int steps, float lr, double ev[3]);
+
 /* |a - b| / max(|b|, 1) */
 double st_loss_err(double a, double b);
 const char *st_dt_name(enum td_dtype dt);

@@ -20,7 +20,7 @@
  *     CPU's bf16;
  *   - the master weights are fp32: a step too small to move a bf16 weight
  *     still moves the fp32 master;
- *   - st_batch norms kept in inference mode (freeze_bn_stats) in bf16 and
+ *   - batch norms kept in inference mode (freeze_bn_stats) in bf16 and
  *     fp16: losses against the CPU, running statistics untouched;
  *   - dropout in bf16 and fp16: the same masks as the CPU's, losses;
  *   - checkpoints: a bf16 job's snapshot restored at fp32 and an fp32
@@ -76,7 +76,8 @@ typedef struct calls {
 
 static calls calls_now(int t)
 {
-    return (calls){td_sim_dnn_convs(-1), td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
+    return (calls){td_sim_dnn_convs(-1),
+                   td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
                    td_sim_dnn_typed(t), td_sim_dnn_typed(TD_SIM_F32),
                    td_sim_blas_gemms(-1), td_sim_blas_typed(t),
                    td_sim_blas_typed(TD_SIM_F32)};
@@ -266,7 +267,7 @@ static cudnnTensorDescriptor_t tensor(cudnnDataType_t dt, int n, int c,
 }
 
 /* cuDNN: PSEUDO_HALF runs, TRUE_HALF (fp16 accumulation) and mixed types
- * are refused, st_batch norm wants fp32 parameters for 16-bit data, NHWC
+ * are refused, batch norm wants fp32 parameters for 16-bit data, NHWC
  * 16-bit tensors are read through their strides, bf16 convolutions need
  * 8.0. */
 START_TEST(test_sim_cudnn_rules)
@@ -333,7 +334,7 @@ START_TEST(test_sim_cudnn_rules)
     ck_assert_int_eq(cudnnConvolutionForward(h, &one, xd, x, wf, w, cv,
                      CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, NULL, 0, &zero,
                      yf, p), CUDNN_STATUS_NOT_SUPPORTED);
-    /* st_batch norm of fp16 data: parameters FLOAT, not HALF */
+    /* batch norm of fp16 data: parameters FLOAT, not HALF */
     ck_assert_int_eq(cudnnBatchNormalizationForwardInference(h,
                      CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x, yd, y, ph, p,
                      p, p, p, 1e-5), CUDNN_STATUS_BAD_PARAM);
@@ -438,7 +439,7 @@ END_TEST
  * 4.9e-4.  The input and the first weights are rounded (2 u, doubled for
  * room: 4), and each matrix product on the way rounds its weights and its
  * output (2 u more each), an error every later layer passes on (batch
- * norm divides by a st_batch standard deviation computed from rounded
+ * norm divides by a batch standard deviation computed from rounded
  * values, relu and pooling keep it): u (4 + 2 k) after k products.  The
  * measured worst is about a third of that (docs/cuda.md "Precision"). */
 #define TOL_UNITS(k) (4.0 + 2.0 * (k))
@@ -460,11 +461,13 @@ static void forward_case(const char *model, td_shape in, int classes, int n,
     double u = dt == TD_BF16 ? 0x1p-8 : 0x1p-11, ratio = 0;
     int k = 0;
     td_model *m = ref_load_model(model, in, classes);
-    td_backend_config c32 = st_config(n, TD_F32, TD_MATH_FP32), clo = st_config(n, dt, TD_MATH_FP32);
+    td_backend_config c32 = st_config(n, TD_F32, TD_MATH_FP32);
+    td_backend_config clo = st_config(n, dt, TD_MATH_FP32);
     /* every layer's value after the step: one buffer per layer (the
      * memory plan lets later buffers overwrite them; sim_memplan) */
     clo.mem_layout = TD_MEM_PER_LAYER;
-    td_backend *cpu = st_make("cpu", m, &c32), *gpu = st_make("cuda:0", m, &clo);
+    td_backend *cpu = st_make("cpu", m, &c32);
+    td_backend *gpu = st_make("cuda:0", m, &clo);
     st_batch b = {0};
     st_step(cpu, m, &b, n, 100, ST_LR, 1);
     st_step(gpu, m, &b, n, 100, ST_LR, 1);
@@ -477,7 +480,7 @@ static void forward_case(const char *model, td_shape in, int classes, int n,
         float *a = malloc(cnt * sizeof *a), *g = malloc(cnt * sizeof *g);
         ck_assert(a && g);
         int rc = cpu->ops->read_tensor(cpu, TD_T_VALUE, L, a, cnt);
-        if (rc == TD_E_NOTSUP) { /* a st_batch norm fused with its relu */
+        if (rc == TD_E_NOTSUP) { /* a batch norm fused with its relu */
             free(a);
             free(g);
             continue;
@@ -501,8 +504,8 @@ static void forward_case(const char *model, td_shape in, int classes, int n,
                    st_dt_name(dt), L, m->layers[L].name, big, diff, rel,
                    rel / u, tol / u);
         ck_assert_msg(off == 0, "%s %s layer %s: %zu of %zu values are not "
-                      "%s values", model, st_dt_name(dt), m->layers[L].name, off,
-                      cnt, st_dt_name(dt));
+                      "%s values", model, st_dt_name(dt), m->layers[L].name,
+                      off, cnt, st_dt_name(dt));
         ck_assert_msg(rel <= tol, "%s %s layer %s: %.3e of the largest "
                       "value off (tolerance %.1e)", model, st_dt_name(dt),
                       m->layers[L].name, rel, tol);
@@ -560,7 +563,8 @@ static void losses_case(const char *model, td_shape in, int n, int steps,
         printf("%s: the CPU has no bf16 oneDNN uses (AVX512_BF16, AMX): "
                "GPU bf16 against CPU bf16 skipped\n", model);
     for (int s = 0; s < steps; s++) {
-        double eb = st_loss_err(bf[s], cpu[s]), eh = st_loss_err(hf[s], cpu[s]);
+        double eb = st_loss_err(bf[s], cpu[s]);
+        double eh = st_loss_err(hf[s], cpu[s]);
         double ec = cpu_bf16 ? st_loss_err(bf[s], cbf[s]) : 0;
         wb = fmax(wb, eb), wh = fmax(wh, eh), wc = fmax(wc, ec);
         if (st_verbose("LOWP_VERBOSE"))
@@ -637,14 +641,18 @@ START_TEST(test_dropout_in_16_bits)
     ck_assert(a && g && ai && gi);
     enum td_dtype dts[2] = {TD_BF16, TD_F16};
     for (int k = 0; k < 2; k++) {
-        td_backend_config c32 = st_config(8, TD_F32, TD_MATH_FP32), clo = st_config(8, dts[k], TD_MATH_FP32);
+        td_backend_config c32 = st_config(8, TD_F32, TD_MATH_FP32);
+        td_backend_config clo = st_config(8, dts[k], TD_MATH_FP32);
         clo.mem_layout = TD_MEM_PER_LAYER; /* reads the dropout's input */
-        td_backend *cpu = st_make("cpu", m, &c32), *gpu = st_make("cuda:0", m, &clo);
+        td_backend *cpu = st_make("cpu", m, &c32);
+        td_backend *gpu = st_make("cuda:0", m, &clo);
         st_batch b = {0};
         size_t zeros = 0, differ = 0;
         for (int s = 0; s < 5; s++) {
-            double lc = st_step(cpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
-            double lg = st_step(gpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
+            double lc = st_step(cpu, m, &b, 8,
+                                500 + (uint64_t)s, 0.05f, s + 1);
+            double lg = st_step(gpu, m, &b, 8,
+                                500 + (uint64_t)s, 0.05f, s + 1);
             double tol = dts[k] == TD_BF16 ? LOSS_TOL_BF16 : LOSS_TOL_F16;
             ck_assert_msg(st_loss_err(lg, lc) <= tol, "%s step %d: %.6f, cpu "
                           "%.6f", st_dt_name(dts[k]), s, lg, lc);
@@ -720,9 +728,9 @@ START_TEST(test_master_weights_stay_fp32)
 }
 END_TEST
 
-/* ---- st_batch norms kept in inference mode (freeze_bn_stats) -------------- */
+/* ---- batch norms kept in inference mode (freeze_bn_stats) ----------- */
 
-/* tiny-all with every st_batch norm in inference mode, 5 SGD steps: the GPU
+/* tiny-all with every batch norm in inference mode, 5 SGD steps: the GPU
  * in bf16 and fp16 against the CPU in fp32 (the loss tolerances above),
  * and the running statistics bitwise untouched. */
 START_TEST(test_bn_eval_in_16_bits)
@@ -743,7 +751,8 @@ START_TEST(test_bn_eval_in_16_bits)
         td_backend *be = st_make(k == 0 ? "cpu" : "cuda:0", m, &c);
         st_batch b = {0};
         for (int s = 0; s < 5; s++)
-            loss[k][s] = st_step(be, m, &b, 6, 300 + (uint64_t)s, 0.05f, s + 1);
+            loss[k][s] = st_step(be, m, &b, 6,
+                                 300 + (uint64_t)s, 0.05f, s + 1);
         n = td_backend_snapshot_floats(m, &c.optim);
         snap = realloc(snap, n * sizeof *snap);
         ck_assert_ptr_nonnull(snap);
@@ -787,39 +796,27 @@ END_TEST
 static void resume_case(enum td_dtype from, enum td_dtype to)
 {
     td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
-    td_backend_config cf = st_config(6, from, TD_MATH_FP32), ct = st_config(6, to, TD_MATH_FP32);
+    td_backend_config cf = st_config(6, from, TD_MATH_FP32);
+    td_backend_config ct = st_config(6, to, TD_MATH_FP32);
     cf.optim.lr = ct.optim.lr = 0.05f;
-    td_backend *a = st_make("cuda:0", m, &cf), *b2 = st_make("cuda:0", m, &ct);
     st_batch b = {0};
-    double init = st_eval(b2, m, &b, 6, 900);
-    for (int s = 0; s < 6; s++)
-        st_step(a, m, &b, 6, 100 + (uint64_t)s, 0.05f, s + 1);
-    double ea = st_eval(a, m, &b, 6, 900);
-    size_t n = td_backend_snapshot_floats(m, &cf.optim);
-    float *s1 = malloc(n * sizeof *s1), *s2 = malloc(n * sizeof *s2);
-    ck_assert(s1 && s2);
-    ck_assert_int_eq(td_backend_snapshot(a, s1, n), 0);
-    ck_assert_int_eq(td_backend_sync(a), 0);
-    ck_assert_msg(td_backend_restore(b2, s1, n) == 0, "%s", b2->err);
-    ck_assert_int_eq(td_backend_snapshot(b2, s2, n), 0);
-    ck_assert_int_eq(td_backend_sync(b2), 0);
-    ck_assert_int_eq(memcmp(s1, s2, n * sizeof *s1), 0);
-    double eb = st_eval(b2, m, &b, 6, 900);
+    double ev[3];
+    td_backend *b2 = st_resume_across(m, &cf, &ct, &b, 6, 6, 0.05f, ev);
+    double init = ev[0], ea = ev[1], eb = ev[2];
     if (st_verbose("LOWP_VERBOSE"))
         printf("%s -> %s: eval loss initial %.6f, before %.6f, after the "
-               "restore %.6f\n", st_dt_name(from), st_dt_name(to), init, ea, eb);
+               "restore %.6f\n", st_dt_name(from), st_dt_name(to), init, ea,
+               eb);
     ck_assert_msg(st_loss_err(eb, ea) <= 3e-2, "%s -> %s: %.6f after, %.6f "
                   "before", st_dt_name(from), st_dt_name(to), eb, ea);
     ck_assert_msg(fabs(eb - init) > 10 * fabs(eb - ea), "%s -> %s: the "
                   "loss did not move from the initial weights' (%.6f, "
-                  "%.6f, %.6f)", st_dt_name(from), st_dt_name(to), init, ea, eb);
+                  "%.6f, %.6f)", st_dt_name(from), st_dt_name(to), init, ea,
+                  eb);
     /* and it trains on */
     double l = st_step(b2, m, &b, 6, 200, 0.05f, 7);
     ck_assert(isfinite(l));
-    free(s1);
-    free(s2);
     st_batch_free(&b);
-    td_backend_destroy(a);
     td_backend_destroy(b2);
     td_model_free(m);
 }

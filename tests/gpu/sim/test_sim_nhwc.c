@@ -11,7 +11,7 @@
  *     input and output channels multiples of 8 (fmnist-cnn's 1-channel
  *     stem and resnet20's 3-channel one padded to 8); fp32 stays NCHW;
  *     the simulator refuses NCHW tensors with a KRSC filter;
- *   - the padded st_batch read back (read_tensor, NCHW) equals the CPU's
+ *   - the padded batch read back (read_tensor, NCHW) equals the CPU's
  *     normalised input within one 16-bit rounding, and the first
  *     convolution's output within the first-product tolerance of
  *     test_sim_lowp;
@@ -20,7 +20,7 @@
  *     tolerances;
  *   - a bf16 job's steps as CUDA graphs bitwise equal to eager ones;
  *   - a 16-bit snapshot (canonical layouts) restored at fp32 and back;
- *   - the memory plan bills the padded st_batch exactly and equals the
+ *   - the memory plan bills the padded batch exactly and equals the
  *     arena.
  * NHWC_VERBOSE=1 prints every measured figure.
  */
@@ -225,9 +225,11 @@ static void stem_case(const char *model, td_shape in, int classes,
 {
     double u = dt == TD_BF16 ? 0x1p-8 : 0x1p-11;
     td_model *m = ref_load_model(model, in, classes);
-    td_backend_config c32 = st_config(4, TD_F32, TD_MATH_FP32), clo = st_config(4, dt, TD_MATH_FP32);
+    td_backend_config c32 = st_config(4, TD_F32, TD_MATH_FP32);
+    td_backend_config clo = st_config(4, dt, TD_MATH_FP32);
     clo.mem_layout = c32.mem_layout = TD_MEM_PER_LAYER;
-    td_backend *cpu = st_make("cpu", m, &c32), *gpu = st_make("cuda:0", m, &clo);
+    td_backend *cpu = st_make("cpu", m, &c32);
+    td_backend *gpu = st_make("cuda:0", m, &clo);
     st_batch b = {.pixel_rows = 1};
     st_step(cpu, m, &b, 4, 100, ST_LR, 1);
     st_step(gpu, m, &b, 4, 100, ST_LR, 1);
@@ -289,7 +291,8 @@ START_TEST(test_dropout_masks_nhwc)
     ck_assert(a && g && ai && gi);
     enum td_dtype dts[2] = {TD_BF16, TD_F16};
     for (int k = 0; k < 2; k++) {
-        td_backend_config c32 = st_config(8, TD_F32, TD_MATH_FP32), clo = st_config(8, dts[k], TD_MATH_FP32);
+        td_backend_config c32 = st_config(8, TD_F32, TD_MATH_FP32);
+        td_backend_config clo = st_config(8, dts[k], TD_MATH_FP32);
         /* one buffer per layer: the dropout's input is read after */
         c32.mem_layout = clo.mem_layout = TD_MEM_PER_LAYER;
         td_backend *ref = st_make("cuda:0", m, &c32);
@@ -298,8 +301,10 @@ START_TEST(test_dropout_masks_nhwc)
         size_t zeros = 0, differ = 0, seen = 0;
         double worst = 0;
         for (int s = 0; s < 5; s++) {
-            double lc = st_step(ref, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
-            double lg = st_step(gpu, m, &b, 8, 500 + (uint64_t)s, 0.05f, s + 1);
+            double lc = st_step(ref, m, &b, 8,
+                                500 + (uint64_t)s, 0.05f, s + 1);
+            double lg = st_step(gpu, m, &b, 8,
+                                500 + (uint64_t)s, 0.05f, s + 1);
             ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, drop, a,
                                                    cnt), 0);
             ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, drop, g,
@@ -354,7 +359,8 @@ START_TEST(test_graphs_bitwise_nhwc)
         td_backend *be = st_make("cuda:0", m, &c);
         st_batch b = {.pixel_rows = 1};
         for (int s = 0; s < 4; s++)
-            loss[gr][s] = st_step(be, m, &b, 4, 100 + (uint64_t)s, ST_LR, s + 1);
+            loss[gr][s] = st_step(be, m, &b, 4,
+                                  100 + (uint64_t)s, ST_LR, s + 1);
         td_cuda_graph_info gi;
         ck_assert_int_eq(td_backend_cuda_graph_info(be, &gi), 0);
         ck_assert_int_eq(gi.captures > 0, gr);
@@ -385,27 +391,16 @@ END_TEST
 static void resume_case(enum td_dtype from, enum td_dtype to)
 {
     td_model *m = ref_load_model("fmnist-cnn", (td_shape){1, 28, 28}, 10);
-    td_backend_config cf = st_config(4, from, TD_MATH_FP32), ct = st_config(4, to, TD_MATH_FP32);
+    td_backend_config cf = st_config(4, from, TD_MATH_FP32);
+    td_backend_config ct = st_config(4, to, TD_MATH_FP32);
     cf.optim.lr = ct.optim.lr = ST_LR;
-    td_backend *a = st_make("cuda:0", m, &cf), *b2 = st_make("cuda:0", m, &ct);
     st_batch b = {.pixel_rows = 1};
-    double init = st_eval(b2, m, &b, 4, 900);
-    for (int s = 0; s < 4; s++)
-        st_step(a, m, &b, 4, 100 + (uint64_t)s, ST_LR, s + 1);
-    double ea = st_eval(a, m, &b, 4, 900);
-    size_t n = td_backend_snapshot_floats(m, &cf.optim);
-    float *s1 = malloc(n * sizeof *s1), *s2 = malloc(n * sizeof *s2);
-    ck_assert(s1 && s2);
-    ck_assert_int_eq(td_backend_snapshot(a, s1, n), 0);
-    ck_assert_int_eq(td_backend_sync(a), 0);
-    ck_assert_msg(td_backend_restore(b2, s1, n) == 0, "%s", b2->err);
-    ck_assert_int_eq(td_backend_snapshot(b2, s2, n), 0);
-    ck_assert_int_eq(td_backend_sync(b2), 0);
-    ck_assert_int_eq(memcmp(s1, s2, n * sizeof *s1), 0);
-    double eb = st_eval(b2, m, &b, 4, 900);
+    double ev[3];
+    td_backend *b2 = st_resume_across(m, &cf, &ct, &b, 4, 4, ST_LR, ev);
+    double init = ev[0], ea = ev[1], eb = ev[2];
     printf("fmnist-cnn %s -> %s: eval loss initial %.6f, before %.6f, "
-           "after the restore %.6f\n", st_dt_name(from), st_dt_name(to), init, ea,
-           eb);
+           "after the restore %.6f\n", st_dt_name(from), st_dt_name(to),
+           init, ea, eb);
     double tol = from == TD_BF16 || to == TD_BF16 ? LOSS_TOL_BF16
                                                   : LOSS_TOL_F16;
     ck_assert_msg(st_loss_err(eb, ea) <= tol, "%s -> %s: %.6f after, %.6f "
@@ -413,10 +408,7 @@ static void resume_case(enum td_dtype from, enum td_dtype to)
     ck_assert_msg(fabs(eb - init) > 5 * fabs(eb - ea), "%s -> %s: the loss "
                   "did not move from the initial weights' (%.6f, %.6f, "
                   "%.6f)", st_dt_name(from), st_dt_name(to), init, ea, eb);
-    free(s1);
-    free(s2);
     st_batch_free(&b);
-    td_backend_destroy(a);
     td_backend_destroy(b2);
     td_model_free(m);
 }

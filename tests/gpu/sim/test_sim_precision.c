@@ -55,7 +55,7 @@
  * sees 3136 features; 0.01 made the loss jump from 2 to 9 in one step) */
 
 /* Mean loss of each of `steps` training steps of a backend of kind on
- * model m (st_batch salts 100, 101, ...). */
+ * model m (batch salts 100, 101, ...). */
 static void run_steps(const char *kind, td_model *m, int n,
                       enum td_fp32_math math, int steps, double *loss)
 {
@@ -92,14 +92,16 @@ static math_seen math_of_job(enum td_fp32_math math)
     math_seen a, b;
     double loss[3];
     td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
-    a = (math_seen){td_sim_dnn_convs(-1), td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
+    a = (math_seen){td_sim_dnn_convs(-1),
+                    td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
                     td_sim_dnn_convs(CUDNN_FMA_MATH), td_sim_dnn_tf32(),
                     td_sim_blas_gemms(-1),
                     td_sim_blas_gemms(CUBLAS_TF32_TENSOR_OP_MATH),
                     td_sim_blas_gemms(CUBLAS_DEFAULT_MATH),
                     td_sim_blas_tf32()};
     run_steps("cuda:0", m, 6, math, 3, loss);
-    b = (math_seen){td_sim_dnn_convs(-1), td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
+    b = (math_seen){td_sim_dnn_convs(-1),
+                    td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
                     td_sim_dnn_convs(CUDNN_FMA_MATH), td_sim_dnn_tf32(),
                     td_sim_blas_gemms(-1),
                     td_sim_blas_gemms(CUBLAS_TF32_TENSOR_OP_MATH),
