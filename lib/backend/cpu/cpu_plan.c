@@ -212,7 +212,8 @@ static int td__plan_conv(td__cpu *be, int L)
              dnnl_convolution_direct, src, &wgrad, bias, &c->md, st, pad, pad),
              "convolution backward weights", l->name);
     if ((rc = td__pd(be, &d, c->pd[0], &c->pd[3], &c->bwd_w, "conv bwd "
-                     "weights", l->name)))
+                     "weights", l->name)) ||
+        (rc = td__split_plan(be, L)))
         return rc;
     return td__wlayout(be, td__q(c->pd[3], dnnl_query_diff_weights_md, 0),
                        c->dw, 0, &c->dw_bw, &c->r_dw, l->name);
@@ -634,6 +635,13 @@ int td__cpu_plan(td__cpu *be)
         rc = td__plan_logits(be);
     if (rc == 0)
         rc = td__plan_scratch(be);
+    for (int L = 1; L < m->nlayers && rc == 0; L++) {
+        td__cl *c = &be->cl[L];
+        if (c->split)
+            rc = td__split_choose(be, L,
+                                  be->cl[td__root(be, m->layers[L].in[0])].y,
+                                  c->dw_bw ? c->dw_bw : c->dw);
+    }
     return rc;
 }
 
@@ -661,6 +669,7 @@ void td__cpu_unplan(td__cpu *be)
                 dnnl_memory_destroy(c->sp[i]);
         }
         free(c->mask);
+        td__split_free(c->split);
     }
     if (be->r_in)
         dnnl_primitive_destroy(be->r_in);
