@@ -121,11 +121,10 @@ static inline int td__bn_eval(const td__cpu *be, int L)
 }
 
 /* cpu_split.c: a convolution's backward weights as two half-batch
- * single-thread calls on two threads (bf16 nhwc, 2 threads).  plan after
- * the layer's pd[3]; choose (time both, keep the faster) once the
- * scratchpad exists; run instead of bwd_w when cl[L].split is set. */
+ * single-thread calls on two threads (bf16 nhwc, 2 threads, opt-in with
+ * TD_CPU_SPLIT_BW=1).  plan after the layer's pd[3]; run instead of bwd_w
+ * when cl[L].split is set. */
 int td__split_plan(td__cpu *be, int L);
-int td__split_choose(td__cpu *be, int L, dnnl_memory_t x, dnnl_memory_t dw);
 int td__split_run(td__cpu *be, int L, dnnl_memory_t x, dnnl_memory_t dy,
                   dnnl_memory_t dw, dnnl_memory_t db);
 void td__split_free(td__split *s);

@@ -635,13 +635,6 @@ int td__cpu_plan(td__cpu *be)
         rc = td__plan_logits(be);
     if (rc == 0)
         rc = td__plan_scratch(be);
-    for (int L = 1; L < m->nlayers && rc == 0; L++) {
-        td__cl *c = &be->cl[L];
-        if (c->split)
-            rc = td__split_choose(be, L,
-                                  be->cl[td__root(be, m->layers[L].in[0])].y,
-                                  c->dw_bw ? c->dw_bw : c->dw);
-    }
     return rc;
 }
 

@@ -8,16 +8,17 @@
  * of the batch (in nhwc the halves are contiguous, so they are views), at
  * the same time on the two threads, into two fp32 gradient buffers, and
  * adds the second into the first (the weight gradient is a sum over the
- * batch: the same sum in another order, fp32).  The plan times both ways
- * once after planning (minimum of a few calls each) and keeps the faster
- * per layer; TD_CPU_SPLIT_BW=1 forces the split, =0 turns it off.
+ * batch: the same sum in another order, fp32).  Off unless the
+ * environment sets TD_CPU_SPLIT_BW=1: alternated runs of resnet20 found it
+ * no faster on a lightly loaded machine (docs/compute.md), and timing
+ * both ways at plan time picked worse than either (5 calls on a shared
+ * machine are noise).
  * Never does: plan the layer's other primitives (cpu_plan.c) or decide
  * anything about other layer kinds.
  */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/cpu/cpu_int.h"
 #include "base/error.h"
@@ -36,13 +37,12 @@ struct td__split {
     size_t nw, nb;                  /* floats in the weight, bias grads */
 };
 
-/* -1 auto (time both), 0 off, 1 forced. */
-static int td__split_mode(void)
+/* Opt-in: TD_CPU_SPLIT_BW=1 (measured no faster on a quiet machine,
+ * docs/compute.md). */
+static int td__split_on(void)
 {
     const char *e = getenv("TD_CPU_SPLIT_BW");
-    if (!e || !*e || strcmp(e, "auto") == 0)
-        return -1;
-    return atoi(e) ? 1 : 0;
+    return e && atoi(e) == 1;
 }
 
 void td__split_free(td__split *s)
@@ -161,7 +161,7 @@ int td__split_plan(td__cpu *be, int L)
         dnnl_query_diff_dst_md, 0);
     const dnnl_memory_desc_t *dw = dnnl_primitive_desc_query_md(c->pd[3],
         dnnl_query_diff_weights_md, 0);
-    if (td__split_mode() == 0 || be->threads != 2 || be->batch % 2 ||
+    if (!td__split_on() || be->threads != 2 || be->batch % 2 ||
         !td__is_bf16(be) || !td__is_nhwc(src) || !td__is_nhwc(dst))
         return 0;
     td__split *s = calloc(1, sizeof *s);
@@ -233,52 +233,6 @@ int td__split_run(td__cpu *be, int L, dnnl_memory_t x, dnnl_memory_t dy,
         float *b0 = (float *)td__hptr(db), *b1 = (float *)td__hptr(s->db1);
         for (size_t i = 0; i < s->nb; i++)
             b0[i] += b1[i];
-    }
-    return 0;
-}
-
-static double td__ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-/* After the scratchpad exists: time the whole-batch primitive and the
- * split one on the layer's own memories (their contents do not matter
- * for the time and are overwritten by the first step), keep the split
- * only if its best of 5 calls beats the whole primitive's. */
-int td__split_choose(td__cpu *be, int L, dnnl_memory_t x, dnnl_memory_t dw)
-{
-    td__cl *c = &be->cl[L];
-    const char *name = be->base.model->layers[L].name;
-    if (!c->split || td__split_mode() == 1)
-        return 0;
-    double best[2] = {1e30, 1e30};
-    for (int r = 0; r < 6; r++)
-        for (int k = 0; k < 2; k++) {
-            double t0 = td__ms();
-            if (k) {
-                int rc = td__split_run(be, L, x, c->dy, dw, c->db);
-                if (rc)
-                    return rc;
-            } else {
-                TD__RUN(be, c->bwd_w, name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
-                        {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, c->dy},
-                        {DNNL_ARG_DIFF_WEIGHTS, dw},
-                        {DNNL_ARG_DIFF_BIAS, c->db});
-                TD__DNNL(be, dnnl_stream_wait(be->strm), "stream", name);
-            }
-            double t = td__ms() - t0;
-            if (r > 0 && t < best[k])
-                best[k] = t;
-        }
-    td_debug("cpu backend: %s conv bwd weights: whole batch %.3f ms, split "
-             "%.3f ms: %s", name, best[0], best[1],
-             best[1] < best[0] ? "split" : "whole");
-    if (best[1] >= best[0]) {
-        td__split_free(c->split);
-        c->split = NULL;
     }
     return 0;
 }
