@@ -8,10 +8,13 @@
  * of the batch (in nhwc the halves are contiguous, so they are views), at
  * the same time on the two threads, into two fp32 gradient buffers, and
  * adds the second into the first (the weight gradient is a sum over the
- * batch: the same sum in another order, fp32).  Off unless the
- * environment sets TD_CPU_SPLIT_BW=1: alternated runs of resnet20 found it
- * no faster on a lightly loaded machine (docs/compute.md), and timing
- * both ways at plan time picked worse than either (5 calls on a shared
+ * batch: the same sum in another order, fp32).  On by default where it
+ * applies; TD_CPU_SPLIT_BW=0 in the environment turns it off.  Alternated
+ * runs on a Sapphire Rapids with other work beside them: resnet20 bf16
+ * 1.07x the whole-batch call's samples/s (median of 24 pairs, 0.79..7.3:
+ * under load the whole-batch AMX kernel's barriers sometimes collapse a
+ * step), fmnist-cnn 1.03x (docs/compute.md).  Timing both ways at plan
+ * time was tried and picked worse than either (5 calls on a shared
  * machine are noise).
  * Never does: plan the layer's other primitives (cpu_plan.c) or decide
  * anything about other layer kinds.
@@ -37,12 +40,11 @@ struct td__split {
     size_t nw, nb;                  /* floats in the weight, bias grads */
 };
 
-/* Opt-in: TD_CPU_SPLIT_BW=1 (measured no faster on a quiet machine,
- * docs/compute.md). */
+/* On unless the environment sets TD_CPU_SPLIT_BW=0. */
 static int td__split_on(void)
 {
     const char *e = getenv("TD_CPU_SPLIT_BW");
-    return e && atoi(e) == 1;
+    return !e || !*e || atoi(e) != 0;
 }
 
 void td__split_free(td__split *s)
