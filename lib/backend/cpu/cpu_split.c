@@ -11,11 +11,11 @@
  * batch: the same sum in another order, fp32).  On by default where it
  * applies; TD_CPU_SPLIT_BW=0 in the environment turns it off.  Alternated
  * runs on a Sapphire Rapids with other work beside them: resnet20 bf16
- * 1.07x the whole-batch call's samples/s (median of 24 pairs, 0.79..7.3:
+ * 1.09x the whole-batch call's samples/s (median of 24 pairs, 0.79..7.3:
  * under load the whole-batch AMX kernel's barriers sometimes collapse a
- * step), fmnist-cnn 1.03x (docs/compute.md).  Timing both ways at plan
- * time was tried and picked worse than either (5 calls on a shared
- * machine are noise).
+ * step), fmnist-cnn 1.01x (13 pairs, 0.81..1.13; docs/compute.md).
+ * Timing both ways at plan time was tried and picked worse than either
+ * (5 calls on a shared machine are noise).
  * Never does: plan the layer's other primitives (cpu_plan.c) or decide
  * anything about other layer kinds.
  */
