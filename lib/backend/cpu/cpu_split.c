@@ -174,10 +174,12 @@ int td__split_plan(td__cpu *be, int L)
     omp_set_num_threads(1);
     int rc = td__split_build(be, s, l, src, dst, dw, l->bias);
     omp_set_num_threads(be->threads);
-    if (rc) {
+    if (rc) { /* no split for this layer: the whole-batch call runs */
         td__split_free(s);
-        if (rc != TD_E_NOTSUP)
+        if (rc == -ENOMEM)
             return rc;
+        td_debug("cpu backend: %s conv bwd weights: no split (%s)", l->name,
+                 be->base.err[0] ? be->base.err : "not addable");
         be->base.err[0] = '\0';
         return 0;
     }
