@@ -2,8 +2,8 @@
  * in bf16 channels-last with two threads, a convolution's weight and bias
  * gradients computed as two half-batch calls on two threads and summed
  * equal the whole-batch primitive's (the one test_backend_bf16 checks
- * against the reference layers).  The split is the default (set here
- * explicitly, TD_CPU_SPLIT_BW=1); =0 turns it off; the test counts the plan's
+ * against the reference layers).  TD_CPU_SPLIT_BW=1 turns the split on
+ * (it is off by default), =0 leaves it off; the test counts the plan's
  * "split by batch halves" lines so it fails if the split never ran.
  * Skipped where oneDNN's ISA is not avx512_core_amx (only the AMX plan is
  * channels-last).

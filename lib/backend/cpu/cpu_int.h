@@ -121,8 +121,8 @@ static inline int td__bn_eval(const td__cpu *be, int L)
 }
 
 /* cpu_split.c: a convolution's backward weights as two half-batch
- * single-thread calls on two threads (bf16 nhwc, 2 threads; off with
- * TD_CPU_SPLIT_BW=0).  plan after the layer's pd[3]; run instead of bwd_w
+ * single-thread calls on two threads (bf16 nhwc, 2 threads; opt-in with
+ * TD_CPU_SPLIT_BW=1).  plan after the layer's pd[3]; run instead of bwd_w
  * when cl[L].split is set. */
 int td__split_plan(td__cpu *be, int L);
 int td__split_run(td__cpu *be, int L, dnnl_memory_t x, dnnl_memory_t dy,

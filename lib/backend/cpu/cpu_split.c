@@ -8,12 +8,12 @@
  * of the batch (in nhwc the halves are contiguous, so they are views), at
  * the same time on the two threads, into two fp32 gradient buffers, and
  * adds the second into the first (the weight gradient is a sum over the
- * batch: the same sum in another order, fp32).  On by default where it
- * applies; TD_CPU_SPLIT_BW=0 in the environment turns it off.  Alternated
- * runs on a Sapphire Rapids with other work beside them: resnet20 bf16
- * 1.09x the whole-batch call's samples/s (median of 24 pairs, 0.79..7.3:
- * under load the whole-batch AMX kernel's barriers sometimes collapse a
- * step), fmnist-cnn 1.01x (13 pairs, 0.81..1.13; docs/compute.md).
+ * batch: the same sum in another order, fp32).  Off unless the
+ * environment sets TD_CPU_SPLIT_BW=1.  Alternated runs on a Sapphire
+ * Rapids (docs/compute.md): resnet20 bf16 samples/s split / whole-batch
+ * 1.09x median over 24 pairs at load average 2-6 (under load the
+ * whole-batch AMX kernel's barriers sometimes collapse a step), but 0.93x
+ * over 8 pairs at load average 1.1-1.3; fmnist-cnn about 1.0x either way.
  * Timing both ways at plan time was tried and picked worse than either
  * (5 calls on a shared machine are noise).
  * Never does: plan the layer's other primitives (cpu_plan.c) or decide
@@ -40,11 +40,11 @@ struct td__split {
     size_t nw, nb;                  /* floats in the weight, bias grads */
 };
 
-/* On unless the environment sets TD_CPU_SPLIT_BW=0. */
+/* Off unless the environment sets TD_CPU_SPLIT_BW=1. */
 static int td__split_on(void)
 {
     const char *e = getenv("TD_CPU_SPLIT_BW");
-    return !e || !*e || atoi(e) != 0;
+    return e && atoi(e) == 1;
 }
 
 void td__split_free(td__split *s)
