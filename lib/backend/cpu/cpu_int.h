@@ -35,6 +35,8 @@
 
 #include "backend/backend.h"
 
+typedef struct td__split td__split; /* cpu_split.c */
+
 typedef struct td__cl {
     int root;      /* layer whose memories hold this layer's output */
     int fused;     /* batch norm: the following relu is fused into it */
@@ -53,6 +55,7 @@ typedef struct td__cl {
     dnnl_memory_t w, dw, b, db; /* views into the flat parameter arrays */
     dnnl_memory_t w_f, w_bd, dw_bw; /* weights in primitive layouts */
     dnnl_primitive_t r_w_f, r_w_bd, r_dw;
+    td__split *split;   /* conv: backward weights by batch halves */
     uint8_t *mask;              /* dropout keep mask, one byte per element */
     size_t nelem;               /* elements in the output buffer (padded) */
 } td__cl;
@@ -116,6 +119,15 @@ static inline int td__bn_eval(const td__cpu *be, int L)
 {
     return be->base.cfg.bn_eval && be->base.cfg.bn_eval[L];
 }
+
+/* cpu_split.c: a convolution's backward weights as two half-batch
+ * single-thread calls on two threads (bf16 nhwc, 2 threads; opt-in with
+ * TD_CPU_SPLIT_BW=1).  plan after the layer's pd[3]; run instead of bwd_w
+ * when cl[L].split is set. */
+int td__split_plan(td__cpu *be, int L);
+int td__split_run(td__cpu *be, int L, dnnl_memory_t x, dnnl_memory_t dy,
+                  dnnl_memory_t dw, dnnl_memory_t db);
+void td__split_free(td__split *s);
 
 /* cpu_step.c: the td_backend_ops train_step and eval_step. */
 int td__cpu_train_step(td_backend *b, float lr, int64_t t);

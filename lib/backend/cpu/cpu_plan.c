@@ -212,7 +212,8 @@ static int td__plan_conv(td__cpu *be, int L)
              dnnl_convolution_direct, src, &wgrad, bias, &c->md, st, pad, pad),
              "convolution backward weights", l->name);
     if ((rc = td__pd(be, &d, c->pd[0], &c->pd[3], &c->bwd_w, "conv bwd "
-                     "weights", l->name)))
+                     "weights", l->name)) ||
+        (rc = td__split_plan(be, L)))
         return rc;
     return td__wlayout(be, td__q(c->pd[3], dnnl_query_diff_weights_md, 0),
                        c->dw, 0, &c->dw_bw, &c->r_dw, l->name);
@@ -661,6 +662,7 @@ void td__cpu_unplan(td__cpu *be)
                 dnnl_memory_destroy(c->sp[i]);
         }
         free(c->mask);
+        td__split_free(c->split);
     }
     if (be->r_in)
         dnnl_primitive_destroy(be->r_in);
