@@ -547,11 +547,21 @@ static void td__job_done(td_daemon *d, td_inbox_msg *m)
                 snprintf(accs, sizeof accs, "val_acc %.4f",
                          json_number_value(acc));
             long long ne = json_integer_value(json_object_get(r, "epochs"));
-            snprintf(why, sizeof why,
+            int n = snprintf(why, sizeof why,
                      "%lld epoch%s, %.1f samples/s, %s, verdict %s", ne,
                      ne == 1 ? "" : "s",
                      json_number_value(json_object_get(r, "samples_per_s")),
                      accs, json_string_value(json_object_get(r, "verdict")));
+            /* loss scaling on: where the scale ended (the last window's) */
+            json_t *ls = j->last_window ? json_object_get(j->last_window,
+                                                          "loss_scale")
+                                        : NULL;
+            if (ls && n > 0 && (size_t)n < sizeof why)
+                snprintf(why + n, sizeof why - (size_t)n,
+                         ", loss scale %g, skipped steps %lld",
+                         json_number_value(ls),
+                         (long long)json_integer_value(json_object_get(
+                             j->last_window, "skipped_steps")));
             td_daemon_set_job_state(d, j, TD_JOB_COMPLETED, why);
         }
     }
