@@ -7,8 +7,8 @@
  * fails create with the sizes in the message), three streams (copy,
  * compute, snapshot), double-buffered device batches, the pinned ring that
  * read_stats copies through (delivered to the caller after an event wait,
- * never by a host function), the pinned batch-slot allocator (cuda_err.c
- * words the failures, cuda_mem.c holds the shadow copies and the warm-up
+ * never by a host function) (cuda_pinned.c makes the batch slots,
+ * cuda_err.c words the failures, cuda_mem.c holds the shadow copies and the warm-up
  * step, cuda_arena.c lays out and allocates the arena).
  * Never does: synchronise the whole device (only this backend's streams,
  * and only in create, restore, sync, destroy and the test accessors),
@@ -22,7 +22,6 @@
  * last TD_CUDA_TIMES_KEPT uploads and read with cudaEventQuery.
  */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -900,67 +899,6 @@ int td_backend_cuda_create(const td_model *model, const td_backend_config *cfg,
 }
 
 /* ---- the CUDA-only API (backend_cuda.h) ---------------------------------- */
-
-/* Batch slots (finding 11).  Each block starts with a header saying how
- * it was made, so that free gives it back the same way: page-locked by
- * cudaHostAlloc with the job's GPU current, or pageable from aligned_alloc
- * when page-locking failed. */
-#define TD__PIN_HDR 64 /* keeps the slot 64-byte aligned */
-
-typedef struct td__pin_hdr {
-    int pinned, dev;
-} td__pin_hdr;
-
-static atomic_int td__pin_warned;
-
-static void *td__pin_alloc(void *user, size_t bytes)
-{
-    int dev = (int)(intptr_t)user;
-    size_t total = TD__PIN_HDR + (bytes ? bytes : 1);
-    char *base = NULL;
-    cudaError_t e = cudaSetDevice(dev);
-    if (e == cudaSuccess)
-        e = cudaHostAlloc((void **)&base, total, cudaHostAllocPortable);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        if (atomic_exchange(&td__pin_warned, 1) == 0)
-            td_warn("cuda:%d: cannot page-lock %zu bytes for batch slots "
-                    "(%s); using pageable memory: host-to-device copies "
-                    "then stage through the driver and block the trainer "
-                    "while they do", dev, total, cudaGetErrorString(e));
-        base = aligned_alloc(TD__PIN_HDR, (total + TD__PIN_HDR - 1) &
-                                              ~(size_t)(TD__PIN_HDR - 1));
-        if (!base)
-            return NULL;
-    }
-    td__pin_hdr h = {e == cudaSuccess, dev};
-    memcpy(base, &h, sizeof h);
-    return base + TD__PIN_HDR;
-}
-
-static void td__pin_free(void *user, void *p)
-{
-    td__pin_hdr h;
-    (void)user;
-    if (!p)
-        return;
-    char *base = (char *)p - TD__PIN_HDR;
-    memcpy(&h, base, sizeof h);
-    if (!h.pinned) {
-        free(base);
-        return;
-    }
-    if (cudaSetDevice(h.dev) != cudaSuccess || cudaFreeHost(base) !=
-                                                   cudaSuccess)
-        (void)cudaGetLastError(); /* after a sticky error: left locked */
-}
-
-td_slot_allocator td_cuda_pinned_allocator(int device)
-{
-    td_slot_allocator a = {td__pin_alloc, td__pin_free,
-                           (void *)(intptr_t)device};
-    return a;
-}
 
 void td_cuda_register(void)
 {

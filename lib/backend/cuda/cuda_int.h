@@ -21,6 +21,7 @@
  *   cuda_lscale.cu          loss scaling's kernels (kernels/loss_scale.h)
  *   cuda_err.c              failure messages; sticky errors mark the GPU
  *   cuda_mem.c              shadow copies of the state; the warm-up step
+ *   cuda_pinned.c           the page-locked host batch slots
  *   cuda_prec.c             the compute type (fp32 strict or TF32, bf16,
  *                           fp16) by compute capability
  *   cuda_graph.c            the step scalars; the training step captured
