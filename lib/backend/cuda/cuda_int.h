@@ -392,9 +392,23 @@ int td__cuda_loss(td__cuda *be, int train);
 int td__cuda_backward(td__cuda *be);
 /* The optimizer update at the lrs of the step scalars. */
 int td__cuda_update(td__cuda *be);
-/* The runs of equal lr multipliers td__cuda_update launches per (one
- * without multipliers; frozen runs count): how many, and with out (one
- * float per run) each run's lr for the step's lr. */
+/* A run of consecutive parameters with equal lr multipliers (cfg.lr_mult;
+ * the whole model, multiplier 1, without them): run r, its multiplier
+ * (0: frozen), elements [lo, lo + count) of the flat parameter block, and
+ * parameters [p, q).  The unit of the fused update, of the loss scaler's
+ * check and of the step scalars' lrs. */
+typedef struct td__prun {
+    int r, p, q;
+    size_t lo, count;
+    float mult;
+} td__prun;
+#define TD__RUN_FIRST ((td__prun){.r = -1})
+/* Advances s (from TD__RUN_FIRST) to the next run, frozen ones included;
+ * 0 after the last.  for (td__prun s = TD__RUN_FIRST;
+ * td__cuda_next_run(be, &s);) visits them all. */
+int td__cuda_next_run(const td__cuda *be, td__prun *s);
+/* How many runs td__cuda_update launches per (frozen ones count), and
+ * with out (one float per run) each run's lr for the step's lr. */
 int td__cuda_lr_runs(const td__cuda *be, float lr, float *out);
 
 /* ---- cuda_graph.c ---------------------------------------------------------- */

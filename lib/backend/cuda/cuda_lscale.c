@@ -42,49 +42,27 @@ int td__cuda_ls_scale_loss(td__cuda *be, float *dlogits, size_t count)
     return 0;
 }
 
-/* The runs of parameters the update touches (multiplier not 0), as
- * td__cuda_update groups them: fn on each, stopping at an error. */
-static int td__each_updated(td__cuda *be,
-                            int (*fn)(td__cuda *, size_t, size_t))
-{
-    const td_model *m = be->base.model;
-    const float *mult = be->base.cfg.lr_mult;
-    if (!mult)
-        return fn(be, 0, m->param_count);
-    size_t off = 0;
-    for (int p = 0; p < m->nparams; off += m->params[p++].count)
-        if (mult[p] != 0.0f)
-            TD__TRY(fn(be, off, m->params[p].count));
-    return 0;
-}
-
-static int td__check(td__cuda *be, size_t lo, size_t cnt)
-{
-    TD__CU(be, td__k_ls_check(be->compute, be->grads + lo, cnt, be->ls));
-    return 0;
-}
-
-/* The kernel compares the step scalars' t with the poisoned step on the
- * device, so a captured step (cuda_graph.c) poisons the right one too. */
-static int td__poison(td__cuda *be, size_t lo, size_t cnt)
-{
-    if (cnt > 0)
-        TD__CU(be, td__k_ls_poison(be->compute, be->grads + lo, &be->scal->t,
-                                   be->base.cfg.ls_poison_step));
-    return 1; /* the first updated element only: stop here */
-}
-
 int td__cuda_ls_decide(td__cuda *be)
 {
     const td_optim_config *o = &be->base.cfg.optim;
     if (!td__cuda_ls(be))
         return 0;
-    if (be->base.cfg.ls_poison_step > 0) {
-        int rc = td__each_updated(be, td__poison);
-        if (rc < 0)
-            return rc;
-    }
-    TD__TRY(td__each_updated(be, td__check));
+    /* the runs the update touches (td__cuda_update's, frozen ones left
+     * out): the test poison into the first updated element (the kernel
+     * compares the step scalars' t with the poisoned step on the device,
+     * so a captured step poisons the right one too), then the check */
+    int poison = be->base.cfg.ls_poison_step > 0;
+    for (td__prun s = TD__RUN_FIRST; poison && td__cuda_next_run(be, &s);)
+        if (s.mult != 0.0f && s.count > 0) {
+            TD__CU(be, td__k_ls_poison(be->compute, be->grads + s.lo,
+                                       &be->scal->t,
+                                       be->base.cfg.ls_poison_step));
+            poison = 0;
+        }
+    for (td__prun s = TD__RUN_FIRST; td__cuda_next_run(be, &s);)
+        if (s.mult != 0.0f)
+            TD__CU(be, td__k_ls_check(be->compute, be->grads + s.lo, s.count,
+                                      be->ls));
     TD__CU(be, td__k_ls_prepare(be->compute, be->ls,
                                 td_backend_ls_interval(&be->base.cfg),
                                 o->beta1, o->beta2, &be->scal->t));

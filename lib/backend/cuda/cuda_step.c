@@ -391,46 +391,44 @@ static int td__update_range(td__cuda *be, int r, size_t lo, size_t cnt)
  * Run r's lr is scal_lr[r] (td__cuda_lr_runs). */
 int td__cuda_update(td__cuda *be)
 {
+    TD__TRY(td__cuda_ls_decide(be)); /* loss scaling (cuda_lscale.c) */
+    for (td__prun s = TD__RUN_FIRST; td__cuda_next_run(be, &s);)
+        if (s.mult != 0.0f)
+            TD__TRY(td__update_range(be, s.r, s.lo, s.count));
+    return td__cuda_krsc_weights(be); /* 16-bit filters in KRSC */
+}
+
+int td__cuda_next_run(const td__cuda *be, td__prun *s)
+{
     const td_model *m = be->base.model;
     const float *mult = be->base.cfg.lr_mult;
-    TD__TRY(td__cuda_ls_decide(be)); /* loss scaling (cuda_lscale.c) */
-    if (!mult) {
-        TD__TRY(td__update_range(be, 0, 0, m->param_count));
-        return td__cuda_krsc_weights(be); /* 16-bit filters in KRSC */
+    s->r++;
+    s->p = s->q;
+    s->lo += s->count;
+    if (!mult) { /* the whole model, once */
+        if (s->r > 0)
+            return 0;
+        s->q = m->nparams;
+        s->count = m->param_count;
+        s->mult = 1.0f;
+        return 1;
     }
-    size_t off = 0;
-    int r = 0;
-    for (int p = 0; p < m->nparams; r++) {
-        size_t lo = off;
-        int q = p;
-        while (q < m->nparams && mult[q] == mult[p])
-            off += m->params[q++].count;
-        if (mult[p] != 0.0f)
-            TD__TRY(td__update_range(be, r, lo, off - lo));
-        p = q;
-    }
-    return td__cuda_krsc_weights(be); /* 16-bit filters in KRSC */
+    if (s->p >= m->nparams)
+        return 0;
+    s->count = 0;
+    s->mult = mult[s->p];
+    for (s->q = s->p; s->q < m->nparams && mult[s->q] == s->mult; s->q++)
+        s->count += m->params[s->q].count;
+    return 1;
 }
 
 int td__cuda_lr_runs(const td__cuda *be, float lr, float *out)
 {
-    const td_model *m = be->base.model;
-    const float *mult = be->base.cfg.lr_mult;
-    int r = 0;
-    if (!mult) {
-        if (out)
-            out[0] = lr;
-        return 1;
-    }
-    for (int p = 0; p < m->nparams; r++) {
-        int q = p;
-        while (q < m->nparams && mult[q] == mult[p])
-            q++;
-        if (out)
-            out[r] = lr * mult[p]; /* in float, as before the scalars */
-        p = q;
-    }
-    return r;
+    td__prun s = TD__RUN_FIRST;
+    while (td__cuda_next_run(be, &s))
+        if (out) /* in float, as before the scalars (x 1 is exact) */
+            out[s.r] = lr * s.mult;
+    return s.r;
 }
 
 int td__cuda_narrow_params(td__cuda *be)
