@@ -76,6 +76,8 @@ typedef struct td_sim_op {
     uint64_t seq;                /* this operation's number on its stream */
     struct td_sim_body *body;    /* RUN of a graph launch: the graph's
                                   * nodes, released after the run */
+    uint64_t *after;             /* RUN that raced: runs only once every
+                                  * stream i has done after[i] (NULL: no) */
 } td_sim_op;
 
 /* A capture in progress (sim_graph.c). */
@@ -96,6 +98,9 @@ struct CUstream_st {
     struct td_sim_capture *cap; /* capturing into it; NULL: not */
     uint64_t cap_ops;      /* operations this stream captured */
     int cap_joined;        /* forked stream joined back to the origin */
+    td_sim_vc race_after;  /* the operation being enqueued raced with
+                            * these (sim_race.c); moved to it at push */
+    int race_pending;
 };
 
 struct CUevent_st {
@@ -248,7 +253,7 @@ void td__sim_body_free(struct td_sim_body *b);
  * (in report or strict mode) an earlier conflicting access on another
  * stream that is not ordered before it.  Mutex held. */
 void td__sim_race(td_sim_alloc *a, const void *p, size_t n, int write,
-                  const struct CUstream_st *s, const char *what,
+                  struct CUstream_st *s, const char *what,
                   const void *caller);
 
 /* Compute capability (10 major + minor) of device d, read under the

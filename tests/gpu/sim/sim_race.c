@@ -16,7 +16,10 @@
  * operands are recorded with their exact extents.
  * Never does: look at host memory (pinned or not), or change what the
  * program computes: it reports (TD_SIM_RACE=report) or reports and aborts
- * (strict).
+ * (strict).  A reported operation then runs after the one it raced with
+ * (one of the orders the device could have picked), so that the
+ * simulator's own threads never touch the same bytes at once (which
+ * ThreadSanitizer would rightly call a data race in the simulator).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +34,7 @@ static int td__overlap(const td_sim_rec *r, size_t off, size_t len)
 
 static void td__report(const td_sim_alloc *a, const td_sim_rec *old,
                        size_t off, size_t len, int write,
-                       const struct CUstream_st *s, const char *what,
+                       struct CUstream_st *s, const char *what,
                        const void *caller)
 {
     char now[512], then[512];
@@ -54,6 +57,9 @@ static void td__report(const td_sim_alloc *a, const td_sim_rec *old,
             (unsigned long long)old->epoch, s->id,
             (unsigned long long)s->vc[old->stream], then);
     td__sim.races++;
+    if (s->race_after[old->stream] < old->epoch)
+        s->race_after[old->stream] = old->epoch;
+    s->race_pending = 1;
     if (td__sim.race_mode == 2) {
         fprintf(stderr, "td-sim: TD_SIM_RACE=strict: aborting\n");
         abort();
@@ -61,7 +67,7 @@ static void td__report(const td_sim_alloc *a, const td_sim_rec *old,
 }
 
 void td__sim_race(td_sim_alloc *a, const void *p, size_t n, int write,
-                  const struct CUstream_st *s, const char *what,
+                  struct CUstream_st *s, const char *what,
                   const void *caller)
 {
     if (!td__sim.race_mode || !a || n == 0)

@@ -75,6 +75,9 @@ static void *td__worker(void *p)
             while (op->ws->done < op->wseq)
                 pthread_cond_wait(&td__sim.cv, &td__sim.mu);
         } else {
+            for (int i = 0; op->after && i < td__sim.nstreams; i++)
+                while (td__sim.streams[i]->done < op->after[i])
+                    pthread_cond_wait(&td__sim.cv, &td__sim.mu);
             int jitter = td__sim.jitter != 0;
             pthread_mutex_unlock(&td__sim.mu);
             if (jitter)
@@ -110,6 +113,7 @@ static void *td__worker(void *p)
             op->drop(op->ctx);
         if (last)
             td__sim_body_free(body);
+        free(op->after);
         free(op);
         pthread_mutex_lock(&td__sim.mu);
     }
@@ -177,6 +181,14 @@ struct CUstream_st *td__sim_stream(cudaStream_t h)
 
 void td__sim_op_push(struct CUstream_st *s, td_sim_op *op)
 {
+    if (s->race_pending) {
+        s->race_pending = 0;
+        op->after = malloc(sizeof s->race_after);
+        if (!op->after)
+            abort(); /* test tool */
+        memcpy(op->after, s->race_after, sizeof s->race_after);
+        memset(s->race_after, 0, sizeof s->race_after);
+    }
     if (s->tail)
         s->tail->next = op;
     else
