@@ -3,6 +3,8 @@
  * no GPU: it reads the zoo model and prints the bill of the CUDA backend's
  * one device allocation for a batch and a precision, next to what the same
  * job needs in fp32 with one buffer per layer (the layout before the plan).
+ * In fp16 the activations include the reserve spaces of the batch norms
+ * the backend fuses with cuDNN (td_memplan_fp16_bn_reserves).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -141,9 +143,27 @@ int td_cmd_plan(int argc, char **argv)
     td_memplan_config today = pc;
     today.act_bytes = 4;
     today.reuse = 0;
+    /* fp16: the batch norms the backend fuses with cuDNN keep a reserve
+     * space each from the fused forward to the fused backward (sized as
+     * the simulated cuDNN does: memplan.h) */
+    size_t *rsv = NULL;
+    if (!strcmp(prec, "fp16")) {
+        rsv = calloc((size_t)m->nlayers, sizeof *rsv);
+        if (!rsv) {
+            fprintf(stderr, "trainctl plan: out of memory\n");
+            td_model_free(m);
+            return TD_EXIT_REFUSED;
+        }
+        td_memplan_fp16_bn_reserves(m, (int)batch, NULL, rsv);
+        pc.bn_reserve = rsv;
+    }
     td_memplan plan, base;
-    if ((rc = td_memplan_build(m, &pc, &plan, err, sizeof err)) != 0 ||
-        (rc = td_memplan_build(m, &today, &base, err, sizeof err)) != 0) {
+    rc = td_memplan_build(m, &pc, &plan, err, sizeof err);
+    if (rc == 0 &&
+        (rc = td_memplan_build(m, &today, &base, err, sizeof err)) != 0)
+        td_memplan_free(&plan);
+    free(rsv);
+    if (rc) {
         fprintf(stderr, "trainctl plan: %s\n", err);
         td_model_free(m);
         return TD_EXIT_REFUSED;
@@ -179,6 +199,14 @@ int td_cmd_plan(int argc, char **argv)
         td__row("total", plan.total, base.total);
         printf("  this plan is %.0f%% of the fp32 one-buffer-per-layer "
                "layout\n", 100.0 * ratio);
+        size_t nres = 0, rbytes = 0;
+        for (int i = 0; i < plan.nbufs; i++)
+            if (plan.bufs[i].kind == TD_MB_RESERVE)
+                nres++, rbytes += plan.bufs[i].bytes;
+        if (nres)
+            printf("  the activations include %zu fused batch norms' "
+                   "reserve spaces (cuDNN, fp16), %.1f KiB\n", nres,
+                   (double)rbytes / 1024);
         printf("  the CUDA backend allocates all but the headroom, %.1f "
                "MiB, in one arena (with its real cuDNN\n  workspace) and "
                "keeps max(512 MiB, 1/32 of the GPU) free beside it\n",

@@ -228,6 +228,47 @@ int td_memplan_bn_add_relu(const td_model *m, int P, int *A)
     return r;
 }
 
+int td_memplan_bn_fuse(const td_model *m, int L, const uint8_t *bn_eval,
+                       int no_add, int *A)
+{
+    int a, a2;
+    *A = 0;
+    if (L < 1 || L >= m->nlayers || m->layers[L].kind != TD_L_BN ||
+        m->layers[L].out.c % 4 || (bn_eval && bn_eval[L]))
+        return 0;
+    int R = td_memplan_bn_relu(m, L);
+    if (R || no_add || !(R = td_memplan_bn_add_relu(m, L, &a)))
+        return R;
+    /* an add takes one batch norm along: the first that qualifies */
+    for (int i = 0; i < 2; i++) {
+        int B = m->layers[a].in[i];
+        if (B >= 1 && B < L && m->layers[B].kind == TD_L_BN &&
+            m->layers[B].out.c % 4 == 0 && !(bn_eval && bn_eval[B]) &&
+            td_memplan_bn_add_relu(m, B, &a2) && a2 == a)
+            return 0;
+    }
+    *A = a;
+    return R;
+}
+
+size_t td_memplan_bn_reserve_size(size_t elems)
+{
+    return 64 + (elems + 7) / 8;
+}
+
+void td_memplan_fp16_bn_reserves(const td_model *m, int batch,
+                                 const uint8_t *bn_eval, size_t *out)
+{
+    for (int L = 0; L < m->nlayers; L++) {
+        const td_shape *s = &m->layers[L].out;
+        int A;
+        out[L] = td_memplan_bn_fuse(m, L, bn_eval, 0, &A)
+                     ? td_memplan_bn_reserve_size((size_t)batch * s->c *
+                                                  s->h * s->w)
+                     : 0;
+    }
+}
+
 size_t td_memplan_dense_scratch(const td_model *m, int act_bytes)
 {
     size_t most = 0;

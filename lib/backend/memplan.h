@@ -23,6 +23,7 @@
 #define TD_MEMPLAN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model/model.h"
 
@@ -135,6 +136,31 @@ int td_memplan_bn_relu(const td_model *m, int P);
  * read by no layer after the add (so the add's gradient summand into it
  * is its first); 0 when P is not such a batch norm. */
 int td_memplan_bn_add_relu(const td_model *m, int P, int *A);
+
+/* The batch norms the CUDA backend's fp16 training fuses with cuDNN's
+ * extended calls (docs/cuda.md "NHWC"; cuda_dnn.c decides by this
+ * function, the host planners bill by it): batch norm L with C a multiple
+ * of 4, not kept in inference mode (bn_eval[L]; NULL: none), read only by
+ * a ReLU (BN_ACTIVATION: returns the ReLU, *A = 0) or, unless no_add,
+ * ending a residual block (td_memplan_bn_add_relu: returns the ReLU after
+ * the add, *A the add) whose add no earlier batch norm so placed takes
+ * (an add fuses one: the first in layer order); 0: unfused.  The backend
+ * also needs an fp16 job with the memory plan's placement (not
+ * TD_MEM_PER_LAYER). */
+int td_memplan_bn_fuse(const td_model *m, int L, const uint8_t *bn_eval,
+                       int no_add, int *A);
+/* A fused batch norm's reserve space over `elems` (n x c x h x w)
+ * elements as the simulated cuDNN sizes it: a 64-byte tag and a bit per
+ * element (y's ReLU mask).  cuDNN documents no formula (the backend asks
+ * cudnnGetBatchNormalizationTrainingExReserveSpaceSize): on a real GPU
+ * the arena may differ from a host plan by the difference. */
+size_t td_memplan_bn_reserve_size(size_t elems);
+/* Per layer (m->nlayers entries), the reserve-space bytes an fp16 job of
+ * this batch bills for its fused batch norms (0 for the other layers):
+ * what td_memplan_config.bn_reserve takes in a host plan of an fp16 job
+ * (`trainctl plan --precision fp16`). */
+void td_memplan_fp16_bn_reserves(const td_model *m, int batch,
+                                 const uint8_t *bn_eval, size_t *out);
 
 /* Plans model m.  0, or -EINVAL/-ENOMEM with a message in err. */
 int td_memplan_build(const td_model *m, const td_memplan_config *c,

@@ -69,6 +69,18 @@ const td_memplan *td_backend_cuda_plan(const td_backend *be);
 long long td_backend_cuda_act_offset(const td_backend *be,
                                      enum td_tensor_kind kind, int layer);
 
+/* The 16-bit weight copy of layer `layer`'s weights (a convolution or
+ * dense layer of a bf16 or fp16 job) as the device stores it: a
+ * filter in KRSC with its stored channels (the padded stem's pad
+ * channels included), a dense layer over an NHWC input in [out][h,w,c],
+ * other dense layers as they are (kernels/layout.h).  Copies its 16-bit
+ * elements into out (cap of them) after the compute stream's work;
+ * returns how many, -ENOSPC when cap is too small, -EINVAL when be is
+ * not a CUDA backend with a 16-bit copy or the layer has no weights.
+ * Tests check the copy against the fp32 masters with it. */
+long td_backend_cuda_read_lowp(td_backend *be, int layer, uint16_t *out,
+                               size_t cap);
+
 /* Device timings of one training step, in ms since the backend was
  * created: its host-to-device copy on the copy stream and its
  * train_step on the compute stream. */

@@ -332,24 +332,20 @@ static cudnnBatchNormOps_t td__bnfuse_ops(const td__gl *g)
 
 /* The ReLU batch norm layer L's training passes may compute with it: an
  * fp16 job (cuDNN's fused kernel takes HALF data, fully packed NHWC, C a
- * multiple of 4), a batch norm not kept in inference mode whose only
- * reader is a ReLU the memory plan runs in place on its output, or an
- * add (*A) ending a residual block (td_memplan_bn_add_relu); 0: none.
+ * multiple of 4) with the memory plan's placement, and the batch norm
+ * td_memplan_bn_fuse says (memplan.h: read only by a ReLU the plan runs
+ * in place on its output, or ending a residual block at add *A; the same
+ * function by which `trainctl plan` bills the reserve spaces); 0: none.
  * TD_TEST_NO_BNFUSE (tests only) turns fusion off, TD_TEST_NO_BNADD the
  * residual form only. */
 static int td__bnfuse_relu(const td__cuda *be, int L, int *A)
 {
-    const td_model *m = be->base.model;
     *A = 0;
-    if (m->layers[L].kind != TD_L_BN || be->dt != TD_F16 ||
-        be->base.cfg.mem_layout == TD_MEM_PER_LAYER ||
-        td__cuda_bn_eval(be, L) || m->layers[L].out.c % 4 ||
+    if (be->dt != TD_F16 || be->base.cfg.mem_layout == TD_MEM_PER_LAYER ||
         getenv("TD_TEST_NO_BNFUSE"))
         return 0;
-    int R = td_memplan_bn_relu(m, L);
-    if (R || getenv("TD_TEST_NO_BNADD"))
-        return R;
-    return td_memplan_bn_add_relu(m, L, A);
+    return td_memplan_bn_fuse(be->base.model, L, be->base.cfg.bn_eval,
+                              getenv("TD_TEST_NO_BNADD") != NULL, A);
 }
 
 /* At create, after every layer's descriptors: which batch norms are

@@ -292,10 +292,18 @@ static inline int td__cuda_bn_eval(const td__cuda *be, int L)
 /* 1 when activations are NHWC (the 16-bit types). */
 static inline int td__cuda_nhwc(const td__cuda *be) { return be->dt != TD_F32; }
 /* The 16-bit copy's convolution (and NHWC-reading dense) weights
- * rewritten in KRSC from the fp32 masters, on the compute stream: after
- * the update kernel (which wrote them in KCRS) and wherever the copy is
- * rebuilt.  No-op in fp32. */
+ * rewritten in KRSC from the fp32 masters, on the compute stream,
+ * wherever the copy is rebuilt (td__cuda_narrow_params: create, load,
+ * resume; never in a step, whose update writes them in KRSC itself).
+ * No-op in fp32. */
 int td__cuda_krsc_weights(td__cuda *be);
+/* The update kernel's map (kernels/layout.h) for master elements [at,
+ * end) (a run's, or what is left of it): the permuted segments there, at
+ * most TD_LOWP_SEGS; returns how many elements from at the map covers
+ * (end - at, or less when more filters follow: the next launch's map
+ * starts there).  fp32: an empty map, end - at. */
+size_t td__cuda_lowp_map(const td__cuda *be, size_t at, size_t end,
+                         td_lowp_map *map);
 /* After cuDNN wrote conv layer L's KRSC 16-bit weight gradient into
  * dwl: widened into the fp32 KCRS gradient (bias widened as is). */
 int td__cuda_conv_grad_kcrs(td__cuda *be, int L);

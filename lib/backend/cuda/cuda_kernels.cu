@@ -38,6 +38,11 @@ namespace {
 
 const int kBlock = 256;
 
+/* The update kernels take the copy's map by value: CUDA's limit on a
+ * kernel's parameters is 4 KB (before CUDA 12.1 and Volta) */
+static_assert(sizeof(td_lowp_map) + 128 <= 4096,
+              "td_lowp_map too large for a kernel parameter");
+
 /* Grid for `count` elements with a grid-stride loop; capped so huge
  * tensors do not make huge grids. */
 unsigned grid_for(size_t count)
@@ -130,12 +135,13 @@ __global__ void stats_k(td_dev_stats *acc, const double *row_loss,
 
 /* The updates: lr from the step scalars; ls (loss scaling, loss_scale.h):
  * skip, 1/scale and AdamW's corrections from the device, NULL without
- * it; they write the low-precision weight copy (when there is one) from
- * the fp32 master value they have just computed. */
+ * it; they write the low-precision weight copy (when there is one, low:
+ * its first element) from the fp32 master value they have just computed,
+ * at the place map gives (layout.h: KRSC filters), once per step. */
 template <typename T>
 __global__ void sgd_k(float *w, float *v, const float *g, size_t count,
                       const float *lrp, float mu, float wd, int nesterov,
-                      const td_ls_dev *ls, T *low)
+                      const td_ls_dev *ls, T *low, td_lowp_map map)
 {
     if (ls && ls->step.skip)
         return;
@@ -146,7 +152,7 @@ __global__ void sgd_k(float *w, float *v, const float *g, size_t count,
         td_sgd_elem(&w[i], v ? &v[i] : nullptr, g[i] * inv, lr, mu, wd,
                     nesterov);
         if (low)
-            st(low, i, w[i]);
+            st(low, td_lowp_index(&map, map.at + i), w[i]);
     }
 }
 
@@ -154,7 +160,7 @@ template <typename T>
 __global__ void adamw_k(float *w, float *m, float *v, const float *g,
                         size_t count, const float *lrp, float b1, float b2,
                         float eps, float wd, const td_step_scalars *sc,
-                        const td_ls_dev *ls, T *low)
+                        const td_ls_dev *ls, T *low, td_lowp_map map)
 {
     if (ls && ls->step.skip)
         return;
@@ -170,7 +176,7 @@ __global__ void adamw_k(float *w, float *m, float *v, const float *g,
         td_adamw_elem(&w[i], &m[i], &v[i], g[i] * inv, lr, b1, b2, eps, wd,
                       c);
         if (low)
-            st(low, i, w[i]);
+            st(low, td_lowp_index(&map, map.at + i), w[i]);
     }
 }
 
@@ -400,10 +406,11 @@ cudaError_t normalize_t(cudaStream_t s, const uint8_t *nhwc, void *y,
 template <typename T>
 cudaError_t sgd_t(cudaStream_t s, float *w, float *v, const float *g,
                   size_t count, const float *lr, float mu, float wd,
-                  int nesterov, const td_ls_dev *ls, void *low)
+                  int nesterov, const td_ls_dev *ls, void *low,
+                  const td_lowp_map &map)
 {
     TD_LAUNCH(sgd_k<T>, grid_for(count), kBlock, 0, s, w, v, g, count, lr, mu,
-              wd, nesterov, ls, static_cast<T *>(low));
+              wd, nesterov, ls, static_cast<T *>(low), map);
     return cudaGetLastError();
 }
 
@@ -411,10 +418,10 @@ template <typename T>
 cudaError_t adamw_t(cudaStream_t s, float *w, float *m, float *v,
                     const float *g, size_t count, const float *lr, float b1,
                     float b2, float eps, float wd, const td_step_scalars *sc,
-                    const td_ls_dev *ls, void *low)
+                    const td_ls_dev *ls, void *low, const td_lowp_map &map)
 {
     TD_LAUNCH(adamw_k<T>, grid_for(count), kBlock, 0, s, w, m, v, g, count,
-              lr, b1, b2, eps, wd, sc, ls, static_cast<T *>(low));
+              lr, b1, b2, eps, wd, sc, ls, static_cast<T *>(low), map);
     return cudaGetLastError();
 }
 
@@ -559,10 +566,11 @@ extern "C" cudaError_t td__k_sgd(cudaStream_t s, float *w, float *v,
                                  const float *g, size_t count,
                                  const float *lr, float mu, float wd,
                                  int nesterov, const td_ls_dev *ls, void *low,
-                                 int low_dt)
+                                 const td_lowp_map *map, int low_dt)
 {
+    td_lowp_map none = {};
     return TD__BY_DT(low_dt, sgd_t, s, w, v, g, count, lr, mu, wd, nesterov,
-                     ls, low);
+                     ls, low, map ? *map : none);
 }
 
 extern "C" cudaError_t td__k_adamw(cudaStream_t s, float *w, float *m,
@@ -570,10 +578,12 @@ extern "C" cudaError_t td__k_adamw(cudaStream_t s, float *w, float *m,
                                    const float *lr, float b1, float b2,
                                    float eps, float wd,
                                    const td_step_scalars *sc,
-                                   const td_ls_dev *ls, void *low, int low_dt)
+                                   const td_ls_dev *ls, void *low,
+                                   const td_lowp_map *map, int low_dt)
 {
+    td_lowp_map none = {};
     return TD__BY_DT(low_dt, adamw_t, s, w, m, v, g, count, lr, b1, b2, eps,
-                     wd, sc, ls, low);
+                     wd, sc, ls, low, map ? *map : none);
 }
 
 extern "C" cudaError_t td__k_widen(cudaStream_t s, const void *src, int dt,

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layout.h"
 #include "loss_scale.h"
 #include "stats.h"
 
@@ -67,18 +68,21 @@ cudaError_t td__k_stats(cudaStream_t s, td_dev_stats *acc,
  * the update does nothing when ls->step.skip, multiplies gradients by
  * ls->step.inv_scale, and AdamW takes ls->step.corr instead of sc's c1, c2
  * (kernels/loss_scale.h).  When low is not NULL they also write each
- * updated weight rounded to type low_dt into low (the copy the
- * convolutions and GEMMs of a bf16 or fp16 job read). */
+ * updated weight rounded to type low_dt into the copy starting at low
+ * (the one the convolutions and GEMMs of a bf16 or fp16 job read), w[i]
+ * at td_lowp_index(map, map->at + i) (kernels/layout.h: the filters
+ * straight in KRSC; map NULL: at i).  The map is copied into the launch
+ * (by value: a captured graph keeps it). */
 cudaError_t td__k_sgd(cudaStream_t s, float *w, float *v, const float *g,
                       size_t count, const float *lr, float mu, float wd,
                       int nesterov, const td_ls_dev *ls, void *low,
-                      int low_dt);
+                      const td_lowp_map *map, int low_dt);
 /* sc: the step scalars (bias corrections c1, c2) */
 cudaError_t td__k_adamw(cudaStream_t s, float *w, float *m, float *v,
                         const float *g, size_t count, const float *lr,
                         float b1, float b2, float eps, float wd,
                         const td_step_scalars *sc, const td_ls_dev *ls,
-                        void *low, int low_dt);
+                        void *low, const td_lowp_map *map, int low_dt);
 /* dst = src in another type: widen (type dt -> fp32, exact) and narrow
  * (fp32 -> type dt, rounded to nearest even). */
 cudaError_t td__k_widen(cudaStream_t s, const void *src, int dt, float *dst,

@@ -359,43 +359,53 @@ int td__cuda_backward(td__cuda *be)
 }
 
 /* The fused optimizer kernel on parameter elements [lo, lo + cnt), at
- * the lr the step scalars hold for run r. */
+ * the lr the step scalars hold for run r; with a 16-bit compute type it
+ * writes the weights' 16-bit copy too, filters straight in KRSC (one
+ * launch per TD_LOWP_SEGS of them: the map is a kernel argument,
+ * td__cuda_lowp_map). */
 static int td__update_range(td__cuda *be, int r, size_t lo, size_t cnt)
 {
     const td_optim_config *o = &be->base.cfg.optim;
     size_t n = be->base.model->param_count;
     float wd = (float)o->weight_decay;
     const float *lr = be->scal_lr + r;
-    /* the weights' 16-bit copy, written by the same kernel */
-    void *low = be->lowp ? (char *)be->lowp + lo * be->esz : NULL;
-    if (o->type == TD_OPT_ADAMW) {
-        TD__CU(be, td__k_adamw(be->compute, be->params + lo, be->slots + lo,
-                               be->slots + n + lo, be->grads + lo, cnt, lr,
-                               (float)o->beta1, (float)o->beta2,
-                               (float)o->eps, wd, be->scal,
-                               td__cuda_ls(be), low, be->dt));
-        return 0;
+    td_lowp_map map;
+    for (size_t end = lo + cnt, k; lo < end; lo += k) {
+        k = td__cuda_lowp_map(be, lo, end, &map);
+        if (o->type == TD_OPT_ADAMW) {
+            TD__CU(be, td__k_adamw(be->compute, be->params + lo,
+                                   be->slots + lo, be->slots + n + lo,
+                                   be->grads + lo, k, lr, (float)o->beta1,
+                                   (float)o->beta2, (float)o->eps, wd,
+                                   be->scal, td__cuda_ls(be), be->lowp, &map,
+                                   be->dt));
+            continue;
+        }
+        TD__CU(be, td__k_sgd(be->compute, be->params + lo,
+                             be->nslots ? be->slots + lo : NULL,
+                             be->grads + lo, k, lr, (float)o->momentum, wd,
+                             o->nesterov, td__cuda_ls(be), be->lowp, &map,
+                             be->dt));
     }
-    TD__CU(be, td__k_sgd(be->compute, be->params + lo,
-                         be->nslots ? be->slots + lo : NULL, be->grads + lo,
-                         cnt, lr, (float)o->momentum, wd, o->nesterov,
-                         td__cuda_ls(be), low, be->dt));
     return 0;
 }
 
 /* Every parameter at the step's lr times its multiplier (cfg.lr_mult),
  * as the CPU backend: one launch per run of consecutive parameters with
  * the same multiplier, so without multipliers, or with all of them 1,
- * the whole model is one fused launch; runs with multiplier 0 (frozen)
- * are not touched at all: no decay, no momentum or Adam state change.
- * Run r's lr is scal_lr[r] (td__cuda_lr_runs). */
+ * the whole model is one fused launch (per TD_LOWP_SEGS filters with a
+ * 16-bit copy); runs with multiplier 0 (frozen) are not touched at all:
+ * no decay, no momentum or Adam state change, their 16-bit copy left as
+ * it is (the masters did not change).  Run r's lr is scal_lr[r]
+ * (td__cuda_lr_runs).  The 16-bit copy is written once, by the update:
+ * nothing rewrites its filters after it. */
 int td__cuda_update(td__cuda *be)
 {
     TD__TRY(td__cuda_ls_decide(be)); /* loss scaling (cuda_lscale.c) */
     for (td__prun s = TD__RUN_FIRST; td__cuda_next_run(be, &s);)
         if (s.mult != 0.0f)
             TD__TRY(td__update_range(be, s.r, s.lo, s.count));
-    return td__cuda_krsc_weights(be); /* 16-bit filters in KRSC */
+    return 0;
 }
 
 int td__cuda_next_run(const td__cuda *be, td__prun *s)

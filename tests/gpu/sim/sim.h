@@ -103,6 +103,11 @@ long td_sim_host_funcs(void);
 /* Whole-stream host synchronisations (cudaStreamSynchronize,
  * cudaDeviceSynchronize) in the whole process. */
 long td_sim_stream_syncs(void);
+/* Kernel runs (TD_LAUNCH launches, and each replay of a captured one in
+ * a graph launch) of the kernels whose name (the kernel's, template
+ * arguments as written: "sgd_k<T>") starts with `prefix`, in the whole
+ * process. */
+long td_sim_kernel_runs(const char *prefix);
 /* Stream captures that made a graph (cudaStreamEndCapture) and graph
  * launches accepted (cudaGraphLaunch), in the whole process. */
 long td_sim_graph_captures(void);

@@ -445,6 +445,8 @@ static void td__replay(struct CUstream_st *s, td_sim_body *b, int i)
     op->fault = d->fault;
     if (d->kernel && ++td__sim.launches == td__sim.fault_kernel)
         op->fault = 1;
+    if (d->kernel)
+        td__sim_count_kernel(d->what);
     td__sim.dev[s->dev].launches++;
     for (int k = 0; k < d->nr; k++) {
         td_sim_alloc *a = d->r[k].p ? td__sim_dfind(d->r[k].p, 1) : NULL;

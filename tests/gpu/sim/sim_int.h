@@ -9,6 +9,7 @@
  *   sim_race.c     the stream-order race detector (vector clocks)
  *   sim_graph.c    stream capture, CUDA graphs and their launches, and
  *                  what capture forbids
+ *   sim_count.c    kernel runs counted by name
  *   sim_cublas.c   the cuBLAS subset (Sgemm)
  *   sim_cudnn.c    cuDNN handles, descriptors, algorithm queries
  *   sim_cudnn_ops.c cuDNN's arithmetic (convolution, batch norm, ...)
@@ -173,6 +174,9 @@ extern td_sim_state td__sim;
 /* Lazy initialisation; takes the mutex.  Every API entry starts here. */
 void td__sim_lock(void);
 void td__sim_unlock(void);
+/* sim_count.c: a kernel launch or replay of kernel `name` (under the
+ * mutex) */
+void td__sim_count_kernel(const char *name);
 /* The calling thread's current device. */
 int td__sim_cur(void);
 /* Sets the calling thread's last error when e is an error; returns e. */

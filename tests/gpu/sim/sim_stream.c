@@ -684,6 +684,7 @@ cudaError_t td_sim_launch(const td_sim_grid *g, cudaStream_t hs,
     op->what = name;
     op->fault = ++td__sim.launches == td__sim.fault_kernel;
     td__sim.dev[s->dev].launches++;
+    td__sim_count_kernel(name);
     for (int i = 0; i < nargs; i++) {
         const char *p = args[i].p;
         if (!p)
