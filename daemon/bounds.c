@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -123,16 +124,31 @@ uint64_t td_limits_device_estimate(const td_job_spec *s,
     int slots = s->optimizer.type == TD_OPT_ADAMW ? 2
                 : s->optimizer.momentum > 0    ? 1
                                                : 0;
+    /* auto is tf32 on a GPU (docs/compute.md): 4-byte activations */
+    int low = s->precision == TD_PREC_BF16 || s->precision == TD_PREC_FP16;
     td_memplan_config c = {
-        .batch = s->batch_size, .act_bytes = 4, .optim_slots = slots,
+        .batch = s->batch_size, .act_bytes = low ? 2 : 4,
+        .optim_slots = slots,
         /* the CUDA backend's layout: placed by liveness, ReLU in place */
         .reuse = 1, .nbuf = 2, .workspace = TD__NOMINAL_WORKSPACE,
         .blas_workspace = TD__BLAS_WORKSPACE,
         .headroom_min = TD__HEADROOM_MIN,
     };
+    /* fp16: the batch norms fused with cuDNN keep reserve spaces, billed
+     * as `trainctl plan --precision fp16` bills them */
+    size_t *rsv = NULL;
+    if (s->precision == TD_PREC_FP16) {
+        rsv = calloc((size_t)model->nlayers, sizeof *rsv);
+        if (!rsv)
+            return 0;
+        td_memplan_fp16_bn_reserves(model, s->batch_size, NULL, rsv);
+        c.bn_reserve = rsv;
+    }
     td_memplan p;
     char e[256];
-    if (td_memplan_build(model, &c, &p, e, sizeof e) != 0)
+    int rc = td_memplan_build(model, &c, &p, e, sizeof e);
+    free(rsv);
+    if (rc != 0)
         return 0;
     uint64_t total = p.total;
     td_memplan_free(&p);

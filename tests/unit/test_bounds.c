@@ -29,6 +29,9 @@ static void setup(void)
 
 static void teardown(void) { json_decref(settings); }
 
+/* The precision spec() asks for. */
+static const char *prec = "auto";
+
 /* A resnet50 job at 224x224 on device dev with batch b. */
 static void spec(td_job_spec *s, const char *dev, int b)
 {
@@ -39,7 +42,8 @@ static void spec(td_job_spec *s, const char *dev, int b)
              " \"channels\": 3}, \"model\": \"resnet50\","
              " \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1,"
              " \"momentum\": 0.9}, \"batch_size\": %d, \"epochs\": 1,"
-             " \"threads\": 1, \"device\": \"%s\"}", b, dev);
+             " \"threads\": 1, \"device\": \"%s\", \"precision\": \"%s\"}",
+             b, dev, prec);
     json_error_t je;
     json_t *j = json_loads(txt, JSON_DECODE_ANY, &je);
     ck_assert_msg(j, "%s", je.text);
@@ -69,6 +73,30 @@ START_TEST(test_device_estimate_is_the_planners_bill)
     ck_assert_uint_gt(e128, e64 + e64 / 2);
     ck_assert_uint_lt(e128, 2 * e64);
     td_spec_free(&s);
+    td_model_free(m);
+}
+END_TEST
+
+/* A 16-bit job is billed its 16-bit activations (and, in fp16, the
+ * reserve spaces of the batch norms cuDNN fuses), as trainctl plan bills
+ * them: resnet50's activations are most of the bill, so bf16's is well
+ * under fp32's; fp16's is bf16's plus the reserve spaces. */
+START_TEST(test_device_estimate_follows_precision)
+{
+    td_job_spec s;
+    td_model *m = resnet50();
+    uint64_t e[3];
+    const char *p[3] = {"fp32", "bf16", "fp16"};
+    for (int i = 0; i < 3; i++) {
+        prec = p[i];
+        spec(&s, "cuda:0", 128);
+        e[i] = td_limits_device_estimate(&s, m);
+        td_spec_free(&s);
+    }
+    prec = "auto";
+    ck_assert_uint_lt(e[1], e[0] * 6 / 10);
+    ck_assert_uint_gt(e[2], e[1]);
+    ck_assert_uint_lt(e[2], e[1] + e[1] / 20);
     td_model_free(m);
 }
 END_TEST
@@ -153,6 +181,7 @@ static Suite *bounds_suite(void)
     TCase *tc = tcase_create("device");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_device_estimate_is_the_planners_bill);
+    tcase_add_test(tc, test_device_estimate_follows_precision);
     tcase_add_test(tc, test_gpu_job_too_big_for_the_card_refused);
     tcase_add_test(tc, test_configured_cap_applies);
     tcase_add_test(tc, test_cpu_and_unknown_devices_not_billed);
