@@ -102,13 +102,8 @@ static void td__dropout_fwd(td__cpu *be, int L, int train)
         memcpy(y, x, c->nelem * be->esize);
         return;
     }
-    uint64_t stream = td_rng_stream(TD_RNG_DROPOUT, (uint64_t)L);
-    uint64_t base = (uint64_t)be->step * c->nelem;
     float keep = 1.0f - l->rate;
-    uint64_t seed = be->base.cfg.seed;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < c->nelem; i++)
-        c->mask[i] = td_rng_uniform(seed, stream, base + i) < keep;
+    td__dropout_draw(be, L); /* by NCHW index, whatever the layout */
     td__masked_scale(be, c->mask, x, y, c->nelem, 1.0f / keep);
 }
 
