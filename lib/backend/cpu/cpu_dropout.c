@@ -13,17 +13,19 @@
  * cpu_step.c's masked scale reads); channels padding a blocked tensor's
  * last block are never kept.
  *
- * Speed: the layout is read from the oneDNN memory descriptor as outer
- * axes (physical stride, logical stride) plus one innermost run of
- * physically adjacent elements (the channel block, or the axis of
- * physical stride 1); the logical index is computed once per run and
- * stepped by the run's logical stride, and the run's draws are one SIMD
- * loop (an integer threshold instead of a double compare: kernels/
- * eltwise.h td_dropout_keep_thr).
+ * Speed: the layout is read from the oneDNN memory descriptor as nested
+ * loops over physical memory (axes by physical stride, each with its
+ * logical stride; the innermost the channel block or the axis of
+ * physical stride 1).  Each thread walks a contiguous share of the runs
+ * with an odometer that steps the logical index by additions, and the
+ * draws (Philox, the cost: ~all of it) run 64 at a time as loops over
+ * lanes the compiler vectorises (AVX-512 / AVX2 clones), tested bitwise
+ * against the scalar td_dropout_keep.
  *
  * Owns: the layout-to-index mapping and the mask fill.
  * Never does: allocate, log outside planning, or apply the mask.
  */
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +34,7 @@
 #include "base/log.h"
 #include "base/rng.h"
 #include "eltwise.h"
+#include "philox.h"
 
 enum { TD__DAXES = 4 };
 
@@ -42,14 +45,14 @@ typedef struct td__daxis {
     int chan;   /* the channel (block) axis */
 } td__daxis;
 
-/* A tensor's layout as loops: outer axes outermost first, then a run of
- * `run` physically adjacent elements `run_ls` apart logically. */
+/* A tensor's layout as nested loops over its physical memory: axes
+ * outermost first, the last one the run of physically adjacent elements
+ * (the channel block, or the axis of physical stride 1). */
 typedef struct td__dmap {
-    int nout;
-    td__daxis out[TD__DAXES];
-    size_t outer;     /* product of the outer extents */
-    size_t run, run_ls;
-    int run_chan;     /* the run is the channel block (cut at c) */
+    int nax;
+    td__daxis ax[TD__DAXES + 1];
+    int chax;         /* the axis of channel blocks (blk > 1), else -1 */
+    size_t total;     /* product of the extents */
     size_t blk;       /* channels per block (1: not blocked) */
     size_t c;         /* logical channels */
     size_t count;     /* logical elements */
@@ -105,7 +108,6 @@ static int td__dmap_of(const dnnl_memory_desc_t *md, td__dmap *m, char *why,
     td__daxis run = {1, 1, 1, 0};
     if (m->blk > 1) {
         run = (td__daxis){m->blk, 1, hw, 1};
-        m->run_chan = 1;
     } else {
         for (int i = 0; i < na; i++)
             if (ax[i].ps == 1 && ax[i].ext > 1) {
@@ -121,22 +123,25 @@ static int td__dmap_of(const dnnl_memory_desc_t *md, td__dmap *m, char *why,
             ax[j] = ax[j - 1];
             ax[j - 1] = t;
         }
-    m->nout = na;
-    m->outer = 1;
+    m->chax = -1;
+    m->total = run.ext;
     for (int i = 0; i < na; i++) {
-        m->out[i] = ax[i];
-        m->outer *= ax[i].ext;
+        m->ax[i] = ax[i];
+        m->total *= ax[i].ext;
+        if (ax[i].chan && m->blk > 1)
+            m->chax = i;
     }
-    m->run = run.ext;
-    m->run_ls = run.ls;
+    m->ax[na] = run;
+    m->nax = na + 1;
     return 0;
 }
 
 static const char *td__dmap_name(const td__dmap *m)
 {
+    const td__daxis *run = &m->ax[m->nax - 1];
     if (m->blk > 1)
         return "blocked by channels";
-    if (m->run == m->c && m->run_ls == m->hw && m->hw > 1)
+    if (run->chan && m->hw > 1)
         return "channels-last";
     return "plain";
 }
@@ -153,19 +158,141 @@ int td__dropout_check(td__cpu *be, int L)
         return TD_E_NOTSUP;
     }
     td_debug("cpu backend: %s dropout: %s (block %zu, run %zu), draws by "
-             "NCHW index", l->name, td__dmap_name(&m), m.blk, m.run);
+             "NCHW index", l->name, td__dmap_name(&m), m.blk,
+             m.ax[m.nax - 1].ext);
     return 0;
 }
 
-/* n draws for logical indices first, first + ls, ... into mask[0..n). */
-static void td__draw_run(uint8_t *mask, size_t n, uint64_t seed,
-                         uint64_t stream, uint64_t first, uint64_t ls,
-                         uint64_t thr)
+enum { TD__LANES = 64 };
+
+/* keep[k] = td_dropout_keep_thr(seed, stream, idx[k], thr) for all
+ * TD__LANES k: Philox4x32-10 (kernels/philox.h) with one lane per draw,
+ * written as loops over the lanes so that the compiler vectorises them
+ * (the scalar function is latency-bound: 10 dependent multiply rounds);
+ * bitwise the same decisions (test_dropord compares every mask with
+ * td_dropout_keep). */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+td__keep_lanes(const uint64_t *idx, uint64_t seed, uint64_t stream,
+               uint64_t thr, uint8_t *keep)
 {
-#pragma omp simd
-    for (size_t k = 0; k < n; k++)
-        mask[k] = (uint8_t)td_dropout_keep_thr(seed, stream, first + k * ls,
-                                               thr);
+    uint32_t c0[TD__LANES], c1[TD__LANES], c2[TD__LANES], c3[TD__LANES];
+    for (int j = 0; j < TD__LANES; j++) {
+        c0[j] = (uint32_t)idx[j];
+        c1[j] = (uint32_t)(idx[j] >> 32);
+        c2[j] = (uint32_t)stream;
+        c3[j] = (uint32_t)(stream >> 32);
+    }
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        for (int j = 0; j < TD__LANES; j++) {
+            uint64_t p0 = (uint64_t)TD_PHILOX_M0 * c0[j];
+            uint64_t p1 = (uint64_t)TD_PHILOX_M1 * c2[j];
+            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[j] ^ k0;
+            uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[j] ^ k1;
+            c1[j] = (uint32_t)p1;
+            c3[j] = (uint32_t)p0;
+            c0[j] = n0;
+            c2[j] = n2;
+        }
+        k0 += TD_PHILOX_W0;
+        k1 += TD_PHILOX_W1;
+    }
+    /* the 64 bits (c1 c0) >> 11 below thr, as (c1 c0) < thr << 11 */
+    uint32_t all = thr >= (UINT64_C(1) << 53);
+    uint64_t t = all ? 0 : thr << 11;
+    uint32_t th = (uint32_t)(t >> 32), tl = (uint32_t)t;
+    for (int j = 0; j < TD__LANES; j++)
+        keep[j] = (uint8_t)(all | (c1[j] < th) | ((c1[j] == th) &
+                                                  (c0[j] < tl)));
+}
+
+/* An odometer over the map's outer axes (all but the run): their
+ * indices, the physical position and logical (NCHW) index of the run's
+ * first element. */
+typedef struct td__dodo {
+    size_t i[TD__DAXES];
+    size_t pos, lid;
+} td__dodo;
+
+static void td__dodo_at(const td__dmap *m, size_t run, td__dodo *o)
+{
+    o->pos = o->lid = 0;
+    for (int a = m->nax - 2; a >= 0; a--) {
+        o->i[a] = run % m->ax[a].ext;
+        run /= m->ax[a].ext;
+        o->pos += o->i[a] * m->ax[a].ps;
+        o->lid += o->i[a] * m->ax[a].ls;
+    }
+}
+
+static void td__dodo_next(const td__dmap *m, td__dodo *o)
+{
+    for (int a = m->nax - 2; a >= 0; a--) {
+        const td__daxis *x = &m->ax[a];
+        o->pos += x->ps;
+        o->lid += x->ls;
+        if (++o->i[a] < x->ext)
+            return;
+        o->i[a] = 0;
+        o->pos -= x->ext * x->ps;
+        o->lid -= x->ext * x->ls;
+    }
+}
+
+/* Elements of the run that are not pad channels of a blocked tensor's
+ * last block. */
+static size_t td__dodo_valid(const td__dmap *m, const td__dodo *o)
+{
+    size_t n = m->ax[m->nax - 1].ext;
+    if (m->chax < 0)
+        return n;
+    size_t ch = o->i[m->chax] * m->blk;
+    return ch >= m->c ? 0 : m->c - ch < n ? m->c - ch : n;
+}
+
+typedef struct td__lanes {
+    int n;
+    uint64_t idx[TD__LANES];
+    size_t pos[TD__LANES];
+    uint8_t keep[TD__LANES];
+} td__lanes;
+
+static void td__flush(td__lanes *b, uint8_t *mask, uint64_t seed,
+                      uint64_t stream, uint64_t thr)
+{
+    for (int k = b->n; k < TD__LANES; k++)
+        b->idx[k] = 0; /* unused lanes: defined inputs */
+    td__keep_lanes(b->idx, seed, stream, thr, b->keep);
+    for (int k = 0; k < b->n; k++)
+        mask[b->pos[k]] = b->keep[k];
+    b->n = 0;
+}
+
+/* Runs [lo, hi) of the physical walk, drawn TD__LANES at a time; pad
+ * channels are never kept. */
+static void td__draw_runs(const td__dmap *m, size_t lo, size_t hi,
+                          uint8_t *mask, uint64_t seed, uint64_t stream,
+                          uint64_t base, uint64_t thr)
+{
+    const td__daxis *run = &m->ax[m->nax - 1];
+    td__lanes b;
+    td__dodo o;
+    b.n = 0;
+    td__dodo_at(m, lo, &o);
+    for (size_t r = lo; r < hi; r++, td__dodo_next(m, &o)) {
+        size_t nv = td__dodo_valid(m, &o);
+        if (nv < run->ext)
+            memset(mask + o.pos + nv, 0, run->ext - nv);
+        uint64_t lid = base + o.lid;
+        for (size_t k = 0; k < nv; k++, lid += run->ls) {
+            if (b.n == TD__LANES)
+                td__flush(&b, mask, seed, stream, thr);
+            b.idx[b.n] = lid;
+            b.pos[b.n++] = o.pos + k;
+        }
+    }
+    if (b.n)
+        td__flush(&b, mask, seed, stream, thr);
 }
 
 void td__dropout_draw(td__cpu *be, int L)
@@ -181,24 +308,12 @@ void td__dropout_draw(td__cpu *be, int L)
     uint64_t seed = be->base.cfg.seed;
     uint64_t thr = td_dropout_threshold(1.0f - l->rate);
     uint8_t *mask = c->mask;
-#pragma omp parallel for schedule(static)
-    for (size_t j = 0; j < m.outer; j++) {
-        size_t rest = j, pos = 0, lid = 0, cb = 0;
-        for (int a = m.nout - 1; a >= 0; a--) {
-            size_t i = rest % m.out[a].ext;
-            rest /= m.out[a].ext;
-            pos += i * m.out[a].ps;
-            lid += i * m.out[a].ls;
-            if (m.out[a].chan)
-                cb = i;
-        }
-        size_t n = m.run;
-        if (m.run_chan) /* the last block's pad channels: never kept */
-            n = cb * m.blk >= m.c ? 0 : m.c - cb * m.blk < n
-                                            ? m.c - cb * m.blk
-                                            : n;
-        td__draw_run(mask + pos, n, seed, stream, base + lid, m.run_ls, thr);
-        if (n < m.run)
-            memset(mask + pos + n, 0, m.run - n);
+#pragma omp parallel
+    {
+        size_t nt = (size_t)omp_get_num_threads();
+        size_t t = (size_t)omp_get_thread_num();
+        size_t runs = m.total / m.ax[m.nax - 1].ext;
+        td__draw_runs(&m, runs * t / nt, runs * (t + 1) / nt, mask, seed,
+                      stream, base, thr);
     }
 }
