@@ -6,12 +6,9 @@
  * after a flatten; a resumed backend continues the masks (the draw is by
  * global step).  The CPU-vs-simulated-GPU check is test_sim_dropord.
  *
- * How a mask is read: every parameter is set to 0.05 and the pixels to
- * 255 (normalised to 1), so every input of the dropout is > 0; one train
- * step at lr 0, and the dropout's output (read in NCHW order) is zero
- * exactly where it dropped.  One OpenMP thread unless said.
+ * The models and how a mask is read: tests/support/dropord_kit.h.  One
+ * OpenMP thread unless said.
  */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,50 +17,8 @@
 #include "backend/backend.h"
 #include "backend/cpu/caps.h"
 #include "base/log.h"
-#include "base/rng.h"
-#include "eltwise.h"
-#include "model/model.h"
+#include "dropord_kit.h"
 #include "tdtest.h"
-
-enum { BATCH = 4, H = 6, W = 5, CLASSES = 3 };
-static const uint64_t SEED = 0x5eed;
-
-/* The models: dropout on a spatial tensor of 32 channels (blocked by 16
- * in fp32), of 12 (a padded last block), after a flatten (a 4-D memory
- * read as 2-D), and after a dense layer (2-D). */
-static const char *const model_json[] = {
-    "{\"layers\": [{\"type\": \"conv2d\", \"channels\": 32, \"kernel\": 3, "
-    "\"pad\": 1, \"bias\": true}, {\"type\": \"dropout\", \"name\": \"dr\", "
-    "\"rate\": 0.5}, {\"type\": \"flatten\"}, {\"type\": \"dense\", "
-    "\"units\": \"classes\"}]}",
-    "{\"layers\": [{\"type\": \"conv2d\", \"channels\": 12, \"kernel\": 3, "
-    "\"pad\": 1, \"bias\": true}, {\"type\": \"dropout\", \"name\": \"dr\", "
-    "\"rate\": 0.3}, {\"type\": \"flatten\"}, {\"type\": \"dense\", "
-    "\"units\": \"classes\"}]}",
-    "{\"layers\": [{\"type\": \"conv2d\", \"channels\": 16, \"kernel\": 3, "
-    "\"pad\": 1, \"bias\": true}, {\"type\": \"flatten\"}, {\"type\": "
-    "\"dropout\", \"name\": \"dr\", \"rate\": 0.5}, {\"type\": \"dense\", "
-    "\"units\": \"classes\"}]}",
-    "{\"layers\": [{\"type\": \"dense\", \"units\": 40}, {\"type\": "
-    "\"dropout\", \"name\": \"dr\", \"rate\": 0.25}, {\"type\": \"dense\", "
-    "\"units\": \"classes\"}]}",
-};
-static const char *const model_name[] = {"conv32", "conv12", "flatten",
-                                         "dense"};
-enum { NMODELS = 4 };
-
-static td_model *model(int k)
-{
-    json_error_t je;
-    json_t *def = json_loads(model_json[k], 0, &je);
-    ck_assert_msg(def != NULL, "%s", je.text);
-    td_model *m = NULL;
-    char err[256];
-    ck_assert_msg(td_model_build(def, (td_shape){3, H, W}, CLASSES, &m, err,
-                                 sizeof err) == 0, "%s", err);
-    json_decref(def);
-    return m;
-}
 
 /* The dropout's plan line ("cpu backend: dr dropout: LAYOUT ..."). */
 static char g_plan[256];
@@ -79,8 +34,8 @@ static void sink(void *user, int level, long job, const char *line)
 
 static td_backend *make(const td_model *m, enum td_dtype dt, int threads)
 {
-    td_backend_config cfg = {.batch = BATCH, .threads = threads, .dtype = dt,
-                             .seed = SEED, .std = {1, 1, 1}};
+    td_backend_config cfg = {.threads = threads, .dtype = dt};
+    dk_config(&cfg);
     td_optim_defaults(&cfg.optim, TD_OPT_SGD);
     td_backend *be = NULL;
     char err[256];
@@ -92,71 +47,14 @@ static td_backend *make(const td_model *m, enum td_dtype dt, int threads)
     td_log_set_level(TD_LOG_INFO);
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_msg(g_plan[0], "no plan line for the dropout");
-    for (int p = 0; p < m->nparams; p++) {
-        size_t n = m->params[p].count;
-        float *v = malloc(n * sizeof *v);
-        for (size_t i = 0; i < n; i++)
-            v[i] = 0.05f;
-        ck_assert_int_eq(be->ops->write_param(be, p, v, n), 0);
-        free(v);
-    }
+    dk_params(be, m);
     return be;
 }
 
-static size_t out_count(const td_model *m, int L)
+/* The plan line's layout part. */
+static const char *layout_of(const char *plan)
 {
-    td_shape s = m->layers[L].out;
-    return (size_t)BATCH * s.c * s.h * s.w;
-}
-
-/* One train step t at lr 0 on white pixels; mask[i] = the dropout kept
- * NCHW element i. */
-static void step_mask(td_backend *be, const td_model *m, int64_t t,
-                      uint8_t *mask)
-{
-    uint8_t px[BATCH * 3 * H * W];
-    int32_t lab[BATCH] = {0};
-    memset(px, 255, sizeof px);
-    td_batch b = {.data = px, .labels = lab, .n = BATCH, .h = H, .w = W,
-                  .c = 3};
-    int dr = td_model_find(m, "dr");
-    size_t n = out_count(m, dr);
-    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-    ck_assert_int_eq(td_backend_upload(be, &b), 0);
-    ck_assert_msg(td_backend_train_step(be, 0.0f, t) == 0, "%s", be->err);
-    ck_assert_int_eq(be->ops->read_tensor(be, TD_T_VALUE, dr - 1, x, n), 0);
-    ck_assert_int_eq(be->ops->read_tensor(be, TD_T_VALUE, dr, y, n), 0);
-    for (size_t i = 0; i < n; i++) {
-        ck_assert_msg(x[i] > 0.0f, "dropout input %zu is %g, not > 0", i,
-                      (double)x[i]);
-        mask[i] = y[i] != 0.0f;
-    }
-    free(x);
-    free(y);
-}
-
-/* What the CUDA backend's kernel draws for step t (0-based t - 1). */
-static void expected_mask(const td_model *m, int64_t t, uint8_t *mask)
-{
-    int dr = td_model_find(m, "dr");
-    size_t n = out_count(m, dr);
-    uint64_t stream = td_rng_stream(TD_RNG_DROPOUT, (uint64_t)dr);
-    float keep = 1.0f - m->layers[dr].rate;
-    for (size_t i = 0; i < n; i++)
-        mask[i] = (uint8_t)td_dropout_keep(SEED, stream,
-                                           (uint64_t)(t - 1) * n + i, keep);
-}
-
-static size_t count_diff(const uint8_t *a, const uint8_t *b, size_t n,
-                         size_t *kept)
-{
-    size_t d = 0;
-    *kept = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += a[i] != b[i];
-        *kept += a[i];
-    }
-    return d;
+    return plan + strlen("cpu backend: dr dropout: ");
 }
 
 /* The integer threshold decides exactly as the double compare, for every
@@ -171,8 +69,8 @@ START_TEST(test_threshold_is_the_double_compare)
         ck_assert((double)(thr - 1) * 0x1p-53 < (double)keeps[k]);
         ck_assert((double)thr * 0x1p-53 >= (double)keeps[k]);
         for (uint64_t i = 0; i < 200000; i++)
-            ck_assert_int_eq(td_dropout_keep_thr(SEED, 7, i, thr),
-                             td_dropout_keep(SEED, 7, i, keeps[k]));
+            ck_assert_int_eq(td_dropout_keep_thr(DK_SEED, 7, i, thr),
+                             td_dropout_keep(DK_SEED, 7, i, keeps[k]));
     }
 }
 END_TEST
@@ -182,10 +80,10 @@ END_TEST
  * reaches the mapping). */
 START_TEST(test_fp32_masks_by_nchw_index)
 {
-    for (int k = 0; k < NMODELS; k++) {
-        td_model *m = model(k);
+    for (int k = 0; k < DK_NMODELS; k++) {
+        td_model *m = dk_model(k);
         int dr = td_model_find(m, "dr");
-        size_t n = out_count(m, dr), kept;
+        size_t n = dk_count(m), kept;
         uint8_t *got = malloc(n), *want = malloc(n);
         for (int threads = 1; threads <= 2; threads++) {
             td_backend *be = make(m, TD_F32, threads);
@@ -194,24 +92,24 @@ START_TEST(test_fp32_masks_by_nchw_index)
                               "not blocked: %s", g_plan);
             const int64_t steps[2] = {1, 1000};
             for (int s = 0; s < 2; s++) {
-                step_mask(be, m, steps[s], got);
-                expected_mask(m, steps[s], want);
-                size_t d = count_diff(got, want, n, &kept);
+                dk_step_mask(be, m, steps[s], got);
+                dk_expected_mask(m, steps[s], want);
+                size_t d = dk_diff(got, want, n, &kept);
                 ck_assert_msg(d == 0, "%s fp32 (%s), %d threads, step %lld: "
                               "%zu of %zu masks differ from the NCHW draw",
-                              model_name[k], g_plan, threads,
+                              dk_name[k], g_plan, threads,
                               (long long)steps[s], d, n);
                 /* the rate is really applied: kept within 5 sigma */
                 double p = 1.0 - m->layers[dr].rate;
                 double sd = sqrt(n * p * (1 - p));
                 ck_assert_msg(fabs((double)kept - n * p) < 5 * sd,
-                              "%s: %zu of %zu kept, rate %.2f", model_name[k],
+                              "%s: %zu of %zu kept, rate %.2f", dk_name[k],
                               kept, n, (double)m->layers[dr].rate);
             }
             if (threads == 1)
                 printf("%s fp32: %s; %zu of %zu kept at step 1000, "
-                       "0 differ from the NCHW draw\n", model_name[k],
-                       g_plan + strlen("cpu backend: dr dropout: "), kept, n);
+                       "0 differ from the NCHW draw\n", dk_name[k],
+                       layout_of(g_plan), kept, n);
             td_backend_destroy(be);
         }
         free(got);
@@ -230,9 +128,9 @@ START_TEST(test_bf16_masks_equal_fp32)
         printf("SKIP bf16 vs fp32 masks: no native bf16 in oneDNN here\n");
         return;
     }
-    for (int k = 0; k < NMODELS; k++) {
-        td_model *m = model(k);
-        size_t n = out_count(m, td_model_find(m, "dr")), kept;
+    for (int k = 0; k < DK_NMODELS; k++) {
+        td_model *m = dk_model(k);
+        size_t n = dk_count(m), kept;
         uint8_t *a = malloc(n), *b = malloc(n);
         td_backend *f = make(m, TD_F32, 1);
         char fplan[256];
@@ -240,19 +138,19 @@ START_TEST(test_bf16_masks_equal_fp32)
         td_backend *h = make(m, TD_BF16, 1);
         if (amx && k < 2)
             ck_assert_msg(strstr(g_plan, "channels-last"), "%s bf16 on AMX "
-                          "is not channels-last: %s", model_name[k], g_plan);
+                          "is not channels-last: %s", dk_name[k], g_plan);
         for (int64_t t = 1; t <= 3; t++) {
-            step_mask(f, m, t, a);
-            step_mask(h, m, t, b);
-            size_t d = count_diff(a, b, n, &kept);
+            dk_step_mask(f, m, t, a);
+            dk_step_mask(h, m, t, b);
+            size_t d = dk_diff(a, b, n, &kept);
             ck_assert_msg(d == 0, "%s step %lld: %zu of %zu masks differ, "
-                          "fp32 (%s) vs bf16 (%s)", model_name[k],
+                          "fp32 (%s) vs bf16 (%s)", dk_name[k],
                           (long long)t, d, n, fplan, g_plan);
         }
         printf("%s: fp32 %s vs bf16 %s: 0 of %zu masks differ (%zu kept at "
-               "step 3)\n", model_name[k],
-               fplan + strlen("cpu backend: dr dropout: "),
-               g_plan + strlen("cpu backend: dr dropout: "), n, kept);
+               "step 3)\n", dk_name[k],
+               layout_of(fplan),
+               layout_of(g_plan), n, kept);
         td_backend_destroy(f);
         td_backend_destroy(h);
         free(a);
@@ -266,21 +164,21 @@ END_TEST
  * step 3's masks, the uninterrupted run's; the masks move with the step. */
 START_TEST(test_resume_continues_masks)
 {
-    td_model *m = model(0);
-    size_t n = out_count(m, td_model_find(m, "dr")), kept;
+    td_model *m = dk_model(0);
+    size_t n = dk_count(m), kept;
     uint8_t *a = malloc(n), *b = malloc(n), *a2 = malloc(n);
     td_backend *run = make(m, TD_F32, 1);
-    step_mask(run, m, 1, a2);
-    step_mask(run, m, 2, a2);
+    dk_step_mask(run, m, 1, a2);
+    dk_step_mask(run, m, 2, a2);
     size_t sn = td_backend_snapshot_floats(m, &run->cfg.optim);
     float *snap = malloc(sn * sizeof *snap);
     ck_assert_int_eq(run->ops->snapshot(run, snap, sn), 0);
-    step_mask(run, m, 3, a);
+    dk_step_mask(run, m, 3, a);
     td_backend *resumed = make(m, TD_F32, 1);
     ck_assert_int_eq(resumed->ops->restore(resumed, snap, sn), 0);
-    step_mask(resumed, m, 3, b);
-    ck_assert_uint_eq(count_diff(a, b, n, &kept), 0);
-    size_t moved = count_diff(a, a2, n, &kept);
+    dk_step_mask(resumed, m, 3, b);
+    ck_assert_uint_eq(dk_diff(a, b, n, &kept), 0);
+    size_t moved = dk_diff(a, a2, n, &kept);
     ck_assert_msg(moved > n / 4, "steps 2 and 3 differ in only %zu of %zu",
                   moved, n);
     printf("resume: step 3 after a restore: 0 of %zu masks differ; steps 2 "
