@@ -23,12 +23,14 @@
 #include "eltwise.h"
 #include "model/model.h"
 
-enum { DK_BATCH = 4, DK_H = 6, DK_W = 5, DK_CLASSES = 3, DK_NMODELS = 4 };
+enum { DK_BATCH = 4, DK_H = 6, DK_W = 5, DK_CLASSES = 3, DK_NMODELS = 5 };
 #define DK_SEED UINT64_C(0x5eed)
 
 /* Dropout on a spatial tensor of 32 channels (blocked by 16 in the CPU's
  * fp32), of 12 (a padded last block), after a flatten (a 4-D memory read
- * as 2-D), and after a dense layer (2-D). */
+ * as 2-D), after a dense layer (2-D), and on the 3-channel input (plain
+ * nchw in the CPU's fp32; the GPU's 16-bit NHWC input has 8 channels,
+ * 5 of them padding). */
 static const char *const dk_json[DK_NMODELS] = {
     "{\"layers\": [{\"type\": \"conv2d\", \"channels\": 32, \"kernel\": 3, "
     "\"pad\": 1, \"bias\": true}, {\"type\": \"dropout\", \"name\": \"dr\", "
@@ -45,9 +47,13 @@ static const char *const dk_json[DK_NMODELS] = {
     "{\"layers\": [{\"type\": \"dense\", \"units\": 40}, {\"type\": "
     "\"dropout\", \"name\": \"dr\", \"rate\": 0.25}, {\"type\": \"dense\", "
     "\"units\": \"classes\"}]}",
+    "{\"layers\": [{\"type\": \"dropout\", \"name\": \"dr\", \"rate\": 0.5}, "
+    "{\"type\": \"conv2d\", \"channels\": 8, \"kernel\": 3, \"pad\": 1}, "
+    "{\"type\": \"global_avgpool\"}, {\"type\": \"dense\", \"units\": "
+    "\"classes\"}]}",
 };
 static const char *const dk_name[DK_NMODELS] = {"conv32", "conv12",
-                                                "flatten", "dense"};
+                                                "flatten", "dense", "input"};
 
 static inline td_model *dk_model(int k)
 {

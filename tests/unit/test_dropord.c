@@ -2,9 +2,10 @@
  * element's canonical NCHW index (kernels/eltwise.h, the CUDA backend's
  * draw), whatever physical layout oneDNN keeps the tensor in: the same
  * seed and step drop the same activations in fp32 (blocked nChw16c /
- * nChw8c), in bf16 (channels-last nhwc on AMX), for 2-D tensors, and
- * after a flatten; a resumed backend continues the masks (the draw is by
- * global step).  The CPU-vs-simulated-GPU check is test_sim_dropord.
+ * nChw8c, with pad channels), in bf16 (channels-last nhwc on AMX), for
+ * 2-D tensors, after a flatten and on the plain nchw input; a resumed
+ * backend continues the masks (the draw is by global step).  The CPU
+ * against the simulated GPU: test_sim_dropord.
  *
  * The models and how a mask is read: tests/support/dropord_kit.h.  One
  * OpenMP thread unless said.

@@ -4,9 +4,9 @@
  * the CPU whatever oneDNN's layout (blocked nChw16c in fp32, nhwc in bf16
  * on AMX: cpu/cpu_dropout.c), the GPU whatever its own (NCHW in fp32,
  * NHWC in bf16 and fp16).  Checked bitwise on every element of dropout
- * on a spatial tensor (32 and 12 channels), after a flatten, and after a
- * dense layer, at global steps 1 and 1000, and across a checkpoint: a
- * CPU job resumed on the GPU continues the CPU's masks.
+ * on a spatial tensor (32 and 12 channels), after a flatten, after a
+ * dense layer and on the input, at global steps 1 and 1000, and across a
+ * checkpoint: a CPU job resumed on the GPU continues the CPU's masks.
  *
  * The models and how a mask is read: tests/support/dropord_kit.h.
  */
