@@ -194,6 +194,48 @@ START_TEST(test_resume_continues_masks)
 }
 END_TEST
 
+/* Rate 0 (keep 1: the lanes' keep-all threshold 2^53) keeps every
+ * element, blocked in fp32; rate 0.9 keeps about a tenth. */
+START_TEST(test_rate_edges)
+{
+    const char *rates[2] = {"0", "0.9"};
+    for (int r = 0; r < 2; r++) {
+        char js[512];
+        snprintf(js, sizeof js, "{\"layers\": [{\"type\": \"conv2d\", "
+                 "\"channels\": 32, \"kernel\": 3, \"pad\": 1}, {\"type\": "
+                 "\"dropout\", \"name\": \"dr\", \"rate\": %s}, {\"type\": "
+                 "\"flatten\"}, {\"type\": \"dense\", \"units\": 3}]}",
+                 rates[r]);
+        json_error_t je;
+        json_t *def = json_loads(js, 0, &je);
+        ck_assert_msg(def != NULL, "%s", je.text);
+        td_model *m = NULL;
+        char err[256];
+        ck_assert_msg(td_model_build(def, (td_shape){3, DK_H, DK_W},
+                                     DK_CLASSES, &m, err, sizeof err) == 0,
+                      "%s", err);
+        json_decref(def);
+        size_t n = dk_count(m), kept;
+        uint8_t *got = malloc(n), *want = malloc(n);
+        td_backend *be = make(m, TD_F32, 2);
+        dk_step_mask(be, m, 7, got);
+        dk_expected_mask(m, 7, want);
+        ck_assert_uint_eq(dk_diff(got, want, n, &kept), 0);
+        if (r == 0)
+            ck_assert_uint_eq(kept, n);
+        else /* binomial(3840, 0.1): 384 +- 19 */
+            ck_assert_msg(kept > 384 - 5 * 19 && kept < 384 + 5 * 19,
+                          "rate 0.9: %zu of %zu kept", kept, n);
+        printf("rate %s: %zu of %zu kept, 0 differ from the NCHW draw\n",
+               rates[r], kept, n);
+        td_backend_destroy(be);
+        free(got);
+        free(want);
+        td_model_free(m);
+    }
+}
+END_TEST
+
 static Suite *dropord_suite(void)
 {
     Suite *s = suite_create("dropord");
@@ -202,6 +244,7 @@ static Suite *dropord_suite(void)
     tcase_add_test(tc, test_fp32_masks_by_nchw_index);
     tcase_add_test(tc, test_bf16_masks_equal_fp32);
     tcase_add_test(tc, test_resume_continues_masks);
+    tcase_add_test(tc, test_rate_edges);
     suite_add_tcase(s, tc);
     return s;
 }
