@@ -2,7 +2,8 @@
  *
  * Owns: the CPU backend's data structures.  cpu_plan.c builds the oneDNN
  * primitives for a model (once per shape); cpu_step.c runs them for a step
- * and cpu.c implements the rest of the td_backend_ops.  Nothing outside
+ * (cpu_dropout.c draws its dropout masks) and cpu.c implements the rest
+ * of the td_backend_ops.  Nothing outside
  * lib/backend/cpu/ may include this header.
  *
  * Tensors: every layer output lives in one oneDNN memory (value) and one
