@@ -2,7 +2,8 @@
  *
  * Owns: the CPU backend's data structures.  cpu_plan.c builds the oneDNN
  * primitives for a model (once per shape); cpu_step.c runs them for a step
- * and cpu.c implements the rest of the td_backend_ops.  Nothing outside
+ * (cpu_dropout.c draws its dropout masks) and cpu.c implements the rest
+ * of the td_backend_ops.  Nothing outside
  * lib/backend/cpu/ may include this header.
  *
  * Tensors: every layer output lives in one oneDNN memory (value) and one
@@ -56,7 +57,8 @@ typedef struct td__cl {
     dnnl_memory_t w_f, w_bd, dw_bw; /* weights in primitive layouts */
     dnnl_primitive_t r_w_f, r_w_bd, r_dw;
     td__split *split;   /* conv: backward weights by batch halves */
-    uint8_t *mask;              /* dropout keep mask, one byte per element */
+    uint8_t *mask;              /* dropout keep mask, one byte per element
+                                   of md (physical order) */
     size_t nelem;               /* elements in the output buffer (padded) */
 } td__cl;
 
@@ -128,6 +130,13 @@ int td__split_plan(td__cpu *be, int L);
 int td__split_run(td__cpu *be, int L, dnnl_memory_t x, dnnl_memory_t dy,
                   dnnl_memory_t dw, dnnl_memory_t db);
 void td__split_free(td__split *s);
+
+/* cpu_dropout.c: dropout masks drawn by each element's NCHW index (the
+ * CUDA backend's draw) whatever oneDNN's layout of the tensor.  check at
+ * plan, after the layer's md (refuses a layout it cannot map); draw fills
+ * cl[L].mask for be->step. */
+int td__dropout_check(td__cpu *be, int L);
+void td__dropout_draw(td__cpu *be, int L);
 
 /* cpu_step.c: the td_backend_ops train_step and eval_step. */
 int td__cpu_train_step(td_backend *b, float lr, int64_t t);

@@ -400,7 +400,7 @@ static int td__plan_dropout(td__cpu *be, int L)
 {
     td__cl *c = &be->cl[L];
     int rc = td__output(be, L, td__in_md(be, L, 0));
-    if (rc)
+    if (rc || (rc = td__dropout_check(be, L)))
         return rc;
     c->mask = calloc(c->nelem, 1);
     return c->mask ? 0 : -ENOMEM;

@@ -274,11 +274,8 @@ END_TEST
  * both, so wherever the dropout's input is not zero on either, its output
  * is zero exactly where the fp32 path's is; the losses within
  * test_sim_lowp's tolerances (the dense layer reads the NHWC flatten
- * through its permuted weights).  Not against the CPU backend here: it
- * draws by the index in its own memory, and oneDNN keeps a convolution's
- * 8-channel output blocked (nChw8c), so its masks of a spatial tensor
- * differ from the fp32 GPU path's too (1439 of 5184 at step 0, measured);
- * they are equal for plain 2-D tensors (test_sim_lowp's tiny-dropout). */
+ * through its permuted weights).  Against the CPU backend (which draws
+ * by the NCHW index too, whatever oneDNN's layout): test_sim_dropord. */
 START_TEST(test_dropout_masks_nhwc)
 {
     td_cuda_register();
