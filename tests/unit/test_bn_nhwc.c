@@ -351,6 +351,32 @@ START_TEST(test_deterministic)
 }
 END_TEST
 
+/* The residual gradient sum: bit for bit kernels/bf16.h's td_bf16_add_n,
+ * ties, subnormals, infinities, NaN and a tail shorter than 16. */
+START_TEST(test_add_n)
+{
+    enum { n = 1000 + 7 };
+    static const td_bf16 special[] = {0x3f80, 0x3b80, 0x0001, 0x8001,
+                                      0x7f80, 0xff80, 0x7fc1, 0x7f7f};
+    td_bf16 d[n], d2[n], a[n];
+    for (size_t i = 0; i < n; i++) {
+        d[i] = td_bf16_from_f32(urand(14, i, -4, 4));
+        a[i] = td_bf16_from_f32(td_bf16_to_f32(d[i]) *
+                                urand(15, i, -0x1p-5f, 0x1p-5f));
+        if (i % 5 == 0)
+            a[i] = special[(i / 5) % 8];
+        if (i % 35 == 0)
+            d[i] = special[(i / 35) % 8];
+    }
+    memcpy(d2, d, sizeof d);
+    td_bf16_add_n(d, a, n);
+    td_bf16_add_n_fast(d2, a, n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(d[i] == d2[i], "[%zu] 0x%04x, td_bf16_add_n 0x%04x",
+                      i, d2[i], d[i]);
+}
+END_TEST
+
 /* kernels/bn_nhwc.h's per-channel and per-element math against fp64. */
 START_TEST(test_scalar_math)
 {
@@ -417,6 +443,7 @@ int main(void)
         tcase_add_test(tc, test_infer_rounding);
         tcase_add_test(tc, test_infer_vs_fp64);
         tcase_add_test(tc, test_deterministic);
+        tcase_add_test(tc, test_add_n);
     }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -9,7 +9,9 @@
  * td_bf16_from_f32 (the AVX512_BF16 conversion would flush subnormals to
  * zero, which the rest of the project's bf16 does not).  Passes: forward
  * training 2 (statistics; normalise [+ add] [+ relu]), inference 1,
- * backward 2 (the sums, writing the shortcut's gradient; dx).
+ * backward 2 (the sums, writing the shortcut's gradient; dx).  Also the
+ * sum of two bf16 gradients (a residual block's input gets two), the
+ * vector form of kernels/bf16.h's td_bf16_add_n.
  * Never does: allocate, decide whether it is used (cpu_plan.c), running
  * statistics (cpu_step.c), anything with oneDNN.
  */
@@ -277,6 +279,22 @@ TD__AVX void td__bwd_dx(const td_bf16 *x, const td_bf16 *y,
         TD__GROUPS(C, td__dx_blk(x, y, dy, ds, dx, r0, r1, C, c0, nv, mean,
                                  a, k, d, relu));
     }
+}
+
+TD__AVX void td__add_n(td_bf16 *d, const td_bf16 *a, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        td__st(d + i, _mm512_add_ps(td__ld(d + i), td__ld(a + i)));
+    td_bf16_add_n(d + i, a + i, n - i);
+}
+
+void td_bf16_add_n_fast(td_bf16 *d, const td_bf16 *a, size_t n)
+{
+    if (td_bn_nhwc_ok(16))
+        td__add_n(d, a, n);
+    else
+        td_bf16_add_n(d, a, n);
 }
 
 /* Channel c's two sums over the chunks, in chunk order, in double. */

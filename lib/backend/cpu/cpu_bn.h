@@ -50,4 +50,8 @@ void td_bn_nhwc_bwd(const td_bf16 *x, const td_bf16 *y, const td_bf16 *dy,
                     float eps, int relu, float *dgamma, float *dbeta,
                     float *part);
 
+/* dst[i] = bf16(dst[i] + add[i]), the sum in fp32: td_bf16_add_n's
+ * results, 16 lanes at a time where the CPU has AVX-512F.  One thread. */
+void td_bf16_add_n_fast(td_bf16 *dst, const td_bf16 *add, size_t n);
+
 #endif

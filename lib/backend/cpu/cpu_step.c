@@ -297,8 +297,8 @@ static void td__settle(td__cpu *be, int r)
         size_t chunk = 4096;
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < c->nelem; i += chunk)
-            td_bf16_add_n(d + i, a + i,
-                          c->nelem - i < chunk ? c->nelem - i : chunk);
+            td_bf16_add_n_fast(d + i, a + i,
+                               c->nelem - i < chunk ? c->nelem - i : chunk);
         return;
     }
     float *d = td__f(c->dy);
