@@ -3,7 +3,8 @@
  * add + relu) against the same plan on oneDNN's batch norm
  * (TD_CPU_BN=onednn), both against the fp32 reference layers, on
  * resnet20 and fmnist-cnn: one training step, every layer's value and
- * gradient and every parameter gradient.
+ * gradient and every parameter gradient, then an evaluation step (the
+ * running statistics) and its values.
  *
  * Why against fp32 and relative to oneDNN: test_backend_bf16 compares
  * oneDNN's plan with a bf16-rounded reference that rounds where the
@@ -189,6 +190,25 @@ static void run(const char *name, td_shape in, int classes, int n)
     for (int q = 0; q < m->nparams; off += m->params[q++].count)
         compare(fast, dnn, TD_T_PARAM_GRAD, q, r.grads + off,
                 m->params[q].count, m->params[q].name);
+    /* evaluation: the running statistics the step updated, in both and
+     * in the reference */
+    td_ref_forward(&r, 0);
+    ck_assert_int_eq(td_backend_eval_step(fast), 0);
+    ck_assert_int_eq(td_backend_read_stats(fast, &sa), 0);
+    ck_assert_int_eq(td_backend_eval_step(dnn), 0);
+    ck_assert_int_eq(td_backend_read_stats(dnn, &sb), 0);
+    la = sa.loss_sum / n, lb = sb.loss_sum / n;
+    if (getenv("TD_BF16_VERBOSE"))
+        fprintf(stderr, "%s eval loss: cpu_bn %.6f, oneDNN %.6f, fp32 "
+                "%.6f\n", name, la, lb, r.loss);
+    ck_assert_msg(fabs(la - r.loss) <= 1.25 * fabs(lb - r.loss) + 5e-3 *
+                  r.loss, "eval loss %.6f with cpu_bn.c, %.6f with "
+                  "oneDNN's, fp32 %.6f", la, lb, r.loss);
+    for (int L = 1; L < m->nlayers; L++) {
+        char what[160];
+        snprintf(what, sizeof what, "eval value of %s", m->layers[L].name);
+        compare(fast, dnn, TD_T_VALUE, L, r.y[L], td_ref_size(&r, L), what);
+    }
     td_ref_free(&r);
     free(p);
     free(px);
