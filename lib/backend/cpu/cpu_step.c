@@ -1,7 +1,9 @@
 /* cpu_step.c - one training or evaluation step on the CPU backend:
  * normalise, forward, loss, backward and the optimizer update, run through
- * the oneDNN primitives cpu_plan.c built and the plain-C kernels of
- * kernels/ (the same split as cuda/cuda_step.c in the CUDA backend).
+ * the oneDNN primitives cpu_plan.c built, the plain-C kernels of kernels/
+ * (the same split as cuda/cuda_step.c in the CUDA backend) and, in the
+ * bf16 channels-last plan, cpu_bn.c's batch norm (a batch norm fused with
+ * an add runs at the add's position: td__run_at).
  *
  * Owns: the order of the primitives within a step and the bf16 weight
  * refresh after an update.
