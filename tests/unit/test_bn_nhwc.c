@@ -101,11 +101,12 @@ static void ref_stats(const bn_case *b, int c, double *mean, double *var)
 }
 
 /* Training forward: the batch norm's value rounded to bf16 before a
- * fused add (as the unfused layers store it), statistics to 1e-5 relative (fp32 sums of at most
- * 256 terms per chunk, then double: about 256 * 2^-24 = 1.5e-5 of the
- * summed magnitudes at worst, far less in practice), y within one bf16
- * rounding (2^-8 of the value) plus the statistics' error carried
- * through gamma * (x - mean) * rstd (5e-5 of |gamma| * (|xhat| + 1)). */
+ * fused add (as the unfused layers store it), statistics to 1e-5
+ * relative (fp32 sums of at most 256 terms per chunk, then double: about
+ * 256 * 2^-24 = 1.5e-5 of the summed magnitudes at worst, far less in
+ * practice), y within one bf16 rounding (2^-8 of the value) plus the
+ * statistics' error carried through gamma * (x - mean) * rstd (5e-5 of
+ * |gamma| * (|xhat| + 1)). */
 static void check_fwd(bn_case *b)
 {
     run_fwd(b);
@@ -129,7 +130,8 @@ static void check_fwd(bn_case *b)
             /* with an add, the inner rounding may go the other way than
              * fp64's (the fp32 and fp64 values on either side of a
              * rounding boundary): one bf16 unit more, 2^-7 of |bn| */
-            double tol = 0x1p-8 * fabs(want) + (b->add ? 0x1p-7 * fabs(bn) : 0) +
+            double tol = 0x1p-8 * fabs(want) +
+                         (b->add ? 0x1p-7 * fabs(bn) : 0) +
                          5e-5 * fabs(b->gamma[c]) * (fabs(xh) + 1);
             ck_assert_msg(fabs(f(b->y[i]) - want) <= tol, "C %d rows %zu "
                           "relu %d add %d: y[%zu] %.7g, want %.7g", b->C,
