@@ -73,6 +73,31 @@ static void td__bn_running(td__cpu *be, int L)
     }
 }
 
+static td_bf16 *td__h(dnnl_memory_t m) { return (td_bf16 *)td__f(m); }
+
+/* A batch norm on cpu_bn.c's kernels (bf16 nhwc), with its fused relu,
+ * or add and relu: training statistics and the running ones' update, or
+ * the running statistics when !train. */
+static void td__bn_fast_fwd(td__cpu *be, int L, int train)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const td_layer *add = c->add ? &be->base.model->layers[c->add] : NULL;
+    const td_bf16 *x = td__h(be->cl[be->cl[l->in[0]].root].y);
+    const td_bf16 *s = add ? td__h(be->cl[be->cl[add->in[1]].root].y) : NULL;
+    int C = l->out.c;
+    size_t rows = c->nelem / (size_t)C;
+    if (!train) {
+        td_bn_nhwc_infer(x, s, td__h(c->y), rows, C, td__f(c->w),
+                         td__f(c->b), td__f(c->rmean), td__f(c->rvar),
+                         l->eps, c->fused, c->part);
+        return;
+    }
+    td_bn_nhwc_fwd(x, s, td__h(c->y), rows, C, td__f(c->w), td__f(c->b),
+                   l->eps, c->fused, td__f(c->mean), td__f(c->var), c->part);
+    td__bn_running(be, L);
+}
+
 /* dst[i] = mask[i] ? src[i] * scale : 0 in the activation type (bf16:
  * the product in fp32, rounded once). */
 static void td__masked_scale(const td__cpu *be, const uint8_t *mask,
@@ -113,31 +138,6 @@ static void td__dropout_fwd(td__cpu *be, int L, int train)
     for (size_t i = 0; i < c->nelem; i++)
         c->mask[i] = td_rng_uniform(seed, stream, base + i) < keep;
     td__masked_scale(be, c->mask, x, y, c->nelem, 1.0f / keep);
-}
-
-static td_bf16 *td__h(dnnl_memory_t m) { return (td_bf16 *)td__f(m); }
-
-/* A batch norm on cpu_bn.c's kernels (bf16 nhwc), with its fused relu,
- * or add and relu: training statistics and the running ones' update, or
- * the running statistics when !train. */
-static void td__bn_fast_fwd(td__cpu *be, int L, int train)
-{
-    const td_layer *l = &be->base.model->layers[L];
-    td__cl *c = &be->cl[L];
-    const td_layer *add = c->add ? &be->base.model->layers[c->add] : NULL;
-    const td_bf16 *x = td__h(be->cl[be->cl[l->in[0]].root].y);
-    const td_bf16 *s = add ? td__h(be->cl[be->cl[add->in[1]].root].y) : NULL;
-    int C = l->out.c;
-    size_t rows = c->nelem / (size_t)C;
-    if (!train) {
-        td_bn_nhwc_infer(x, s, td__h(c->y), rows, C, td__f(c->w),
-                         td__f(c->b), td__f(c->rmean), td__f(c->rvar),
-                         l->eps, c->fused, c->part);
-        return;
-    }
-    td_bn_nhwc_fwd(x, s, td__h(c->y), rows, C, td__f(c->w), td__f(c->b),
-                   l->eps, c->fused, td__f(c->mean), td__f(c->var), c->part);
-    td__bn_running(be, L);
 }
 
 static int td__forward_layer(td__cpu *be, int L, int train)
