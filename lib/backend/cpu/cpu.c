@@ -154,6 +154,12 @@ static int td__read_act(td__cpu *be, int L, int grad, float *host,
                  m->layers[L].name);
         return TD_E_NOTSUP;
     }
+    if (m->layers[L].kind == TD_L_ADD && be->cl[L].root != L) {
+        snprintf(be->base.err, sizeof be->base.err, "layer %s: fused with "
+                 "the batch norm before it and the relu after it, its own "
+                 "output does not exist", m->layers[L].name);
+        return TD_E_NOTSUP;
+    }
     dnnl_memory_desc_t plain;
     dnnl_memory_desc_init_by_tag(&plain, c->md.ndims, c->md.dims, dnnl_f32,
                                  c->md.ndims == 2 ? dnnl_nc : dnnl_nchw);

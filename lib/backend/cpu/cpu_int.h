@@ -26,7 +26,11 @@
  * gradient is rounded into the last layer's dy.  The input keeps plain
  * NCHW unless, in bf16, the model's convolutions prefer channels-last (on
  * AMX: oneDNN 2.6's AMX kernels take only nhwc); then every activation is
- * nhwc and one reorder (r_in) converts and lays out xin.  Parameters,
+ * nhwc and one reorder (r_in) converts and lays out xin; there batch
+ * norm runs cpu_bn.c's kernels (fast), fused with its relu, or with an
+ * add taking it as first input and the relu after that add (resnet's
+ * block end): the add and the relu alias the batch norm's memories.
+ * Parameters,
  * gradients, optimizer slots and snapshots stay fp32 whatever the dtype.
  */
 #ifndef TD_BACKEND_CPU_H
@@ -42,6 +46,11 @@ typedef struct td__cl {
     int root;      /* layer whose memories hold this layer's output */
     int fused;     /* batch norm: the following relu is fused into it */
     int no_dsrc;   /* conv/dense reading the input: no data gradient */
+    int fast;      /* batch norm: cpu_bn.c's kernels instead of oneDNN */
+    int add;       /* fast batch norm: the add fused into it (its layer
+                      index; then the relu after the add is fused too and
+                      the group runs at the add's position), else 0 */
+    float *part;   /* fast batch norm: its kernels' scratch */
     dnnl_memory_desc_t md;      /* output descriptor (roots only) */
     dnnl_memory_t y, dy;        /* output value and gradient (roots) */
     dnnl_memory_t acc;          /* scratch for a second gradient summand */
@@ -120,6 +129,18 @@ static inline int td__is_bf16(const td__cpu *be)
 static inline int td__bn_eval(const td__cpu *be, int L)
 {
     return be->base.cfg.bn_eval && be->base.cfg.bn_eval[L];
+}
+
+/* The layer whose forward and backward run at position L of the layer
+ * order, or -1: a root runs at its own position, except a batch norm
+ * fused with an add, which runs at the add's (after the add's second
+ * input exists). */
+static inline int td__run_at(const td__cpu *be, int L)
+{
+    int r = be->cl[L].root;
+    if (r == L)
+        return be->cl[L].add ? -1 : L;
+    return be->cl[r].add == L ? r : -1;
 }
 
 /* cpu_split.c: a convolution's backward weights as two half-batch

@@ -19,6 +19,7 @@
 
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include "backend/cpu/cpu_bn.h"
 #include "backend/cpu/cpu_int.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -219,6 +220,82 @@ static int td__plan_conv(td__cpu *be, int L)
                        c->dw, 0, &c->dw_bw, &c->r_dw, l->name);
 }
 
+/* The running statistics: views into the state array. */
+static int td__bn_running_views(td__cpu *be, int L,
+                                const dnnl_memory_desc_t *vmd)
+{
+    const td_model *m = be->base.model;
+    const td_layer *l = &m->layers[L];
+    td__cl *c = &be->cl[L];
+    size_t off = 0;
+    int rc;
+    for (int s = 0; s < l->state0; s++)
+        off += m->state[s].count;
+    if ((rc = td__mem(be, vmd, be->state + off, &c->rmean, l->name)) ||
+        (rc = td__mem(be, vmd, be->state + off + (size_t)l->out.c, &c->rvar,
+                      l->name)))
+        return rc;
+    return 0;
+}
+
+/* Dense channels-last: [rows][C] with C contiguous (nhwc, or nc). */
+static int td__nhwc_dense(const dnnl_memory_desc_t *md)
+{
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    if (md->format_kind != dnnl_blocked || b->inner_nblks != 0 ||
+        b->strides[1] != 1 || md->data_type != dnnl_bf16)
+        return 0;
+    return (size_t)dnnl_memory_desc_get_size(md) ==
+           (size_t)md->dims[0] * (size_t)md->dims[1] *
+               (md->ndims == 4 ? (size_t)(md->dims[2] * md->dims[3]) : 1) *
+               sizeof(uint16_t);
+}
+
+/* After planning every layer: the shortcuts of fused adds are dense nhwc
+ * too (one may be planned after its batch norm, as resnet's 1x1 ones). */
+static int td__check_fused_adds(td__cpu *be)
+{
+    const td_model *m = be->base.model;
+    for (int L = 1; L < m->nlayers; L++) {
+        int A = be->cl[L].add;
+        if (A && !td__nhwc_dense(td__in_md(be, A, 1))) {
+            snprintf(be->base.err, sizeof be->base.err, "add %s: the bf16 "
+                     "channels-last batch norm kernel needs a dense nhwc "
+                     "bf16 shortcut", m->layers[A].name);
+            return TD_E_NOTSUP;
+        }
+    }
+    return 0;
+}
+
+/* A batch norm on cpu_bn.c's kernels: memories and scratch, no oneDNN
+ * primitive. */
+static int td__plan_bn_fast(td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const dnnl_memory_desc_t *src = td__in_md(be, L, 0);
+    dnnl_dim_t cd[1] = {l->out.c};
+    dnnl_memory_desc_t vmd;
+    int rc;
+    if (!td__nhwc_dense(src)) {
+        snprintf(be->base.err, sizeof be->base.err, "batch norm %s: the "
+                 "bf16 channels-last kernel needs dense nhwc bf16 inputs",
+                 l->name);
+        return TD_E_NOTSUP;
+    }
+    td__md(&vmd, 1, cd, dnnl_a);
+    if ((rc = td__output(be, L, src)) ||
+        (rc = td__param_views(be, L, &vmd, &vmd)) ||
+        (rc = td__mem(be, &vmd, NULL, &c->mean, l->name)) ||
+        (rc = td__mem(be, &vmd, NULL, &c->var, l->name)) ||
+        (rc = td__bn_running_views(be, L, &vmd)))
+        return rc;
+    c->part = malloc(td_bn_nhwc_part_floats(c->nelem / (size_t)l->out.c,
+                                            l->out.c) * sizeof(float));
+    return c->part ? 0 : -ENOMEM;
+}
+
 static int td__plan_bn(td__cpu *be, int L)
 {
     const td_model *m = be->base.model;
@@ -230,6 +307,8 @@ static int td__plan_bn(td__cpu *be, int L)
     dnnl_batch_normalization_desc_t d;
     unsigned fl = dnnl_use_scale | dnnl_use_shift;
     int rc;
+    if (c->fast)
+        return td__plan_bn_fast(be, L);
     if (c->fused)
         fl |= dnnl_fuse_norm_relu;
     /* Frozen statistics: training-mode forward and backward on the
@@ -245,13 +324,7 @@ static int td__plan_bn(td__cpu *be, int L)
         (rc = td__mem(be, &vmd, NULL, &c->mean, l->name)) ||
         (rc = td__mem(be, &vmd, NULL, &c->var, l->name)))
         return rc;
-    /* running statistics: views into the state array */
-    size_t off = 0;
-    for (int s = 0; s < l->state0; s++)
-        off += m->state[s].count;
-    if ((rc = td__mem(be, &vmd, be->state + off, &c->rmean, l->name)) ||
-        (rc = td__mem(be, &vmd, be->state + off + (size_t)l->out.c, &c->rvar,
-                      l->name)))
+    if ((rc = td__bn_running_views(be, L, &vmd)))
         return rc;
     if (c->fused &&
         (rc = td__mem(be, td__q(c->pd[0], dnnl_query_workspace_md, 0), NULL,
@@ -406,8 +479,40 @@ static int td__plan_dropout(td__cpu *be, int L)
     return c->mask ? 0 : -ENOMEM;
 }
 
+/* Batch norm L runs cpu_bn.c's kernels: bf16 channels-last (the AMX
+ * plan), training statistics (not frozen), channels a multiple of 16 on
+ * an AVX-512 CPU, and not turned off (TD_CPU_BN=onednn, for comparing). */
+static int td__bn_fast(const td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const char *e = getenv("TD_CPU_BN");
+    return l->kind == TD_L_BN && td__is_bf16(be) && be->atag == dnnl_nhwc &&
+           !td__bn_eval(be, L) && td_bn_nhwc_ok(l->out.c) &&
+           !(e && strcmp(e, "onednn") == 0);
+}
+
+/* Add L fuses into the fast batch norm before it: the batch norm is its
+ * first input and only feeds it, a relu is the add's only consumer, and
+ * the shortcut's gradient goes to another root than the batch norm's
+ * input's (the kernel writes both in one call). */
+static int td__add_fuses(const td__cpu *be, int L)
+{
+    const td_model *m = be->base.model;
+    const td_layer *l = &m->layers[L];
+    int bn = l->in[0];
+    if (l->kind != TD_L_ADD || !be->cl[bn].fast ||
+        be->cl[bn].root != bn || m->layers[bn].consumers != 1 ||
+        l->consumers != 1 ||
+        be->cl[l->in[1]].root == be->cl[m->layers[bn].in[0]].root)
+        return 0;
+    for (int R = L + 1; R < m->nlayers; R++)
+        if (m->layers[R].kind == TD_L_RELU && m->layers[R].in[0] == L)
+            return 1;
+    return 0;
+}
+
 /* Which layers alias another's memory, and how many gradient summands
- * each root receives. */
+ * each root receives.  Needs be->atag (td__plan_input_md). */
 static void td__wire(td__cpu *be)
 {
     const td_model *m = be->base.model;
@@ -415,6 +520,7 @@ static void td__wire(td__cpu *be)
         const td_layer *l = &m->layers[L];
         td__cl *c = &be->cl[L];
         c->root = L;
+        c->fast = td__bn_fast(be, L);
         if (l->kind == TD_L_FLATTEN)
             c->root = be->cl[l->in[0]].root;
         if (l->kind == TD_L_RELU && m->layers[l->in[0]].kind == TD_L_BN &&
@@ -422,13 +528,27 @@ static void td__wire(td__cpu *be)
             be->cl[l->in[0]].fused = 1;
             c->root = be->cl[l->in[0]].root;
         }
+        if (td__add_fuses(be, L)) {
+            be->cl[l->in[0]].fused = 1;
+            be->cl[l->in[0]].add = L;
+            c->root = l->in[0];
+        }
+        if (l->kind == TD_L_RELU && m->layers[l->in[0]].kind == TD_L_ADD &&
+            be->cl[l->in[0]].root != l->in[0]) /* after a fused add */
+            c->root = be->cl[l->in[0]].root;
         if ((l->kind == TD_L_CONV || l->kind == TD_L_DENSE) && l->in[0] == 0)
             c->no_dsrc = 1;
     }
     for (int L = 1; L < m->nlayers; L++) {
         const td_layer *l = &m->layers[L];
-        if (be->cl[L].root != L || be->cl[L].no_dsrc)
+        int r = be->cl[L].root;
+        if (be->cl[L].no_dsrc)
             continue;
+        if (r != L) { /* a fused add: its shortcut's gradient */
+            if (be->cl[r].add == L)
+                be->cl[be->cl[l->in[1]].root].sources++;
+            continue;
+        }
         for (int i = 0; i < 2; i++)
             if (l->in[i] >= 0)
                 be->cl[be->cl[l->in[i]].root].sources++;
@@ -586,13 +706,14 @@ int td__cpu_plan(td__cpu *be)
     be->cl = calloc((size_t)m->nlayers, sizeof *be->cl);
     if (!be->cl)
         return -ENOMEM;
-    td__wire(be);
     TD__DNNL(be, dnnl_primitive_attr_create(&be->attr), "attributes", NULL);
     TD__DNNL(be, dnnl_primitive_attr_set_scratchpad_mode(be->attr,
              dnnl_scratchpad_mode_user), "attributes", NULL);
     int reorder_in;
-    if ((rc = td__plan_input_md(be, d, &md, &reorder_in)) ||
-        (rc = td__output(be, 0, &md)) ||
+    if ((rc = td__plan_input_md(be, d, &md, &reorder_in)))
+        return rc;
+    td__wire(be);
+    if ((rc = td__output(be, 0, &md)) ||
         (reorder_in && (rc = td__plan_input_reorder(be, d))))
         return rc;
     for (int L = 1; L < m->nlayers && rc == 0; L++) {
@@ -629,6 +750,8 @@ int td__cpu_plan(td__cpu *be)
             rc = td__mem(be, &be->cl[L].md, NULL, &be->cl[L].acc,
                          m->layers[L].name);
     }
+    if (rc == 0)
+        rc = td__check_fused_adds(be);
     if (rc == 0 && be->cl[0].sources > 1)
         rc = td__mem(be, &be->cl[0].md, NULL, &be->cl[0].acc, "input");
     if (rc == 0)
@@ -662,6 +785,7 @@ void td__cpu_unplan(td__cpu *be)
                 dnnl_memory_destroy(c->sp[i]);
         }
         free(c->mask);
+        free(c->part);
         td__split_free(c->split);
     }
     if (be->r_in)

@@ -1,7 +1,9 @@
 /* cpu_step.c - one training or evaluation step on the CPU backend:
  * normalise, forward, loss, backward and the optimizer update, run through
- * the oneDNN primitives cpu_plan.c built and the plain-C kernels of
- * kernels/ (the same split as cuda/cuda_step.c in the CUDA backend).
+ * the oneDNN primitives cpu_plan.c built, the plain-C kernels of kernels/
+ * (the same split as cuda/cuda_step.c in the CUDA backend) and, in the
+ * bf16 channels-last plan, cpu_bn.c's batch norm (a batch norm fused with
+ * an add runs at the add's position: td__run_at).
  *
  * Owns: the order of the primitives within a step and the bf16 weight
  * refresh after an update.
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/cpu/cpu_bn.h"
 #include "backend/cpu/cpu_int.h"
 #include "base/clock.h"
 #include "base/error.h"
@@ -68,6 +71,31 @@ static void td__bn_running(td__cpu *be, int L)
         rm[i] = (1 - mo) * rm[i] + mo * mean[i];
         rv[i] = (1 - mo) * rv[i] + mo * var[i] * unbias;
     }
+}
+
+static td_bf16 *td__h(dnnl_memory_t m) { return (td_bf16 *)td__f(m); }
+
+/* A batch norm on cpu_bn.c's kernels (bf16 nhwc), with its fused relu,
+ * or add and relu: training statistics and the running ones' update, or
+ * the running statistics when !train. */
+static void td__bn_fast_fwd(td__cpu *be, int L, int train)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const td_layer *add = c->add ? &be->base.model->layers[c->add] : NULL;
+    const td_bf16 *x = td__h(be->cl[be->cl[l->in[0]].root].y);
+    const td_bf16 *s = add ? td__h(be->cl[be->cl[add->in[1]].root].y) : NULL;
+    int C = l->out.c;
+    size_t rows = c->nelem / (size_t)C;
+    if (!train) {
+        td_bn_nhwc_infer(x, s, td__h(c->y), rows, C, td__f(c->w),
+                         td__f(c->b), td__f(c->rmean), td__f(c->rvar),
+                         l->eps, c->fused, c->part);
+        return;
+    }
+    td_bn_nhwc_fwd(x, s, td__h(c->y), rows, C, td__f(c->w), td__f(c->b),
+                   l->eps, c->fused, td__f(c->mean), td__f(c->var), c->part);
+    td__bn_running(be, L);
 }
 
 /* dst[i] = mask[i] ? src[i] * scale : 0 in the activation type (bf16:
@@ -128,6 +156,10 @@ static int td__forward_layer(td__cpu *be, int L, int train)
                 {DNNL_ARG_BIAS, c->b}, {DNNL_ARG_DST, c->y});
         break;
     case TD_L_BN:
+        if (c->fast) {
+            td__bn_fast_fwd(be, L, train);
+            break;
+        }
         if (!train) {
             TD__RUN(be, c->inf, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[1]},
                     {DNNL_ARG_SRC, x},
@@ -202,8 +234,9 @@ static int td__forward(td__cpu *be, int train)
     if (be->r_in && (rc = td__reorder(be, be->r_in, be->xin_m,
                                       be->cl[0].y)))
         return rc;
-    for (int L = 1; L < be->base.model->nlayers; L++)
-        if (be->cl[L].root == L && (rc = td__forward_layer(be, L, train)))
+    for (int L = 1, r; L < be->base.model->nlayers; L++)
+        if ((r = td__run_at(be, L)) >= 0 &&
+            (rc = td__forward_layer(be, r, train)))
             return rc;
     return 0;
 }
@@ -269,8 +302,8 @@ static void td__settle(td__cpu *be, int r)
         size_t chunk = 4096;
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < c->nelem; i += chunk)
-            td_bf16_add_n(d + i, a + i,
-                          c->nelem - i < chunk ? c->nelem - i : chunk);
+            td_bf16_add_n_fast(d + i, a + i,
+                               c->nelem - i < chunk ? c->nelem - i : chunk);
         return;
     }
     float *d = td__f(c->dy);
@@ -297,6 +330,29 @@ static int td__backward_add(td__cpu *be, int L)
         td__settle(be, r);
     }
     return 0;
+}
+
+/* The fast batch norm's backward: dx into its input's root and, with a
+ * fused add, the shortcut's gradient into the add's second input's root
+ * (two different roots, td__wire). */
+static void td__bn_fast_bwd(td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    int r = be->cl[l->in[0]].root, rs = -1;
+    td_bf16 *ds = NULL;
+    int C = l->out.c;
+    if (c->add) {
+        rs = be->cl[be->base.model->layers[c->add].in[1]].root;
+        ds = td__h(td__target(be, rs));
+    }
+    td_bn_nhwc_bwd(td__h(be->cl[r].y), td__h(c->y), td__h(c->dy),
+                   td__h(td__target(be, r)), ds, c->nelem / (size_t)C, C,
+                   td__f(c->w), td__f(c->mean), td__f(c->var), l->eps,
+                   c->fused, td__f(c->dw), td__f(c->db), c->part);
+    if (rs >= 0)
+        td__settle(be, rs);
+    td__settle(be, r);
 }
 
 static int td__backward_layer(td__cpu *be, int L)
@@ -329,6 +385,10 @@ static int td__backward_layer(td__cpu *be, int L)
                 {DNNL_ARG_DIFF_SRC, t});
         break;
     case TD_L_BN:
+        if (c->fast) {
+            td__bn_fast_bwd(be, L);
+            return 0;
+        }
         TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
                 {DNNL_ARG_SRC, x},
                 {DNNL_ARG_MEAN, td__bn_eval(be, L) ? c->rmean : c->mean},
@@ -369,8 +429,8 @@ static int td__backward(td__cpu *be)
     int rc;
     for (int L = 0; L < m->nlayers; L++)
         be->cl[L].written = 0;
-    for (int L = m->nlayers - 1; L >= 1; L--)
-        if (be->cl[L].root == L && (rc = td__backward_layer(be, L)))
+    for (int L = m->nlayers - 1, r; L >= 1; L--)
+        if ((r = td__run_at(be, L)) >= 0 && (rc = td__backward_layer(be, r)))
             return rc;
     return 0;
 }

@@ -1,0 +1,364 @@
+/* cpu_bn.c - the bf16 channels-last batch norm of the CPU backend's AMX
+ * plan (cpu_bn.h), in AVX-512F.
+ *
+ * Owns: the vector loops.  A tensor is [rows][C] bf16; a chunk is
+ * TD_BN_NHWC_ROWS rows, and within a chunk the channels go by groups of up
+ * to 64 (four 16-float vectors, the accumulators of a group stay in
+ * registers).  bf16 -> fp32 is a shift; fp32 -> bf16 rounds to nearest
+ * even with integer operations, NaN kept quiet, exactly kernels/bf16.h's
+ * td_bf16_from_f32 (the AVX512_BF16 conversion would flush subnormals to
+ * zero, which the rest of the project's bf16 does not).  Passes: forward
+ * training 2 (statistics; normalise [+ add] [+ relu]), inference 1,
+ * backward 2 (the sums, writing the shortcut's gradient; dx).  Also the
+ * sum of two bf16 gradients (a residual block's input gets two), the
+ * vector form of kernels/bf16.h's td_bf16_add_n.
+ * Never does: allocate, decide whether it is used (cpu_plan.c), running
+ * statistics (cpu_step.c), anything with oneDNN.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_bn.h"
+#include "bn_nhwc.h"
+
+#define TD__IN static inline __attribute__((always_inline, target("avx512f")))
+#define TD__AVX static __attribute__((target("avx512f")))
+
+int td_bn_nhwc_ok(int C)
+{
+    __builtin_cpu_init();
+    return C > 0 && C % 16 == 0 && __builtin_cpu_supports("avx512f");
+}
+
+static size_t td__nchunks(size_t rows)
+{
+    return (rows + TD_BN_NHWC_ROWS - 1) / TD_BN_NHWC_ROWS;
+}
+
+/* [chunks][2][C] partial sums, then 4*C floats of per-channel values. */
+size_t td_bn_nhwc_part_floats(size_t rows, int C)
+{
+    return (2 * td__nchunks(rows) + 4) * (size_t)C;
+}
+
+TD__IN __m512 td__ld(const td_bf16 *p)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* v rounded to bf16 (td_bf16_from_f32, 16 lanes), as fp32 bit patterns
+ * whose low 16 bits are 0. */
+TD__IN __m512i td__rnd(__m512 v)
+{
+    __m512i u = _mm512_castps_si512(v);
+    __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16),
+                                   _mm512_set1_epi32(1));
+    __m512i r = _mm512_and_si512(
+        _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))),
+        top);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+        _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_or_epi32(r, nan, _mm512_and_si512(u, top),
+                                _mm512_set1_epi32(0x00400000));
+}
+
+TD__IN void td__st(td_bf16 *p, __m512 v)
+{
+    _mm256_storeu_si256((__m256i *)(void *)p,
+                        _mm512_cvtepi32_epi16(
+                            _mm512_srli_epi32(td__rnd(v), 16)));
+}
+
+/* v already holds bf16 values (a masked gradient): truncation is exact. */
+TD__IN void td__st_exact(td_bf16 *p, __m512 v)
+{
+    __m512i hi = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(hi));
+}
+
+/* Chunk rows [r0, r1), channels [c0, c0 + 16*nv): o1 = sum (x - sh),
+ * o2 = sum (x - sh)^2. */
+TD__IN void td__stats_blk(const td_bf16 *x, size_t r0, size_t r1, int C,
+                          int c0, int nv, const float *sh, float *o1,
+                          float *o2)
+{
+    __m512 k[4], s1[4], s2[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        k[v] = _mm512_loadu_ps(sh + c0 + 16 * v);
+        s1[v] = s2[v] = _mm512_setzero_ps();
+    }
+    for (size_t r = r0; r < r1; r++) {
+        const td_bf16 *p = x + r * (size_t)C + c0;
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            __m512 d = _mm512_sub_ps(td__ld(p + 16 * v), k[v]);
+            s1[v] = _mm512_add_ps(s1[v], d);
+            s2[v] = _mm512_fmadd_ps(d, d, s2[v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        _mm512_storeu_ps(o1 + c0 + 16 * v, s1[v]);
+        _mm512_storeu_ps(o2 + c0 + 16 * v, s2[v]);
+    }
+}
+
+/* y = [relu]((x - mean)*a + b [rounded, + s]) on a chunk's channel
+ * group (td_bn_nhwc_y). */
+TD__IN void td__apply_blk(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
+                          size_t r0, size_t r1, int C, int c0, int nv,
+                          const float *mean, const float *a, const float *b,
+                          int relu)
+{
+    __m512 M[4], A[4], B[4], z = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        M[v] = _mm512_loadu_ps(mean + c0 + 16 * v);
+        A[v] = _mm512_loadu_ps(a + c0 + 16 * v);
+        B[v] = _mm512_loadu_ps(b + c0 + 16 * v);
+    }
+    for (size_t r = r0; r < r1; r++) {
+        size_t o = r * (size_t)C + c0;
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            __m512 t = _mm512_fmadd_ps(
+                _mm512_sub_ps(td__ld(x + o + 16 * v), M[v]), A[v], B[v]);
+            if (s)
+                t = _mm512_add_ps(_mm512_castsi512_ps(td__rnd(t)),
+                                  td__ld(s + o + 16 * v));
+            if (relu) /* max(NaN, 0) is 0, as !(v > 0) in td_bn_nhwc_y */
+                t = _mm512_max_ps(t, z);
+            td__st(y + o + 16 * v, t);
+        }
+    }
+}
+
+/* g = dy * (y > 0) (dy without relu). */
+TD__IN __m512 td__g(const td_bf16 *dy, const td_bf16 *y, size_t o, int relu)
+{
+    __m512 g = td__ld(dy + o);
+    if (!relu)
+        return g;
+    __mmask16 pos = _mm512_cmp_ps_mask(td__ld(y + o), _mm512_setzero_ps(),
+                                       _CMP_GT_OQ);
+    return _mm512_maskz_mov_ps(pos, g);
+}
+
+/* Backward sums of a chunk's channel group: o1 = sum g, o2 = sum
+ * g*(x - mean); g into ds when not NULL. */
+TD__IN void td__bsum_blk(const td_bf16 *x, const td_bf16 *y,
+                         const td_bf16 *dy, td_bf16 *ds, size_t r0,
+                         size_t r1, int C, int c0, int nv, const float *mean,
+                         int relu, float *o1, float *o2)
+{
+    __m512 M[4], s1[4], s2[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        M[v] = _mm512_loadu_ps(mean + c0 + 16 * v);
+        s1[v] = s2[v] = _mm512_setzero_ps();
+    }
+    for (size_t r = r0; r < r1; r++) {
+        size_t o = r * (size_t)C + c0;
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            __m512 g = td__g(dy, y, o + 16 * v, relu);
+            if (ds)
+                td__st_exact(ds + o + 16 * v, g);
+            s1[v] = _mm512_add_ps(s1[v], g);
+            s2[v] = _mm512_fmadd_ps(
+                g, _mm512_sub_ps(td__ld(x + o + 16 * v), M[v]), s2[v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        _mm512_storeu_ps(o1 + c0 + 16 * v, s1[v]);
+        _mm512_storeu_ps(o2 + c0 + 16 * v, s2[v]);
+    }
+}
+
+/* dx = g*a - (x - mean)*k + d on a chunk's channel group; g from ds
+ * when given. */
+TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
+                       const td_bf16 *dy, const td_bf16 *ds, td_bf16 *dx,
+                       size_t r0, size_t r1, int C, int c0, int nv,
+                       const float *mean, const float *a, const float *k,
+                       const float *d, int relu)
+{
+    __m512 M[4], A[4], K[4], D[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        M[v] = _mm512_loadu_ps(mean + c0 + 16 * v);
+        A[v] = _mm512_loadu_ps(a + c0 + 16 * v);
+        K[v] = _mm512_loadu_ps(k + c0 + 16 * v);
+        D[v] = _mm512_loadu_ps(d + c0 + 16 * v);
+    }
+    for (size_t r = r0; r < r1; r++) {
+        size_t o = r * (size_t)C + c0;
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            __m512 g = ds ? td__ld(ds + o + 16 * v)
+                          : td__g(dy, y, o + 16 * v, relu);
+            __m512 t = _mm512_fmadd_ps(
+                _mm512_sub_ps(M[v], td__ld(x + o + 16 * v)), K[v], D[v]);
+            td__st(dx + o + 16 * v, _mm512_fmadd_ps(g, A[v], t));
+        }
+    }
+}
+
+/* The channel groups of one chunk: nv a constant in each call, so the
+ * always-inline blocks keep their accumulators in registers. */
+#define TD__GROUPS(C, CALL)                                                  \
+    for (int c0 = 0; c0 < (C); c0 += 64) {                                   \
+        switch ((C) - c0 >= 64 ? 4 : ((C) - c0) / 16) {                      \
+        case 4: { const int nv = 4; CALL; } break;                           \
+        case 3: { const int nv = 3; CALL; } break;                           \
+        case 2: { const int nv = 2; CALL; } break;                           \
+        default: { const int nv = 1; CALL; } break;                          \
+        }                                                                    \
+    }
+
+#define TD__CHUNK(ch, rows, r0, r1)                                          \
+    size_t r0 = (size_t)(ch) * TD_BN_NHWC_ROWS;                              \
+    size_t r1 = r0 + TD_BN_NHWC_ROWS < (rows) ? r0 + TD_BN_NHWC_ROWS : (rows)
+
+TD__AVX void td__fwd_stats(const td_bf16 *x, size_t rows, int C,
+                           const float *sh, float *part)
+{
+    long n = (long)td__nchunks(rows);
+#pragma omp parallel for schedule(static)
+    for (long ch = 0; ch < n; ch++) {
+        TD__CHUNK(ch, rows, r0, r1);
+        float *o = part + (size_t)ch * 2 * (size_t)C;
+        TD__GROUPS(C, td__stats_blk(x, r0, r1, C, c0, nv, sh, o, o + C));
+    }
+}
+
+TD__AVX void td__fwd_apply(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
+                           size_t rows, int C, const float *mean,
+                           const float *a, const float *b, int relu)
+{
+    long n = (long)td__nchunks(rows);
+#pragma omp parallel for schedule(static)
+    for (long ch = 0; ch < n; ch++) {
+        TD__CHUNK(ch, rows, r0, r1);
+        TD__GROUPS(C, td__apply_blk(x, s, y, r0, r1, C, c0, nv, mean, a, b,
+                                    relu));
+    }
+}
+
+TD__AVX void td__bwd_sums(const td_bf16 *x, const td_bf16 *y,
+                          const td_bf16 *dy, td_bf16 *ds, size_t rows, int C,
+                          const float *mean, int relu, float *part)
+{
+    long n = (long)td__nchunks(rows);
+#pragma omp parallel for schedule(static)
+    for (long ch = 0; ch < n; ch++) {
+        TD__CHUNK(ch, rows, r0, r1);
+        float *o = part + (size_t)ch * 2 * (size_t)C;
+        TD__GROUPS(C, td__bsum_blk(x, y, dy, ds, r0, r1, C, c0, nv, mean,
+                                   relu, o, o + C));
+    }
+}
+
+TD__AVX void td__bwd_dx(const td_bf16 *x, const td_bf16 *y,
+                        const td_bf16 *dy, const td_bf16 *ds, td_bf16 *dx,
+                        size_t rows, int C, const float *mean,
+                        const float *a, const float *k, const float *d,
+                        int relu)
+{
+    long n = (long)td__nchunks(rows);
+#pragma omp parallel for schedule(static)
+    for (long ch = 0; ch < n; ch++) {
+        TD__CHUNK(ch, rows, r0, r1);
+        TD__GROUPS(C, td__dx_blk(x, y, dy, ds, dx, r0, r1, C, c0, nv, mean,
+                                 a, k, d, relu));
+    }
+}
+
+TD__AVX void td__add_n(td_bf16 *d, const td_bf16 *a, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        td__st(d + i, _mm512_add_ps(td__ld(d + i), td__ld(a + i)));
+    td_bf16_add_n(d + i, a + i, n - i);
+}
+
+void td_bf16_add_n_fast(td_bf16 *d, const td_bf16 *a, size_t n)
+{
+    if (td_bn_nhwc_ok(16))
+        td__add_n(d, a, n);
+    else
+        td_bf16_add_n(d, a, n);
+}
+
+/* Channel c's two sums over the chunks, in chunk order, in double. */
+static void td__reduce(const float *part, size_t nch, int C, int c,
+                       double *s1, double *s2)
+{
+    double a = 0, b = 0;
+    for (size_t ch = 0; ch < nch; ch++) {
+        a += part[ch * 2 * (size_t)C + (size_t)c];
+        b += part[ch * 2 * (size_t)C + (size_t)C + (size_t)c];
+    }
+    *s1 = a;
+    *s2 = b;
+}
+
+void td_bn_nhwc_fwd(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
+                    size_t rows, int C, const float *gamma,
+                    const float *beta, float eps, int relu, float *mean,
+                    float *var, float *part)
+{
+    size_t nch = td__nchunks(rows);
+    float *a = part + 2 * nch * (size_t)C, *sh = a + C;
+    if (rows == 0)
+        return;
+    for (int c = 0; c < C; c++)
+        sh[c] = td_bf16_to_f32(x[c]);
+    td__fwd_stats(x, rows, C, sh, part);
+    for (int c = 0; c < C; c++) {
+        double s1, s2;
+        td__reduce(part, nch, C, c, &s1, &s2);
+        td_bn_nhwc_stats(s1, s2, (double)rows, sh[c], &mean[c], &var[c]);
+        a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
+    }
+    td__fwd_apply(x, s, y, rows, C, mean, a, beta, relu);
+}
+
+void td_bn_nhwc_infer(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
+                      size_t rows, int C, const float *gamma,
+                      const float *beta, const float *mean, const float *var,
+                      float eps, int relu, float *part)
+{
+    float *a = part + 2 * td__nchunks(rows) * (size_t)C;
+    for (int c = 0; c < C; c++)
+        a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
+    td__fwd_apply(x, s, y, rows, C, mean, a, beta, relu);
+}
+
+void td_bn_nhwc_bwd(const td_bf16 *x, const td_bf16 *y, const td_bf16 *dy,
+                    td_bf16 *dx, td_bf16 *ds, size_t rows, int C,
+                    const float *gamma, const float *mean, const float *var,
+                    float eps, int relu, float *dgamma, float *dbeta,
+                    float *part)
+{
+    size_t nch = td__nchunks(rows);
+    float *a = part + 2 * nch * (size_t)C, *k = a + C, *d = k + C;
+    if (rows == 0)
+        return;
+    td__bwd_sums(x, y, dy, ds, rows, C, mean, relu, part);
+    for (int c = 0; c < C; c++) {
+        double s1, s2;
+        td__reduce(part, nch, C, c, &s1, &s2);
+        td_bn_nhwc_bwd_coef((float)s1, (float)s2, (float)rows, gamma[c],
+                            var[c], eps, &dgamma[c], &dbeta[c], &a[c], &k[c],
+                            &d[c]);
+    }
+    td__bwd_dx(x, y, dy, ds, dx, rows, C, mean, a, k, d, relu);
+}
