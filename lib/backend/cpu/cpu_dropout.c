@@ -171,7 +171,7 @@ enum { TD__LANES = 64 };
  * (the scalar function is latency-bound: 10 dependent multiply rounds);
  * bitwise the same decisions (test_dropord compares every mask with
  * td_dropout_keep). */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+static inline __attribute__((always_inline)) void
 td__keep_lanes(const uint64_t *idx, uint64_t seed, uint64_t stream,
                uint64_t thr, uint8_t *keep)
 {
@@ -204,6 +204,34 @@ td__keep_lanes(const uint64_t *idx, uint64_t seed, uint64_t stream,
     for (int j = 0; j < TD__LANES; j++)
         keep[j] = (uint8_t)(all | (c1[j] < th) | ((c1[j] == th) &
                                                   (c0[j] < tl)));
+}
+
+/* The lanes compiled for AVX-512, AVX2 and the baseline, chosen per call
+ * by the CPU (not target_clones: its ifunc resolver runs before the
+ * sanitizers' runtimes start, and ThreadSanitizer builds crash there). */
+__attribute__((target("avx512f"))) static void
+td__keep_lanes_avx512(const uint64_t *idx, uint64_t seed, uint64_t stream,
+                      uint64_t thr, uint8_t *keep)
+{
+    td__keep_lanes(idx, seed, stream, thr, keep);
+}
+
+__attribute__((target("avx2"))) static void
+td__keep_lanes_avx2(const uint64_t *idx, uint64_t seed, uint64_t stream,
+                    uint64_t thr, uint8_t *keep)
+{
+    td__keep_lanes(idx, seed, stream, thr, keep);
+}
+
+static void td__keep_lanes_any(const uint64_t *idx, uint64_t seed,
+                               uint64_t stream, uint64_t thr, uint8_t *keep)
+{
+    if (__builtin_cpu_supports("avx512f"))
+        td__keep_lanes_avx512(idx, seed, stream, thr, keep);
+    else if (__builtin_cpu_supports("avx2"))
+        td__keep_lanes_avx2(idx, seed, stream, thr, keep);
+    else
+        td__keep_lanes(idx, seed, stream, thr, keep);
 }
 
 /* An odometer over the map's outer axes (all but the run): their
@@ -262,7 +290,7 @@ static void td__flush(td__lanes *b, uint8_t *mask, uint64_t seed,
 {
     for (int k = b->n; k < TD__LANES; k++)
         b->idx[k] = 0; /* unused lanes: defined inputs */
-    td__keep_lanes(b->idx, seed, stream, thr, b->keep);
+    td__keep_lanes_any(b->idx, seed, stream, thr, b->keep);
     for (int k = 0; k < b->n; k++)
         mask[b->pos[k]] = b->keep[k];
     b->n = 0;
