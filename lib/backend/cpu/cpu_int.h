@@ -56,6 +56,8 @@ typedef struct td__cl {
     dnnl_memory_t acc;          /* scratch for a second gradient summand */
     int sources;   /* gradient contributions into this root per step */
     int written;   /* contributions written so far in this backward */
+    int deferred;  /* fast batch norm: dy + acc is its gradient, the sum
+                      not yet stored (td__cpu_settle_deferred stores it) */
     dnnl_primitive_desc_t pd[4]; /* fwd, inference fwd, bwd data, bwd w */
     dnnl_primitive_t fwd, inf, bwd_d, bwd_w;
     dnnl_memory_t sp[4];        /* views of the shared scratchpad per pd */
@@ -162,6 +164,8 @@ void td__dropout_draw(td__cpu *be, int L);
 /* cpu_step.c: the td_backend_ops train_step and eval_step. */
 int td__cpu_train_step(td_backend *b, float lr, int64_t t);
 int td__cpu_eval_step(td_backend *b);
+/* Stores root r's deferred gradient sum into its dy (reads after a step). */
+void td__cpu_settle_deferred(td__cpu *be, int r);
 
 #define TD__ARGS(...) ((dnnl_exec_arg_t[]){__VA_ARGS__})
 #define TD__NARGS(...)                                                       \
