@@ -18,8 +18,9 @@
  *
  * bf16 (cfg.dtype TD_BF16): activations and their gradients (every y, dy,
  * acc) are bf16; convolutions and inner products read bf16 weights, which
- * the weight reorders write from the fp32 master parameters after each
- * optimizer update (round to nearest even), accumulate in fp32 and write
+ * the weight maps (cpu_wmap.c) or reorders write from the fp32 master
+ * parameters after each optimizer update (round to nearest even),
+ * accumulate in fp32 and write
  * fp32 weight and bias gradients; batch norm keeps scale, shift, batch and
  * running statistics in fp32.  The input is normalised in fp32 (xin) and
  * rounded once; the logits are read as fp32 for the loss, and its fp32
@@ -67,6 +68,10 @@ typedef struct td__cl {
     dnnl_memory_t w, dw, b, db; /* views into the flat parameter arrays */
     dnnl_memory_t w_f, w_bd, dw_bw; /* weights in primitive layouts */
     dnnl_primitive_t r_w_f, r_w_bd, r_dw;
+    uint32_t *m_f, *m_bd, *m_dw; /* cpu_wmap.c: canonical element i is at
+                                    [m[i]] of w_f, w_bd, dw_bw (NULL: the
+                                    reorder r_w_f, r_w_bd, r_dw runs) */
+    size_t wn;                  /* elements of the canonical weight */
     td__split *split;   /* conv: backward weights by batch halves */
     uint8_t *mask;              /* dropout keep mask, one byte per element
                                    of md (physical order) */
@@ -153,6 +158,15 @@ int td__split_plan(td__cpu *be, int L);
 int td__split_run(td__cpu *be, int L, dnnl_memory_t x, dnnl_memory_t dy,
                   dnnl_memory_t dw, dnnl_memory_t db);
 void td__split_free(td__split *s);
+
+/* cpu_wmap.c: the weights' layout maps.  plan after the layer's weight
+ * memories (keeps the reorders where a map cannot be built); weights: w ->
+ * w_f, w_bd of every mapped layer, one parallel region; grads: dw_bw ->
+ * dw likewise. */
+int td__wmap_plan(td__cpu *be, int L);
+void td__wmap_free(td__cl *c);
+void td__wmap_weights(td__cpu *be);
+void td__wmap_grads(td__cpu *be);
 
 /* cpu_dropout.c: dropout masks drawn by each element's NCHW index (the
  * CUDA backend's draw) whatever oneDNN's layout of the tensor.  check at

@@ -722,6 +722,8 @@ int td__cpu_plan(td__cpu *be)
         switch (m->layers[L].kind) {
         case TD_L_CONV:
             rc = td__plan_conv(be, L);
+            if (rc == 0)
+                rc = td__wmap_plan(be, L);
             break;
         case TD_L_BN:
             rc = td__plan_bn(be, L);
@@ -736,6 +738,8 @@ int td__cpu_plan(td__cpu *be)
             break;
         case TD_L_DENSE:
             rc = td__plan_dense(be, L);
+            if (rc == 0)
+                rc = td__wmap_plan(be, L);
             break;
         case TD_L_ADD:
             rc = td__plan_add(be, L);
@@ -786,6 +790,7 @@ void td__cpu_unplan(td__cpu *be)
         }
         free(c->mask);
         free(c->part);
+        td__wmap_free(c);
         td__split_free(c->split);
     }
     if (be->r_in)

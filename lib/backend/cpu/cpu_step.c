@@ -6,7 +6,7 @@
  * an add runs at the add's position: td__run_at).
  *
  * Owns: the order of the primitives within a step and the bf16 weight
- * refresh after an update.
+ * refresh after an update (through cpu_wmap.c's maps, else reorders).
  * Never does: allocate, log, or touch anything outside the td__cpu it is
  * given.
  */
@@ -47,11 +47,14 @@ static int td__refresh_weights(td__cpu *be)
     int rc;
     if (!be->weights_dirty)
         return 0;
+    td__wmap_weights(be);
     for (int L = 1; L < be->base.model->nlayers; L++) {
         td__cl *c = &be->cl[L];
-        if (c->r_w_f && (rc = td__reorder(be, c->r_w_f, c->w, c->w_f)))
+        if (c->r_w_f && !c->m_f &&
+            (rc = td__reorder(be, c->r_w_f, c->w, c->w_f)))
             return rc;
-        if (c->r_w_bd && (rc = td__reorder(be, c->r_w_bd, c->w, c->w_bd)))
+        if (c->r_w_bd && !c->m_bd &&
+            (rc = td__reorder(be, c->r_w_bd, c->w, c->w_bd)))
             return rc;
     }
     be->weights_dirty = 0;
@@ -399,7 +402,8 @@ static int td__backward_layer(td__cpu *be, int L)
                     {DNNL_ARG_DIFF_DST, c->dy},
                     {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
                     {DNNL_ARG_DIFF_BIAS, c->db});
-        if (c->r_dw && (rc = td__reorder(be, c->r_dw, c->dw_bw, c->dw)))
+        if (c->r_dw && !c->m_dw &&
+            (rc = td__reorder(be, c->r_dw, c->dw_bw, c->dw)))
             return rc;
         if (c->no_dsrc)
             return 0;
@@ -456,6 +460,7 @@ static int td__backward(td__cpu *be)
     for (int L = m->nlayers - 1, r; L >= 1; L--)
         if ((r = td__run_at(be, L)) >= 0 && (rc = td__backward_layer(be, r)))
             return rc;
+    td__wmap_grads(be);
     return 0;
 }
 
