@@ -9,7 +9,10 @@
  * td_bf16_from_f32 (the AVX512_BF16 conversion would flush subnormals to
  * zero, which the rest of the project's bf16 does not).  Passes: forward
  * training 2 (statistics; normalise [+ add] [+ relu]), inference 1,
- * backward 2 (the sums, writing the shortcut's gradient; dx).  Also the
+ * backward 2 (the sums, writing the shortcut's gradient; dx), reading the
+ * gradient as one tensor or as the sum of two (td_bn_nhwc_bwd2); a
+ * training call is one OpenMP parallel region (the per-channel reduction
+ * between its passes, barriers between them).  Also the
  * sum of two bf16 gradients (a residual block's input gets two), the
  * vector form of kernels/bf16.h's td_bf16_add_n.
  * Never does: allocate, decide whether it is used (cpu_plan.c), running
