@@ -41,8 +41,6 @@
 
 #include "backend/backend.h"
 
-typedef struct td__split td__split; /* cpu_split.c */
-
 typedef struct td__cl {
     int root;      /* layer whose memories hold this layer's output */
     int fused;     /* batch norm: the following relu is fused into it */
@@ -72,7 +70,6 @@ typedef struct td__cl {
                                     [m[i]] of w_f, w_bd, dw_bw (NULL: the
                                     reorder r_w_f, r_w_bd, r_dw runs) */
     size_t wn;                  /* elements of the canonical weight */
-    td__split *split;   /* conv: backward weights by batch halves */
     uint8_t *mask;              /* dropout keep mask, one byte per element
                                    of md (physical order) */
     size_t nelem;               /* elements in the output buffer (padded) */
@@ -149,15 +146,6 @@ static inline int td__run_at(const td__cpu *be, int L)
         return be->cl[L].add ? -1 : L;
     return be->cl[r].add == L ? r : -1;
 }
-
-/* cpu_split.c: a convolution's backward weights as two half-batch
- * single-thread calls on two threads (bf16 nhwc, 2 threads; opt-in with
- * TD_CPU_SPLIT_BW=1).  plan after the layer's pd[3]; run instead of bwd_w
- * when cl[L].split is set. */
-int td__split_plan(td__cpu *be, int L);
-int td__split_run(td__cpu *be, int L, dnnl_memory_t x, dnnl_memory_t dy,
-                  dnnl_memory_t dw, dnnl_memory_t db);
-void td__split_free(td__split *s);
 
 /* cpu_wmap.c: the weights' layout maps.  plan after the layer's weight
  * memories (keeps the reorders where a map cannot be built); weights: w ->

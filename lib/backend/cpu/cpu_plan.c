@@ -213,8 +213,7 @@ static int td__plan_conv(td__cpu *be, int L)
              dnnl_convolution_direct, src, &wgrad, bias, &c->md, st, pad, pad),
              "convolution backward weights", l->name);
     if ((rc = td__pd(be, &d, c->pd[0], &c->pd[3], &c->bwd_w, "conv bwd "
-                     "weights", l->name)) ||
-        (rc = td__split_plan(be, L)))
+                     "weights", l->name)))
         return rc;
     return td__wlayout(be, td__q(c->pd[3], dnnl_query_diff_weights_md, 0),
                        c->dw, 0, &c->dw_bw, &c->r_dw, l->name);
@@ -791,7 +790,6 @@ void td__cpu_unplan(td__cpu *be)
         free(c->mask);
         free(c->part);
         td__wmap_free(c);
-        td__split_free(c->split);
     }
     if (be->r_in)
         dnnl_primitive_destroy(be->r_in);

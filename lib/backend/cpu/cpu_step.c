@@ -392,16 +392,11 @@ static int td__backward_layer(td__cpu *be, int L)
     switch (l->kind) {
     case TD_L_CONV:
     case TD_L_DENSE:
-        if (c->split &&
-            (rc = td__split_run(be, L, x, c->dy, c->dw_bw ? c->dw_bw : c->dw,
-                                c->db)))
-            return rc;
-        if (!c->split)
-            TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
-                    {DNNL_ARG_SRC, x},
-                    {DNNL_ARG_DIFF_DST, c->dy},
-                    {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
-                    {DNNL_ARG_DIFF_BIAS, c->db});
+        TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
+                {DNNL_ARG_SRC, x},
+                {DNNL_ARG_DIFF_DST, c->dy},
+                {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
+                {DNNL_ARG_DIFF_BIAS, c->db});
         if (c->r_dw && !c->m_dw &&
             (rc = td__reorder(be, c->r_dw, c->dw_bw, c->dw)))
             return rc;
