@@ -160,6 +160,8 @@ static int td__read_act(td__cpu *be, int L, int grad, float *host,
                  "output does not exist", m->layers[L].name);
         return TD_E_NOTSUP;
     }
+    if (grad)
+        td__cpu_settle_deferred(be, be->cl[L].root);
     dnnl_memory_desc_t plain;
     dnnl_memory_desc_init_by_tag(&plain, c->md.ndims, c->md.dims, dnnl_f32,
                                  c->md.ndims == 2 ? dnnl_nc : dnnl_nchw);

@@ -9,7 +9,10 @@
  * td_bf16_from_f32 (the AVX512_BF16 conversion would flush subnormals to
  * zero, which the rest of the project's bf16 does not).  Passes: forward
  * training 2 (statistics; normalise [+ add] [+ relu]), inference 1,
- * backward 2 (the sums, writing the shortcut's gradient; dx).  Also the
+ * backward 2 (the sums, writing the shortcut's gradient; dx), reading the
+ * gradient as one tensor or as the sum of two (td_bn_nhwc_bwd2); a
+ * training call is one OpenMP parallel region (the per-channel reduction
+ * between its passes, barriers between them).  Also the
  * sum of two bf16 gradients (a residual block's input gets two), the
  * vector form of kernels/bf16.h's td_bf16_add_n.
  * Never does: allocate, decide whether it is used (cpu_plan.c), running
@@ -139,10 +142,14 @@ TD__IN void td__apply_blk(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
     }
 }
 
-/* g = dy * (y > 0) (dy without relu). */
-TD__IN __m512 td__g(const td_bf16 *dy, const td_bf16 *y, size_t o, int relu)
+/* g = dy * (y > 0) (dy without relu), dy = bf16(dy + dy2) when dy2 (the
+ * second gradient summand of a root, td_bf16_add_n's rounding). */
+TD__IN __m512 td__g(const td_bf16 *dy, const td_bf16 *dy2, const td_bf16 *y,
+                    size_t o, int relu)
 {
     __m512 g = td__ld(dy + o);
+    if (dy2)
+        g = _mm512_castsi512_ps(td__rnd(_mm512_add_ps(g, td__ld(dy2 + o))));
     if (!relu)
         return g;
     __mmask16 pos = _mm512_cmp_ps_mask(td__ld(y + o), _mm512_setzero_ps(),
@@ -153,7 +160,7 @@ TD__IN __m512 td__g(const td_bf16 *dy, const td_bf16 *y, size_t o, int relu)
 /* Backward sums of a chunk's channel group: o1 = sum g, o2 = sum
  * g*(x - mean); g into ds when not NULL. */
 TD__IN void td__bsum_blk(const td_bf16 *x, const td_bf16 *y,
-                         const td_bf16 *dy, td_bf16 *ds, size_t r0,
+                         const td_bf16 *dy, const td_bf16 *dy2, td_bf16 *ds, size_t r0,
                          size_t r1, int C, int c0, int nv, const float *mean,
                          int relu, float *o1, float *o2)
 {
@@ -167,7 +174,7 @@ TD__IN void td__bsum_blk(const td_bf16 *x, const td_bf16 *y,
         size_t o = r * (size_t)C + c0;
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
-            __m512 g = td__g(dy, y, o + 16 * v, relu);
+            __m512 g = td__g(dy, dy2, y, o + 16 * v, relu);
             if (ds)
                 td__st_exact(ds + o + 16 * v, g);
             s1[v] = _mm512_add_ps(s1[v], g);
@@ -185,7 +192,8 @@ TD__IN void td__bsum_blk(const td_bf16 *x, const td_bf16 *y,
 /* dx = g*a - (x - mean)*k + d on a chunk's channel group; g from ds
  * when given. */
 TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
-                       const td_bf16 *dy, const td_bf16 *ds, td_bf16 *dx,
+                       const td_bf16 *dy, const td_bf16 *dy2,
+                       const td_bf16 *ds, td_bf16 *dx,
                        size_t r0, size_t r1, int C, int c0, int nv,
                        const float *mean, const float *a, const float *k,
                        const float *d, int relu)
@@ -203,7 +211,7 @@ TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
             __m512 g = ds ? td__ld(ds + o + 16 * v)
-                          : td__g(dy, y, o + 16 * v, relu);
+                          : td__g(dy, dy2, y, o + 16 * v, relu);
             __m512 t = _mm512_fmadd_ps(
                 _mm512_sub_ps(M[v], td__ld(x + o + 16 * v)), K[v], D[v]);
             td__st(dx + o + 16 * v, _mm512_fmadd_ps(g, A[v], t));
@@ -227,15 +235,51 @@ TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
     size_t r0 = (size_t)(ch) * TD_BN_NHWC_ROWS;                              \
     size_t r1 = r0 + TD_BN_NHWC_ROWS < (rows) ? r0 + TD_BN_NHWC_ROWS : (rows)
 
-TD__AVX void td__fwd_stats(const td_bf16 *x, size_t rows, int C,
-                           const float *sh, float *part)
+/* Channel c's two sums over the chunks, in chunk order, in double. */
+static inline void td__reduce(const float *part, size_t nch, int C, int c,
+                              double *s1, double *s2)
 {
-    long n = (long)td__nchunks(rows);
-#pragma omp parallel for schedule(static)
-    for (long ch = 0; ch < n; ch++) {
-        TD__CHUNK(ch, rows, r0, r1);
-        float *o = part + (size_t)ch * 2 * (size_t)C;
-        TD__GROUPS(C, td__stats_blk(x, r0, r1, C, c0, nv, sh, o, o + C));
+    double a = 0, b = 0;
+    for (size_t ch = 0; ch < nch; ch++) {
+        a += part[ch * 2 * (size_t)C + (size_t)c];
+        b += part[ch * 2 * (size_t)C + (size_t)C + (size_t)c];
+    }
+    *s1 = a;
+    *s2 = b;
+}
+
+/* Training forward in one parallel region (one fork and join instead of
+ * two, the threads passing the loops' barriers): the chunks' statistics,
+ * per channel mean, var and scale, then the output. */
+TD__AVX void td__fwd_train(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
+                           size_t rows, int C, const float *gamma,
+                           const float *beta, float eps, int relu,
+                           float *mean, float *var, float *part)
+{
+    size_t nch = td__nchunks(rows);
+    long n = (long)nch;
+    float *a = part + 2 * nch * (size_t)C, *sh = a + C;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (long ch = 0; ch < n; ch++) {
+            TD__CHUNK(ch, rows, r0, r1);
+            float *o = part + (size_t)ch * 2 * (size_t)C;
+            TD__GROUPS(C, td__stats_blk(x, r0, r1, C, c0, nv, sh, o, o + C));
+        }
+#pragma omp for schedule(static)
+        for (int c = 0; c < C; c++) {
+            double s1, s2;
+            td__reduce(part, nch, C, c, &s1, &s2);
+            td_bn_nhwc_stats(s1, s2, (double)rows, sh[c], &mean[c], &var[c]);
+            a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
+        }
+#pragma omp for schedule(static)
+        for (long ch = 0; ch < n; ch++) {
+            TD__CHUNK(ch, rows, r0, r1);
+            TD__GROUPS(C, td__apply_blk(x, s, y, r0, r1, C, c0, nv, mean, a,
+                                        beta, relu));
+        }
     }
 }
 
@@ -252,32 +296,41 @@ TD__AVX void td__fwd_apply(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
     }
 }
 
-TD__AVX void td__bwd_sums(const td_bf16 *x, const td_bf16 *y,
-                          const td_bf16 *dy, td_bf16 *ds, size_t rows, int C,
-                          const float *mean, int relu, float *part)
+/* Training backward in one parallel region: the chunks' sums (writing the
+ * shortcut's gradient), per channel dgamma, dbeta and coefficients, dx. */
+TD__AVX void td__bwd_train(const td_bf16 *x, const td_bf16 *y,
+                           const td_bf16 *dy, const td_bf16 *dy2,
+                           td_bf16 *dx, td_bf16 *ds, size_t rows, int C,
+                           const float *gamma, const float *mean,
+                           const float *var, float eps, int relu,
+                           float *dgamma, float *dbeta, float *part)
 {
-    long n = (long)td__nchunks(rows);
-#pragma omp parallel for schedule(static)
-    for (long ch = 0; ch < n; ch++) {
-        TD__CHUNK(ch, rows, r0, r1);
-        float *o = part + (size_t)ch * 2 * (size_t)C;
-        TD__GROUPS(C, td__bsum_blk(x, y, dy, ds, r0, r1, C, c0, nv, mean,
-                                   relu, o, o + C));
-    }
-}
-
-TD__AVX void td__bwd_dx(const td_bf16 *x, const td_bf16 *y,
-                        const td_bf16 *dy, const td_bf16 *ds, td_bf16 *dx,
-                        size_t rows, int C, const float *mean,
-                        const float *a, const float *k, const float *d,
-                        int relu)
-{
-    long n = (long)td__nchunks(rows);
-#pragma omp parallel for schedule(static)
-    for (long ch = 0; ch < n; ch++) {
-        TD__CHUNK(ch, rows, r0, r1);
-        TD__GROUPS(C, td__dx_blk(x, y, dy, ds, dx, r0, r1, C, c0, nv, mean,
-                                 a, k, d, relu));
+    size_t nch = td__nchunks(rows);
+    long n = (long)nch;
+    float *a = part + 2 * nch * (size_t)C, *k = a + C, *d = k + C;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (long ch = 0; ch < n; ch++) {
+            TD__CHUNK(ch, rows, r0, r1);
+            float *o = part + (size_t)ch * 2 * (size_t)C;
+            TD__GROUPS(C, td__bsum_blk(x, y, dy, dy2, ds, r0, r1, C, c0, nv,
+                                       mean, relu, o, o + C));
+        }
+#pragma omp for schedule(static)
+        for (int c = 0; c < C; c++) {
+            double s1, s2;
+            td__reduce(part, nch, C, c, &s1, &s2);
+            td_bn_nhwc_bwd_coef((float)s1, (float)s2, (float)rows, gamma[c],
+                                var[c], eps, &dgamma[c], &dbeta[c], &a[c],
+                                &k[c], &d[c]);
+        }
+#pragma omp for schedule(static)
+        for (long ch = 0; ch < n; ch++) {
+            TD__CHUNK(ch, rows, r0, r1);
+            TD__GROUPS(C, td__dx_blk(x, y, dy, dy2, ds, dx, r0, r1, C, c0, nv,
+                                     mean, a, k, d, relu));
+        }
     }
 }
 
@@ -297,38 +350,17 @@ void td_bf16_add_n_fast(td_bf16 *d, const td_bf16 *a, size_t n)
         td_bf16_add_n(d, a, n);
 }
 
-/* Channel c's two sums over the chunks, in chunk order, in double. */
-static void td__reduce(const float *part, size_t nch, int C, int c,
-                       double *s1, double *s2)
-{
-    double a = 0, b = 0;
-    for (size_t ch = 0; ch < nch; ch++) {
-        a += part[ch * 2 * (size_t)C + (size_t)c];
-        b += part[ch * 2 * (size_t)C + (size_t)C + (size_t)c];
-    }
-    *s1 = a;
-    *s2 = b;
-}
-
 void td_bn_nhwc_fwd(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
                     size_t rows, int C, const float *gamma,
                     const float *beta, float eps, int relu, float *mean,
                     float *var, float *part)
 {
-    size_t nch = td__nchunks(rows);
-    float *a = part + 2 * nch * (size_t)C, *sh = a + C;
+    float *sh = part + 2 * td__nchunks(rows) * (size_t)C + C;
     if (rows == 0)
         return;
     for (int c = 0; c < C; c++)
         sh[c] = td_bf16_to_f32(x[c]);
-    td__fwd_stats(x, rows, C, sh, part);
-    for (int c = 0; c < C; c++) {
-        double s1, s2;
-        td__reduce(part, nch, C, c, &s1, &s2);
-        td_bn_nhwc_stats(s1, s2, (double)rows, sh[c], &mean[c], &var[c]);
-        a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
-    }
-    td__fwd_apply(x, s, y, rows, C, mean, a, beta, relu);
+    td__fwd_train(x, s, y, rows, C, gamma, beta, eps, relu, mean, var, part);
 }
 
 void td_bn_nhwc_infer(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
@@ -348,17 +380,18 @@ void td_bn_nhwc_bwd(const td_bf16 *x, const td_bf16 *y, const td_bf16 *dy,
                     float eps, int relu, float *dgamma, float *dbeta,
                     float *part)
 {
-    size_t nch = td__nchunks(rows);
-    float *a = part + 2 * nch * (size_t)C, *k = a + C, *d = k + C;
+    td_bn_nhwc_bwd2(x, y, dy, NULL, dx, ds, rows, C, gamma, mean, var, eps,
+                    relu, dgamma, dbeta, part);
+}
+
+void td_bn_nhwc_bwd2(const td_bf16 *x, const td_bf16 *y, const td_bf16 *dy,
+                     const td_bf16 *dy2, td_bf16 *dx, td_bf16 *ds,
+                     size_t rows, int C, const float *gamma,
+                     const float *mean, const float *var, float eps,
+                     int relu, float *dgamma, float *dbeta, float *part)
+{
     if (rows == 0)
         return;
-    td__bwd_sums(x, y, dy, ds, rows, C, mean, relu, part);
-    for (int c = 0; c < C; c++) {
-        double s1, s2;
-        td__reduce(part, nch, C, c, &s1, &s2);
-        td_bn_nhwc_bwd_coef((float)s1, (float)s2, (float)rows, gamma[c],
-                            var[c], eps, &dgamma[c], &dbeta[c], &a[c], &k[c],
-                            &d[c]);
-    }
-    td__bwd_dx(x, y, dy, ds, dx, rows, C, mean, a, k, d, relu);
+    td__bwd_train(x, y, dy, dy2, dx, ds, rows, C, gamma, mean, var, eps,
+                  relu, dgamma, dbeta, part);
 }

@@ -2,7 +2,8 @@
  * batch norm, fused with the relu, or the residual add and relu, after it.
  *
  * Owns: the loops over a [rows][C] bf16 tensor (rows = N*H*W), AVX-512,
- * parallel with OpenMP over fixed chunks of TD_BN_NHWC_ROWS rows.  Sums
+ * parallel with OpenMP over fixed chunks of TD_BN_NHWC_ROWS rows (one
+ * parallel region per training call).  Sums
  * are per chunk in fp32, then over the chunks in chunk order in double:
  * the results do not depend on the thread count or on which thread ran a
  * chunk (bitwise equal runs, hence exact resumes).  The per-channel and
@@ -49,6 +50,16 @@ void td_bn_nhwc_bwd(const td_bf16 *x, const td_bf16 *y, const td_bf16 *dy,
                     const float *gamma, const float *mean, const float *var,
                     float eps, int relu, float *dgamma, float *dbeta,
                     float *part);
+
+/* The same with the gradient the sum of two summands, dy = bf16(dy +
+ * dy2) (td_bf16_add_n's rounding), never stored: a root with two gradient
+ * contributions (a residual block's input) saves the separate sum pass.
+ * dy2 NULL is td_bn_nhwc_bwd; dy2 may not alias ds or dx. */
+void td_bn_nhwc_bwd2(const td_bf16 *x, const td_bf16 *y, const td_bf16 *dy,
+                     const td_bf16 *dy2, td_bf16 *dx, td_bf16 *ds,
+                     size_t rows, int C, const float *gamma,
+                     const float *mean, const float *var, float eps,
+                     int relu, float *dgamma, float *dbeta, float *part);
 
 /* dst[i] = bf16(dst[i] + add[i]), the sum in fp32: td_bf16_add_n's
  * results, 16 lanes at a time where the CPU has AVX-512F.  One thread. */

@@ -18,8 +18,9 @@
  *
  * bf16 (cfg.dtype TD_BF16): activations and their gradients (every y, dy,
  * acc) are bf16; convolutions and inner products read bf16 weights, which
- * the weight reorders write from the fp32 master parameters after each
- * optimizer update (round to nearest even), accumulate in fp32 and write
+ * the weight maps (cpu_wmap.c) or reorders write from the fp32 master
+ * parameters after each optimizer update (round to nearest even),
+ * accumulate in fp32 and write
  * fp32 weight and bias gradients; batch norm keeps scale, shift, batch and
  * running statistics in fp32.  The input is normalised in fp32 (xin) and
  * rounded once; the logits are read as fp32 for the loss, and its fp32
@@ -40,8 +41,6 @@
 
 #include "backend/backend.h"
 
-typedef struct td__split td__split; /* cpu_split.c */
-
 typedef struct td__cl {
     int root;      /* layer whose memories hold this layer's output */
     int fused;     /* batch norm: the following relu is fused into it */
@@ -56,6 +55,8 @@ typedef struct td__cl {
     dnnl_memory_t acc;          /* scratch for a second gradient summand */
     int sources;   /* gradient contributions into this root per step */
     int written;   /* contributions written so far in this backward */
+    int deferred;  /* fast batch norm: dy + acc is its gradient, the sum
+                      not yet stored (td__cpu_settle_deferred stores it) */
     dnnl_primitive_desc_t pd[4]; /* fwd, inference fwd, bwd data, bwd w */
     dnnl_primitive_t fwd, inf, bwd_d, bwd_w;
     dnnl_memory_t sp[4];        /* views of the shared scratchpad per pd */
@@ -65,7 +66,10 @@ typedef struct td__cl {
     dnnl_memory_t w, dw, b, db; /* views into the flat parameter arrays */
     dnnl_memory_t w_f, w_bd, dw_bw; /* weights in primitive layouts */
     dnnl_primitive_t r_w_f, r_w_bd, r_dw;
-    td__split *split;   /* conv: backward weights by batch halves */
+    uint32_t *m_f, *m_bd, *m_dw; /* cpu_wmap.c: canonical element i is at
+                                    [m[i]] of w_f, w_bd, dw_bw (NULL: the
+                                    reorder r_w_f, r_w_bd, r_dw runs) */
+    size_t wn;                  /* elements of the canonical weight */
     uint8_t *mask;              /* dropout keep mask, one byte per element
                                    of md (physical order) */
     size_t nelem;               /* elements in the output buffer (padded) */
@@ -143,14 +147,14 @@ static inline int td__run_at(const td__cpu *be, int L)
     return be->cl[r].add == L ? r : -1;
 }
 
-/* cpu_split.c: a convolution's backward weights as two half-batch
- * single-thread calls on two threads (bf16 nhwc, 2 threads; opt-in with
- * TD_CPU_SPLIT_BW=1).  plan after the layer's pd[3]; run instead of bwd_w
- * when cl[L].split is set. */
-int td__split_plan(td__cpu *be, int L);
-int td__split_run(td__cpu *be, int L, dnnl_memory_t x, dnnl_memory_t dy,
-                  dnnl_memory_t dw, dnnl_memory_t db);
-void td__split_free(td__split *s);
+/* cpu_wmap.c: the weights' layout maps.  plan after the layer's weight
+ * memories (keeps the reorders where a map cannot be built); weights: w ->
+ * w_f, w_bd of every mapped layer, one parallel region; grads: dw_bw ->
+ * dw likewise. */
+int td__wmap_plan(td__cpu *be, int L);
+void td__wmap_free(td__cl *c);
+void td__wmap_weights(td__cpu *be);
+void td__wmap_grads(td__cpu *be);
 
 /* cpu_dropout.c: dropout masks drawn by each element's NCHW index (the
  * CUDA backend's draw) whatever oneDNN's layout of the tensor.  check at
@@ -162,6 +166,8 @@ void td__dropout_draw(td__cpu *be, int L);
 /* cpu_step.c: the td_backend_ops train_step and eval_step. */
 int td__cpu_train_step(td_backend *b, float lr, int64_t t);
 int td__cpu_eval_step(td_backend *b);
+/* Stores root r's deferred gradient sum into its dy (reads after a step). */
+void td__cpu_settle_deferred(td__cpu *be, int r);
 
 #define TD__ARGS(...) ((dnnl_exec_arg_t[]){__VA_ARGS__})
 #define TD__NARGS(...)                                                       \

@@ -213,8 +213,7 @@ static int td__plan_conv(td__cpu *be, int L)
              dnnl_convolution_direct, src, &wgrad, bias, &c->md, st, pad, pad),
              "convolution backward weights", l->name);
     if ((rc = td__pd(be, &d, c->pd[0], &c->pd[3], &c->bwd_w, "conv bwd "
-                     "weights", l->name)) ||
-        (rc = td__split_plan(be, L)))
+                     "weights", l->name)))
         return rc;
     return td__wlayout(be, td__q(c->pd[3], dnnl_query_diff_weights_md, 0),
                        c->dw, 0, &c->dw_bw, &c->r_dw, l->name);
@@ -722,6 +721,8 @@ int td__cpu_plan(td__cpu *be)
         switch (m->layers[L].kind) {
         case TD_L_CONV:
             rc = td__plan_conv(be, L);
+            if (rc == 0)
+                rc = td__wmap_plan(be, L);
             break;
         case TD_L_BN:
             rc = td__plan_bn(be, L);
@@ -736,6 +737,8 @@ int td__cpu_plan(td__cpu *be)
             break;
         case TD_L_DENSE:
             rc = td__plan_dense(be, L);
+            if (rc == 0)
+                rc = td__wmap_plan(be, L);
             break;
         case TD_L_ADD:
             rc = td__plan_add(be, L);
@@ -786,7 +789,7 @@ void td__cpu_unplan(td__cpu *be)
         }
         free(c->mask);
         free(c->part);
-        td__split_free(c->split);
+        td__wmap_free(c);
     }
     if (be->r_in)
         dnnl_primitive_destroy(be->r_in);

@@ -6,7 +6,7 @@
  * an add runs at the add's position: td__run_at).
  *
  * Owns: the order of the primitives within a step and the bf16 weight
- * refresh after an update.
+ * refresh after an update (through cpu_wmap.c's maps, else reorders).
  * Never does: allocate, log, or touch anything outside the td__cpu it is
  * given.
  */
@@ -47,11 +47,14 @@ static int td__refresh_weights(td__cpu *be)
     int rc;
     if (!be->weights_dirty)
         return 0;
+    td__wmap_weights(be);
     for (int L = 1; L < be->base.model->nlayers; L++) {
         td__cl *c = &be->cl[L];
-        if (c->r_w_f && (rc = td__reorder(be, c->r_w_f, c->w, c->w_f)))
+        if (c->r_w_f && !c->m_f &&
+            (rc = td__reorder(be, c->r_w_f, c->w, c->w_f)))
             return rc;
-        if (c->r_w_bd && (rc = td__reorder(be, c->r_w_bd, c->w, c->w_bd)))
+        if (c->r_w_bd && !c->m_bd &&
+            (rc = td__reorder(be, c->r_w_bd, c->w, c->w_bd)))
             return rc;
     }
     be->weights_dirty = 0;
@@ -291,11 +294,9 @@ static dnnl_memory_t td__target(td__cpu *be, int r)
     return c->written ? c->acc : c->dy;
 }
 
-static void td__settle(td__cpu *be, int r)
+/* dy += acc (bf16: the sum in fp32, rounded once). */
+static void td__sum_acc(td__cpu *be, td__cl *c)
 {
-    td__cl *c = &be->cl[r];
-    if (c->written++ == 0)
-        return;
     if (td__is_bf16(be)) {
         td_bf16 *d = (td_bf16 *)td__f(c->dy);
         const td_bf16 *a = (const td_bf16 *)td__f(c->acc);
@@ -311,6 +312,31 @@ static void td__settle(td__cpu *be, int r)
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < c->nelem; i++)
         d[i] += a[i];
+}
+
+/* A gradient summand for root r is written.  The second of exactly two
+ * into a fast batch norm stays in acc (deferred): the batch norm's
+ * backward reads dy + acc (td_bn_nhwc_bwd2), one pass fewer. */
+static void td__settle(td__cpu *be, int r)
+{
+    td__cl *c = &be->cl[r];
+    if (c->written++ == 0)
+        return;
+    if (c->fast && c->sources == 2) {
+        c->deferred = 1;
+        return;
+    }
+    td__sum_acc(be, c);
+}
+
+void td__cpu_settle_deferred(td__cpu *be, int r)
+{
+    td__cl *c = &be->cl[r];
+    if (!c->deferred)
+        return;
+    omp_set_num_threads(be->threads);
+    td__sum_acc(be, c);
+    c->deferred = 0;
 }
 
 static int td__backward_add(td__cpu *be, int L)
@@ -346,10 +372,11 @@ static void td__bn_fast_bwd(td__cpu *be, int L)
         rs = be->cl[be->base.model->layers[c->add].in[1]].root;
         ds = td__h(td__target(be, rs));
     }
-    td_bn_nhwc_bwd(td__h(be->cl[r].y), td__h(c->y), td__h(c->dy),
-                   td__h(td__target(be, r)), ds, c->nelem / (size_t)C, C,
-                   td__f(c->w), td__f(c->mean), td__f(c->var), l->eps,
-                   c->fused, td__f(c->dw), td__f(c->db), c->part);
+    td_bn_nhwc_bwd2(td__h(be->cl[r].y), td__h(c->y), td__h(c->dy),
+                    c->deferred ? td__h(c->acc) : NULL,
+                    td__h(td__target(be, r)), ds, c->nelem / (size_t)C, C,
+                    td__f(c->w), td__f(c->mean), td__f(c->var), l->eps,
+                    c->fused, td__f(c->dw), td__f(c->db), c->part);
     if (rs >= 0)
         td__settle(be, rs);
     td__settle(be, r);
@@ -365,17 +392,13 @@ static int td__backward_layer(td__cpu *be, int L)
     switch (l->kind) {
     case TD_L_CONV:
     case TD_L_DENSE:
-        if (c->split &&
-            (rc = td__split_run(be, L, x, c->dy, c->dw_bw ? c->dw_bw : c->dw,
-                                c->db)))
-            return rc;
-        if (!c->split)
-            TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
-                    {DNNL_ARG_SRC, x},
-                    {DNNL_ARG_DIFF_DST, c->dy},
-                    {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
-                    {DNNL_ARG_DIFF_BIAS, c->db});
-        if (c->r_dw && (rc = td__reorder(be, c->r_dw, c->dw_bw, c->dw)))
+        TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
+                {DNNL_ARG_SRC, x},
+                {DNNL_ARG_DIFF_DST, c->dy},
+                {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
+                {DNNL_ARG_DIFF_BIAS, c->db});
+        if (c->r_dw && !c->m_dw &&
+            (rc = td__reorder(be, c->r_dw, c->dw_bw, c->dw)))
             return rc;
         if (c->no_dsrc)
             return 0;
@@ -428,10 +451,11 @@ static int td__backward(td__cpu *be)
     const td_model *m = be->base.model;
     int rc;
     for (int L = 0; L < m->nlayers; L++)
-        be->cl[L].written = 0;
+        be->cl[L].written = be->cl[L].deferred = 0;
     for (int L = m->nlayers - 1, r; L >= 1; L--)
         if ((r = td__run_at(be, L)) >= 0 && (rc = td__backward_layer(be, r)))
             return rc;
+    td__wmap_grads(be);
     return 0;
 }
 
