@@ -235,6 +235,52 @@ TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
     size_t r0 = (size_t)(ch) * TD_BN_NHWC_ROWS;                              \
     size_t r1 = r0 + TD_BN_NHWC_ROWS < (rows) ? r0 + TD_BN_NHWC_ROWS : (rows)
 
+/* One chunk of each pass, compiled for AVX-512 and called from the
+ * parallel regions below. The regions themselves hold no vector code:
+ * clang 14 outlines an OpenMP region into a function without its
+ * enclosing function's target attribute and then cannot lower 512-bit
+ * operations inlined into it ("Do not know how to split the result of
+ * this operator"); gcc copes either way. */
+TD__AVX void td__stats_chunk(const td_bf16 *x, size_t rows, int C, long ch,
+                             const float *sh, float *part)
+{
+    TD__CHUNK(ch, rows, r0, r1);
+    float *o = part + (size_t)ch * 2 * (size_t)C;
+    TD__GROUPS(C, td__stats_blk(x, r0, r1, C, c0, nv, sh, o, o + C));
+}
+
+TD__AVX void td__apply_chunk(const td_bf16 *x, const td_bf16 *s,
+                             td_bf16 *y, size_t rows, int C, long ch,
+                             const float *mean, const float *a,
+                             const float *b, int relu)
+{
+    TD__CHUNK(ch, rows, r0, r1);
+    TD__GROUPS(C, td__apply_blk(x, s, y, r0, r1, C, c0, nv, mean, a, b,
+                                relu));
+}
+
+TD__AVX void td__bsum_chunk(const td_bf16 *x, const td_bf16 *y,
+                            const td_bf16 *dy, const td_bf16 *dy2,
+                            td_bf16 *ds, size_t rows, int C, long ch,
+                            const float *mean, int relu, float *part)
+{
+    TD__CHUNK(ch, rows, r0, r1);
+    float *o = part + (size_t)ch * 2 * (size_t)C;
+    TD__GROUPS(C, td__bsum_blk(x, y, dy, dy2, ds, r0, r1, C, c0, nv, mean,
+                               relu, o, o + C));
+}
+
+TD__AVX void td__dx_chunk(const td_bf16 *x, const td_bf16 *y,
+                          const td_bf16 *dy, const td_bf16 *dy2,
+                          const td_bf16 *ds, td_bf16 *dx, size_t rows, int C,
+                          long ch, const float *mean, const float *a,
+                          const float *k, const float *d, int relu)
+{
+    TD__CHUNK(ch, rows, r0, r1);
+    TD__GROUPS(C, td__dx_blk(x, y, dy, dy2, ds, dx, r0, r1, C, c0, nv, mean,
+                             a, k, d, relu));
+}
+
 /* Channel c's two sums over the chunks, in chunk order, in double. */
 static inline void td__reduce(const float *part, size_t nch, int C, int c,
                               double *s1, double *s2)
@@ -262,11 +308,8 @@ TD__AVX void td__fwd_train(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
 #pragma omp parallel
     {
 #pragma omp for schedule(static)
-        for (long ch = 0; ch < n; ch++) {
-            TD__CHUNK(ch, rows, r0, r1);
-            float *o = part + (size_t)ch * 2 * (size_t)C;
-            TD__GROUPS(C, td__stats_blk(x, r0, r1, C, c0, nv, sh, o, o + C));
-        }
+        for (long ch = 0; ch < n; ch++)
+            td__stats_chunk(x, rows, C, ch, sh, part);
 #pragma omp for schedule(static)
         for (int c = 0; c < C; c++) {
             double s1, s2;
@@ -275,11 +318,8 @@ TD__AVX void td__fwd_train(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
             a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
         }
 #pragma omp for schedule(static)
-        for (long ch = 0; ch < n; ch++) {
-            TD__CHUNK(ch, rows, r0, r1);
-            TD__GROUPS(C, td__apply_blk(x, s, y, r0, r1, C, c0, nv, mean, a,
-                                        beta, relu));
-        }
+        for (long ch = 0; ch < n; ch++)
+            td__apply_chunk(x, s, y, rows, C, ch, mean, a, beta, relu);
     }
 }
 
@@ -289,11 +329,8 @@ TD__AVX void td__fwd_apply(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
 {
     long n = (long)td__nchunks(rows);
 #pragma omp parallel for schedule(static)
-    for (long ch = 0; ch < n; ch++) {
-        TD__CHUNK(ch, rows, r0, r1);
-        TD__GROUPS(C, td__apply_blk(x, s, y, r0, r1, C, c0, nv, mean, a, b,
-                                    relu));
-    }
+    for (long ch = 0; ch < n; ch++)
+        td__apply_chunk(x, s, y, rows, C, ch, mean, a, b, relu);
 }
 
 /* Training backward in one parallel region: the chunks' sums (writing the
@@ -311,12 +348,8 @@ TD__AVX void td__bwd_train(const td_bf16 *x, const td_bf16 *y,
 #pragma omp parallel
     {
 #pragma omp for schedule(static)
-        for (long ch = 0; ch < n; ch++) {
-            TD__CHUNK(ch, rows, r0, r1);
-            float *o = part + (size_t)ch * 2 * (size_t)C;
-            TD__GROUPS(C, td__bsum_blk(x, y, dy, dy2, ds, r0, r1, C, c0, nv,
-                                       mean, relu, o, o + C));
-        }
+        for (long ch = 0; ch < n; ch++)
+            td__bsum_chunk(x, y, dy, dy2, ds, rows, C, ch, mean, relu, part);
 #pragma omp for schedule(static)
         for (int c = 0; c < C; c++) {
             double s1, s2;
@@ -326,11 +359,9 @@ TD__AVX void td__bwd_train(const td_bf16 *x, const td_bf16 *y,
                                 &k[c], &d[c]);
         }
 #pragma omp for schedule(static)
-        for (long ch = 0; ch < n; ch++) {
-            TD__CHUNK(ch, rows, r0, r1);
-            TD__GROUPS(C, td__dx_blk(x, y, dy, dy2, ds, dx, r0, r1, C, c0, nv,
-                                     mean, a, k, d, relu));
-        }
+        for (long ch = 0; ch < n; ch++)
+            td__dx_chunk(x, y, dy, dy2, ds, dx, rows, C, ch, mean, a, k, d,
+                         relu);
     }
 }
 
