@@ -146,23 +146,12 @@ int td_cmd_plan(int argc, char **argv)
     /* fp16: the batch norms the backend fuses with cuDNN keep a reserve
      * space each from the fused forward to the fused backward (sized as
      * the simulated cuDNN does: memplan.h) */
-    size_t *rsv = NULL;
-    if (!strcmp(prec, "fp16")) {
-        rsv = calloc((size_t)m->nlayers, sizeof *rsv);
-        if (!rsv) {
-            fprintf(stderr, "trainctl plan: out of memory\n");
-            td_model_free(m);
-            return TD_EXIT_REFUSED;
-        }
-        td_memplan_fp16_bn_reserves(m, (int)batch, NULL, rsv);
-        pc.bn_reserve = rsv;
-    }
     td_memplan plan, base;
-    rc = td_memplan_build(m, &pc, &plan, err, sizeof err);
+    rc = td_memplan_build_host(m, &pc, !strcmp(prec, "fp16"), &plan, err,
+                               sizeof err);
     if (rc == 0 &&
         (rc = td_memplan_build(m, &today, &base, err, sizeof err)) != 0)
         td_memplan_free(&plan);
-    free(rsv);
     if (rc) {
         fprintf(stderr, "trainctl plan: %s\n", err);
         td_model_free(m);

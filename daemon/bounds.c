@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -136,18 +135,10 @@ uint64_t td_limits_device_estimate(const td_job_spec *s,
     };
     /* fp16: the batch norms fused with cuDNN keep reserve spaces, billed
      * as `trainctl plan --precision fp16` bills them */
-    size_t *rsv = NULL;
-    if (s->precision == TD_PREC_FP16) {
-        rsv = calloc((size_t)model->nlayers, sizeof *rsv);
-        if (!rsv)
-            return 0;
-        td_memplan_fp16_bn_reserves(model, s->batch_size, NULL, rsv);
-        c.bn_reserve = rsv;
-    }
     td_memplan p;
     char e[256];
-    int rc = td_memplan_build(model, &c, &p, e, sizeof e);
-    free(rsv);
+    int rc = td_memplan_build_host(model, &c, s->precision == TD_PREC_FP16,
+                                   &p, e, sizeof e);
     if (rc != 0)
         return 0;
     uint64_t total = p.total;

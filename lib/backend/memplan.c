@@ -488,3 +488,23 @@ void td_memplan_free(td_memplan *p)
     free(p->bufs);
     memset(p, 0, sizeof *p);
 }
+
+int td_memplan_build_host(const td_model *m, const td_memplan_config *c,
+                          int fp16, td_memplan *out, char *err,
+                          size_t errcap)
+{
+    if (!fp16)
+        return td_memplan_build(m, c, out, err, errcap);
+    size_t *rsv = calloc((size_t)m->nlayers, sizeof *rsv);
+    if (!rsv) {
+        memset(out, 0, sizeof *out);
+        return td_set_error(err, errcap, -ENOMEM, "memory plan: out of "
+                            "memory");
+    }
+    td_memplan_fp16_bn_reserves(m, c->batch, NULL, rsv);
+    td_memplan_config cf = *c;
+    cf.bn_reserve = rsv;
+    int rc = td_memplan_build(m, &cf, out, err, errcap);
+    free(rsv);
+    return rc;
+}

@@ -166,6 +166,13 @@ void td_memplan_fp16_bn_reserves(const td_model *m, int batch,
 int td_memplan_build(const td_model *m, const td_memplan_config *c,
                      td_memplan *out, char *err, size_t errcap);
 void td_memplan_free(td_memplan *p);
+/* A host plan (`trainctl plan`, the daemon's bill at submit): c as given
+ * and, for an fp16 job (fp16 != 0), the reserve spaces of the batch
+ * norms the backend fuses (td_memplan_fp16_bn_reserves), as the arena
+ * holds them.  Returns as td_memplan_build. */
+int td_memplan_build_host(const td_model *m, const td_memplan_config *c,
+                          int fp16, td_memplan *out, char *err,
+                          size_t errcap);
 
 /* Whether buffers a and b of a plan may be live at the same time. */
 int td_membuf_overlap_in_time(const td_membuf *a, const td_membuf *b);
