@@ -124,6 +124,13 @@ int td__cpu_fail(td__cpu *be, dnnl_status_t st, const char *what,
     } while (0)
 
 static inline td__cpu *td__be(td_backend *b) { return (td__cpu *)b; }
+/* The data of a oneDNN memory (the buffers are the backend's own). */
+static inline void *td__mem_ptr(dnnl_memory_t m)
+{
+    void *p = NULL;
+    dnnl_memory_get_data_handle(m, &p);
+    return p;
+}
 static inline int td__is_bf16(const td__cpu *be)
 {
     return be->adt == dnnl_bf16;

@@ -58,13 +58,6 @@ static int td__mem(td__cpu *be, const dnnl_memory_desc_t *md, void *ptr,
     return 0;
 }
 
-static void *td__ptr(dnnl_memory_t m)
-{
-    void *p = NULL;
-    dnnl_memory_get_data_handle(m, &p);
-    return p;
-}
-
 static int td__pd(td__cpu *be, const void *op, const_dnnl_primitive_desc_t
                   hint, dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim,
                   const char *what, const char *layer)
@@ -136,8 +129,8 @@ static int td__output(td__cpu *be, int L, const dnnl_memory_desc_t *md)
     if ((rc = td__mem(be, md, NULL, &c->y, name)) ||
         (rc = td__mem(be, md, NULL, &c->dy, name)))
         return rc;
-    memset(td__ptr(c->y), 0, c->nelem * be->esize);
-    memset(td__ptr(c->dy), 0, c->nelem * be->esize);
+    memset(td__mem_ptr(c->y), 0, c->nelem * be->esize);
+    memset(td__mem_ptr(c->dy), 0, c->nelem * be->esize);
     return 0;
 }
 

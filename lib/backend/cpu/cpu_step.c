@@ -20,19 +20,13 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "backend/cpu/caps.h"
-#include "base/rng.h"
 #include "bf16.h"
 #include "loss_scale.h"
 #include "normalize.h"
 #include "optim_update.h"
 #include "softmax_xent.h"
 
-static float *td__f(dnnl_memory_t m)
-{
-    void *p = NULL;
-    dnnl_memory_get_data_handle(m, &p);
-    return p;
-}
+static float *td__f(dnnl_memory_t m) { return td__mem_ptr(m); }
 
 static int td__reorder(td__cpu *be, dnnl_primitive_t r, dnnl_memory_t src,
                        dnnl_memory_t dst)

@@ -25,13 +25,6 @@
 #include "base/log.h"
 #include "bf16.h"
 
-static void *td__data(dnnl_memory_t m)
-{
-    void *p = NULL;
-    dnnl_memory_get_data_handle(m, &p);
-    return p;
-}
-
 /* Runs oneDNN's reorder from plain (fp32, values i + 1) to prim's layout
  * in fp32 into dst (zeroed first: padding stays 0). */
 static dnnl_status_t td__index_reorder(td__cpu *be,
@@ -110,7 +103,7 @@ static uint32_t *td__map(td__cpu *be, dnnl_memory_t w, dnnl_memory_t mem)
         return NULL;
     }
     /* the padding of the primitive's copy is never written again */
-    memset(td__data(mem), 0, dnnl_memory_desc_get_size(want));
+    memset(td__mem_ptr(mem), 0, dnnl_memory_desc_get_size(want));
     return map;
 }
 
@@ -146,9 +139,9 @@ void td__wmap_free(td__cl *c)
 /* w_f and w_bd of one layer from its fp32 master, elements [lo, hi). */
 static void td__put(const td__cl *c, int bf16, size_t lo, size_t hi)
 {
-    const float *w = td__data(c->w);
-    void *f = c->m_f ? td__data(c->w_f) : NULL;
-    void *bd = c->m_bd ? td__data(c->w_bd) : NULL;
+    const float *w = td__mem_ptr(c->w);
+    void *f = c->m_f ? td__mem_ptr(c->w_f) : NULL;
+    void *bd = c->m_bd ? td__mem_ptr(c->w_bd) : NULL;
     for (size_t i = lo; i < hi; i++) {
         if (bf16) {
             td_bf16 v = td_bf16_from_f32(w[i]);
@@ -189,8 +182,8 @@ void td__wmap_grads(td__cpu *be)
         const td__cl *c = &be->cl[L];
         if (!c->m_dw)
             continue;
-        const float *src = td__data(c->dw_bw);
-        float *g = td__data(c->dw);
+        const float *src = td__mem_ptr(c->dw_bw);
+        float *g = td__mem_ptr(c->dw);
         const uint32_t *m = c->m_dw;
         long n = (long)c->wn;
 #pragma omp for schedule(static) nowait
