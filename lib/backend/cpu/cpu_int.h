@@ -73,6 +73,8 @@ typedef struct td__cl {
     uint8_t *mask;              /* dropout keep mask, one byte per element
                                    of md (physical order) */
     size_t nelem;               /* elements in the output buffer (padded) */
+    struct td_bwdw *bw;         /* convolution: cpu_bwdw.c's backward
+                                   weights (AMX) instead of bwd_w */
 } td__cl;
 
 typedef struct td__cpu {

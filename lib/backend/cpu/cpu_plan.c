@@ -20,6 +20,7 @@
 #include <oneapi/dnnl/dnnl_debug.h>
 
 #include "backend/cpu/cpu_bn.h"
+#include "backend/cpu/cpu_bwdw.h"
 #include "backend/cpu/cpu_int.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -164,6 +165,44 @@ static const dnnl_memory_desc_t *td__in_md(const td__cpu *be, int L, int i)
     return &be->cl[td__root(be, be->base.model->layers[L].in[i])].md;
 }
 
+/* Dense channels-last: [rows][C] with C contiguous (nhwc, or nc). */
+static int td__nhwc_dense(const dnnl_memory_desc_t *md)
+{
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    if (md->format_kind != dnnl_blocked || b->inner_nblks != 0 ||
+        b->strides[1] != 1 || md->data_type != dnnl_bf16)
+        return 0;
+    return (size_t)dnnl_memory_desc_get_size(md) ==
+           (size_t)md->dims[0] * (size_t)md->dims[1] *
+               (md->ndims == 4 ? (size_t)(md->dims[2] * md->dims[3]) : 1) *
+               sizeof(uint16_t);
+}
+
+/* cpu_bwdw.c's backward weights for a bf16 channels-last convolution it
+ * computes (AMX; TD_CPU_BWDW=0 keeps oneDNN's). */
+static int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src,
+                         int ic)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const char *env = getenv("TD_CPU_BWDW");
+    if ((env && strcmp(env, "0") == 0) || !td__is_bf16(be) ||
+        !td_bwdw_ok(l->kernel, l->stride, l->pad, ic, l->channels) ||
+        !td__nhwc_dense(src) || !td__nhwc_dense(&c->md) ||
+        src->dims[2] != l->out.h || src->dims[3] != l->out.w)
+        return 0;
+    c->bw = td_bwdw_create(be->batch, l->out.h, l->out.w, ic, l->channels,
+                           l->kernel, be->threads);
+    if (!c->bw) {
+        snprintf(be->base.err, sizeof be->base.err, "%s: out of memory for "
+                 "the backward weights' buffers", l->name);
+        return -ENOMEM;
+    }
+    td_debug("cpu backend: %s conv bwd weights: cpu_bwdw (AMX tiles)",
+             l->name);
+    return 0;
+}
+
 static int td__plan_conv(td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -202,6 +241,8 @@ static int td__plan_conv(td__cpu *be, int L)
                               c->w, 1, &c->w_bd, &c->r_w_bd, l->name)))
             return rc;
     }
+    if ((rc = td__plan_bwdw(be, L, src, ic)) || c->bw)
+        return rc;
     TD__DNNL(be, dnnl_convolution_backward_weights_desc_init(&d,
              dnnl_convolution_direct, src, &wgrad, bias, &c->md, st, pad, pad),
              "convolution backward weights", l->name);
@@ -228,19 +269,6 @@ static int td__bn_running_views(td__cpu *be, int L,
                       l->name)))
         return rc;
     return 0;
-}
-
-/* Dense channels-last: [rows][C] with C contiguous (nhwc, or nc). */
-static int td__nhwc_dense(const dnnl_memory_desc_t *md)
-{
-    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
-    if (md->format_kind != dnnl_blocked || b->inner_nblks != 0 ||
-        b->strides[1] != 1 || md->data_type != dnnl_bf16)
-        return 0;
-    return (size_t)dnnl_memory_desc_get_size(md) ==
-           (size_t)md->dims[0] * (size_t)md->dims[1] *
-               (md->ndims == 4 ? (size_t)(md->dims[2] * md->dims[3]) : 1) *
-               sizeof(uint16_t);
 }
 
 /* After planning every layer: the shortcuts of fused adds are dense nhwc
@@ -782,6 +810,7 @@ void td__cpu_unplan(td__cpu *be)
         }
         free(c->mask);
         free(c->part);
+        td_bwdw_destroy(c->bw);
         td__wmap_free(c);
     }
     if (be->r_in)

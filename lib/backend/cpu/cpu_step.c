@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/cpu_bn.h"
+#include "backend/cpu/cpu_bwdw.h"
 #include "backend/cpu/cpu_int.h"
 #include "base/clock.h"
 #include "base/error.h"
@@ -386,11 +387,14 @@ static int td__backward_layer(td__cpu *be, int L)
     switch (l->kind) {
     case TD_L_CONV:
     case TD_L_DENSE:
-        TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
-                {DNNL_ARG_SRC, x},
-                {DNNL_ARG_DIFF_DST, c->dy},
-                {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
-                {DNNL_ARG_DIFF_BIAS, c->db});
+        if (c->bw)
+            td_bwdw_run(c->bw, td__h(x), td__h(c->dy), td__f(c->dw),
+                        c->db ? td__f(c->db) : NULL);
+        else
+            TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
+                    {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, c->dy},
+                    {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
+                    {DNNL_ARG_DIFF_BIAS, c->db});
         if (c->r_dw && !c->m_dw &&
             (rc = td__reorder(be, c->r_dw, c->dw_bw, c->dw)))
             return rc;

@@ -1,0 +1,425 @@
+/* cpu_bwdw.c - bf16 channels-last convolution backward weights on AMX
+ * tiles (see cpu_bwdw.h for what it computes and why).
+ *
+ * Layout of one chunk (spc samples, their zero-padded grids hp x wp back
+ * to back, kc positions rounded up to 32):
+ *   xt  [ic][ld]: x transposed, position q at column mr + q, zero on the
+ *                 grids' borders and in the margins (mr >= the largest
+ *                 tap offset), so a tap's operand starts at mr + off;
+ *   dyv [oc / 16][kc / 2][16][2]: dy of positions (q, q + 1) interleaved
+ *                 per channel (tdpbf16ps's B layout), zero on the borders.
+ * Tiles: C 16 ic x 16 oc fp32 (the group's accumulator in memory, loaded
+ * and stored once per chunk), A 16 ic x 32 positions, B 16 position
+ * pairs x 16 oc.  With two or more 16-channel blocks each way a 2 x 2
+ * block of C per tap (4 loads per 4 products); with one (resnet's first
+ * stage) up to four taps at once sharing B (5 loads per 4 products).
+ *
+ * Owns: the plan's buffers, the AMX tile configuration of the threads it
+ * runs on (loaded per group, released after).
+ * Never does: vector or tile code inside an OpenMP region (the clang fuzz
+ * build outlines regions without their function's target attribute):
+ * regions call target functions.
+ */
+#include "backend/cpu/cpu_bwdw.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "backend/cpu/caps.h"
+
+#define TD__AMX                                                              \
+    __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")))
+#define TD__ARCH_REQ_XCOMP_PERM 0x1023
+#define TD__XFEATURE_XTILEDATA 18
+#define TD__CHUNK_POSITIONS 1024 /* target positions per chunk */
+#define TD__GROUPS 4 /* fixed, whatever the thread count */
+
+struct td_bwdw {
+    int n, h, w, ic, oc, k, pad;
+    int wp;             /* padded grid width */
+    size_t pg;          /* positions per padded sample */
+    int spc, nchunk, ngroup, nbuf;
+    size_t kc, mr, ld;  /* chunk positions, margin, xt row length */
+    int ntap;
+    long *off;          /* per tap: position offset of its x operand */
+    int32_t *pos;       /* per chunk position: x/dy row within the chunk's
+                           samples, -1 on a border or past the samples */
+    float *acc;         /* [ngroup][ntap][ic][oc] */
+    td_bf16 *buf;       /* per buffer: xt then dyv */
+    size_t buf_elems;
+};
+
+typedef struct td__tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} td__tilecfg;
+
+static int td__amx_on;
+static pthread_once_t td__amx_once = PTHREAD_ONCE_INIT;
+
+static void td__amx_probe(void)
+{
+    unsigned a, b, c, d;
+    const td_cpu_caps *caps = td_cpu_caps_get();
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return;
+    int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1, bw = (b >> 30) & 1;
+    if (!tile || !bf16 || !bw || strcmp(caps->isa, "avx512_core_amx") != 0)
+        return;
+    td__amx_on = syscall(SYS_arch_prctl, TD__ARCH_REQ_XCOMP_PERM,
+                         TD__XFEATURE_XTILEDATA) == 0;
+}
+
+int td_bwdw_amx(void)
+{
+    pthread_once(&td__amx_once, td__amx_probe);
+    return td__amx_on;
+}
+
+int td_bwdw_ok(int k, int stride, int pad, int ic, int oc)
+{
+    return k >= 1 && k % 2 == 1 && stride == 1 && pad == (k - 1) / 2 &&
+           ic > 0 && ic % 16 == 0 && oc > 0 && oc % 16 == 0 &&
+           td_bwdw_amx();
+}
+
+static size_t td__round32(size_t v) { return (v + 31) / 32 * 32; }
+
+td_bwdw *td_bwdw_create(int n, int h, int w, int ic, int oc, int k,
+                        int threads)
+{
+    int pad = (k - 1) / 2;
+    if (n < 1 || h < 1 || w < 1 || threads < 1 ||
+        !td_bwdw_ok(k, 1, pad, ic, oc))
+        return NULL;
+    td_bwdw *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    *p = (td_bwdw){.n = n, .h = h, .w = w, .ic = ic, .oc = oc, .k = k,
+                   .pad = pad, .wp = w + 2 * pad, .ntap = k * k};
+    p->pg = (size_t)(h + 2 * pad) * (size_t)p->wp;
+    p->spc = (int)(TD__CHUNK_POSITIONS / p->pg);
+    if (p->spc < 1)
+        p->spc = 1;
+    if (p->spc > n)
+        p->spc = n;
+    p->nchunk = (n + p->spc - 1) / p->spc;
+    p->ngroup = p->nchunk < TD__GROUPS ? p->nchunk : TD__GROUPS;
+    p->kc = td__round32((size_t)p->spc * p->pg);
+    p->mr = td__round32((size_t)pad * (size_t)p->wp + (size_t)pad);
+    p->ld = 2 * p->mr + p->kc;
+    p->nbuf = threads < p->ngroup ? threads : p->ngroup;
+    p->buf_elems = (size_t)ic * p->ld + (size_t)oc * p->kc;
+    p->off = malloc((size_t)p->ntap * sizeof *p->off);
+    p->pos = malloc(p->kc * sizeof *p->pos);
+    p->acc = aligned_alloc(64, (size_t)p->ngroup * (size_t)p->ntap * ic * oc *
+                                   sizeof(float));
+    p->buf = aligned_alloc(64, (size_t)p->nbuf * p->buf_elems *
+                                   sizeof(td_bf16));
+    if (!p->off || !p->pos || !p->acc || !p->buf) {
+        td_bwdw_destroy(p);
+        return NULL;
+    }
+    /* margins and the padding columns past kc stay zero for good */
+    memset(p->buf, 0, (size_t)p->nbuf * p->buf_elems * sizeof(td_bf16));
+    for (int t = 0; t < p->ntap; t++)
+        p->off[t] = (long)(t / k - pad) * p->wp + (t % k - pad);
+    for (size_t q = 0; q < p->kc; q++) {
+        size_t s = q / p->pg, r = q % p->pg;
+        int hp = (int)(r / (size_t)p->wp), wq = (int)(r % (size_t)p->wp);
+        int inside = s < (size_t)p->spc && hp >= pad && hp < h + pad &&
+                     wq >= pad && wq < w + pad;
+        p->pos[q] = inside ? (int32_t)((s * (size_t)h + (size_t)(hp - pad)) *
+                                           (size_t)w + (size_t)(wq - pad))
+                           : -1;
+    }
+    return p;
+}
+
+void td_bwdw_destroy(td_bwdw *p)
+{
+    if (!p)
+        return;
+    free(p->off);
+    free(p->pos);
+    free(p->acc);
+    free(p->buf);
+    free(p);
+}
+
+/* Row q of a chunk starting at sample n0 with ns samples: the address of
+ * its channels in t (c channels per row), or NULL on a border. */
+static inline const td_bf16 *td__row(const td_bwdw *p, const td_bf16 *t,
+                                     int c, int n0, int ns, size_t q)
+{
+    int32_t r = p->pos[q];
+    if (r < 0 || q >= (size_t)ns * p->pg)
+        return NULL;
+    return t + ((size_t)n0 * (size_t)p->h * (size_t)p->w + (size_t)r) *
+                   (size_t)c;
+}
+
+TD__AMX static inline __m256i td__ld16(const td_bf16 *a)
+{
+    return a ? _mm256_loadu_si256((const void *)a)
+             : _mm256_setzero_si256();
+}
+
+/* xt: 32 positions at a time, 16 channels: 16 registers of two positions
+ * each, transposed by four exchange stages (register bit s <-> word bit
+ * s) and a final word permutation (word j*2 + h <- word h*16 + j). */
+TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
+                               int ns, size_t kc, td_bf16 *xt)
+{
+    int16_t ix[5][32] __attribute__((aligned(64)));
+    for (int s = 0; s < 4; s++)
+        for (int i = 0; i < 32; i++)
+            ix[s][i] = (int16_t)(((i >> s) & 1 ? 32 : 0) + (i & ~(1 << s)));
+    for (int i = 0; i < 32; i++)
+        ix[4][i] = (int16_t)((i & 1) * 16 + (i >> 1));
+    __m512i lo[4], fin = _mm512_load_si512(ix[4]);
+    for (int s = 0; s < 4; s++)
+        lo[s] = _mm512_load_si512(ix[s]);
+    for (size_t q0 = 0; q0 < kc; q0 += 32) {
+        const td_bf16 *src[32];
+        for (int j = 0; j < 32; j++)
+            src[j] = td__row(p, x, p->ic, n0, ns, q0 + (size_t)j);
+        for (int b = 0; b < p->ic / 16; b++) {
+            __m512i r[16];
+            for (int j = 0; j < 16; j++) {
+                const td_bf16 *a = src[2 * j], *c = src[2 * j + 1];
+                r[j] = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(td__ld16(a ? a + 16 * b : NULL)),
+                    td__ld16(c ? c + 16 * b : NULL), 1);
+            }
+            for (int s = 0; s < 4; s++) {
+                __m512i hi = _mm512_or_si512(lo[s],
+                                             _mm512_set1_epi16((short)(1 << s)));
+                for (int j = 0; j < 16; j++) {
+                    if (j & (1 << s))
+                        continue;
+                    __m512i a = r[j], c = r[j | (1 << s)];
+                    r[j] = _mm512_permutex2var_epi16(a, lo[s], c);
+                    r[j | (1 << s)] = _mm512_permutex2var_epi16(a, hi, c);
+                }
+            }
+            for (int c = 0; c < 16; c++)
+                _mm512_storeu_si512(
+                    xt + (size_t)(16 * b + c) * p->ld + p->mr + q0,
+                    _mm512_permutexvar_epi16(fin, r[c]));
+        }
+    }
+}
+
+/* dyv: positions (q, q + 1) per 16-channel block, interleaved. */
+TD__AMX static void td__fill_dy(const td_bwdw *p, const td_bf16 *dy, int n0,
+                                int ns, size_t kc, td_bf16 *dyv)
+{
+    int16_t iv[32] __attribute__((aligned(64)));
+    for (int i = 0; i < 32; i++)
+        iv[i] = (int16_t)((i & 1) * 16 + (i >> 1));
+    __m512i idx = _mm512_load_si512(iv);
+    for (size_t q = 0; q < kc; q += 2) {
+        const td_bf16 *a = td__row(p, dy, p->oc, n0, ns, q);
+        const td_bf16 *c = td__row(p, dy, p->oc, n0, ns, q + 1);
+        for (int b = 0; b < p->oc / 16; b++) {
+            __m512i z = _mm512_inserti64x4(
+                _mm512_castsi256_si512(td__ld16(a ? a + 16 * b : NULL)),
+                td__ld16(c ? c + 16 * b : NULL), 1);
+            _mm512_storeu_si512(dyv + (size_t)b * p->kc * 16 + q * 16,
+                                _mm512_permutexvar_epi16(idx, z));
+        }
+    }
+}
+
+/* 2 x 2 blocks of C per tap: ic blocks i, i + 1 and oc blocks j, j + 1. */
+TD__AMX static void td__tiles22(const td_bwdw *p, const td_bf16 *xt,
+                                const td_bf16 *dyv, size_t kc, float *acc)
+{
+    size_t lda = p->ld * sizeof(td_bf16), ldc = (size_t)p->oc * 4;
+    for (int t = 0; t < p->ntap; t++)
+        for (int i = 0; i < p->ic / 16; i += 2)
+            for (int j = 0; j < p->oc / 16; j += 2) {
+                float *c0 = acc + ((size_t)t * p->ic + 16 * (size_t)i) *
+                                      p->oc + 16 * (size_t)j;
+                float *c2 = c0 + 16 * (size_t)p->oc;
+                const td_bf16 *a0 = xt + 16 * (size_t)i * p->ld + p->mr +
+                                    p->off[t];
+                const td_bf16 *a1 = a0 + 16 * p->ld;
+                const td_bf16 *b0 = dyv + (size_t)j * p->kc * 16;
+                const td_bf16 *b1 = b0 + p->kc * 16;
+                _tile_loadd(0, c0, ldc);
+                _tile_loadd(1, c0 + 16, ldc);
+                _tile_loadd(2, c2, ldc);
+                _tile_loadd(3, c2 + 16, ldc);
+                for (size_t k = 0; k < kc; k += 32) {
+                    _tile_loadd(4, a0 + k, lda);
+                    _tile_loadd(6, b0 + k * 16, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_loadd(7, b1 + k * 16, 64);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_loadd(5, a1 + k, lda);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+                _tile_stored(0, c0, ldc);
+                _tile_stored(1, c0 + 16, ldc);
+                _tile_stored(2, c2, ldc);
+                _tile_stored(3, c2 + 16, ldc);
+            }
+}
+
+/* One (ic block, oc block) pair, up to four taps at once sharing B. */
+TD__AMX static void td__tiles_taps(const td_bwdw *p, const td_bf16 *xt,
+                                   const td_bf16 *dyv, size_t kc, float *acc,
+                                   int i, int j)
+{
+    size_t lda = p->ld * sizeof(td_bf16), ldc = (size_t)p->oc * 4;
+    size_t tstride = (size_t)p->ic * p->oc;
+    float *cb = acc + 16 * (size_t)i * p->oc + 16 * (size_t)j;
+    const td_bf16 *ab = xt + 16 * (size_t)i * p->ld + p->mr;
+    const td_bf16 *b0 = dyv + (size_t)j * p->kc * 16;
+    for (int t = 0; t < p->ntap; t += 4) {
+        int nt = p->ntap - t < 4 ? p->ntap - t : 4;
+        const td_bf16 *a[4];
+        for (int u = 0; u < 4; u++)
+            a[u] = ab + p->off[t + (u < nt ? u : 0)];
+        _tile_loadd(0, cb + (size_t)t * tstride, ldc);
+        if (nt > 1)
+            _tile_loadd(1, cb + (size_t)(t + 1) * tstride, ldc);
+        if (nt > 2)
+            _tile_loadd(2, cb + (size_t)(t + 2) * tstride, ldc);
+        if (nt > 3)
+            _tile_loadd(3, cb + (size_t)(t + 3) * tstride, ldc);
+        for (size_t k = 0; k < kc; k += 32) {
+            _tile_loadd(6, b0 + k * 16, 64);
+            _tile_loadd(4, a[0] + k, lda);
+            _tile_dpbf16ps(0, 4, 6);
+            if (nt > 1) {
+                _tile_loadd(5, a[1] + k, lda);
+                _tile_dpbf16ps(1, 5, 6);
+            }
+            if (nt > 2) {
+                _tile_loadd(4, a[2] + k, lda);
+                _tile_dpbf16ps(2, 4, 6);
+            }
+            if (nt > 3) {
+                _tile_loadd(5, a[3] + k, lda);
+                _tile_dpbf16ps(3, 5, 6);
+            }
+        }
+        _tile_stored(0, cb + (size_t)t * tstride, ldc);
+        if (nt > 1)
+            _tile_stored(1, cb + (size_t)(t + 1) * tstride, ldc);
+        if (nt > 2)
+            _tile_stored(2, cb + (size_t)(t + 2) * tstride, ldc);
+        if (nt > 3)
+            _tile_stored(3, cb + (size_t)(t + 3) * tstride, ldc);
+    }
+}
+
+/* Group g: its chunks in order into its accumulator. */
+TD__AMX static void td__group(const td_bwdw *p, int g, const td_bf16 *x,
+                              const td_bf16 *dy, td_bf16 *buf)
+{
+    td__tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    size_t per = (size_t)p->ntap * p->ic * p->oc;
+    float *acc = p->acc + (size_t)g * per;
+    memset(acc, 0, per * sizeof *acc);
+    td_bf16 *xt = buf, *dyv = buf + (size_t)p->ic * p->ld;
+    int c0 = (int)((long)g * p->nchunk / p->ngroup);
+    int c1 = (int)((long)(g + 1) * p->nchunk / p->ngroup);
+    int pairs = p->ic % 32 == 0 && p->oc % 32 == 0;
+    for (int c = c0; c < c1; c++) {
+        int n0 = c * p->spc;
+        int ns = p->n - n0 < p->spc ? p->n - n0 : p->spc;
+        size_t kc = td__round32((size_t)ns * p->pg);
+        td__fill_x(p, x, n0, ns, kc, xt);
+        td__fill_dy(p, dy, n0, ns, kc, dyv);
+        if (pairs) {
+            td__tiles22(p, xt, dyv, kc, acc);
+            continue;
+        }
+        for (int i = 0; i < p->ic / 16; i++)
+            for (int j = 0; j < p->oc / 16; j++)
+                td__tiles_taps(p, xt, dyv, kc, acc, i, j);
+    }
+    _tile_release();
+}
+
+/* Group 0's accumulator += the others', elements [lo, hi), in group
+ * order (contiguous: vectorizes). */
+static void td__sum_groups(const td_bwdw *p, size_t lo, size_t hi)
+{
+    size_t per = (size_t)p->ntap * p->ic * p->oc;
+    float *a = p->acc;
+    for (int g = 1; g < p->ngroup; g++) {
+        const float *b = p->acc + (size_t)g * per;
+        for (size_t e = lo; e < hi; e++)
+            a[e] += b[e];
+    }
+}
+
+/* dw[o][i][kh][kw] for output channels [o0, o1) from the summed
+ * accumulator [tap][ic][oc]. */
+static void td__transpose_out(const td_bwdw *p, float *dw, int o0, int o1)
+{
+    for (int i = 0; i < p->ic; i++)
+        for (int t = 0; t < p->ntap; t++) {
+            const float *a = p->acc + ((size_t)t * p->ic + (size_t)i) * p->oc;
+            for (int o = o0; o < o1; o++)
+                dw[((size_t)o * p->ic + (size_t)i) * p->ntap + (size_t)t] =
+                    a[o];
+        }
+}
+
+static void td__bias(const td_bwdw *p, const td_bf16 *dy, float *db, int o)
+{
+    size_t rows = (size_t)p->n * p->h * p->w;
+    double s = 0;
+    for (size_t r = 0; r < rows; r++)
+        s += td_bf16_to_f32(dy[r * (size_t)p->oc + (size_t)o]);
+    db[o] = (float)s;
+}
+
+void td_bwdw_run(td_bwdw *p, const td_bf16 *x, const td_bf16 *dy, float *dw,
+                 float *db)
+{
+    int nt = omp_get_max_threads();
+    if (nt > p->nbuf)
+        nt = p->nbuf;
+#pragma omp parallel num_threads(nt)
+    {
+        td_bf16 *buf = p->buf + (size_t)omp_get_thread_num() * p->buf_elems;
+#pragma omp for schedule(static)
+        for (int g = 0; g < p->ngroup; g++)
+            td__group(p, g, x, dy, buf);
+        size_t per = (size_t)p->ntap * p->ic * p->oc;
+#pragma omp for schedule(static)
+        for (size_t e = 0; e < per; e += 1024)
+            td__sum_groups(p, e, e + 1024 < per ? e + 1024 : per);
+#pragma omp for schedule(static)
+        for (int o = 0; o < p->oc; o += 16)
+            td__transpose_out(p, dw, o, o + 16 < p->oc ? o + 16 : p->oc);
+        if (db) {
+#pragma omp for schedule(static)
+            for (int o = 0; o < p->oc; o++)
+                td__bias(p, dy, db, o);
+        }
+    }
+}

@@ -1,0 +1,155 @@
+/* test_bwdw.c - the CPU backend's AMX convolution backward weights
+ * (lib/backend/cpu/cpu_bwdw.c) against an fp64 reference on random NHWC
+ * bf16 data: resnet20's three stages (16, 32, 64 channels on 32x32, 16x16,
+ * 8x8: the one-block tap path and the 2x2-block path), odd image sizes,
+ * unequal channel counts (16 -> 48, 32 -> 16), 5x5 and 1x1 kernels, a
+ * batch that leaves a partial last chunk; the bias gradient; bitwise equal
+ * results with one and two threads.  Skipped where the process cannot use
+ * AMX (td_bwdw_amx: no tiles, or oneDNN's ISA capped below AMX).
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_bwdw.h"
+#include "bf16.h"
+#include "philox.h"
+#include "tdtest.h"
+
+typedef struct shape {
+    int n, h, w, ic, oc, k;
+} shape;
+
+static const shape shapes[] = {
+    {3, 32, 32, 16, 16, 3}, {5, 16, 16, 32, 32, 3}, {19, 8, 8, 64, 64, 3},
+    {2, 7, 5, 16, 48, 3},   {3, 6, 9, 32, 16, 5},   {4, 4, 4, 16, 32, 1},
+};
+
+static td_bf16 *rnd(size_t n, uint64_t stream)
+{
+    td_bf16 *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = td_bf16_from_f32(
+            (float)(2 * td_rng_uniform(11, stream, i) - 1));
+    return v;
+}
+
+/* dw in fp64 and the sum of |terms| per weight (the rounding scale). */
+static void reference(const shape *s, const td_bf16 *x, const td_bf16 *dy,
+                      double *dw, double *mag)
+{
+    int p = (s->k - 1) / 2;
+    for (int o = 0; o < s->oc; o++)
+        for (int i = 0; i < s->ic; i++)
+            for (int kh = 0; kh < s->k; kh++)
+                for (int kw = 0; kw < s->k; kw++) {
+                    double a = 0, m = 0;
+                    for (int n = 0; n < s->n; n++)
+                        for (int y = 0; y < s->h; y++)
+                            for (int xx = 0; xx < s->w; xx++) {
+                                int iy = y + kh - p, ix = xx + kw - p;
+                                if (iy < 0 || iy >= s->h || ix < 0 ||
+                                    ix >= s->w)
+                                    continue;
+                                size_t r = ((size_t)n * s->h + y) * s->w + xx;
+                                size_t q = ((size_t)n * s->h + iy) * s->w + ix;
+                                double t =
+                                    (double)td_bf16_to_f32(dy[r * s->oc + o]) *
+                                    td_bf16_to_f32(x[q * s->ic + i]);
+                                a += t;
+                                m += fabs(t);
+                            }
+                    size_t at = (((size_t)o * s->ic + i) * s->k + kh) * s->k +
+                                kw;
+                    dw[at] = a;
+                    mag[at] = m;
+                }
+}
+
+START_TEST(test_matches_reference)
+{
+    const shape *s = &shapes[_i];
+    size_t rows = (size_t)s->n * s->h * s->w;
+    size_t nw = (size_t)s->oc * s->ic * s->k * s->k;
+    td_bf16 *x = rnd(rows * s->ic, 1 + (uint64_t)_i);
+    td_bf16 *dy = rnd(rows * s->oc, 100 + (uint64_t)_i);
+    double *ref = malloc(nw * sizeof *ref), *mag = malloc(nw * sizeof *mag);
+    float *dw = malloc(nw * sizeof *dw), *db = malloc(s->oc * sizeof *db);
+    reference(s, x, dy, ref, mag);
+    td_bwdw *p = td_bwdw_create(s->n, s->h, s->w, s->ic, s->oc, s->k, 2);
+    ck_assert_ptr_nonnull(p);
+    td_bwdw_run(p, x, dy, dw, db);
+    for (size_t i = 0; i < nw; i++)
+        /* fp32 sums of up to rows products of bf16 values: each partial
+         * sum rounds at 2^-24 relative, at most a few thousand terms deep
+         * in any order, so |error| < 1e-4 * sum|terms|; a wrong tap,
+         * channel or position is off by about one term or more */
+        ck_assert_msg(fabs(dw[i] - ref[i]) <= 1e-4 * mag[i] + 1e-30,
+                      "n%d %dx%d %d->%d k%d: dw[%zu] %g, want %g (scale %g)",
+                      s->n, s->h, s->w, s->ic, s->oc, s->k, i, dw[i], ref[i],
+                      mag[i]);
+    for (int o = 0; o < s->oc; o++) {
+        double b = 0, m = 0;
+        for (size_t r = 0; r < rows; r++) {
+            b += td_bf16_to_f32(dy[r * s->oc + o]);
+            m += fabs(td_bf16_to_f32(dy[r * s->oc + o]));
+        }
+        ck_assert_msg(fabs(db[o] - b) <= 1e-6 * m, "db[%d] %g, want %g", o,
+                      db[o], b);
+    }
+    td_bwdw_destroy(p);
+    free(x), free(dy), free(ref), free(mag), free(dw), free(db);
+}
+END_TEST
+
+/* The groups are summed in group order: one thread or two, same bits. */
+START_TEST(test_thread_count_independent)
+{
+    const shape s = {37, 8, 8, 64, 32, 3};
+    size_t rows = (size_t)s.n * s.h * s.w;
+    size_t nw = (size_t)s.oc * s.ic * s.k * s.k;
+    td_bf16 *x = rnd(rows * s.ic, 7), *dy = rnd(rows * s.oc, 8);
+    float *a = malloc(nw * sizeof *a), *b = malloc(nw * sizeof *b);
+    omp_set_num_threads(2);
+    td_bwdw *p = td_bwdw_create(s.n, s.h, s.w, s.ic, s.oc, s.k, 2);
+    ck_assert_ptr_nonnull(p);
+    td_bwdw_run(p, x, dy, a, NULL);
+    omp_set_num_threads(1);
+    td_bwdw_run(p, x, dy, b, NULL);
+    ck_assert_int_eq(memcmp(a, b, nw * sizeof *a), 0);
+    td_bwdw_destroy(p);
+    free(x), free(dy), free(a), free(b);
+}
+END_TEST
+
+START_TEST(test_refuses_unsupported)
+{
+    ck_assert(!td_bwdw_ok(3, 2, 1, 16, 16)); /* stride 2 */
+    ck_assert(!td_bwdw_ok(3, 1, 0, 16, 16)); /* not "same" padding */
+    ck_assert(!td_bwdw_ok(3, 1, 1, 3, 16));  /* 3 input channels */
+    ck_assert(!td_bwdw_ok(3, 1, 1, 16, 24)); /* 24 output channels */
+    ck_assert(!td_bwdw_ok(2, 1, 0, 16, 16)); /* even kernel */
+    ck_assert_ptr_null(td_bwdw_create(4, 8, 8, 3, 16, 3, 1));
+    ck_assert_int_eq(td_bwdw_ok(3, 1, 1, 16, 16), td_bwdw_amx());
+}
+END_TEST
+
+static Suite *bwdw_suite(void)
+{
+    Suite *s = suite_create("bwdw");
+    TCase *tc = tcase_create("amx");
+    tcase_add_test(tc, test_refuses_unsupported);
+    if (td_bwdw_amx()) {
+        tcase_add_loop_test(tc, test_matches_reference, 0,
+                            (int)(sizeof shapes / sizeof shapes[0]));
+        tcase_add_test(tc, test_thread_count_independent);
+    } else {
+        printf("bwdw: this process cannot use AMX: only the refusals run\n");
+    }
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(bwdw_suite)
