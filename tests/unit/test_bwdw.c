@@ -1,9 +1,11 @@
 /* test_bwdw.c - the CPU backend's AMX convolution backward weights
  * (lib/backend/cpu/cpu_bwdw.c) against an fp64 reference on random NHWC
  * bf16 data: resnet20's three stages (16, 32, 64 channels on 32x32, 16x16,
- * 8x8: the one-block tap path and the 2x2-block path), odd image sizes,
- * unequal channel counts (16 -> 48, 32 -> 16), 5x5 and 1x1 kernels, a
- * batch that leaves a partial last chunk; the bias gradient; bitwise equal
+ * 8x8: the one-block tap path and the 2x2-block path) and its stride-2
+ * convolutions (3x3 and 1x1: x in four phases), odd image sizes,
+ * unequal channel counts (16 -> 48, 32 -> 16), 1x1, 5x5 and 7x7 kernels,
+ * paddings from 0 to 3, batches that leave a partial last chunk; the bias
+ * gradient; bitwise equal
  * results with one and two threads.  Skipped where the process cannot use
  * AMX (td_bwdw_amx: no tiles, or oneDNN's ISA capped below AMX).
  */
@@ -19,12 +21,19 @@
 #include "tdtest.h"
 
 typedef struct shape {
-    int n, h, w, ic, oc, k;
+    int n, h, w, ic, oc, k, s, p;
 } shape;
 
+/* resnet20's (16 channels at 32x32, 32 at 16x16, 64 at 8x8, the stride-2
+ * 3x3 and 1x1 between stages), then odd sizes, kernels and paddings */
 static const shape shapes[] = {
-    {3, 32, 32, 16, 16, 3}, {5, 16, 16, 32, 32, 3}, {19, 8, 8, 64, 64, 3},
-    {2, 7, 5, 16, 48, 3},   {3, 6, 9, 32, 16, 5},   {4, 4, 4, 16, 32, 1},
+    {3, 32, 32, 16, 16, 3, 1, 1}, {5, 16, 16, 32, 32, 3, 1, 1},
+    {19, 8, 8, 64, 64, 3, 1, 1},  {3, 32, 32, 16, 32, 3, 2, 1},
+    {5, 16, 16, 32, 64, 3, 2, 1}, {3, 32, 32, 16, 32, 1, 2, 0},
+    {2, 7, 5, 16, 48, 3, 1, 1},   {3, 6, 9, 32, 16, 5, 1, 2},
+    {4, 4, 4, 16, 32, 1, 1, 0},   {3, 9, 7, 16, 32, 3, 2, 1},
+    {2, 11, 10, 32, 16, 5, 2, 2}, {2, 8, 8, 16, 16, 3, 1, 0},
+    {3, 9, 9, 16, 32, 7, 2, 3},
 };
 
 static td_bf16 *rnd(size_t n, uint64_t stream)
@@ -37,23 +46,27 @@ static td_bf16 *rnd(size_t n, uint64_t stream)
 }
 
 /* dw in fp64 and the sum of |terms| per weight (the rounding scale). */
+static int oh(const shape *s) { return (s->h + 2 * s->p - s->k) / s->s + 1; }
+static int ow(const shape *s) { return (s->w + 2 * s->p - s->k) / s->s + 1; }
+
 static void reference(const shape *s, const td_bf16 *x, const td_bf16 *dy,
                       double *dw, double *mag)
 {
-    int p = (s->k - 1) / 2;
+    int OH = oh(s), OW = ow(s);
     for (int o = 0; o < s->oc; o++)
         for (int i = 0; i < s->ic; i++)
             for (int kh = 0; kh < s->k; kh++)
                 for (int kw = 0; kw < s->k; kw++) {
                     double a = 0, m = 0;
                     for (int n = 0; n < s->n; n++)
-                        for (int y = 0; y < s->h; y++)
-                            for (int xx = 0; xx < s->w; xx++) {
-                                int iy = y + kh - p, ix = xx + kw - p;
+                        for (int y = 0; y < OH; y++)
+                            for (int xx = 0; xx < OW; xx++) {
+                                int iy = y * s->s + kh - s->p;
+                                int ix = xx * s->s + kw - s->p;
                                 if (iy < 0 || iy >= s->h || ix < 0 ||
                                     ix >= s->w)
                                     continue;
-                                size_t r = ((size_t)n * s->h + y) * s->w + xx;
+                                size_t r = ((size_t)n * OH + y) * OW + xx;
                                 size_t q = ((size_t)n * s->h + iy) * s->w + ix;
                                 double t =
                                     (double)td_bf16_to_f32(dy[r * s->oc + o]) *
@@ -72,13 +85,15 @@ START_TEST(test_matches_reference)
 {
     const shape *s = &shapes[_i];
     size_t rows = (size_t)s->n * s->h * s->w;
+    size_t orows = (size_t)s->n * oh(s) * ow(s);
     size_t nw = (size_t)s->oc * s->ic * s->k * s->k;
     td_bf16 *x = rnd(rows * s->ic, 1 + (uint64_t)_i);
-    td_bf16 *dy = rnd(rows * s->oc, 100 + (uint64_t)_i);
+    td_bf16 *dy = rnd(orows * s->oc, 100 + (uint64_t)_i);
     double *ref = malloc(nw * sizeof *ref), *mag = malloc(nw * sizeof *mag);
     float *dw = malloc(nw * sizeof *dw), *db = malloc(s->oc * sizeof *db);
     reference(s, x, dy, ref, mag);
-    td_bwdw *p = td_bwdw_create(s->n, s->h, s->w, s->ic, s->oc, s->k, 2);
+    td_bwdw *p = td_bwdw_create(s->n, s->h, s->w, s->ic, s->oc, s->k, s->s, s->p,
+                                2);
     ck_assert_ptr_nonnull(p);
     td_bwdw_run(p, x, dy, dw, db);
     for (size_t i = 0; i < nw; i++)
@@ -87,12 +102,12 @@ START_TEST(test_matches_reference)
          * in any order, so |error| < 1e-4 * sum|terms|; a wrong tap,
          * channel or position is off by about one term or more */
         ck_assert_msg(fabs(dw[i] - ref[i]) <= 1e-4 * mag[i] + 1e-30,
-                      "n%d %dx%d %d->%d k%d: dw[%zu] %g, want %g (scale %g)",
-                      s->n, s->h, s->w, s->ic, s->oc, s->k, i, dw[i], ref[i],
-                      mag[i]);
+                      "n%d %dx%d %d->%d k%d s%d p%d: dw[%zu] %g, want %g "
+                      "(scale %g)", s->n, s->h, s->w, s->ic, s->oc, s->k,
+                      s->s, s->p, i, dw[i], ref[i], mag[i]);
     for (int o = 0; o < s->oc; o++) {
         double b = 0, m = 0;
-        for (size_t r = 0; r < rows; r++) {
+        for (size_t r = 0; r < orows; r++) {
             b += td_bf16_to_f32(dy[r * s->oc + o]);
             m += fabs(td_bf16_to_f32(dy[r * s->oc + o]));
         }
@@ -107,13 +122,13 @@ END_TEST
 /* The groups are summed in group order: one thread or two, same bits. */
 START_TEST(test_thread_count_independent)
 {
-    const shape s = {37, 8, 8, 64, 32, 3};
+    const shape s = {37, 8, 8, 64, 32, 3, 1, 1};
     size_t rows = (size_t)s.n * s.h * s.w;
     size_t nw = (size_t)s.oc * s.ic * s.k * s.k;
     td_bf16 *x = rnd(rows * s.ic, 7), *dy = rnd(rows * s.oc, 8);
     float *a = malloc(nw * sizeof *a), *b = malloc(nw * sizeof *b);
     omp_set_num_threads(2);
-    td_bwdw *p = td_bwdw_create(s.n, s.h, s.w, s.ic, s.oc, s.k, 2);
+    td_bwdw *p = td_bwdw_create(s.n, s.h, s.w, s.ic, s.oc, s.k, s.s, s.p, 2);
     ck_assert_ptr_nonnull(p);
     td_bwdw_run(p, x, dy, a, NULL);
     omp_set_num_threads(1);
@@ -126,12 +141,13 @@ END_TEST
 
 START_TEST(test_refuses_unsupported)
 {
-    ck_assert(!td_bwdw_ok(3, 2, 1, 16, 16)); /* stride 2 */
-    ck_assert(!td_bwdw_ok(3, 1, 0, 16, 16)); /* not "same" padding */
+    ck_assert(!td_bwdw_ok(3, 3, 1, 16, 16)); /* stride 3 */
+    ck_assert(!td_bwdw_ok(3, 1, 3, 16, 16)); /* padding >= kernel */
     ck_assert(!td_bwdw_ok(3, 1, 1, 3, 16));  /* 3 input channels */
     ck_assert(!td_bwdw_ok(3, 1, 1, 16, 24)); /* 24 output channels */
-    ck_assert(!td_bwdw_ok(2, 1, 0, 16, 16)); /* even kernel */
-    ck_assert_ptr_null(td_bwdw_create(4, 8, 8, 3, 16, 3, 1));
+    ck_assert(!td_bwdw_ok(9, 1, 4, 16, 16)); /* kernel over 7 */
+    ck_assert_ptr_null(td_bwdw_create(4, 8, 8, 3, 16, 3, 1, 1, 1));
+    ck_assert_ptr_null(td_bwdw_create(4, 2, 2, 16, 16, 5, 1, 0, 1));
     ck_assert_int_eq(td_bwdw_ok(3, 1, 1, 16, 16), td_bwdw_amx());
 }
 END_TEST

@@ -1,11 +1,12 @@
 /* cpu_bwdw.c - bf16 channels-last convolution backward weights on AMX
  * tiles (see cpu_bwdw.h for what it computes and why).
  *
- * Layout of one chunk (spc samples, their zero-padded grids hp x wp back
- * to back, kc positions rounded up to 32):
- *   xt  [ic][ld]: x transposed, position q at column mr + q, zero on the
- *                 grids' borders and in the margins (mr >= the largest
- *                 tap offset), so a tap's operand starts at mr + off;
+ * Layout of one chunk (spc samples, their zero-bordered grids of
+ * gw columns back to back, kc positions rounded up to 32):
+ *   xt  [phase][ic][ld]: x transposed, position q at column mr + q, zero
+ *                 on the grids' borders and in the margins (mr >= the
+ *                 largest tap offset), so a tap's operand starts at
+ *                 mr + off in its phase's rows;
  *   dyv [oc / 16][kc / 2][16][2]: dy of positions (q, q + 1) interleaved
  *                 per channel (tdpbf16ps's B layout), zero on the borders.
  * Tiles: C 16 ic x 16 oc fp32 (the group's accumulator in memory, loaded
@@ -42,17 +43,21 @@
 #define TD__GROUPS 4 /* fixed, whatever the thread count */
 
 struct td_bwdw {
-    int n, h, w, ic, oc, k, pad;
-    int wp;             /* padded grid width */
-    size_t pg;          /* positions per padded sample */
+    int n, h, w, ic, oc, k, stride, pad;
+    int oh, ow;         /* dy's image */
+    int gw, gp;         /* grid width; images start at (gp, gp) */
+    size_t pg;          /* positions per sample's grid */
+    int nph;            /* x phases: stride^2 */
     int spc, nchunk, ngroup, nbuf;
     size_t kc, mr, ld;  /* chunk positions, margin, xt row length */
     int ntap;
     long *off;          /* per tap: position offset of its x operand */
-    int32_t *pos;       /* per chunk position: x/dy row within the chunk's
-                           samples, -1 on a border or past the samples */
+    int *tph;           /* per tap: its x phase */
+    int32_t *dpos;      /* per chunk position: dy row within the chunk's
+                           samples, -1 off the image or past the samples */
+    int32_t *xpos;      /* [nph][kc]: the same for each phase of x */
     float *acc;         /* [ngroup][ntap][ic][oc] */
-    td_bf16 *buf;       /* per buffer: xt then dyv */
+    td_bf16 *buf;       /* per buffer: xt [nph * ic][ld] then dyv */
     size_t buf_elems;
 };
 
@@ -86,26 +91,86 @@ int td_bwdw_amx(void)
 
 int td_bwdw_ok(int k, int stride, int pad, int ic, int oc)
 {
-    return k >= 1 && k % 2 == 1 && stride == 1 && pad == (k - 1) / 2 &&
-           ic > 0 && ic % 16 == 0 && oc > 0 && oc % 16 == 0 &&
+    return k >= 1 && k <= 7 && stride >= 1 && stride <= 2 && pad >= 0 &&
+           pad < k && ic > 0 && ic % 16 == 0 && oc > 0 && oc % 16 == 0 &&
            td_bwdw_amx();
 }
 
 static size_t td__round32(size_t v) { return (v + 31) / 32 * 32; }
 
-td_bwdw *td_bwdw_create(int n, int h, int w, int ic, int oc, int k,
-                        int threads)
+/* floor(a / b) for b > 0 */
+static int td__fdiv(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+/* The grid: every sample's dy image and x phases at (P, P) of a gh x gw
+ * grid, P the largest tap shift in phase units; per tap its phase and
+ * position offset; per position the rows of dy and of each x phase. */
+static void td__grid(td_bwdw *p)
 {
-    int pad = (k - 1) / 2;
+    int s = p->stride, P = 0;
+    for (int t = 0; t < p->ntap; t++) {
+        int dh = td__fdiv(t / p->k - p->pad, s);
+        int dw = td__fdiv(t % p->k - p->pad, s);
+        int ah = t / p->k - p->pad - s * dh, aw = t % p->k - p->pad - s * dw;
+        p->tph[t] = ah * s + aw;
+        P = dh < -P ? -dh : P, P = dh > P ? dh : P;
+        P = dw < -P ? -dw : P, P = dw > P ? dw : P;
+        p->off[t] = dh; /* rows for now; positions below */
+        p->off[p->ntap + t] = dw;
+    }
+    int ph = (p->h + s - 1) / s, pw = (p->w + s - 1) / s;
+    int gh = (p->oh > ph ? p->oh : ph) + 2 * P;
+    p->gw = (p->ow > pw ? p->ow : pw) + 2 * P;
+    p->pg = (size_t)gh * (size_t)p->gw;
+    p->gp = P;
+    p->mr = td__round32((size_t)P * (size_t)p->gw + (size_t)P);
+    for (int t = 0; t < p->ntap; t++)
+        p->off[t] = p->off[t] * p->gw + p->off[p->ntap + t];
+}
+
+static void td__positions(td_bwdw *p)
+{
+    int s = p->stride, P = p->gp;
+    for (size_t q = 0; q < p->kc; q++) {
+        size_t smp = q / p->pg, r = q % p->pg;
+        int gy = (int)(r / (size_t)p->gw) - P, gx = (int)(r % (size_t)p->gw) - P;
+        int in = smp < (size_t)p->spc;
+        p->dpos[q] = in && gy >= 0 && gy < p->oh && gx >= 0 && gx < p->ow
+                         ? (int32_t)((smp * (size_t)p->oh + (size_t)gy) *
+                                         (size_t)p->ow + (size_t)gx)
+                         : -1;
+        for (int a = 0; a < p->nph; a++) {
+            int y = gy * s + a / s, x = gx * s + a % s;
+            p->xpos[(size_t)a * p->kc + q] =
+                in && gy >= 0 && gx >= 0 && y < p->h && x < p->w
+                    ? (int32_t)((smp * (size_t)p->h + (size_t)y) *
+                                    (size_t)p->w + (size_t)x)
+                    : -1;
+        }
+    }
+}
+
+td_bwdw *td_bwdw_create(int n, int h, int w, int ic, int oc, int k,
+                        int stride, int pad, int threads)
+{
     if (n < 1 || h < 1 || w < 1 || threads < 1 ||
-        !td_bwdw_ok(k, 1, pad, ic, oc))
+        !td_bwdw_ok(k, stride, pad, ic, oc) || h + 2 * pad < k ||
+        w + 2 * pad < k)
         return NULL;
     td_bwdw *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
     *p = (td_bwdw){.n = n, .h = h, .w = w, .ic = ic, .oc = oc, .k = k,
-                   .pad = pad, .wp = w + 2 * pad, .ntap = k * k};
-    p->pg = (size_t)(h + 2 * pad) * (size_t)p->wp;
+                   .stride = stride, .pad = pad, .ntap = k * k,
+                   .nph = stride * stride,
+                   .oh = (h + 2 * pad - k) / stride + 1,
+                   .ow = (w + 2 * pad - k) / stride + 1};
+    p->off = malloc(2 * (size_t)p->ntap * sizeof *p->off);
+    p->tph = malloc((size_t)p->ntap * sizeof *p->tph);
+    if (!p->off || !p->tph) {
+        td_bwdw_destroy(p);
+        return NULL;
+    }
+    td__grid(p);
     p->spc = (int)(TD__CHUNK_POSITIONS / p->pg);
     if (p->spc < 1)
         p->spc = 1;
@@ -114,33 +179,22 @@ td_bwdw *td_bwdw_create(int n, int h, int w, int ic, int oc, int k,
     p->nchunk = (n + p->spc - 1) / p->spc;
     p->ngroup = p->nchunk < TD__GROUPS ? p->nchunk : TD__GROUPS;
     p->kc = td__round32((size_t)p->spc * p->pg);
-    p->mr = td__round32((size_t)pad * (size_t)p->wp + (size_t)pad);
     p->ld = 2 * p->mr + p->kc;
     p->nbuf = threads < p->ngroup ? threads : p->ngroup;
-    p->buf_elems = (size_t)ic * p->ld + (size_t)oc * p->kc;
-    p->off = malloc((size_t)p->ntap * sizeof *p->off);
-    p->pos = malloc(p->kc * sizeof *p->pos);
+    p->buf_elems = (size_t)p->nph * ic * p->ld + (size_t)oc * p->kc;
+    p->dpos = malloc(p->kc * sizeof *p->dpos);
+    p->xpos = malloc((size_t)p->nph * p->kc * sizeof *p->xpos);
     p->acc = aligned_alloc(64, (size_t)p->ngroup * (size_t)p->ntap * ic * oc *
                                    sizeof(float));
     p->buf = aligned_alloc(64, (size_t)p->nbuf * p->buf_elems *
                                    sizeof(td_bf16));
-    if (!p->off || !p->pos || !p->acc || !p->buf) {
+    if (!p->dpos || !p->xpos || !p->acc || !p->buf) {
         td_bwdw_destroy(p);
         return NULL;
     }
     /* margins and the padding columns past kc stay zero for good */
     memset(p->buf, 0, (size_t)p->nbuf * p->buf_elems * sizeof(td_bf16));
-    for (int t = 0; t < p->ntap; t++)
-        p->off[t] = (long)(t / k - pad) * p->wp + (t % k - pad);
-    for (size_t q = 0; q < p->kc; q++) {
-        size_t s = q / p->pg, r = q % p->pg;
-        int hp = (int)(r / (size_t)p->wp), wq = (int)(r % (size_t)p->wp);
-        int inside = s < (size_t)p->spc && hp >= pad && hp < h + pad &&
-                     wq >= pad && wq < w + pad;
-        p->pos[q] = inside ? (int32_t)((s * (size_t)h + (size_t)(hp - pad)) *
-                                           (size_t)w + (size_t)(wq - pad))
-                           : -1;
-    }
+    td__positions(p);
     return p;
 }
 
@@ -149,22 +203,25 @@ void td_bwdw_destroy(td_bwdw *p)
     if (!p)
         return;
     free(p->off);
-    free(p->pos);
+    free(p->tph);
+    free(p->dpos);
+    free(p->xpos);
     free(p->acc);
     free(p->buf);
     free(p);
 }
 
-/* Row q of a chunk starting at sample n0 with ns samples: the address of
- * its channels in t (c channels per row), or NULL on a border. */
-static inline const td_bf16 *td__row(const td_bwdw *p, const td_bf16 *t,
-                                     int c, int n0, int ns, size_t q)
+/* Row q of a chunk starting at sample n0 with ns samples, from the
+ * position table pos of a tensor with img rows per sample and c channels
+ * per row: the address of its channels in t, or NULL (zero). */
+static inline const td_bf16 *td__row(const td_bwdw *p, const int32_t *pos,
+                                     size_t img, const td_bf16 *t, int c,
+                                     int n0, int ns, size_t q)
 {
-    int32_t r = p->pos[q];
+    int32_t r = pos[q];
     if (r < 0 || q >= (size_t)ns * p->pg)
         return NULL;
-    return t + ((size_t)n0 * (size_t)p->h * (size_t)p->w + (size_t)r) *
-                   (size_t)c;
+    return t + ((size_t)n0 * img + (size_t)r) * (size_t)c;
 }
 
 TD__AMX static inline __m256i td__ld16(const td_bf16 *a)
@@ -188,10 +245,13 @@ TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
     __m512i lo[4], fin = _mm512_load_si512(ix[4]);
     for (int s = 0; s < 4; s++)
         lo[s] = _mm512_load_si512(ix[s]);
+    size_t img = (size_t)p->h * (size_t)p->w;
+    for (int ph = 0; ph < p->nph; ph++)
     for (size_t q0 = 0; q0 < kc; q0 += 32) {
         const td_bf16 *src[32];
         for (int j = 0; j < 32; j++)
-            src[j] = td__row(p, x, p->ic, n0, ns, q0 + (size_t)j);
+            src[j] = td__row(p, p->xpos + (size_t)ph * p->kc, img, x, p->ic,
+                             n0, ns, q0 + (size_t)j);
         for (int b = 0; b < p->ic / 16; b++) {
             __m512i r[16];
             for (int j = 0; j < 16; j++) {
@@ -213,7 +273,8 @@ TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
             }
             for (int c = 0; c < 16; c++)
                 _mm512_storeu_si512(
-                    xt + (size_t)(16 * b + c) * p->ld + p->mr + q0,
+                    xt + ((size_t)ph * p->ic + 16 * (size_t)b + (size_t)c) *
+                             p->ld + p->mr + q0,
                     _mm512_permutexvar_epi16(fin, r[c]));
         }
     }
@@ -227,9 +288,10 @@ TD__AMX static void td__fill_dy(const td_bwdw *p, const td_bf16 *dy, int n0,
     for (int i = 0; i < 32; i++)
         iv[i] = (int16_t)((i & 1) * 16 + (i >> 1));
     __m512i idx = _mm512_load_si512(iv);
+    size_t img = (size_t)p->oh * (size_t)p->ow;
     for (size_t q = 0; q < kc; q += 2) {
-        const td_bf16 *a = td__row(p, dy, p->oc, n0, ns, q);
-        const td_bf16 *c = td__row(p, dy, p->oc, n0, ns, q + 1);
+        const td_bf16 *a = td__row(p, p->dpos, img, dy, p->oc, n0, ns, q);
+        const td_bf16 *c = td__row(p, p->dpos, img, dy, p->oc, n0, ns, q + 1);
         for (int b = 0; b < p->oc / 16; b++) {
             __m512i z = _mm512_inserti64x4(
                 _mm512_castsi256_si512(td__ld16(a ? a + 16 * b : NULL)),
@@ -251,8 +313,9 @@ TD__AMX static void td__tiles22(const td_bwdw *p, const td_bf16 *xt,
                 float *c0 = acc + ((size_t)t * p->ic + 16 * (size_t)i) *
                                       p->oc + 16 * (size_t)j;
                 float *c2 = c0 + 16 * (size_t)p->oc;
-                const td_bf16 *a0 = xt + 16 * (size_t)i * p->ld + p->mr +
-                                    p->off[t];
+                const td_bf16 *a0 =
+                    xt + ((size_t)p->tph[t] * p->ic + 16 * (size_t)i) *
+                             p->ld + p->mr + p->off[t];
                 const td_bf16 *a1 = a0 + 16 * p->ld;
                 const td_bf16 *b0 = dyv + (size_t)j * p->kc * 16;
                 const td_bf16 *b1 = b0 + p->kc * 16;
@@ -286,12 +349,14 @@ TD__AMX static void td__tiles_taps(const td_bwdw *p, const td_bf16 *xt,
     size_t tstride = (size_t)p->ic * p->oc;
     float *cb = acc + 16 * (size_t)i * p->oc + 16 * (size_t)j;
     const td_bf16 *ab = xt + 16 * (size_t)i * p->ld + p->mr;
+    size_t phs = (size_t)p->ic * p->ld; /* one phase's rows */
     const td_bf16 *b0 = dyv + (size_t)j * p->kc * 16;
     for (int t = 0; t < p->ntap; t += 4) {
         int nt = p->ntap - t < 4 ? p->ntap - t : 4;
         const td_bf16 *a[4];
         for (int u = 0; u < 4; u++)
-            a[u] = ab + p->off[t + (u < nt ? u : 0)];
+            a[u] = ab + (size_t)p->tph[t + (u < nt ? u : 0)] * phs +
+                   p->off[t + (u < nt ? u : 0)];
         _tile_loadd(0, cb + (size_t)t * tstride, ldc);
         if (nt > 1)
             _tile_loadd(1, cb + (size_t)(t + 1) * tstride, ldc);
@@ -341,7 +406,7 @@ TD__AMX static void td__group(const td_bwdw *p, int g, const td_bf16 *x,
     size_t per = (size_t)p->ntap * p->ic * p->oc;
     float *acc = p->acc + (size_t)g * per;
     memset(acc, 0, per * sizeof *acc);
-    td_bf16 *xt = buf, *dyv = buf + (size_t)p->ic * p->ld;
+    td_bf16 *xt = buf, *dyv = buf + (size_t)p->nph * p->ic * p->ld;
     int c0 = (int)((long)g * p->nchunk / p->ngroup);
     int c1 = (int)((long)(g + 1) * p->nchunk / p->ngroup);
     int pairs = p->ic % 32 == 0 && p->oc % 32 == 0;
@@ -390,7 +455,7 @@ static void td__transpose_out(const td_bwdw *p, float *dw, int o0, int o1)
 
 static void td__bias(const td_bwdw *p, const td_bf16 *dy, float *db, int o)
 {
-    size_t rows = (size_t)p->n * p->h * p->w;
+    size_t rows = (size_t)p->n * p->oh * p->ow;
     double s = 0;
     for (size_t r = 0; r < rows; r++)
         s += td_bf16_to_f32(dy[r * (size_t)p->oc + (size_t)o]);

@@ -188,11 +188,11 @@ static int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src,
     const char *env = getenv("TD_CPU_BWDW");
     if ((env && strcmp(env, "0") == 0) || !td__is_bf16(be) ||
         !td_bwdw_ok(l->kernel, l->stride, l->pad, ic, l->channels) ||
-        !td__nhwc_dense(src) || !td__nhwc_dense(&c->md) ||
-        src->dims[2] != l->out.h || src->dims[3] != l->out.w)
+        !td__nhwc_dense(src) || !td__nhwc_dense(&c->md))
         return 0;
-    c->bw = td_bwdw_create(be->batch, l->out.h, l->out.w, ic, l->channels,
-                           l->kernel, be->threads);
+    c->bw = td_bwdw_create(be->batch, (int)src->dims[2], (int)src->dims[3],
+                           ic, l->channels, l->kernel, l->stride, l->pad,
+                           be->threads);
     if (!c->bw) {
         snprintf(be->base.err, sizeof be->base.err, "%s: out of memory for "
                  "the backward weights' buffers", l->name);
