@@ -4,7 +4,8 @@
  * 8x8: the one-block tap path and the 2x2-block path) and its stride-2
  * convolutions (3x3 and 1x1: x in four phases), odd image sizes,
  * unequal channel counts (16 -> 48, 32 -> 16), 1x1, 5x5 and 7x7 kernels,
- * paddings from 0 to 3, batches that leave a partial last chunk; the bias
+ * paddings from 0 to 3, fewer than 16 input channels (a 3-channel stem,
+ * 5), batches that leave a partial last chunk; the bias
  * gradient; bitwise equal
  * results with one and two threads.  Skipped where the process cannot use
  * AMX (td_bwdw_amx: no tiles, or oneDNN's ISA capped below AMX).
@@ -33,7 +34,8 @@ static const shape shapes[] = {
     {2, 7, 5, 16, 48, 3, 1, 1},   {3, 6, 9, 32, 16, 5, 1, 2},
     {4, 4, 4, 16, 32, 1, 1, 0},   {3, 9, 7, 16, 32, 3, 2, 1},
     {2, 11, 10, 32, 16, 5, 2, 2}, {2, 8, 8, 16, 16, 3, 1, 0},
-    {3, 9, 9, 16, 32, 7, 2, 3},
+    {3, 9, 9, 16, 32, 7, 2, 3},   {4, 32, 32, 3, 16, 3, 1, 1},
+    {3, 9, 7, 5, 32, 3, 2, 1},
 };
 
 static td_bf16 *rnd(size_t n, uint64_t stream)
@@ -143,10 +145,10 @@ START_TEST(test_refuses_unsupported)
 {
     ck_assert(!td_bwdw_ok(3, 3, 1, 16, 16)); /* stride 3 */
     ck_assert(!td_bwdw_ok(3, 1, 3, 16, 16)); /* padding >= kernel */
-    ck_assert(!td_bwdw_ok(3, 1, 1, 3, 16));  /* 3 input channels */
+    ck_assert(!td_bwdw_ok(3, 1, 1, 24, 16)); /* 24 input channels */
     ck_assert(!td_bwdw_ok(3, 1, 1, 16, 24)); /* 24 output channels */
     ck_assert(!td_bwdw_ok(9, 1, 4, 16, 16)); /* kernel over 7 */
-    ck_assert_ptr_null(td_bwdw_create(4, 8, 8, 3, 16, 3, 1, 1, 1));
+    ck_assert_ptr_null(td_bwdw_create(4, 8, 8, 3, 12, 3, 1, 1, 1));
     ck_assert_ptr_null(td_bwdw_create(4, 2, 2, 16, 16, 5, 1, 0, 1));
     ck_assert_int_eq(td_bwdw_ok(3, 1, 1, 16, 16), td_bwdw_amx());
 }

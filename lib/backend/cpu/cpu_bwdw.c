@@ -92,7 +92,8 @@ int td_bwdw_amx(void)
 int td_bwdw_ok(int k, int stride, int pad, int ic, int oc)
 {
     return k >= 1 && k <= 7 && stride >= 1 && stride <= 2 && pad >= 0 &&
-           pad < k && ic > 0 && ic % 16 == 0 && oc > 0 && oc % 16 == 0 &&
+           pad < k && ic > 0 && (ic < 16 || ic % 16 == 0) && oc > 0 &&
+           oc % 16 == 0 &&
            td_bwdw_amx();
 }
 
@@ -230,6 +231,12 @@ TD__AMX static inline __m256i td__ld16(const td_bf16 *a)
              : _mm256_setzero_si256();
 }
 
+/* The first m (< 16) channels, the rest zero (never read past them). */
+TD__AMX static inline __m256i td__ld16m(const td_bf16 *a, __mmask16 m)
+{
+    return a ? _mm256_maskz_loadu_epi16(m, a) : _mm256_setzero_si256();
+}
+
 /* xt: 32 positions at a time, 16 channels: 16 registers of two positions
  * each, transposed by four exchange stages (register bit s <-> word bit
  * s) and a final word permutation (word j*2 + h <- word h*16 + j). */
@@ -252,13 +259,19 @@ TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
         for (int j = 0; j < 32; j++)
             src[j] = td__row(p, p->xpos + (size_t)ph * p->kc, img, x, p->ic,
                              n0, ns, q0 + (size_t)j);
-        for (int b = 0; b < p->ic / 16; b++) {
+        for (int b = 0; b < (p->ic + 15) / 16; b++) {
             __m512i r[16];
             for (int j = 0; j < 16; j++) {
                 const td_bf16 *a = src[2 * j], *c = src[2 * j + 1];
-                r[j] = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(td__ld16(a ? a + 16 * b : NULL)),
-                    td__ld16(c ? c + 16 * b : NULL), 1);
+                __m256i va, vc;
+                if (p->ic < 16) {
+                    va = td__ld16m(a, (__mmask16)((1u << p->ic) - 1));
+                    vc = td__ld16m(c, (__mmask16)((1u << p->ic) - 1));
+                } else {
+                    va = td__ld16(a ? a + 16 * b : NULL);
+                    vc = td__ld16(c ? c + 16 * b : NULL);
+                }
+                r[j] = _mm512_inserti64x4(_mm512_castsi256_si512(va), vc, 1);
             }
             for (int s = 0; s < 4; s++) {
                 __m512i hi = _mm512_or_si512(lo[s],
@@ -271,7 +284,7 @@ TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
                     r[j | (1 << s)] = _mm512_permutex2var_epi16(a, hi, c);
                 }
             }
-            for (int c = 0; c < 16; c++)
+            for (int c = 0; c < (p->ic < 16 ? p->ic : 16); c++)
                 _mm512_storeu_si512(
                     xt + ((size_t)ph * p->ic + 16 * (size_t)b + (size_t)c) *
                              p->ld + p->mr + q0,
@@ -398,8 +411,8 @@ TD__AMX static void td__group(const td_bwdw *p, int g, const td_bf16 *x,
     td__tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
+    for (int t = 0; t < 8; t++) { /* C 0-3 and A 4-5: ic rows */
+        cfg.rows[t] = t < 6 && p->ic < 16 ? (uint8_t)p->ic : 16;
         cfg.colsb[t] = 64;
     }
     _tile_loadconfig(&cfg);
@@ -420,7 +433,7 @@ TD__AMX static void td__group(const td_bwdw *p, int g, const td_bf16 *x,
             td__tiles22(p, xt, dyv, kc, acc);
             continue;
         }
-        for (int i = 0; i < p->ic / 16; i++)
+        for (int i = 0; i < (p->ic + 15) / 16; i++)
             for (int j = 0; j < p->oc / 16; j++)
                 td__tiles_taps(p, xt, dyv, kc, acc, i, j);
     }

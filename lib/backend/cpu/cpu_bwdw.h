@@ -17,7 +17,8 @@
  * oneDNN 2.6's jit:avx512_core_amx_bf16 backward weights, 2-4x slower on
  * resnet's small images (docs/compute.md).
  * Never does: strides over 2, channel counts that are not multiples of
- * 16, anything with oneDNN, allocate per call.
+ * 16 (except fewer than 16 input channels), anything with oneDNN,
+ * allocate per call.
  */
 #ifndef TD_BACKEND_CPU_BWDW_H
 #define TD_BACKEND_CPU_BWDW_H
@@ -34,7 +35,8 @@ typedef struct td_bwdw td_bwdw;
 int td_bwdw_amx(void);
 
 /* The kernel computes this convolution: k <= 7, stride 1 or 2, pad < k,
- * ic and oc multiples of 16, and td_bwdw_amx(). */
+ * ic below 16 (a stem) or a multiple of 16, oc a multiple of 16, and
+ * td_bwdw_amx(). */
 int td_bwdw_ok(int k, int stride, int pad, int ic, int oc);
 
 /* A plan for x [n][h][w][ic] and dy [n][oh][ow][oc] run by up to `threads`
