@@ -49,10 +49,13 @@ struct td_bwdw {
     size_t pg;          /* positions per sample's grid */
     int nph;            /* x phases: stride^2 */
     int spc, nchunk, ngroup, nbuf;
-    size_t kc, mr, ld;  /* chunk positions, margin, xt row length */
+    size_t kc, mr;      /* chunk positions (xt's row length), dy margin */
+    size_t rows;        /* rows of one dyv copy: (kc + 2 mr) / 2 */
     int ntap;
     long *off;          /* per tap: position offset of its x operand */
     int *tph;           /* per tap: its x phase */
+    int *order;         /* the taps sorted by phase */
+    size_t *brow;       /* per tap: dyv row of position pair 0 (its copy) */
     int32_t *dpos;      /* per chunk position: dy row within the chunk's
                            samples, -1 off the image or past the samples */
     int32_t *xpos;      /* [nph][kc]: the same for each phase of x */
@@ -167,7 +170,9 @@ td_bwdw *td_bwdw_create(int n, int h, int w, int ic, int oc, int k,
                    .ow = (w + 2 * pad - k) / stride + 1};
     p->off = malloc(2 * (size_t)p->ntap * sizeof *p->off);
     p->tph = malloc((size_t)p->ntap * sizeof *p->tph);
-    if (!p->off || !p->tph) {
+    p->order = malloc((size_t)p->ntap * sizeof *p->order);
+    p->brow = malloc((size_t)p->ntap * sizeof *p->brow);
+    if (!p->off || !p->tph || !p->order || !p->brow) {
         td_bwdw_destroy(p);
         return NULL;
     }
@@ -180,9 +185,9 @@ td_bwdw *td_bwdw_create(int n, int h, int w, int ic, int oc, int k,
     p->nchunk = (n + p->spc - 1) / p->spc;
     p->ngroup = p->nchunk < TD__GROUPS ? p->nchunk : TD__GROUPS;
     p->kc = td__round32((size_t)p->spc * p->pg);
-    p->ld = 2 * p->mr + p->kc;
+    p->rows = (p->kc + 2 * p->mr) / 2;
     p->nbuf = threads < p->ngroup ? threads : p->ngroup;
-    p->buf_elems = (size_t)p->nph * ic * p->ld + (size_t)oc * p->kc;
+    p->buf_elems = (size_t)p->nph * ic * p->kc + (size_t)oc * 2 * p->rows * 2;
     p->dpos = malloc(p->kc * sizeof *p->dpos);
     p->xpos = malloc((size_t)p->nph * p->kc * sizeof *p->xpos);
     p->acc = aligned_alloc(64, (size_t)p->ngroup * (size_t)p->ntap * ic * oc *
@@ -193,9 +198,14 @@ td_bwdw *td_bwdw_create(int n, int h, int w, int ic, int oc, int k,
         td_bwdw_destroy(p);
         return NULL;
     }
-    /* margins and the padding columns past kc stay zero for good */
     memset(p->buf, 0, (size_t)p->nbuf * p->buf_elems * sizeof(td_bf16));
     td__positions(p);
+    for (int t = 0, m = 0; t < p->nph; t++) /* taps by phase */
+        for (int u = 0; u < p->ntap; u++)
+            if (p->tph[u] == t)
+                p->order[m++] = u;
+    for (int t = 0; t < p->ntap; t++) /* (mr - off - parity) / 2 */
+        p->brow[t] = (size_t)(((long)p->mr - p->off[t] - (p->off[t] & 1)) / 2);
     return p;
 }
 
@@ -205,6 +215,8 @@ void td_bwdw_destroy(td_bwdw *p)
         return;
     free(p->off);
     free(p->tph);
+    free(p->order);
+    free(p->brow);
     free(p->dpos);
     free(p->xpos);
     free(p->acc);
@@ -214,13 +226,16 @@ void td_bwdw_destroy(td_bwdw *p)
 
 /* Row q of a chunk starting at sample n0 with ns samples, from the
  * position table pos of a tensor with img rows per sample and c channels
- * per row: the address of its channels in t, or NULL (zero). */
+ * per row: the address of its channels in t, or NULL (zero; also for q
+ * outside the chunk). */
 static inline const td_bf16 *td__row(const td_bwdw *p, const int32_t *pos,
                                      size_t img, const td_bf16 *t, int c,
-                                     int n0, int ns, size_t q)
+                                     int n0, int ns, long q)
 {
+    if (q < 0 || (size_t)q >= (size_t)ns * p->pg)
+        return NULL;
     int32_t r = pos[q];
-    if (r < 0 || q >= (size_t)ns * p->pg)
+    if (r < 0)
         return NULL;
     return t + ((size_t)n0 * img + (size_t)r) * (size_t)c;
 }
@@ -258,7 +273,7 @@ TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
         const td_bf16 *src[32];
         for (int j = 0; j < 32; j++)
             src[j] = td__row(p, p->xpos + (size_t)ph * p->kc, img, x, p->ic,
-                             n0, ns, q0 + (size_t)j);
+                             n0, ns, (long)(q0 + (size_t)j));
         for (int b = 0; b < (p->ic + 15) / 16; b++) {
             __m512i r[16];
             for (int j = 0; j < 16; j++) {
@@ -287,13 +302,16 @@ TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
             for (int c = 0; c < (p->ic < 16 ? p->ic : 16); c++)
                 _mm512_storeu_si512(
                     xt + ((size_t)ph * p->ic + 16 * (size_t)b + (size_t)c) *
-                             p->ld + p->mr + q0,
+                             p->kc + q0,
                     _mm512_permutexvar_epi16(fin, r[c]));
         }
     }
 }
 
-/* dyv: positions (q, q + 1) per 16-channel block, interleaved. */
+/* dyv: per 16-channel block two copies of dy with positions (u, u + 1)
+ * interleaved, u even in copy 0 and odd in copy 1, row r holding u = 2r
+ * - mr + copy: a tap's shift -off is whole rows of one copy, so every
+ * tile row is one aligned 64-byte line.  Zero outside the chunk. */
 TD__AMX static void td__fill_dy(const td_bwdw *p, const td_bf16 *dy, int n0,
                                 int ns, size_t kc, td_bf16 *dyv)
 {
@@ -301,25 +319,38 @@ TD__AMX static void td__fill_dy(const td_bwdw *p, const td_bf16 *dy, int n0,
     for (int i = 0; i < 32; i++)
         iv[i] = (int16_t)((i & 1) * 16 + (i >> 1));
     __m512i idx = _mm512_load_si512(iv);
-    size_t img = (size_t)p->oh * (size_t)p->ow;
-    for (size_t q = 0; q < kc; q += 2) {
-        const td_bf16 *a = td__row(p, p->dpos, img, dy, p->oc, n0, ns, q);
-        const td_bf16 *c = td__row(p, p->dpos, img, dy, p->oc, n0, ns, q + 1);
+    size_t img = (size_t)p->oh * (size_t)p->ow, rows = (kc + 2 * p->mr) / 2;
+    for (size_t r = 0; r < rows; r++) {
+        long u = 2 * (long)r - (long)p->mr;
+        const td_bf16 *a = td__row(p, p->dpos, img, dy, p->oc, n0, ns, u);
+        const td_bf16 *c = td__row(p, p->dpos, img, dy, p->oc, n0, ns, u + 1);
+        const td_bf16 *e = td__row(p, p->dpos, img, dy, p->oc, n0, ns, u + 2);
         for (int b = 0; b < p->oc / 16; b++) {
-            __m512i z = _mm512_inserti64x4(
-                _mm512_castsi256_si512(td__ld16(a ? a + 16 * b : NULL)),
-                td__ld16(c ? c + 16 * b : NULL), 1);
-            _mm512_storeu_si512(dyv + (size_t)b * p->kc * 16 + q * 16,
-                                _mm512_permutexvar_epi16(idx, z));
+            __m256i va = td__ld16(a ? a + 16 * b : NULL);
+            __m256i vc = td__ld16(c ? c + 16 * b : NULL);
+            __m256i ve = td__ld16(e ? e + 16 * b : NULL);
+            td_bf16 *d = dyv + ((size_t)b * 2 * p->rows + r) * 32;
+            _mm512_store_si512(d, _mm512_permutexvar_epi16(
+                idx, _mm512_inserti64x4(_mm512_castsi256_si512(va), vc, 1)));
+            _mm512_store_si512(d + p->rows * 32, _mm512_permutexvar_epi16(
+                idx, _mm512_inserti64x4(_mm512_castsi256_si512(vc), ve, 1)));
         }
     }
+}
+
+/* Tap t's B operand for oc block j at position pair 0 of the chunk. */
+static inline const td_bf16 *td__b(const td_bwdw *p, const td_bf16 *dyv,
+                                   int t, int j)
+{
+    return dyv + (((size_t)j * 2 + (size_t)(p->off[t] & 1)) * p->rows +
+                  p->brow[t]) * 32;
 }
 
 /* 2 x 2 blocks of C per tap: ic blocks i, i + 1 and oc blocks j, j + 1. */
 TD__AMX static void td__tiles22(const td_bwdw *p, const td_bf16 *xt,
                                 const td_bf16 *dyv, size_t kc, float *acc)
 {
-    size_t lda = p->ld * sizeof(td_bf16), ldc = (size_t)p->oc * 4;
+    size_t lda = p->kc * sizeof(td_bf16), ldc = (size_t)p->oc * 4;
     for (int t = 0; t < p->ntap; t++)
         for (int i = 0; i < p->ic / 16; i += 2)
             for (int j = 0; j < p->oc / 16; j += 2) {
@@ -327,11 +358,10 @@ TD__AMX static void td__tiles22(const td_bwdw *p, const td_bf16 *xt,
                                       p->oc + 16 * (size_t)j;
                 float *c2 = c0 + 16 * (size_t)p->oc;
                 const td_bf16 *a0 =
-                    xt + ((size_t)p->tph[t] * p->ic + 16 * (size_t)i) *
-                             p->ld + p->mr + p->off[t];
-                const td_bf16 *a1 = a0 + 16 * p->ld;
-                const td_bf16 *b0 = dyv + (size_t)j * p->kc * 16;
-                const td_bf16 *b1 = b0 + p->kc * 16;
+                    xt + ((size_t)p->tph[t] * p->ic + 16 * (size_t)i) * p->kc;
+                const td_bf16 *a1 = a0 + 16 * p->kc;
+                const td_bf16 *b0 = td__b(p, dyv, t, j);
+                const td_bf16 *b1 = td__b(p, dyv, t, j + 1);
                 _tile_loadd(0, c0, ldc);
                 _tile_loadd(1, c0 + 16, ldc);
                 _tile_loadd(2, c2, ldc);
@@ -353,54 +383,59 @@ TD__AMX static void td__tiles22(const td_bwdw *p, const td_bf16 *xt,
             }
 }
 
-/* One (ic block, oc block) pair, up to four taps at once sharing B. */
+/* One (ic block, oc block) pair, up to four taps of one phase at once
+ * sharing A (x), each with its own shifted B (dy). */
 TD__AMX static void td__tiles_taps(const td_bwdw *p, const td_bf16 *xt,
                                    const td_bf16 *dyv, size_t kc, float *acc,
                                    int i, int j)
 {
-    size_t lda = p->ld * sizeof(td_bf16), ldc = (size_t)p->oc * 4;
+    size_t lda = p->kc * sizeof(td_bf16), ldc = (size_t)p->oc * 4;
     size_t tstride = (size_t)p->ic * p->oc;
     float *cb = acc + 16 * (size_t)i * p->oc + 16 * (size_t)j;
-    const td_bf16 *ab = xt + 16 * (size_t)i * p->ld + p->mr;
-    size_t phs = (size_t)p->ic * p->ld; /* one phase's rows */
-    const td_bf16 *b0 = dyv + (size_t)j * p->kc * 16;
-    for (int t = 0; t < p->ntap; t += 4) {
-        int nt = p->ntap - t < 4 ? p->ntap - t : 4;
-        const td_bf16 *a[4];
-        for (int u = 0; u < 4; u++)
-            a[u] = ab + (size_t)p->tph[t + (u < nt ? u : 0)] * phs +
-                   p->off[t + (u < nt ? u : 0)];
-        _tile_loadd(0, cb + (size_t)t * tstride, ldc);
+    for (int g = 0; g < p->ntap;) {
+        int ph = p->tph[p->order[g]], nt = 0, tp[4];
+        while (nt < 4 && g < p->ntap && p->tph[p->order[g]] == ph)
+            tp[nt++] = p->order[g++];
+        for (int u = nt; u < 4; u++)
+            tp[u] = tp[0];
+        const td_bf16 *a = xt + ((size_t)ph * p->ic + 16 * (size_t)i) * p->kc;
+        const td_bf16 *b[4];
+        float *c[4];
+        for (int u = 0; u < 4; u++) {
+            b[u] = td__b(p, dyv, tp[u], j);
+            c[u] = cb + (size_t)tp[u] * tstride;
+        }
+        _tile_loadd(0, c[0], ldc);
         if (nt > 1)
-            _tile_loadd(1, cb + (size_t)(t + 1) * tstride, ldc);
+            _tile_loadd(1, c[1], ldc);
         if (nt > 2)
-            _tile_loadd(2, cb + (size_t)(t + 2) * tstride, ldc);
+            _tile_loadd(2, c[2], ldc);
         if (nt > 3)
-            _tile_loadd(3, cb + (size_t)(t + 3) * tstride, ldc);
+            _tile_loadd(3, c[3], ldc);
         for (size_t k = 0; k < kc; k += 32) {
-            _tile_loadd(6, b0 + k * 16, 64);
-            _tile_loadd(4, a[0] + k, lda);
+            _tile_loadd(4, a + k, lda);
+            _tile_loadd(6, b[0] + k * 16, 64);
             _tile_dpbf16ps(0, 4, 6);
             if (nt > 1) {
-                _tile_loadd(5, a[1] + k, lda);
-                _tile_dpbf16ps(1, 5, 6);
+                _tile_loadd(7, b[1] + k * 16, 64);
+                _tile_dpbf16ps(1, 4, 7);
             }
             if (nt > 2) {
-                _tile_loadd(4, a[2] + k, lda);
+                _tile_loadd(6, b[2] + k * 16, 64);
                 _tile_dpbf16ps(2, 4, 6);
             }
             if (nt > 3) {
-                _tile_loadd(5, a[3] + k, lda);
-                _tile_dpbf16ps(3, 5, 6);
+                _tile_loadd(7, b[3] + k * 16, 64);
+                _tile_dpbf16ps(3, 4, 7);
             }
         }
-        _tile_stored(0, cb + (size_t)t * tstride, ldc);
+        _tile_stored(0, c[0], ldc);
         if (nt > 1)
-            _tile_stored(1, cb + (size_t)(t + 1) * tstride, ldc);
+            _tile_stored(1, c[1], ldc);
         if (nt > 2)
-            _tile_stored(2, cb + (size_t)(t + 2) * tstride, ldc);
+            _tile_stored(2, c[2], ldc);
         if (nt > 3)
-            _tile_stored(3, cb + (size_t)(t + 3) * tstride, ldc);
+            _tile_stored(3, c[3], ldc);
     }
 }
 
@@ -419,7 +454,7 @@ TD__AMX static void td__group(const td_bwdw *p, int g, const td_bf16 *x,
     size_t per = (size_t)p->ntap * p->ic * p->oc;
     float *acc = p->acc + (size_t)g * per;
     memset(acc, 0, per * sizeof *acc);
-    td_bf16 *xt = buf, *dyv = buf + (size_t)p->nph * p->ic * p->ld;
+    td_bf16 *xt = buf, *dyv = buf + (size_t)p->nph * p->ic * p->kc;
     int c0 = (int)((long)g * p->nchunk / p->ngroup);
     int c1 = (int)((long)(g + 1) * p->nchunk / p->ngroup);
     int pairs = p->ic % 32 == 0 && p->oc % 32 == 0;
