@@ -252,9 +252,22 @@ TD__AMX static inline __m256i td__ld16m(const td_bf16 *a, __mmask16 m)
     return a ? _mm256_maskz_loadu_epi16(m, a) : _mm256_setzero_si256();
 }
 
+#define TD__XCH(s, j)                                                        \
+    do {                                                                     \
+        __m512i a_ = r[j], c_ = r[(j) | (1 << (s))];                         \
+        r[j] = _mm512_permutex2var_epi16(a_, lo##s, c_);                     \
+        r[(j) | (1 << (s))] = _mm512_permutex2var_epi16(a_, hi##s, c_);      \
+    } while (0)
+#define TD__XCH8(s, a, b, c, d, e, f, g, h)                                  \
+    do {                                                                     \
+        TD__XCH(s, a); TD__XCH(s, b); TD__XCH(s, c); TD__XCH(s, d);          \
+        TD__XCH(s, e); TD__XCH(s, f); TD__XCH(s, g); TD__XCH(s, h);          \
+    } while (0)
+
 /* xt: 32 positions at a time, 16 channels: 16 registers of two positions
  * each, transposed by four exchange stages (register bit s <-> word bit
- * s) and a final word permutation (word j*2 + h <- word h*16 + j). */
+ * s) and a final word permutation (word j*2 + h <- word h*16 + j); every
+ * index a constant, so the 16 registers stay registers. */
 TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
                                int ns, size_t kc, td_bf16 *xt)
 {
@@ -264,48 +277,52 @@ TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
             ix[s][i] = (int16_t)(((i >> s) & 1 ? 32 : 0) + (i & ~(1 << s)));
     for (int i = 0; i < 32; i++)
         ix[4][i] = (int16_t)((i & 1) * 16 + (i >> 1));
-    __m512i lo[4], fin = _mm512_load_si512(ix[4]);
-    for (int s = 0; s < 4; s++)
-        lo[s] = _mm512_load_si512(ix[s]);
+    const __m512i lo0 = _mm512_load_si512(ix[0]);
+    const __m512i lo1 = _mm512_load_si512(ix[1]);
+    const __m512i lo2 = _mm512_load_si512(ix[2]);
+    const __m512i lo3 = _mm512_load_si512(ix[3]);
+    const __m512i hi0 = _mm512_or_si512(lo0, _mm512_set1_epi16(1));
+    const __m512i hi1 = _mm512_or_si512(lo1, _mm512_set1_epi16(2));
+    const __m512i hi2 = _mm512_or_si512(lo2, _mm512_set1_epi16(4));
+    const __m512i hi3 = _mm512_or_si512(lo3, _mm512_set1_epi16(8));
+    const __m512i fin = _mm512_load_si512(ix[4]);
     size_t img = (size_t)p->h * (size_t)p->w;
+    int rows = p->ic < 16 ? p->ic : 16;
+    __mmask16 m = (__mmask16)(p->ic < 16 ? (1u << p->ic) - 1 : 0xffffu);
     for (int ph = 0; ph < p->nph; ph++)
-    for (size_t q0 = 0; q0 < kc; q0 += 32) {
-        const td_bf16 *src[32];
-        for (int j = 0; j < 32; j++)
-            src[j] = td__row(p, p->xpos + (size_t)ph * p->kc, img, x, p->ic,
-                             n0, ns, (long)(q0 + (size_t)j));
-        for (int b = 0; b < (p->ic + 15) / 16; b++) {
-            __m512i r[16];
-            for (int j = 0; j < 16; j++) {
-                const td_bf16 *a = src[2 * j], *c = src[2 * j + 1];
-                __m256i va, vc;
-                if (p->ic < 16) {
-                    va = td__ld16m(a, (__mmask16)((1u << p->ic) - 1));
-                    vc = td__ld16m(c, (__mmask16)((1u << p->ic) - 1));
-                } else {
-                    va = td__ld16(a ? a + 16 * b : NULL);
-                    vc = td__ld16(c ? c + 16 * b : NULL);
-                }
-                r[j] = _mm512_inserti64x4(_mm512_castsi256_si512(va), vc, 1);
-            }
-            for (int s = 0; s < 4; s++) {
-                __m512i hi = _mm512_or_si512(lo[s],
-                                             _mm512_set1_epi16((short)(1 << s)));
+        for (size_t q0 = 0; q0 < kc; q0 += 32) {
+            const td_bf16 *src[32];
+            for (int j = 0; j < 32; j++)
+                src[j] = td__row(p, p->xpos + (size_t)ph * p->kc, img, x,
+                                 p->ic, n0, ns, (long)(q0 + (size_t)j));
+            for (int b = 0; b < (p->ic + 15) / 16; b++) {
+                __m512i r[16];
+#pragma GCC unroll 16
                 for (int j = 0; j < 16; j++) {
-                    if (j & (1 << s))
-                        continue;
-                    __m512i a = r[j], c = r[j | (1 << s)];
-                    r[j] = _mm512_permutex2var_epi16(a, lo[s], c);
-                    r[j | (1 << s)] = _mm512_permutex2var_epi16(a, hi, c);
+                    const td_bf16 *a = src[2 * j], *c = src[2 * j + 1];
+                    __m256i va = td__ld16m(a ? a + 16 * b : NULL, m);
+                    __m256i vc = td__ld16m(c ? c + 16 * b : NULL, m);
+                    r[j] = _mm512_inserti64x4(_mm512_castsi256_si512(va), vc,
+                                              1);
+                }
+                TD__XCH8(0, 0, 2, 4, 6, 8, 10, 12, 14);
+                TD__XCH8(1, 0, 1, 4, 5, 8, 9, 12, 13);
+                TD__XCH8(2, 0, 1, 2, 3, 8, 9, 10, 11);
+                TD__XCH8(3, 0, 1, 2, 3, 4, 5, 6, 7);
+                td_bf16 *d = xt + ((size_t)ph * p->ic + 16 * (size_t)b) *
+                                      p->kc + q0;
+                if (rows == 16) {
+#pragma GCC unroll 16
+                    for (int c = 0; c < 16; c++)
+                        _mm512_store_si512(d + (size_t)c * p->kc,
+                                           _mm512_permutexvar_epi16(fin, r[c]));
+                } else {
+                    for (int c = 0; c < rows; c++)
+                        _mm512_store_si512(d + (size_t)c * p->kc,
+                                           _mm512_permutexvar_epi16(fin, r[c]));
                 }
             }
-            for (int c = 0; c < (p->ic < 16 ? p->ic : 16); c++)
-                _mm512_storeu_si512(
-                    xt + ((size_t)ph * p->ic + 16 * (size_t)b + (size_t)c) *
-                             p->kc + q0,
-                    _mm512_permutexvar_epi16(fin, r[c]));
         }
-    }
 }
 
 /* dyv: per 16-channel block two copies of dy with positions (u, u + 1)
@@ -320,11 +337,13 @@ TD__AMX static void td__fill_dy(const td_bwdw *p, const td_bf16 *dy, int n0,
         iv[i] = (int16_t)((i & 1) * 16 + (i >> 1));
     __m512i idx = _mm512_load_si512(iv);
     size_t img = (size_t)p->oh * (size_t)p->ow, rows = (kc + 2 * p->mr) / 2;
+    const td_bf16 *e = td__row(p, p->dpos, img, dy, p->oc, n0, ns,
+                               -(long)p->mr);
     for (size_t r = 0; r < rows; r++) {
         long u = 2 * (long)r - (long)p->mr;
-        const td_bf16 *a = td__row(p, p->dpos, img, dy, p->oc, n0, ns, u);
+        const td_bf16 *a = e; /* position u: the last row's u + 2 */
         const td_bf16 *c = td__row(p, p->dpos, img, dy, p->oc, n0, ns, u + 1);
-        const td_bf16 *e = td__row(p, p->dpos, img, dy, p->oc, n0, ns, u + 2);
+        e = td__row(p, p->dpos, img, dy, p->oc, n0, ns, u + 2);
         for (int b = 0; b < p->oc / 16; b++) {
             __m256i va = td__ld16(a ? a + 16 * b : NULL);
             __m256i vc = td__ld16(c ? c + 16 * b : NULL);
