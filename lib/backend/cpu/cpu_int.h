@@ -75,6 +75,8 @@ typedef struct td__cl {
     size_t nelem;               /* elements in the output buffer (padded) */
     struct td_bwdw *bw;         /* convolution: cpu_bwdw.c's backward
                                    weights (AMX) instead of bwd_w */
+    struct td_cfwd *cf;         /* convolution: cpu_cfwd.c's forward (AMX)
+                                   instead of fwd */
 } td__cl;
 
 typedef struct td__cpu {

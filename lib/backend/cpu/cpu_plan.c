@@ -21,6 +21,7 @@
 
 #include "backend/cpu/cpu_bn.h"
 #include "backend/cpu/cpu_bwdw.h"
+#include "backend/cpu/cpu_cfwd.h"
 #include "backend/cpu/cpu_int.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -203,6 +204,30 @@ static int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src,
     return 0;
 }
 
+/* cpu_cfwd.c's forward for a bf16 channels-last convolution it computes
+ * (AMX; TD_CPU_CFWD=0 keeps oneDNN's). */
+static int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
+                         int ic)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const char *env = getenv("TD_CPU_CFWD");
+    if ((env && strcmp(env, "0") == 0) || !td__is_bf16(be) ||
+        !td_cfwd_ok(l->kernel, l->stride, l->pad, ic, l->channels) ||
+        !td__nhwc_dense(src) || !td__nhwc_dense(&c->md))
+        return 0;
+    c->cf = td_cfwd_create(be->batch, l->out.h, l->out.w, ic, l->channels,
+                           l->kernel, be->threads);
+    if (!c->cf) {
+        snprintf(be->base.err, sizeof be->base.err, "%s: out of memory for "
+                 "the forward's buffers", l->name);
+        return -ENOMEM;
+    }
+    td_cfwd_weights(c->cf, td__mem_ptr(c->w));
+    td_debug("cpu backend: %s conv fwd: cpu_cfwd (AMX tiles)", l->name);
+    return 0;
+}
+
 static int td__plan_conv(td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -229,7 +254,8 @@ static int td__plan_conv(td__cpu *be, int L)
         (rc = td__output(be, L, td__q(c->pd[0], dnnl_query_dst_md, 0))) ||
         (rc = td__param_views(be, L, &wplain, bias)) ||
         (rc = td__wlayout(be, td__q(c->pd[0], dnnl_query_weights_md, 0), c->w,
-                          1, &c->w_f, &c->r_w_f, l->name)))
+                          1, &c->w_f, &c->r_w_f, l->name)) ||
+        (rc = td__plan_cfwd(be, L, src, ic)))
         return rc;
     if (!c->no_dsrc) {
         TD__DNNL(be, dnnl_convolution_backward_data_desc_init(&d,
@@ -811,6 +837,7 @@ void td__cpu_unplan(td__cpu *be)
         free(c->mask);
         free(c->part);
         td_bwdw_destroy(c->bw);
+        td_cfwd_destroy(c->cf);
         td__wmap_free(c);
     }
     if (be->r_in)

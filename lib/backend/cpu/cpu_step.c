@@ -17,6 +17,7 @@
 #include <string.h>
 #include "backend/cpu/cpu_bn.h"
 #include "backend/cpu/cpu_bwdw.h"
+#include "backend/cpu/cpu_cfwd.h"
 #include "backend/cpu/cpu_int.h"
 #include "base/clock.h"
 #include "base/error.h"
@@ -45,6 +46,8 @@ static int td__refresh_weights(td__cpu *be)
     td__wmap_weights(be);
     for (int L = 1; L < be->base.model->nlayers; L++) {
         td__cl *c = &be->cl[L];
+        if (c->cf)
+            td_cfwd_weights(c->cf, td__f(c->w));
         if (c->r_w_f && !c->m_f &&
             (rc = td__reorder(be, c->r_w_f, c->w, c->w_f)))
             return rc;
@@ -149,6 +152,11 @@ static int td__forward_layer(td__cpu *be, int L, int train)
     switch (l->kind) {
     case TD_L_CONV:
     case TD_L_DENSE:
+        if (c->cf) {
+            td_cfwd_run(c->cf, td__h(x), td__h(c->y),
+                        c->b ? td__f(c->b) : NULL);
+            break;
+        }
         TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
                 {DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, c->w_f ? c->w_f : c->w},
                 {DNNL_ARG_BIAS, c->b}, {DNNL_ARG_DST, c->y});

@@ -1,0 +1,187 @@
+/* test_backend_cfwd.c - the CPU backend's AMX convolution forward
+ * (cpu_cfwd.c) inside bf16 training, against oneDNN's forward primitive
+ * (TD_CPU_CFWD=0).  Two backends train the same batches from the same
+ * weights.  After the first step's forward, the output of c2 (the first
+ * convolution cpu_cfwd.c computes; its input is oneDNN's c1 output in
+ * both) is within one bf16 rounding of oneDNN's, element by element; c1
+ * (3 input channels) and c3 (stride 2), which cpu_cfwd.c does not take,
+ * are bitwise equal; four steps later the losses agree closely and the
+ * inference forward (evaluation) agrees too.  The plan's debug lines are
+ * counted, so the test fails if cpu_cfwd.c was never used.  Skipped where
+ * the process cannot use AMX.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_bwdw.h"
+#include "base/log.h"
+#include "model/model.h"
+#include "tdtest.h"
+
+enum { N = 16 };
+
+static void sink(void *user, int level, long job, const char *line)
+{
+    (void)level;
+    (void)job;
+    if (strstr(line, "conv fwd: cpu_cfwd"))
+        (*(int *)user)++;
+}
+
+static td_model *model(void)
+{
+    json_error_t je;
+    json_t *def = json_loads("{\"layers\": ["
+        "{\"type\": \"conv2d\", \"name\": \"c1\", \"channels\": 16, "
+        "\"kernel\": 3, \"pad\": 1}, {\"type\": \"batchnorm\"}, "
+        "{\"type\": \"relu\"}, "
+        "{\"type\": \"conv2d\", \"name\": \"c2\", \"channels\": 16, "
+        "\"kernel\": 3, \"pad\": 1}, {\"type\": \"batchnorm\"}, "
+        "{\"type\": \"relu\"}, "
+        "{\"type\": \"conv2d\", \"name\": \"c3\", \"channels\": 32, "
+        "\"kernel\": 3, \"pad\": 1, \"stride\": 2}, "
+        "{\"type\": \"batchnorm\"}, {\"type\": \"relu\"}, "
+        "{\"type\": \"conv2d\", \"name\": \"c4\", \"channels\": 32, "
+        "\"kernel\": 3, \"pad\": 1, \"bias\": true}, "
+        "{\"type\": \"batchnorm\"}, {\"type\": \"relu\"}, "
+        "{\"type\": \"conv2d\", \"name\": \"c5\", \"channels\": 48, "
+        "\"kernel\": 5, \"pad\": 2}, {\"type\": \"batchnorm\"}, "
+        "{\"type\": \"relu\"}, "
+        "{\"type\": \"global_avgpool\"}, {\"type\": \"flatten\"}, "
+        "{\"type\": \"dense\", \"units\": 10}]}", 0, &je);
+    ck_assert_msg(def != NULL, "%s", je.text);
+    td_model *m = NULL;
+    char err[256];
+    ck_assert_msg(td_model_build(def, (td_shape){3, 16, 16}, 10, &m, err,
+                                 sizeof err) == 0, "%s", err);
+    json_decref(def);
+    return m;
+}
+
+static td_backend *make(const td_model *m, const char *cfwd, int *used)
+{
+    td_backend_config cfg = {.batch = N, .threads = 2, .seed = 7,
+                             .dtype = TD_BF16, .std = {1, 1, 1}};
+    td_optim_defaults(&cfg.optim, TD_OPT_SGD);
+    td_backend *be = NULL;
+    char err[256] = "";
+    setenv("TD_CPU_CFWD", cfwd, 1);
+    *used = 0;
+    td_log_set_level(TD_LOG_DEBUG);
+    td_log_set_sink(sink, used);
+    int rc = td_backend_create("cpu", m, &cfg, &be, err, sizeof err);
+    td_log_set_sink(NULL, NULL);
+    unsetenv("TD_CPU_CFWD");
+    ck_assert_msg(rc == 0, "create: %s", err);
+    return be;
+}
+
+static void upload(td_backend *a, td_backend *b, int t)
+{
+    static uint8_t px[N * 16 * 16 * 3];
+    int32_t lab[N];
+    for (size_t i = 0; i < sizeof px; i++)
+        px[i] = (uint8_t)((i * 2654435761u + (unsigned)t * 977u) >> 24);
+    for (int i = 0; i < N; i++)
+        lab[i] = (i + t) % 10;
+    td_batch bt = {.data = px, .labels = lab, .n = N, .h = 16, .w = 16,
+                   .c = 3, .layout = TD_LAYOUT_NHWC};
+    ck_assert_int_eq(td_backend_upload(a, &bt), 0);
+    ck_assert_int_eq(td_backend_upload(b, &bt), 0);
+}
+
+static int layer(const td_model *m, const char *name)
+{
+    for (int L = 0; L < m->nlayers; L++)
+        if (strcmp(m->layers[L].name, name) == 0)
+            return L;
+    ck_abort_msg("no layer %s", name);
+    return -1;
+}
+
+/* Layer `name`'s output in both; *worst the largest difference in units
+ * of each element's bf16 spacing (2^-7 of its magnitude), NaN-free. */
+static void compare(td_backend *a, td_backend *b, const td_model *m,
+                    const char *name, double *worst, int *equal)
+{
+    int L = layer(m, name);
+    td_shape o = m->layers[L].out;
+    size_t cnt = (size_t)N * o.c * o.h * o.w;
+    float *va = malloc(cnt * sizeof *va), *vb = malloc(cnt * sizeof *vb);
+    ck_assert_int_eq(a->ops->read_tensor(a, TD_T_VALUE, L, va, cnt), 0);
+    ck_assert_int_eq(b->ops->read_tensor(b, TD_T_VALUE, L, vb, cnt), 0);
+    *equal = memcmp(va, vb, cnt * sizeof *va) == 0;
+    *worst = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        double ulp = fmax(fabs(vb[i]), 1e-30) / 128;
+        ck_assert(va[i] == va[i]);
+        *worst = fmax(*worst, fabs((double)va[i] - vb[i]) / ulp);
+    }
+    free(va);
+    free(vb);
+}
+
+START_TEST(test_forward_matches_onednn)
+{
+    td_model *m = model();
+    int on = 0, off = 0;
+    td_backend *a = make(m, "1", &on), *b = make(m, "0", &off);
+    ck_assert_int_eq(on, 3); /* c2, c4, c5 */
+    ck_assert_int_eq(off, 0);
+    upload(a, b, 1);
+    ck_assert_int_eq(td_backend_train_step(a, 0.05f, 1), 0);
+    ck_assert_int_eq(td_backend_train_step(b, 0.05f, 1), 0);
+    double worst;
+    int equal;
+    compare(a, b, m, "c1", &worst, &equal);
+    ck_assert_msg(equal, "c1 (oneDNN in both) differs");
+    /* both round an fp32 sum of the same bf16 products, summed in other
+     * orders: at most one bf16 step apart (2^-7 relative to the element);
+     * a wrong tap or channel is off by far more */
+    compare(a, b, m, "c2", &worst, &equal);
+    ck_assert_msg(worst <= 1.01, "c2: %g bf16 steps from oneDNN's", worst);
+    for (int t = 2; t <= 4; t++) {
+        upload(a, b, t);
+        ck_assert_int_eq(td_backend_train_step(a, 0.05f, t), 0);
+        ck_assert_int_eq(td_backend_train_step(b, 0.05f, t), 0);
+    }
+    td_step_stats sa, sb;
+    td_backend_read_stats(a, &sa);
+    td_backend_read_stats(b, &sb);
+    /* four steps of bf16 training apart by rounding only */
+    ck_assert_msg(fabs(sa.loss_sum - sb.loss_sum) <= 1e-2 * fabs(sb.loss_sum),
+                  "loss sums %g and %g", sa.loss_sum, sb.loss_sum);
+    upload(a, b, 9);
+    ck_assert_int_eq(td_backend_eval_step(a), 0);
+    ck_assert_int_eq(td_backend_eval_step(b), 0);
+    td_backend_read_stats(a, &sa);
+    td_backend_read_stats(b, &sb);
+    ck_assert_msg(fabs(sa.loss_sum - sb.loss_sum) <= 1e-2 * fabs(sb.loss_sum),
+                  "evaluation loss sums %g and %g", sa.loss_sum, sb.loss_sum);
+    td_backend_destroy(a);
+    td_backend_destroy(b);
+    td_model_free(m);
+}
+END_TEST
+
+int main(void)
+{
+    if (!td_bwdw_amx()) {
+        printf("this process cannot use AMX: nothing to compare\n");
+        return TD_TEST_SKIP;
+    }
+    Suite *s = suite_create("backend_cfwd");
+    TCase *tc = tcase_create("backend_cfwd");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_forward_matches_onednn);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
