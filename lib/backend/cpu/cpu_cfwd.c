@@ -32,12 +32,18 @@ struct td_cfwd {
     int n, h, w, ic, oc, k, pad;
     int wp;            /* grid width w + 2 pad */
     int kk, nicc;      /* channels per chunk, chunks */
+    int pairs;         /* ic 16: grid rows hold positions q and q + 1 (32
+                          channels), taps (kh, kw) and (kh, kw + 1) one
+                          product ("virtual tap"; an odd last one with
+                          zero weights): 6 full products for 3x3, not 9
+                          half ones */
+    int rw;            /* channels per grid row: ic, or 32 with pairs */
     size_t nq;         /* output grid positions per sample, to 32 */
     size_t xrows;      /* rows of xg: the grid and the last reads */
-    int ntap, nbuf;
-    long *off;         /* per tap: grid offset */
+    int ntap, nbuf;    /* (virtual) taps, buffers */
+    long *off;         /* per (virtual) tap: grid offset */
     td_bf16 *wv;       /* the weights in B tiles */
-    td_bf16 *xg;       /* per buffer: xrows x ic */
+    td_bf16 *xg;       /* per buffer: xrows x rw */
     float *cb;         /* per buffer: 32 x 32 fp32 */
 };
 
@@ -66,27 +72,32 @@ td_cfwd *td_cfwd_create(int n, int h, int w, int ic, int oc, int k,
         return NULL;
     *p = (td_cfwd){.n = n, .h = h, .w = w, .ic = ic, .oc = oc, .k = k,
                    .pad = pad, .wp = w + 2 * pad, .ntap = k * k,
-                   .kk = ic < 32 ? ic : 32, .nbuf = threads};
-    p->nicc = ic / p->kk;
+                   .kk = 32, .nbuf = threads, .pairs = ic == 16, .rw = ic};
+    if (p->pairs) {
+        p->ntap = k * ((k + 1) / 2);
+        p->rw = 32;
+    }
+    p->nicc = p->rw / p->kk;
     p->nq = ((size_t)h * (size_t)p->wp + 31) / 32 * 32;
     p->xrows = p->nq + (size_t)(k - 1) * (size_t)p->wp + (size_t)k;
     size_t grid = (size_t)(h + 2 * pad) * (size_t)p->wp;
     if (p->xrows < grid)
         p->xrows = grid;
     p->off = malloc((size_t)p->ntap * sizeof *p->off);
-    p->wv = aligned_alloc(64, (size_t)p->ntap * ic * oc * sizeof(td_bf16));
-    p->xg = aligned_alloc(64, ((size_t)threads * p->xrows * ic *
-                                   sizeof(td_bf16) + 63) / 64 * 64);
+    p->wv = aligned_alloc(64, (size_t)p->ntap * p->rw * oc * sizeof(td_bf16));
+    p->xg = aligned_alloc(64, (size_t)threads * p->xrows * p->rw *
+                                  sizeof(td_bf16));
     p->cb = aligned_alloc(64, (size_t)threads * 32 * 32 * sizeof(float));
     if (!p->off || !p->wv || !p->xg || !p->cb) {
         td_cfwd_destroy(p);
         return NULL;
     }
-    memset(p->wv, 0, (size_t)p->ntap * ic * oc * sizeof(td_bf16));
+    memset(p->wv, 0, (size_t)p->ntap * p->rw * oc * sizeof(td_bf16));
     /* the borders and the rows past the grid stay zero for good */
-    memset(p->xg, 0, (size_t)threads * p->xrows * ic * sizeof(td_bf16));
+    memset(p->xg, 0, (size_t)threads * p->xrows * p->rw * sizeof(td_bf16));
+    int per = p->pairs ? (k + 1) / 2 : k; /* (virtual) taps per kernel row */
     for (int t = 0; t < p->ntap; t++)
-        p->off[t] = (long)(t / k) * p->wp + t % k;
+        p->off[t] = (long)(t / per) * p->wp + (t % per) * (p->pairs ? 2 : 1);
     return p;
 }
 
@@ -101,26 +112,37 @@ void td_cfwd_destroy(td_cfwd *p)
     free(p);
 }
 
-/* wv index of weight (o, i, t): tile (t, chunk, o / 16), row (i % kk) / 2,
- * column o % 16, pair element i % 2. */
-static size_t td__widx(const td_cfwd *p, int o, int i, int t)
-{
-    size_t tile = ((size_t)t * (size_t)p->nicc + (size_t)(i / p->kk)) *
-                      (size_t)(p->oc / 16) + (size_t)(o / 16);
-    return tile * (size_t)p->kk * 16 +
-           (size_t)((i % p->kk) / 2) * 32 + (size_t)(o % 16) * 2 +
-           (size_t)(i % 2);
-}
-
+/* The weight B tiles: tile ((virtual) tap, chunk, o / 16), row k / 2 of
+ * the tile's K = kk channels, column o % 16, pair element k % 2.  With
+ * pairs, K 0-15 are tap (kh, 2j)'s input channels and K 16-31 tap
+ * (kh, 2j + 1)'s (zero past the kernel). */
 void td_cfwd_weights(td_cfwd *p, const float *w)
 {
+    int per = p->pairs ? (p->k + 1) / 2 : p->k, nob = p->oc / 16;
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < p->oc; o++)
-        for (int i = 0; i < p->ic; i++)
-            for (int t = 0; t < p->ntap; t++)
-                p->wv[td__widx(p, o, i, t)] = td_bf16_from_f32(
-                    w[((size_t)o * (size_t)p->ic + (size_t)i) *
-                          (size_t)p->ntap + (size_t)t]);
+        for (int v = 0; v < p->ntap; v++)
+            for (int r = 0; r < p->rw; r++) {
+                int kh = v / per, kw, i;
+                if (p->pairs) {
+                    kw = 2 * (v % per) + r / 16;
+                    i = r % 16;
+                } else {
+                    kw = v % per;
+                    i = r;
+                }
+                float f = kw < p->k ? w[(((size_t)o * (size_t)p->ic +
+                                          (size_t)i) * (size_t)p->k +
+                                         (size_t)kh) * (size_t)p->k +
+                                        (size_t)kw]
+                                    : 0.0f;
+                size_t tile = ((size_t)v * (size_t)p->nicc +
+                               (size_t)(r / p->kk)) * (size_t)nob +
+                              (size_t)(o / 16);
+                p->wv[tile * (size_t)p->kk * 16 +
+                      (size_t)((r % p->kk) / 2) * 32 + (size_t)(o % 16) * 2 +
+                      (size_t)(r % 2)] = td_bf16_from_f32(f);
+            }
 }
 
 /* 16 fp32 (+ bias) rounded as td_bf16_from_f32 (NaN kept quiet). */
@@ -168,20 +190,32 @@ TD__AMX static void td__samples(const td_cfwd *p, const td_bf16 *x,
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = (uint8_t)(t >= 6 ? p->kk / 2 : 16);
-        cfg.colsb[t] = (uint16_t)(t == 4 || t == 5 ? p->kk * 2 : 64);
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
     }
     _tile_loadconfig(&cfg);
-    size_t lda = (size_t)p->ic * sizeof(td_bf16), row = (size_t)p->w * p->ic;
+    size_t lda = (size_t)p->rw * sizeof(td_bf16), row = (size_t)p->w * p->ic;
     size_t btile = (size_t)p->kk * 16; /* elements of one B tile */
     int nob = p->oc / 16;
     for (int n = s0; n < s1; n++) {
         const td_bf16 *xn = x + (size_t)n * (size_t)p->h * row;
         td_bf16 *yn = y + (size_t)n * (size_t)p->h * (size_t)p->w * p->oc;
-        for (int i = 0; i < p->h; i++)
-            memcpy(xg + ((size_t)(i + p->pad) * (size_t)p->wp +
-                         (size_t)p->pad) * p->ic,
-                   xn + (size_t)i * row, row * sizeof(td_bf16));
+        for (int i = 0; i < p->h; i++) {
+            td_bf16 *g = xg + ((size_t)(i + p->pad) * (size_t)p->wp +
+                               (size_t)p->pad) * (size_t)p->rw;
+            const td_bf16 *src = xn + (size_t)i * row;
+            if (!p->pairs) {
+                memcpy(g, src, row * sizeof(td_bf16));
+                continue;
+            }
+            for (int j = 0; j < p->w; j++) { /* x(j): first half of grid
+                                                 row j, second of j - 1 */
+                __m256i v = _mm256_loadu_si256((const void *)(src + 16 * j));
+                _mm256_store_si256((void *)(g + 32 * j), v);
+                if (j > 0 || p->pad > 0) /* k 1: no second tap */
+                    _mm256_store_si256((void *)(g + 32 * j - 16), v);
+            }
+        }
         for (size_t q0 = 0; q0 < p->nq; q0 += 32)
             for (int ob = 0; ob < nob; ob += 2) {
                 int two = ob + 1 < nob;
@@ -192,7 +226,7 @@ TD__AMX static void td__samples(const td_cfwd *p, const td_bf16 *x,
                 for (int t = 0; t < p->ntap; t++)
                     for (int c = 0; c < p->nicc; c++) {
                         const td_bf16 *a0 =
-                            xg + (q0 + (size_t)p->off[t]) * p->ic +
+                            xg + (q0 + (size_t)p->off[t]) * (size_t)p->rw +
                             (size_t)c * (size_t)p->kk;
                         const td_bf16 *b0 =
                             p->wv + (((size_t)t * (size_t)p->nicc +
@@ -201,7 +235,7 @@ TD__AMX static void td__samples(const td_cfwd *p, const td_bf16 *x,
                         _tile_loadd(4, a0, lda);
                         _tile_loadd(6, b0, 64);
                         _tile_dpbf16ps(0, 4, 6);
-                        _tile_loadd(5, a0 + 16 * (size_t)p->ic, lda);
+                        _tile_loadd(5, a0 + 16 * (size_t)p->rw, lda);
                         _tile_dpbf16ps(2, 5, 6);
                         if (two) {
                             _tile_loadd(7, b0 + btile, 64);
@@ -232,7 +266,7 @@ void td_cfwd_run(td_cfwd *p, const td_bf16 *x, td_bf16 *y, const float *bias)
         int s0 = (int)((long)p->n * me / all);
         int s1 = (int)((long)p->n * (me + 1) / all);
         td__samples(p, x, y, bias, s0, s1,
-                    p->xg + (size_t)me * p->xrows * p->ic,
+                    p->xg + (size_t)me * p->xrows * p->rw,
                     p->cb + (size_t)me * 32 * 32);
     }
 }
