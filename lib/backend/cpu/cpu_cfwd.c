@@ -3,7 +3,7 @@
  *
  * Per thread: xg, one sample of x on its zero-bordered grid (hp x wp
  * positions of ic channels, then zero rows for the last blocks' reads),
- * and cb, one 32-position x 32-channel fp32 block of C.  Weights wv
+ * and cb, one 32-position x 32-channel (or 64 x 16) fp32 block of C.  Weights wv
  * [tap][ic chunk][oc / 16][kk / 2][16][2], kk = min(ic, 32) channels per
  * chunk: one B tile per (tap, chunk, 16 output channels).  Tiles: C 0-3
  * (two 16-position blocks x two 16-channel blocks, or x one), A 4-5 (the
@@ -79,6 +79,8 @@ td_cfwd *td_cfwd_create(int n, int h, int w, int ic, int oc, int k,
     }
     p->nicc = p->rw / p->kk;
     p->nq = ((size_t)h * (size_t)p->wp + 31) / 32 * 32;
+    if (oc == 16) /* td__four: 64 positions at a time */
+        p->nq = (p->nq + 63) / 64 * 64;
     p->xrows = p->nq + (size_t)(k - 1) * (size_t)p->wp + (size_t)k;
     size_t grid = (size_t)(h + 2 * pad) * (size_t)p->wp;
     if (p->xrows < grid)
@@ -160,24 +162,64 @@ TD__AMX static inline __m256i td__bf16x16(__m512 v)
     return _mm512_cvtepi32_epi16(r);
 }
 
-/* The block's outputs: cb [32 positions][32 channels] (nb channel blocks
+/* The block's outputs: cb [rows positions][ld floats] (nb channel blocks
  * of 16) at grid positions q0.. and channels 16 * ob.. of sample n. */
-TD__AMX static void td__emit(const td_cfwd *p, const float *cb, size_t q0,
-                             int ob, int nb, td_bf16 *yn, const float *bias)
+TD__AMX static void td__emit(const td_cfwd *p, const float *cb, int rows,
+                             int ld, size_t q0, int ob, int nb, td_bf16 *yn,
+                             const float *bias)
 {
-    for (int r = 0; r < 32; r++) {
-        size_t q = q0 + (size_t)r;
-        int i = (int)(q / (size_t)p->wp), j = (int)(q % (size_t)p->wp);
+    int i = (int)(q0 / (size_t)p->wp), j = (int)(q0 % (size_t)p->wp) - 1;
+    for (int r = 0; r < rows; r++) {
+        if (++j == p->wp) { /* grid position q0 + r is (i, j) */
+            j = 0;
+            i++;
+        }
         if (i >= p->h || j >= p->w)
             continue;
         td_bf16 *d = yn + ((size_t)i * (size_t)p->w + (size_t)j) *
                               (size_t)p->oc + 16 * (size_t)ob;
         for (int b = 0; b < nb; b++) {
-            __m512 v = _mm512_load_ps(cb + r * 32 + 16 * b);
+            __m512 v = _mm512_load_ps(cb + r * ld + 16 * b);
             if (bias)
                 v = _mm512_add_ps(v, _mm512_loadu_ps(bias + 16 * (ob + b)));
             _mm256_storeu_si256((void *)(d + 16 * b), td__bf16x16(v));
         }
+    }
+}
+
+/* 16 output channels: four 16-position blocks at once (four independent
+ * accumulators, as the 2 x 2 blocks elsewhere), sharing B. */
+TD__AMX static void td__four(const td_cfwd *p, const td_bf16 *xg, float *cb,
+                             td_bf16 *yn, const float *bias)
+{
+    size_t lda = (size_t)p->rw * sizeof(td_bf16), blk = 16 * (size_t)p->rw;
+    for (size_t q0 = 0; q0 < p->nq; q0 += 64) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int t = 0; t < p->ntap; t++)
+            for (int c = 0; c < p->nicc; c++) {
+                const td_bf16 *a = xg + (q0 + (size_t)p->off[t]) *
+                                            (size_t)p->rw +
+                                   (size_t)c * (size_t)p->kk;
+                _tile_loadd(6, p->wv + ((size_t)t * (size_t)p->nicc +
+                                        (size_t)c) * (size_t)p->kk * 16,
+                            64);
+                _tile_loadd(4, a, lda);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_loadd(5, a + blk, lda);
+                _tile_dpbf16ps(1, 5, 6);
+                _tile_loadd(4, a + 2 * blk, lda);
+                _tile_dpbf16ps(2, 4, 6);
+                _tile_loadd(5, a + 3 * blk, lda);
+                _tile_dpbf16ps(3, 5, 6);
+            }
+        _tile_stored(0, cb, 64);
+        _tile_stored(1, cb + 16 * 16, 64);
+        _tile_stored(2, cb + 32 * 16, 64);
+        _tile_stored(3, cb + 48 * 16, 64);
+        td__emit(p, cb, 64, 16, q0, 0, 1, yn, bias);
     }
 }
 
@@ -216,6 +258,10 @@ TD__AMX static void td__samples(const td_cfwd *p, const td_bf16 *x,
                     _mm256_store_si256((void *)(g + 32 * j - 16), v);
             }
         }
+        if (nob == 1) {
+            td__four(p, xg, cb, yn, bias);
+            continue;
+        }
         for (size_t q0 = 0; q0 < p->nq; q0 += 32)
             for (int ob = 0; ob < nob; ob += 2) {
                 int two = ob + 1 < nob;
@@ -249,7 +295,7 @@ TD__AMX static void td__samples(const td_cfwd *p, const td_bf16 *x,
                     _tile_stored(1, cb + 16, 128);
                     _tile_stored(3, cb + 16 * 32 + 16, 128);
                 }
-                td__emit(p, cb, q0, ob, two ? 2 : 1, yn, bias);
+                td__emit(p, cb, 32, 32, q0, ob, two ? 2 : 1, yn, bias);
             }
     }
     _tile_release();
