@@ -77,6 +77,13 @@ typedef struct td__cl {
                                    weights (AMX) instead of bwd_w */
     struct td_cfwd *cf;         /* convolution: cpu_cfwd.c's forward (AMX)
                                    instead of fwd */
+    int bdf;       /* conv: its backward data runs as a forward convolution
+                      of dy with the flipped, channel-swapped weights
+                      (cpu_bwdd.c); pd[2], bwd_d, w_bd, r_w_bd and m_bd
+                      are that forward's */
+    dnnl_memory_t w_flip;       /* bdf: the flipped weights in fp32, plain
+                                   [ic][oc][kh][kw] (r_w_bd's source when
+                                   no map writes w_bd) */
 } td__cl;
 
 typedef struct td__cpu {
@@ -166,6 +173,15 @@ int td__wmap_plan(td__cpu *be, int L);
 void td__wmap_free(td__cl *c);
 void td__wmap_weights(td__cpu *be);
 void td__wmap_grads(td__cpu *be);
+
+/* cpu_bwdd.c: backward data as a forward convolution.  ok: layer L's
+ * backward data may run so (bf16 channels-last, stride 1, "same"
+ * padding, not TD_CPU_BWDD=0); flip_index: where canonical weight element
+ * i (oihw) of L lands in the flipped [ic][oc][kh][kw] tensor; flip: w into
+ * w_flip for every bdf layer whose w_bd no map writes (before r_w_bd). */
+int td__bwdd_ok(const td__cpu *be, int L);
+size_t td__bwdd_flip_index(const td__cpu *be, int L, size_t i);
+void td__bwdd_flip(td__cpu *be);
 
 /* cpu_dropout.c: dropout masks drawn by each element's NCHW index (the
  * CUDA backend's draw) whatever oneDNN's layout of the tensor.  check at

@@ -228,6 +228,35 @@ static int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
     return 0;
 }
 
+/* cpu_bwdd.c's backward data: a forward convolution from dy (src) to dx
+ * (dst) with the flipped, channel-swapped weights (plain in w_flip, the
+ * primitive's layout in w_bd), held in pd[2] and bwd_d.  Training
+ * propagation: oneDNN 2.6 picks the same kernel and weight layout for
+ * inference, which measured no faster (docs/compute.md). */
+static int td__plan_conv_bdf(td__cpu *be, int L,
+                             const dnnl_memory_desc_t *src)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    dnnl_dim_t wd[4] = {src->dims[1], l->channels, l->kernel, l->kernel};
+    dnnl_dims_t st = {1, 1}, pad = {l->pad, l->pad};
+    dnnl_memory_desc_t wany, wflip;
+    dnnl_convolution_desc_t d;
+    int rc;
+    td__mdt(&wany, 4, wd, dnnl_format_tag_any, be->adt);
+    td__md(&wflip, 4, wd, dnnl_oihw);
+    TD__DNNL(be, dnnl_convolution_forward_desc_init(&d,
+             dnnl_forward_training, dnnl_convolution_direct, &c->md, &wany,
+             NULL, src, st, pad, pad), "convolution backward data as "
+             "forward", l->name);
+    if ((rc = td__pd(be, &d, NULL, &c->pd[2], &c->bwd_d, "conv bwd data as "
+                     "fwd", l->name)) ||
+        (rc = td__mem(be, &wflip, NULL, &c->w_flip, l->name)))
+        return rc;
+    return td__wlayout(be, td__q(c->pd[2], dnnl_query_weights_md, 0),
+                       c->w_flip, 1, &c->w_bd, &c->r_w_bd, l->name);
+}
+
 static int td__plan_conv(td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -257,7 +286,10 @@ static int td__plan_conv(td__cpu *be, int L)
                           1, &c->w_f, &c->r_w_f, l->name)) ||
         (rc = td__plan_cfwd(be, L, src, ic)))
         return rc;
-    if (!c->no_dsrc) {
+    if (!c->no_dsrc && (c->bdf = td__bwdd_ok(be, L))) {
+        if ((rc = td__plan_conv_bdf(be, L, src)))
+            return rc;
+    } else if (!c->no_dsrc) {
         TD__DNNL(be, dnnl_convolution_backward_data_desc_init(&d,
                  dnnl_convolution_direct, src, &wany, &c->md, st, pad, pad),
                  "convolution backward data", l->name);
@@ -821,7 +853,8 @@ void td__cpu_unplan(td__cpu *be)
                                     c->r_w_f, c->r_w_bd, c->r_dw, c->r_src1};
         dnnl_memory_t mems[] = {c->y, c->dy, c->acc, c->ws, c->mean,
                                 c->var, c->rmean, c->rvar, c->w, c->dw,
-                                c->b, c->db, c->w_f, c->w_bd, c->dw_bw};
+                                c->b, c->db, c->w_f, c->w_bd, c->dw_bw,
+                                c->w_flip};
         for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
             if (prims[i])
                 dnnl_primitive_destroy(prims[i]);

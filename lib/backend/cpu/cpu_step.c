@@ -44,6 +44,7 @@ static int td__refresh_weights(td__cpu *be)
     if (!be->weights_dirty)
         return 0;
     td__wmap_weights(be);
+    td__bwdd_flip(be);
     for (int L = 1; L < be->base.model->nlayers; L++) {
         td__cl *c = &be->cl[L];
         if (c->cf)
@@ -52,7 +53,8 @@ static int td__refresh_weights(td__cpu *be)
             (rc = td__reorder(be, c->r_w_f, c->w, c->w_f)))
             return rc;
         if (c->r_w_bd && !c->m_bd &&
-            (rc = td__reorder(be, c->r_w_bd, c->w, c->w_bd)))
+            (rc = td__reorder(be, c->r_w_bd, c->w_flip ? c->w_flip : c->w,
+                              c->w_bd)))
             return rc;
     }
     be->weights_dirty = 0;
@@ -408,6 +410,13 @@ static int td__backward_layer(td__cpu *be, int L)
             return rc;
         if (c->no_dsrc)
             return 0;
+        if (c->bdf) { /* cpu_bwdd.c: a forward convolution dy -> dx */
+            TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                    {DNNL_ARG_SRC, c->dy},
+                    {DNNL_ARG_WEIGHTS, c->w_bd ? c->w_bd : c->w_flip},
+                    {DNNL_ARG_DST, t});
+            break;
+        }
         TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
                 {DNNL_ARG_DIFF_DST, c->dy},
                 {DNNL_ARG_WEIGHTS, c->w_bd ? c->w_bd : c->w},

@@ -6,7 +6,10 @@
  * forward's weights w_f, the backward data's w_bd, the backward weights'
  * gradient dw_bw), found once at plan time by oneDNN's own reorder of an
  * index-coded fp32 tensor (so the map is oneDNN's layout, blocked, padded
- * or vnni-interleaved alike); and the two per-step passes through them:
+ * or vnni-interleaved alike; for a convolution whose backward data is a
+ * forward convolution, cpu_bwdd.c, the map of w_bd goes through the flip
+ * and channel swap of its weights); and the two per-step passes through
+ * them:
  * the weights after an update into w_f and w_bd (bf16: rounded to nearest
  * even, td_bf16_from_f32, as oneDNN's reorder rounds), the weight
  * gradients after the backward into the flat gradient array.  Each pass is
@@ -107,6 +110,22 @@ static uint32_t *td__map(td__cpu *be, dnnl_memory_t w, dnnl_memory_t mem)
     return map;
 }
 
+/* A forward-as-backward-data layer's (bdf) map: canonical element i goes
+ * where the map of w_bd from the plain flipped tensor (w_flip) puts
+ * flipped element td__bwdd_flip_index(i); the per-step pass is then the
+ * same as for any w_bd. */
+static uint32_t *td__flip_map(td__cpu *be, int L)
+{
+    td__cl *c = &be->cl[L];
+    uint32_t *flipped = td__map(be, c->w_flip, c->w_bd);
+    uint32_t *map = flipped ? malloc(c->wn * sizeof *map) : NULL;
+    if (map)
+        for (size_t i = 0; i < c->wn; i++)
+            map[i] = flipped[td__bwdd_flip_index(be, L, i)];
+    free(flipped);
+    return map;
+}
+
 int td__wmap_plan(td__cpu *be, int L)
 {
     td__cl *c = &be->cl[L];
@@ -118,13 +137,16 @@ int td__wmap_plan(td__cpu *be, int L)
     c->wn = dnnl_memory_desc_get_size(plain) / sizeof(float);
     if (c->w_f && !(c->m_f = td__map(be, c->w, c->w_f)))
         return 0;
-    if (c->w_bd && !(c->m_bd = td__map(be, c->w, c->w_bd)))
+    if (c->w_bd && !(c->m_bd = c->bdf ? td__flip_map(be, L)
+                                      : td__map(be, c->w, c->w_bd)))
         return 0;
     if (c->dw_bw)
         c->m_dw = td__map(be, c->dw, c->dw_bw);
     td_debug("cpu backend: %s weights through layout maps:%s%s%s",
              be->base.model->layers[L].name, c->m_f ? " forward" : "",
-             c->m_bd ? " backward-data" : "", c->m_dw ? " gradient" : "");
+             c->m_bd ? (c->bdf ? " flipped backward-data"
+                               : " backward-data") : "",
+             c->m_dw ? " gradient" : "");
     return 0;
 }
 

@@ -1,0 +1,105 @@
+/* cpu_bwdd.c - a convolution's backward data as a forward convolution.
+ *
+ * Owns: which convolutions' backward data runs as a forward convolution
+ * (td__bwdd_ok), the index of the flip and channel swap of their weights,
+ * and the fp32 flip when no weight map writes the primitive's copy.  For
+ * a stride-1 convolution with a k x k kernel (k odd), padding (k - 1) / 2
+ * on every side and one group,
+ *     dx = conv_fwd(dy, W'),  W'[ic][oc][kh][kw] = W[oc][ic][k-1-kh][k-1-kw]
+ * with the same padding and no bias: each dx element sums the same
+ * products dy * W as the backward data does, in another order.  oneDNN
+ * 2.6 on AMX runs that forward with its brgemm kernel
+ * (brgconv:avx512_core_amx_bf16), faster than its backward-data kernel
+ * (jit:avx512_core_amx_bf16) for the same shape (docs/compute.md).
+ * Only in the bf16 channels-last plan (where that was measured);
+ * TD_CPU_BWDD=0 in the environment keeps the backward-data primitive.
+ * Never does: plan the primitive (cpu_plan.c), run it (cpu_step.c) or
+ * write the bf16 weights through the maps (cpu_wmap.c).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_bwdd.h"
+#include "backend/cpu/cpu_int.h"
+#include "base/error.h"
+
+int td__bwdd_ok(const td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const char *e = getenv("TD_CPU_BWDD");
+    int k = l->kernel;
+    return l->kind == TD_L_CONV && !be->cl[L].no_dsrc && td__is_bf16(be) &&
+           be->atag == dnnl_nhwc && l->stride == 1 && k % 2 == 1 &&
+           l->pad == (k - 1) / 2 && !(e && strcmp(e, "0") == 0);
+}
+
+size_t td__bwdd_flip_index(const td__cpu *be, int L, size_t i)
+{
+    const td_model *m = be->base.model;
+    const td_layer *l = &m->layers[L];
+    size_t oc = (size_t)l->channels, ic = (size_t)m->layers[l->in[0]].out.c;
+    size_t k = (size_t)l->kernel;
+    size_t w = i % k, h = i / k % k, c = i / (k * k) % ic;
+    size_t o = i / (k * k * ic);
+    return ((c * oc + o) * k + (k - 1 - h)) * k + (k - 1 - w);
+}
+
+static size_t td__wcount(const td__cpu *be, int L)
+{
+    const td_model *m = be->base.model;
+    const td_layer *l = &m->layers[L];
+    return (size_t)l->channels * (size_t)m->layers[l->in[0]].out.c *
+           (size_t)l->kernel * (size_t)l->kernel;
+}
+
+void td__bwdd_flip(td__cpu *be)
+{
+    for (int L = 1; L < be->base.model->nlayers; L++) {
+        const td__cl *c = &be->cl[L];
+        if (!c->bdf || c->m_bd)
+            continue;
+        const float *w = td__mem_ptr(c->w);
+        float *f = td__mem_ptr(c->w_flip);
+        size_t n = td__wcount(be, L);
+        for (size_t i = 0; i < n; i++)
+            f[td__bwdd_flip_index(be, L, i)] = w[i];
+    }
+}
+
+int td_cpu_bwdd_weights(td_backend *b, int layer, float *out, size_t n)
+{
+    td__cpu *be = td__be(b);
+    if (layer < 1 || layer >= b->model->nlayers || !be->cl[layer].bdf)
+        return -ENOENT;
+    if (n != td__wcount(be, layer))
+        return -EINVAL;
+    const td__cl *c = &be->cl[layer];
+    dnnl_memory_t src = c->w_bd ? c->w_bd : c->w_flip, dst = NULL;
+    const dnnl_memory_desc_t *have, *plain;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t r = NULL;
+    dnnl_memory_get_memory_desc(src, &have);
+    dnnl_memory_get_memory_desc(c->w_flip, &plain);
+    dnnl_status_t st = dnnl_memory_create(&dst, plain, be->eng, out);
+    if (st == dnnl_success)
+        st = dnnl_reorder_primitive_desc_create(&pd, have, be->eng, plain,
+                                                be->eng, NULL);
+    if (st == dnnl_success)
+        st = dnnl_primitive_create(&r, pd);
+    if (st == dnnl_success)
+        st = dnnl_primitive_execute(r, be->strm, 2, TD__ARGS(
+            {DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}));
+    if (st == dnnl_success)
+        st = dnnl_stream_wait(be->strm);
+    if (r)
+        dnnl_primitive_destroy(r);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (dst)
+        dnnl_memory_destroy(dst);
+    if (st != dnnl_success)
+        return td__cpu_fail(be, st, "flipped weights read back",
+                            b->model->layers[layer].name);
+    return 0;
+}

@@ -1,0 +1,144 @@
+/* bench_cpu_ab.c - A/B of a CPU backend switch read at plan time (e.g.
+ * TD_CPU_BWDD), step by step in one process: two bf16 backends of a zoo
+ * model, one planned with ENV=A and one with ENV=B, train alternately on
+ * the same synthetic batch; each step is timed.  A load burst on a shared
+ * machine then hits both arms alike (whole-run A/B pairs are seconds
+ * apart and swing by 2x there).  Prints the median step time of each arm
+ * and the median (min..max) of the per-pair ratios A / B (> 1: B faster).
+ *   bench_cpu_ab --env TD_CPU_BWDD --a 0 --b 1 [--model resnet20]
+ *                [--steps 60] [--warmup 5] [--batch 128] [--threads 2]
+ * Never fails on speed.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/clock.h"
+#include "model/model.h"
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static td_backend *make(const td_model *m, int batch, int threads,
+                        const char *env, const char *val)
+{
+    td_backend_config cfg = {.batch = batch, .threads = threads, .seed = 1,
+                             .dtype = TD_BF16, .mean = {0.5f, 0.5f, 0.5f},
+                             .std = {0.25f, 0.25f, 0.25f}};
+    td_optim_defaults(&cfg.optim, TD_OPT_SGD);
+    td_backend *be = NULL;
+    char err[256] = "";
+    setenv(env, val, 1);
+    int rc = td_backend_create("cpu", m, &cfg, &be, err, sizeof err);
+    unsetenv(env);
+    if (rc) {
+        fprintf(stderr, "bench_cpu_ab: %s=%s: %s\n", env, val, err);
+        exit(1);
+    }
+    return be;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = "resnet20", *env = NULL, *va = NULL, *vb = NULL;
+    int steps = 60, warmup = 5, batch = 128, threads = 2;
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, 'm'},
+        {"env", required_argument, NULL, 'e'},
+        {"a", required_argument, NULL, 'a'},
+        {"b", required_argument, NULL, 'b'},
+        {"steps", required_argument, NULL, 's'},
+        {"warmup", required_argument, NULL, 'w'},
+        {"batch", required_argument, NULL, 'n'},
+        {"threads", required_argument, NULL, 't'},
+        {NULL, 0, NULL, 0}};
+    for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'e': env = optarg; break;
+        case 'a': va = optarg; break;
+        case 'b': vb = optarg; break;
+        case 's': steps = atoi(optarg); break;
+        case 'w': warmup = atoi(optarg); break;
+        case 'n': batch = atoi(optarg); break;
+        case 't': threads = atoi(optarg); break;
+        default: return 2;
+        }
+    }
+    if (!env || !va || !vb || steps < 1 || batch < 1) {
+        fprintf(stderr, "usage: bench_cpu_ab --env NAME --a A --b B "
+                "[--model M] [--steps S] [--warmup W] [--batch B] "
+                "[--threads T]\n");
+        return 2;
+    }
+    int fm = strcmp(model, "fmnist-cnn") == 0;
+    td_shape in = fm ? (td_shape){1, 28, 28} : (td_shape){3, 32, 32};
+    char dir[4096], err[512] = "";
+    const char *root = getenv("TD_SOURCE_ROOT");
+    snprintf(dir, sizeof dir, "%s/config/models", root ? root : ".");
+    td_model *m = NULL;
+    if (td_model_load(dir, model, in, 10, &m, err, sizeof err)) {
+        fprintf(stderr, "bench_cpu_ab: %s (set TD_SOURCE_ROOT)\n", err);
+        return 1;
+    }
+    td_backend *be[2] = {make(m, batch, threads, env, va),
+                         make(m, batch, threads, env, vb)};
+    size_t px = (size_t)batch * in.c * in.h * in.w;
+    uint8_t *pix = malloc(px);
+    int32_t *lab = malloc((size_t)batch * sizeof *lab);
+    double *t[2] = {malloc((size_t)steps * sizeof(double)),
+                    malloc((size_t)steps * sizeof(double))};
+    double *ratio = malloc((size_t)steps * sizeof *ratio);
+    for (size_t i = 0; i < px; i++)
+        pix[i] = (uint8_t)((i * 2654435761u) >> 24);
+    for (int i = 0; i < batch; i++)
+        lab[i] = i % 10;
+    td_batch bt = {.data = pix, .labels = lab, .n = batch, .h = in.h,
+                   .w = in.w, .c = in.c, .layout = TD_LAYOUT_NHWC};
+    for (int s = 0; s < warmup + steps; s++)
+        for (int k = 0; k < 2; k++) {
+            int a = s % 2 ? 1 - k : k; /* alternate which arm goes first */
+            int64_t t0 = td_now_ns();
+            if (td_backend_upload(be[a], &bt) ||
+                td_backend_train_step(be[a], 0.01f, s + 1)) {
+                fprintf(stderr, "bench_cpu_ab: step failed: %s\n",
+                        be[a]->err);
+                return 1;
+            }
+            if (s >= warmup)
+                t[a][s - warmup] = td_elapsed_s(t0);
+        }
+    for (int s = 0; s < steps; s++)
+        ratio[s] = t[0][s] / t[1][s];
+    double lo = ratio[0], hi = ratio[0];
+    for (int s = 1; s < steps; s++) {
+        lo = ratio[s] < lo ? ratio[s] : lo;
+        hi = ratio[s] > hi ? ratio[s] : hi;
+    }
+    double ma = median(t[0], steps), mb = median(t[1], steps);
+    printf("%s bf16 batch %d threads %d, %d steps after %d warm-up: "
+           "%s=%s %.1f ms/step, %s=%s %.1f ms/step, A/B %.3f; per pair "
+           "%.3f (%.3f..%.3f)\n", model, batch, threads, steps, warmup, env,
+           va, ma * 1e3, env, vb, mb * 1e3, ma / mb, median(ratio, steps),
+           lo, hi);
+    td_backend_destroy(be[0]);
+    td_backend_destroy(be[1]);
+    td_model_free(m);
+    free(pix);
+    free(lab);
+    free(t[0]);
+    free(t[1]);
+    free(ratio);
+    return 0;
+}
