@@ -55,6 +55,7 @@ static td_backend *make(const td_model *m, int batch, const char *bwdd,
     char err[256] = "";
     setenv("TD_CPU_BWDD", bwdd, 1);
     setenv("TD_CPU_WMAP", wmap, 1);
+    setenv("TD_CPU_CFWD", "0", 1); /* cpu_cfwd.c would take both paths */
     *planned = 0;
     td_log_set_level(TD_LOG_DEBUG);
     td_log_set_sink(sink, planned);
@@ -63,6 +64,7 @@ static td_backend *make(const td_model *m, int batch, const char *bwdd,
     td_log_set_level(TD_LOG_INFO);
     unsetenv("TD_CPU_BWDD");
     unsetenv("TD_CPU_WMAP");
+    unsetenv("TD_CPU_CFWD");
     ck_assert_msg(rc == 0, "create: %s", err);
     return be;
 }

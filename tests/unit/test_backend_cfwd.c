@@ -7,8 +7,10 @@
  * (3 input channels) and c3 (stride 2), which cpu_cfwd.c does not take,
  * are bitwise equal; four steps later the losses agree closely and the
  * inference forward (evaluation) agrees too.  The plan's debug lines are
- * counted, so the test fails if cpu_cfwd.c was never used.  Skipped where
- * the process cannot use AMX.
+ * counted, so the test fails if cpu_cfwd.c was never used.  Then the
+ * backward data of stride-1 convolutions on cpu_cfwd.c (dx = conv(dy,
+ * flipped weights)) against oneDNN's (TD_CPU_CFWD_BWD=0): c2's dx within
+ * one bf16 rounding.  Skipped where the process cannot use AMX.
  */
 #include <jansson.h>
 #include <math.h>
@@ -38,7 +40,7 @@ static td_model *model(void)
     json_t *def = json_loads("{\"layers\": ["
         "{\"type\": \"conv2d\", \"name\": \"c1\", \"channels\": 16, "
         "\"kernel\": 3, \"pad\": 1}, {\"type\": \"batchnorm\"}, "
-        "{\"type\": \"relu\"}, "
+        "{\"type\": \"relu\", \"name\": \"r1\"}, "
         "{\"type\": \"conv2d\", \"name\": \"c2\", \"channels\": 16, "
         "\"kernel\": 3, \"pad\": 1}, {\"type\": \"batchnorm\"}, "
         "{\"type\": \"relu\"}, "
@@ -62,7 +64,8 @@ static td_model *model(void)
     return m;
 }
 
-static td_backend *make(const td_model *m, const char *cfwd, int *used)
+static td_backend *make2(const td_model *m, const char *cfwd,
+                         const char *bwd, int *used)
 {
     td_backend_config cfg = {.batch = N, .threads = 2, .seed = 7,
                              .dtype = TD_BF16, .std = {1, 1, 1}};
@@ -70,14 +73,21 @@ static td_backend *make(const td_model *m, const char *cfwd, int *used)
     td_backend *be = NULL;
     char err[256] = "";
     setenv("TD_CPU_CFWD", cfwd, 1);
+    setenv("TD_CPU_CFWD_BWD", bwd, 1);
     *used = 0;
     td_log_set_level(TD_LOG_DEBUG);
     td_log_set_sink(sink, used);
     int rc = td_backend_create("cpu", m, &cfg, &be, err, sizeof err);
     td_log_set_sink(NULL, NULL);
     unsetenv("TD_CPU_CFWD");
+    unsetenv("TD_CPU_CFWD_BWD");
     ck_assert_msg(rc == 0, "create: %s", err);
     return be;
+}
+
+static td_backend *make(const td_model *m, const char *cfwd, int *used)
+{
+    return make2(m, cfwd, "1", used);
 }
 
 static void upload(td_backend *a, td_backend *b, int t)
@@ -105,15 +115,16 @@ static int layer(const td_model *m, const char *name)
 
 /* Layer `name`'s output in both; *worst the largest difference in units
  * of each element's bf16 spacing (2^-7 of its magnitude), NaN-free. */
-static void compare(td_backend *a, td_backend *b, const td_model *m,
-                    const char *name, double *worst, int *equal)
+static void compare_kind(td_backend *a, td_backend *b, const td_model *m,
+                         int kind, const char *name, double *worst,
+                         int *equal)
 {
     int L = layer(m, name);
     td_shape o = m->layers[L].out;
     size_t cnt = (size_t)N * o.c * o.h * o.w;
     float *va = malloc(cnt * sizeof *va), *vb = malloc(cnt * sizeof *vb);
-    ck_assert_int_eq(a->ops->read_tensor(a, TD_T_VALUE, L, va, cnt), 0);
-    ck_assert_int_eq(b->ops->read_tensor(b, TD_T_VALUE, L, vb, cnt), 0);
+    ck_assert_int_eq(a->ops->read_tensor(a, kind, L, va, cnt), 0);
+    ck_assert_int_eq(b->ops->read_tensor(b, kind, L, vb, cnt), 0);
     *equal = memcmp(va, vb, cnt * sizeof *va) == 0;
     *worst = 0;
     for (size_t i = 0; i < cnt; i++) {
@@ -124,6 +135,49 @@ static void compare(td_backend *a, td_backend *b, const td_model *m,
     free(va);
     free(vb);
 }
+
+static void compare(td_backend *a, td_backend *b, const td_model *m,
+                    const char *name, double *worst, int *equal)
+{
+    compare_kind(a, b, m, TD_T_VALUE, name, worst, equal);
+}
+
+/* The backward data on cpu_cfwd.c (flipped weights) against oneDNN's
+ * (TD_CPU_CFWD_BWD=0), the forward cpu_cfwd.c's in both: after one step
+ * the gradient of c2's input (its dx, the same dy in both) is within one
+ * bf16 rounding; the losses after four steps close. */
+START_TEST(test_backward_data_matches_onednn)
+{
+    td_model *m = model();
+    int on = 0, off = 0;
+    td_backend *a = make2(m, "1", "1", &on), *b = make2(m, "1", "0", &off);
+    upload(a, b, 1);
+    ck_assert_int_eq(td_backend_train_step(a, 0.05f, 1), 0);
+    ck_assert_int_eq(td_backend_train_step(b, 0.05f, 1), 0);
+    double worst;
+    int equal;
+    compare_kind(a, b, m, TD_T_GRAD, "c5", &worst, &equal);
+    ck_assert_msg(equal, "c5's gradient (before any backward data) differs");
+    compare_kind(a, b, m, TD_T_GRAD, "r1", &worst, &equal);
+    /* dx of c2: the same bf16 products summed in fp32 in other orders,
+     * rounded once: at most one bf16 step apart */
+    ck_assert_msg(worst <= 1.01, "c2's dx: %g bf16 steps from oneDNN's",
+                  worst);
+    for (int t = 2; t <= 4; t++) {
+        upload(a, b, t);
+        ck_assert_int_eq(td_backend_train_step(a, 0.05f, t), 0);
+        ck_assert_int_eq(td_backend_train_step(b, 0.05f, t), 0);
+    }
+    td_step_stats sa, sb;
+    td_backend_read_stats(a, &sa);
+    td_backend_read_stats(b, &sb);
+    ck_assert_msg(fabs(sa.loss_sum - sb.loss_sum) <= 1e-2 * fabs(sb.loss_sum),
+                  "loss sums %g and %g", sa.loss_sum, sb.loss_sum);
+    td_backend_destroy(a);
+    td_backend_destroy(b);
+    td_model_free(m);
+}
+END_TEST
 
 START_TEST(test_forward_matches_onednn)
 {
@@ -178,6 +232,7 @@ int main(void)
     TCase *tc = tcase_create("backend_cfwd");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_forward_matches_onednn);
+    tcase_add_test(tc, test_backward_data_matches_onednn);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -118,7 +118,20 @@ void td_cfwd_destroy(td_cfwd *p)
  * the tile's K = kk channels, column o % 16, pair element k % 2.  With
  * pairs, K 0-15 are tap (kh, 2j)'s input channels and K 16-31 tap
  * (kh, 2j + 1)'s (zero past the kernel). */
-void td_cfwd_weights(td_cfwd *p, const float *w)
+/* w[o][i][kh][kw] of the plan's convolution; flip: of the convolution
+ * whose backward data this is (w [i][o][k-1-kh][k-1-kw]). */
+static float td__w(const td_cfwd *p, const float *w, int flip, int o, int i,
+                   int kh, int kw)
+{
+    size_t k = (size_t)p->k;
+    if (flip)
+        return w[(((size_t)i * (size_t)p->oc + (size_t)o) * k +
+                  (k - 1 - (size_t)kh)) * k + (k - 1 - (size_t)kw)];
+    return w[(((size_t)o * (size_t)p->ic + (size_t)i) * k + (size_t)kh) * k +
+             (size_t)kw];
+}
+
+static void td__weights(td_cfwd *p, const float *w, int flip)
 {
     int per = p->pairs ? (p->k + 1) / 2 : p->k, nob = p->oc / 16;
 #pragma omp parallel for schedule(static)
@@ -133,11 +146,7 @@ void td_cfwd_weights(td_cfwd *p, const float *w)
                     kw = v % per;
                     i = r;
                 }
-                float f = kw < p->k ? w[(((size_t)o * (size_t)p->ic +
-                                          (size_t)i) * (size_t)p->k +
-                                         (size_t)kh) * (size_t)p->k +
-                                        (size_t)kw]
-                                    : 0.0f;
+                float f = kw < p->k ? td__w(p, w, flip, o, i, kh, kw) : 0.0f;
                 size_t tile = ((size_t)v * (size_t)p->nicc +
                                (size_t)(r / p->kk)) * (size_t)nob +
                               (size_t)(o / 16);
@@ -145,6 +154,13 @@ void td_cfwd_weights(td_cfwd *p, const float *w)
                       (size_t)((r % p->kk) / 2) * 32 + (size_t)(o % 16) * 2 +
                       (size_t)(r % 2)] = td_bf16_from_f32(f);
             }
+}
+
+void td_cfwd_weights(td_cfwd *p, const float *w) { td__weights(p, w, 0); }
+
+void td_cfwd_weights_flip(td_cfwd *p, const float *w)
+{
+    td__weights(p, w, 1);
 }
 
 /* 16 fp32 (+ bias) rounded as td_bf16_from_f32 (NaN kept quiet). */

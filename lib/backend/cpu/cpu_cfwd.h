@@ -14,7 +14,9 @@
  * grid columns past each row computed and dropped.  Samples are split
  * between threads: no sums across threads, results independent of the
  * thread count.  The weights live in the plan, in the tiles' layout,
- * written by td_cfwd_weights from fp32 masters after each update.
+ * written by td_cfwd_weights from fp32 masters after each update.  The
+ * CPU backend also runs a stride-1 convolution's backward data on it
+ * (td_cfwd_weights_flip).
  * Never does: strides other than 1, channel counts that are not multiples
  * of 16, anything with oneDNN, allocate per call.
  */
@@ -40,6 +42,11 @@ void td_cfwd_destroy(td_cfwd *p);
 /* The plan's bf16 weights from fp32 w[oc][ic][kh][kw] (rounded to
  * nearest even).  Parallel (OpenMP). */
 void td_cfwd_weights(td_cfwd *p, const float *w);
+
+/* The same from the weights w[i][o][kh][kw] of the convolution whose
+ * backward data this plan computes (ic and oc swapped, kernel flipped: for
+ * stride 1 and "same" padding, dx = conv(dy, flipped weights)). */
+void td_cfwd_weights_flip(td_cfwd *p, const float *w);
 
 /* y = conv(x, weights) + bias (bias may be NULL).  Parallel (OpenMP). */
 void td_cfwd_run(td_cfwd *p, const td_bf16 *x, td_bf16 *y,

@@ -77,6 +77,9 @@ typedef struct td__cl {
                                    weights (AMX) instead of bwd_w */
     struct td_cfwd *cf;         /* convolution: cpu_cfwd.c's forward (AMX)
                                    instead of fwd */
+    struct td_cfwd *cbd;        /* convolution: its backward data on
+                                   cpu_cfwd.c (flipped weights) instead of
+                                   bwd_d */
     int bdf;       /* conv: its backward data runs as a forward convolution
                       of dy with the flipped, channel-swapped weights
                       (cpu_bwdd.c); pd[2], bwd_d, w_bd, r_w_bd and m_bd

@@ -228,6 +228,33 @@ static int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
     return 0;
 }
 
+/* The backward data of a stride-1 "same" convolution on cpu_cfwd.c: dx =
+ * conv(dy, flipped weights), channels swapped (TD_CPU_CFWD=0 or
+ * TD_CPU_CFWD_BWD=0 keep oneDNN's). */
+static int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
+                        int ic)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const char *e1 = getenv("TD_CPU_CFWD"), *e2 = getenv("TD_CPU_CFWD_BWD");
+    if ((e1 && strcmp(e1, "0") == 0) || (e2 && strcmp(e2, "0") == 0) ||
+        c->no_dsrc || !td__is_bf16(be) ||
+        !td_cfwd_ok(l->kernel, l->stride, l->pad, l->channels, ic) ||
+        !td__nhwc_dense(src) || !td__nhwc_dense(&c->md))
+        return 0;
+    c->cbd = td_cfwd_create(be->batch, l->out.h, l->out.w, l->channels, ic,
+                            l->kernel, be->threads);
+    if (!c->cbd) {
+        snprintf(be->base.err, sizeof be->base.err, "%s: out of memory for "
+                 "the backward data's buffers", l->name);
+        return -ENOMEM;
+    }
+    td_cfwd_weights_flip(c->cbd, td__mem_ptr(c->w));
+    td_debug("cpu backend: %s conv bwd data: cpu_cfwd (AMX tiles, flipped "
+             "weights)", l->name);
+    return 0;
+}
+
 /* cpu_bwdd.c's backward data: a forward convolution from dy (src) to dx
  * (dst) with the flipped, channel-swapped weights (plain in w_flip, the
  * primitive's layout in w_bd), held in pd[2] and bwd_d.  Training
@@ -299,7 +326,8 @@ static int td__plan_conv(td__cpu *be, int L)
                               c->w, 1, &c->w_bd, &c->r_w_bd, l->name)))
             return rc;
     }
-    if ((rc = td__plan_bwdw(be, L, src, ic)) || c->bw)
+    if ((rc = td__plan_cbd(be, L, src, ic)) ||
+        (rc = td__plan_bwdw(be, L, src, ic)) || c->bw)
         return rc;
     TD__DNNL(be, dnnl_convolution_backward_weights_desc_init(&d,
              dnnl_convolution_direct, src, &wgrad, bias, &c->md, st, pad, pad),
@@ -871,6 +899,7 @@ void td__cpu_unplan(td__cpu *be)
         free(c->part);
         td_bwdw_destroy(c->bw);
         td_cfwd_destroy(c->cf);
+        td_cfwd_destroy(c->cbd);
         td__wmap_free(c);
     }
     if (be->r_in)

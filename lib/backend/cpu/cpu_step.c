@@ -49,6 +49,8 @@ static int td__refresh_weights(td__cpu *be)
         td__cl *c = &be->cl[L];
         if (c->cf)
             td_cfwd_weights(c->cf, td__f(c->w));
+        if (c->cbd)
+            td_cfwd_weights_flip(c->cbd, td__f(c->w));
         if (c->r_w_f && !c->m_f &&
             (rc = td__reorder(be, c->r_w_f, c->w, c->w_f)))
             return rc;
@@ -410,6 +412,10 @@ static int td__backward_layer(td__cpu *be, int L)
             return rc;
         if (c->no_dsrc)
             return 0;
+        if (c->cbd) { /* cpu_cfwd.c: dy -> dx, flipped weights */
+            td_cfwd_run(c->cbd, td__h(c->dy), td__h(t), NULL);
+            break;
+        }
         if (c->bdf) { /* cpu_bwdd.c: a forward convolution dy -> dx */
             TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
                     {DNNL_ARG_SRC, c->dy},
