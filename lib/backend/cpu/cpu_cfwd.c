@@ -43,6 +43,10 @@ struct td_cfwd {
     int ntap, nbuf;    /* (virtual) taps, buffers */
     long *off;         /* per (virtual) tap: grid offset */
     td_bf16 *wv;       /* the weights in B tiles */
+    uint32_t *wmap;    /* per source weight [o][i][kh][kw] (of this plan's
+                          convolution, or flipped: the one whose backward
+                          data this is): its element of wv */
+    int flip;          /* wmap is for the flipped source */
     td_bf16 *xg;       /* per buffer: xrows x rw */
     float *cb;         /* per buffer: 32 x 32 fp32 */
 };
@@ -52,6 +56,8 @@ typedef struct td__tilecfg {
     uint16_t colsb[16];
     uint8_t rows[16];
 } td__tilecfg;
+
+static void td__wmap(td_cfwd *p, int flip);
 
 int td_cfwd_ok(int k, int stride, int pad, int ic, int oc)
 {
@@ -86,11 +92,12 @@ td_cfwd *td_cfwd_create(int n, int h, int w, int ic, int oc, int k,
     if (p->xrows < grid)
         p->xrows = grid;
     p->off = malloc((size_t)p->ntap * sizeof *p->off);
+    p->wmap = malloc((size_t)oc * ic * k * k * sizeof *p->wmap);
     p->wv = aligned_alloc(64, (size_t)p->ntap * p->rw * oc * sizeof(td_bf16));
     p->xg = aligned_alloc(64, (size_t)threads * p->xrows * p->rw *
                                   sizeof(td_bf16));
     p->cb = aligned_alloc(64, (size_t)threads * 32 * 32 * sizeof(float));
-    if (!p->off || !p->wv || !p->xg || !p->cb) {
+    if (!p->off || !p->wmap || !p->wv || !p->xg || !p->cb) {
         td_cfwd_destroy(p);
         return NULL;
     }
@@ -100,6 +107,7 @@ td_cfwd *td_cfwd_create(int n, int h, int w, int ic, int oc, int k,
     int per = p->pairs ? (k + 1) / 2 : k; /* (virtual) taps per kernel row */
     for (int t = 0; t < p->ntap; t++)
         p->off[t] = (long)(t / per) * p->wp + (t % per) * (p->pairs ? 2 : 1);
+    td__wmap(p, 0);
     return p;
 }
 
@@ -108,6 +116,7 @@ void td_cfwd_destroy(td_cfwd *p)
     if (!p)
         return;
     free(p->off);
+    free(p->wmap);
     free(p->wv);
     free(p->xg);
     free(p->cb);
@@ -118,42 +127,59 @@ void td_cfwd_destroy(td_cfwd *p)
  * the tile's K = kk channels, column o % 16, pair element k % 2.  With
  * pairs, K 0-15 are tap (kh, 2j)'s input channels and K 16-31 tap
  * (kh, 2j + 1)'s (zero past the kernel). */
-/* w[o][i][kh][kw] of the plan's convolution; flip: of the convolution
- * whose backward data this is (w [i][o][k-1-kh][k-1-kw]). */
-static float td__w(const td_cfwd *p, const float *w, int flip, int o, int i,
-                   int kh, int kw)
+/* The weight B tiles: tile ((virtual) tap, chunk, o / 16), row k / 2 of
+ * the tile's K = kk channels, column o % 16, pair element k % 2.  With
+ * pairs, K 0-15 are tap (kh, 2j)'s input channels and K 16-31 tap
+ * (kh, 2j + 1)'s (zero past the kernel: never written).  wmap gives each
+ * source weight's place once, so a refresh is one gather-free pass. */
+static void td__wmap(td_cfwd *p, int flip)
 {
+    int per = p->pairs ? (p->k + 1) / 2 : p->k, nob = p->oc / 16;
     size_t k = (size_t)p->k;
-    if (flip)
-        return w[(((size_t)i * (size_t)p->oc + (size_t)o) * k +
-                  (k - 1 - (size_t)kh)) * k + (k - 1 - (size_t)kw)];
-    return w[(((size_t)o * (size_t)p->ic + (size_t)i) * k + (size_t)kh) * k +
-             (size_t)kw];
+    for (int o = 0; o < p->oc; o++)
+        for (int v = 0; v < p->ntap; v++)
+            for (int r = 0; r < p->rw; r++) {
+                int kh = v / per, kw = p->pairs ? 2 * (v % per) + r / 16
+                                                : v % per;
+                int i = p->pairs ? r % 16 : r;
+                if (kw >= p->k)
+                    continue;
+                size_t tile = ((size_t)v * (size_t)p->nicc +
+                               (size_t)(r / p->kk)) * (size_t)nob +
+                              (size_t)(o / 16);
+                size_t at = tile * (size_t)p->kk * 16 +
+                            (size_t)((r % p->kk) / 2) * 32 +
+                            (size_t)(o % 16) * 2 + (size_t)(r % 2);
+                size_t src =
+                    flip ? (((size_t)i * (size_t)p->oc + (size_t)o) * k +
+                            (k - 1 - (size_t)kh)) * k + (k - 1 - (size_t)kw)
+                         : (((size_t)o * (size_t)p->ic + (size_t)i) * k +
+                            (size_t)kh) * k + (size_t)kw;
+                p->wmap[src] = (uint32_t)at;
+            }
+    p->flip = flip;
+}
+
+size_t td_cfwd_weight_count(const td_cfwd *p)
+{
+    return (size_t)p->oc * (size_t)p->ic * (size_t)p->k * (size_t)p->k;
+}
+
+void td_cfwd_weights_range(td_cfwd *p, const float *w, size_t lo, size_t hi)
+{
+    for (size_t s = lo; s < hi; s++)
+        p->wv[p->wmap[s]] = td_bf16_from_f32(w[s]);
 }
 
 static void td__weights(td_cfwd *p, const float *w, int flip)
 {
-    int per = p->pairs ? (p->k + 1) / 2 : p->k, nob = p->oc / 16;
+    if (flip != p->flip)
+        td__wmap(p, flip);
+    long n = (long)td_cfwd_weight_count(p);
 #pragma omp parallel for schedule(static)
-    for (int o = 0; o < p->oc; o++)
-        for (int v = 0; v < p->ntap; v++)
-            for (int r = 0; r < p->rw; r++) {
-                int kh = v / per, kw, i;
-                if (p->pairs) {
-                    kw = 2 * (v % per) + r / 16;
-                    i = r % 16;
-                } else {
-                    kw = v % per;
-                    i = r;
-                }
-                float f = kw < p->k ? td__w(p, w, flip, o, i, kh, kw) : 0.0f;
-                size_t tile = ((size_t)v * (size_t)p->nicc +
-                               (size_t)(r / p->kk)) * (size_t)nob +
-                              (size_t)(o / 16);
-                p->wv[tile * (size_t)p->kk * 16 +
-                      (size_t)((r % p->kk) / 2) * 32 + (size_t)(o % 16) * 2 +
-                      (size_t)(r % 2)] = td_bf16_from_f32(f);
-            }
+    for (long b = 0; b < n; b += 1024)
+        td_cfwd_weights_range(p, w, (size_t)b,
+                              (size_t)(b + 1024 < n ? b + 1024 : n));
 }
 
 void td_cfwd_weights(td_cfwd *p, const float *w) { td__weights(p, w, 0); }

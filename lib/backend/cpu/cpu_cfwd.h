@@ -48,6 +48,13 @@ void td_cfwd_weights(td_cfwd *p, const float *w);
  * stride 1 and "same" padding, dx = conv(dy, flipped weights)). */
 void td_cfwd_weights_flip(td_cfwd *p, const float *w);
 
+/* The same in pieces, for a caller's parallel loop: source weights [lo,
+ * hi) of td_cfwd_weight_count, from the layout the last td_cfwd_weights
+ * or td_cfwd_weights_flip call chose.  No OpenMP inside. */
+size_t td_cfwd_weight_count(const td_cfwd *p);
+void td_cfwd_weights_range(td_cfwd *p, const float *w, size_t lo,
+                           size_t hi);
+
 /* y = conv(x, weights) + bias (bias may be NULL).  Parallel (OpenMP). */
 void td_cfwd_run(td_cfwd *p, const td_bf16 *x, td_bf16 *y,
                  const float *bias);

@@ -204,15 +204,22 @@ static int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src,
     return 0;
 }
 
+/* cpu_cfwd.c is off unless TD_CPU_CFWD=1: in whole resnet20 steps it
+ * measured 5-8 % slower than oneDNN's brgconv (docs/compute.md). */
+static int td__cfwd_on(void)
+{
+    const char *env = getenv("TD_CPU_CFWD");
+    return env && strcmp(env, "1") == 0;
+}
+
 /* cpu_cfwd.c's forward for a bf16 channels-last convolution it computes
- * (AMX; TD_CPU_CFWD=0 keeps oneDNN's). */
+ * (AMX; with TD_CPU_CFWD=1). */
 static int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
                          int ic)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
-    const char *env = getenv("TD_CPU_CFWD");
-    if ((env && strcmp(env, "0") == 0) || !td__is_bf16(be) ||
+    if (!td__cfwd_on() || !td__is_bf16(be) ||
         !td_cfwd_ok(l->kernel, l->stride, l->pad, ic, l->channels) ||
         !td__nhwc_dense(src) || !td__nhwc_dense(&c->md))
         return 0;
@@ -229,15 +236,15 @@ static int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
 }
 
 /* The backward data of a stride-1 "same" convolution on cpu_cfwd.c: dx =
- * conv(dy, flipped weights), channels swapped (TD_CPU_CFWD=0 or
- * TD_CPU_CFWD_BWD=0 keep oneDNN's). */
+ * conv(dy, flipped weights), channels swapped (with TD_CPU_CFWD=1, unless
+ * TD_CPU_CFWD_BWD=0). */
 static int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
                         int ic)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
-    const char *e1 = getenv("TD_CPU_CFWD"), *e2 = getenv("TD_CPU_CFWD_BWD");
-    if ((e1 && strcmp(e1, "0") == 0) || (e2 && strcmp(e2, "0") == 0) ||
+    const char *e2 = getenv("TD_CPU_CFWD_BWD");
+    if (!td__cfwd_on() || (e2 && strcmp(e2, "0") == 0) ||
         c->no_dsrc || !td__is_bf16(be) ||
         !td_cfwd_ok(l->kernel, l->stride, l->pad, l->channels, ic) ||
         !td__nhwc_dense(src) || !td__nhwc_dense(&c->md))

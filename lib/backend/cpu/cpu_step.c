@@ -38,19 +38,37 @@ static int td__reorder(td__cpu *be, dnnl_primitive_t r, dnnl_memory_t src,
 }
 
 /* Weights into the layouts the primitives use, after any change. */
+/* cpu_cfwd.c's weight tiles (forward and backward data) of every layer
+ * from the fp32 masters, one parallel region. */
+static void td__cfwd_weights(td__cpu *be)
+{
+    int nl = be->base.model->nlayers;
+#pragma omp parallel
+    for (int L = 1; L < nl; L++)
+        for (int d = 0; d < 2; d++) {
+            struct td_cfwd *p = d ? be->cl[L].cbd : be->cl[L].cf;
+            if (!p)
+                continue;
+            const float *w = td__f(be->cl[L].w);
+            long n = (long)td_cfwd_weight_count(p);
+#pragma omp for schedule(static) nowait
+            for (long b = 0; b < n; b += 1024)
+                td_cfwd_weights_range(p, w, (size_t)b,
+                                      (size_t)(b + 1024 < n ? b + 1024 : n));
+        }
+}
+
 static int td__refresh_weights(td__cpu *be)
 {
     int rc;
     if (!be->weights_dirty)
         return 0;
     td__wmap_weights(be);
+    td__cfwd_weights(be);
     td__bwdd_flip(be);
     for (int L = 1; L < be->base.model->nlayers; L++) {
         td__cl *c = &be->cl[L];
-        if (c->cf)
-            td_cfwd_weights(c->cf, td__f(c->w));
-        if (c->cbd)
-            td_cfwd_weights_flip(c->cbd, td__f(c->w));
+
         if (c->r_w_f && !c->m_f &&
             (rc = td__reorder(be, c->r_w_f, c->w, c->w_f)))
             return rc;
