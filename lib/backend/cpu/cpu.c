@@ -171,24 +171,9 @@ static int td__read_act(td__cpu *be, int L, int grad, float *host,
                  dnnl_memory_desc_get_size(&plain) / sizeof(float), nfloats);
         return -EINVAL;
     }
-    dnnl_memory_t dst = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t r = NULL;
-    dnnl_status_t st = dnnl_memory_create(&dst, &plain, be->eng, host);
-    if (st == dnnl_success)
-        st = dnnl_reorder_primitive_desc_create(&pd, &c->md, be->eng, &plain,
-                                                be->eng, NULL);
-    if (st == dnnl_success)
-        st = dnnl_primitive_create(&r, pd);
-    if (st == dnnl_success)
-        st = dnnl_primitive_execute(r, be->strm, 2, TD__ARGS(
-            {DNNL_ARG_FROM, grad ? c->dy : c->y}, {DNNL_ARG_TO, dst}));
-    if (r)
-        dnnl_primitive_destroy(r);
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
-    if (dst)
-        dnnl_memory_destroy(dst);
+    dnnl_status_t st = td__reorder_now(be, &c->md,
+                                       td__mem_ptr(grad ? c->dy : c->y),
+                                       &plain, host);
     if (st != dnnl_success)
         return td__cpu_fail(be, st, "read_tensor", m->layers[L].name);
     return 0;

@@ -75,29 +75,12 @@ int td_cpu_bwdd_weights(td_backend *b, int layer, float *out, size_t n)
     if (n != td__wcount(be, layer))
         return -EINVAL;
     const td__cl *c = &be->cl[layer];
-    dnnl_memory_t src = c->w_bd ? c->w_bd : c->w_flip, dst = NULL;
+    dnnl_memory_t src = c->w_bd ? c->w_bd : c->w_flip;
     const dnnl_memory_desc_t *have, *plain;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t r = NULL;
     dnnl_memory_get_memory_desc(src, &have);
     dnnl_memory_get_memory_desc(c->w_flip, &plain);
-    dnnl_status_t st = dnnl_memory_create(&dst, plain, be->eng, out);
-    if (st == dnnl_success)
-        st = dnnl_reorder_primitive_desc_create(&pd, have, be->eng, plain,
-                                                be->eng, NULL);
-    if (st == dnnl_success)
-        st = dnnl_primitive_create(&r, pd);
-    if (st == dnnl_success)
-        st = dnnl_primitive_execute(r, be->strm, 2, TD__ARGS(
-            {DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}));
-    if (st == dnnl_success)
-        st = dnnl_stream_wait(be->strm);
-    if (r)
-        dnnl_primitive_destroy(r);
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
-    if (dst)
-        dnnl_memory_destroy(dst);
+    dnnl_status_t st = td__reorder_now(be, have, td__mem_ptr(src), plain,
+                                       out);
     if (st != dnnl_success)
         return td__cpu_fail(be, st, "flipped weights read back",
                             b->model->layers[layer].name);

@@ -168,6 +168,13 @@ static inline int td__run_at(const td__cpu *be, int L)
     return be->cl[r].add == L ? r : -1;
 }
 
+/* cpu_wmap.c: one oneDNN reorder run now from src (described by from)
+ * into dst (described by to); the primitive and the memories wrapping
+ * the two buffers are made and freed here, and the stream waited for. */
+dnnl_status_t td__reorder_now(td__cpu *be, const dnnl_memory_desc_t *from,
+                              void *src, const dnnl_memory_desc_t *to,
+                              void *dst);
+
 /* cpu_wmap.c: the weights' layout maps.  plan after the layer's weight
  * memories (keeps the reorders where a map cannot be built); weights: w ->
  * w_f, w_bd of every mapped layer, one parallel region; grads: dw_bw ->

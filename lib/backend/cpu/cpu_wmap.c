@@ -28,22 +28,18 @@
 #include "base/log.h"
 #include "bf16.h"
 
-/* Runs oneDNN's reorder from plain (fp32, values i + 1) to prim's layout
- * in fp32 into dst (zeroed first: padding stays 0). */
-static dnnl_status_t td__index_reorder(td__cpu *be,
-                                       const dnnl_memory_desc_t *plain,
-                                       const dnnl_memory_desc_t *prim,
-                                       float *src, float *dst, size_t psize)
+dnnl_status_t td__reorder_now(td__cpu *be, const dnnl_memory_desc_t *from,
+                              void *src, const dnnl_memory_desc_t *to,
+                              void *dst)
 {
     dnnl_memory_t ms = NULL, md = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_t r = NULL;
-    memset(dst, 0, psize * sizeof *dst);
-    dnnl_status_t st = dnnl_memory_create(&ms, plain, be->eng, src);
+    dnnl_status_t st = dnnl_memory_create(&ms, from, be->eng, src);
     if (st == dnnl_success)
-        st = dnnl_memory_create(&md, prim, be->eng, dst);
+        st = dnnl_memory_create(&md, to, be->eng, dst);
     if (st == dnnl_success)
-        st = dnnl_reorder_primitive_desc_create(&pd, plain, be->eng, prim,
+        st = dnnl_reorder_primitive_desc_create(&pd, from, be->eng, to,
                                                 be->eng, NULL);
     if (st == dnnl_success)
         st = dnnl_primitive_create(&r, pd);
@@ -61,6 +57,17 @@ static dnnl_status_t td__index_reorder(td__cpu *be,
     if (ms)
         dnnl_memory_destroy(ms);
     return st;
+}
+
+/* oneDNN's reorder from plain (fp32, values i + 1) to prim's layout in
+ * fp32 into dst (zeroed first: padding stays 0). */
+static dnnl_status_t td__index_reorder(td__cpu *be,
+                                       const dnnl_memory_desc_t *plain,
+                                       const dnnl_memory_desc_t *prim,
+                                       float *src, float *dst, size_t psize)
+{
+    memset(dst, 0, psize * sizeof *dst);
+    return td__reorder_now(be, plain, src, prim, dst);
 }
 
 /* The map of mem's layout from the canonical weight w, or NULL when it
