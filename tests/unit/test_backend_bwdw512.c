@@ -3,14 +3,15 @@
  * plan of CPUs without AMX, e.g. AMD Zen 4/5): main() limits oneDNN to
  * avx512_core_bf16 (ONEDNN_MAX_CPU_ISA, before the first oneDNN call), so
  * activations are nChw16c, and TD_CPU_BWDW=1 turns the kernel on there
- * (off by default in that plan).  Against oneDNN's backward weights
+ * for every convolution (by default: stride 2 only).  Against oneDNN's
+ * backward weights
  * (TD_CPU_BWDW=0): two backends train the same batch from the same
  * weights; after one step the weight gradients of c2-c5 (computed by
  * cpu_bwdw.c: stride 2, a bias, a 5x5 kernel) agree within fp32
  * summation-order rounding, every other gradient (c1 reads the planar
  * 3-channel input: oneDNN's in both) is bitwise equal, and three steps
  * later the losses agree closely.  The plan's debug lines are counted
- * (the default plan has none), so the test fails if cpu_bwdw.c was never
+ * (the default plan: c3 only), so the test fails if cpu_bwdw.c was never
  * used.  Skipped where oneDNN does not run avx512_core_bf16.
  */
 #include <jansson.h>
@@ -116,7 +117,7 @@ START_TEST(test_gradients_match_onednn)
     td_backend_destroy(make(m, NULL, &dflt));
     ck_assert_int_eq(on, 4);
     ck_assert_int_eq(off, 0);
-    ck_assert_int_eq(dflt, 0);
+    ck_assert_int_eq(dflt, 1); /* by default only c3, the stride-2 one */
     step(a, b, 1);
     for (int p = 0; p < m->nparams; p++) {
         size_t cnt = m->params[p].count;

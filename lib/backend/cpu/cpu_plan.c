@@ -196,14 +196,19 @@ static int td__blocked16_dense(const dnnl_memory_desc_t *md)
            b->strides[1] == 16 * hw && b->strides[0] == md->dims[1] * hw;
 }
 
-/* Hand-written backward weights in the blocked (AVX512_BF16) plan: off
- * unless TD_CPU_BWDW=1 (measured on an Intel proxy not faster than
- * oneDNN's jit_bf16 there, docs/compute.md; not yet measured on AMD). */
-#define TD__BWDW_BLOCKED_DEFAULT 0
+/* Hand-written backward weights in the blocked (AVX512_BF16) plan by
+ * default for stride-2 convolutions only, all with TD_CPU_BWDW=1: on an
+ * Intel proxy oneDNN's jit_bf16 stride-1 kernels were up to 2x faster,
+ * its stride-2 ones at times took a second per call under load
+ * (docs/compute.md; not yet measured on AMD). */
+static int td__bwdw_blocked(const td_layer *l, const char *env)
+{
+    return (env && strcmp(env, "1") == 0) || l->stride == 2;
+}
 
 /* cpu_bwdw.c's backward weights for a bf16 convolution it computes, with
  * x and dy channels-last (AMX plan) or nChw16c (AVX512_BF16 plan; see
- * TD__BWDW_BLOCKED_DEFAULT); TD_CPU_BWDW=0 keeps oneDNN's. */
+ * td__bwdw_blocked); TD_CPU_BWDW=0 keeps oneDNN's. */
 static int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src,
                          int ic)
 {
@@ -217,7 +222,7 @@ static int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src,
     if (td__nhwc_dense(src) && td__nhwc_dense(&c->md))
         ly = TD_BWDW_NHWC;
     else if (td__blocked16_dense(src) && td__blocked16_dense(&c->md) &&
-             ((env && strcmp(env, "1") == 0) || TD__BWDW_BLOCKED_DEFAULT))
+             td__bwdw_blocked(l, env))
         ly = TD_BWDW_NCHW16C;
     else
         return 0;
