@@ -1,5 +1,5 @@
-/* cpu_bwdw.c - bf16 channels-last convolution backward weights on AMX
- * tiles (see cpu_bwdw.h for what it computes and why).
+/* cpu_bwdw.c - bf16 convolution backward weights on AMX tiles or
+ * AVX512_BF16 (see cpu_bwdw.h for what it computes and why).
  *
  * Layout of one chunk (spc samples, their zero-bordered grids of
  * gw columns back to back, kc positions rounded up to 32):
@@ -14,6 +14,12 @@
  * pairs x 16 oc.  With two or more 16-channel blocks each way a 2 x 2
  * block of C per tap (4 loads per 4 products); with one (resnet's first
  * stage) up to four taps at once sharing B (5 loads per 4 products).
+ * AVX512_BF16 (no AMX): the same operands and accumulators, 8 ic rows x
+ * up to 3 (tap, oc block) columns of one x phase in 24 zmm accumulators;
+ * per position pair one 64-byte dyv row per column (the B tile's row) and
+ * per ic row a 32-bit broadcast of xt's pair (vdpbf16ps's m32bcst).
+ * x and dy are read channels-last or nChw16c (td__ten: where a sample, a
+ * position and a 16-channel block start); the buffers do not depend on it.
  *
  * Owns: the plan's buffers, the AMX tile configuration of the threads it
  * runs on (loaded per group, released after).
@@ -37,13 +43,29 @@
 
 #define TD__AMX                                                              \
     __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")))
+#define TD__512                                                              \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+/* the fills: AVX-512 only, run by both paths */
+#define TD__FILL __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define TD__ARCH_REQ_XCOMP_PERM 0x1023
 #define TD__XFEATURE_XTILEDATA 18
 #define TD__CHUNK_POSITIONS 1024 /* target positions per chunk */
 #define TD__GROUPS 4 /* fixed, whatever the thread count */
 
+enum { TD__PATH_AMX = 1, TD__PATH_512 = 2 };
+
+/* Where a tensor's rows are: row r (position r of sample 0's image,
+ * or of the chunk's samples through the position tables) starts at
+ * element (n0 * sample + r) * unit; its 16-channel block b bstride
+ * elements further. */
+typedef struct td__ten {
+    size_t sample, unit, bstride;
+} td__ten;
+
 struct td_bwdw {
     int n, h, w, ic, oc, k, stride, pad;
+    int path;           /* TD__PATH_AMX or TD__PATH_512 */
+    td__ten tx, tdy;    /* x's and dy's layout */
     int oh, ow;         /* dy's image */
     int gw, gp;         /* grid width; images start at (gp, gp) */
     size_t pg;          /* positions per sample's grid */
@@ -92,12 +114,42 @@ int td_bwdw_amx(void)
     return td__amx_on;
 }
 
+int td_bwdw_avx512(void)
+{
+    const td_cpu_caps *caps = td_cpu_caps_get();
+    unsigned a, b, c, d;
+    if (!caps->avx512_bf16 || !caps->bf16 ||
+        !__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (b >> 30) & 1 && (b >> 31) & 1; /* avx512bw, avx512vl */
+}
+
+static int td__path(void)
+{
+    const char *e = getenv("TD_BWDW_ISA");
+    if (e && strcmp(e, "avx512_bf16") == 0)
+        return td_bwdw_avx512() ? TD__PATH_512 : 0;
+    if (e && strcmp(e, "amx") == 0)
+        return td_bwdw_amx() ? TD__PATH_AMX : 0;
+    return td_bwdw_amx() ? TD__PATH_AMX : td_bwdw_avx512() ? TD__PATH_512 : 0;
+}
+
+static const char *td__path_name(int path)
+{
+    return path == TD__PATH_AMX ? "amx"
+           : path == TD__PATH_512 ? "avx512_bf16"
+                                  : NULL;
+}
+
+const char *td_bwdw_isa(void) { return td__path_name(td__path()); }
+
+const char *td_bwdw_path(const td_bwdw *p) { return td__path_name(p->path); }
+
 int td_bwdw_ok(int k, int stride, int pad, int ic, int oc)
 {
     return k >= 1 && k <= 7 && stride >= 1 && stride <= 2 && pad >= 0 &&
            pad < k && ic > 0 && (ic < 16 || ic % 16 == 0) && oc > 0 &&
-           oc % 16 == 0 &&
-           td_bwdw_amx();
+           oc % 16 == 0 && td__path() != 0;
 }
 
 static size_t td__round32(size_t v) { return (v + 31) / 32 * 32; }
@@ -139,26 +191,46 @@ static void td__positions(td_bwdw *p)
         int gy = (int)(r / (size_t)p->gw) - P, gx = (int)(r % (size_t)p->gw) - P;
         int in = smp < (size_t)p->spc;
         p->dpos[q] = in && gy >= 0 && gy < p->oh && gx >= 0 && gx < p->ow
-                         ? (int32_t)((smp * (size_t)p->oh + (size_t)gy) *
-                                         (size_t)p->ow + (size_t)gx)
+                         ? (int32_t)(smp * p->tdy.sample +
+                                     (size_t)gy * (size_t)p->ow + (size_t)gx)
                          : -1;
         for (int a = 0; a < p->nph; a++) {
             int y = gy * s + a / s, x = gx * s + a % s;
             p->xpos[(size_t)a * p->kc + q] =
                 in && gy >= 0 && gx >= 0 && y < p->h && x < p->w
-                    ? (int32_t)((smp * (size_t)p->h + (size_t)y) *
-                                    (size_t)p->w + (size_t)x)
+                    ? (int32_t)(smp * p->tx.sample + (size_t)y * (size_t)p->w +
+                                (size_t)x)
                     : -1;
         }
     }
 }
 
+/* x's or dy's rows: img positions per sample, c channels. */
+static td__ten td__layout(td_bwdw_layout layout, size_t img, int c)
+{
+    if (layout == TD_BWDW_NCHW16C)
+        return (td__ten){.sample = img * (size_t)(c / 16), .unit = 16,
+                         .bstride = img * 16};
+    return (td__ten){.sample = img, .unit = (size_t)c, .bstride = 16};
+}
+
 td_bwdw *td_bwdw_create(int n, int h, int w, int ic, int oc, int k,
                         int stride, int pad, int threads)
 {
+    return td_bwdw_create_layout(n, h, w, ic, oc, k, stride, pad, threads,
+                                 TD_BWDW_NHWC);
+}
+
+td_bwdw *td_bwdw_create_layout(int n, int h, int w, int ic, int oc, int k,
+                               int stride, int pad, int threads,
+                               td_bwdw_layout layout)
+{
+    int path = td__path();
     if (n < 1 || h < 1 || w < 1 || threads < 1 ||
         !td_bwdw_ok(k, stride, pad, ic, oc) || h + 2 * pad < k ||
-        w + 2 * pad < k)
+        w + 2 * pad < k || !path ||
+        (layout != TD_BWDW_NHWC && layout != TD_BWDW_NCHW16C) ||
+        (layout == TD_BWDW_NCHW16C && ic % 16 != 0))
         return NULL;
     td_bwdw *p = calloc(1, sizeof *p);
     if (!p)
@@ -167,7 +239,9 @@ td_bwdw *td_bwdw_create(int n, int h, int w, int ic, int oc, int k,
                    .stride = stride, .pad = pad, .ntap = k * k,
                    .nph = stride * stride,
                    .oh = (h + 2 * pad - k) / stride + 1,
-                   .ow = (w + 2 * pad - k) / stride + 1};
+                   .ow = (w + 2 * pad - k) / stride + 1, .path = path};
+    p->tx = td__layout(layout, (size_t)h * (size_t)w, ic);
+    p->tdy = td__layout(layout, (size_t)p->oh * (size_t)p->ow, oc);
     p->off = malloc(2 * (size_t)p->ntap * sizeof *p->off);
     p->tph = malloc((size_t)p->ntap * sizeof *p->tph);
     p->order = malloc((size_t)p->ntap * sizeof *p->order);
@@ -225,11 +299,10 @@ void td_bwdw_destroy(td_bwdw *p)
 }
 
 /* Row q of a chunk starting at sample n0 with ns samples, from the
- * position table pos of a tensor with img rows per sample and c channels
- * per row: the address of its channels in t, or NULL (zero; also for q
- * outside the chunk). */
+ * position table pos of a tensor laid out as ly: the address of its first
+ * 16 channels in t, or NULL (zero; also for q outside the chunk). */
 static inline const td_bf16 *td__row(const td_bwdw *p, const int32_t *pos,
-                                     size_t img, const td_bf16 *t, int c,
+                                     const td__ten *ly, const td_bf16 *t,
                                      int n0, int ns, long q)
 {
     if (q < 0 || (size_t)q >= (size_t)ns * p->pg)
@@ -237,17 +310,17 @@ static inline const td_bf16 *td__row(const td_bwdw *p, const int32_t *pos,
     int32_t r = pos[q];
     if (r < 0)
         return NULL;
-    return t + ((size_t)n0 * img + (size_t)r) * (size_t)c;
+    return t + ((size_t)n0 * ly->sample + (size_t)r) * ly->unit;
 }
 
-TD__AMX static inline __m256i td__ld16(const td_bf16 *a)
+TD__FILL static inline __m256i td__ld16(const td_bf16 *a)
 {
     return a ? _mm256_loadu_si256((const void *)a)
              : _mm256_setzero_si256();
 }
 
 /* The first m (< 16) channels, the rest zero (never read past them). */
-TD__AMX static inline __m256i td__ld16m(const td_bf16 *a, __mmask16 m)
+TD__FILL static inline __m256i td__ld16m(const td_bf16 *a, __mmask16 m)
 {
     return a ? _mm256_maskz_loadu_epi16(m, a) : _mm256_setzero_si256();
 }
@@ -268,7 +341,7 @@ TD__AMX static inline __m256i td__ld16m(const td_bf16 *a, __mmask16 m)
  * each, transposed by four exchange stages (register bit s <-> word bit
  * s) and a final word permutation (word j*2 + h <- word h*16 + j); every
  * index a constant, so the 16 registers stay registers. */
-TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
+TD__FILL static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
                                int ns, size_t kc, td_bf16 *xt)
 {
     int16_t ix[5][32] __attribute__((aligned(64)));
@@ -286,22 +359,22 @@ TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
     const __m512i hi2 = _mm512_or_si512(lo2, _mm512_set1_epi16(4));
     const __m512i hi3 = _mm512_or_si512(lo3, _mm512_set1_epi16(8));
     const __m512i fin = _mm512_load_si512(ix[4]);
-    size_t img = (size_t)p->h * (size_t)p->w;
+    size_t bs = p->tx.bstride;
     int rows = p->ic < 16 ? p->ic : 16;
     __mmask16 m = (__mmask16)(p->ic < 16 ? (1u << p->ic) - 1 : 0xffffu);
     for (int ph = 0; ph < p->nph; ph++)
         for (size_t q0 = 0; q0 < kc; q0 += 32) {
             const td_bf16 *src[32];
             for (int j = 0; j < 32; j++)
-                src[j] = td__row(p, p->xpos + (size_t)ph * p->kc, img, x,
-                                 p->ic, n0, ns, (long)(q0 + (size_t)j));
+                src[j] = td__row(p, p->xpos + (size_t)ph * p->kc, &p->tx, x,
+                                 n0, ns, (long)(q0 + (size_t)j));
             for (int b = 0; b < (p->ic + 15) / 16; b++) {
                 __m512i r[16];
 #pragma GCC unroll 16
                 for (int j = 0; j < 16; j++) {
                     const td_bf16 *a = src[2 * j], *c = src[2 * j + 1];
-                    __m256i va = td__ld16m(a ? a + 16 * b : NULL, m);
-                    __m256i vc = td__ld16m(c ? c + 16 * b : NULL, m);
+                    __m256i va = td__ld16m(a ? a + bs * b : NULL, m);
+                    __m256i vc = td__ld16m(c ? c + bs * b : NULL, m);
                     r[j] = _mm512_inserti64x4(_mm512_castsi256_si512(va), vc,
                                               1);
                 }
@@ -329,25 +402,25 @@ TD__AMX static void td__fill_x(const td_bwdw *p, const td_bf16 *x, int n0,
  * interleaved, u even in copy 0 and odd in copy 1, row r holding u = 2r
  * - mr + copy: a tap's shift -off is whole rows of one copy, so every
  * tile row is one aligned 64-byte line.  Zero outside the chunk. */
-TD__AMX static void td__fill_dy(const td_bwdw *p, const td_bf16 *dy, int n0,
+TD__FILL static void td__fill_dy(const td_bwdw *p, const td_bf16 *dy, int n0,
                                 int ns, size_t kc, td_bf16 *dyv)
 {
     int16_t iv[32] __attribute__((aligned(64)));
     for (int i = 0; i < 32; i++)
         iv[i] = (int16_t)((i & 1) * 16 + (i >> 1));
     __m512i idx = _mm512_load_si512(iv);
-    size_t img = (size_t)p->oh * (size_t)p->ow, rows = (kc + 2 * p->mr) / 2;
-    const td_bf16 *e = td__row(p, p->dpos, img, dy, p->oc, n0, ns,
+    size_t rows = (kc + 2 * p->mr) / 2, bs = p->tdy.bstride;
+    const td_bf16 *e = td__row(p, p->dpos, &p->tdy, dy, n0, ns,
                                -(long)p->mr);
     for (size_t r = 0; r < rows; r++) {
         long u = 2 * (long)r - (long)p->mr;
         const td_bf16 *a = e; /* position u: the last row's u + 2 */
-        const td_bf16 *c = td__row(p, p->dpos, img, dy, p->oc, n0, ns, u + 1);
-        e = td__row(p, p->dpos, img, dy, p->oc, n0, ns, u + 2);
+        const td_bf16 *c = td__row(p, p->dpos, &p->tdy, dy, n0, ns, u + 1);
+        e = td__row(p, p->dpos, &p->tdy, dy, n0, ns, u + 2);
         for (int b = 0; b < p->oc / 16; b++) {
-            __m256i va = td__ld16(a ? a + 16 * b : NULL);
-            __m256i vc = td__ld16(c ? c + 16 * b : NULL);
-            __m256i ve = td__ld16(e ? e + 16 * b : NULL);
+            __m256i va = td__ld16(a ? a + bs * b : NULL);
+            __m256i vc = td__ld16(c ? c + bs * b : NULL);
+            __m256i ve = td__ld16(e ? e + bs * b : NULL);
             td_bf16 *d = dyv + ((size_t)b * 2 * p->rows + r) * 32;
             _mm512_store_si512(d, _mm512_permutexvar_epi16(
                 idx, _mm512_inserti64x4(_mm512_castsi256_si512(va), vc, 1)));
@@ -458,9 +531,96 @@ TD__AMX static void td__tiles_taps(const td_bwdw *p, const td_bf16 *xt,
     }
 }
 
-/* Group g: its chunks in order into its accumulator. */
-TD__AMX static void td__group(const td_bwdw *p, int g, const td_bf16 *x,
-                              const td_bf16 *dy, td_bf16 *buf)
+/* nr (1-8) x rows from a (lda apart) times nb (1-3) B columns b[j]
+ * into C blocks c[j] (rows ldc apart) over np position pairs: the
+ * accumulators stay in registers (nr, nb constants where inlined). */
+TD__512 static inline __attribute__((always_inline)) void
+td__dot(const td_bf16 *a, size_t lda, const int nr, const td_bf16 *const *b,
+        float *const *c, const int nb, size_t ldc, size_t np)
+{
+    __m512 acc[8][3];
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 3
+        for (int j = 0; j < nb; j++)
+            acc[r][j] = _mm512_loadu_ps(c[j] + (size_t)r * ldc);
+    for (size_t k = 0; k < np; k++) {
+        __m512i row[3];
+#pragma GCC unroll 3
+        for (int j = 0; j < nb; j++)
+            row[j] = _mm512_load_si512(b[j] + 32 * k);
+#pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            int32_t v;
+            memcpy(&v, a + (size_t)r * lda + 2 * k, sizeof v);
+            __m512i xb = _mm512_set1_epi32(v);
+#pragma GCC unroll 3
+            for (int j = 0; j < nb; j++)
+                acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)row[j],
+                                             (__m512bh)xb);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 3
+        for (int j = 0; j < nb; j++)
+            _mm512_storeu_ps(c[j] + (size_t)r * ldc, acc[r][j]);
+}
+
+#define TD__DOT(R)                                                           \
+    case R * 4 + 1: td__dot(a, lda, R, b, c, 1, ldc, np); break;             \
+    case R * 4 + 2: td__dot(a, lda, R, b, c, 2, ldc, np); break;             \
+    case R * 4 + 3: td__dot(a, lda, R, b, c, 3, ldc, np); break
+
+/* td__dot with nr in {1, 2, 4, 8} and nb in 1..3 as constants. */
+TD__512 static void td__dot_n(const td_bf16 *a, size_t lda, int nr,
+                              const td_bf16 *const *b, float *const *c,
+                              int nb, size_t ldc, size_t np)
+{
+    switch (nr * 4 + nb) {
+    TD__DOT(1);
+    TD__DOT(2);
+    TD__DOT(4);
+    TD__DOT(8);
+    default: break;
+    }
+}
+
+/* AVX512_BF16: per x phase, its (tap, oc block) columns three at a time,
+ * per 8 ic rows (a stem's fewer rows as 4 + 2 + 1). */
+TD__512 static void td__dots(const td_bwdw *p, const td_bf16 *xt,
+                             const td_bf16 *dyv, size_t kc, float *acc)
+{
+    size_t ldc = (size_t)p->oc, lda = p->kc, np = kc / 2;
+    int nj = p->oc / 16;
+    for (int g = 0; g < p->ntap;) {
+        int ph = p->tph[p->order[g]], g1 = g;
+        while (g1 < p->ntap && p->tph[p->order[g1]] == ph)
+            g1++;
+        int ncol = (g1 - g) * nj; /* column u: tap order[g + u / nj] */
+        for (int i0 = 0; i0 < p->ic;) {
+            int nr = p->ic - i0 >= 8 ? 8 : p->ic - i0 >= 4 ? 4
+                     : p->ic - i0 >= 2 ? 2 : 1;
+            const td_bf16 *a = xt + ((size_t)ph * p->ic + (size_t)i0) * lda;
+            for (int u = 0; u < ncol; u += 3) {
+                const td_bf16 *b[3];
+                float *c[3];
+                int nb = ncol - u < 3 ? ncol - u : 3;
+                for (int v = 0; v < nb; v++) {
+                    int t = p->order[g + (u + v) / nj], j = (u + v) % nj;
+                    b[v] = td__b(p, dyv, t, j);
+                    c[v] = acc + ((size_t)t * p->ic + (size_t)i0) * ldc +
+                           16 * (size_t)j;
+                }
+                td__dot_n(a, lda, nr, b, c, nb, ldc, np);
+            }
+            i0 += nr;
+        }
+        g = g1;
+    }
+}
+
+TD__AMX static void td__tiles_begin(const td_bwdw *p)
 {
     td__tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -469,29 +629,52 @@ TD__AMX static void td__group(const td_bwdw *p, int g, const td_bf16 *x,
         cfg.rows[t] = t < 6 && p->ic < 16 ? (uint8_t)p->ic : 16;
         cfg.colsb[t] = 64;
     }
+    /* gcc 12's _tile_loadconfig tells the compiler it reads 8 bytes:
+     * without this the other stores to cfg may be dropped (#GP) */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
+}
+
+TD__AMX static void td__tiles_end(void) { _tile_release(); }
+
+/* AMX: the chunk's products on tiles. */
+TD__AMX static void td__tiles(const td_bwdw *p, const td_bf16 *xt,
+                              const td_bf16 *dyv, size_t kc, float *acc)
+{
+    if (p->ic % 32 == 0 && p->oc % 32 == 0) {
+        td__tiles22(p, xt, dyv, kc, acc);
+        return;
+    }
+    for (int i = 0; i < (p->ic + 15) / 16; i++)
+        for (int j = 0; j < p->oc / 16; j++)
+            td__tiles_taps(p, xt, dyv, kc, acc, i, j);
+}
+
+/* Group g: its chunks in order into its accumulator. */
+static void td__group(const td_bwdw *p, int g, const td_bf16 *x,
+                      const td_bf16 *dy, td_bf16 *buf)
+{
     size_t per = (size_t)p->ntap * p->ic * p->oc;
     float *acc = p->acc + (size_t)g * per;
     memset(acc, 0, per * sizeof *acc);
     td_bf16 *xt = buf, *dyv = buf + (size_t)p->nph * p->ic * p->kc;
     int c0 = (int)((long)g * p->nchunk / p->ngroup);
     int c1 = (int)((long)(g + 1) * p->nchunk / p->ngroup);
-    int pairs = p->ic % 32 == 0 && p->oc % 32 == 0;
+    if (p->path == TD__PATH_AMX)
+        td__tiles_begin(p);
     for (int c = c0; c < c1; c++) {
         int n0 = c * p->spc;
         int ns = p->n - n0 < p->spc ? p->n - n0 : p->spc;
         size_t kc = td__round32((size_t)ns * p->pg);
         td__fill_x(p, x, n0, ns, kc, xt);
         td__fill_dy(p, dy, n0, ns, kc, dyv);
-        if (pairs) {
-            td__tiles22(p, xt, dyv, kc, acc);
-            continue;
-        }
-        for (int i = 0; i < (p->ic + 15) / 16; i++)
-            for (int j = 0; j < p->oc / 16; j++)
-                td__tiles_taps(p, xt, dyv, kc, acc, i, j);
+        if (p->path == TD__PATH_AMX)
+            td__tiles(p, xt, dyv, kc, acc);
+        else
+            td__dots(p, xt, dyv, kc, acc);
     }
-    _tile_release();
+    if (p->path == TD__PATH_AMX)
+        td__tiles_end();
 }
 
 /* Group 0's accumulator += the others', elements [lo, hi), in group
@@ -522,10 +705,13 @@ static void td__transpose_out(const td_bwdw *p, float *dw, int o0, int o1)
 
 static void td__bias(const td_bwdw *p, const td_bf16 *dy, float *db, int o)
 {
-    size_t rows = (size_t)p->n * p->oh * p->ow;
+    size_t img = (size_t)p->oh * p->ow;
+    const td_bf16 *d = dy + (size_t)(o / 16) * p->tdy.bstride + (size_t)(o % 16);
     double s = 0;
-    for (size_t r = 0; r < rows; r++)
-        s += td_bf16_to_f32(dy[r * (size_t)p->oc + (size_t)o]);
+    for (int n = 0; n < p->n; n++)
+        for (size_t r = 0; r < img; r++)
+            s += td_bf16_to_f32(
+                d[((size_t)n * p->tdy.sample + r) * p->tdy.unit]);
     db[o] = (float)s;
 }
 

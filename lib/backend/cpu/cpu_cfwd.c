@@ -277,6 +277,9 @@ TD__AMX static void td__samples(const td_cfwd *p, const td_bf16 *x,
         cfg.rows[t] = 16;
         cfg.colsb[t] = 64;
     }
+    /* gcc 12's _tile_loadconfig tells the compiler it reads 8 bytes: the
+     * barrier keeps the stores to the rest (as in cpu_bwdw.c) */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
     size_t lda = (size_t)p->rw * sizeof(td_bf16), row = (size_t)p->w * p->ic;
     size_t btile = (size_t)p->kk * 16; /* elements of one B tile */
