@@ -3,7 +3,8 @@
 # of the page, in order, verbatim, in a scratch folder that has the
 # build (as build/), config/ and README.md; fails on the first command
 # that fails.  Then checks what the page says the output shows: OpenCV
-# agrees with traind on every image, and init re-initialised exactly the
+# agrees with traind on at least 47 of the 50 images, and init
+# re-initialised exactly the
 # new classifier.  Skips (77) without python3-opencv.
 set -euo pipefail
 src=${TD_SOURCE_ROOT:?}
@@ -22,7 +23,10 @@ awk '/^```sh$/ {on = 1; next} /^```$/ {on = 0} on' "$src/docs/models.md" \
 cd "$work"
 export PATH=/usr/bin:$PATH  # Debian's python3, whatever else is first
 bash -euo pipefail walk.sh 2>&1 | tee walk.out
-grep -q 'OpenCV and traind agree on 50 of 50 images' walk.out
+# OpenCV decodes and resizes with its own code, so an image near a tie may
+# go the other way; a wrong export agrees on about 10 of 50 (5 classes)
+agree=$(sed -n 's/^OpenCV and traind agree on \([0-9]*\) of 50 images$/\1/p' walk.out)
+test -n "$agree" && test "$agree" -ge 47
 grep -q 're-initialised (shape differs: linear.weight, linear.bias)' walk.out
 grep -q '^done  4 epochs, 40 steps' walk.out
 # On a daemon: every epoch in the history, the curves drawn as a PNG of
