@@ -12,77 +12,20 @@
  * flipped weights)) against oneDNN's (TD_CPU_CFWD_BWD=0): c2's dx within
  * one bf16 rounding.  Skipped where the process cannot use AMX.
  */
-#include <jansson.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "backend/cpu/cpu_bwdw.h"
-#include "base/log.h"
-#include "model/model.h"
-#include "tdtest.h"
+#include "cpu_ab.h"
 
 enum { N = 16 };
-
-static void sink(void *user, int level, long job, const char *line)
-{
-    (void)level;
-    (void)job;
-    if (strstr(line, "conv fwd: cpu_cfwd"))
-        (*(int *)user)++;
-}
-
-static td_model *model(void)
-{
-    json_error_t je;
-    json_t *def = json_loads("{\"layers\": ["
-        "{\"type\": \"conv2d\", \"name\": \"c1\", \"channels\": 16, "
-        "\"kernel\": 3, \"pad\": 1}, {\"type\": \"batchnorm\"}, "
-        "{\"type\": \"relu\", \"name\": \"r1\"}, "
-        "{\"type\": \"conv2d\", \"name\": \"c2\", \"channels\": 16, "
-        "\"kernel\": 3, \"pad\": 1}, {\"type\": \"batchnorm\"}, "
-        "{\"type\": \"relu\"}, "
-        "{\"type\": \"conv2d\", \"name\": \"c3\", \"channels\": 32, "
-        "\"kernel\": 3, \"pad\": 1, \"stride\": 2}, "
-        "{\"type\": \"batchnorm\"}, {\"type\": \"relu\"}, "
-        "{\"type\": \"conv2d\", \"name\": \"c4\", \"channels\": 32, "
-        "\"kernel\": 3, \"pad\": 1, \"bias\": true}, "
-        "{\"type\": \"batchnorm\"}, {\"type\": \"relu\"}, "
-        "{\"type\": \"conv2d\", \"name\": \"c5\", \"channels\": 48, "
-        "\"kernel\": 5, \"pad\": 2}, {\"type\": \"batchnorm\"}, "
-        "{\"type\": \"relu\"}, "
-        "{\"type\": \"global_avgpool\"}, {\"type\": \"flatten\"}, "
-        "{\"type\": \"dense\", \"units\": 10}]}", 0, &je);
-    ck_assert_msg(def != NULL, "%s", je.text);
-    td_model *m = NULL;
-    char err[256];
-    ck_assert_msg(td_model_build(def, (td_shape){3, 16, 16}, 10, &m, err,
-                                 sizeof err) == 0, "%s", err);
-    json_decref(def);
-    return m;
-}
 
 static td_backend *make2(const td_model *m, const char *cfwd,
                          const char *bwd, int *used)
 {
-    td_backend_config cfg = {.batch = N, .threads = 2, .seed = 7,
-                             .dtype = TD_BF16, .std = {1, 1, 1}};
-    td_optim_defaults(&cfg.optim, TD_OPT_SGD);
-    td_backend *be = NULL;
-    char err[256] = "";
-    setenv("TD_CPU_CFWD", cfwd, 1);
-    setenv("TD_CPU_CFWD_BWD", bwd, 1);
-    *used = 0;
-    td_log_set_level(TD_LOG_DEBUG);
-    td_log_set_sink(sink, used);
-    int rc = td_backend_create("cpu", m, &cfg, &be, err, sizeof err);
-    td_log_set_sink(NULL, NULL);
-    unsetenv("TD_CPU_CFWD");
-    unsetenv("TD_CPU_CFWD_BWD");
-    ck_assert_msg(rc == 0, "create: %s", err);
-    return be;
+    const char *env[] = {"TD_CPU_CFWD", cfwd, "TD_CPU_CFWD_BWD", bwd, NULL};
+    return td_ab_backend(m, TD_BF16, N, env, "conv fwd: cpu_cfwd", used);
 }
 
 static td_backend *make(const td_model *m, const char *cfwd, int *used)
@@ -92,16 +35,7 @@ static td_backend *make(const td_model *m, const char *cfwd, int *used)
 
 static void upload(td_backend *a, td_backend *b, int t)
 {
-    static uint8_t px[N * 16 * 16 * 3];
-    int32_t lab[N];
-    for (size_t i = 0; i < sizeof px; i++)
-        px[i] = (uint8_t)((i * 2654435761u + (unsigned)t * 977u) >> 24);
-    for (int i = 0; i < N; i++)
-        lab[i] = (i + t) % 10;
-    td_batch bt = {.data = px, .labels = lab, .n = N, .h = 16, .w = 16,
-                   .c = 3, .layout = TD_LAYOUT_NHWC};
-    ck_assert_int_eq(td_backend_upload(a, &bt), 0);
-    ck_assert_int_eq(td_backend_upload(b, &bt), 0);
+    td_ab_upload(a, b, N, 16, 16, t);
 }
 
 static int layer(const td_model *m, const char *name)
@@ -148,7 +82,7 @@ static void compare(td_backend *a, td_backend *b, const td_model *m,
  * bf16 rounding; the losses after four steps close. */
 START_TEST(test_backward_data_matches_onednn)
 {
-    td_model *m = model();
+    td_model *m = td_ab_stack(48);
     int on = 0, off = 0;
     td_backend *a = make2(m, "1", "1", &on), *b = make2(m, "1", "0", &off);
     upload(a, b, 1);
@@ -168,11 +102,7 @@ START_TEST(test_backward_data_matches_onednn)
         ck_assert_int_eq(td_backend_train_step(a, 0.05f, t), 0);
         ck_assert_int_eq(td_backend_train_step(b, 0.05f, t), 0);
     }
-    td_step_stats sa, sb;
-    td_backend_read_stats(a, &sa);
-    td_backend_read_stats(b, &sb);
-    ck_assert_msg(fabs(sa.loss_sum - sb.loss_sum) <= 1e-2 * fabs(sb.loss_sum),
-                  "loss sums %g and %g", sa.loss_sum, sb.loss_sum);
+    td_ab_losses_close(a, b, 1e-2, "after four steps");
     td_backend_destroy(a);
     td_backend_destroy(b);
     td_model_free(m);
@@ -181,7 +111,7 @@ END_TEST
 
 START_TEST(test_forward_matches_onednn)
 {
-    td_model *m = model();
+    td_model *m = td_ab_stack(48);
     int on = 0, off = 0;
     td_backend *a = make(m, "1", &on), *b = make(m, "0", &off);
     ck_assert_int_eq(on, 3); /* c2, c4, c5 */
@@ -203,40 +133,27 @@ START_TEST(test_forward_matches_onednn)
         ck_assert_int_eq(td_backend_train_step(a, 0.05f, t), 0);
         ck_assert_int_eq(td_backend_train_step(b, 0.05f, t), 0);
     }
-    td_step_stats sa, sb;
-    td_backend_read_stats(a, &sa);
-    td_backend_read_stats(b, &sb);
     /* four steps of bf16 training apart by rounding only */
-    ck_assert_msg(fabs(sa.loss_sum - sb.loss_sum) <= 1e-2 * fabs(sb.loss_sum),
-                  "loss sums %g and %g", sa.loss_sum, sb.loss_sum);
+    td_ab_losses_close(a, b, 1e-2, "after four steps");
     upload(a, b, 9);
     ck_assert_int_eq(td_backend_eval_step(a), 0);
     ck_assert_int_eq(td_backend_eval_step(b), 0);
-    td_backend_read_stats(a, &sa);
-    td_backend_read_stats(b, &sb);
-    ck_assert_msg(fabs(sa.loss_sum - sb.loss_sum) <= 1e-2 * fabs(sb.loss_sum),
-                  "evaluation loss sums %g and %g", sa.loss_sum, sb.loss_sum);
+    td_ab_losses_close(a, b, 1e-2, "evaluation");
     td_backend_destroy(a);
     td_backend_destroy(b);
     td_model_free(m);
 }
 END_TEST
 
-int main(void)
+static Suite *backend_cfwd_suite(void)
 {
-    if (!td_bwdw_amx()) {
-        printf("this process cannot use AMX: nothing to compare\n");
-        return TD_TEST_SKIP;
-    }
     Suite *s = suite_create("backend_cfwd");
     TCase *tc = tcase_create("backend_cfwd");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_forward_matches_onednn);
     tcase_add_test(tc, test_backward_data_matches_onednn);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TD_AB_MAIN(td_bwdw_amx(), "this process cannot use AMX", backend_cfwd_suite)

@@ -10,33 +10,20 @@
  * test fails if the maps were never used.  fp32 everywhere (blocked
  * weights); bf16 where oneDNN runs it natively.
  */
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "backend/cpu/caps.h"
-#include "base/log.h"
-#include "model/model.h"
-#include "tdtest.h"
+#include "cpu_ab.h"
 
 enum { N = 16 };
-
-static void sink(void *user, int level, long job, const char *line)
-{
-    (void)level;
-    (void)job;
-    if (strstr(line, "through layout maps: forward"))
-        (*(int *)user)++;
-}
 
 /* resnet-like: stride 1 and 2, a 1x1 shortcut, a biased convolution, a
  * dense layer after global pooling */
 static td_model *model(void)
 {
-    json_error_t je;
-    json_t *def = json_loads("{\"layers\": ["
+    return td_ab_model("{\"layers\": ["
         "{\"type\": \"conv2d\", \"name\": \"c1\", \"channels\": 16, "
         "\"kernel\": 3, \"pad\": 1}, {\"type\": \"batchnorm\"}, "
         "{\"type\": \"relu\", \"name\": \"r1\"}, "
@@ -50,33 +37,14 @@ static td_model *model(void)
         "{\"type\": \"conv2d\", \"name\": \"c3\", \"channels\": 32, "
         "\"kernel\": 3, \"pad\": 1}, "
         "{\"type\": \"global_avgpool\"}, {\"type\": \"flatten\"}, "
-        "{\"type\": \"dense\", \"units\": 10}]}", 0, &je);
-    ck_assert_msg(def != NULL, "%s", je.text);
-    td_model *m = NULL;
-    char err[256];
-    ck_assert_msg(td_model_build(def, (td_shape){3, 16, 16}, 10, &m, err,
-                                 sizeof err) == 0, "%s", err);
-    json_decref(def);
-    return m;
+        "{\"type\": \"dense\", \"units\": 10}]}", (td_shape){3, 16, 16});
 }
 
 static td_backend *make(const td_model *m, enum td_dtype dt, const char *wmap,
                         int *maps)
 {
-    td_backend_config cfg = {.batch = N, .threads = 2, .seed = 7,
-                             .dtype = dt, .std = {1, 1, 1}};
-    td_optim_defaults(&cfg.optim, TD_OPT_SGD);
-    td_backend *be = NULL;
-    char err[256] = "";
-    setenv("TD_CPU_WMAP", wmap, 1);
-    *maps = 0;
-    td_log_set_level(TD_LOG_DEBUG);
-    td_log_set_sink(sink, maps);
-    int rc = td_backend_create("cpu", m, &cfg, &be, err, sizeof err);
-    td_log_set_sink(NULL, NULL);
-    unsetenv("TD_CPU_WMAP");
-    ck_assert_msg(rc == 0, "create: %s", err);
-    return be;
+    const char *env[] = {"TD_CPU_WMAP", wmap, NULL};
+    return td_ab_backend(m, dt, N, env, "through layout maps: forward", maps);
 }
 
 static void same(td_backend *a, td_backend *b, int kind, int i, size_t cnt,
@@ -103,17 +71,8 @@ static void run(enum td_dtype dt)
     /* at least the 3x3 convolutions' weights are in a blocked layout */
     ck_assert_msg(on >= 3, "%d layers through the maps", on);
     ck_assert_int_eq(off, 0);
-    static uint8_t px[N * 16 * 16 * 3];
-    int32_t lab[N];
     for (int t = 1; t <= 3; t++) {
-        for (size_t i = 0; i < sizeof px; i++)
-            px[i] = (uint8_t)((i * 2654435761u + (unsigned)t * 977u) >> 24);
-        for (int i = 0; i < N; i++)
-            lab[i] = (i + t) % 10;
-        td_batch bt = {.data = px, .labels = lab, .n = N, .h = 16, .w = 16,
-                       .c = 3, .layout = TD_LAYOUT_NHWC};
-        ck_assert_int_eq(td_backend_upload(a, &bt), 0);
-        ck_assert_int_eq(td_backend_upload(b, &bt), 0);
+        td_ab_upload(a, b, N, 16, 16, t);
         ck_assert_int_eq(td_backend_train_step(a, 0.05f, t), 0);
         ck_assert_int_eq(td_backend_train_step(b, 0.05f, t), 0);
         for (int p = 0; p < m->nparams; p++) {
@@ -139,7 +98,7 @@ END_TEST
 START_TEST(test_bf16_maps_equal_reorders) { run(TD_BF16); }
 END_TEST
 
-int main(void)
+static Suite *backend_wmap_suite(void)
 {
     Suite *s = suite_create("backend_wmap");
     TCase *tc = tcase_create("backend_wmap");
@@ -150,9 +109,7 @@ int main(void)
     else
         printf("no native bf16 in oneDNN here: fp32 only\n");
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+TD_TEST_MAIN(backend_wmap_suite)
