@@ -1,0 +1,75 @@
+/* bwdw_ref.h - what test_bwdw and test_bwdw512 check cpu_bwdw.c's
+ * backward weights against: the convolution shapes (resnet20's stages and
+ * stride-2 layers, odd sizes, 1x1 to 7x7 kernels, paddings 0-3, stems of
+ * 3 and 5 channels), random bf16 tensors and the fp64 weight gradient
+ * with the sum of its terms' magnitudes (the rounding scale).
+ */
+#ifndef TD_TEST_BWDW_REF_H
+#define TD_TEST_BWDW_REF_H
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "bf16.h"
+#include "philox.h"
+
+typedef struct shape {
+    int n, h, w, ic, oc, k, s, p;
+} shape;
+
+static const shape shapes[] = {
+    {3, 32, 32, 16, 16, 3, 1, 1}, {5, 16, 16, 32, 32, 3, 1, 1},
+    {19, 8, 8, 64, 64, 3, 1, 1},  {3, 32, 32, 16, 32, 3, 2, 1},
+    {5, 16, 16, 32, 64, 3, 2, 1}, {3, 32, 32, 16, 32, 1, 2, 0},
+    {2, 7, 5, 16, 48, 3, 1, 1},   {3, 6, 9, 32, 16, 5, 1, 2},
+    {4, 4, 4, 16, 32, 1, 1, 0},   {3, 9, 7, 16, 32, 3, 2, 1},
+    {2, 11, 10, 32, 16, 5, 2, 2}, {2, 8, 8, 16, 16, 3, 1, 0},
+    {3, 9, 9, 16, 32, 7, 2, 3},   {2, 5, 6, 48, 80, 3, 1, 1},
+    {4, 32, 32, 3, 16, 3, 1, 1},  {3, 9, 7, 5, 32, 3, 2, 1},
+};
+enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
+
+static int oh(const shape *s) { return (s->h + 2 * s->p - s->k) / s->s + 1; }
+static int ow(const shape *s) { return (s->w + 2 * s->p - s->k) / s->s + 1; }
+
+static td_bf16 *rnd(size_t n, uint64_t stream)
+{
+    td_bf16 *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = td_bf16_from_f32(
+            (float)(2 * td_rng_uniform(11, stream, i) - 1));
+    return v;
+}
+
+/* dw in fp64 and the sum of |terms| per weight (the rounding scale),
+ * from NHWC x and dy. */
+static void reference(const shape *s, const td_bf16 *x, const td_bf16 *dy,
+                      double *dw, double *mag)
+{
+    int OH = oh(s), OW = ow(s);
+    for (int o = 0; o < s->oc; o++)
+        for (int i = 0; i < s->ic; i++)
+            for (int t = 0; t < s->k * s->k; t++) {
+                double a = 0, m = 0;
+                for (int n = 0; n < s->n; n++)
+                    for (int y = 0; y < OH; y++)
+                        for (int xx = 0; xx < OW; xx++) {
+                            int iy = y * s->s + t / s->k - s->p;
+                            int ix = xx * s->s + t % s->k - s->p;
+                            if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w)
+                                continue;
+                            size_t r = ((size_t)n * OH + y) * OW + xx;
+                            size_t q = ((size_t)n * s->h + iy) * s->w + ix;
+                            double v =
+                                (double)td_bf16_to_f32(dy[r * s->oc + o]) *
+                                td_bf16_to_f32(x[q * s->ic + i]);
+                            a += v;
+                            m += fabs(v);
+                        }
+                size_t at = ((size_t)o * s->ic + i) * s->k * s->k + t;
+                dw[at] = a;
+                mag[at] = m;
+            }
+}
+
+#endif
