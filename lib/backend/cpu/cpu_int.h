@@ -3,7 +3,8 @@
  * Owns: the CPU backend's data structures.  cpu_plan.c builds the oneDNN
  * primitives for a model (once per shape); cpu_step.c runs them for a step
  * (cpu_dropout.c draws its dropout masks) and cpu.c implements the rest
- * of the td_backend_ops.  Nothing outside
+ * of the td_backend_ops; cpu_kplan.c plans the hand-written convolution
+ * kernels (cpu_bwdw.c, cpu_cfwd.c) where they apply.  Nothing outside
  * lib/backend/cpu/ may include this header.
  *
  * Tensors: every layer output lives in one oneDNN memory (value) and one
@@ -167,6 +168,17 @@ static inline int td__run_at(const td__cpu *be, int L)
         return be->cl[L].add ? -1 : L;
     return be->cl[r].add == L ? r : -1;
 }
+
+/* cpu_kplan.c: md is dense channels-last bf16 ([rows][C], C contiguous:
+ * nhwc or nc); the hand-written kernels' plans for convolution L with
+ * source src of ic channels (after its oneDNN primitives' and c->md;
+ * each leaves the layer on oneDNN where its kernel does not apply, and
+ * sets be->base.err on failure). */
+int td__nhwc_dense(const dnnl_memory_desc_t *md);
+int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
+int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
+int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
+void td__kplan_free(td__cl *c);
 
 /* cpu_wmap.c: one oneDNN reorder run now from src (described by from)
  * into dst (described by to); the primitive and the memories wrapping

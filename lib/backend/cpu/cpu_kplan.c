@@ -1,0 +1,163 @@
+/* cpu_kplan.c - plans the CPU backend's hand-written convolution kernels
+ * into a layer: cpu_bwdw.c's backward weights, cpu_cfwd.c's forward and
+ * backward data (off unless TD_CPU_CFWD=1), each where the kernel
+ * computes the layer exactly and the layouts are the dense ones it reads.
+ *
+ * Owns: the decision per layer (environment switches, the layouts' exact
+ * check) and the kernels' plans in td__cl (bw, cf, cbd).
+ * Never does: the oneDNN primitives of the same layers (cpu_plan.c plans
+ * them, and they stay the fallback), run anything per step.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_bwdw.h"
+#include "backend/cpu/cpu_cfwd.h"
+#include "backend/cpu/cpu_int.h"
+#include "base/log.h"
+
+/* Dense channels-last: [rows][C] with C contiguous (nhwc, or nc). */
+int td__nhwc_dense(const dnnl_memory_desc_t *md)
+{
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    if (md->format_kind != dnnl_blocked || b->inner_nblks != 0 ||
+        b->strides[1] != 1 || md->data_type != dnnl_bf16)
+        return 0;
+    return (size_t)dnnl_memory_desc_get_size(md) ==
+           (size_t)md->dims[0] * (size_t)md->dims[1] *
+               (md->ndims == 4 ? (size_t)(md->dims[2] * md->dims[3]) : 1) *
+               sizeof(uint16_t);
+}
+
+/* Dense nChw16c (oneDNN's aBcd16b): [n][c / 16][h][w][16] bf16, c a
+ * multiple of 16 (no padded channels), nothing else blocked. */
+static int td__blocked16_dense(const dnnl_memory_desc_t *md)
+{
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    if (md->format_kind != dnnl_blocked || md->ndims != 4 ||
+        md->data_type != dnnl_bf16 || md->offset0 != 0 ||
+        b->inner_nblks != 1 || b->inner_blks[0] != 16 ||
+        b->inner_idxs[0] != 1 || md->dims[1] % 16 != 0)
+        return 0;
+    for (int i = 0; i < 4; i++)
+        if (md->padded_dims[i] != md->dims[i])
+            return 0;
+    dnnl_dim_t hw = md->dims[2] * md->dims[3];
+    return b->strides[3] == 16 && b->strides[2] == 16 * md->dims[3] &&
+           b->strides[1] == 16 * hw && b->strides[0] == md->dims[1] * hw;
+}
+
+/* Hand-written backward weights in the blocked (AVX512_BF16) plan by
+ * default for stride-2 convolutions only, all with TD_CPU_BWDW=1: on an
+ * Intel proxy oneDNN's jit_bf16 stride-1 kernels were up to 2x faster,
+ * its stride-2 ones at times took a second per call under load
+ * (docs/compute.md; not yet measured on AMD). */
+static int td__bwdw_blocked(const td_layer *l, const char *env)
+{
+    return (env && strcmp(env, "1") == 0) || l->stride == 2;
+}
+
+/* cpu_bwdw.c's backward weights for a bf16 convolution it computes, with
+ * x and dy channels-last (AMX plan) or nChw16c (AVX512_BF16 plan; see
+ * td__bwdw_blocked); TD_CPU_BWDW=0 keeps oneDNN's. */
+int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src,
+                         int ic)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const char *env = getenv("TD_CPU_BWDW");
+    td_bwdw_layout ly;
+    if ((env && strcmp(env, "0") == 0) || !td__is_bf16(be) ||
+        !td_bwdw_ok(l->kernel, l->stride, l->pad, ic, l->channels))
+        return 0;
+    if (td__nhwc_dense(src) && td__nhwc_dense(&c->md))
+        ly = TD_BWDW_NHWC;
+    else if (td__blocked16_dense(src) && td__blocked16_dense(&c->md) &&
+             td__bwdw_blocked(l, env))
+        ly = TD_BWDW_NCHW16C;
+    else
+        return 0;
+    c->bw = td_bwdw_create_layout(be->batch, (int)src->dims[2],
+                                  (int)src->dims[3], ic, l->channels,
+                                  l->kernel, l->stride, l->pad, be->threads,
+                                  ly);
+    if (!c->bw) {
+        snprintf(be->base.err, sizeof be->base.err, "%s: out of memory for "
+                 "the backward weights' buffers", l->name);
+        return -ENOMEM;
+    }
+    td_debug("cpu backend: %s conv bwd weights: cpu_bwdw (%s) %s", l->name,
+             strcmp(td_bwdw_path(c->bw), "amx") == 0 ? "AMX tiles"
+                                                     : "AVX512_BF16",
+             ly == TD_BWDW_NHWC ? "nhwc" : "nChw16c");
+    return 0;
+}
+
+/* cpu_cfwd.c is off unless TD_CPU_CFWD=1: in whole resnet20 steps it
+ * measured 5-8 % slower than oneDNN's brgconv (docs/compute.md). */
+static int td__cfwd_on(void)
+{
+    const char *env = getenv("TD_CPU_CFWD");
+    return env && strcmp(env, "1") == 0;
+}
+
+/* cpu_cfwd.c's forward for a bf16 channels-last convolution it computes
+ * (AMX; with TD_CPU_CFWD=1). */
+int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
+                         int ic)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    if (!td__cfwd_on() || !td__is_bf16(be) ||
+        !td_cfwd_ok(l->kernel, l->stride, l->pad, ic, l->channels) ||
+        !td__nhwc_dense(src) || !td__nhwc_dense(&c->md))
+        return 0;
+    c->cf = td_cfwd_create(be->batch, l->out.h, l->out.w, ic, l->channels,
+                           l->kernel, be->threads);
+    if (!c->cf) {
+        snprintf(be->base.err, sizeof be->base.err, "%s: out of memory for "
+                 "the forward's buffers", l->name);
+        return -ENOMEM;
+    }
+    td_cfwd_weights(c->cf, td__mem_ptr(c->w));
+    td_debug("cpu backend: %s conv fwd: cpu_cfwd (AMX tiles)", l->name);
+    return 0;
+}
+
+/* The backward data of a stride-1 "same" convolution on cpu_cfwd.c: dx =
+ * conv(dy, flipped weights), channels swapped (with TD_CPU_CFWD=1, unless
+ * TD_CPU_CFWD_BWD=0). */
+int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
+                        int ic)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const char *e2 = getenv("TD_CPU_CFWD_BWD");
+    if (!td__cfwd_on() || (e2 && strcmp(e2, "0") == 0) ||
+        c->no_dsrc || !td__is_bf16(be) ||
+        !td_cfwd_ok(l->kernel, l->stride, l->pad, l->channels, ic) ||
+        !td__nhwc_dense(src) || !td__nhwc_dense(&c->md))
+        return 0;
+    c->cbd = td_cfwd_create(be->batch, l->out.h, l->out.w, l->channels, ic,
+                            l->kernel, be->threads);
+    if (!c->cbd) {
+        snprintf(be->base.err, sizeof be->base.err, "%s: out of memory for "
+                 "the backward data's buffers", l->name);
+        return -ENOMEM;
+    }
+    td_cfwd_weights_flip(c->cbd, td__mem_ptr(c->w));
+    td_debug("cpu backend: %s conv bwd data: cpu_cfwd (AMX tiles, flipped "
+             "weights)", l->name);
+    return 0;
+}
+
+void td__kplan_free(td__cl *c)
+{
+    td_bwdw_destroy(c->bw);
+    td_cfwd_destroy(c->cf);
+    td_cfwd_destroy(c->cbd);
+    c->bw = NULL;
+    c->cf = c->cbd = NULL;
+}
