@@ -3,17 +3,21 @@
  *
  * Layout of one chunk (spc samples, their zero-bordered grids of
  * gw columns back to back, kc positions rounded up to 32):
- *   xt  [phase][ic][ld]: x transposed, position q at column mr + q, zero
- *                 on the grids' borders and in the margins (mr >= the
- *                 largest tap offset), so a tap's operand starts at
- *                 mr + off in its phase's rows;
- *   dyv [oc / 16][kc / 2][16][2]: dy of positions (q, q + 1) interleaved
- *                 per channel (tdpbf16ps's B layout), zero on the borders.
+ *   xt  [phase][ic][kc]: x transposed, position q at column q, zero on
+ *                 the grids' borders (the A operand, never shifted, so
+ *                 every tile row is one aligned 64-byte line);
+ *   dyv [oc / 16][copy][rows][16][2]: dy of positions (u, u + 1)
+ *                 interleaved per channel (tdpbf16ps's B layout), u even
+ *                 in copy 0 and odd in copy 1, row r holding u = 2r - mr
+ *                 + copy, zero on the borders and in the margins (mr >=
+ *                 the largest tap offset): tap t's shift -off(t) is whole
+ *                 rows of one copy (brow[t]).
  * Tiles: C 16 ic x 16 oc fp32 (the group's accumulator in memory, loaded
  * and stored once per chunk), A 16 ic x 32 positions, B 16 position
  * pairs x 16 oc.  With two or more 16-channel blocks each way a 2 x 2
  * block of C per tap (4 loads per 4 products); with one (resnet's first
- * stage) up to four taps at once sharing B (5 loads per 4 products).
+ * stage) up to four taps of one x phase at once sharing A (5 loads per 4
+ * products).
  * AVX512_BF16 (no AMX): the same operands and accumulators, 8 ic rows x
  * up to 3 (tap, oc block) columns of one x phase in 24 zmm accumulators;
  * per position pair one 64-byte dyv row per column (the B tile's row) and

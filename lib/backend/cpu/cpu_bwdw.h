@@ -7,9 +7,9 @@
  * (tdpbf16ps) or in zmm registers (vdpbf16ps, same products, same
  * accumulator layout).  The
  * reduction runs over the positions of a zero-bordered grid holding dy
- * and x: dW[tap] = xT[ic][q + off(tap)] . dy[q][oc] summed over q, dy
- * zero on the border, so every tap is one matrix product over the same
- * positions at a shifted start (no im2col).  With stride 2, x is split
+ * and x: dW[tap] = xT[ic][q] . dy[q - off(tap)][oc] summed over q, zero on
+ * the border, so every tap is one matrix product over the same positions
+ * with dy at a shifted start (no im2col).  With stride 2, x is split
  * into its four phases (even/odd rows and columns), each on the grid of
  * dy: a tap reads one phase at a shift.  Per chunk of samples a thread
  * lays out x transposed (channel rows, the tiles' A operand) and dy
