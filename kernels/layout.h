@@ -91,4 +91,16 @@ TD_HD static inline size_t td_lowp_index(const td_lowp_map *m, size_t e)
     return s->dst + td_nchw_to_nhwc(e - s->lo, s->c, s->cp, s->rs);
 }
 
+/* The index, in the weights of the convolution computing a stride-1
+ * "same" convolution's backward data (kc x k x r x r: channels swapped,
+ * kernel flipped), of element i of that convolution's k x c x r x r
+ * filter (KCRS): W'[ch][kc][r-1-y][r-1-x] = W[kc][ch][y][x].  Its own
+ * inverse with k and c swapped. */
+TD_HD static inline size_t td_conv_flip_index(size_t i, size_t k, size_t c,
+                                              size_t r)
+{
+    size_t x = i % r, y = i / r % r, ch = i / (r * r) % c, kc = i / (r * r * c);
+    return ((ch * k + kc) * r + (r - 1 - y)) * r + (r - 1 - x);
+}
+
 #endif

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "model/optim.h"
 #include "bf16.h"
+#include "layout.h"
 #include "normalize.h"
 #include "optim_update.h"
 #include "softmax_xent.h"
@@ -221,6 +222,27 @@ END_TEST
 
 /* TF32 rounding (kernels/tf32.h): 10 mantissa bits kept, to nearest,
  * ties to even, on the bit patterns. */
+/* The flipped, channel-swapped filter of a stride-1 convolution's
+ * backward data: a hand-worked element, a permutation, its own inverse
+ * with the channel counts swapped. */
+START_TEST(test_conv_flip_index)
+{
+    /* k 2, c 3, r 3: W[1][2][0][1] (KCRS 1*27 + 2*9 + 0*3 + 1 = 46) goes
+     * to W'[2][1][2][1] ((2*2 + 1)*9 + 2*3 + 1 = 52) */
+    ck_assert_uint_eq(td_conv_flip_index(46, 2, 3, 3), 52);
+    enum { K = 4, C = 3, R = 3, N = K * C * R * R };
+    int seen[N] = {0};
+    for (size_t i = 0; i < N; i++) {
+        size_t j = td_conv_flip_index(i, K, C, R);
+        ck_assert_uint_lt(j, N);
+        seen[j]++;
+        ck_assert_uint_eq(td_conv_flip_index(j, C, K, R), i);
+    }
+    for (size_t j = 0; j < N; j++)
+        ck_assert_int_eq(seen[j], 1);
+}
+END_TEST
+
 START_TEST(test_tf32_rounding)
 {
     /* exact values pass through; the low 13 bits always end up 0 */
@@ -278,6 +300,7 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_schedules);
     tcase_add_test(tc, test_optim_validation);
     tcase_add_test(tc, test_tf32_rounding);
+    tcase_add_test(tc, test_conv_flip_index);
     suite_add_tcase(s, tc);
     return s;
 }

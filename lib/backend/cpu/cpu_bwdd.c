@@ -23,6 +23,7 @@
 #include "backend/cpu/cpu_bwdd.h"
 #include "backend/cpu/cpu_int.h"
 #include "base/error.h"
+#include "layout.h"
 
 int td__bwdd_ok(const td__cpu *be, int L)
 {
@@ -38,11 +39,9 @@ size_t td__bwdd_flip_index(const td__cpu *be, int L, size_t i)
 {
     const td_model *m = be->base.model;
     const td_layer *l = &m->layers[L];
-    size_t oc = (size_t)l->channels, ic = (size_t)m->layers[l->in[0]].out.c;
-    size_t k = (size_t)l->kernel;
-    size_t w = i % k, h = i / k % k, c = i / (k * k) % ic;
-    size_t o = i / (k * k * ic);
-    return ((c * oc + o) * k + (k - 1 - h)) * k + (k - 1 - w);
+    return td_conv_flip_index(i, (size_t)l->channels,
+                              (size_t)m->layers[l->in[0]].out.c,
+                              (size_t)l->kernel);
 }
 
 static size_t td__wcount(const td__cpu *be, int L)

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_bwdw.h"
+#include "layout.h"
 
 #define TD__AMX                                                              \
     __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")))
@@ -150,11 +151,11 @@ static void td__wmap(td_cfwd *p, int flip)
                 size_t at = tile * (size_t)p->kk * 16 +
                             (size_t)((r % p->kk) / 2) * 32 +
                             (size_t)(o % 16) * 2 + (size_t)(r % 2);
-                size_t src =
-                    flip ? (((size_t)i * (size_t)p->oc + (size_t)o) * k +
-                            (k - 1 - (size_t)kh)) * k + (k - 1 - (size_t)kw)
-                         : (((size_t)o * (size_t)p->ic + (size_t)i) * k +
-                            (size_t)kh) * k + (size_t)kw;
+                size_t src = (((size_t)o * (size_t)p->ic + (size_t)i) * k +
+                              (size_t)kh) * k + (size_t)kw;
+                if (flip) /* the flip is its own inverse, dims swapped */
+                    src = td_conv_flip_index(src, (size_t)p->oc,
+                                             (size_t)p->ic, k);
                 p->wmap[src] = (uint32_t)at;
             }
     p->flip = flip;
