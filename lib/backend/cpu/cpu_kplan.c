@@ -62,8 +62,7 @@ static int td__bwdw_blocked(const td_layer *l, const char *env)
 /* cpu_bwdw.c's backward weights for a bf16 convolution it computes, with
  * x and dy channels-last (AMX plan) or nChw16c (AVX512_BF16 plan; see
  * td__bwdw_blocked); TD_CPU_BWDW=0 keeps oneDNN's. */
-int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src,
-                         int ic)
+int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
@@ -96,7 +95,7 @@ int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src,
 }
 
 /* cpu_cfwd.c is off unless TD_CPU_CFWD=1: in whole resnet20 steps it
- * measured 5-8 % slower than oneDNN's brgconv (docs/compute.md). */
+ * measured 5-10 % slower than oneDNN's brgconv (docs/compute.md). */
 static int td__cfwd_on(void)
 {
     const char *env = getenv("TD_CPU_CFWD");
@@ -105,8 +104,7 @@ static int td__cfwd_on(void)
 
 /* cpu_cfwd.c's forward for a bf16 channels-last convolution it computes
  * (AMX; with TD_CPU_CFWD=1). */
-int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
-                         int ic)
+int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
@@ -129,8 +127,7 @@ int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
 /* The backward data of a stride-1 "same" convolution on cpu_cfwd.c: dx =
  * conv(dy, flipped weights), channels swapped (with TD_CPU_CFWD=1, unless
  * TD_CPU_CFWD_BWD=0). */
-int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src,
-                        int ic)
+int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];

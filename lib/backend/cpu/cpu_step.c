@@ -37,7 +37,6 @@ static int td__reorder(td__cpu *be, dnnl_primitive_t r, dnnl_memory_t src,
     return 0;
 }
 
-/* Weights into the layouts the primitives use, after any change. */
 /* cpu_cfwd.c's weight tiles (forward and backward data) of every layer
  * from the fp32 masters, one parallel region. */
 static void td__cfwd_weights(td__cpu *be)
@@ -58,6 +57,7 @@ static void td__cfwd_weights(td__cpu *be)
         }
 }
 
+/* Weights into the layouts the primitives use, after any change. */
 static int td__refresh_weights(td__cpu *be)
 {
     int rc;
@@ -68,7 +68,6 @@ static int td__refresh_weights(td__cpu *be)
     td__bwdd_flip(be);
     for (int L = 1; L < be->base.model->nlayers; L++) {
         td__cl *c = &be->cl[L];
-
         if (c->r_w_f && !c->m_f &&
             (rc = td__reorder(be, c->r_w_f, c->w, c->w_f)))
             return rc;
