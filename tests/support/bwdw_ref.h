@@ -12,6 +12,7 @@
 
 #include "bf16.h"
 #include "philox.h"
+#include "tdtest.h"
 
 typedef struct shape {
     int n, h, w, ic, oc, k, s, p;
@@ -70,6 +71,23 @@ static void reference(const shape *s, const td_bf16 *x, const td_bf16 *dy,
                 dw[at] = a;
                 mag[at] = m;
             }
+}
+
+/* db[o] against the fp64 sum of dy (NHWC) over every output position:
+ * summed in fp64 and rounded once to fp32, so within 1e-6 of the sum of
+ * the magnitudes. */
+static void check_bias(const shape *s, const td_bf16 *dy, const float *db)
+{
+    size_t orows = (size_t)s->n * (size_t)oh(s) * (size_t)ow(s);
+    for (int o = 0; o < s->oc; o++) {
+        double b = 0, m = 0;
+        for (size_t r = 0; r < orows; r++) {
+            b += td_bf16_to_f32(dy[r * s->oc + o]);
+            m += fabs(td_bf16_to_f32(dy[r * s->oc + o]));
+        }
+        ck_assert_msg(fabs(db[o] - b) <= 1e-6 * m, "db[%d] %g, want %g", o,
+                      db[o], b);
+    }
 }
 
 #endif
