@@ -44,9 +44,9 @@
 #include <unistd.h>
 
 #include "backend/cpu/caps.h"
+#include "backend/cpu/cpu_amx.h"
 
-#define TD__AMX                                                              \
-    __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")))
+#define TD__AMX TD_AMX_FN
 #define TD__512                                                              \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 /* the fills: AVX-512 only, run by both paths */
@@ -89,12 +89,6 @@ struct td_bwdw {
     td_bf16 *buf;       /* per buffer: xt [nph * ic][ld] then dyv */
     size_t buf_elems;
 };
-
-typedef struct td__tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} td__tilecfg;
 
 static int td__amx_on;
 static pthread_once_t td__amx_once = PTHREAD_ONCE_INIT;
@@ -626,17 +620,10 @@ TD__512 static void td__dots(const td_bwdw *p, const td_bf16 *xt,
 
 TD__AMX static void td__tiles_begin(const td_bwdw *p)
 {
-    td__tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) { /* C 0-3 and A 4-5: ic rows */
-        cfg.rows[t] = t < 6 && p->ic < 16 ? (uint8_t)p->ic : 16;
-        cfg.colsb[t] = 64;
-    }
-    /* gcc 12's _tile_loadconfig tells the compiler it reads 8 bytes:
-     * without this the other stores to cfg may be dropped (#GP) */
-    __asm__ volatile("" : : "r"(&cfg) : "memory");
-    _tile_loadconfig(&cfg);
+    uint8_t rows[8]; /* C 0-3 and A 4-5: ic rows; B 6-7: 16 pairs */
+    for (int t = 0; t < 8; t++)
+        rows[t] = t < 6 && p->ic < 16 ? (uint8_t)p->ic : 16;
+    td_amx_load(rows);
 }
 
 TD__AMX static void td__tiles_end(void) { _tile_release(); }

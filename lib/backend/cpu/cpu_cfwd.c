@@ -23,11 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_amx.h"
 #include "backend/cpu/cpu_bwdw.h"
 #include "layout.h"
 
-#define TD__AMX                                                              \
-    __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")))
+#define TD__AMX TD_AMX_FN
 
 struct td_cfwd {
     int n, h, w, ic, oc, k, pad;
@@ -51,12 +51,6 @@ struct td_cfwd {
     td_bf16 *xg;       /* per buffer: xrows x rw */
     float *cb;         /* per buffer: 32 x 32 fp32 */
 };
-
-typedef struct td__tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} td__tilecfg;
 
 static void td__wmap(td_cfwd *p, int flip);
 
@@ -271,17 +265,8 @@ TD__AMX static void td__samples(const td_cfwd *p, const td_bf16 *x,
                                 td_bf16 *y, const float *bias, int s0, int s1,
                                 td_bf16 *xg, float *cb)
 {
-    td__tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
-    /* gcc 12's _tile_loadconfig tells the compiler it reads 8 bytes: the
-     * barrier keeps the stores to the rest (as in cpu_bwdw.c) */
-    __asm__ volatile("" : : "r"(&cfg) : "memory");
-    _tile_loadconfig(&cfg);
+    static const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+    td_amx_load(rows);
     size_t lda = (size_t)p->rw * sizeof(td_bf16), row = (size_t)p->w * p->ic;
     size_t btile = (size_t)p->kk * 16; /* elements of one B tile */
     int nob = p->oc / 16;
