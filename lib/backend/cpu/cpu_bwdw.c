@@ -33,7 +33,6 @@
  */
 #include "backend/cpu/cpu_bwdw.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
 #include <pthread.h>
@@ -93,14 +92,12 @@ struct td_bwdw {
 static int td__amx_on;
 static pthread_once_t td__amx_once = PTHREAD_ONCE_INIT;
 
+/* oneDNN's ISA avx512_core_amx means AMX tiles, AMX-BF16 and AVX-512
+ * (BW, VL) are there and enabled; the kernel must still grant the tile
+ * state to this process. */
 static void td__amx_probe(void)
 {
-    unsigned a, b, c, d;
-    const td_cpu_caps *caps = td_cpu_caps_get();
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return;
-    int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1, bw = (b >> 30) & 1;
-    if (!tile || !bf16 || !bw || strcmp(caps->isa, "avx512_core_amx") != 0)
+    if (strcmp(td_cpu_caps_get()->isa, "avx512_core_amx") != 0)
         return;
     td__amx_on = syscall(SYS_arch_prctl, TD__ARCH_REQ_XCOMP_PERM,
                          TD__XFEATURE_XTILEDATA) == 0;
@@ -112,14 +109,12 @@ int td_bwdw_amx(void)
     return td__amx_on;
 }
 
+/* caps->bf16: oneDNN's ISA avx512_core_bf16 or avx512_core_amx, both
+ * with AVX-512 BW and VL; plus the cpuid bit of vdpbf16ps. */
 int td_bwdw_avx512(void)
 {
     const td_cpu_caps *caps = td_cpu_caps_get();
-    unsigned a, b, c, d;
-    if (!caps->avx512_bf16 || !caps->bf16 ||
-        !__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return 0;
-    return (b >> 30) & 1 && (b >> 31) & 1; /* avx512bw, avx512vl */
+    return caps->bf16 && caps->avx512_bf16;
 }
 
 static int td__path(void)
