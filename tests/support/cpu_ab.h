@@ -91,10 +91,12 @@ static inline td_backend *td_ab_backend(const td_model *m, enum td_dtype dt,
         if (env[i + 1])
             setenv(env[i], env[i + 1], 1);
     td_ab_count c = {needle, 0};
+    int level = td_log_get_level();
     td_log_set_level(TD_LOG_DEBUG);
     td_log_set_sink(td_ab_sink, &c);
     int rc = td_backend_create("cpu", m, &cfg, &be, err, sizeof err);
     td_log_set_sink(NULL, NULL);
+    td_log_set_level(level);
     for (int i = 0; env[i]; i += 2)
         unsetenv(env[i]);
     ck_assert_msg(rc == 0, "create: %s", err);
