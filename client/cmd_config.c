@@ -222,10 +222,22 @@ static void td__print_devices(const json_t *dev)
     }
     const json_t *cpu = json_object_get(dev, "cpu");
     if (cpu) {
-        printf("cpu:     %s, oneDNN ISA %s: bf16 %s\n",
+        int bf16 = json_is_true(json_object_get(cpu, "bf16"));
+        const json_t *rate = json_object_get(cpu, "dot_rate");
+        char why[64] = "";
+        const char *isa = json_string_value(json_object_get(cpu, "isa"));
+        if (bf16 && json_is_number(rate))
+            snprintf(why, sizeof why, " (vdpbf16ps %.2fx the fp32 FMA rate)",
+                     json_number_value(rate));
+        else if (bf16 && isa && strcmp(isa, "avx512_core_amx") == 0)
+            snprintf(why, sizeof why, " (AMX)");
+        printf("cpu:     %s, oneDNN ISA %s: bf16 %s%s%s%s\n",
                json_string_value(json_object_get(cpu, "model")),
-               json_string_value(json_object_get(cpu, "isa")),
-               json_is_true(json_object_get(cpu, "bf16")) ? "yes" : "no");
+               isa ? isa : "?", bf16 ? "yes" : "no", bf16 ? ", auto " : "",
+               !bf16 ? ""
+               : json_is_true(json_object_get(cpu, "bf16_auto")) ? "bf16"
+                                                                 : "fp32",
+               why);
     }
 }
 

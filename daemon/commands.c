@@ -84,10 +84,11 @@ static json_t *td__devices_json(const td_device_info *info)
 static json_t *td__cpu_json(void)
 {
     const td_cpu_caps *k = td_cpu_caps_get();
-    return json_pack("{s:s, s:s, s:b, s:b, s:b, s:b}", "model", k->model,
-                     "isa", k->isa, "avx512_bf16", k->avx512_bf16,
+    return json_pack("{s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:o}", "model",
+                     k->model, "isa", k->isa, "avx512_bf16", k->avx512_bf16,
                      "amx_bf16", k->amx_bf16, "avx512_fp16", k->avx512_fp16,
-                     "bf16", k->bf16);
+                     "bf16", k->bf16, "bf16_auto", k->bf16_auto, "dot_rate",
+                     k->dot_rate > 0 ? json_real(k->dot_rate) : json_null());
 }
 
 static void cmd_version(td_client *c, td_request *req)

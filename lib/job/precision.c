@@ -73,7 +73,7 @@ static int td__cpu(enum td_precision want, enum td_dtype *out, char *err,
     td_cpu_caps_describe(c, d, sizeof d);
     switch (want) {
     case TD_PREC_AUTO:
-        *out = c->bf16 ? TD_BF16 : TD_F32;
+        *out = c->bf16_auto ? TD_BF16 : TD_F32;
         return 0;
     case TD_PREC_FP32:
     case TD_PREC_TF32:

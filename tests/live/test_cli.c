@@ -413,6 +413,18 @@ START_TEST(test_config_and_version)
     r = json_loads(out, 0, NULL);
     ck_assert_str_eq(json_string_value(json_object_get(r, "daemon")),
                      json_string_value(json_object_get(r, "client")));
+    free(out);
+    /* the text form says what "auto" trains in on this CPU */
+    const json_t *cpu = json_object_get(json_object_get(r, "devices"), "cpu");
+    ck_assert_ptr_nonnull(cpu);
+    char want[64];
+    snprintf(want, sizeof want, ": bf16 %s",
+             !json_is_true(json_object_get(cpu, "bf16")) ? "no\n"
+             : json_is_true(json_object_get(cpu, "bf16_auto"))
+                 ? "yes, auto bf16"
+                 : "yes, auto fp32");
+    ck_assert_int_eq(CLI(&out, NULL, "version"), 0);
+    ck_assert_msg(strstr(out, "cpu:") && strstr(out, want), "%s", out);
     json_decref(r);
     free(out);
 }

@@ -48,6 +48,9 @@ START_TEST(test_hello_and_version)
     json_t *cpu = json_object_get(json_object_get(th_ok(r), "devices"), "cpu");
     ck_assert_ptr_nonnull(json_string_value(json_object_get(cpu, "isa")));
     ck_assert(json_is_boolean(json_object_get(cpu, "bf16")));
+    ck_assert(json_is_boolean(json_object_get(cpu, "bf16_auto")));
+    const json_t *rate = json_object_get(cpu, "dot_rate");
+    ck_assert(json_is_null(rate) || json_number_value(rate) > 0);
     json_decref(r);
     json_decref(hello);
     close(fd);

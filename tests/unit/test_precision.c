@@ -8,6 +8,7 @@
  * The ONEDNN_MAX_CPU_ISA test relies on Check's fork mode (the default):
  * oneDNN reads the variable once per process.
  */
+#include <cpuid.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -112,7 +113,8 @@ START_TEST(test_resolve_on_this_cpu)
     ck_assert_int_eq(dt, TD_F32); /* tf32 is a GPU notion: fp32 here */
     ck_assert_int_eq(td_precision_resolve(TD_PREC_AUTO, "cpu", NULL, &dt, err,
                                           sizeof err), 0);
-    ck_assert_int_eq(dt, k->bf16 ? TD_BF16 : TD_F32);
+    ck_assert_int_eq(dt, k->bf16_auto ? TD_BF16 : TD_F32);
+    ck_assert(!k->bf16_auto || k->bf16);
     int rc = td_precision_resolve(TD_PREC_BF16, "cpu", NULL, &dt, err,
                                   sizeof err);
     ck_assert_int_eq(rc, k->bf16 ? 0 : TD_E_NOTSUP);
@@ -167,6 +169,81 @@ START_TEST(test_refused_without_bf16)
     ck_assert_ptr_nonnull(strstr(err, "precision: bf16 needs"));
     td_model_free(m);
     td_spec_free(&s);
+}
+END_TEST
+
+/* "auto" picks bf16 on AMX, and on AVX512_BF16 only where dot products
+ * outrun fp32 FMAs by TD_CPU_DOT_RATE_MIN. */
+START_TEST(test_auto_rule)
+{
+    ck_assert_int_eq(td_cpu_bf16_auto("avx512_core_amx", 1, 0), 1);
+    ck_assert_int_eq(td_cpu_bf16_auto("avx512_core_bf16", 1, 2.0), 1);
+    ck_assert_int_eq(td_cpu_bf16_auto("avx512_core_bf16", 1,
+                                      TD_CPU_DOT_RATE_MIN), 1);
+    ck_assert_int_eq(td_cpu_bf16_auto("avx512_core_bf16", 1, 1.49), 0);
+    ck_assert_int_eq(td_cpu_bf16_auto("avx512_core_bf16", 1, 0.5), 0);
+    ck_assert_int_eq(td_cpu_bf16_auto("avx512_core_bf16", 1, 0), 0);
+    ck_assert_int_eq(td_cpu_bf16_auto("avx2", 0, 4.0), 0);
+    ck_assert_int_eq(td_cpu_bf16_auto("avx512_core_amx", 0, 0), 0);
+}
+END_TEST
+
+/* With oneDNN held to AVX512_BF16 (the plan of a CPU without AMX) the
+ * probe times vdpbf16ps against fp32 FMAs, and "auto" follows that
+ * measured rate: bf16 stays available either way. */
+START_TEST(test_auto_follows_measured_dot_rate)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) {
+        printf("test_auto_follows_measured_dot_rate: skipped, no "
+               "AVX512_BF16 on this CPU\n");
+        return;
+    }
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", 1);
+    const td_cpu_caps *k = td_cpu_caps_get();
+    ck_assert_str_eq(k->isa, "avx512_core_bf16");
+    ck_assert_int_eq(k->bf16, 1);
+    /* a real measurement: Sapphire Rapids ~0.5, AMD Zen ~2 */
+    ck_assert_msg(k->dot_rate > 0.1 && k->dot_rate < 8, "%g", k->dot_rate);
+    ck_assert_int_eq(k->bf16_auto, k->dot_rate >= TD_CPU_DOT_RATE_MIN);
+    enum td_dtype dt;
+    char err[512], desc[256], want[96];
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_AUTO, "cpu", NULL, &dt, err,
+                                          sizeof err), 0);
+    ck_assert_int_eq(dt, k->bf16_auto ? TD_BF16 : TD_F32);
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_BF16, "cpu", NULL, &dt, err,
+                                          sizeof err), 0);
+    ck_assert_int_eq(dt, TD_BF16);
+    td_cpu_caps_describe(k, desc, sizeof desc);
+    snprintf(want, sizeof want, "bf16 yes, auto %s (vdpbf16ps %.2fx the "
+             "fp32 FMA rate)", k->bf16_auto ? "bf16" : "fp32", k->dot_rate);
+    ck_assert_msg(strstr(desc, want), "%s", desc);
+    printf("test_auto_follows_measured_dot_rate: %s\n", desc);
+}
+END_TEST
+
+/* TD_CPU_DOT_RATE replaces the measurement: both of auto's outcomes on
+ * one machine. */
+START_TEST(test_auto_dot_rate_override)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1))
+        return; /* said by the test above */
+    static const char *const rates[] = {"2.0", "0.5", "1.5", "junk"};
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", 1);
+    setenv("TD_CPU_DOT_RATE", rates[_i], 1);
+    const td_cpu_caps *k = td_cpu_caps_get();
+    enum td_dtype dt;
+    char err[512];
+    ck_assert_int_eq(td_precision_resolve(TD_PREC_AUTO, "cpu", NULL, &dt, err,
+                                          sizeof err), 0);
+    if (_i == 3) { /* not a number: measured instead */
+        ck_assert_msg(k->dot_rate > 0.1 && k->dot_rate < 8, "%g",
+                      k->dot_rate);
+        return;
+    }
+    ck_assert_double_eq(k->dot_rate, strtod(rates[_i], NULL));
+    ck_assert_int_eq(dt, _i == 1 ? TD_F32 : TD_BF16);
 }
 END_TEST
 
@@ -347,6 +424,9 @@ static Suite *precision_suite(void)
     tcase_add_test(tc, test_hash_ignores_precision_only);
     tcase_add_test(tc, test_resolve_on_this_cpu);
     tcase_add_test(tc, test_refused_without_bf16);
+    tcase_add_test(tc, test_auto_rule);
+    tcase_add_test(tc, test_auto_follows_measured_dot_rate);
+    tcase_add_loop_test(tc, test_auto_dot_rate_override, 0, 4);
     tcase_add_test(tc, test_resolve_on_gpu);
     tcase_add_test(tc, test_resume_bf16_checkpoint_at_fp32);
     tcase_add_test(tc, test_resume_fp32_checkpoint_at_bf16);

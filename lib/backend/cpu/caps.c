@@ -6,14 +6,26 @@
  * batch norms, pooling and eltwise in native kernels.  Below that it would
  * emulate bf16 or fall back to reference loops, far slower than fp32:
  * traind refuses bf16 there instead of running a silent slow path.
+ * "auto" means bf16 only where bf16 is also faster: on AMX, and on
+ * AVX512_BF16 where vdpbf16ps does at least TD_CPU_DOT_RATE_MIN times the
+ * FLOPs per second of vfmadd231ps.  That rate is a property of the core,
+ * not of the ISA: AMD Zen 4/5 run vdpbf16ps at twice the FMA's FLOPs,
+ * Intel Sapphire Rapids at half (tests/bench/bench_peak.c,
+ * docs/compute.md), where a bf16 step on those kernels is slower than
+ * fp32's.  The probe times both for about a millisecond, best of five,
+ * alternated; TD_CPU_DOT_RATE=<ratio> in the environment replaces the
+ * measurement (tests, diagnosis).
  * Never does: anything per step; the probe runs once.
  */
 #include "backend/cpu/caps.h"
 
 #include <cpuid.h>
+#include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -59,6 +71,77 @@ static const char *td__isa_name(dnnl_cpu_isa_t isa)
     }
 }
 
+static double td__now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Twelve independent accumulators, each from another value (so that no
+ * compiler merges the chains), hide any latency up to twelve issues. */
+#define TD__ACC(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define TD__DECL(i) __m512 c##i = _mm512_set1_ps((float)(i));
+#define TD__SUM(i) s = _mm512_add_ps(s, c##i);
+enum { TD__ITERS = 4096 }; /* 49,152 instructions: ~10-40 us */
+
+/* Seconds for TD__ITERS x 12 vfmadd231ps zmm (32 FLOPs each). */
+__attribute__((target("avx512f"))) static double td__time_fma(float *sink)
+{
+    __m512 a = _mm512_set1_ps(1e-7f), s = _mm512_setzero_ps();
+    TD__ACC(TD__DECL)
+    double t = td__now();
+#define TD__FMA(i) c##i = _mm512_fmadd_ps(a, a, c##i);
+    for (int r = 0; r < TD__ITERS; r++) {
+        TD__ACC(TD__FMA)
+    }
+    TD__ACC(TD__SUM)
+    *sink += _mm512_reduce_add_ps(s);
+    return td__now() - t;
+}
+
+/* Seconds for TD__ITERS x 12 vdpbf16ps zmm (64 FLOPs each). */
+__attribute__((target("avx512f,avx512bf16"))) static double
+td__time_dot(float *sink)
+{
+    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3400); /* bf16 ~1.7e-7 */
+    __m512 s = _mm512_setzero_ps();
+    TD__ACC(TD__DECL)
+    double t = td__now();
+#define TD__DOT(i) c##i = _mm512_dpbf16_ps(c##i, a, a);
+    for (int r = 0; r < TD__ITERS; r++) {
+        TD__ACC(TD__DOT)
+    }
+    TD__ACC(TD__SUM)
+    *sink += _mm512_reduce_add_ps(s);
+    return td__now() - t;
+}
+
+/* FLOP rate of vdpbf16ps over vfmadd231ps: the fastest of 8 alternated
+ * runs of each (the first ones also wake the 512-bit units up). */
+static double td__dot_rate(void)
+{
+    volatile float sink = 0;
+    float k = 0;
+    double fma = 1e9, dot = 1e9;
+    for (int i = 0; i < 8; i++) {
+        double f = td__time_fma(&k), d = td__time_dot(&k);
+        if (f < fma)
+            fma = f;
+        if (d < dot)
+            dot = d;
+    }
+    sink = k;
+    (void)sink;
+    return fma > 0 && dot > 0 ? (64.0 / dot) / (32.0 / fma) : 0;
+}
+
+int td_cpu_bf16_auto(const char *isa, int bf16, double dot_rate)
+{
+    return bf16 && (strcmp(isa, "avx512_core_amx") == 0 ||
+                    dot_rate >= TD_CPU_DOT_RATE_MIN);
+}
+
 static void td__probe(void)
 {
     td_cpu_caps *c = &td__caps;
@@ -74,6 +157,14 @@ static void td__probe(void)
     snprintf(c->isa, sizeof c->isa, "%s", td__isa_name(isa));
     c->bf16 = isa == dnnl_cpu_isa_avx512_core_bf16 ||
               isa == dnnl_cpu_isa_avx512_core_amx;
+    if (c->bf16 && isa == dnnl_cpu_isa_avx512_core_bf16 && c->avx512_bf16) {
+        const char *e = getenv("TD_CPU_DOT_RATE");
+        char *end = NULL;
+        double v = e ? strtod(e, &end) : 0;
+        c->dot_rate = e && end != e && *end == '\0' && v > 0 && v < 1e3
+                          ? v : td__dot_rate();
+    }
+    c->bf16_auto = td_cpu_bf16_auto(c->isa, c->bf16, c->dot_rate);
 }
 
 const td_cpu_caps *td_cpu_caps_get(void)
@@ -91,6 +182,14 @@ void td_cpu_caps_describe(const td_cpu_caps *c, char *out, size_t cap)
         strcat(strcat(has, *has ? ", " : ""), "AVX512_BF16");
     if (c->avx512_fp16)
         strcat(strcat(has, *has ? ", " : ""), "AVX512_FP16");
-    snprintf(out, cap, "%s, oneDNN ISA %s (%s): bf16 %s", c->model, c->isa,
-             *has ? has : "no bf16 instructions", c->bf16 ? "yes" : "no");
+    char why[96] = "";
+    if (c->bf16 && c->dot_rate > 0)
+        snprintf(why, sizeof why, " (vdpbf16ps %.2fx the fp32 FMA rate)",
+                 c->dot_rate);
+    else if (c->bf16)
+        snprintf(why, sizeof why, " (AMX)");
+    snprintf(out, cap, "%s, oneDNN ISA %s (%s): bf16 %s%s%s%s", c->model,
+             c->isa, *has ? has : "no bf16 instructions",
+             c->bf16 ? "yes" : "no", c->bf16 ? ", auto " : "",
+             c->bf16 ? (c->bf16_auto ? "bf16" : "fp32") : "", why);
 }

@@ -1,7 +1,9 @@
 /* caps.h - what this CPU can compute fast: the instruction sets found by
  * cpuid and the one oneDNN dispatches to.
  *
- * Owns: the probe (once per process) and its description for people, used
+ * Owns: the probe (once per process; where bf16 would run on AVX512_BF16
+ * it times vdpbf16ps against fp32 FMAs for about a millisecond, to decide
+ * what precision "auto" means) and its description for people, used
  * by the CPU backend (bf16 only where the CPU has it), by the job's
  * precision check at submit, by `traind --version` and the daemon's
  * version reply (hence `trainctl version`).
@@ -19,12 +21,26 @@ typedef struct td_cpu_caps {
     int avx512_fp16;    /* cpuid: AVX512_FP16 */
     char isa[32];       /* oneDNN's effective ISA: "avx512_core_bf16", ... */
     int bf16;           /* oneDNN runs bf16 primitives natively here */
+    double dot_rate;    /* FLOP rate of vdpbf16ps / that of fp32 FMAs, one
+                           thread, measured when bf16 runs on AVX512_BF16
+                           (ISA avx512_core_bf16); 0: not measured */
+    int bf16_auto;      /* precision "auto" trains bf16 here */
 } td_cpu_caps;
+
+/* bf16 must do at least this many times the fp32 FMA's FLOPs per second
+ * for "auto" to pick it without AMX (docs/compute.md, What auto picks). */
+#define TD_CPU_DOT_RATE_MIN 1.5
 
 /* The probe, run once; never NULL. */
 const td_cpu_caps *td_cpu_caps_get(void);
 
-/* "AMD EPYC, oneDNN ISA avx512_core_bf16 (AVX512_BF16): bf16 yes". */
+/* Whether "auto" trains bf16: oneDNN runs bf16 natively (bf16) and either
+ * on AMX tiles (isa "avx512_core_amx") or with dot products at least
+ * TD_CPU_DOT_RATE_MIN times as fast as fp32 FMAs (dot_rate). */
+int td_cpu_bf16_auto(const char *isa, int bf16, double dot_rate);
+
+/* "AMD EPYC, oneDNN ISA avx512_core_bf16 (AVX512_BF16): bf16 yes, auto
+ * bf16 (vdpbf16ps 2.00x the fp32 FMA rate)". */
 void td_cpu_caps_describe(const td_cpu_caps *c, char *out, size_t cap);
 
 #endif
