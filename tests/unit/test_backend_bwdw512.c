@@ -12,7 +12,9 @@
  * 3-channel input: oneDNN's in both) is bitwise equal, and three steps
  * later the losses agree closely.  The plan's debug lines are counted
  * (the default plan: c3 only), so the test fails if cpu_bwdw.c was never
- * used.  Skipped where oneDNN does not run avx512_core_bf16.
+ * used.  Also the channels-last plan forced there (TD_CPU_NHWC=1)
+ * against the blocked one.  Skipped where oneDNN does not run
+ * avx512_core_bf16.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,12 +63,37 @@ START_TEST(test_gradients_match_onednn)
 }
 END_TEST
 
+/* TD_CPU_NHWC=1 gives a CPU without AMX the channels-last plan (the
+ * hand-written batch norm, cpu_bwdw.c in nhwc, backward data as a forward
+ * convolution): it must train as the blocked plan does, within bf16
+ * rounding of their different kernels and summation orders. */
+START_TEST(test_forced_nhwc_plan_trains_as_blocked)
+{
+    td_model *m = td_ab_stack(64);
+    int nhwc = 0, blocked = 0;
+    const char *e1[] = {"TD_CPU_NHWC", "1", NULL};
+    const char *e0[] = {"TD_CPU_NHWC", "0", NULL};
+    const char *needle = "conv bwd weights: cpu_bwdw (AVX512_BF16) nhwc";
+    td_backend *a = td_ab_backend(m, TD_BF16, N, e1, needle, &nhwc);
+    td_backend *b = td_ab_backend(m, TD_BF16, N, e0, needle, &blocked);
+    ck_assert_int_gt(nhwc, 0);
+    ck_assert_int_eq(blocked, 0);
+    for (int t = 1; t <= 4; t++)
+        td_ab_step(a, b, N, 16, 16, t);
+    td_ab_losses_close(a, b, 2e-2, "after four steps");
+    td_backend_destroy(a);
+    td_backend_destroy(b);
+    td_model_free(m);
+}
+END_TEST
+
 static Suite *backend_bwdw512_suite(void)
 {
     Suite *s = suite_create("backend_bwdw512");
     TCase *tc = tcase_create("backend_bwdw512");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_gradients_match_onednn);
+    tcase_add_test(tc, test_forced_nhwc_plan_trains_as_blocked);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -27,9 +27,12 @@ typedef struct td_cpu_caps {
     int bf16_auto;      /* precision "auto" trains bf16 here */
 } td_cpu_caps;
 
-/* bf16 must do at least this many times the fp32 FMA's FLOPs per second
- * for "auto" to pick it without AMX (docs/compute.md, What auto picks). */
-#define TD_CPU_DOT_RATE_MIN 1.5
+/* Without AMX, "auto" picks bf16 where vdpbf16ps does at least this many
+ * times the fp32 FMA's FLOPs per second.  At 0.5 (Sapphire Rapids held
+ * to AVX512_BF16) bf16 steps ran 0.78-0.86x fp32's; the bf16 convolutions
+ * there reach 80 % of their ceiling and the fp32 ones 46 % of theirs, so
+ * bf16 breaks even near 0.58; 0.75 leaves a margin (docs/compute.md). */
+#define TD_CPU_DOT_RATE_MIN 0.75
 
 /* The probe, run once; never NULL. */
 const td_cpu_caps *td_cpu_caps_get(void);

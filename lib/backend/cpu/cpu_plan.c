@@ -654,7 +654,10 @@ static int td__typical_conv(const td_model *m)
  * that one is: on AMX, oneDNN 2.6's AMX kernels take nothing else, and
  * from a planar NCHW input the first convolution would choose the blocked
  * nChw16c layout and every later layer would run the slower AVX512_BF16
- * kernels.  *reorder is set when xin needs a reorder into it. */
+ * kernels.  TD_CPU_NHWC=1 (or 0) in the environment overrides oneDNN's
+ * answer, for trying the channels-last plan on a CPU without AMX (and the
+ * blocked one with AMX).  *reorder is set when xin needs a reorder into
+ * it. */
 static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
                              dnnl_memory_desc_t *md, int *reorder)
 {
@@ -690,6 +693,9 @@ static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
                want->format_desc.blocking.inner_nblks == 0 &&
                want->format_desc.blocking.strides[1] == 1;
     dnnl_primitive_desc_destroy(pd);
+    const char *force = getenv("TD_CPU_NHWC");
+    if (force && (strcmp(force, "0") == 0 || strcmp(force, "1") == 0))
+        nhwc = force[0] == '1';
     if (nhwc) { /* "any" would still pick a reference kernel for some
                    first convolutions (1 input channel, AMX) */
         td__mdt(md, 4, d, dnnl_nhwc, be->adt);
