@@ -145,6 +145,22 @@ static inline void td_ab_losses_close(td_backend *a, td_backend *b,
                   "%s: loss sums %g and %g", what, sa.loss_sum, sb.loss_sum);
 }
 
+/* Steps first..last of both backends, then their losses within rel of
+ * each other ("after N steps"); frees a, b and m. */
+static inline void td_ab_train_close_free(td_backend *a, td_backend *b,
+                                          td_model *m, int n, int hw,
+                                          int first, int last, double rel)
+{
+    char what[64];
+    for (int t = first; t <= last; t++)
+        td_ab_step(a, b, n, hw, hw, t);
+    snprintf(what, sizeof what, "after %d steps", last);
+    td_ab_losses_close(a, b, rel, what);
+    td_backend_destroy(a);
+    td_backend_destroy(b);
+    td_model_free(m);
+}
+
 /* Every parameter gradient of a and b after the same step: those whose
  * names ours() accepts (computed by the path under test in a, the
  * reference in b) within 1e-3 of the largest gradient of the tensor, the
