@@ -32,6 +32,14 @@ static inline td_model *td_ab_model(const char *json, td_shape in)
     return m;
 }
 
+/* A 3 -> 8 channel convolution on a 3-channel input, then a dense layer:
+ * oneDNN 2.6 has no AVX512_BF16 kernel for its backward weights (ref:any;
+ * on AMX it has one).  Build it with td_ab_model on a 3x32x32 input. */
+#define TD_AB_STEM3_JSON                                                     \
+    "{\"layers\": [{\"type\": \"conv2d\", \"name\": \"c1\", "            \
+    "\"channels\": 8, \"kernel\": 3, \"pad\": 1}, {\"type\": \"relu\"}, "  \
+    "{\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 10}]}"
+
 /* The convolution stack of the backward tests, 3x16x16 input: c1 (3
  * input channels), c2, c3 (stride 2), c4 (with a bias), c5 (5x5, c5
  * output channels), each followed by a batch norm and a relu r1-r5, then

@@ -24,9 +24,11 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "bf16.h"
+#include "cpu_ab.h"
 #include "optim_update.h"
 #include "ref_layers.h"
 #include "ref_models.h"
+#include "step_params.h"
 #include "tdtest.h"
 
 enum { N = 4, K = 5 };
@@ -291,40 +293,28 @@ static void compare_step(fixture *f, int layer_grads, depth d)
     }
 }
 
-START_TEST(test_all_layers_bf16)
-{
-    fixture f;
-    setup_fx(&f, "tiny-all", (td_shape){2, 9, 9}, K, N);
-    compare_step(&f, 1, shallow);
-    teardown_fx(&f);
-}
-END_TEST
+/* One training step of each model, bf16 against the references.  Layer
+ * gradients are skipped for fmnist-cnn as in test_backend_cpu: max
+ * pooling after a relu sees ties at zero, where any choice is a correct
+ * gradient. */
+static const struct {
+    const char *model;
+    td_shape in;
+    int classes, n, layer_grads;
+    const depth *d;
+} models[] = {
+    {"tiny-all", {2, 9, 9}, K, N, 1, &shallow},
+    {"tiny-flat", {2, 9, 9}, K, N, 1, &shallow},
+    {"fmnist-cnn", {1, 28, 28}, 10, 3, 0, &shallow},
+    {"resnet20", {3, 16, 16}, 10, 2, 1, &resnet20_depth},
+};
 
-START_TEST(test_flatten_bf16)
+START_TEST(test_model_step_bf16)
 {
     fixture f;
-    setup_fx(&f, "tiny-flat", (td_shape){2, 9, 9}, K, N);
-    compare_step(&f, 1, shallow);
-    teardown_fx(&f);
-}
-END_TEST
-
-/* Layer gradients skipped as in test_backend_cpu: max pooling after a
- * relu sees ties at zero, where any choice is a correct gradient. */
-START_TEST(test_fmnist_cnn_bf16)
-{
-    fixture f;
-    setup_fx(&f, "fmnist-cnn", (td_shape){1, 28, 28}, 10, 3);
-    compare_step(&f, 0, shallow);
-    teardown_fx(&f);
-}
-END_TEST
-
-START_TEST(test_resnet20_bf16)
-{
-    fixture f;
-    setup_fx(&f, "resnet20", (td_shape){3, 16, 16}, 10, 2);
-    compare_step(&f, 1, resnet20_depth);
+    setup_fx(&f, models[_i].model, models[_i].in, models[_i].classes,
+             models[_i].n);
+    compare_step(&f, models[_i].layer_grads, *models[_i].d);
     teardown_fx(&f);
 }
 END_TEST
@@ -335,23 +325,9 @@ START_TEST(test_master_weights_stay_fp32)
 {
     fixture f;
     setup_fx(&f, "tiny-all", (td_shape){2, 9, 9}, K, N);
-    size_t pc = f.m->param_count, off = 0;
-    float *w0 = malloc(pc * sizeof *w0), *w1 = malloc(pc * sizeof *w1);
-    float *g = malloc(pc * sizeof *g);
-    for (int p = 0; p < f.m->nparams; p++) {
-        size_t n = f.m->params[p].count;
-        f.be->ops->read_tensor(f.be, TD_T_PARAM, p, w0 + off, n);
-        off += n;
-    }
-    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
-    ck_assert_int_eq(td_backend_train_step(f.be, 0.1f, 1), 0);
-    off = 0;
-    for (int p = 0; p < f.m->nparams; p++) {
-        size_t n = f.m->params[p].count;
-        f.be->ops->read_tensor(f.be, TD_T_PARAM, p, w1 + off, n);
-        f.be->ops->read_tensor(f.be, TD_T_PARAM_GRAD, p, g + off, n);
-        off += n;
-    }
+    size_t pc = f.m->param_count;
+    float *w0, *w1, *g;
+    tdt_step_params(f.be, f.m, &f.b, 0.1f, &w0, &w1, &g);
     const td_optim_config *o = &f.be->cfg.optim;
     size_t not_bf16 = 0;
     for (size_t i = 0; i < pc; i++) {
@@ -485,16 +461,8 @@ END_TEST
 START_TEST(test_reference_kernel_refused)
 {
     int amx = strcmp(td_cpu_caps_get()->isa, "avx512_core_amx") == 0;
-    json_error_t je;
-    json_t *def = json_loads("{\"layers\": [{\"type\": \"conv2d\", "
-        "\"name\": \"c1\", \"channels\": 8, \"kernel\": 3, \"pad\": 1}, "
-        "{\"type\": \"relu\"}, {\"type\": \"flatten\"}, {\"type\": "
-        "\"dense\", \"units\": 4}]}", 0, &je);
-    td_model *m = NULL;
+    td_model *m = td_ab_model(TD_AB_STEM3_JSON, (td_shape){3, 32, 32});
     char err[256];
-    ck_assert_int_eq(td_model_build(def, (td_shape){3, 32, 32}, 4, &m, err,
-                                    sizeof err), 0);
-    json_decref(def);
     td_backend_config cfg = {.batch = 16, .threads = 1, .dtype = TD_BF16,
                              .std = {1, 1, 1}};
     td_optim_defaults(&cfg.optim, TD_OPT_SGD);
@@ -524,10 +492,8 @@ static Suite *backend_bf16_suite(void)
 {
     Suite *s = suite_create("backend_bf16");
     TCase *tc = tcase_create("backend_bf16");
-    tcase_add_test(tc, test_all_layers_bf16);
-    tcase_add_test(tc, test_flatten_bf16);
-    tcase_add_test(tc, test_fmnist_cnn_bf16);
-    tcase_add_test(tc, test_resnet20_bf16);
+    tcase_add_loop_test(tc, test_model_step_bf16, 0,
+                        (int)(sizeof models / sizeof models[0]));
     tcase_add_test(tc, test_master_weights_stay_fp32);
     tcase_add_test(tc, test_snapshot_bf16_to_fp32);
     tcase_add_test(tc, test_snapshot_fp32_to_bf16);

@@ -15,24 +15,16 @@
 #include "backend/backend.h"
 #include "backend/cpu/caps.h"
 #include "base/error.h"
+#include "cpu_ab.h"
 #include "model/model.h"
 #include "tdtest.h"
 
-/* A 3 -> 8 channel convolution on a 3-channel input: oneDNN 2.6 has no
- * AVX512_BF16 kernel for its backward weights (ref:any). */
+/* TD_AB_STEM3_JSON: no AVX512_BF16 kernel for its backward weights. */
 START_TEST(test_reference_kernel_refused_avx512)
 {
     ck_assert_str_eq(td_cpu_caps_get()->isa, "avx512_core_bf16");
-    json_error_t je;
-    json_t *def = json_loads("{\"layers\": [{\"type\": \"conv2d\", "
-        "\"name\": \"c1\", \"channels\": 8, \"kernel\": 3, \"pad\": 1}, "
-        "{\"type\": \"relu\"}, {\"type\": \"flatten\"}, {\"type\": "
-        "\"dense\", \"units\": 4}]}", 0, &je);
-    td_model *m = NULL;
+    td_model *m = td_ab_model(TD_AB_STEM3_JSON, (td_shape){3, 32, 32});
     char err[256];
-    ck_assert_int_eq(td_model_build(def, (td_shape){3, 32, 32}, 4, &m, err,
-                                    sizeof err), 0);
-    json_decref(def);
     td_backend_config cfg = {.batch = 16, .threads = 1, .dtype = TD_BF16,
                              .std = {1, 1, 1}};
     td_optim_defaults(&cfg.optim, TD_OPT_SGD);

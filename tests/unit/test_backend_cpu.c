@@ -12,6 +12,7 @@
 #include "optim_update.h"
 #include "ref_layers.h"
 #include "ref_models.h"
+#include "step_params.h"
 #include "tdtest.h"
 
 enum { N = 4, K = 5 };
@@ -335,23 +336,9 @@ static void check_update(enum td_optim_type opt)
 {
     fixture f;
     setup_fx(&f, "tiny-all", (td_shape){2, 9, 9}, K, N, opt);
-    size_t pc = f.m->param_count, off = 0;
-    float *w0 = malloc(pc * sizeof *w0), *w1 = malloc(pc * sizeof *w1);
-    float *g = malloc(pc * sizeof *g);
-    for (int p = 0; p < f.m->nparams; p++) {
-        size_t n = f.m->params[p].count;
-        f.be->ops->read_tensor(f.be, TD_T_PARAM, p, w0 + off, n);
-        off += n;
-    }
-    ck_assert_int_eq(td_backend_upload(f.be, &f.b), 0);
-    ck_assert_int_eq(td_backend_train_step(f.be, 0.1f, 1), 0);
-    off = 0;
-    for (int p = 0; p < f.m->nparams; p++) {
-        size_t n = f.m->params[p].count;
-        f.be->ops->read_tensor(f.be, TD_T_PARAM, p, w1 + off, n);
-        f.be->ops->read_tensor(f.be, TD_T_PARAM_GRAD, p, g + off, n);
-        off += n;
-    }
+    size_t pc = f.m->param_count;
+    float *w0, *w1, *g;
+    tdt_step_params(f.be, f.m, &f.b, 0.1f, &w0, &w1, &g);
     const td_optim_config *o = &f.be->cfg.optim;
     td_adamw_corr c = td_adamw_corrections(o->beta1, o->beta2, 1);
     int moved = 0;
