@@ -833,11 +833,7 @@ int main(void)
         printf("SKIP: backend_cuda needs a CUDA device: %s\n", info.reason);
         return TD_TEST_SKIP;
     }
-    SRunner *sr = srunner_create(cuda_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return td_test_run(cuda_suite());
 }
 
 #else

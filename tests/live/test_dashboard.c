@@ -316,9 +316,5 @@ int main(void)
                "chromium; or set TD_CHROMIUM)\n");
         return TD_TEST_SKIP;
     }
-    SRunner *sr = srunner_create(dashboard_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return td_test_run(dashboard_suite());
 }

@@ -58,14 +58,17 @@ static inline uint8_t *td_test_slurp(const char *dir, const char *rel,
 /* Exit status that tells meson a test was skipped. */
 #define TD_TEST_SKIP 77
 
+/* Runs suite s; the process's exit status. */
+static inline int td_test_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 #define TD_TEST_MAIN(suite_fn)                                               \
-    int main(void)                                                           \
-    {                                                                        \
-        SRunner *sr = srunner_create(suite_fn());                            \
-        srunner_run_all(sr, CK_NORMAL);                                      \
-        int failed = srunner_ntests_failed(sr);                              \
-        srunner_free(sr);                                                    \
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;                         \
-    }
+    int main(void) { return td_test_run(suite_fn()); }
 
 #endif

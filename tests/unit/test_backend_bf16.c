@@ -517,9 +517,5 @@ int main(void)
      * oneDNN's accuracy in test_backend_bf16_bn */
     setenv("TD_CPU_BN", "onednn", 1);
     Suite *s = backend_bf16_suite();
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return td_test_run(s);
 }

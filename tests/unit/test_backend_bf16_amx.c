@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/caps.h"
 #include "base/log.h"
+#include "cpu_ab.h"
 #include "model/model.h"
 #include "tdtest.h"
 
@@ -45,8 +46,7 @@ static void sink(void *user, int level, long job, const char *line)
  * convolutions, a 1x1 stride-2 shortcut, batch norm, relu, add. */
 static td_model *model(void)
 {
-    json_error_t je;
-    json_t *def = json_loads("{\"layers\": ["
+    return td_ab_model("{\"layers\": ["
         "{\"type\": \"conv2d\", \"name\": \"c1\", \"channels\": 16, "
         "\"kernel\": 3, \"pad\": 1}, {\"type\": \"batchnorm\"}, "
         "{\"type\": \"relu\", \"name\": \"r1\"}, "
@@ -58,14 +58,7 @@ static td_model *model(void)
         "{\"type\": \"add\", \"inputs\": [\"b2\", \"sc\"]}, "
         "{\"type\": \"relu\"}, {\"type\": \"maxpool\", \"kernel\": 2}, "
         "{\"type\": \"global_avgpool\"}, {\"type\": \"flatten\"}, "
-        "{\"type\": \"dense\", \"units\": 10}]}", 0, &je);
-    ck_assert_msg(def != NULL, "%s", je.text);
-    td_model *m = NULL;
-    char err[256];
-    ck_assert_msg(td_model_build(def, (td_shape){3, 32, 32}, 10, &m, err,
-                                 sizeof err) == 0, "%s", err);
-    json_decref(def);
-    return m;
+        "{\"type\": \"dense\", \"units\": 10}]}", (td_shape){3, 32, 32});
 }
 
 static plan_log plan(enum td_dtype dt)
@@ -110,20 +103,13 @@ END_TEST
 
 int main(void)
 {
-    char d[256];
-    td_cpu_caps_describe(td_cpu_caps_get(), d, sizeof d);
-    if (strcmp(td_cpu_caps_get()->isa, "avx512_core_amx") != 0) {
-        printf("SKIP: oneDNN does not run AMX here (%s)\n", d);
-        return TD_TEST_SKIP;
-    }
+    int skip = td_ab_need_amx("");
+    if (skip)
+        return skip;
     Suite *s = suite_create("backend_bf16_amx");
     TCase *tc = tcase_create("backend_bf16_amx");
     tcase_add_test(tc, test_bf16_convolutions_on_amx);
     tcase_add_test(tc, test_fp32_plan_unchanged);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return td_test_run(s);
 }

@@ -57,9 +57,5 @@ int main(void)
     TCase *tc = tcase_create("backend_bf16_avx512");
     tcase_add_test(tc, test_reference_kernel_refused_avx512);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return td_test_run(s);
 }

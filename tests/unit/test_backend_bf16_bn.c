@@ -37,6 +37,7 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "ref_layers.h"
+#include "cpu_ab.h"
 #include "ref_models.h"
 #include "tdtest.h"
 
@@ -231,21 +232,13 @@ END_TEST
 
 int main(void)
 {
-    char d[256];
-    td_cpu_caps_describe(td_cpu_caps_get(), d, sizeof d);
-    if (strcmp(td_cpu_caps_get()->isa, "avx512_core_amx") != 0) {
-        printf("SKIP: oneDNN does not run AMX here (%s): the bf16 plan "
-               "keeps oneDNN's batch norm\n", d);
-        return TD_TEST_SKIP;
-    }
+    int skip = td_ab_need_amx(": the bf16 plan keeps oneDNN's batch norm");
+    if (skip)
+        return skip;
     Suite *s = suite_create("backend_bf16_bn");
     TCase *tc = tcase_create("backend_bf16_bn");
     tcase_add_test(tc, test_resnet20_fast_bn);
     tcase_add_test(tc, test_fmnist_cnn_fast_bn);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return td_test_run(s);
 }

@@ -32,6 +32,7 @@
 #include "backend/cpu/cpu_bwdd.h"
 #include "base/log.h"
 #include "bf16.h"
+#include "cpu_ab.h"
 #include "model/model.h"
 #include "tdtest.h"
 
@@ -100,8 +101,7 @@ static float *read(td_backend *be, int kind, int i, size_t n)
  * 32 and 64 channels, one stride-2 convolution (old path). */
 static td_model *stack(void)
 {
-    json_error_t je;
-    json_t *def = json_loads("{\"layers\": ["
+    return td_ab_model("{\"layers\": ["
         "{\"type\": \"conv2d\", \"channels\": 16, \"kernel\": 3, "
         "\"pad\": 1}, {\"type\": \"batchnorm\"}, {\"type\": \"relu\"}, "
         "{\"type\": \"conv2d\", \"channels\": 16, \"kernel\": 3, "
@@ -116,14 +116,7 @@ static td_model *stack(void)
         "{\"type\": \"conv2d\", \"channels\": 64, \"kernel\": 3, "
         "\"pad\": 1}, {\"type\": \"batchnorm\"}, {\"type\": \"relu\"}, "
         "{\"type\": \"global_avgpool\"}, {\"type\": \"flatten\"}, "
-        "{\"type\": \"dense\", \"units\": 10}]}", 0, &je);
-    ck_assert_msg(def != NULL, "%s", je.text);
-    td_model *m = NULL;
-    char err[256];
-    ck_assert_msg(td_model_build(def, (td_shape){3, 16, 16}, 10, &m, err,
-                                 sizeof err) == 0, "%s", err);
-    json_decref(def);
-    return m;
+        "{\"type\": \"dense\", \"units\": 10}]}", (td_shape){3, 16, 16});
 }
 
 static int eligible(const td_model *m, int L)
@@ -413,13 +406,9 @@ END_TEST
 
 int main(void)
 {
-    char d[256];
-    td_cpu_caps_describe(td_cpu_caps_get(), d, sizeof d);
-    if (strcmp(td_cpu_caps_get()->isa, "avx512_core_amx") != 0) {
-        printf("SKIP: oneDNN does not run AMX here (%s): no bf16 "
-               "channels-last plan\n", d);
-        return TD_TEST_SKIP;
-    }
+    int skip = td_ab_need_amx(": no bf16 channels-last plan");
+    if (skip)
+        return skip;
     Suite *s = suite_create("backend_bwdd");
     TCase *tc = tcase_create("backend_bwdd");
     tcase_set_timeout(tc, 120);
@@ -430,9 +419,5 @@ int main(void)
     tcase_add_test(tc, test_flipped_weights_through_map);
     tcase_add_test(tc, test_flipped_weights_through_reorder);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return td_test_run(s);
 }

@@ -111,9 +111,5 @@ int main(void)
     TCase *tc = tcase_create("bn_nhwc_sum");
     tcase_add_test(tc, test_two_summands_are_the_stored_sum);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return td_test_run(s);
 }

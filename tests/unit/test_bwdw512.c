@@ -136,9 +136,5 @@ int main(void)
         return TD_TEST_SKIP;
     }
     Suite *s = bwdw512_suite();
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return td_test_run(s);
 }

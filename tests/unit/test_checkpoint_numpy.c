@@ -380,9 +380,5 @@ int main(void)
     tcase_add_test(tc, test_numpy_reads_checkpoint);
     tcase_add_test(tc, test_doc_snippets_read_a_real_checkpoint);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return td_test_run(su);
 }
