@@ -1,12 +1,15 @@
-/* bench_cpu_ab.c - A/B of a CPU backend switch read at plan time (e.g.
- * TD_CPU_BWDD), step by step in one process: two bf16 backends of a zoo
- * model, one planned with ENV=A and one with ENV=B, train alternately on
- * the same synthetic batch; each step is timed.  A load burst on a shared
- * machine then hits both arms alike (whole-run A/B pairs are seconds
- * apart and swing by 2x there).  Prints the median step time of each arm
- * and the median (min..max) of the per-pair ratios A / B (> 1: B faster).
+/* bench_cpu_ab.c - A/B of two CPU backends of one zoo model, step by
+ * step in one process: a backend switch read at plan time (e.g.
+ * TD_CPU_BWDD: one arm planned with ENV=A, the other with ENV=B) and/or
+ * the precision of each arm (fp32 or bf16, default bf16 for both).  The
+ * two train alternately on the same synthetic batch; each step is timed.
+ * A load burst on a shared machine then hits both arms alike (whole-run
+ * A/B pairs are seconds apart and swing by 2x there).  Prints the median
+ * step time of each arm and the median (min..max) of the per-pair ratios
+ * A / B (> 1: B faster).
  *   bench_cpu_ab --env TD_CPU_BWDD --a 0 --b 1 [--model resnet20]
  *                [--steps 60] [--warmup 5] [--batch 128] [--threads 2]
+ *   bench_cpu_ab --precision-a fp32 --precision-b bf16 [--model M] ...
  * Never fails on speed.
  */
 #include <getopt.h>
@@ -30,28 +33,51 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* One arm: precision prec, planned with env=val set (env NULL: none). */
 static td_backend *make(const td_model *m, int batch, int threads,
-                        const char *env, const char *val)
+                        const char *prec, const char *env, const char *val)
 {
     td_backend_config cfg = {.batch = batch, .threads = threads, .seed = 1,
-                             .dtype = TD_BF16, .mean = {0.5f, 0.5f, 0.5f},
+                             .dtype = strcmp(prec, "fp32") == 0 ? TD_F32
+                                                               : TD_BF16,
+                             .mean = {0.5f, 0.5f, 0.5f},
                              .std = {0.25f, 0.25f, 0.25f}};
     td_optim_defaults(&cfg.optim, TD_OPT_SGD);
     td_backend *be = NULL;
     char err[256] = "";
-    setenv(env, val, 1);
+    if (env)
+        setenv(env, val, 1);
     int rc = td_backend_create("cpu", m, &cfg, &be, err, sizeof err);
-    unsetenv(env);
+    if (env)
+        unsetenv(env);
     if (rc) {
-        fprintf(stderr, "bench_cpu_ab: %s=%s: %s\n", env, val, err);
+        fprintf(stderr, "bench_cpu_ab: %s%s%s%s: %s\n", prec,
+                env ? " " : "", env ? env : "", env ? "=" : "", err);
         exit(1);
     }
     return be;
 }
 
+static const char usage[] =
+    "usage: bench_cpu_ab [--env NAME --a A --b B] [--precision-a fp32|bf16]\n"
+    "                    [--precision-b fp32|bf16] [--model M] [--steps S]\n"
+    "                    [--warmup W] [--batch B] [--threads T]\n"
+    "Two CPU backends of model M (resnet20 or fmnist-cnn; default resnet20)\n"
+    "train alternately, step by step, on one synthetic batch: arm A planned\n"
+    "with NAME=A and precision-a, arm B with NAME=B and precision-b (both\n"
+    "bf16 by default).  Prints each arm's median step and the median\n"
+    "(min..max) of the per-step ratios A / B (> 1: B faster).  Exit status:\n"
+    "0 done, 1 a backend or step failed, 2 bad arguments.\n";
+
+static int prec_ok(const char *p)
+{
+    return strcmp(p, "fp32") == 0 || strcmp(p, "bf16") == 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *model = "resnet20", *env = NULL, *va = NULL, *vb = NULL;
+    const char *pa = "bf16", *pb = "bf16";
     int steps = 60, warmup = 5, batch = 128, threads = 2;
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
@@ -62,6 +88,9 @@ int main(int argc, char **argv)
         {"warmup", required_argument, NULL, 'w'},
         {"batch", required_argument, NULL, 'n'},
         {"threads", required_argument, NULL, 't'},
+        {"precision-a", required_argument, NULL, 'p'},
+        {"precision-b", required_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (o) {
@@ -73,13 +102,18 @@ int main(int argc, char **argv)
         case 'w': warmup = atoi(optarg); break;
         case 'n': batch = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
-        default: return 2;
+        case 'p': pa = optarg; break;
+        case 'q': pb = optarg; break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: fputs(usage, stderr); return 2;
         }
     }
-    if (!env || !va || !vb || steps < 1 || batch < 1) {
-        fprintf(stderr, "usage: bench_cpu_ab --env NAME --a A --b B "
-                "[--model M] [--steps S] [--warmup W] [--batch B] "
-                "[--threads T]\n");
+    if ((env && (!va || !vb)) || (!env && (va || vb)) ||
+        (!env && strcmp(pa, pb) == 0) || !prec_ok(pa) || !prec_ok(pb) ||
+        steps < 1 || batch < 1) {
+        fputs("bench_cpu_ab: give --env NAME with --a and --b, or two "
+              "different precisions (fp32, bf16)\n", stderr);
+        fputs(usage, stderr);
         return 2;
     }
     int fm = strcmp(model, "fmnist-cnn") == 0;
@@ -92,8 +126,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_cpu_ab: %s (set TD_SOURCE_ROOT)\n", err);
         return 1;
     }
-    td_backend *be[2] = {make(m, batch, threads, env, va),
-                         make(m, batch, threads, env, vb)};
+    td_backend *be[2] = {make(m, batch, threads, pa, env, va),
+                         make(m, batch, threads, pb, env, vb)};
     size_t px = (size_t)batch * in.c * in.h * in.w;
     uint8_t *pix = malloc(px);
     int32_t *lab = malloc((size_t)batch * sizeof *lab);
@@ -127,11 +161,15 @@ int main(int argc, char **argv)
         hi = ratio[s] > hi ? ratio[s] : hi;
     }
     double ma = median(t[0], steps), mb = median(t[1], steps);
-    printf("%s bf16 batch %d threads %d, %d steps after %d warm-up: "
-           "%s=%s %.1f ms/step, %s=%s %.1f ms/step, A/B %.3f; per pair "
-           "%.3f (%.3f..%.3f)\n", model, batch, threads, steps, warmup, env,
-           va, ma * 1e3, env, vb, mb * 1e3, ma / mb, median(ratio, steps),
-           lo, hi);
+    char la[160], lb[160];
+    snprintf(la, sizeof la, "%s%s%s%s%s", pa, env ? " " : "", env ? env : "",
+             env ? "=" : "", env ? va : "");
+    snprintf(lb, sizeof lb, "%s%s%s%s%s", pb, env ? " " : "", env ? env : "",
+             env ? "=" : "", env ? vb : "");
+    printf("%s batch %d threads %d, %d steps after %d warm-up: %s %.1f "
+           "ms/step, %s %.1f ms/step, A/B %.3f; per pair %.3f "
+           "(%.3f..%.3f)\n", model, batch, threads, steps, warmup, la,
+           ma * 1e3, lb, mb * 1e3, ma / mb, median(ratio, steps), lo, hi);
     td_backend_destroy(be[0]);
     td_backend_destroy(be[1]);
     td_model_free(m);
