@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "base/rng.h"
 #include "sim.h"
 
@@ -119,6 +120,41 @@ td_backend *st_resume_across(const td_model *m, const td_backend_config *cf,
     free(s2);
     td_backend_destroy(a);
     return b2;
+}
+
+td_backend *st_resume_check(const td_model *m, enum td_dtype from,
+                            enum td_dtype to, int n, float lr, st_batch *b,
+                            double tol, double moved, const char *tag,
+                            const char *verbose_env)
+{
+    td_backend_config cf = st_config(n, from, TD_MATH_FP32);
+    td_backend_config ct = st_config(n, to, TD_MATH_FP32);
+    cf.optim.lr = ct.optim.lr = lr;
+    double ev[3];
+    td_backend *b2 = st_resume_across(m, &cf, &ct, b, n, n, lr, ev);
+    double init = ev[0], ea = ev[1], eb = ev[2];
+    if (!verbose_env || st_verbose(verbose_env))
+        printf("%s%s -> %s: eval loss initial %.6f, before %.6f, after the "
+               "restore %.6f\n", tag, st_dt_name(from), st_dt_name(to),
+               init, ea, eb);
+    ck_assert_msg(st_loss_err(eb, ea) <= tol, "%s -> %s: %.6f after, %.6f "
+                  "before", st_dt_name(from), st_dt_name(to), eb, ea);
+    ck_assert_msg(fabs(eb - init) > moved * fabs(eb - ea), "%s -> %s: the "
+                  "loss did not move from the initial weights' (%.6f, "
+                  "%.6f, %.6f)", st_dt_name(from), st_dt_name(to), init, ea,
+                  eb);
+    return b2;
+}
+
+void st_create_refused(const td_model *m, enum td_dtype dt,
+                       enum td_fp32_math math, char *err, size_t n)
+{
+    td_backend *be = NULL;
+    td_backend_config c = st_config(6, dt, math);
+    ck_assert_int_eq(td_backend_create("cuda:0", m, &c, &be, err, n),
+                     TD_E_NOTSUP);
+    ck_assert_ptr_null(be);
+    ck_assert_uint_eq(td_sim_used(0), 0);
 }
 
 double st_loss_err(double a, double b)

@@ -5,7 +5,8 @@
  *
  * Owns: the common setup of those suites, so their figures come from the
  * same batches and configurations.
- * Never does: compare anything (each suite states its own tolerances).
+ * Never does: choose a tolerance (each suite states its own and passes it
+ * to st_resume_check, the one helper here that asserts).
  */
 #ifndef TD_SIM_TESTKIT_H
 #define TD_SIM_TESTKIT_H
@@ -54,6 +55,23 @@ double st_eval(td_backend *be, const td_model *m, st_batch *b, int n,
 td_backend *st_resume_across(const td_model *m, const td_backend_config *cf,
                              const td_backend_config *ct, st_batch *b, int n,
                              int steps, float lr, double ev[3]);
+
+/* st_resume_across from `from` to `to` (fp32 math, batch n, SGD at lr,
+ * n steps), then its checks: the evaluation loss after the restore within
+ * tol (st_loss_err) of the first job's, and farther from the initial
+ * weights' than `moved` times that difference.  Prints the three losses
+ * (after tag) when verbose_env is NULL or st_verbose(verbose_env).
+ * Returns the restored backend (the caller trains on, and destroys it). */
+td_backend *st_resume_check(const td_model *m, enum td_dtype from,
+                            enum td_dtype to, int n, float lr, st_batch *b,
+                            double tol, double moved, const char *tag,
+                            const char *verbose_env);
+
+/* td_backend_create of m on cuda:0 (st_config(6, dt, math)) refused:
+ * TD_E_NOTSUP, no backend, no device memory left on device 0; the reason
+ * in err (n bytes) for the caller's checks. */
+void st_create_refused(const td_model *m, enum td_dtype dt,
+                       enum td_fp32_math math, char *err, size_t n);
 
 /* |a - b| / max(|b|, 1) */
 double st_loss_err(double a, double b);

@@ -178,20 +178,15 @@ END_TEST
 START_TEST(test_tf32_refused_below_ampere)
 {
     char err[512] = "";
-    td_backend *be = NULL;
     st_sim_env("TD_SIM_CC", "7.5");
     td_cuda_register();
     td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
-    td_backend_config c = st_config(6, TD_F32, TD_MATH_TF32);
-    ck_assert_int_eq(td_backend_create("cuda:0", m, &c, &be, err, sizeof err),
-                     TD_E_NOTSUP);
-    ck_assert_ptr_null(be);
+    st_create_refused(m, TD_F32, TD_MATH_TF32, err, sizeof err);
     ck_assert_msg(strstr(err, "precision: tf32 needs a GPU of compute "
                          "capability 8.0 or newer") &&
                   strstr(err, "cuda:0 is traind simulated GPU 0, compute "
                          "capability 7.5") &&
                   strstr(err, "use fp32 or auto"), "%s", err);
-    ck_assert_uint_eq(td_sim_used(0), 0);
     td_model_free(m);
     ck_assert_int_eq(td_sim_reset(), 0); /* no stream, event or handle left */
 
@@ -220,6 +215,8 @@ START_TEST(test_tf32_refused_below_ampere)
                      TD_E_NOTSUP);
     ck_assert_msg(strstr(err, "bf16 needs a GPU of compute capability 8.0") &&
                   strstr(err, "capability 7.5"), "%s", err);
+    td_backend *be = NULL;
+    td_backend_config c = st_config(6, TD_F32, TD_MATH_TF32);
     c.dtype = TD_BF16;
     ck_assert_int_eq(td_backend_create("cuda:0", m = ref_load_model(
                          "tiny-all", (td_shape){2, 9, 9}, 5), &c, &be, err,
