@@ -750,6 +750,15 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha,
                       __builtin_return_address(0));
 }
 
+/* n per-channel tensors of pb bytes, all read or all written, in s in
+ * that order (a NULL one is not an operand). */
+static void td__use_params(td__sub *s, size_t pb, int write, int n,
+                           const void *const *p)
+{
+    for (int i = 0; i < n; i++)
+        td__use(s, p[i], pb, write);
+}
+
 /* x (read) and y (written) as operands of o: their 16-bit marks, and
  * their spans in s in that order. */
 static void td__xy(td__dop *o, td__sub *s, const td__t *xd, const void *x,
@@ -840,12 +849,8 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
     size_t pb = td__dnn_span(pd);
     td__sub s = {.n = 0};
     td__xy(o, &s, xd, x, yd, y);
-    td__use(&s, scale, pb, 0);
-    td__use(&s, bias, pb, 0);
-    td__use(&s, rmean, pb, 1);
-    td__use(&s, rvar, pb, 1);
-    td__use(&s, smean, pb, 1);
-    td__use(&s, sinv, pb, 1);
+    td__use_params(&s, pb, 0, 2, (const void *[]){scale, bias});
+    td__use_params(&s, pb, 1, 4, (const void *[]){rmean, rvar, smean, sinv});
     return td__submit(h, "cudnnBatchNormalizationForwardTraining", o, &s,
                       __builtin_return_address(0));
 }
@@ -871,10 +876,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(
     size_t pb = td__dnn_span(pd);
     td__sub s = {.n = 0};
     td__xy(o, &s, xd, x, yd, y);
-    td__use(&s, scale, pb, 0);
-    td__use(&s, bias, pb, 0);
-    td__use(&s, mean, pb, 0);
-    td__use(&s, var, pb, 0);
+    td__use_params(&s, pb, 0, 4, (const void *[]){scale, bias, mean, var});
     return td__submit(h, "cudnnBatchNormalizationForwardInference", o, &s,
                       __builtin_return_address(0));
 }
@@ -912,10 +914,8 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
     td__use(&s, dy, td__dnn_span(dyd), 0);
     td__use(&s, dx, td__dnn_span(dxd), 1);
     td__use(&s, scale, pb, 0);
-    td__use(&s, dscale, pb, 1);
-    td__use(&s, dbias, pb, 1);
-    td__use(&s, smean, pb, 0);
-    td__use(&s, sinv, pb, 0);
+    td__use_params(&s, pb, 1, 2, (const void *[]){dscale, dbias});
+    td__use_params(&s, pb, 0, 2, (const void *[]){smean, sinv});
     return td__submit(h, "cudnnBatchNormalizationBackward", o, &s,
                       __builtin_return_address(0));
 }

@@ -157,6 +157,31 @@ void st_create_refused(const td_model *m, enum td_dtype dt,
     ck_assert_uint_eq(td_sim_used(0), 0);
 }
 
+size_t st_masks_compare(td_backend *ref, td_backend *be, int drop, int in,
+                        size_t cnt, size_t *zeros, size_t *differ)
+{
+    float *a = malloc(cnt * sizeof *a), *g = malloc(cnt * sizeof *g);
+    float *ai = malloc(cnt * sizeof *a), *gi = malloc(cnt * sizeof *g);
+    ck_assert(a && g && ai && gi);
+    ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, drop, a, cnt), 0);
+    ck_assert_int_eq(be->ops->read_tensor(be, TD_T_VALUE, drop, g, cnt), 0);
+    ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, in, ai, cnt), 0);
+    ck_assert_int_eq(be->ops->read_tensor(be, TD_T_VALUE, in, gi, cnt), 0);
+    size_t seen = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        if (ai[i] == 0.0f || gi[i] == 0.0f)
+            continue;
+        seen++;
+        *zeros += a[i] == 0.0f;
+        *differ += (a[i] == 0.0f) != (g[i] == 0.0f);
+    }
+    free(a);
+    free(g);
+    free(ai);
+    free(gi);
+    return seen;
+}
+
 double st_loss_err(double a, double b)
 {
     return fabs(a - b) / fmax(fabs(b), 1.0);

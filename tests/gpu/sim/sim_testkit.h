@@ -73,6 +73,14 @@ td_backend *st_resume_check(const td_model *m, enum td_dtype from,
 void st_create_refused(const td_model *m, enum td_dtype dt,
                        enum td_fp32_math math, char *err, size_t n);
 
+/* Dropout masks of two backends after the same step: layer drop's output
+ * and its input `in` (cnt values each) read from both; wherever neither
+ * input is 0, adds to *zeros the outputs ref dropped and to *differ the
+ * places where one output is 0 and the other not.  Returns how many
+ * places it compared. */
+size_t st_masks_compare(td_backend *ref, td_backend *be, int drop, int in,
+                        size_t cnt, size_t *zeros, size_t *differ);
+
 /* |a - b| / max(|b|, 1) */
 double st_loss_err(double a, double b);
 const char *st_dt_name(enum td_dtype dt);

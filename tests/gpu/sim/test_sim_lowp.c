@@ -266,6 +266,22 @@ static cudnnTensorDescriptor_t tensor(cudnnDataType_t dt, int n, int c,
     return d;
 }
 
+/* A 1x1x1x1 filter of type dt (NCHW) and a 1x1 cross-correlation (no
+ * padding, stride and dilation 1, fp32 compute). */
+static void conv_1x1(cudnnDataType_t dt, cudnnFilterDescriptor_t *wf,
+                     cudnnConvolutionDescriptor_t *cv)
+{
+    ck_assert_int_eq(cudnnCreateFilterDescriptor(wf), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetFilter4dDescriptor(*wf, dt, CUDNN_TENSOR_NCHW, 1,
+                                                1, 1, 1),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateConvolutionDescriptor(cv),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetConvolution2dDescriptor(*cv, 0, 0, 1, 1, 1, 1,
+                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                     CUDNN_STATUS_SUCCESS);
+}
+
 /* cuDNN: PSEUDO_HALF runs, TRUE_HALF (fp16 accumulation) and mixed types
  * are refused, batch norm wants fp32 parameters for 16-bit data, NHWC
  * 16-bit tensors are read through their strides, bf16 convolutions need
@@ -283,15 +299,7 @@ START_TEST(test_sim_cudnn_rules)
     cudnnTensorDescriptor_t yd = tensor(CUDNN_DATA_HALF, 1, 1, 2, 2);
     cudnnTensorDescriptor_t pf = tensor(CUDNN_DATA_FLOAT, 1, 1, 1, 1);
     cudnnTensorDescriptor_t ph = tensor(CUDNN_DATA_HALF, 1, 1, 1, 1);
-    ck_assert_int_eq(cudnnCreateFilterDescriptor(&wf), CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnSetFilter4dDescriptor(wf, CUDNN_DATA_HALF,
-                                                CUDNN_TENSOR_NCHW, 1, 1, 1, 1),
-                     CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnCreateConvolutionDescriptor(&cv),
-                     CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnSetConvolution2dDescriptor(cv, 0, 0, 1, 1, 1, 1,
-                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-                     CUDNN_STATUS_SUCCESS);
+    conv_1x1(CUDNN_DATA_HALF, &wf, &cv);
     ck_assert_int_eq(cudnnSetConvolutionMathType(cv, CUDNN_TENSOR_OP_MATH),
                      CUDNN_STATUS_SUCCESS);
     ck_assert_int_eq(cudaMalloc((void **)&x, 8), cudaSuccess);
@@ -407,15 +415,7 @@ START_TEST(test_sim_cudnn_rules)
     ck_assert_int_eq(cudnnCreate(&h), CUDNN_STATUS_SUCCESS);
     xd = tensor(CUDNN_DATA_BFLOAT16, 1, 1, 2, 2);
     yd = tensor(CUDNN_DATA_BFLOAT16, 1, 1, 2, 2);
-    ck_assert_int_eq(cudnnCreateFilterDescriptor(&wf), CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnSetFilter4dDescriptor(wf, CUDNN_DATA_BFLOAT16,
-                                                CUDNN_TENSOR_NCHW, 1, 1, 1, 1),
-                     CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnCreateConvolutionDescriptor(&cv),
-                     CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnSetConvolution2dDescriptor(cv, 0, 0, 1, 1, 1, 1,
-                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-                     CUDNN_STATUS_SUCCESS);
+    conv_1x1(CUDNN_DATA_BFLOAT16, &wf, &cv);
     ck_assert_int_eq(cudaMalloc((void **)&x, 8), cudaSuccess);
     ck_assert_int_eq(cudaMalloc((void **)&y, 8), cudaSuccess);
     ck_assert_int_eq(cudaMalloc((void **)&w, 2), cudaSuccess);
@@ -636,9 +636,6 @@ START_TEST(test_dropout_in_16_bits)
     ck_assert_int_ge(drop, 0);
     size_t cnt = (size_t)8 * m->layers[drop].out.c;
     int in = m->layers[drop].in[0];
-    float *a = malloc(cnt * sizeof *a), *g = malloc(cnt * sizeof *g);
-    float *ai = malloc(cnt * sizeof *a), *gi = malloc(cnt * sizeof *g);
-    ck_assert(a && g && ai && gi);
     enum td_dtype dts[2] = {TD_BF16, TD_F16};
     for (int k = 0; k < 2; k++) {
         td_backend_config c32 = st_config(8, TD_F32, TD_MATH_FP32);
@@ -656,20 +653,7 @@ START_TEST(test_dropout_in_16_bits)
             double tol = dts[k] == TD_BF16 ? LOSS_TOL_BF16 : LOSS_TOL_F16;
             ck_assert_msg(st_loss_err(lg, lc) <= tol, "%s step %d: %.6f, cpu "
                           "%.6f", st_dt_name(dts[k]), s, lg, lc);
-            ck_assert_int_eq(cpu->ops->read_tensor(cpu, TD_T_VALUE, drop, a,
-                                                   cnt), 0);
-            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, drop, g,
-                                                   cnt), 0);
-            ck_assert_int_eq(cpu->ops->read_tensor(cpu, TD_T_VALUE, in, ai,
-                                                   cnt), 0);
-            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, in, gi,
-                                                   cnt), 0);
-            for (size_t i = 0; i < cnt; i++) {
-                if (ai[i] == 0.0f || gi[i] == 0.0f)
-                    continue;
-                zeros += a[i] == 0.0f;
-                differ += (a[i] == 0.0f) != (g[i] == 0.0f);
-            }
+            st_masks_compare(cpu, gpu, drop, in, cnt, &zeros, &differ);
         }
         if (st_verbose("LOWP_VERBOSE"))
             printf("tiny-dropout %s: %zu outputs of nonzero inputs dropped "
@@ -681,10 +665,6 @@ START_TEST(test_dropout_in_16_bits)
         td_backend_destroy(gpu);
         st_batch_free(&b);
     }
-    free(a);
-    free(g);
-    free(ai);
-    free(gi);
     td_model_free(m);
 }
 END_TEST

@@ -283,9 +283,6 @@ START_TEST(test_dropout_masks_nhwc)
     const int drop = 3, in = 2; /* dr and r1 (layer 0 is the batch) */
     ck_assert_int_eq(m->layers[drop].kind, TD_L_DROPOUT);
     size_t cnt = (size_t)8 * 8 * 9 * 9;
-    float *a = malloc(cnt * sizeof *a), *g = malloc(cnt * sizeof *g);
-    float *ai = malloc(cnt * sizeof *a), *gi = malloc(cnt * sizeof *g);
-    ck_assert(a && g && ai && gi);
     enum td_dtype dts[2] = {TD_BF16, TD_F16};
     for (int k = 0; k < 2; k++) {
         td_backend_config c32 = st_config(8, TD_F32, TD_MATH_FP32);
@@ -302,21 +299,8 @@ START_TEST(test_dropout_masks_nhwc)
                                 500 + (uint64_t)s, 0.05f, s + 1);
             double lg = st_step(gpu, m, &b, 8,
                                 500 + (uint64_t)s, 0.05f, s + 1);
-            ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, drop, a,
-                                                   cnt), 0);
-            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, drop, g,
-                                                   cnt), 0);
-            ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, in, ai,
-                                                   cnt), 0);
-            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, in, gi,
-                                                   cnt), 0);
-            for (size_t i = 0; i < cnt; i++) {
-                if (ai[i] == 0.0f || gi[i] == 0.0f)
-                    continue;
-                seen++;
-                zeros += a[i] == 0.0f;
-                differ += (a[i] == 0.0f) != (g[i] == 0.0f);
-            }
+            seen += st_masks_compare(ref, gpu, drop, in, cnt, &zeros,
+                                     &differ);
             ck_assert_msg(differ == 0, "%s step %d: %zu masks differ",
                           st_dt_name(dts[k]), s, differ);
             double tol = dts[k] == TD_BF16 ? LOSS_TOL_BF16 : LOSS_TOL_F16;
@@ -332,10 +316,6 @@ START_TEST(test_dropout_masks_nhwc)
         td_backend_destroy(gpu);
         st_batch_free(&b);
     }
-    free(a);
-    free(g);
-    free(ai);
-    free(gi);
     td_model_free(m);
 }
 END_TEST

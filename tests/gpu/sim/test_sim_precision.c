@@ -87,26 +87,26 @@ typedef struct math_seen {
     long gemms, gemm_tf32_mode, gemm_default, gemm_tf32;
 } math_seen;
 
+/* The simulator's convolution and GEMM counters now, by math. */
+static math_seen math_now(void)
+{
+    return (math_seen){td_sim_dnn_convs(-1),
+                       td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
+                       td_sim_dnn_convs(CUDNN_FMA_MATH), td_sim_dnn_tf32(),
+                       td_sim_blas_gemms(-1),
+                       td_sim_blas_gemms(CUBLAS_TF32_TENSOR_OP_MATH),
+                       td_sim_blas_gemms(CUBLAS_DEFAULT_MATH),
+                       td_sim_blas_tf32()};
+}
+
 static math_seen math_of_job(enum td_fp32_math math)
 {
     math_seen a, b;
     double loss[3];
     td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
-    a = (math_seen){td_sim_dnn_convs(-1),
-                    td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
-                    td_sim_dnn_convs(CUDNN_FMA_MATH), td_sim_dnn_tf32(),
-                    td_sim_blas_gemms(-1),
-                    td_sim_blas_gemms(CUBLAS_TF32_TENSOR_OP_MATH),
-                    td_sim_blas_gemms(CUBLAS_DEFAULT_MATH),
-                    td_sim_blas_tf32()};
+    a = math_now();
     run_steps("cuda:0", m, 6, math, 3, loss);
-    b = (math_seen){td_sim_dnn_convs(-1),
-                    td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
-                    td_sim_dnn_convs(CUDNN_FMA_MATH), td_sim_dnn_tf32(),
-                    td_sim_blas_gemms(-1),
-                    td_sim_blas_gemms(CUBLAS_TF32_TENSOR_OP_MATH),
-                    td_sim_blas_gemms(CUBLAS_DEFAULT_MATH),
-                    td_sim_blas_tf32()};
+    b = math_now();
     td_model_free(m);
     return (math_seen){b.convs - a.convs, b.conv_tensor_op - a.conv_tensor_op,
                        b.conv_fma - a.conv_fma, b.conv_tf32 - a.conv_tf32,
