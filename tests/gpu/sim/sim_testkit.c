@@ -3,6 +3,7 @@
 #include "sim_testkit.h"
 
 #include <check.h>
+#include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +181,23 @@ size_t st_masks_compare(td_backend *ref, td_backend *be, int drop, int in,
     free(ai);
     free(gi);
     return seen;
+}
+
+void st_get(void *host, const void *d, size_t bytes)
+{
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+}
+
+double st_rel_diff(const float *a, const float *b, size_t n)
+{
+    double big = 0, diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        big = fmax(big, fabs(b[i]));
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+    }
+    return diff / fmax(big, 1e-30);
 }
 
 double st_loss_err(double a, double b)

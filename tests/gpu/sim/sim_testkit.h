@@ -1,12 +1,13 @@
 /* sim_testkit.h - what the simulated device's numeric suites share
- * (test_sim_precision, test_sim_lowp, test_sim_nhwc, test_sim_blaslt):
+ * (test_sim_precision, test_sim_lowp, test_sim_nhwc, test_sim_blaslt,
+ * test_sim_bnfuse and the other suites that link sim_testkit.c):
  * a backend configuration, learnable synthetic batches, one training or
  * evaluation step, and small helpers.
  *
  * Owns: the common setup of those suites, so their figures come from the
  * same batches and configurations.
- * Never does: choose a tolerance (each suite states its own and passes it
- * to st_resume_check, the one helper here that asserts).
+ * Never does: choose a tolerance (each suite states its own;
+ * st_resume_check takes them as parameters).
  */
 #ifndef TD_SIM_TESTKIT_H
 #define TD_SIM_TESTKIT_H
@@ -80,6 +81,12 @@ void st_create_refused(const td_model *m, enum td_dtype dt,
  * places it compared. */
 size_t st_masks_compare(td_backend *ref, td_backend *be, int drop, int in,
                         size_t cnt, size_t *zeros, size_t *differ);
+
+/* Copies bytes of device memory d to host after a device-wide sync (both
+ * must succeed). */
+void st_get(void *host, const void *d, size_t bytes);
+/* Largest |a - b| over n values, relative to the largest |b|. */
+double st_rel_diff(const float *a, const float *b, size_t n);
 
 /* |a - b| / max(|b|, 1) */
 double st_loss_err(double a, double b);

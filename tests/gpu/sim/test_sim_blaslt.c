@@ -142,13 +142,6 @@ static void *dev(size_t bytes, const void *host)
     return p;
 }
 
-static void get(void *host, const void *d, size_t bytes)
-{
-    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    ck_assert_int_eq(cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost),
-                     cudaSuccess);
-}
-
 /* D (2 x 2) = A^T B + bias, A = [[1 2] [3 4]] stored 2 x 2 (k x m), B =
  * [[1 0] [0 1]] (k x n): D = A^T + bias per row; and BGRADB of the same
  * GEMM: the column sums of B (k the reduction). */
@@ -166,7 +159,7 @@ START_TEST(test_sim_lt_by_hand)
     long before = td_sim_blaslt_matmuls(CUBLASLT_EPILOGUE_BIAS);
     ck_assert_int_eq(lt_run(&c, A, B, D, ws, 4u << 20),
                      CUBLAS_STATUS_SUCCESS);
-    get(hd, D, sizeof hd);
+    st_get(hd, D, sizeof hd);
     /* column-major D: D(i, j) = A(j, i) + bias[i]: A^T = [[1 2] [3 4]]^T */
     ck_assert_float_eq(hd[0], 1 + 10); /* D(0,0) = A(0,0) */
     ck_assert_float_eq(hd[1], 3 + 20); /* D(1,0) = A(0,1) = ha[2] */
@@ -185,7 +178,7 @@ START_TEST(test_sim_lt_by_hand)
                               CUBLAS_COMPUTE_32F), CUBLAS_STATUS_SUCCESS);
     ck_assert_int_eq(lt_run(&c, A, B, D, ws, 4u << 20),
                      CUBLAS_STATUS_SUCCESS);
-    get(hd, D, sizeof hd);
+    st_get(hd, D, sizeof hd);
     ck_assert_float_eq(hd[0], 0); /* 1 - 2 */
     ck_assert_float_eq(hd[1], 0); /* 3 - 3 */
     ck_assert_float_eq(hd[2], 0); /* 2 - 2 */
@@ -199,7 +192,7 @@ START_TEST(test_sim_lt_by_hand)
                               CUBLAS_COMPUTE_32F), CUBLAS_STATUS_SUCCESS);
     ck_assert_int_eq(lt_run(&c, B, A, D, ws, 4u << 20),
                      CUBLAS_STATUS_SUCCESS);
-    get(hg, G, sizeof hg);
+    st_get(hg, G, sizeof hg);
     ck_assert_float_eq(hg[0], 1 + 2);
     ck_assert_float_eq(hg[1], 3 + 4);
     lt_free(&c);
@@ -219,7 +212,7 @@ START_TEST(test_sim_lt_by_hand)
                               CUBLAS_COMPUTE_32F), CUBLAS_STATUS_SUCCESS);
     ck_assert_int_eq(lt_run(&c, A1, B1, D1, ws, 4u << 20),
                      CUBLAS_STATUS_SUCCESS);
-    get(&d1, D1, 2);
+    st_get(&d1, D1, 2);
     ck_assert_float_eq(td_bf16_to_f32(d1), 1.0f + 0x1p-7f);
     lt_free(&c);
     cudaFree(A), cudaFree(B), cudaFree(bias), cudaFree(D), cudaFree(ws);

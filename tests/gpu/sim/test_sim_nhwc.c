@@ -51,17 +51,6 @@
 #define LOSS_TOL_BF16 5e-2
 #define LOSS_TOL_F16 2.5e-2
 
-/* Largest |a - b| over n values, relative to the largest |b|. */
-static double rel_diff(const float *a, const float *b, size_t n)
-{
-    double big = 0, diff = 0;
-    for (size_t i = 0; i < n; i++) {
-        big = fmax(big, fabs(b[i]));
-        diff = fmax(diff, fabs((double)a[i] - b[i]));
-    }
-    return diff / fmax(big, 1e-30);
-}
-
 /* ---- kernels/layout.h on the host -------------------------------------- */
 
 START_TEST(test_layout_maps)
@@ -242,7 +231,7 @@ static void stem_case(const char *model, td_shape in, int classes,
                          0);
         ck_assert_msg(gpu->ops->read_tensor(gpu, TD_T_VALUE, L, g, cnt) == 0,
                       "%s", gpu->err);
-        double rel = rel_diff(g, a, cnt), tol = L == 0 ? u : u * 6.0;
+        double rel = st_rel_diff(g, a, cnt), tol = L == 0 ? u : u * 6.0;
         if (st_verbose("NHWC_VERBOSE"))
             printf("%s %s layer %s: %.3e of the largest value off "
                    "(tolerance %.1e)\n", model, st_dt_name(dt),
