@@ -23,6 +23,7 @@
 
 #include "daemon_harness.h"
 #include "support/jpeggen.h"
+#include "tdsuite.h"
 #include "tdtest.h"
 
 TH_FIXTURE(H)
@@ -845,57 +846,35 @@ END_TEST
 
 static Suite *security_suite(void)
 {
-    Suite *s = suite_create("security");
-    TCase *tc = tcase_create("paths");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_symlink_into_private_dir_refused);
-    tcase_add_test(tc, test_glob_into_private_dir_refused);
-    tcase_add_test(tc, test_dotdot_refused);
-    tcase_add_test(tc, test_model_json_read_as_user);
-    tcase_add_test(tc, test_swap_after_submit_read_as_user);
-    tcase_add_test(tc, test_init_swap_after_submit_read_as_user);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("bounds");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_huge_input_refused);
-    tcase_add_test(tc, test_threads_over_cpus_refused);
-    tcase_add_test(tc, test_million_classes_refused);
-    tcase_add_test(tc, test_slot_allocation_failure_names_input_size);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("flood");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_client_not_reading_cut_off);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("requests");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_subscribe_empty_events);
-    tcase_add_test(tc, test_subscribe_every_ms_bounded);
-    tcase_add_test(tc, test_submit_name_validated);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("trace");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_trace_other_user_refused);
-    tcase_add_test(tc, test_trace_slot_freed_on_disconnect);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("limits");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_queued_jobs_per_user_limited);
-    tcase_add_test(tc, test_subscriptions_per_user_limited);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("visibility");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_other_users_job_details_hidden);
-    tcase_add_test(tc, test_other_users_log_events_hidden);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("metrics");
-    tcase_add_test(tc, test_slowloris_metrics_served);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("reload");
-    tcase_add_test(tc, test_reload_nul_file);
-    tcase_add_test(tc, test_reload_directory);
-    tcase_add_test(tc, test_reload_long_comment);
-    suite_add_tcase(s, tc);
-    return s;
+    const td_tcase tcs[] = {
+        {"paths", setup, teardown, NULL,
+         {test_symlink_into_private_dir_refused,
+          test_glob_into_private_dir_refused, test_dotdot_refused,
+          test_model_json_read_as_user, test_swap_after_submit_read_as_user,
+          test_init_swap_after_submit_read_as_user}},
+        {"bounds", setup, teardown, NULL,
+         {test_huge_input_refused, test_threads_over_cpus_refused,
+          test_million_classes_refused,
+          test_slot_allocation_failure_names_input_size}},
+        {"flood", setup, teardown, NULL, {test_client_not_reading_cut_off}},
+        {"requests", setup, teardown, NULL,
+         {test_subscribe_empty_events, test_subscribe_every_ms_bounded,
+          test_submit_name_validated}},
+        {"trace", setup, teardown, NULL,
+         {test_trace_other_user_refused,
+          test_trace_slot_freed_on_disconnect}},
+        {"limits", setup, teardown, NULL,
+         {test_queued_jobs_per_user_limited,
+          test_subscriptions_per_user_limited}},
+        {"visibility", setup, teardown, NULL,
+         {test_other_users_job_details_hidden,
+          test_other_users_log_events_hidden}},
+        {"metrics", NULL, NULL, NULL, {test_slowloris_metrics_served}},
+        {"reload", NULL, NULL, NULL,
+         {test_reload_nul_file, test_reload_directory,
+          test_reload_long_comment}},
+    };
+    return td_suite_from("security", tcs, sizeof tcs / sizeof tcs[0]);
 }
 
 TD_TEST_MAIN(security_suite)

@@ -15,6 +15,7 @@
 
 #include "chaos.h"
 #include "daemon_harness.h"
+#include "tdsuite.h"
 #include "tdtest.h"
 
 TH_FIXTURE(H)
@@ -51,16 +52,23 @@ static void wait_stepping(int fd, int64_t id)
     json_decref(ev);
 }
 
+/* Submits a long tiny job that checkpoints at no epoch's end (a kill -9
+ * then finds no checkpoint to resume from); returns its id. */
+static int64_t submit_long_no_epoch_checkpoints(int fd)
+{
+    json_t *spec = th_tiny_spec(100000, 0);
+    json_object_set_new(json_object_get(spec, "checkpoint"), "at_epoch_end",
+                        json_false());
+    return th_submit(fd, spec);
+}
+
 /* A job that takes the daemon down every time it runs (here: kill -9
  * while it trains, before any checkpoint) is failed after
  * max_crash_restarts (3) lives, not restarted forever. */
 START_TEST(test_crash_loop_job_failed)
 {
     int fd = th_connect(&H, NULL);
-    json_t *spec = th_tiny_spec(100000, 0);
-    json_object_set_new(json_object_get(spec, "checkpoint"), "at_epoch_end",
-                        json_false());
-    int64_t id = th_submit(fd, spec);
+    int64_t id = submit_long_no_epoch_checkpoints(fd);
     for (int life = 0; life < 3; life++) {
         wait_stepping(fd, id);
         close(fd);
@@ -89,10 +97,7 @@ END_TEST
 START_TEST(test_one_crash_resumes)
 {
     int fd = th_connect(&H, NULL);
-    json_t *spec = th_tiny_spec(100000, 0);
-    json_object_set_new(json_object_get(spec, "checkpoint"), "at_epoch_end",
-                        json_false());
-    int64_t id = th_submit(fd, spec);
+    int64_t id = submit_long_no_epoch_checkpoints(fd);
     wait_stepping(fd, id);
     close(fd);
     kill9_and_restart(&H);
@@ -375,30 +380,18 @@ END_TEST
 
 static Suite *storage_suite(void)
 {
-    Suite *s = suite_create("storage");
-    TCase *tc = tcase_create("crash");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_crash_loop_job_failed);
-    tcase_add_test(tc, test_one_crash_resumes);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("disk");
-    tcase_add_checked_fixture(tc, setup, teardown_mount);
-    tcase_add_unchecked_fixture(tc, NULL, unmount_listed);
-    tcase_add_test(tc, test_final_model_not_saved_fails);
-    tcase_add_test(tc, test_record_saved_when_disk_recovers);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("records");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_cancel_survives_kill9);
-    tcase_add_test(tc, test_record_revalidated_on_load);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("chaos");
-    tcase_add_test(tc, test_chaos_short);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("startup");
-    tcase_add_test(tc, test_readonly_state_dir_refused);
-    suite_add_tcase(s, tc);
-    return s;
+    const td_tcase tcs[] = {
+        {"crash", setup, teardown, NULL,
+         {test_crash_loop_job_failed, test_one_crash_resumes}},
+        {"disk", setup, teardown_mount, unmount_listed,
+         {test_final_model_not_saved_fails,
+          test_record_saved_when_disk_recovers}},
+        {"records", setup, teardown, NULL,
+         {test_cancel_survives_kill9, test_record_revalidated_on_load}},
+        {"chaos", NULL, NULL, NULL, {test_chaos_short}},
+        {"startup", NULL, NULL, NULL, {test_readonly_state_dir_refused}},
+    };
+    return td_suite_from("storage", tcs, sizeof tcs / sizeof tcs[0]);
 }
 
 TD_TEST_MAIN(storage_suite)

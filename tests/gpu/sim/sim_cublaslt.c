@@ -137,6 +137,18 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* A descriptor's Destroy: CUBLAS_STATUS_INVALID_VALUE for no live
+ * descriptor (d NULL), else its magic cleared (a later use is refused)
+ * and d freed. */
+static cublasStatus_t td__lt_destroy(void *d, uint64_t *magic)
+{
+    if (!d)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *magic = 0;
+    free(d);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 static td__ltop *td__op_of(cublasLtMatmulDesc_t d)
 {
     td__ltop *o = (td__ltop *)(void *)d;
@@ -174,11 +186,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d,
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
 {
     td__ltop *o = td__op_of(d);
-    if (!o)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    o->magic = 0;
-    free(o);
-    return CUBLAS_STATUS_SUCCESS;
+    return td__lt_destroy(o, o ? &o->magic : NULL);
 }
 
 /* Where attribute a lives in o and its size; NULL: not simulated. */
@@ -274,11 +282,7 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l,
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
 {
     td__ltlay *y = td__lay_of(l);
-    if (!y)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    y->magic = 0;
-    free(y);
-    return CUBLAS_STATUS_SUCCESS;
+    return td__lt_destroy(y, y ? &y->magic : NULL);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
@@ -296,11 +300,7 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
 {
     td__ltpref *r = td__pref_of(p);
-    if (!r)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    r->magic = 0;
-    free(r);
-    return CUBLAS_STATUS_SUCCESS;
+    return td__lt_destroy(r, r ? &r->magic : NULL);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(

@@ -175,54 +175,57 @@ static void td__range(int out, int stride, int pad, int off, int in, int *lo,
                         }                                                    \
                     }
 
-static void td__conv_fwd(td__dop *o)
+/* n zeroed double accumulators (the process aborts without memory). */
+static double *td__acc_new(size_t n)
 {
-    size_t n_out = (size_t)o->y.n * o->y.c * o->y.h * o->y.w;
-    double *acc = calloc(n_out, sizeof *acc);
+    double *acc = calloc(n, sizeof *acc);
     if (!acc)
         abort();
-#define IDX(i0, i1, i2, i3) ((((size_t)(i0) * o->y.c + (i1)) * o->y.h + (i2)) * o->y.w + (i3))
-    TD__CONV_LOOP(o, { acc[IDX(n, k, p, q)] +=
-                           (double)td__in(o, o->W[wi]) *
-                           td__in(o, o->X[AT(o->x, n, c, ih, iw)]); })
-    for (int n = 0; n < o->y.n; n++)
-        for (int k = 0; k < o->y.c; k++)
-            for (int p = 0; p < o->y.h; p++)
-                for (int q = 0; q < o->y.w; q++) {
-                    float *d = &o->OUT[AT(o->y, n, k, p, q)];
-                    *d = td__blend(o->alpha, acc[IDX(n, k, p, q)], o->beta, d);
-                }
-#undef IDX
-    free(acc);
+    return acc;
 }
 
-static void td__conv_bwd_data(td__dop *o)
+/* OUT, laid out as t, = alpha * acc + beta * OUT; acc is dense NCHW in
+ * t's dimensions.  Frees acc. */
+static void td__blend_acc(td__dop *o, const td__t *t, double *acc)
 {
-    size_t n_in = (size_t)o->x.n * o->x.c * o->x.h * o->x.w;
-    double *acc = calloc(n_in, sizeof *acc);
-    if (!acc)
-        abort();
-#define IDX(i0, i1, i2, i3) ((((size_t)(i0) * o->x.c + (i1)) * o->x.h + (i2)) * o->x.w + (i3))
-    TD__CONV_LOOP(o, { acc[IDX(n, c, ih, iw)] +=
-                           (double)td__in(o, o->W[wi]) *
-                           td__in(o, o->DY[AT(o->y, n, k, p, q)]); })
-    for (int n = 0; n < o->x.n; n++)
-        for (int c = 0; c < o->x.c; c++)
-            for (int h = 0; h < o->x.h; h++)
-                for (int w = 0; w < o->x.w; w++) {
-                    float *d = &o->OUT[AT(o->x, n, c, h, w)];
+#define IDX(i0, i1, i2, i3) ((((size_t)(i0) * t->c + (i1)) * t->h + (i2)) * t->w + (i3))
+    for (int n = 0; n < t->n; n++)
+        for (int c = 0; c < t->c; c++)
+            for (int h = 0; h < t->h; h++)
+                for (int w = 0; w < t->w; w++) {
+                    float *d = &o->OUT[AT(*t, n, c, h, w)];
                     *d = td__blend(o->alpha, acc[IDX(n, c, h, w)], o->beta, d);
                 }
 #undef IDX
     free(acc);
 }
 
+static void td__conv_fwd(td__dop *o)
+{
+    double *acc = td__acc_new((size_t)o->y.n * o->y.c * o->y.h * o->y.w);
+#define IDX(i0, i1, i2, i3) ((((size_t)(i0) * o->y.c + (i1)) * o->y.h + (i2)) * o->y.w + (i3))
+    TD__CONV_LOOP(o, { acc[IDX(n, k, p, q)] +=
+                           (double)td__in(o, o->W[wi]) *
+                           td__in(o, o->X[AT(o->x, n, c, ih, iw)]); })
+#undef IDX
+    td__blend_acc(o, &o->y, acc);
+}
+
+static void td__conv_bwd_data(td__dop *o)
+{
+    double *acc = td__acc_new((size_t)o->x.n * o->x.c * o->x.h * o->x.w);
+#define IDX(i0, i1, i2, i3) ((((size_t)(i0) * o->x.c + (i1)) * o->x.h + (i2)) * o->x.w + (i3))
+    TD__CONV_LOOP(o, { acc[IDX(n, c, ih, iw)] +=
+                           (double)td__in(o, o->W[wi]) *
+                           td__in(o, o->DY[AT(o->y, n, k, p, q)]); })
+#undef IDX
+    td__blend_acc(o, &o->x, acc);
+}
+
 static void td__conv_bwd_filter(td__dop *o)
 {
     size_t nw = (size_t)o->w.k * o->w.c * o->w.h * o->w.w;
-    double *acc = calloc(nw, sizeof *acc);
-    if (!acc)
-        abort();
+    double *acc = td__acc_new(nw);
     TD__CONV_LOOP(o, { acc[wi] +=
                            (double)td__in(o, o->DY[AT(o->y, n, k, p, q)]) *
                            td__in(o, o->X[AT(o->x, n, c, ih, iw)]); })
@@ -747,6 +750,42 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha,
                       __builtin_return_address(0));
 }
 
+/* n per-channel tensors of pb bytes, all read or all written, in s in
+ * that order (a NULL one is not an operand). */
+static void td__use_params(td__sub *s, size_t pb, int write, int n,
+                           const void *const *p)
+{
+    for (int i = 0; i < n; i++)
+        td__use(s, p[i], pb, write);
+}
+
+/* x (read) and y (written) as operands of o: their 16-bit marks, and
+ * their spans in s in that order. */
+static void td__xy(td__dop *o, td__sub *s, const td__t *xd, const void *x,
+                   const td__t *yd, const void *y)
+{
+    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
+    td__mark(o, LP_OUT, yd->dt, td__dnn_elems(yd));
+    td__use(s, x, td__dnn_span(xd), 0);
+    td__use(s, y, td__dnn_span(yd), 1);
+}
+
+/* A backward call's y, dy and x (read) and dx (written): the marks of x,
+ * dy and dx, and the four spans in s in that order. */
+static void td__y_dy_x_dx(td__dop *o, td__sub *s, const td__t *yd,
+                          const void *y, const td__t *dyd, const void *dy,
+                          const td__t *xd, const void *x, const td__t *dxd,
+                          const void *dx)
+{
+    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
+    td__mark(o, LP_DY, dyd->dt, td__dnn_elems(dyd));
+    td__mark(o, LP_OUT, dxd->dt, td__dnn_elems(dxd));
+    td__use(s, y, td__dnn_span(yd), 0);
+    td__use(s, dy, td__dnn_span(dyd), 0);
+    td__use(s, x, td__dnn_span(xd), 0);
+    td__use(s, dx, td__dnn_span(dxd), 1);
+}
+
 cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha,
                              const cudnnTensorDescriptor_t ad, const void *A,
                              const void *beta,
@@ -762,11 +801,8 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha,
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->x = *ad, o->y = *cd, o->X = A, o->OUT = C;
-    td__mark(o, LP_X, ad->dt, td__dnn_elems(ad));
-    td__mark(o, LP_OUT, cd->dt, td__dnn_elems(cd));
     td__sub s = {.n = 0};
-    td__use(&s, A, td__dnn_span(ad), 0);
-    td__use(&s, C, td__dnn_span(cd), 1);
+    td__xy(o, &s, ad, A, cd, C);
     return td__submit(h, "cudnnAddTensor", o, &s,
                       __builtin_return_address(0));
 }
@@ -810,18 +846,11 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
     o->x = *xd, o->y = *yd, o->p = *pd, o->factor = factor, o->eps = eps;
     o->X = x, o->OUT = y, o->S = scale, o->B = bias;
     o->RM = rmean, o->RV = rvar, o->SM = smean, o->SI = sinv;
-    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
-    td__mark(o, LP_OUT, yd->dt, td__dnn_elems(yd));
     size_t pb = td__dnn_span(pd);
     td__sub s = {.n = 0};
-    td__use(&s, x, td__dnn_span(xd), 0);
-    td__use(&s, y, td__dnn_span(yd), 1);
-    td__use(&s, scale, pb, 0);
-    td__use(&s, bias, pb, 0);
-    td__use(&s, rmean, pb, 1);
-    td__use(&s, rvar, pb, 1);
-    td__use(&s, smean, pb, 1);
-    td__use(&s, sinv, pb, 1);
+    td__xy(o, &s, xd, x, yd, y);
+    td__use_params(&s, pb, 0, 2, (const void *[]){scale, bias});
+    td__use_params(&s, pb, 1, 4, (const void *[]){rmean, rvar, smean, sinv});
     return td__submit(h, "cudnnBatchNormalizationForwardTraining", o, &s,
                       __builtin_return_address(0));
 }
@@ -844,16 +873,10 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(
         return CUDNN_STATUS_ALLOC_FAILED;
     o->x = *xd, o->y = *yd, o->p = *pd, o->eps = eps;
     o->X = x, o->OUT = y, o->S = scale, o->B = bias, o->M = mean, o->V = var;
-    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
-    td__mark(o, LP_OUT, yd->dt, td__dnn_elems(yd));
     size_t pb = td__dnn_span(pd);
     td__sub s = {.n = 0};
-    td__use(&s, x, td__dnn_span(xd), 0);
-    td__use(&s, y, td__dnn_span(yd), 1);
-    td__use(&s, scale, pb, 0);
-    td__use(&s, bias, pb, 0);
-    td__use(&s, mean, pb, 0);
-    td__use(&s, var, pb, 0);
+    td__xy(o, &s, xd, x, yd, y);
+    td__use_params(&s, pb, 0, 4, (const void *[]){scale, bias, mean, var});
     return td__submit(h, "cudnnBatchNormalizationForwardInference", o, &s,
                       __builtin_return_address(0));
 }
@@ -891,10 +914,8 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
     td__use(&s, dy, td__dnn_span(dyd), 0);
     td__use(&s, dx, td__dnn_span(dxd), 1);
     td__use(&s, scale, pb, 0);
-    td__use(&s, dscale, pb, 1);
-    td__use(&s, dbias, pb, 1);
-    td__use(&s, smean, pb, 0);
-    td__use(&s, sinv, pb, 0);
+    td__use_params(&s, pb, 1, 2, (const void *[]){dscale, dbias});
+    td__use_params(&s, pb, 0, 2, (const void *[]){smean, sinv});
     return td__submit(h, "cudnnBatchNormalizationBackward", o, &s,
                       __builtin_return_address(0));
 }
@@ -920,11 +941,8 @@ cudnnStatus_t cudnnActivationForward(cudnnHandle_t h,
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->act = *ad, o->x = *xd, o->y = *yd, o->X = x, o->OUT = y;
-    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
-    td__mark(o, LP_OUT, yd->dt, td__dnn_elems(yd));
     td__sub s = {.n = 0, .ok_in = x, .ok_out = y};
-    td__use(&s, x, td__dnn_span(xd), 0);
-    td__use(&s, y, td__dnn_span(yd), 1);
+    td__xy(o, &s, xd, x, yd, y);
     return td__submit(h, "cudnnActivationForward", o, &s,
                       __builtin_return_address(0));
 }
@@ -950,14 +968,8 @@ cudnnStatus_t cudnnActivationBackward(
         return CUDNN_STATUS_ALLOC_FAILED;
     o->act = *ad, o->x = *xd, o->y = *dyd;
     o->X = x, o->DY = dy, o->OUT = dx;
-    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
-    td__mark(o, LP_DY, dyd->dt, td__dnn_elems(dyd));
-    td__mark(o, LP_OUT, dxd->dt, td__dnn_elems(dxd));
     td__sub s = {.n = 0, .ok_in = dy, .ok_out = dx};
-    td__use(&s, y, td__dnn_span(yd), 0);
-    td__use(&s, dy, td__dnn_span(dyd), 0);
-    td__use(&s, x, td__dnn_span(xd), 0);
-    td__use(&s, dx, td__dnn_span(dxd), 1);
+    td__y_dy_x_dx(o, &s, yd, y, dyd, dy, xd, x, dxd, dx);
     return td__submit(h, "cudnnActivationBackward", o, &s,
                       __builtin_return_address(0));
 }
@@ -996,11 +1008,8 @@ cudnnStatus_t cudnnPoolingForward(cudnnHandle_t h,
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->pool = *pd, o->x = *xd, o->y = *yd, o->X = x, o->OUT = y;
-    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
-    td__mark(o, LP_OUT, yd->dt, td__dnn_elems(yd));
     td__sub s = {.n = 0};
-    td__use(&s, x, td__dnn_span(xd), 0);
-    td__use(&s, y, td__dnn_span(yd), 1);
+    td__xy(o, &s, xd, x, yd, y);
     return td__submit(h, "cudnnPoolingForward", o, &s,
                       __builtin_return_address(0));
 }
@@ -1024,14 +1033,8 @@ cudnnStatus_t cudnnPoolingBackward(
         return CUDNN_STATUS_ALLOC_FAILED;
     o->pool = *pd, o->x = *xd, o->y = *dyd;
     o->X = x, o->DY = dy, o->OUT = dx;
-    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
-    td__mark(o, LP_DY, dyd->dt, td__dnn_elems(dyd));
-    td__mark(o, LP_OUT, dxd->dt, td__dnn_elems(dxd));
     td__sub s = {.n = 0};
-    td__use(&s, y, td__dnn_span(yd), 0);
-    td__use(&s, dy, td__dnn_span(dyd), 0);
-    td__use(&s, x, td__dnn_span(xd), 0);
-    td__use(&s, dx, td__dnn_span(dxd), 1);
+    td__y_dy_x_dx(o, &s, yd, y, dyd, dy, xd, x, dxd, dx);
     return td__submit(h, "cudnnPoolingBackward", o, &s,
                       __builtin_return_address(0));
 }

@@ -276,10 +276,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t hs,
                                    enum cudaStreamCaptureMode mode)
 {
     td__sim_lock();
-    cudaError_t e = td__sim_gate();
-    struct CUstream_st *s = e == cudaSuccess ? td__sim_stream(hs) : NULL;
-    if (e == cudaSuccess && !s)
-        e = cudaErrorInvalidResourceHandle;
+    cudaError_t e;
+    struct CUstream_st *s = td__sim_gate_stream(hs, &e);
     if (e == cudaSuccess && (unsigned)mode > cudaStreamCaptureModeRelaxed)
         e = cudaErrorInvalidValue;
     if (e == cudaSuccess && s->legacy) {
@@ -469,10 +467,8 @@ static void td__replay(struct CUstream_st *s, td_sim_body *b, int i)
 cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t hs)
 {
     td__sim_lock();
-    cudaError_t e = td__sim_gate();
-    struct CUstream_st *s = e == cudaSuccess ? td__sim_stream(hs) : NULL;
-    if (e == cudaSuccess && !s)
-        e = cudaErrorInvalidResourceHandle;
+    cudaError_t e;
+    struct CUstream_st *s = td__sim_gate_stream(hs, &e);
     if (e == cudaSuccess && (!x || !x->body))
         e = cudaErrorInvalidValue;
     if (e == cudaSuccess && s->cap)

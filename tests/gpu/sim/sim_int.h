@@ -197,6 +197,10 @@ extern __thread int td__sim_in_hostfn;
 /* The stream an API call means (NULL / legacy / per-thread -> the current
  * device's legacy stream); NULL for a dead or foreign handle. */
 struct CUstream_st *td__sim_stream(cudaStream_t s);
+/* Mutex held.  A call's first checks: td__sim_gate(), then stream h;
+ * NULL with *e set where the gate refuses or h is no stream
+ * (cudaErrorInvalidResourceHandle). */
+struct CUstream_st *td__sim_gate_stream(cudaStream_t h, cudaError_t *e);
 /* Prepares a new operation on s: implicit legacy-stream waits, the host's
  * clock, the stream's own epoch.  Returns the operation (not yet queued);
  * the race detector sees s->vc as it will be for it. */

@@ -735,54 +735,46 @@ int td_sim_is_pinned(const void *p, size_t bytes)
     return r;
 }
 
+/* A copy of device dev's state taken under the lock; all zero for no
+ * such device (its counters then read 0). */
+static td_sim_dev td__dev_snap(int dev)
+{
+    td_sim_dev d = {0};
+    td__sim_lock();
+    if (dev >= 0 && dev < td__sim.ndev)
+        d = td__sim.dev[dev];
+    td__sim_unlock();
+    return d;
+}
+
 long td_sim_calls(int dev)
 {
-    td__sim_lock();
-    long n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].calls : 0;
-    td__sim_unlock();
-    return n;
+    return td__dev_snap(dev).calls;
 }
 
 long td_sim_launches(int dev)
 {
-    td__sim_lock();
-    long n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].launches : 0;
-    td__sim_unlock();
-    return n;
+    return td__dev_snap(dev).launches;
 }
 
 long td_sim_pageable_d2h(int dev)
 {
-    td__sim_lock();
-    long n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].pageable_d2h
-                                            : 0;
-    td__sim_unlock();
-    return n;
+    return td__dev_snap(dev).pageable_d2h;
 }
 
 long td_sim_pageable_h2d(int dev)
 {
-    td__sim_lock();
-    long n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].pageable_h2d
-                                             : 0;
-    td__sim_unlock();
-    return n;
+    return td__dev_snap(dev).pageable_h2d;
 }
 
 size_t td_sim_peak(int dev)
 {
-    td__sim_lock();
-    size_t n = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].peak : 0;
-    td__sim_unlock();
-    return n;
+    return td__dev_snap(dev).peak;
 }
 
 size_t td_sim_used(int dev)
 {
-    td__sim_lock();
-    size_t u = dev >= 0 && dev < td__sim.ndev ? td__sim.dev[dev].used : 0;
-    td__sim_unlock();
-    return u;
+    return td__dev_snap(dev).used;
 }
 
 /* ---- copies and memsets ------------------------------------------------------ */

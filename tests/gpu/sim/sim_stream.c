@@ -177,6 +177,15 @@ struct CUstream_st *td__sim_stream(cudaStream_t h)
     return NULL;
 }
 
+struct CUstream_st *td__sim_gate_stream(cudaStream_t h, cudaError_t *e)
+{
+    *e = td__sim_gate();
+    struct CUstream_st *s = *e == cudaSuccess ? td__sim_stream(h) : NULL;
+    if (*e == cudaSuccess && !s)
+        *e = cudaErrorInvalidResourceHandle;
+    return s;
+}
+
 /* ---- operations --------------------------------------------------------------- */
 
 void td__sim_op_push(struct CUstream_st *s, td_sim_op *op)
@@ -314,19 +323,26 @@ out:
     return td__sim_err(e);
 }
 
+/* Mutex held.  td__sim_gate_stream() for a call a capturing stream
+ * refuses: NULL with *e set also when h is capturing (the capture then
+ * invalidated, td__sim_cap_refuse). */
+static struct CUstream_st *td__stream_idle(cudaStream_t h, const char *call,
+                                           cudaError_t *e)
+{
+    struct CUstream_st *s = td__sim_gate_stream(h, e);
+    if (s && s->cap) {
+        *e = td__sim_cap_refuse(s, call, "the stream is capturing",
+                                cudaErrorStreamCaptureUnsupported);
+        s = NULL;
+    }
+    return s;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t h)
 {
     td__sim_lock();
-    cudaError_t e = td__sim_gate();
-    struct CUstream_st *s = e == cudaSuccess ? td__sim_stream(h) : NULL;
-    if (e == cudaSuccess && !s)
-        e = cudaErrorInvalidResourceHandle;
-    if (s && s->cap) {
-        e = td__sim_cap_refuse(s, "cudaStreamSynchronize", "the stream is "
-                               "capturing",
-                               cudaErrorStreamCaptureUnsupported);
-        s = NULL;
-    }
+    cudaError_t e;
+    struct CUstream_st *s = td__stream_idle(h, "cudaStreamSynchronize", &e);
     if (s) {
         td_sim_vc vc;
         td__sim.stream_syncs++;
@@ -341,16 +357,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h)
 cudaError_t cudaStreamQuery(cudaStream_t h)
 {
     td__sim_lock();
-    cudaError_t e = td__sim_gate();
-    struct CUstream_st *s = e == cudaSuccess ? td__sim_stream(h) : NULL;
-    if (e == cudaSuccess && !s)
-        e = cudaErrorInvalidResourceHandle;
-    if (s && s->cap) {
-        e = td__sim_cap_refuse(s, "cudaStreamQuery", "the stream is "
-                               "capturing",
-                               cudaErrorStreamCaptureUnsupported);
-        s = NULL;
-    }
+    cudaError_t e;
+    struct CUstream_st *s = td__stream_idle(h, "cudaStreamQuery", &e);
     if (s) {
         if (s->done < s->enq)
             e = cudaErrorNotReady;
@@ -573,10 +581,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t hs, cudaEvent_t h,
 cudaError_t cudaLaunchHostFunc(cudaStream_t hs, cudaHostFn_t fn, void *data)
 {
     td__sim_lock();
-    cudaError_t e = td__sim_gate();
-    struct CUstream_st *s = e == cudaSuccess ? td__sim_stream(hs) : NULL;
-    if (e == cudaSuccess && !s)
-        e = cudaErrorInvalidResourceHandle;
+    cudaError_t e;
+    struct CUstream_st *s = td__sim_gate_stream(hs, &e);
     if (e == cudaSuccess && !fn)
         e = cudaErrorInvalidValue;
     if (e == cudaSuccess && s->cap)
@@ -651,10 +657,8 @@ cudaError_t td_sim_launch(const td_sim_grid *g, cudaStream_t hs,
                           const void *caller)
 {
     td__sim_lock();
-    cudaError_t e = td__sim_gate();
-    struct CUstream_st *s = e == cudaSuccess ? td__sim_stream(hs) : NULL;
-    if (e == cudaSuccess && !s)
-        e = cudaErrorInvalidResourceHandle;
+    cudaError_t e;
+    struct CUstream_st *s = td__sim_gate_stream(hs, &e);
     if (e == cudaSuccess && !td__grid_ok(g)) {
         td__sim_say("kernel %s: invalid configuration <<<(%u,%u,%u), "
                     "(%u,%u,%u), %zu>>>", name, g->gx, g->gy, g->gz, g->bx,
@@ -712,10 +716,8 @@ cudaError_t td_sim_submit(cudaStream_t hs, const char *what,
                           const void *caller)
 {
     td__sim_lock();
-    cudaError_t e = td__sim_gate();
-    struct CUstream_st *s = e == cudaSuccess ? td__sim_stream(hs) : NULL;
-    if (e == cudaSuccess && !s)
-        e = cudaErrorInvalidResourceHandle;
+    cudaError_t e;
+    struct CUstream_st *s = td__sim_gate_stream(hs, &e);
     for (int i = 0; e == cudaSuccess && i < n; i++) {
         td_sim_alloc *a = r[i].p ? td__sim_dfind(r[i].p, r[i].bytes) : NULL;
         if (!a || a->dev != s->dev) {

@@ -3,11 +3,13 @@
 #include "sim_testkit.h"
 
 #include <check.h>
+#include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "base/rng.h"
 #include "sim.h"
 
@@ -119,6 +121,83 @@ td_backend *st_resume_across(const td_model *m, const td_backend_config *cf,
     free(s2);
     td_backend_destroy(a);
     return b2;
+}
+
+td_backend *st_resume_check(const td_model *m, enum td_dtype from,
+                            enum td_dtype to, int n, float lr, st_batch *b,
+                            double tol, double moved, const char *tag,
+                            const char *verbose_env)
+{
+    td_backend_config cf = st_config(n, from, TD_MATH_FP32);
+    td_backend_config ct = st_config(n, to, TD_MATH_FP32);
+    cf.optim.lr = ct.optim.lr = lr;
+    double ev[3];
+    td_backend *b2 = st_resume_across(m, &cf, &ct, b, n, n, lr, ev);
+    double init = ev[0], ea = ev[1], eb = ev[2];
+    if (!verbose_env || st_verbose(verbose_env))
+        printf("%s%s -> %s: eval loss initial %.6f, before %.6f, after the "
+               "restore %.6f\n", tag, st_dt_name(from), st_dt_name(to),
+               init, ea, eb);
+    ck_assert_msg(st_loss_err(eb, ea) <= tol, "%s -> %s: %.6f after, %.6f "
+                  "before", st_dt_name(from), st_dt_name(to), eb, ea);
+    ck_assert_msg(fabs(eb - init) > moved * fabs(eb - ea), "%s -> %s: the "
+                  "loss did not move from the initial weights' (%.6f, "
+                  "%.6f, %.6f)", st_dt_name(from), st_dt_name(to), init, ea,
+                  eb);
+    return b2;
+}
+
+void st_create_refused(const td_model *m, enum td_dtype dt,
+                       enum td_fp32_math math, char *err, size_t n)
+{
+    td_backend *be = NULL;
+    td_backend_config c = st_config(6, dt, math);
+    ck_assert_int_eq(td_backend_create("cuda:0", m, &c, &be, err, n),
+                     TD_E_NOTSUP);
+    ck_assert_ptr_null(be);
+    ck_assert_uint_eq(td_sim_used(0), 0);
+}
+
+size_t st_masks_compare(td_backend *ref, td_backend *be, int drop, int in,
+                        size_t cnt, size_t *zeros, size_t *differ)
+{
+    float *a = malloc(cnt * sizeof *a), *g = malloc(cnt * sizeof *g);
+    float *ai = malloc(cnt * sizeof *a), *gi = malloc(cnt * sizeof *g);
+    ck_assert(a && g && ai && gi);
+    ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, drop, a, cnt), 0);
+    ck_assert_int_eq(be->ops->read_tensor(be, TD_T_VALUE, drop, g, cnt), 0);
+    ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, in, ai, cnt), 0);
+    ck_assert_int_eq(be->ops->read_tensor(be, TD_T_VALUE, in, gi, cnt), 0);
+    size_t seen = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        if (ai[i] == 0.0f || gi[i] == 0.0f)
+            continue;
+        seen++;
+        *zeros += a[i] == 0.0f;
+        *differ += (a[i] == 0.0f) != (g[i] == 0.0f);
+    }
+    free(a);
+    free(g);
+    free(ai);
+    free(gi);
+    return seen;
+}
+
+void st_get(void *host, const void *d, size_t bytes)
+{
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+}
+
+double st_rel_diff(const float *a, const float *b, size_t n)
+{
+    double big = 0, diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        big = fmax(big, fabs(b[i]));
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+    }
+    return diff / fmax(big, 1e-30);
 }
 
 double st_loss_err(double a, double b)

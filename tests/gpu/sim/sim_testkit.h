@@ -1,11 +1,13 @@
 /* sim_testkit.h - what the simulated device's numeric suites share
- * (test_sim_precision, test_sim_lowp, test_sim_nhwc, test_sim_blaslt):
+ * (test_sim_precision, test_sim_lowp, test_sim_nhwc, test_sim_blaslt,
+ * test_sim_bnfuse and the other suites that link sim_testkit.c):
  * a backend configuration, learnable synthetic batches, one training or
  * evaluation step, and small helpers.
  *
  * Owns: the common setup of those suites, so their figures come from the
  * same batches and configurations.
- * Never does: compare anything (each suite states its own tolerances).
+ * Never does: choose a tolerance (each suite states its own;
+ * st_resume_check takes them as parameters).
  */
 #ifndef TD_SIM_TESTKIT_H
 #define TD_SIM_TESTKIT_H
@@ -54,6 +56,37 @@ double st_eval(td_backend *be, const td_model *m, st_batch *b, int n,
 td_backend *st_resume_across(const td_model *m, const td_backend_config *cf,
                              const td_backend_config *ct, st_batch *b, int n,
                              int steps, float lr, double ev[3]);
+
+/* st_resume_across from `from` to `to` (fp32 math, batch n, SGD at lr,
+ * n steps), then its checks: the evaluation loss after the restore within
+ * tol (st_loss_err) of the first job's, and farther from the initial
+ * weights' than `moved` times that difference.  Prints the three losses
+ * (after tag) when verbose_env is NULL or st_verbose(verbose_env).
+ * Returns the restored backend (the caller trains on, and destroys it). */
+td_backend *st_resume_check(const td_model *m, enum td_dtype from,
+                            enum td_dtype to, int n, float lr, st_batch *b,
+                            double tol, double moved, const char *tag,
+                            const char *verbose_env);
+
+/* td_backend_create of m on cuda:0 (st_config(6, dt, math)) refused:
+ * TD_E_NOTSUP, no backend, no device memory left on device 0; the reason
+ * in err (n bytes) for the caller's checks. */
+void st_create_refused(const td_model *m, enum td_dtype dt,
+                       enum td_fp32_math math, char *err, size_t n);
+
+/* Dropout masks of two backends after the same step: layer drop's output
+ * and its input `in` (cnt values each) read from both; wherever neither
+ * input is 0, adds to *zeros the outputs ref dropped and to *differ the
+ * places where one output is 0 and the other not.  Returns how many
+ * places it compared. */
+size_t st_masks_compare(td_backend *ref, td_backend *be, int drop, int in,
+                        size_t cnt, size_t *zeros, size_t *differ);
+
+/* Copies bytes of device memory d to host after a device-wide sync (both
+ * must succeed). */
+void st_get(void *host, const void *d, size_t bytes);
+/* Largest |a - b| over n values, relative to the largest |b|. */
+double st_rel_diff(const float *a, const float *b, size_t n);
 
 /* |a - b| / max(|b|, 1) */
 double st_loss_err(double a, double b);

@@ -142,13 +142,6 @@ static void *dev(size_t bytes, const void *host)
     return p;
 }
 
-static void get(void *host, const void *d, size_t bytes)
-{
-    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    ck_assert_int_eq(cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost),
-                     cudaSuccess);
-}
-
 /* D (2 x 2) = A^T B + bias, A = [[1 2] [3 4]] stored 2 x 2 (k x m), B =
  * [[1 0] [0 1]] (k x n): D = A^T + bias per row; and BGRADB of the same
  * GEMM: the column sums of B (k the reduction). */
@@ -166,7 +159,7 @@ START_TEST(test_sim_lt_by_hand)
     long before = td_sim_blaslt_matmuls(CUBLASLT_EPILOGUE_BIAS);
     ck_assert_int_eq(lt_run(&c, A, B, D, ws, 4u << 20),
                      CUBLAS_STATUS_SUCCESS);
-    get(hd, D, sizeof hd);
+    st_get(hd, D, sizeof hd);
     /* column-major D: D(i, j) = A(j, i) + bias[i]: A^T = [[1 2] [3 4]]^T */
     ck_assert_float_eq(hd[0], 1 + 10); /* D(0,0) = A(0,0) */
     ck_assert_float_eq(hd[1], 3 + 20); /* D(1,0) = A(0,1) = ha[2] */
@@ -185,7 +178,7 @@ START_TEST(test_sim_lt_by_hand)
                               CUBLAS_COMPUTE_32F), CUBLAS_STATUS_SUCCESS);
     ck_assert_int_eq(lt_run(&c, A, B, D, ws, 4u << 20),
                      CUBLAS_STATUS_SUCCESS);
-    get(hd, D, sizeof hd);
+    st_get(hd, D, sizeof hd);
     ck_assert_float_eq(hd[0], 0); /* 1 - 2 */
     ck_assert_float_eq(hd[1], 0); /* 3 - 3 */
     ck_assert_float_eq(hd[2], 0); /* 2 - 2 */
@@ -199,7 +192,7 @@ START_TEST(test_sim_lt_by_hand)
                               CUBLAS_COMPUTE_32F), CUBLAS_STATUS_SUCCESS);
     ck_assert_int_eq(lt_run(&c, B, A, D, ws, 4u << 20),
                      CUBLAS_STATUS_SUCCESS);
-    get(hg, G, sizeof hg);
+    st_get(hg, G, sizeof hg);
     ck_assert_float_eq(hg[0], 1 + 2);
     ck_assert_float_eq(hg[1], 3 + 4);
     lt_free(&c);
@@ -219,13 +212,37 @@ START_TEST(test_sim_lt_by_hand)
                               CUBLAS_COMPUTE_32F), CUBLAS_STATUS_SUCCESS);
     ck_assert_int_eq(lt_run(&c, A1, B1, D1, ws, 4u << 20),
                      CUBLAS_STATUS_SUCCESS);
-    get(&d1, D1, 2);
+    st_get(&d1, D1, 2);
     ck_assert_float_eq(td_bf16_to_f32(d1), 1.0f + 0x1p-7f);
     lt_free(&c);
     cudaFree(A), cudaFree(B), cudaFree(bias), cudaFree(D), cudaFree(ws);
     cudaFree(G), cudaFree(A1), cudaFree(B1), cudaFree(BB), cudaFree(D1);
 }
 END_TEST
+
+/* A 2x2x2 fp32 case with epilogue epi and bias set up, then refused at
+ * the run (CUBLAS_STATUS_INVALID_VALUE). */
+static void run_refused(uint32_t epi, const void *bias, const void *A,
+                        const void *B, void *D, void *ws)
+{
+    ltcase c;
+    ck_assert_int_eq(lt_setup(&c, CUDA_R_32F, CUDA_R_32F, 2, 2, 2, epi, bias,
+                              CUBLAS_COMPUTE_32F), CUBLAS_STATUS_SUCCESS);
+    ck_assert_int_eq(lt_run(&c, A, B, D, ws, 4u << 20),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    lt_free(&c);
+}
+
+/* A 2x2x2 case (A and B of type at, D of dt, no bias) refused at its
+ * setup (CUBLAS_STATUS_NOT_SUPPORTED). */
+static void setup_refused(cudaDataType at, cudaDataType dt, uint32_t epi,
+                          cublasComputeType_t ct)
+{
+    ltcase c;
+    ck_assert_int_eq(lt_setup(&c, at, dt, 2, 2, 2, epi, NULL, ct),
+                     CUBLAS_STATUS_NOT_SUPPORTED);
+    lt_free(&c);
+}
 
 /* One check per refusal of sim_cublaslt.c. */
 START_TEST(test_sim_lt_refusals)
@@ -269,51 +286,26 @@ START_TEST(test_sim_lt_refusals)
                      CUBLAS_STATUS_INVALID_VALUE);
     lt_free(&c);
     /* an epilogue that needs the bias pointer without it */
-    ck_assert_int_eq(lt_setup(&c, CUDA_R_32F, CUDA_R_32F, 2, 2, 2,
-                              CUBLASLT_EPILOGUE_BIAS, NULL,
-                              CUBLAS_COMPUTE_32F), CUBLAS_STATUS_SUCCESS);
-    ck_assert_int_eq(lt_run(&c, A, B, D, ws, 4u << 20),
-                     CUBLAS_STATUS_INVALID_VALUE);
-    lt_free(&c);
+    run_refused(CUBLASLT_EPILOGUE_BIAS, NULL, A, B, D, ws);
     /* the bias gradient overlapping D */
-    ck_assert_int_eq(lt_setup(&c, CUDA_R_32F, CUDA_R_32F, 2, 2, 2,
-                              CUBLASLT_EPILOGUE_BGRADB, D,
-                              CUBLAS_COMPUTE_32F), CUBLAS_STATUS_SUCCESS);
-    ck_assert_int_eq(lt_run(&c, A, B, D, ws, 4u << 20),
-                     CUBLAS_STATUS_INVALID_VALUE);
-    lt_free(&c);
+    run_refused(CUBLASLT_EPILOGUE_BGRADB, D, A, B, D, ws);
     /* an epilogue the simulator does not implement (RELU_AUX) */
-    ck_assert_int_eq(lt_setup(&c, CUDA_R_32F, CUDA_R_32F, 2, 2, 2,
-                              CUBLASLT_EPILOGUE_RELU_AUX, NULL,
-                              CUBLAS_COMPUTE_32F),
-                     CUBLAS_STATUS_NOT_SUPPORTED);
-    lt_free(&c);
+    setup_refused(CUDA_R_32F, CUDA_R_32F, CUBLASLT_EPILOGUE_RELU_AUX,
+                  CUBLAS_COMPUTE_32F);
     /* TF32 compute with 16-bit inputs */
-    ck_assert_int_eq(lt_setup(&c, CUDA_R_16BF, CUDA_R_16BF, 2, 2, 2,
-                              CUBLASLT_EPILOGUE_DEFAULT, NULL,
-                              CUBLAS_COMPUTE_32F_FAST_TF32),
-                     CUBLAS_STATUS_NOT_SUPPORTED);
-    lt_free(&c);
+    setup_refused(CUDA_R_16BF, CUDA_R_16BF, CUBLASLT_EPILOGUE_DEFAULT,
+                  CUBLAS_COMPUTE_32F_FAST_TF32);
     /* a 16-bit D of a type other than A's (bf16 A, fp16 D) */
-    ck_assert_int_eq(lt_setup(&c, CUDA_R_16BF, CUDA_R_16F, 2, 2, 2,
-                              CUBLASLT_EPILOGUE_DEFAULT, NULL,
-                              CUBLAS_COMPUTE_32F),
-                     CUBLAS_STATUS_NOT_SUPPORTED);
-    lt_free(&c);
+    setup_refused(CUDA_R_16BF, CUDA_R_16F, CUBLASLT_EPILOGUE_DEFAULT,
+                  CUBLAS_COMPUTE_32F);
     /* fp16 accumulation */
-    ck_assert_int_eq(lt_setup(&c, CUDA_R_16F, CUDA_R_16F, 2, 2, 2,
-                              CUBLASLT_EPILOGUE_DEFAULT, NULL,
-                              CUBLAS_COMPUTE_16F),
-                     CUBLAS_STATUS_NOT_SUPPORTED);
-    lt_free(&c);
+    setup_refused(CUDA_R_16F, CUDA_R_16F, CUBLASLT_EPILOGUE_DEFAULT,
+                  CUBLAS_COMPUTE_16F);
     /* no algorithm when told so (the backend's fallback) */
     td_sim_blaslt_no_algo(1);
-    ck_assert_int_eq(lt_setup(&c, CUDA_R_32F, CUDA_R_32F, 2, 2, 2,
-                              CUBLASLT_EPILOGUE_DEFAULT, NULL,
-                              CUBLAS_COMPUTE_32F),
-                     CUBLAS_STATUS_NOT_SUPPORTED);
+    setup_refused(CUDA_R_32F, CUDA_R_32F, CUBLASLT_EPILOGUE_DEFAULT,
+                  CUBLAS_COMPUTE_32F);
     td_sim_blaslt_no_algo(0);
-    lt_free(&c);
     cudaFree(A), cudaFree(B), cudaFree(D), cudaFree(bias), cudaFree(ws);
 }
 END_TEST

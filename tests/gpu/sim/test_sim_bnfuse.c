@@ -56,6 +56,7 @@
 #include "ref_models.h"
 #include "sim.h"
 #include "sim_bnex.h"
+#include "sim_testkit.h"
 #include "tdtest.h"
 
 enum { N = 4, C = 8, H = 5, W = 5, NE = N * C * H * W };
@@ -93,13 +94,6 @@ static void *dev16(uint32_t *s, float lo, float hi)
     ck_assert_int_eq(cudaMemcpy(p, h, sizeof h, cudaMemcpyHostToDevice),
                      cudaSuccess);
     return p;
-}
-
-static void get(void *host, const void *d, size_t bytes)
-{
-    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    ck_assert_int_eq(cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost),
-                     cudaSuccess);
 }
 
 /* Device buffers of one fused and one unfused run on the same data. */
@@ -222,7 +216,7 @@ static void unfused(fix *f, int add, td_f16 *bn_out)
                          FACTOR, f->rm[1], f->rv[1], EPS, f->sm[1], f->si[1]),
                      CUDNN_STATUS_SUCCESS);
     if (bn_out)
-        get(bn_out, f->y[1], NE * 2);
+        st_get(bn_out, f->y[1], NE * 2);
     if (add)
         ck_assert_int_eq(cudnnAddTensor(f->h, &ONE, f->xd, f->z, &ONE, f->xd,
                                         f->y[1]),
@@ -247,8 +241,8 @@ static void same_bytes(const void *a, const void *b, size_t bytes,
 {
     unsigned char ha[NE * 4], hb[NE * 4];
     ck_assert(bytes <= sizeof ha);
-    get(ha, a, bytes);
-    get(hb, b, bytes);
+    st_get(ha, a, bytes);
+    st_get(hb, b, bytes);
     ck_assert_msg(memcmp(ha, hb, bytes) == 0, "%s: fused and unfused differ",
                   what);
 }
@@ -283,7 +277,7 @@ START_TEST(test_bn_activation_is_the_sequence)
     ck_assert_int_eq(td_sim_bnex_calls(1) - b0, 1);
     ck_assert_int_eq(td_sim_bnex_bad_reserve(), bad0);
     td_f16 y[NE];
-    get(y, f.y[0], sizeof y);
+    st_get(y, f.y[0], sizeof y);
     int zeros = 0;
     for (int i = 0; i < NE; i++)
         zeros += y[i] == 0;
@@ -314,8 +308,8 @@ START_TEST(test_bn_add_activation_rounds_once)
     ck_assert_int_eq(fused_bwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
     td_f16 bn[NE], y0[NE], y1[NE];
     unfused(&f, 1, bn);
-    get(y0, f.y[0], sizeof y0);
-    get(y1, f.y[1], sizeof y1);
+    st_get(y0, f.y[0], sizeof y0);
+    st_get(y1, f.y[1], sizeof y1);
     /* The sequence rounds bn's output to half (error <= ulp(bn) / 2),
      * then the sum (<= ulp(sum) / 2); the fused kernel rounds the sum
      * once (<= ulp / 2).  So they differ by at most ulp(bn) / 2 +
@@ -353,19 +347,19 @@ START_TEST(test_reserve_space_checked)
     void *other = dev(f.rsb);
     ck_assert_int_eq(fused_bwd(&f, ops, other), CUDNN_STATUS_SUCCESS);
     td_f16 dx[NE];
-    get(dx, f.dx[0], sizeof dx);
+    st_get(dx, f.dx[0], sizeof dx);
     ck_assert_int_eq(td_sim_bnex_bad_reserve() - bad0, 1);
     for (int i = 0; i < NE; i++)
         ck_assert(isnan(td_f16_to_f32(dx[i])));
     /* the right one, after y changed under it */
     ck_assert_int_eq(cudaMemset(f.y[0], 0x3c, NE * 2), cudaSuccess);
     ck_assert_int_eq(fused_bwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
-    get(dx, f.dx[0], sizeof dx);
+    st_get(dx, f.dx[0], sizeof dx);
     ck_assert_int_eq(td_sim_bnex_bad_reserve() - bad0, 2);
     /* forward again, then the right one: accepted, dx finite */
     ck_assert_int_eq(fused_fwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
     ck_assert_int_eq(fused_bwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
-    get(dx, f.dx[0], sizeof dx);
+    st_get(dx, f.dx[0], sizeof dx);
     ck_assert_int_eq(td_sim_bnex_bad_reserve() - bad0, 2);
     for (int i = 0; i < NE; i++)
         ck_assert(isfinite(td_f16_to_f32(dx[i])));
@@ -475,11 +469,11 @@ START_TEST(test_graph_equals_eager)
     ck_assert_int_eq(fused_bwd(&f, ops, f.rs), CUDNN_STATUS_SUCCESS);
     td_f16 y[NE], dx[NE], dz[NE];
     float ds[C], rm[C];
-    get(y, f.y[0], sizeof y);
-    get(dx, f.dx[0], sizeof dx);
-    get(dz, f.dz[0], sizeof dz);
-    get(ds, f.ds[0], sizeof ds);
-    get(rm, f.rm[0], sizeof rm);
+    st_get(y, f.y[0], sizeof y);
+    st_get(dx, f.dx[0], sizeof dx);
+    st_get(dz, f.dz[0], sizeof dz);
+    st_get(ds, f.ds[0], sizeof ds);
+    st_get(rm, f.rm[0], sizeof rm);
     /* the same calls captured, from the same starting statistics */
     float zero[C];
     memset(zero, 0, sizeof zero);
@@ -502,11 +496,11 @@ START_TEST(test_graph_equals_eager)
     ck_assert_int_eq(td_sim_bnex_calls(0) - f0, 1); /* captured once */
     td_f16 y2[NE], dx2[NE], dz2[NE];
     float ds2[C], rm2[C];
-    get(y2, f.y[0], sizeof y2);
-    get(dx2, f.dx[0], sizeof dx2);
-    get(dz2, f.dz[0], sizeof dz2);
-    get(rm2, f.rm[0], sizeof rm2);
-    get(ds2, f.ds[0], sizeof ds2);
+    st_get(y2, f.y[0], sizeof y2);
+    st_get(dx2, f.dx[0], sizeof dx2);
+    st_get(dz2, f.dz[0], sizeof dz2);
+    st_get(rm2, f.rm[0], sizeof rm2);
+    st_get(ds2, f.ds[0], sizeof ds2);
     ck_assert(memcmp(y, y2, sizeof y) == 0);
     ck_assert(memcmp(dx, dx2, sizeof dx) == 0);
     ck_assert(memcmp(dz, dz2, sizeof dz) == 0);
@@ -527,16 +521,7 @@ END_TEST
 
 static td_backend_config bconfig(enum td_dtype dt)
 {
-    td_backend_config c;
-    memset(&c, 0, sizeof c);
-    c.batch = BATCH;
-    c.threads = 1;
-    c.dtype = dt;
-    c.fp32_math = TD_MATH_FP32;
-    for (int i = 0; i < 4; i++)
-        c.mean[i] = 0.45f, c.std[i] = 0.25f;
-    c.seed = 17;
-    td_optim_defaults(&c.optim, TD_OPT_SGD);
+    td_backend_config c = st_config(BATCH, dt, TD_MATH_FP32);
     c.optim.lr = LR;
     return c;
 }
@@ -641,17 +626,6 @@ static size_t fusable(const td_model *m, int act_only, int *nact, int *nadd)
 
 #define STEPS 3
 
-/* Largest |a - b| over n values, relative to the largest |b|. */
-static double rel_diff(const float *a, const float *b, size_t n)
-{
-    double big = 0, diff = 0;
-    for (size_t i = 0; i < n; i++) {
-        big = fmax(big, fabs(b[i]));
-        diff = fmax(diff, fabs((double)a[i] - b[i]));
-    }
-    return diff / fmax(big, 1e-30);
-}
-
 /* One job of STEPS steps then an evaluation: mode 0 unfused, 1
  * BN_ACTIVATION only, 2 both forms. */
 static void run_job(const td_model *m, int mode, int nfwd, double *loss,
@@ -745,7 +719,7 @@ START_TEST(test_backend_fused_equals_unfused)
     for (int s = 0; s < STEPS; s++)
         lworst = fmax(lworst, fabs(loss[2][s] - loss[0][s]) /
                                   fmax(fabs(loss[0][s]), 1.0));
-    double pworst = rel_diff(par[2], par[0], m->param_count);
+    double pworst = st_rel_diff(par[2], par[0], m->param_count);
     ck_assert_msg(lworst <= 2.5e-3, "losses differ by %g", lworst);
     ck_assert_msg(pworst <= 1e-3, "parameters differ by %g", pworst);
     /* the plan bills every reserve space; the arena is the plan's

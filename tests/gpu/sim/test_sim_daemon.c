@@ -197,18 +197,26 @@ static int follow(int fd, int64_t job, const char *state, int timeout_ms,
     return end != NULL;
 }
 
+/* Starts traind with env (its second entry free), then restarts it with
+ * TD_SIM_REPORT=<h->dir>/sim-report.txt there (the report goes into the
+ * harness's folder, known only once it started); that path in rep. */
+static void start_reporting(td_harness *h, const char **env, char *rep,
+                            size_t n)
+{
+    static char report_env[160];
+    ck_assert_int_eq(th_start_env(h, NULL, env), 0);
+    snprintf(rep, n, "%s/sim-report.txt", h->dir);
+    snprintf(report_env, sizeof report_env, "TD_SIM_REPORT=%s", rep);
+    env[1] = report_env;
+    ck_assert_int_eq(th_restart(h), 0);
+}
+
 START_TEST(test_cuda0_job_end_to_end)
 {
     td_harness h;
     char rep[128];
     static const char *env[] = {"TD_SIM_DEVICES=1", NULL, NULL};
-    static char report_env[160];
-    ck_assert_int_eq(th_start_env(&h, NULL, env), 0);
-    /* the report goes into the harness's folder: restart to set it */
-    snprintf(rep, sizeof rep, "%s/sim-report.txt", h.dir);
-    snprintf(report_env, sizeof report_env, "TD_SIM_REPORT=%s", rep);
-    env[1] = report_env;
-    ck_assert_int_eq(th_restart(&h), 0);
+    start_reporting(&h, env, rep, sizeof rep);
     json_t *hello = NULL;
     int sub = th_connect(&h, &hello), fd = th_connect(&h, NULL);
     ck_assert_msg(strstr(json_string_value(json_object_get(json_object_get(
@@ -273,12 +281,7 @@ START_TEST(test_cuda1_job_never_touches_device0)
     td_harness h;
     char rep[128];
     static const char *env[] = {"TD_SIM_DEVICES=2", NULL, NULL};
-    static char report_env[160];
-    ck_assert_int_eq(th_start_env(&h, NULL, env), 0);
-    snprintf(rep, sizeof rep, "%s/sim-report.txt", h.dir);
-    snprintf(report_env, sizeof report_env, "TD_SIM_REPORT=%s", rep);
-    env[1] = report_env;
-    ck_assert_int_eq(th_restart(&h), 0);
+    start_reporting(&h, env, rep, sizeof rep);
     int fd = th_connect(&h, NULL);
     int64_t id = th_submit(fd, spec_on("cuda:1", 1, 40));
     ck_assert(th_wait_state(fd, id, "completed", 300000));
@@ -364,12 +367,7 @@ START_TEST(test_files_job_on_cuda0_with_validation)
     td_harness h;
     char rep[128];
     static const char *env[] = {"TD_SIM_DEVICES=1", NULL, NULL};
-    static char report_env[160];
-    ck_assert_int_eq(th_start_env(&h, NULL, env), 0);
-    snprintf(rep, sizeof rep, "%s/sim-report.txt", h.dir);
-    snprintf(report_env, sizeof report_env, "TD_SIM_REPORT=%s", rep);
-    env[1] = report_env;
-    ck_assert_int_eq(th_restart(&h), 0);
+    start_reporting(&h, env, rep, sizeof rep);
     int fd = th_connect(&h, NULL);
     int64_t id = th_submit(fd, files_spec(h.dir, "cuda:0", 2));
     ck_assert(th_wait_state(fd, id, "completed", 300000));
@@ -445,12 +443,7 @@ START_TEST(test_sticky_error_with_pinned_slots)
     td_harness h;
     char rep[128];
     static const char *env[] = {"TD_SIM_FAULT_KERNEL=300", NULL, NULL};
-    static char report_env[160];
-    ck_assert_int_eq(th_start_env(&h, NULL, env), 0);
-    snprintf(rep, sizeof rep, "%s/sim-report.txt", h.dir);
-    snprintf(report_env, sizeof report_env, "TD_SIM_REPORT=%s", rep);
-    env[1] = report_env;
-    ck_assert_int_eq(th_restart(&h), 0);
+    start_reporting(&h, env, rep, sizeof rep);
     int fd = th_connect(&h, NULL);
     th_submit(fd, files_spec(h.dir, "cuda:0", 50)); /* 300 steps */
     close(fd);

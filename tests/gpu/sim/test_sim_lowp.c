@@ -129,20 +129,15 @@ END_TEST
 START_TEST(test_refusals)
 {
     char err[512] = "";
-    td_backend *be = NULL;
     st_sim_env("TD_SIM_CC", "7.5");
     td_cuda_register();
     td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
-    td_backend_config c = st_config(6, TD_BF16, TD_MATH_FP32);
-    ck_assert_int_eq(td_backend_create("cuda:0", m, &c, &be, err, sizeof err),
-                     TD_E_NOTSUP);
-    ck_assert_ptr_null(be);
+    st_create_refused(m, TD_BF16, TD_MATH_FP32, err, sizeof err);
     ck_assert_msg(strstr(err, "precision: bf16 needs a GPU of compute "
                          "capability 8.0 or newer (Ampere tensor cores)") &&
                   strstr(err, "cuda:0 is traind simulated GPU 0, compute "
                          "capability 7.5") && strstr(err, "use fp16, fp32 "
                          "or auto"), "%s", err);
-    ck_assert_uint_eq(td_sim_used(0), 0);
     td_device_info info;
     td_job_spec s;
     memset(&s, 0, sizeof s);
@@ -175,13 +170,25 @@ END_TEST
 
 /* ---- the simulator's own rules ----------------------------------------- */
 
+/* C (1x1, type ct) = A (1x2, type at) B (2x1, type bt) by cublasGemmEx
+ * with the compute type given; its status. */
+static cublasStatus_t gemm_1x1x2(cublasHandle_t h, const void *a,
+                                 cudaDataType at, const void *b,
+                                 cudaDataType bt, void *c, cudaDataType ct,
+                                 cublasComputeType_t compute)
+{
+    const float one = 1.0f, zero = 0.0f;
+    return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &one, a, at, 1,
+                        b, bt, 2, &zero, c, ct, 1, compute,
+                        CUBLAS_GEMM_DEFAULT);
+}
+
 /* cublasGemmEx: what cuBLAS documents, and the rounding of C by hand. */
 START_TEST(test_sim_gemmex_rules)
 {
     cublasHandle_t h;
     td_bf16 *a, *b, *c16;
     float *c32;
-    const float one = 1.0f, zero = 0.0f;
     ck_assert_int_eq(cudaMalloc((void **)&a, 4 * sizeof *a), cudaSuccess);
     ck_assert_int_eq(cudaMalloc((void **)&b, 4 * sizeof *b), cudaSuccess);
     ck_assert_int_eq(cudaMalloc((void **)&c16, 4 * sizeof *c16), cudaSuccess);
@@ -196,15 +203,11 @@ START_TEST(test_sim_gemmex_rules)
                      cudaSuccess);
     ck_assert_int_eq(cudaMemcpy(b, hb, sizeof hb, cudaMemcpyHostToDevice),
                      cudaSuccess);
-    ck_assert_int_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &one,
-                                  a, CUDA_R_16BF, 1, b, CUDA_R_16BF, 2, &zero,
-                                  c32, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT),
+    ck_assert_int_eq(gemm_1x1x2(h, a, CUDA_R_16BF, b, CUDA_R_16BF, c32,
+                                CUDA_R_32F, CUBLAS_COMPUTE_32F),
                      CUBLAS_STATUS_SUCCESS);
-    ck_assert_int_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &one,
-                                  a, CUDA_R_16BF, 1, b, CUDA_R_16BF, 2, &zero,
-                                  c16, CUDA_R_16BF, 1, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT),
+    ck_assert_int_eq(gemm_1x1x2(h, a, CUDA_R_16BF, b, CUDA_R_16BF, c16,
+                                CUDA_R_16BF, CUBLAS_COMPUTE_32F),
                      CUBLAS_STATUS_SUCCESS);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
     float f32;
@@ -217,27 +220,26 @@ START_TEST(test_sim_gemmex_rules)
     ck_assert_float_eq(td_bf16_to_f32(f16), 1.0f + 0x1p-6f);
     /* refused: fp16 accumulation, mixed input types, 16-bit C of another
      * 16-bit type, a TF32 compute type for 16-bit inputs */
-    ck_assert_int_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &one,
-                                  a, CUDA_R_16F, 1, b, CUDA_R_16F, 2, &zero,
-                                  c16, CUDA_R_16F, 1, CUBLAS_COMPUTE_16F,
-                                  CUBLAS_GEMM_DEFAULT),
-                     CUBLAS_STATUS_NOT_SUPPORTED);
-    ck_assert_int_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &one,
-                                  a, CUDA_R_16BF, 1, b, CUDA_R_16F, 2, &zero,
-                                  c32, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT),
-                     CUBLAS_STATUS_NOT_SUPPORTED);
-    ck_assert_int_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &one,
-                                  a, CUDA_R_16BF, 1, b, CUDA_R_16BF, 2, &zero,
-                                  c16, CUDA_R_16F, 1, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT),
-                     CUBLAS_STATUS_NOT_SUPPORTED);
-    ck_assert_int_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &one,
-                                  a, CUDA_R_16BF, 1, b, CUDA_R_16BF, 2, &zero,
-                                  c32, CUDA_R_32F, 1,
-                                  CUBLAS_COMPUTE_32F_FAST_TF32,
-                                  CUBLAS_GEMM_DEFAULT),
-                     CUBLAS_STATUS_NOT_SUPPORTED);
+    const struct {
+        cudaDataType at, bt;
+        void *c;
+        cudaDataType ct;
+        cublasComputeType_t compute;
+    } refused[] = {
+        {CUDA_R_16F, CUDA_R_16F, c16, CUDA_R_16F, CUBLAS_COMPUTE_16F},
+        {CUDA_R_16BF, CUDA_R_16F, c32, CUDA_R_32F, CUBLAS_COMPUTE_32F},
+        {CUDA_R_16BF, CUDA_R_16BF, c16, CUDA_R_16F, CUBLAS_COMPUTE_32F},
+        {CUDA_R_16BF, CUDA_R_16BF, c32, CUDA_R_32F,
+         CUBLAS_COMPUTE_32F_FAST_TF32},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        cublasStatus_t st = gemm_1x1x2(h, a, refused[i].at, b, refused[i].bt,
+                                       refused[i].c, refused[i].ct,
+                                       refused[i].compute);
+        ck_assert_msg(st == CUBLAS_STATUS_NOT_SUPPORTED,
+                      "refusal %zu: status %d, not NOT_SUPPORTED", i,
+                      (int)st);
+    }
     cublasDestroy(h);
     cudaFree(a), cudaFree(b), cudaFree(c16), cudaFree(c32);
     /* bf16 below 8.0 */
@@ -245,10 +247,8 @@ START_TEST(test_sim_gemmex_rules)
     ck_assert_int_eq(cudaMalloc((void **)&a, 4 * sizeof *a), cudaSuccess);
     ck_assert_int_eq(cudaMalloc((void **)&c32, 4 * sizeof *c32), cudaSuccess);
     ck_assert_int_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
-    ck_assert_int_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &one,
-                                  a, CUDA_R_16BF, 1, a, CUDA_R_16BF, 2, &zero,
-                                  c32, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT),
+    ck_assert_int_eq(gemm_1x1x2(h, a, CUDA_R_16BF, a, CUDA_R_16BF, c32,
+                                CUDA_R_32F, CUBLAS_COMPUTE_32F),
                      CUBLAS_STATUS_ARCH_MISMATCH);
     cublasDestroy(h);
     cudaFree(a), cudaFree(c32);
@@ -264,6 +264,22 @@ static cudnnTensorDescriptor_t tensor(cudnnDataType_t dt, int n, int c,
                                                 c, h, w),
                      CUDNN_STATUS_SUCCESS);
     return d;
+}
+
+/* A 1x1x1x1 filter of type dt (NCHW) and a 1x1 cross-correlation (no
+ * padding, stride and dilation 1, fp32 compute). */
+static void conv_1x1(cudnnDataType_t dt, cudnnFilterDescriptor_t *wf,
+                     cudnnConvolutionDescriptor_t *cv)
+{
+    ck_assert_int_eq(cudnnCreateFilterDescriptor(wf), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetFilter4dDescriptor(*wf, dt, CUDNN_TENSOR_NCHW, 1,
+                                                1, 1, 1),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateConvolutionDescriptor(cv),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetConvolution2dDescriptor(*cv, 0, 0, 1, 1, 1, 1,
+                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                     CUDNN_STATUS_SUCCESS);
 }
 
 /* cuDNN: PSEUDO_HALF runs, TRUE_HALF (fp16 accumulation) and mixed types
@@ -283,15 +299,7 @@ START_TEST(test_sim_cudnn_rules)
     cudnnTensorDescriptor_t yd = tensor(CUDNN_DATA_HALF, 1, 1, 2, 2);
     cudnnTensorDescriptor_t pf = tensor(CUDNN_DATA_FLOAT, 1, 1, 1, 1);
     cudnnTensorDescriptor_t ph = tensor(CUDNN_DATA_HALF, 1, 1, 1, 1);
-    ck_assert_int_eq(cudnnCreateFilterDescriptor(&wf), CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnSetFilter4dDescriptor(wf, CUDNN_DATA_HALF,
-                                                CUDNN_TENSOR_NCHW, 1, 1, 1, 1),
-                     CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnCreateConvolutionDescriptor(&cv),
-                     CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnSetConvolution2dDescriptor(cv, 0, 0, 1, 1, 1, 1,
-                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-                     CUDNN_STATUS_SUCCESS);
+    conv_1x1(CUDNN_DATA_HALF, &wf, &cv);
     ck_assert_int_eq(cudnnSetConvolutionMathType(cv, CUDNN_TENSOR_OP_MATH),
                      CUDNN_STATUS_SUCCESS);
     ck_assert_int_eq(cudaMalloc((void **)&x, 8), cudaSuccess);
@@ -407,15 +415,7 @@ START_TEST(test_sim_cudnn_rules)
     ck_assert_int_eq(cudnnCreate(&h), CUDNN_STATUS_SUCCESS);
     xd = tensor(CUDNN_DATA_BFLOAT16, 1, 1, 2, 2);
     yd = tensor(CUDNN_DATA_BFLOAT16, 1, 1, 2, 2);
-    ck_assert_int_eq(cudnnCreateFilterDescriptor(&wf), CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnSetFilter4dDescriptor(wf, CUDNN_DATA_BFLOAT16,
-                                                CUDNN_TENSOR_NCHW, 1, 1, 1, 1),
-                     CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnCreateConvolutionDescriptor(&cv),
-                     CUDNN_STATUS_SUCCESS);
-    ck_assert_int_eq(cudnnSetConvolution2dDescriptor(cv, 0, 0, 1, 1, 1, 1,
-                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-                     CUDNN_STATUS_SUCCESS);
+    conv_1x1(CUDNN_DATA_BFLOAT16, &wf, &cv);
     ck_assert_int_eq(cudaMalloc((void **)&x, 8), cudaSuccess);
     ck_assert_int_eq(cudaMalloc((void **)&y, 8), cudaSuccess);
     ck_assert_int_eq(cudaMalloc((void **)&w, 2), cudaSuccess);
@@ -636,9 +636,6 @@ START_TEST(test_dropout_in_16_bits)
     ck_assert_int_ge(drop, 0);
     size_t cnt = (size_t)8 * m->layers[drop].out.c;
     int in = m->layers[drop].in[0];
-    float *a = malloc(cnt * sizeof *a), *g = malloc(cnt * sizeof *g);
-    float *ai = malloc(cnt * sizeof *a), *gi = malloc(cnt * sizeof *g);
-    ck_assert(a && g && ai && gi);
     enum td_dtype dts[2] = {TD_BF16, TD_F16};
     for (int k = 0; k < 2; k++) {
         td_backend_config c32 = st_config(8, TD_F32, TD_MATH_FP32);
@@ -656,20 +653,7 @@ START_TEST(test_dropout_in_16_bits)
             double tol = dts[k] == TD_BF16 ? LOSS_TOL_BF16 : LOSS_TOL_F16;
             ck_assert_msg(st_loss_err(lg, lc) <= tol, "%s step %d: %.6f, cpu "
                           "%.6f", st_dt_name(dts[k]), s, lg, lc);
-            ck_assert_int_eq(cpu->ops->read_tensor(cpu, TD_T_VALUE, drop, a,
-                                                   cnt), 0);
-            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, drop, g,
-                                                   cnt), 0);
-            ck_assert_int_eq(cpu->ops->read_tensor(cpu, TD_T_VALUE, in, ai,
-                                                   cnt), 0);
-            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, in, gi,
-                                                   cnt), 0);
-            for (size_t i = 0; i < cnt; i++) {
-                if (ai[i] == 0.0f || gi[i] == 0.0f)
-                    continue;
-                zeros += a[i] == 0.0f;
-                differ += (a[i] == 0.0f) != (g[i] == 0.0f);
-            }
+            st_masks_compare(cpu, gpu, drop, in, cnt, &zeros, &differ);
         }
         if (st_verbose("LOWP_VERBOSE"))
             printf("tiny-dropout %s: %zu outputs of nonzero inputs dropped "
@@ -681,10 +665,6 @@ START_TEST(test_dropout_in_16_bits)
         td_backend_destroy(gpu);
         st_batch_free(&b);
     }
-    free(a);
-    free(g);
-    free(ai);
-    free(gi);
     td_model_free(m);
 }
 END_TEST
@@ -796,23 +776,11 @@ END_TEST
 static void resume_case(enum td_dtype from, enum td_dtype to)
 {
     td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
-    td_backend_config cf = st_config(6, from, TD_MATH_FP32);
-    td_backend_config ct = st_config(6, to, TD_MATH_FP32);
-    cf.optim.lr = ct.optim.lr = 0.05f;
     st_batch b = {0};
-    double ev[3];
-    td_backend *b2 = st_resume_across(m, &cf, &ct, &b, 6, 6, 0.05f, ev);
-    double init = ev[0], ea = ev[1], eb = ev[2];
-    if (st_verbose("LOWP_VERBOSE"))
-        printf("%s -> %s: eval loss initial %.6f, before %.6f, after the "
-               "restore %.6f\n", st_dt_name(from), st_dt_name(to), init, ea,
-               eb);
-    ck_assert_msg(st_loss_err(eb, ea) <= 3e-2, "%s -> %s: %.6f after, %.6f "
-                  "before", st_dt_name(from), st_dt_name(to), eb, ea);
-    ck_assert_msg(fabs(eb - init) > 10 * fabs(eb - ea), "%s -> %s: the "
-                  "loss did not move from the initial weights' (%.6f, "
-                  "%.6f, %.6f)", st_dt_name(from), st_dt_name(to), init, ea,
-                  eb);
+    /* within 3% of the first job's loss, and 10x farther from the
+     * initial weights' */
+    td_backend *b2 = st_resume_check(m, from, to, 6, 0.05f, &b, 3e-2, 10,
+                                     "", "LOWP_VERBOSE");
     /* and it trains on */
     double l = st_step(b2, m, &b, 6, 200, 0.05f, 7);
     ck_assert(isfinite(l));

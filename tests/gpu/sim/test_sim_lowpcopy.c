@@ -201,6 +201,19 @@ static size_t check_copy(td_backend *be, const td_model *m, enum td_dtype dt,
     return changed;
 }
 
+/* Frees what a copy case holds: the copies kept per layer (check_copy's
+ * before), its batch, its backend and its model. */
+static void case_free(uint16_t **before, st_batch *b, td_backend *be,
+                      td_model *m)
+{
+    for (int L = 0; L < m->nlayers; L++)
+        free(before[L]);
+    free(before);
+    st_batch_free(b);
+    td_backend_destroy(be);
+    td_model_free(m);
+}
+
 typedef struct copy_case {
     const char *model;
     enum td_dtype dt;
@@ -251,12 +264,7 @@ static void copy_run(const copy_case *cc)
         ck_assert_int_eq(gi.launches, STEPS);
     else
         ck_assert_int_eq(gi.launches, 0);
-    for (int L = 0; L < m->nlayers; L++)
-        free(before[L]);
-    free(before);
-    st_batch_free(&b);
-    td_backend_destroy(be);
-    td_model_free(m);
+    case_free(before, &b, be, m);
 }
 
 /* fmnist-cnn: 4 convolutions and a dense layer over NHWC, one launch */
@@ -315,12 +323,7 @@ START_TEST(test_copy_after_precision_change)
                built, changed);
     ck_assert_int_ge(built, 2 * 5); /* 4 convolutions + fc, twice */
     ck_assert_uint_gt(changed, 0);
-    for (int L = 0; L < m->nlayers; L++)
-        free(before[L]);
-    free(before);
-    st_batch_free(&b);
-    td_backend_destroy(be);
-    td_model_free(m);
+    case_free(before, &b, be, m);
 }
 END_TEST
 

@@ -51,17 +51,6 @@
 #define LOSS_TOL_BF16 5e-2
 #define LOSS_TOL_F16 2.5e-2
 
-/* Largest |a - b| over n values, relative to the largest |b|. */
-static double rel_diff(const float *a, const float *b, size_t n)
-{
-    double big = 0, diff = 0;
-    for (size_t i = 0; i < n; i++) {
-        big = fmax(big, fabs(b[i]));
-        diff = fmax(diff, fabs((double)a[i] - b[i]));
-    }
-    return diff / fmax(big, 1e-30);
-}
-
 /* ---- kernels/layout.h on the host -------------------------------------- */
 
 START_TEST(test_layout_maps)
@@ -242,7 +231,7 @@ static void stem_case(const char *model, td_shape in, int classes,
                          0);
         ck_assert_msg(gpu->ops->read_tensor(gpu, TD_T_VALUE, L, g, cnt) == 0,
                       "%s", gpu->err);
-        double rel = rel_diff(g, a, cnt), tol = L == 0 ? u : u * 6.0;
+        double rel = st_rel_diff(g, a, cnt), tol = L == 0 ? u : u * 6.0;
         if (st_verbose("NHWC_VERBOSE"))
             printf("%s %s layer %s: %.3e of the largest value off "
                    "(tolerance %.1e)\n", model, st_dt_name(dt),
@@ -283,9 +272,6 @@ START_TEST(test_dropout_masks_nhwc)
     const int drop = 3, in = 2; /* dr and r1 (layer 0 is the batch) */
     ck_assert_int_eq(m->layers[drop].kind, TD_L_DROPOUT);
     size_t cnt = (size_t)8 * 8 * 9 * 9;
-    float *a = malloc(cnt * sizeof *a), *g = malloc(cnt * sizeof *g);
-    float *ai = malloc(cnt * sizeof *a), *gi = malloc(cnt * sizeof *g);
-    ck_assert(a && g && ai && gi);
     enum td_dtype dts[2] = {TD_BF16, TD_F16};
     for (int k = 0; k < 2; k++) {
         td_backend_config c32 = st_config(8, TD_F32, TD_MATH_FP32);
@@ -302,21 +288,8 @@ START_TEST(test_dropout_masks_nhwc)
                                 500 + (uint64_t)s, 0.05f, s + 1);
             double lg = st_step(gpu, m, &b, 8,
                                 500 + (uint64_t)s, 0.05f, s + 1);
-            ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, drop, a,
-                                                   cnt), 0);
-            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, drop, g,
-                                                   cnt), 0);
-            ck_assert_int_eq(ref->ops->read_tensor(ref, TD_T_VALUE, in, ai,
-                                                   cnt), 0);
-            ck_assert_int_eq(gpu->ops->read_tensor(gpu, TD_T_VALUE, in, gi,
-                                                   cnt), 0);
-            for (size_t i = 0; i < cnt; i++) {
-                if (ai[i] == 0.0f || gi[i] == 0.0f)
-                    continue;
-                seen++;
-                zeros += a[i] == 0.0f;
-                differ += (a[i] == 0.0f) != (g[i] == 0.0f);
-            }
+            seen += st_masks_compare(ref, gpu, drop, in, cnt, &zeros,
+                                     &differ);
             ck_assert_msg(differ == 0, "%s step %d: %zu masks differ",
                           st_dt_name(dts[k]), s, differ);
             double tol = dts[k] == TD_BF16 ? LOSS_TOL_BF16 : LOSS_TOL_F16;
@@ -332,10 +305,6 @@ START_TEST(test_dropout_masks_nhwc)
         td_backend_destroy(gpu);
         st_batch_free(&b);
     }
-    free(a);
-    free(g);
-    free(ai);
-    free(gi);
     td_model_free(m);
 }
 END_TEST
@@ -388,23 +357,13 @@ END_TEST
 static void resume_case(enum td_dtype from, enum td_dtype to)
 {
     td_model *m = ref_load_model("fmnist-cnn", (td_shape){1, 28, 28}, 10);
-    td_backend_config cf = st_config(4, from, TD_MATH_FP32);
-    td_backend_config ct = st_config(4, to, TD_MATH_FP32);
-    cf.optim.lr = ct.optim.lr = ST_LR;
     st_batch b = {.pixel_rows = 1};
-    double ev[3];
-    td_backend *b2 = st_resume_across(m, &cf, &ct, &b, 4, 4, ST_LR, ev);
-    double init = ev[0], ea = ev[1], eb = ev[2];
-    printf("fmnist-cnn %s -> %s: eval loss initial %.6f, before %.6f, "
-           "after the restore %.6f\n", st_dt_name(from), st_dt_name(to),
-           init, ea, eb);
     double tol = from == TD_BF16 || to == TD_BF16 ? LOSS_TOL_BF16
                                                   : LOSS_TOL_F16;
-    ck_assert_msg(st_loss_err(eb, ea) <= tol, "%s -> %s: %.6f after, %.6f "
-                  "before", st_dt_name(from), st_dt_name(to), eb, ea);
-    ck_assert_msg(fabs(eb - init) > 5 * fabs(eb - ea), "%s -> %s: the loss "
-                  "did not move from the initial weights' (%.6f, %.6f, "
-                  "%.6f)", st_dt_name(from), st_dt_name(to), init, ea, eb);
+    /* within the 16-bit tolerance, and 5x farther from the initial
+     * weights' */
+    td_backend *b2 = st_resume_check(m, from, to, 4, ST_LR, &b, tol, 5,
+                                     "fmnist-cnn ", NULL);
     st_batch_free(&b);
     td_backend_destroy(b2);
     td_model_free(m);

@@ -87,26 +87,26 @@ typedef struct math_seen {
     long gemms, gemm_tf32_mode, gemm_default, gemm_tf32;
 } math_seen;
 
+/* The simulator's convolution and GEMM counters now, by math. */
+static math_seen math_now(void)
+{
+    return (math_seen){td_sim_dnn_convs(-1),
+                       td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
+                       td_sim_dnn_convs(CUDNN_FMA_MATH), td_sim_dnn_tf32(),
+                       td_sim_blas_gemms(-1),
+                       td_sim_blas_gemms(CUBLAS_TF32_TENSOR_OP_MATH),
+                       td_sim_blas_gemms(CUBLAS_DEFAULT_MATH),
+                       td_sim_blas_tf32()};
+}
+
 static math_seen math_of_job(enum td_fp32_math math)
 {
     math_seen a, b;
     double loss[3];
     td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
-    a = (math_seen){td_sim_dnn_convs(-1),
-                    td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
-                    td_sim_dnn_convs(CUDNN_FMA_MATH), td_sim_dnn_tf32(),
-                    td_sim_blas_gemms(-1),
-                    td_sim_blas_gemms(CUBLAS_TF32_TENSOR_OP_MATH),
-                    td_sim_blas_gemms(CUBLAS_DEFAULT_MATH),
-                    td_sim_blas_tf32()};
+    a = math_now();
     run_steps("cuda:0", m, 6, math, 3, loss);
-    b = (math_seen){td_sim_dnn_convs(-1),
-                    td_sim_dnn_convs(CUDNN_TENSOR_OP_MATH),
-                    td_sim_dnn_convs(CUDNN_FMA_MATH), td_sim_dnn_tf32(),
-                    td_sim_blas_gemms(-1),
-                    td_sim_blas_gemms(CUBLAS_TF32_TENSOR_OP_MATH),
-                    td_sim_blas_gemms(CUBLAS_DEFAULT_MATH),
-                    td_sim_blas_tf32()};
+    b = math_now();
     td_model_free(m);
     return (math_seen){b.convs - a.convs, b.conv_tensor_op - a.conv_tensor_op,
                        b.conv_fma - a.conv_fma, b.conv_tf32 - a.conv_tf32,
@@ -178,20 +178,15 @@ END_TEST
 START_TEST(test_tf32_refused_below_ampere)
 {
     char err[512] = "";
-    td_backend *be = NULL;
     st_sim_env("TD_SIM_CC", "7.5");
     td_cuda_register();
     td_model *m = ref_load_model("tiny-all", (td_shape){2, 9, 9}, 5);
-    td_backend_config c = st_config(6, TD_F32, TD_MATH_TF32);
-    ck_assert_int_eq(td_backend_create("cuda:0", m, &c, &be, err, sizeof err),
-                     TD_E_NOTSUP);
-    ck_assert_ptr_null(be);
+    st_create_refused(m, TD_F32, TD_MATH_TF32, err, sizeof err);
     ck_assert_msg(strstr(err, "precision: tf32 needs a GPU of compute "
                          "capability 8.0 or newer") &&
                   strstr(err, "cuda:0 is traind simulated GPU 0, compute "
                          "capability 7.5") &&
                   strstr(err, "use fp32 or auto"), "%s", err);
-    ck_assert_uint_eq(td_sim_used(0), 0);
     td_model_free(m);
     ck_assert_int_eq(td_sim_reset(), 0); /* no stream, event or handle left */
 
@@ -220,6 +215,8 @@ START_TEST(test_tf32_refused_below_ampere)
                      TD_E_NOTSUP);
     ck_assert_msg(strstr(err, "bf16 needs a GPU of compute capability 8.0") &&
                   strstr(err, "capability 7.5"), "%s", err);
+    td_backend *be = NULL;
+    td_backend_config c = st_config(6, TD_F32, TD_MATH_TF32);
     c.dtype = TD_BF16;
     ck_assert_int_eq(td_backend_create("cuda:0", m = ref_load_model(
                          "tiny-all", (td_shape){2, 9, 9}, 5), &c, &be, err,
