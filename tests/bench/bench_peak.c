@@ -30,43 +30,19 @@ static double now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-enum { ACC = 12 }; /* independent accumulators: hide any latency <= 12 */
 enum { ITERS = 1 << 16 };
 
-/* Each kernel runs `reps` x ITERS iterations of ACC instructions and
- * returns the FLOPs done (one FMA lane = 2, one bf16 pair product = 2). */
-/* Twelve named accumulators (an array ends up in memory at -O2), each
- * starting from another value so the compiler cannot merge their chains. */
-#define TD_ACC12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-#define TD_DECL(i) __m512 c##i = _mm512_set1_ps((float)(i));
-#define TD_SUM(i) s = _mm512_add_ps(s, c##i);
-
-__attribute__((target("avx512f"))) static double k_fma(long reps, float *sink)
+/* Each kernel runs `reps` x ITERS iterations and returns the FLOPs done:
+ * caps.c's probe loops (12 independent zmm FMAs or bf16 dot products per
+ * iteration) and AMX tile products below. */
+static double k_fma(long reps, float *sink)
 {
-    __m512 a = _mm512_set1_ps(1e-7f), s = _mm512_setzero_ps();
-    TD_ACC12(TD_DECL)
-#define TD_FMA(i) c##i = _mm512_fmadd_ps(a, a, c##i);
-    for (long r = 0; r < reps * ITERS; r++) {
-        TD_ACC12(TD_FMA)
-    }
-    TD_ACC12(TD_SUM)
-    *sink += _mm512_reduce_add_ps(s);
-    return (double)reps * ITERS * ACC * 16 * 2;
+    return td_cpu_fma_loop(reps * ITERS, sink);
 }
 
-__attribute__((target("avx512f,avx512bf16"))) static double
-k_dpbf16(long reps, float *sink)
+static double k_dpbf16(long reps, float *sink)
 {
-    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3400); /* small bf16 */
-    __m512 s = _mm512_setzero_ps();
-    TD_ACC12(TD_DECL)
-#define TD_DP(i) c##i = _mm512_dpbf16_ps(c##i, a, a);
-    for (long r = 0; r < reps * ITERS; r++) {
-        TD_ACC12(TD_DP)
-    }
-    TD_ACC12(TD_SUM)
-    *sink += _mm512_reduce_add_ps(s);
-    return (double)reps * ITERS * ACC * 32 * 2;
+    return td_cpu_dot_loop(reps * ITERS, sink);
 }
 
 /* Tiles 0-3 accumulate 16x16 fp32; 4-7 hold 16 rows of 32 bf16 pairs.

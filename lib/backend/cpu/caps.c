@@ -12,9 +12,10 @@
  * not of the ISA: Intel Sapphire Rapids runs vdpbf16ps at half the FMA's
  * FLOPs (tests/bench/bench_peak.c, docs/compute.md), where a bf16 step on
  * those kernels is slower than fp32's, while on AMD Zen 5 bf16 steps ran
- * 1.67-1.84x fp32's (its rate not yet measured).  The probe times both for about a millisecond, best of five,
- * alternated; TD_CPU_DOT_RATE=<ratio> in the environment replaces the
- * measurement (tests, diagnosis).
+ * 1.67-1.84x fp32's (its rate not yet measured).  The probe times both
+ * loops (td_cpu_fma_loop, td_cpu_dot_loop: also bench_peak's) for about a
+ * millisecond, the best of eight alternated runs; TD_CPU_DOT_RATE=<ratio>
+ * in the environment replaces the measurement (tests, diagnosis).
  * Never does: anything per step; the probe runs once.
  */
 #include "backend/cpu/caps.h"
@@ -83,57 +84,62 @@ static double td__now(void)
 #define TD__ACC(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define TD__DECL(i) __m512 c##i = _mm512_set1_ps((float)(i));
 #define TD__SUM(i) s = _mm512_add_ps(s, c##i);
-enum { TD__ITERS = 4096 }; /* 49,152 instructions: ~10-40 us */
 
-/* Seconds for TD__ITERS x 12 vfmadd231ps zmm (32 FLOPs each). */
-__attribute__((target("avx512f"))) static double td__time_fma(float *sink)
+__attribute__((target("avx512f"))) double td_cpu_fma_loop(long iters,
+                                                          float *sink)
 {
     __m512 a = _mm512_set1_ps(1e-7f), s = _mm512_setzero_ps();
     TD__ACC(TD__DECL)
-    double t = td__now();
 #define TD__FMA(i) c##i = _mm512_fmadd_ps(a, a, c##i);
-    for (int r = 0; r < TD__ITERS; r++) {
+    for (long r = 0; r < iters; r++) {
         TD__ACC(TD__FMA)
     }
     TD__ACC(TD__SUM)
     *sink += _mm512_reduce_add_ps(s);
-    return td__now() - t;
+    return (double)iters * 12 * 16 * 2;
 }
 
-/* Seconds for TD__ITERS x 12 vdpbf16ps zmm (64 FLOPs each). */
-__attribute__((target("avx512f,avx512bf16"))) static double
-td__time_dot(float *sink)
+__attribute__((target("avx512f,avx512bf16"))) double
+td_cpu_dot_loop(long iters, float *sink)
 {
     __m512bh a = (__m512bh)_mm512_set1_epi16(0x3400); /* bf16 ~1.7e-7 */
     __m512 s = _mm512_setzero_ps();
     TD__ACC(TD__DECL)
-    double t = td__now();
 #define TD__DOT(i) c##i = _mm512_dpbf16_ps(c##i, a, a);
-    for (int r = 0; r < TD__ITERS; r++) {
+    for (long r = 0; r < iters; r++) {
         TD__ACC(TD__DOT)
     }
     TD__ACC(TD__SUM)
     *sink += _mm512_reduce_add_ps(s);
-    return td__now() - t;
+    return (double)iters * 12 * 32 * 2;
+}
+
+/* FLOPs per second of loop run for 4,096 iterations (49,152
+ * instructions: 10-40 us). */
+static double td__rate(double (*loop)(long, float *), float *sink)
+{
+    double t = td__now();
+    double flops = loop(4096, sink);
+    t = td__now() - t;
+    return t > 0 ? flops / t : 0;
 }
 
 /* FLOP rate of vdpbf16ps over vfmadd231ps: the fastest of 8 alternated
  * runs of each (the first ones also wake the 512-bit units up). */
+static volatile float td__sink; /* keeps the loops' results live */
+
 static double td__dot_rate(void)
 {
-    volatile float sink = 0;
     float k = 0;
-    double fma = 1e9, dot = 1e9;
+    double fma = 0, dot = 0;
     for (int i = 0; i < 8; i++) {
-        double f = td__time_fma(&k), d = td__time_dot(&k);
-        if (f < fma)
-            fma = f;
-        if (d < dot)
-            dot = d;
+        double f = td__rate(td_cpu_fma_loop, &k);
+        double d = td__rate(td_cpu_dot_loop, &k);
+        fma = f > fma ? f : fma;
+        dot = d > dot ? d : dot;
     }
-    sink = k;
-    (void)sink;
-    return fma > 0 && dot > 0 ? (64.0 / dot) / (32.0 / fma) : 0;
+    td__sink = k;
+    return fma > 0 ? dot / fma : 0;
 }
 
 int td_cpu_bf16_auto(const char *isa, int bf16, double dot_rate)

@@ -34,6 +34,12 @@ typedef struct td_cpu_caps {
  * bf16 breaks even near 0.58; 0.75 leaves a margin (docs/compute.md). */
 #define TD_CPU_DOT_RATE_MIN 0.75
 
+/* The probe's loops, also bench_peak's: iters x 12 independent zmm
+ * vfmadd231ps (needs AVX-512F), or vdpbf16ps (needs AVX512_BF16); each
+ * returns the FLOPs it did and adds its result to *sink (keep it live). */
+double td_cpu_fma_loop(long iters, float *sink);
+double td_cpu_dot_loop(long iters, float *sink);
+
 /* The probe, run once; never NULL. */
 const td_cpu_caps *td_cpu_caps_get(void);
 
@@ -42,8 +48,10 @@ const td_cpu_caps *td_cpu_caps_get(void);
  * TD_CPU_DOT_RATE_MIN times as fast as fp32 FMAs (dot_rate). */
 int td_cpu_bf16_auto(const char *isa, int bf16, double dot_rate);
 
-/* "AMD EPYC, oneDNN ISA avx512_core_bf16 (AVX512_BF16): bf16 yes, auto
- * bf16 (vdpbf16ps 2.00x the fp32 FMA rate)". */
+/* "Intel(R) Xeon(R) Processor, oneDNN ISA avx512_core_bf16 (AMX-BF16,
+ * AVX512_BF16, AVX512_FP16): bf16 yes, auto fp32 (vdpbf16ps 0.50x the fp32
+ * FMA rate)" (oneDNN held to AVX512_BF16), "...: bf16 yes, auto bf16
+ * (AMX)", "...: bf16 no". */
 void td_cpu_caps_describe(const td_cpu_caps *c, char *out, size_t cap);
 
 #endif
