@@ -33,6 +33,15 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* "bf16 TD_CPU_BWDD=1", or "fp32" without a switch. */
+static const char *label(char *buf, size_t cap, const char *prec,
+                         const char *env, const char *val)
+{
+    snprintf(buf, cap, "%s%s%s%s%s", prec, env ? " " : "", env ? env : "",
+             env ? "=" : "", env ? val : "");
+    return buf;
+}
+
 /* One arm: precision prec, planned with env=val set (env NULL: none). */
 static td_backend *make(const td_model *m, int batch, int threads,
                         const char *prec, const char *env, const char *val)
@@ -51,8 +60,9 @@ static td_backend *make(const td_model *m, int batch, int threads,
     if (env)
         unsetenv(env);
     if (rc) {
-        fprintf(stderr, "bench_cpu_ab: %s%s%s%s: %s\n", prec,
-                env ? " " : "", env ? env : "", env ? "=" : "", err);
+        char l[160];
+        fprintf(stderr, "bench_cpu_ab: %s: %s\n",
+                label(l, sizeof l, prec, env, val), err);
         exit(1);
     }
     return be;
@@ -162,14 +172,12 @@ int main(int argc, char **argv)
     }
     double ma = median(t[0], steps), mb = median(t[1], steps);
     char la[160], lb[160];
-    snprintf(la, sizeof la, "%s%s%s%s%s", pa, env ? " " : "", env ? env : "",
-             env ? "=" : "", env ? va : "");
-    snprintf(lb, sizeof lb, "%s%s%s%s%s", pb, env ? " " : "", env ? env : "",
-             env ? "=" : "", env ? vb : "");
     printf("%s batch %d threads %d, %d steps after %d warm-up: %s %.1f "
            "ms/step, %s %.1f ms/step, A/B %.3f; per pair %.3f "
-           "(%.3f..%.3f)\n", model, batch, threads, steps, warmup, la,
-           ma * 1e3, lb, mb * 1e3, ma / mb, median(ratio, steps), lo, hi);
+           "(%.3f..%.3f)\n", model, batch, threads, steps, warmup,
+           label(la, sizeof la, pa, env, va), ma * 1e3,
+           label(lb, sizeof lb, pb, env, vb), mb * 1e3, ma / mb,
+           median(ratio, steps), lo, hi);
     td_backend_destroy(be[0]);
     td_backend_destroy(be[1]);
     td_model_free(m);

@@ -8,8 +8,11 @@
 #define TD_TEST_BWDW_REF_H
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "backend/cpu/cpu_bwdw.h"
 #include "bf16.h"
 #include "philox.h"
 #include "tdtest.h"
@@ -88,6 +91,27 @@ static void check_bias(const shape *s, const td_bf16 *dy, const float *db)
         ck_assert_msg(fabs(db[o] - b) <= 1e-6 * m, "db[%d] %g, want %g", o,
                       db[o], b);
     }
+}
+
+/* The groups are summed in group order: with layout ly, one thread or two
+ * give the same bits (x and dy are random either way). */
+static void check_thread_count_independent(td_bwdw_layout ly)
+{
+    const shape s = {37, 8, 8, 64, 32, 3, 1, 1};
+    size_t rows = (size_t)s.n * s.h * s.w;
+    size_t nw = (size_t)s.oc * s.ic * s.k * s.k;
+    td_bf16 *x = rnd(rows * s.ic, 7), *dy = rnd(rows * s.oc, 8);
+    float *a = malloc(nw * sizeof *a), *b = malloc(nw * sizeof *b);
+    omp_set_num_threads(2);
+    td_bwdw *p = td_bwdw_create_layout(s.n, s.h, s.w, s.ic, s.oc, s.k, s.s,
+                                       s.p, 2, ly);
+    ck_assert_ptr_nonnull(p);
+    td_bwdw_run(p, x, dy, a, NULL);
+    omp_set_num_threads(1);
+    td_bwdw_run(p, x, dy, b, NULL);
+    ck_assert_int_eq(memcmp(a, b, nw * sizeof *a), 0);
+    td_bwdw_destroy(p);
+    free(x), free(dy), free(a), free(b);
 }
 
 #endif

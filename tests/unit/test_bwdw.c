@@ -53,23 +53,9 @@ START_TEST(test_matches_reference)
 }
 END_TEST
 
-/* The groups are summed in group order: one thread or two, same bits. */
 START_TEST(test_thread_count_independent)
 {
-    const shape s = {37, 8, 8, 64, 32, 3, 1, 1};
-    size_t rows = (size_t)s.n * s.h * s.w;
-    size_t nw = (size_t)s.oc * s.ic * s.k * s.k;
-    td_bf16 *x = rnd(rows * s.ic, 7), *dy = rnd(rows * s.oc, 8);
-    float *a = malloc(nw * sizeof *a), *b = malloc(nw * sizeof *b);
-    omp_set_num_threads(2);
-    td_bwdw *p = td_bwdw_create(s.n, s.h, s.w, s.ic, s.oc, s.k, s.s, s.p, 2);
-    ck_assert_ptr_nonnull(p);
-    td_bwdw_run(p, x, dy, a, NULL);
-    omp_set_num_threads(1);
-    td_bwdw_run(p, x, dy, b, NULL);
-    ck_assert_int_eq(memcmp(a, b, nw * sizeof *a), 0);
-    td_bwdw_destroy(p);
-    free(x), free(dy), free(a), free(b);
+    check_thread_count_independent(TD_BWDW_NHWC);
 }
 END_TEST
 

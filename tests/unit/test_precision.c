@@ -189,13 +189,20 @@ START_TEST(test_auto_rule)
 }
 END_TEST
 
+/* The cpuid bit of vdpbf16ps, read without td_cpu_caps_get(): the probe
+ * runs once, and these tests must cap oneDNN's ISA before it does. */
+static int cpu_has_avx512_bf16(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+}
+
 /* With oneDNN held to AVX512_BF16 (the plan of a CPU without AMX) the
  * probe times vdpbf16ps against fp32 FMAs, and "auto" follows that
  * measured rate: bf16 stays available either way. */
 START_TEST(test_auto_follows_measured_dot_rate)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) {
+    if (!cpu_has_avx512_bf16()) {
         printf("test_auto_follows_measured_dot_rate: skipped, no "
                "AVX512_BF16 on this CPU\n");
         return;
@@ -227,8 +234,7 @@ END_TEST
  * one machine. */
 START_TEST(test_auto_dot_rate_override)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1))
+    if (!cpu_has_avx512_bf16())
         return; /* said by the test above */
     static const char *const rates[] = {"2.0", "0.5", "0.75", "junk"};
     setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", 1);
