@@ -3,7 +3,11 @@
 #
 #   1. install what is needed (scripts/deps.sh)
 #   2. plain build, CUDA backend if nvcc and cuDNN are found, warnings as
-#      errors: every suite (GPU-only tests skip without a device)
+#      errors: every suite (GPU-only tests skip without a device); then
+#      every suite again on the plan AMD Zen 4/5 CPUs take, whatever this
+#      CPU is (oneDNN limited to avx512_core_bf16, `precision: auto`
+#      choosing bf16), so that an Intel machine's CI catches what would
+#      fail on an AMD one
 #   3. ASan+UBSan build without CUDA: every suite, with the CUDA backend
 #      built against the simulated device (tests/gpu/sim) and its suites
 #   4. ThreadSanitizer build without CUDA: the threaded suites, the
@@ -14,7 +18,7 @@
 #
 # Build trees go under $TD_BUILD_BASE (default: build-test/ in the tree) and
 # are reused between runs.  Ends with one line "tests: N passed, N failed,
-# N skipped" over all four builds, and exits non-zero if anything failed.
+# N skipped" over all runs, and exits non-zero if anything failed.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -81,6 +85,13 @@ run() { # name, dir, ninja target ("": all), "test options", meson options...
 }
 
 run "plain build (CUDA auto, -Werror)" "$base/plain" "" "" \
+  -Dwerror=true -Dcuda=auto -Dbuildtype=debugoptimized
+# The AMD plan: oneDNN's AVX512_BF16 kernels in the blocked nChw16c
+# layout (on an AMX CPU too) and a bf16 dot-product rate above auto's
+# threshold (docs/compute.md, precision auto), as Zen 4/5 report.  On a CPU
+# without AVX512_BF16 this is the plain run again.
+ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 TD_CPU_DOT_RATE=2 \
+  run "plain build, the AMD plan (avx512_core_bf16)" "$base/plain" "" "" \
   -Dwerror=true -Dcuda=auto -Dbuildtype=debugoptimized
 # The sanitizer builds also build the CUDA backend against the simulated
 # device (tests/gpu/sim): it needs CUDA's and cuDNN's headers, not a GPU;

@@ -221,6 +221,23 @@ static inline int td_ab_need_amx(const char *why)
     return TD_TEST_SKIP;
 }
 
+/* Limits oneDNN to avx512_core_bf16 (ONEDNN_MAX_CPU_ISA, unless the
+ * caller set it; read once per process, so before the first oneDNN call):
+ * the blocked nChw16c bf16 plan AMD Zen 4/5 take.  0 where oneDNN then
+ * runs it natively; elsewhere prints "SKIP: oneDNN does not run
+ * avx512_core_bf16 here (<this CPU>)" and returns TD_TEST_SKIP. */
+static inline int td_ab_need_avx512_bf16(void)
+{
+    char d[256];
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", 0);
+    td_cpu_caps_describe(td_cpu_caps_get(), d, sizeof d);
+    if (td_cpu_caps_get()->bf16 &&
+        strcmp(td_cpu_caps_get()->isa, "avx512_core_bf16") == 0)
+        return 0;
+    printf("SKIP: oneDNN does not run avx512_core_bf16 here (%s)\n", d);
+    return TD_TEST_SKIP;
+}
+
 /* main() of a test that needs `ok`: its suite, or skipped (77) naming
  * why. */
 #define TD_AB_MAIN(ok, why, suite_fn)                                        \

@@ -45,14 +45,9 @@ END_TEST
 
 int main(void)
 {
-    setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", 0);
-    char d[256];
-    td_cpu_caps_describe(td_cpu_caps_get(), d, sizeof d);
-    if (!td_cpu_caps_get()->bf16 ||
-        strcmp(td_cpu_caps_get()->isa, "avx512_core_bf16") != 0) {
-        printf("SKIP: oneDNN does not run avx512_core_bf16 here (%s)\n", d);
-        return TD_TEST_SKIP;
-    }
+    int skip = td_ab_need_avx512_bf16();
+    if (skip)
+        return skip;
     Suite *s = suite_create("backend_bf16_avx512");
     TCase *tc = tcase_create("backend_bf16_avx512");
     tcase_add_test(tc, test_reference_kernel_refused_avx512);

@@ -1,6 +1,6 @@
-/* test_backend_bf16_bn.c - the bf16 channels-last plan with the
- * hand-written batch norm (lib/backend/cpu/cpu_bn.c: fused relu, fused
- * add + relu) against the same plan on oneDNN's batch norm
+/* test_backend_bf16_bn.c - the bf16 plans with the hand-written batch
+ * norm (lib/backend/cpu/cpu_bn.c: fused relu, fused add + relu) against
+ * the same plan on oneDNN's batch norm
  * (TD_CPU_BN=onednn), both against the fp32 reference layers, on
  * resnet20 and fmnist-cnn: one training step, every layer's value and
  * gradient and every parameter gradient, then an evaluation step (the
@@ -24,8 +24,11 @@
  * prints every pair.  The fused add's own output does not exist (read
  * refused), which shows the fused path was taken.
  *
- * Skipped (77) where oneDNN does not run AMX: only that plan uses
- * cpu_bn.c.  One OpenMP thread.
+ * Without arguments: the channels-last plan, skipped (77) where oneDNN
+ * does not run AMX.  With --blocked (the test backend_bf16_bn_blocked):
+ * oneDNN limited to avx512_core_bf16 (ONEDNN_MAX_CPU_ISA, set before the
+ * first oneDNN call), the blocked nChw16c plan AMD Zen 4/5 take, skipped
+ * where the CPU has no AVX512_BF16.  One OpenMP thread.
  */
 #include <math.h>
 #include <stdio.h>
@@ -230,9 +233,12 @@ START_TEST(test_fmnist_cnn_fast_bn)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
-    int skip = td_ab_need_amx(": the bf16 plan keeps oneDNN's batch norm");
+    int skip = argc > 1 && strcmp(argv[1], "--blocked") == 0
+                   ? td_ab_need_avx512_bf16()
+                   : td_ab_need_amx(": the bf16 plan keeps oneDNN's batch "
+                                    "norm");
     if (skip)
         return skip;
     Suite *s = suite_create("backend_bf16_bn");

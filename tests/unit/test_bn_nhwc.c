@@ -1,8 +1,11 @@
-/* test_bn_nhwc.c - the CPU backend's bf16 channels-last batch norm
- * (lib/backend/cpu/cpu_bn.c, math in kernels/bn_nhwc.h) against an fp64
- * reference on random NHWC data: C in {16, 32, 48, 64, 80} (one to five
+/* test_bn_nhwc.c - the CPU backend's bf16 batch norm (lib/backend/cpu/
+ * cpu_bn.c, math in kernels/bn_nhwc.h) against an fp64 reference on random
+ * data, in both layouts it reads: channels-last (NHWC) and oneDNN's
+ * blocked nChw16c (the data made in NHWC order, laid out blocked for the
+ * call and back for the checks).  C in {16, 32, 48, 64, 80} (one to five
  * 16-channel vectors, so every channel group size and a second group),
- * odd row counts (N*H*W) below and above one chunk, with and without the
+ * odd row counts (N*H*W = 3 images) below and above one chunk (in
+ * nChw16c one image of 437 rows is two chunks), with and without the
  * fused add and relu; training forward and backward, inference, the
  * rounding, and bitwise determinism across thread counts.  On a CPU
  * without AVX-512 (where the backend keeps oneDNN's batch norm) only the
@@ -23,7 +26,7 @@
 #define EPS 1e-5f
 
 typedef struct bn_case {
-    size_t rows;
+    size_t rows, hw; /* hw: 0 nhwc, else nChw16c with hw rows per image */
     int C, relu, add;
     td_bf16 *x, *s, *y, *dy, *dx, *ds;
     float *gamma, *beta, *mean, *var, *dgamma, *dbeta, *part;
@@ -36,17 +39,18 @@ static float urand(uint64_t stream, uint64_t i, float lo, float hi)
 
 /* Per channel c, x ~ offset_c + scale_c * U(-1, 1): offsets up to 4 times
  * the spread test the shifted statistics. */
-static void fill(bn_case *b, size_t rows, int C, int relu, int add)
+static void fill(bn_case *b, size_t rows, int C, int relu, int add,
+                 size_t hw)
 {
     size_t n = rows * (size_t)C;
     memset(b, 0, sizeof *b);
-    b->rows = rows, b->C = C, b->relu = relu, b->add = add;
+    b->rows = rows, b->C = C, b->relu = relu, b->add = add, b->hw = hw;
     b->x = malloc(n * 2), b->s = malloc(n * 2), b->y = malloc(n * 2);
     b->dy = malloc(n * 2), b->dx = malloc(n * 2), b->ds = malloc(n * 2);
     b->gamma = malloc((size_t)C * 4), b->beta = malloc((size_t)C * 4);
     b->mean = malloc((size_t)C * 4), b->var = malloc((size_t)C * 4);
     b->dgamma = malloc((size_t)C * 4), b->dbeta = malloc((size_t)C * 4);
-    b->part = malloc(td_bn_nhwc_part_floats(rows, C) * 4);
+    b->part = malloc(td_bn_nhwc_part_floats(rows, C, hw) * 4);
     for (int c = 0; c < C; c++) {
         b->gamma[c] = urand(1, (uint64_t)c, 0.5f, 2.0f);
         b->beta[c] = urand(2, (uint64_t)c, -0.5f, 0.5f);
@@ -71,18 +75,68 @@ static void unfill(bn_case *b)
 
 static double f(td_bf16 v) { return td_bf16_to_f32(v); }
 
+/* Element (row r, channel c) of a [rows][C] tensor in nChw16c with hw
+ * rows per image: [r / hw][c / 16][r % hw][c % 16]. */
+static size_t blk_at(size_t r, size_t c, size_t C, size_t hw)
+{
+    return (r / hw * C + c / 16 * 16) * hw + r % hw * 16 + c % 16;
+}
+
+/* A copy of the NHWC tensor t in case b's layout (t itself in NHWC). */
+static td_bf16 *laid(const bn_case *b, const td_bf16 *t)
+{
+    size_t C = (size_t)b->C, n = b->rows * C;
+    td_bf16 *o = malloc(n * 2);
+    for (size_t i = 0; i < n; i++)
+        o[b->hw ? blk_at(i / C, i % C, C, b->hw) : i] = t[i];
+    return o;
+}
+
+/* t in case b's layout back into NHWC order in out; frees t. */
+static void unlaid(const bn_case *b, td_bf16 *t, td_bf16 *out)
+{
+    size_t C = (size_t)b->C, n = b->rows * C;
+    for (size_t i = 0; i < n; i++)
+        out[i] = t[b->hw ? blk_at(i / C, i % C, C, b->hw) : i];
+    free(t);
+}
+
 static void run_fwd(bn_case *b)
 {
-    td_bn_nhwc_fwd(b->x, b->add ? b->s : NULL, b->y, b->rows, b->C,
-                   b->gamma, b->beta, EPS, b->relu, b->mean, b->var,
-                   b->part);
+    size_t n = b->rows * (size_t)b->C;
+    td_bf16 *x = laid(b, b->x), *s = laid(b, b->s), *y = malloc(n * 2);
+    td_bn_nhwc_fwd(x, b->add ? s : NULL, y, b->rows, b->C, b->hw, b->gamma,
+                   b->beta, EPS, b->relu, b->mean, b->var, b->part);
+    unlaid(b, y, b->y);
+    free(x);
+    free(s);
+}
+
+static void run_infer(bn_case *b)
+{
+    size_t n = b->rows * (size_t)b->C;
+    td_bf16 *x = laid(b, b->x), *s = laid(b, b->s), *y = malloc(n * 2);
+    td_bn_nhwc_infer(x, b->add ? s : NULL, y, b->rows, b->C, b->hw,
+                     b->gamma, b->beta, b->mean, b->var, EPS, b->relu,
+                     b->part);
+    unlaid(b, y, b->y);
+    free(x);
+    free(s);
 }
 
 static void run_bwd(bn_case *b)
 {
-    td_bn_nhwc_bwd(b->x, b->y, b->dy, b->dx, b->add ? b->ds : NULL, b->rows,
-                   b->C, b->gamma, b->mean, b->var, EPS, b->relu, b->dgamma,
+    size_t n = b->rows * (size_t)b->C;
+    td_bf16 *x = laid(b, b->x), *y = laid(b, b->y), *dy = laid(b, b->dy);
+    td_bf16 *dx = malloc(n * 2), *ds = malloc(n * 2);
+    td_bn_nhwc_bwd(x, y, dy, dx, b->add ? ds : NULL, b->rows, b->C, b->hw,
+                   b->gamma, b->mean, b->var, EPS, b->relu, b->dgamma,
                    b->dbeta, b->part);
+    unlaid(b, dx, b->dx);
+    unlaid(b, ds, b->ds);
+    free(x);
+    free(y);
+    free(dy);
 }
 
 /* Channel c's fp64 mean and biased variance of the bf16 x. */
@@ -186,8 +240,12 @@ static void check_bwd(bn_case *b)
 }
 
 static const int chans[] = {16, 32, 48, 64, 80};
-/* odd N*H*W: 3*5*7 (under one chunk), 3*19*23 (5 chunks and a tail) */
+/* odd N*H*W of 3 images: 3*5*7 (under one chunk), 3*19*23 (5 chunks and a
+ * tail in NHWC; in nChw16c two per image, 256 rows and 181) */
 static const size_t rowss[] = {105, 1311};
+
+/* The test's layout: _i 0 NHWC, 1 nChw16c with rows / 3 rows per image. */
+static size_t layout_hw(int blk, size_t rows) { return blk ? rows / 3 : 0; }
 
 START_TEST(test_forward_vs_fp64)
 {
@@ -195,7 +253,8 @@ START_TEST(test_forward_vs_fp64)
         for (size_t ri = 0; ri < 2; ri++)
             for (int v = 0; v < 4; v++) {
                 bn_case b;
-                fill(&b, rowss[ri], chans[ci], v & 1, v >> 1);
+                fill(&b, rowss[ri], chans[ci], v & 1, v >> 1,
+                     layout_hw(_i, rowss[ri]));
                 check_fwd(&b);
                 unfill(&b);
             }
@@ -208,7 +267,8 @@ START_TEST(test_backward_vs_fp64)
         for (size_t ri = 0; ri < 2; ri++)
             for (int v = 0; v < 4; v++) {
                 bn_case b;
-                fill(&b, rowss[ri], chans[ci], v & 1, v >> 1);
+                fill(&b, rowss[ri], chans[ci], v & 1, v >> 1,
+                     layout_hw(_i, rowss[ri]));
                 check_bwd(&b);
                 unfill(&b);
             }
@@ -223,7 +283,7 @@ START_TEST(test_forward_is_scalar_math)
     for (size_t ci = 0; ci < 5; ci++)
         for (int v = 0; v < 4; v++) {
             bn_case b;
-            fill(&b, 1311, chans[ci], v & 1, v >> 1);
+            fill(&b, 1311, chans[ci], v & 1, v >> 1, layout_hw(_i, 1311));
             run_fwd(&b);
             for (size_t i = 0; i < b.rows * (size_t)b.C; i++) {
                 int c = (int)(i % (size_t)b.C);
@@ -280,8 +340,8 @@ START_TEST(test_infer_rounding)
         s[i] = td_bf16_from_f32(xv * urand(13, (uint64_t)i, -0x1p-6f,
                                            0x1p-6f));
     }
-    ck_assert_uint_le(td_bn_nhwc_part_floats(R, C), sizeof part / 4);
-    td_bn_nhwc_infer(x, s, y, R, C, one, zero, zero, one, 0.0f, 0, part);
+    ck_assert_uint_le(td_bn_nhwc_part_floats(R, C, 0), sizeof part / 4);
+    td_bn_nhwc_infer(x, s, y, R, C, 0, one, zero, zero, one, 0.0f, 0, part);
     for (int i = 0; i < C * R; i++) {
         float v = td_bf16_to_f32(x[i]) + td_bf16_to_f32(s[i]);
         td_bf16 want = td_bf16_from_f32(v);
@@ -296,13 +356,12 @@ START_TEST(test_infer_vs_fp64)
 {
     for (size_t ci = 0; ci < 5; ci++) {
         bn_case b;
-        fill(&b, 1311, chans[ci], 1, 1);
+        fill(&b, 1311, chans[ci], 1, 1, layout_hw(_i, 1311));
         for (int c = 0; c < b.C; c++) {
             b.mean[c] = urand(10, (uint64_t)c, -1, 1);
             b.var[c] = urand(11, (uint64_t)c, 0.5f, 4);
         }
-        td_bn_nhwc_infer(b.x, b.s, b.y, b.rows, b.C, b.gamma, b.beta, b.mean,
-                         b.var, EPS, 1, b.part);
+        run_infer(&b);
         for (size_t i = 0; i < b.rows * (size_t)b.C; i++) {
             int c = (int)(i % (size_t)b.C);
             double xh = (f(b.x[i]) - b.mean[c]) / sqrt(b.var[c] + EPS);
@@ -327,8 +386,8 @@ START_TEST(test_deterministic)
 {
     for (int v = 0; v < 4; v++) {
         bn_case a, b;
-        fill(&a, 1311, 48, v & 1, v >> 1);
-        fill(&b, 1311, 48, v & 1, v >> 1);
+        fill(&a, 1311, 48, v & 1, v >> 1, layout_hw(_i, 1311));
+        fill(&b, 1311, 48, v & 1, v >> 1, layout_hw(_i, 1311));
         size_t n = a.rows * 48;
         omp_set_num_threads(2);
         run_fwd(&a);
@@ -436,15 +495,13 @@ int main(void)
     tcase_add_test(tc, test_scalar_math);
     if (!td_bn_nhwc_ok(16)) /* the backend keeps oneDNN's batch norm */
         printf("no AVX-512 here: only the scalar math is tested\n");
-    else
-        tcase_add_test(tc, test_forward_vs_fp64);
-    if (td_bn_nhwc_ok(16))
-        tcase_add_test(tc, test_backward_vs_fp64);
-    if (td_bn_nhwc_ok(16)) {
-        tcase_add_test(tc, test_forward_is_scalar_math);
+    if (td_bn_nhwc_ok(16)) { /* the loop tests: _i 0 NHWC, 1 nChw16c */
+        tcase_add_loop_test(tc, test_forward_vs_fp64, 0, 2);
+        tcase_add_loop_test(tc, test_backward_vs_fp64, 0, 2);
+        tcase_add_loop_test(tc, test_forward_is_scalar_math, 0, 2);
         tcase_add_test(tc, test_infer_rounding);
-        tcase_add_test(tc, test_infer_vs_fp64);
-        tcase_add_test(tc, test_deterministic);
+        tcase_add_loop_test(tc, test_infer_vs_fp64, 0, 2);
+        tcase_add_loop_test(tc, test_deterministic, 0, 2);
         tcase_add_test(tc, test_add_n);
     }
     suite_add_tcase(s, tc);

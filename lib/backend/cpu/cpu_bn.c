@@ -34,15 +34,29 @@ int td_bn_nhwc_ok(int C)
     return C > 0 && C % 16 == 0 && __builtin_cpu_supports("avx512f");
 }
 
-static size_t td__nchunks(size_t rows)
+/* A tensor's geometry: rows = N*H*W, C channels, hw = H*W rows per image
+ * in nChw16c, 0 in nhwc. */
+typedef struct {
+    size_t rows, hw;
+    int C;
+} td__geo;
+
+static size_t td__cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+/* nhwc: chunks of TD_BN_NHWC_ROWS rows; nChw16c: of up to as many rows of
+ * one image (a chunk never spans two). */
+static size_t td__nchunks(td__geo g)
 {
-    return (rows + TD_BN_NHWC_ROWS - 1) / TD_BN_NHWC_ROWS;
+    if (!g.hw)
+        return td__cdiv(g.rows, TD_BN_NHWC_ROWS);
+    return g.rows / g.hw * td__cdiv(g.hw, TD_BN_NHWC_ROWS);
 }
 
 /* [chunks][2][C] partial sums, then 4*C floats of per-channel values. */
-size_t td_bn_nhwc_part_floats(size_t rows, int C)
+size_t td_bn_nhwc_part_floats(size_t rows, int C, size_t hw)
 {
-    return (2 * td__nchunks(rows) + 4) * (size_t)C;
+    td__geo g = {rows, hw, C};
+    return (2 * td__nchunks(g) + 4) * (size_t)C;
 }
 
 TD__IN __m512 td__ld(const td_bf16 *p)
@@ -84,23 +98,33 @@ TD__IN void td__st_exact(td_bf16 *p, __m512 v)
     _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(hi));
 }
 
-/* Chunk rows [r0, r1), channels [c0, c0 + 16*nv): o1 = sum (x - sh),
+/* A chunk: nr rows of every channel, element (row i, channel c) at
+ * off + c*cs + i*rs for c a multiple of 16 (+ c % 16 in its vector):
+ * nhwc rs = C, cs = 1; nChw16c rs = 16, cs = hw. */
+typedef struct {
+    size_t off, nr, rs, cs;
+} td__ck;
+
+/* The element offsets of a chunk's channel group [c0, c0 + 16*nv) at its
+ * row 0. */
+#define TD__VOFF(k, c0, nv, vo)                                                  size_t vo[4];                                                                _Pragma("GCC unroll 4") for (int v = 0; v < (nv); v++) vo[v] =                   (k).off + (size_t)((c0) + 16 * v) * (k).cs
+
+/* Chunk k, channels [c0, c0 + 16*nv): o1 = sum (x - sh),
  * o2 = sum (x - sh)^2. */
-TD__IN void td__stats_blk(const td_bf16 *x, size_t r0, size_t r1, int C,
-                          int c0, int nv, const float *sh, float *o1,
-                          float *o2)
+TD__IN void td__stats_blk(const td_bf16 *x, td__ck k, int c0, int nv,
+                          const float *sh, float *o1, float *o2)
 {
-    __m512 k[4], s1[4], s2[4];
+    __m512 K[4], s1[4], s2[4];
+    TD__VOFF(k, c0, nv, vo);
 #pragma GCC unroll 4
     for (int v = 0; v < nv; v++) {
-        k[v] = _mm512_loadu_ps(sh + c0 + 16 * v);
+        K[v] = _mm512_loadu_ps(sh + c0 + 16 * v);
         s1[v] = s2[v] = _mm512_setzero_ps();
     }
-    for (size_t r = r0; r < r1; r++) {
-        const td_bf16 *p = x + r * (size_t)C + c0;
+    for (size_t i = 0; i < k.nr; i++) {
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
-            __m512 d = _mm512_sub_ps(td__ld(p + 16 * v), k[v]);
+            __m512 d = _mm512_sub_ps(td__ld(x + vo[v] + i * k.rs), K[v]);
             s1[v] = _mm512_add_ps(s1[v], d);
             s2[v] = _mm512_fmadd_ps(d, d, s2[v]);
         }
@@ -115,29 +139,29 @@ TD__IN void td__stats_blk(const td_bf16 *x, size_t r0, size_t r1, int C,
 /* y = [relu]((x - mean)*a + b [rounded, + s]) on a chunk's channel
  * group (td_bn_nhwc_y). */
 TD__IN void td__apply_blk(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
-                          size_t r0, size_t r1, int C, int c0, int nv,
-                          const float *mean, const float *a, const float *b,
-                          int relu)
+                          td__ck k, int c0, int nv, const float *mean,
+                          const float *a, const float *b, int relu)
 {
     __m512 M[4], A[4], B[4], z = _mm512_setzero_ps();
+    TD__VOFF(k, c0, nv, vo);
 #pragma GCC unroll 4
     for (int v = 0; v < nv; v++) {
         M[v] = _mm512_loadu_ps(mean + c0 + 16 * v);
         A[v] = _mm512_loadu_ps(a + c0 + 16 * v);
         B[v] = _mm512_loadu_ps(b + c0 + 16 * v);
     }
-    for (size_t r = r0; r < r1; r++) {
-        size_t o = r * (size_t)C + c0;
+    for (size_t i = 0; i < k.nr; i++) {
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
+            size_t o = vo[v] + i * k.rs;
             __m512 t = _mm512_fmadd_ps(
-                _mm512_sub_ps(td__ld(x + o + 16 * v), M[v]), A[v], B[v]);
+                _mm512_sub_ps(td__ld(x + o), M[v]), A[v], B[v]);
             if (s)
                 t = _mm512_add_ps(_mm512_castsi512_ps(td__rnd(t)),
-                                  td__ld(s + o + 16 * v));
+                                  td__ld(s + o));
             if (relu) /* max(NaN, 0) is 0, as !(v > 0) in td_bn_nhwc_y */
                 t = _mm512_max_ps(t, z);
-            td__st(y + o + 16 * v, t);
+            td__st(y + o, t);
         }
     }
 }
@@ -160,26 +184,27 @@ TD__IN __m512 td__g(const td_bf16 *dy, const td_bf16 *dy2, const td_bf16 *y,
 /* Backward sums of a chunk's channel group: o1 = sum g, o2 = sum
  * g*(x - mean); g into ds when not NULL. */
 TD__IN void td__bsum_blk(const td_bf16 *x, const td_bf16 *y,
-                         const td_bf16 *dy, const td_bf16 *dy2, td_bf16 *ds, size_t r0,
-                         size_t r1, int C, int c0, int nv, const float *mean,
+                         const td_bf16 *dy, const td_bf16 *dy2, td_bf16 *ds,
+                         td__ck k, int c0, int nv, const float *mean,
                          int relu, float *o1, float *o2)
 {
     __m512 M[4], s1[4], s2[4];
+    TD__VOFF(k, c0, nv, vo);
 #pragma GCC unroll 4
     for (int v = 0; v < nv; v++) {
         M[v] = _mm512_loadu_ps(mean + c0 + 16 * v);
         s1[v] = s2[v] = _mm512_setzero_ps();
     }
-    for (size_t r = r0; r < r1; r++) {
-        size_t o = r * (size_t)C + c0;
+    for (size_t i = 0; i < k.nr; i++) {
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
-            __m512 g = td__g(dy, dy2, y, o + 16 * v, relu);
+            size_t o = vo[v] + i * k.rs;
+            __m512 g = td__g(dy, dy2, y, o, relu);
             if (ds)
-                td__st_exact(ds + o + 16 * v, g);
+                td__st_exact(ds + o, g);
             s1[v] = _mm512_add_ps(s1[v], g);
             s2[v] = _mm512_fmadd_ps(
-                g, _mm512_sub_ps(td__ld(x + o + 16 * v), M[v]), s2[v]);
+                g, _mm512_sub_ps(td__ld(x + o), M[v]), s2[v]);
         }
     }
 #pragma GCC unroll 4
@@ -193,12 +218,12 @@ TD__IN void td__bsum_blk(const td_bf16 *x, const td_bf16 *y,
  * when given. */
 TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
                        const td_bf16 *dy, const td_bf16 *dy2,
-                       const td_bf16 *ds, td_bf16 *dx,
-                       size_t r0, size_t r1, int C, int c0, int nv,
-                       const float *mean, const float *a, const float *k,
-                       const float *d, int relu)
+                       const td_bf16 *ds, td_bf16 *dx, td__ck ck, int c0,
+                       int nv, const float *mean, const float *a,
+                       const float *k, const float *d, int relu)
 {
     __m512 M[4], A[4], K[4], D[4];
+    TD__VOFF(ck, c0, nv, vo);
 #pragma GCC unroll 4
     for (int v = 0; v < nv; v++) {
         M[v] = _mm512_loadu_ps(mean + c0 + 16 * v);
@@ -206,15 +231,14 @@ TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
         K[v] = _mm512_loadu_ps(k + c0 + 16 * v);
         D[v] = _mm512_loadu_ps(d + c0 + 16 * v);
     }
-    for (size_t r = r0; r < r1; r++) {
-        size_t o = r * (size_t)C + c0;
+    for (size_t i = 0; i < ck.nr; i++) {
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
-            __m512 g = ds ? td__ld(ds + o + 16 * v)
-                          : td__g(dy, dy2, y, o + 16 * v, relu);
+            size_t o = vo[v] + i * ck.rs;
+            __m512 g = ds ? td__ld(ds + o) : td__g(dy, dy2, y, o, relu);
             __m512 t = _mm512_fmadd_ps(
-                _mm512_sub_ps(M[v], td__ld(x + o + 16 * v)), K[v], D[v]);
-            td__st(dx + o + 16 * v, _mm512_fmadd_ps(g, A[v], t));
+                _mm512_sub_ps(M[v], td__ld(x + o)), K[v], D[v]);
+            td__st(dx + o, _mm512_fmadd_ps(g, A[v], t));
         }
     }
 }
@@ -231,9 +255,27 @@ TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
         }                                                                    \
     }
 
-#define TD__CHUNK(ch, rows, r0, r1)                                          \
-    size_t r0 = (size_t)(ch) * TD_BN_NHWC_ROWS;                              \
-    size_t r1 = r0 + TD_BN_NHWC_ROWS < (rows) ? r0 + TD_BN_NHWC_ROWS : (rows)
+/* Chunk ch of a tensor. */
+static inline td__ck td__chunk(td__geo g, long ch)
+{
+    td__ck k;
+    size_t R = TD_BN_NHWC_ROWS, C = (size_t)g.C;
+    if (!g.hw) {
+        size_t r0 = (size_t)ch * R;
+        k.nr = g.rows - r0 < R ? g.rows - r0 : R;
+        k.off = r0 * C;
+        k.rs = C;
+        k.cs = 1;
+    } else {
+        size_t per = td__cdiv(g.hw, R), n = (size_t)ch / per;
+        size_t h0 = (size_t)ch % per * R;
+        k.nr = g.hw - h0 < R ? g.hw - h0 : R;
+        k.off = n * C * g.hw + h0 * 16;
+        k.rs = 16;
+        k.cs = g.hw;
+    }
+    return k;
+}
 
 /* One chunk of each pass, compiled for AVX-512 and called from the
  * parallel regions below. The regions themselves hold no vector code:
@@ -241,44 +283,43 @@ TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
  * enclosing function's target attribute and then cannot lower 512-bit
  * operations inlined into it ("Do not know how to split the result of
  * this operator"); gcc copes either way. */
-TD__AVX void td__stats_chunk(const td_bf16 *x, size_t rows, int C, long ch,
+TD__AVX void td__stats_chunk(const td_bf16 *x, td__geo g, long ch,
                              const float *sh, float *part)
 {
-    TD__CHUNK(ch, rows, r0, r1);
-    float *o = part + (size_t)ch * 2 * (size_t)C;
-    TD__GROUPS(C, td__stats_blk(x, r0, r1, C, c0, nv, sh, o, o + C));
+    td__ck k = td__chunk(g, ch);
+    float *o = part + (size_t)ch * 2 * (size_t)g.C;
+    TD__GROUPS(g.C, td__stats_blk(x, k, c0, nv, sh, o, o + g.C));
 }
 
 TD__AVX void td__apply_chunk(const td_bf16 *x, const td_bf16 *s,
-                             td_bf16 *y, size_t rows, int C, long ch,
+                             td_bf16 *y, td__geo g, long ch,
                              const float *mean, const float *a,
                              const float *b, int relu)
 {
-    TD__CHUNK(ch, rows, r0, r1);
-    TD__GROUPS(C, td__apply_blk(x, s, y, r0, r1, C, c0, nv, mean, a, b,
-                                relu));
+    td__ck k = td__chunk(g, ch);
+    TD__GROUPS(g.C, td__apply_blk(x, s, y, k, c0, nv, mean, a, b, relu));
 }
 
 TD__AVX void td__bsum_chunk(const td_bf16 *x, const td_bf16 *y,
                             const td_bf16 *dy, const td_bf16 *dy2,
-                            td_bf16 *ds, size_t rows, int C, long ch,
+                            td_bf16 *ds, td__geo g, long ch,
                             const float *mean, int relu, float *part)
 {
-    TD__CHUNK(ch, rows, r0, r1);
-    float *o = part + (size_t)ch * 2 * (size_t)C;
-    TD__GROUPS(C, td__bsum_blk(x, y, dy, dy2, ds, r0, r1, C, c0, nv, mean,
-                               relu, o, o + C));
+    td__ck k = td__chunk(g, ch);
+    float *o = part + (size_t)ch * 2 * (size_t)g.C;
+    TD__GROUPS(g.C, td__bsum_blk(x, y, dy, dy2, ds, k, c0, nv, mean, relu,
+                                 o, o + g.C));
 }
 
 TD__AVX void td__dx_chunk(const td_bf16 *x, const td_bf16 *y,
                           const td_bf16 *dy, const td_bf16 *dy2,
-                          const td_bf16 *ds, td_bf16 *dx, size_t rows, int C,
-                          long ch, const float *mean, const float *a,
-                          const float *k, const float *d, int relu)
+                          const td_bf16 *ds, td_bf16 *dx, td__geo g, long ch,
+                          const float *mean, const float *a, const float *k,
+                          const float *d, int relu)
 {
-    TD__CHUNK(ch, rows, r0, r1);
-    TD__GROUPS(C, td__dx_blk(x, y, dy, dy2, ds, dx, r0, r1, C, c0, nv, mean,
-                             a, k, d, relu));
+    td__ck ck = td__chunk(g, ch);
+    TD__GROUPS(g.C, td__dx_blk(x, y, dy, dy2, ds, dx, ck, c0, nv, mean, a,
+                               k, d, relu));
 }
 
 /* Channel c's two sums over the chunks, in chunk order, in double. */
@@ -298,18 +339,19 @@ static inline void td__reduce(const float *part, size_t nch, int C, int c,
  * two, the threads passing the loops' barriers): the chunks' statistics,
  * per channel mean, var and scale, then the output. */
 TD__AVX void td__fwd_train(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
-                           size_t rows, int C, const float *gamma,
-                           const float *beta, float eps, int relu,
-                           float *mean, float *var, float *part)
+                           td__geo g, const float *gamma, const float *beta,
+                           float eps, int relu, float *mean, float *var,
+                           float *part)
 {
-    size_t nch = td__nchunks(rows);
+    size_t nch = td__nchunks(g), rows = g.rows;
+    int C = g.C;
     long n = (long)nch;
     float *a = part + 2 * nch * (size_t)C, *sh = a + C;
 #pragma omp parallel
     {
 #pragma omp for schedule(static)
         for (long ch = 0; ch < n; ch++)
-            td__stats_chunk(x, rows, C, ch, sh, part);
+            td__stats_chunk(x, g, ch, sh, part);
 #pragma omp for schedule(static)
         for (int c = 0; c < C; c++) {
             double s1, s2;
@@ -319,37 +361,38 @@ TD__AVX void td__fwd_train(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
         }
 #pragma omp for schedule(static)
         for (long ch = 0; ch < n; ch++)
-            td__apply_chunk(x, s, y, rows, C, ch, mean, a, beta, relu);
+            td__apply_chunk(x, s, y, g, ch, mean, a, beta, relu);
     }
 }
 
 TD__AVX void td__fwd_apply(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
-                           size_t rows, int C, const float *mean,
-                           const float *a, const float *b, int relu)
+                           td__geo g, const float *mean, const float *a,
+                           const float *b, int relu)
 {
-    long n = (long)td__nchunks(rows);
+    long n = (long)td__nchunks(g);
 #pragma omp parallel for schedule(static)
     for (long ch = 0; ch < n; ch++)
-        td__apply_chunk(x, s, y, rows, C, ch, mean, a, b, relu);
+        td__apply_chunk(x, s, y, g, ch, mean, a, b, relu);
 }
 
 /* Training backward in one parallel region: the chunks' sums (writing the
  * shortcut's gradient), per channel dgamma, dbeta and coefficients, dx. */
 TD__AVX void td__bwd_train(const td_bf16 *x, const td_bf16 *y,
                            const td_bf16 *dy, const td_bf16 *dy2,
-                           td_bf16 *dx, td_bf16 *ds, size_t rows, int C,
+                           td_bf16 *dx, td_bf16 *ds, td__geo g,
                            const float *gamma, const float *mean,
                            const float *var, float eps, int relu,
                            float *dgamma, float *dbeta, float *part)
 {
-    size_t nch = td__nchunks(rows);
+    size_t nch = td__nchunks(g), rows = g.rows;
+    int C = g.C;
     long n = (long)nch;
     float *a = part + 2 * nch * (size_t)C, *k = a + C, *d = k + C;
 #pragma omp parallel
     {
 #pragma omp for schedule(static)
         for (long ch = 0; ch < n; ch++)
-            td__bsum_chunk(x, y, dy, dy2, ds, rows, C, ch, mean, relu, part);
+            td__bsum_chunk(x, y, dy, dy2, ds, g, ch, mean, relu, part);
 #pragma omp for schedule(static)
         for (int c = 0; c < C; c++) {
             double s1, s2;
@@ -360,8 +403,7 @@ TD__AVX void td__bwd_train(const td_bf16 *x, const td_bf16 *y,
         }
 #pragma omp for schedule(static)
         for (long ch = 0; ch < n; ch++)
-            td__dx_chunk(x, y, dy, dy2, ds, dx, rows, C, ch, mean, a, k, d,
-                         relu);
+            td__dx_chunk(x, y, dy, dy2, ds, dx, g, ch, mean, a, k, d, relu);
     }
 }
 
@@ -382,47 +424,51 @@ void td_bf16_add_n_fast(td_bf16 *d, const td_bf16 *a, size_t n)
 }
 
 void td_bn_nhwc_fwd(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
-                    size_t rows, int C, const float *gamma,
+                    size_t rows, int C, size_t hw, const float *gamma,
                     const float *beta, float eps, int relu, float *mean,
                     float *var, float *part)
 {
-    float *sh = part + 2 * td__nchunks(rows) * (size_t)C + C;
+    td__geo g = {rows, hw, C};
+    float *sh = part + 2 * td__nchunks(g) * (size_t)C + C;
     if (rows == 0)
         return;
-    for (int c = 0; c < C; c++)
-        sh[c] = td_bf16_to_f32(x[c]);
-    td__fwd_train(x, s, y, rows, C, gamma, beta, eps, relu, mean, var, part);
+    for (int c = 0; c < C; c++) /* the first row's value of channel c */
+        sh[c] = td_bf16_to_f32(
+            x[hw ? (size_t)(c / 16) * hw * 16 + (size_t)(c % 16) : (size_t)c]);
+    td__fwd_train(x, s, y, g, gamma, beta, eps, relu, mean, var, part);
 }
 
 void td_bn_nhwc_infer(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
-                      size_t rows, int C, const float *gamma,
+                      size_t rows, int C, size_t hw, const float *gamma,
                       const float *beta, const float *mean, const float *var,
                       float eps, int relu, float *part)
 {
-    float *a = part + 2 * td__nchunks(rows) * (size_t)C;
+    td__geo g = {rows, hw, C};
+    float *a = part + 2 * td__nchunks(g) * (size_t)C;
     for (int c = 0; c < C; c++)
         a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
-    td__fwd_apply(x, s, y, rows, C, mean, a, beta, relu);
+    td__fwd_apply(x, s, y, g, mean, a, beta, relu);
 }
 
 void td_bn_nhwc_bwd(const td_bf16 *x, const td_bf16 *y, const td_bf16 *dy,
-                    td_bf16 *dx, td_bf16 *ds, size_t rows, int C,
+                    td_bf16 *dx, td_bf16 *ds, size_t rows, int C, size_t hw,
                     const float *gamma, const float *mean, const float *var,
                     float eps, int relu, float *dgamma, float *dbeta,
                     float *part)
 {
-    td_bn_nhwc_bwd2(x, y, dy, NULL, dx, ds, rows, C, gamma, mean, var, eps,
-                    relu, dgamma, dbeta, part);
+    td_bn_nhwc_bwd2(x, y, dy, NULL, dx, ds, rows, C, hw, gamma, mean, var,
+                    eps, relu, dgamma, dbeta, part);
 }
 
 void td_bn_nhwc_bwd2(const td_bf16 *x, const td_bf16 *y, const td_bf16 *dy,
                      const td_bf16 *dy2, td_bf16 *dx, td_bf16 *ds,
-                     size_t rows, int C, const float *gamma,
+                     size_t rows, int C, size_t hw, const float *gamma,
                      const float *mean, const float *var, float eps,
                      int relu, float *dgamma, float *dbeta, float *part)
 {
+    td__geo g = {rows, hw, C};
     if (rows == 0)
         return;
-    td__bwd_train(x, y, dy, dy2, dx, ds, rows, C, gamma, mean, var, eps,
-                  relu, dgamma, dbeta, part);
+    td__bwd_train(x, y, dy, dy2, dx, ds, g, gamma, mean, var, eps, relu,
+                  dgamma, dbeta, part);
 }

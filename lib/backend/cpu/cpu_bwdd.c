@@ -30,9 +30,12 @@ int td__bwdd_ok(const td__cpu *be, int L)
     const td_layer *l = &be->base.model->layers[L];
     const char *e = getenv("TD_CPU_BWDD");
     int k = l->kernel;
-    return l->kind == TD_L_CONV && !be->cl[L].no_dsrc && td__is_bf16(be) &&
-           be->atag == dnnl_nhwc && l->stride == 1 && k % 2 == 1 &&
-           l->pad == (k - 1) / 2 && !(e && strcmp(e, "0") == 0);
+    int shape = l->kind == TD_L_CONV && !be->cl[L].no_dsrc &&
+                l->stride == 1 && k % 2 == 1 && l->pad == (k - 1) / 2;
+    if (e && strcmp(e, "1") == 0)
+        return shape;
+    return shape && td__is_bf16(be) && be->atag == dnnl_nhwc &&
+           !(e && strcmp(e, "0") == 0);
 }
 
 size_t td__bwdd_flip_index(const td__cpu *be, int L, size_t i)

@@ -101,8 +101,9 @@ typedef struct td__cpu {
     int batch;
     dnnl_data_type_t adt;  /* activations: dnnl_f32 or dnnl_bf16 */
     size_t esize;          /* bytes per activation element */
-    dnnl_format_tag_t atag; /* conv and pooling outputs: any (the first
-                               convolution chooses), or nhwc */
+    dnnl_format_tag_t atag; /* conv and pooling outputs: any (fp32: the
+                               primitive chooses), nhwc or nChw16c (bf16:
+                               the layout a typical convolution prefers) */
     float *xin;            /* bf16: the normalised input in fp32 */
     dnnl_memory_t xin_m;   /* xin as plain NCHW fp32, when r_in exists */
     dnnl_primitive_t r_in; /* bf16: xin into the input's layout (nhwc) */
@@ -175,6 +176,12 @@ static inline int td__run_at(const td__cpu *be, int L)
  * each leaves the layer on oneDNN where its kernel does not apply, and
  * sets be->base.err on failure). */
 int td__nhwc_dense(const dnnl_memory_desc_t *md);
+/* md is dense nChw16c bf16 (oneDNN's aBcd16b, no padded channels). */
+int td__blocked16_dense(const dnnl_memory_desc_t *md);
+/* md is dense in the layout cpu_bn.c's kernels read in this plan (nhwc,
+ * or nChw16c: td__bn_hw), and the rows per image they take: 0 in nhwc. */
+int td__bn_dense(const td__cpu *be, const dnnl_memory_desc_t *md);
+size_t td__bn_hw(const td__cpu *be, int L);
 int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
 int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
 int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);

@@ -33,7 +33,7 @@ int td__nhwc_dense(const dnnl_memory_desc_t *md)
 
 /* Dense nChw16c (oneDNN's aBcd16b): [n][c / 16][h][w][16] bf16, c a
  * multiple of 16 (no padded channels), nothing else blocked. */
-static int td__blocked16_dense(const dnnl_memory_desc_t *md)
+int td__blocked16_dense(const dnnl_memory_desc_t *md)
 {
     const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
     if (md->format_kind != dnnl_blocked || md->ndims != 4 ||
@@ -47,6 +47,19 @@ static int td__blocked16_dense(const dnnl_memory_desc_t *md)
     dnnl_dim_t hw = md->dims[2] * md->dims[3];
     return b->strides[3] == 16 && b->strides[2] == 16 * md->dims[3] &&
            b->strides[1] == 16 * hw && b->strides[0] == md->dims[1] * hw;
+}
+
+int td__bn_dense(const td__cpu *be, const dnnl_memory_desc_t *md)
+{
+    return be->atag == dnnl_nChw16c ? td__blocked16_dense(md)
+                                     : td__nhwc_dense(md);
+}
+
+size_t td__bn_hw(const td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    return be->atag == dnnl_nChw16c ? (size_t)l->out.h * (size_t)l->out.w
+                                     : 0;
 }
 
 /* Hand-written backward weights in the blocked (AVX512_BF16) plan by

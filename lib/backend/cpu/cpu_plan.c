@@ -193,6 +193,16 @@ static int td__plan_conv_bdf(td__cpu *be, int L,
                        c->w_flip, 1, &c->w_bd, &c->r_w_bd, l->name);
 }
 
+/* The layout asked of a convolution's or pooling's output of C channels:
+ * the plan's, except that nChw16c is asked only of whole 16-channel
+ * blocks (a padded block can leave oneDNN 2.6 with reference kernels,
+ * and cpu_bn.c does not read it): "any" chooses then. */
+static dnnl_format_tag_t td__out_tag(const td__cpu *be, int C)
+{
+    return be->atag == dnnl_nChw16c && C % 16 ? dnnl_format_tag_any
+                                                : be->atag;
+}
+
 static int td__plan_conv(td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -207,7 +217,7 @@ static int td__plan_conv(td__cpu *be, int L)
     dnnl_convolution_desc_t d;
     int rc;
     td__mdt(&wany, 4, wd, dnnl_format_tag_any, be->adt);
-    td__mdt(&dany, 4, dd, be->atag, be->adt);
+    td__mdt(&dany, 4, dd, td__out_tag(be, l->out.c), be->adt);
     td__md(&wgrad, 4, wd, dnnl_format_tag_any); /* fp32 gradients */
     td__md(&bmd, 1, bd, dnnl_a);
     td__md(&wplain, 4, wd, dnnl_oihw);
@@ -279,10 +289,11 @@ static int td__check_fused_adds(td__cpu *be)
     const td_model *m = be->base.model;
     for (int L = 1; L < m->nlayers; L++) {
         int A = be->cl[L].add;
-        if (A && !td__nhwc_dense(td__in_md(be, A, 1))) {
+        if (A && !td__bn_dense(be, td__in_md(be, A, 1))) {
             snprintf(be->base.err, sizeof be->base.err, "add %s: the bf16 "
-                     "channels-last batch norm kernel needs a dense nhwc "
-                     "bf16 shortcut", m->layers[A].name);
+                     "batch norm kernel needs a dense %s bf16 shortcut",
+                     m->layers[A].name,
+                     be->atag == dnnl_nhwc ? "nhwc" : "nChw16c");
             return TD_E_NOTSUP;
         }
     }
@@ -299,10 +310,10 @@ static int td__plan_bn_fast(td__cpu *be, int L)
     dnnl_dim_t cd[1] = {l->out.c};
     dnnl_memory_desc_t vmd;
     int rc;
-    if (!td__nhwc_dense(src)) {
+    if (!td__bn_dense(be, src)) {
         snprintf(be->base.err, sizeof be->base.err, "batch norm %s: the "
-                 "bf16 channels-last kernel needs dense nhwc bf16 inputs",
-                 l->name);
+                 "bf16 kernel needs dense %s bf16 inputs", l->name,
+                 be->atag == dnnl_nhwc ? "nhwc" : "nChw16c");
         return TD_E_NOTSUP;
     }
     td__md(&vmd, 1, cd, dnnl_a);
@@ -313,7 +324,8 @@ static int td__plan_bn_fast(td__cpu *be, int L)
         (rc = td__bn_running_views(be, L, &vmd)))
         return rc;
     c->part = malloc(td_bn_nhwc_part_floats(c->nelem / (size_t)l->out.c,
-                                            l->out.c) * sizeof(float));
+                                            l->out.c, td__bn_hw(be, L)) *
+                     sizeof(float));
     return c->part ? 0 : -ENOMEM;
 }
 
@@ -400,7 +412,7 @@ static int td__plan_pool(td__cpu *be, int L)
         st[0] = st[1] = 1;
         pad[0] = pad[1] = 0;
     }
-    td__mdt(&dany, 4, dd, be->atag, be->adt);
+    td__mdt(&dany, 4, dd, td__out_tag(be, l->out.c), be->adt);
     TD__DNNL(be, dnnl_pooling_forward_desc_init(&d, dnnl_forward_training,
              alg, src, &dany, st, k, pad, pad), "pooling", l->name);
     if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "pool fwd", l->name)) ||
@@ -501,13 +513,14 @@ static int td__plan_dropout(td__cpu *be, int L)
 }
 
 /* Batch norm L runs cpu_bn.c's kernels: bf16 channels-last (the AMX
- * plan), training statistics (not frozen), channels a multiple of 16 on
+ * plan) or blocked nChw16c (the AVX512_BF16 plan), training statistics (not frozen), channels a multiple of 16 on
  * an AVX-512 CPU, and not turned off (TD_CPU_BN=onednn, for comparing). */
 static int td__bn_fast(const td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
     const char *e = getenv("TD_CPU_BN");
-    return l->kind == TD_L_BN && td__is_bf16(be) && be->atag == dnnl_nhwc &&
+    return l->kind == TD_L_BN && td__is_bf16(be) &&
+           (be->atag == dnnl_nhwc || be->atag == dnnl_nChw16c) &&
            !td__bn_eval(be, L) && td_bn_nhwc_ok(l->out.c) &&
            !(e && strcmp(e, "onednn") == 0);
 }
@@ -654,10 +667,12 @@ static int td__typical_conv(const td_model *m)
  * that one is: on AMX, oneDNN 2.6's AMX kernels take nothing else, and
  * from a planar NCHW input the first convolution would choose the blocked
  * nChw16c layout and every later layer would run the slower AVX512_BF16
- * kernels.  TD_CPU_NHWC=1 (or 0) in the environment overrides oneDNN's
- * answer, for trying the channels-last plan on a CPU without AMX (and the
- * blocked one with AMX).  *reorder is set when xin needs a reorder into
- * it. */
+ * kernels.  When it prefers nChw16c (AVX512_BF16 without AMX) every
+ * convolution and pooling output is asked for in nChw16c, the layout
+ * cpu_bn.c's blocked batch norm reads.  TD_CPU_NHWC=1 (or 0) in the
+ * environment overrides oneDNN's answer, for trying the channels-last
+ * plan on a CPU without AMX (and the blocked one with AMX).  *reorder is
+ * set when xin needs a reorder into it. */
 static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
                              dnnl_memory_desc_t *md, int *reorder)
 {
@@ -692,6 +707,10 @@ static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
     int nhwc = want->format_kind == dnnl_blocked &&
                want->format_desc.blocking.inner_nblks == 0 &&
                want->format_desc.blocking.strides[1] == 1;
+    int blk16 = want->format_kind == dnnl_blocked &&
+                want->format_desc.blocking.inner_nblks == 1 &&
+                want->format_desc.blocking.inner_blks[0] == 16 &&
+                want->format_desc.blocking.inner_idxs[0] == 1;
     dnnl_primitive_desc_destroy(pd);
     const char *force = getenv("TD_CPU_NHWC");
     if (force && (strcmp(force, "0") == 0 || strcmp(force, "1") == 0))
@@ -701,6 +720,9 @@ static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
         td__mdt(md, 4, d, dnnl_nhwc, be->adt);
         be->atag = dnnl_nhwc;
         *reorder = 1;
+    } else if (blk16) { /* every later layer in the layout the kernels
+                           chose (cpu_bn.c's batch norm reads it) */
+        be->atag = dnnl_nChw16c;
     }
     return 0;
 }

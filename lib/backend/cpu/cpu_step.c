@@ -97,9 +97,9 @@ static void td__bn_running(td__cpu *be, int L)
 
 static td_bf16 *td__h(dnnl_memory_t m) { return (td_bf16 *)td__f(m); }
 
-/* A batch norm on cpu_bn.c's kernels (bf16 nhwc), with its fused relu,
- * or add and relu: training statistics and the running ones' update, or
- * the running statistics when !train. */
+/* A batch norm on cpu_bn.c's kernels (bf16 nhwc or nChw16c), with its
+ * fused relu, or add and relu: training statistics and the running ones'
+ * update, or the running statistics when !train. */
 static void td__bn_fast_fwd(td__cpu *be, int L, int train)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -108,14 +108,14 @@ static void td__bn_fast_fwd(td__cpu *be, int L, int train)
     const td_bf16 *x = td__h(be->cl[be->cl[l->in[0]].root].y);
     const td_bf16 *s = add ? td__h(be->cl[be->cl[add->in[1]].root].y) : NULL;
     int C = l->out.c;
-    size_t rows = c->nelem / (size_t)C;
+    size_t rows = c->nelem / (size_t)C, hw = td__bn_hw(be, L);
     if (!train) {
-        td_bn_nhwc_infer(x, s, td__h(c->y), rows, C, td__f(c->w),
+        td_bn_nhwc_infer(x, s, td__h(c->y), rows, C, hw, td__f(c->w),
                          td__f(c->b), td__f(c->rmean), td__f(c->rvar),
                          l->eps, c->fused, c->part);
         return;
     }
-    td_bn_nhwc_fwd(x, s, td__h(c->y), rows, C, td__f(c->w), td__f(c->b),
+    td_bn_nhwc_fwd(x, s, td__h(c->y), rows, C, hw, td__f(c->w), td__f(c->b),
                    l->eps, c->fused, td__f(c->mean), td__f(c->var), c->part);
     td__bn_running(be, L);
 }
@@ -399,8 +399,9 @@ static void td__bn_fast_bwd(td__cpu *be, int L)
     td_bn_nhwc_bwd2(td__h(be->cl[r].y), td__h(c->y), td__h(c->dy),
                     c->deferred ? td__h(c->acc) : NULL,
                     td__h(td__target(be, r)), ds, c->nelem / (size_t)C, C,
-                    td__f(c->w), td__f(c->mean), td__f(c->var), l->eps,
-                    c->fused, td__f(c->dw), td__f(c->db), c->part);
+                    td__bn_hw(be, L), td__f(c->w), td__f(c->mean),
+                    td__f(c->var), l->eps, c->fused, td__f(c->dw),
+                    td__f(c->db), c->part);
     if (rs >= 0)
         td__settle(be, rs);
     td__settle(be, r);
