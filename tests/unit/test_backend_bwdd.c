@@ -17,8 +17,12 @@
  *     td_cpu_bwdd_weights) are bit for bit flip(round_bf16(master)), both
  *     through the weight map and with TD_CPU_WMAP=0 (flip, then reorder).
  * The plan's debug lines are counted, so each test fails if the new path
- * was never planned.  Skipped where oneDNN's ISA is not avx512_core_amx
- * (the only plan that uses it).
+ * was never planned.  Without arguments: the AMX plan (the only one that
+ * uses it by default), skipped where oneDNN's ISA is not avx512_core_amx.
+ * With --blocked (the test backend_bwdd_blocked): oneDNN limited to
+ * avx512_core_bf16, the blocked nChw16c plan of AMD Zen 4/5, where
+ * TD_CPU_BWDD=1 forces the path (for A/B runs there); skipped without
+ * AVX512_BF16.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -404,9 +408,11 @@ END_TEST
 START_TEST(test_flipped_weights_through_reorder) { check_flipped("0"); }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
-    int skip = td_ab_need_amx(": no bf16 channels-last plan");
+    int skip = argc > 1 && strcmp(argv[1], "--blocked") == 0
+                   ? td_ab_need_avx512_bf16()
+                   : td_ab_need_amx(": no bf16 channels-last plan");
     if (skip)
         return skip;
     Suite *s = suite_create("backend_bwdd");

@@ -11,8 +11,10 @@
  * 2.6 on AMX runs that forward with its brgemm kernel
  * (brgconv:avx512_core_amx_bf16), faster than its backward-data kernel
  * (jit:avx512_core_amx_bf16) for the same shape (docs/compute.md).
- * Only in the bf16 channels-last plan (where that was measured);
- * TD_CPU_BWDD=0 in the environment keeps the backward-data primitive.
+ * By default only in the bf16 channels-last plan (where that was
+ * measured); TD_CPU_BWDD=0 in the environment keeps the backward-data
+ * primitive everywhere, TD_CPU_BWDD=1 forces this path in every plan
+ * (A/B runs on CPUs where it was not measured).
  * Never does: plan the primitive (cpu_plan.c), run it (cpu_step.c) or
  * write the bf16 weights through the maps (cpu_wmap.c).
  */
