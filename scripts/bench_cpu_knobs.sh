@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# bench_cpu_knobs.sh - every plan choice of the CPU backend's bf16 path
+# that was set from measurements on another CPU, A/B on this one, in one
+# run: what a session on a new CPU kind (AMD Zen 5 so far) runs first to
+# decide its defaults (docs/compute.md, "Plan choices on a new CPU").
+#
+# For each model and each row below, tests/bench/bench_cpu_ab trains two
+# backends alternately, step by step, in one process (robust to a shared
+# machine's load drifting), arm A with NAME=A, arm B with NAME=B
+# ("default": the plan's own choice).  Prints bench_cpu_ab's line per row,
+# then a table: the median of the per-step ratios A/B (> 1: B faster).
+#
+#   TD_CPU_BN    onednn  default   oneDNN's batch norm, eltwise, binary
+#                                  against cpu_bn.c's fused one
+#   TD_CPU_BWDW  0       default   oneDNN's backward weights everywhere
+#                                  against the plan's cpu_bwdw choice
+#   TD_CPU_BWDW  default 1         the plan's choice against cpu_bwdw on
+#                                  every convolution it takes
+#   TD_CPU_BWDD  0       1         backward data: the primitive against
+#                                  a forward convolution (stride 1)
+#   TD_CPU_NHWC  0       1         blocked (or oneDNN's) layout against
+#                                  channels-last
+#
+#   scripts/bench_cpu_knobs.sh [STEPS=40]
+#   env: MODELS="resnet20 fmnist-cnn" WARMUP=5 BATCH=128 THREADS=2
+#        BENCH_AB=path (default build/tests/bench/bench_cpu_ab)
+# Exit status: 0 all rows ran, 1 a row failed (its line says why).
+# Prints figures; never fails on speed.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+steps=${1:-40}
+models=${MODELS:-resnet20 fmnist-cnn}
+warmup=${WARMUP:-5} batch=${BATCH:-128} threads=${THREADS:-2}
+ab=${BENCH_AB:-$root/build/tests/bench/bench_cpu_ab}
+export TD_SOURCE_ROOT=$root
+rows=("TD_CPU_BN onednn default" "TD_CPU_BWDW 0 default"
+      "TD_CPU_BWDW default 1" "TD_CPU_BWDD 0 1" "TD_CPU_NHWC 0 1")
+grep -m1 'model name' /proc/cpuinfo || true
+grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '
+echo
+echo "bf16, batch $batch, $threads thread(s), $steps steps after $warmup" \
+  "warm-up per row${ONEDNN_MAX_CPU_ISA:+, ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA}"
+status=0
+table=""
+for m in $models; do
+  for r in "${rows[@]}"; do
+    read -r name a b <<<"$r"
+    if line=$("$ab" --env "$name" --a "$a" --b "$b" --model "$m" \
+                --steps "$steps" --warmup "$warmup" --batch "$batch" \
+                --threads "$threads" 2>&1 | tail -1) &&
+       [[ $line == *"per pair"* ]]; then
+      echo "$line"
+      ratio=$(sed 's/.*per pair \([0-9.]*\).*/\1/' <<<"$line")
+    else
+      echo "$m $name $a/$b: failed: $line"
+      ratio=failed
+      status=1
+    fi
+    table+=$(printf '%-11s %-12s %-8s %-8s %s' "$m" "$name" "$a" "$b" \
+             "$ratio")$'\n'
+  done
+done
+echo
+echo "model       knob         A        B        A/B per step (median; > 1: B faster)"
+printf '%s' "$table"
+exit $status
