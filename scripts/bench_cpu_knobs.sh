@@ -18,6 +18,8 @@
 #                                  every convolution it takes
 #   TD_CPU_BWDD  0       1         backward data: the primitive against
 #                                  a forward convolution (stride 1)
+#   TD_CPU_BWDD2 0       1         stride-2 backward data: the primitive
+#                                  against four stride-1 phases
 #   TD_CPU_NHWC  0       1         blocked (or oneDNN's) layout against
 #                                  channels-last
 #
@@ -34,7 +36,8 @@ warmup=${WARMUP:-5} batch=${BATCH:-128} threads=${THREADS:-2}
 ab=${BENCH_AB:-$root/build/tests/bench/bench_cpu_ab}
 export TD_SOURCE_ROOT=$root
 rows=("TD_CPU_BN onednn default" "TD_CPU_BWDW 0 default"
-      "TD_CPU_BWDW default 1" "TD_CPU_BWDD 0 1" "TD_CPU_NHWC 0 1")
+      "TD_CPU_BWDW default 1" "TD_CPU_BWDD 0 1" "TD_CPU_BWDD2 0 1"
+      "TD_CPU_NHWC 0 1")
 grep -m1 'model name' /proc/cpuinfo || true
 grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '
 echo

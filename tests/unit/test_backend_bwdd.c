@@ -40,12 +40,16 @@
 #include "model/model.h"
 #include "tdtest.h"
 
+static int g_phased; /* layers planned as cpu_bwdd2.c's four phases */
+
 static void sink(void *user, int level, long job, const char *line)
 {
     (void)level;
     (void)job;
     if (strstr(line, "conv bwd data as fwd: "))
         (*(int *)user)++;
+    if (strstr(line, "conv bwd data as four phases"))
+        g_phased++;
 }
 
 /* A bf16 CPU backend; bwdd and wmap set TD_CPU_BWDD and TD_CPU_WMAP
@@ -62,6 +66,7 @@ static td_backend *make(const td_model *m, int batch, const char *bwdd,
     setenv("TD_CPU_WMAP", wmap, 1);
     setenv("TD_CPU_CFWD", "0", 1); /* cpu_cfwd.c would take both paths */
     *planned = 0;
+    g_phased = 0;
     td_log_set_level(TD_LOG_DEBUG);
     td_log_set_sink(sink, planned);
     int rc = td_backend_create("cpu", m, &cfg, &be, err, sizeof err);
@@ -141,9 +146,10 @@ static int eligible(const td_model *m, int L)
  * the order of the fp32 sums (and so in rare roundings).  A flipped or
  * swapped weight is an error of the order of |dx|, far above it. */
 static double worst(const float *dx, const float *dy, const float *w,
-                    int N, int C, int O, int H, int W, int k, int *wrong)
+                    int N, int C, int O, td_shape in, td_shape out, int k,
+                    int st, int *wrong)
 {
-    int p = (k - 1) / 2;
+    int p = (k - 1) / 2, H = in.h, W = in.w, OH = out.h, OW = out.w;
     double frac = 0;
     *wrong = 0;
     for (int n = 0; n < N; n++)
@@ -155,10 +161,14 @@ static double worst(const float *dx, const float *dy, const float *w,
                         for (int kh = 0; kh < k; kh++)
                             for (int kw = 0; kw < k; kw++) {
                                 int oh = h + p - kh, ow = x + p - kw;
-                                if (oh < 0 || oh >= H || ow < 0 || ow >= W)
+                                if (oh < 0 || ow < 0 || oh % st || ow % st)
+                                    continue;
+                                oh /= st;
+                                ow /= st;
+                                if (oh >= OH || ow >= OW)
                                     continue;
                                 double t =
-                                    (double)dy[((n * O + o) * H + oh) * W +
+                                    (double)dy[((n * O + o) * OH + oh) * OW +
                                                ow] *
                                     td_bf16_round(w[((o * C + c) * k + kh) *
                                                     k + kw]);
@@ -204,7 +214,7 @@ static int check_dx(const char *bwdd, int want_planned)
         float *dx = read(be, TD_T_GRAD, l->in[0],
                          (size_t)N * i.c * i.h * i.w);
         int wrong;
-        double f = worst(dx, dy, w[L], N, i.c, o.c, o.h, o.w, l->kernel,
+        double f = worst(dx, dy, w[L], N, i.c, o.c, i, o, l->kernel, 1,
                          &wrong);
         printf("TD_CPU_BWDD=%s %s (%d->%d, %dx%d, %dx%d): worst error "
                "%.3f of the bound\n", bwdd, l->name, i.c, o.c, l->kernel,
@@ -228,6 +238,61 @@ START_TEST(test_dx_forward_as_backward_data)
     /* 4 eligible convolutions: the stride-2 one and the first (reading
      * the input, no dx) are not */
     ck_assert_int_eq(check_dx("1", 4), 4);
+}
+END_TEST
+
+/* The stack's stride-2 convolution (16 -> 32, 3x3, 16x16 -> 8x8) with
+ * TD_CPU_BWDD2=1 (cpu_bwdd2.c: four stride-1 phases, kernels 1x1, 1x2,
+ * 2x1, 2x2, interleaved) and without (oneDNN's backward data): its dx
+ * against the double reference, the same bound as the stride-1 layers'
+ * (the same products summed in fp32 in another order, rounded once).  A
+ * phase's tap, padding or interleave wrong is an error of the order of
+ * |dx|. */
+static void check_stride2(const char *bwdd2, int want_phased)
+{
+    enum { N = 8 };
+    td_model *m = stack();
+    int planned, L2 = -1;
+    for (int L = 1; L < m->nlayers; L++)
+        if (m->layers[L].kind == TD_L_CONV && m->layers[L].stride == 2)
+            L2 = L;
+    ck_assert_int_ge(L2, 0);
+    setenv("TD_CPU_BWDD2", bwdd2, 1);
+    td_backend *be = make(m, N, "0", "1", &planned);
+    unsetenv("TD_CPU_BWDD2");
+    ck_assert_int_eq(g_phased, want_phased);
+    const td_layer *l = &m->layers[L2];
+    float *w = read(be, TD_T_PARAM, l->param0,
+                    m->params[l->param0].count);
+    upload(be, m, N, 1);
+    ck_assert_int_eq(td_backend_train_step(be, 0.05f, 1), 0);
+    td_shape o = l->out, i = m->layers[l->in[0]].out;
+    float *dy = read(be, TD_T_GRAD, L2, (size_t)N * o.c * o.h * o.w);
+    float *dx = read(be, TD_T_GRAD, l->in[0], (size_t)N * i.c * i.h * i.w);
+    int wrong;
+    double f = worst(dx, dy, w, N, i.c, o.c, i, o, l->kernel, 2, &wrong);
+    printf("TD_CPU_BWDD2=%s %s (%d->%d, %dx%d, stride 2, %dx%d -> %dx%d): "
+           "worst error %.3f of the bound\n", bwdd2, l->name, i.c, o.c,
+           l->kernel, l->kernel, i.h, i.w, o.h, o.w, f);
+    ck_assert_msg(wrong == 0, "TD_CPU_BWDD2=%s %s: %d dx elements outside "
+                  "the bound (worst %.3g times it)", bwdd2, l->name, wrong,
+                  f);
+    free(w);
+    free(dy);
+    free(dx);
+    td_backend_destroy(be);
+    td_model_free(m);
+}
+
+START_TEST(test_dx_stride2_phases)
+{
+    check_stride2("1", 1);
+}
+END_TEST
+
+START_TEST(test_dx_stride2_primitive)
+{
+    check_stride2("0", 0);
 }
 END_TEST
 
@@ -420,6 +485,8 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_dx_forward_as_backward_data);
     tcase_add_test(tc, test_dx_backward_data_primitive);
+    tcase_add_test(tc, test_dx_stride2_phases);
+    tcase_add_test(tc, test_dx_stride2_primitive);
     tcase_add_test(tc, test_dx_paths_agree);
     tcase_add_test(tc, test_resnet20_losses);
     tcase_add_test(tc, test_flipped_weights_through_map);

@@ -88,6 +88,9 @@ typedef struct td__cl {
     dnnl_memory_t w_flip;       /* bdf: the flipped weights in fp32, plain
                                    [ic][oc][kh][kw] (r_w_bd's source when
                                    no map writes w_bd) */
+    struct td__bd2 *bd2;        /* stride-2 conv: its backward data as four
+                                   stride-1 forward convolutions
+                                   (cpu_bwdd2.c) instead of bwd_d */
 } td__cl;
 
 typedef struct td__cpu {
@@ -128,6 +131,20 @@ typedef struct td__cpu {
 /* cpu_plan.c */
 int td__cpu_plan(td__cpu *be);
 void td__cpu_unplan(td__cpu *be);
+/* Plan helpers shared with the other plan files: a descriptor of dims in
+ * layout tag and type dt; a memory on host data (ptr) or its own; a
+ * primitive descriptor's memory descriptor; when the primitive wants the
+ * weights in another layout than plain's, a memory in it and a reorder
+ * (plain to it when to_prim, else back; *mem stays NULL otherwise). */
+void td__mdt(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims,
+             dnnl_format_tag_t tag, dnnl_data_type_t dt);
+int td__mem(td__cpu *be, const dnnl_memory_desc_t *md, void *ptr,
+            dnnl_memory_t *out, const char *layer);
+const dnnl_memory_desc_t *td__q(const_dnnl_primitive_desc_t pd,
+                                dnnl_query_t what, int index);
+int td__wlayout(td__cpu *be, const dnnl_memory_desc_t *want,
+                dnnl_memory_t plain, int to_prim, dnnl_memory_t *mem,
+                dnnl_primitive_t *reorder, const char *layer);
 /* Sets be->base.err from a failed oneDNN call and returns TD_E_DEVICE. */
 int td__cpu_fail(td__cpu *be, dnnl_status_t st, const char *what,
                  const char *layer);
@@ -211,6 +228,17 @@ void td__wmap_grads(td__cpu *be);
 int td__bwdd_ok(const td__cpu *be, int L);
 size_t td__bwdd_flip_index(const td__cpu *be, int L, size_t i);
 void td__bwdd_flip(td__cpu *be);
+
+/* cpu_bwdd2.c: a stride-2 convolution's backward data as four stride-1
+ * forward convolutions, one per output parity (TD_CPU_BWDD2=1).  plan:
+ * after the layer's c->md, sets c->bd2 where it applies (0 and nothing
+ * planned where not; < 0 on failure, be->base.err set); weights: the
+ * phases' weights from the master weights, after any change; run: dy
+ * into dx (t); free. */
+int td__bd2_plan(td__cpu *be, int L, const dnnl_memory_desc_t *src);
+int td__bd2_weights(td__cpu *be);
+int td__bd2_run(td__cpu *be, int L, dnnl_memory_t t);
+void td__bd2_free(td__cl *c);
 
 /* cpu_dropout.c: dropout masks drawn by each element's NCHW index (the
  * CUDA backend's draw) whatever oneDNN's layout of the tensor.  check at

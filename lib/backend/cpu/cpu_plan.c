@@ -33,8 +33,8 @@ int td__cpu_fail(td__cpu *be, dnnl_status_t st, const char *what,
     return TD_E_DEVICE;
 }
 
-static void td__mdt(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims,
-                    dnnl_format_tag_t tag, dnnl_data_type_t dt)
+void td__mdt(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims,
+             dnnl_format_tag_t tag, dnnl_data_type_t dt)
 {
     dnnl_dims_t d = {0};
     memcpy(d, dims, (size_t)nd * sizeof d[0]);
@@ -49,8 +49,8 @@ static void td__md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims,
 }
 
 /* A memory wrapping host floats (not owned) or allocating its own. */
-static int td__mem(td__cpu *be, const dnnl_memory_desc_t *md, void *ptr,
-                   dnnl_memory_t *out, const char *layer)
+int td__mem(td__cpu *be, const dnnl_memory_desc_t *md, void *ptr,
+            dnnl_memory_t *out, const char *layer)
 {
     TD__DNNL(be, dnnl_memory_create(out, md, be->eng,
                                     ptr ? ptr : DNNL_MEMORY_ALLOCATE),
@@ -86,8 +86,8 @@ static int td__pd(td__cpu *be, const void *op, const_dnnl_primitive_desc_t
     return 0;
 }
 
-static const dnnl_memory_desc_t *td__q(const_dnnl_primitive_desc_t pd,
-                                       dnnl_query_t what, int index)
+const dnnl_memory_desc_t *td__q(const_dnnl_primitive_desc_t pd,
+                                dnnl_query_t what, int index)
 {
     return dnnl_primitive_desc_query_md(pd, what, index);
 }
@@ -95,9 +95,9 @@ static const dnnl_memory_desc_t *td__q(const_dnnl_primitive_desc_t pd,
 /* If the primitive wants weights in another layout than `plain`, makes a
  * memory in its layout and a reorder between them (direction: plain to
  * primitive when to_prim, else back). */
-static int td__wlayout(td__cpu *be, const dnnl_memory_desc_t *want,
-                       dnnl_memory_t plain, int to_prim, dnnl_memory_t *mem,
-                       dnnl_primitive_t *reorder, const char *layer)
+int td__wlayout(td__cpu *be, const dnnl_memory_desc_t *want,
+                dnnl_memory_t plain, int to_prim, dnnl_memory_t *mem,
+                dnnl_primitive_t *reorder, const char *layer)
 {
     const dnnl_memory_desc_t *have;
     dnnl_memory_get_memory_desc(plain, &have);
@@ -242,7 +242,9 @@ static int td__plan_conv(td__cpu *be, int L)
     } else if ((c->bdf = td__bwdd_ok(be, L))) {
         if ((rc = td__plan_conv_bdf(be, L, src)))
             return rc;
-    } else {
+    } else if ((rc = td__bd2_plan(be, L, src))) {
+        return rc;
+    } else if (!c->bd2) {
         TD__DNNL(be, dnnl_convolution_backward_data_desc_init(&d,
                  dnnl_convolution_direct, src, &wany, &c->md, st, pad, pad),
                  "convolution backward data", l->name);
@@ -842,6 +844,7 @@ void td__cpu_unplan(td__cpu *be)
         free(c->part);
         td__kplan_free(c);
         td__wmap_free(c);
+        td__bd2_free(c);
     }
     if (be->r_in)
         dnnl_primitive_destroy(be->r_in);

@@ -66,6 +66,8 @@ static int td__refresh_weights(td__cpu *be)
     td__wmap_weights(be);
     td__cfwd_weights(be);
     td__bwdd_flip(be);
+    if ((rc = td__bd2_weights(be)))
+        return rc;
     for (int L = 1; L < be->base.model->nlayers; L++) {
         td__cl *c = &be->cl[L];
         if (c->r_w_f && !c->m_f &&
@@ -432,6 +434,11 @@ static int td__backward_layer(td__cpu *be, int L)
             return 0;
         if (c->cbd) { /* cpu_cfwd.c: dy -> dx, flipped weights */
             td_cfwd_run(c->cbd, td__h(c->dy), td__h(t), NULL);
+            break;
+        }
+        if (c->bd2) { /* cpu_bwdd2.c: four stride-1 phases dy -> dx */
+            if ((rc = td__bd2_run(be, L, t)))
+                return rc;
             break;
         }
         if (c->bdf) { /* cpu_bwdd.c: a forward convolution dy -> dx */
