@@ -53,7 +53,8 @@ for m in $models; do
                 --threads "$threads" 2>&1 | tail -1) &&
        [[ $line == *"per pair"* ]]; then
       echo "$line"
-      ratio=$(sed 's/.*per pair \([0-9.]*\).*/\1/' <<<"$line")
+      ratio=${line##*per pair }
+      ratio=${ratio%% *}
     else
       echo "$m $name $a/$b: failed: $line"
       ratio=failed
