@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -129,6 +130,17 @@ int main(int argc, char **argv)
 {
     double want = argc > 1 ? atof(argv[1]) : 0.5;
     int rounds = argc > 2 ? atoi(argv[2]) : 3;
+    if (argc > 3 || (argc > 1 && !(want > 0 && want <= 60)) ||
+        (argc > 2 && !(rounds >= 1 && rounds <= 100))) {
+        fprintf(argc > 1 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
+                "usage: bench_peak [SECONDS_PER_RUN=0.5] [ROUNDS=3]\n"
+                "GFLOP/s of fp32 FMAs, bf16 dot products (AVX512_BF16) and "
+                "AMX bf16 tiles on\none thread and on every vCPU, best of "
+                "ROUNDS runs of about SECONDS_PER_RUN\n(0 < seconds <= 60, "
+                "1 <= rounds <= 100).  Exit status: 0 done, 2 bad\n"
+                "arguments.\n");
+        return argc > 1 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+    }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nthreads = ncpu < 1 ? 1 : ncpu > 256 ? 256 : (int)ncpu;
     const td_cpu_caps *caps = td_cpu_caps_get();
