@@ -4,9 +4,9 @@
  * blocked nChw16c (the data made in NHWC order, laid out blocked for the
  * call and back for the checks).  C in {16, 32, 48, 64, 80} (one to five
  * 16-channel vectors, so every channel group size and a second group; in
- * nChw16c 16, 48 and 80),
- * odd row counts (N*H*W = 3 images) below and above one chunk (in
- * nChw16c one image of 437 rows is two chunks), with and without the
+ * nChw16c 16, 48 and 80), row counts (N*H*W = 3 images) below and above
+ * one chunk (in nChw16c chunks of whole images, 3, or 2 then 1, or of
+ * part of one larger image), with and without the
  * fused add and relu; training forward and backward, inference, the
  * rounding, and bitwise determinism across thread counts.  On a CPU
  * without AVX-512 (where the backend keeps oneDNN's batch norm) only the
@@ -241,9 +241,11 @@ static void check_bwd(bn_case *b)
 }
 
 static const int chans[] = {16, 32, 48, 64, 80};
-/* odd N*H*W of 3 images: 3*5*7 (under one chunk), 3*19*23 (5 chunks and a
- * tail in NHWC; in nChw16c two per image, 256 rows and 181) */
-static const size_t rowss[] = {105, 1311};
+/* N*H*W of 3 images: 3*5*7 (under one chunk; in nChw16c all three
+ * images in one), 3*10*10 (two chunks; in nChw16c two images, then one),
+ * 3*19*23 (5 chunks and a tail; in nChw16c two per image, 256 rows and
+ * 181) */
+static const size_t rowss[] = {105, 300, 1311};
 
 /* The test's layout: _i 0 NHWC, 1 nChw16c with rows / 3 rows per image.
  * nChw16c differs only in where a chunk's rows and channel groups are:
@@ -255,7 +257,7 @@ static size_t step_c(int blk) { return blk ? 2 : 1; }
 START_TEST(test_forward_vs_fp64)
 {
     for (size_t ci = 0; ci < 5; ci += step_c(_i))
-        for (size_t ri = 0; ri < 2; ri++)
+        for (size_t ri = 0; ri < 3; ri++)
             for (int v = 0; v < 4; v++) {
                 bn_case b;
                 fill(&b, rowss[ri], chans[ci], v & 1, v >> 1,
@@ -269,7 +271,7 @@ END_TEST
 START_TEST(test_backward_vs_fp64)
 {
     for (size_t ci = 0; ci < 5; ci += step_c(_i))
-        for (size_t ri = 0; ri < 2; ri++)
+        for (size_t ri = 0; ri < 3; ri++)
             for (int v = 0; v < 4; v++) {
                 bn_case b;
                 fill(&b, rowss[ri], chans[ci], v & 1, v >> 1,

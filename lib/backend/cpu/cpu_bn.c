@@ -43,13 +43,21 @@ typedef struct {
 
 static size_t td__cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
-/* nhwc: chunks of TD_BN_NHWC_ROWS rows; nChw16c: of up to as many rows of
- * one image (a chunk never spans two). */
+/* nChw16c: images per chunk where an image has at most TD_BN_NHWC_ROWS
+ * rows, else 0 (the image split into chunks of up to that many). */
+static size_t td__ipc(td__geo g)
+{
+    return g.hw <= TD_BN_NHWC_ROWS ? TD_BN_NHWC_ROWS / g.hw : 0;
+}
+
+/* nhwc: chunks of TD_BN_NHWC_ROWS rows; nChw16c: of whole images up to
+ * that many rows, or parts of one larger image. */
 static size_t td__nchunks(td__geo g)
 {
     if (!g.hw)
         return td__cdiv(g.rows, TD_BN_NHWC_ROWS);
-    return g.rows / g.hw * td__cdiv(g.hw, TD_BN_NHWC_ROWS);
+    size_t n = g.rows / g.hw, ipc = td__ipc(g);
+    return ipc ? td__cdiv(n, ipc) : n * td__cdiv(g.hw, TD_BN_NHWC_ROWS);
 }
 
 /* [chunks][2][C] partial sums, then 4*C floats of per-channel values. */
@@ -98,12 +106,20 @@ TD__IN void td__st_exact(td_bf16 *p, __m512 v)
     _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(hi));
 }
 
-/* A chunk: nr rows of every channel, element (row i, channel c) at
- * off + c*cs + i*rs for c a multiple of 16 (+ c % 16 in its vector):
- * nhwc rs = C, cs = 1; nChw16c rs = 16, cs = hw. */
+/* A chunk: nimg runs of nr rows of every channel, element (run m, row i,
+ * channel c) at off + m*is + i*rs + c*cs for c a multiple of 16 (+ c % 16
+ * in its vector): nhwc one run, rs = C, cs = 1; nChw16c a run per image,
+ * rs = 16, cs = hw, is = C*hw. */
 typedef struct {
-    size_t off, nr, rs, cs;
+    size_t off, nimg, nr, is, rs, cs;
 } td__ck;
+
+/* Every row of chunk k, ro its offset from the chunk's channel group. */
+#define TD__ROWS(k, ro)                                                      \
+    for (size_t td__m = 0, td__r0 = 0; td__m < (k).nimg;                     \
+         td__m++, td__r0 += (k).is)                                          \
+        for (size_t td__i = 0, ro = td__r0; td__i < (k).nr;                  \
+             td__i++, ro += (k).rs)
 
 /* The element offsets of a chunk's channel group [c0, c0 + 16*nv) at its
  * row 0. */
@@ -121,10 +137,10 @@ TD__IN void td__stats_blk(const td_bf16 *x, td__ck k, int c0, int nv,
         K[v] = _mm512_loadu_ps(sh + c0 + 16 * v);
         s1[v] = s2[v] = _mm512_setzero_ps();
     }
-    for (size_t i = 0; i < k.nr; i++) {
+    TD__ROWS(k, ro) {
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
-            __m512 d = _mm512_sub_ps(td__ld(x + vo[v] + i * k.rs), K[v]);
+            __m512 d = _mm512_sub_ps(td__ld(x + vo[v] + ro), K[v]);
             s1[v] = _mm512_add_ps(s1[v], d);
             s2[v] = _mm512_fmadd_ps(d, d, s2[v]);
         }
@@ -150,10 +166,10 @@ TD__IN void td__apply_blk(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
         A[v] = _mm512_loadu_ps(a + c0 + 16 * v);
         B[v] = _mm512_loadu_ps(b + c0 + 16 * v);
     }
-    for (size_t i = 0; i < k.nr; i++) {
+    TD__ROWS(k, ro) {
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
-            size_t o = vo[v] + i * k.rs;
+            size_t o = vo[v] + ro;
             __m512 t = _mm512_fmadd_ps(
                 _mm512_sub_ps(td__ld(x + o), M[v]), A[v], B[v]);
             if (s)
@@ -195,10 +211,10 @@ TD__IN void td__bsum_blk(const td_bf16 *x, const td_bf16 *y,
         M[v] = _mm512_loadu_ps(mean + c0 + 16 * v);
         s1[v] = s2[v] = _mm512_setzero_ps();
     }
-    for (size_t i = 0; i < k.nr; i++) {
+    TD__ROWS(k, ro) {
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
-            size_t o = vo[v] + i * k.rs;
+            size_t o = vo[v] + ro;
             __m512 g = td__g(dy, dy2, y, o, relu);
             if (ds)
                 td__st_exact(ds + o, g);
@@ -231,10 +247,10 @@ TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
         K[v] = _mm512_loadu_ps(k + c0 + 16 * v);
         D[v] = _mm512_loadu_ps(d + c0 + 16 * v);
     }
-    for (size_t i = 0; i < ck.nr; i++) {
+    TD__ROWS(ck, ro) {
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
-            size_t o = vo[v] + i * ck.rs;
+            size_t o = vo[v] + ro;
             __m512 g = ds ? td__ld(ds + o) : td__g(dy, dy2, y, o, relu);
             __m512 t = _mm512_fmadd_ps(
                 _mm512_sub_ps(M[v], td__ld(x + o)), K[v], D[v]);
@@ -259,20 +275,29 @@ TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
 static inline td__ck td__chunk(td__geo g, long ch)
 {
     td__ck k;
-    size_t R = TD_BN_NHWC_ROWS, C = (size_t)g.C;
+    size_t R = TD_BN_NHWC_ROWS, C = (size_t)g.C, c = (size_t)ch;
+    k.is = 0;
+    k.nimg = 1;
     if (!g.hw) {
-        size_t r0 = (size_t)ch * R;
+        size_t r0 = c * R;
         k.nr = g.rows - r0 < R ? g.rows - r0 : R;
         k.off = r0 * C;
         k.rs = C;
         k.cs = 1;
-    } else {
-        size_t per = td__cdiv(g.hw, R), n = (size_t)ch / per;
-        size_t h0 = (size_t)ch % per * R;
+        return k;
+    }
+    size_t n = g.rows / g.hw, ipc = td__ipc(g);
+    k.rs = 16;
+    k.cs = g.hw;
+    k.is = C * g.hw;
+    if (ipc) { /* images [c * ipc, c * ipc + nimg) */
+        k.nimg = n - c * ipc < ipc ? n - c * ipc : ipc;
+        k.nr = g.hw;
+        k.off = c * ipc * C * g.hw;
+    } else { /* rows [h0, h0 + nr) of image c / per */
+        size_t per = td__cdiv(g.hw, R), h0 = c % per * R;
         k.nr = g.hw - h0 < R ? g.hw - h0 : R;
-        k.off = n * C * g.hw + h0 * 16;
-        k.rs = 16;
-        k.cs = g.hw;
+        k.off = c / per * C * g.hw + h0 * 16;
     }
     return k;
 }

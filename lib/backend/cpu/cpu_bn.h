@@ -5,8 +5,8 @@
  * Owns: the loops over a bf16 tensor of rows = N*H*W rows of C channels,
  * laid out [rows][C] (nhwc, hw = 0) or [N][C/16][H*W][16] (nChw16c, hw =
  * H*W), AVX-512, parallel with OpenMP over fixed chunks of up to
- * TD_BN_NHWC_ROWS rows (in nChw16c of one image; one parallel region per
- * training call).  Sums
+ * TD_BN_NHWC_ROWS rows (in nChw16c whole images, or parts of one larger
+ * image; one parallel region per training call).  Sums
  * are per chunk in fp32, then over the chunks in chunk order in double:
  * the results do not depend on the thread count or on which thread ran a
  * chunk (bitwise equal runs, hence exact resumes).  The per-channel and
