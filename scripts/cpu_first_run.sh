@@ -6,7 +6,8 @@
 #   ./scripts/cpu_first_run.sh               # everything, ~15-30 min
 #   ACC=0 TORCH=0 ./scripts/cpu_first_run.sh # speed inside traind only
 #
-# It builds traind (build/, optimised, no CUDA) when it is not there, then,
+# It installs what is missing (scripts/deps.sh, as the Quick start does)
+# and builds traind (build/, optimised, no CUDA) when it is not there, then,
 # each step logged to $OUT/<step>.log and judged in $OUT/summary.txt, with
 # the figures that decide issue 15's targets copied into the summary:
 #   1. traind --version: the CPU, oneDNN's ISA, what precision auto picks
@@ -33,7 +34,7 @@ set -u -o pipefail
 
 cd "$(dirname "$0")/.." || exit 1
 if [[ ${1:-} == --help || $# -gt 0 ]]; then
-    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
     [[ ${1:-} == --help ]] && exit 0
     exit 2
 fi
@@ -81,6 +82,8 @@ note() {
 
 # ---- build ----------------------------------------------------------------
 if [ "${NOBUILD:-0}" != 1 ]; then
+    step deps scripts/deps.sh ||
+        { echo "cpu_first_run: installing the packages failed" >&2; exit 1; }
     if [ ! -f "$BUILD/build.ninja" ]; then
         step build-setup meson setup "$BUILD" -Dcuda=disabled ||
             { echo "cpu_first_run: meson setup failed" >&2; exit 1; }
