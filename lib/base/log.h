@@ -60,11 +60,12 @@ const char *td_log_thread_name(void);
 /* job <= 0 means "not about a job". */
 void td_logf(int level, long job, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void td_vlogf(int level, long job, const char *fmt, va_list ap);
+void td_vlogf(int level, long job, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 /* Formats a line exactly as td_logf would, into buf; returns its length. */
 int td_log_format(char *buf, int cap, int level, long job, const char *fmt,
-                  va_list ap);
+                  va_list ap) __attribute__((format(printf, 5, 0)));
 
 #define td_error(...) td_logf(TD_LOG_ERROR, 0, __VA_ARGS__)
 #define td_warn(...) td_logf(TD_LOG_WARN, 0, __VA_ARGS__)

@@ -477,7 +477,8 @@ static void td__hpass3_hwc(const td_resampler *r, const uint8_t *t,
     for (; x + 2 < r->out_w; x += 2) {
         __m128i va = td__taps2(t, r->xo0[x], r->xo0[x + 1]);
         __m128i vb = td__taps2(t, r->xo1[x], r->xo1[x + 1]);
-        __m128i w1 = _mm_loadu_si128((const __m128i *)(r->wx4 + x));
+        __m128i w1 =
+            _mm_loadu_si128((const __m128i *)(const void *)(r->wx4 + x));
         __m128i w0 = _mm_sub_epi16(full, w1);
         __m128i v = _mm_add_epi16(_mm_mullo_epi16(va, w0),
                                   _mm_mullo_epi16(vb, w1));
@@ -503,8 +504,10 @@ td__vpass_avx2(const uint8_t *r0, const uint8_t *r1, uint32_t wy, uint8_t *d,
     const __m256i half = _mm256_set1_epi16(128);
     int i = 0;
     for (; i + 32 <= n; i += 32) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(r0 + i));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(r1 + i));
+        __m256i a =
+            _mm256_loadu_si256((const __m256i *)(const void *)(r0 + i));
+        __m256i b =
+            _mm256_loadu_si256((const __m256i *)(const void *)(r1 + i));
         __m256i alo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(a));
         __m256i ahi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(a, 1));
         __m256i blo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(b));
@@ -518,7 +521,7 @@ td__vpass_avx2(const uint8_t *r0, const uint8_t *r1, uint32_t wy, uint8_t *d,
         /* packus works per 128-bit lane: put the quarters back in order */
         __m256i v = _mm256_permute4x64_epi64(_mm256_packus_epi16(lo, hi),
                                              0xd8);
-        _mm256_storeu_si256((__m256i *)(d + i), v);
+        _mm256_storeu_si256((__m256i *)(void *)(d + i), v);
     }
     if (i < n)
         td__vpass(r0 + i, r1 + i, wy, d + i, n - i);
@@ -564,8 +567,10 @@ td__hpass3_hwc_avx2(const td_resampler *r, const uint8_t *t, uint8_t *d)
             done = 1;
         }
         __m256i ga = td__taps8(t, r->xo0 + x), gb = td__taps8(t, r->xo1 + x);
-        __m256i w1a = _mm256_loadu_si256((const __m256i *)(r->wx4 + x));
-        __m256i w1b = _mm256_loadu_si256((const __m256i *)(r->wx4 + x + 4));
+        __m256i w1a = _mm256_loadu_si256(
+            (const __m256i *)(const void *)(r->wx4 + x));
+        __m256i w1b = _mm256_loadu_si256(
+            (const __m256i *)(const void *)(r->wx4 + x + 4));
         __m256i a0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(ga));
         __m256i a1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(ga, 1));
         __m256i b0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(gb));
@@ -582,8 +587,9 @@ td__hpass3_hwc_avx2(const td_resampler *r, const uint8_t *t, uint8_t *d)
         __m256i v = _mm256_permute4x64_epi64(_mm256_packus_epi16(v0, v1),
                                              0xd8);
         v = _mm256_shuffle_epi8(v, squeeze);
-        _mm_storeu_si128((__m128i *)(d + 3 * x), _mm256_castsi256_si128(v));
-        _mm_storeu_si128((__m128i *)(d + 3 * x + 12),
+        _mm_storeu_si128((__m128i *)(void *)(d + 3 * x),
+                         _mm256_castsi256_si128(v));
+        _mm_storeu_si128((__m128i *)(void *)(d + 3 * x + 12),
                          _mm256_extracti128_si256(v, 1));
         done |= x == last;
     }

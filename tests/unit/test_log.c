@@ -9,7 +9,8 @@
 #include "base/log.h"
 #include "tdtest.h"
 
-static int fmt(char *buf, int cap, int level, long job, const char *f, ...)
+__attribute__((format(printf, 5, 6))) static int
+fmt(char *buf, int cap, int level, long job, const char *f, ...)
 {
     va_list ap;
     va_start(ap, f);
