@@ -123,7 +123,10 @@ typedef struct {
 
 /* The element offsets of a chunk's channel group [c0, c0 + 16*nv) at its
  * row 0. */
-#define TD__VOFF(k, c0, nv, vo)                                                  size_t vo[4];                                                                _Pragma("GCC unroll 4") for (int v = 0; v < (nv); v++) vo[v] =                   (k).off + (size_t)((c0) + 16 * v) * (k).cs
+#define TD__VOFF(k, c0, nv, vo)                                              \
+    size_t vo[4];                                                            \
+    _Pragma("GCC unroll 4") for (int v = 0; v < (nv); v++) vo[v] =           \
+        (k).off + (size_t)((c0) + 16 * v) * (k).cs
 
 /* Chunk k, channels [c0, c0 + 16*nv): o1 = sum (x - sh),
  * o2 = sum (x - sh)^2. */

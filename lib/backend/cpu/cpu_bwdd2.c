@@ -20,10 +20,12 @@
  * gradient bookkeeping around it (cpu_step.c).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_int.h"
+#include "base/error.h"
 #include "base/log.h"
 
 typedef struct td__ph {
@@ -77,7 +79,8 @@ static int td__ok(const td__cpu *be, int L, const dnnl_memory_desc_t *src)
 }
 
 /* Phase (a, b)'s primitive; 1 when oneDNN has only a reference kernel
- * for it (the layer then keeps the backward-data primitive). */
+ * for it that the backend refuses (td__pd; the layer then keeps the
+ * backward-data primitive). */
 static int td__plan_phase(td__cpu *be, int L, const dnnl_memory_desc_t *src,
                           struct td__bd2 *d, int a, int b)
 {
@@ -102,28 +105,19 @@ static int td__plan_phase(td__cpu *be, int L, const dnnl_memory_desc_t *src,
     td__mdt(&wany, 4, wd, dnnl_format_tag_any, be->adt);
     td__mdt(&wplain, 4, wd, dnnl_oihw, dnnl_f32);
     td__mdt(&ymd, 4, yd, d->blocked ? dnnl_nChw16c : dnnl_nhwc, be->adt);
-    dnnl_status_t s = dnnl_convolution_forward_desc_init(
-        &cd, dnnl_forward_training, dnnl_convolution_direct, &c->md, &wany,
-        NULL, &ymd, st, pl, pr);
-    if (s != dnnl_success)
-        return td__cpu_fail(be, s, "conv bwd data phase", l->name);
-    if ((s = dnnl_primitive_desc_create(&ph->pd, &cd, be->attr, be->eng,
-                                        NULL)) != dnnl_success)
-        return td__cpu_fail(be, s, "conv bwd data phase", l->name);
-    const char *impl = NULL;
-    dnnl_primitive_desc_query(ph->pd, dnnl_query_impl_info_str, 0, &impl);
-    td_debug("cpu backend: %s conv bwd data phase %d%d (%dx%d): %s",
-             l->name, a, b, kh, kw, impl ? impl : "?");
-    if (impl && strncmp(impl, "ref", 3) == 0)
+    char what[64];
+    snprintf(what, sizeof what, "conv bwd data phase %d%d (%dx%d)", a, b, kh,
+             kw);
+    TD__DNNL(be, dnnl_convolution_forward_desc_init(&cd,
+             dnnl_forward_training, dnnl_convolution_direct, &c->md, &wany,
+             NULL, &ymd, st, pl, pr), what, l->name);
+    int rc = td__pd(be, &cd, NULL, &ph->pd, &ph->prim, what, l->name);
+    if (rc == TD_E_NOTSUP) { /* a reference kernel: not here */
+        be->base.err[0] = 0;
         return 1;
-    size_t spb = dnnl_memory_desc_get_size(
-        td__q(ph->pd, dnnl_query_scratchpad_md, 0));
-    if (spb > be->scratch_bytes)
-        be->scratch_bytes = spb;
-    if ((s = dnnl_primitive_create(&ph->prim, ph->pd)) != dnnl_success)
-        return td__cpu_fail(be, s, "conv bwd data phase", l->name);
-    int rc;
-    if ((rc = td__mem(be, &wplain, NULL, &ph->wplain, l->name)) ||
+    }
+    if (rc ||
+        (rc = td__mem(be, &wplain, NULL, &ph->wplain, l->name)) ||
         (rc = td__mem(be, &ymd, NULL, &ph->y, l->name)) ||
         (rc = td__wlayout(be, td__q(ph->pd, dnnl_query_weights_md, 0),
                           ph->wplain, 1, &ph->wprim, &ph->rw, l->name)))
@@ -190,6 +184,15 @@ void td__bd2_free(td__cl *c)
     c->bd2 = NULL;
 }
 
+int td__bd2_scratch(td__cpu *be, td__cl *c, const char *layer)
+{
+    int rc = 0;
+    for (int i = 0; c->bd2 && i < 4 && rc == 0; i++)
+        rc = td__scratch_view(be, c->bd2->ph[i].pd, &c->bd2->ph[i].sp,
+                              layer);
+    return rc;
+}
+
 int td__bd2_weights(td__cpu *be)
 {
     for (int L = 1; L < be->base.model->nlayers; L++) {
@@ -245,13 +248,6 @@ int td__bd2_run(td__cpu *be, int L, dnnl_memory_t t)
     size_t H = (size_t)md->dims[2], W = (size_t)md->dims[3];
     for (int i = 0; i < 4; i++) {
         td__ph *ph = &d->ph[i];
-        const dnnl_memory_desc_t *sp = td__q(ph->pd, dnnl_query_scratchpad_md,
-                                             0);
-        if (!ph->sp && dnnl_memory_desc_get_size(sp) > 0) {
-            int rc = td__mem(be, sp, be->scratch, &ph->sp, l->name);
-            if (rc)
-                return rc;
-        }
         TD__RUN(be, ph->prim, l->name, {DNNL_ARG_SCRATCHPAD, ph->sp},
                 {DNNL_ARG_SRC, c->dy},
                 {DNNL_ARG_WEIGHTS, ph->wprim ? ph->wprim : ph->wplain},

@@ -135,7 +135,11 @@ void td__cpu_unplan(td__cpu *be);
  * layout tag and type dt; a memory on host data (ptr) or its own; a
  * primitive descriptor's memory descriptor; when the primitive wants the
  * weights in another layout than plain's, a memory in it and a reorder
- * (plain to it when to_prim, else back; *mem stays NULL otherwise). */
+ * (plain to it when to_prim, else back; *mem stays NULL otherwise); a
+ * primitive from op (its scratchpad counted, its kernel logged; bf16 on a
+ * reference kernel refused with TD_E_NOTSUP unless allow_slow_bf16); its
+ * view of the shared scratchpad, after be->scratch exists (none for a pd
+ * NULL or without scratchpad). */
 void td__mdt(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims,
              dnnl_format_tag_t tag, dnnl_data_type_t dt);
 int td__mem(td__cpu *be, const dnnl_memory_desc_t *md, void *ptr,
@@ -145,6 +149,11 @@ const dnnl_memory_desc_t *td__q(const_dnnl_primitive_desc_t pd,
 int td__wlayout(td__cpu *be, const dnnl_memory_desc_t *want,
                 dnnl_memory_t plain, int to_prim, dnnl_memory_t *mem,
                 dnnl_primitive_t *reorder, const char *layer);
+int td__pd(td__cpu *be, const void *op, const_dnnl_primitive_desc_t hint,
+           dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim,
+           const char *what, const char *layer);
+int td__scratch_view(td__cpu *be, const_dnnl_primitive_desc_t pd,
+                     dnnl_memory_t *sp, const char *layer);
 /* Sets be->base.err from a failed oneDNN call and returns TD_E_DEVICE. */
 int td__cpu_fail(td__cpu *be, dnnl_status_t st, const char *what,
                  const char *layer);
@@ -195,8 +204,10 @@ static inline int td__run_at(const td__cpu *be, int L)
 int td__nhwc_dense(const dnnl_memory_desc_t *md);
 /* md is dense nChw16c bf16 (oneDNN's aBcd16b, no padded channels). */
 int td__blocked16_dense(const dnnl_memory_desc_t *md);
-/* md is dense in the layout cpu_bn.c's kernels read in this plan (nhwc,
- * or nChw16c: td__bn_hw), and the rows per image they take: 0 in nhwc. */
+/* The layout cpu_bn.c's kernels read in this plan ("nhwc", or "nChw16c":
+ * td__bn_hw), md is dense in it, and the rows per image they take: 0 in
+ * nhwc. */
+const char *td__bn_layout(const td__cpu *be);
 int td__bn_dense(const td__cpu *be, const dnnl_memory_desc_t *md);
 size_t td__bn_hw(const td__cpu *be, int L);
 int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
@@ -233,10 +244,12 @@ void td__bwdd_flip(td__cpu *be);
  * forward convolutions, one per output parity (TD_CPU_BWDD2=1).  plan:
  * after the layer's c->md, sets c->bd2 where it applies (0 and nothing
  * planned where not; < 0 on failure, be->base.err set); weights: the
- * phases' weights from the master weights, after any change; run: dy
+ * phases' weights from the master weights, after any change; scratch:
+ * the phases' views of the shared scratchpad (td__scratch_view); run: dy
  * into dx (t); free. */
 int td__bd2_plan(td__cpu *be, int L, const dnnl_memory_desc_t *src);
 int td__bd2_weights(td__cpu *be);
+int td__bd2_scratch(td__cpu *be, td__cl *c, const char *layer);
 int td__bd2_run(td__cpu *be, int L, dnnl_memory_t t);
 void td__bd2_free(td__cl *c);
 

@@ -49,6 +49,11 @@ int td__blocked16_dense(const dnnl_memory_desc_t *md)
            b->strides[1] == 16 * hw && b->strides[0] == md->dims[1] * hw;
 }
 
+const char *td__bn_layout(const td__cpu *be)
+{
+    return be->atag == dnnl_nChw16c ? "nChw16c" : "nhwc";
+}
+
 int td__bn_dense(const td__cpu *be, const dnnl_memory_desc_t *md)
 {
     return be->atag == dnnl_nChw16c ? td__blocked16_dense(md)

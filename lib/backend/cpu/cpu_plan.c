@@ -58,9 +58,9 @@ int td__mem(td__cpu *be, const dnnl_memory_desc_t *md, void *ptr,
     return 0;
 }
 
-static int td__pd(td__cpu *be, const void *op, const_dnnl_primitive_desc_t
-                  hint, dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim,
-                  const char *what, const char *layer)
+int td__pd(td__cpu *be, const void *op, const_dnnl_primitive_desc_t hint,
+           dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim,
+           const char *what, const char *layer)
 {
     TD__DNNL(be, dnnl_primitive_desc_create(pd, op, be->attr, be->eng, hint),
              what, layer);
@@ -294,8 +294,7 @@ static int td__check_fused_adds(td__cpu *be)
         if (A && !td__bn_dense(be, td__in_md(be, A, 1))) {
             snprintf(be->base.err, sizeof be->base.err, "add %s: the bf16 "
                      "batch norm kernel needs a dense %s bf16 shortcut",
-                     m->layers[A].name,
-                     be->atag == dnnl_nhwc ? "nhwc" : "nChw16c");
+                     m->layers[A].name, td__bn_layout(be));
             return TD_E_NOTSUP;
         }
     }
@@ -315,7 +314,7 @@ static int td__plan_bn_fast(td__cpu *be, int L)
     if (!td__bn_dense(be, src)) {
         snprintf(be->base.err, sizeof be->base.err, "batch norm %s: the "
                  "bf16 kernel needs dense %s bf16 inputs", l->name,
-                 be->atag == dnnl_nhwc ? "nhwc" : "nChw16c");
+                 td__bn_layout(be));
         return TD_E_NOTSUP;
     }
     td__md(&vmd, 1, cd, dnnl_a);
@@ -515,8 +514,9 @@ static int td__plan_dropout(td__cpu *be, int L)
 }
 
 /* Batch norm L runs cpu_bn.c's kernels: bf16 channels-last (the AMX
- * plan) or blocked nChw16c (the AVX512_BF16 plan), training statistics (not frozen), channels a multiple of 16 on
- * an AVX-512 CPU, and not turned off (TD_CPU_BN=onednn, for comparing). */
+ * plan) or blocked nChw16c (the AVX512_BF16 plan), training statistics
+ * (not frozen), channels a multiple of 16 on an AVX-512 CPU, and not
+ * turned off (TD_CPU_BN=onednn, for comparing). */
 static int td__bn_fast(const td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -621,6 +621,18 @@ static int td__plan_logits(td__cpu *be)
 
 /* One scratchpad buffer, viewed through each primitive's descriptor:
  * oneDNN's own would be allocated (and page-faulted) per execution. */
+int td__scratch_view(td__cpu *be, const_dnnl_primitive_desc_t pd,
+                     dnnl_memory_t *sp, const char *layer)
+{
+    if (!pd)
+        return 0;
+    const dnnl_memory_desc_t *md =
+        dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (dnnl_memory_desc_get_size(md) == 0)
+        return 0;
+    return td__mem(be, md, be->scratch, sp, layer);
+}
+
 static int td__plan_scratch(td__cpu *be)
 {
     size_t bytes = (be->scratch_bytes + 4095) / 4096 * 4096;
@@ -629,21 +641,15 @@ static int td__plan_scratch(td__cpu *be)
     be->scratch = aligned_alloc(4096, bytes);
     if (!be->scratch)
         return -ENOMEM;
-    for (int L = 0; L < be->base.model->nlayers; L++)
-        for (int i = 0; i < 4; i++) {
-            td__cl *c = &be->cl[L];
-            const dnnl_memory_desc_t *md;
-            if (!c->pd[i])
-                continue;
-            md = dnnl_primitive_desc_query_md(c->pd[i],
-                                              dnnl_query_scratchpad_md, 0);
-            if (dnnl_memory_desc_get_size(md) == 0)
-                continue;
-            int rc = td__mem(be, md, be->scratch, &c->sp[i],
-                             be->base.model->layers[L].name);
-            if (rc)
-                return rc;
-        }
+    for (int L = 0; L < be->base.model->nlayers; L++) {
+        td__cl *c = &be->cl[L];
+        const char *name = be->base.model->layers[L].name;
+        int rc = 0;
+        for (int i = 0; i < 4 && rc == 0; i++)
+            rc = td__scratch_view(be, c->pd[i], &c->sp[i], name);
+        if (rc || (rc = td__bd2_scratch(be, c, name)))
+            return rc;
+    }
     return 0;
 }
 
