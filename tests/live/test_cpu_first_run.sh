@@ -3,18 +3,21 @@
 # size, on the build under test (NOBUILD=1; fmnist-cnn, batch 8, 2 steps
 # per arm, no PyTorch, no accuracy job): exit status 0, every step PASS in
 # the summary with the figures it copies (the CPU line, the three ceilings
-# or the ones this CPU has, six plan-choice rows, the fp32/bf16 A/B);
-# --help exits 0, an argument 2; bash -n and shellcheck when installed.
+# or the ones this CPU has, scripts/bench_cpu_knobs.sh's six plan-choice
+# rows each with a ratio, the fp32/bf16 A/B); --help exits 0, an argument
+# 2; bash -n and shellcheck (when installed) of both scripts.
 # Skipped (77) without native bf16 (the plan-choice rows train bf16).
 set -u
 root=${TD_SOURCE_ROOT:?TD_SOURCE_ROOT unset}
 build=${TD_BUILD_ROOT:?TD_BUILD_ROOT unset}
 script=$root/scripts/cpu_first_run.sh
 fail() { echo "FAIL: $*"; exit 1; }
-bash -n "$script" || fail "bash -n $script"
-if command -v shellcheck >/dev/null; then
-  shellcheck "$script" || fail "shellcheck $script"
-fi
+for f in "$script" "$root/scripts/bench_cpu_knobs.sh"; do
+  bash -n "$f" || fail "bash -n $f"
+  if command -v shellcheck >/dev/null; then
+    shellcheck "$f" || fail "shellcheck $f"
+  fi
+done
 "$script" --help | grep -q 'cpu_first_run.sh - ' || fail "--help"
 "$script" bogus >/dev/null 2>&1
 [[ $? -eq 2 ]] || fail "an argument: exit status not 2"

@@ -188,19 +188,27 @@ static double worst(const float *dx, const float *dy, const float *w,
     return frac;
 }
 
-/* One step of the stack with TD_CPU_BWDD=bwdd; every eligible
- * convolution's dx checked against the reference; returns the layers
- * checked. */
-static int check_dx(const char *bwdd, int want_planned)
+/* One step of the stack with TD_CPU_BWDD=bwdd and TD_CPU_BWDD2=bwdd2
+ * (want_planned forward-as-backward-data layers and want_phased
+ * four-phase ones planned); the dx of every eligible convolution (stride
+ * 1) or of the stride-2 one (stride 2) checked against the reference;
+ * returns the layers checked. */
+static int check_dx(const char *bwdd, const char *bwdd2, int stride,
+                    int want_planned, int want_phased)
 {
     enum { N = 8 };
     td_model *m = stack();
     int planned = 0, checked = 0;
+    setenv("TD_CPU_BWDD2", bwdd2, 1);
     td_backend *be = make(m, N, bwdd, "1", &planned);
+    unsetenv("TD_CPU_BWDD2");
     ck_assert_int_eq(planned, want_planned);
+    ck_assert_int_eq(g_phased, want_phased);
     float **w = calloc((size_t)m->nlayers, sizeof *w);
     for (int L = 1; L < m->nlayers; L++)
-        if (eligible(m, L))
+        if (stride == 1 ? eligible(m, L)
+                        : m->layers[L].kind == TD_L_CONV &&
+                              m->layers[L].stride == stride)
             w[L] = read(be, TD_T_PARAM, m->layers[L].param0,
                         m->params[m->layers[L].param0].count);
     upload(be, m, N, 1);
@@ -214,14 +222,15 @@ static int check_dx(const char *bwdd, int want_planned)
         float *dx = read(be, TD_T_GRAD, l->in[0],
                          (size_t)N * i.c * i.h * i.w);
         int wrong;
-        double f = worst(dx, dy, w[L], N, i.c, o.c, i, o, l->kernel, 1,
+        double f = worst(dx, dy, w[L], N, i.c, o.c, i, o, l->kernel, stride,
                          &wrong);
-        printf("TD_CPU_BWDD=%s %s (%d->%d, %dx%d, %dx%d): worst error "
-               "%.3f of the bound\n", bwdd, l->name, i.c, o.c, l->kernel,
-               l->kernel, o.h, o.w, f);
-        ck_assert_msg(wrong == 0, "TD_CPU_BWDD=%s %s: %d dx elements "
-                      "outside the bound (worst %.3g times it)", bwdd,
-                      l->name, wrong, f);
+        printf("TD_CPU_BWDD=%s TD_CPU_BWDD2=%s %s (%d->%d, %dx%d, stride "
+               "%d, %dx%d -> %dx%d): worst error %.3f of the bound\n", bwdd,
+               bwdd2, l->name, i.c, o.c, l->kernel, l->kernel, stride, i.h,
+               i.w, o.h, o.w, f);
+        ck_assert_msg(wrong == 0, "TD_CPU_BWDD=%s TD_CPU_BWDD2=%s %s: %d dx "
+                      "elements outside the bound (worst %.3g times it)",
+                      bwdd, bwdd2, l->name, wrong, f);
         checked++;
         free(dy);
         free(dx);
@@ -237,7 +246,7 @@ START_TEST(test_dx_forward_as_backward_data)
 {
     /* 4 eligible convolutions: the stride-2 one and the first (reading
      * the input, no dx) are not */
-    ck_assert_int_eq(check_dx("1", 4), 4);
+    ck_assert_int_eq(check_dx("1", "0", 1, 4, 0), 4);
 }
 END_TEST
 
@@ -248,57 +257,21 @@ END_TEST
  * (the same products summed in fp32 in another order, rounded once).  A
  * phase's tap, padding or interleave wrong is an error of the order of
  * |dx|. */
-static void check_stride2(const char *bwdd2, int want_phased)
-{
-    enum { N = 8 };
-    td_model *m = stack();
-    int planned, L2 = -1;
-    for (int L = 1; L < m->nlayers; L++)
-        if (m->layers[L].kind == TD_L_CONV && m->layers[L].stride == 2)
-            L2 = L;
-    ck_assert_int_ge(L2, 0);
-    setenv("TD_CPU_BWDD2", bwdd2, 1);
-    td_backend *be = make(m, N, "0", "1", &planned);
-    unsetenv("TD_CPU_BWDD2");
-    ck_assert_int_eq(g_phased, want_phased);
-    const td_layer *l = &m->layers[L2];
-    float *w = read(be, TD_T_PARAM, l->param0,
-                    m->params[l->param0].count);
-    upload(be, m, N, 1);
-    ck_assert_int_eq(td_backend_train_step(be, 0.05f, 1), 0);
-    td_shape o = l->out, i = m->layers[l->in[0]].out;
-    float *dy = read(be, TD_T_GRAD, L2, (size_t)N * o.c * o.h * o.w);
-    float *dx = read(be, TD_T_GRAD, l->in[0], (size_t)N * i.c * i.h * i.w);
-    int wrong;
-    double f = worst(dx, dy, w, N, i.c, o.c, i, o, l->kernel, 2, &wrong);
-    printf("TD_CPU_BWDD2=%s %s (%d->%d, %dx%d, stride 2, %dx%d -> %dx%d): "
-           "worst error %.3f of the bound\n", bwdd2, l->name, i.c, o.c,
-           l->kernel, l->kernel, i.h, i.w, o.h, o.w, f);
-    ck_assert_msg(wrong == 0, "TD_CPU_BWDD2=%s %s: %d dx elements outside "
-                  "the bound (worst %.3g times it)", bwdd2, l->name, wrong,
-                  f);
-    free(w);
-    free(dy);
-    free(dx);
-    td_backend_destroy(be);
-    td_model_free(m);
-}
-
 START_TEST(test_dx_stride2_phases)
 {
-    check_stride2("1", 1);
+    ck_assert_int_eq(check_dx("0", "1", 2, 0, 1), 1);
 }
 END_TEST
 
 START_TEST(test_dx_stride2_primitive)
 {
-    check_stride2("0", 0);
+    ck_assert_int_eq(check_dx("0", "0", 2, 0, 0), 1);
 }
 END_TEST
 
 START_TEST(test_dx_backward_data_primitive)
 {
-    ck_assert_int_eq(check_dx("0", 0), 4);
+    ck_assert_int_eq(check_dx("0", "0", 1, 0, 0), 4);
 }
 END_TEST
 
