@@ -22,6 +22,8 @@
 #                                  against four stride-1 phases
 #   TD_CPU_NHWC  0       1         blocked (or oneDNN's) layout against
 #                                  channels-last
+#   plan         fixed   measure   the fixed rules against the kernel
+#                                  choices timed at create (cpu_tune.c)
 #
 #   scripts/bench_cpu_knobs.sh [STEPS=40]
 #   env: MODELS="resnet20 fmnist-cnn" WARMUP=5 BATCH=128 THREADS=2
@@ -37,7 +39,7 @@ ab=${BENCH_AB:-$root/build/tests/bench/bench_cpu_ab}
 export TD_SOURCE_ROOT=$root
 rows=("TD_CPU_BN onednn default" "TD_CPU_BWDW 0 default"
       "TD_CPU_BWDW default 1" "TD_CPU_BWDD 0 1" "TD_CPU_BWDD2 0 1"
-      "TD_CPU_NHWC 0 1")
+      "TD_CPU_NHWC 0 1" "plan fixed measure")
 grep -m1 'model name' /proc/cpuinfo || true
 grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '
 echo
@@ -48,7 +50,12 @@ table=""
 for m in $models; do
   for r in "${rows[@]}"; do
     read -r name a b <<<"$r"
-    if line=$("$ab" --env "$name" --a "$a" --b "$b" --model "$m" \
+    if [[ $name == plan ]]; then
+      arms=(--plan-a "$a" --plan-b "$b")
+    else
+      arms=(--env "$name" --a "$a" --b "$b")
+    fi
+    if line=$("$ab" "${arms[@]}" --model "$m" \
                 --steps "$steps" --warmup "$warmup" --batch "$batch" \
                 --threads "$threads" 2>&1 | tail -1) &&
        [[ $line == *"per pair"* ]]; then

@@ -64,6 +64,7 @@
 #ifndef TD_BACKEND_H
 #define TD_BACKEND_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -107,6 +108,12 @@ enum td_fp32_math {
 #define TD_TF32_MIN_CC_MAJOR 8 /* TF32 tensor cores: Ampere (8.0) on */
 #define TD_BF16_MIN_CC_MAJOR 8 /* bf16 tensor cores: Ampere (8.0) on */
 #define TD_F16_MIN_CC_MAJOR 7  /* fp16 tensor cores: Volta (7.0) on */
+
+/* td_backend_config.plan */
+enum td_plan_mode {
+    TD_PLAN_FIXED = 0,   /* the rules of the code, no measurement */
+    TD_PLAN_MEASURE = 1, /* kernels timed at create, the faster kept */
+};
 
 /* CUDA: the training step captured as a CUDA graph (docs/cuda.md). */
 enum td_cuda_graphs {
@@ -175,6 +182,14 @@ typedef struct td_backend_config {
      * bitwise: test_sim_memplan).  CPU: ignored (oneDNN keeps every
      * layer's tensors). */
     enum td_mem_layout mem_layout;
+    /* CPU, bf16: how the plan picks each convolution's backward-weights
+     * and backward-data kernels (docs/compute.md "Plan choices by
+     * measurement").  0 (the zero config, tests): fixed rules, the same
+     * plan on every run; TD_PLAN_MEASURE (jobs, unless "deterministic"):
+     * both kernels of each choice timed on this machine at create and
+     * the faster kept.  CUDA: ignored (cuDNN's algorithms are searched
+     * anyway, see docs/cuda.md "Numerics"). */
+    enum td_plan_mode plan;
 } td_backend_config;
 
 /* The interval td_ls_advance takes for a configuration (0: static). */
@@ -206,7 +221,8 @@ enum td_tensor_kind {
 typedef struct td_backend td_backend;
 typedef struct td_event td_event;
 
-/* The operations a backend provides.  Implementations fill every slot. */
+/* The operations a backend provides.  Implementations fill every slot
+ * not marked optional. */
 typedef struct td_backend_ops {
     const char *name;
     void (*destroy)(td_backend *be);
@@ -250,6 +266,17 @@ typedef struct td_backend_ops {
      * scale is not positive and finite.  NULL only in backends without
      * loss scaling. */
     int (*set_loss_scale)(td_backend *be, const td_ls_state *st);
+    /* Optional (NULL: the backend's plan has no choices to record).
+     * plan_get: the plan's kernel choices as text (docs/compute.md "Plan
+     * choices by measurement") that plan_set makes again, so a resumed
+     * job computes bit for bit what it would have; -ENOSPC when cap is
+     * too small.  plan_set: plans again with those choices, between
+     * steps (parameters, optimizer state and statistics are kept);
+     * -EINVAL with err set when they do not fit this model, CPU or
+     * configuration, the backend then keeping a working plan as close
+     * to them as it can. */
+    int (*plan_get)(td_backend *be, char *out, size_t cap);
+    int (*plan_set)(td_backend *be, const char *choices);
 } td_backend_ops;
 
 /* Every backend struct starts with this header. */
@@ -352,6 +379,15 @@ static inline int td_backend_restore(td_backend *be, const float *h, size_t n)
 static inline int td_backend_sync(td_backend *be)
 {
     return be->ops->sync(be);
+}
+/* -ENOTSUP when the backend has no plan choices. */
+static inline int td_backend_plan_get(td_backend *be, char *out, size_t cap)
+{
+    return be->ops->plan_get ? be->ops->plan_get(be, out, cap) : -ENOTSUP;
+}
+static inline int td_backend_plan_set(td_backend *be, const char *choices)
+{
+    return be->ops->plan_set ? be->ops->plan_set(be, choices) : -ENOTSUP;
 }
 
 #endif

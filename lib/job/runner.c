@@ -320,6 +320,9 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.backend.bn_eval = r->bn_eval;
     tc.backend.warmup = 1; /* CUDA: first-use allocations happen at create */
     tc.backend.deterministic = s->deterministic;
+    /* CPU bf16: kernels chosen by measurement unless the job wants the
+     * same plan on every run (a resume keeps its checkpoint's) */
+    tc.backend.plan = s->deterministic ? TD_PLAN_FIXED : TD_PLAN_MEASURE;
     td__runner_ls_config(r, &tc.backend); /* runner_lscale.c */
     tc.backend.cuda_graphs = s->cuda_graphs;
     td__runner_optim(s, &tc.backend.optim);

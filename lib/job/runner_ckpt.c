@@ -189,6 +189,53 @@ static void td__link_best(td_runner *r, const char *path, double value)
             value, best);
 }
 
+/* The backend's kernel choices (a measured CPU plan's) as
+ * "traind.plan", so a resume computes with them (td__plan_resume). */
+static char *td__plan_text(td_runner *r)
+{
+    size_t cap = (size_t)r->model->nlayers + 64;
+    char *t = malloc(cap);
+    if (t && td_backend_plan_get(td_trainer_backend(r->trainer), t, cap)) {
+        free(t);
+        t = NULL;
+    }
+    return t;
+}
+
+static void td__plan_meta(td_runner *r, json_t *meta)
+{
+    char *t = td__plan_text(r);
+    if (t)
+        json_object_set_new(meta, "traind.plan", json_string(t));
+    free(t);
+}
+
+/* A checkpoint's kernel choices planned again (before its state is
+ * restored); where they cannot be (another CPU, an environment switch)
+ * the job goes on with this plan's, not bit for bit the run that
+ * stopped, and says so. */
+static void td__plan_resume(td_runner *r, const char *want, const char *path)
+{
+    char *now = td__plan_text(r);
+    td_backend *be = td_trainer_backend(r->trainer);
+    if (!want || !now || strcmp(now, want) == 0) {
+        free(now);
+        return;
+    }
+    int rc = td_backend_plan_set(be, want);
+    free(now);
+    now = td__plan_text(r);
+    if (rc)
+        td_logf(TD_LOG_WARN, r->o.job, "checkpoint %s: its kernel choices "
+                "cannot all be planned here (%s); resuming with %s, so the "
+                "results are not bit for bit those of the run that stopped",
+                path, be->err, now ? now : "this plan's");
+    else
+        td_logf(TD_LOG_INFO, r->o.job, "kernel choices from %s: %s", path,
+                want);
+    free(now);
+}
+
 static void td__ckpt_done(void *user, const td_ckpt_result *res)
 {
     td_runner *r = user;
@@ -382,8 +429,10 @@ static int td__checkpoint(td_runner *r, const td_train_position *pos,
         free(txt);
         json_decref(h);
     }
-    if (r->snap_meta[slot])
+    if (r->snap_meta[slot]) {
         td__runner_ls_meta(r, r->snap_meta[slot]);
+        td__plan_meta(r, r->snap_meta[slot]);
+    }
     s->extra_meta = r->snap_meta[slot] ? r->snap_meta[slot] : r->meta_json;
     td__fill f = {s, NULL, 1};
     if ((rc = td__walk(r, td__fill_one, &f)))
@@ -500,12 +549,16 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
      * checkpoints have none). */
     const char *lsm = td_ckpt_file_meta_str(f, "traind.loss_scale");
     char *ls_txt = lsm ? strdup(lsm) : NULL; /* f closes below */
+    const char *pm = td_ckpt_file_meta_str(f, "traind.plan");
+    char *plan_txt = pm ? strdup(pm) : NULL;
     const char *hist = td_ckpt_file_meta_str(f, "traind.history");
     json_t *h = hist ? json_loads(hist, 0, NULL) : NULL;
     if (hist && !json_is_array(h))
         td_logf(TD_LOG_WARN, r->o.job, "checkpoint %s: traind.history is not "
                 "a JSON array; the epochs before it are not restored", path);
     td_ckpt_close(f);
+    if (rc == 0 && epoch < r->spec->epochs)
+        td__plan_resume(r, plan_txt, path);
     if (rc) {
         snprintf(err, errcap, "checkpoint %s: %s", path, e);
     } else if (epoch >= r->spec->epochs) {
@@ -520,6 +573,7 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
     if (rc == 0)
         td__runner_ls_resume(r, ls_txt, path);
     free(ls_txt);
+    free(plan_txt);
     if (rc) {
         json_decref(h);
         return rc;

@@ -3,8 +3,10 @@
  *
  *   bench_train [--model fmnist-cnn] [--batch 128] [--threads 2]
  *               [--steps 200] [--warmup 20] [--precision fp32|bf16]
- *               [--json]
- * Training FLOPs are counted as 3x the forward FLOPs (forward, backward
+ *               [--plan measure|fixed] [--json]
+ * --plan: a bf16 plan's kernel choices timed at create as a job's are
+ * (measure, the default) or the fixed rules (docs/compute.md "Plan
+ * choices by measurement").  Training FLOPs are counted as 3x the forward FLOPs (forward, backward
  * data, backward weights).  Prints figures; never fails on speed.
  */
 #include <getopt.h>
@@ -37,11 +39,12 @@ int main(int argc, char **argv)
         {"warmup", required_argument, NULL, 'w'},
         {"json", no_argument, NULL, 'j'},
         {"precision", required_argument, NULL, 'p'},
+        {"plan", required_argument, NULL, 'l'},
         {NULL, 0, NULL, 0},
     };
     const char *model = "fmnist-cnn";
     int batch = 128, threads = 2, steps = 200, warmup = 20, json = 0, c;
-    const char *prec = "fp32";
+    const char *prec = "fp32", *plan = "measure";
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
@@ -51,10 +54,12 @@ int main(int argc, char **argv)
         case 'w': warmup = atoi(optarg); break;
         case 'j': json = 1; break;
         case 'p': prec = optarg; break;
+        case 'l': plan = optarg; break;
         default:
             fprintf(stderr, "usage: bench_train [--model M] [--batch B] "
                     "[--threads T] [--steps N] [--warmup W] "
-                    "[--precision fp32|bf16] [--json]\n");
+                    "[--precision fp32|bf16] [--plan measure|fixed] "
+                    "[--json]\n");
             return 2;
         }
     }
@@ -79,6 +84,13 @@ int main(int argc, char **argv)
         cfg.backend.dtype = TD_BF16;
     } else if (strcmp(prec, "fp32") != 0) {
         fprintf(stderr, "bench_train: --precision %s: fp32 or bf16\n", prec);
+        td_model_free(m);
+        return 2;
+    }
+    if (strcmp(plan, "measure") == 0) {
+        cfg.backend.plan = TD_PLAN_MEASURE;
+    } else if (strcmp(plan, "fixed") != 0) {
+        fprintf(stderr, "bench_train: --plan %s: measure or fixed\n", plan);
         td_model_free(m);
         return 2;
     }

@@ -99,13 +99,16 @@ void td_chaos_run(td_harness *h, const td_chaos_opts *o, td_chaos_result *r)
     uint64_t rng = o->seed * 6364136223846793005ULL + 1442695040888963407ULL;
     int fd = th_connect(h, NULL);
     ck_assert_int_ge(fd, 0);
-    int64_t a = th_submit(fd, th_spec(o->epochs, o->every, o->size,
-                                      o->channels));
+    /* deterministic: a job killed before its first checkpoint starts
+     * again in a new daemon, which would time its kernel choices anew
+     * (docs/compute.md "Plan choices by measurement") */
+    json_t *spec = th_spec(o->epochs, o->every, o->size, o->channels);
+    json_object_set_new(spec, "deterministic", json_true());
+    int64_t a = th_submit(fd, json_deep_copy(spec));
     close(fd);
     ck_assert_msg(td__wait_done(h, a, 600), "reference job did not complete");
     fd = th_connect(h, NULL);
-    int64_t b = th_submit(fd, th_spec(o->epochs, o->every, o->size,
-                                      o->channels));
+    int64_t b = th_submit(fd, spec);
     close(fd);
     char dir_a[256], dir_b[256];
     snprintf(dir_a, sizeof dir_a, "%s/checkpoints/%" PRId64, h->state, a);

@@ -3,7 +3,7 @@
 # size, on the build under test (NOBUILD=1; fmnist-cnn, batch 8, 2 steps
 # per arm, no PyTorch, no accuracy job): exit status 0, every step PASS in
 # the summary with the figures it copies (the CPU line, the three ceilings
-# or the ones this CPU has, scripts/bench_cpu_knobs.sh's six plan-choice
+# or the ones this CPU has, scripts/bench_cpu_knobs.sh's seven plan-choice
 # rows each with a ratio, the fp32/bf16 A/B); --help exits 0, an argument
 # 2; bash -n and shellcheck (when installed) of both scripts.
 # Skipped (77) without native bf16 (the plan-choice rows train bf16).
@@ -40,8 +40,8 @@ grep -q 'precision      SKIP' "$s" || fail "TORCH=0 did not skip"
 grep -q '^    cpu: .*oneDNN ISA' "$s" || fail "no CPU line"
 grep -q 'fp32 FMA (vfmadd231ps zmm) .*1.00x fp32 FMA' "$s" ||
   fail "no fp32 FMA ceiling"
-n=$(grep -cE '^    fmnist-cnn +TD_CPU_[A-Z0-9]+ .* [0-9]+\.[0-9]+$' "$s")
-[[ $n -eq 6 ]] || fail "$n plan-choice rows, want 6"
+n=$(grep -cE '^    fmnist-cnn +(TD_CPU_[A-Z0-9]+|plan) .* [0-9]+\.[0-9]+$' "$s")
+[[ $n -eq 7 ]] || fail "$n plan-choice rows, want 7"
 grep -qE 'fp32 [0-9.]+ ms/step, bf16 [0-9.]+ ms/step' "$s" ||
   fail "no fp32/bf16 A/B"
 echo "PASS"

@@ -265,6 +265,7 @@ static void td__cpu_destroy(td_backend *b)
     free(be->pixels);
     free(be->labels);
     free(be->xin);
+    free(be->choice);
     free(be);
 }
 
@@ -287,6 +288,8 @@ static const td_backend_ops td__cpu_ops = {
     .event_elapsed_ns = td__cpu_event_elapsed,
     .sync = td__cpu_sync,
     .set_loss_scale = td__cpu_set_loss_scale,
+    .plan_get = td__cpu_plan_get,
+    .plan_set = td__cpu_plan_set,
 };
 
 static int td__cpu_alloc(td__cpu *be)
@@ -379,7 +382,11 @@ int td_backend_cpu_create(const td_model *model, const td_backend_config *cfg,
         rc = TD_E_DEVICE;
         goto fail;
     }
-    if ((rc = td__cpu_plan(be)))
+    if (!(be->choice = calloc((size_t)model->nlayers, 1))) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    if ((rc = td__cpu_plan(be)) || (rc = td__cpu_tune(be)))
         goto fail;
     *out = &be->base;
     return 0;

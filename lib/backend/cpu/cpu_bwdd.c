@@ -11,10 +11,10 @@
  * 2.6 on AMX runs that forward with its brgemm kernel
  * (brgconv:avx512_core_amx_bf16), faster than its backward-data kernel
  * (jit:avx512_core_amx_bf16) for the same shape (docs/compute.md).
- * By default only in the bf16 channels-last plan (where that was
- * measured); TD_CPU_BWDD=0 in the environment keeps the backward-data
- * primitive everywhere, TD_CPU_BWDD=1 forces this path in every plan
- * (A/B runs on CPUs where it was not measured).
+ * The fixed rule: only in the bf16 channels-last plan (where that was
+ * measured); a measured plan chooses per layer (cpu_tune.c);
+ * TD_CPU_BWDD=0 in the environment keeps the backward-data primitive
+ * everywhere, TD_CPU_BWDD=1 forces this path in every plan (A/B runs).
  * Never does: plan the primitive (cpu_plan.c), run it (cpu_step.c) or
  * write the bf16 weights through the maps (cpu_wmap.c).
  */
@@ -30,14 +30,11 @@
 int td__bwdd_ok(const td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
-    const char *e = getenv("TD_CPU_BWDD");
     int k = l->kernel;
     int shape = l->kind == TD_L_CONV && !be->cl[L].no_dsrc &&
                 l->stride == 1 && k % 2 == 1 && l->pad == (k - 1) / 2;
-    if (e && strcmp(e, "1") == 0)
-        return shape;
-    return shape && td__is_bf16(be) && be->atag == dnnl_nhwc &&
-           !(e && strcmp(e, "0") == 0);
+    return shape && td__choice(be, L, TD__CH_BWDD, getenv("TD_CPU_BWDD"),
+                               td__is_bf16(be) && be->atag == dnnl_nhwc);
 }
 
 size_t td__bwdd_flip_index(const td__cpu *be, int L, size_t i)

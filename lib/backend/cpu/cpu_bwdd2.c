@@ -1,8 +1,9 @@
 /* cpu_bwdd2.c - a stride-2 convolution's backward data as four stride-1
  * forward convolutions, one per parity of the input position.
  *
- * Owns: which layers take it (TD_CPU_BWDD2=1 in the environment, bf16,
- * dy and dx dense in the plan's layout, every phase non-empty), the four
+ * Owns: which layers take it (chosen: td__choice, TD_CPU_BWDD2=1 in the
+ * environment or a measured plan; bf16, dy and dx dense in the plan's
+ * layout, every phase non-empty), the four
  * phases' geometry, weights, primitives and outputs, and the interleave
  * of their outputs into dx.  For a convolution of stride 2, kernel K and
  * padding P, input position p = 2i + a (a = 0 or 1) receives
@@ -14,8 +15,8 @@
  * products, each element's in another order (3x3: kernels 1x1, 1x2, 2x1,
  * 2x2).  oneDNN 2.6's AVX512_BF16 backward-data kernel for stride 2
  * measured 2.2x slower per call than for stride 1 at the same input size
- * on an AMD EPYC Zen 5 (docs/compute.md); off by default until measured
- * against it there (scripts/bench_cpu_knobs.sh).
+ * on an AMD EPYC Zen 5 (docs/compute.md); off in the fixed rules, taken
+ * where a measured plan (cpu_tune.c) finds it faster.
  * Never does: plan the layer's other primitives (cpu_plan.c), the
  * gradient bookkeeping around it (cpu_step.c).
  */
@@ -69,9 +70,9 @@ static int td__ok(const td__cpu *be, int L, const dnnl_memory_desc_t *src)
 {
     const td_layer *l = &be->base.model->layers[L];
     const td__cl *c = &be->cl[L];
-    const char *e = getenv("TD_CPU_BWDD2");
-    if (!(e && strcmp(e, "1") == 0) || l->kind != TD_L_CONV || c->no_dsrc ||
-        l->stride != 2 || !td__is_bf16(be))
+    if (l->kind != TD_L_CONV || c->no_dsrc || l->stride != 2 ||
+        !td__is_bf16(be) ||
+        !td__choice(be, L, TD__CH_BWDD, getenv("TD_CPU_BWDD2"), 0))
         return 0;
     int blk = td__blocked16_dense(src) && td__blocked16_dense(&c->md);
     int nhwc = td__nhwc_dense(src) && td__nhwc_dense(&c->md);

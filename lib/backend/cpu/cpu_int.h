@@ -126,7 +126,41 @@ typedef struct td__cpu {
                             dropout draws' position */
     td_step_stats acc;   /* counters since the last read_stats */
     td_ls_state ls;      /* the loss scaler (scale 0: off) */
+    uint8_t *choice;     /* per layer, when choice_set: the TD__CH_* bits
+                            the plan follows for each convolution
+                            (cpu_tune.c measured or was given them) */
+    int choice_set;      /* 0: the plan follows its fixed rules */
+    int64_t *prof;       /* cpu_tune.c, while it times steps: per layer
+                            the ns of its backward weights [2L] and
+                            backward data [2L + 1] in the latest step */
 } td__cpu;
+
+/* A convolution's kernel choices (cpu_tune.c, docs/compute.md "Plan
+ * choices by measurement"). */
+#define TD__CH_BWDW 1 /* backward weights on cpu_bwdw.c, not oneDNN's */
+#define TD__CH_BWDD 2 /* backward data as forward convolution(s):
+                         cpu_bwdd.c (stride 1), cpu_bwdd2.c (stride 2) */
+/* Choice `bit` of convolution L: the environment switch env ("1" or "0")
+ * forces it, else the choices the backend follows, else dflt (the
+ * plan's fixed rule). */
+int td__choice(const td__cpu *be, int L, int bit, const char *env, int dflt);
+/* The bits convolution L's plan took (0 for other layers). */
+int td__choice_taken(const td__cpu *be, int L);
+
+/* cpu_tune.c: with cfg.plan TD_PLAN_MEASURE in a bf16 plan, times both
+ * kernels of each choice within whole steps and plans again with the
+ * faster (a cache per process keeps the times per shape); the ops
+ * plan_get and plan_set. */
+int td__cpu_tune(td__cpu *be);
+int td__cpu_plan_get(td_backend *b, char *out, size_t cap);
+int td__cpu_plan_set(td_backend *b, const char *choices);
+
+/* cpu_step.c: the weights' primitive layouts from the fp32 masters when
+ * be->weights_dirty; convolution L's backward weights (into its dw) and
+ * backward data (into t), as a training step runs them. */
+int td__refresh_weights(td__cpu *be);
+int td__conv_bwd_weights(td__cpu *be, int L);
+int td__conv_bwd_data(td__cpu *be, int L, dnnl_memory_t t);
 
 /* cpu_plan.c */
 int td__cpu_plan(td__cpu *be);

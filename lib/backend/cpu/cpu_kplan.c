@@ -67,32 +67,44 @@ size_t td__bn_hw(const td__cpu *be, int L)
                                      : 0;
 }
 
-/* Hand-written backward weights in the blocked (AVX512_BF16) plan by
- * default for stride-2 convolutions only, all with TD_CPU_BWDW=1: on an
- * Intel proxy oneDNN's jit_bf16 stride-1 kernels were up to 2x faster,
- * its stride-2 ones at times took a second per call under load
- * (docs/compute.md; not yet measured on AMD). */
-static int td__bwdw_blocked(const td_layer *l, const char *env)
+int td__choice(const td__cpu *be, int L, int bit, const char *env, int dflt)
 {
-    return (env && strcmp(env, "1") == 0) || l->stride == 2;
+    if (env && strcmp(env, "1") == 0)
+        return 1;
+    if (env && strcmp(env, "0") == 0)
+        return 0;
+    return be->choice_set ? (be->choice[L] & bit) != 0 : dflt;
+}
+
+int td__choice_taken(const td__cpu *be, int L)
+{
+    const td__cl *c = &be->cl[L];
+    if (be->base.model->layers[L].kind != TD_L_CONV || c->root != L)
+        return 0;
+    return (c->bw ? TD__CH_BWDW : 0) | (c->bdf || c->bd2 ? TD__CH_BWDD : 0);
 }
 
 /* cpu_bwdw.c's backward weights for a bf16 convolution it computes, with
- * x and dy channels-last (AMX plan) or nChw16c (AVX512_BF16 plan; see
- * td__bwdw_blocked); TD_CPU_BWDW=0 keeps oneDNN's. */
+ * x and dy channels-last (AMX plan) or nChw16c (AVX512_BF16 plan), unless
+ * the choice (td__choice, TD_CPU_BWDW) says oneDNN's.  The fixed rule:
+ * every such convolution in the channels-last plan, stride-2 ones only in
+ * the blocked plan (on an Intel proxy oneDNN's jit_bf16 stride-1 kernels
+ * were up to 2x faster, its stride-2 ones at times took a second per call
+ * under load; docs/compute.md). */
 int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
     const char *env = getenv("TD_CPU_BWDW");
     td_bwdw_layout ly;
-    if ((env && strcmp(env, "0") == 0) || !td__is_bf16(be) ||
+    if (!td__is_bf16(be) ||
         !td_bwdw_ok(l->kernel, l->stride, l->pad, ic, l->channels))
         return 0;
-    if (td__nhwc_dense(src) && td__nhwc_dense(&c->md))
+    if (td__nhwc_dense(src) && td__nhwc_dense(&c->md) &&
+        td__choice(be, L, TD__CH_BWDW, env, 1))
         ly = TD_BWDW_NHWC;
     else if (td__blocked16_dense(src) && td__blocked16_dense(&c->md) &&
-             td__bwdw_blocked(l, env))
+             td__choice(be, L, TD__CH_BWDW, env, l->stride == 2))
         ly = TD_BWDW_NCHW16C;
     else
         return 0;

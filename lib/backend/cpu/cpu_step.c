@@ -58,7 +58,7 @@ static void td__cfwd_weights(td__cpu *be)
 }
 
 /* Weights into the layouts the primitives use, after any change. */
-static int td__refresh_weights(td__cpu *be)
+int td__refresh_weights(td__cpu *be)
 {
     int rc;
     if (!be->weights_dirty)
@@ -409,6 +409,48 @@ static void td__bn_fast_bwd(td__cpu *be, int L)
     td__settle(be, r);
 }
 
+int td__conv_bwd_weights(td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    dnnl_memory_t x = be->cl[be->cl[l->in[0]].root].y;
+    if (c->bw)
+        td_bwdw_run(c->bw, td__h(x), td__h(c->dy), td__f(c->dw),
+                    c->db ? td__f(c->db) : NULL);
+    else
+        TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, c->dy},
+                {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
+                {DNNL_ARG_DIFF_BIAS, c->db});
+    if (c->r_dw && !c->m_dw)
+        return td__reorder(be, c->r_dw, c->dw_bw, c->dw);
+    return 0;
+}
+
+int td__conv_bwd_data(td__cpu *be, int L, dnnl_memory_t t)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    if (c->cbd) { /* cpu_cfwd.c: dy -> dx, flipped weights */
+        td_cfwd_run(c->cbd, td__h(c->dy), td__h(t), NULL);
+        return 0;
+    }
+    if (c->bd2) /* cpu_bwdd2.c: four stride-1 phases dy -> dx */
+        return td__bd2_run(be, L, t);
+    if (c->bdf) { /* cpu_bwdd.c: a forward convolution dy -> dx */
+        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+                {DNNL_ARG_SRC, c->dy},
+                {DNNL_ARG_WEIGHTS, c->w_bd ? c->w_bd : c->w_flip},
+                {DNNL_ARG_DST, t});
+        return 0;
+    }
+    TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
+            {DNNL_ARG_DIFF_DST, c->dy},
+            {DNNL_ARG_WEIGHTS, c->w_bd ? c->w_bd : c->w},
+            {DNNL_ARG_DIFF_SRC, t});
+    return 0;
+}
+
 static int td__backward_layer(td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -418,41 +460,23 @@ static int td__backward_layer(td__cpu *be, int L)
     int rc;
     switch (l->kind) {
     case TD_L_CONV:
-    case TD_L_DENSE:
-        if (c->bw)
-            td_bwdw_run(c->bw, td__h(x), td__h(c->dy), td__f(c->dw),
-                        c->db ? td__f(c->db) : NULL);
-        else
-            TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
-                    {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, c->dy},
-                    {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
-                    {DNNL_ARG_DIFF_BIAS, c->db});
-        if (c->r_dw && !c->m_dw &&
-            (rc = td__reorder(be, c->r_dw, c->dw_bw, c->dw)))
+    case TD_L_DENSE: {
+        int64_t t0 = be->prof ? td_now_ns() : 0;
+        if ((rc = td__conv_bwd_weights(be, L)))
             return rc;
+        if (be->prof) {
+            int64_t t1 = td_now_ns();
+            be->prof[2 * L] = t1 - t0;
+            t0 = t1;
+        }
         if (c->no_dsrc)
             return 0;
-        if (c->cbd) { /* cpu_cfwd.c: dy -> dx, flipped weights */
-            td_cfwd_run(c->cbd, td__h(c->dy), td__h(t), NULL);
-            break;
-        }
-        if (c->bd2) { /* cpu_bwdd2.c: four stride-1 phases dy -> dx */
-            if ((rc = td__bd2_run(be, L, t)))
-                return rc;
-            break;
-        }
-        if (c->bdf) { /* cpu_bwdd.c: a forward convolution dy -> dx */
-            TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
-                    {DNNL_ARG_SRC, c->dy},
-                    {DNNL_ARG_WEIGHTS, c->w_bd ? c->w_bd : c->w_flip},
-                    {DNNL_ARG_DST, t});
-            break;
-        }
-        TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
-                {DNNL_ARG_DIFF_DST, c->dy},
-                {DNNL_ARG_WEIGHTS, c->w_bd ? c->w_bd : c->w},
-                {DNNL_ARG_DIFF_SRC, t});
+        if ((rc = td__conv_bwd_data(be, L, t)))
+            return rc;
+        if (be->prof)
+            be->prof[2 * L + 1] = td_now_ns() - t0;
         break;
+    }
     case TD_L_BN:
         if (c->fast) {
             td__bn_fast_bwd(be, L);

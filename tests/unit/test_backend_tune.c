@@ -1,0 +1,317 @@
+/* test_backend_tune.c - the bf16 plan's kernel choices (cpu_tune.c):
+ * measured at create, recorded as text, planned again from the text.
+ *
+ * (a) The text of a fixed plan names every layer ('.' for all but the
+ *     convolutions) and says, per convolution, exactly the kernels the
+ *     plan's debug lines say it planned.
+ * (b) Choices turned the other way by plan_set between steps (the text
+ *     re-planned is what plan_get then gives back), and training goes on
+ *     bit for bit as in a backend created fresh, given the same text and
+ *     the first backend's snapshot: re-planning keeps parameters,
+ *     optimizer state and running statistics, like a resume.
+ * (c) A measured plan (cfg.plan TD_PLAN_MEASURE) logs its summary, leaves
+ *     the parameters, optimizer state and statistics as a fixed plan's
+ *     (snapshots equal after create), and trains bit for bit like a fixed
+ *     backend given its text; an environment switch (TD_CPU_BWDW=0)
+ *     forces its choice in a measured plan.
+ * (d) Text that does not fit is refused naming what is wrong (version,
+ *     layout, length, a character for the wrong kind of layer), and the
+ *     backend still trains.
+ * Without arguments: this CPU's bf16 plan (skipped without bf16); with
+ * --blocked (backend_tune_blocked): oneDNN limited to avx512_core_bf16,
+ * the blocked nChw16c plan of AMD Zen 4/5.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/caps.h"
+#include "base/log.h"
+#include "cpu_ab.h"
+#include "model/model.h"
+#include "tdtest.h"
+
+enum { N = 16, HW = 16 };
+
+static int g_measured; /* "plan measured" summaries logged */
+
+static void sink(void *user, int level, long job, const char *line)
+{
+    (void)level;
+    (void)job;
+    if (strstr(line, "cpu_bwdw ("))
+        (*(int *)user)++;
+    if (strstr(line, "cpu backend: plan measured in"))
+        g_measured++;
+}
+
+static td_backend *make(const td_model *m, enum td_plan_mode plan,
+                        int *bwdw_lines)
+{
+    td_backend_config cfg = {.batch = N, .threads = 2, .seed = 7,
+                             .dtype = TD_BF16, .std = {1, 1, 1},
+                             .plan = plan};
+    td_optim_defaults(&cfg.optim, TD_OPT_SGD);
+    td_backend *be = NULL;
+    char err[256] = "";
+    int lines = 0, level = td_log_get_level();
+    td_log_set_level(TD_LOG_DEBUG);
+    td_log_set_sink(sink, &lines);
+    int rc = td_backend_create("cpu", m, &cfg, &be, err, sizeof err);
+    td_log_set_sink(NULL, NULL);
+    td_log_set_level(level);
+    ck_assert_msg(rc == 0, "create: %s", err);
+    if (bwdw_lines)
+        *bwdw_lines = lines;
+    return be;
+}
+
+static void text(td_backend *be, char *out, size_t cap)
+{
+    int rc = td_backend_plan_get(be, out, cap);
+    ck_assert_msg(rc == 0, "plan_get: %d", rc);
+}
+
+/* The conv characters of text t (after "v1 <layout> "). */
+static const char *chars(const char *t)
+{
+    const char *s = strchr(t + 3, ' ');
+    ck_assert_ptr_nonnull(s);
+    return s + 1;
+}
+
+static void train(td_backend *a, td_backend *b, int first, int last)
+{
+    for (int t = first; t <= last; t++)
+        td_ab_step(a, b, N, HW, HW, t);
+}
+
+static float *snap(td_backend *be, const td_model *m, size_t *n)
+{
+    *n = td_backend_snapshot_floats(m, &be->cfg.optim);
+    float *s = malloc(*n * sizeof *s);
+    ck_assert_int_eq(td_backend_snapshot(be, s, *n), 0);
+    return s;
+}
+
+static void same_state(td_backend *a, td_backend *b, const td_model *m,
+                       const char *what)
+{
+    size_t na, nb;
+    float *sa = snap(a, m, &na), *sb = snap(b, m, &nb);
+    ck_assert_uint_eq(na, nb);
+    ck_assert_msg(memcmp(sa, sb, na * sizeof *sa) == 0,
+                  "%s: parameters, optimizer state or statistics differ",
+                  what);
+    free(sa);
+    free(sb);
+}
+
+static void same_losses(td_backend *a, td_backend *b, const char *what)
+{
+    td_step_stats sa, sb;
+    td_backend_read_stats(a, &sa);
+    td_backend_read_stats(b, &sb);
+    ck_assert_msg(sa.loss_sum == sb.loss_sum && sa.correct == sb.correct,
+                  "%s: loss sums %.9g and %.9g", what, sa.loss_sum,
+                  sb.loss_sum);
+}
+
+/* The text with every convolution's choices turned the other way. */
+static void flipped(const char *t, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", t);
+    for (char *c = (char *)chars(out); *c; c++)
+        if (*c >= '0' && *c <= '3')
+            *c = (char)('0' + (3 - (*c - '0')));
+}
+
+START_TEST(test_fixed_text_says_what_was_planned)
+{
+    td_model *m = td_ab_stack(32);
+    int lines;
+    td_backend *be = make(m, TD_PLAN_FIXED, &lines);
+    char t[256];
+    text(be, t, sizeof t);
+    const char *c = chars(t);
+    ck_assert_int_eq((int)strlen(c), m->nlayers);
+    ck_assert_msg(strncmp(t, "v1 nhwc ", 8) == 0 ||
+                      strncmp(t, "v1 nChw16c ", 11) == 0,
+                  "a bf16 plan's layout: %s", t);
+    int bw = 0;
+    for (int L = 0; L < m->nlayers; L++) {
+        int conv = L > 0 && m->layers[L].kind == TD_L_CONV;
+        ck_assert_msg(conv ? c[L] >= '0' && c[L] <= '3' : c[L] == '.',
+                      "layer %d (%s): '%c' in %s", L, m->layers[L].name,
+                      c[L], t);
+        bw += conv && ((c[L] - '0') & 1);
+        /* the first convolution reads the input: no backward data */
+        if (L == 1)
+            ck_assert_msg(!((c[L] - '0') & 2), "%s", t);
+    }
+    ck_assert_int_eq(bw, lines);
+    td_backend_destroy(be);
+    td_model_free(m);
+}
+END_TEST
+
+START_TEST(test_replan_keeps_state_like_a_resume)
+{
+    td_model *m = td_ab_stack(32);
+    td_backend *a = make(m, TD_PLAN_FIXED, NULL);
+    td_backend *b = make(m, TD_PLAN_FIXED, NULL);
+    char rule[256], want[256], got[256];
+    text(a, rule, sizeof rule);
+    train(a, b, 1, 2);
+    same_losses(a, b, "the same plan");
+    /* a turns its choices over between steps; c starts from b's state */
+    flipped(rule, want, sizeof want);
+    int rc = td_backend_plan_set(a, want);
+    text(a, got, sizeof got);
+    ck_assert_msg(rc == 0 || (rc == -EINVAL && strstr(a->err,
+                                                      "cannot all be made")),
+                  "plan_set %s: %d %s", want, rc, a->err);
+    ck_assert_msg(strcmp(got, rule) != 0, "nothing could be turned: %s",
+                  rule);
+    td_backend *c = make(m, TD_PLAN_FIXED, NULL);
+    ck_assert_msg(td_backend_plan_set(c, got) == 0, "%s", c->err);
+    char again[256];
+    text(c, again, sizeof again);
+    ck_assert_str_eq(again, got);
+    size_t n;
+    float *s = snap(b, m, &n);
+    ck_assert_int_eq(td_backend_restore(c, s, n), 0);
+    free(s);
+    train(a, c, 3, 5);
+    same_losses(a, c, "re-planned against created with the text");
+    same_state(a, c, m, "re-planned against created with the text");
+    /* and the other kernels computed differently from b's */
+    for (int t = 3; t <= 5; t++) {
+        td_ab_upload(b, b, N, HW, HW, t);
+        ck_assert_int_eq(td_backend_train_step(b, 0.05f, t), 0);
+    }
+    size_t na;
+    float *sa = snap(a, m, &na), *sb = snap(b, m, &n);
+    ck_assert_msg(memcmp(sa, sb, n * sizeof *sa) != 0,
+                  "the choices %s and %s computed bit for bit the same",
+                  rule, got);
+    free(sa);
+    free(sb);
+    td_backend_destroy(a);
+    td_backend_destroy(b);
+    td_backend_destroy(c);
+    td_model_free(m);
+}
+END_TEST
+
+START_TEST(test_measured_plan_is_its_text)
+{
+    td_model *m = td_ab_stack(32);
+    g_measured = 0;
+    td_backend *a = make(m, TD_PLAN_MEASURE, NULL);
+    ck_assert_int_eq(g_measured, 1);
+    td_backend *b = make(m, TD_PLAN_FIXED, NULL);
+    same_state(a, b, m, "right after create");
+    char t[256], u[256];
+    text(a, t, sizeof t);
+    ck_assert_msg(td_backend_plan_set(b, t) == 0, "%s", b->err);
+    text(b, u, sizeof u);
+    ck_assert_str_eq(u, t);
+    train(a, b, 1, 3);
+    same_losses(a, b, "measured against its text");
+    same_state(a, b, m, "measured against its text");
+    td_backend_destroy(a);
+    td_backend_destroy(b);
+    /* a second measured backend of the same shapes takes every time
+     * from the process's cache, and so the same choices */
+    td_backend *c = make(m, TD_PLAN_MEASURE, NULL);
+    text(c, u, sizeof u);
+    ck_assert_str_eq(u, t);
+    td_backend_destroy(c);
+    td_model_free(m);
+}
+END_TEST
+
+START_TEST(test_environment_forces_a_measured_choice)
+{
+    td_model *m = td_ab_stack(32);
+    setenv("TD_CPU_BWDW", "0", 1);
+    int lines;
+    td_backend *be = make(m, TD_PLAN_MEASURE, &lines);
+    unsetenv("TD_CPU_BWDW");
+    char t[256];
+    text(be, t, sizeof t);
+    ck_assert_int_eq(lines, 0);
+    for (const char *c = chars(t); *c; c++)
+        ck_assert_msg(*c == '.' || !((*c - '0') & 1), "%s", t);
+    td_backend_destroy(be);
+    td_model_free(m);
+}
+END_TEST
+
+START_TEST(test_bad_text_is_refused)
+{
+    td_model *m = td_ab_stack(32);
+    td_backend *a = make(m, TD_PLAN_FIXED, NULL);
+    td_backend *b = make(m, TD_PLAN_FIXED, NULL);
+    char t[256], bad[300];
+    text(a, t, sizeof t);
+    const char *c = chars(t);
+    int off = (int)(c - t);
+    struct {
+        const char *why;
+        char text[300];
+    } cases[5];
+    snprintf(cases[0].text, sizeof cases[0].text, "v2%s", t + 2);
+    cases[0].why = "not \"v1";
+    snprintf(cases[1].text, sizeof cases[1].text, "v1 %s %s",
+             strncmp(t, "v1 nhwc", 7) == 0 ? "nChw16c" : "nhwc", c);
+    cases[1].why = "layout";
+    snprintf(cases[2].text, sizeof cases[2].text, "%s.", t);
+    cases[2].why = "layers; the model has";
+    snprintf(cases[3].text, sizeof cases[3].text, "%s", t);
+    cases[3].text[off + 2] = '1'; /* layer 2 is a batch norm */
+    cases[3].why = "expected '.'";
+    snprintf(cases[4].text, sizeof cases[4].text, "%s", t);
+    cases[4].text[off + 1] = '7'; /* layer 1 is a convolution */
+    cases[4].why = "0..3 (a convolution)";
+    ck_assert_int_eq(m->layers[2].kind, TD_L_BN);
+    for (int i = 0; i < 5; i++) {
+        snprintf(bad, sizeof bad, "%s", cases[i].text);
+        int rc = td_backend_plan_set(a, bad);
+        ck_assert_msg(rc == -EINVAL && strstr(a->err, cases[i].why),
+                      "\"%s\": %d %s", bad, rc, a->err);
+        char now[256];
+        text(a, now, sizeof now);
+        ck_assert_str_eq(now, t);
+    }
+    train(a, b, 1, 2);
+    same_losses(a, b, "after refused texts");
+    td_backend_destroy(a);
+    td_backend_destroy(b);
+    td_model_free(m);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--blocked") == 0) {
+        int skip = td_ab_need_avx512_bf16();
+        if (skip)
+            return skip;
+    } else if (!td_cpu_caps_get()->bf16) {
+        printf("SKIP: no bf16 on this CPU\n");
+        return TD_TEST_SKIP;
+    }
+    Suite *s = suite_create("backend_tune");
+    TCase *tc = tcase_create("backend_tune");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_fixed_text_says_what_was_planned);
+    tcase_add_test(tc, test_replan_keeps_state_like_a_resume);
+    tcase_add_test(tc, test_measured_plan_is_its_text);
+    tcase_add_test(tc, test_environment_forces_a_measured_choice);
+    tcase_add_test(tc, test_bad_text_is_refused);
+    suite_add_tcase(s, tc);
+    return td_test_run(s);
+}
