@@ -323,6 +323,9 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     /* CPU bf16: kernels chosen by measurement unless the job wants the
      * same plan on every run (a resume keeps its checkpoint's) */
     tc.backend.plan = s->deterministic ? TD_PLAN_FIXED : TD_PLAN_MEASURE;
+    if (opts->resume && tc.backend.plan == TD_PLAN_MEASURE &&
+        td__runner_ckpt_has_plan(opts->ckpt_dir))
+        tc.backend.plan = TD_PLAN_FIXED; /* td__runner_resume plans its */
     td__runner_ls_config(r, &tc.backend); /* runner_lscale.c */
     tc.backend.cuda_graphs = s->cuda_graphs;
     td__runner_optim(s, &tc.backend.optim);

@@ -496,6 +496,19 @@ static int td__load_one(void *u, const char *name, int ndim,
                              count * sizeof(float), l->err, l->errcap);
 }
 
+int td__runner_ckpt_has_plan(const char *dir)
+{
+    char path[4096], e[512];
+    td_ckpt_file *f = NULL;
+    struct stat st;
+    if (!dir || stat(dir, &st) != 0 ||
+        td_ckpt_load_latest(dir, &f, path, sizeof path, e, sizeof e) != 0)
+        return 0;
+    int has = td_ckpt_file_meta_str(f, "traind.plan") != NULL;
+    td_ckpt_close(f);
+    return has;
+}
+
 /* Restores the newest valid checkpoint, if there is one. */
 int td__runner_resume(td_runner *r, char *err, size_t errcap)
 {

@@ -139,6 +139,10 @@ int td__runner_meta(td_runner *r, char *err, size_t errcap);
 int td__runner_init(td_runner *r, char *err, size_t errcap);
 /* Restores the newest valid checkpoint of opts.ckpt_dir, if any. */
 int td__runner_resume(td_runner *r, char *err, size_t errcap);
+/* 1 when the newest valid checkpoint in dir records the backend's kernel
+ * choices ("traind.plan", which the resume plans again: no need to time
+ * them at create), else 0. */
+int td__runner_ckpt_has_plan(const char *dir);
 /* The checkpoint buffers' events and page-locking: after the writer has
  * stopped, before the trainer (its backend) is freed. */
 void td__runner_ckpt_release(td_runner *r);

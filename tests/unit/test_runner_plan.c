@@ -9,7 +9,9 @@
  * second convolution, and the resumed run has no switch and
  * "deterministic": true (the fixed rules, no measurement), so its own
  * plan differs for certain.  A measured job (the default) records its
- * text too.  Skipped without bf16.
+ * text too, and resumed it does not time its choices again (the
+ * checkpoint's are planned) and continues with the uninterrupted run's
+ * losses.  Skipped without bf16.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -20,6 +22,7 @@
 #include <jansson.h>
 
 #include "backend/cpu/caps.h"
+#include "base/log.h"
 #include "job/runner.h"
 #include "job/spec.h"
 #include "store/checkpoint.h"
@@ -64,6 +67,17 @@ static void parse_spec(td_job_spec *spec, int deterministic)
     ck_assert_msg(td_spec_parse(js, NULL, spec, err, sizeof err) == 0, "%s",
                   err);
     json_decref(js);
+}
+
+static int g_measured; /* "plan measured" log lines */
+
+static void sink(void *user, int level, long job, const char *line)
+{
+    (void)user;
+    (void)level;
+    (void)job;
+    if (strstr(line, "cpu backend: plan measured in"))
+        __atomic_add_fetch(&g_measured, 1, __ATOMIC_SEQ_CST);
 }
 
 typedef struct seen {
@@ -170,12 +184,29 @@ START_TEST(test_resume_plans_the_checkpoints_choices)
                       "step %d: loss %.9g resumed, %.9g uninterrupted", st,
                       c->loss[st], a->loss[st]);
     /* a measured job records its choices as well */
-    free(run_job(&measured, "m", 0, 0, &res));
+    seen *u = run_job(&measured, "m", 0, 0, &res);
     char *m = plan_of("m");
     ck_assert_ptr_nonnull(m);
     ck_assert_int_eq(strlen(m), strlen(rule));
     ck_assert_msg(strncmp(m, rule, strchr(rule + 3, ' ') - rule) == 0,
                   "measured %s, rules %s: another layout", m, rule);
+    /* and, paused and resumed, does not time them again: the
+     * checkpoint's are planned (here the same, from the process's cache
+     * of times), and the losses are the uninterrupted run's */
+    free(run_job(&measured, "p", 0, PAUSE, &res));
+    paused = res.steps;
+    g_measured = 0;
+    td_log_set_sink(sink, NULL);
+    seen *q = run_job(&measured, "p", 1, 0, &res);
+    td_log_set_sink(NULL, NULL);
+    ck_assert_int_eq(g_measured, 0);
+    char *pm = plan_of("p");
+    ck_assert_str_eq(pm, m);
+    for (int st = (int)paused + 1; st <= ALL; st++)
+        ck_assert_double_eq(q->loss[st], u->loss[st]);
+    free(u);
+    free(q);
+    free(pm);
     free(a);
     free(b);
     free(c);

@@ -280,6 +280,9 @@ static int td__measure(td__cpu *be, td__tune *t, int *timed)
         memcpy(state, be->state, sc * sizeof(float));
         for (int k = 0; k < t->nkeys; k++)
             t->best[k][0] = t->best[k][1] = INT64_MAX;
+        td_info("cpu backend: timing %d kernel choice%s (per convolution "
+                "shape and gradient): two plans in turns, a few steps each",
+                t->nkeys, t->nkeys == 1 ? "" : "s");
         td__batch(be);
         be->prof = prof;
         int rounds = TD__ROUNDS, passes = TD__PASSES;
