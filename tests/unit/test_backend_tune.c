@@ -16,11 +16,12 @@
  *     forces its choice in a measured plan.
  * (d) Text that does not fit is refused naming what is wrong (version,
  *     layout, length, a character for the wrong kind of layer), and the
- *     backend still trains.
+ *     backend still trains; an fp32 backend has no text (-ENOTSUP).
  * Without arguments: this CPU's bf16 plan (skipped without bf16); with
  * --blocked (backend_tune_blocked): oneDNN limited to avx512_core_bf16,
  * the blocked nChw16c plan of AMD Zen 4/5.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,6 +289,19 @@ START_TEST(test_bad_text_is_refused)
     }
     train(a, b, 1, 2);
     same_losses(a, b, "after refused texts");
+    /* an fp32 plan has no choices: none to record, none to set */
+    td_backend_config cfg = {.batch = N, .threads = 2, .seed = 7,
+                             .dtype = TD_F32, .std = {1, 1, 1},
+                             .plan = TD_PLAN_MEASURE};
+    td_optim_defaults(&cfg.optim, TD_OPT_SGD);
+    td_backend *f = NULL;
+    char err[256];
+    ck_assert_int_eq(td_backend_create("cpu", m, &cfg, &f, err, sizeof err),
+                     0);
+    ck_assert_int_eq(td_backend_plan_get(f, bad, sizeof bad), -ENOTSUP);
+    ck_assert_int_eq(td_backend_plan_set(f, t), -ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(f->err, "fp32 plan has none"));
+    td_backend_destroy(f);
     td_backend_destroy(a);
     td_backend_destroy(b);
     td_model_free(m);

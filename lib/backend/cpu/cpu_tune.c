@@ -32,8 +32,9 @@
  * statistics, the step counter and the loss counters they touch are put
  * back after.
  *
- * The choices as text (td__cpu_plan_get): "v1 <layout> <one character
- * per layer>", the layout "nhwc", "nChw16c" or "any" (fp32), a
+ * The choices as text (td__cpu_plan_get; bf16 plans only, -ENOTSUP for
+ * fp32): "v1 <layout> <one character per layer>", the layout "nhwc",
+ * "nChw16c" or "any" (oneDNN's choice per layer), a
  * convolution's character the digit of its TD__CH_* bits, '.' for other
  * layers.  td__cpu_plan_set plans again with such text (a resumed job
  * computes with the choices its first run measured).
@@ -408,6 +409,8 @@ int td__cpu_plan_get(td_backend *b, char *out, size_t cap)
 {
     td__cpu *be = td__be(b);
     int n = b->model->nlayers;
+    if (!td__is_bf16(be))
+        return -ENOTSUP; /* an fp32 plan has no choices to record */
     int w = snprintf(out, cap, "v1 %s ", td__layout_name(be));
     if (w < 0 || (size_t)w + (size_t)n + 1 > cap)
         return -ENOSPC;
@@ -426,6 +429,11 @@ int td__cpu_plan_set(td_backend *b, const char *choices)
     int n = m->nlayers, rc;
     char layout[16], now[1024];
     const char *sp;
+    if (!td__is_bf16(be)) {
+        snprintf(b->err, sizeof b->err, "plan choices: an fp32 plan has "
+                 "none (only bf16 plans choose kernels)");
+        return -ENOTSUP;
+    }
     if (sscanf(choices, "v1 %15s", layout) != 1 ||
         !(sp = strchr(choices + 3, ' '))) {
         snprintf(b->err, sizeof b->err, "plan choices \"%.40s\": not "
