@@ -258,8 +258,9 @@ static void td__batch(td__cpu *be)
     be->layout = TD_LAYOUT_NHWC;
 }
 
-/* Both plans timed in turns (unless the cache holds every key); the
- * decision per key into be->choice.  *timed: steps timed. */
+/* Both plans timed in turns (unless the cache holds every key), the
+ * best step's times per key and kernel into t->best.  *timed: steps
+ * timed.  1: not measured (a step too long), the rules' plan planned. */
 static int td__measure(td__cpu *be, td__tune *t, int *timed)
 {
     int n = be->base.model->nlayers, rc = 0, cached = 1;
@@ -318,7 +319,7 @@ static int td__measure(td__cpu *be, td__tune *t, int *timed)
         if (rc || rounds == 0) {
             for (int k = 0; k < t->nkeys; k++)
                 t->best[k][0] = t->best[k][1] = INT64_MAX;
-            return rc;
+            return rc ? rc : 1;
         }
         for (int k = 0; k < t->nkeys; k++)
             td__cache_put(&t->keys[k], t->best[k]);
@@ -338,8 +339,14 @@ int td__cpu_tune(td__cpu *be)
         goto out;
     if (t.nkeys == 0)
         goto out; /* nothing to choose */
-    if ((rc = td__measure(be, &t, &timed)))
+    if ((rc = td__measure(be, &t, &timed))) {
+        if (rc == 1) { /* the rules' plan, as planned */
+            memcpy(be->choice, t.rule, (size_t)n);
+            be->choice_set = 1;
+            rc = 0;
+        }
         goto out;
+    }
     /* per key the faster kernel (the rule's unless clearly slower) */
     int *take = calloc((size_t)(t.nkeys > 0 ? t.nkeys : 1), sizeof *take);
     if (!take) {
