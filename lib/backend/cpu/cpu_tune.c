@@ -22,9 +22,10 @@
  * each planned in turn (TD__ROUNDS times), a warm-up step and TD__PASSES
  * timed steps per turn (fewer for a model whose step is long; none past
  * TD__SKIP_NS).  Convolutions of one shape (resnet's repeated blocks)
- * share one decision, on the sum of their times: per shape and choice
- * the other kernel where its best step took less than TD__MARGIN of the
- * rule's, then the plan made again with that.  The times are kept for the
+ * share one decision, on the sum of their times: per shape and choice,
+ * per round the ratio of the two kernels' best steps (other / rule), and
+ * the other kernel where the median of the rounds' ratios is below
+ * TD__MARGIN; then the plan made again with that.  The times are kept for the
  * life of the process per shape, layout, batch, threads and choice, so
  * the next job of the same shapes plans at once, with the same choices.
  * Parameters, optimizer state and statistics are the host arrays and
@@ -69,11 +70,18 @@ typedef struct td__key {
     int ic, oc, k, stride, pad, ih, iw;
 } td__key;
 
+/* What was measured for one key. */
+typedef struct td__times {
+    int64_t ns[2]; /* best step's time of kernel 0 and 1 (INT64_MAX: not
+                      timed) */
+    double ratio;  /* median over rounds of other / rule; 0: none */
+} td__times;
+
 static struct {
     pthread_mutex_t mu;
     int n;
     td__key key[TD__CACHE];
-    int64_t ns[TD__CACHE][2]; /* best step's time of kernel 0 and 1 */
+    td__times t[TD__CACHE];
 } td__cache = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void td__make_key(const td__cpu *be, int L, int piece, int rule,
@@ -88,31 +96,29 @@ static void td__make_key(const td__cpu *be, int L, int piece, int rule,
                    in.w};
 }
 
-/* 1 with ns[0..1] filled when the cache holds the key. */
-static int td__cache_get(const td__key *k, int64_t ns[2])
+/* 1 with *out filled when the cache holds the key. */
+static int td__cache_get(const td__key *k, td__times *out)
 {
     int found = 0;
     pthread_mutex_lock(&td__cache.mu);
     for (int i = 0; i < td__cache.n && !found; i++)
         if (memcmp(&td__cache.key[i], k, sizeof *k) == 0) {
-            ns[0] = td__cache.ns[i][0];
-            ns[1] = td__cache.ns[i][1];
+            *out = td__cache.t[i];
             found = 1;
         }
     pthread_mutex_unlock(&td__cache.mu);
     return found;
 }
 
-static void td__cache_put(const td__key *k, const int64_t ns[2])
+static void td__cache_put(const td__key *k, const td__times *t)
 {
-    int64_t old[2];
-    if (td__cache_get(k, old))
+    td__times old;
+    if (td__cache_get(k, &old))
         return;
     pthread_mutex_lock(&td__cache.mu);
     if (td__cache.n < TD__CACHE) {
         td__cache.key[td__cache.n] = *k;
-        td__cache.ns[td__cache.n][0] = ns[0];
-        td__cache.ns[td__cache.n++][1] = ns[1];
+        td__cache.t[td__cache.n++] = *t;
     }
     pthread_mutex_unlock(&td__cache.mu);
 }
@@ -154,17 +160,58 @@ static const char *td__kernel_name(int stride, int piece, int kernel)
 }
 
 /* The measurement's state: the model's shapes (keys), which of them each
- * layer's choices belong to, and the best step's time per key and
- * kernel. */
+ * layer's choices belong to, what was measured per key, and the round's
+ * best step per key and kernel with the ratios of the rounds so far. */
 typedef struct td__tune {
     int nkeys;
     td__key *keys;
     int *of;            /* [2L + p]: key index, or -1 (no choice) */
-    int64_t (*best)[2]; /* per key and kernel, INT64_MAX: not timed */
+    td__times *got;     /* per key */
+    int64_t (*best)[2]; /* this round's, INT64_MAX: not timed */
+    double *ratios;     /* [k * TD__ROUNDS + r] */
+    int *nratios;       /* per key */
     uint8_t *rule, *other;
 } td__tune;
 
-/* One step's times per key, summed over its layers, into best. */
+static void td__round_start(td__tune *t)
+{
+    for (int k = 0; k < t->nkeys; k++)
+        t->best[k][0] = t->best[k][1] = INT64_MAX;
+}
+
+/* A round's ratio per key where both kernels were timed in it. */
+static void td__round_end(td__tune *t)
+{
+    for (int k = 0; k < t->nkeys; k++) {
+        int rule = t->keys[k].rule;
+        if (t->best[k][0] != INT64_MAX && t->best[k][1] != INT64_MAX &&
+            t->nratios[k] < TD__ROUNDS)
+            t->ratios[k * TD__ROUNDS + t->nratios[k]++] =
+                (double)t->best[k][!rule] / (double)t->best[k][rule];
+    }
+}
+
+static int td__cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The rounds' median ratio per key into got (0 without any). */
+static void td__medians(td__tune *t)
+{
+    for (int k = 0; k < t->nkeys; k++) {
+        double *r = &t->ratios[k * TD__ROUNDS];
+        int n = t->nratios[k];
+        qsort(r, (size_t)n, sizeof *r, td__cmpd);
+        t->got[k].ratio = n == 0       ? 0
+                          : n % 2 == 1 ? r[n / 2]
+                                       : (r[n / 2 - 1] + r[n / 2]) / 2;
+    }
+}
+
+/* One step's times per key, summed over its layers, into best (the
+ * round's) and got (the lowest of all). */
 static void td__take(td__cpu *be, td__tune *t)
 {
     int n = be->base.model->nlayers;
@@ -183,9 +230,12 @@ static void td__take(td__cpu *be, td__tune *t)
             sum[k] += be->prof[2 * L + p];
             kern[k] = (td__choice_taken(be, L) >> p) & 1;
         }
-    for (int k = 0; k < t->nkeys; k++)
+    for (int k = 0; k < t->nkeys; k++) {
         if (sum[k] < t->best[k][kern[k]])
             t->best[k][kern[k]] = sum[k];
+        if (sum[k] < t->got[k].ns[kern[k]])
+            t->got[k].ns[kern[k]] = sum[k];
+    }
     free(sum);
     free(kern);
 }
@@ -214,9 +264,13 @@ static int td__keys(td__cpu *be, td__tune *t)
     t->keys = calloc((size_t)(2 * n), sizeof *t->keys);
     t->of = malloc((size_t)(2 * n) * sizeof *t->of);
     t->best = malloc((size_t)(2 * n) * sizeof *t->best);
+    t->got = malloc((size_t)(2 * n) * sizeof *t->got);
+    t->ratios = malloc((size_t)(2 * n * TD__ROUNDS) * sizeof *t->ratios);
+    t->nratios = calloc((size_t)(2 * n), sizeof *t->nratios);
     t->rule = calloc((size_t)n, 1);
     t->other = calloc((size_t)n, 1);
-    if (!t->keys || !t->of || !t->best || !t->rule || !t->other)
+    if (!t->keys || !t->of || !t->best || !t->got || !t->ratios ||
+        !t->nratios || !t->rule || !t->other)
         return -ENOMEM;
     for (int L = 0; L < n; L++) {
         t->of[2 * L] = t->of[2 * L + 1] = -1;
@@ -235,7 +289,7 @@ static int td__keys(td__cpu *be, td__tune *t)
                     break;
             if (i == t->nkeys) {
                 t->keys[t->nkeys] = k;
-                t->best[t->nkeys][0] = t->best[t->nkeys][1] = INT64_MAX;
+                t->got[t->nkeys] = (td__times){{INT64_MAX, INT64_MAX}, 0};
                 t->nkeys++;
             }
             t->of[2 * L + p] = i;
@@ -258,14 +312,14 @@ static void td__batch(td__cpu *be)
     be->layout = TD_LAYOUT_NHWC;
 }
 
-/* Both plans timed in turns (unless the cache holds every key), the
- * best step's times per key and kernel into t->best.  *timed: steps
- * timed.  1: not measured (a step too long), the rules' plan planned. */
+/* Both plans timed in turns (unless the cache holds every key), what was
+ * measured per key into t->got.  *timed: steps timed.  1: not measured
+ * (a step too long), the rules' plan planned. */
 static int td__measure(td__cpu *be, td__tune *t, int *timed)
 {
     int n = be->base.model->nlayers, rc = 0, cached = 1;
     for (int k = 0; k < t->nkeys; k++)
-        cached &= td__cache_get(&t->keys[k], t->best[k]);
+        cached &= td__cache_get(&t->keys[k], &t->got[k]);
     if (!cached) {
         size_t sc = td_model_state_count(be->base.model);
         float *state = malloc((sc ? sc : 1) * sizeof(float));
@@ -281,7 +335,8 @@ static int td__measure(td__cpu *be, td__tune *t, int *timed)
         }
         memcpy(state, be->state, sc * sizeof(float));
         for (int k = 0; k < t->nkeys; k++)
-            t->best[k][0] = t->best[k][1] = INT64_MAX;
+            t->got[k] = (td__times){{INT64_MAX, INT64_MAX}, 0};
+        td__round_start(t);
         td_info("cpu backend: timing %d kernel choice%s (per convolution "
                 "shape and gradient): two plans in turns, a few steps each",
                 t->nkeys, t->nkeys == 1 ? "" : "s");
@@ -297,7 +352,8 @@ static int td__measure(td__cpu *be, td__tune *t, int *timed)
         } else if (step_ns >= TD__LONG_NS) {
             rounds = passes = 1;
         }
-        for (int r = 0; r < rounds && rc == 0; r++)
+        for (int r = 0; r < rounds && rc == 0; r++) {
+            td__round_start(t);
             for (int plan = 0; plan < 2 && rc == 0; plan++) {
                 int first = r == 0 && plan == 0; /* planned and warm */
                 memcpy(be->choice, plan ? t->other : t->rule, (size_t)n);
@@ -308,6 +364,9 @@ static int td__measure(td__cpu *be, td__tune *t, int *timed)
                     rc = td__steps(be, t, !first, passes, &step_ns);
                 *timed += passes;
             }
+            td__round_end(t);
+        }
+        td__medians(t);
         be->prof = NULL;
         free(prof);
         memcpy(be->state, state, sc * sizeof(float));
@@ -316,13 +375,10 @@ static int td__measure(td__cpu *be, td__tune *t, int *timed)
         be->step = step;
         be->n = nb;
         be->layout = ly;
-        if (rc || rounds == 0) {
-            for (int k = 0; k < t->nkeys; k++)
-                t->best[k][0] = t->best[k][1] = INT64_MAX;
+        if (rc || rounds == 0)
             return rc ? rc : 1;
-        }
         for (int k = 0; k < t->nkeys; k++)
-            td__cache_put(&t->keys[k], t->best[k]);
+            td__cache_put(&t->keys[k], &t->got[k]);
     }
     return 0;
 }
@@ -355,18 +411,20 @@ int td__cpu_tune(td__cpu *be)
     }
     for (int k = 0; k < t.nkeys; k++) {
         const td__key *key = &t.keys[k];
-        int64_t tr = t.best[k][key->rule], to = t.best[k][!key->rule];
-        take[k] = tr != INT64_MAX && to != INT64_MAX &&
-                  (double)to < TD__MARGIN * (double)tr;
-        if (tr != INT64_MAX && to != INT64_MAX)
+        int64_t tr = t.got[k].ns[key->rule], to = t.got[k].ns[!key->rule];
+        double ratio = t.got[k].ratio;
+        take[k] = ratio > 0 && ratio < TD__MARGIN;
+        if (ratio > 0)
             td_debug("cpu backend: %dx%dx%d -> %d, %dx%d stride %d, %s: "
-                     "%s %.3f ms, %s %.3f ms per step: %s", key->ic,
-                     key->ih, key->iw, key->oc, key->k, key->k,
-                     key->stride, key->piece ? "bwd data" : "bwd weights",
+                     "%s %.3f ms, %s %.3f ms per step (best), median "
+                     "ratio %.3f: %s", key->ic, key->ih, key->iw, key->oc,
+                     key->k, key->k, key->stride,
+                     key->piece ? "bwd data" : "bwd weights",
                      td__kernel_name(key->stride, key->piece, key->rule),
                      (double)tr / 1e6,
                      td__kernel_name(key->stride, key->piece, !key->rule),
-                     (double)to / 1e6, take[k] ? "the other" : "the rule's");
+                     (double)to / 1e6, ratio,
+                     take[k] ? "the other" : "the rule's");
     }
     for (int L = 1; L < n; L++) {
         uint8_t want = t.rule[L];
@@ -400,6 +458,9 @@ out:
     free(t.keys);
     free(t.of);
     free(t.best);
+    free(t.got);
+    free(t.ratios);
+    free(t.nratios);
     free(t.rule);
     free(t.other);
     return rc;
