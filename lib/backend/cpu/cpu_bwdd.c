@@ -33,7 +33,7 @@ int td__bwdd_ok(const td__cpu *be, int L)
     int k = l->kernel;
     int shape = l->kind == TD_L_CONV && !be->cl[L].no_dsrc &&
                 l->stride == 1 && k % 2 == 1 && l->pad == (k - 1) / 2;
-    return shape && td__choice(be, L, TD__CH_BWDD, getenv("TD_CPU_BWDD"),
+    return shape && td__choice(be, L, TD__CH_BWDD,
                                td__is_bf16(be) && be->atag == dnnl_nhwc);
 }
 

@@ -72,7 +72,7 @@ static int td__ok(const td__cpu *be, int L, const dnnl_memory_desc_t *src)
     const td__cl *c = &be->cl[L];
     if (l->kind != TD_L_CONV || c->no_dsrc || l->stride != 2 ||
         !td__is_bf16(be) ||
-        !td__choice(be, L, TD__CH_BWDD, getenv("TD_CPU_BWDD2"), 0))
+        !td__choice(be, L, TD__CH_BWDD, 0))
         return 0;
     int blk = td__blocked16_dense(src) && td__blocked16_dense(&c->md);
     int nhwc = td__nhwc_dense(src) && td__nhwc_dense(&c->md);

@@ -140,10 +140,13 @@ typedef struct td__cpu {
 #define TD__CH_BWDW 1 /* backward weights on cpu_bwdw.c, not oneDNN's */
 #define TD__CH_BWDD 2 /* backward data as forward convolution(s):
                          cpu_bwdd.c (stride 1), cpu_bwdd2.c (stride 2) */
-/* Choice `bit` of convolution L: the environment switch env ("1" or "0")
- * forces it, else the choices the backend follows, else dflt (the
- * plan's fixed rule). */
-int td__choice(const td__cpu *be, int L, int bit, const char *env, int dflt);
+/* The environment switch forcing choice `bit` of convolution L, when it
+ * is set to "1" or "0" (TD_CPU_BWDW; TD_CPU_BWDD for stride 1,
+ * TD_CPU_BWDD2 for stride 2), else NULL. */
+const char *td__choice_forced(const td__cpu *be, int L, int bit);
+/* Choice `bit` of convolution L: forced by its environment switch, else
+ * the choices the backend follows, else dflt (the plan's fixed rule). */
+int td__choice(const td__cpu *be, int L, int bit, int dflt);
 /* The bits convolution L's plan took (0 for other layers). */
 int td__choice_taken(const td__cpu *be, int L);
 

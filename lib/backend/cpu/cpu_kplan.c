@@ -67,12 +67,20 @@ size_t td__bn_hw(const td__cpu *be, int L)
                                      : 0;
 }
 
-int td__choice(const td__cpu *be, int L, int bit, const char *env, int dflt)
+const char *td__choice_forced(const td__cpu *be, int L, int bit)
 {
-    if (env && strcmp(env, "1") == 0)
-        return 1;
-    if (env && strcmp(env, "0") == 0)
-        return 0;
+    const char *e = getenv(bit == TD__CH_BWDW ? "TD_CPU_BWDW"
+                           : be->base.model->layers[L].stride == 2
+                               ? "TD_CPU_BWDD2"
+                               : "TD_CPU_BWDD");
+    return e && (strcmp(e, "1") == 0 || strcmp(e, "0") == 0) ? e : NULL;
+}
+
+int td__choice(const td__cpu *be, int L, int bit, int dflt)
+{
+    const char *e = td__choice_forced(be, L, bit);
+    if (e)
+        return e[0] == '1';
     return be->choice_set ? (be->choice[L] & bit) != 0 : dflt;
 }
 
@@ -95,16 +103,15 @@ int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
-    const char *env = getenv("TD_CPU_BWDW");
     td_bwdw_layout ly;
     if (!td__is_bf16(be) ||
         !td_bwdw_ok(l->kernel, l->stride, l->pad, ic, l->channels))
         return 0;
     if (td__nhwc_dense(src) && td__nhwc_dense(&c->md) &&
-        td__choice(be, L, TD__CH_BWDW, env, 1))
+        td__choice(be, L, TD__CH_BWDW, 1))
         ly = TD_BWDW_NHWC;
     else if (td__blocked16_dense(src) && td__blocked16_dense(&c->md) &&
-             td__choice(be, L, TD__CH_BWDW, env, l->stride == 2))
+             td__choice(be, L, TD__CH_BWDW, l->stride == 2))
         ly = TD_BWDW_NCHW16C;
     else
         return 0;

@@ -137,18 +137,6 @@ static int td__replan(td__cpu *be)
     return rc;
 }
 
-/* Whether choice p of layer L is forced by the environment. */
-static int td__forced(const td__cpu *be, int L, int p)
-{
-    const char *e;
-    if (p == TD__P_BWDW)
-        e = getenv("TD_CPU_BWDW");
-    else
-        e = getenv(be->base.model->layers[L].stride == 2 ? "TD_CPU_BWDD2"
-                                                         : "TD_CPU_BWDD");
-    return e && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0);
-}
-
 /* A kernel's name for the debug log. */
 static const char *td__kernel_name(int stride, int piece, int kernel)
 {
@@ -280,18 +268,15 @@ static int td__keys(td__cpu *be, td__tune *t)
         for (int p = 0; p < 2; p++) {
             td__key k;
             int i;
-            if (td__forced(be, L, p) || (p && be->cl[L].no_dsrc))
+            if (td__choice_forced(be, L, 1 << p) || (p && be->cl[L].no_dsrc))
                 continue;
             t->other[L] ^= (uint8_t)(1 << p);
             td__make_key(be, L, p, (t->rule[L] >> p) & 1, &k);
             for (i = 0; i < t->nkeys; i++)
                 if (memcmp(&t->keys[i], &k, sizeof k) == 0)
                     break;
-            if (i == t->nkeys) {
-                t->keys[t->nkeys] = k;
-                t->got[t->nkeys] = (td__times){{INT64_MAX, INT64_MAX}, 0};
-                t->nkeys++;
-            }
+            if (i == t->nkeys)
+                t->keys[t->nkeys++] = k;
             t->of[2 * L + p] = i;
         }
     }
@@ -336,7 +321,6 @@ static int td__measure(td__cpu *be, td__tune *t, int *timed)
         memcpy(state, be->state, sc * sizeof(float));
         for (int k = 0; k < t->nkeys; k++)
             t->got[k] = (td__times){{INT64_MAX, INT64_MAX}, 0};
-        td__round_start(t);
         td_info("cpu backend: timing %d kernel choice%s (per convolution "
                 "shape and gradient): two plans in turns, a few steps each",
                 t->nkeys, t->nkeys == 1 ? "" : "s");
@@ -396,11 +380,7 @@ int td__cpu_tune(td__cpu *be)
     if (t.nkeys == 0)
         goto out; /* nothing to choose */
     if ((rc = td__measure(be, &t, &timed))) {
-        if (rc == 1) { /* the rules' plan, as planned */
-            memcpy(be->choice, t.rule, (size_t)n);
-            be->choice_set = 1;
-            rc = 0;
-        }
+        rc = rc == 1 ? 0 : rc; /* not measured: the rules' plan stays */
         goto out;
     }
     /* per key the faster kernel (the rule's unless clearly slower) */
