@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -323,8 +322,8 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     /* CPU bf16: kernels chosen by measurement unless the job wants the
      * same plan on every run (a resume keeps its checkpoint's) */
     tc.backend.plan = s->deterministic ? TD_PLAN_FIXED : TD_PLAN_MEASURE;
-    if (opts->resume && tc.backend.plan == TD_PLAN_MEASURE &&
-        td__runner_ckpt_has_plan(opts->ckpt_dir))
+    td__runner_resume_open(r);
+    if (tc.backend.plan == TD_PLAN_MEASURE && td__runner_resume_has_plan(r))
         tc.backend.plan = TD_PLAN_FIXED; /* td__runner_resume plans its */
     td__runner_ls_config(r, &tc.backend); /* runner_lscale.c */
     tc.backend.cuda_graphs = s->cuda_graphs;
@@ -853,11 +852,9 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
     res->val_loss = res->val_acc = NAN;
     res->model_mflop = r->model->fwd_flops / 1e6;
     snprintf(res->verdict, sizeof res->verdict, "none");
-    if (r->o.ckpt_dir && r->o.resume) {
-        struct stat st;
-        if (stat(r->o.ckpt_dir, &st) == 0 && (rc = td__runner_resume(r, err, errcap)))
-            return rc;
-    }
+    if (r->o.ckpt_dir && r->o.resume &&
+        (rc = td__runner_resume(r, err, errcap)))
+        return rc;
     td_logf(TD_LOG_INFO, r->o.job, "model %s: %.1f MFLOP/sample forward, "
             "%zu parameters; batch %d, %d epoch%s of %" PRId64 " steps",
             r->model->name, r->model->fwd_flops / 1e6, r->model->param_count,
@@ -983,6 +980,7 @@ void td_runner_free(td_runner *r)
         td_ckpt_writer_stop(r->writer);
     if (r->trainer)
         td__runner_ckpt_release(r);
+    td_ckpt_close(r->resume_f); /* opened at create, never run */
     td_trainer_free(r->trainer);
     td_pipeline_destroy(r->train);
     td_pipeline_destroy(r->val);

@@ -496,26 +496,32 @@ static int td__load_one(void *u, const char *name, int ndim,
                              count * sizeof(float), l->err, l->errcap);
 }
 
-int td__runner_ckpt_has_plan(const char *dir)
+void td__runner_resume_open(td_runner *r)
 {
-    char path[4096], e[512];
-    td_ckpt_file *f = NULL;
     struct stat st;
-    if (!dir || stat(dir, &st) != 0 ||
-        td_ckpt_load_latest(dir, &f, path, sizeof path, e, sizeof e) != 0)
-        return 0;
-    int has = td_ckpt_file_meta_str(f, "traind.plan") != NULL;
-    td_ckpt_close(f);
-    return has;
+    r->resume_rc = -ENOENT;
+    r->resume_err[0] = 0;
+    if (r->o.ckpt_dir && r->o.resume && stat(r->o.ckpt_dir, &st) == 0)
+        r->resume_rc = td_ckpt_load_latest(
+            r->o.ckpt_dir, &r->resume_f, r->resume_path,
+            sizeof r->resume_path, r->resume_err, sizeof r->resume_err);
+}
+
+int td__runner_resume_has_plan(const td_runner *r)
+{
+    return r->resume_f &&
+           td_ckpt_file_meta_str(r->resume_f, "traind.plan") != NULL;
 }
 
 /* Restores the newest valid checkpoint, if there is one. */
 int td__runner_resume(td_runner *r, char *err, size_t errcap)
 {
-    char path[4096], e[512];
-    td_ckpt_file *f = NULL;
-    int rc = td_ckpt_load_latest(r->o.ckpt_dir, &f, path, sizeof path, e,
-                                 sizeof e);
+    char e[512];
+    const char *path = r->resume_path;
+    td_ckpt_file *f = r->resume_f;
+    int rc = r->resume_rc;
+    r->resume_f = NULL; /* closed below */
+    snprintf(e, sizeof e, "%s", r->resume_err);
     if (rc == -ENOENT) {
         if (strstr(e, "corrupt") || strstr(e, "CRC"))
             td_logf(TD_LOG_WARN, r->o.job, "no usable checkpoint: %s", e);

@@ -46,6 +46,13 @@ struct td_runner {
     td_trainer *trainer;
     td_metrics *metrics;
     td_ckpt_writer *writer;
+    /* opts.resume: the newest valid checkpoint, opened at create (the
+     * backend's plan reads it) and restored by run; NULL with resume_rc
+     * and resume_err saying why when there is none */
+    td_ckpt_file *resume_f;
+    char resume_path[4096];
+    int resume_rc;
+    char resume_err[512];
     int64_t steps_per_epoch;
     size_t snap_floats;
     float *flat;                     /* trainer snapshot, flat layout */
@@ -137,12 +144,15 @@ int td__runner_checkpoint_final(td_runner *r, const td_train_position *pos);
 int td__runner_meta(td_runner *r, char *err, size_t errcap);
 /* Starts the trainer from spec.init (finetune.h), logging the report. */
 int td__runner_init(td_runner *r, char *err, size_t errcap);
-/* Restores the newest valid checkpoint of opts.ckpt_dir, if any. */
+/* Opens the newest valid checkpoint of opts.ckpt_dir (r->resume_f), once
+ * per job, before the trainer is created. */
+void td__runner_resume_open(td_runner *r);
+/* 1 when that checkpoint records the backend's kernel choices
+ * ("traind.plan", which the resume plans again: no need to time them at
+ * create), else 0. */
+int td__runner_resume_has_plan(const td_runner *r);
+/* Restores that checkpoint, if there is one, and closes it. */
 int td__runner_resume(td_runner *r, char *err, size_t errcap);
-/* 1 when the newest valid checkpoint in dir records the backend's kernel
- * choices ("traind.plan", which the resume plans again: no need to time
- * them at create), else 0. */
-int td__runner_ckpt_has_plan(const char *dir);
 /* The checkpoint buffers' events and page-locking: after the writer has
  * stopped, before the trainer (its backend) is freed. */
 void td__runner_ckpt_release(td_runner *r);
