@@ -5,7 +5,8 @@
  * written, one being filled), and the translation of the job spec into
  * each of their configurations.
  * Checkpoint writing and resume live in runner_ckpt.c, loss scaling in
- * runner_lscale.c, the shared state in runner_int.h.
+ * runner_lscale.c, timeline recording in runner_trace.c, the shared
+ * state in runner_int.h.
  * Never: blocks the trainer on the disk (a checkpoint that finds both
  * buffers busy is skipped and counted), talks to sockets, exits.
  */
@@ -386,106 +387,6 @@ fail:
     return rc;
 }
 
-/* ---- timeline recording ----------------------------------------------- */
-
-/* Trainer thread, at a step boundary: arms a requested recording, so it
- * starts with a whole step. */
-static void td__trace_boundary(td_runner *r, const td_train_position *pos)
-{
-    if (r->tracing || !atomic_load_explicit(&r->trace_want,
-                                            memory_order_relaxed))
-        return;
-    if (td_trace_arm(r->trace) != 0)
-        return;
-    r->tracing = 1;
-    r->trace_from = pos->steps;
-    r->trace_done = 0;
-    r->trace_origin_ns = td_now_ns();
-    td_metrics_counters mc;
-    td_metrics_get_counters(r->metrics, &mc);
-    r->trace_verdict = mc.verdict;
-}
-
-/* Trainer thread: ends the recording and hands the timeline on. */
-static void td__trace_finish(td_runner *r)
-{
-    int want = atomic_load(&r->trace_want);
-    if (!r->tracing) {
-        if (!want || td_trace_arm(r->trace)) /* requested, never started */
-            return;
-        r->trace_done = 0;
-        r->trace_origin_ns = td_now_ns();
-    }
-    td_trace_disarm(r->trace);
-    r->tracing = 0;
-    char name[64];
-    int64_t t0 = td_now_ns();
-    snprintf(name, sizeof name, "traind job %ld", r->o.job);
-    json_t *tr = td_trace_json(r->trace, name, r->o.job > 0 ? r->o.job : 1,
-                               r->trace_origin_ns);
-    json_t *ev = json_pack("{s:I, s:i, s:b, s:I, s:I, s:o}", "steps",
-                           (json_int_t)r->trace_done, "requested", want,
-                           "complete", r->trace_done >= want, "events",
-                           (json_int_t)td_trace_count(r->trace), "dropped",
-                           (json_int_t)td_trace_dropped(r->trace), "trace",
-                           tr ? tr : json_null());
-    atomic_store(&r->trace_want, 0);
-    td_logf(TD_LOG_DEBUG, r->o.job, "trace of %" PRId64 " step(s): %zu "
-            "events, built in %.2f ms", r->trace_done,
-            td_trace_count(r->trace), (double)(td_now_ns() - t0) / 1e6);
-    td__runner_emit(r, "trace", ev);
-}
-
-/* Trainer thread, per reported step: its slices and counters. */
-static void td__trace_step(td_runner *r, const td_step_info *s,
-                           int64_t ckpt_ns, int closed)
-{
-    if (!r->tracing || s->step < r->trace_from)
-        return;
-    td_trace_step ts = {.step = s->step, .start_ns = s->start_ns,
-                        .step_ns = s->step_ns,
-                        .data_wait_ns = s->data_wait_ns, .h2d_ns = s->h2d_ns,
-                        .compute_ns = s->compute_ns, .d2h_ns = s->d2h_ns,
-                        .checkpoint_ns = ckpt_ns, .copy_ns = s->copy_ns};
-    td_trace_add_step(r->trace, &ts);
-    int64_t end = s->start_ns + s->step_ns;
-    if (s->step_ns > 0)
-        td_trace_counter(r->trace, "samples_per_s", end,
-                         (double)s->n / ((double)s->step_ns / 1e9));
-    if (closed > 0) {
-        td_metrics_counters mc;
-        td_metrics_get_counters(r->metrics, &mc);
-        if (mc.device_idle_known)
-            td_trace_counter(r->trace, "device_idle_ratio", end,
-                             mc.device_idle_ratio);
-        if (mc.verdict != r->trace_verdict)
-            td_trace_instant(r->trace, TD_TRACK_TRAINER, "verdict changed",
-                             end, td_verdict_name(mc.verdict), s->step);
-        r->trace_verdict = mc.verdict;
-    }
-    if (++r->trace_done >= atomic_load(&r->trace_want))
-        td__trace_finish(r);
-}
-
-int td_runner_trace(td_runner *r, int steps)
-{
-    int none = 0;
-    if (steps < 1)
-        return -EINVAL;
-    if (!atomic_compare_exchange_strong(&r->trace_want, &none, steps))
-        return -EBUSY;
-    return 0;
-}
-
-void td_runner_trace_cancel(td_runner *r)
-{
-    /* Ask for one step: a recording ends at the next one (and is thrown
-     * away, nobody waits), one not yet armed records a single step. */
-    int cur = atomic_load(&r->trace_want);
-    while (cur > 1 && !atomic_compare_exchange_weak(&r->trace_want, &cur, 1))
-        ;
-}
-
 /* ---- Prometheus snapshots --------------------------------------------- */
 
 static void td__snapshot(td_runner *r, int64_t epoch)
@@ -669,7 +570,7 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
         td__autotune(r, &mc, w);
         td__runner_emit(r, "window", td__with_progress(r, w, s->epoch));
     }
-    td__trace_step(r, s, ckpt_ns, closed);
+    td__runner_trace_step(r, s, ckpt_ns, closed);
     if (r->o.snapshot && (closed > 0 || s->start_ns - r->snap_last_ns >=
                                             TD_NS_PER_S))
         td__snapshot(r, s->epoch);
@@ -837,7 +738,7 @@ static int td__on_boundary(void *user, td_trainer *t,
         td__runner_checkpoint(r, pos) == 0)
         td_trace_instant(r->trace, TD_TRACK_TRAINER, "checkpoint taken",
                          td_now_ns(), NULL, pos->steps);
-    td__trace_boundary(r, pos);
+    td__runner_trace_boundary(r, pos);
     return 0;
 }
 
@@ -897,7 +798,7 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
         r->writer = NULL;
     }
     /* a recording the job outlived: what there is, the last writes too */
-    td__trace_finish(r);
+    td__runner_trace_finish(r);
     td__snapshot(r, tr.epochs);
     res->steps = tr.steps;
     res->epochs = tr.epochs;

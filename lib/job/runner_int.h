@@ -1,7 +1,7 @@
 /* runner_int.h - the runner's state, shared by its files (runner.c: the
  * job's set-up and the trainer callbacks; runner_ckpt.c: checkpoints and
- * resume; runner_lscale.c: loss scaling).  Not for use outside
- * lib/runner*.c. */
+ * resume; runner_lscale.c: loss scaling; runner_trace.c: timeline
+ * recording).  Not for use outside lib/job/runner*.c. */
 #ifndef TD_RUNNER_INT_H
 #define TD_RUNNER_INT_H
 
@@ -115,6 +115,15 @@ void td__runner_emit(td_runner *r, const char *kind, json_t *data);
 int td__runner_augments(const td_job_spec *s, td_augment *out, int *n,
                         char *err, size_t errcap);
 void td__runner_optim(const td_job_spec *s, td_optim_config *o);
+
+/* runner_trace.c: timeline recording, on the trainer thread: arms a
+ * requested recording at a step boundary (so it starts with a whole
+ * step), adds each reported step's slices and counters, ends it and
+ * emits the "trace" event. */
+void td__runner_trace_boundary(td_runner *r, const td_train_position *pos);
+void td__runner_trace_step(td_runner *r, const td_step_info *s,
+                           int64_t ckpt_ns, int closed);
+void td__runner_trace_finish(td_runner *r);
 
 /* runner_lscale.c: loss scaling (docs/compute.md "Loss scaling") */
 /* The backend's loss_scale, interval and test hook from the spec. */
