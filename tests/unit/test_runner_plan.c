@@ -154,7 +154,7 @@ START_TEST(test_resume_plans_the_checkpoints_choices)
     free(run_job(&det, "f", 0, 0, &res));
     char *rule = plan_of("f");
     ck_assert_ptr_nonnull(rule);
-    ck_assert_msg(strncmp(rule, "v1 ", 3) == 0, "%s", rule);
+    ck_assert_msg(strncmp(rule, "v2 ", 3) == 0, "%s", rule);
     int bits = at(rule, C2) - '0';
     ck_assert_msg(bits >= 0 && bits <= 3, "%s", rule);
     /* A uninterrupted and B paused, both forced the other way */

@@ -130,6 +130,12 @@ typedef struct td__cpu {
                             the plan follows for each convolution
                             (cpu_tune.c measured or was given them) */
     int choice_set;      /* 0: the plan follows its fixed rules */
+    int layout_pick;     /* bf16: the activation layout asked for
+                            (TD__LY_*; TD__LY_RULE: the one a typical
+                            convolution prefers), unless TD_CPU_NHWC
+                            forces one */
+    int layout_rule;     /* the layout the rule gives (TD__LY_*), set
+                            when planning */
     int64_t *prof;       /* cpu_tune.c, while it times steps: per layer
                             the ns of its backward weights [2L] and
                             backward data [2L + 1] in the latest step */
@@ -140,15 +146,24 @@ typedef struct td__cpu {
 #define TD__CH_BWDW 1 /* backward weights on cpu_bwdw.c, not oneDNN's */
 #define TD__CH_BWDD 2 /* backward data as forward convolution(s):
                          cpu_bwdd.c (stride 1), cpu_bwdd2.c (stride 2) */
-/* The environment switch forcing choice `bit` of convolution L, when it
- * is set to "1" or "0" (TD_CPU_BWDW; TD_CPU_BWDD for stride 1,
- * TD_CPU_BWDD2 for stride 2), else NULL. */
+#define TD__CH_BNDNN 4 /* a batch norm on oneDNN's primitives, not
+                          cpu_bn.c's kernels (where those apply) */
+/* The bf16 activation layouts (be->layout_pick, be->layout_rule). */
+enum { TD__LY_RULE = 0, TD__LY_NHWC, TD__LY_BLK16, TD__LY_ANY };
+/* The environment switch forcing choice `bit` of layer L, when it is set
+ * to "1" or "0" (TD_CPU_BWDW; TD_CPU_BWDD for stride 1, TD_CPU_BWDD2 for
+ * stride 2; TD__CH_BNDNN: "1" when TD_CPU_BN=onednn), else NULL. */
 const char *td__choice_forced(const td__cpu *be, int L, int bit);
 /* Choice `bit` of convolution L: forced by its environment switch, else
  * the choices the backend follows, else dflt (the plan's fixed rule). */
 int td__choice(const td__cpu *be, int L, int bit, int dflt);
-/* The bits convolution L's plan took (0 for other layers). */
+/* The bits layer L's plan took: a convolution's TD__CH_BWDW and
+ * TD__CH_BWDD, a batch norm's TD__CH_BNDNN (0 for other layers). */
 int td__choice_taken(const td__cpu *be, int L);
+/* Batch norm L could run cpu_bn.c's kernels (the choice aside). */
+int td__bn_can_fast(const td__cpu *be, int L);
+/* TD_CPU_NHWC=1 or 0 in the environment forces the bf16 layout. */
+int td__layout_forced(void);
 
 /* cpu_tune.c: with cfg.plan TD_PLAN_MEASURE in a bf16 plan, times both
  * kernels of each choice within whole steps and plans again with the

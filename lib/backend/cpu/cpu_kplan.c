@@ -69,6 +69,10 @@ size_t td__bn_hw(const td__cpu *be, int L)
 
 const char *td__choice_forced(const td__cpu *be, int L, int bit)
 {
+    if (bit == TD__CH_BNDNN) {
+        const char *b = getenv("TD_CPU_BN");
+        return b && strcmp(b, "onednn") == 0 ? "1" : NULL;
+    }
     const char *e = getenv(bit == TD__CH_BWDW ? "TD_CPU_BWDW"
                            : be->base.model->layers[L].stride == 2
                                ? "TD_CPU_BWDD2"
@@ -87,6 +91,8 @@ int td__choice(const td__cpu *be, int L, int bit, int dflt)
 int td__choice_taken(const td__cpu *be, int L)
 {
     const td__cl *c = &be->cl[L];
+    if (be->base.model->layers[L].kind == TD_L_BN)
+        return td__bn_can_fast(be, L) && !c->fast ? TD__CH_BNDNN : 0;
     if (be->base.model->layers[L].kind != TD_L_CONV || c->root != L)
         return 0;
     return (c->bw ? TD__CH_BWDW : 0) | (c->bdf || c->bd2 ? TD__CH_BWDD : 0);

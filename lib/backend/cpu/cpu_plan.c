@@ -513,18 +513,22 @@ static int td__plan_dropout(td__cpu *be, int L)
     return c->mask ? 0 : -ENOMEM;
 }
 
-/* Batch norm L runs cpu_bn.c's kernels: bf16 channels-last (the AMX
+/* Batch norm L can run cpu_bn.c's kernels: bf16 channels-last (the AMX
  * plan) or blocked nChw16c (the AVX512_BF16 plan), training statistics
- * (not frozen), channels a multiple of 16 on an AVX-512 CPU, and not
- * turned off (TD_CPU_BN=onednn, for comparing). */
-static int td__bn_fast(const td__cpu *be, int L)
+ * (not frozen), channels a multiple of 16 on an AVX-512 CPU. */
+int td__bn_can_fast(const td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
-    const char *e = getenv("TD_CPU_BN");
     return l->kind == TD_L_BN && td__is_bf16(be) &&
            (be->atag == dnnl_nhwc || be->atag == dnnl_nChw16c) &&
-           !td__bn_eval(be, L) && td_bn_nhwc_ok(l->out.c) &&
-           !(e && strcmp(e, "onednn") == 0);
+           !td__bn_eval(be, L) && td_bn_nhwc_ok(l->out.c);
+}
+
+/* ... and does, unless the choice (cpu_tune.c; TD_CPU_BN=onednn in the
+ * environment forces it) says oneDNN's. */
+static int td__bn_fast(const td__cpu *be, int L)
+{
+    return td__bn_can_fast(be, L) && !td__choice(be, L, TD__CH_BNDNN, 0);
 }
 
 /* Add L fuses into the fast batch norm before it: the batch norm is its
@@ -669,6 +673,12 @@ static int td__typical_conv(const td_model *m)
     return first;
 }
 
+int td__layout_forced(void)
+{
+    const char *e = getenv("TD_CPU_NHWC");
+    return e && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0);
+}
+
 /* The input's layout.  fp32 keeps plain NCHW, which the normalisation
  * writes directly.  bf16 asks a typical convolution which activation
  * layout it prefers ("any") and makes the input channels-last (nhwc) when
@@ -679,8 +689,10 @@ static int td__typical_conv(const td_model *m)
  * convolution and pooling output is asked for in nChw16c, the layout
  * cpu_bn.c's blocked batch norm reads.  TD_CPU_NHWC=1 (or 0) in the
  * environment overrides oneDNN's answer, for trying the channels-last
- * plan on a CPU without AMX (and the blocked one with AMX).  *reorder is
- * set when xin needs a reorder into it. */
+ * plan on a CPU without AMX (and the blocked one with AMX); else
+ * be->layout_pick, when cpu_tune.c measured or was given a layout.
+ * be->layout_rule keeps oneDNN's answer.  *reorder is set when xin needs
+ * a reorder into it. */
 static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
                              dnnl_memory_desc_t *md, int *reorder)
 {
@@ -691,6 +703,7 @@ static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
     int L = td__typical_conv(m);
     td__mdt(md, 4, d, dnnl_nchw, be->adt);
     be->atag = dnnl_format_tag_any;
+    be->layout_rule = TD__LY_ANY;
     *reorder = 0;
     if (!td__is_bf16(be) || L < 0)
         return 0;
@@ -720,9 +733,13 @@ static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
                 want->format_desc.blocking.inner_blks[0] == 16 &&
                 want->format_desc.blocking.inner_idxs[0] == 1;
     dnnl_primitive_desc_destroy(pd);
-    const char *force = getenv("TD_CPU_NHWC");
-    if (force && (strcmp(force, "0") == 0 || strcmp(force, "1") == 0))
-        nhwc = force[0] == '1';
+    be->layout_rule = nhwc ? TD__LY_NHWC : blk16 ? TD__LY_BLK16 : TD__LY_ANY;
+    if (td__layout_forced()) {
+        nhwc = getenv("TD_CPU_NHWC")[0] == '1';
+    } else if (be->layout_pick != TD__LY_RULE) { /* cpu_tune.c's choice */
+        nhwc = be->layout_pick == TD__LY_NHWC;
+        blk16 = be->layout_pick == TD__LY_BLK16;
+    }
     if (nhwc) { /* "any" would still pick a reference kernel for some
                    first convolutions (1 input channel, AMX) */
         td__mdt(md, 4, d, dnnl_nhwc, be->adt);
@@ -866,6 +883,8 @@ void td__cpu_unplan(td__cpu *be)
         dnnl_memory_destroy(be->logits);
     if (be->dlogits)
         dnnl_memory_destroy(be->dlogits);
+    be->r_logits = be->r_dlogits = NULL;
+    be->logits = be->dlogits = NULL;
     free(be->cl);
     be->cl = NULL;
     free(be->scratch);
