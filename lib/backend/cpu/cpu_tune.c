@@ -26,7 +26,9 @@
  *   1. the layout: the rule's plan against the other layout's (each with
  *      its own rules for the rest); the other where the median over
  *      rounds of its best step over the rule's is below TD__STEP_MARGIN
- *      (a first round beyond TD__CLEAR either way decides alone);
+ *      (a first round where the other is TD__CLEAR times slower decides
+ *      alone, and two rounds on one side of the margin decide what a
+ *      third's median would; so for the kernels);
  *   2. in that layout, the batch norms the same way;
  *   3. in that plan, the kernels: plan A the rules' kernels, plan B every
  *      choice turned the other way (an environment switch TD_CPU_BWDW,
@@ -72,7 +74,8 @@
 
 #define TD__MARGIN 0.92      /* the other kernel must be 8 % faster */
 #define TD__STEP_MARGIN 0.95 /* the other whole plan 5 % faster */
-#define TD__CLEAR 1.3        /* a first round this far apart decides */
+#define TD__CLEAR 1.3        /* a first round with the other this much
+                                slower decides */
 #define TD__ROUNDS 3
 #define TD__PASSES 2
 #define TD__LONG_NS 1000000000LL  /* steps of 1 s or more: 1 round, 1 pass */
@@ -395,7 +398,18 @@ static int td__plan_choice(td__cpu *be, td__sess *s, int piece, int rule,
             if (rc)
                 break;
             r[nr++] = (double)best[1] / (double)best[0];
-            if (round == 0 && (r[0] >= TD__CLEAR || r[0] <= 1 / TD__CLEAR))
+            td_debug("cpu backend: %s round %d: %s %.3f ms, %s %.3f ms per "
+                     "step (best)", piece == TD__P_LAYOUT ? "layout"
+                     : "batch norm", round + 1, piece == TD__P_LAYOUT
+                     ? td__ly_name(rule) : "hand-written",
+                     (double)best[0] / 1e6, piece == TD__P_LAYOUT
+                     ? td__ly_name(td__other_layout(rule)) : "oneDNN's",
+                     (double)best[1] / 1e6);
+            /* the rule stays on one round's word; two rounds on one
+             * side of the margin decide what a third's median would */
+            if ((round == 0 && r[0] >= TD__CLEAR) ||
+                (nr == 2 && (r[0] < TD__STEP_MARGIN) ==
+                                (r[1] < TD__STEP_MARGIN)))
                 break;
         }
         if (rc)
@@ -454,6 +468,17 @@ static void td__round_end(td__tune *t)
             t->ratios[k * TD__ROUNDS + t->nratios[k]++] =
                 (double)t->best[k][!rule] / (double)t->best[k][rule];
     }
+}
+
+/* Every key has two rounds' ratios on one side of the margin. */
+static int td__agreed(const td__tune *t)
+{
+    for (int k = 0; k < t->nkeys; k++) {
+        const double *r = &t->ratios[k * TD__ROUNDS];
+        if (t->nratios[k] != 2 || (r[0] < TD__MARGIN) != (r[1] < TD__MARGIN))
+            return 0;
+    }
+    return 1;
 }
 
 /* One step's times per key, summed over its layers, into best (the
@@ -553,6 +578,8 @@ static int td__measure(td__cpu *be, td__sess *s, td__tune *t)
                 rc = td__steps(be, s, t, s->passes, &ns);
         }
         td__round_end(t);
+        if (r == 1 && td__agreed(t))
+            break; /* a third round's medians would decide the same */
     }
     for (int k = 0; k < t->nkeys && rc == 0; k++) {
         t->got[k].ratio = td__median(&t->ratios[k * TD__ROUNDS],
