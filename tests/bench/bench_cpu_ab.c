@@ -2,7 +2,7 @@
  * step in one process: a backend switch read at plan time (e.g.
  * TD_CPU_BWDD: one arm planned with ENV=A, the other with ENV=B) and/or
  * the precision of each arm (fp32 or bf16, default bf16 for both) and/or
- * its plan (fixed rules or measured kernel choices, cpu_tune.c).  The
+ * its plan (fixed rules or measured choices, cpu_tune.c).  The
  * two train alternately on the same synthetic batch; each step is timed.
  * A load burst on a shared machine then hits both arms alike (whole-run
  * A/B pairs are seconds apart and swing by 2x there).  Prints the median
@@ -85,9 +85,9 @@ static const char usage[] =
     "Two CPU backends of model M (resnet20 or fmnist-cnn; default resnet20)\n"
     "train alternately, step by step, on one synthetic batch: arm A planned\n"
     "with NAME=A, precision-a and plan-a, arm B with NAME=B, precision-b\n"
-    "and plan-b (bf16 and the fixed rules by default; measure: the kernel\n"
-    "choices timed at create; --debug logs each kernel's time and the\n"
-    "plans).  Prints each arm's median step and the median\n"
+    "and plan-b (bf16 and the fixed rules by default; measure: the plan's\n"
+    "choices (layout, batch norms, kernels) timed at create; --debug logs\n"
+    "their times and the plans).  Prints each arm's median step and the median\n"
     "(min..max) of the per-step ratios A / B (> 1: B faster).  Exit status:\n"
     "0 done, 1 a backend or step failed, 2 bad arguments.\n";
 

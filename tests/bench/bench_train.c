@@ -4,7 +4,8 @@
  *   bench_train [--model fmnist-cnn] [--batch 128] [--threads 2]
  *               [--steps 200] [--warmup 20] [--precision fp32|bf16]
  *               [--plan measure|fixed] [--json]
- * --plan: a bf16 plan's kernel choices timed at create as a job's are
+ * --plan: a bf16 plan's choices (layout, batch norms, kernels) timed at
+ * create as a job's are
  * (measure, the default) or the fixed rules (docs/compute.md "Plan
  * choices by measurement").  Training FLOPs are counted as 3x the forward FLOPs (forward, backward
  * data, backward weights).  Prints figures; never fails on speed.

@@ -187,9 +187,12 @@ START_TEST(test_resume_plans_the_checkpoints_choices)
     seen *u = run_job(&measured, "m", 0, 0, &res);
     char *m = plan_of("m");
     ck_assert_ptr_nonnull(m);
-    ck_assert_int_eq(strlen(m), strlen(rule));
-    ck_assert_msg(strncmp(m, rule, strchr(rule + 3, ' ') - rule) == 0,
-                  "measured %s, rules %s: another layout", m, rule);
+    /* (its layout may be the other one: under a sanitizer the timings
+     * differ) */
+    ck_assert_msg(strncmp(m, "v2 ", 3) == 0 && strchr(m + 3, ' ') &&
+                      strlen(strchr(m + 3, ' ')) ==
+                          strlen(strchr(rule + 3, ' ')),
+                  "measured %s, rules %s", m, rule);
     /* and, paused and resumed, does not time them again: the
      * checkpoint's are planned (here the same, from the process's cache
      * of times), and the losses are the uninterrupted run's */
