@@ -22,8 +22,11 @@
 #                                  against four stride-1 phases
 #   TD_CPU_NHWC  0       1         blocked (or oneDNN's) layout against
 #                                  channels-last
-#   plan         fixed   measure   the fixed rules against the kernel
-#                                  choices timed at create (cpu_tune.c)
+#   plan         fixed   measure   the fixed rules against the plan's
+#                                  choices (layout, batch norms, kernels)
+#                                  timed at create (cpu_tune.c); its
+#                                  "plan measured" line follows, saying
+#                                  what this CPU chose
 #
 #   scripts/bench_cpu_knobs.sh [STEPS=40]
 #   env: MODELS="resnet20 fmnist-cnn" WARMUP=5 BATCH=128 THREADS=2
@@ -55,15 +58,19 @@ for m in $models; do
     else
       arms=(--env "$name" --a "$a" --b "$b")
     fi
-    if line=$("$ab" "${arms[@]}" --model "$m" \
-                --steps "$steps" --warmup "$warmup" --batch "$batch" \
-                --threads "$threads" 2>&1 | tail -1) &&
+    if out=$("$ab" "${arms[@]}" --model "$m" \
+               --steps "$steps" --warmup "$warmup" --batch "$batch" \
+               --threads "$threads" 2>&1) && line=$(tail -1 <<<"$out") &&
        [[ $line == *"per pair"* ]]; then
       echo "$line"
+      if [[ $name == plan ]]; then
+        grep -o 'cpu backend: plan measured in .*' <<<"$out" |
+          sed "s/^/  $m: /" || true
+      fi
       ratio=${line##*per pair }
       ratio=${ratio%% *}
     else
-      echo "$m $name $a/$b: failed: $line"
+      echo "$m $name $a/$b: failed: $(tail -1 <<<"$out")"
       ratio=failed
       status=1
     fi

@@ -103,7 +103,7 @@ note peak 'x fp32 FMA'
 # ---- 3, 4: traind's plan choices and its own bf16 speed-up --------------------
 step knobs env BENCH_AB="$BIN/bench_cpu_ab" MODELS="$MODELS" BATCH="$BATCH" \
     THREADS="$THREADS" scripts/bench_cpu_knobs.sh "$STEPS"
-note knobs '^[a-z0-9-]+ +(TD_CPU_|plan )'
+note knobs '^[a-z0-9-]+ +(TD_CPU_|plan )|plan measured in'
 for m in $MODELS; do
     step "ab-$m" "$BIN/bench_cpu_ab" --precision-a fp32 --precision-b bf16 \
         --model "$m" --steps "$STEPS" --warmup 5 --batch "$BATCH" \

@@ -42,6 +42,8 @@ grep -q 'fp32 FMA (vfmadd231ps zmm) .*1.00x fp32 FMA' "$s" ||
   fail "no fp32 FMA ceiling"
 n=$(grep -cE '^    fmnist-cnn +(TD_CPU_[A-Z0-9]+|plan) .* [0-9]+\.[0-9]+$' "$s")
 [[ $n -eq 7 ]] || fail "$n plan-choice rows, want 7"
+grep -qE '^    +fmnist-cnn: cpu backend: plan measured in .* layout ' "$s" ||
+  fail "no line saying what the measured plan chose"
 grep -qE 'fp32 [0-9.]+ ms/step, bf16 [0-9.]+ ms/step' "$s" ||
   fail "no fp32/bf16 A/B"
 echo "PASS"
