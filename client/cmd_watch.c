@@ -42,6 +42,9 @@ typedef struct td_view {
     int cpu;            /* the daemon trains on the CPU */
     char state[32];
     char reason[256];
+    char note[200];     /* the job's latest info line before its first
+                           step: what its start is doing (say, timing
+                           the bf16 plan's choices) */
 } td_view;
 
 static void td__bar(double frac, char *buf, int width)
@@ -150,6 +153,8 @@ static void td__draw(td_view *v)
     else
         LINE("job %lld %s %.0f%% %s ETA %s", (long long)v->job, v->state,
              100 * frac, where, eta);
+    if (total <= 0 && strcmp(v->state, "running") == 0 && v->note[0])
+        LINE("  %s", v->note); /* what the start is doing */
     if (w) {
         /* The verdict first: a narrow terminal cuts the advice, not it. */
         LINE("  verdict: %s — %s", JSTR(w, "verdict", "-"),
@@ -197,6 +202,13 @@ static void td__draw(td_view *v)
     fflush(stdout);
 }
 
+/* No step yet: the job is being built (data, model, the plan). */
+static int td__starting(const td_view *v)
+{
+    return !v->step && !v->window && !v->images &&
+           json_array_size(v->epochs) == 0;
+}
+
 static void td__plain(td_view *v, const char *kind, json_t *d)
 {
     if (strcmp(kind, "window") == 0) {
@@ -231,9 +243,11 @@ static void td__plain(td_view *v, const char *kind, json_t *d)
                JSTR(d, "path", JSTR(d, "error", "")));
     } else if (strcmp(kind, "log") == 0) {
         /* Info lines say what the events above already said (states,
-         * epochs, checkpoints); warnings and errors are news. */
+         * epochs, checkpoints), except before the first step, where they
+         * are the start's progress; warnings and errors are news. */
         const char *lv = JSTR(d, "level", "");
-        if (strcmp(lv, "WARN") == 0 || strcmp(lv, "ERROR") == 0)
+        if (strcmp(lv, "WARN") == 0 || strcmp(lv, "ERROR") == 0 ||
+            (strcmp(lv, "INFO") == 0 && td__starting(v)))
             printf("job %lld log: %s\n", (long long)v->job,
                    JSTR(d, "line", ""));
     }
@@ -281,10 +295,14 @@ static void td__on_event(json_t *ev, td_view *v)
     } else if (strcmp(kind, "eval") == 0) {
         json_decref(v->images);
         v->images = json_incref(d);
+    } else if (strcmp(kind, "log") == 0 && td__starting(v) &&
+               strcmp(JSTR(d, "level", ""), "INFO") == 0) {
+        /* the start's progress, on the status line (tty) */
+        snprintf(v->note, sizeof v->note, "%s", JSTR(d, "line", ""));
     }
     if (v->json)
         return;
-    if (v->tty && strcmp(kind, "log") != 0)
+    if (v->tty && (strcmp(kind, "log") != 0 || td__starting(v)))
         td__draw(v);
     else if (!v->tty && strcmp(kind, "step") != 0)
         td__plain(v, kind, d);
@@ -324,8 +342,10 @@ int td_watch_job(td_conn *c, int64_t job, int json, int quiet_header)
     if (v.tty && !td__final(v.state))
         td__draw(&v); /* the first frame, before any event */
     snprintf(v.reason, sizeof v.reason, "%s", JSTR(j, "reason", ""));
-    if (!json && !quiet_header && !v.tty)
+    if (!json && !quiet_header && !v.tty) {
         printf("job %lld %s: %s\n", (long long)job, v.state, v.reason);
+        fflush(stdout); /* a pipe sees it now, not at the first event */
+    }
     while (!td__final(v.state)) {
         json_t *ev = td_conn_read(c, -1, NULL);
         if (!ev) {
@@ -357,9 +377,10 @@ static const char watch_usage[] =
     "\n"
     "Follow a job live until it ends: progress with ETA, samples/s, device\n"
     "idle and input wait, the phase split, the verdict and its advice, and\n"
-    "validation accuracy per epoch.  Redraws in place on a terminal, prints\n"
-    "plain lines otherwise; --json prints the events.  Exits 0 when the job\n"
-    "completed, 1 when it failed or was cancelled.\n";
+    "validation accuracy per epoch; before the first step, what the job's\n"
+    "start is doing (its info log lines).  Redraws in place on a\n"
+    "terminal, prints plain lines otherwise; --json prints the events.\n"
+    "Exits 0 when the job completed, 1 when it failed or was cancelled.\n";
 
 int td_cmd_watch(int argc, char **argv)
 {

@@ -186,10 +186,13 @@ typedef struct td_backend_config {
      * and backward-data kernels (docs/compute.md "Plan choices by
      * measurement").  0 (the zero config, tests): fixed rules, the same
      * plan on every run; TD_PLAN_MEASURE (jobs, unless "deterministic"):
-     * both kernels of each choice timed on this machine at create and
-     * the faster kept.  CUDA: ignored (cuDNN's algorithms are searched
+     * both sides of each choice (layout, batch norms, kernels) timed on
+     * this machine at create and the faster kept.  CUDA: ignored (cuDNN's algorithms are searched
      * anyway, see docs/cuda.md "Numerics"). */
     enum td_plan_mode plan;
+    /* The job the backend's progress lines at create belong to (the
+     * job's log and its watchers see them); 0: the daemon's log only. */
+    long log_job;
 } td_backend_config;
 
 /* The interval td_ls_advance takes for a configuration (0: static). */

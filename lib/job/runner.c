@@ -328,6 +328,7 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
         tc.backend.plan = TD_PLAN_FIXED; /* td__runner_resume plans its */
     td__runner_ls_config(r, &tc.backend); /* runner_lscale.c */
     tc.backend.cuda_graphs = s->cuda_graphs;
+    tc.backend.log_job = (long)r->o.job;
     td__runner_optim(s, &tc.backend.optim);
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;

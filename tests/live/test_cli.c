@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/cpu/caps.h"
 #include "daemon_harness.h"
 #include "tdtest.h"
 
@@ -457,6 +458,55 @@ START_TEST(test_watch_on_a_terminal)
 }
 END_TEST
 
+/* A bf16 job's start is timing its plan (cpu_tune.c): its progress lines
+ * are the job's (its log, its watchers), and plain `watch` prints them
+ * before the first step.  Job 2 waits behind job 1 until watch has
+ * attached (its first line), so none is missed. */
+START_TEST(test_watch_shows_the_start)
+{
+    if (!td_cpu_caps_get()->bf16) {
+        printf("skipped: no bf16 on this CPU (no plan to time)\n");
+        return;
+    }
+    char path[160], cmd[1024], line[2048];
+    ck_assert_int_eq(CLI(NULL, NULL, "submit", job_file()), 0);
+    json_t *spec = th_spec(1, 0, 16, 16);
+    json_object_set_new(spec, "precision", json_string("bf16"));
+    snprintf(path, sizeof path, "%s/bf16.json", H.dir);
+    ck_assert_int_eq(json_dump_file(spec, path, 0), 0);
+    json_decref(spec);
+    char *out = NULL, *err = NULL;
+    ck_assert_msg(CLI(&out, &err, "submit", path) == 0, "%s%s", out, err);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "TRAIND_SOCKET=%s %s/client/trainctl watch 2",
+             H.sock, getenv("TD_BUILD_ROOT"));
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, p));
+    ck_assert_msg(strstr(line, "job 2 pending"), "%s", line);
+    ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);
+    int timing = 0, measured = 0, before = 0;
+    while (fgets(line, sizeof line, p)) {
+        int log = strncmp(line, "job 2 log: ", 11) == 0;
+        if (log && strstr(line, "cpu backend: timing "))
+            timing++;
+        if (log && strstr(line, "cpu backend: plan measured in"))
+            measured++;
+        if (strstr(line, "job 2 epoch 1 step") && measured)
+            before = 1; /* the first window came after the plan */
+    }
+    ck_assert_int_eq(pclose(p), 0);
+    ck_assert_int_ge(timing, 1);
+    ck_assert_int_eq(measured, 1);
+    ck_assert_int_eq(before, 1);
+    /* the job's log keeps them */
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "2"), 0);
+    ck_assert_msg(strstr(out, "cpu backend: plan measured in"), "%s", out);
+    free(out);
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -474,6 +524,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_extend_completed_job);
     tcase_add_test(tc, test_plot);
     tcase_add_test(tc, test_watch_on_a_terminal);
+    tcase_add_test(tc, test_watch_shows_the_start);
     suite_add_tcase(s, tc);
     return s;
 }

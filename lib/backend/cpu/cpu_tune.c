@@ -290,7 +290,7 @@ static int td__sess_open(td__cpu *be, td__sess *s)
     if (rc)
         return rc;
     if (ns >= TD__SKIP_NS) {
-        td_info("cpu backend: plan not measured: a step takes %.1f s",
+        td_logf(TD_LOG_INFO, be->base.cfg.log_job, "cpu backend: plan not measured: a step takes %.1f s",
                 (double)ns / 1e9);
         s->rounds = 0;
         return 1;
@@ -350,7 +350,7 @@ static void td__plan_side(td__cpu *be, int piece, int rule, int alt)
 static int td__cannot(td__cpu *be, td__sess *s, int piece, int rule,
                       const td__key *key, td__times *got)
 {
-    td_info("cpu backend: the %s%s cannot be planned here (%s); the "
+    td_logf(TD_LOG_INFO, be->base.cfg.log_job, "cpu backend: the %s%s cannot be planned here (%s); the "
             "rule's kept", piece == TD__P_LAYOUT
             ? td__ly_name(td__other_layout(rule)) : "oneDNN batch norms",
             piece == TD__P_LAYOUT ? " layout" : "", be->base.err);
@@ -377,7 +377,7 @@ static int td__plan_choice(td__cpu *be, td__sess *s, int piece, int rule,
         if ((rc = td__sess_open(be, s)))
             return rc; /* 1: not measured */
         *got = (td__times){{INT64_MAX, INT64_MAX}, 0};
-        td_info("cpu backend: timing the %s: two plans in turns, a few "
+        td_logf(TD_LOG_INFO, be->base.cfg.log_job, "cpu backend: timing the %s: two plans in turns, a few "
                 "steps each", piece == TD__P_LAYOUT
                 ? "activation layout (nhwc against nChw16c)"
                 : "batch norms (hand-written against oneDNN's)");
@@ -564,7 +564,7 @@ static int td__measure(td__cpu *be, td__sess *s, td__tune *t)
         return rc;
     for (int k = 0; k < t->nkeys; k++)
         t->got[k] = (td__times){{INT64_MAX, INT64_MAX}, 0};
-    td_info("cpu backend: timing %d kernel choice%s (per convolution "
+    td_logf(TD_LOG_INFO, be->base.cfg.log_job, "cpu backend: timing %d kernel choice%s (per convolution "
             "shape and gradient): two plans in turns, a few steps each",
             t->nkeys, t->nkeys == 1 ? "" : "s");
     for (int r = 0; r < s->rounds && rc == 0; r++) {
@@ -715,7 +715,7 @@ int td__cpu_tune(td__cpu *be)
     if (bn_measured)
         td__say(bn, sizeof bn, "batch norm", "hand-written", "oneDNN's",
                 bn_other, &bn_t);
-    td_info("cpu backend: plan measured in %.2f s (%d steps timed%s): "
+    td_logf(TD_LOG_INFO, be->base.cfg.log_job, "cpu backend: plan measured in %.2f s (%d steps timed%s): "
             "%s%s%d of %d convolutions' kernels away from the fixed "
             "rules: %s", (double)(td_now_ns() - t0) / 1e9, s.timed,
             s.timed ? "" : ", the times from earlier in this process",
