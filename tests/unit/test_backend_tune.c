@@ -171,27 +171,30 @@ START_TEST(test_fixed_text_says_what_was_planned)
 }
 END_TEST
 
-START_TEST(test_replan_keeps_state_like_a_resume)
+/* The backends a and b train steps 1 and 2 alike; then a is planned
+ * again between steps with flip(its text) (*got: the text planned; a
+ * choice that cannot be made here stays), and c, created with that text
+ * and b's snapshot, trains steps 3-5 bit for bit as a does: re-planning
+ * keeps parameters, optimizer state and running statistics, like a
+ * resume.  Returns c. */
+static td_backend *replan_like_resume(const td_model *m, td_backend *a,
+                                      td_backend *b,
+                                      void (*flip)(const char *, char *,
+                                                   size_t),
+                                      char *rule, char *got, size_t cap)
 {
-    td_model *m = td_ab_stack(32);
-    td_backend *a = make(m, TD_PLAN_FIXED, NULL);
-    td_backend *b = make(m, TD_PLAN_FIXED, NULL);
-    char rule[256], want[256], got[256];
-    text(a, rule, sizeof rule);
+    char want[256], again[256];
+    text(a, rule, cap);
     train(a, b, 1, 2);
     same_losses(a, b, "the same plan");
-    /* a turns its choices over between steps; c starts from b's state */
-    flipped(rule, want, sizeof want);
+    flip(rule, want, sizeof want);
     int rc = td_backend_plan_set(a, want);
-    text(a, got, sizeof got);
+    text(a, got, cap);
     ck_assert_msg(rc == 0 || (rc == -EINVAL && strstr(a->err,
                                                       "cannot all be made")),
                   "plan_set %s: %d %s", want, rc, a->err);
-    ck_assert_msg(strcmp(got, rule) != 0, "nothing could be turned: %s",
-                  rule);
     td_backend *c = make(m, TD_PLAN_FIXED, NULL);
     ck_assert_msg(td_backend_plan_set(c, got) == 0, "%s", c->err);
-    char again[256];
     text(c, again, sizeof again);
     ck_assert_str_eq(again, got);
     size_t n;
@@ -201,6 +204,21 @@ START_TEST(test_replan_keeps_state_like_a_resume)
     train(a, c, 3, 5);
     same_losses(a, c, "re-planned against created with the text");
     same_state(a, c, m, "re-planned against created with the text");
+    return c;
+}
+
+START_TEST(test_replan_keeps_state_like_a_resume)
+{
+    td_model *m = td_ab_stack(32);
+    td_backend *a = make(m, TD_PLAN_FIXED, NULL);
+    td_backend *b = make(m, TD_PLAN_FIXED, NULL);
+    char rule[256], got[256];
+    size_t n;
+    /* a turns its kernel choices over */
+    td_backend *c = replan_like_resume(m, a, b, flipped, rule, got,
+                                       sizeof got);
+    ck_assert_msg(strcmp(got, rule) != 0, "nothing could be turned: %s",
+                  rule);
     /* and the other kernels computed differently from b's */
     for (int t = 3; t <= 5; t++) {
         td_ab_upload(b, b, N, HW, HW, t);
@@ -341,32 +359,15 @@ START_TEST(test_layout_and_batch_norm_are_choices)
     td_backend *a = make(m, TD_PLAN_FIXED, NULL);
     td_backend *b = make(m, TD_PLAN_FIXED, NULL);
     char rule[256], want[256], got[256], again[256];
-    text(a, rule, sizeof rule);
-    train(a, b, 1, 2);
-    same_losses(a, b, "the same plan");
-    whole_flipped(rule, want, sizeof want);
-    int rc = td_backend_plan_set(a, want);
-    text(a, got, sizeof got);
     /* a kernel may not apply in the other layout; the layout and the
      * batch norms always do */
-    ck_assert_msg(rc == 0 || (rc == -EINVAL && strstr(a->err,
-                                                      "cannot all be made")),
-                  "plan_set %s: %d %s", want, rc, a->err);
+    td_backend *c = replan_like_resume(m, a, b, whole_flipped, rule, got,
+                                       sizeof got);
+    whole_flipped(rule, want, sizeof want);
     ck_assert_msg(strncmp(got, want, strlen(want) - strlen(chars(want))) ==
                       0, "asked %s, planned %s", want, got);
     ck_assert_msg(strchr(chars(got), 'o') && !strchr(chars(got), 'h'),
                   "asked %s, planned %s", want, got);
-    td_backend *c = make(m, TD_PLAN_FIXED, NULL);
-    ck_assert_msg(td_backend_plan_set(c, got) == 0, "%s", c->err);
-    text(c, again, sizeof again);
-    ck_assert_str_eq(again, got);
-    size_t n;
-    float *s = snap(b, m, &n);
-    ck_assert_int_eq(td_backend_restore(c, s, n), 0);
-    free(s);
-    train(a, c, 3, 5);
-    same_losses(a, c, "re-planned against created with the text");
-    same_state(a, c, m, "re-planned against created with the text");
     /* the v1 text of before: the rules' batch norms, back to 'h' */
     char v1[256];
     snprintf(v1, sizeof v1, "v1%s", rule + 2);
