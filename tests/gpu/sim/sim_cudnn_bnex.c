@@ -26,7 +26,7 @@
  * workspace), as documented for a NULL workspace.
  *
  * Numerics: the batch norm's sums, statistics and running averages are
- * exactly sim_cudnn_ops.c's (same loops, same order, double
+ * exactly sim_cudnn_norm.c's (same loops, same order, double
  * accumulators), so BN_ACTIVATION's y equals batch norm then ReLU
  * bitwise (the ReLU of a rounded value is the rounded ReLU).  The fused
  * kernel rounds once: y = half(relu(float(bn) + z)), where the unfused
@@ -306,7 +306,7 @@ static float *td__widen(const void *p, size_t n)
 }
 
 /* NHWC packed: element (pixel i, channel c) is at i * C + c; the pixels
- * are visited in n, h, w order, as sim_cudnn_ops.c visits them. */
+ * are visited in n, h, w order, as sim_cudnn_norm.c visits them. */
 static void td__moments(const float *x, size_t pix, int C, int c,
                         double *mean, double *var)
 {
@@ -356,7 +356,7 @@ static void td__fwd(td__bnop *o)
         double inv = 1.0 / sqrt(var + o->eps);
         for (size_t i = 0; i < pix; i++) {
             size_t e = i * o->c + c;
-            /* batch norm's fp32 result as sim_cudnn_ops.c blends it with
+            /* batch norm's fp32 result as sim_cudnn_norm.c blends it with
              * alpha 1, then the add and the ReLU in fp32, one rounding */
             float t = (float)(o->S[c] * (x[e] - mean) * inv + o->B[c]);
             if (o->add)

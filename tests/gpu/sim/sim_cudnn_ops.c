@@ -1,16 +1,16 @@
 /* sim_cudnn_ops.c - the simulated cuDNN's arithmetic, from the definitions
- * in cuDNN's documentation, with plain loops and double accumulators.
+ * in cuDNN's documentation, with plain loops and double accumulators:
+ * convolutions and tensor adds, and how every operation runs.
  *
  * Owns: convolution forward, backward data, backward filter and bias
  * (cross-correlation or convolution mode, padding, stride, dilation),
- * cudnnAddTensor (broadcasting A's size-1 dimensions), batch norm in
- * spatial mode (training with the running averages updated as
- *   running = (1 - factor) running + factor batch,
- * the variance's running average unbiased, saved mean and inverse
- * standard deviation; inference; backward), ReLU forward and backward,
- * max and average pooling (including or excluding padding) forward and
- * backward.  Every call blends y = alpha * result + beta * y and reads y
- * only when beta is not 0 (cuDNN's rule, which lets y hold NaN).
+ * cudnnAddTensor (broadcasting A's size-1 dimensions), and what every
+ * operation shares with sim_cudnn_norm.c's (batch norm, activation,
+ * pooling): the operation record and its submission (sim_cudnn_int.h),
+ * the overlap check, the 16-bit operands' fp32 copies and the dispatch
+ * to each operation's arithmetic.  Every call blends
+ * y = alpha * result + beta * y and reads y only when beta is not 0
+ * (cuDNN's rule, which lets y hold NaN).
  * Scalars and descriptors are copied at the call, as cuDNN does; the
  * convolution's workspace must be at least what the algorithm needs
  * (sim_cudnn.c) and is scribbled on, so a workspace shared between
@@ -18,9 +18,10 @@
  * Operands may not overlap an output (td__dnn_aliased): cuDNN's API
  * reference allows in-place operation only where a routine says so -
  * here cudnnActivationForward (x == y) and cudnnActivationBackward
- * (dy == dx), each with identical descriptors -, so any other overlap,
- * and a partial one anywhere, is refused with CUDNN_STATUS_BAD_PARAM and
- * a diagnostic (a GPU would compute garbage without a word).
+ * (dy == dx), each with identical descriptors (sim_cudnn_norm.c) -, so
+ * any other overlap, and a partial one anywhere, is refused with
+ * CUDNN_STATUS_BAD_PARAM and a diagnostic (a GPU would compute garbage
+ * without a word).
  * Convolutions compute in TF32 when the descriptor's math type allows
  * tensor cores (CUDNN_TENSOR_OP_MATH, _ALLOW_CONVERSION, and
  * CUDNN_DEFAULT_MATH, which cuDNN documents as permitting TF32 on Ampere)
@@ -37,10 +38,9 @@
  * runs unchanged (products of 16-bit values are exact in fp32, sums as
  * above), and every element stored is rounded to the 16-bit type
  * (kernels/bf16.h, fp16.h: to nearest even); the blend's old value is
- * read from the 16-bit tensor.  Batch norm's scale, bias, mean and
- * variance tensors must be FLOAT for 16-bit data, as cuDNN documents;
- * bf16 convolutions need compute capability 8.0 (ARCH_MISMATCH below);
- * convolutions are also counted by data type (td_sim_dnn_typed).
+ * read from the 16-bit tensor.  bf16 convolutions need compute
+ * capability 8.0 (ARCH_MISMATCH below); convolutions are also counted by
+ * data type (td_sim_dnn_typed).
  * Never does: share code with the backends or the reference layers in
  * tests/ (those check this file), or support doubles.
  */
@@ -53,45 +53,13 @@
 #include "sim_cudnn_int.h"
 #include "tf32.h"
 
-typedef struct cudnnTensorStruct td__t;
-
-#define AT(t, n, c, h, w)                                                    \
-    ((size_t)(n) * (t).ns + (size_t)(c) * (t).cs + (size_t)(h) * (t).hs +    \
-     (size_t)(w) * (t).ws)
-
-enum { OP_CONV_FWD, OP_CONV_BWD_DATA, OP_CONV_BWD_FILTER, OP_CONV_BIAS,
-       OP_ADD, OP_BN_TRAIN, OP_BN_INFER, OP_BN_BWD, OP_ACT_FWD, OP_ACT_BWD,
-       OP_POOL_FWD, OP_POOL_BWD };
-
-typedef struct td__dop {
-    int kind;
-    td__t x, y, p;            /* data in, data out, per-channel params */
-    struct cudnnFilterStruct w;
-    struct cudnnConvolutionStruct c;
-    struct cudnnActivationStruct act;
-    struct cudnnPoolingStruct pool;
-    float alpha, beta, alpha2, beta2;
-    double eps, factor;
-    const float *X, *Y, *W, *DY, *S, *B, *M, *V;
-    float *OUT, *RM, *RV, *SM, *SI, *DS, *DB;
-    void *ws;
-    size_t wsb;
-    int tf32;                 /* convolutions: products of TF32 inputs */
-    /* X, W, DY, OUT held as 16-bit data (td__mark): their type and
-     * element count; 0 = fp32 */
-    cudnnDataType_t lt[4];
-    size_t ln[4];
-} td__dop;
-
-enum { LP_X, LP_W, LP_DY, LP_OUT };
-
 static int td__is16(cudnnDataType_t dt)
 {
     return dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16;
 }
 
 /* Operand `slot` is n elements of type dt (nothing to do for fp32). */
-static void td__mark(td__dop *o, int slot, cudnnDataType_t dt, size_t n)
+void td__dnn_mark(td__dop *o, int slot, cudnnDataType_t dt, size_t n)
 {
     if (td__is16(dt))
         o->lt[slot] = dt, o->ln[slot] = n;
@@ -116,14 +84,6 @@ static void td__narrow(const float *f, void *p, cudnnDataType_t dt, size_t n)
         else
             ((td_bf16 *)p)[i] = td_bf16_from_f32(f[i]);
     }
-}
-
-static float td__blend(float alpha, double r, float beta, const float *old)
-{
-    double v = (double)alpha * r;
-    if (beta != 0.0f)
-        v += (double)beta * *old;
-    return (float)v;
 }
 
 /* ---- convolution ------------------------------------------------------------ */
@@ -194,7 +154,8 @@ static void td__blend_acc(td__dop *o, const td__t *t, double *acc)
             for (int h = 0; h < t->h; h++)
                 for (int w = 0; w < t->w; w++) {
                     float *d = &o->OUT[AT(*t, n, c, h, w)];
-                    *d = td__blend(o->alpha, acc[IDX(n, c, h, w)], o->beta, d);
+                    *d = td__dnn_blend(o->alpha, acc[IDX(n, c, h, w)],
+                                       o->beta, d);
                 }
 #undef IDX
     free(acc);
@@ -230,7 +191,7 @@ static void td__conv_bwd_filter(td__dop *o)
                            (double)td__in(o, o->DY[AT(o->y, n, k, p, q)]) *
                            td__in(o, o->X[AT(o->x, n, c, ih, iw)]); })
     for (size_t i = 0; i < nw; i++)
-        o->OUT[i] = td__blend(o->alpha, acc[i], o->beta, &o->OUT[i]);
+        o->OUT[i] = td__dnn_blend(o->alpha, acc[i], o->beta, &o->OUT[i]);
     free(acc);
 }
 
@@ -243,7 +204,7 @@ static void td__conv_bias(td__dop *o)
                 for (int q = 0; q < o->y.w; q++)
                     acc += o->DY[AT(o->y, n, k, p, q)];
         float *d = &o->OUT[AT(o->p, 0, k, 0, 0)];
-        *d = td__blend(o->alpha, acc, o->beta, d);
+        *d = td__dnn_blend(o->alpha, acc, o->beta, d);
     }
 }
 
@@ -259,185 +220,8 @@ static void td__add(td__dop *o)
                                       o->x.h == 1 ? 0 : h,
                                       o->x.w == 1 ? 0 : w)];
                     float *d = &o->OUT[AT(o->y, n, c, h, w)];
-                    *d = td__blend(o->alpha, a, o->beta, d);
+                    *d = td__dnn_blend(o->alpha, a, o->beta, d);
                 }
-}
-
-/* ---- batch norm (spatial) ---------------------------------------------------- */
-
-static void td__moments(const td__dop *o, int c, double *mean, double *var)
-{
-    double m = 0, v = 0, cnt = (double)o->x.n * o->x.h * o->x.w;
-    for (int n = 0; n < o->x.n; n++)
-        for (int h = 0; h < o->x.h; h++)
-            for (int w = 0; w < o->x.w; w++)
-                m += o->X[AT(o->x, n, c, h, w)];
-    m /= cnt;
-    for (int n = 0; n < o->x.n; n++)
-        for (int h = 0; h < o->x.h; h++)
-            for (int w = 0; w < o->x.w; w++) {
-                double d = o->X[AT(o->x, n, c, h, w)] - m;
-                v += d * d;
-            }
-    *mean = m;
-    *var = v / cnt;
-}
-
-static void td__bn_fwd(td__dop *o)
-{
-    double cnt = (double)o->x.n * o->x.h * o->x.w;
-    for (int c = 0; c < o->x.c; c++) {
-        size_t pc = AT(o->p, 0, c, 0, 0);
-        double mean, var;
-        if (o->kind == OP_BN_TRAIN) {
-            td__moments(o, c, &mean, &var);
-            if (o->RM) {
-                double f = o->factor;
-                o->RM[pc] = (float)((1 - f) * o->RM[pc] + f * mean);
-                o->RV[pc] = (float)((1 - f) * o->RV[pc] +
-                                    f * var * cnt / (cnt > 1 ? cnt - 1 : 1));
-            }
-            if (o->SM) {
-                o->SM[pc] = (float)mean;
-                o->SI[pc] = (float)(1.0 / sqrt(var + o->eps));
-            }
-        } else {
-            mean = o->M[pc];
-            var = o->V[pc];
-        }
-        double inv = 1.0 / sqrt(var + o->eps);
-        for (int n = 0; n < o->x.n; n++)
-            for (int h = 0; h < o->x.h; h++)
-                for (int w = 0; w < o->x.w; w++) {
-                    double xv = o->X[AT(o->x, n, c, h, w)];
-                    float *d = &o->OUT[AT(o->y, n, c, h, w)];
-                    *d = td__blend(o->alpha,
-                                   o->S[pc] * (xv - mean) * inv + o->B[pc],
-                                   o->beta, d);
-                }
-    }
-}
-
-static void td__bn_bwd(td__dop *o)
-{
-    double cnt = (double)o->x.n * o->x.h * o->x.w;
-    for (int c = 0; c < o->x.c; c++) {
-        size_t pc = AT(o->p, 0, c, 0, 0);
-        double mean, inv, var;
-        if (o->M && o->V) {
-            mean = o->M[pc];
-            inv = o->V[pc]; /* saved inverse standard deviation */
-        } else {
-            td__moments(o, c, &mean, &var);
-            inv = 1.0 / sqrt(var + o->eps);
-        }
-        double sdy = 0, sdyx = 0;
-        for (int n = 0; n < o->x.n; n++)
-            for (int h = 0; h < o->x.h; h++)
-                for (int w = 0; w < o->x.w; w++) {
-                    double dy = o->DY[AT(o->y, n, c, h, w)];
-                    sdy += dy;
-                    sdyx += dy * (o->X[AT(o->x, n, c, h, w)] - mean) * inv;
-                }
-        for (int n = 0; n < o->x.n; n++)
-            for (int h = 0; h < o->x.h; h++)
-                for (int w = 0; w < o->x.w; w++) {
-                    double xh = (o->X[AT(o->x, n, c, h, w)] - mean) * inv;
-                    double dy = o->DY[AT(o->y, n, c, h, w)];
-                    float *d = &o->OUT[AT(o->x, n, c, h, w)];
-                    *d = td__blend(o->alpha, o->S[pc] * inv *
-                                   (dy - sdy / cnt - xh * sdyx / cnt),
-                                   o->beta, d);
-                }
-        o->DS[pc] = td__blend(o->alpha2, sdyx, o->beta2, &o->DS[pc]);
-        o->DB[pc] = td__blend(o->alpha2, sdy, o->beta2, &o->DB[pc]);
-    }
-}
-
-/* ---- activation, pooling ------------------------------------------------------- */
-
-static void td__act(td__dop *o)
-{
-    int prop = o->act.nan == CUDNN_PROPAGATE_NAN;
-    for (int n = 0; n < o->x.n; n++)
-        for (int c = 0; c < o->x.c; c++)
-            for (int h = 0; h < o->x.h; h++)
-                for (int w = 0; w < o->x.w; w++) {
-                    float xv = o->X[AT(o->x, n, c, h, w)];
-                    double r;
-                    if (o->kind == OP_ACT_FWD)
-                        r = xv > 0 || (prop && isnan(xv)) ? xv : 0.0;
-                    else
-                        r = xv > 0 ? o->DY[AT(o->y, n, c, h, w)] : 0.0;
-                    float *d = &o->OUT[AT(o->kind == OP_ACT_FWD ? o->y : o->x,
-                                          n, c, h, w)];
-                    *d = td__blend(o->alpha, r, o->beta, d);
-                }
-}
-
-/* Forward into OUT (y), or backward: dy scattered into a dense buffer of
- * x's size, then blended into OUT (dx). */
-static void td__pool(td__dop *o)
-{
-    const struct cudnnPoolingStruct *P = &o->pool;
-    int bwd = o->kind == OP_POOL_BWD, max = P->mode == CUDNN_POOLING_MAX ||
-                                           P->mode ==
-                                               CUDNN_POOLING_MAX_DETERMINISTIC;
-    int incl = P->mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
-    size_t nx = (size_t)o->x.n * o->x.c * o->x.h * o->x.w;
-    double *g = bwd ? calloc(nx, sizeof *g) : NULL;
-    if (bwd && !g)
-        abort();
-#define IDX(i0, i1, i2, i3) ((((size_t)(i0) * o->x.c + (i1)) * o->x.h + (i2)) * o->x.w + (i3))
-    for (int n = 0; n < o->y.n; n++)
-        for (int c = 0; c < o->y.c; c++)
-            for (int p = 0; p < o->y.h; p++)
-                for (int q = 0; q < o->y.w; q++) {
-                    int h0 = p * P->sh - P->ph, w0 = q * P->sw - P->pw;
-                    double sum = 0, best = -INFINITY;
-                    int cnt = 0, bh = -1, bw = -1;
-                    for (int h = h0; h < h0 + P->wh; h++)
-                        for (int w = w0; w < w0 + P->ww; w++) {
-                            if (h < 0 || h >= o->x.h || w < 0 || w >= o->x.w)
-                                continue;
-                            double v = o->X[AT(o->x, n, c, h, w)];
-                            sum += v;
-                            cnt++;
-                            if (bh < 0 || v > best ||
-                                (P->nan == CUDNN_PROPAGATE_NAN && isnan(v) &&
-                                 !isnan(best)))
-                                best = v, bh = h, bw = w;
-                        }
-                    int div = incl ? P->wh * P->ww : cnt;
-                    if (!bwd) {
-                        double r = max ? (bh < 0 ? 0.0 : best)
-                                       : (div ? sum / div : 0.0);
-                        float *d = &o->OUT[AT(o->y, n, c, p, q)];
-                        *d = td__blend(o->alpha, r, o->beta, d);
-                        continue;
-                    }
-                    double dy = o->DY[AT(o->y, n, c, p, q)];
-                    if (max) {
-                        if (bh >= 0)
-                            g[IDX(n, c, bh, bw)] += dy;
-                        continue;
-                    }
-                    for (int h = h0; div && h < h0 + P->wh; h++)
-                        for (int w = w0; w < w0 + P->ww; w++)
-                            if (h >= 0 && h < o->x.h && w >= 0 && w < o->x.w)
-                                g[IDX(n, c, h, w)] += dy / div;
-                }
-    if (bwd)
-        for (int n = 0; n < o->x.n; n++)
-            for (int c = 0; c < o->x.c; c++)
-                for (int h = 0; h < o->x.h; h++)
-                    for (int w = 0; w < o->x.w; w++) {
-                        float *d = &o->OUT[AT(o->x, n, c, h, w)];
-                        *d = td__blend(o->alpha, g[IDX(n, c, h, w)], o->beta,
-                                       d);
-                    }
-#undef IDX
-    free(g);
 }
 
 static void td__compute(td__dop *o);
@@ -477,20 +261,14 @@ static void td__compute(td__dop *o)
     case OP_CONV_BWD_FILTER: td__conv_bwd_filter(o); break;
     case OP_CONV_BIAS: td__conv_bias(o); break;
     case OP_ADD: td__add(o); break;
-    case OP_BN_TRAIN: case OP_BN_INFER: td__bn_fwd(o); break;
-    case OP_BN_BWD: td__bn_bwd(o); break;
-    case OP_ACT_FWD: case OP_ACT_BWD: td__act(o); break;
-    default: td__pool(o); break;
+    case OP_BN_TRAIN: case OP_BN_INFER: td__dnn_bn_fwd(o); break;
+    case OP_BN_BWD: td__dnn_bn_bwd(o); break;
+    case OP_ACT_FWD: case OP_ACT_BWD: td__dnn_act(o); break;
+    default: td__dnn_pool(o); break;
     }
 }
 
 /* ---- submission --------------------------------------------------------------- */
-
-typedef struct td__sub {
-    td_sim_range r[12];
-    int n;
-    const void *ok_in, *ok_out; /* the documented in-place pair, if any */
-} td__sub;
 
 static int td__overlaps(const td_sim_range *a, const td_sim_range *b)
 {
@@ -521,14 +299,14 @@ int td__dnn_aliased(const char *call, const td_sim_range *r, int n,
     return 0;
 }
 
-static void td__use(td__sub *s, const void *p, size_t bytes, int write)
+void td__dnn_use(td__sub *s, const void *p, size_t bytes, int write)
 {
     if (p && bytes)
         s->r[s->n++] = (td_sim_range){p, bytes, write};
 }
 
-static cudnnStatus_t td__submit(cudnnHandle_t h, const char *what,
-                                td__dop *o, td__sub *s, const void *caller)
+cudnnStatus_t td__dnn_submit(cudnnHandle_t h, const char *what,
+                             td__dop *o, td__sub *s, const void *caller)
 {
     if (td__dnn_aliased(what, s->r, s->n, s->ok_in, s->ok_out)) {
         free(o);
@@ -544,49 +322,20 @@ static cudnnStatus_t td__submit(cudnnHandle_t h, const char *what,
                                       : CUDNN_STATUS_EXECUTION_FAILED;
 }
 
-static int td__same(const td__t *a, const td__t *b)
-{
-    return a && b && a->set && b->set && a->n == b->n && a->c == b->c &&
-           a->h == b->h && a->w == b->w;
-}
-
 /* Data the simulator computes on: fp32, or 16-bit through fp32 copies. */
-static int td__data(const td__t *t)
+int td__dnn_data(const td__t *t)
 {
     return t->dt == CUDNN_DATA_FLOAT || td__is16(t->dt);
 }
 
-/* Identical descriptors, as in-place operation requires: type, sizes and
- * strides. */
-static int td__ident(const td__t *a, const td__t *b)
-{
-    return td__same(a, b) && a->dt == b->dt && a->ns == b->ns &&
-           a->cs == b->cs && a->hs == b->hs && a->ws == b->ws;
-}
-
-/* In place (out == in) is allowed with identical descriptors only. */
-static int td__inplace_ok(const char *call, const void *in, const td__t *id,
-                          const void *out, const td__t *od)
-{
-    if (in != out || td__ident(id, od))
-        return 1;
-    td__sim_say("%s: in place (%p) with descriptors that are not identical "
-                "(%dx%dx%dx%d strides %d,%d,%d,%d against %dx%dx%dx%d "
-                "strides %d,%d,%d,%d): cuDNN requires identical ones", call,
-                out, id->n, id->c, id->h, id->w, id->ns, id->cs, id->hs,
-                id->ws, od->n, od->c, od->h, od->w, od->ns, od->cs, od->hs,
-                od->ws);
-    return 0;
-}
-
 /* Descriptor of per-channel parameters for data tensor x: 1 x C x 1 x 1. */
-static int td__chan(const td__t *p, const td__t *x)
+int td__dnn_chan(const td__t *p, const td__t *x)
 {
     return p && p->set && p->n == 1 && p->c == x->c && p->h == 1 &&
            p->w == 1;
 }
 
-static td__dop *td__new(int kind, const void *alpha, const void *beta)
+td__dop *td__dnn_new(int kind, const void *alpha, const void *beta)
 {
     td__dop *o = calloc(1, sizeof *o);
     if (o) {
@@ -596,13 +345,6 @@ static td__dop *td__new(int kind, const void *alpha, const void *beta)
     }
     return o;
 }
-
-#define TD__START(call)                                                      \
-    cudnnStatus_t st_ = td__dnn_handle(h, call);                             \
-    if (st_)                                                                 \
-        return st_;                                                          \
-    if (!alpha || !beta)                                                     \
-        return CUDNN_STATUS_BAD_PARAM
 
 /* Convolutions by data type (td_sim_dnn_typed). */
 static long td__dnn_typed[3];
@@ -643,7 +385,7 @@ static cudnnStatus_t td__conv(cudnnHandle_t h, int kind, const char *call,
                     td__sim_cc(h->dev) / 10, td__sim_cc(h->dev) % 10);
         return CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH;
     }
-    td__dop *o = td__new(kind, alpha, beta);
+    td__dop *o = td__dnn_new(kind, alpha, beta);
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     if (!td__dnn_deterministic(dir, algo))
@@ -656,31 +398,31 @@ static cudnnStatus_t td__conv(cudnnHandle_t h, int kind, const char *call,
     size_t nx = td__dnn_elems(x), ny = td__dnn_elems(y);
     size_t nw = (size_t)w->k * w->c * w->h * w->w;
     td__sub s = {.n = 0};
-    td__use(&s, ws, (size_t)need, 1);
+    td__dnn_use(&s, ws, (size_t)need, 1);
     if (kind == OP_CONV_FWD) {
         o->X = in1, o->W = in2, o->OUT = out;
-        td__mark(o, LP_X, x->dt, nx), td__mark(o, LP_W, w->dt, nw);
-        td__mark(o, LP_OUT, y->dt, ny);
-        td__use(&s, in1, td__dnn_span(x), 0);
-        td__use(&s, in2, td__dnn_fspan(w), 0);
-        td__use(&s, out, td__dnn_span(y), 1);
+        td__dnn_mark(o, LP_X, x->dt, nx), td__dnn_mark(o, LP_W, w->dt, nw);
+        td__dnn_mark(o, LP_OUT, y->dt, ny);
+        td__dnn_use(&s, in1, td__dnn_span(x), 0);
+        td__dnn_use(&s, in2, td__dnn_fspan(w), 0);
+        td__dnn_use(&s, out, td__dnn_span(y), 1);
     } else if (kind == OP_CONV_BWD_DATA) {
         o->W = in1, o->DY = in2, o->OUT = out;
-        td__mark(o, LP_W, w->dt, nw), td__mark(o, LP_DY, y->dt, ny);
-        td__mark(o, LP_OUT, x->dt, nx);
-        td__use(&s, in1, td__dnn_fspan(w), 0);
-        td__use(&s, in2, td__dnn_span(y), 0);
-        td__use(&s, out, td__dnn_span(x), 1);
+        td__dnn_mark(o, LP_W, w->dt, nw), td__dnn_mark(o, LP_DY, y->dt, ny);
+        td__dnn_mark(o, LP_OUT, x->dt, nx);
+        td__dnn_use(&s, in1, td__dnn_fspan(w), 0);
+        td__dnn_use(&s, in2, td__dnn_span(y), 0);
+        td__dnn_use(&s, out, td__dnn_span(x), 1);
     } else {
         o->X = in1, o->DY = in2, o->OUT = out;
-        td__mark(o, LP_X, x->dt, nx), td__mark(o, LP_DY, y->dt, ny);
-        td__mark(o, LP_OUT, w->dt, nw);
-        td__use(&s, in1, td__dnn_span(x), 0);
-        td__use(&s, in2, td__dnn_span(y), 0);
-        td__use(&s, out, td__dnn_fspan(w), 1);
+        td__dnn_mark(o, LP_X, x->dt, nx), td__dnn_mark(o, LP_DY, y->dt, ny);
+        td__dnn_mark(o, LP_OUT, w->dt, nw);
+        td__dnn_use(&s, in1, td__dnn_span(x), 0);
+        td__dnn_use(&s, in2, td__dnn_span(y), 0);
+        td__dnn_use(&s, out, td__dnn_fspan(w), 1);
     }
     int tf32 = o->tf32;
-    cudnnStatus_t rs = td__submit(h, call, o, &s, caller);
+    cudnnStatus_t rs = td__dnn_submit(h, call, o, &s, caller);
     if (rs == CUDNN_STATUS_SUCCESS) {
         td__sim_math_count(0, (int)c->math, tf32);
         int t = x->dt == CUDNN_DATA_BFLOAT16 ? TD_SIM_BF16
@@ -734,56 +476,31 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha,
                                            void *db)
 {
     TD__START("cudnnConvolutionBackwardBias");
-    if (!dyd || !dyd->set || !td__chan(dbd, dyd) || !td__data(dyd) ||
+    if (!dyd || !dyd->set || !td__dnn_chan(dbd, dyd) || !td__dnn_data(dyd) ||
         dbd->dt != dyd->dt)
         return CUDNN_STATUS_BAD_PARAM;
-    td__dop *o = td__new(OP_CONV_BIAS, alpha, beta);
+    td__dop *o = td__dnn_new(OP_CONV_BIAS, alpha, beta);
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->y = *dyd, o->p = *dbd, o->DY = dy, o->OUT = db;
-    td__mark(o, LP_DY, dyd->dt, td__dnn_elems(dyd));
-    td__mark(o, LP_OUT, dbd->dt, td__dnn_elems(dbd));
+    td__dnn_mark(o, LP_DY, dyd->dt, td__dnn_elems(dyd));
+    td__dnn_mark(o, LP_OUT, dbd->dt, td__dnn_elems(dbd));
     td__sub s = {.n = 0};
-    td__use(&s, dy, td__dnn_span(dyd), 0);
-    td__use(&s, db, td__dnn_span(dbd), 1);
-    return td__submit(h, "cudnnConvolutionBackwardBias", o, &s,
-                      __builtin_return_address(0));
-}
-
-/* n per-channel tensors of pb bytes, all read or all written, in s in
- * that order (a NULL one is not an operand). */
-static void td__use_params(td__sub *s, size_t pb, int write, int n,
-                           const void *const *p)
-{
-    for (int i = 0; i < n; i++)
-        td__use(s, p[i], pb, write);
+    td__dnn_use(&s, dy, td__dnn_span(dyd), 0);
+    td__dnn_use(&s, db, td__dnn_span(dbd), 1);
+    return td__dnn_submit(h, "cudnnConvolutionBackwardBias", o, &s,
+                          __builtin_return_address(0));
 }
 
 /* x (read) and y (written) as operands of o: their 16-bit marks, and
  * their spans in s in that order. */
-static void td__xy(td__dop *o, td__sub *s, const td__t *xd, const void *x,
-                   const td__t *yd, const void *y)
+void td__dnn_xy(td__dop *o, td__sub *s, const td__t *xd, const void *x,
+                const td__t *yd, const void *y)
 {
-    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
-    td__mark(o, LP_OUT, yd->dt, td__dnn_elems(yd));
-    td__use(s, x, td__dnn_span(xd), 0);
-    td__use(s, y, td__dnn_span(yd), 1);
-}
-
-/* A backward call's y, dy and x (read) and dx (written): the marks of x,
- * dy and dx, and the four spans in s in that order. */
-static void td__y_dy_x_dx(td__dop *o, td__sub *s, const td__t *yd,
-                          const void *y, const td__t *dyd, const void *dy,
-                          const td__t *xd, const void *x, const td__t *dxd,
-                          const void *dx)
-{
-    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
-    td__mark(o, LP_DY, dyd->dt, td__dnn_elems(dyd));
-    td__mark(o, LP_OUT, dxd->dt, td__dnn_elems(dxd));
-    td__use(s, y, td__dnn_span(yd), 0);
-    td__use(s, dy, td__dnn_span(dyd), 0);
-    td__use(s, x, td__dnn_span(xd), 0);
-    td__use(s, dx, td__dnn_span(dxd), 1);
+    td__dnn_mark(o, LP_X, xd->dt, td__dnn_elems(xd));
+    td__dnn_mark(o, LP_OUT, yd->dt, td__dnn_elems(yd));
+    td__dnn_use(s, x, td__dnn_span(xd), 0);
+    td__dnn_use(s, y, td__dnn_span(yd), 1);
 }
 
 cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha,
@@ -792,249 +509,17 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha,
                              const cudnnTensorDescriptor_t cd, void *C)
 {
     TD__START("cudnnAddTensor");
-    if (!ad || !cd || !ad->set || !cd->set || !td__data(cd) ||
+    if (!ad || !cd || !ad->set || !cd->set || !td__dnn_data(cd) ||
         ad->dt != cd->dt ||
         (ad->n != cd->n && ad->n != 1) || (ad->c != cd->c && ad->c != 1) ||
         (ad->h != cd->h && ad->h != 1) || (ad->w != cd->w && ad->w != 1))
         return CUDNN_STATUS_BAD_PARAM;
-    td__dop *o = td__new(OP_ADD, alpha, beta);
+    td__dop *o = td__dnn_new(OP_ADD, alpha, beta);
     if (!o)
         return CUDNN_STATUS_ALLOC_FAILED;
     o->x = *ad, o->y = *cd, o->X = A, o->OUT = C;
     td__sub s = {.n = 0};
-    td__xy(o, &s, ad, A, cd, C);
-    return td__submit(h, "cudnnAddTensor", o, &s,
-                      __builtin_return_address(0));
-}
-
-/* ---- batch norm ------------------------------------------------------------------- */
-
-static cudnnStatus_t td__bn_check(cudnnBatchNormMode_t mode, const td__t *x,
-                                  const td__t *y, const td__t *p, double eps)
-{
-    if (mode != CUDNN_BATCHNORM_SPATIAL)
-        return CUDNN_STATUS_NOT_SUPPORTED; /* the simulator's subset */
-    if (!td__same(x, y) || !td__chan(p, x) || !td__data(x) ||
-        y->dt != x->dt || eps < CUDNN_BN_MIN_EPSILON)
-        return CUDNN_STATUS_BAD_PARAM;
-    if (p->dt != CUDNN_DATA_FLOAT) {
-        td__sim_say("batch norm: bnScaleBiasMeanVarDesc must be FLOAT for "
-                    "FLOAT, HALF and BFLOAT16 data (it is type %d)",
-                    (int)p->dt);
-        return CUDNN_STATUS_BAD_PARAM;
-    }
-    return CUDNN_STATUS_SUCCESS;
-}
-
-cudnnStatus_t cudnnBatchNormalizationForwardTraining(
-    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void *alpha,
-    const void *beta, const cudnnTensorDescriptor_t xd, const void *x,
-    const cudnnTensorDescriptor_t yd, void *y,
-    const cudnnTensorDescriptor_t pd, const void *scale, const void *bias,
-    double factor, void *rmean, void *rvar, double eps, void *smean,
-    void *sinv)
-{
-    TD__START("cudnnBatchNormalizationForwardTraining");
-    cudnnStatus_t st = td__bn_check(mode, xd, yd, pd, eps);
-    if (st)
-        return st;
-    if (!scale || !bias || !rmean != !rvar || !smean != !sinv)
-        return CUDNN_STATUS_BAD_PARAM;
-    td__dop *o = td__new(OP_BN_TRAIN, alpha, beta);
-    if (!o)
-        return CUDNN_STATUS_ALLOC_FAILED;
-    o->x = *xd, o->y = *yd, o->p = *pd, o->factor = factor, o->eps = eps;
-    o->X = x, o->OUT = y, o->S = scale, o->B = bias;
-    o->RM = rmean, o->RV = rvar, o->SM = smean, o->SI = sinv;
-    size_t pb = td__dnn_span(pd);
-    td__sub s = {.n = 0};
-    td__xy(o, &s, xd, x, yd, y);
-    td__use_params(&s, pb, 0, 2, (const void *[]){scale, bias});
-    td__use_params(&s, pb, 1, 4, (const void *[]){rmean, rvar, smean, sinv});
-    return td__submit(h, "cudnnBatchNormalizationForwardTraining", o, &s,
-                      __builtin_return_address(0));
-}
-
-cudnnStatus_t cudnnBatchNormalizationForwardInference(
-    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void *alpha,
-    const void *beta, const cudnnTensorDescriptor_t xd, const void *x,
-    const cudnnTensorDescriptor_t yd, void *y,
-    const cudnnTensorDescriptor_t pd, const void *scale, const void *bias,
-    const void *mean, const void *var, double eps)
-{
-    TD__START("cudnnBatchNormalizationForwardInference");
-    cudnnStatus_t st = td__bn_check(mode, xd, yd, pd, eps);
-    if (st)
-        return st;
-    if (!scale || !bias || !mean || !var)
-        return CUDNN_STATUS_BAD_PARAM;
-    td__dop *o = td__new(OP_BN_INFER, alpha, beta);
-    if (!o)
-        return CUDNN_STATUS_ALLOC_FAILED;
-    o->x = *xd, o->y = *yd, o->p = *pd, o->eps = eps;
-    o->X = x, o->OUT = y, o->S = scale, o->B = bias, o->M = mean, o->V = var;
-    size_t pb = td__dnn_span(pd);
-    td__sub s = {.n = 0};
-    td__xy(o, &s, xd, x, yd, y);
-    td__use_params(&s, pb, 0, 4, (const void *[]){scale, bias, mean, var});
-    return td__submit(h, "cudnnBatchNormalizationForwardInference", o, &s,
-                      __builtin_return_address(0));
-}
-
-cudnnStatus_t cudnnBatchNormalizationBackward(
-    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void *alpha,
-    const void *beta, const void *alpha2, const void *beta2,
-    const cudnnTensorDescriptor_t xd, const void *x,
-    const cudnnTensorDescriptor_t dyd, const void *dy,
-    const cudnnTensorDescriptor_t dxd, void *dx,
-    const cudnnTensorDescriptor_t pd, const void *scale, void *dscale,
-    void *dbias, double eps, const void *smean, const void *sinv)
-{
-    TD__START("cudnnBatchNormalizationBackward");
-    cudnnStatus_t st = td__bn_check(mode, xd, dyd, pd, eps);
-    if (st)
-        return st;
-    if (!td__same(xd, dxd) || dxd->dt != xd->dt || !alpha2 || !beta2 ||
-        !scale || !dscale ||
-        !dbias || !dx || !smean != !sinv)
-        return CUDNN_STATUS_BAD_PARAM;
-    td__dop *o = td__new(OP_BN_BWD, alpha, beta);
-    if (!o)
-        return CUDNN_STATUS_ALLOC_FAILED;
-    o->alpha2 = *(const float *)alpha2, o->beta2 = *(const float *)beta2;
-    o->x = *xd, o->y = *dyd, o->p = *pd, o->eps = eps;
-    o->X = x, o->DY = dy, o->OUT = dx, o->S = scale, o->DS = dscale;
-    o->DB = dbias, o->M = smean, o->V = sinv;
-    td__mark(o, LP_X, xd->dt, td__dnn_elems(xd));
-    td__mark(o, LP_DY, dyd->dt, td__dnn_elems(dyd));
-    td__mark(o, LP_OUT, dxd->dt, td__dnn_elems(dxd));
-    size_t pb = td__dnn_span(pd);
-    td__sub s = {.n = 0};
-    td__use(&s, x, td__dnn_span(xd), 0);
-    td__use(&s, dy, td__dnn_span(dyd), 0);
-    td__use(&s, dx, td__dnn_span(dxd), 1);
-    td__use(&s, scale, pb, 0);
-    td__use_params(&s, pb, 1, 2, (const void *[]){dscale, dbias});
-    td__use_params(&s, pb, 0, 2, (const void *[]){smean, sinv});
-    return td__submit(h, "cudnnBatchNormalizationBackward", o, &s,
-                      __builtin_return_address(0));
-}
-
-/* ---- activation, pooling ------------------------------------------------------------ */
-
-cudnnStatus_t cudnnActivationForward(cudnnHandle_t h,
-                                     cudnnActivationDescriptor_t ad,
-                                     const void *alpha,
-                                     const cudnnTensorDescriptor_t xd,
-                                     const void *x, const void *beta,
-                                     const cudnnTensorDescriptor_t yd, void *y)
-{
-    TD__START("cudnnActivationForward");
-    if (!ad || !ad->set || !td__same(xd, yd) || !td__data(xd) ||
-        yd->dt != xd->dt)
-        return CUDNN_STATUS_BAD_PARAM;
-    if (ad->mode != CUDNN_ACTIVATION_RELU)
-        return CUDNN_STATUS_NOT_SUPPORTED; /* the simulator's subset */
-    if (!td__inplace_ok("cudnnActivationForward", x, xd, y, yd))
-        return CUDNN_STATUS_BAD_PARAM;
-    td__dop *o = td__new(OP_ACT_FWD, alpha, beta);
-    if (!o)
-        return CUDNN_STATUS_ALLOC_FAILED;
-    o->act = *ad, o->x = *xd, o->y = *yd, o->X = x, o->OUT = y;
-    td__sub s = {.n = 0, .ok_in = x, .ok_out = y};
-    td__xy(o, &s, xd, x, yd, y);
-    return td__submit(h, "cudnnActivationForward", o, &s,
-                      __builtin_return_address(0));
-}
-
-cudnnStatus_t cudnnActivationBackward(
-    cudnnHandle_t h, cudnnActivationDescriptor_t ad, const void *alpha,
-    const cudnnTensorDescriptor_t yd, const void *y,
-    const cudnnTensorDescriptor_t dyd, const void *dy,
-    const cudnnTensorDescriptor_t xd, const void *x, const void *beta,
-    const cudnnTensorDescriptor_t dxd, void *dx)
-{
-    TD__START("cudnnActivationBackward");
-    if (!ad || !ad->set || !td__same(xd, yd) || !td__same(xd, dyd) ||
-        !td__same(xd, dxd) || !td__data(xd) || yd->dt != xd->dt ||
-        dyd->dt != xd->dt || dxd->dt != xd->dt)
-        return CUDNN_STATUS_BAD_PARAM;
-    if (ad->mode != CUDNN_ACTIVATION_RELU)
-        return CUDNN_STATUS_NOT_SUPPORTED;
-    if (!td__inplace_ok("cudnnActivationBackward", dy, dyd, dx, dxd))
-        return CUDNN_STATUS_BAD_PARAM;
-    td__dop *o = td__new(OP_ACT_BWD, alpha, beta);
-    if (!o)
-        return CUDNN_STATUS_ALLOC_FAILED;
-    o->act = *ad, o->x = *xd, o->y = *dyd;
-    o->X = x, o->DY = dy, o->OUT = dx;
-    td__sub s = {.n = 0, .ok_in = dy, .ok_out = dx};
-    td__y_dy_x_dx(o, &s, yd, y, dyd, dy, xd, x, dxd, dx);
-    return td__submit(h, "cudnnActivationBackward", o, &s,
-                      __builtin_return_address(0));
-}
-
-static cudnnStatus_t td__pool_check(const struct cudnnPoolingStruct *p,
-                                    const td__t *x, const td__t *y)
-{
-    int n, c, hh, ww;
-    if (!p || !p->set || !x || !y || !x->set || !y->set || !td__data(x) ||
-        y->dt != x->dt ||
-        cudnnGetPooling2dForwardOutputDim((cudnnPoolingDescriptor_t)p,
-                                          (cudnnTensorDescriptor_t)x, &n, &c,
-                                          &hh, &ww) ||
-        y->n != n || y->c != c || y->h != hh || y->w != ww)
-        return CUDNN_STATUS_BAD_PARAM;
-    if (p->mode != CUDNN_POOLING_MAX &&
-        p->mode != CUDNN_POOLING_MAX_DETERMINISTIC &&
-        p->mode != CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING &&
-        p->mode != CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING)
-        return CUDNN_STATUS_NOT_SUPPORTED;
-    return CUDNN_STATUS_SUCCESS;
-}
-
-cudnnStatus_t cudnnPoolingForward(cudnnHandle_t h,
-                                  const cudnnPoolingDescriptor_t pd,
-                                  const void *alpha,
-                                  const cudnnTensorDescriptor_t xd,
-                                  const void *x, const void *beta,
-                                  const cudnnTensorDescriptor_t yd, void *y)
-{
-    TD__START("cudnnPoolingForward");
-    cudnnStatus_t st = td__pool_check(pd, xd, yd);
-    if (st)
-        return st;
-    td__dop *o = td__new(OP_POOL_FWD, alpha, beta);
-    if (!o)
-        return CUDNN_STATUS_ALLOC_FAILED;
-    o->pool = *pd, o->x = *xd, o->y = *yd, o->X = x, o->OUT = y;
-    td__sub s = {.n = 0};
-    td__xy(o, &s, xd, x, yd, y);
-    return td__submit(h, "cudnnPoolingForward", o, &s,
-                      __builtin_return_address(0));
-}
-
-cudnnStatus_t cudnnPoolingBackward(
-    cudnnHandle_t h, const cudnnPoolingDescriptor_t pd, const void *alpha,
-    const cudnnTensorDescriptor_t yd, const void *y,
-    const cudnnTensorDescriptor_t dyd, const void *dy,
-    const cudnnTensorDescriptor_t xd, const void *x, const void *beta,
-    const cudnnTensorDescriptor_t dxd, void *dx)
-{
-    TD__START("cudnnPoolingBackward");
-    cudnnStatus_t st = td__pool_check(pd, xd, yd);
-    if (st)
-        return st;
-    if (!td__same(yd, dyd) || !td__same(xd, dxd) || dyd->dt != xd->dt ||
-        dxd->dt != xd->dt)
-        return CUDNN_STATUS_BAD_PARAM;
-    td__dop *o = td__new(OP_POOL_BWD, alpha, beta);
-    if (!o)
-        return CUDNN_STATUS_ALLOC_FAILED;
-    o->pool = *pd, o->x = *xd, o->y = *dyd;
-    o->X = x, o->DY = dy, o->OUT = dx;
-    td__sub s = {.n = 0};
-    td__y_dy_x_dx(o, &s, yd, y, dyd, dy, xd, x, dxd, dx);
-    return td__submit(h, "cudnnPoolingBackward", o, &s,
-                      __builtin_return_address(0));
+    td__dnn_xy(o, &s, ad, A, cd, C);
+    return td__dnn_submit(h, "cudnnAddTensor", o, &s,
+                          __builtin_return_address(0));
 }

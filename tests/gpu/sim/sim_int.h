@@ -3,7 +3,8 @@
  * Owns: the simulator's state (devices, device allocations, pinned host
  * ranges, streams with their worker threads and queues, events, vector
  * clocks) and the contracts between its files:
- *   sim_runtime.c  configuration, devices, errors, memory, copies, memset
+ *   sim_runtime.c  configuration, devices, errors, memory
+ *   sim_copy.c     copies and memsets
  *   sim_stream.c   streams, workers, events, host functions, syncs, the
  *                  kernel launch entry (td_sim_launch), jitter, faults
  *   sim_race.c     the stream-order race detector (vector clocks)
@@ -12,7 +13,9 @@
  *   sim_count.c    kernel runs counted by name
  *   sim_cublas.c   the cuBLAS subset (Sgemm)
  *   sim_cudnn.c    cuDNN handles, descriptors, algorithm queries
- *   sim_cudnn_ops.c cuDNN's arithmetic (convolution, batch norm, ...)
+ *   sim_cudnn_ops.c cuDNN's arithmetic (convolution, add) and how its
+ *                  operations run
+ *   sim_cudnn_norm.c cuDNN's batch norm, activation and pooling
  * Never does: anything outside tests.  This code is linked into test
  * executables in place of libcudart, libcublas and libcudnn, never into
  * traind or trainctl.
@@ -188,6 +191,8 @@ cudaError_t td__sim_gate(void);
 td_sim_alloc *td__sim_dfind(const void *p, size_t n);
 /* Pinned host range containing [p, p + n), or NULL. */
 td_sim_alloc *td__sim_hfind(const void *p, size_t n);
+/* Device allocation p starts inside (even if p + n overruns), or NULL. */
+td_sim_alloc *td__sim_dstart(const void *p);
 /* Prints one diagnostic line to stderr ("td-sim: ..."). */
 void td__sim_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void td__sim_where(const void *caller, char *out, size_t cap);
