@@ -187,8 +187,9 @@ typedef struct td_backend_config {
      * measurement").  0 (the zero config, tests): fixed rules, the same
      * plan on every run; TD_PLAN_MEASURE (jobs, unless "deterministic"):
      * both sides of each choice (layout, batch norms, kernels) timed on
-     * this machine at create and the faster kept.  CUDA: ignored (cuDNN's algorithms are searched
-     * anyway, see docs/cuda.md "Numerics"). */
+     * this machine at create and the faster kept.  CUDA: ignored
+     * (cuDNN's algorithms are searched anyway, see docs/cuda.md
+     * "Numerics"). */
     enum td_plan_mode plan;
     /* The job the backend's progress lines at create belong to (the
      * job's log and its watchers see them); 0: the daemon's log only. */

@@ -82,6 +82,11 @@
 #define TD__SKIP_NS 20000000000LL /* of 20 s or more: no measurement */
 #define TD__CACHE 256
 
+/* An info line of the job the backend plans for (its log, its watchers:
+ * the measurement's progress). */
+#define TD__INFO(be, ...)                                                    \
+    td_logf(TD_LOG_INFO, (be)->base.cfg.log_job, __VA_ARGS__)
+
 enum { TD__P_BWDW = 0, TD__P_BWDD = 1, TD__P_LAYOUT = 2, TD__P_BN = 3 };
 
 /* One choice: what its times depend on.  A kernel's: its shape; a
@@ -290,8 +295,8 @@ static int td__sess_open(td__cpu *be, td__sess *s)
     if (rc)
         return rc;
     if (ns >= TD__SKIP_NS) {
-        td_logf(TD_LOG_INFO, be->base.cfg.log_job, "cpu backend: plan not measured: a step takes %.1f s",
-                (double)ns / 1e9);
+        TD__INFO(be, "cpu backend: plan not measured: a step takes %.1f s",
+                 (double)ns / 1e9);
         s->rounds = 0;
         return 1;
     }
@@ -350,10 +355,10 @@ static void td__plan_side(td__cpu *be, int piece, int rule, int alt)
 static int td__cannot(td__cpu *be, td__sess *s, int piece, int rule,
                       const td__key *key, td__times *got)
 {
-    td_logf(TD_LOG_INFO, be->base.cfg.log_job, "cpu backend: the %s%s cannot be planned here (%s); the "
-            "rule's kept", piece == TD__P_LAYOUT
-            ? td__ly_name(td__other_layout(rule)) : "oneDNN batch norms",
-            piece == TD__P_LAYOUT ? " layout" : "", be->base.err);
+    TD__INFO(be, "cpu backend: the %s%s cannot be planned here (%s); the "
+             "rule's kept", piece == TD__P_LAYOUT
+             ? td__ly_name(td__other_layout(rule)) : "oneDNN batch norms",
+             piece == TD__P_LAYOUT ? " layout" : "", be->base.err);
     be->base.err[0] = '\0';
     td__plan_side(be, piece, rule, 0);
     got->ns[1] = INT64_MAX;
@@ -377,10 +382,10 @@ static int td__plan_choice(td__cpu *be, td__sess *s, int piece, int rule,
         if ((rc = td__sess_open(be, s)))
             return rc; /* 1: not measured */
         *got = (td__times){{INT64_MAX, INT64_MAX}, 0};
-        td_logf(TD_LOG_INFO, be->base.cfg.log_job, "cpu backend: timing the %s: two plans in turns, a few "
-                "steps each", piece == TD__P_LAYOUT
-                ? "activation layout (nhwc against nChw16c)"
-                : "batch norms (hand-written against oneDNN's)");
+        TD__INFO(be, "cpu backend: timing the %s: two plans in turns, a few "
+                 "steps each", piece == TD__P_LAYOUT
+                 ? "activation layout (nhwc against nChw16c)"
+                 : "batch norms (hand-written against oneDNN's)");
         for (int round = 0; round < s->rounds && rc == 0; round++) {
             int64_t best[2] = {INT64_MAX, INT64_MAX};
             for (int alt = 0; alt < 2 && rc == 0; alt++) {
@@ -564,9 +569,9 @@ static int td__measure(td__cpu *be, td__sess *s, td__tune *t)
         return rc;
     for (int k = 0; k < t->nkeys; k++)
         t->got[k] = (td__times){{INT64_MAX, INT64_MAX}, 0};
-    td_logf(TD_LOG_INFO, be->base.cfg.log_job, "cpu backend: timing %d kernel choice%s (per convolution "
-            "shape and gradient): two plans in turns, a few steps each",
-            t->nkeys, t->nkeys == 1 ? "" : "s");
+    TD__INFO(be, "cpu backend: timing %d kernel choice%s (per convolution "
+             "shape and gradient): two plans in turns, a few steps each",
+             t->nkeys, t->nkeys == 1 ? "" : "s");
     for (int r = 0; r < s->rounds && rc == 0; r++) {
         td__round_start(t);
         for (int plan = 0; plan < 2 && rc == 0; plan++) {
@@ -701,7 +706,7 @@ int td__cpu_tune(td__cpu *be)
         rc = td__kernels(be, &s, &changed, &convs);
     int skipped = rc == 1;
     td__sess_close(be, &s);
-    if (rc < 0 && rc != 1)
+    if (rc < 0)
         return rc;
     rc = 0;
     if (skipped) /* a step too long: the rules' plan, as planned */
@@ -715,12 +720,12 @@ int td__cpu_tune(td__cpu *be)
     if (bn_measured)
         td__say(bn, sizeof bn, "batch norm", "hand-written", "oneDNN's",
                 bn_other, &bn_t);
-    td_logf(TD_LOG_INFO, be->base.cfg.log_job, "cpu backend: plan measured in %.2f s (%d steps timed%s): "
-            "%s%s%d of %d convolutions' kernels away from the fixed "
-            "rules: %s", (double)(td_now_ns() - t0) / 1e9, s.timed,
-            s.timed ? "" : ", the times from earlier in this process",
-            ly, bn, changed, convs,
-            text);
+    TD__INFO(be, "cpu backend: plan measured in %.2f s (%d steps timed%s): "
+             "%s%s%d of %d convolutions' kernels away from the fixed "
+             "rules: %s", (double)(td_now_ns() - t0) / 1e9, s.timed,
+             s.timed ? "" : ", the times from earlier in this process",
+             ly, bn, changed, convs,
+             text);
     return 0;
 }
 
