@@ -162,8 +162,9 @@ int td__choice(const td__cpu *be, int L, int bit, int dflt);
 int td__choice_taken(const td__cpu *be, int L);
 /* Batch norm L could run cpu_bn.c's kernels (the choice aside). */
 int td__bn_can_fast(const td__cpu *be, int L);
-/* TD_CPU_NHWC=1 or 0 in the environment forces the bf16 layout. */
-int td__layout_forced(void);
+/* TD_CPU_NHWC in the environment when it forces the bf16 layout ("1":
+ * channels-last, "0": not), else NULL. */
+const char *td__layout_forced(void);
 
 /* cpu_tune.c: with cfg.plan TD_PLAN_MEASURE in a bf16 plan, times both
  * kernels of each choice within whole steps and plans again with the

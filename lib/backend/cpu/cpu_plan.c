@@ -673,10 +673,10 @@ static int td__typical_conv(const td_model *m)
     return first;
 }
 
-int td__layout_forced(void)
+const char *td__layout_forced(void)
 {
     const char *e = getenv("TD_CPU_NHWC");
-    return e && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0);
+    return e && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0) ? e : NULL;
 }
 
 /* The input's layout.  fp32 keeps plain NCHW, which the normalisation
@@ -734,8 +734,9 @@ static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
                 want->format_desc.blocking.inner_idxs[0] == 1;
     dnnl_primitive_desc_destroy(pd);
     be->layout_rule = nhwc ? TD__LY_NHWC : blk16 ? TD__LY_BLK16 : TD__LY_ANY;
-    if (td__layout_forced()) {
-        nhwc = getenv("TD_CPU_NHWC")[0] == '1';
+    const char *force = td__layout_forced();
+    if (force) {
+        nhwc = force[0] == '1';
     } else if (be->layout_pick != TD__LY_RULE) { /* cpu_tune.c's choice */
         nhwc = be->layout_pick == TD__LY_NHWC;
         blk16 = be->layout_pick == TD__LY_BLK16;

@@ -704,13 +704,9 @@ int td__cpu_tune(td__cpu *be)
     /* 3. the kernels, in that plan */
     if (rc == 0)
         rc = td__kernels(be, &s, &changed, &convs);
-    int skipped = rc == 1;
     td__sess_close(be, &s);
-    if (rc < 0)
-        return rc;
-    rc = 0;
-    if (skipped) /* a step too long: the rules' plan, as planned */
-        return 0;
+    if (rc) /* 1: a step too long, the rules' plan as planned */
+        return rc < 0 ? rc : 0;
     char text[1024], ly[96] = "", bn[96] = "";
     if (td__cpu_plan_get(&be->base, text, sizeof text))
         snprintf(text, sizeof text, "(%d layers)", n);
@@ -729,11 +725,12 @@ int td__cpu_tune(td__cpu *be)
     return 0;
 }
 
-static const char *td__layout_name(const td__cpu *be)
+/* The layout the plan lays activations out in (TD__LY_*). */
+static int td__ly_of(const td__cpu *be)
 {
-    return be->atag == dnnl_nhwc      ? "nhwc"
-           : be->atag == dnnl_nChw16c ? "nChw16c"
-                                      : "any";
+    return be->atag == dnnl_nhwc      ? TD__LY_NHWC
+           : be->atag == dnnl_nChw16c ? TD__LY_BLK16
+                                      : TD__LY_ANY;
 }
 
 int td__cpu_plan_get(td_backend *b, char *out, size_t cap)
@@ -742,7 +739,7 @@ int td__cpu_plan_get(td_backend *b, char *out, size_t cap)
     int n = b->model->nlayers;
     if (!td__is_bf16(be))
         return -ENOTSUP; /* an fp32 plan has no choices to record */
-    int w = snprintf(out, cap, "v2 %s ", td__layout_name(be));
+    int w = snprintf(out, cap, "v2 %s ", td__ly_name(td__ly_of(be)));
     if (w < 0 || (size_t)w + (size_t)n + 1 > cap)
         return -ENOSPC;
     for (int L = 0; L < n; L++)
@@ -784,15 +781,22 @@ static int td__text_fits(td__cpu *be, int v, const char *c)
     return 0;
 }
 
-/* The plan as planned says what text `c` of version v asks (a v1 text
- * has '.' for every batch norm: the rule's kernel, cpu_bn.c's where it
- * can run). */
-static int td__text_same(const td__cpu *be, int v, const char *c,
-                         const char *now)
+/* 1 when the plan as planned (its text into now) is what layout `pick`
+ * and characters `c` of version v ask (a v1 text has '.' for every
+ * batch norm: the rule's kernel, cpu_bn.c's where it can run); 0 when
+ * not; < 0 on error. */
+static int td__planned_as(td__cpu *be, int v, int pick, const char *c,
+                          char *now, size_t cap)
 {
+    int rc = td__cpu_plan_get(&be->base, now, cap);
+    if (rc)
+        return rc;
+    if (td__ly_of(be) != pick)
+        return 0;
+    const char *nc = strchr(now + 3, ' ') + 1;
     for (int L = 0; c[L]; L++) {
         int v1bn = v == 1 && be->base.model->layers[L].kind == TD_L_BN;
-        if (v1bn ? now[L] == 'o' : c[L] != now[L])
+        if (v1bn ? nc[L] == 'o' : c[L] != nc[L])
             return 0;
     }
     return 1;
@@ -817,23 +821,18 @@ int td__cpu_plan_set(td_backend *b, const char *choices)
         return -EINVAL;
     }
     const char *c = sp + 1;
-    pick = strcmp(layout, "nhwc") == 0      ? TD__LY_NHWC
-           : strcmp(layout, "nChw16c") == 0 ? TD__LY_BLK16
-           : strcmp(layout, "any") == 0     ? TD__LY_ANY
-                                            : -1;
-    if (pick < 0) {
+    for (pick = TD__LY_NHWC; pick <= TD__LY_ANY; pick++)
+        if (strcmp(layout, td__ly_name(pick)) == 0)
+            break;
+    if (pick > TD__LY_ANY) {
         snprintf(b->err, sizeof b->err, "plan choices: unknown layout "
                  "\"%s\" (nhwc, nChw16c or any)", layout);
         return -EINVAL;
     }
     if ((rc = td__text_fits(be, v, c)))
         return rc;
-    if ((rc = td__cpu_plan_get(b, now, sizeof now)))
-        return rc;
-    const char *nc = strchr(now + 3, ' ') + 1;
-    if (strcmp(td__layout_name(be), layout) == 0 &&
-        td__text_same(be, v, c, nc))
-        return 0; /* planned so already */
+    if ((rc = td__planned_as(be, v, pick, c, now, sizeof now)))
+        return rc < 0 ? rc : 0; /* 1: planned so already */
     uint8_t *keep = malloc((size_t)n);
     if (!keep)
         return -ENOMEM;
@@ -860,11 +859,9 @@ int td__cpu_plan_set(td_backend *b, const char *choices)
         return rc;
     }
     free(keep);
-    if ((rc = td__cpu_plan_get(b, now, sizeof now)))
+    if ((rc = td__planned_as(be, v, pick, c, now, sizeof now)) < 0)
         return rc;
-    nc = strchr(now + 3, ' ') + 1;
-    if (strcmp(td__layout_name(be), layout) != 0 ||
-        !td__text_same(be, v, c, nc)) {
+    if (!rc) {
         snprintf(b->err, sizeof b->err, "plan choices %.80s cannot all be "
                  "made here (an environment switch or another CPU); "
                  "planned %.80s", choices, now);
