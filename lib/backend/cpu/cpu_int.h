@@ -91,6 +91,11 @@ typedef struct td__cl {
     struct td__bd2 *bd2;        /* stride-2 conv: its backward data as four
                                    stride-1 forward convolutions
                                    (cpu_bwdd2.c) instead of bwd_d */
+    dnnl_memory_t bw_x, bw_dy;  /* conv: source and output gradient in
+                                   channels-last for bwd_w, when oneDNN has
+                                   only a reference kernel in the
+                                   activations' layout (td__bwdw_nhwc) */
+    dnnl_primitive_t r_bw_x, r_bw_dy; /* their reorders, run each step */
 } td__cl;
 
 typedef struct td__cpu {

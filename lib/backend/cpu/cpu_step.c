@@ -413,13 +413,21 @@ int td__conv_bwd_weights(td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
-    dnnl_memory_t x = be->cl[be->cl[l->in[0]].root].y;
+    dnnl_memory_t x = be->cl[be->cl[l->in[0]].root].y, dy = c->dy;
+    int rc;
+    if (c->r_bw_x) { /* td__bwdw_nhwc: a channels-last kernel */
+        if ((rc = td__reorder(be, c->r_bw_x, x, c->bw_x)) ||
+            (rc = td__reorder(be, c->r_bw_dy, dy, c->bw_dy)))
+            return rc;
+        x = c->bw_x;
+        dy = c->bw_dy;
+    }
     if (c->bw)
         td_bwdw_run(c->bw, td__h(x), td__h(c->dy), td__f(c->dw),
                     c->db ? td__f(c->db) : NULL);
     else
         TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
-                {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, c->dy},
+                {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, dy},
                 {DNNL_ARG_DIFF_WEIGHTS, c->dw_bw ? c->dw_bw : c->dw},
                 {DNNL_ARG_DIFF_BIAS, c->db});
     if (c->r_dw && !c->m_dw)
