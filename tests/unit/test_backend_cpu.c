@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/rng.h"
 #include "optim_update.h"
 #include "ref_layers.h"
@@ -176,6 +177,52 @@ START_TEST(test_fmnist_cnn_matches_reference)
 {
     fixture f;
     setup_fx(&f, "fmnist-cnn", (td_shape){1, 28, 28}, 10, 3, TD_OPT_SGD);
+    compare_step(&f, 0);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* The plan's kernels as the backend logs them (debug): every primitive
+ * oneDNN gave only its reference kernel, and every channels-last retry
+ * of a backward weights that got a real one. */
+typedef struct kernels_seen {
+    int ref, retried;
+} kernels_seen;
+
+static void on_kernel_line(void *user, int level, long job, const char *line)
+{
+    kernels_seen *k = user;
+    const char *p = strstr(line, "cpu backend: ");
+    (void)level;
+    (void)job;
+    if (!p)
+        return;
+    if (strstr(p, ": ref:"))
+        k->ref++;
+    else if (strstr(p, "conv bwd weights (nhwc): "))
+        k->retried++;
+}
+
+/* fp32 with oneDNN held to AVX2 (an AMD EPYC Zen 3 has no more): the
+ * first convolution's backward weights, 1 planar input channel against
+ * blocked nChw8c outputs, has only oneDNN 2.6's reference kernel, ~1,000x
+ * slower; the backend plans it channels-last instead (reorders each
+ * step), and the step still matches the reference layers.  Relies on
+ * Check's fork mode: oneDNN reads ONEDNN_MAX_CPU_ISA once per process. */
+START_TEST(test_fmnist_cnn_avx2_has_no_reference_kernel)
+{
+    kernels_seen k = {0};
+    fixture f;
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+    td_log_set_level(TD_LOG_DEBUG);
+    td_log_set_sink(on_kernel_line, &k);
+    setup_fx(&f, "fmnist-cnn", (td_shape){1, 28, 28}, 10, 3, TD_OPT_SGD);
+    td_log_set_sink(NULL, NULL);
+    td_log_set_level(TD_LOG_INFO);
+    ck_assert_int_eq(k.ref, k.retried);
+    ck_assert_msg(k.retried >= 1, "oneDNN gave the AVX2 first layer a real "
+                  "backward weights kernel: this test needs a model that "
+                  "still meets a reference one");
     compare_step(&f, 0);
     teardown_fx(&f);
 }
@@ -572,6 +619,7 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_flatten_matches_reference);
     tcase_add_test(tc, test_fmnist_cnn_matches_reference);
     tcase_add_test(tc, test_resnet20_matches_reference);
+    tcase_add_test(tc, test_fmnist_cnn_avx2_has_no_reference_kernel);
     tcase_add_test(tc, test_running_stats_and_inference);
     tcase_add_test(tc, test_bn_eval_trains_in_inference_mode);
     tcase_add_test(tc, test_sgd_update);
