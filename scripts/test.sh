@@ -7,7 +7,9 @@
 #      every suite again on the plan AMD Zen 4/5 CPUs take, whatever this
 #      CPU is (oneDNN limited to avx512_core_bf16, `precision: auto`
 #      choosing bf16), so that an Intel machine's CI catches what would
-#      fail on an AMD one
+#      fail on an AMD one; and on a CPU with AVX-512, once more held to
+#      AVX2 (ONEDNN_MAX_CPU_ISA), the kernels of an AMD EPYC Zen 3 (fp32,
+#      no bf16)
 #   3. ASan+UBSan build without CUDA: every suite, with the CUDA backend
 #      built against the simulated device (tests/gpu/sim) and its suites
 #   4. ThreadSanitizer build without CUDA: the threaded suites, the
@@ -93,6 +95,13 @@ run "plain build (CUDA auto, -Werror)" "$base/plain" "" "" \
 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 TD_CPU_DOT_RATE=2 \
   run "plain build, the AMD plan (avx512_core_bf16)" "$base/plain" "" "" \
   -Dwerror=true -Dcuda=auto -Dbuildtype=debugoptimized
+# AVX2 only (AMD EPYC Zen 3): fp32, other kernels and layouts (nChw8c),
+# bf16 refused.  On a CPU without AVX-512 the plain run was this one.
+if grep -qw avx512f /proc/cpuinfo; then
+  ONEDNN_MAX_CPU_ISA=AVX2 \
+    run "plain build, the AVX2 plan (AMD Zen 3)" "$base/plain" "" "" \
+    -Dwerror=true -Dcuda=auto -Dbuildtype=debugoptimized
+fi
 # The sanitizer builds also build the CUDA backend against the simulated
 # device (tests/gpu/sim): it needs CUDA's and cuDNN's headers, not a GPU;
 # where they are installed it must build and run.

@@ -1,12 +1,14 @@
 #!/bin/bash
 # test_cpu_first_run.sh - scripts/cpu_first_run.sh end to end at a tiny
 # size, on the build under test (NOBUILD=1; fmnist-cnn, batch 8, 2 steps
-# per arm, no PyTorch, no accuracy job): exit status 0, every step PASS in
-# the summary with the figures it copies (the CPU line, the three ceilings
-# or the ones this CPU has, scripts/bench_cpu_knobs.sh's seven plan-choice
-# rows each with a ratio, the fp32/bf16 A/B); --help exits 0, an argument
-# 2; bash -n and shellcheck (when installed) of both scripts.
-# Skipped (77) without native bf16 (the plan-choice rows train bf16).
+# per arm, no PyTorch, no accuracy job).  First as on a CPU without bf16
+# (oneDNN held to AVX2, ONEDNN_MAX_CPU_ISA, on any machine): exit status
+# 0, version and peak PASS with an fp32 FMA ceiling, the bf16 steps
+# skipped with the reason.  Then, where oneDNN runs bf16: every step PASS
+# in the summary with the figures it copies (the CPU line, the three
+# ceilings or the ones this CPU has, scripts/bench_cpu_knobs.sh's seven
+# plan-choice rows each with a ratio, the fp32/bf16 A/B).  --help exits 0,
+# an argument 2; bash -n and shellcheck (when installed) of both scripts.
 set -u
 root=${TD_SOURCE_ROOT:?TD_SOURCE_ROOT unset}
 build=${TD_BUILD_ROOT:?TD_BUILD_ROOT unset}
@@ -21,12 +23,33 @@ done
 "$script" --help | grep -q 'cpu_first_run.sh - ' || fail "--help"
 "$script" bogus >/dev/null 2>&1
 [[ $? -eq 2 ]] || fail "an argument: exit status not 2"
-if ! grep -qw -E 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
-  echo "SKIP: this CPU has no native bf16 (avx512_bf16, amx_bf16)"
-  exit 77
-fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+
+# as without bf16
+ONEDNN_MAX_CPU_ISA=AVX2 NOBUILD=1 BUILD=$build OUT=$out/avx2 STEPS=2 \
+  BATCH=8 MODELS=fmnist-cnn TORCH=0 ACC=0 "$script" >"$out/log2" 2>&1
+rc=$?
+s=$out/avx2/summary.txt
+cat "$s" 2>/dev/null || tail -30 "$out/log2"
+[[ $rc -eq 0 ]] || fail "AVX2: exit status $rc"
+for st in version peak; do
+  grep -qE "^$st +PASS" "$s" || fail "AVX2: step $st did not pass"
+done
+grep -q '^    cpu: .*oneDNN ISA avx2 .*: bf16 no' "$s" ||
+  fail "AVX2: no CPU line saying bf16 no"
+grep -qE 'fp32 FMA \(vfmadd231ps (zmm|ymm)\) .*1.00x fp32 FMA' "$s" ||
+  fail "AVX2: no fp32 FMA ceiling"
+grep -q '^knobs, ab     SKIP  (no bf16 instructions' "$s" ||
+  fail "AVX2: the bf16 steps did not skip"
+grep -qE '^(knobs +(PASS|FAIL)|ab-)' "$s" && fail "AVX2: a bf16 step ran"
+
+# oneDNN's ISA as this run has it (the CI holds it to AVX2 once)
+if "$build/daemon/traind" --version | grep -q '^cpu: .*: bf16 no'; then
+  echo "SKIP: no bf16 that oneDNN uses here: the no-bf16 run passed, the" \
+    "bf16 one cannot run"
+  exit 77
+fi
 NOBUILD=1 BUILD=$build OUT=$out/run STEPS=2 BATCH=8 MODELS=fmnist-cnn \
   TORCH=0 ACC=0 "$script" >"$out/log" 2>&1
 rc=$?
