@@ -30,7 +30,7 @@ bf16=${BF16:-1}
 pin=${PIN:-}
 export TD_SOURCE_ROOT=$root
 grep -m1 'model name' /proc/cpuinfo || true
-grep -o -w -m1 -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '
+{ grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo || echo 'no avx512_bf16, no amx_bf16'; } | sort -u | tr '\n' ' '
 echo
 echo "batch $batch, $threads thread(s), $steps steps after $warmup warm-up" \
   "steps per run, $rounds rounds + 1 warm-up round${pin:+, runs prefixed: $pin}"

@@ -1,10 +1,11 @@
 #!/bin/bash
 # test_cpu_first_run.sh - scripts/cpu_first_run.sh end to end at a tiny
 # size, on the build under test (NOBUILD=1; fmnist-cnn, batch 8, 2 steps
-# per arm, no PyTorch, no accuracy job).  First as on a CPU without bf16
-# (oneDNN held to AVX2, ONEDNN_MAX_CPU_ISA, on any machine): exit status
-# 0, version and peak PASS with an fp32 FMA ceiling, the bf16 steps
-# skipped with the reason.  Then, where oneDNN runs bf16: every step PASS
+# per arm, no accuracy job).  First as on a CPU without bf16 (oneDNN held
+# to AVX2, ONEDNN_MAX_CPU_ISA, on any machine): exit status 0, version and
+# peak PASS with an fp32 FMA ceiling, the bf16 steps skipped with the
+# reason, and with python3-torch traind fp32 against torch fp32 (one
+# round).  Then without PyTorch.  Then, where oneDNN runs bf16: every step PASS
 # in the summary with the figures it copies (the CPU line, the three
 # ceilings or the ones this CPU has, scripts/bench_cpu_knobs.sh's seven
 # plan-choice rows each with a ratio, the fp32/bf16 A/B).  --help exits 0,
@@ -26,9 +27,12 @@ done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# as without bf16
+# as without bf16, with PyTorch when it is installed (fp32 against fp32)
+torch=0
+/usr/bin/python3 -c 'import torch' 2>/dev/null && torch=1
 ONEDNN_MAX_CPU_ISA=AVX2 NOBUILD=1 BUILD=$build OUT=$out/avx2 STEPS=2 \
-  BATCH=8 MODELS=fmnist-cnn TORCH=0 ACC=0 "$script" >"$out/log2" 2>&1
+  BATCH=8 MODELS=fmnist-cnn TORCH=$torch ROUNDS=1 ACC=0 "$script" \
+  >"$out/log2" 2>&1
 rc=$?
 s=$out/avx2/summary.txt
 cat "$s" 2>/dev/null || tail -30 "$out/log2"
@@ -43,6 +47,13 @@ grep -qE 'fp32 FMA \(vfmadd231ps (zmm|ymm)\) .*1.00x fp32 FMA' "$s" ||
 grep -q '^knobs, ab     SKIP  (no bf16 instructions' "$s" ||
   fail "AVX2: the bf16 steps did not skip"
 grep -qE '^(knobs +(PASS|FAIL)|ab-)' "$s" && fail "AVX2: a bf16 step ran"
+if [[ $torch == 1 ]]; then
+  grep -qE '^precision +PASS' "$s" || fail "AVX2: step precision did not pass"
+  grep -qE 'ratio traind fp32 / torch fp32: +[0-9.]+ ' "$s" ||
+    fail "AVX2: no traind fp32 / torch fp32 ratio"
+  grep -q 'traind bf16' "$out/avx2/precision.log" &&
+    fail "AVX2: bench_precision.sh ran bf16"
+fi
 
 # oneDNN's ISA as this run has it (the CI holds it to AVX2 once)
 if "$build/daemon/traind" --version | grep -q '^cpu: .*: bf16 no'; then
