@@ -35,46 +35,16 @@ static double now(void)
 enum { ITERS = 1 << 16 };
 
 /* Each kernel runs `reps` x ITERS iterations and returns the FLOPs done:
- * caps.c's probe loops (12 independent zmm FMAs or bf16 dot products per
- * iteration) and AMX tile products below. */
+ * caps.c's probe loops (12 independent zmm or ymm FMAs or zmm bf16 dot
+ * products per iteration) and AMX tile products below. */
 static double k_fma(long reps, float *sink)
 {
     return td_cpu_fma_loop(reps * ITERS, sink);
 }
 
-/* 12 independent ymm FMAs per iteration (8 lanes, 2 FLOPs each), in 12
- * named registers: an array of them the compiler keeps in memory. */
-__attribute__((target("avx2,fma"))) static double k_fma_ymm(long reps,
-                                                             float *sink)
+static double k_fma_ymm(long reps, float *sink)
 {
-    __m256 x = _mm256_set1_ps(1.0f + 1e-7f), y = _mm256_set1_ps(1e-7f);
-    __m256 a0 = _mm256_set1_ps(0), a1 = _mm256_set1_ps(1),
-           a2 = _mm256_set1_ps(2), a3 = _mm256_set1_ps(3),
-           a4 = _mm256_set1_ps(4), a5 = _mm256_set1_ps(5),
-           a6 = _mm256_set1_ps(6), a7 = _mm256_set1_ps(7),
-           a8 = _mm256_set1_ps(8), a9 = _mm256_set1_ps(9),
-           a10 = _mm256_set1_ps(10), a11 = _mm256_set1_ps(11);
-    long n = reps * ITERS;
-    for (long r = 0; r < n; r++) {
-        a0 = _mm256_fmadd_ps(a0, x, y);
-        a1 = _mm256_fmadd_ps(a1, x, y);
-        a2 = _mm256_fmadd_ps(a2, x, y);
-        a3 = _mm256_fmadd_ps(a3, x, y);
-        a4 = _mm256_fmadd_ps(a4, x, y);
-        a5 = _mm256_fmadd_ps(a5, x, y);
-        a6 = _mm256_fmadd_ps(a6, x, y);
-        a7 = _mm256_fmadd_ps(a7, x, y);
-        a8 = _mm256_fmadd_ps(a8, x, y);
-        a9 = _mm256_fmadd_ps(a9, x, y);
-        a10 = _mm256_fmadd_ps(a10, x, y);
-        a11 = _mm256_fmadd_ps(a11, x, y);
-    }
-    a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(
-        a2, a3)), _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_add_ps(a8, a9),
-                                         _mm256_add_ps(a10, a11)));
-    *sink += _mm256_cvtss_f32(a0);
-    return (double)n * 12 * 8 * 2;
+    return td_cpu_fma_loop_ymm(reps * ITERS, sink);
 }
 
 static double k_dpbf16(long reps, float *sink)

@@ -99,6 +99,26 @@ __attribute__((target("avx512f"))) double td_cpu_fma_loop(long iters,
     return (double)iters * 12 * 16 * 2;
 }
 
+#define TD__DECL8(i) __m256 c##i = _mm256_set1_ps((float)(i));
+#define TD__SUM8(i) s = _mm256_add_ps(s, c##i);
+
+__attribute__((target("avx2,fma"))) double td_cpu_fma_loop_ymm(long iters,
+                                                               float *sink)
+{
+    __m256 a = _mm256_set1_ps(1e-7f), s = _mm256_setzero_ps();
+    TD__ACC(TD__DECL8)
+#define TD__FMA8(i) c##i = _mm256_fmadd_ps(a, a, c##i);
+    for (long r = 0; r < iters; r++) {
+        TD__ACC(TD__FMA8)
+    }
+    TD__ACC(TD__SUM8)
+    float v[8];
+    _mm256_storeu_ps(v, s);
+    for (int i = 0; i < 8; i++)
+        *sink += v[i];
+    return (double)iters * 12 * 8 * 2;
+}
+
 __attribute__((target("avx512f,avx512bf16"))) double
 td_cpu_dot_loop(long iters, float *sink)
 {

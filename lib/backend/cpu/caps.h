@@ -36,8 +36,11 @@ typedef struct td_cpu_caps {
 
 /* The probe's loops, also bench_peak's: iters x 12 independent zmm
  * vfmadd231ps (needs AVX-512F), or vdpbf16ps (needs AVX512_BF16); each
- * returns the FLOPs it did and adds its result to *sink (keep it live). */
+ * returns the FLOPs it did and adds its result to *sink (keep it live).
+ * td_cpu_fma_loop_ymm: the same FMAs on ymm (needs AVX2 and FMA: the
+ * ceiling of a CPU without AVX-512, bench_peak's only). */
 double td_cpu_fma_loop(long iters, float *sink);
+double td_cpu_fma_loop_ymm(long iters, float *sink);
 double td_cpu_dot_loop(long iters, float *sink);
 
 /* The probe, run once; never NULL. */
