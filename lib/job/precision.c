@@ -136,6 +136,17 @@ int td_precision_resolve(enum td_precision want, const char *device,
     return TD_E_NOTSUP;
 }
 
+enum td_precision_advice td_precision_advice(const char *device,
+                                             enum td_dtype dt)
+{
+    if (dt != TD_F32)
+        return TD_ADVICE_IN_USE;
+    if (device && strncmp(device, "cuda", 4) == 0)
+        return TD_ADVICE_MIXED;
+    return td_cpu_caps_get()->bf16_auto ? TD_ADVICE_MIXED
+                                        : TD_ADVICE_NO_FASTER;
+}
+
 enum td_fp32_math td_precision_fp32_math(enum td_precision p)
 {
     return p == TD_PREC_TF32 ? TD_MATH_TF32

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "job/device.h"
 #include "job/spec.h"
+#include "obs/metrics.h"
 
 const char *td_precision_name(enum td_precision p);
 
@@ -27,6 +28,14 @@ const char *td_precision_name(enum td_precision p);
 int td_precision_resolve(enum td_precision want, const char *device,
                          const td_device_info *info, enum td_dtype *out,
                          char *err, size_t errcap);
+
+/* What a compute-bound job's advice may say about precision
+ * (obs/metrics.h): dt, the compute type the job got on device, is bf16 or
+ * fp16 already (in use); fp32 on a GPU (its tensor cores do bf16 and fp16)
+ * or on a CPU where auto picks bf16 (suggest it); else fp32 is the
+ * fastest there is (a CPU without bf16, or where bf16 runs slower). */
+enum td_precision_advice td_precision_advice(const char *device,
+                                             enum td_dtype dt);
 
 /* The backend's fp32 math for a job's precision (td_backend_config
  * fp32_math): tf32 -> TF32, auto -> AUTO (the CUDA backend picks by the

@@ -371,7 +371,10 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
                      r->model->param_count, r->model->classes, s->batch_size);
         goto fail;
     }
-    td_metrics_config mc = {warm, win, 8};
+    td_metrics_config mc = {
+        warm, win, 8,
+        td_precision_advice(r->o.device ? r->o.device : "cpu",
+                            tc.backend.dtype)};
     td_eta_init(&r->eta, all, tc.steps_per_epoch, s->epochs,
                 r->val ? td_pipeline_batches_per_epoch(r->val) : 0);
     if ((rc = td_metrics_create(&r->metrics, &mc))) {

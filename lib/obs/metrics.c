@@ -72,7 +72,8 @@ static const char *const td__advice[TD_VERDICT_COUNT][2] = {
          "synchronisation."},
     [TD_VERDICT_COMPUTE_BOUND] =
         {"The device is busy, as it should be: further speed needs a larger "
-         "batch, mixed precision, a faster model or a faster device.", NULL},
+         "batch, mixed precision (\"precision\": \"bf16\" in the job "
+         "spec), a faster model or a faster device.", NULL},
     [TD_VERDICT_UNATTRIBUTED_IDLE] =
         {"The device idles but neither input, checkpoints nor host overhead "
          "beyond the thresholds explain it: take a trace (trainctl trace) "
@@ -105,6 +106,20 @@ const char *td_verdict_advice(enum td_verdict v, enum td_severity s)
     if (s == TD_SEV_HIGH && td__advice[v][1])
         return td__advice[v][1];
     return td__advice[v][0];
+}
+
+const char *td_verdict_advice_for(enum td_verdict v, enum td_severity s,
+                                  enum td_precision_advice p)
+{
+    if (v != TD_VERDICT_COMPUTE_BOUND || p == TD_ADVICE_MIXED)
+        return td_verdict_advice(v, s);
+    return p == TD_ADVICE_IN_USE
+               ? "The device is busy, as it should be, in mixed precision "
+                 "already: further speed needs a larger batch, a faster "
+                 "model or a faster device."
+               : "The device is busy, as it should be: further speed needs "
+                 "a larger batch, a faster model or a faster device (it has "
+                 "no precision faster than fp32 for this job).";
 }
 
 /* ---- state -------------------------------------------------------------- */
@@ -155,7 +170,8 @@ int td_metrics_create(td_metrics **out, const td_metrics_config *cfg)
     if (!cfg)
         cfg = &def;
     if (cfg->window_steps < 1 || cfg->warmup_steps < 0 ||
-        cfg->max_device_lag < 0)
+        cfg->max_device_lag < 0 || (unsigned)cfg->precision >
+        TD_ADVICE_NO_FASTER)
         return -EINVAL;
     td_metrics *m = calloc(1, sizeof *m);
     if (!m)
@@ -354,7 +370,8 @@ static json_t *td__window_json(const td_metrics *m, const struct td__win *w,
         "severity", sev ? json_string(sev) : json_null(),
         "raw_verdict", td_verdict_name(raw),
         "raw_severity", rs ? json_string(rs) : json_null(),
-        "advice", td_verdict_advice(m->c.verdict, m->c.severity));
+        "advice", td_verdict_advice_for(m->c.verdict, m->c.severity,
+                                        m->cfg.precision));
 }
 
 static void td__close_window(td_metrics *m, struct td__win *w)

@@ -35,6 +35,15 @@ enum td_phase {
 };
 const char *td_phase_name(enum td_phase p);
 
+/* What compute_bound's advice says about precision. */
+enum td_precision_advice {
+    TD_ADVICE_MIXED = 0,   /* fp32 where the device has a faster precision:
+                              suggest it */
+    TD_ADVICE_IN_USE = 1,  /* the job computes in bf16 or fp16 already */
+    TD_ADVICE_NO_FASTER = 2, /* fp32, and nothing faster here (a CPU
+                                without bf16, or where bf16 is slower) */
+};
+
 enum td_verdict {
     TD_VERDICT_NONE = 0,          /* no window closed yet */
     TD_VERDICT_CHECKPOINT_STALL,
@@ -50,6 +59,10 @@ enum td_severity { TD_SEV_NONE = 0, TD_SEV_MODERATE, TD_SEV_HIGH };
 const char *td_verdict_name(enum td_verdict v);
 const char *td_severity_name(enum td_severity s); /* NULL for none */
 const char *td_verdict_advice(enum td_verdict v, enum td_severity s);
+/* The same, for a job whose precision is p: compute_bound's advice names
+ * mixed precision only where it would help (TD_ADVICE_MIXED). */
+const char *td_verdict_advice_for(enum td_verdict v, enum td_severity s,
+                                  enum td_precision_advice p);
 
 /* All verdict thresholds, in one place (metrics.c), ratios 0-1. */
 typedef struct td_metrics_thresholds {
@@ -82,8 +95,9 @@ typedef struct td_metrics_config {
     int warmup_steps;        /* default 20 (0 is allowed) */
     int window_steps;        /* default 100 */
     int max_device_lag;      /* default 8 steps */
+    enum td_precision_advice precision; /* default TD_ADVICE_MIXED */
 } td_metrics_config;
-#define TD_METRICS_CONFIG_DEFAULT {20, 100, 8}
+#define TD_METRICS_CONFIG_DEFAULT {20, 100, 8, TD_ADVICE_MIXED}
 
 /* Cumulative counters, every step included. */
 typedef struct td_metrics_counters {

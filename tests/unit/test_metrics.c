@@ -27,7 +27,7 @@ static td_step_times st(int64_t step, double total, double dw, double h2d,
 static td_metrics *mk(int warmup, int window, int lag)
 {
     td_metrics *m;
-    td_metrics_config cfg = {warmup, window, lag};
+    td_metrics_config cfg = {warmup, window, lag, TD_ADVICE_MIXED};
     ck_assert_int_eq(td_metrics_create(&m, &cfg), 0);
     return m;
 }
@@ -256,6 +256,46 @@ START_TEST(test_verdict_compute_bound)
 }
 END_TEST
 
+/* compute_bound's advice names mixed precision only where it would help:
+ * not for a job in bf16 or fp16 already, nor on a device where fp32 is
+ * the fastest precision (a CPU without bf16); other verdicts' advice does
+ * not depend on it. */
+START_TEST(test_compute_bound_advice_by_precision)
+{
+    const char *said[3];
+    for (int p = TD_ADVICE_MIXED; p <= TD_ADVICE_NO_FASTER; p++) {
+        td_metrics *m;
+        td_metrics_config cfg = {0, 10, 0, (enum td_precision_advice)p};
+        ck_assert_int_eq(td_metrics_create(&m, &cfg), 0);
+        for (int i = 0; i < 10; i++) {
+            td_step_times t = st(i, 100, 0, 0, 0, 0, 98);
+            td_metrics_step(m, &t);
+        }
+        json_t *w = td_metrics_window_json(m);
+        ck_assert_str_eq(jstr(w, "verdict"), "compute_bound");
+        said[p] = strdup(jstr(w, "advice"));
+        ck_assert_str_eq(said[p], td_verdict_advice_for(
+            TD_VERDICT_COMPUTE_BOUND, TD_SEV_NONE,
+            (enum td_precision_advice)p));
+        json_decref(w);
+        td_metrics_destroy(m);
+    }
+    ck_assert_ptr_nonnull(strstr(said[TD_ADVICE_MIXED], "mixed precision "
+                                 "(\"precision\": \"bf16\""));
+    ck_assert_ptr_nonnull(strstr(said[TD_ADVICE_IN_USE], "in mixed "
+                                 "precision already"));
+    ck_assert_ptr_null(strstr(said[TD_ADVICE_IN_USE], "bf16"));
+    ck_assert_ptr_nonnull(strstr(said[TD_ADVICE_NO_FASTER], "no precision "
+                                 "faster than fp32"));
+    ck_assert_ptr_null(strstr(said[TD_ADVICE_NO_FASTER], "mixed"));
+    for (int p = 0; p < 3; p++)
+        free((void *)said[p]);
+    ck_assert_str_eq(td_verdict_advice_for(TD_VERDICT_INPUT_BOUND,
+                                           TD_SEV_HIGH, TD_ADVICE_NO_FASTER),
+                     td_verdict_advice(TD_VERDICT_INPUT_BOUND, TD_SEV_HIGH));
+}
+END_TEST
+
 START_TEST(test_verdict_unattributed_idle)
 {
     /* 6% idle, 4% of it input wait (below 5%), 2% unexplained (below 3%) */
@@ -359,10 +399,13 @@ END_TEST
 START_TEST(test_errors)
 {
     td_metrics *m;
-    td_metrics_config bad = {20, 0, 8};
+    td_metrics_config bad = {20, 0, 8, TD_ADVICE_MIXED};
     ck_assert_int_eq(td_metrics_create(&m, &bad), -EINVAL);
     bad.window_steps = 10;
     bad.warmup_steps = -1;
+    ck_assert_int_eq(td_metrics_create(&m, &bad), -EINVAL);
+    bad.warmup_steps = 0;
+    bad.precision = (enum td_precision_advice)3;
     ck_assert_int_eq(td_metrics_create(&m, &bad), -EINVAL);
     m = mk(0, 10, 2);
     td_step_times t = st(5, 10, -1, 0, 0, 0, 1);
@@ -505,6 +548,7 @@ static Suite *metrics_suite(void)
     tcase_add_test(tc, test_verdict_h2d_bound);
     tcase_add_test(tc, test_verdict_host_bound);
     tcase_add_test(tc, test_verdict_compute_bound);
+    tcase_add_test(tc, test_compute_bound_advice_by_precision);
     tcase_add_test(tc, test_verdict_unattributed_idle);
     tcase_add_test(tc, test_verdict_undetermined_without_device_times);
     tcase_add_test(tc, test_hysteresis_two_windows);

@@ -145,6 +145,12 @@ START_TEST(test_refused_without_bf16)
     ck_assert_int_eq(td_precision_resolve(TD_PREC_AUTO, "cpu", NULL, &dt, err,
                                           sizeof err), 0);
     ck_assert_int_eq(dt, TD_F32);
+    /* a compute-bound fp32 job here is not told to try mixed precision;
+     * on a GPU it is, and a bf16 job is told it has it */
+    ck_assert_int_eq(td_precision_advice("cpu", TD_F32), TD_ADVICE_NO_FASTER);
+    ck_assert_int_eq(td_precision_advice("cuda:0", TD_F32), TD_ADVICE_MIXED);
+    ck_assert_int_eq(td_precision_advice("cuda", TD_F16), TD_ADVICE_IN_USE);
+    ck_assert_int_eq(td_precision_advice("cpu", TD_BF16), TD_ADVICE_IN_USE);
     /* the backend refuses too, rather than running an emulation */
     td_job_spec s;
     ck_assert_int_eq(parse("precision=bf16", &s, err, sizeof err), 0);
@@ -251,6 +257,9 @@ START_TEST(test_auto_dot_rate_override)
     }
     ck_assert_double_eq(k->dot_rate, strtod(rates[_i], NULL));
     ck_assert_int_eq(dt, _i == 1 ? TD_F32 : TD_BF16);
+    /* mixed precision is advised where auto would pick it */
+    ck_assert_int_eq(td_precision_advice("cpu", TD_F32),
+                     _i == 1 ? TD_ADVICE_NO_FASTER : TD_ADVICE_MIXED);
 }
 END_TEST
 
