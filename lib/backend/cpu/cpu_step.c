@@ -423,7 +423,7 @@ int td__conv_bwd_weights(td__cpu *be, int L)
         dy = c->bw_dy;
     }
     if (c->bw)
-        td_bwdw_run(c->bw, td__h(x), td__h(c->dy), td__f(c->dw),
+        td_bwdw_run(c->bw, td__h(x), td__h(dy), td__f(c->dw),
                     c->db ? td__f(c->db) : NULL);
     else
         TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
