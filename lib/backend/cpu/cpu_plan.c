@@ -92,6 +92,21 @@ const dnnl_memory_desc_t *td__q(const_dnnl_primitive_desc_t pd,
     return dnnl_primitive_desc_query_md(pd, what, index);
 }
 
+/* A reorder primitive from one layout to another; `what` names it in
+ * errors. */
+static int td__reorder_prim(td__cpu *be, const dnnl_memory_desc_t *from,
+                            const dnnl_memory_desc_t *to, dnnl_primitive_t *r,
+                            const char *what, const char *layer)
+{
+    dnnl_primitive_desc_t pd;
+    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, from, be->eng, to,
+             be->eng, NULL), what, layer);
+    dnnl_status_t st = dnnl_primitive_create(r, pd);
+    dnnl_primitive_desc_destroy(pd);
+    TD__DNNL(be, st, what, layer);
+    return 0;
+}
+
 /* If the primitive wants weights in another layout than `plain`, makes a
  * memory in its layout and a reorder between them (direction: plain to
  * primitive when to_prim, else back). */
@@ -106,16 +121,8 @@ int td__wlayout(td__cpu *be, const dnnl_memory_desc_t *want,
     int rc = td__mem(be, want, NULL, mem, layer);
     if (rc)
         return rc;
-    dnnl_primitive_desc_t pd;
-    const dnnl_memory_desc_t *src = to_prim ? have : want;
-    const dnnl_memory_desc_t *dst = to_prim ? want : have;
-    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, src, be->eng, dst,
-                                                    be->eng, NULL),
-             "weight reorder", layer);
-    dnnl_status_t st = dnnl_primitive_create(reorder, pd);
-    dnnl_primitive_desc_destroy(pd);
-    TD__DNNL(be, st, "weight reorder", layer);
-    return 0;
+    return td__reorder_prim(be, to_prim ? have : want, to_prim ? want : have,
+                            reorder, "weight reorder", layer);
 }
 
 /* Output memories of a root layer, with descriptor md. */
@@ -210,19 +217,6 @@ static int td__is_ref(const_dnnl_primitive_desc_t pd)
     return impl && strncmp(impl, "ref", 3) == 0;
 }
 
-static int td__reorder_prim(td__cpu *be, const dnnl_memory_desc_t *from,
-                            const dnnl_memory_desc_t *to, dnnl_primitive_t *r,
-                            const char *layer)
-{
-    dnnl_primitive_desc_t pd;
-    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, from, be->eng, to,
-             be->eng, NULL), "reorder", layer);
-    dnnl_status_t st = dnnl_primitive_create(r, pd);
-    dnnl_primitive_desc_destroy(pd);
-    TD__DNNL(be, st, "reorder", layer);
-    return 0;
-}
-
 /* A convolution whose backward weights got oneDNN's reference kernel in
  * the activations' layout asks again in channels-last, its source and
  * output gradient reordered into it each step.  fp32 on AVX2: a 1-channel
@@ -262,8 +256,10 @@ static int td__bwdw_nhwc(td__cpu *be, int L, const dnnl_memory_desc_t *src,
     c->bwd_w = p;
     if ((rc = td__mem(be, &xs, NULL, &c->bw_x, l->name)) ||
         (rc = td__mem(be, &ys, NULL, &c->bw_dy, l->name)) ||
-        (rc = td__reorder_prim(be, src, &xs, &c->r_bw_x, l->name)) ||
-        (rc = td__reorder_prim(be, &c->md, &ys, &c->r_bw_dy, l->name)))
+        (rc = td__reorder_prim(be, src, &xs, &c->r_bw_x, "reorder",
+                               l->name)) ||
+        (rc = td__reorder_prim(be, &c->md, &ys, &c->r_bw_dy, "reorder",
+                               l->name)))
         return rc;
     return 0;
 }
@@ -559,14 +555,8 @@ static int td__plan_add(td__cpu *be, int L)
         return rc;
     if (dnnl_memory_desc_equal(s0, s1))
         return 0;
-    dnnl_primitive_desc_t pd;
-    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, s0, be->eng, s1,
-                                                    be->eng, NULL),
-             "add gradient reorder", l->name);
-    dnnl_status_t st = dnnl_primitive_create(&c->r_src1, pd);
-    dnnl_primitive_desc_destroy(pd);
-    TD__DNNL(be, st, "add gradient reorder", l->name);
-    return 0;
+    return td__reorder_prim(be, s0, s1, &c->r_src1, "add gradient reorder",
+                            l->name);
 }
 
 static int td__plan_dropout(td__cpu *be, int L)
@@ -667,8 +657,6 @@ static int td__plan_logits(td__cpu *be)
     td__cl *c = &be->cl[be->cl[m->nlayers - 1].root];
     dnnl_dim_t d[4] = {be->batch, m->classes, 1, 1};
     dnnl_memory_desc_t plain;
-    dnnl_primitive_desc_t pd;
-    dnnl_status_t st;
     int rc;
     td__md(&plain, c->md.ndims, d, c->md.ndims == 2 ? dnnl_nc : dnnl_nchw);
     if (dnnl_memory_desc_equal(&plain, &c->md))
@@ -676,17 +664,11 @@ static int td__plan_logits(td__cpu *be)
     if ((rc = td__mem(be, &plain, NULL, &be->logits, "logits")) ||
         (rc = td__mem(be, &plain, NULL, &be->dlogits, "logits")))
         return rc;
-    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, &c->md, be->eng,
-             &plain, be->eng, NULL), "logits reorder", NULL);
-    st = dnnl_primitive_create(&be->r_logits, pd);
-    dnnl_primitive_desc_destroy(pd);
-    TD__DNNL(be, st, "logits reorder", NULL);
-    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, &plain, be->eng,
-             &c->md, be->eng, NULL), "logits reorder", NULL);
-    st = dnnl_primitive_create(&be->r_dlogits, pd);
-    dnnl_primitive_desc_destroy(pd);
-    TD__DNNL(be, st, "logits reorder", NULL);
-    return 0;
+    if ((rc = td__reorder_prim(be, &c->md, &plain, &be->r_logits,
+                               "logits reorder", NULL)))
+        return rc;
+    return td__reorder_prim(be, &plain, &c->md, &be->r_dlogits,
+                            "logits reorder", NULL);
 }
 
 /* One scratchpad buffer, viewed through each primitive's descriptor:
@@ -824,17 +806,12 @@ static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
 static int td__plan_input_reorder(td__cpu *be, const dnnl_dim_t *d)
 {
     dnnl_memory_desc_t plain;
-    dnnl_primitive_desc_t pd;
     td__md(&plain, 4, d, dnnl_nchw);
     int rc = td__mem(be, &plain, be->xin, &be->xin_m, "input");
     if (rc)
         return rc;
-    TD__DNNL(be, dnnl_reorder_primitive_desc_create(&pd, &plain, be->eng,
-             &be->cl[0].md, be->eng, NULL), "input reorder", NULL);
-    dnnl_status_t st = dnnl_primitive_create(&be->r_in, pd);
-    dnnl_primitive_desc_destroy(pd);
-    TD__DNNL(be, st, "input reorder", NULL);
-    return 0;
+    return td__reorder_prim(be, &plain, &be->cl[0].md, &be->r_in,
+                            "input reorder", NULL);
 }
 
 int td__cpu_plan(td__cpu *be)
