@@ -4,7 +4,7 @@
  * primitives for a model (once per shape); cpu_step.c runs them for a step
  * (cpu_dropout.c draws its dropout masks) and cpu.c implements the rest
  * of the td_backend_ops; cpu_kplan.c plans the hand-written convolution
- * kernels (cpu_bwdw.c, cpu_cfwd.c) where they apply.  Nothing outside
+ * kernels (cpu_bwdw.c, cpu_cfwd.c, cpu_wino.c) where they apply.  Nothing outside
  * lib/backend/cpu/ may include this header.
  *
  * Tensors: every layer output lives in one oneDNN memory (value) and one
@@ -96,6 +96,11 @@ typedef struct td__cl {
                                    only a reference kernel in the
                                    activations' layout (td__bwdw_nhwc) */
     dnnl_primitive_t r_bw_x, r_bw_dy; /* their reorders, run each step */
+    struct td_wino *wf;         /* fp32 3x3 convolution: cpu_wino.c's
+                                   forward and backward weights instead of
+                                   fwd and bwd_w */
+    struct td_wino *wbd;        /* its backward data on cpu_wino.c
+                                   (flipped weights) instead of bwd_d */
 } td__cl;
 
 typedef struct td__cpu {
@@ -262,6 +267,8 @@ static inline int td__run_at(const td__cpu *be, int L)
 int td__nhwc_dense(const dnnl_memory_desc_t *md);
 /* md is dense nChw16c bf16 (oneDNN's aBcd16b, no padded channels). */
 int td__blocked16_dense(const dnnl_memory_desc_t *md);
+/* md is dense nChw8c fp32 (aBcd8b, the layout of oneDNN's AVX2 kernels). */
+int td__blocked8_f32_dense(const dnnl_memory_desc_t *md);
 /* The layout cpu_bn.c's kernels read in this plan ("nhwc", or "nChw16c":
  * td__bn_hw), md is dense in it, and the rows per image they take: 0 in
  * nhwc. */
@@ -271,6 +278,7 @@ size_t td__bn_hw(const td__cpu *be, int L);
 int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
 int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
 int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
+int td__plan_wino(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
 void td__kplan_free(td__cl *c);
 
 /* cpu_wmap.c: one oneDNN reorder run now from src (described by from)

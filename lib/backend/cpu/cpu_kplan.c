@@ -1,10 +1,11 @@
 /* cpu_kplan.c - plans the CPU backend's hand-written convolution kernels
  * into a layer: cpu_bwdw.c's backward weights, cpu_cfwd.c's forward and
- * backward data (off unless TD_CPU_CFWD=1), each where the kernel
- * computes the layer exactly and the layouts are the dense ones it reads.
+ * backward data (off unless TD_CPU_CFWD=1), cpu_wino.c's fp32 Winograd
+ * passes, each where the kernel computes the layer exactly and the
+ * layouts are the dense ones it reads.
  *
  * Owns: the decision per layer (environment switches, the layouts' exact
- * check) and the kernels' plans in td__cl (bw, cf, cbd).
+ * check) and the kernels' plans in td__cl (bw, cf, cbd, wf, wbd).
  * Never does: the oneDNN primitives of the same layers (cpu_plan.c plans
  * them, and they stay the fallback), run anything per step.
  */
@@ -16,6 +17,7 @@
 #include "backend/cpu/cpu_bwdw.h"
 #include "backend/cpu/cpu_cfwd.h"
 #include "backend/cpu/cpu_int.h"
+#include "backend/cpu/cpu_wino.h"
 #include "base/log.h"
 
 /* Dense channels-last: [rows][C] with C contiguous (nhwc, or nc). */
@@ -31,22 +33,34 @@ int td__nhwc_dense(const dnnl_memory_desc_t *md)
                sizeof(uint16_t);
 }
 
-/* Dense nChw16c (oneDNN's aBcd16b): [n][c / 16][h][w][16] bf16, c a
- * multiple of 16 (no padded channels), nothing else blocked. */
-int td__blocked16_dense(const dnnl_memory_desc_t *md)
+/* Dense nChw<blk>c of type dt: [n][c / blk][h][w][blk], c a multiple of
+ * blk (no padded channels), nothing else blocked. */
+static int td__blocked_dense(const dnnl_memory_desc_t *md, int blk,
+                             dnnl_data_type_t dt)
 {
     const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
     if (md->format_kind != dnnl_blocked || md->ndims != 4 ||
-        md->data_type != dnnl_bf16 || md->offset0 != 0 ||
-        b->inner_nblks != 1 || b->inner_blks[0] != 16 ||
-        b->inner_idxs[0] != 1 || md->dims[1] % 16 != 0)
+        md->data_type != dt || md->offset0 != 0 ||
+        b->inner_nblks != 1 || b->inner_blks[0] != blk ||
+        b->inner_idxs[0] != 1 || md->dims[1] % blk != 0)
         return 0;
     for (int i = 0; i < 4; i++)
         if (md->padded_dims[i] != md->dims[i])
             return 0;
     dnnl_dim_t hw = md->dims[2] * md->dims[3];
-    return b->strides[3] == 16 && b->strides[2] == 16 * md->dims[3] &&
-           b->strides[1] == 16 * hw && b->strides[0] == md->dims[1] * hw;
+    return b->strides[3] == blk && b->strides[2] == blk * md->dims[3] &&
+           b->strides[1] == blk * hw && b->strides[0] == md->dims[1] * hw;
+}
+
+/* Dense nChw16c bf16 (oneDNN's aBcd16b). */
+int td__blocked16_dense(const dnnl_memory_desc_t *md)
+{
+    return td__blocked_dense(md, 16, dnnl_bf16);
+}
+
+int td__blocked8_f32_dense(const dnnl_memory_desc_t *md)
+{
+    return td__blocked_dense(md, 8, dnnl_f32);
 }
 
 const char *td__bn_layout(const td__cpu *be)
@@ -193,11 +207,48 @@ int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
     return 0;
 }
 
+/* cpu_wino.c for an fp32 3x3 stride-1 convolution in nChw8c (oneDNN's
+ * AVX2 layout) with at least TD__WINO_MIN input and output channels:
+ * its forward and backward weights, and its backward data where it has
+ * one.  TD_CPU_WINO=0 in the environment turns it off, TD_CPU_WINO=<c>
+ * sets the channel minimum (docs/compute.md has the measurements). */
+#define TD__WINO_MIN 16
+int td__plan_wino(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const char *e = getenv("TD_CPU_WINO");
+    int min = e ? atoi(e) : TD__WINO_MIN;
+    if (min <= 0 || ic < min || l->channels < min || td__is_bf16(be) ||
+        !td_wino_ok(l->kernel, l->stride, l->pad, ic, l->channels) ||
+        !td__blocked8_f32_dense(src) || !td__blocked8_f32_dense(&c->md))
+        return 0;
+    c->wf = td_wino_create(be->batch, l->out.h, l->out.w, ic, l->channels,
+                           be->threads);
+    if (!c->wf || (!c->no_dsrc &&
+                   !(c->wbd = td_wino_create(be->batch, l->out.h, l->out.w,
+                                             l->channels, ic,
+                                             be->threads)))) {
+        snprintf(be->base.err, sizeof be->base.err, "%s: out of memory for "
+                 "the Winograd convolution's buffers", l->name);
+        return -ENOMEM;
+    }
+    td_wino_weights(c->wf, td__mem_ptr(c->w));
+    if (c->wbd)
+        td_wino_weights_flip(c->wbd, td__mem_ptr(c->w));
+    td_debug("cpu backend: %s conv fwd, bwd weights%s: cpu_wino (F(2x2, "
+             "3x3), AVX2)", l->name, c->wbd ? ", bwd data" : "");
+    return 0;
+}
+
 void td__kplan_free(td__cl *c)
 {
     td_bwdw_destroy(c->bw);
     td_cfwd_destroy(c->cf);
     td_cfwd_destroy(c->cbd);
+    td_wino_destroy(c->wf);
+    td_wino_destroy(c->wbd);
     c->bw = NULL;
     c->cf = c->cbd = NULL;
+    c->wf = c->wbd = NULL;
 }

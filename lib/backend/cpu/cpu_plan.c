@@ -290,16 +290,18 @@ static int td__plan_conv(td__cpu *be, int L)
         (rc = td__output(be, L, td__q(c->pd[0], dnnl_query_dst_md, 0))) ||
         (rc = td__param_views(be, L, &wplain, bias)) ||
         (rc = td__plan_cfwd(be, L, src, ic)) ||
-        (rc = td__plan_cbd(be, L, src, ic)))
+        (rc = td__plan_cbd(be, L, src, ic)) ||
+        (rc = td__plan_wino(be, L, src, ic)))
         return rc;
-    /* cpu_cfwd.c's plans hold their own weights: the primitives they
-     * replace keep their descriptors but get no weight copy to refresh */
-    if (!c->cf &&
+    /* cpu_cfwd.c's and cpu_wino.c's plans hold their own weights: the
+     * primitives they replace keep their descriptors but get no weight
+     * copy to refresh */
+    if (!c->cf && !c->wf &&
         (rc = td__wlayout(be, td__q(c->pd[0], dnnl_query_weights_md, 0), c->w,
                           1, &c->w_f, &c->r_w_f, l->name)))
         return rc;
-    if (c->no_dsrc || c->cbd) {
-        /* no backward data, or cpu_cfwd.c's */
+    if (c->no_dsrc || c->cbd || c->wbd) {
+        /* no backward data, or cpu_cfwd.c's or cpu_wino.c's */
     } else if ((c->bdf = td__bwdd_ok(be, L))) {
         if ((rc = td__plan_conv_bdf(be, L, src)))
             return rc;
@@ -315,7 +317,7 @@ static int td__plan_conv(td__cpu *be, int L)
                               c->w, 1, &c->w_bd, &c->r_w_bd, l->name)))
             return rc;
     }
-    if ((rc = td__plan_bwdw(be, L, src, ic)) || c->bw)
+    if (c->wf || (rc = td__plan_bwdw(be, L, src, ic)) || c->bw)
         return rc;
     TD__DNNL(be, dnnl_convolution_backward_weights_desc_init(&d,
              dnnl_convolution_direct, src, &wgrad, bias, &c->md, st, pad, pad),

@@ -19,6 +19,7 @@
 #include "backend/cpu/cpu_bwdw.h"
 #include "backend/cpu/cpu_cfwd.h"
 #include "backend/cpu/cpu_int.h"
+#include "backend/cpu/cpu_wino.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "backend/cpu/caps.h"
@@ -57,6 +58,19 @@ static void td__cfwd_weights(td__cpu *be)
         }
 }
 
+/* cpu_wino.c's transformed weights of every layer from the fp32 masters
+ * (each call one parallel region). */
+static void td__wino_weights(td__cpu *be)
+{
+    for (int L = 1; L < be->base.model->nlayers; L++) {
+        const td__cl *c = &be->cl[L];
+        if (c->wf)
+            td_wino_weights(c->wf, td__f(c->w));
+        if (c->wbd)
+            td_wino_weights_flip(c->wbd, td__f(c->w));
+    }
+}
+
 /* Weights into the layouts the primitives use, after any change. */
 int td__refresh_weights(td__cpu *be)
 {
@@ -65,6 +79,7 @@ int td__refresh_weights(td__cpu *be)
         return 0;
     td__wmap_weights(be);
     td__cfwd_weights(be);
+    td__wino_weights(be);
     td__bwdd_flip(be);
     if ((rc = td__bd2_weights(be)))
         return rc;
@@ -177,6 +192,11 @@ static int td__forward_layer(td__cpu *be, int L, int train)
     case TD_L_DENSE:
         if (c->cf) {
             td_cfwd_run(c->cf, td__h(x), td__h(c->y),
+                        c->b ? td__f(c->b) : NULL);
+            break;
+        }
+        if (c->wf) {
+            td_wino_fwd(c->wf, td__f(x), td__f(c->y),
                         c->b ? td__f(c->b) : NULL);
             break;
         }
@@ -422,7 +442,10 @@ int td__conv_bwd_weights(td__cpu *be, int L)
         x = c->bw_x;
         dy = c->bw_dy;
     }
-    if (c->bw)
+    if (c->wf)
+        td_wino_bwdw(c->wf, td__f(x), td__f(dy), td__f(c->dw),
+                     c->db ? td__f(c->db) : NULL);
+    else if (c->bw)
         td_bwdw_run(c->bw, td__h(x), td__h(dy), td__f(c->dw),
                     c->db ? td__f(c->db) : NULL);
     else
@@ -441,6 +464,10 @@ int td__conv_bwd_data(td__cpu *be, int L, dnnl_memory_t t)
     td__cl *c = &be->cl[L];
     if (c->cbd) { /* cpu_cfwd.c: dy -> dx, flipped weights */
         td_cfwd_run(c->cbd, td__h(c->dy), td__h(t), NULL);
+        return 0;
+    }
+    if (c->wbd) { /* cpu_wino.c: dy -> dx, flipped weights */
+        td_wino_fwd(c->wbd, td__f(c->dy), td__f(t), NULL);
         return 0;
     }
     if (c->bd2) /* cpu_bwdd2.c: four stride-1 phases dy -> dx */

@@ -1,0 +1,523 @@
+/* cpu_wino.c - fp32 3x3 convolutions by Winograd F(2x2, 3x3) on AVX2 + FMA
+ * in nChw8c (cpu_wino.h for what it computes and why).
+ *
+ * Owns: the transforms and the matrix products, the blocking and the
+ * threads.  A block is up to tb tiles (a multiple of 6, sized so that its
+ * transformed input V [16][tb][ic] and products M [16][tb][oc] stay in a
+ * thread's L2), numbered across the whole batch; per block a thread
+ * transforms the input patches (one ymm = the 8 channels of one pixel),
+ * runs the 16 products (6 tiles x 16 output channels in 12 accumulators,
+ * the input broadcast), and transforms the products back into the
+ * output.  The weight gradient's products accumulate per group of tiles
+ * in the group's own [16][oc][ic] sums (4 output channels x 16 input
+ * channels per 8 accumulators), reduced in group order at the end.
+ * Never does: decide where it is used (cpu_kplan.c), anything with oneDNN.
+ */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_wino.h"
+
+#define TD__IN static inline __attribute__((always_inline, target("avx2,fma")))
+#define TD__AVX static __attribute__((target("avx2,fma")))
+
+enum {
+    TD__GROUPS = 8,            /* fixed groups of the weight gradient */
+    TD__BLOCK_BYTES = 160 << 10 /* V and M of one block */
+};
+
+struct td_wino {
+    int n, h, w, ic, oc, threads;
+    int th, tw;     /* tiles per image: rows, columns */
+    long tiles;     /* n * th * tw */
+    int tb;         /* tiles per block */
+    float *u;       /* [16][ic][oc] transformed weights */
+    float *scr;     /* per thread: V [16][tb][ic], M [16][tb][oc] */
+    size_t scr_per; /* floats per thread */
+    float *part;    /* [TD__GROUPS][16][oc][ic] then [TD__GROUPS][oc] */
+};
+
+int td_wino_cpu(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+int td_wino_ok(int k, int stride, int pad, int ic, int oc)
+{
+    return k == 3 && stride == 1 && pad == 1 && ic > 0 && oc > 0 &&
+           ic % 16 == 0 && oc % 16 == 0 && td_wino_cpu();
+}
+
+static void *td__alloc(size_t floats)
+{
+    size_t b = (floats * sizeof(float) + 63) / 64 * 64;
+    return aligned_alloc(64, b ? b : 64);
+}
+
+td_wino *td_wino_create(int n, int h, int w, int ic, int oc, int threads)
+{
+    if (n < 1 || h < 1 || w < 1 || threads < 1 ||
+        !td_wino_ok(3, 1, 1, ic, oc))
+        return NULL;
+    td_wino *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    *p = (td_wino){.n = n, .h = h, .w = w, .ic = ic, .oc = oc,
+                   .threads = threads, .th = (h + 1) / 2, .tw = (w + 1) / 2};
+    p->tiles = (long)n * p->th * p->tw;
+    long tb = TD__BLOCK_BYTES / (16 * (long)sizeof(float) * (ic + oc));
+    long need = (p->tiles + 5) / 6 * 6;
+    tb = tb / 6 * 6;
+    tb = tb < 6 ? 6 : tb > 120 ? 120 : tb;
+    p->tb = (int)(tb < need ? tb : need);
+    p->scr_per = (size_t)16 * p->tb * (size_t)(ic + oc);
+    p->u = td__alloc((size_t)16 * ic * oc);
+    p->scr = td__alloc(p->scr_per * (size_t)threads);
+    p->part = td__alloc((size_t)TD__GROUPS * (16 * (size_t)ic + 1) * oc);
+    if (!p->u || !p->scr || !p->part) {
+        td_wino_destroy(p);
+        return NULL;
+    }
+    return p;
+}
+
+void td_wino_destroy(td_wino *p)
+{
+    if (!p)
+        return;
+    free(p->u);
+    free(p->scr);
+    free(p->part);
+    free(p);
+}
+
+/* ---- weights -------------------------------------------------------- */
+
+/* u = G g G^T, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]. */
+static void td__ggt(const float g[9], float u[16])
+{
+    float t[4][3];
+#pragma GCC unroll 16
+    for (int j = 0; j < 3; j++) {
+        t[0][j] = g[j];
+        t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+        t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+        t[3][j] = g[6 + j];
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < 4; r++) {
+        u[r * 4 + 0] = t[r][0];
+        u[r * 4 + 1] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
+        u[r * 4 + 2] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
+        u[r * 4 + 3] = t[r][2];
+    }
+}
+
+static void td__weights(td_wino *p, const float *w, int flip)
+{
+    int C = p->ic, K = p->oc;
+    size_t plane = (size_t)C * K;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < K; k++)
+        for (int c = 0; c < C; c++) {
+            const float *s = flip ? w + ((size_t)c * K + k) * 9
+                                  : w + ((size_t)k * C + c) * 9;
+            float g[9], u[16];
+#pragma GCC unroll 16
+            for (int j = 0; j < 9; j++)
+                g[j] = s[flip ? 8 - j : j];
+            td__ggt(g, u);
+            for (int x = 0; x < 16; x++)
+                p->u[x * plane + (size_t)c * K + k] = u[x];
+        }
+}
+
+void td_wino_weights(td_wino *p, const float *w) { td__weights(p, w, 0); }
+
+void td_wino_weights_flip(td_wino *p, const float *w)
+{
+    td__weights(p, w, 1);
+}
+
+/* ---- transforms ------------------------------------------------------ */
+
+/* The 4x4 patch at (y0, x0) of one 8-channel plane [h][w][8], zero
+ * outside. */
+TD__IN void td__patch(const float *pl, int H, int W, int y0, int x0,
+                      __m256 d[16])
+{
+    if (y0 >= 0 && y0 + 4 <= H && x0 >= 0 && x0 + 4 <= W) {
+#pragma GCC unroll 16
+        for (int r = 0; r < 4; r++)
+#pragma GCC unroll 16
+            for (int c = 0; c < 4; c++)
+                d[r * 4 + c] =
+                    _mm256_loadu_ps(pl + ((size_t)(y0 + r) * W + x0 + c) * 8);
+        return;
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 16
+        for (int c = 0; c < 4; c++) {
+            int y = y0 + r, x = x0 + c;
+            d[r * 4 + c] = y >= 0 && y < H && x >= 0 && x < W
+                               ? _mm256_loadu_ps(pl + ((size_t)y * W + x) * 8)
+                               : _mm256_setzero_ps();
+        }
+}
+
+/* v = B^T d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. */
+TD__IN void td__bt(const __m256 d[16], __m256 v[16])
+{
+    __m256 t[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm256_sub_ps(d[j], d[8 + j]);
+        t[4 + j] = _mm256_add_ps(d[4 + j], d[8 + j]);
+        t[8 + j] = _mm256_sub_ps(d[8 + j], d[4 + j]);
+        t[12 + j] = _mm256_sub_ps(d[4 + j], d[12 + j]);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r += 4) {
+        v[r] = _mm256_sub_ps(t[r], t[r + 2]);
+        v[r + 1] = _mm256_add_ps(t[r + 1], t[r + 2]);
+        v[r + 2] = _mm256_sub_ps(t[r + 2], t[r + 1]);
+        v[r + 3] = _mm256_sub_ps(t[r + 1], t[r + 3]);
+    }
+}
+
+/* The 2x2 outputs A^T m A, A^T = [1 1 1 0; 0 1 -1 -1]: o[0] (0, 0),
+ * o[1] (0, 1), o[2] (1, 0), o[3] (1, 1). */
+TD__IN void td__at(const __m256 m[16], __m256 o[4])
+{
+    __m256 s0[4], s1[4];
+#pragma GCC unroll 16
+    for (int j = 0; j < 4; j++) {
+        s0[j] = _mm256_add_ps(_mm256_add_ps(m[j], m[4 + j]), m[8 + j]);
+        s1[j] = _mm256_sub_ps(_mm256_sub_ps(m[4 + j], m[8 + j]), m[12 + j]);
+    }
+    o[0] = _mm256_add_ps(_mm256_add_ps(s0[0], s0[1]), s0[2]);
+    o[1] = _mm256_sub_ps(_mm256_sub_ps(s0[1], s0[2]), s0[3]);
+    o[2] = _mm256_add_ps(_mm256_add_ps(s1[0], s1[1]), s1[2]);
+    o[3] = _mm256_sub_ps(_mm256_sub_ps(s1[1], s1[2]), s1[3]);
+}
+
+/* m = A e A^T for the 2x2 output gradient e (as td__at's o), A = [1 0;
+ * 1 1; 1 -1; 0 -1]. */
+TD__IN void td__a_dy(const __m256 e[4], __m256 m[16])
+{
+    __m256 z = _mm256_setzero_ps(), r[4][2];
+#pragma GCC unroll 16
+    for (int j = 0; j < 2; j++) {
+        r[0][j] = e[j];
+        r[1][j] = _mm256_add_ps(e[j], e[2 + j]);
+        r[2][j] = _mm256_sub_ps(e[j], e[2 + j]);
+        r[3][j] = _mm256_sub_ps(z, e[2 + j]);
+    }
+#pragma GCC unroll 16
+    for (int q = 0; q < 4; q++) {
+        m[q * 4] = r[q][0];
+        m[q * 4 + 1] = _mm256_add_ps(r[q][0], r[q][1]);
+        m[q * 4 + 2] = _mm256_sub_ps(r[q][0], r[q][1]);
+        m[q * 4 + 3] = _mm256_sub_ps(z, r[q][1]);
+    }
+}
+
+/* Tiles g0 .. g0 + cnt - 1 of the batch: per tile its sample and the
+ * top-left output position. */
+typedef struct td__tiles {
+    int n[120], y[120], x[120];
+} td__tiles;
+
+static void td__coords(const td_wino *p, long g0, int cnt, td__tiles *t)
+{
+    long per = (long)p->th * p->tw, r = g0 % per;
+    int n = (int)(g0 / per), ty = (int)(r / p->tw), tx = (int)(r % p->tw);
+    for (int i = 0; i < cnt; i++) {
+        t->n[i] = n;
+        t->y[i] = 2 * ty;
+        t->x[i] = 2 * tx;
+        if (++tx == p->tw) {
+            tx = 0;
+            if (++ty == p->th) {
+                ty = 0;
+                n++;
+            }
+        }
+    }
+}
+
+/* V [16][tb][C] of tiles g0 .. g0 + cnt - 1 of x (C channels), rows cnt
+ * up to the next multiple of 6 zeroed. */
+TD__AVX void td__input(const td_wino *p, const td__tiles *t,
+                       const float *x, int C, int cnt, float *V)
+{
+    size_t plane = (size_t)p->h * p->w * 8, xs = (size_t)p->tb * C;
+    for (int i = 0; i < cnt; i++) /* a tile's row of V at a time */
+        for (int cb = 0; cb < C / 8; cb++) {
+            __m256 d[16], v[16];
+            td__patch(x + ((size_t)t->n[i] * (C / 8) + cb) * plane, p->h,
+                      p->w, t->y[i] - 1, t->x[i] - 1, d);
+            td__bt(d, v);
+            float *o = V + (size_t)i * C + (size_t)cb * 8;
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++)
+                _mm256_store_ps(o + k * xs, v[k]);
+        }
+    for (int i = cnt; i % 6; i++)
+        for (int k = 0; k < 16; k++)
+            memset(V + k * xs + (size_t)i * C, 0, (size_t)C * sizeof(float));
+}
+
+/* ---- forward --------------------------------------------------------- */
+
+/* M [rows][K] = V [rows][C] . U [C][K], rows a multiple of 6. */
+TD__IN void td__gemm(const float *V, const float *U, float *M, int rows,
+                     int C, int K)
+{
+    for (int k0 = 0; k0 < K; k0 += 16)
+        for (int i0 = 0; i0 < rows; i0 += 6) {
+            __m256 a[6][2];
+#pragma GCC unroll 6
+            for (int r = 0; r < 6; r++)
+                a[r][0] = a[r][1] = _mm256_setzero_ps();
+            const float *v = V + (size_t)i0 * C, *u = U + k0;
+            for (int c = 0; c < C; c++, u += K) {
+                __m256 u0 = _mm256_load_ps(u), u1 = _mm256_load_ps(u + 8);
+#pragma GCC unroll 6
+                for (int r = 0; r < 6; r++) {
+                    __m256 b = _mm256_broadcast_ss(v + (size_t)r * C + c);
+                    a[r][0] = _mm256_fmadd_ps(b, u0, a[r][0]);
+                    a[r][1] = _mm256_fmadd_ps(b, u1, a[r][1]);
+                }
+            }
+            float *m = M + (size_t)i0 * K + k0;
+#pragma GCC unroll 6
+            for (int r = 0; r < 6; r++) {
+                _mm256_store_ps(m + (size_t)r * K, a[r][0]);
+                _mm256_store_ps(m + (size_t)r * K + 8, a[r][1]);
+            }
+        }
+}
+
+TD__AVX void td__fwd_block(const td_wino *p, const float *x, float *y,
+                           const float *bias, long g0, int cnt, float *V,
+                           float *M)
+{
+    int C = p->ic, K = p->oc, tb = p->tb, rows = (cnt + 5) / 6 * 6;
+    size_t plane = (size_t)p->h * p->w * 8, ms = (size_t)tb * K;
+    td__tiles t;
+    td__coords(p, g0, cnt, &t);
+    td__input(p, &t, x, C, cnt, V);
+    for (int k = 0; k < 16; k++)
+        td__gemm(V + (size_t)k * tb * C, p->u + (size_t)k * C * K,
+                 M + k * ms, rows, C, K);
+    for (int i = 0; i < cnt; i++)
+        for (int kb = 0; kb < K / 8; kb++) {
+            int n = t.n[i], y0 = t.y[i], x0 = t.x[i];
+            __m256 m[16], o[4];
+            const float *s = M + (size_t)i * K + (size_t)kb * 8;
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++)
+                m[k] = _mm256_load_ps(s + k * ms);
+            td__at(m, o);
+            __m256 b = bias ? _mm256_loadu_ps(bias + kb * 8)
+                            : _mm256_setzero_ps();
+            float *pl = y + ((size_t)n * (K / 8) + kb) * plane;
+#pragma GCC unroll 16
+            for (int q = 0; q < 4; q++) {
+                int yy = y0 + q / 2, xx = x0 + q % 2;
+                if (yy < p->h && xx < p->w)
+                    _mm256_storeu_ps(pl + ((size_t)yy * p->w + xx) * 8,
+                                     _mm256_add_ps(o[q], b));
+            }
+        }
+}
+
+static int td__nthreads(const td_wino *p, int cap)
+{
+    int nt = omp_get_max_threads();
+    if (nt > p->threads)
+        nt = p->threads;
+    return nt > cap ? cap : nt < 1 ? 1 : nt;
+}
+
+void td_wino_fwd(td_wino *p, const float *x, float *y, const float *bias)
+{
+    long nb = (p->tiles + p->tb - 1) / p->tb;
+    int nt = td__nthreads(p, nb > 64 ? 64 : (int)nb);
+#pragma omp parallel num_threads(nt)
+    {
+        int me = omp_get_thread_num(), all = omp_get_num_threads();
+        float *V = p->scr + (size_t)me * p->scr_per;
+        float *M = V + (size_t)16 * p->tb * p->ic;
+        for (long b = nb * me / all; b < nb * (me + 1) / all; b++) {
+            long g0 = b * p->tb;
+            long cnt = p->tiles - g0 < p->tb ? p->tiles - g0 : p->tb;
+            td__fwd_block(p, x, y, bias, g0, (int)cnt, V, M);
+        }
+    }
+}
+
+/* ---- backward weights ------------------------------------------------ */
+
+/* D [16][tb][K] = A e A^T of the output gradient's tiles, rows cnt up to
+ * the next multiple of 6 zeroed; db[K] += the gradient's sum. */
+TD__AVX void td__dy(const td_wino *p, const td__tiles *t, const float *dy,
+                    int cnt, float *D, float *db)
+{
+    int K = p->oc;
+    size_t plane = (size_t)p->h * p->w * 8, ds = (size_t)p->tb * K;
+    for (int i = 0; i < cnt; i++)
+        for (int kb = 0; kb < K / 8; kb++) {
+            int y0 = t->y[i], x0 = t->x[i];
+            const float *pl = dy + ((size_t)t->n[i] * (K / 8) + kb) * plane;
+            __m256 e[4], m[16];
+#pragma GCC unroll 16
+            for (int q = 0; q < 4; q++) {
+                int yy = y0 + q / 2, xx = x0 + q % 2;
+                e[q] = yy < p->h && xx < p->w
+                           ? _mm256_loadu_ps(pl +
+                                             ((size_t)yy * p->w + xx) * 8)
+                           : _mm256_setzero_ps();
+            }
+            __m256 s = _mm256_add_ps(_mm256_add_ps(e[0], e[1]),
+                                     _mm256_add_ps(e[2], e[3]));
+            _mm256_storeu_ps(db + kb * 8,
+                             _mm256_add_ps(_mm256_loadu_ps(db + kb * 8), s));
+            td__a_dy(e, m);
+            float *o = D + (size_t)i * K + (size_t)kb * 8;
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++)
+                _mm256_store_ps(o + k * ds, m[k]);
+        }
+    for (int i = cnt; i % 6; i++)
+        for (int k = 0; k < 16; k++)
+            memset(D + k * ds + (size_t)i * K, 0, (size_t)K * sizeof(float));
+}
+
+/* P [K][C] += D^T [K][rows] . V [rows][C] for output channels k0 ..
+ * k0 + R - 1 and input channels c0 .. c0 + 15. */
+TD__IN void td__gw_rows(const float *D, const float *V, float *P, int rows,
+                        int C, int K, int k0, int c0, const int R)
+{
+    __m256 a[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        a[r][0] = _mm256_load_ps(P + (size_t)(k0 + r) * C + c0);
+        a[r][1] = _mm256_load_ps(P + (size_t)(k0 + r) * C + c0 + 8);
+    }
+    const float *v = V + c0, *d = D + k0;
+    for (int t = 0; t < rows; t++, v += C, d += K) {
+        __m256 v0 = _mm256_load_ps(v), v1 = _mm256_load_ps(v + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            __m256 b = _mm256_broadcast_ss(d + r);
+            a[r][0] = _mm256_fmadd_ps(b, v0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(b, v1, a[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        _mm256_store_ps(P + (size_t)(k0 + r) * C + c0, a[r][0]);
+        _mm256_store_ps(P + (size_t)(k0 + r) * C + c0 + 8, a[r][1]);
+    }
+}
+
+TD__AVX void td__gw(const float *D, const float *V, float *P, int rows,
+                    int C, int K)
+{
+    for (int c0 = 0; c0 < C; c0 += 16) {
+        int k0 = 0;
+        for (; k0 + 6 <= K; k0 += 6)
+            td__gw_rows(D, V, P, rows, C, K, k0, c0, 6);
+        if (K - k0 == 4)
+            td__gw_rows(D, V, P, rows, C, K, k0, c0, 4);
+        else if (K - k0 == 2)
+            td__gw_rows(D, V, P, rows, C, K, k0, c0, 2);
+    }
+}
+
+/* Group g's sums: its part [16][K][C] and db [K] over its tiles. */
+static void td__group(td_wino *p, const float *x, const float *dy, int g,
+                      float *V, float *D)
+{
+    int C = p->ic, K = p->oc, tb = p->tb;
+    size_t ps = (size_t)K * C;
+    float *P = p->part + (size_t)g * 16 * ps;
+    float *db = p->part + (size_t)TD__GROUPS * 16 * ps + (size_t)g * K;
+    memset(P, 0, 16 * ps * sizeof(float));
+    memset(db, 0, (size_t)K * sizeof(float));
+    long t0 = p->tiles * g / TD__GROUPS, t1 = p->tiles * (g + 1) / TD__GROUPS;
+    for (long g0 = t0; g0 < t1; g0 += tb) {
+        int cnt = (int)(t1 - g0 < tb ? t1 - g0 : tb);
+        td__tiles t;
+        td__coords(p, g0, cnt, &t);
+        td__input(p, &t, x, C, cnt, V);
+        td__dy(p, &t, dy, cnt, D, db);
+        for (int k = 0; k < 16; k++)
+            td__gw(D + (size_t)k * tb * K, V + (size_t)k * tb * C,
+                   P + k * ps, cnt, C, K);
+    }
+}
+
+/* g = G^T u G (3x3 from 4x4), G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0;
+ * 0 1/2 1/2 1]. */
+static void td__gtug(const float u[16], float g[9])
+{
+    float q[3][4];
+#pragma GCC unroll 16
+    for (int j = 0; j < 4; j++) {
+        q[0][j] = u[j] + 0.5f * (u[4 + j] + u[8 + j]);
+        q[1][j] = 0.5f * (u[4 + j] - u[8 + j]);
+        q[2][j] = 0.5f * (u[4 + j] + u[8 + j]) + u[12 + j];
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < 3; r++) {
+        g[r * 3] = q[r][0] + 0.5f * (q[r][1] + q[r][2]);
+        g[r * 3 + 1] = 0.5f * (q[r][1] - q[r][2]);
+        g[r * 3 + 2] = 0.5f * (q[r][1] + q[r][2]) + q[r][3];
+    }
+}
+
+void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
+                  float *db)
+{
+    int C = p->ic, K = p->oc;
+    size_t ps = (size_t)K * C;
+    int nt = td__nthreads(p, TD__GROUPS);
+#pragma omp parallel num_threads(nt)
+    {
+        int me = omp_get_thread_num(), all = omp_get_num_threads();
+        float *V = p->scr + (size_t)me * p->scr_per;
+        float *D = V + (size_t)16 * p->tb * C;
+        for (int g = me; g < TD__GROUPS; g += all)
+            td__group(p, x, dy, g, V, D);
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (long kc = 0; kc < (long)ps; kc++) {
+            float u[16];
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) {
+                float s = 0;
+                for (int g = 0; g < TD__GROUPS; g++)
+                    s += p->part[((size_t)g * 16 + k) * ps + kc];
+                u[k] = s;
+            }
+            td__gtug(u, dw + kc * 9);
+        }
+    }
+    if (db) {
+        const float *b = p->part + (size_t)TD__GROUPS * 16 * ps;
+        for (int k = 0; k < K; k++) {
+            float s = 0;
+            for (int g = 0; g < TD__GROUPS; g++)
+                s += b[(size_t)g * K + k];
+            db[k] = s;
+        }
+    }
+}

@@ -1,0 +1,260 @@
+/* test_wino.c - the CPU backend's fp32 Winograd F(2x2, 3x3) convolutions
+ * (lib/backend/cpu/cpu_wino.c) against an fp64 direct convolution on
+ * random nChw8c data: forward (with and without a bias), backward data
+ * (the plan of the swapped channels with the flipped weights) and
+ * backward weights with the bias gradient, on resnet20's three stages
+ * (16, 32, 64 channels on 32x32, 16x16, 8x8), fmnist-cnn's 28x28 and
+ * 14x14, unequal channel counts (16 -> 48, 48 -> 16), odd and tiny image
+ * sizes (7x5, 9x11, 1x1, 2x3) and a batch whose tiles end mid-block;
+ * bitwise equal results on one and two threads.  Skipped where the CPU has
+ * no AVX2 + FMA.
+ *
+ * Error bound: each result is a sum of products; the transforms add a
+ * few terms with coefficients 0, +-1, +-1/2 before and after the products,
+ * so the error is a small multiple of fp32's 2^-24 times the sum of the
+ * terms' magnitudes (m below): held to 2e-6 m (measured: up to 2.3e-7 m).
+ * A wrong tap, channel or tile is off by about one term (>= 1e-3 m here).
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_wino.h"
+#include "philox.h"
+#include "tdtest.h"
+
+typedef struct shape {
+    int n, h, w, ic, oc, bias;
+} shape;
+
+static const shape shapes[] = {
+    {3, 32, 32, 16, 16, 0}, {4, 16, 16, 32, 32, 1}, {5, 8, 8, 64, 64, 0},
+    {2, 28, 28, 32, 32, 1}, {2, 14, 14, 32, 64, 0}, {3, 7, 5, 16, 48, 1},
+    {2, 9, 11, 48, 16, 0},  {4, 1, 1, 16, 32, 1},   {3, 2, 3, 32, 16, 0},
+    {37, 4, 4, 16, 16, 1},
+};
+
+#define TOL 2e-6
+
+static float *rnd(size_t n, uint64_t stream)
+{
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(2 * td_rng_uniform(17, stream, i) - 1);
+    return v;
+}
+
+/* Element (n, c, y, x) of an nChw8c tensor of C channels, h x w. */
+static size_t at(int C, int h, int w, int n, int c, int y, int x)
+{
+    return ((((size_t)n * (C / 8) + c / 8) * h + y) * w + x) * 8 + c % 8;
+}
+
+/* Direct fp64 forward of x (ic) into o (oc) at one output element, and
+ * the sum of the terms' magnitudes in *m. */
+static double ref_fwd(const shape *s, const float *x, const float *w,
+                      int ic, int oc, int flip, int n, int o, int i, int j,
+                      double *m)
+{
+    double a = 0;
+    *m = 0;
+    for (int kh = 0; kh < 3; kh++)
+        for (int kw = 0; kw < 3; kw++) {
+            int yi = i + kh - 1, xj = j + kw - 1;
+            if (yi < 0 || yi >= s->h || xj < 0 || xj >= s->w)
+                continue;
+            for (int c = 0; c < ic; c++) {
+                /* flip: w is [ic][oc][3][3] of the forward convolution
+                 * whose backward data this is */
+                float wv = flip ? w[(((size_t)c * oc + o) * 3 + 2 - kh) * 3 +
+                                    2 - kw]
+                                : w[(((size_t)o * ic + c) * 3 + kh) * 3 + kw];
+                double t = (double)wv * x[at(ic, s->h, s->w, n, c, yi, xj)];
+                a += t;
+                *m += fabs(t);
+            }
+        }
+    return a;
+}
+
+static void check_conv(const shape *s, const float *x, const float *w,
+                       const float *bias, const float *y, int ic, int oc,
+                       int flip, const char *what)
+{
+    for (int n = 0; n < s->n; n++)
+        for (int o = 0; o < oc; o++)
+            for (int i = 0; i < s->h; i++)
+                for (int j = 0; j < s->w; j++) {
+                    double m, a = ref_fwd(s, x, w, ic, oc, flip, n, o, i, j,
+                                          &m);
+                    if (bias) {
+                        a += bias[o];
+                        m += fabs(bias[o]);
+                    }
+                    float got = y[at(oc, s->h, s->w, n, o, i, j)];
+                    ck_assert_msg(fabs(got - a) <= TOL * m + 1e-30,
+                                  "%s %dx%d %d->%d: [%d][%d][%d][%d] %.9g, "
+                                  "want %.9g (m %g)",
+                                  what, s->h, s->w, s->ic, s->oc, n, o, i, j,
+                                  got, a, m);
+                }
+}
+
+START_TEST(test_forward_matches_direct)
+{
+    const shape *s = &shapes[_i];
+    size_t nx = (size_t)s->n * s->ic * s->h * s->w;
+    size_t ny = (size_t)s->n * s->oc * s->h * s->w;
+    float *x = rnd(nx, 1 + (uint64_t)_i), *w = rnd((size_t)s->oc * s->ic * 9,
+                                                    40 + (uint64_t)_i);
+    float *bias = rnd((size_t)s->oc, 80 + (uint64_t)_i);
+    float *y = malloc(ny * sizeof *y);
+    td_wino *p = td_wino_create(s->n, s->h, s->w, s->ic, s->oc, 2);
+    ck_assert_ptr_nonnull(p);
+    td_wino_weights(p, w);
+    td_wino_fwd(p, x, y, s->bias ? bias : NULL);
+    check_conv(s, x, w, s->bias ? bias : NULL, y, s->ic, s->oc, 0, "fwd");
+    td_wino_destroy(p);
+    free(x), free(w), free(bias), free(y);
+}
+END_TEST
+
+START_TEST(test_backward_data_matches_direct)
+{
+    const shape *s = &shapes[_i];
+    size_t nx = (size_t)s->n * s->ic * s->h * s->w;
+    size_t ny = (size_t)s->n * s->oc * s->h * s->w;
+    float *dy = rnd(ny, 100 + (uint64_t)_i);
+    float *w = rnd((size_t)s->oc * s->ic * 9, 140 + (uint64_t)_i);
+    float *dx = malloc(nx * sizeof *dx);
+    /* dx[c] = sum over o, taps of w[o][c][kh][kw] dy[o] at the mirrored
+     * position: the forward of dy with w flipped, channels swapped */
+    td_wino *p = td_wino_create(s->n, s->h, s->w, s->oc, s->ic, 1);
+    ck_assert_ptr_nonnull(p);
+    td_wino_weights_flip(p, w);
+    td_wino_fwd(p, dy, dx, NULL);
+    check_conv(s, dy, w, NULL, dx, s->oc, s->ic, 1, "bwd data");
+    td_wino_destroy(p);
+    free(dy), free(w), free(dx);
+}
+END_TEST
+
+START_TEST(test_backward_weights_matches_direct)
+{
+    const shape *s = &shapes[_i];
+    size_t nx = (size_t)s->n * s->ic * s->h * s->w;
+    size_t ny = (size_t)s->n * s->oc * s->h * s->w;
+    size_t nw = (size_t)s->oc * s->ic * 9;
+    float *x = rnd(nx, 200 + (uint64_t)_i), *dy = rnd(ny, 240 + (uint64_t)_i);
+    float *dw = malloc(nw * sizeof *dw), *db = malloc(s->oc * sizeof *db);
+    td_wino *p = td_wino_create(s->n, s->h, s->w, s->ic, s->oc, 2);
+    ck_assert_ptr_nonnull(p);
+    td_wino_bwdw(p, x, dy, dw, s->bias ? db : NULL);
+    for (int o = 0; o < s->oc; o++) {
+        for (int c = 0; c < s->ic; c++)
+            for (int kh = 0; kh < 3; kh++)
+                for (int kw = 0; kw < 3; kw++) {
+                    double a = 0, m = 0;
+                    for (int n = 0; n < s->n; n++)
+                        for (int i = 0; i < s->h; i++)
+                            for (int j = 0; j < s->w; j++) {
+                                int yi = i + kh - 1, xj = j + kw - 1;
+                                if (yi < 0 || yi >= s->h || xj < 0 ||
+                                    xj >= s->w)
+                                    continue;
+                                double t =
+                                    (double)dy[at(s->oc, s->h, s->w, n, o, i,
+                                                  j)] *
+                                    x[at(s->ic, s->h, s->w, n, c, yi, xj)];
+                                a += t;
+                                m += fabs(t);
+                            }
+                    float got = dw[(((size_t)o * s->ic + c) * 3 + kh) * 3 + kw];
+                    ck_assert_msg(fabs(got - a) <= TOL * m + 1e-30,
+                                  "bwd weights %dx%d %d->%d: dw[%d][%d][%d][%d]"
+                                  " %.9g, want %.9g (m %g)",
+                                  s->h, s->w, s->ic, s->oc, o, c, kh, kw, got,
+                                  a, m);
+                }
+        if (!s->bias)
+            continue;
+        double a = 0, m = 0;
+        for (int n = 0; n < s->n; n++)
+            for (int i = 0; i < s->h; i++)
+                for (int j = 0; j < s->w; j++) {
+                    double t = dy[at(s->oc, s->h, s->w, n, o, i, j)];
+                    a += t;
+                    m += fabs(t);
+                }
+        ck_assert_msg(fabs(db[o] - a) <= TOL * m, "db[%d] %.9g, want %.9g", o,
+                      db[o], a);
+    }
+    td_wino_destroy(p);
+    free(x), free(dy), free(dw), free(db);
+}
+END_TEST
+
+START_TEST(test_thread_count_independent)
+{
+    const shape s = {9, 10, 6, 32, 48, 1};
+    size_t nx = (size_t)s.n * s.ic * s.h * s.w;
+    size_t ny = (size_t)s.n * s.oc * s.h * s.w, nw = (size_t)s.oc * s.ic * 9;
+    float *x = rnd(nx, 300), *w = rnd(nw, 301), *dy = rnd(ny, 302);
+    float *bias = rnd(48, 303);
+    float *y[2], *dw[2], *db[2];
+    td_wino *p = td_wino_create(s.n, s.h, s.w, s.ic, s.oc, 2);
+    ck_assert_ptr_nonnull(p);
+    td_wino_weights(p, w);
+    for (int t = 0; t < 2; t++) {
+        y[t] = malloc(ny * sizeof(float));
+        dw[t] = malloc(nw * sizeof(float));
+        db[t] = malloc(48 * sizeof(float));
+        omp_set_num_threads(2 - t);
+        td_wino_fwd(p, x, y[t], bias);
+        td_wino_bwdw(p, x, dy, dw[t], db[t]);
+    }
+    ck_assert_int_eq(memcmp(y[0], y[1], ny * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(dw[0], dw[1], nw * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(db[0], db[1], 48 * sizeof(float)), 0);
+    td_wino_destroy(p);
+    for (int t = 0; t < 2; t++)
+        free(y[t]), free(dw[t]), free(db[t]);
+    free(x), free(w), free(dy), free(bias);
+}
+END_TEST
+
+START_TEST(test_refuses_unsupported)
+{
+    ck_assert(!td_wino_ok(3, 2, 1, 16, 16)); /* stride 2 */
+    ck_assert(!td_wino_ok(3, 1, 0, 16, 16)); /* no padding */
+    ck_assert(!td_wino_ok(5, 1, 2, 16, 16)); /* 5x5 */
+    ck_assert(!td_wino_ok(1, 1, 0, 16, 16)); /* 1x1 */
+    ck_assert(!td_wino_ok(3, 1, 1, 3, 16));  /* a 3-channel stem */
+    ck_assert(!td_wino_ok(3, 1, 1, 16, 24)); /* 24 output channels */
+    ck_assert_ptr_null(td_wino_create(4, 8, 8, 8, 16, 1));
+    ck_assert_ptr_null(td_wino_create(0, 8, 8, 16, 16, 1));
+    ck_assert_int_eq(td_wino_ok(3, 1, 1, 16, 16), td_wino_cpu());
+}
+END_TEST
+
+static Suite *wino_suite(void)
+{
+    Suite *s = suite_create("wino");
+    TCase *tc = tcase_create("avx2");
+    int n = (int)(sizeof shapes / sizeof shapes[0]);
+    tcase_add_test(tc, test_refuses_unsupported);
+    if (td_wino_cpu()) {
+        tcase_add_loop_test(tc, test_forward_matches_direct, 0, n);
+        tcase_add_loop_test(tc, test_backward_data_matches_direct, 0, n);
+        tcase_add_loop_test(tc, test_backward_weights_matches_direct, 0, n);
+        tcase_add_test(tc, test_thread_count_independent);
+    } else {
+        printf("wino: this CPU has no AVX2 + FMA: only the refusals run\n");
+    }
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(wino_suite)
