@@ -101,6 +101,10 @@ typedef struct td__cl {
                                    fwd and bwd_w */
     struct td_wino *wbd;        /* its backward data on cpu_wino.c
                                    (flipped weights) instead of bwd_d */
+    uint8_t *pmask;             /* 2x2 max pooling on cpu_pool.c (fp32,
+                                   blocked): its winners' masks, instead
+                                   of fwd's workspace and bwd_d */
+    int pblk;                   /* ... and the layout's channel block */
 } td__cl;
 
 typedef struct td__cpu {
@@ -267,8 +271,11 @@ static inline int td__run_at(const td__cpu *be, int L)
 int td__nhwc_dense(const dnnl_memory_desc_t *md);
 /* md is dense nChw16c bf16 (oneDNN's aBcd16b, no padded channels). */
 int td__blocked16_dense(const dnnl_memory_desc_t *md);
-/* md is dense nChw8c fp32 (aBcd8b, the layout of oneDNN's AVX2 kernels). */
+/* md is dense nChw8c fp32 (aBcd8b, the layout of oneDNN's AVX2 kernels);
+ * td__blocked_f32_dense: md's channel block (8 or 16) when it is a dense
+ * nChw8c or nChw16c fp32 layout, else 0. */
 int td__blocked8_f32_dense(const dnnl_memory_desc_t *md);
+int td__blocked_f32_dense(const dnnl_memory_desc_t *md);
 /* The layout cpu_bn.c's kernels read in this plan ("nhwc", or "nChw16c":
  * td__bn_hw), md is dense in it, and the rows per image they take: 0 in
  * nhwc. */

@@ -63,6 +63,13 @@ int td__blocked8_f32_dense(const dnnl_memory_desc_t *md)
     return td__blocked_dense(md, 8, dnnl_f32);
 }
 
+int td__blocked_f32_dense(const dnnl_memory_desc_t *md)
+{
+    return td__blocked_dense(md, 8, dnnl_f32)    ? 8
+           : td__blocked_dense(md, 16, dnnl_f32) ? 16
+                                                 : 0;
+}
+
 const char *td__bn_layout(const td__cpu *be)
 {
     return be->atag == dnnl_nChw16c ? "nChw16c" : "nhwc";
@@ -248,6 +255,8 @@ void td__kplan_free(td__cl *c)
     td_cfwd_destroy(c->cbd);
     td_wino_destroy(c->wf);
     td_wino_destroy(c->wbd);
+    free(c->pmask);
+    c->pmask = NULL;
     c->bw = NULL;
     c->cf = c->cbd = NULL;
     c->wf = c->wbd = NULL;

@@ -21,6 +21,7 @@
 
 #include "backend/cpu/cpu_bn.h"
 #include "backend/cpu/cpu_int.h"
+#include "backend/cpu/cpu_pool.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -483,6 +484,26 @@ static int td__plan_pool(td__cpu *be, int L)
     if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "pool fwd", l->name)) ||
         (rc = td__output(be, L, td__q(c->pd[0], dnnl_query_dst_md, 0))))
         return rc;
+    const char *e = getenv("TD_CPU_POOL"); /* "0": oneDNN's pooling */
+    if (l->kind == TD_L_MAXPOOL && !td__is_bf16(be) &&
+        !(e && strcmp(e, "0") == 0) &&
+        (c->pblk = td__blocked_f32_dense(src)) &&
+        td__blocked_f32_dense(&c->md) == c->pblk &&
+        td_maxpool2_ok(l->kernel, l->stride, l->pad, (int)src->dims[2],
+                       (int)src->dims[3], c->pblk)) {
+        /* cpu_pool.c: its masks instead of the workspace, no bwd_d */
+        size_t planes = (size_t)be->batch * (size_t)(l->out.c / c->pblk);
+        size_t mb = td_maxpool2_mask_bytes(planes, l->out.h, l->out.w,
+                                           c->pblk);
+        if (!(c->pmask = malloc(mb ? mb : 1))) {
+            snprintf(be->base.err, sizeof be->base.err, "%s: out of memory "
+                     "for the pooling's masks", l->name);
+            return -ENOMEM;
+        }
+        td_debug("cpu backend: %s max pool: cpu_pool (AVX2, nChw%dc)",
+                 l->name, c->pblk);
+        return 0;
+    }
     if (alg == dnnl_pooling_max &&
         (rc = td__mem(be, td__q(c->pd[0], dnnl_query_workspace_md, 0), NULL,
                       &c->ws, l->name)))

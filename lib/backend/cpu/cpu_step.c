@@ -19,6 +19,7 @@
 #include "backend/cpu/cpu_bwdw.h"
 #include "backend/cpu/cpu_cfwd.h"
 #include "backend/cpu/cpu_int.h"
+#include "backend/cpu/cpu_pool.h"
 #include "backend/cpu/cpu_wino.h"
 #include "base/clock.h"
 #include "base/error.h"
@@ -182,6 +183,13 @@ static void td__dropout_fwd(td__cpu *be, int L, int train)
     td__masked_scale(be, c->mask, x, y, c->nelem, 1.0f / keep);
 }
 
+/* cpu_pool.c's channel planes of pooling L: batch x channel blocks. */
+static size_t td__planes(const td__cpu *be, int L)
+{
+    return (size_t)be->batch *
+           (size_t)(be->base.model->layers[L].out.c / be->cl[L].pblk);
+}
+
 static int td__forward_layer(td__cpu *be, int L, int train)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -239,6 +247,12 @@ static int td__forward_layer(td__cpu *be, int L, int train)
     case TD_L_MAXPOOL:
     case TD_L_AVGPOOL:
     case TD_L_GAP:
+        if (c->pmask) {
+            td_maxpool2_fwd(td__f(x), td__f(c->y), c->pmask,
+                            td__planes(be, L), l->out.h * 2, l->out.w * 2,
+                            c->pblk);
+            break;
+        }
         TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
                 {DNNL_ARG_SRC, x}, {DNNL_ARG_DST, c->y},
                 {DNNL_ARG_WORKSPACE, c->ws});
@@ -534,6 +548,12 @@ static int td__backward_layer(td__cpu *be, int L)
     case TD_L_MAXPOOL:
     case TD_L_AVGPOOL:
     case TD_L_GAP:
+        if (c->pmask) {
+            td_maxpool2_bwd(td__f(c->dy), c->pmask, td__f(t),
+                            td__planes(be, L), l->out.h * 2, l->out.w * 2,
+                            c->pblk);
+            break;
+        }
         TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
                 {DNNL_ARG_DIFF_DST, c->dy}, {DNNL_ARG_WORKSPACE, c->ws},
                 {DNNL_ARG_DIFF_SRC, t});

@@ -1,0 +1,37 @@
+/* cpu_pool.h - the CPU backend's fp32 2x2, stride-2 max pooling on AVX2 in
+ * oneDNN's blocked layouts (nChw8c, nChw16c).
+ *
+ * Owns: y = the maximum of each 2x2 window of x, and the gradient dx = dy
+ * at each window's maximum, 0 elsewhere.  The winner of a window is its
+ * first maximum in the order (0, 0), (0, 1), (1, 0), (1, 1) (ties go to
+ * the earliest, as oneDNN's and the reference layers'); the forward keeps
+ * per 8 output channels four bit masks (one per window position, a bit per
+ * channel: 4 bytes where oneDNN keeps a byte per output), which the
+ * backward expands: every input element gets dy or 0, no zeroing pass.
+ * Parallel (OpenMP) over channel planes; results do not depend on the
+ * thread count.
+ * Never does: other kernels, strides, paddings or odd sizes, other data
+ * types, anything with oneDNN.
+ */
+#ifndef TD_BACKEND_CPU_POOL_H
+#define TD_BACKEND_CPU_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The kernel computes this pooling: kernel 2, stride 2, no padding, an
+ * even input size, channels in blocks of blk = 8 or 16, AVX2 present. */
+int td_maxpool2_ok(int kernel, int stride, int pad, int h, int w, int blk);
+
+/* Mask bytes for an output of `planes` = n * c / blk blocks of oh x ow. */
+size_t td_maxpool2_mask_bytes(size_t planes, int oh, int ow, int blk);
+
+/* x [planes][h][w][blk] -> y [planes][h/2][w/2][blk], mask. */
+void td_maxpool2_fwd(const float *x, float *y, uint8_t *mask, size_t planes,
+                     int h, int w, int blk);
+
+/* dy [planes][h/2][w/2][blk], mask -> dx [planes][h][w][blk]. */
+void td_maxpool2_bwd(const float *dy, const uint8_t *mask, float *dx,
+                     size_t planes, int h, int w, int blk);
+
+#endif

@@ -1,0 +1,94 @@
+/* test_pool.c - the CPU backend's fp32 2x2 stride-2 max pooling on AVX2
+ * (lib/backend/cpu/cpu_pool.c) against a plain loop, in nChw8c and
+ * nChw16c: the maxima; the gradient at each window's first maximum in
+ * window order and 0 elsewhere, on data drawn from 5 values so that most
+ * windows have ties (as after a ReLU); fmnist-cnn's sizes (28x28, 14x14)
+ * and small odd-shaped ones; the refusals.  Skipped without AVX2.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_pool.h"
+#include "philox.h"
+#include "tdtest.h"
+
+typedef struct shape {
+    int n, c, h, w, blk;
+} shape;
+
+static const shape shapes[] = {
+    {3, 32, 28, 28, 8}, {2, 64, 14, 14, 8}, {2, 32, 28, 28, 16},
+    {3, 16, 2, 2, 16},  {5, 8, 6, 10, 8},   {1, 48, 4, 2, 16},
+};
+
+START_TEST(test_matches_loop)
+{
+    const shape *s = &shapes[_i];
+    size_t planes = (size_t)s->n * (s->c / s->blk);
+    int oh = s->h / 2, ow = s->w / 2;
+    size_t nx = planes * s->h * s->w * s->blk, ny = nx / 4;
+    float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y);
+    float *dy = malloc(ny * sizeof *dy), *dx = malloc(nx * sizeof *dx);
+    uint8_t *m = malloc(td_maxpool2_mask_bytes(planes, oh, ow, s->blk));
+    for (size_t i = 0; i < nx; i++) /* 5 values: ties in most windows */
+        x[i] = (float)(int)(5 * td_rng_uniform(23, (uint64_t)_i, i)) - 2.0f;
+    for (size_t i = 0; i < ny; i++)
+        dy[i] = (float)(1 + i % 97);
+    memset(dx, 0xff, nx * sizeof *dx); /* NaN: every element is written */
+    td_maxpool2_fwd(x, y, m, planes, s->h, s->w, s->blk);
+    td_maxpool2_bwd(dy, m, dx, planes, s->h, s->w, s->blk);
+    for (size_t p = 0; p < planes; p++)
+        for (int i = 0; i < oh; i++)
+            for (int j = 0; j < ow; j++)
+                for (int b = 0; b < s->blk; b++) {
+                    size_t xi[4];
+                    for (int q = 0; q < 4; q++)
+                        xi[q] = ((p * s->h + 2 * i + q / 2) * s->w + 2 * j +
+                                 q % 2) * s->blk + b;
+                    int win = 0;
+                    for (int q = 1; q < 4; q++)
+                        if (x[xi[q]] > x[xi[win]])
+                            win = q;
+                    size_t yi = ((p * oh + i) * ow + j) * s->blk + b;
+                    ck_assert_msg(y[yi] == x[xi[win]], "y[%zu] %g, want %g",
+                                  yi, y[yi], x[xi[win]]);
+                    for (int q = 0; q < 4; q++)
+                        ck_assert_msg(dx[xi[q]] == (q == win ? dy[yi] : 0.0f),
+                                      "blk %d %dx%d: dx[%zu] %g (window "
+                                      "position %d, winner %d, dy %g)",
+                                      s->blk, s->h, s->w, xi[q], dx[xi[q]], q,
+                                      win, dy[yi]);
+                }
+    free(x), free(y), free(dy), free(dx), free(m);
+}
+END_TEST
+
+START_TEST(test_refuses_unsupported)
+{
+    ck_assert(!td_maxpool2_ok(3, 2, 0, 28, 28, 8)); /* 3x3 */
+    ck_assert(!td_maxpool2_ok(2, 1, 0, 28, 28, 8)); /* stride 1 */
+    ck_assert(!td_maxpool2_ok(2, 2, 1, 28, 28, 8)); /* padding */
+    ck_assert(!td_maxpool2_ok(2, 2, 0, 7, 8, 8));   /* odd height */
+    ck_assert(!td_maxpool2_ok(2, 2, 0, 8, 7, 16));  /* odd width */
+    ck_assert(!td_maxpool2_ok(2, 2, 0, 8, 8, 4));   /* 4-channel blocks */
+    ck_assert_int_eq(td_maxpool2_ok(2, 2, 0, 28, 28, 8),
+                     !!__builtin_cpu_supports("avx2"));
+}
+END_TEST
+
+static Suite *pool_suite(void)
+{
+    Suite *s = suite_create("pool");
+    TCase *tc = tcase_create("avx2");
+    tcase_add_test(tc, test_refuses_unsupported);
+    if (__builtin_cpu_supports("avx2"))
+        tcase_add_loop_test(tc, test_matches_loop, 0,
+                            (int)(sizeof shapes / sizeof shapes[0]));
+    else
+        printf("pool: this CPU has no AVX2: only the refusals run\n");
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(pool_suite)
