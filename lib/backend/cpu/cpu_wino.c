@@ -8,7 +8,9 @@
  * transforms the input patches (one ymm = the 8 channels of one pixel),
  * runs the 16 products (6 tiles x 16 output channels in 12 accumulators,
  * the input broadcast), and transforms the products back into the
- * output.  The weight gradient's products accumulate per group of tiles
+ * output.  The input and output-gradient reads prefetch the rows the next
+ * row of tiles reads first (on 16 channels the transforms waited on memory
+ * as long as the products ran).  The weight gradient's products accumulate per group of tiles
  * in the group's own [16][oc][ic] sums (4 output channels x 16 input
  * channels per 8 accumulators), reduced in group order at the end.
  * Never does: decide where it is used (cpu_kplan.c), anything with oneDNN.
@@ -251,6 +253,21 @@ static void td__coords(const td_wino *p, long g0, int cnt, td__tiles *t)
     }
 }
 
+/* Prefetches the two rows from y of a plane that the next row of tiles
+ * reads and this one does not, over this tile's columns (x0 even: the
+ * cache lines of positions x0, x0 + 1 and x0 + 2, x0 + 3): hardware
+ * prefetch alone left the input transform waiting on memory (it took as
+ * long as the products on 16 channels). */
+TD__IN void td__ahead(const float *pl, int H, int W, int y, int x0)
+{
+    for (int r = y; r < y + 2 && r < H; r++) {
+        const char *a = (const char *)(pl + ((size_t)r * W + x0) * 8);
+        _mm_prefetch(a, _MM_HINT_T0);
+        if (x0 + 2 < W)
+            _mm_prefetch(a + 64, _MM_HINT_T0);
+    }
+}
+
 /* V [16][tb][C] of tiles g0 .. g0 + cnt - 1 of x (C channels), rows cnt
  * up to the next multiple of 6 zeroed. */
 TD__AVX void td__input(const td_wino *p, const td__tiles *t,
@@ -260,8 +277,9 @@ TD__AVX void td__input(const td_wino *p, const td__tiles *t,
     for (int i = 0; i < cnt; i++) /* a tile's row of V at a time */
         for (int cb = 0; cb < C / 8; cb++) {
             __m256 d[16], v[16];
-            td__patch(x + ((size_t)t->n[i] * (C / 8) + cb) * plane, p->h,
-                      p->w, t->y[i] - 1, t->x[i] - 1, d);
+            const float *pl = x + ((size_t)t->n[i] * (C / 8) + cb) * plane;
+            td__ahead(pl, p->h, p->w, t->y[i] + 3, t->x[i]);
+            td__patch(pl, p->h, p->w, t->y[i] - 1, t->x[i] - 1, d);
             td__bt(d, v);
             float *o = V + (size_t)i * C + (size_t)cb * 8;
 #pragma GCC unroll 16
@@ -377,6 +395,9 @@ TD__AVX void td__dy(const td_wino *p, const td__tiles *t, const float *dy,
             int y0 = t->y[i], x0 = t->x[i];
             const float *pl = dy + ((size_t)t->n[i] * (K / 8) + kb) * plane;
             __m256 e[4], m[16];
+            for (int r = y0 + 2; r < y0 + 4 && r < p->h; r++) /* ahead */
+                _mm_prefetch((const char *)(pl + ((size_t)r * p->w + x0) * 8),
+                             _MM_HINT_T0);
 #pragma GCC unroll 16
             for (int q = 0; q < 4; q++) {
                 int yy = y0 + q / 2, xx = x0 + q % 2;
