@@ -28,9 +28,18 @@
 #                                  "plan measured" line follows, saying
 #                                  what this CPU chose
 #
+# PRECISION=fp32 runs the fp32 plan's hand-written kernels instead, both
+# arms in fp32 (on any CPU, bf16 or not):
+#   TD_CPU_WINO  0       default   oneDNN's 3x3 convolutions against
+#                                  cpu_wino.c's (AVX2 nChw8c plans only:
+#                                  elsewhere both arms are the same)
+#   TD_CPU_POOL  0       default   oneDNN's max pooling against cpu_pool.c
+#                                  (fmnist-cnn; resnet20 has none)
+#
 #   scripts/bench_cpu_knobs.sh [STEPS=40]
 #   env: MODELS="resnet20 fmnist-cnn" WARMUP=5 BATCH=128 THREADS=2
 #        BENCH_AB=path (default build/tests/bench/bench_cpu_ab)
+#        PRECISION=bf16 (or fp32: the fp32 rows above)
 # Exit status: 0 all rows ran, 1 a row failed (its line says why).
 # Prints figures; never fails on speed.
 set -euo pipefail
@@ -40,13 +49,19 @@ models=${MODELS:-resnet20 fmnist-cnn}
 warmup=${WARMUP:-5} batch=${BATCH:-128} threads=${THREADS:-2}
 ab=${BENCH_AB:-$root/build/tests/bench/bench_cpu_ab}
 export TD_SOURCE_ROOT=$root
-rows=("TD_CPU_BN onednn default" "TD_CPU_BWDW 0 default"
-      "TD_CPU_BWDW default 1" "TD_CPU_BWDD 0 1" "TD_CPU_BWDD2 0 1"
-      "TD_CPU_NHWC 0 1" "plan fixed measure")
+prec=${PRECISION:-bf16}
+case $prec in
+  bf16) rows=("TD_CPU_BN onednn default" "TD_CPU_BWDW 0 default"
+              "TD_CPU_BWDW default 1" "TD_CPU_BWDD 0 1" "TD_CPU_BWDD2 0 1"
+              "TD_CPU_NHWC 0 1" "plan fixed measure") ;;
+  fp32) rows=("TD_CPU_WINO 0 default" "TD_CPU_POOL 0 default") ;;
+  *) echo "bench_cpu_knobs.sh: PRECISION must be bf16 or fp32" >&2; exit 1 ;;
+esac
 grep -m1 'model name' /proc/cpuinfo || true
-grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '
+{ grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo ||
+  echo 'no avx512_bf16, no amx_bf16'; } | sort -u | tr '\n' ' '
 echo
-echo "bf16, batch $batch, $threads thread(s), $steps steps after $warmup" \
+echo "$prec, batch $batch, $threads thread(s), $steps steps after $warmup" \
   "warm-up per row${ONEDNN_MAX_CPU_ISA:+, ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA}"
 status=0
 table=""
@@ -58,6 +73,7 @@ for m in $models; do
     else
       arms=(--env "$name" --a "$a" --b "$b")
     fi
+    arms+=(--precision-a "$prec" --precision-b "$prec")
     if out=$("$ab" "${arms[@]}" --model "$m" \
                --steps "$steps" --warmup "$warmup" --batch "$batch" \
                --threads "$threads" 2>&1) && line=$(tail -1 <<<"$out") &&

@@ -13,7 +13,9 @@
 #   1. traind --version: the CPU, oneDNN's ISA, what precision auto picks
 #      and the measured bf16 dot-product rate behind it;
 #   2. bench_peak: fp32 FMA, vdpbf16ps and AMX GFLOP/s per vCPU;
-#   3. scripts/bench_cpu_knobs.sh: every bf16 plan choice A/B on this CPU;
+#   3. scripts/bench_cpu_knobs.sh: every bf16 plan choice A/B on this CPU,
+#      and (PRECISION=fp32, every CPU) the fp32 plan's Winograd
+#      convolutions and max pooling against oneDNN's;
 #   4. bench_cpu_ab fp32 against bf16, step by step, per model (traind's
 #      own bf16 speed-up, robust to load);
 #   5. scripts/bench_precision.sh: traind fp32, bf16 and PyTorch's bf16
@@ -23,7 +25,8 @@
 #      target >= 0.907), Fashion-MNIST packed once under $DATA from
 #      Debian's fashion-mnist (ACC=0 skips).
 # A CPU without bf16 instructions oneDNN uses (AVX2 only, e.g. AMD EPYC
-# Zen 3; traind --version says "bf16 no") skips steps 3 and 4, runs step 5
+# Zen 3; traind --version says "bf16 no") skips step 4 and step 3's bf16
+# rows, runs step 5
 # as traind fp32 against PyTorch fp32 (BF16=0) and step 6 in fp32: precision
 # auto trains fp32 there, and a bf16 job is refused at submit.
 # Steps go on after a failure; the exit status is 1 if any failed.  Speed
@@ -125,6 +128,11 @@ else
     echo "knobs, ab     SKIP  (no bf16 instructions on this CPU: traind" \
         "trains fp32 here)" >>"$SUMMARY"
 fi
+# the fp32 plan's hand-written kernels against oneDNN's (on every CPU)
+step knobs-fp32 env PRECISION=fp32 BENCH_AB="$BIN/bench_cpu_ab" \
+    MODELS="$MODELS" BATCH="$BATCH" THREADS="$THREADS" \
+    scripts/bench_cpu_knobs.sh "$STEPS"
+note knobs-fp32 '^[a-z0-9-]+ +TD_CPU_'
 
 # ---- 5: against PyTorch ---------------------------------------------------------
 if [ "$TORCH" = 1 ] && /usr/bin/python3 -c 'import torch' 2>/dev/null; then

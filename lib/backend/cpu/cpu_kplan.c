@@ -218,14 +218,18 @@ int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
  * AVX2 layout) with at least TD__WINO_MIN input and output channels:
  * its forward and backward weights, and its backward data where it has
  * one.  TD_CPU_WINO=0 in the environment turns it off, TD_CPU_WINO=<c>
- * sets the channel minimum (docs/compute.md has the measurements). */
+ * sets the channel minimum, anything else keeps the default
+ * (docs/compute.md has the measurements). */
 #define TD__WINO_MIN 16
 int td__plan_wino(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
     const char *e = getenv("TD_CPU_WINO");
-    int min = e ? atoi(e) : TD__WINO_MIN;
+    char *end = NULL;
+    long min = e ? strtol(e, &end, 10) : TD__WINO_MIN;
+    if (!e || end == e || *end) /* unset or not a number ("default") */
+        min = TD__WINO_MIN;
     if (min <= 0 || ic < min || l->channels < min || td__is_bf16(be) ||
         !td_wino_ok(l->kernel, l->stride, l->pad, ic, l->channels) ||
         !td__blocked8_f32_dense(src) || !td__blocked8_f32_dense(&c->md))

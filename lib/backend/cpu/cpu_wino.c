@@ -99,43 +99,58 @@ void td_wino_destroy(td_wino *p)
 
 /* ---- weights -------------------------------------------------------- */
 
-/* u = G g G^T, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]. */
-static void td__ggt(const float g[9], float u[16])
+/* u = G g G^T, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], for 8
+ * weights at once. */
+TD__IN void td__ggt(const __m256 g[9], __m256 u[16])
 {
-    float t[4][3];
+    __m256 h = _mm256_set1_ps(0.5f), t[4][3];
 #pragma GCC unroll 16
     for (int j = 0; j < 3; j++) {
+        __m256 e = _mm256_add_ps(g[j], g[6 + j]);
         t[0][j] = g[j];
-        t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
-        t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+        t[1][j] = _mm256_mul_ps(h, _mm256_add_ps(e, g[3 + j]));
+        t[2][j] = _mm256_mul_ps(h, _mm256_sub_ps(e, g[3 + j]));
         t[3][j] = g[6 + j];
     }
 #pragma GCC unroll 16
     for (int r = 0; r < 4; r++) {
-        u[r * 4 + 0] = t[r][0];
-        u[r * 4 + 1] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
-        u[r * 4 + 2] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
+        __m256 e = _mm256_add_ps(t[r][0], t[r][2]);
+        u[r * 4] = t[r][0];
+        u[r * 4 + 1] = _mm256_mul_ps(h, _mm256_add_ps(e, t[r][1]));
+        u[r * 4 + 2] = _mm256_mul_ps(h, _mm256_sub_ps(e, t[r][1]));
         u[r * 4 + 3] = t[r][2];
+    }
+}
+
+/* U [16][C][K] for output channels k0 .. k0 + 7 (8 weights gathered per
+ * input channel and tap). */
+TD__AVX void td__weights8(td_wino *p, const float *w, int flip, int k0)
+{
+    int C = p->ic, K = p->oc;
+    size_t plane = (size_t)C * K;
+    /* element (k0 + lane, c, tap) of w: [k][c][3][3], or flipped [c][k] */
+    __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6,
+                                                       7),
+                                     _mm256_set1_epi32(flip ? 9 : C * 9));
+    for (int c = 0; c < C; c++) {
+        const float *s = flip ? w + ((size_t)c * K + k0) * 9
+                              : w + ((size_t)k0 * C + c) * 9;
+        __m256 g[9], u[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 9; j++)
+            g[j] = _mm256_i32gather_ps(s + (flip ? 8 - j : j), idx, 4);
+        td__ggt(g, u);
+#pragma GCC unroll 16
+        for (int x = 0; x < 16; x++)
+            _mm256_store_ps(p->u + x * plane + (size_t)c * K + k0, u[x]);
     }
 }
 
 static void td__weights(td_wino *p, const float *w, int flip)
 {
-    int C = p->ic, K = p->oc;
-    size_t plane = (size_t)C * K;
 #pragma omp parallel for schedule(static)
-    for (int k = 0; k < K; k++)
-        for (int c = 0; c < C; c++) {
-            const float *s = flip ? w + ((size_t)c * K + k) * 9
-                                  : w + ((size_t)k * C + c) * 9;
-            float g[9], u[16];
-#pragma GCC unroll 16
-            for (int j = 0; j < 9; j++)
-                g[j] = s[flip ? 8 - j : j];
-            td__ggt(g, u);
-            for (int x = 0; x < 16; x++)
-                p->u[x * plane + (size_t)c * K + k] = u[x];
-        }
+    for (int k0 = 0; k0 < p->oc; k0 += 8)
+        td__weights8(p, w, flip, k0);
 }
 
 void td_wino_weights(td_wino *p, const float *w) { td__weights(p, w, 0); }
@@ -421,16 +436,18 @@ TD__AVX void td__dy(const td_wino *p, const td__tiles *t, const float *dy,
             memset(D + k * ds + (size_t)i * K, 0, (size_t)K * sizeof(float));
 }
 
-/* P [K][C] += D^T [K][rows] . V [rows][C] for output channels k0 ..
- * k0 + R - 1 and input channels c0 .. c0 + 15. */
+/* P [K][C] += D^T [K][rows] . V [rows][C] (P = ... when first) for
+ * output channels k0 .. k0 + R - 1 and input channels c0 .. c0 + 15. */
 TD__IN void td__gw_rows(const float *D, const float *V, float *P, int rows,
-                        int C, int K, int k0, int c0, const int R)
+                        int C, int K, int k0, int c0, const int R, int first)
 {
     __m256 a[6][2];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++) {
-        a[r][0] = _mm256_load_ps(P + (size_t)(k0 + r) * C + c0);
-        a[r][1] = _mm256_load_ps(P + (size_t)(k0 + r) * C + c0 + 8);
+        a[r][0] = first ? _mm256_setzero_ps()
+                        : _mm256_load_ps(P + (size_t)(k0 + r) * C + c0);
+        a[r][1] = first ? _mm256_setzero_ps()
+                        : _mm256_load_ps(P + (size_t)(k0 + r) * C + c0 + 8);
     }
     const float *v = V + c0, *d = D + k0;
     for (int t = 0; t < rows; t++, v += C, d += K) {
@@ -450,16 +467,16 @@ TD__IN void td__gw_rows(const float *D, const float *V, float *P, int rows,
 }
 
 TD__AVX void td__gw(const float *D, const float *V, float *P, int rows,
-                    int C, int K)
+                    int C, int K, int first)
 {
     for (int c0 = 0; c0 < C; c0 += 16) {
         int k0 = 0;
         for (; k0 + 6 <= K; k0 += 6)
-            td__gw_rows(D, V, P, rows, C, K, k0, c0, 6);
+            td__gw_rows(D, V, P, rows, C, K, k0, c0, 6, first);
         if (K - k0 == 4)
-            td__gw_rows(D, V, P, rows, C, K, k0, c0, 4);
+            td__gw_rows(D, V, P, rows, C, K, k0, c0, 4, first);
         else if (K - k0 == 2)
-            td__gw_rows(D, V, P, rows, C, K, k0, c0, 2);
+            td__gw_rows(D, V, P, rows, C, K, k0, c0, 2, first);
     }
 }
 
@@ -471,9 +488,10 @@ static void td__group(td_wino *p, const float *x, const float *dy, int g,
     size_t ps = (size_t)K * C;
     float *P = p->part + (size_t)g * 16 * ps;
     float *db = p->part + (size_t)TD__GROUPS * 16 * ps + (size_t)g * K;
-    memset(P, 0, 16 * ps * sizeof(float));
     memset(db, 0, (size_t)K * sizeof(float));
     long t0 = p->tiles * g / TD__GROUPS, t1 = p->tiles * (g + 1) / TD__GROUPS;
+    if (t0 == t1) /* no tiles (fewer than groups): its first block zeroes */
+        memset(P, 0, 16 * ps * sizeof(float));
     for (long g0 = t0; g0 < t1; g0 += tb) {
         int cnt = (int)(t1 - g0 < tb ? t1 - g0 : tb);
         td__tiles t;
@@ -482,27 +500,53 @@ static void td__group(td_wino *p, const float *x, const float *dy, int g,
         td__dy(p, &t, dy, cnt, D, db);
         for (int k = 0; k < 16; k++)
             td__gw(D + (size_t)k * tb * K, V + (size_t)k * tb * C,
-                   P + k * ps, cnt, C, K);
+                   P + k * ps, cnt, C, K, g0 == t0);
     }
 }
 
 /* g = G^T u G (3x3 from 4x4), G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0;
- * 0 1/2 1/2 1]. */
-static void td__gtug(const float u[16], float g[9])
+ * 0 1/2 1/2 1], for 8 gradients at once. */
+TD__IN void td__gtug(const __m256 u[16], __m256 g[9])
 {
-    float q[3][4];
+    __m256 h = _mm256_set1_ps(0.5f), q[3][4];
 #pragma GCC unroll 16
     for (int j = 0; j < 4; j++) {
-        q[0][j] = u[j] + 0.5f * (u[4 + j] + u[8 + j]);
-        q[1][j] = 0.5f * (u[4 + j] - u[8 + j]);
-        q[2][j] = 0.5f * (u[4 + j] + u[8 + j]) + u[12 + j];
+        __m256 e = _mm256_mul_ps(h, _mm256_add_ps(u[4 + j], u[8 + j]));
+        q[0][j] = _mm256_add_ps(u[j], e);
+        q[1][j] = _mm256_mul_ps(h, _mm256_sub_ps(u[4 + j], u[8 + j]));
+        q[2][j] = _mm256_add_ps(e, u[12 + j]);
     }
 #pragma GCC unroll 16
     for (int r = 0; r < 3; r++) {
-        g[r * 3] = q[r][0] + 0.5f * (q[r][1] + q[r][2]);
-        g[r * 3 + 1] = 0.5f * (q[r][1] - q[r][2]);
-        g[r * 3 + 2] = 0.5f * (q[r][1] + q[r][2]) + q[r][3];
+        __m256 e = _mm256_mul_ps(h, _mm256_add_ps(q[r][1], q[r][2]));
+        g[r * 3] = _mm256_add_ps(q[r][0], e);
+        g[r * 3 + 1] = _mm256_mul_ps(h, _mm256_sub_ps(q[r][1], q[r][2]));
+        g[r * 3 + 2] = _mm256_add_ps(e, q[r][3]);
     }
+}
+
+/* dw of the 8 (output, input) channel pairs kc .. kc + 7 of [K][C]: the
+ * groups' sums in group order, then G^T . G. */
+TD__AVX void td__reduce8(const td_wino *p, size_t kc, float *dw)
+{
+    size_t ps = (size_t)p->oc * p->ic;
+    __m256 u[16], g[9];
+    float t[9][8];
+#pragma GCC unroll 16
+    for (int x = 0; x < 16; x++) {
+        __m256 a = _mm256_load_ps(p->part + (size_t)x * ps + kc);
+        for (int gr = 1; gr < TD__GROUPS; gr++)
+            a = _mm256_add_ps(
+                a, _mm256_load_ps(p->part + ((size_t)gr * 16 + x) * ps + kc));
+        u[x] = a;
+    }
+    td__gtug(u, g);
+#pragma GCC unroll 16
+    for (int q = 0; q < 9; q++)
+        _mm256_storeu_ps(t[q], g[q]);
+    for (int j = 0; j < 8; j++)
+        for (int q = 0; q < 9; q++)
+            dw[(kc + (size_t)j) * 9 + q] = t[q][j];
 }
 
 void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
@@ -520,17 +564,8 @@ void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
             td__group(p, x, dy, g, V, D);
 #pragma omp barrier
 #pragma omp for schedule(static)
-        for (long kc = 0; kc < (long)ps; kc++) {
-            float u[16];
-#pragma GCC unroll 16
-            for (int k = 0; k < 16; k++) {
-                float s = 0;
-                for (int g = 0; g < TD__GROUPS; g++)
-                    s += p->part[((size_t)g * 16 + k) * ps + kc];
-                u[k] = s;
-            }
-            td__gtug(u, dw + kc * 9);
-        }
+        for (long kc = 0; kc < (long)ps; kc += 8)
+            td__reduce8(p, (size_t)kc, dw);
     }
     if (db) {
         const float *b = p->part + (size_t)TD__GROUPS * 16 * ps;
