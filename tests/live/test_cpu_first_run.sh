@@ -47,6 +47,11 @@ grep -qE 'fp32 FMA \(vfmadd231ps (zmm|ymm)\) .*1.00x fp32 FMA' "$s" ||
 grep -q '^knobs, ab     SKIP  (no bf16 instructions' "$s" ||
   fail "AVX2: the bf16 steps did not skip"
 grep -qE '^(knobs +(PASS|FAIL)|ab-)' "$s" && fail "AVX2: a bf16 step ran"
+grep -qE '^knobs-fp32 +PASS' "$s" || fail "AVX2: step knobs-fp32 did not pass"
+for k in TD_CPU_WINO TD_CPU_POOL; do
+  grep -qE "^    fmnist-cnn +$k +0 +default +[0-9]+\.[0-9]+$" "$s" ||
+    fail "AVX2: no fp32 row for $k"
+done
 if [[ $torch == 1 ]]; then
   grep -qE '^precision +PASS' "$s" || fail "AVX2: step precision did not pass"
   grep -qE 'ratio traind fp32 / torch fp32: +[0-9.]+ ' "$s" ||
@@ -67,7 +72,7 @@ rc=$?
 cat "$out/run/summary.txt" 2>/dev/null || tail -30 "$out/log"
 [[ $rc -eq 0 ]] || fail "exit status $rc"
 s=$out/run/summary.txt
-for st in version peak knobs ab-fmnist-cnn; do
+for st in version peak knobs knobs-fp32 ab-fmnist-cnn; do
   grep -qE "^$st +PASS" "$s" || fail "step $st did not pass"
 done
 grep -q 'precision      SKIP' "$s" || fail "TORCH=0 did not skip"
@@ -75,7 +80,7 @@ grep -q '^    cpu: .*oneDNN ISA' "$s" || fail "no CPU line"
 grep -q 'fp32 FMA (vfmadd231ps zmm) .*1.00x fp32 FMA' "$s" ||
   fail "no fp32 FMA ceiling"
 n=$(grep -cE '^    fmnist-cnn +(TD_CPU_[A-Z0-9]+|plan) .* [0-9]+\.[0-9]+$' "$s")
-[[ $n -eq 7 ]] || fail "$n plan-choice rows, want 7"
+[[ $n -eq 9 ]] || fail "$n plan-choice rows, want 9 (7 bf16, 2 fp32)"
 grep -qE '^    +fmnist-cnn: cpu backend: plan measured in .* layout ' "$s" ||
   fail "no line saying what the measured plan chose"
 grep -qE 'fp32 [0-9.]+ ms/step, bf16 [0-9.]+ ms/step' "$s" ||
