@@ -283,6 +283,24 @@ TD__IN void td__ahead(const float *pl, int H, int W, int y, int x0)
     }
 }
 
+/* A tile's 16 transformed vectors into the 16 planes (stride s floats)
+ * of a block's [16][tb][n] buffer. */
+TD__IN void td__put16(float *o, size_t s, const __m256 v[16])
+{
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++)
+        _mm256_store_ps(o + k * s, v[k]);
+}
+
+/* Rows cnt up to the next multiple of 6 of every plane zeroed (the
+ * products run 6 rows at a time). */
+static void td__pad6(float *B, size_t s, int cnt, int n)
+{
+    for (int i = cnt; i % 6; i++)
+        for (int k = 0; k < 16; k++)
+            memset(B + k * s + (size_t)i * n, 0, (size_t)n * sizeof(float));
+}
+
 /* V [16][tb][C] of tiles g0 .. g0 + cnt - 1 of x (C channels), rows cnt
  * up to the next multiple of 6 zeroed. */
 TD__AVX void td__input(const td_wino *p, const td__tiles *t,
@@ -296,14 +314,9 @@ TD__AVX void td__input(const td_wino *p, const td__tiles *t,
             td__ahead(pl, p->h, p->w, t->y[i] + 3, t->x[i]);
             td__patch(pl, p->h, p->w, t->y[i] - 1, t->x[i] - 1, d);
             td__bt(d, v);
-            float *o = V + (size_t)i * C + (size_t)cb * 8;
-#pragma GCC unroll 16
-            for (int k = 0; k < 16; k++)
-                _mm256_store_ps(o + k * xs, v[k]);
+            td__put16(V + (size_t)i * C + (size_t)cb * 8, xs, v);
         }
-    for (int i = cnt; i % 6; i++)
-        for (int k = 0; k < 16; k++)
-            memset(V + k * xs + (size_t)i * C, 0, (size_t)C * sizeof(float));
+    td__pad6(V, xs, cnt, C);
 }
 
 /* ---- forward --------------------------------------------------------- */
@@ -426,14 +439,9 @@ TD__AVX void td__dy(const td_wino *p, const td__tiles *t, const float *dy,
             _mm256_storeu_ps(db + kb * 8,
                              _mm256_add_ps(_mm256_loadu_ps(db + kb * 8), s));
             td__a_dy(e, m);
-            float *o = D + (size_t)i * K + (size_t)kb * 8;
-#pragma GCC unroll 16
-            for (int k = 0; k < 16; k++)
-                _mm256_store_ps(o + k * ds, m[k]);
+            td__put16(D + (size_t)i * K + (size_t)kb * 8, ds, m);
         }
-    for (int i = cnt; i % 6; i++)
-        for (int k = 0; k < 16; k++)
-            memset(D + k * ds + (size_t)i * K, 0, (size_t)K * sizeof(float));
+    td__pad6(D, ds, cnt, K);
 }
 
 /* P [K][C] += D^T [K][rows] . V [rows][C] (P = ... when first) for
