@@ -33,8 +33,10 @@
 #   TD_CPU_WINO  0       default   oneDNN's 3x3 convolutions against
 #                                  cpu_wino.c's (AVX2 nChw8c plans only:
 #                                  elsewhere both arms are the same)
-#   TD_CPU_POOL  0       default   oneDNN's max pooling against cpu_pool.c
-#                                  (fmnist-cnn; resnet20 has none)
+#   TD_CPU_POOL  0       1         oneDNN's max pooling against cpu_pool.c
+#                                  (fmnist-cnn; resnet20 has none; 1
+#                                  takes it in nChw16c too, which the
+#                                  default does not)
 #
 #   scripts/bench_cpu_knobs.sh [STEPS=40]
 #   env: MODELS="resnet20 fmnist-cnn" WARMUP=5 BATCH=128 THREADS=2
@@ -54,7 +56,7 @@ case $prec in
   bf16) rows=("TD_CPU_BN onednn default" "TD_CPU_BWDW 0 default"
               "TD_CPU_BWDW default 1" "TD_CPU_BWDD 0 1" "TD_CPU_BWDD2 0 1"
               "TD_CPU_NHWC 0 1" "plan fixed measure") ;;
-  fp32) rows=("TD_CPU_WINO 0 default" "TD_CPU_POOL 0 default") ;;
+  fp32) rows=("TD_CPU_WINO 0 default" "TD_CPU_POOL 0 1") ;;
   *) echo "bench_cpu_knobs.sh: PRECISION must be bf16 or fp32" >&2; exit 1 ;;
 esac
 grep -m1 'model name' /proc/cpuinfo || true

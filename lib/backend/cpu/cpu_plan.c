@@ -484,10 +484,13 @@ static int td__plan_pool(td__cpu *be, int L)
     if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "pool fwd", l->name)) ||
         (rc = td__output(be, L, td__q(c->pd[0], dnnl_query_dst_md, 0))))
         return rc;
-    const char *e = getenv("TD_CPU_POOL"); /* "0": oneDNN's pooling */
-    if (l->kind == TD_L_MAXPOOL && !td__is_bf16(be) &&
-        !(e && strcmp(e, "0") == 0) &&
-        (c->pblk = td__blocked_f32_dense(src)) &&
+    /* "0": oneDNN's pooling; "1": cpu_pool.c in nChw16c too (AVX-512
+     * plans: not measured there, so not the default) */
+    const char *e = getenv("TD_CPU_POOL");
+    int pool = e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 16
+                                                                       : 8;
+    if (l->kind == TD_L_MAXPOOL && !td__is_bf16(be) && pool &&
+        (c->pblk = td__blocked_f32_dense(src)) && c->pblk <= pool &&
         td__blocked_f32_dense(&c->md) == c->pblk &&
         td_maxpool2_ok(l->kernel, l->stride, l->pad, (int)src->dims[2],
                        (int)src->dims[3], c->pblk)) {
