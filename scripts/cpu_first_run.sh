@@ -26,9 +26,9 @@
 #      Debian's fashion-mnist (ACC=0 skips).
 # A CPU without bf16 instructions oneDNN uses (AVX2 only, e.g. AMD EPYC
 # Zen 3; traind --version says "bf16 no") skips step 4 and step 3's bf16
-# rows, runs step 5
-# as traind fp32 against PyTorch fp32 (BF16=0) and step 6 in fp32: precision
-# auto trains fp32 there, and a bf16 job is refused at submit.
+# rows, runs step 5 as traind fp32 against PyTorch fp32 (BF16=0) and step 6
+# in fp32: precision auto trains fp32 there, and a bf16 job is refused at
+# submit.
 # Steps go on after a failure; the exit status is 1 if any failed.  Speed
 # figures never fail a step.
 #

@@ -256,8 +256,8 @@ int main(int argc, char **argv)
             double mw = median(tw, rounds), md = median(td, rounds);
             printf("%-10s %2dx%-2d %2d->%-2d %-11s wino %7.2f ms (%5.0f "
                    "GFLOP/s)  oneDNN %7.2f ms (%5.0f)  ratio %.2f\n",
-                   s->model, s->h, s->w, s->ic, s->oc, pn[pass], mw, gf / mw * 1e3,
-                   md, gf / md * 1e3, median(tr, rounds));
+                   s->model, s->h, s->w, s->ic, s->oc, pn[pass], mw,
+                   gf / mw * 1e3, md, gf / md * 1e3, median(tr, rounds));
             fflush(stdout);
             free(tw), free(td), free(tr);
         }

@@ -171,10 +171,11 @@ START_TEST(test_backward_weights_matches_direct)
                                 a += t;
                                 m += fabs(t);
                             }
-                    float got = dw[(((size_t)o * s->ic + c) * 3 + kh) * 3 + kw];
+                    float got =
+                        dw[(((size_t)o * s->ic + c) * 3 + kh) * 3 + kw];
                     ck_assert_msg(fabs(got - a) <= TOL * m + 1e-30,
-                                  "bwd weights %dx%d %d->%d: dw[%d][%d][%d][%d]"
-                                  " %.9g, want %.9g (m %g)",
+                                  "bwd weights %dx%d %d->%d: "
+                                  "dw[%d][%d][%d][%d] %.9g, want %.9g (m %g)",
                                   s->h, s->w, s->ic, s->oc, o, c, kh, kw, got,
                                   a, m);
                 }

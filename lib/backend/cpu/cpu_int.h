@@ -4,8 +4,8 @@
  * primitives for a model (once per shape); cpu_step.c runs them for a step
  * (cpu_dropout.c draws its dropout masks) and cpu.c implements the rest
  * of the td_backend_ops; cpu_kplan.c plans the hand-written convolution
- * kernels (cpu_bwdw.c, cpu_cfwd.c, cpu_wino.c) where they apply.  Nothing outside
- * lib/backend/cpu/ may include this header.
+ * kernels (cpu_bwdw.c, cpu_cfwd.c, cpu_wino.c) where they apply.  Nothing
+ * outside lib/backend/cpu/ may include this header.
  *
  * Tensors: every layer output lives in one oneDNN memory (value) and one
  * gradient memory with the same descriptor, in the blocked layout the
@@ -271,10 +271,8 @@ static inline int td__run_at(const td__cpu *be, int L)
 int td__nhwc_dense(const dnnl_memory_desc_t *md);
 /* md is dense nChw16c bf16 (oneDNN's aBcd16b, no padded channels). */
 int td__blocked16_dense(const dnnl_memory_desc_t *md);
-/* md is dense nChw8c fp32 (aBcd8b, the layout of oneDNN's AVX2 kernels);
- * td__blocked_f32_dense: md's channel block (8 or 16) when it is a dense
- * nChw8c or nChw16c fp32 layout, else 0. */
-int td__blocked8_f32_dense(const dnnl_memory_desc_t *md);
+/* md's channel block (8 or 16) when it is a dense nChw8c (aBcd8b, the
+ * layout of oneDNN's AVX2 kernels) or nChw16c fp32 layout, else 0. */
 int td__blocked_f32_dense(const dnnl_memory_desc_t *md);
 /* The layout cpu_bn.c's kernels read in this plan ("nhwc", or "nChw16c":
  * td__bn_hw), md is dense in it, and the rows per image they take: 0 in

@@ -58,11 +58,6 @@ int td__blocked16_dense(const dnnl_memory_desc_t *md)
     return td__blocked_dense(md, 16, dnnl_bf16);
 }
 
-int td__blocked8_f32_dense(const dnnl_memory_desc_t *md)
-{
-    return td__blocked_dense(md, 8, dnnl_f32);
-}
-
 int td__blocked_f32_dense(const dnnl_memory_desc_t *md)
 {
     return td__blocked_dense(md, 8, dnnl_f32)    ? 8
@@ -232,7 +227,7 @@ int td__plan_wino(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
         min = TD__WINO_MIN;
     if (min <= 0 || ic < min || l->channels < min || td__is_bf16(be) ||
         !td_wino_ok(l->kernel, l->stride, l->pad, ic, l->channels) ||
-        !td__blocked8_f32_dense(src) || !td__blocked8_f32_dense(&c->md))
+        td__blocked_f32_dense(src) != 8 || td__blocked_f32_dense(&c->md) != 8)
         return 0;
     c->wf = td_wino_create(be->batch, l->out.h, l->out.w, ic, l->channels,
                            be->threads);

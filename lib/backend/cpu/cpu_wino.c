@@ -10,9 +10,10 @@
  * the input broadcast), and transforms the products back into the
  * output.  The input and output-gradient reads prefetch the rows the next
  * row of tiles reads first (on 16 channels the transforms waited on memory
- * as long as the products ran).  The weight gradient's products accumulate per group of tiles
- * in the group's own [16][oc][ic] sums (4 output channels x 16 input
- * channels per 8 accumulators), reduced in group order at the end.
+ * as long as the products ran).  The weight gradient's products
+ * accumulate per group of tiles in the group's own [16][oc][ic] sums (6
+ * output channels x 16 input channels in 12 accumulators), reduced in
+ * group order at the end.
  * Never does: decide where it is used (cpu_kplan.c), anything with oneDNN.
  */
 #include <immintrin.h>
@@ -27,12 +28,13 @@
 #define TD__AVX static __attribute__((target("avx2,fma")))
 
 enum {
-    TD__GROUPS = 8,            /* fixed groups of the weight gradient */
-    TD__BLOCK_BYTES = 160 << 10 /* V and M of one block */
+    TD__GROUPS = 8,             /* fixed groups of the weight gradient */
+    TD__BLOCK_BYTES = 160 << 10, /* V and M of one block */
+    TD__TB_MAX = 120            /* tiles per block at most */
 };
 
 struct td_wino {
-    int n, h, w, ic, oc, threads;
+    int h, w, ic, oc, threads;
     int th, tw;     /* tiles per image: rows, columns */
     long tiles;     /* n * th * tw */
     int tb;         /* tiles per block */
@@ -68,13 +70,13 @@ td_wino *td_wino_create(int n, int h, int w, int ic, int oc, int threads)
     td_wino *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    *p = (td_wino){.n = n, .h = h, .w = w, .ic = ic, .oc = oc,
+    *p = (td_wino){.h = h, .w = w, .ic = ic, .oc = oc,
                    .threads = threads, .th = (h + 1) / 2, .tw = (w + 1) / 2};
     p->tiles = (long)n * p->th * p->tw;
     long tb = TD__BLOCK_BYTES / (16 * (long)sizeof(float) * (ic + oc));
     long need = (p->tiles + 5) / 6 * 6;
     tb = tb / 6 * 6;
-    tb = tb < 6 ? 6 : tb > 120 ? 120 : tb;
+    tb = tb < 6 ? 6 : tb > TD__TB_MAX ? TD__TB_MAX : tb;
     p->tb = (int)(tb < need ? tb : need);
     p->scr_per = (size_t)16 * p->tb * (size_t)(ic + oc);
     p->u = td__alloc((size_t)16 * ic * oc);
@@ -247,7 +249,7 @@ TD__IN void td__a_dy(const __m256 e[4], __m256 m[16])
 /* Tiles g0 .. g0 + cnt - 1 of the batch: per tile its sample and the
  * top-left output position. */
 typedef struct td__tiles {
-    int n[120], y[120], x[120];
+    int n[TD__TB_MAX], y[TD__TB_MAX], x[TD__TB_MAX];
 } td__tiles;
 
 static void td__coords(const td_wino *p, long g0, int cnt, td__tiles *t)
@@ -270,15 +272,16 @@ static void td__coords(const td_wino *p, long g0, int cnt, td__tiles *t)
 
 /* Prefetches the two rows from y of a plane that the next row of tiles
  * reads and this one does not, over this tile's columns (x0 even: the
- * cache lines of positions x0, x0 + 1 and x0 + 2, x0 + 3): hardware
- * prefetch alone left the input transform waiting on memory (it took as
- * long as the products on 16 channels). */
-TD__IN void td__ahead(const float *pl, int H, int W, int y, int x0)
+ * cache line of positions x0, x0 + 1, and with wide the one of x0 + 2,
+ * x0 + 3): hardware prefetch alone left the input transform waiting on
+ * memory (it took as long as the products on 16 channels). */
+TD__IN void td__ahead(const float *pl, int H, int W, int y, int x0,
+                      int wide)
 {
     for (int r = y; r < y + 2 && r < H; r++) {
         const char *a = (const char *)(pl + ((size_t)r * W + x0) * 8);
         _mm_prefetch(a, _MM_HINT_T0);
-        if (x0 + 2 < W)
+        if (wide && x0 + 2 < W)
             _mm_prefetch(a + 64, _MM_HINT_T0);
     }
 }
@@ -301,8 +304,8 @@ static void td__pad6(float *B, size_t s, int cnt, int n)
             memset(B + k * s + (size_t)i * n, 0, (size_t)n * sizeof(float));
 }
 
-/* V [16][tb][C] of tiles g0 .. g0 + cnt - 1 of x (C channels), rows cnt
- * up to the next multiple of 6 zeroed. */
+/* V [16][tb][C] of the cnt tiles t of x (C channels), rows cnt up to the
+ * next multiple of 6 zeroed. */
 TD__AVX void td__input(const td_wino *p, const td__tiles *t,
                        const float *x, int C, int cnt, float *V)
 {
@@ -311,7 +314,7 @@ TD__AVX void td__input(const td_wino *p, const td__tiles *t,
         for (int cb = 0; cb < C / 8; cb++) {
             __m256 d[16], v[16];
             const float *pl = x + ((size_t)t->n[i] * (C / 8) + cb) * plane;
-            td__ahead(pl, p->h, p->w, t->y[i] + 3, t->x[i]);
+            td__ahead(pl, p->h, p->w, t->y[i] + 3, t->x[i], 1);
             td__patch(pl, p->h, p->w, t->y[i] - 1, t->x[i] - 1, d);
             td__bt(d, v);
             td__put16(V + (size_t)i * C + (size_t)cb * 8, xs, v);
@@ -395,7 +398,7 @@ static int td__nthreads(const td_wino *p, int cap)
 void td_wino_fwd(td_wino *p, const float *x, float *y, const float *bias)
 {
     long nb = (p->tiles + p->tb - 1) / p->tb;
-    int nt = td__nthreads(p, nb > 64 ? 64 : (int)nb);
+    int nt = td__nthreads(p, nb < p->threads ? (int)nb : p->threads);
 #pragma omp parallel num_threads(nt)
     {
         int me = omp_get_thread_num(), all = omp_get_num_threads();
@@ -423,9 +426,7 @@ TD__AVX void td__dy(const td_wino *p, const td__tiles *t, const float *dy,
             int y0 = t->y[i], x0 = t->x[i];
             const float *pl = dy + ((size_t)t->n[i] * (K / 8) + kb) * plane;
             __m256 e[4], m[16];
-            for (int r = y0 + 2; r < y0 + 4 && r < p->h; r++) /* ahead */
-                _mm_prefetch((const char *)(pl + ((size_t)r * p->w + x0) * 8),
-                             _MM_HINT_T0);
+            td__ahead(pl, p->h, p->w, y0 + 2, x0, 0);
 #pragma GCC unroll 16
             for (int q = 0; q < 4; q++) {
                 int yy = y0 + q / 2, xx = x0 + q % 2;
