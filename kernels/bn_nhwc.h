@@ -75,6 +75,17 @@ TD_HD static inline float td_bn_nhwc_y(float x, float s, float mean, float a,
     return relu && !(v > 0.0f) ? 0.0f : v;
 }
 
+/* The same in fp32 (cpu_bn8.c): the batch norm's output is not rounded
+ * before the add, as the unfused fp32 layers keep it in fp32. */
+TD_HD static inline float td_bn_f32_y(float x, float s, float mean, float a,
+                                      float beta, int relu, int add)
+{
+    float v = fmaf(x - mean, a, beta);
+    if (add)
+        v += s;
+    return relu && !(v > 0.0f) ? 0.0f : v;
+}
+
 /* The gradient through the fused relu: dy where the saved output y is
  * positive (dy itself without a relu). */
 TD_HD static inline float td_bn_nhwc_g(float dy, float y, int relu)

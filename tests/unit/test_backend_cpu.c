@@ -3,10 +3,12 @@
  * statistics, inference mode, the optimizer update, snapshots, and the
  * errors of bad input.  One OpenMP thread, so the suite is not threaded. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_bn8.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/rng.h"
@@ -223,6 +225,71 @@ START_TEST(test_fmnist_cnn_avx2_has_no_reference_kernel)
     ck_assert_msg(k.retried >= 1, "oneDNN gave the AVX2 first layer a real "
                   "backward weights kernel: this test needs a model that "
                   "still meets a reference one");
+    compare_step(&f, 0);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* The plan's hand-written fp32 batch norms as the backend logs them
+ * (debug): all of them, and those with an add fused. */
+typedef struct bn8_seen {
+    int all, add;
+} bn8_seen;
+
+static void on_bn8_line(void *user, int level, long job, const char *line)
+{
+    bn8_seen *k = user;
+    (void)level;
+    (void)job;
+    if (!strstr(line, "batch norm: cpu_bn8 (fp32 nChw8c)"))
+        return;
+    k->all++;
+    k->add += strstr(line, " + add + relu") != NULL;
+}
+
+static void setup_bn8(fixture *f, const char *model, td_shape in,
+                      bn8_seen *k)
+{
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+    td_log_set_level(TD_LOG_DEBUG);
+    td_log_set_sink(on_bn8_line, k);
+    setup_fx(f, model, in, 10, 2, TD_OPT_SGD);
+    td_log_set_sink(NULL, NULL);
+    td_log_set_level(TD_LOG_INFO);
+}
+
+/* fp32 on AVX2 (nChw8c): each residual block's last batch norm runs
+ * cpu_bn8.c fused with the add and the relu after it (9 in resnet20: the
+ * shortcut's gradient written by the batch norm's backward, the block
+ * input's two gradient summands read as one), the others stay oneDNN's;
+ * the step, layer gradients included, matches the reference layers. */
+START_TEST(test_resnet20_avx2_fuses_adds)
+{
+    bn8_seen k = {0};
+    fixture f;
+    setup_bn8(&f, "resnet20", (td_shape){3, 16, 16}, &k);
+    if (!td_bn8_ok(16)) {
+        ck_assert_int_eq(k.all, 0);
+        printf("no AVX2 here: cpu_bn8.c is not planned\n");
+    } else {
+        ck_assert_int_eq(k.all, 9);
+        ck_assert_int_eq(k.add, 9);
+    }
+    compare_step(&f, 1);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* TD_CPU_BN8=all: every batch norm of fmnist-cnn on cpu_bn8.c with its
+ * relu (the bit mask in the backward), still the reference step. */
+START_TEST(test_fmnist_cnn_avx2_bn8_all)
+{
+    bn8_seen k = {0};
+    fixture f;
+    setenv("TD_CPU_BN8", "all", 1);
+    setup_bn8(&f, "fmnist-cnn", (td_shape){1, 28, 28}, &k);
+    ck_assert_int_eq(k.all, td_bn8_ok(32) ? 4 : 0);
+    ck_assert_int_eq(k.add, 0);
     compare_step(&f, 0);
     teardown_fx(&f);
 }
@@ -620,6 +687,8 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_fmnist_cnn_matches_reference);
     tcase_add_test(tc, test_resnet20_matches_reference);
     tcase_add_test(tc, test_fmnist_cnn_avx2_has_no_reference_kernel);
+    tcase_add_test(tc, test_resnet20_avx2_fuses_adds);
+    tcase_add_test(tc, test_fmnist_cnn_avx2_bn8_all);
     tcase_add_test(tc, test_running_stats_and_inference);
     tcase_add_test(tc, test_bn_eval_trains_in_inference_mode);
     tcase_add_test(tc, test_sgd_update);

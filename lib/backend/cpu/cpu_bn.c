@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_bn.h"
+#include "backend/cpu/cpu_bn_geo.h"
 #include "bn_nhwc.h"
 
 #define TD__IN static inline __attribute__((always_inline, target("avx512f")))
@@ -34,36 +35,10 @@ int td_bn_nhwc_ok(int C)
     return C > 0 && C % 16 == 0 && __builtin_cpu_supports("avx512f");
 }
 
-/* A tensor's geometry: rows = N*H*W, C channels, hw = H*W rows per image
- * in nChw16c, 0 in nhwc. */
-typedef struct {
-    size_t rows, hw;
-    int C;
-} td__geo;
-
-static size_t td__cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
-
-/* nChw16c: images per chunk where an image has at most TD_BN_NHWC_ROWS
- * rows, else 0 (the image split into chunks of up to that many). */
-static size_t td__ipc(td__geo g)
-{
-    return g.hw <= TD_BN_NHWC_ROWS ? TD_BN_NHWC_ROWS / g.hw : 0;
-}
-
-/* nhwc: chunks of TD_BN_NHWC_ROWS rows; nChw16c: of whole images up to
- * that many rows, or parts of one larger image. */
-static size_t td__nchunks(td__geo g)
-{
-    if (!g.hw)
-        return td__cdiv(g.rows, TD_BN_NHWC_ROWS);
-    size_t n = g.rows / g.hw, ipc = td__ipc(g);
-    return ipc ? td__cdiv(n, ipc) : n * td__cdiv(g.hw, TD_BN_NHWC_ROWS);
-}
-
 /* [chunks][2][C] partial sums, then 4*C floats of per-channel values. */
 size_t td_bn_nhwc_part_floats(size_t rows, int C, size_t hw)
 {
-    td__geo g = {rows, hw, C};
+    td__geo g = {rows, hw, C, 16};
     return (2 * td__nchunks(g) + 4) * (size_t)C;
 }
 
@@ -105,21 +80,6 @@ TD__IN void td__st_exact(td_bf16 *p, __m512 v)
     __m512i hi = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
     _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(hi));
 }
-
-/* A chunk: nimg runs of nr rows of every channel, element (run m, row i,
- * channel c) at off + m*is + i*rs + c*cs for c a multiple of 16 (+ c % 16
- * in its vector): nhwc one run, rs = C, cs = 1; nChw16c a run per image,
- * rs = 16, cs = hw, is = C*hw. */
-typedef struct {
-    size_t off, nimg, nr, is, rs, cs;
-} td__ck;
-
-/* Every row of chunk k, ro its offset from the chunk's channel group. */
-#define TD__ROWS(k, ro)                                                      \
-    for (size_t td__m = 0, td__r0 = 0; td__m < (k).nimg;                     \
-         td__m++, td__r0 += (k).is)                                          \
-        for (size_t td__i = 0, ro = td__r0; td__i < (k).nr;                  \
-             td__i++, ro += (k).rs)
 
 /* The element offsets of a chunk's channel group [c0, c0 + 16*nv) at its
  * row 0. */
@@ -274,37 +234,6 @@ TD__IN void td__dx_blk(const td_bf16 *x, const td_bf16 *y,
         }                                                                    \
     }
 
-/* Chunk ch of a tensor. */
-static inline td__ck td__chunk(td__geo g, long ch)
-{
-    td__ck k;
-    size_t R = TD_BN_NHWC_ROWS, C = (size_t)g.C, c = (size_t)ch;
-    k.is = 0;
-    k.nimg = 1;
-    if (!g.hw) {
-        size_t r0 = c * R;
-        k.nr = g.rows - r0 < R ? g.rows - r0 : R;
-        k.off = r0 * C;
-        k.rs = C;
-        k.cs = 1;
-        return k;
-    }
-    size_t n = g.rows / g.hw, ipc = td__ipc(g);
-    k.rs = 16;
-    k.cs = g.hw;
-    k.is = C * g.hw;
-    if (ipc) { /* images [c * ipc, c * ipc + nimg) */
-        k.nimg = n - c * ipc < ipc ? n - c * ipc : ipc;
-        k.nr = g.hw;
-        k.off = c * ipc * C * g.hw;
-    } else { /* rows [h0, h0 + nr) of image c / per */
-        size_t per = td__cdiv(g.hw, R), h0 = c % per * R;
-        k.nr = g.hw - h0 < R ? g.hw - h0 : R;
-        k.off = c / per * C * g.hw + h0 * 16;
-    }
-    return k;
-}
-
 /* One chunk of each pass, compiled for AVX-512 and called from the
  * parallel regions below. The regions themselves hold no vector code:
  * clang 14 outlines an OpenMP region into a function without its
@@ -348,19 +277,6 @@ TD__AVX void td__dx_chunk(const td_bf16 *x, const td_bf16 *y,
     td__ck ck = td__chunk(g, ch);
     TD__GROUPS(g.C, td__dx_blk(x, y, dy, dy2, ds, dx, ck, c0, nv, mean, a,
                                k, d, relu));
-}
-
-/* Channel c's two sums over the chunks, in chunk order, in double. */
-static inline void td__reduce(const float *part, size_t nch, int C, int c,
-                              double *s1, double *s2)
-{
-    double a = 0, b = 0;
-    for (size_t ch = 0; ch < nch; ch++) {
-        a += part[ch * 2 * (size_t)C + (size_t)c];
-        b += part[ch * 2 * (size_t)C + (size_t)C + (size_t)c];
-    }
-    *s1 = a;
-    *s2 = b;
 }
 
 /* Training forward in one parallel region (one fork and join instead of
@@ -456,13 +372,12 @@ void td_bn_nhwc_fwd(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
                     const float *beta, float eps, int relu, float *mean,
                     float *var, float *part)
 {
-    td__geo g = {rows, hw, C};
+    td__geo g = {rows, hw, C, 16};
     float *sh = part + 2 * td__nchunks(g) * (size_t)C + C;
     if (rows == 0)
         return;
     for (int c = 0; c < C; c++) /* the first row's value of channel c */
-        sh[c] = td_bf16_to_f32(
-            x[hw ? (size_t)(c / 16) * hw * 16 + (size_t)(c % 16) : (size_t)c]);
+        sh[c] = td_bf16_to_f32(x[td__first(g, c)]);
     td__fwd_train(x, s, y, g, gamma, beta, eps, relu, mean, var, part);
 }
 
@@ -471,7 +386,7 @@ void td_bn_nhwc_infer(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
                       const float *beta, const float *mean, const float *var,
                       float eps, int relu, float *part)
 {
-    td__geo g = {rows, hw, C};
+    td__geo g = {rows, hw, C, 16};
     float *a = part + 2 * td__nchunks(g) * (size_t)C;
     for (int c = 0; c < C; c++)
         a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
@@ -494,7 +409,7 @@ void td_bn_nhwc_bwd2(const td_bf16 *x, const td_bf16 *y, const td_bf16 *dy,
                      const float *mean, const float *var, float eps,
                      int relu, float *dgamma, float *dbeta, float *part)
 {
-    td__geo g = {rows, hw, C};
+    td__geo g = {rows, hw, C, 16};
     if (rows == 0)
         return;
     td__bwd_train(x, y, dy, dy2, dx, ds, g, gamma, mean, var, eps, relu,

@@ -46,11 +46,14 @@ typedef struct td__cl {
     int root;      /* layer whose memories hold this layer's output */
     int fused;     /* batch norm: the following relu is fused into it */
     int no_dsrc;   /* conv/dense reading the input: no data gradient */
-    int fast;      /* batch norm: cpu_bn.c's kernels instead of oneDNN */
+    int fast;      /* batch norm: cpu_bn.c's (bf16) or cpu_bn8.c's (fp32)
+                      kernels instead of oneDNN */
     int add;       /* fast batch norm: the add fused into it (its layer
                       index; then the relu after the add is fused too and
                       the group runs at the add's position), else 0 */
     float *part;   /* fast batch norm: its kernels' scratch */
+    uint8_t *rmask; /* fast fp32 batch norm with a relu: the output's
+                       signs, one bit per element (cpu_bn8.h) */
     dnnl_memory_desc_t md;      /* output descriptor (roots only) */
     dnnl_memory_t y, dy;        /* output value and gradient (roots) */
     dnnl_memory_t acc;          /* scratch for a second gradient summand */
@@ -118,9 +121,10 @@ typedef struct td__cpu {
     int batch;
     dnnl_data_type_t adt;  /* activations: dnnl_f32 or dnnl_bf16 */
     size_t esize;          /* bytes per activation element */
-    dnnl_format_tag_t atag; /* conv and pooling outputs: any (fp32: the
-                               primitive chooses), nhwc or nChw16c (bf16:
-                               the layout a typical convolution prefers) */
+    dnnl_format_tag_t atag; /* conv and pooling outputs: nhwc or nChw16c
+                               (bf16), nChw8c (fp32) when a typical
+                               convolution prefers it, else any (the
+                               primitive chooses) */
     float *xin;            /* bf16: the normalised input in fp32 */
     dnnl_memory_t xin_m;   /* xin as plain NCHW fp32, when r_in exists */
     dnnl_primitive_t r_in; /* bf16: xin into the input's layout (nhwc) */
@@ -274,9 +278,9 @@ int td__blocked16_dense(const dnnl_memory_desc_t *md);
 /* md's channel block (8 or 16) when it is a dense nChw8c (aBcd8b, the
  * layout of oneDNN's AVX2 kernels) or nChw16c fp32 layout, else 0. */
 int td__blocked_f32_dense(const dnnl_memory_desc_t *md);
-/* The layout cpu_bn.c's kernels read in this plan ("nhwc", or "nChw16c":
- * td__bn_hw), md is dense in it, and the rows per image they take: 0 in
- * nhwc. */
+/* The layout the hand-written batch norms read in this plan ("nhwc", or
+ * "nChw16c" / "nChw8c": td__bn_hw), md is dense in it, and the rows per
+ * image they take: 0 in nhwc. */
 const char *td__bn_layout(const td__cpu *be);
 int td__bn_dense(const td__cpu *be, const dnnl_memory_desc_t *md);
 size_t td__bn_hw(const td__cpu *be, int L);

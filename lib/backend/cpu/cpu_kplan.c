@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_bn.h"
+#include "backend/cpu/cpu_bn8.h"
 #include "backend/cpu/cpu_bwdw.h"
 #include "backend/cpu/cpu_cfwd.h"
 #include "backend/cpu/cpu_int.h"
@@ -67,20 +69,60 @@ int td__blocked_f32_dense(const dnnl_memory_desc_t *md)
 
 const char *td__bn_layout(const td__cpu *be)
 {
-    return be->atag == dnnl_nChw16c ? "nChw16c" : "nhwc";
+    return be->atag == dnnl_nChw16c  ? "nChw16c"
+           : be->atag == dnnl_nChw8c ? "nChw8c"
+                                     : "nhwc";
 }
 
 int td__bn_dense(const td__cpu *be, const dnnl_memory_desc_t *md)
 {
-    return be->atag == dnnl_nChw16c ? td__blocked16_dense(md)
+    return be->atag == dnnl_nChw16c  ? td__blocked16_dense(md)
+           : be->atag == dnnl_nChw8c ? td__blocked_f32_dense(md) == 8
                                      : td__nhwc_dense(md);
 }
 
 size_t td__bn_hw(const td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
-    return be->atag == dnnl_nChw16c ? (size_t)l->out.h * (size_t)l->out.w
-                                     : 0;
+    return be->atag == dnnl_nChw16c || be->atag == dnnl_nChw8c
+               ? (size_t)l->out.h * (size_t)l->out.w
+               : 0;
+}
+
+/* Batch norm L's only consumer is an add taking it as first input (a
+ * residual block's end). */
+static int td__bn_feeds_add(const td_model *m, int L)
+{
+    if (m->layers[L].consumers != 1)
+        return 0;
+    for (int A = L + 1; A < m->nlayers; A++)
+        if (m->layers[A].kind == TD_L_ADD && m->layers[A].in[0] == L)
+            return 1;
+    return 0;
+}
+
+/* Batch norm L can run a hand-written kernel: cpu_bn.c's in bf16
+ * channels-last (the AMX plan) or blocked nChw16c (the AVX512_BF16 plan),
+ * channels a multiple of 16 on an AVX-512 CPU; cpu_bn8.c's in fp32 nChw8c
+ * (the AVX2 plan), channels a multiple of 8, where it feeds an add (which
+ * then fuses into it, with the relu after): on its own, batch norm and
+ * relu, oneDNN's bnorm_jit:avx2 took 0.7-1.0x cpu_bn8.c's time per call
+ * and Fashion-MNIST's step was 4 % slower (docs/compute.md);
+ * TD_CPU_BN8=all takes every one.  Training statistics (not frozen), and
+ * in a blocked plan not on the model's input (planar). */
+int td__bn_can_fast(const td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    if (l->kind != TD_L_BN || td__bn_eval(be, L) ||
+        (l->in[0] == 0 && be->atag != dnnl_nhwc))
+        return 0;
+    if (td__is_bf16(be))
+        return (be->atag == dnnl_nhwc || be->atag == dnnl_nChw16c) &&
+               td_bn_nhwc_ok(l->out.c);
+    const char *e = getenv("TD_CPU_BN8");
+    return be->atag == dnnl_nChw8c && td_bn8_ok(l->out.c) &&
+           ((e && strcmp(e, "all") == 0) ||
+            td__bn_feeds_add(be->base.model, L));
 }
 
 const char *td__choice_forced(const td__cpu *be, int L, int bit)

@@ -20,6 +20,7 @@
 #include <oneapi/dnnl/dnnl_debug.h>
 
 #include "backend/cpu/cpu_bn.h"
+#include "backend/cpu/cpu_bn8.h"
 #include "backend/cpu/cpu_int.h"
 #include "backend/cpu/cpu_pool.h"
 #include "base/error.h"
@@ -202,13 +203,16 @@ static int td__plan_conv_bdf(td__cpu *be, int L,
 }
 
 /* The layout asked of a convolution's or pooling's output of C channels:
- * the plan's, except that nChw16c is asked only of whole 16-channel
- * blocks (a padded block can leave oneDNN 2.6 with reference kernels,
- * and cpu_bn.c does not read it): "any" chooses then. */
+ * the plan's, except that a blocked layout (nChw16c, nChw8c) is asked
+ * only of whole blocks (a padded block can leave oneDNN 2.6 with
+ * reference kernels, and cpu_bn.c and cpu_bn8.c do not read it): "any"
+ * chooses then. */
 static dnnl_format_tag_t td__out_tag(const td__cpu *be, int C)
 {
-    return be->atag == dnnl_nChw16c && C % 16 ? dnnl_format_tag_any
-                                                : be->atag;
+    return (be->atag == dnnl_nChw16c && C % 16) ||
+                   (be->atag == dnnl_nChw8c && C % 8)
+               ? dnnl_format_tag_any
+               : be->atag;
 }
 
 static int td__is_ref(const_dnnl_primitive_desc_t pd)
@@ -357,17 +361,18 @@ static int td__check_fused_adds(td__cpu *be)
     for (int L = 1; L < m->nlayers; L++) {
         int A = be->cl[L].add;
         if (A && !td__bn_dense(be, td__in_md(be, A, 1))) {
-            snprintf(be->base.err, sizeof be->base.err, "add %s: the bf16 "
-                     "batch norm kernel needs a dense %s bf16 shortcut",
-                     m->layers[A].name, td__bn_layout(be));
+            snprintf(be->base.err, sizeof be->base.err, "add %s: the "
+                     "batch norm kernel needs a dense %s %s shortcut",
+                     m->layers[A].name, td__bn_layout(be),
+                     td__is_bf16(be) ? "bf16" : "fp32");
             return TD_E_NOTSUP;
         }
     }
     return 0;
 }
 
-/* A batch norm on cpu_bn.c's kernels: memories and scratch, no oneDNN
- * primitive. */
+/* A batch norm on cpu_bn.c's or cpu_bn8.c's kernels: memories and
+ * scratch, no oneDNN primitive. */
 static int td__plan_bn_fast(td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -378,8 +383,8 @@ static int td__plan_bn_fast(td__cpu *be, int L)
     int rc;
     if (!td__bn_dense(be, src)) {
         snprintf(be->base.err, sizeof be->base.err, "batch norm %s: the "
-                 "bf16 kernel needs dense %s bf16 inputs", l->name,
-                 td__bn_layout(be));
+                 "kernel needs dense %s %s inputs", l->name,
+                 td__bn_layout(be), td__is_bf16(be) ? "bf16" : "fp32");
         return TD_E_NOTSUP;
     }
     td__md(&vmd, 1, cd, dnnl_a);
@@ -392,7 +397,16 @@ static int td__plan_bn_fast(td__cpu *be, int L)
     c->part = malloc(td_bn_nhwc_part_floats(c->nelem / (size_t)l->out.c,
                                             l->out.c, td__bn_hw(be, L)) *
                      sizeof(float));
-    return c->part ? 0 : -ENOMEM;
+    if (!td__is_bf16(be) && c->fused)
+        c->rmask = malloc(td_bn8_mask_bytes(c->nelem / (size_t)l->out.c,
+                                            l->out.c));
+    if (!c->part || (!td__is_bf16(be) && c->fused && !c->rmask))
+        return -ENOMEM;
+    td_debug("cpu backend: %s batch norm: %s (%s %s)%s", l->name,
+             td__is_bf16(be) ? "cpu_bn" : "cpu_bn8",
+             td__is_bf16(be) ? "bf16" : "fp32", td__bn_layout(be),
+             c->add ? " + add + relu" : c->fused ? " + relu" : "");
+    return 0;
 }
 
 static int td__plan_bn(td__cpu *be, int L)
@@ -595,17 +609,6 @@ static int td__plan_dropout(td__cpu *be, int L)
     return c->mask ? 0 : -ENOMEM;
 }
 
-/* Batch norm L can run cpu_bn.c's kernels: bf16 channels-last (the AMX
- * plan) or blocked nChw16c (the AVX512_BF16 plan), training statistics
- * (not frozen), channels a multiple of 16 on an AVX-512 CPU. */
-int td__bn_can_fast(const td__cpu *be, int L)
-{
-    const td_layer *l = &be->base.model->layers[L];
-    return l->kind == TD_L_BN && td__is_bf16(be) &&
-           (be->atag == dnnl_nhwc || be->atag == dnnl_nChw16c) &&
-           !td__bn_eval(be, L) && td_bn_nhwc_ok(l->out.c);
-}
-
 /* ... and does, unless the choice (cpu_tune.c; TD_CPU_BN=onednn in the
  * environment forces it) says oneDNN's. */
 static int td__bn_fast(const td__cpu *be, int L)
@@ -779,7 +782,7 @@ static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
     be->atag = dnnl_format_tag_any;
     be->layout_rule = TD__LY_ANY;
     *reorder = 0;
-    if (!td__is_bf16(be) || L < 0)
+    if (L < 0)
         return 0;
     const td_layer *l = &m->layers[L];
     const td_shape in = m->layers[l->in[0]].out;
@@ -802,11 +805,20 @@ static int td__plan_input_md(td__cpu *be, const dnnl_dim_t *d,
     int nhwc = want->format_kind == dnnl_blocked &&
                want->format_desc.blocking.inner_nblks == 0 &&
                want->format_desc.blocking.strides[1] == 1;
-    int blk16 = want->format_kind == dnnl_blocked &&
-                want->format_desc.blocking.inner_nblks == 1 &&
-                want->format_desc.blocking.inner_blks[0] == 16 &&
-                want->format_desc.blocking.inner_idxs[0] == 1;
+    int blk = want->format_kind == dnnl_blocked &&
+                      want->format_desc.blocking.inner_nblks == 1 &&
+                      want->format_desc.blocking.inner_idxs[0] == 1
+                  ? (int)want->format_desc.blocking.inner_blks[0]
+                  : 0;
+    int blk16 = blk == 16;
     dnnl_primitive_desc_destroy(pd);
+    if (!td__is_bf16(be)) { /* fp32: AVX2's nChw8c for every later layer
+                               (cpu_bn8.c's batch norm reads it); any
+                               other layout as the primitives choose */
+        if (blk == 8)
+            be->atag = dnnl_nChw8c;
+        return 0;
+    }
     be->layout_rule = nhwc ? TD__LY_NHWC : blk16 ? TD__LY_BLK16 : TD__LY_ANY;
     const char *force = td__layout_forced();
     if (force) {
@@ -936,6 +948,7 @@ void td__cpu_unplan(td__cpu *be)
         }
         free(c->mask);
         free(c->part);
+        free(c->rmask);
         td__kplan_free(c);
         td__wmap_free(c);
         td__bd2_free(c);

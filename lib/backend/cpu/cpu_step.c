@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/cpu_bn.h"
+#include "backend/cpu/cpu_bn8.h"
 #include "backend/cpu/cpu_bwdw.h"
 #include "backend/cpu/cpu_cfwd.h"
 #include "backend/cpu/cpu_int.h"
@@ -115,18 +116,34 @@ static void td__bn_running(td__cpu *be, int L)
 
 static td_bf16 *td__h(dnnl_memory_t m) { return (td_bf16 *)td__f(m); }
 
-/* A batch norm on cpu_bn.c's kernels (bf16 nhwc or nChw16c), with its
- * fused relu, or add and relu: training statistics and the running ones'
- * update, or the running statistics when !train. */
+/* A batch norm on cpu_bn.c's kernels (bf16 nhwc or nChw16c) or cpu_bn8.c's
+ * (fp32 nChw8c), with its fused relu, or add and relu: training
+ * statistics and the running ones' update, or the running statistics
+ * when !train. */
 static void td__bn_fast_fwd(td__cpu *be, int L, int train)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
     const td_layer *add = c->add ? &be->base.model->layers[c->add] : NULL;
-    const td_bf16 *x = td__h(be->cl[be->cl[l->in[0]].root].y);
-    const td_bf16 *s = add ? td__h(be->cl[be->cl[add->in[1]].root].y) : NULL;
+    dnnl_memory_t xm = be->cl[be->cl[l->in[0]].root].y;
+    dnnl_memory_t sm = add ? be->cl[be->cl[add->in[1]].root].y : NULL;
+    const td_bf16 *x = td__h(xm), *s = sm ? td__h(sm) : NULL;
     int C = l->out.c;
     size_t rows = c->nelem / (size_t)C, hw = td__bn_hw(be, L);
+    if (!td__is_bf16(be)) {
+        const float *xf = td__f(xm), *sf = sm ? td__f(sm) : NULL;
+        if (!train) {
+            td_bn8_infer(xf, sf, td__f(c->y), rows, C, hw, td__f(c->w),
+                         td__f(c->b), td__f(c->rmean), td__f(c->rvar),
+                         l->eps, c->fused, c->part);
+            return;
+        }
+        td_bn8_fwd(xf, sf, td__f(c->y), c->rmask, rows, C, hw,
+                   td__f(c->w), td__f(c->b), l->eps, c->fused,
+                   td__f(c->mean), td__f(c->var), c->part);
+        td__bn_running(be, L);
+        return;
+    }
     if (!train) {
         td_bn_nhwc_infer(x, s, td__h(c->y), rows, C, hw, td__f(c->w),
                          td__f(c->b), td__f(c->rmean), td__f(c->rvar),
@@ -426,18 +443,26 @@ static void td__bn_fast_bwd(td__cpu *be, int L)
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
     int r = be->cl[l->in[0]].root, rs = -1;
-    td_bf16 *ds = NULL;
+    void *ds = NULL; /* bf16 or fp32 */
     int C = l->out.c;
     if (c->add) {
         rs = be->cl[be->base.model->layers[c->add].in[1]].root;
-        ds = td__h(td__target(be, rs));
+        ds = td__f(td__target(be, rs));
     }
-    td_bn_nhwc_bwd2(td__h(be->cl[r].y), td__h(c->y), td__h(c->dy),
-                    c->deferred ? td__h(c->acc) : NULL,
-                    td__h(td__target(be, r)), ds, c->nelem / (size_t)C, C,
-                    td__bn_hw(be, L), td__f(c->w), td__f(c->mean),
-                    td__f(c->var), l->eps, c->fused, td__f(c->dw),
-                    td__f(c->db), c->part);
+    if (!td__is_bf16(be))
+        td_bn8_bwd(td__f(be->cl[r].y), c->fused ? c->rmask : NULL,
+                   td__f(c->dy), c->deferred ? td__f(c->acc) : NULL,
+                   td__f(td__target(be, r)), ds, c->nelem / (size_t)C, C,
+                   td__bn_hw(be, L), td__f(c->w), td__f(c->mean),
+                   td__f(c->var), l->eps, td__f(c->dw), td__f(c->db),
+                   c->part);
+    else
+        td_bn_nhwc_bwd2(td__h(be->cl[r].y), td__h(c->y), td__h(c->dy),
+                        c->deferred ? td__h(c->acc) : NULL,
+                        td__h(td__target(be, r)), ds, c->nelem / (size_t)C,
+                        C, td__bn_hw(be, L), td__f(c->w), td__f(c->mean),
+                        td__f(c->var), l->eps, c->fused, td__f(c->dw),
+                        td__f(c->db), c->part);
     if (rs >= 0)
         td__settle(be, rs);
     td__settle(be, r);

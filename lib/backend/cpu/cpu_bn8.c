@@ -1,0 +1,310 @@
+/* cpu_bn8.c - the fp32 nChw8c batch norm of the CPU backend's AVX2 plan
+ * (cpu_bn8.h), in AVX2 with FMA.
+ *
+ * Owns: the vector loops.  Within a chunk (cpu_bn_geo.h) the channels go
+ * by groups of up to 32 (four 8-float vectors, the accumulators of a group
+ * in registers).  Passes: forward training 2 (statistics; normalise
+ * [+ add] [+ relu]), inference 1, backward 2 (the sums, writing the
+ * shortcut's gradient; dx), the gradient read as one tensor or as the sum
+ * of two; a training call is one OpenMP parallel region (the per-channel
+ * reduction between its passes, barriers between them).  The structure
+ * is cpu_bn.c's (bf16, AVX-512) with fp32 elements, so no rounding.
+ * Never does: allocate, decide whether it is used (cpu_plan.c), running
+ * statistics (cpu_step.c), anything with oneDNN.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "backend/cpu/cpu_bn8.h"
+#include "backend/cpu/cpu_bn_geo.h"
+#include "bn_nhwc.h"
+
+#define TD__IN static inline __attribute__((always_inline, target("avx2,fma")))
+#define TD__AVX static __attribute__((target("avx2,fma")))
+
+int td_bn8_ok(int C)
+{
+    __builtin_cpu_init();
+    return C > 0 && C % 8 == 0 && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma");
+}
+
+/* The element offsets of a chunk's channel group [c0, c0 + 8*nv) at its
+ * row 0. */
+#define TD__VOFF(k, c0, nv, vo)                                              \
+    size_t vo[4];                                                            \
+    _Pragma("GCC unroll 4") for (int v = 0; v < (nv); v++) vo[v] =           \
+        (k).off + (size_t)((c0) + 8 * v) * (k).cs
+
+/* Chunk k, channels [c0, c0 + 8*nv): o1 = sum (x - sh),
+ * o2 = sum (x - sh)^2. */
+TD__IN void td__stats_blk(const float *x, td__ck k, int c0, int nv,
+                          const float *sh, float *o1, float *o2)
+{
+    __m256 K[4], s1[4], s2[4];
+    TD__VOFF(k, c0, nv, vo);
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        K[v] = _mm256_loadu_ps(sh + c0 + 8 * v);
+        s1[v] = s2[v] = _mm256_setzero_ps();
+    }
+    TD__ROWS(k, ro) {
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + vo[v] + ro), K[v]);
+            s1[v] = _mm256_add_ps(s1[v], d);
+            s2[v] = _mm256_fmadd_ps(d, d, s2[v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        _mm256_storeu_ps(o1 + c0 + 8 * v, s1[v]);
+        _mm256_storeu_ps(o2 + c0 + 8 * v, s2[v]);
+    }
+}
+
+/* y = [relu]((x - mean)*a + b [+ s]) on a chunk's channel group
+ * (td_bn_f32_y). */
+TD__IN void td__apply_blk(const float *x, const float *s, float *y,
+                          uint8_t *mask, td__ck k, int c0, int nv,
+                          const float *mean, const float *a, const float *b,
+                          int relu)
+{
+    __m256 M[4], A[4], B[4], z = _mm256_setzero_ps();
+    TD__VOFF(k, c0, nv, vo);
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        M[v] = _mm256_loadu_ps(mean + c0 + 8 * v);
+        A[v] = _mm256_loadu_ps(a + c0 + 8 * v);
+        B[v] = _mm256_loadu_ps(b + c0 + 8 * v);
+    }
+    TD__ROWS(k, ro) {
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            size_t o = vo[v] + ro;
+            __m256 t = _mm256_fmadd_ps(
+                _mm256_sub_ps(_mm256_loadu_ps(x + o), M[v]), A[v], B[v]);
+            if (s)
+                t = _mm256_add_ps(t, _mm256_loadu_ps(s + o));
+            if (relu) /* max(NaN, 0) is 0 (the second operand), as
+                         !(v > 0) in td_bn_f32_y */
+                t = _mm256_max_ps(t, z);
+            if (mask)
+                mask[o / 8] = (uint8_t)_mm256_movemask_ps(
+                    _mm256_cmp_ps(t, z, _CMP_GT_OQ));
+            _mm256_storeu_ps(y + o, t);
+        }
+    }
+}
+
+/* g = (dy [+ dy2]) * (y > 0), the output's signs from the forward's bit
+ * mask (lane i of the 8 at element o is bit i of mask[o / 8]); without
+ * the mask when it is NULL (no relu). */
+TD__IN __m256 td__g(const float *dy, const float *dy2, const uint8_t *mask,
+                    size_t o)
+{
+    __m256 g = _mm256_loadu_ps(dy + o);
+    if (dy2)
+        g = _mm256_add_ps(g, _mm256_loadu_ps(dy2 + o));
+    if (!mask)
+        return g;
+    __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    __m256i on = _mm256_and_si256(_mm256_set1_epi32(mask[o / 8]), bit);
+    return _mm256_and_ps(
+        _mm256_castsi256_ps(_mm256_cmpeq_epi32(on, bit)), g);
+}
+
+/* Backward sums of a chunk's channel group: o1 = sum g, o2 = sum
+ * g*(x - mean); g into ds when not NULL. */
+TD__IN void td__bsum_blk(const float *x, const uint8_t *mask,
+                         const float *dy, const float *dy2, float *ds,
+                         td__ck k, int c0, int nv, const float *mean,
+                         float *o1, float *o2)
+{
+    __m256 M[4], s1[4], s2[4];
+    TD__VOFF(k, c0, nv, vo);
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        M[v] = _mm256_loadu_ps(mean + c0 + 8 * v);
+        s1[v] = s2[v] = _mm256_setzero_ps();
+    }
+    TD__ROWS(k, ro) {
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            size_t o = vo[v] + ro;
+            __m256 g = td__g(dy, dy2, mask, o);
+            if (ds)
+                _mm256_storeu_ps(ds + o, g);
+            s1[v] = _mm256_add_ps(s1[v], g);
+            s2[v] = _mm256_fmadd_ps(
+                g, _mm256_sub_ps(_mm256_loadu_ps(x + o), M[v]), s2[v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        _mm256_storeu_ps(o1 + c0 + 8 * v, s1[v]);
+        _mm256_storeu_ps(o2 + c0 + 8 * v, s2[v]);
+    }
+}
+
+/* dx = g*a - (x - mean)*k + d (td_bn_nhwc_dx) on a chunk's channel
+ * group; g from ds when given.  The coefficients stay in memory (four
+ * per vector would take all 16 registers); their loads hit L1. */
+TD__IN void td__dx_blk(const float *x, const uint8_t *mask, const float *dy,
+                       const float *dy2, const float *ds, float *dx,
+                       td__ck ck, int c0, int nv, const float *mean,
+                       const float *a, const float *k, const float *d)
+{
+    TD__VOFF(ck, c0, nv, vo);
+    TD__ROWS(ck, ro) {
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            size_t o = vo[v] + ro, c = (size_t)(c0 + 8 * v);
+            __m256 g = ds ? _mm256_loadu_ps(ds + o)
+                          : td__g(dy, dy2, mask, o);
+            __m256 t = _mm256_fmadd_ps(
+                _mm256_sub_ps(_mm256_loadu_ps(mean + c),
+                              _mm256_loadu_ps(x + o)),
+                _mm256_loadu_ps(k + c), _mm256_loadu_ps(d + c));
+            _mm256_storeu_ps(dx + o,
+                             _mm256_fmadd_ps(g, _mm256_loadu_ps(a + c), t));
+        }
+    }
+}
+
+/* The channel groups of one chunk: nv a constant in each call, so the
+ * always-inline blocks keep their accumulators in registers. */
+#define TD__GROUPS(C, CALL)                                                  \
+    for (int c0 = 0; c0 < (C); c0 += 32) {                                   \
+        switch ((C) - c0 >= 32 ? 4 : ((C) - c0) / 8) {                        \
+        case 4: { const int nv = 4; CALL; } break;                           \
+        case 3: { const int nv = 3; CALL; } break;                           \
+        case 2: { const int nv = 2; CALL; } break;                           \
+        default: { const int nv = 1; CALL; } break;                          \
+        }                                                                    \
+    }
+
+/* One chunk of each pass, compiled for AVX2 and called from the parallel
+ * regions below, which hold no vector code (see cpu_bn.c: clang outlines
+ * a region without its function's target attribute). */
+TD__AVX void td__stats_chunk(const float *x, td__geo g, long ch,
+                             const float *sh, float *part)
+{
+    td__ck k = td__chunk(g, ch);
+    float *o = part + (size_t)ch * 2 * (size_t)g.C;
+    TD__GROUPS(g.C, td__stats_blk(x, k, c0, nv, sh, o, o + g.C));
+}
+
+TD__AVX void td__apply_chunk(const float *x, const float *s, float *y,
+                             uint8_t *mask, td__geo g, long ch,
+                             const float *mean, const float *a,
+                             const float *b, int relu)
+{
+    td__ck k = td__chunk(g, ch);
+    TD__GROUPS(g.C, td__apply_blk(x, s, y, mask, k, c0, nv, mean, a, b,
+                                  relu));
+}
+
+TD__AVX void td__bsum_chunk(const float *x, const uint8_t *mask,
+                            const float *dy, const float *dy2, float *ds,
+                            td__geo g, long ch, const float *mean,
+                            float *part)
+{
+    td__ck k = td__chunk(g, ch);
+    float *o = part + (size_t)ch * 2 * (size_t)g.C;
+    TD__GROUPS(g.C, td__bsum_blk(x, mask, dy, dy2, ds, k, c0, nv, mean, o,
+                                 o + g.C));
+}
+
+TD__AVX void td__dx_chunk(const float *x, const uint8_t *mask,
+                          const float *dy, const float *dy2, const float *ds,
+                          float *dx, td__geo g, long ch, const float *mean,
+                          const float *a, const float *k, const float *d)
+{
+    td__ck ck = td__chunk(g, ch);
+    TD__GROUPS(g.C, td__dx_blk(x, mask, dy, dy2, ds, dx, ck, c0, nv, mean,
+                               a, k, d));
+}
+
+size_t td_bn8_mask_bytes(size_t rows, int C)
+{
+    return rows * (size_t)C / 8;
+}
+
+void td_bn8_fwd(const float *x, const float *s, float *y, uint8_t *mask,
+                size_t rows, int C, size_t hw, const float *gamma,
+                const float *beta, float eps, int relu, float *mean,
+                float *var, float *part)
+{
+    td__geo g = {rows, hw, C, 8};
+    size_t nch = td__nchunks(g);
+    long n = (long)nch;
+    float *a = part + 2 * nch * (size_t)C, *sh = a + C;
+    if (rows == 0)
+        return;
+    for (int c = 0; c < C; c++) /* the first row's value of channel c */
+        sh[c] = x[td__first(g, c)];
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (long ch = 0; ch < n; ch++)
+            td__stats_chunk(x, g, ch, sh, part);
+#pragma omp for schedule(static)
+        for (int c = 0; c < C; c++) {
+            double s1, s2;
+            td__reduce(part, nch, C, c, &s1, &s2);
+            td_bn_nhwc_stats(s1, s2, (double)rows, sh[c], &mean[c], &var[c]);
+            a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
+        }
+#pragma omp for schedule(static)
+        for (long ch = 0; ch < n; ch++)
+            td__apply_chunk(x, s, y, relu ? mask : NULL, g, ch, mean, a,
+                            beta, relu);
+    }
+}
+
+void td_bn8_infer(const float *x, const float *s, float *y, size_t rows,
+                  int C, size_t hw, const float *gamma, const float *beta,
+                  const float *mean, const float *var, float eps, int relu,
+                  float *part)
+{
+    td__geo g = {rows, hw, C, 8};
+    long n = (long)td__nchunks(g);
+    float *a = part + 2 * (size_t)n * (size_t)C;
+    for (int c = 0; c < C; c++)
+        a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
+#pragma omp parallel for schedule(static)
+    for (long ch = 0; ch < n; ch++)
+        td__apply_chunk(x, s, y, NULL, g, ch, mean, a, beta, relu);
+}
+
+void td_bn8_bwd(const float *x, const uint8_t *mask, const float *dy,
+                const float *dy2, float *dx, float *ds, size_t rows, int C,
+                size_t hw, const float *gamma, const float *mean,
+                const float *var, float eps, float *dgamma, float *dbeta,
+                float *part)
+{
+    td__geo g = {rows, hw, C, 8};
+    size_t nch = td__nchunks(g);
+    long n = (long)nch;
+    float *a = part + 2 * nch * (size_t)C, *k = a + C, *d = k + C;
+    if (rows == 0)
+        return;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (long ch = 0; ch < n; ch++)
+            td__bsum_chunk(x, mask, dy, dy2, ds, g, ch, mean, part);
+#pragma omp for schedule(static)
+        for (int c = 0; c < C; c++) {
+            double s1, s2;
+            td__reduce(part, nch, C, c, &s1, &s2);
+            td_bn_nhwc_bwd_coef((float)s1, (float)s2, (float)rows, gamma[c],
+                                var[c], eps, &dgamma[c], &dbeta[c], &a[c],
+                                &k[c], &d[c]);
+        }
+#pragma omp for schedule(static)
+        for (long ch = 0; ch < n; ch++)
+            td__dx_chunk(x, mask, dy, dy2, ds, dx, g, ch, mean, a, k, d);
+    }
+}
