@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_bn8.h"
+#include "backend/cpu/cpu_sbw.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/rng.h"
@@ -188,7 +189,7 @@ END_TEST
  * oneDNN gave only its reference kernel, and every channels-last retry
  * of a backward weights that got a real one. */
 typedef struct kernels_seen {
-    int ref, retried;
+    int ref, retried, sbw;
 } kernels_seen;
 
 static void on_kernel_line(void *user, int level, long job, const char *line)
@@ -201,6 +202,8 @@ static void on_kernel_line(void *user, int level, long job, const char *line)
         return;
     if (strstr(p, ": ref:"))
         k->ref++;
+    else if (strstr(p, "conv bwd weights: cpu_sbw"))
+        k->sbw++;
     else if (strstr(p, "conv bwd weights (nhwc): "))
         k->retried++;
 }
@@ -208,14 +211,16 @@ static void on_kernel_line(void *user, int level, long job, const char *line)
 /* fp32 with oneDNN held to AVX2 (an AMD EPYC Zen 3 has no more): the
  * first convolution's backward weights, 1 planar input channel against
  * blocked nChw8c outputs, has only oneDNN 2.6's reference kernel, ~1,000x
- * slower; the backend plans it channels-last instead (reorders each
- * step), and the step still matches the reference layers.  Relies on
- * Check's fork mode: oneDNN reads ONEDNN_MAX_CPU_ISA once per process. */
+ * slower.  Without cpu_sbw.c (TD_CPU_SBW=0) the backend plans it
+ * channels-last instead (reorders each step), and the step still matches
+ * the reference layers.  Relies on Check's fork mode: oneDNN reads
+ * ONEDNN_MAX_CPU_ISA once per process. */
 START_TEST(test_fmnist_cnn_avx2_has_no_reference_kernel)
 {
     kernels_seen k = {0};
     fixture f;
     setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+    setenv("TD_CPU_SBW", "0", 1);
     td_log_set_level(TD_LOG_DEBUG);
     td_log_set_sink(on_kernel_line, &k);
     setup_fx(&f, "fmnist-cnn", (td_shape){1, 28, 28}, 10, 3, TD_OPT_SGD);
@@ -225,6 +230,31 @@ START_TEST(test_fmnist_cnn_avx2_has_no_reference_kernel)
     ck_assert_msg(k.retried >= 1, "oneDNN gave the AVX2 first layer a real "
                   "backward weights kernel: this test needs a model that "
                   "still meets a reference one");
+    compare_step(&f, 0);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* By default the first convolution's backward weights run cpu_sbw.c
+ * (planar input, nChw8c gradient): no reference kernel, no channels-last
+ * retry and its reorders, and the step matches the reference layers. */
+START_TEST(test_fmnist_cnn_avx2_stem_bwd_weights)
+{
+    kernels_seen k = {0};
+    fixture f;
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+    td_log_set_level(TD_LOG_DEBUG);
+    td_log_set_sink(on_kernel_line, &k);
+    setup_fx(&f, "fmnist-cnn", (td_shape){1, 28, 28}, 10, 3, TD_OPT_SGD);
+    td_log_set_sink(NULL, NULL);
+    td_log_set_level(TD_LOG_INFO);
+    if (td_sbw_ok(3, 1, 1, 1, 32)) {
+        ck_assert_int_eq(k.sbw, 1);
+        ck_assert_int_eq(k.ref, 0);
+        ck_assert_int_eq(k.retried, 0);
+    } else {
+        printf("no AVX2 here: cpu_sbw.c is not planned\n");
+    }
     compare_step(&f, 0);
     teardown_fx(&f);
 }
@@ -687,6 +717,7 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_fmnist_cnn_matches_reference);
     tcase_add_test(tc, test_resnet20_matches_reference);
     tcase_add_test(tc, test_fmnist_cnn_avx2_has_no_reference_kernel);
+    tcase_add_test(tc, test_fmnist_cnn_avx2_stem_bwd_weights);
     tcase_add_test(tc, test_resnet20_avx2_fuses_adds);
     tcase_add_test(tc, test_fmnist_cnn_avx2_bn8_all);
     tcase_add_test(tc, test_running_stats_and_inference);

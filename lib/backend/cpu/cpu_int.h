@@ -104,6 +104,9 @@ typedef struct td__cl {
                                    fwd and bwd_w */
     struct td_wino *wbd;        /* its backward data on cpu_wino.c
                                    (flipped weights) instead of bwd_d */
+    struct td_sbw *sbw;         /* fp32 stem convolution (planar input,
+                                   nChw8c output): cpu_sbw.c's backward
+                                   weights instead of bwd_w */
     uint8_t *pmask;             /* 2x2 max pooling on cpu_pool.c (fp32,
                                    blocked): its winners' masks, instead
                                    of fwd's workspace and bwd_d */
@@ -288,6 +291,7 @@ int td__plan_bwdw(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
 int td__plan_cfwd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
 int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
 int td__plan_wino(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
+int td__plan_sbw(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic);
 void td__kplan_free(td__cl *c);
 
 /* cpu_wmap.c: one oneDNN reorder run now from src (described by from)

@@ -19,6 +19,7 @@
 #include "backend/cpu/cpu_bwdw.h"
 #include "backend/cpu/cpu_cfwd.h"
 #include "backend/cpu/cpu_int.h"
+#include "backend/cpu/cpu_sbw.h"
 #include "backend/cpu/cpu_wino.h"
 #include "base/log.h"
 
@@ -289,6 +290,47 @@ int td__plan_wino(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
     return 0;
 }
 
+/* Dense planar NCHW fp32 (oneDNN's abcd): the model's input in an fp32
+ * plan. */
+static int td__nchw_dense(const dnnl_memory_desc_t *md)
+{
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    if (md->format_kind != dnnl_blocked || md->ndims != 4 ||
+        md->data_type != dnnl_f32 || md->offset0 != 0 ||
+        b->inner_nblks != 0)
+        return 0;
+    dnnl_dim_t hw = md->dims[2] * md->dims[3];
+    return b->strides[3] == 1 && b->strides[2] == md->dims[3] &&
+           b->strides[1] == hw && b->strides[0] == md->dims[1] * hw;
+}
+
+/* cpu_sbw.c for the backward weights of an fp32 convolution from a
+ * planar input into nChw8c (the stem of an AVX2 plan: fmnist-cnn's
+ * conv1, whose pair oneDNN 2.6 has only a reference kernel for, resnet's
+ * 3-channel one), unless TD_CPU_SBW=0. */
+int td__plan_sbw(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    td__cl *c = &be->cl[L];
+    const char *e = getenv("TD_CPU_SBW");
+    if ((e && strcmp(e, "0") == 0) || td__is_bf16(be) ||
+        !td_sbw_ok(l->kernel, l->stride, l->pad, ic, l->channels) ||
+        !td__nchw_dense(src) || td__blocked_f32_dense(&c->md) != 8)
+        return 0;
+    c->sbw = td_sbw_create(be->batch, ic, (int)src->dims[2],
+                           (int)src->dims[3], l->channels, l->out.h,
+                           l->out.w, l->kernel, l->stride, l->pad,
+                           be->threads);
+    if (!c->sbw) {
+        snprintf(be->base.err, sizeof be->base.err, "%s: out of memory for "
+                 "the backward weights' buffers", l->name);
+        return -ENOMEM;
+    }
+    td_debug("cpu backend: %s conv bwd weights: cpu_sbw (AVX2, planar "
+             "input, nChw8c)", l->name);
+    return 0;
+}
+
 void td__kplan_free(td__cl *c)
 {
     td_bwdw_destroy(c->bw);
@@ -296,6 +338,8 @@ void td__kplan_free(td__cl *c)
     td_cfwd_destroy(c->cbd);
     td_wino_destroy(c->wf);
     td_wino_destroy(c->wbd);
+    td_sbw_destroy(c->sbw);
+    c->sbw = NULL;
     free(c->pmask);
     c->pmask = NULL;
     c->bw = NULL;

@@ -322,7 +322,8 @@ static int td__plan_conv(td__cpu *be, int L)
                               c->w, 1, &c->w_bd, &c->r_w_bd, l->name)))
             return rc;
     }
-    if (c->wf || (rc = td__plan_bwdw(be, L, src, ic)) || c->bw)
+    if (c->wf || (rc = td__plan_bwdw(be, L, src, ic)) || c->bw ||
+        (rc = td__plan_sbw(be, L, src, ic)) || c->sbw)
         return rc;
     TD__DNNL(be, dnnl_convolution_backward_weights_desc_init(&d,
              dnnl_convolution_direct, src, &wgrad, bias, &c->md, st, pad, pad),

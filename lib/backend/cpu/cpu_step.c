@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu_cfwd.h"
 #include "backend/cpu/cpu_int.h"
 #include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_sbw.h"
 #include "backend/cpu/cpu_wino.h"
 #include "base/clock.h"
 #include "base/error.h"
@@ -487,6 +488,9 @@ int td__conv_bwd_weights(td__cpu *be, int L)
     else if (c->bw)
         td_bwdw_run(c->bw, td__h(x), td__h(dy), td__f(c->dw),
                     c->db ? td__f(c->db) : NULL);
+    else if (c->sbw)
+        td_sbw_run(c->sbw, td__f(x), td__f(dy), td__f(c->dw),
+                   c->db ? td__f(c->db) : NULL);
     else
         TD__RUN(be, c->bwd_w, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[3]},
                 {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, dy},
