@@ -3,7 +3,8 @@
  * random data, in both layouts it reads: oneDNN's blocked nChw8c and
  * channels-last (the data made in NHWC order, laid out for the call and
  * back for the checks).  C in {8, 16, 24, 40, 72} (one to nine 8-channel
- * vectors: every channel group size, a second and a third group), row
+ * vectors: every channel group size, a second and a third group; in NHWC
+ * 8, 24 and 72), row
  * counts (N*H*W = 3 images) below and above one chunk (in nChw8c chunks
  * of whole images or of part of one larger image), with and without the
  * fused add and relu, the gradient as one tensor or two summands;
@@ -247,12 +248,16 @@ static const int chans[] = {8, 16, 24, 40, 72};
  * 181) */
 static const size_t rowss[] = {105, 300, 1311};
 
-/* The test's layout: _i 0 nChw8c with rows / 3 rows per image, 1 NHWC. */
+/* The test's layout: _i 0 nChw8c with rows / 3 rows per image, 1 NHWC.
+ * NHWC differs only in where a chunk's rows are: C 8, 24 and 72 (one
+ * vector, three, two groups and one more) cover its group sizes at less
+ * cost (the test takes ~2 minutes under ASan). */
 static size_t layout_hw(int nhwc, size_t rows) { return nhwc ? 0 : rows / 3; }
+static size_t step_c(int nhwc) { return nhwc ? 2 : 1; }
 
 START_TEST(test_forward_vs_fp64)
 {
-    for (size_t ci = 0; ci < 5; ci++)
+    for (size_t ci = 0; ci < 5; ci += step_c(_i))
         for (size_t ri = 0; ri < 3; ri++)
             for (int v = 0; v < 4; v++) {
                 bn_case b;
@@ -265,9 +270,11 @@ END_TEST
 
 START_TEST(test_backward_vs_fp64)
 {
-    for (size_t ci = 0; ci < 5; ci++)
+    for (size_t ci = 0; ci < 5; ci += step_c(_i))
         for (size_t ri = 0; ri < 3; ri++)
             for (int v = 0; v < 8; v++) {
+                if ((v & 4) && ri < 2) /* two summands: the largest only */
+                    continue;
                 bn_case b;
                 fill(&b, rowss[ri], chans[ci], v, layout_hw(_i, rowss[ri]));
                 check_bwd(&b);
@@ -281,7 +288,7 @@ END_TEST
  * the same FMA. */
 START_TEST(test_forward_is_scalar_math)
 {
-    for (size_t ci = 0; ci < 5; ci++)
+    for (size_t ci = 0; ci < 5; ci += step_c(_i))
         for (int v = 0; v < 4; v++) {
             bn_case b;
             fill(&b, 1311, chans[ci], v, layout_hw(_i, 1311));
@@ -332,7 +339,7 @@ END_TEST
  * td_bn_f32_y, and NaN without it. */
 START_TEST(test_infer_vs_fp64)
 {
-    for (size_t ci = 0; ci < 5; ci++)
+    for (size_t ci = 0; ci < 5; ci += step_c(_i))
         for (int relu = 0; relu < 2; relu++) {
             bn_case b;
             fill(&b, 1311, chans[ci], relu | 2, layout_hw(_i, 1311));

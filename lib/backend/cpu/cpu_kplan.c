@@ -305,9 +305,11 @@ static int td__nchw_dense(const dnnl_memory_desc_t *md)
 }
 
 /* cpu_sbw.c for the backward weights of an fp32 convolution from a
- * planar input into nChw8c (the stem of an AVX2 plan: fmnist-cnn's
- * conv1, whose pair oneDNN 2.6 has only a reference kernel for, resnet's
- * 3-channel one), unless TD_CPU_SBW=0. */
+ * planar input into nChw8c, where oneDNN 2.6 has only its reference
+ * kernel (cpu_plan.c asks: fmnist-cnn's conv1, one input channel, on
+ * AVX2), unless TD_CPU_SBW=0.  resnet's 3-channel stem gets oneDNN's
+ * jit:avx2 kernel, which took 1.2 ms a step against cpu_sbw.c's 1.5-2.2
+ * (docs/compute.md). */
 int td__plan_sbw(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
 {
     const td_layer *l = &be->base.model->layers[L];

@@ -322,15 +322,20 @@ static int td__plan_conv(td__cpu *be, int L)
                               c->w, 1, &c->w_bd, &c->r_w_bd, l->name)))
             return rc;
     }
-    if (c->wf || (rc = td__plan_bwdw(be, L, src, ic)) || c->bw ||
-        (rc = td__plan_sbw(be, L, src, ic)) || c->sbw)
+    if (c->wf || (rc = td__plan_bwdw(be, L, src, ic)) || c->bw)
         return rc;
     TD__DNNL(be, dnnl_convolution_backward_weights_desc_init(&d,
              dnnl_convolution_direct, src, &wgrad, bias, &c->md, st, pad, pad),
              "convolution backward weights", l->name);
     if ((rc = td__pd(be, &d, c->pd[0], &c->pd[3], &c->bwd_w, "conv bwd "
-                     "weights", l->name)) ||
-        (rc = td__bwdw_nhwc(be, L, src, &wgrad, bias)))
+                     "weights", l->name)))
+        return rc;
+    /* oneDNN's reference kernel only: cpu_sbw.c where it computes the
+     * layer (the primitive stays, unused), else channels-last */
+    if (td__is_ref(c->pd[3]) &&
+        ((rc = td__plan_sbw(be, L, src, ic)) || c->sbw))
+        return rc;
+    if ((rc = td__bwdw_nhwc(be, L, src, &wgrad, bias)))
         return rc;
     return td__wlayout(be, td__q(c->pd[3], dnnl_query_diff_weights_md, 0),
                        c->dw, 0, &c->dw_bw, &c->r_dw, l->name);
