@@ -297,12 +297,9 @@ TD__AVX void td__fwd_train(const td_bf16 *x, const td_bf16 *s, td_bf16 *y,
         for (long ch = 0; ch < n; ch++)
             td__stats_chunk(x, g, ch, sh, part);
 #pragma omp for schedule(static)
-        for (int c = 0; c < C; c++) {
-            double s1, s2;
-            td__reduce(part, nch, C, c, &s1, &s2);
-            td_bn_nhwc_stats(s1, s2, (double)rows, sh[c], &mean[c], &var[c]);
-            a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
-        }
+        for (int c = 0; c < C; c++)
+            td__fwd_coefs(part, nch, C, c, rows, sh, gamma, eps, mean, var,
+                          a);
 #pragma omp for schedule(static)
         for (long ch = 0; ch < n; ch++)
             td__apply_chunk(x, s, y, g, ch, mean, a, beta, relu);
@@ -338,13 +335,9 @@ TD__AVX void td__bwd_train(const td_bf16 *x, const td_bf16 *y,
         for (long ch = 0; ch < n; ch++)
             td__bsum_chunk(x, y, dy, dy2, ds, g, ch, mean, relu, part);
 #pragma omp for schedule(static)
-        for (int c = 0; c < C; c++) {
-            double s1, s2;
-            td__reduce(part, nch, C, c, &s1, &s2);
-            td_bn_nhwc_bwd_coef((float)s1, (float)s2, (float)rows, gamma[c],
-                                var[c], eps, &dgamma[c], &dbeta[c], &a[c],
-                                &k[c], &d[c]);
-        }
+        for (int c = 0; c < C; c++)
+            td__bwd_coefs(part, nch, C, c, rows, gamma, var, eps, dgamma,
+                          dbeta, a, k, d);
 #pragma omp for schedule(static)
         for (long ch = 0; ch < n; ch++)
             td__dx_chunk(x, y, dy, dy2, ds, dx, g, ch, mean, a, k, d, relu);

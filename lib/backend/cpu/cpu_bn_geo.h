@@ -8,7 +8,8 @@
  * rows, blocked whole images up to that many rows or part of one larger
  * image.  The chunks depend on the shape only, never on the thread count,
  * so per-chunk sums reduced in chunk order give the same bits on any
- * number of threads.  Included by those two files only.
+ * number of threads; the per-channel step between a training call's two
+ * passes.  Included by those two files only.
  * Never does: vector code, arithmetic on elements.
  */
 #ifndef TD_BACKEND_CPU_BN_GEO_H
@@ -17,6 +18,7 @@
 #include <stddef.h>
 
 #include "backend/cpu/cpu_bn.h"
+#include "bn_nhwc.h"
 
 typedef struct {
     size_t rows, hw; /* hw: rows per image when blocked, 0 in nhwc */
@@ -98,6 +100,32 @@ static inline void td__reduce(const float *part, size_t nch, int C, int c,
     }
     *s1 = a;
     *s2 = b;
+}
+
+/* Channel c's batch statistics and forward scale from the chunks' sums
+ * about the shift sh[c] (kernels/bn_nhwc.h's math). */
+static inline void td__fwd_coefs(const float *part, size_t nch, int C,
+                                 int c, size_t rows, const float *sh,
+                                 const float *gamma, float eps, float *mean,
+                                 float *var, float *a)
+{
+    double s1, s2;
+    td__reduce(part, nch, C, c, &s1, &s2);
+    td_bn_nhwc_stats(s1, s2, (double)rows, sh[c], &mean[c], &var[c]);
+    a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
+}
+
+/* Channel c's dgamma, dbeta and dx coefficients a, k, d from the chunks'
+ * backward sums. */
+static inline void td__bwd_coefs(const float *part, size_t nch, int C,
+                                 int c, size_t rows, const float *gamma,
+                                 const float *var, float eps, float *dgamma,
+                                 float *dbeta, float *a, float *k, float *d)
+{
+    double s1, s2;
+    td__reduce(part, nch, C, c, &s1, &s2);
+    td_bn_nhwc_bwd_coef((float)s1, (float)s2, (float)rows, gamma[c], var[c],
+                        eps, &dgamma[c], &dbeta[c], &a[c], &k[c], &d[c]);
 }
 
 /* Element offset of channel c's first row (its shift's value). */
