@@ -37,6 +37,14 @@
 #                                  (fmnist-cnn; resnet20 has none; 1
 #                                  takes it in nChw16c too, which the
 #                                  default does not)
+#   TD_CPU_BN    onednn  default   oneDNN's batch norms, adds and relus
+#                                  against cpu_bn8.c fused into residual
+#                                  adds (resnet20; AVX2 nChw8c plans only)
+#   TD_CPU_BN8   add     all       cpu_bn8.c where an add fuses (the rule)
+#                                  against every batch norm on it
+#   TD_CPU_SBW   0       1         the channels-last retry of a reference
+#                                  backward weights against cpu_sbw.c
+#                                  (fmnist-cnn's conv1 on AVX2)
 #
 #   scripts/bench_cpu_knobs.sh [STEPS=40]
 #   env: MODELS="resnet20 fmnist-cnn" WARMUP=5 BATCH=128 THREADS=2
@@ -56,7 +64,9 @@ case $prec in
   bf16) rows=("TD_CPU_BN onednn default" "TD_CPU_BWDW 0 default"
               "TD_CPU_BWDW default 1" "TD_CPU_BWDD 0 1" "TD_CPU_BWDD2 0 1"
               "TD_CPU_NHWC 0 1" "plan fixed measure") ;;
-  fp32) rows=("TD_CPU_WINO 0 default" "TD_CPU_POOL 0 1") ;;
+  fp32) rows=("TD_CPU_WINO 0 default" "TD_CPU_POOL 0 1"
+              "TD_CPU_BN onednn default" "TD_CPU_BN8 add all"
+              "TD_CPU_SBW 0 1") ;;
   *) echo "bench_cpu_knobs.sh: PRECISION must be bf16 or fp32" >&2; exit 1 ;;
 esac
 grep -m1 'model name' /proc/cpuinfo || true
