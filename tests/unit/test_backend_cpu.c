@@ -326,6 +326,25 @@ START_TEST(test_fmnist_cnn_avx2_bn8_all)
 }
 END_TEST
 
+/* The fused batch norm's edges in the AVX2 plan: a fused add and relu
+ * (b2), an add with no relu after it (b3 runs cpu_bn8.c, the add stays
+ * oneDNN's), 12 channels, not whole 8-channel blocks (b4 stays oneDNN's,
+ * its convolutions' outputs in the layout oneDNN picks); the step, layer
+ * gradients included, matches the reference layers. */
+START_TEST(test_tiny_res8_avx2_batch_norm_edges)
+{
+    bn8_seen k = {0};
+    fixture f;
+    setup_bn8(&f, "tiny-res8", (td_shape){3, 9, 9}, &k);
+    if (td_bn8_ok(8)) {
+        ck_assert_int_eq(k.all, 2);
+        ck_assert_int_eq(k.add, 1);
+    }
+    compare_step(&f, 1);
+    teardown_fx(&f);
+}
+END_TEST
+
 /* Residual blocks with 1x1 stride-2 shortcuts, in blocked layouts. */
 START_TEST(test_resnet20_matches_reference)
 {
@@ -721,6 +740,7 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_fmnist_cnn_avx2_stem_bwd_weights);
     tcase_add_test(tc, test_resnet20_avx2_fuses_adds);
     tcase_add_test(tc, test_fmnist_cnn_avx2_bn8_all);
+    tcase_add_test(tc, test_tiny_res8_avx2_batch_norm_edges);
     tcase_add_test(tc, test_running_stats_and_inference);
     tcase_add_test(tc, test_bn_eval_trains_in_inference_mode);
     tcase_add_test(tc, test_sgd_update);
