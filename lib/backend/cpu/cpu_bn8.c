@@ -7,12 +7,16 @@
  * [+ add] [+ relu]), inference 1, backward 2 (the sums, writing the
  * shortcut's gradient; dx), the gradient read as one tensor or as the sum
  * of two; a training call is one OpenMP parallel region (the per-channel
- * reduction between its passes, barriers between them).  The structure
- * is cpu_bn.c's (bf16, AVX-512) with fp32 elements, so no rounding.
+ * reduction between its passes, barriers between them), or, where the
+ * 8-channel blocks split evenly over the threads, each thread runs both
+ * passes over its own channels with no barrier (td__own; the same sums in
+ * the same order, so the same bits).  The structure is cpu_bn.c's (bf16,
+ * AVX-512) with fp32 elements, so no rounding.
  * Never does: allocate, decide whether it is used (cpu_plan.c), running
  * statistics (cpu_step.c), anything with oneDNN.
  */
 #include <immintrin.h>
+#include <omp.h>
 #include <stdint.h>
 
 #include "backend/cpu/cpu_bn8.h"
@@ -172,11 +176,12 @@ TD__IN void td__dx_blk(const float *x, const uint8_t *mask, const float *dy,
     }
 }
 
-/* The channel groups of one chunk: nv a constant in each call, so the
- * always-inline blocks keep their accumulators in registers. */
-#define TD__GROUPS(C, CALL)                                                  \
-    for (int c0 = 0; c0 < (C); c0 += 32) {                                   \
-        switch ((C) - c0 >= 32 ? 4 : ((C) - c0) / 8) {                        \
+/* The channel groups [lo, hi) of one chunk by up to 32 channels: nv a
+ * constant in each call, so the always-inline blocks keep their
+ * accumulators in registers. */
+#define TD__GROUPS(lo, hi, CALL)                                             \
+    for (int c0 = (lo); c0 < (hi); c0 += 32) {                               \
+        switch ((hi) - c0 >= 32 ? 4 : ((hi) - c0) / 8) {                      \
         case 4: { const int nv = 4; CALL; } break;                           \
         case 3: { const int nv = 3; CALL; } break;                           \
         case 2: { const int nv = 2; CALL; } break;                           \
@@ -187,43 +192,61 @@ TD__IN void td__dx_blk(const float *x, const uint8_t *mask, const float *dy,
 /* One chunk of each pass, compiled for AVX2 and called from the parallel
  * regions below, which hold no vector code (see cpu_bn.c: clang outlines
  * a region without its function's target attribute). */
-TD__AVX void td__stats_chunk(const float *x, td__geo g, long ch,
-                             const float *sh, float *part)
+TD__AVX void td__stats_chunk(const float *x, td__geo g, long ch, int lo,
+                             int hi, const float *sh, float *part)
 {
     td__ck k = td__chunk(g, ch);
     float *o = part + (size_t)ch * 2 * (size_t)g.C;
-    TD__GROUPS(g.C, td__stats_blk(x, k, c0, nv, sh, o, o + g.C));
+    TD__GROUPS(lo, hi, td__stats_blk(x, k, c0, nv, sh, o, o + g.C));
 }
 
 TD__AVX void td__apply_chunk(const float *x, const float *s, float *y,
-                             uint8_t *mask, td__geo g, long ch,
-                             const float *mean, const float *a,
+                             uint8_t *mask, td__geo g, long ch, int lo,
+                             int hi, const float *mean, const float *a,
                              const float *b, int relu)
 {
     td__ck k = td__chunk(g, ch);
-    TD__GROUPS(g.C, td__apply_blk(x, s, y, mask, k, c0, nv, mean, a, b,
-                                  relu));
+    TD__GROUPS(lo, hi, td__apply_blk(x, s, y, mask, k, c0, nv, mean, a, b,
+                                     relu));
 }
 
 TD__AVX void td__bsum_chunk(const float *x, const uint8_t *mask,
                             const float *dy, const float *dy2, float *ds,
-                            td__geo g, long ch, const float *mean,
-                            float *part)
+                            td__geo g, long ch, int lo, int hi,
+                            const float *mean, float *part)
 {
     td__ck k = td__chunk(g, ch);
     float *o = part + (size_t)ch * 2 * (size_t)g.C;
-    TD__GROUPS(g.C, td__bsum_blk(x, mask, dy, dy2, ds, k, c0, nv, mean, o,
-                                 o + g.C));
+    TD__GROUPS(lo, hi, td__bsum_blk(x, mask, dy, dy2, ds, k, c0, nv, mean,
+                                    o, o + g.C));
 }
 
 TD__AVX void td__dx_chunk(const float *x, const uint8_t *mask,
                           const float *dy, const float *dy2, const float *ds,
-                          float *dx, td__geo g, long ch, const float *mean,
-                          const float *a, const float *k, const float *d)
+                          float *dx, td__geo g, long ch, int lo, int hi,
+                          const float *mean, const float *a, const float *k,
+                          const float *d)
 {
     td__ck ck = td__chunk(g, ch);
-    TD__GROUPS(g.C, td__dx_blk(x, mask, dy, dy2, ds, dx, ck, c0, nv, mean,
-                               a, k, d));
+    TD__GROUPS(lo, hi, td__dx_blk(x, mask, dy, dy2, ds, dx, ck, c0, nv,
+                                  mean, a, k, d));
+}
+
+/* The channels [*lo, *hi) thread me of nt owns when the 8-channel blocks
+ * split evenly over the threads: it then runs both passes of a training
+ * call over every chunk for its channels alone, with no barrier and no
+ * other thread's sums (oneDNN's split where there are at least as many
+ * blocks as threads).  Else 0: the threads split the chunks, all
+ * channels each, with barriers between the passes.  The chunks' sums and
+ * their order are the same either way, so are the results. */
+static int td__own(int C, int me, int nt, int *lo, int *hi)
+{
+    int nb = C / 8;
+    if (nt < 1 || nb < nt || nb % nt)
+        return 0;
+    *lo = nb * me / nt * 8;
+    *hi = nb * (me + 1) / nt * 8;
+    return 1;
 }
 
 size_t td_bn8_mask_bytes(size_t rows, int C)
@@ -244,19 +267,33 @@ void td_bn8_fwd(const float *x, const float *s, float *y, uint8_t *mask,
         return;
     for (int c = 0; c < C; c++) /* the first row's value of channel c */
         sh[c] = x[td__first(g, c)];
+    uint8_t *mk = relu ? mask : NULL;
 #pragma omp parallel
     {
+        int lo, hi;
+        if (td__own(C, omp_get_thread_num(), omp_get_num_threads(), &lo,
+                    &hi)) {
+            for (long ch = 0; ch < n; ch++)
+                td__stats_chunk(x, g, ch, lo, hi, sh, part);
+            for (int c = lo; c < hi; c++)
+                td__fwd_coefs(part, nch, C, c, rows, sh, gamma, eps, mean,
+                              var, a);
+            for (long ch = 0; ch < n; ch++)
+                td__apply_chunk(x, s, y, mk, g, ch, lo, hi, mean, a, beta,
+                                relu);
+        } else {
 #pragma omp for schedule(static)
-        for (long ch = 0; ch < n; ch++)
-            td__stats_chunk(x, g, ch, sh, part);
+            for (long ch = 0; ch < n; ch++)
+                td__stats_chunk(x, g, ch, 0, C, sh, part);
 #pragma omp for schedule(static)
-        for (int c = 0; c < C; c++)
-            td__fwd_coefs(part, nch, C, c, rows, sh, gamma, eps, mean, var,
-                          a);
+            for (int c = 0; c < C; c++)
+                td__fwd_coefs(part, nch, C, c, rows, sh, gamma, eps, mean,
+                              var, a);
 #pragma omp for schedule(static)
-        for (long ch = 0; ch < n; ch++)
-            td__apply_chunk(x, s, y, relu ? mask : NULL, g, ch, mean, a,
-                            beta, relu);
+            for (long ch = 0; ch < n; ch++)
+                td__apply_chunk(x, s, y, mk, g, ch, 0, C, mean, a, beta,
+                                relu);
+        }
     }
 }
 
@@ -272,7 +309,7 @@ void td_bn8_infer(const float *x, const float *s, float *y, size_t rows,
         a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
 #pragma omp parallel for schedule(static)
     for (long ch = 0; ch < n; ch++)
-        td__apply_chunk(x, s, y, NULL, g, ch, mean, a, beta, relu);
+        td__apply_chunk(x, s, y, NULL, g, ch, 0, C, mean, a, beta, relu);
 }
 
 void td_bn8_bwd(const float *x, const uint8_t *mask, const float *dy,
@@ -289,15 +326,31 @@ void td_bn8_bwd(const float *x, const uint8_t *mask, const float *dy,
         return;
 #pragma omp parallel
     {
+        int lo, hi;
+        if (td__own(C, omp_get_thread_num(), omp_get_num_threads(), &lo,
+                    &hi)) {
+            for (long ch = 0; ch < n; ch++)
+                td__bsum_chunk(x, mask, dy, dy2, ds, g, ch, lo, hi, mean,
+                               part);
+            for (int c = lo; c < hi; c++)
+                td__bwd_coefs(part, nch, C, c, rows, gamma, var, eps,
+                              dgamma, dbeta, a, k, d);
+            for (long ch = 0; ch < n; ch++)
+                td__dx_chunk(x, mask, dy, dy2, ds, dx, g, ch, lo, hi, mean,
+                             a, k, d);
+        } else {
 #pragma omp for schedule(static)
-        for (long ch = 0; ch < n; ch++)
-            td__bsum_chunk(x, mask, dy, dy2, ds, g, ch, mean, part);
+            for (long ch = 0; ch < n; ch++)
+                td__bsum_chunk(x, mask, dy, dy2, ds, g, ch, 0, C, mean,
+                               part);
 #pragma omp for schedule(static)
-        for (int c = 0; c < C; c++)
-            td__bwd_coefs(part, nch, C, c, rows, gamma, var, eps, dgamma,
-                          dbeta, a, k, d);
+            for (int c = 0; c < C; c++)
+                td__bwd_coefs(part, nch, C, c, rows, gamma, var, eps,
+                              dgamma, dbeta, a, k, d);
 #pragma omp for schedule(static)
-        for (long ch = 0; ch < n; ch++)
-            td__dx_chunk(x, mask, dy, dy2, ds, dx, g, ch, mean, a, k, d);
+            for (long ch = 0; ch < n; ch++)
+                td__dx_chunk(x, mask, dy, dy2, ds, dx, g, ch, 0, C, mean,
+                             a, k, d);
+        }
     }
 }

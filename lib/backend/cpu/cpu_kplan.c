@@ -107,10 +107,10 @@ static int td__bn_feeds_add(const td_model *m, int L)
  * channels a multiple of 16 on an AVX-512 CPU; cpu_bn8.c's in fp32 nChw8c
  * (the AVX2 plan), channels a multiple of 8, where it feeds an add (which
  * then fuses into it, with the relu after).  Batch norm and relu alone
- * stay oneDNN's: its backward took 0.66-0.97 of cpu_bn8.c's time per
- * call (bench_bn8), and Fashion-MNIST's step was 3 % slower with every
- * batch norm on cpu_bn8.c (docs/compute.md); TD_CPU_BN8=all takes every
- * one.  Training statistics (not frozen), and
+ * stay oneDNN's: its backward takes 0.85 of cpu_bn8.c's time per call,
+ * its forward 1.2 times (bench_bn8), and whole steps with every batch
+ * norm on cpu_bn8.c came out even (docs/compute.md); TD_CPU_BN8=all
+ * takes every one.  Training statistics (not frozen), and
  * in a blocked plan not on the model's input (planar). */
 int td__bn_can_fast(const td__cpu *be, int L)
 {
