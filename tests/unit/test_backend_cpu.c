@@ -208,24 +208,33 @@ static void on_kernel_line(void *user, int level, long job, const char *line)
         k->retried++;
 }
 
+/* A fixture of n samples with oneDNN held to AVX2 (an AMD EPYC Zen 3 has
+ * no more), the plan's debug lines passed to sink.  Relies on Check's
+ * fork mode: oneDNN reads ONEDNN_MAX_CPU_ISA once per process. */
+static void setup_avx2(fixture *f, const char *model, td_shape in, int n,
+                       td_log_sink_fn sink, void *user)
+{
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+    td_log_set_level(TD_LOG_DEBUG);
+    td_log_set_sink(sink, user);
+    setup_fx(f, model, in, 10, n, TD_OPT_SGD);
+    td_log_set_sink(NULL, NULL);
+    td_log_set_level(TD_LOG_INFO);
+}
+
 /* fp32 with oneDNN held to AVX2 (an AMD EPYC Zen 3 has no more): the
  * first convolution's backward weights, 1 planar input channel against
  * blocked nChw8c outputs, has only oneDNN 2.6's reference kernel, ~1,000x
  * slower.  Without cpu_sbw.c (TD_CPU_SBW=0) the backend plans it
  * channels-last instead (reorders each step), and the step still matches
- * the reference layers.  Relies on Check's fork mode: oneDNN reads
- * ONEDNN_MAX_CPU_ISA once per process. */
+ * the reference layers. */
 START_TEST(test_fmnist_cnn_avx2_has_no_reference_kernel)
 {
     kernels_seen k = {0};
     fixture f;
-    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
     setenv("TD_CPU_SBW", "0", 1);
-    td_log_set_level(TD_LOG_DEBUG);
-    td_log_set_sink(on_kernel_line, &k);
-    setup_fx(&f, "fmnist-cnn", (td_shape){1, 28, 28}, 10, 3, TD_OPT_SGD);
-    td_log_set_sink(NULL, NULL);
-    td_log_set_level(TD_LOG_INFO);
+    setup_avx2(&f, "fmnist-cnn", (td_shape){1, 28, 28}, 3, on_kernel_line,
+               &k);
     ck_assert_int_eq(k.ref, k.retried);
     ck_assert_msg(k.retried >= 1, "oneDNN gave the AVX2 first layer a real "
                   "backward weights kernel: this test needs a model that "
@@ -243,12 +252,8 @@ START_TEST(test_fmnist_cnn_avx2_stem_bwd_weights)
 {
     kernels_seen k = {0};
     fixture f;
-    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
-    td_log_set_level(TD_LOG_DEBUG);
-    td_log_set_sink(on_kernel_line, &k);
-    setup_fx(&f, "fmnist-cnn", (td_shape){1, 28, 28}, 10, 3, TD_OPT_SGD);
-    td_log_set_sink(NULL, NULL);
-    td_log_set_level(TD_LOG_INFO);
+    setup_avx2(&f, "fmnist-cnn", (td_shape){1, 28, 28}, 3, on_kernel_line,
+               &k);
     if (td_sbw_ok(3, 1, 1, 1, 32)) {
         ck_assert_int_eq(k.sbw, 1);
         ck_assert_int_eq(k.ref, 1); /* the primitive asked, then unused */
@@ -281,12 +286,7 @@ static void on_bn8_line(void *user, int level, long job, const char *line)
 static void setup_bn8(fixture *f, const char *model, td_shape in,
                       bn8_seen *k)
 {
-    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
-    td_log_set_level(TD_LOG_DEBUG);
-    td_log_set_sink(on_bn8_line, k);
-    setup_fx(f, model, in, 10, 2, TD_OPT_SGD);
-    td_log_set_sink(NULL, NULL);
-    td_log_set_level(TD_LOG_INFO);
+    setup_avx2(f, model, in, 2, on_bn8_line, k);
 }
 
 /* fp32 on AVX2 (nChw8c): each residual block's last batch norm runs
