@@ -1,11 +1,11 @@
-/* bench_wino.c - cpu_wino.c's Winograd F(2x2, 3x3) convolutions against
- * oneDNN's direct ones on the same fp32 nChw8c data, per shape of
- * resnet20 and fmnist-cnn (batch 128): forward, backward data, backward
- * weights, each pass timed alternately (wino, oneDNN, wino, ...) in one
- * process.  Prints per pass the median ms of each and the median of the
- * per-round ratios (oneDNN / wino, > 1: wino faster), and the direct
- * convolution's GFLOP/s equivalent (2 * n * h * w * ic * oc * 9 per pass)
- * of each.  oneDNN's kernel is whatever it picks for nChw8c (jit:avx2 on
+/* bench_wino.c - cpu_wino.c's Winograd convolutions, F(2x2, 3x3) and
+ * F(4x4, 3x3), against oneDNN's direct ones on the same fp32 nChw8c data,
+ * per shape of resnet20 and fmnist-cnn (batch 128): forward, backward
+ * data, backward weights, each pass timed alternately (F(2x2), F(4x4),
+ * oneDNN, F(2x2), ...) in one process.  Prints per pass the median ms of
+ * each, the direct convolution's GFLOP/s equivalent (2 * n * h * w * ic *
+ * oc * 9 per pass) of F(4x4) and oneDNN, and the medians of the per-round
+ * ratios F(2x2) / F(4x4) and oneDNN / F(4x4) (> 1: F(4x4) faster).  oneDNN's kernel is whatever it picks for nChw8c (jit:avx2 on
  * an AVX2 CPU; on an AVX-512 CPU it may be slower in this layout than in
  * its own).  Usage: bench_wino [rounds] [threads] [batch]; skips (exit 0)
  * where the CPU has no AVX2 + FMA.  Exit status: 0 done, 1 a oneDNN call
@@ -215,7 +215,8 @@ int main(int argc, char **argv)
     }
     omp_set_num_threads(threads);
     printf("batch %d, %d threads, %d rounds after 2 warm-up; ms median per "
-           "call, ratio = median of per-round oneDNN / wino\n",
+           "call; ratios: medians of the per-round F(2x2) / F(4x4) and "
+           "oneDNN / F(4x4)\n",
            n, threads, rounds);
     static const char *pn[3] = {"fwd", "bwd data", "bwd weights"};
     dnn d = {0};
@@ -228,9 +229,14 @@ int main(int argc, char **argv)
         size_t nw = (size_t)s->oc * s->ic * 9;
         float *x = buf(nx), *dx = buf(nx), *y = buf(ny), *dy = buf(ny);
         float *w = buf(nw), *dw = buf(nw);
-        td_wino *f = td_wino_create(n, s->h, s->w, s->ic, s->oc, threads);
-        td_wino *b = td_wino_create(n, s->h, s->w, s->oc, s->ic, threads);
-        if (!f || !b) {
+        td_wino *f[2], *b[2]; /* F(2x2), F(4x4) */
+        for (int t = 0; t < 2; t++) {
+            f[t] = td_wino_create_tile(n, s->h, s->w, s->ic, s->oc, threads,
+                                       2 + 2 * t);
+            b[t] = td_wino_create_tile(n, s->h, s->w, s->oc, s->ic, threads,
+                                       2 + 2 * t);
+        }
+        if (!f[0] || !b[0] || !f[1] || !b[1]) {
             fprintf(stderr, "bench_wino: no plan for %dx%d %d->%d\n", s->h,
                     s->w, s->ic, s->oc);
             return 1;
@@ -238,28 +244,37 @@ int main(int argc, char **argv)
         dnn_make(&d, n, s, x, w, y, dx, dy, dw);
         double gf = 2.0 * n * s->h * s->w * s->ic * s->oc * 9 / 1e9;
         for (int pass = 0; pass < 3; pass++) {
-            double *tw = calloc((size_t)rounds, sizeof(double));
+            double *t2 = calloc((size_t)rounds, sizeof(double));
+            double *t4 = calloc((size_t)rounds, sizeof(double));
             double *td = calloc((size_t)rounds, sizeof(double));
-            double *tr = calloc((size_t)rounds, sizeof(double));
+            double *r2 = calloc((size_t)rounds, sizeof(double));
+            double *rd = calloc((size_t)rounds, sizeof(double));
             for (int r = -2; r < rounds; r++) {
-                double t0 = now_ms();
-                wino_pass(f, b, pass, x, w, y, dx, dy, dw);
-                double t1 = now_ms();
+                double a = now_ms();
+                wino_pass(f[0], b[0], pass, x, w, y, dx, dy, dw);
+                double bt = now_ms();
+                wino_pass(f[1], b[1], pass, x, w, y, dx, dy, dw);
+                double c = now_ms();
                 dnn_pass(&d, pass);
-                double t2 = now_ms();
+                double e = now_ms();
                 if (r >= 0) {
-                    tw[r] = t1 - t0;
-                    td[r] = t2 - t1;
-                    tr[r] = td[r] / tw[r];
+                    t2[r] = bt - a;
+                    t4[r] = c - bt;
+                    td[r] = e - c;
+                    r2[r] = t2[r] / t4[r];
+                    rd[r] = td[r] / t4[r];
                 }
             }
-            double mw = median(tw, rounds), md = median(td, rounds);
-            printf("%-10s %2dx%-2d %2d->%-2d %-11s wino %7.2f ms (%5.0f "
-                   "GFLOP/s)  oneDNN %7.2f ms (%5.0f)  ratio %.2f\n",
-                   s->model, s->h, s->w, s->ic, s->oc, pn[pass], mw,
-                   gf / mw * 1e3, md, gf / md * 1e3, median(tr, rounds));
+            double m2 = median(t2, rounds), m4 = median(t4, rounds);
+            double md = median(td, rounds);
+            printf("%-10s %2dx%-2d %2d->%-2d %-11s F2 %6.2f  F4 %6.2f ms "
+                   "(%4.0f GFLOP/s)  oneDNN %6.2f (%4.0f)  F2/F4 %.2f  "
+                   "oneDNN/F4 %.2f\n",
+                   s->model, s->h, s->w, s->ic, s->oc, pn[pass], m2, m4,
+                   gf / m4 * 1e3, md, gf / md * 1e3, median(r2, rounds),
+                   median(rd, rounds));
             fflush(stdout);
-            free(tw), free(td), free(tr);
+            free(t2), free(t4), free(td), free(r2), free(rd);
         }
         for (int i = 0; i < 3; i++)
             dnnl_primitive_destroy(d.p[i]);
@@ -270,8 +285,10 @@ int main(int argc, char **argv)
                               d.dwb};
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
             dnnl_memory_destroy(ms[i]);
-        td_wino_destroy(f);
-        td_wino_destroy(b);
+        for (int t = 0; t < 2; t++) {
+            td_wino_destroy(f[t]);
+            td_wino_destroy(b[t]);
+        }
         free(x), free(dx), free(y), free(dy), free(w), free(dw);
     }
     dnnl_stream_destroy(d.strm);

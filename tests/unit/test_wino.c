@@ -1,5 +1,6 @@
-/* test_wino.c - the CPU backend's fp32 Winograd F(2x2, 3x3) convolutions
- * (lib/backend/cpu/cpu_wino.c) against an fp64 direct convolution on
+/* test_wino.c - the CPU backend's fp32 Winograd F(2x2, 3x3) and F(4x4,
+ * 3x3) convolutions (lib/backend/cpu/cpu_wino.c, cpu_wino4.c), each shape
+ * with each tile, against an fp64 direct convolution on
  * random nChw8c data: forward (with and without a bias), backward data
  * (the plan of the swapped channels with the flipped weights) and
  * backward weights with the bias gradient, on resnet20's three stages
@@ -10,10 +11,15 @@
  * no AVX2 + FMA.
  *
  * Error bound: each result is a sum of products; the transforms add a
- * few terms with coefficients 0, +-1, +-1/2 before and after the products,
- * so the error is a small multiple of fp32's 2^-24 times the sum of the
- * terms' magnitudes (m below): held to 2e-6 m (measured: up to 2.3e-7 m).
- * A wrong tap, channel or tile is off by about one term (>= 1e-3 m here).
+ * few terms before and after the products (F(2x2): coefficients 0, +-1,
+ * +-1/2; F(4x4): up to 8 and 16/15), so the error is a multiple of fp32's
+ * 2^-24 times the sum of the terms' magnitudes (m below): held to 2e-6 m
+ * for F(2x2) (measured: 1.2-2e-7 m) and 3e-6 m for F(4x4) (measured:
+ * 1.25-1.5e-6 m, on the 4x4 image of 16 channels; below 1e-6 m on most
+ * shapes).  For the weight gradient m is the largest of the 9 taps' (the
+ * transformed sums mix all taps: a tap with few terms at a tiny image's
+ * edge gets the others' rounding).  A wrong tap, channel or tile is off
+ * by about one term (>= 1e-3 m here).
  */
 #include <math.h>
 #include <omp.h>
@@ -36,7 +42,8 @@ static const shape shapes[] = {
     {37, 4, 4, 16, 16, 1},
 };
 
-#define TOL 2e-6
+/* the bound per output tile side m */
+#define TOL(m) ((m) == 4 ? 3e-6 : 2e-6)
 
 static float *rnd(size_t n, uint64_t stream)
 {
@@ -81,7 +88,7 @@ static double ref_fwd(const shape *s, const float *x, const float *w,
 
 static void check_conv(const shape *s, const float *x, const float *w,
                        const float *bias, const float *y, int ic, int oc,
-                       int flip, const char *what)
+                       int flip, int tile, const char *what)
 {
     for (int n = 0; n < s->n; n++)
         for (int o = 0; o < oc; o++)
@@ -94,7 +101,7 @@ static void check_conv(const shape *s, const float *x, const float *w,
                         m += fabs(bias[o]);
                     }
                     float got = y[at(oc, s->h, s->w, n, o, i, j)];
-                    ck_assert_msg(fabs(got - a) <= TOL * m + 1e-30,
+                    ck_assert_msg(fabs(got - a) <= TOL(tile) * m + 1e-30,
                                   "%s %dx%d %d->%d: [%d][%d][%d][%d] %.9g, "
                                   "want %.9g (m %g)",
                                   what, s->h, s->w, s->ic, s->oc, n, o, i, j,
@@ -104,18 +111,20 @@ static void check_conv(const shape *s, const float *x, const float *w,
 
 START_TEST(test_forward_matches_direct)
 {
-    const shape *s = &shapes[_i];
+    const shape *s = &shapes[_i / 2];
+    int m = 2 + 2 * (_i % 2); /* the output tile side */
     size_t nx = (size_t)s->n * s->ic * s->h * s->w;
     size_t ny = (size_t)s->n * s->oc * s->h * s->w;
     float *x = rnd(nx, 1 + (uint64_t)_i), *w = rnd((size_t)s->oc * s->ic * 9,
                                                     40 + (uint64_t)_i);
     float *bias = rnd((size_t)s->oc, 80 + (uint64_t)_i);
     float *y = malloc(ny * sizeof *y);
-    td_wino *p = td_wino_create(s->n, s->h, s->w, s->ic, s->oc, 2);
+    td_wino *p = td_wino_create_tile(s->n, s->h, s->w, s->ic, s->oc, 2, m);
     ck_assert_ptr_nonnull(p);
     td_wino_weights(p, w);
     td_wino_fwd(p, x, y, s->bias ? bias : NULL);
-    check_conv(s, x, w, s->bias ? bias : NULL, y, s->ic, s->oc, 0, "fwd");
+    check_conv(s, x, w, s->bias ? bias : NULL, y, s->ic, s->oc, 0, m,
+               m == 4 ? "fwd F(4x4)" : "fwd F(2x2)");
     td_wino_destroy(p);
     free(x), free(w), free(bias), free(y);
 }
@@ -123,7 +132,8 @@ END_TEST
 
 START_TEST(test_backward_data_matches_direct)
 {
-    const shape *s = &shapes[_i];
+    const shape *s = &shapes[_i / 2];
+    int m = 2 + 2 * (_i % 2); /* the output tile side */
     size_t nx = (size_t)s->n * s->ic * s->h * s->w;
     size_t ny = (size_t)s->n * s->oc * s->h * s->w;
     float *dy = rnd(ny, 100 + (uint64_t)_i);
@@ -131,11 +141,12 @@ START_TEST(test_backward_data_matches_direct)
     float *dx = malloc(nx * sizeof *dx);
     /* dx[c] = sum over o, taps of w[o][c][kh][kw] dy[o] at the mirrored
      * position: the forward of dy with w flipped, channels swapped */
-    td_wino *p = td_wino_create(s->n, s->h, s->w, s->oc, s->ic, 1);
+    td_wino *p = td_wino_create_tile(s->n, s->h, s->w, s->oc, s->ic, 1, m);
     ck_assert_ptr_nonnull(p);
     td_wino_weights_flip(p, w);
     td_wino_fwd(p, dy, dx, NULL);
-    check_conv(s, dy, w, NULL, dx, s->oc, s->ic, 1, "bwd data");
+    check_conv(s, dy, w, NULL, dx, s->oc, s->ic, 1, m,
+               m == 4 ? "bwd data F(4x4)" : "bwd data F(2x2)");
     td_wino_destroy(p);
     free(dy), free(w), free(dx);
 }
@@ -143,53 +154,60 @@ END_TEST
 
 START_TEST(test_backward_weights_matches_direct)
 {
-    const shape *s = &shapes[_i];
+    const shape *s = &shapes[_i / 2];
+    int m = 2 + 2 * (_i % 2); /* the output tile side */
     size_t nx = (size_t)s->n * s->ic * s->h * s->w;
     size_t ny = (size_t)s->n * s->oc * s->h * s->w;
     size_t nw = (size_t)s->oc * s->ic * 9;
     float *x = rnd(nx, 200 + (uint64_t)_i), *dy = rnd(ny, 240 + (uint64_t)_i);
     float *dw = malloc(nw * sizeof *dw), *db = malloc(s->oc * sizeof *db);
-    td_wino *p = td_wino_create(s->n, s->h, s->w, s->ic, s->oc, 2);
+    td_wino *p = td_wino_create_tile(s->n, s->h, s->w, s->ic, s->oc, 2, m);
     ck_assert_ptr_nonnull(p);
     td_wino_bwdw(p, x, dy, dw, s->bias ? db : NULL);
     for (int o = 0; o < s->oc; o++) {
-        for (int c = 0; c < s->ic; c++)
-            for (int kh = 0; kh < 3; kh++)
-                for (int kw = 0; kw < 3; kw++) {
-                    double a = 0, m = 0;
-                    for (int n = 0; n < s->n; n++)
-                        for (int i = 0; i < s->h; i++)
-                            for (int j = 0; j < s->w; j++) {
-                                int yi = i + kh - 1, xj = j + kw - 1;
-                                if (yi < 0 || yi >= s->h || xj < 0 ||
-                                    xj >= s->w)
-                                    continue;
-                                double t =
-                                    (double)dy[at(s->oc, s->h, s->w, n, o, i,
-                                                  j)] *
-                                    x[at(s->ic, s->h, s->w, n, c, yi, xj)];
-                                a += t;
-                                m += fabs(t);
-                            }
-                    float got =
-                        dw[(((size_t)o * s->ic + c) * 3 + kh) * 3 + kw];
-                    ck_assert_msg(fabs(got - a) <= TOL * m + 1e-30,
-                                  "bwd weights %dx%d %d->%d: "
-                                  "dw[%d][%d][%d][%d] %.9g, want %.9g (m %g)",
-                                  s->h, s->w, s->ic, s->oc, o, c, kh, kw, got,
-                                  a, m);
-                }
+        for (int c = 0; c < s->ic; c++) {
+            /* per tap the sum and its terms' magnitudes; the bound is on
+             * the largest of the 9 (a tap with few terms, at a tiny
+             * image's edge, still gets the rounding of the transformed
+             * sums, which mix all taps) */
+            double a[9] = {0}, mag[9] = {0}, big = 0;
+            for (int q = 0; q < 9; q++) {
+                int kh = q / 3, kw = q % 3;
+                for (int n = 0; n < s->n; n++)
+                    for (int i = 0; i < s->h; i++)
+                        for (int j = 0; j < s->w; j++) {
+                            int yi = i + kh - 1, xj = j + kw - 1;
+                            if (yi < 0 || yi >= s->h || xj < 0 || xj >= s->w)
+                                continue;
+                            double t =
+                                (double)dy[at(s->oc, s->h, s->w, n, o, i,
+                                              j)] *
+                                x[at(s->ic, s->h, s->w, n, c, yi, xj)];
+                            a[q] += t;
+                            mag[q] += fabs(t);
+                        }
+                big = mag[q] > big ? mag[q] : big;
+            }
+            for (int q = 0; q < 9; q++) {
+                float got = dw[((size_t)o * s->ic + c) * 9 + q];
+                ck_assert_msg(fabs(got - a[q]) <= TOL(m) * big + 1e-30,
+                              "bwd weights F(%dx%d) %dx%d %d->%d: "
+                              "dw[%d][%d][%d][%d] %.9g, want %.9g (m %g)",
+                              m, m, s->h, s->w, s->ic, s->oc, o, c, q / 3,
+                              q % 3, got, a[q], big);
+            }
+        }
         if (!s->bias)
             continue;
-        double a = 0, m = 0;
+        double a = 0, mag = 0;
         for (int n = 0; n < s->n; n++)
             for (int i = 0; i < s->h; i++)
                 for (int j = 0; j < s->w; j++) {
                     double t = dy[at(s->oc, s->h, s->w, n, o, i, j)];
                     a += t;
-                    m += fabs(t);
+                    mag += fabs(t);
                 }
-        ck_assert_msg(fabs(db[o] - a) <= TOL * m, "db[%d] %.9g, want %.9g", o,
+        ck_assert_msg(fabs(db[o] - a) <= TOL(m) * mag, "db[%d] %.9g, want %.9g", o,
                       db[o], a);
     }
     td_wino_destroy(p);
@@ -200,13 +218,15 @@ END_TEST
 START_TEST(test_thread_count_independent)
 {
     const shape s = {9, 10, 6, 32, 48, 1};
+    int m = 2 + 2 * _i;
     size_t nx = (size_t)s.n * s.ic * s.h * s.w;
     size_t ny = (size_t)s.n * s.oc * s.h * s.w, nw = (size_t)s.oc * s.ic * 9;
     float *x = rnd(nx, 300), *w = rnd(nw, 301), *dy = rnd(ny, 302);
     float *bias = rnd(48, 303);
     float *y[2], *dw[2], *db[2];
-    td_wino *p = td_wino_create(s.n, s.h, s.w, s.ic, s.oc, 2);
+    td_wino *p = td_wino_create_tile(s.n, s.h, s.w, s.ic, s.oc, 2, m);
     ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(td_wino_tile(p), m);
     td_wino_weights(p, w);
     for (int t = 0; t < 2; t++) {
         y[t] = malloc(ny * sizeof(float));
@@ -236,6 +256,8 @@ START_TEST(test_refuses_unsupported)
     ck_assert(!td_wino_ok(3, 1, 1, 16, 24)); /* 24 output channels */
     ck_assert_ptr_null(td_wino_create(4, 8, 8, 8, 16, 1));
     ck_assert_ptr_null(td_wino_create(0, 8, 8, 16, 16, 1));
+    ck_assert_ptr_null(td_wino_create_tile(4, 8, 8, 16, 16, 1, 3));
+    ck_assert_ptr_null(td_wino_create_tile(4, 8, 8, 16, 16, 1, 6));
     ck_assert_int_eq(td_wino_ok(3, 1, 1, 16, 16), td_wino_cpu());
 }
 END_TEST
@@ -247,10 +269,12 @@ static Suite *wino_suite(void)
     int n = (int)(sizeof shapes / sizeof shapes[0]);
     tcase_add_test(tc, test_refuses_unsupported);
     if (td_wino_cpu()) {
-        tcase_add_loop_test(tc, test_forward_matches_direct, 0, n);
-        tcase_add_loop_test(tc, test_backward_data_matches_direct, 0, n);
-        tcase_add_loop_test(tc, test_backward_weights_matches_direct, 0, n);
-        tcase_add_test(tc, test_thread_count_independent);
+        /* each shape with each tile: 2x2 at even _i, 4x4 at odd */
+        tcase_add_loop_test(tc, test_forward_matches_direct, 0, 2 * n);
+        tcase_add_loop_test(tc, test_backward_data_matches_direct, 0, 2 * n);
+        tcase_add_loop_test(tc, test_backward_weights_matches_direct, 0,
+                            2 * n);
+        tcase_add_loop_test(tc, test_thread_count_independent, 0, 2);
     } else {
         printf("wino: this CPU has no AVX2 + FMA: only the refusals run\n");
     }

@@ -1,47 +1,32 @@
-/* cpu_wino.c - fp32 3x3 convolutions by Winograd F(2x2, 3x3) on AVX2 + FMA
- * in nChw8c (cpu_wino.h for what it computes and why).
+/* cpu_wino.c - fp32 3x3 convolutions by Winograd F(2x2, 3x3) or F(4x4,
+ * 3x3) on AVX2 + FMA in nChw8c (cpu_wino.h for what it computes and why).
  *
- * Owns: the transforms and the matrix products, the blocking and the
+ * Owns: the plan and its tile choice, the F(2x2) transforms (cpu_wino4.c
+ * has the F(4x4) ones), the matrix products, the blocking and the
  * threads.  A block is up to tb tiles (a multiple of 6, sized so that its
- * transformed input V [16][tb][ic] and products M [16][tb][oc] stay in a
- * thread's L2), numbered across the whole batch; per block a thread
- * transforms the input patches (one ymm = the 8 channels of one pixel),
- * runs the 16 products (6 tiles x 16 output channels in 12 accumulators,
- * the input broadcast), and transforms the products back into the
- * output.  The input and output-gradient reads prefetch the rows the next
+ * transformed input V [np][tb][ic] and products M [np][tb][oc] stay in a
+ * thread's L2; np = 16 or 36 positions), numbered across the whole batch;
+ * per block a thread transforms the input patches (one ymm = the 8
+ * channels of one pixel), runs the np products (6 tiles x 16 output
+ * channels in 12 accumulators, the input broadcast), and transforms the
+ * products back into the output.  The input and output-gradient reads prefetch the rows the next
  * row of tiles reads first (on 16 channels the transforms waited on memory
  * as long as the products ran).  The weight gradient's products
- * accumulate per group of tiles in the group's own [16][oc][ic] sums (6
+ * accumulate per group of tiles in the group's own [np][oc][ic] sums (6
  * output channels x 16 input channels in 12 accumulators), reduced in
  * group order at the end.
  * Never does: decide where it is used (cpu_kplan.c), anything with oneDNN.
  */
-#include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_wino.h"
-
-#define TD__IN static inline __attribute__((always_inline, target("avx2,fma")))
-#define TD__AVX static __attribute__((target("avx2,fma")))
+#include "backend/cpu/cpu_wino_int.h"
 
 enum {
     TD__GROUPS = 8,             /* fixed groups of the weight gradient */
-    TD__BLOCK_BYTES = 160 << 10, /* V and M of one block */
-    TD__TB_MAX = 120            /* tiles per block at most */
-};
-
-struct td_wino {
-    int h, w, ic, oc, threads;
-    int th, tw;     /* tiles per image: rows, columns */
-    long tiles;     /* n * th * tw */
-    int tb;         /* tiles per block */
-    float *u;       /* [16][ic][oc] transformed weights */
-    float *scr;     /* per thread: V [16][tb][ic], M [16][tb][oc] */
-    size_t scr_per; /* floats per thread */
-    float *part;    /* [TD__GROUPS][16][oc][ic] then [TD__GROUPS][oc] */
+    TD__BLOCK_BYTES = 160 << 10 /* V and M of one block */
 };
 
 int td_wino_cpu(void)
@@ -62,32 +47,54 @@ static void *td__alloc(size_t floats)
     return aligned_alloc(64, b ? b : 64);
 }
 
-td_wino *td_wino_create(int n, int h, int w, int ic, int oc, int threads)
+td_wino *td_wino_create_tile(int n, int h, int w, int ic, int oc,
+                             int threads, int m)
 {
-    if (n < 1 || h < 1 || w < 1 || threads < 1 ||
+    if (n < 1 || h < 1 || w < 1 || threads < 1 || (m != 2 && m != 4) ||
         !td_wino_ok(3, 1, 1, ic, oc))
         return NULL;
     td_wino *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    *p = (td_wino){.h = h, .w = w, .ic = ic, .oc = oc,
-                   .threads = threads, .th = (h + 1) / 2, .tw = (w + 1) / 2};
+    *p = (td_wino){.h = h, .w = w, .ic = ic, .oc = oc, .threads = threads,
+                   .m = m, .np = (m + 2) * (m + 2), .th = (h + m - 1) / m,
+                   .tw = (w + m - 1) / m};
     p->tiles = (long)n * p->th * p->tw;
-    long tb = TD__BLOCK_BYTES / (16 * (long)sizeof(float) * (ic + oc));
+    long tb = TD__BLOCK_BYTES / (p->np * (long)sizeof(float) * (ic + oc));
     long need = (p->tiles + 5) / 6 * 6;
     tb = tb / 6 * 6;
     tb = tb < 6 ? 6 : tb > TD__TB_MAX ? TD__TB_MAX : tb;
     p->tb = (int)(tb < need ? tb : need);
-    p->scr_per = (size_t)16 * p->tb * (size_t)(ic + oc);
-    p->u = td__alloc((size_t)16 * ic * oc);
+    p->scr_per = (size_t)p->np * p->tb * (size_t)(ic + oc);
+    p->u = td__alloc((size_t)p->np * ic * oc);
     p->scr = td__alloc(p->scr_per * (size_t)threads);
-    p->part = td__alloc((size_t)TD__GROUPS * (16 * (size_t)ic + 1) * oc);
+    p->part = td__alloc((size_t)TD__GROUPS * (p->np * (size_t)ic + 1) * oc);
     if (!p->u || !p->scr || !p->part) {
         td_wino_destroy(p);
         return NULL;
     }
     return p;
 }
+
+int td_wino_tile_for(int h, int w)
+{
+    const char *e = getenv("TD_CPU_WINO_TILE");
+    if (e && (strcmp(e, "2") == 0 || strcmp(e, "4") == 0))
+        return *e - '0';
+    /* the products per image: 36 per 4x4 tile against 16 per 2x2 one;
+     * on a tie the smaller tile (its transforms cost less) */
+    long p4 = 36L * ((h + 3) / 4) * ((w + 3) / 4);
+    long p2 = 16L * ((h + 1) / 2) * ((w + 1) / 2);
+    return p4 < p2 ? 4 : 2;
+}
+
+td_wino *td_wino_create(int n, int h, int w, int ic, int oc, int threads)
+{
+    return td_wino_create_tile(n, h, w, ic, oc, threads,
+                               td_wino_tile_for(h, w));
+}
+
+int td_wino_tile(const td_wino *p) { return p->m; }
 
 void td_wino_destroy(td_wino *p)
 {
@@ -151,8 +158,12 @@ TD__AVX void td__weights8(td_wino *p, const float *w, int flip, int k0)
 static void td__weights(td_wino *p, const float *w, int flip)
 {
 #pragma omp parallel for schedule(static)
-    for (int k0 = 0; k0 < p->oc; k0 += 8)
-        td__weights8(p, w, flip, k0);
+    for (int k0 = 0; k0 < p->oc; k0 += 8) {
+        if (p->m == 4)
+            td__w4_weights8(p, w, flip, k0);
+        else
+            td__weights8(p, w, flip, k0);
+    }
 }
 
 void td_wino_weights(td_wino *p, const float *w) { td__weights(p, w, 0); }
@@ -246,20 +257,14 @@ TD__IN void td__a_dy(const __m256 e[4], __m256 m[16])
     }
 }
 
-/* Tiles g0 .. g0 + cnt - 1 of the batch: per tile its sample and the
- * top-left output position. */
-typedef struct td__tiles {
-    int n[TD__TB_MAX], y[TD__TB_MAX], x[TD__TB_MAX];
-} td__tiles;
-
 static void td__coords(const td_wino *p, long g0, int cnt, td__tiles *t)
 {
     long per = (long)p->th * p->tw, r = g0 % per;
     int n = (int)(g0 / per), ty = (int)(r / p->tw), tx = (int)(r % p->tw);
     for (int i = 0; i < cnt; i++) {
         t->n[i] = n;
-        t->y[i] = 2 * ty;
-        t->x[i] = 2 * tx;
+        t->y[i] = p->m * ty;
+        t->x[i] = p->m * tx;
         if (++tx == p->tw) {
             tx = 0;
             if (++ty == p->th) {
@@ -295,15 +300,6 @@ TD__IN void td__put16(float *o, size_t s, const __m256 v[16])
         _mm256_store_ps(o + k * s, v[k]);
 }
 
-/* Rows cnt up to the next multiple of 6 of every plane zeroed (the
- * products run 6 rows at a time). */
-static void td__pad6(float *B, size_t s, int cnt, int n)
-{
-    for (int i = cnt; i % 6; i++)
-        for (int k = 0; k < 16; k++)
-            memset(B + k * s + (size_t)i * n, 0, (size_t)n * sizeof(float));
-}
-
 /* V [16][tb][C] of the cnt tiles t of x (C channels), rows cnt up to the
  * next multiple of 6 zeroed. */
 TD__AVX void td__input(const td_wino *p, const td__tiles *t,
@@ -319,7 +315,7 @@ TD__AVX void td__input(const td_wino *p, const td__tiles *t,
             td__bt(d, v);
             td__put16(V + (size_t)i * C + (size_t)cb * 8, xs, v);
         }
-    td__pad6(V, xs, cnt, C);
+    td__pad6(V, xs, 16, cnt, C);
 }
 
 /* ---- forward --------------------------------------------------------- */
@@ -353,21 +349,15 @@ TD__IN void td__gemm(const float *V, const float *U, float *M, int rows,
         }
 }
 
-TD__AVX void td__fwd_block(const td_wino *p, const float *x, float *y,
-                           const float *bias, long g0, int cnt, float *V,
-                           float *M)
+/* The outputs of the block's cnt tiles t from M [16][tb][K]. */
+TD__AVX void td__output(const td_wino *p, const td__tiles *t, const float *M,
+                        float *y, const float *bias, int cnt)
 {
-    int C = p->ic, K = p->oc, tb = p->tb, rows = (cnt + 5) / 6 * 6;
-    size_t plane = (size_t)p->h * p->w * 8, ms = (size_t)tb * K;
-    td__tiles t;
-    td__coords(p, g0, cnt, &t);
-    td__input(p, &t, x, C, cnt, V);
-    for (int k = 0; k < 16; k++)
-        td__gemm(V + (size_t)k * tb * C, p->u + (size_t)k * C * K,
-                 M + k * ms, rows, C, K);
+    int K = p->oc;
+    size_t plane = (size_t)p->h * p->w * 8, ms = (size_t)p->tb * K;
     for (int i = 0; i < cnt; i++)
         for (int kb = 0; kb < K / 8; kb++) {
-            int n = t.n[i], y0 = t.y[i], x0 = t.x[i];
+            int n = t->n[i], y0 = t->y[i], x0 = t->x[i];
             __m256 m[16], o[4];
             const float *s = M + (size_t)i * K + (size_t)kb * 8;
 #pragma GCC unroll 16
@@ -387,6 +377,26 @@ TD__AVX void td__fwd_block(const td_wino *p, const float *x, float *y,
         }
 }
 
+TD__AVX void td__fwd_block(const td_wino *p, const float *x, float *y,
+                           const float *bias, long g0, int cnt, float *V,
+                           float *M)
+{
+    int C = p->ic, K = p->oc, tb = p->tb, rows = (cnt + 5) / 6 * 6;
+    td__tiles t;
+    td__coords(p, g0, cnt, &t);
+    if (p->m == 4)
+        td__w4_input(p, &t, x, C, cnt, V);
+    else
+        td__input(p, &t, x, C, cnt, V);
+    for (int k = 0; k < p->np; k++)
+        td__gemm(V + (size_t)k * tb * C, p->u + (size_t)k * C * K,
+                 M + (size_t)k * tb * K, rows, C, K);
+    if (p->m == 4)
+        td__w4_output(p, &t, M, y, bias, cnt);
+    else
+        td__output(p, &t, M, y, bias, cnt);
+}
+
 static int td__nthreads(const td_wino *p, int cap)
 {
     int nt = omp_get_max_threads();
@@ -403,7 +413,7 @@ void td_wino_fwd(td_wino *p, const float *x, float *y, const float *bias)
     {
         int me = omp_get_thread_num(), all = omp_get_num_threads();
         float *V = p->scr + (size_t)me * p->scr_per;
-        float *M = V + (size_t)16 * p->tb * p->ic;
+        float *M = V + (size_t)p->np * p->tb * p->ic;
         for (long b = nb * me / all; b < nb * (me + 1) / all; b++) {
             long g0 = b * p->tb;
             long cnt = p->tiles - g0 < p->tb ? p->tiles - g0 : p->tb;
@@ -442,7 +452,7 @@ TD__AVX void td__dy(const td_wino *p, const td__tiles *t, const float *dy,
             td__a_dy(e, m);
             td__put16(D + (size_t)i * K + (size_t)kb * 8, ds, m);
         }
-    td__pad6(D, ds, cnt, K);
+    td__pad6(D, ds, 16, cnt, K);
 }
 
 /* P [K][C] += D^T [K][rows] . V [rows][C] (P = ... when first) for
@@ -489,25 +499,30 @@ TD__AVX void td__gw(const float *D, const float *V, float *P, int rows,
     }
 }
 
-/* Group g's sums: its part [16][K][C] and db [K] over its tiles. */
+/* Group g's sums: its part [np][K][C] and db [K] over its tiles. */
 static void td__group(td_wino *p, const float *x, const float *dy, int g,
                       float *V, float *D)
 {
-    int C = p->ic, K = p->oc, tb = p->tb;
+    int C = p->ic, K = p->oc, tb = p->tb, np = p->np;
     size_t ps = (size_t)K * C;
-    float *P = p->part + (size_t)g * 16 * ps;
-    float *db = p->part + (size_t)TD__GROUPS * 16 * ps + (size_t)g * K;
+    float *P = p->part + (size_t)g * np * ps;
+    float *db = p->part + (size_t)TD__GROUPS * np * ps + (size_t)g * K;
     memset(db, 0, (size_t)K * sizeof(float));
     long t0 = p->tiles * g / TD__GROUPS, t1 = p->tiles * (g + 1) / TD__GROUPS;
     if (t0 == t1) /* no tiles (fewer than groups): its first block zeroes */
-        memset(P, 0, 16 * ps * sizeof(float));
+        memset(P, 0, np * ps * sizeof(float));
     for (long g0 = t0; g0 < t1; g0 += tb) {
         int cnt = (int)(t1 - g0 < tb ? t1 - g0 : tb);
         td__tiles t;
         td__coords(p, g0, cnt, &t);
-        td__input(p, &t, x, C, cnt, V);
-        td__dy(p, &t, dy, cnt, D, db);
-        for (int k = 0; k < 16; k++)
+        if (np == 36) {
+            td__w4_input(p, &t, x, C, cnt, V);
+            td__w4_dy(p, &t, dy, cnt, D, db);
+        } else {
+            td__input(p, &t, x, C, cnt, V);
+            td__dy(p, &t, dy, cnt, D, db);
+        }
+        for (int k = 0; k < np; k++)
             td__gw(D + (size_t)k * tb * K, V + (size_t)k * tb * C,
                    P + k * ps, cnt, C, K, g0 == t0);
     }
@@ -568,16 +583,20 @@ void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
     {
         int me = omp_get_thread_num(), all = omp_get_num_threads();
         float *V = p->scr + (size_t)me * p->scr_per;
-        float *D = V + (size_t)16 * p->tb * C;
+        float *D = V + (size_t)p->np * p->tb * C;
         for (int g = me; g < TD__GROUPS; g += all)
             td__group(p, x, dy, g, V, D);
 #pragma omp barrier
 #pragma omp for schedule(static)
-        for (long kc = 0; kc < (long)ps; kc += 8)
-            td__reduce8(p, (size_t)kc, dw);
+        for (long kc = 0; kc < (long)ps; kc += 8) {
+            if (p->m == 4)
+                td__w4_reduce8(p, (size_t)kc, dw, TD__GROUPS);
+            else
+                td__reduce8(p, (size_t)kc, dw);
+        }
     }
     if (db) {
-        const float *b = p->part + (size_t)TD__GROUPS * 16 * ps;
+        const float *b = p->part + (size_t)TD__GROUPS * p->np * ps;
         for (int k = 0; k < K; k++) {
             float s = 0;
             for (int g = 0; g < TD__GROUPS; g++)

@@ -1,20 +1,22 @@
 /* cpu_wino.h - the CPU backend's fp32 3x3 convolutions by Winograd's
- * minimal filtering F(2x2, 3x3), on AVX2 + FMA, in oneDNN's nChw8c layout
- * (the one its AVX2 kernels choose for fp32).
+ * minimal filtering, F(2x2, 3x3) or F(4x4, 3x3), on AVX2 + FMA, in
+ * oneDNN's nChw8c layout (the one its AVX2 kernels choose for fp32).
  *
  * Owns: for a 3x3, stride 1, pad 1 convolution of fp32 x [n][ic/8][h][w][8]
  * into y [n][oc/8][h][w][8]: the forward (y = conv(x, W) + bias), the
  * backward data as the forward of the flipped, channel-swapped weights
  * (td_wino_weights_flip), and the backward weights (dW, db from x and dy).
- * The output is cut into 2x2 tiles; a tile's 4x4 input patch d becomes
- * V = B^T d B, the weights U = G g G^T (both 16 values per channel), and
- * the tile's output Y = A^T (sum over ic of U . V) A: 16 products per
- * input channel for 4 outputs instead of 36, each of the 16 positions one
+ * The output is cut into m x m tiles (m = 2 or 4); a tile's (m+2)^2 input
+ * patch d becomes V = B^T d B, the weights U = G g G^T (both (m+2)^2
+ * values per channel), and the tile's output Y = A^T (sum over ic of U .
+ * V) A: 16 products per input channel for 4 outputs (F(2x2)) or 36 for 16
+ * (F(4x4)) instead of 9 per output, each of the (m+2)^2 positions one
  * matrix product [tiles x ic] . [ic x oc] over a block of tiles.  The
  * weight gradient is the chain rule through the same linear maps:
- * dU = sum over tiles of (A dY A^T) . V, dW = G^T dU G.  The transforms'
- * coefficients are 0, +-1 and +-1/2: the rounding stays that of a few
- * additions per value (test_wino.c states the bound it holds to).
+ * dU = sum over tiles of (A dY A^T) . V, dW = G^T dU G.  F(2x2)'s
+ * coefficients are 0, +-1 and +-1/2, F(4x4)'s (points 0, +-1, 2, -1/2)
+ * up to 8 and 16/15: the rounding stays that of a few more additions per
+ * value, about 10x more for F(4x4) (test_wino.c states the bounds).
  * Threads split the tiles; a tile's outputs come from one thread, and the
  * weight gradient is summed in eight fixed groups of tiles, the groups in
  * group order: results do not depend on the thread count (exact resumes).
@@ -40,6 +42,18 @@ int td_wino_ok(int k, int stride, int pad, int ic, int oc);
  * memory. */
 td_wino *td_wino_create(int n, int h, int w, int ic, int oc, int threads);
 void td_wino_destroy(td_wino *p);
+
+/* The same with the output tile side m: 2 (F(2x2, 3x3)) or 4 (F(4x4,
+ * 3x3)); NULL for any other m.  td_wino_create takes td_wino_tile_for(h,
+ * w): TD_CPU_WINO_TILE=2 or 4 in the environment, else the tile with
+ * fewer products per image, 2 on a tie (4 on 3x3, 4x4, 7x7 and larger
+ * squares; 2 on 1x1, 2x2, 5x5, 6x6). */
+td_wino *td_wino_create_tile(int n, int h, int w, int ic, int oc,
+                             int threads, int m);
+int td_wino_tile_for(int h, int w);
+
+/* The plan's output tile side, 2 or 4. */
+int td_wino_tile(const td_wino *p);
 
 /* The plan's transformed weights from fp32 w[oc][ic][3][3]; or, for the
  * plan of a convolution's backward data (created with ic and oc swapped),

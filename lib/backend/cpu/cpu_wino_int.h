@@ -1,0 +1,64 @@
+/* cpu_wino_int.h - what cpu_wino.c (the plan, the blocking, the products,
+ * the F(2x2, 3x3) transforms) shares with cpu_wino4.c (the F(4x4, 3x3)
+ * transforms): the plan's fields, a block's tile coordinates, and the
+ * transform entry points of the larger tile.  Internal to those two files.
+ */
+#ifndef TD_BACKEND_CPU_WINO_INT_H
+#define TD_BACKEND_CPU_WINO_INT_H
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_wino.h"
+
+#define TD__IN static inline __attribute__((always_inline, target("avx2,fma")))
+#define TD__AVX static __attribute__((target("avx2,fma")))
+#define TD__AVXG __attribute__((target("avx2,fma")))
+
+enum { TD__TB_MAX = 120 }; /* tiles per block at most */
+
+struct td_wino {
+    int h, w, ic, oc, threads;
+    int m;          /* output tile side: 2 or 4 */
+    int np;         /* transformed positions per tile: (m + 2)^2 */
+    int th, tw;     /* tiles per image: rows, columns */
+    long tiles;     /* n * th * tw */
+    int tb;         /* tiles per block */
+    float *u;       /* [np][ic][oc] transformed weights */
+    float *scr;     /* per thread: V [np][tb][ic], M [np][tb][oc] */
+    size_t scr_per; /* floats per thread */
+    float *part;    /* [TD__GROUPS][np][oc][ic] then [TD__GROUPS][oc] */
+};
+
+/* Tiles g0 .. g0 + cnt - 1 of the batch: per tile its sample and the
+ * top-left output position. */
+typedef struct td__tiles {
+    int n[TD__TB_MAX], y[TD__TB_MAX], x[TD__TB_MAX];
+} td__tiles;
+
+/* Rows cnt up to the next multiple of 6 of each of the np planes (stride
+ * s floats) of a [np][tb][n] buffer zeroed (the products run 6 rows at a
+ * time). */
+static inline void td__pad6(float *B, size_t s, int np, int cnt, int n)
+{
+    for (int i = cnt; i % 6; i++)
+        for (int k = 0; k < np; k++)
+            memset(B + k * s + (size_t)i * n, 0, (size_t)n * sizeof(float));
+}
+
+/* F(4x4, 3x3) (cpu_wino4.c), each the counterpart of cpu_wino.c's F(2x2)
+ * step: U of output channels k0 .. k0 + 7; V [36][tb][C] of the block's
+ * input patches; the outputs from M [36][tb][K]; D [36][tb][K] of the
+ * output gradient with db += its sums; dw of the (output, input) channel
+ * pairs kc .. kc + 7 from the groups' sums. */
+void td__w4_weights8(td_wino *p, const float *w, int flip, int k0);
+void td__w4_input(const td_wino *p, const td__tiles *t, const float *x,
+                  int C, int cnt, float *V);
+void td__w4_output(const td_wino *p, const td__tiles *t, const float *M,
+                   float *y, const float *bias, int cnt);
+void td__w4_dy(const td_wino *p, const td__tiles *t, const float *dy,
+               int cnt, float *D, float *db);
+void td__w4_reduce8(const td_wino *p, size_t kc, float *dw, int groups);
+
+#endif
