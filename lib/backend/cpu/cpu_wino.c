@@ -26,7 +26,8 @@
 
 enum {
     TD__GROUPS = 8,             /* fixed groups of the weight gradient */
-    TD__BLOCK_BYTES = 160 << 10 /* V and M of one block */
+    TD__BLOCK_BYTES = 160 << 10, /* V and M of a forward block */
+    TD__WBLOCK_BYTES = 640 << 10 /* V and D of a weight gradient's */
 };
 
 int td_wino_cpu(void)
@@ -47,6 +48,17 @@ static void *td__alloc(size_t floats)
     return aligned_alloc(64, b ? b : 64);
 }
 
+/* Tiles per block: as many as fit V and M (or D) in `bytes`, a multiple
+ * of 6 from 6 to TD__TB_MAX, at most `tiles` rounded up to 6. */
+static int td__block(const td_wino *p, long bytes, long tiles)
+{
+    long tb = bytes / (p->np * (long)sizeof(float) * (p->ic + p->oc));
+    long need = (tiles + 5) / 6 * 6;
+    tb = tb / 6 * 6;
+    tb = tb < 6 ? 6 : tb > TD__TB_MAX ? TD__TB_MAX : tb;
+    return (int)(tb < need ? tb : need);
+}
+
 td_wino *td_wino_create_tile(int n, int h, int w, int ic, int oc,
                              int threads, int m)
 {
@@ -60,12 +72,13 @@ td_wino *td_wino_create_tile(int n, int h, int w, int ic, int oc,
                    .m = m, .np = (m + 2) * (m + 2), .th = (h + m - 1) / m,
                    .tw = (w + m - 1) / m};
     p->tiles = (long)n * p->th * p->tw;
-    long tb = TD__BLOCK_BYTES / (p->np * (long)sizeof(float) * (ic + oc));
-    long need = (p->tiles + 5) / 6 * 6;
-    tb = tb / 6 * 6;
-    tb = tb < 6 ? 6 : tb > TD__TB_MAX ? TD__TB_MAX : tb;
-    p->tb = (int)(tb < need ? tb : need);
-    p->scr_per = (size_t)p->np * p->tb * (size_t)(ic + oc);
+    p->tb = td__block(p, TD__BLOCK_BYTES, p->tiles);
+    /* a group of the weight gradient: a larger block (the products add
+     * into the group's [np][oc][ic] sums once per block) */
+    p->tbw = td__block(p, TD__WBLOCK_BYTES,
+                       (p->tiles + TD__GROUPS - 1) / TD__GROUPS);
+    p->scr_per = (size_t)p->np * (p->tb > p->tbw ? p->tb : p->tbw) *
+                 (size_t)(ic + oc);
     p->u = td__alloc((size_t)p->np * ic * oc);
     p->scr = td__alloc(p->scr_per * (size_t)threads);
     p->part = td__alloc((size_t)TD__GROUPS * (p->np * (size_t)ic + 1) * oc);
@@ -257,8 +270,10 @@ TD__IN void td__a_dy(const __m256 e[4], __m256 m[16])
     }
 }
 
-static void td__coords(const td_wino *p, long g0, int cnt, td__tiles *t)
+static void td__coords(const td_wino *p, long g0, int cnt, int tb,
+                       td__tiles *t)
 {
+    t->tb = tb;
     long per = (long)p->th * p->tw, r = g0 % per;
     int n = (int)(g0 / per), ty = (int)(r / p->tw), tx = (int)(r % p->tw);
     for (int i = 0; i < cnt; i++) {
@@ -305,7 +320,7 @@ TD__IN void td__put16(float *o, size_t s, const __m256 v[16])
 TD__AVX void td__input(const td_wino *p, const td__tiles *t,
                        const float *x, int C, int cnt, float *V)
 {
-    size_t plane = (size_t)p->h * p->w * 8, xs = (size_t)p->tb * C;
+    size_t plane = (size_t)p->h * p->w * 8, xs = (size_t)t->tb * C;
     for (int i = 0; i < cnt; i++) /* a tile's row of V at a time */
         for (int cb = 0; cb < C / 8; cb++) {
             __m256 d[16], v[16];
@@ -354,7 +369,7 @@ TD__AVX void td__output(const td_wino *p, const td__tiles *t, const float *M,
                         float *y, const float *bias, int cnt)
 {
     int K = p->oc;
-    size_t plane = (size_t)p->h * p->w * 8, ms = (size_t)p->tb * K;
+    size_t plane = (size_t)p->h * p->w * 8, ms = (size_t)t->tb * K;
     for (int i = 0; i < cnt; i++)
         for (int kb = 0; kb < K / 8; kb++) {
             int n = t->n[i], y0 = t->y[i], x0 = t->x[i];
@@ -383,7 +398,7 @@ TD__AVX void td__fwd_block(const td_wino *p, const float *x, float *y,
 {
     int C = p->ic, K = p->oc, tb = p->tb, rows = (cnt + 5) / 6 * 6;
     td__tiles t;
-    td__coords(p, g0, cnt, &t);
+    td__coords(p, g0, cnt, tb, &t);
     if (p->m == 4)
         td__w4_input(p, &t, x, C, cnt, V);
     else
@@ -430,7 +445,7 @@ TD__AVX void td__dy(const td_wino *p, const td__tiles *t, const float *dy,
                     int cnt, float *D, float *db)
 {
     int K = p->oc;
-    size_t plane = (size_t)p->h * p->w * 8, ds = (size_t)p->tb * K;
+    size_t plane = (size_t)p->h * p->w * 8, ds = (size_t)t->tb * K;
     for (int i = 0; i < cnt; i++)
         for (int kb = 0; kb < K / 8; kb++) {
             int y0 = t->y[i], x0 = t->x[i];
@@ -503,7 +518,7 @@ TD__AVX void td__gw(const float *D, const float *V, float *P, int rows,
 static void td__group(td_wino *p, const float *x, const float *dy, int g,
                       float *V, float *D)
 {
-    int C = p->ic, K = p->oc, tb = p->tb, np = p->np;
+    int C = p->ic, K = p->oc, tb = p->tbw, np = p->np;
     size_t ps = (size_t)K * C;
     float *P = p->part + (size_t)g * np * ps;
     float *db = p->part + (size_t)TD__GROUPS * np * ps + (size_t)g * K;
@@ -514,7 +529,7 @@ static void td__group(td_wino *p, const float *x, const float *dy, int g,
     for (long g0 = t0; g0 < t1; g0 += tb) {
         int cnt = (int)(t1 - g0 < tb ? t1 - g0 : tb);
         td__tiles t;
-        td__coords(p, g0, cnt, &t);
+        td__coords(p, g0, cnt, tb, &t);
         if (np == 36) {
             td__w4_input(p, &t, x, C, cnt, V);
             td__w4_dy(p, &t, dy, cnt, D, db);
@@ -583,7 +598,7 @@ void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
     {
         int me = omp_get_thread_num(), all = omp_get_num_threads();
         float *V = p->scr + (size_t)me * p->scr_per;
-        float *D = V + (size_t)p->np * p->tb * C;
+        float *D = V + (size_t)p->np * p->tbw * C;
         for (int g = me; g < TD__GROUPS; g += all)
             td__group(p, x, dy, g, V, D);
 #pragma omp barrier

@@ -188,7 +188,7 @@ void TD__AVXG td__w4_input(const td_wino *p, const td__tiles *t,
                            const float *x, int C, int cnt, float *V)
 {
     int H = p->h, W = p->w;
-    size_t plane = (size_t)H * W * 8, xs = (size_t)p->tb * C;
+    size_t plane = (size_t)H * W * 8, xs = (size_t)t->tb * C;
     for (int i = 0; i < cnt; i++) {
         int y0 = t->y[i] - 1, x0 = t->x[i] - 1;
         int inside = y0 >= 0 && y0 + 6 <= H && x0 >= 0 && x0 + 6 <= W;
@@ -224,7 +224,7 @@ void TD__AVXG td__w4_output(const td_wino *p, const td__tiles *t,
                             int cnt)
 {
     int K = p->oc, H = p->h, W = p->w;
-    size_t plane = (size_t)H * W * 8, ms = (size_t)p->tb * K;
+    size_t plane = (size_t)H * W * 8, ms = (size_t)t->tb * K;
     for (int i = 0; i < cnt; i++) {
         int y0 = t->y[i], x0 = t->x[i];
         int inside = y0 + 4 <= H && x0 + 4 <= W;
@@ -265,7 +265,7 @@ void TD__AVXG td__w4_dy(const td_wino *p, const td__tiles *t,
                         const float *dy, int cnt, float *D, float *db)
 {
     int K = p->oc, H = p->h, W = p->w;
-    size_t plane = (size_t)H * W * 8, ds = (size_t)p->tb * K;
+    size_t plane = (size_t)H * W * 8, ds = (size_t)t->tb * K;
     for (int i = 0; i < cnt; i++) {
         int y0 = t->y[i], x0 = t->x[i];
         int inside = y0 + 4 <= H && x0 + 4 <= W;

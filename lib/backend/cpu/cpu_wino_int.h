@@ -24,17 +24,21 @@ struct td_wino {
     int np;         /* transformed positions per tile: (m + 2)^2 */
     int th, tw;     /* tiles per image: rows, columns */
     long tiles;     /* n * th * tw */
-    int tb;         /* tiles per block */
+    int tb;         /* tiles per block of the forward */
+    int tbw;        /* tiles per block of the weight gradient */
     float *u;       /* [np][ic][oc] transformed weights */
-    float *scr;     /* per thread: V [np][tb][ic], M [np][tb][oc] */
+    float *scr;     /* per thread: V [np][tb][ic], M [np][tb][oc] (or
+                     * tbw and D [np][tbw][oc]) */
     size_t scr_per; /* floats per thread */
     float *part;    /* [TD__GROUPS][np][oc][ic] then [TD__GROUPS][oc] */
 };
 
 /* Tiles g0 .. g0 + cnt - 1 of the batch: per tile its sample and the
- * top-left output position. */
+ * top-left output position; tb, the block's rows per plane (the stride of
+ * its [np][tb][channels] buffers). */
 typedef struct td__tiles {
     int n[TD__TB_MAX], y[TD__TB_MAX], x[TD__TB_MAX];
+    int tb;
 } td__tiles;
 
 /* Rows cnt up to the next multiple of 6 of each of the np planes (stride
