@@ -33,6 +33,9 @@
 #   TD_CPU_WINO  0       default   oneDNN's 3x3 convolutions against
 #                                  cpu_wino.c's (AVX2 nChw8c plans only:
 #                                  elsewhere both arms are the same)
+#   TD_CPU_WINO_TILE 2   default   cpu_wino.c's F(2x2, 3x3) against the
+#                                  tile the plan takes (F(4x4, 3x3) on
+#                                  every 3x3 layer of these models)
 #   TD_CPU_POOL  0       1         oneDNN's max pooling against cpu_pool.c
 #                                  (fmnist-cnn; resnet20 has none; 1
 #                                  takes it in nChw16c too, which the
@@ -64,7 +67,8 @@ case $prec in
   bf16) rows=("TD_CPU_BN onednn default" "TD_CPU_BWDW 0 default"
               "TD_CPU_BWDW default 1" "TD_CPU_BWDD 0 1" "TD_CPU_BWDD2 0 1"
               "TD_CPU_NHWC 0 1" "plan fixed measure") ;;
-  fp32) rows=("TD_CPU_WINO 0 default" "TD_CPU_POOL 0 1"
+  fp32) rows=("TD_CPU_WINO 0 default" "TD_CPU_WINO_TILE 2 default"
+              "TD_CPU_POOL 0 1"
               "TD_CPU_BN onednn default" "TD_CPU_BN8 add all"
               "TD_CPU_SBW 0 1") ;;
   *) echo "bench_cpu_knobs.sh: PRECISION must be bf16 or fp32" >&2; exit 1 ;;
@@ -102,11 +106,11 @@ for m in $models; do
       ratio=failed
       status=1
     fi
-    table+=$(printf '%-11s %-12s %-8s %-8s %s' "$m" "$name" "$a" "$b" \
+    table+=$(printf '%-11s %-16s %-8s %-8s %s' "$m" "$name" "$a" "$b" \
              "$ratio")$'\n'
   done
 done
 echo
-echo "model       knob         A        B        A/B per step (median; > 1: B faster)"
+echo "model       knob             A        B        A/B per step (median; > 1: B faster)"
 printf '%s' "$table"
 exit $status

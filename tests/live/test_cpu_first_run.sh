@@ -48,7 +48,8 @@ grep -q '^knobs, ab     SKIP  (no bf16 instructions' "$s" ||
   fail "AVX2: the bf16 steps did not skip"
 grep -qE '^(knobs +(PASS|FAIL)|ab-)' "$s" && fail "AVX2: a bf16 step ran"
 grep -qE '^knobs-fp32 +PASS' "$s" || fail "AVX2: step knobs-fp32 did not pass"
-for k in "TD_CPU_WINO +0 +default" "TD_CPU_POOL +0 +1" \
+for k in "TD_CPU_WINO +0 +default" "TD_CPU_WINO_TILE +2 +default" \
+  "TD_CPU_POOL +0 +1" \
   "TD_CPU_BN +onednn +default" "TD_CPU_BN8 +add +all" "TD_CPU_SBW +0 +1"; do
   grep -qE "^    fmnist-cnn +$k +[0-9]+\.[0-9]+$" "$s" ||
     fail "AVX2: no fp32 row $k"
@@ -80,8 +81,8 @@ grep -q 'precision      SKIP' "$s" || fail "TORCH=0 did not skip"
 grep -q '^    cpu: .*oneDNN ISA' "$s" || fail "no CPU line"
 grep -q 'fp32 FMA (vfmadd231ps zmm) .*1.00x fp32 FMA' "$s" ||
   fail "no fp32 FMA ceiling"
-n=$(grep -cE '^    fmnist-cnn +(TD_CPU_[A-Z0-9]+|plan) .* [0-9]+\.[0-9]+$' "$s")
-[[ $n -eq 12 ]] || fail "$n plan-choice rows, want 12 (7 bf16, 5 fp32)"
+n=$(grep -cE '^    fmnist-cnn +(TD_CPU_[A-Z0-9_]+|plan) .* [0-9]+\.[0-9]+$' "$s")
+[[ $n -eq 13 ]] || fail "$n plan-choice rows, want 13 (7 bf16, 6 fp32)"
 grep -qE '^    +fmnist-cnn: cpu backend: plan measured in .* layout ' "$s" ||
   fail "no line saying what the measured plan chose"
 grep -qE 'fp32 [0-9.]+ ms/step, bf16 [0-9.]+ ms/step' "$s" ||
