@@ -346,6 +346,7 @@ TD__IN void td__gemm(const float *V, const float *U, float *M, int rows,
             for (int r = 0; r < 6; r++)
                 a[r][0] = a[r][1] = _mm256_setzero_ps();
             const float *v = V + (size_t)i0 * C, *u = U + k0;
+#pragma GCC unroll 4
             for (int c = 0; c < C; c++, u += K) {
                 __m256 u0 = _mm256_load_ps(u), u1 = _mm256_load_ps(u + 8);
 #pragma GCC unroll 6
