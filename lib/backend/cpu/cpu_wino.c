@@ -150,17 +150,9 @@ TD__AVX void td__weights8(td_wino *p, const float *w, int flip, int k0)
 {
     int C = p->ic, K = p->oc;
     size_t plane = (size_t)C * K;
-    /* element (k0 + lane, c, tap) of w: [k][c][3][3], or flipped [c][k] */
-    __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6,
-                                                       7),
-                                     _mm256_set1_epi32(flip ? 9 : C * 9));
     for (int c = 0; c < C; c++) {
-        const float *s = flip ? w + ((size_t)c * K + k0) * 9
-                              : w + ((size_t)k0 * C + c) * 9;
         __m256 g[9], u[16];
-#pragma GCC unroll 16
-        for (int j = 0; j < 9; j++)
-            g[j] = _mm256_i32gather_ps(s + (flip ? 8 - j : j), idx, 4);
+        td__taps8(w, flip, C, K, k0, c, g);
         td__ggt(g, u);
 #pragma GCC unroll 16
         for (int x = 0; x < 16; x++)

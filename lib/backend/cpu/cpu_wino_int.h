@@ -51,6 +51,22 @@ static inline void td__pad6(float *B, size_t s, int np, int cnt, int n)
             memset(B + k * s + (size_t)i * n, 0, (size_t)n * sizeof(float));
 }
 
+/* The 9 taps of input channel c for output channels k0 .. k0 + 7, one
+ * lane each, of w [K][C][3][3]; flipped, of w [C][K][3][3] with the taps
+ * reversed (a backward data's plan). */
+TD__IN void td__taps8(const float *w, int flip, int C, int K, int k0, int c,
+                      __m256 g[9])
+{
+    __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6,
+                                                       7),
+                                     _mm256_set1_epi32(flip ? 9 : C * 9));
+    const float *s = flip ? w + ((size_t)c * K + k0) * 9
+                          : w + ((size_t)k0 * C + c) * 9;
+#pragma GCC unroll 9
+    for (int j = 0; j < 9; j++)
+        g[j] = _mm256_i32gather_ps(s + (flip ? 8 - j : j), idx, 4);
+}
+
 /* F(4x4, 3x3) (cpu_wino4.c), each the counterpart of cpu_wino.c's F(2x2)
  * step: U of output channels k0 .. k0 + 7; V [36][tb][C] of the block's
  * input patches; the outputs from M [36][tb][K]; D [36][tb][K] of the
