@@ -7,8 +7,9 @@
  * (16, 32, 64 channels on 32x32, 16x16, 8x8), fmnist-cnn's 28x28 and
  * 14x14, unequal channel counts (16 -> 48, 48 -> 16), odd and tiny image
  * sizes (7x5, 9x11, 1x1, 2x3) and a batch whose tiles end mid-block;
- * bitwise equal results on one and two threads.  Skipped where the CPU has
- * no AVX2 + FMA.
+ * bitwise equal results on one and two threads; the plan's tile rule
+ * and TD_CPU_WINO_TILE.  The comparisons are skipped where the CPU has no
+ * AVX2 + FMA.
  *
  * Error bound: each result is a sum of products; the transforms add a
  * few terms before and after the products (F(2x2): coefficients 0, +-1,
@@ -262,12 +263,41 @@ START_TEST(test_refuses_unsupported)
 }
 END_TEST
 
+START_TEST(test_tile_rule)
+{
+    /* the tile with fewer products per image, F(2x2) on a tie */
+    unsetenv("TD_CPU_WINO_TILE");
+    static const int side[][3] = {{1, 1, 2},   {2, 2, 2},   {3, 3, 4},
+                                  {4, 4, 4},   {5, 5, 2},   {6, 6, 2},
+                                  {7, 7, 4},   {8, 8, 4},   {14, 14, 4},
+                                  {28, 28, 4}, {32, 32, 4}, {1, 8, 2}};
+    for (size_t i = 0; i < sizeof side / sizeof side[0]; i++)
+        ck_assert_msg(td_wino_tile_for(side[i][0], side[i][1]) == side[i][2],
+                      "%dx%d: tile %d, want %d", side[i][0], side[i][1],
+                      td_wino_tile_for(side[i][0], side[i][1]), side[i][2]);
+    setenv("TD_CPU_WINO_TILE", "2", 1);
+    ck_assert_int_eq(td_wino_tile_for(28, 28), 2);
+    setenv("TD_CPU_WINO_TILE", "4", 1);
+    ck_assert_int_eq(td_wino_tile_for(2, 2), 4);
+    setenv("TD_CPU_WINO_TILE", "3", 1); /* not a tile: the rule */
+    ck_assert_int_eq(td_wino_tile_for(28, 28), 4);
+    unsetenv("TD_CPU_WINO_TILE");
+    td_wino *p = td_wino_create(2, 28, 28, 16, 16, 1);
+    if (td_wino_cpu()) {
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(td_wino_tile(p), 4);
+    }
+    td_wino_destroy(p);
+}
+END_TEST
+
 static Suite *wino_suite(void)
 {
     Suite *s = suite_create("wino");
     TCase *tc = tcase_create("avx2");
     int n = (int)(sizeof shapes / sizeof shapes[0]);
     tcase_add_test(tc, test_refuses_unsupported);
+    tcase_add_test(tc, test_tile_rule);
     if (td_wino_cpu()) {
         /* each shape with each tile: 2x2 at even _i, 4x4 at odd */
         tcase_add_loop_test(tc, test_forward_matches_direct, 0, 2 * n);
