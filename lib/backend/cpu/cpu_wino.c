@@ -9,12 +9,14 @@
  * per block a thread transforms the input patches (one ymm = the 8
  * channels of one pixel), runs the np products (6 tiles x 16 output
  * channels in 12 accumulators, the input broadcast), and transforms the
- * products back into the output.  The input and output-gradient reads prefetch the rows the next
- * row of tiles reads first (on 16 channels the transforms waited on memory
- * as long as the products ran).  The weight gradient's products
- * accumulate per group of tiles in the group's own [np][oc][ic] sums (6
- * output channels x 16 input channels in 12 accumulators), reduced in
- * group order at the end.
+ * products back into the output.  The input and output-gradient reads
+ * prefetch the rows the next row of tiles reads first (on 16 channels the
+ * transforms waited on memory as long as the products ran).  The weight
+ * gradient's products accumulate per group of tiles in the group's own
+ * [np][oc][ic] sums (6 output channels x 16 input channels in 12
+ * accumulators), over blocks of tbw tiles, larger than the forward's (the
+ * sums are read and written once per block), reduced in group order at
+ * the end.
  * Never does: decide where it is used (cpu_kplan.c), anything with oneDNN.
  */
 #include <omp.h>
