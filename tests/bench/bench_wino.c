@@ -5,9 +5,10 @@
  * oneDNN, F(2x2), ...) in one process.  Prints per pass the median ms of
  * each, the direct convolution's GFLOP/s equivalent (2 * n * h * w * ic *
  * oc * 9 per pass) of F(4x4) and oneDNN, and the medians of the per-round
- * ratios F(2x2) / F(4x4) and oneDNN / F(4x4) (> 1: F(4x4) faster).  oneDNN's kernel is whatever it picks for nChw8c (jit:avx2 on
- * an AVX2 CPU; on an AVX-512 CPU it may be slower in this layout than in
- * its own).  Usage: bench_wino [rounds] [threads] [batch]; skips (exit 0)
+ * ratios F(2x2) / F(4x4) and oneDNN / F(4x4) (> 1: F(4x4) faster).
+ * oneDNN's kernel is whatever it picks for nChw8c (jit:avx2 on an AVX2
+ * CPU; on an AVX-512 CPU it may be slower in this layout than in its
+ * own).  Usage: bench_wino [rounds] [threads] [batch]; skips (exit 0)
  * where the CPU has no AVX2 + FMA.  Exit status: 0 done, 1 a oneDNN call
  * failed or a plan could not be made.
  */

@@ -208,8 +208,8 @@ START_TEST(test_backward_weights_matches_direct)
                     a += t;
                     mag += fabs(t);
                 }
-        ck_assert_msg(fabs(db[o] - a) <= TOL(m) * mag, "db[%d] %.9g, want %.9g", o,
-                      db[o], a);
+        ck_assert_msg(fabs(db[o] - a) <= TOL(m) * mag,
+                      "db[%d] %.9g, want %.9g", o, db[o], a);
     }
     td_wino_destroy(p);
     free(x), free(dy), free(dw), free(db);
