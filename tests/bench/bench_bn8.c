@@ -21,6 +21,7 @@
 
 #include "backend/cpu/cpu_bn.h"
 #include "backend/cpu/cpu_bn8.h"
+#include "benchutil.h"
 
 typedef struct shape {
     const char *model;
@@ -39,25 +40,6 @@ static const shape shapes[] = {
             exit(1);                                                       \
         }                                                                  \
     } while (0)
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return v[n / 2];
-}
 
 static char *flush_buf;
 enum { FLUSH_BYTES = 96 << 20, MAX_ROUNDS = 200 };
@@ -144,25 +126,25 @@ static void run_shape(const shape *s, dnnl_engine_t e, dnnl_stream_t st,
     for (int r = -1; r < rounds; r++) { /* round -1: warm-up */
         double q[4], t0;
         flush(warm);
-        t0 = now_ms();
+        t0 = td_now_ms();
         CK(dnnl_primitive_execute(fp, st, 7, fa));
         CK(dnnl_stream_wait(st));
-        q[0] = now_ms() - t0;
+        q[0] = td_now_ms() - t0;
         flush(warm);
-        t0 = now_ms();
+        t0 = td_now_ms();
         CK(dnnl_primitive_execute(bp, st, 10, ba));
         CK(dnnl_stream_wait(st));
-        q[1] = now_ms() - t0;
+        q[1] = td_now_ms() - t0;
         flush(warm);
-        t0 = now_ms();
+        t0 = td_now_ms();
         td_bn8_fwd(x, NULL, y, mask, rows, C, hw, g, b, 1e-5f, 1, m, var,
                    part);
-        q[2] = now_ms() - t0;
+        q[2] = td_now_ms() - t0;
         flush(warm);
-        t0 = now_ms();
+        t0 = td_now_ms();
         td_bn8_bwd(x, mask, dy, NULL, dx, NULL, rows, C, hw, g, m, var,
                    1e-5f, dg, db, part);
-        q[3] = now_ms() - t0;
+        q[3] = td_now_ms() - t0;
         if (r < 0)
             continue;
         for (int k = 0; k < 4; k++)
@@ -171,11 +153,12 @@ static void run_shape(const shape *s, dnnl_engine_t e, dnnl_stream_t st,
         rb[r] = q[1] / q[3];
     }
     printf("%-10s C%-3d %2dx%-2d fwd+relu  oneDNN %6.3f ms  cpu_bn8 %6.3f ms"
-           "  ratio %.2f\n", s->model, C, H, H, median(t[0], rounds),
-           median(t[2], rounds), median(rf, rounds));
+           "  ratio %.2f\n", s->model, C, H, H, td_median(t[0], rounds),
+           td_median(t[2], rounds), td_median(rf, rounds));
     printf("%-10s C%-3d %2dx%-2d bwd+relu  oneDNN %6.3f ms  cpu_bn8 %6.3f ms"
            "  ratio %.2f   (oneDNN: %s)\n", s->model, C, H, H,
-           median(t[1], rounds), median(t[3], rounds), median(rb, rounds),
+           td_median(t[1], rounds), td_median(t[3], rounds),
+           td_median(rb, rounds),
            impl ? impl : "?");
     dnnl_memory_t mems[] = {X, Y, DY, DX, G, B, M, V, DG, DB, WS};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)

@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include "backend/cpu/cpu_bwdw.h"
+#include "benchutil.h"
 #include "bf16.h"
 
 typedef struct shape {
@@ -31,19 +32,6 @@ static const shape shapes[] = {
     {"32->64 1x1 s2 16x16", 16, 32, 64, 1, 2, 0},
     {"64->64 3x3 8x8", 8, 64, 64, 3, 1, 1},
 };
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv)
 {
@@ -77,12 +65,12 @@ int main(int argc, char **argv)
         }
         double t[RUNS];
         for (int r = 0; r < WARM + RUNS; r++) {
-            double t0 = now_ms();
+            double t0 = td_now_ms();
             td_bwdw_run(p, x, dy, dw, NULL);
             if (r >= WARM)
-                t[r - WARM] = now_ms() - t0;
+                t[r - WARM] = td_now_ms() - t0;
         }
-        qsort(t, RUNS, sizeof t[0], cmp);
+        qsort(t, RUNS, sizeof t[0], td_cmp_double);
         printf("%-22s %7.3f ms (%.3f..%.3f)\n", s->name, t[RUNS / 2], t[0],
                t[RUNS - 1]);
         td_bwdw_destroy(p);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchutil.h"
 #include "job/runner.h"
 #include "job/spec.h"
 
@@ -51,20 +52,6 @@ static void on_event(void *user, const char *kind, json_t *d)
     }
     pthread_mutex_unlock(&a->mu);
     json_decref(d);
-}
-
-static int cmp(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-static double median(double *v, int n)
-{
-    if (n == 0)
-        return NAN;
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 int main(int argc, char **argv)
@@ -104,8 +91,8 @@ int main(int argc, char **argv)
     }
     td_runner_free(r);
     td_spec_free(&spec);
-    double mc = median(a.ckpt, a.nckpt), mp = median(a.plain, a.nplain);
-    double copy = median(a.copy, a.nckpt);
+    double mc = td_median(a.ckpt, a.nckpt), mp = td_median(a.plain, a.nplain);
+    double copy = td_median(a.copy, a.nckpt);
     double sc = 0, sp = 0;
     for (int i = 0; i < a.nckpt; i++)
         sc += a.ckpt[i];

@@ -22,19 +22,8 @@
 #include "backend/backend.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "benchutil.h"
 #include "model/model.h"
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* "bf16 TD_CPU_BWDD=1", "bf16 measured", or "fp32" without a switch. */
 static const char *label(char *buf, size_t cap, const char *prec,
@@ -195,14 +184,14 @@ int main(int argc, char **argv)
         lo = ratio[s] < lo ? ratio[s] : lo;
         hi = ratio[s] > hi ? ratio[s] : hi;
     }
-    double ma = median(t[0], steps), mb = median(t[1], steps);
+    double ma = td_median(t[0], steps), mb = td_median(t[1], steps);
     char la[160], lb[160];
     printf("%s batch %d threads %d, %d steps after %d warm-up: %s %.1f "
            "ms/step, %s %.1f ms/step, A/B %.3f; per pair %.3f "
            "(%.3f..%.3f)\n", model, batch, threads, steps, warmup,
            label(la, sizeof la, pa, env, va, la_), ma * 1e3,
            label(lb, sizeof lb, pb, env, vb, lb_), mb * 1e3, ma / mb,
-           median(ratio, steps), lo, hi);
+           td_median(ratio, steps), lo, hi);
     td_backend_destroy(be[0]);
     td_backend_destroy(be[1]);
     td_model_free(m);

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "benchutil.h"
 #include "daemon_harness.h"
 
 enum { SUBSCRIBERS = 100 };
@@ -158,12 +159,6 @@ static void *subscribers(void *p)
     return NULL;
 }
 
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The reference job: fmnist-cnn on synthetic device-resident batches. */
 static json_t *reference_spec(void)
 {
@@ -233,19 +228,13 @@ static run_result interval(td_harness *h, int fd, int64_t job, double batch,
     out.trainer_core = (tcpu1 - tcpu0) / span;
     out.sps = (double)(step1 - step0) * batch / span;
     if (load && sa.n > 0) {
-        qsort(sa.rtt_ms, (size_t)sa.n, sizeof(double), cmp);
+        qsort(sa.rtt_ms, (size_t)sa.n, sizeof(double), td_cmp_double);
         out.p50 = sa.rtt_ms[sa.n / 2];
         out.p99 = sa.rtt_ms[(size_t)(sa.n * 0.99)];
         out.requests = sa.n;
     }
     free(sa.rtt_ms);
     return out;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* pairs x (quiet, loaded), alternating; prints each run and the summary. */
@@ -295,15 +284,15 @@ static void scenario(td_harness *h, int fd, const char *name, json_t *spec,
         lo = fmin(lo, rr[i]);
         hi = fmax(hi, rr[i]);
     }
-    double med = median(rr, pairs);
+    double med = td_median(rr, pairs);
     printf("  %s: throughput under load %.1f%% of quiet (median of %d, min "
            "%.1f%%, max %.1f%%; target: drop < 2%%), status p50 %.2f ms, "
            "p99 %.2f ms (median; target < 5 ms), loop thread %.1f%% of a "
            "core quiet, %.1f%% loaded, trainer thread on CPU %.1f%% of the "
            "time quiet, %.1f%% loaded (medians; off CPU = waiting)\n",
-           name, 100 * med, pairs, 100 * lo, 100 * hi, median(p50, pairs),
-           median(p99, pairs), 100 * loop_q, 100 * loop_l,
-           100 * median(tr_q, pairs), 100 * median(tr_l, pairs));
+           name, 100 * med, pairs, 100 * lo, 100 * hi, td_median(p50, pairs),
+           td_median(p99, pairs), 100 * loop_q, 100 * loop_l,
+           100 * td_median(tr_q, pairs), 100 * td_median(tr_l, pairs));
     json_decref(spec);
 }
 

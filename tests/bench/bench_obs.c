@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "benchutil.h"
 #include "daemon_harness.h"
 #include "obs/trace.h"
 
@@ -53,18 +54,6 @@ static double daemon_cpu_s(void)
 }
 static atomic_int stop_load;
 
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* ---- 1: the recorder -------------------------------------------------- */
 
 static void bench_recorder(void)
@@ -87,8 +76,8 @@ static void bench_recorder(void)
         td_trace_disarm(t);
     }
     printf("recorder: %.2f ns per hook with no trace, %.1f ns per slice "
-           "while recording (medians of 5 x %d)\n", median(off, 5),
-           median(on, 5), N);
+           "while recording (medians of 5 x %d)\n", td_median(off, 5),
+           td_median(on, 5), N);
     td_trace_free(t);
 }
 
@@ -251,7 +240,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < RUNS; i++) {
         q[i] = run_job(&h, fd, seconds, QUIET, 0, ms, &n, &cq[i]);
         st[i] = run_job(&h, fd, seconds, STORM, rate, ms, &n, &cs[i]);
-        qsort(ms, (size_t)n, sizeof *ms, cmp);
+        qsort(ms, (size_t)n, sizeof *ms, td_cmp_double);
         printf("run %d: quiet %.1f samples/s; storm %.1f samples/s with %d "
                "scrapes in %d s (p50 %.2f ms, p99 %.2f ms)", i + 1, q[i],
                st[i], n, seconds, n ? ms[n / 2] : NAN,
@@ -264,7 +253,8 @@ int main(int argc, char **argv)
                n ? 1e3 * (cs[i] - cq[i]) / n : NAN, ct[i]);
         fflush(stdout);
     }
-    double mq = median(q, RUNS), ms_ = median(st, RUNS), mt = median(tr, RUNS);
+    double mq = td_median(q, RUNS), ms_ = td_median(st, RUNS);
+    double mt = td_median(tr, RUNS);
     printf("median of %d: quiet %.1f, scrape storm (%s%d/s) %.1f = %.1f%% of "
            "quiet, tracing %.1f = %.1f%% of quiet\n", RUNS, mq,
            rate ? "" : "flat out, ", rate, ms_, 100 * ms_ / mq, mt,

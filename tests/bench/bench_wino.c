@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "backend/cpu/cpu_wino.h"
+#include "benchutil.h"
 
 typedef struct shape {
     const char *model;
@@ -39,25 +40,6 @@ static const shape shapes[] = {
             exit(1);                                                       \
         }                                                                  \
     } while (0)
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static int cmpd(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmpd);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static float *buf(size_t n)
 {
@@ -251,13 +233,13 @@ int main(int argc, char **argv)
             double *r2 = calloc((size_t)rounds, sizeof(double));
             double *rd = calloc((size_t)rounds, sizeof(double));
             for (int r = -2; r < rounds; r++) {
-                double a = now_ms();
+                double a = td_now_ms();
                 wino_pass(f[0], b[0], pass, x, w, y, dx, dy, dw);
-                double bt = now_ms();
+                double bt = td_now_ms();
                 wino_pass(f[1], b[1], pass, x, w, y, dx, dy, dw);
-                double c = now_ms();
+                double c = td_now_ms();
                 dnn_pass(&d, pass);
-                double e = now_ms();
+                double e = td_now_ms();
                 if (r >= 0) {
                     t2[r] = bt - a;
                     t4[r] = c - bt;
@@ -266,14 +248,14 @@ int main(int argc, char **argv)
                     rd[r] = td[r] / t4[r];
                 }
             }
-            double m2 = median(t2, rounds), m4 = median(t4, rounds);
-            double md = median(td, rounds);
+            double m2 = td_median(t2, rounds), m4 = td_median(t4, rounds);
+            double md = td_median(td, rounds);
             printf("%-10s %2dx%-2d %2d->%-2d %-11s F2 %6.2f  F4 %6.2f ms "
                    "(%4.0f GFLOP/s)  oneDNN %6.2f (%4.0f)  F2/F4 %.2f  "
                    "oneDNN/F4 %.2f\n",
                    s->model, s->h, s->w, s->ic, s->oc, pn[pass], m2, m4,
-                   gf / m4 * 1e3, md, gf / md * 1e3, median(r2, rounds),
-                   median(rd, rounds));
+                   gf / m4 * 1e3, md, gf / md * 1e3, td_median(r2, rounds),
+                   td_median(rd, rounds));
             fflush(stdout);
             free(t2), free(t4), free(td), free(r2), free(rd);
         }
