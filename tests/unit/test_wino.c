@@ -7,8 +7,8 @@
  * (16, 32, 64 channels on 32x32, 16x16, 8x8), fmnist-cnn's 28x28 and
  * 14x14, unequal channel counts (16 -> 48, 48 -> 16), odd and tiny image
  * sizes (7x5, 9x11, 1x1, 2x3) and a batch whose tiles end mid-block;
- * bitwise equal results on one and two threads; the plan's tile rule
- * and TD_CPU_WINO_TILE.  The comparisons are skipped where the CPU has no
+ * bitwise equal results on one and two threads; a forward-only plan; the
+ * plan's tile rule and TD_CPU_WINO_TILE.  The comparisons are skipped where the CPU has no
  * AVX2 + FMA.
  *
  * Error bound: each result is a sum of products; the transforms add a
@@ -263,6 +263,37 @@ START_TEST(test_refuses_unsupported)
 }
 END_TEST
 
+START_TEST(test_forward_only_plan)
+{
+    /* td_wino_create_fwd: the same forward, bit for bit, and no weight
+     * gradient (dw untouched) */
+    const shape s = {3, 14, 14, 32, 16, 1};
+    size_t nx = (size_t)s.n * s.ic * s.h * s.w;
+    size_t ny = (size_t)s.n * s.oc * s.h * s.w, nw = (size_t)s.oc * s.ic * 9;
+    float *x = rnd(nx, 400), *w = rnd(nw, 401), *bias = rnd(16, 402);
+    float *y0 = malloc(ny * sizeof(float)), *y1 = malloc(ny * sizeof(float));
+    float *dw = malloc(nw * sizeof(float));
+    td_wino *full = td_wino_create(s.n, s.h, s.w, s.ic, s.oc, 2);
+    td_wino *fwd = td_wino_create_fwd(s.n, s.h, s.w, s.ic, s.oc, 2);
+    ck_assert_ptr_nonnull(full);
+    ck_assert_ptr_nonnull(fwd);
+    ck_assert_int_eq(td_wino_tile(fwd), td_wino_tile(full));
+    td_wino_weights(full, w);
+    td_wino_weights(fwd, w);
+    td_wino_fwd(full, x, y0, bias);
+    td_wino_fwd(fwd, x, y1, bias);
+    ck_assert_int_eq(memcmp(y0, y1, ny * sizeof(float)), 0);
+    for (size_t i = 0; i < nw; i++)
+        dw[i] = 7.0f;
+    td_wino_bwdw(fwd, x, y0, dw, NULL);
+    for (size_t i = 0; i < nw; i++)
+        ck_assert_float_eq(dw[i], 7.0f);
+    td_wino_destroy(full);
+    td_wino_destroy(fwd);
+    free(x), free(w), free(bias), free(y0), free(y1), free(dw);
+}
+END_TEST
+
 START_TEST(test_tile_rule)
 {
     /* the tile with fewer products per image, F(2x2) on a tie */
@@ -305,6 +336,7 @@ static Suite *wino_suite(void)
         tcase_add_loop_test(tc, test_backward_weights_matches_direct, 0,
                             2 * n);
         tcase_add_loop_test(tc, test_thread_count_independent, 0, 2);
+        tcase_add_test(tc, test_forward_only_plan);
     } else {
         printf("wino: this CPU has no AVX2 + FMA: only the refusals run\n");
     }

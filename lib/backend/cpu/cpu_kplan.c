@@ -276,9 +276,9 @@ int td__plan_wino(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
     c->wf = td_wino_create(be->batch, l->out.h, l->out.w, ic, l->channels,
                            be->threads);
     if (!c->wf || (!c->no_dsrc &&
-                   !(c->wbd = td_wino_create(be->batch, l->out.h, l->out.w,
-                                             l->channels, ic,
-                                             be->threads)))) {
+                   !(c->wbd = td_wino_create_fwd(be->batch, l->out.h,
+                                                 l->out.w, l->channels, ic,
+                                                 be->threads)))) {
         snprintf(be->base.err, sizeof be->base.err, "%s: out of memory for "
                  "the Winograd convolution's buffers", l->name);
         return -ENOMEM;

@@ -61,8 +61,9 @@ static int td__block(const td_wino *p, long bytes, long tiles)
     return (int)(tb < need ? tb : need);
 }
 
-td_wino *td_wino_create_tile(int n, int h, int w, int ic, int oc,
-                             int threads, int m)
+/* The plan; with grad, the weight gradient's sums and blocks too. */
+static td_wino *td__create(int n, int h, int w, int ic, int oc, int threads,
+                           int m, int grad)
 {
     if (n < 1 || h < 1 || w < 1 || threads < 1 || (m != 2 && m != 4) ||
         !td_wino_ok(3, 1, 1, ic, oc))
@@ -77,14 +78,17 @@ td_wino *td_wino_create_tile(int n, int h, int w, int ic, int oc,
     p->tb = td__block(p, TD__BLOCK_BYTES, p->tiles);
     /* a group of the weight gradient: a larger block (the products add
      * into the group's [np][oc][ic] sums once per block) */
-    p->tbw = td__block(p, TD__WBLOCK_BYTES,
-                       (p->tiles + TD__GROUPS - 1) / TD__GROUPS);
+    p->tbw = grad ? td__block(p, TD__WBLOCK_BYTES,
+                              (p->tiles + TD__GROUPS - 1) / TD__GROUPS)
+                  : 0;
     p->scr_per = (size_t)p->np * (p->tb > p->tbw ? p->tb : p->tbw) *
                  (size_t)(ic + oc);
     p->u = td__alloc((size_t)p->np * ic * oc);
     p->scr = td__alloc(p->scr_per * (size_t)threads);
-    p->part = td__alloc((size_t)TD__GROUPS * (p->np * (size_t)ic + 1) * oc);
-    if (!p->u || !p->scr || !p->part) {
+    if (grad)
+        p->part = td__alloc((size_t)TD__GROUPS * (p->np * (size_t)ic + 1) *
+                            oc);
+    if (!p->u || !p->scr || (grad && !p->part)) {
         td_wino_destroy(p);
         return NULL;
     }
@@ -103,10 +107,21 @@ int td_wino_tile_for(int h, int w)
     return p4 < p2 ? 4 : 2;
 }
 
+td_wino *td_wino_create_tile(int n, int h, int w, int ic, int oc,
+                             int threads, int m)
+{
+    return td__create(n, h, w, ic, oc, threads, m, 1);
+}
+
 td_wino *td_wino_create(int n, int h, int w, int ic, int oc, int threads)
 {
-    return td_wino_create_tile(n, h, w, ic, oc, threads,
-                               td_wino_tile_for(h, w));
+    return td__create(n, h, w, ic, oc, threads, td_wino_tile_for(h, w), 1);
+}
+
+td_wino *td_wino_create_fwd(int n, int h, int w, int ic, int oc,
+                            int threads)
+{
+    return td__create(n, h, w, ic, oc, threads, td_wino_tile_for(h, w), 0);
 }
 
 int td_wino_tile(const td_wino *p) { return p->m; }
@@ -588,6 +603,8 @@ void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
 {
     int C = p->ic, K = p->oc;
     size_t ps = (size_t)K * C;
+    if (!p->part) /* a forward-only plan (td_wino_create_fwd) */
+        return;
     int nt = td__nthreads(p, TD__GROUPS);
 #pragma omp parallel num_threads(nt)
     {

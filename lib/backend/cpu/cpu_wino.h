@@ -43,6 +43,13 @@ int td_wino_ok(int k, int stride, int pad, int ic, int oc);
 td_wino *td_wino_create(int n, int h, int w, int ic, int oc, int threads);
 void td_wino_destroy(td_wino *p);
 
+/* The same for a plan that only runs td_wino_fwd (a convolution's
+ * backward data): without the weight gradient's buffers (eight groups of
+ * (m+2)^2 x ic x oc sums: 75 MB for F(4x4) on 256 channels).
+ * td_wino_bwdw on it leaves dw and db as they are. */
+td_wino *td_wino_create_fwd(int n, int h, int w, int ic, int oc,
+                            int threads);
+
 /* The same with the output tile side m: 2 (F(2x2, 3x3)) or 4 (F(4x4,
  * 3x3)); NULL for any other m.  td_wino_create takes td_wino_tile_for(h,
  * w): TD_CPU_WINO_TILE=2 or 4 in the environment, else the tile with
