@@ -21,8 +21,8 @@
  *         [0 1 -1 2   -1/2   0]
  *         [0 1  1 4    1/4   0]
  *         [0 1 -1 8   -1/8   1]
- * Points +-2 instead of 2, -1/2 need factors up to 8 and 1/4 in B^T too
- * and measured 2-3x the error (docs/compute.md).
+ * The points 0, +-1, +-2 measured 2.4-2.8x this error (docs/compute.md,
+ * scripts/wino_error.py).
  * Never does: pick the tile (cpu_wino.c), the products, threads.
  */
 #include "backend/cpu/cpu_wino_int.h"
@@ -156,7 +156,8 @@ TD__IN void td__ahead4(const float *pl, int H, int W, int y, int x0)
     }
 }
 
-/* Row r (0 .. 5) of the 6x6 patch at (y0, x0): d[6], zero outside. */
+/* The patch's row at image row y, columns x0 .. x0 + 5: d[6], zero
+ * outside the image (inside: the whole patch is in it). */
 TD__IN void td__row6(const float *pl, int H, int W, int y, int x0,
                      int inside, __m256 d[6])
 {
