@@ -16,7 +16,9 @@
  * [np][oc][ic] sums (6 output channels x 16 input channels in 12
  * accumulators), over blocks of tbw tiles, larger than the forward's (the
  * sums are read and written once per block), reduced in group order at
- * the end.
+ * the end; the groups split over up to eight threads, and on more every
+ * group's block b runs at once, split by tile and by position (td__wide),
+ * with the same sums in the same order.
  * Never does: decide where it is used (cpu_kplan.c), anything with oneDNN.
  */
 #include <omp.h>
@@ -85,10 +87,12 @@ static td_wino *td__create(int n, int h, int w, int ic, int oc, int threads,
                  (size_t)(ic + oc);
     p->u = td__alloc((size_t)p->np * ic * oc);
     p->scr = td__alloc(p->scr_per * (size_t)threads);
-    if (grad)
+    if (grad) {
         p->part = td__alloc((size_t)TD__GROUPS * (p->np * (size_t)ic + 1) *
                             oc);
-    if (!p->u || !p->scr || (grad && !p->part)) {
+        p->tsum = td__alloc((size_t)TD__GROUPS * p->tbw * oc);
+    }
+    if (!p->u || !p->scr || (grad && (!p->part || !p->tsum))) {
         td_wino_destroy(p);
         return NULL;
     }
@@ -133,6 +137,7 @@ void td_wino_destroy(td_wino *p)
     free(p->u);
     free(p->scr);
     free(p->part);
+    free(p->tsum);
     free(p);
 }
 
@@ -324,13 +329,12 @@ TD__IN void td__put16(float *o, size_t s, const __m256 v[16])
         _mm256_store_ps(o + k * s, v[k]);
 }
 
-/* V [16][tb][C] of the cnt tiles t of x (C channels), rows cnt up to the
- * next multiple of 6 zeroed. */
+/* Rows i0 .. i1 - 1 of V [16][tb][C]: the tiles t of x (C channels). */
 TD__AVX void td__input(const td_wino *p, const td__tiles *t,
-                       const float *x, int C, int cnt, float *V)
+                       const float *x, int C, int i0, int i1, float *V)
 {
     size_t plane = (size_t)p->h * p->w * 8, xs = (size_t)t->tb * C;
-    for (int i = 0; i < cnt; i++) /* a tile's row of V at a time */
+    for (int i = i0; i < i1; i++) /* a tile's row of V at a time */
         for (int cb = 0; cb < C / 8; cb++) {
             __m256 d[16], v[16];
             const float *pl = x + ((size_t)t->n[i] * (C / 8) + cb) * plane;
@@ -339,7 +343,6 @@ TD__AVX void td__input(const td_wino *p, const td__tiles *t,
             td__bt(d, v);
             td__put16(V + (size_t)i * C + (size_t)cb * 8, xs, v);
         }
-    td__pad6(V, xs, 16, cnt, C);
 }
 
 /* ---- forward --------------------------------------------------------- */
@@ -410,9 +413,10 @@ TD__AVX void td__fwd_block(const td_wino *p, const float *x, float *y,
     td__tiles t;
     td__coords(p, g0, cnt, tb, &t);
     if (p->m == 4)
-        td__w4_input(p, &t, x, C, cnt, V);
+        td__w4_input(p, &t, x, C, 0, cnt, V);
     else
-        td__input(p, &t, x, C, cnt, V);
+        td__input(p, &t, x, C, 0, cnt, V);
+    td__pad6(V, (size_t)tb * C, p->np, cnt, C);
     for (int k = 0; k < p->np; k++)
         td__gemm(V + (size_t)k * tb * C, p->u + (size_t)k * C * K,
                  M + (size_t)k * tb * K, rows, C, K);
@@ -449,14 +453,15 @@ void td_wino_fwd(td_wino *p, const float *x, float *y, const float *bias)
 
 /* ---- backward weights ------------------------------------------------ */
 
-/* D [16][tb][K] = A e A^T of the output gradient's tiles, rows cnt up to
- * the next multiple of 6 zeroed; db[K] += the gradient's sum. */
+/* Rows i0 .. i1 - 1 of D [16][tb][K] = A e A^T of the output gradient's
+ * tiles; db[K] += each tile's sum of the gradient, or, with per_tile, the
+ * tile i's sum into db + i * K. */
 TD__AVX void td__dy(const td_wino *p, const td__tiles *t, const float *dy,
-                    int cnt, float *D, float *db)
+                    int i0, int i1, float *D, float *db, int per_tile)
 {
     int K = p->oc;
     size_t plane = (size_t)p->h * p->w * 8, ds = (size_t)t->tb * K;
-    for (int i = 0; i < cnt; i++)
+    for (int i = i0; i < i1; i++)
         for (int kb = 0; kb < K / 8; kb++) {
             int y0 = t->y[i], x0 = t->x[i];
             const float *pl = dy + ((size_t)t->n[i] * (K / 8) + kb) * plane;
@@ -472,12 +477,15 @@ TD__AVX void td__dy(const td_wino *p, const td__tiles *t, const float *dy,
             }
             __m256 s = _mm256_add_ps(_mm256_add_ps(e[0], e[1]),
                                      _mm256_add_ps(e[2], e[3]));
-            _mm256_storeu_ps(db + kb * 8,
-                             _mm256_add_ps(_mm256_loadu_ps(db + kb * 8), s));
+            if (per_tile)
+                _mm256_storeu_ps(db + (size_t)i * K + kb * 8, s);
+            else
+                _mm256_storeu_ps(db + kb * 8, _mm256_add_ps(
+                                                  _mm256_loadu_ps(db + kb * 8),
+                                                  s));
             td__a_dy(e, m);
             td__put16(D + (size_t)i * K + (size_t)kb * 8, ds, m);
         }
-    td__pad6(D, ds, 16, cnt, K);
 }
 
 /* P [K][C] += D^T [K][rows] . V [rows][C] (P = ... when first) for
@@ -541,15 +549,102 @@ static void td__group(td_wino *p, const float *x, const float *dy, int g,
         td__tiles t;
         td__coords(p, g0, cnt, tb, &t);
         if (np == 36) {
-            td__w4_input(p, &t, x, C, cnt, V);
-            td__w4_dy(p, &t, dy, cnt, D, db);
+            td__w4_input(p, &t, x, C, 0, cnt, V);
+            td__w4_dy(p, &t, dy, 0, cnt, D, db, 0);
         } else {
-            td__input(p, &t, x, C, cnt, V);
-            td__dy(p, &t, dy, cnt, D, db);
+            td__input(p, &t, x, C, 0, cnt, V);
+            td__dy(p, &t, dy, 0, cnt, D, db, 0);
         }
+        td__pad6(V, (size_t)tb * C, np, cnt, C);
+        td__pad6(D, (size_t)tb * K, np, cnt, K);
         for (int k = 0; k < np; k++)
             td__gw(D + (size_t)k * tb * K, V + (size_t)k * tb * C,
                    P + k * ps, cnt, C, K, g0 == t0);
+    }
+}
+
+/* The tiles of group g's block b (0 when it has fewer blocks) and its
+ * first tile in *g0. */
+static int td__gblock(const td_wino *p, int g, long b, long *g0)
+{
+    long t0 = p->tiles * g / TD__GROUPS, t1 = p->tiles * (g + 1) / TD__GROUPS;
+    *g0 = t0 + b * p->tbw;
+    return *g0 < t1 ? (int)(t1 - *g0 < p->tbw ? t1 - *g0 : p->tbw) : 0;
+}
+
+/* Every group's sums as td__group's, on more threads than groups (inside
+ * the parallel region; tl: the groups' tile lists, shared): the groups'
+ * block b at once, the transforms split by (group, tile), the products by
+ * (group, position), the bias gradient by group.  Each (group, position)
+ * sum runs over the same tiles in the same order as td__group's, and
+ * each bias gradient adds the same per-tile sums in the same order: the
+ * same bits. */
+static void td__wide(td_wino *p, const float *x, const float *dy,
+                     td__tiles *tl)
+{
+    int C = p->ic, K = p->oc, tb = p->tbw, np = p->np, G = TD__GROUPS;
+    size_t ps = (size_t)K * C;
+    float *dbs = p->part + (size_t)G * np * ps;
+    long nblk = 0, g0; /* the most blocks of a group */
+    for (int g = 0; g < G; g++) {
+        long t0 = p->tiles * g / G, t1 = p->tiles * (g + 1) / G;
+        long nb = (t1 - t0 + tb - 1) / tb;
+        nblk = nb > nblk ? nb : nblk;
+    }
+#pragma omp for schedule(static)
+    for (int g = 0; g < G; g++) {
+        memset(dbs + (size_t)g * K, 0, (size_t)K * sizeof(float));
+        if (!td__gblock(p, g, 0, &g0)) /* no tiles: its sums are zeros */
+            memset(p->part + (size_t)g * np * ps, 0,
+                   np * ps * sizeof(float));
+    }
+    for (long b = 0; b < nblk; b++) {
+#pragma omp for schedule(static)
+        for (int g = 0; g < G; g++) {
+            int cnt = td__gblock(p, g, b, &g0);
+            float *V = p->scr + (size_t)g * p->scr_per;
+            if (!cnt)
+                continue;
+            td__coords(p, g0, cnt, tb, &tl[g]);
+            td__pad6(V, (size_t)tb * C, np, cnt, C);
+            td__pad6(V + (size_t)np * tb * C, (size_t)tb * K, np, cnt, K);
+        }
+#pragma omp for schedule(static)
+        for (long it = 0; it < (long)G * tb; it++) {
+            int g = (int)(it / tb), i = (int)(it % tb);
+            if (i >= td__gblock(p, g, b, &g0))
+                continue;
+            float *V = p->scr + (size_t)g * p->scr_per;
+            float *D = V + (size_t)np * tb * C;
+            float *ts = p->tsum + (size_t)g * tb * K;
+            if (np == 36) {
+                td__w4_input(p, &tl[g], x, C, i, i + 1, V);
+                td__w4_dy(p, &tl[g], dy, i, i + 1, D, ts, 1);
+            } else {
+                td__input(p, &tl[g], x, C, i, i + 1, V);
+                td__dy(p, &tl[g], dy, i, i + 1, D, ts, 1);
+            }
+        }
+#pragma omp for schedule(static)
+        for (long it = 0; it < (long)G * (np + 1); it++) {
+            int g = (int)(it / (np + 1)), k = (int)(it % (np + 1));
+            int cnt = td__gblock(p, g, b, &g0);
+            float *V = p->scr + (size_t)g * p->scr_per;
+            float *D = V + (size_t)np * tb * C;
+            if (!cnt)
+                continue;
+            if (k == np) { /* the bias gradient: the tiles' sums in order */
+                const float *ts = p->tsum + (size_t)g * tb * K;
+                float *db = dbs + (size_t)g * K;
+                for (int i = 0; i < cnt; i++)
+                    for (int c = 0; c < K; c++)
+                        db[c] += ts[(size_t)i * K + c];
+            } else {
+                td__gw(D + (size_t)k * tb * K, V + (size_t)k * tb * C,
+                       p->part + ((size_t)g * np + k) * ps, cnt, C, K,
+                       b == 0);
+            }
+        }
     }
 }
 
@@ -605,14 +700,18 @@ void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
     size_t ps = (size_t)K * C;
     if (!p->part) /* a forward-only plan (td_wino_create_fwd) */
         return;
-    int nt = td__nthreads(p, TD__GROUPS);
+    int nt = td__nthreads(p, p->threads);
+    td__tiles tl[TD__GROUPS];
 #pragma omp parallel num_threads(nt)
     {
         int me = omp_get_thread_num(), all = omp_get_num_threads();
         float *V = p->scr + (size_t)me * p->scr_per;
         float *D = V + (size_t)p->np * p->tbw * C;
-        for (int g = me; g < TD__GROUPS; g += all)
-            td__group(p, x, dy, g, V, D);
+        if (all > TD__GROUPS) /* the groups alone would leave threads idle */
+            td__wide(p, x, dy, tl);
+        else
+            for (int g = me; g < TD__GROUPS; g += all)
+                td__group(p, x, dy, g, V, D);
 #pragma omp barrier
 #pragma omp for schedule(static)
         for (long kc = 0; kc < (long)ps; kc += 8) {

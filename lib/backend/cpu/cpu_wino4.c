@@ -178,11 +178,11 @@ TD__IN void td__row6(const float *pl, int H, int W, int y, int x0,
 }
 
 void TD__AVXG td__w4_input(const td_wino *p, const td__tiles *t,
-                           const float *x, int C, int cnt, float *V)
+                           const float *x, int C, int i0, int i1, float *V)
 {
     int H = p->h, W = p->w;
     size_t plane = (size_t)H * W * 8, xs = (size_t)t->tb * C;
-    for (int i = 0; i < cnt; i++) {
+    for (int i = i0; i < i1; i++) {
         int y0 = t->y[i] - 1, x0 = t->x[i] - 1;
         int inside = y0 >= 0 && y0 + 6 <= H && x0 >= 0 && x0 + 6 <= W;
         for (int cb = 0; cb < C / 8; cb++) {
@@ -207,7 +207,6 @@ void TD__AVXG td__w4_input(const td_wino *p, const td__tiles *t,
             }
         }
     }
-    td__pad6(V, xs, 36, cnt, C);
 }
 
 /* ---- output --------------------------------------------------------- */
@@ -255,11 +254,12 @@ void TD__AVXG td__w4_output(const td_wino *p, const td__tiles *t,
 /* ---- backward weights ----------------------------------------------- */
 
 void TD__AVXG td__w4_dy(const td_wino *p, const td__tiles *t,
-                        const float *dy, int cnt, float *D, float *db)
+                        const float *dy, int i0, int i1, float *D, float *db,
+                        int per_tile)
 {
     int K = p->oc, H = p->h, W = p->w;
     size_t plane = (size_t)H * W * 8, ds = (size_t)t->tb * K;
-    for (int i = 0; i < cnt; i++) {
+    for (int i = i0; i < i1; i++) {
         int y0 = t->y[i], x0 = t->x[i];
         int inside = y0 + 4 <= H && x0 + 4 <= W;
         for (int kb = 0; kb < K / 8; kb++) {
@@ -280,8 +280,12 @@ void TD__AVXG td__w4_dy(const td_wino *p, const td__tiles *t,
                                                    _mm256_add_ps(e[2], e[3])));
                 td__a6(e, r[a]);
             }
-            _mm256_storeu_ps(db + kb * 8,
-                             _mm256_add_ps(_mm256_loadu_ps(db + kb * 8), s));
+            if (per_tile)
+                _mm256_storeu_ps(db + (size_t)i * K + kb * 8, s);
+            else
+                _mm256_storeu_ps(db + kb * 8, _mm256_add_ps(
+                                                  _mm256_loadu_ps(db + kb * 8),
+                                                  s));
             float *o = D + (size_t)i * K + (size_t)kb * 8;
 #pragma GCC unroll 6
             for (int j = 0; j < 6; j++) { /* A (e A^T): each column */
@@ -295,7 +299,6 @@ void TD__AVXG td__w4_dy(const td_wino *p, const td__tiles *t,
             }
         }
     }
-    td__pad6(D, ds, 36, cnt, K);
 }
 
 void TD__AVXG td__w4_reduce8(const td_wino *p, size_t kc, float *dw,

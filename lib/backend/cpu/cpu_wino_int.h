@@ -31,6 +31,8 @@ struct td_wino {
                      * tbw and D [np][tbw][oc]) */
     size_t scr_per; /* floats per thread */
     float *part;    /* [TD__GROUPS][np][oc][ic] then [TD__GROUPS][oc] */
+    float *tsum;    /* [TD__GROUPS][tbw][oc]: the tiles' gradient sums
+                     * (more threads than groups) */
 };
 
 /* Tiles g0 .. g0 + cnt - 1 of the batch: per tile its sample and the
@@ -68,17 +70,19 @@ TD__IN void td__taps8(const float *w, int flip, int C, int K, int k0, int c,
 }
 
 /* F(4x4, 3x3) (cpu_wino4.c), each the counterpart of cpu_wino.c's F(2x2)
- * step: U of output channels k0 .. k0 + 7; V [36][tb][C] of the block's
- * input patches; the outputs from M [36][tb][K]; D [36][tb][K] of the
- * output gradient with db += its sums; dw of the (output, input) channel
- * pairs kc .. kc + 7 from the groups' sums. */
+ * step: U of output channels k0 .. k0 + 7; rows i0 .. i1 - 1 of V
+ * [36][tb][C], the block's input patches; the outputs from M [36][tb][K];
+ * rows i0 .. i1 - 1 of D [36][tb][K], the output gradient's, with db +=
+ * each tile's sum (per_tile: tile i's sum into db + i * K); dw of the
+ * (output, input) channel pairs kc .. kc + 7 from the groups' sums.  The
+ * callers zero the rows past a block's last tile (td__pad6). */
 void td__w4_weights8(td_wino *p, const float *w, int flip, int k0);
 void td__w4_input(const td_wino *p, const td__tiles *t, const float *x,
-                  int C, int cnt, float *V);
+                  int C, int i0, int i1, float *V);
 void td__w4_output(const td_wino *p, const td__tiles *t, const float *M,
                    float *y, const float *bias, int cnt);
 void td__w4_dy(const td_wino *p, const td__tiles *t, const float *dy,
-               int cnt, float *D, float *db);
+               int i0, int i1, float *D, float *db, int per_tile);
 void td__w4_reduce8(const td_wino *p, size_t kc, float *dw, int groups);
 
 #endif
