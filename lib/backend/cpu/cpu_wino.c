@@ -477,12 +477,7 @@ TD__AVX void td__dy(const td_wino *p, const td__tiles *t, const float *dy,
             }
             __m256 s = _mm256_add_ps(_mm256_add_ps(e[0], e[1]),
                                      _mm256_add_ps(e[2], e[3]));
-            if (per_tile)
-                _mm256_storeu_ps(db + (size_t)i * K + kb * 8, s);
-            else
-                _mm256_storeu_ps(db + kb * 8, _mm256_add_ps(
-                                                  _mm256_loadu_ps(db + kb * 8),
-                                                  s));
+            td__dbsum(db, per_tile, i, K, kb, s);
             td__a_dy(e, m);
             td__put16(D + (size_t)i * K + (size_t)kb * 8, ds, m);
         }

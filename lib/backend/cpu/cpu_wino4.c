@@ -280,12 +280,7 @@ void TD__AVXG td__w4_dy(const td_wino *p, const td__tiles *t,
                                                    _mm256_add_ps(e[2], e[3])));
                 td__a6(e, r[a]);
             }
-            if (per_tile)
-                _mm256_storeu_ps(db + (size_t)i * K + kb * 8, s);
-            else
-                _mm256_storeu_ps(db + kb * 8, _mm256_add_ps(
-                                                  _mm256_loadu_ps(db + kb * 8),
-                                                  s));
+            td__dbsum(db, per_tile, i, K, kb, s);
             float *o = D + (size_t)i * K + (size_t)kb * 8;
 #pragma GCC unroll 6
             for (int j = 0; j < 6; j++) { /* A (e A^T): each column */

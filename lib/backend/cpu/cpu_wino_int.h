@@ -69,6 +69,15 @@ TD__IN void td__taps8(const float *w, int flip, int C, int K, int k0, int c,
         g[j] = _mm256_i32gather_ps(s + (flip ? 8 - j : j), idx, 4);
 }
 
+/* A tile's sum s of the output gradient's channels kb*8 .. kb*8 + 7:
+ * added into db, or with per_tile stored as tile i's (db + i * K). */
+TD__IN void td__dbsum(float *db, int per_tile, int i, int K, int kb,
+                      __m256 s)
+{
+    float *o = per_tile ? db + (size_t)i * K + kb * 8 : db + kb * 8;
+    _mm256_storeu_ps(o, per_tile ? s : _mm256_add_ps(_mm256_loadu_ps(o), s));
+}
+
 /* F(4x4, 3x3) (cpu_wino4.c), each the counterpart of cpu_wino.c's F(2x2)
  * step: U of output channels k0 .. k0 + 7; rows i0 .. i1 - 1 of V
  * [36][tb][C], the block's input patches; the outputs from M [36][tb][K];
