@@ -9,7 +9,7 @@
  * of two; a training call is one OpenMP parallel region (the per-channel
  * reduction between its passes, barriers between them), or, where the
  * 8-channel blocks split evenly over the threads, each thread runs both
- * passes over its own channels with no barrier (td__own; the same sums in
+ * passes over its own channels with no barrier (td__split; the same sums in
  * the same order, so the same bits).  The structure is cpu_bn.c's (bf16,
  * AVX-512) with fp32 elements, so no rounding.
  * Never does: allocate, decide whether it is used (cpu_plan.c), running
@@ -232,21 +232,30 @@ TD__AVX void td__dx_chunk(const float *x, const uint8_t *mask,
                                   mean, a, k, d));
 }
 
-/* The channels [*lo, *hi) thread me of nt owns when the 8-channel blocks
- * split evenly over the threads: it then runs both passes of a training
- * call over every chunk for its channels alone, with no barrier and no
- * other thread's sums (oneDNN's split where there are at least as many
- * blocks as threads).  Else 0: the threads split the chunks, all
- * channels each, with barriers between the passes.  The chunks' sums and
- * their order are the same either way, so are the results. */
-static int td__own(int C, int me, int nt, int *lo, int *hi)
+/* Thread me of nt's share of a training call: the chunks [c0, c1) and
+ * channels [lo, hi) of its two chunk passes, the channels [k0, k1) of the
+ * per-channel step between them.  Where the 8-channel blocks split evenly
+ * over the threads, each owns whole blocks (own): every chunk, and the
+ * step, for its channels alone, so no other thread's sums and no barrier
+ * between the passes (oneDNN's split where there are at least as many
+ * blocks as threads).  Else the threads split the chunks, all channels
+ * each, and the step's channels, with barriers between the passes.  The
+ * chunks' sums and their order are the same either way, so are the
+ * results. */
+typedef struct td__share {
+    long c0, c1;
+    int lo, hi, k0, k1, own;
+} td__share;
+
+static td__share td__split(int C, long n, int me, int nt)
 {
     int nb = C / 8;
-    if (nt < 1 || nb < nt || nb % nt)
-        return 0;
-    *lo = nb * me / nt * 8;
-    *hi = nb * (me + 1) / nt * 8;
-    return 1;
+    if (nt >= 1 && nb >= nt && nb % nt == 0) {
+        int lo = nb * me / nt * 8, hi = nb * (me + 1) / nt * 8;
+        return (td__share){0, n, lo, hi, lo, hi, 1};
+    }
+    return (td__share){n * me / nt, n * (me + 1) / nt, 0, C, C * me / nt,
+                       C * (me + 1) / nt, 0};
 }
 
 size_t td_bn8_mask_bytes(size_t rows, int C)
@@ -270,30 +279,22 @@ void td_bn8_fwd(const float *x, const float *s, float *y, uint8_t *mask,
     uint8_t *mk = relu ? mask : NULL;
 #pragma omp parallel
     {
-        int lo, hi;
-        if (td__own(C, omp_get_thread_num(), omp_get_num_threads(), &lo,
-                    &hi)) {
-            for (long ch = 0; ch < n; ch++)
-                td__stats_chunk(x, g, ch, lo, hi, sh, part);
-            for (int c = lo; c < hi; c++)
-                td__fwd_coefs(part, nch, C, c, rows, sh, gamma, eps, mean,
-                              var, a);
-            for (long ch = 0; ch < n; ch++)
-                td__apply_chunk(x, s, y, mk, g, ch, lo, hi, mean, a, beta,
-                                relu);
-        } else {
-#pragma omp for schedule(static)
-            for (long ch = 0; ch < n; ch++)
-                td__stats_chunk(x, g, ch, 0, C, sh, part);
-#pragma omp for schedule(static)
-            for (int c = 0; c < C; c++)
-                td__fwd_coefs(part, nch, C, c, rows, sh, gamma, eps, mean,
-                              var, a);
-#pragma omp for schedule(static)
-            for (long ch = 0; ch < n; ch++)
-                td__apply_chunk(x, s, y, mk, g, ch, 0, C, mean, a, beta,
-                                relu);
+        td__share t = td__split(C, n, omp_get_thread_num(),
+                                omp_get_num_threads());
+        for (long ch = t.c0; ch < t.c1; ch++)
+            td__stats_chunk(x, g, ch, t.lo, t.hi, sh, part);
+        if (!t.own) {
+#pragma omp barrier
         }
+        for (int c = t.k0; c < t.k1; c++)
+            td__fwd_coefs(part, nch, C, c, rows, sh, gamma, eps, mean, var,
+                          a);
+        if (!t.own) {
+#pragma omp barrier
+        }
+        for (long ch = t.c0; ch < t.c1; ch++)
+            td__apply_chunk(x, s, y, mk, g, ch, t.lo, t.hi, mean, a, beta,
+                            relu);
     }
 }
 
@@ -326,31 +327,22 @@ void td_bn8_bwd(const float *x, const uint8_t *mask, const float *dy,
         return;
 #pragma omp parallel
     {
-        int lo, hi;
-        if (td__own(C, omp_get_thread_num(), omp_get_num_threads(), &lo,
-                    &hi)) {
-            for (long ch = 0; ch < n; ch++)
-                td__bsum_chunk(x, mask, dy, dy2, ds, g, ch, lo, hi, mean,
-                               part);
-            for (int c = lo; c < hi; c++)
-                td__bwd_coefs(part, nch, C, c, rows, gamma, var, eps,
-                              dgamma, dbeta, a, k, d);
-            for (long ch = 0; ch < n; ch++)
-                td__dx_chunk(x, mask, dy, dy2, ds, dx, g, ch, lo, hi, mean,
-                             a, k, d);
-        } else {
-#pragma omp for schedule(static)
-            for (long ch = 0; ch < n; ch++)
-                td__bsum_chunk(x, mask, dy, dy2, ds, g, ch, 0, C, mean,
-                               part);
-#pragma omp for schedule(static)
-            for (int c = 0; c < C; c++)
-                td__bwd_coefs(part, nch, C, c, rows, gamma, var, eps,
-                              dgamma, dbeta, a, k, d);
-#pragma omp for schedule(static)
-            for (long ch = 0; ch < n; ch++)
-                td__dx_chunk(x, mask, dy, dy2, ds, dx, g, ch, 0, C, mean,
-                             a, k, d);
+        td__share t = td__split(C, n, omp_get_thread_num(),
+                                omp_get_num_threads());
+        for (long ch = t.c0; ch < t.c1; ch++)
+            td__bsum_chunk(x, mask, dy, dy2, ds, g, ch, t.lo, t.hi, mean,
+                           part);
+        if (!t.own) {
+#pragma omp barrier
         }
+        for (int c = t.k0; c < t.k1; c++)
+            td__bwd_coefs(part, nch, C, c, rows, gamma, var, eps, dgamma,
+                          dbeta, a, k, d);
+        if (!t.own) {
+#pragma omp barrier
+        }
+        for (long ch = t.c0; ch < t.c1; ch++)
+            td__dx_chunk(x, mask, dy, dy2, ds, dx, g, ch, t.lo, t.hi, mean,
+                         a, k, d);
     }
 }
