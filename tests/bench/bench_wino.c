@@ -1,11 +1,13 @@
-/* bench_wino.c - cpu_wino.c's Winograd convolutions, F(2x2, 3x3) and
- * F(4x4, 3x3), against oneDNN's direct ones on the same fp32 nChw8c data,
- * per shape of resnet20 and fmnist-cnn (batch 128): forward, backward
- * data, backward weights, each pass timed alternately (F(2x2), F(4x4),
- * oneDNN, F(2x2), ...) in one process.  Prints per pass the median ms of
- * each, the direct convolution's GFLOP/s equivalent (2 * n * h * w * ic *
- * oc * 9 per pass) of F(4x4) and oneDNN, and the medians of the per-round
- * ratios F(2x2) / F(4x4) and oneDNN / F(4x4) (> 1: F(4x4) faster).
+/* bench_wino.c - cpu_wino.c's Winograd convolutions, with 4x4 tiles
+ * alone ("4x4") and with the plan's tiles of 4 and 2 ("plan": the same
+ * where 4 divides the sides, F(4x4) + F(4x2) + F(2x4) + F(2x2) on 14x14),
+ * against oneDNN's direct ones on the same fp32 nChw8c data, per shape of
+ * resnet20 and fmnist-cnn (batch 128): forward, backward data, backward
+ * weights, each pass timed alternately (4x4, plan, oneDNN, 4x4, ...) in
+ * one process.  Prints per pass the median ms of each, the direct
+ * convolution's GFLOP/s equivalent (2 * n * h * w * ic * oc * 9 per pass)
+ * of the plan and oneDNN, and the medians of the per-round ratios
+ * 4x4 / plan and oneDNN / plan (> 1: the plan faster).
  * oneDNN's kernel is whatever it picks for nChw8c (jit:avx2 on an AVX2
  * CPU; on an AVX-512 CPU it may be slower in this layout than in its
  * own).  Usage: bench_wino [rounds] [threads] [batch]; skips (exit 0)
@@ -198,8 +200,8 @@ int main(int argc, char **argv)
     }
     omp_set_num_threads(threads);
     printf("batch %d, %d threads, %d rounds after 2 warm-up; ms median per "
-           "call; ratios: medians of the per-round F(2x2) / F(4x4) and "
-           "oneDNN / F(4x4)\n",
+           "call; ratios: medians of the per-round 4x4 / plan and "
+           "oneDNN / plan\n",
            n, threads, rounds);
     static const char *pn[3] = {"fwd", "bwd data", "bwd weights"};
     dnn d = {0};
@@ -212,12 +214,12 @@ int main(int argc, char **argv)
         size_t nw = (size_t)s->oc * s->ic * 9;
         float *x = buf(nx), *dx = buf(nx), *y = buf(ny), *dy = buf(ny);
         float *w = buf(nw), *dw = buf(nw);
-        td_wino *f[2], *b[2]; /* F(2x2), F(4x4) */
+        td_wino *f[2], *b[2]; /* 4x4 tiles alone, the plan's */
         for (int t = 0; t < 2; t++) {
             f[t] = td_wino_create_tile(n, s->h, s->w, s->ic, s->oc, threads,
-                                       2 + 2 * t);
+                                       t ? 0 : 4);
             b[t] = td_wino_create_tile(n, s->h, s->w, s->oc, s->ic, threads,
-                                       2 + 2 * t);
+                                       t ? 0 : 4);
         }
         if (!f[0] || !b[0] || !f[1] || !b[1]) {
             fprintf(stderr, "bench_wino: no plan for %dx%d %d->%d\n", s->h,
@@ -250,9 +252,9 @@ int main(int argc, char **argv)
             }
             double m2 = td_median(t2, rounds), m4 = td_median(t4, rounds);
             double md = td_median(td, rounds);
-            printf("%-10s %2dx%-2d %2d->%-2d %-11s F2 %6.2f  F4 %6.2f ms "
-                   "(%4.0f GFLOP/s)  oneDNN %6.2f (%4.0f)  F2/F4 %.2f  "
-                   "oneDNN/F4 %.2f\n",
+            printf("%-10s %2dx%-2d %2d->%-2d %-11s 4x4 %6.2f  plan %6.2f ms "
+                   "(%4.0f GFLOP/s)  oneDNN %6.2f (%4.0f)  4x4/plan %.2f  "
+                   "oneDNN/plan %.2f\n",
                    s->model, s->h, s->w, s->ic, s->oc, pn[pass], m2, m4,
                    gf / m4 * 1e3, md, gf / md * 1e3, td_median(r2, rounds),
                    td_median(rd, rounds));

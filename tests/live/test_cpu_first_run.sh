@@ -48,7 +48,7 @@ grep -q '^knobs, ab     SKIP  (no bf16 instructions' "$s" ||
   fail "AVX2: the bf16 steps did not skip"
 grep -qE '^(knobs +(PASS|FAIL)|ab-)' "$s" && fail "AVX2: a bf16 step ran"
 grep -qE '^knobs-fp32 +PASS' "$s" || fail "AVX2: step knobs-fp32 did not pass"
-for k in "TD_CPU_WINO +0 +default" "TD_CPU_WINO_TILE +2 +default" \
+for k in "TD_CPU_WINO +0 +default" "TD_CPU_WINO_TILE +4 +default" \
   "TD_CPU_POOL +0 +1" \
   "TD_CPU_BN +onednn +default" "TD_CPU_BN8 +add +all" "TD_CPU_SBW +0 +1"; do
   grep -qE "^    fmnist-cnn +$k +[0-9]+\.[0-9]+$" "$s" ||

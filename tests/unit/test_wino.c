@@ -1,14 +1,17 @@
-/* test_wino.c - the CPU backend's fp32 Winograd F(2x2, 3x3) and F(4x4,
- * 3x3) convolutions (lib/backend/cpu/cpu_wino.c, cpu_wino4.c), each shape
- * with each tile, against an fp64 direct convolution on
+/* test_wino.c - the CPU backend's fp32 Winograd F(mh x mw, 3x3)
+ * convolutions (lib/backend/cpu/cpu_wino.c, cpu_wino_tr.c), each shape
+ * with 2x2 tiles, 4x4 tiles and the mixed tiles of 4 and 2 the plan takes
+ * by default (F(4x4), F(4x2), F(2x4), F(2x2)), against an fp64 direct
+ * convolution on
  * random nChw8c data: forward (with and without a bias), backward data
  * (the plan of the swapped channels with the flipped weights) and
  * backward weights with the bias gradient, on resnet20's three stages
  * (16, 32, 64 channels on 32x32, 16x16, 8x8), fmnist-cnn's 28x28 and
  * 14x14, unequal channel counts (16 -> 48, 48 -> 16), odd and tiny image
- * sizes (7x5, 9x11, 1x1, 2x3) and a batch whose tiles end mid-block;
- * bitwise equal results on one and two threads; a forward-only plan; the
- * plan's tile rule and TD_CPU_WINO_TILE.  The comparisons are skipped where the CPU has no
+ * sizes (7x5, 9x11, 1x1, 2x3, 6x10: every class mix) and a batch whose
+ * tiles end mid-block; bitwise equal results on 1, 2 and 12 threads; a
+ * forward-only plan; the plan's tiles per side, their products and
+ * TD_CPU_WINO_TILE.  The comparisons are skipped where the CPU has no
  * AVX2 + FMA.
  *
  * Error bound: each result is a sum of products; the transforms add a
@@ -40,11 +43,15 @@ static const shape shapes[] = {
     {3, 32, 32, 16, 16, 0}, {4, 16, 16, 32, 32, 1}, {5, 8, 8, 64, 64, 0},
     {2, 28, 28, 32, 32, 1}, {2, 14, 14, 32, 64, 0}, {3, 7, 5, 16, 48, 1},
     {2, 9, 11, 48, 16, 0},  {4, 1, 1, 16, 32, 1},   {3, 2, 3, 32, 16, 0},
-    {37, 4, 4, 16, 16, 1},
+    {37, 4, 4, 16, 16, 1},  {2, 6, 10, 16, 32, 1},
 };
 
-/* the bound per output tile side m */
-#define TOL(m) ((m) == 4 ? 3e-6 : 2e-6)
+/* The tiles of loop index i: 2x2, 4x4, mixed (0); the bound per tiles
+ * (any tile of 4: F(4)'s). */
+static const int tiles_of[3] = {2, 4, 0};
+#define TILES(i) tiles_of[(i) % 3]
+#define TOL(m) ((m) == 2 ? 2e-6 : 3e-6)
+#define NAME(m) ((m) == 2 ? "F(2x2)" : (m) == 4 ? "F(4x4)" : "mixed")
 
 static float *rnd(size_t n, uint64_t stream)
 {
@@ -112,8 +119,8 @@ static void check_conv(const shape *s, const float *x, const float *w,
 
 START_TEST(test_forward_matches_direct)
 {
-    const shape *s = &shapes[_i / 2];
-    int m = 2 + 2 * (_i % 2); /* the output tile side */
+    const shape *s = &shapes[_i / 3];
+    int m = TILES(_i);
     size_t nx = (size_t)s->n * s->ic * s->h * s->w;
     size_t ny = (size_t)s->n * s->oc * s->h * s->w;
     float *x = rnd(nx, 1 + (uint64_t)_i), *w = rnd((size_t)s->oc * s->ic * 9,
@@ -125,7 +132,7 @@ START_TEST(test_forward_matches_direct)
     td_wino_weights(p, w);
     td_wino_fwd(p, x, y, s->bias ? bias : NULL);
     check_conv(s, x, w, s->bias ? bias : NULL, y, s->ic, s->oc, 0, m,
-               m == 4 ? "fwd F(4x4)" : "fwd F(2x2)");
+               NAME(m));
     td_wino_destroy(p);
     free(x), free(w), free(bias), free(y);
 }
@@ -133,8 +140,8 @@ END_TEST
 
 START_TEST(test_backward_data_matches_direct)
 {
-    const shape *s = &shapes[_i / 2];
-    int m = 2 + 2 * (_i % 2); /* the output tile side */
+    const shape *s = &shapes[_i / 3];
+    int m = TILES(_i);
     size_t nx = (size_t)s->n * s->ic * s->h * s->w;
     size_t ny = (size_t)s->n * s->oc * s->h * s->w;
     float *dy = rnd(ny, 100 + (uint64_t)_i);
@@ -146,8 +153,7 @@ START_TEST(test_backward_data_matches_direct)
     ck_assert_ptr_nonnull(p);
     td_wino_weights_flip(p, w);
     td_wino_fwd(p, dy, dx, NULL);
-    check_conv(s, dy, w, NULL, dx, s->oc, s->ic, 1, m,
-               m == 4 ? "bwd data F(4x4)" : "bwd data F(2x2)");
+    check_conv(s, dy, w, NULL, dx, s->oc, s->ic, 1, m, NAME(m));
     td_wino_destroy(p);
     free(dy), free(w), free(dx);
 }
@@ -155,8 +161,8 @@ END_TEST
 
 START_TEST(test_backward_weights_matches_direct)
 {
-    const shape *s = &shapes[_i / 2];
-    int m = 2 + 2 * (_i % 2); /* the output tile side */
+    const shape *s = &shapes[_i / 3];
+    int m = TILES(_i);
     size_t nx = (size_t)s->n * s->ic * s->h * s->w;
     size_t ny = (size_t)s->n * s->oc * s->h * s->w;
     size_t nw = (size_t)s->oc * s->ic * 9;
@@ -192,9 +198,9 @@ START_TEST(test_backward_weights_matches_direct)
             for (int q = 0; q < 9; q++) {
                 float got = dw[((size_t)o * s->ic + c) * 9 + q];
                 ck_assert_msg(fabs(got - a[q]) <= TOL(m) * big + 1e-30,
-                              "bwd weights F(%dx%d) %dx%d %d->%d: "
+                              "bwd weights %s %dx%d %d->%d: "
                               "dw[%d][%d][%d][%d] %.9g, want %.9g (m %g)",
-                              m, m, s->h, s->w, s->ic, s->oc, o, c, q / 3,
+                              NAME(m), s->h, s->w, s->ic, s->oc, o, c, q / 3,
                               q % 3, got, a[q], big);
             }
         }
@@ -221,7 +227,7 @@ START_TEST(test_thread_count_independent)
     /* 1, 2 and 12 threads (more than the weight gradient's eight groups:
      * its other split) give the same bits */
     const shape s = {9, 10, 6, 32, 48, 1};
-    int m = 2 + 2 * _i;
+    int m = TILES(_i);
     size_t nx = (size_t)s.n * s.ic * s.h * s.w;
     size_t ny = (size_t)s.n * s.oc * s.h * s.w, nw = (size_t)s.oc * s.ic * 9;
     float *x = rnd(nx, 300), *w = rnd(nw, 301), *dy = rnd(ny, 302);
@@ -230,7 +236,7 @@ START_TEST(test_thread_count_independent)
     float *y[3], *dw[3], *db[3];
     td_wino *p = td_wino_create_tile(s.n, s.h, s.w, s.ic, s.oc, 12, m);
     ck_assert_ptr_nonnull(p);
-    ck_assert_int_eq(td_wino_tile(p), m);
+    ck_assert_int_eq(td_wino_tile(p), m ? m : 4);
     td_wino_weights(p, w);
     for (int t = 0; t < 3; t++) {
         y[t] = malloc(ny * sizeof(float));
@@ -303,31 +309,70 @@ START_TEST(test_forward_only_plan)
 }
 END_TEST
 
+/* Products per image and channel pair: 6 per side's tile of 4, 4 per
+ * tile of 2, the two sides' sums multiplied. */
+static long products(int n4h, int n2h, int n4w, int n2w)
+{
+    return (6L * n4h + 4L * n2h) * (6L * n4w + 4L * n2w);
+}
+
 START_TEST(test_tile_rule)
 {
-    /* the tile with fewer products per image, F(2x2) on a tie */
+    /* per side as many tiles of 4 as fit, then one of 2 for 1 or 2
+     * outputs left, one of 4 for 3: never more products than 2x2 or 4x4
+     * tiles alone */
     unsetenv("TD_CPU_WINO_TILE");
-    static const int side[][3] = {{1, 1, 2},   {2, 2, 2},   {3, 3, 4},
-                                  {4, 4, 4},   {5, 5, 2},   {6, 6, 2},
-                                  {7, 7, 4},   {8, 8, 4},   {14, 14, 4},
-                                  {28, 28, 4}, {32, 32, 4}, {1, 8, 2}};
-    for (size_t i = 0; i < sizeof side / sizeof side[0]; i++)
-        ck_assert_msg(td_wino_tile_for(side[i][0], side[i][1]) == side[i][2],
-                      "%dx%d: tile %d, want %d", side[i][0], side[i][1],
-                      td_wino_tile_for(side[i][0], side[i][1]), side[i][2]);
+    ck_assert_int_eq(td_wino_tile_for(28, 28), 0);
+    if (!td_wino_cpu())
+        return;
+    static const struct {
+        int h, w;
+        long products;
+        const char *tiles;
+    } want[] = {
+        {14, 14, 484,
+         "F(4x4, 3x3) + F(4x2, 3x3) + F(2x4, 3x3) + F(2x2, 3x3)"},
+        {28, 28, 49 * 36, "F(4x4, 3x3)"},
+        {1, 1, 16, "F(2x2, 3x3)"},
+        {2, 3, 24, "F(2x4, 3x3)"},
+        {7, 5, 2 * 24 + 2 * 36, "F(4x4, 3x3) + F(4x2, 3x3)"},
+        {3, 3, 36, "F(4x4, 3x3)"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        td_wino *p = td_wino_create(2, want[i].h, want[i].w, 16, 16, 1);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(td_wino_products(p), want[i].products);
+        ck_assert_str_eq(td_wino_tiles(p), want[i].tiles);
+        td_wino_destroy(p);
+    }
+    for (int h = 1; h <= 40; h++) {
+        td_wino *p = td_wino_create_tile(1, h, h, 16, 16, 1, 0);
+        td_wino *p2 = td_wino_create_tile(1, h, h, 16, 16, 1, 2);
+        td_wino *p4 = td_wino_create_tile(1, h, h, 16, 16, 1, 4);
+        ck_assert_int_eq(td_wino_products(p2),
+                         products(0, (h + 1) / 2, 0, (h + 1) / 2));
+        ck_assert_int_eq(td_wino_products(p4),
+                         products((h + 3) / 4, 0, (h + 3) / 4, 0));
+        ck_assert_msg(td_wino_products(p) <= td_wino_products(p2) &&
+                          td_wino_products(p) <= td_wino_products(p4),
+                      "%dx%d: %ld products, 2x2 tiles %ld, 4x4 %ld", h, h,
+                      td_wino_products(p), td_wino_products(p2),
+                      td_wino_products(p4));
+        td_wino_destroy(p), td_wino_destroy(p2), td_wino_destroy(p4);
+    }
     setenv("TD_CPU_WINO_TILE", "2", 1);
     ck_assert_int_eq(td_wino_tile_for(28, 28), 2);
+    td_wino *p = td_wino_create(2, 14, 14, 16, 16, 1);
+    ck_assert_str_eq(td_wino_tiles(p), "F(2x2, 3x3)");
+    td_wino_destroy(p);
     setenv("TD_CPU_WINO_TILE", "4", 1);
     ck_assert_int_eq(td_wino_tile_for(2, 2), 4);
-    setenv("TD_CPU_WINO_TILE", "3", 1); /* not a tile: the rule */
-    ck_assert_int_eq(td_wino_tile_for(28, 28), 4);
-    unsetenv("TD_CPU_WINO_TILE");
-    td_wino *p = td_wino_create(2, 28, 28, 16, 16, 1);
-    if (td_wino_cpu()) {
-        ck_assert_ptr_nonnull(p);
-        ck_assert_int_eq(td_wino_tile(p), 4);
-    }
+    p = td_wino_create(2, 14, 14, 16, 16, 1);
+    ck_assert_int_eq(td_wino_products(p), 576);
     td_wino_destroy(p);
+    setenv("TD_CPU_WINO_TILE", "3", 1); /* not a tile: the rule */
+    ck_assert_int_eq(td_wino_tile_for(28, 28), 0);
+    unsetenv("TD_CPU_WINO_TILE");
 }
 END_TEST
 
@@ -339,12 +384,12 @@ static Suite *wino_suite(void)
     tcase_add_test(tc, test_refuses_unsupported);
     tcase_add_test(tc, test_tile_rule);
     if (td_wino_cpu()) {
-        /* each shape with each tile: 2x2 at even _i, 4x4 at odd */
-        tcase_add_loop_test(tc, test_forward_matches_direct, 0, 2 * n);
-        tcase_add_loop_test(tc, test_backward_data_matches_direct, 0, 2 * n);
+        /* each shape with each tiles (TILES) */
+        tcase_add_loop_test(tc, test_forward_matches_direct, 0, 3 * n);
+        tcase_add_loop_test(tc, test_backward_data_matches_direct, 0, 3 * n);
         tcase_add_loop_test(tc, test_backward_weights_matches_direct, 0,
-                            2 * n);
-        tcase_add_loop_test(tc, test_thread_count_independent, 0, 2);
+                            3 * n);
+        tcase_add_loop_test(tc, test_thread_count_independent, 0, 3);
         tcase_add_test(tc, test_forward_only_plan);
     } else {
         printf("wino: this CPU has no AVX2 + FMA: only the refusals run\n");

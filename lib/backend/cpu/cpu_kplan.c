@@ -286,9 +286,8 @@ int td__plan_wino(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
     td_wino_weights(c->wf, td__mem_ptr(c->w));
     if (c->wbd)
         td_wino_weights_flip(c->wbd, td__mem_ptr(c->w));
-    td_debug("cpu backend: %s conv fwd, bwd weights%s: cpu_wino (F(%dx%d, "
-             "3x3), AVX2)", l->name, c->wbd ? ", bwd data" : "",
-             td_wino_tile(c->wf), td_wino_tile(c->wf));
+    td_debug("cpu backend: %s conv fwd, bwd weights%s: cpu_wino (%s, AVX2)",
+             l->name, c->wbd ? ", bwd data" : "", td_wino_tiles(c->wf));
     return 0;
 }
 

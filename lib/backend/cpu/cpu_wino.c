@@ -1,28 +1,33 @@
-/* cpu_wino.c - fp32 3x3 convolutions by Winograd F(2x2, 3x3) or F(4x4,
- * 3x3) on AVX2 + FMA in nChw8c (cpu_wino.h for what it computes and why).
+/* cpu_wino.c - fp32 3x3 convolutions by Winograd F(mh x mw, 3x3) on AVX2
+ * + FMA in nChw8c (cpu_wino.h for what it computes and why).
  *
- * Owns: the plan and its tile choice, the F(2x2) transforms (cpu_wino4.c
- * has the F(4x4) ones), the matrix products, the blocking and the
- * threads.  A block is up to tb tiles (a multiple of 6, sized so that its
- * transformed input V [np][tb][ic] and products M [np][tb][oc] stay in a
- * thread's L2; np = 16 or 36 positions), numbered across the whole batch;
- * per block a thread transforms the input patches (one ymm = the 8
- * channels of one pixel), runs the np products (6 tiles x 16 output
- * channels in 12 accumulators, the input broadcast), and transforms the
- * products back into the output.  The input and output-gradient reads
- * prefetch the rows the next row of tiles reads first (on 16 channels the
- * transforms waited on memory as long as the products ran).  The weight
- * gradient's products accumulate per group of tiles in the group's own
- * [np][oc][ic] sums (6 output channels x 16 input channels in 12
- * accumulators), over blocks of tbw tiles, larger than the forward's (the
- * sums are read and written once per block), reduced in group order at
- * the end; the groups split over up to eight threads, and on more every
- * group's block b runs at once, split by tile and by position (td__wide),
- * with the same sums in the same order.
+ * Owns: the plan and its tile classes, the matrix products, the blocking
+ * and the threads (cpu_wino_tr.c has the transforms).  The output is cut
+ * into tiles of 4 or 2 rows by 4 or 2 columns: per side as many 4s as
+ * fit, then one 2 where 1 or 2 rows (columns) are left, or one more 4
+ * where 3 are (td__split: 14 = 4+4+4+2, the products per side 6+6+6+4
+ * instead of 4 tiles' 24); the tiles of one shape form a class with its
+ * own transformed weights, up to four classes per convolution, run one
+ * after the other on the plan's shared scratch.  A block is up to tb
+ * tiles of one class (a multiple of 6, sized so that its transformed
+ * input V [np][tb][ic] and products M [np][tb][oc] stay in a thread's
+ * L2; np = (mh+2)(mw+2) positions), numbered across the whole batch; per
+ * block a thread transforms the input patches (one ymm = the 8 channels
+ * of one pixel), runs the np products (6 tiles x 16 output channels in 12
+ * accumulators, the input broadcast), and transforms the products back
+ * into the output.  The weight gradient runs on one class of square
+ * tiles (td__wtile): its products accumulate per group of tiles in the
+ * group's own [np][oc][ic] sums (6 output channels x 16 input channels in
+ * 12 accumulators), over blocks of tbw tiles, larger than the forward's
+ * (the sums are read and written once per block), reduced in group order
+ * at the end; the groups split over up to eight threads, and on more
+ * every group's block b runs at once, split by tile and by position
+ * (td__wide), with the same sums in the same order.
  * Never does: decide where it is used (cpu_kplan.c), anything with oneDNN.
  */
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +36,18 @@
 enum {
     TD__GROUPS = 8,             /* fixed groups of the weight gradient */
     TD__BLOCK_BYTES = 160 << 10, /* V and M of a forward block */
-    TD__WBLOCK_BYTES = 640 << 10 /* V and D of a weight gradient's */
+    TD__WBLOCK_BYTES = 640 << 10, /* V and D of a weight gradient's */
+    TD__CLASSES = 4
+};
+
+/* A convolution: the forward's tile classes, the weight gradient's one
+ * class, their shared buffers. */
+struct td_wino {
+    int ic, oc, ncls;
+    td__wc cls[TD__CLASSES];
+    td__wc wcls;    /* the weight gradient's (no u) */
+    float *scr, *part, *tsum;
+    char desc[64];  /* the forward's classes, for logs */
 };
 
 int td_wino_cpu(void)
@@ -54,7 +70,7 @@ static void *td__alloc(size_t floats)
 
 /* Tiles per block: as many as fit V and M (or D) in `bytes`, a multiple
  * of 6 from 6 to TD__TB_MAX, at most `tiles` rounded up to 6. */
-static int td__block(const td_wino *p, long bytes, long tiles)
+static int td__block(const td__wc *p, long bytes, long tiles)
 {
     long tb = bytes / (p->np * (long)sizeof(float) * (p->ic + p->oc));
     long need = (tiles + 5) / 6 * 6;
@@ -63,20 +79,53 @@ static int td__block(const td_wino *p, long bytes, long tiles)
     return (int)(tb < need ? tb : need);
 }
 
-/* The plan; with grad, the weight gradient's sums and blocks too. */
-static td_wino *td__create(int n, int h, int w, int ic, int oc, int threads,
-                           int m, int grad)
+/* One side of n outputs: *n4 tiles of 4 then *n2 of 2.  m 4 or 2: that
+ * tile alone (the last one past the side where it does not divide n);
+ * m 0: the fewest products, 6 per 4-tile and 4 per 2-tile: as many 4s as
+ * fit, then a 2 for 1 or 2 outputs left, a 4 for 3. */
+static void td__split(int n, int m, int *n4, int *n2)
 {
-    if (n < 1 || h < 1 || w < 1 || threads < 1 || (m != 2 && m != 4) ||
-        !td_wino_ok(3, 1, 1, ic, oc))
-        return NULL;
-    td_wino *p = calloc(1, sizeof *p);
+    if (m == 4 || m == 2) {
+        *n4 = m == 4 ? (n + 3) / 4 : 0;
+        *n2 = m == 2 ? (n + 1) / 2 : 0;
+        return;
+    }
+    *n4 = n / 4 + (n % 4 == 3);
+    *n2 = n % 4 == 1 || n % 4 == 2;
+}
+
+int td_wino_tile_for(int h, int w)
+{
+    const char *e = getenv("TD_CPU_WINO_TILE");
+    (void)h;
+    (void)w;
+    if (e && (strcmp(e, "2") == 0 || strcmp(e, "4") == 0))
+        return *e - '0';
+    return 0;
+}
+
+void td_wino_destroy(td_wino *p)
+{
     if (!p)
-        return NULL;
-    *p = (td_wino){.h = h, .w = w, .ic = ic, .oc = oc, .threads = threads,
-                   .m = m, .np = (m + 2) * (m + 2), .th = (h + m - 1) / m,
-                   .tw = (w + m - 1) / m};
-    p->tiles = (long)n * p->th * p->tw;
+        return;
+    for (int c = 0; c < p->ncls; c++)
+        free(p->cls[c].u);
+    free(p->scr);
+    free(p->part);
+    free(p->tsum);
+    free(p);
+}
+
+/* Class p: tiles mh x mw from (ry0, rx0), th x tw per image; its blocks
+ * and its scratch per thread; with grad the weight gradient's blocks. */
+static void td__class(td__wc *p, int n, int h, int w, int ic, int oc,
+                      int threads, int mh, int mw, int ry0, int rx0, int th,
+                      int tw, int grad)
+{
+    *p = (td__wc){.h = h, .w = w, .ic = ic, .oc = oc, .threads = threads,
+                  .mh = mh, .mw = mw, .np = (mh + 2) * (mw + 2), .ry0 = ry0,
+                  .rx0 = rx0, .th = th, .tw = tw};
+    p->tiles = (long)n * th * tw;
     p->tb = td__block(p, TD__BLOCK_BYTES, p->tiles);
     /* a group of the weight gradient: a larger block (the products add
      * into the group's [np][oc][ic] sums once per block) */
@@ -85,30 +134,79 @@ static td_wino *td__create(int n, int h, int w, int ic, int oc, int threads,
                   : 0;
     p->scr_per = (size_t)p->np * (p->tb > p->tbw ? p->tb : p->tbw) *
                  (size_t)(ic + oc);
-    p->u = td__alloc((size_t)p->np * ic * oc);
-    p->scr = td__alloc(p->scr_per * (size_t)threads);
-    if (grad) {
-        p->part = td__alloc((size_t)TD__GROUPS * (p->np * (size_t)ic + 1) *
-                            oc);
-        p->tsum = td__alloc((size_t)TD__GROUPS * p->tbw * oc);
-    }
-    if (!p->u || !p->scr || (grad && (!p->part || !p->tsum))) {
-        td_wino_destroy(p);
-        return NULL;
-    }
-    return p;
 }
 
-int td_wino_tile_for(int h, int w)
+/* The weight gradient's square tile side: m when forced, else the one
+ * with fewer products per image, 2 on a tie.  Its cost is also the
+ * groups' sums, np x ic x oc each, written per block and read once per
+ * call: a class of few tiles costs them all the same (on fmnist-cnn's
+ * 14x14 layers the four classes of the forward took 1.09-1.10x the time
+ * of 4x4 tiles alone, bench_wino), so it keeps one class. */
+static int td__wtile(int h, int w, int m)
 {
-    const char *e = getenv("TD_CPU_WINO_TILE");
-    if (e && (strcmp(e, "2") == 0 || strcmp(e, "4") == 0))
-        return *e - '0';
-    /* the products per image: 36 per 4x4 tile against 16 per 2x2 one;
-     * on a tie the smaller tile (its transforms cost less) */
+    if (m == 2 || m == 4)
+        return m;
     long p4 = 36L * ((h + 3) / 4) * ((w + 3) / 4);
     long p2 = 16L * ((h + 1) / 2) * ((w + 1) / 2);
     return p4 < p2 ? 4 : 2;
+}
+
+/* The plan; with grad, the weight gradient's class and sums too. */
+static td_wino *td__create(int n, int h, int w, int ic, int oc, int threads,
+                           int m, int grad)
+{
+    if (n < 1 || h < 1 || w < 1 || threads < 1 ||
+        (m != 0 && m != 2 && m != 4) || !td_wino_ok(3, 1, 1, ic, oc))
+        return NULL;
+    td_wino *P = calloc(1, sizeof *P);
+    if (!P)
+        return NULL;
+    P->ic = ic;
+    P->oc = oc;
+    int nh[2], nw[2]; /* tiles of 4, of 2 per side */
+    td__split(h, m, &nh[0], &nh[1]);
+    td__split(w, m, &nw[0], &nw[1]);
+    size_t scr_per = 0;
+    int len = 0;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) {
+            if (!nh[a] || !nw[b])
+                continue;
+            td__wc *p = &P->cls[P->ncls++];
+            td__class(p, n, h, w, ic, oc, threads, 4 - 2 * a, 4 - 2 * b,
+                      a ? 4 * nh[0] : 0, b ? 4 * nw[0] : 0, nh[a], nw[b], 0);
+            scr_per = p->scr_per > scr_per ? p->scr_per : scr_per;
+            if (!(p->u = td__alloc((size_t)p->np * ic * oc))) {
+                td_wino_destroy(P);
+                return NULL;
+            }
+            len += snprintf(P->desc + len, sizeof P->desc - (size_t)len,
+                            "%sF(%dx%d, 3x3)", P->ncls > 1 ? " + " : "",
+                            p->mh, p->mw);
+        }
+    if (grad) {
+        td__wc *q = &P->wcls;
+        int t = td__wtile(h, w, m);
+        td__class(q, n, h, w, ic, oc, threads, t, t, 0, 0, (h + t - 1) / t,
+                  (w + t - 1) / t, 1);
+        scr_per = q->scr_per > scr_per ? q->scr_per : scr_per;
+        P->part = td__alloc((size_t)TD__GROUPS * (q->np * (size_t)ic + 1) *
+                            oc);
+        P->tsum = td__alloc((size_t)TD__GROUPS * q->tbw * oc);
+    }
+    P->scr = td__alloc(scr_per * (size_t)threads);
+    if (!P->scr || (grad && (!P->part || !P->tsum))) {
+        td_wino_destroy(P);
+        return NULL;
+    }
+    for (int c = 0; c <= P->ncls; c++) {
+        td__wc *p = c < P->ncls ? &P->cls[c] : &P->wcls;
+        p->scr = P->scr;
+        p->scr_per = scr_per;
+        p->part = P->part;
+        p->tsum = P->tsum;
+    }
+    return P;
 }
 
 td_wino *td_wino_create_tile(int n, int h, int w, int ic, int oc,
@@ -128,68 +226,35 @@ td_wino *td_wino_create_fwd(int n, int h, int w, int ic, int oc,
     return td__create(n, h, w, ic, oc, threads, td_wino_tile_for(h, w), 0);
 }
 
-int td_wino_tile(const td_wino *p) { return p->m; }
-
-void td_wino_destroy(td_wino *p)
+int td_wino_tile(const td_wino *p)
 {
-    if (!p)
-        return;
-    free(p->u);
-    free(p->scr);
-    free(p->part);
-    free(p->tsum);
-    free(p);
+    int m = 2;
+    for (int c = 0; c < p->ncls; c++) {
+        m = p->cls[c].mh > m ? p->cls[c].mh : m;
+        m = p->cls[c].mw > m ? p->cls[c].mw : m;
+    }
+    return m;
+}
+
+const char *td_wino_tiles(const td_wino *p) { return p->desc; }
+
+long td_wino_products(const td_wino *p)
+{
+    long s = 0;
+    for (int c = 0; c < p->ncls; c++)
+        s += (long)p->cls[c].np * p->cls[c].th * p->cls[c].tw;
+    return s;
 }
 
 /* ---- weights -------------------------------------------------------- */
 
-/* u = G g G^T, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], for 8
- * weights at once. */
-TD__IN void td__ggt(const __m256 g[9], __m256 u[16])
+static void td__weights(td_wino *P, const float *w, int flip)
 {
-    __m256 h = _mm256_set1_ps(0.5f), t[4][3];
-#pragma GCC unroll 16
-    for (int j = 0; j < 3; j++) {
-        __m256 e = _mm256_add_ps(g[j], g[6 + j]);
-        t[0][j] = g[j];
-        t[1][j] = _mm256_mul_ps(h, _mm256_add_ps(e, g[3 + j]));
-        t[2][j] = _mm256_mul_ps(h, _mm256_sub_ps(e, g[3 + j]));
-        t[3][j] = g[6 + j];
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < 4; r++) {
-        __m256 e = _mm256_add_ps(t[r][0], t[r][2]);
-        u[r * 4] = t[r][0];
-        u[r * 4 + 1] = _mm256_mul_ps(h, _mm256_add_ps(e, t[r][1]));
-        u[r * 4 + 2] = _mm256_mul_ps(h, _mm256_sub_ps(e, t[r][1]));
-        u[r * 4 + 3] = t[r][2];
-    }
-}
-
-/* U [16][C][K] for output channels k0 .. k0 + 7 (8 weights gathered per
- * input channel and tap). */
-TD__AVX void td__weights8(td_wino *p, const float *w, int flip, int k0)
-{
-    int C = p->ic, K = p->oc;
-    size_t plane = (size_t)C * K;
-    for (int c = 0; c < C; c++) {
-        __m256 g[9], u[16];
-        td__taps8(w, flip, C, K, k0, c, g);
-        td__ggt(g, u);
-#pragma GCC unroll 16
-        for (int x = 0; x < 16; x++)
-            _mm256_store_ps(p->u + x * plane + (size_t)c * K + k0, u[x]);
-    }
-}
-
-static void td__weights(td_wino *p, const float *w, int flip)
-{
+    for (int c = 0; c < P->ncls; c++) {
+        td__wc *p = &P->cls[c];
 #pragma omp parallel for schedule(static)
-    for (int k0 = 0; k0 < p->oc; k0 += 8) {
-        if (p->m == 4)
-            td__w4_weights8(p, w, flip, k0);
-        else
-            td__weights8(p, w, flip, k0);
+        for (int k0 = 0; k0 < p->oc; k0 += 8)
+            td__t_weights8(p, w, flip, k0);
     }
 }
 
@@ -200,91 +265,8 @@ void td_wino_weights_flip(td_wino *p, const float *w)
     td__weights(p, w, 1);
 }
 
-/* ---- transforms ------------------------------------------------------ */
-
-/* The 4x4 patch at (y0, x0) of one 8-channel plane [h][w][8], zero
- * outside. */
-TD__IN void td__patch(const float *pl, int H, int W, int y0, int x0,
-                      __m256 d[16])
-{
-    if (y0 >= 0 && y0 + 4 <= H && x0 >= 0 && x0 + 4 <= W) {
-#pragma GCC unroll 16
-        for (int r = 0; r < 4; r++)
-#pragma GCC unroll 16
-            for (int c = 0; c < 4; c++)
-                d[r * 4 + c] =
-                    _mm256_loadu_ps(pl + ((size_t)(y0 + r) * W + x0 + c) * 8);
-        return;
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < 4; r++)
-#pragma GCC unroll 16
-        for (int c = 0; c < 4; c++) {
-            int y = y0 + r, x = x0 + c;
-            d[r * 4 + c] = y >= 0 && y < H && x >= 0 && x < W
-                               ? _mm256_loadu_ps(pl + ((size_t)y * W + x) * 8)
-                               : _mm256_setzero_ps();
-        }
-}
-
-/* v = B^T d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. */
-TD__IN void td__bt(const __m256 d[16], __m256 v[16])
-{
-    __m256 t[16];
-#pragma GCC unroll 16
-    for (int j = 0; j < 4; j++) {
-        t[j] = _mm256_sub_ps(d[j], d[8 + j]);
-        t[4 + j] = _mm256_add_ps(d[4 + j], d[8 + j]);
-        t[8 + j] = _mm256_sub_ps(d[8 + j], d[4 + j]);
-        t[12 + j] = _mm256_sub_ps(d[4 + j], d[12 + j]);
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < 16; r += 4) {
-        v[r] = _mm256_sub_ps(t[r], t[r + 2]);
-        v[r + 1] = _mm256_add_ps(t[r + 1], t[r + 2]);
-        v[r + 2] = _mm256_sub_ps(t[r + 2], t[r + 1]);
-        v[r + 3] = _mm256_sub_ps(t[r + 1], t[r + 3]);
-    }
-}
-
-/* The 2x2 outputs A^T m A, A^T = [1 1 1 0; 0 1 -1 -1]: o[0] (0, 0),
- * o[1] (0, 1), o[2] (1, 0), o[3] (1, 1). */
-TD__IN void td__at(const __m256 m[16], __m256 o[4])
-{
-    __m256 s0[4], s1[4];
-#pragma GCC unroll 16
-    for (int j = 0; j < 4; j++) {
-        s0[j] = _mm256_add_ps(_mm256_add_ps(m[j], m[4 + j]), m[8 + j]);
-        s1[j] = _mm256_sub_ps(_mm256_sub_ps(m[4 + j], m[8 + j]), m[12 + j]);
-    }
-    o[0] = _mm256_add_ps(_mm256_add_ps(s0[0], s0[1]), s0[2]);
-    o[1] = _mm256_sub_ps(_mm256_sub_ps(s0[1], s0[2]), s0[3]);
-    o[2] = _mm256_add_ps(_mm256_add_ps(s1[0], s1[1]), s1[2]);
-    o[3] = _mm256_sub_ps(_mm256_sub_ps(s1[1], s1[2]), s1[3]);
-}
-
-/* m = A e A^T for the 2x2 output gradient e (as td__at's o), A = [1 0;
- * 1 1; 1 -1; 0 -1]. */
-TD__IN void td__a_dy(const __m256 e[4], __m256 m[16])
-{
-    __m256 z = _mm256_setzero_ps(), r[4][2];
-#pragma GCC unroll 16
-    for (int j = 0; j < 2; j++) {
-        r[0][j] = e[j];
-        r[1][j] = _mm256_add_ps(e[j], e[2 + j]);
-        r[2][j] = _mm256_sub_ps(e[j], e[2 + j]);
-        r[3][j] = _mm256_sub_ps(z, e[2 + j]);
-    }
-#pragma GCC unroll 16
-    for (int q = 0; q < 4; q++) {
-        m[q * 4] = r[q][0];
-        m[q * 4 + 1] = _mm256_add_ps(r[q][0], r[q][1]);
-        m[q * 4 + 2] = _mm256_sub_ps(r[q][0], r[q][1]);
-        m[q * 4 + 3] = _mm256_sub_ps(z, r[q][1]);
-    }
-}
-
-static void td__coords(const td_wino *p, long g0, int cnt, int tb,
+/* Tiles g0 .. g0 + cnt - 1 of class p: sample and output position. */
+static void td__coords(const td__wc *p, long g0, int cnt, int tb,
                        td__tiles *t)
 {
     t->tb = tb;
@@ -292,8 +274,8 @@ static void td__coords(const td_wino *p, long g0, int cnt, int tb,
     int n = (int)(g0 / per), ty = (int)(r / p->tw), tx = (int)(r % p->tw);
     for (int i = 0; i < cnt; i++) {
         t->n[i] = n;
-        t->y[i] = p->m * ty;
-        t->x[i] = p->m * tx;
+        t->y[i] = p->ry0 + p->mh * ty;
+        t->x[i] = p->rx0 + p->mw * tx;
         if (++tx == p->tw) {
             tx = 0;
             if (++ty == p->th) {
@@ -302,47 +284,6 @@ static void td__coords(const td_wino *p, long g0, int cnt, int tb,
             }
         }
     }
-}
-
-/* Prefetches the two rows from y of a plane that the next row of tiles
- * reads and this one does not, over this tile's columns (x0 even: the
- * cache line of positions x0, x0 + 1, and with wide the one of x0 + 2,
- * x0 + 3): hardware prefetch alone left the input transform waiting on
- * memory (it took as long as the products on 16 channels). */
-TD__IN void td__ahead(const float *pl, int H, int W, int y, int x0,
-                      int wide)
-{
-    for (int r = y; r < y + 2 && r < H; r++) {
-        const char *a = (const char *)(pl + ((size_t)r * W + x0) * 8);
-        _mm_prefetch(a, _MM_HINT_T0);
-        if (wide && x0 + 2 < W)
-            _mm_prefetch(a + 64, _MM_HINT_T0);
-    }
-}
-
-/* A tile's 16 transformed vectors into the 16 planes (stride s floats)
- * of a block's [16][tb][n] buffer. */
-TD__IN void td__put16(float *o, size_t s, const __m256 v[16])
-{
-#pragma GCC unroll 16
-    for (int k = 0; k < 16; k++)
-        _mm256_store_ps(o + k * s, v[k]);
-}
-
-/* Rows i0 .. i1 - 1 of V [16][tb][C]: the tiles t of x (C channels). */
-TD__AVX void td__input(const td_wino *p, const td__tiles *t,
-                       const float *x, int C, int i0, int i1, float *V)
-{
-    size_t plane = (size_t)p->h * p->w * 8, xs = (size_t)t->tb * C;
-    for (int i = i0; i < i1; i++) /* a tile's row of V at a time */
-        for (int cb = 0; cb < C / 8; cb++) {
-            __m256 d[16], v[16];
-            const float *pl = x + ((size_t)t->n[i] * (C / 8) + cb) * plane;
-            td__ahead(pl, p->h, p->w, t->y[i] + 3, t->x[i], 1);
-            td__patch(pl, p->h, p->w, t->y[i] - 1, t->x[i] - 1, d);
-            td__bt(d, v);
-            td__put16(V + (size_t)i * C + (size_t)cb * 8, xs, v);
-        }
 }
 
 /* ---- forward --------------------------------------------------------- */
@@ -377,56 +318,23 @@ TD__IN void td__gemm(const float *V, const float *U, float *M, int rows,
         }
 }
 
-/* The outputs of the block's cnt tiles t from M [16][tb][K]. */
-TD__AVX void td__output(const td_wino *p, const td__tiles *t, const float *M,
-                        float *y, const float *bias, int cnt)
-{
-    int K = p->oc;
-    size_t plane = (size_t)p->h * p->w * 8, ms = (size_t)t->tb * K;
-    for (int i = 0; i < cnt; i++)
-        for (int kb = 0; kb < K / 8; kb++) {
-            int n = t->n[i], y0 = t->y[i], x0 = t->x[i];
-            __m256 m[16], o[4];
-            const float *s = M + (size_t)i * K + (size_t)kb * 8;
-#pragma GCC unroll 16
-            for (int k = 0; k < 16; k++)
-                m[k] = _mm256_load_ps(s + k * ms);
-            td__at(m, o);
-            __m256 b = bias ? _mm256_loadu_ps(bias + kb * 8)
-                            : _mm256_setzero_ps();
-            float *pl = y + ((size_t)n * (K / 8) + kb) * plane;
-#pragma GCC unroll 16
-            for (int q = 0; q < 4; q++) {
-                int yy = y0 + q / 2, xx = x0 + q % 2;
-                if (yy < p->h && xx < p->w)
-                    _mm256_storeu_ps(pl + ((size_t)yy * p->w + xx) * 8,
-                                     _mm256_add_ps(o[q], b));
-            }
-        }
-}
 
-TD__AVX void td__fwd_block(const td_wino *p, const float *x, float *y,
+TD__AVX void td__fwd_block(const td__wc *p, const float *x, float *y,
                            const float *bias, long g0, int cnt, float *V,
                            float *M)
 {
     int C = p->ic, K = p->oc, tb = p->tb, rows = (cnt + 5) / 6 * 6;
     td__tiles t;
     td__coords(p, g0, cnt, tb, &t);
-    if (p->m == 4)
-        td__w4_input(p, &t, x, C, 0, cnt, V);
-    else
-        td__input(p, &t, x, C, 0, cnt, V);
+    td__t_input(p, &t, x, C, 0, cnt, V);
     td__pad6(V, (size_t)tb * C, p->np, cnt, C);
     for (int k = 0; k < p->np; k++)
         td__gemm(V + (size_t)k * tb * C, p->u + (size_t)k * C * K,
                  M + (size_t)k * tb * K, rows, C, K);
-    if (p->m == 4)
-        td__w4_output(p, &t, M, y, bias, cnt);
-    else
-        td__output(p, &t, M, y, bias, cnt);
+    td__t_output(p, &t, M, y, bias, cnt);
 }
 
-static int td__nthreads(const td_wino *p, int cap)
+static int td__nthreads(const td__wc *p, int cap)
 {
     int nt = omp_get_max_threads();
     if (nt > p->threads)
@@ -434,54 +342,40 @@ static int td__nthreads(const td_wino *p, int cap)
     return nt > cap ? cap : nt < 1 ? 1 : nt;
 }
 
-void td_wino_fwd(td_wino *p, const float *x, float *y, const float *bias)
+/* Every class's blocks in one parallel region, each thread a run of
+ * them holding its share of the work (a block's positions x tiles; a
+ * block goes to the thread whose share holds its middle): the classes'
+ * outputs are disjoint, so no barrier between them. */
+void td_wino_fwd(td_wino *P, const float *x, float *y, const float *bias)
 {
-    long nb = (p->tiles + p->tb - 1) / p->tb;
-    int nt = td__nthreads(p, nb < p->threads ? (int)nb : p->threads);
+    long work = 0, nb = 0;
+    for (int c = 0; c < P->ncls; c++) {
+        work += (long)P->cls[c].np * P->cls[c].tiles;
+        nb += (P->cls[c].tiles + P->cls[c].tb - 1) / P->cls[c].tb;
+    }
+    int nt = td__nthreads(&P->cls[0], nb < P->cls[0].threads
+                                          ? (int)nb
+                                          : P->cls[0].threads);
 #pragma omp parallel num_threads(nt)
     {
         int me = omp_get_thread_num(), all = omp_get_num_threads();
-        float *V = p->scr + (size_t)me * p->scr_per;
-        float *M = V + (size_t)p->np * p->tb * p->ic;
-        for (long b = nb * me / all; b < nb * (me + 1) / all; b++) {
-            long g0 = b * p->tb;
-            long cnt = p->tiles - g0 < p->tb ? p->tiles - g0 : p->tb;
-            td__fwd_block(p, x, y, bias, g0, (int)cnt, V, M);
+        long done = 0; /* the work of the blocks before this one */
+        for (int c = 0; c < P->ncls; c++) {
+            const td__wc *p = &P->cls[c];
+            float *V = p->scr + (size_t)me * p->scr_per;
+            float *M = V + (size_t)p->np * p->tb * p->ic;
+            for (long g0 = 0; g0 < p->tiles; g0 += p->tb) {
+                long cnt = p->tiles - g0 < p->tb ? p->tiles - g0 : p->tb;
+                long mid = done + p->np * cnt / 2;
+                done += p->np * cnt;
+                if (mid * all / work == me)
+                    td__fwd_block(p, x, y, bias, g0, (int)cnt, V, M);
+            }
         }
     }
 }
 
 /* ---- backward weights ------------------------------------------------ */
-
-/* Rows i0 .. i1 - 1 of D [16][tb][K] = A e A^T of the output gradient's
- * tiles; db[K] += each tile's sum of the gradient, or, with per_tile, the
- * tile i's sum into db + i * K. */
-TD__AVX void td__dy(const td_wino *p, const td__tiles *t, const float *dy,
-                    int i0, int i1, float *D, float *db, int per_tile)
-{
-    int K = p->oc;
-    size_t plane = (size_t)p->h * p->w * 8, ds = (size_t)t->tb * K;
-    for (int i = i0; i < i1; i++)
-        for (int kb = 0; kb < K / 8; kb++) {
-            int y0 = t->y[i], x0 = t->x[i];
-            const float *pl = dy + ((size_t)t->n[i] * (K / 8) + kb) * plane;
-            __m256 e[4], m[16];
-            td__ahead(pl, p->h, p->w, y0 + 2, x0, 0);
-#pragma GCC unroll 16
-            for (int q = 0; q < 4; q++) {
-                int yy = y0 + q / 2, xx = x0 + q % 2;
-                e[q] = yy < p->h && xx < p->w
-                           ? _mm256_loadu_ps(pl +
-                                             ((size_t)yy * p->w + xx) * 8)
-                           : _mm256_setzero_ps();
-            }
-            __m256 s = _mm256_add_ps(_mm256_add_ps(e[0], e[1]),
-                                     _mm256_add_ps(e[2], e[3]));
-            td__dbsum(db, per_tile, i, K, kb, s);
-            td__a_dy(e, m);
-            td__put16(D + (size_t)i * K + (size_t)kb * 8, ds, m);
-        }
-}
 
 /* P [K][C] += D^T [K][rows] . V [rows][C] (P = ... when first) for
  * output channels k0 .. k0 + R - 1 and input channels c0 .. c0 + 15. */
@@ -528,7 +422,7 @@ TD__AVX void td__gw(const float *D, const float *V, float *P, int rows,
 }
 
 /* Group g's sums: its part [np][K][C] and db [K] over its tiles. */
-static void td__group(td_wino *p, const float *x, const float *dy, int g,
+static void td__group(td__wc *p, const float *x, const float *dy, int g,
                       float *V, float *D)
 {
     int C = p->ic, K = p->oc, tb = p->tbw, np = p->np;
@@ -543,13 +437,8 @@ static void td__group(td_wino *p, const float *x, const float *dy, int g,
         int cnt = (int)(t1 - g0 < tb ? t1 - g0 : tb);
         td__tiles t;
         td__coords(p, g0, cnt, tb, &t);
-        if (np == 36) {
-            td__w4_input(p, &t, x, C, 0, cnt, V);
-            td__w4_dy(p, &t, dy, 0, cnt, D, db, 0);
-        } else {
-            td__input(p, &t, x, C, 0, cnt, V);
-            td__dy(p, &t, dy, 0, cnt, D, db, 0);
-        }
+        td__t_input(p, &t, x, C, 0, cnt, V);
+        td__t_dy(p, &t, dy, 0, cnt, D, db, 0);
         td__pad6(V, (size_t)tb * C, np, cnt, C);
         td__pad6(D, (size_t)tb * K, np, cnt, K);
         for (int k = 0; k < np; k++)
@@ -560,7 +449,7 @@ static void td__group(td_wino *p, const float *x, const float *dy, int g,
 
 /* The tiles of group g's block b (0 when it has fewer blocks) and its
  * first tile in *g0. */
-static int td__gblock(const td_wino *p, int g, long b, long *g0)
+static int td__gblock(const td__wc *p, int g, long b, long *g0)
 {
     long t0 = p->tiles * g / TD__GROUPS, t1 = p->tiles * (g + 1) / TD__GROUPS;
     *g0 = t0 + b * p->tbw;
@@ -574,7 +463,7 @@ static int td__gblock(const td_wino *p, int g, long b, long *g0)
  * sum runs over the same tiles in the same order as td__group's, and
  * each bias gradient adds the same per-tile sums in the same order: the
  * same bits. */
-static void td__wide(td_wino *p, const float *x, const float *dy,
+static void td__wide(td__wc *p, const float *x, const float *dy,
                      td__tiles *tl)
 {
     int C = p->ic, K = p->oc, tb = p->tbw, np = p->np, G = TD__GROUPS;
@@ -612,13 +501,8 @@ static void td__wide(td_wino *p, const float *x, const float *dy,
             float *V = p->scr + (size_t)g * p->scr_per;
             float *D = V + (size_t)np * tb * C;
             float *ts = p->tsum + (size_t)g * tb * K;
-            if (np == 36) {
-                td__w4_input(p, &tl[g], x, C, i, i + 1, V);
-                td__w4_dy(p, &tl[g], dy, i, i + 1, D, ts, 1);
-            } else {
-                td__input(p, &tl[g], x, C, i, i + 1, V);
-                td__dy(p, &tl[g], dy, i, i + 1, D, ts, 1);
-            }
+            td__t_input(p, &tl[g], x, C, i, i + 1, V);
+            td__t_dy(p, &tl[g], dy, i, i + 1, D, ts, 1);
         }
 #pragma omp for schedule(static)
         for (long it = 0; it < (long)G * (np + 1); it++) {
@@ -643,58 +527,12 @@ static void td__wide(td_wino *p, const float *x, const float *dy,
     }
 }
 
-/* g = G^T u G (3x3 from 4x4), G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0;
- * 0 1/2 1/2 1], for 8 gradients at once. */
-TD__IN void td__gtug(const __m256 u[16], __m256 g[9])
-{
-    __m256 h = _mm256_set1_ps(0.5f), q[3][4];
-#pragma GCC unroll 16
-    for (int j = 0; j < 4; j++) {
-        __m256 e = _mm256_mul_ps(h, _mm256_add_ps(u[4 + j], u[8 + j]));
-        q[0][j] = _mm256_add_ps(u[j], e);
-        q[1][j] = _mm256_mul_ps(h, _mm256_sub_ps(u[4 + j], u[8 + j]));
-        q[2][j] = _mm256_add_ps(e, u[12 + j]);
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < 3; r++) {
-        __m256 e = _mm256_mul_ps(h, _mm256_add_ps(q[r][1], q[r][2]));
-        g[r * 3] = _mm256_add_ps(q[r][0], e);
-        g[r * 3 + 1] = _mm256_mul_ps(h, _mm256_sub_ps(q[r][1], q[r][2]));
-        g[r * 3 + 2] = _mm256_add_ps(e, q[r][3]);
-    }
-}
-
-/* dw of the 8 (output, input) channel pairs kc .. kc + 7 of [K][C]: the
- * groups' sums in group order, then G^T . G. */
-TD__AVX void td__reduce8(const td_wino *p, size_t kc, float *dw)
-{
-    size_t ps = (size_t)p->oc * p->ic;
-    __m256 u[16], g[9];
-    float t[9][8];
-#pragma GCC unroll 16
-    for (int x = 0; x < 16; x++) {
-        __m256 a = _mm256_load_ps(p->part + (size_t)x * ps + kc);
-        for (int gr = 1; gr < TD__GROUPS; gr++)
-            a = _mm256_add_ps(
-                a, _mm256_load_ps(p->part + ((size_t)gr * 16 + x) * ps + kc));
-        u[x] = a;
-    }
-    td__gtug(u, g);
-#pragma GCC unroll 16
-    for (int q = 0; q < 9; q++)
-        _mm256_storeu_ps(t[q], g[q]);
-    for (int j = 0; j < 8; j++)
-        for (int q = 0; q < 9; q++)
-            dw[(kc + (size_t)j) * 9 + q] = t[q][j];
-}
-
-void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
-                  float *db)
+/* Class p's dw [K][C][9] and db [K] (NULL: not), overwritten. */
+static void td__cls_bwdw(td__wc *p, const float *x, const float *dy,
+                         float *dw, float *db)
 {
     int C = p->ic, K = p->oc;
     size_t ps = (size_t)K * C;
-    if (!p->part) /* a forward-only plan (td_wino_create_fwd) */
-        return;
     int nt = td__nthreads(p, p->threads);
     td__tiles tl[TD__GROUPS];
 #pragma omp parallel num_threads(nt)
@@ -709,12 +547,8 @@ void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
                 td__group(p, x, dy, g, V, D);
 #pragma omp barrier
 #pragma omp for schedule(static)
-        for (long kc = 0; kc < (long)ps; kc += 8) {
-            if (p->m == 4)
-                td__w4_reduce8(p, (size_t)kc, dw, TD__GROUPS);
-            else
-                td__reduce8(p, (size_t)kc, dw);
-        }
+        for (long kc = 0; kc < (long)ps; kc += 8)
+            td__t_reduce8(p, (size_t)kc, dw, TD__GROUPS);
     }
     if (db) {
         const float *b = p->part + (size_t)TD__GROUPS * p->np * ps;
@@ -725,4 +559,12 @@ void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
             db[k] = s;
         }
     }
+}
+
+void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
+                  float *db)
+{
+    if (!p->part) /* a forward-only plan (td_wino_create_fwd) */
+        return;
+    td__cls_bwdw(&p->wcls, x, dy, dw, db);
 }

@@ -6,17 +6,24 @@
  * into y [n][oc/8][h][w][8]: the forward (y = conv(x, W) + bias), the
  * backward data as the forward of the flipped, channel-swapped weights
  * (td_wino_weights_flip), and the backward weights (dW, db from x and dy).
- * The output is cut into m x m tiles (m = 2 or 4); a tile's (m+2)^2 input
- * patch d becomes V = B^T d B, the weights U = G g G^T (both (m+2)^2
- * values per channel), and the tile's output Y = A^T (sum over ic of U .
- * V) A: 16 products per input channel for 4 outputs (F(2x2)) or 36 for 16
- * (F(4x4)) instead of 9 per output, each of the (m+2)^2 positions one
- * matrix product [tiles x ic] . [ic x oc] over a block of tiles.  The
- * weight gradient is the chain rule through the same linear maps:
- * dU = sum over tiles of (A dY A^T) . V, dW = G^T dU G.  F(2x2)'s
- * coefficients are 0, +-1 and +-1/2, F(4x4)'s (points 0, +-1, 2, -1/2)
- * up to 8 and 16/15: the rounding stays that of a few more additions per
- * value, about 10x more for F(4x4) (test_wino.c states the bounds).
+ * The output is cut into tiles of mh x mw outputs (each 2 or 4); a
+ * tile's (mh+2) x (mw+2) input patch d becomes V = B_h^T d B_w, the
+ * weights U = G_h g G_w^T (both (mh+2)(mw+2) values per channel), and the
+ * tile's output Y = A_h^T (sum over ic of U . V) A_w: 36 products per
+ * input channel for 16 outputs (F(4x4)), 24 for 8 (F(4x2), F(2x4)) or 16
+ * for 4 (F(2x2)) instead of 9 per output, each of the positions one
+ * matrix product [tiles x ic] . [ic x oc] over a block of tiles.  Per
+ * side as many tiles of 4 as fit, then one of 2 where 1 or 2 outputs are
+ * left (one more of 4 where 3 are): 14x14 takes 3x3 F(4x4) tiles, 3
+ * F(4x2), 3 F(2x4) and one F(2x2), 484 products per channel pair against
+ * 576 for 4x4 tiles of 4x4.  The weight gradient is the chain rule
+ * through the same linear maps: dU = sum over tiles of (A_h dY A_w^T) .
+ * V, dW = G_h^T dU G_w, on square tiles alone (of 4, or of 2 where they
+ * take fewer products: the per-class sums cost more than the edge tiles
+ * save).  F(2)'s coefficients are 0, +-1 and +-1/2,
+ * F(4)'s (points 0, +-1, 2, -1/2) up to 8 and 16/15: the rounding stays
+ * that of a few more additions per value, about 10x more with F(4)
+ * (test_wino.c states the bounds).
  * Threads split the tiles; a tile's outputs come from one thread, and the
  * weight gradient is summed in eight fixed groups of tiles, the groups in
  * group order: results do not depend on the thread count (exact resumes).
@@ -50,17 +57,21 @@ void td_wino_destroy(td_wino *p);
 td_wino *td_wino_create_fwd(int n, int h, int w, int ic, int oc,
                             int threads);
 
-/* The same with the output tile side m: 2 (F(2x2, 3x3)) or 4 (F(4x4,
- * 3x3)); NULL for any other m.  td_wino_create takes td_wino_tile_for(h,
- * w): TD_CPU_WINO_TILE=2 or 4 in the environment, else the tile with
- * fewer products per image, 2 on a tie (4 on 3x3, 4x4, 7x7 and larger
- * squares; 2 on 1x1, 2x2, 5x5, 6x6). */
+/* The same with the tiles m: 2 or 4, tiles of m x m alone (the last
+ * ones past the image where m does not divide its sides), or 0, the
+ * tiles of 4 and 2 above; NULL for any other m.  td_wino_create takes
+ * td_wino_tile_for(h, w): TD_CPU_WINO_TILE=2 or 4 in the environment,
+ * else 0. */
 td_wino *td_wino_create_tile(int n, int h, int w, int ic, int oc,
                              int threads, int m);
 int td_wino_tile_for(int h, int w);
 
-/* The plan's output tile side, 2 or 4. */
+/* The plan's largest tile side, 2 or 4; its tile shapes as text, e.g.
+ * "F(4x4, 3x3) + F(4x2, 3x3) + F(2x4, 3x3) + F(2x2, 3x3)"; the products
+ * per image and channel pair (484 on 14x14, 576 with m = 4). */
 int td_wino_tile(const td_wino *p);
+const char *td_wino_tiles(const td_wino *p);
+long td_wino_products(const td_wino *p);
 
 /* The plan's transformed weights from fp32 w[oc][ic][3][3]; or, for the
  * plan of a convolution's backward data (created with ic and oc swapped),

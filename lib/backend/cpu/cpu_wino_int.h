@@ -1,7 +1,8 @@
-/* cpu_wino_int.h - what cpu_wino.c (the plan, the blocking, the products,
- * the F(2x2, 3x3) transforms) shares with cpu_wino4.c (the F(4x4, 3x3)
- * transforms): the plan's fields, a block's tile coordinates, and the
- * transform entry points of the larger tile.  Internal to those two files.
+/* cpu_wino_int.h - what cpu_wino.c (the plan, its tile classes, the
+ * blocking, the products, the threads) shares with cpu_wino_tr.c (the
+ * transforms of every tile class): a class's fields, a block's tile
+ * coordinates, and the transforms' entry points.  Internal to those two
+ * files.
  */
 #ifndef TD_BACKEND_CPU_WINO_INT_H
 #define TD_BACKEND_CPU_WINO_INT_H
@@ -18,22 +19,28 @@
 
 enum { TD__TB_MAX = 120 }; /* tiles per block at most */
 
-struct td_wino {
-    int h, w, ic, oc, threads;
-    int m;          /* output tile side: 2 or 4 */
-    int np;         /* transformed positions per tile: (m + 2)^2 */
+/* A tile class: the tiles of one shape, mh rows by mw columns of output
+ * (each 2 or 4: F(mh x mw, 3x3)), th x tw of them per image on a grid
+ * from (ry0, rx0).  A convolution's classes cover its output once
+ * (cpu_wino.c's td__classes); they run one after the other and share the
+ * plan's scratch, sums and tile sums (sized for the largest class). */
+typedef struct td__wc {
+    int h, w, ic, oc, threads; /* the convolution's */
+    int mh, mw;     /* output tile: rows, columns */
+    int np;         /* transformed positions per tile: (mh+2)(mw+2) */
+    int ry0, rx0;   /* the class's first tile's output position */
     int th, tw;     /* tiles per image: rows, columns */
     long tiles;     /* n * th * tw */
     int tb;         /* tiles per block of the forward */
     int tbw;        /* tiles per block of the weight gradient */
-    float *u;       /* [np][ic][oc] transformed weights */
+    float *u;       /* [np][ic][oc] transformed weights (the class's own) */
     float *scr;     /* per thread: V [np][tb][ic], M [np][tb][oc] (or
                      * tbw and D [np][tbw][oc]) */
     size_t scr_per; /* floats per thread */
     float *part;    /* [TD__GROUPS][np][oc][ic] then [TD__GROUPS][oc] */
     float *tsum;    /* [TD__GROUPS][tbw][oc]: the tiles' gradient sums
                      * (more threads than groups) */
-};
+} td__wc;
 
 /* Tiles g0 .. g0 + cnt - 1 of the batch: per tile its sample and the
  * top-left output position; tb, the block's rows per plane (the stride of
@@ -78,20 +85,20 @@ TD__IN void td__dbsum(float *db, int per_tile, int i, int K, int kb,
     _mm256_storeu_ps(o, per_tile ? s : _mm256_add_ps(_mm256_loadu_ps(o), s));
 }
 
-/* F(4x4, 3x3) (cpu_wino4.c), each the counterpart of cpu_wino.c's F(2x2)
- * step: U of output channels k0 .. k0 + 7; rows i0 .. i1 - 1 of V
- * [36][tb][C], the block's input patches; the outputs from M [36][tb][K];
- * rows i0 .. i1 - 1 of D [36][tb][K], the output gradient's, with db +=
- * each tile's sum (per_tile: tile i's sum into db + i * K); dw of the
- * (output, input) channel pairs kc .. kc + 7 from the groups' sums.  The
- * callers zero the rows past a block's last tile (td__pad6). */
-void td__w4_weights8(td_wino *p, const float *w, int flip, int k0);
-void td__w4_input(const td_wino *p, const td__tiles *t, const float *x,
-                  int C, int i0, int i1, float *V);
-void td__w4_output(const td_wino *p, const td__tiles *t, const float *M,
-                   float *y, const float *bias, int cnt);
-void td__w4_dy(const td_wino *p, const td__tiles *t, const float *dy,
-               int i0, int i1, float *D, float *db, int per_tile);
-void td__w4_reduce8(const td_wino *p, size_t kc, float *dw, int groups);
+/* The transforms (cpu_wino_tr.c), each for the class's tile shape: U of
+ * output channels k0 .. k0 + 7; rows i0 .. i1 - 1 of V [np][tb][C], the
+ * block's input patches; the outputs from M [np][tb][K]; rows i0 .. i1 -
+ * 1 of D [np][tb][K], the output gradient's, with db += each tile's sum
+ * (per_tile: tile i's sum into db + i * K); dw of the (output, input)
+ * channel pairs kc .. kc + 7 from the groups' sums.  The callers zero the
+ * rows past a block's last tile (td__pad6). */
+void td__t_weights8(td__wc *p, const float *w, int flip, int k0);
+void td__t_input(const td__wc *p, const td__tiles *t, const float *x, int C,
+                 int i0, int i1, float *V);
+void td__t_output(const td__wc *p, const td__tiles *t, const float *M,
+                  float *y, const float *bias, int cnt);
+void td__t_dy(const td__wc *p, const td__tiles *t, const float *dy, int i0,
+              int i1, float *D, float *db, int per_tile);
+void td__t_reduce8(const td__wc *p, size_t kc, float *dw, int groups);
 
 #endif
