@@ -176,12 +176,12 @@ static void wino_pass(td_wino *f, td_wino *b, int pass, const float *x,
 {
     if (pass == 0) {
         td_wino_weights(f, w);
-        td_wino_fwd(f, x, y, NULL);
+        td_wino_fwd(f, x, y, NULL, NULL);
     } else if (pass == 1) {
         td_wino_weights_flip(b, w);
-        td_wino_fwd(b, dy, dx, NULL);
+        td_wino_fwd(b, dy, dx, NULL, NULL);
     } else {
-        td_wino_bwdw(f, x, dy, dw, NULL);
+        td_wino_bwdw(f, x, dy, dw, NULL, NULL);
     }
 }
 

@@ -269,7 +269,7 @@ END_TEST
 /* The plan's hand-written fp32 batch norms as the backend logs them
  * (debug): all of them, and those with an add fused. */
 typedef struct bn8_seen {
-    int all, add;
+    int all, add, fold;
 } bn8_seen;
 
 static void on_bn8_line(void *user, int level, long job, const char *line)
@@ -277,6 +277,7 @@ static void on_bn8_line(void *user, int level, long job, const char *line)
     bn8_seen *k = user;
     (void)level;
     (void)job;
+    k->fold += strstr(line, "batch norm + relu folded into") != NULL;
     if (!strstr(line, "batch norm: cpu_bn8 (fp32 nChw8c)"))
         return;
     k->all++;
@@ -292,21 +293,100 @@ static void setup_bn8(fixture *f, const char *model, td_shape in,
 /* fp32 on AVX2 (nChw8c): each residual block's last batch norm runs
  * cpu_bn8.c fused with the add and the relu after it (9 in resnet20: the
  * shortcut's gradient written by the batch norm's backward, the block
- * input's two gradient summands read as one), the others stay oneDNN's;
- * the step, layer gradients included, matches the reference layers. */
+ * input's two gradient summands read as one), its first folded into the
+ * Winograd convolution after it (9 more; the stem's, read by an add too,
+ * and the shortcuts' stay oneDNN's); with TD_CPU_FOLD=0 the first ones
+ * stay oneDNN's.  The step, layer gradients and the folded relus' values
+ * included, matches the reference layers. */
 START_TEST(test_resnet20_avx2_fuses_adds)
 {
     bn8_seen k = {0};
     fixture f;
+    if (_i)
+        setenv("TD_CPU_FOLD", "0", 1);
     setup_bn8(&f, "resnet20", (td_shape){3, 16, 16}, &k);
     if (!td_bn8_ok(16)) {
         ck_assert_int_eq(k.all, 0);
         printf("no AVX2 here: cpu_bn8.c is not planned\n");
     } else {
-        ck_assert_int_eq(k.all, 9);
+        ck_assert_int_eq(k.all, _i ? 9 : 18);
         ck_assert_int_eq(k.add, 9);
+        ck_assert_int_eq(k.fold, _i ? 0 : 9);
     }
     compare_step(&f, 1);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* A backend of model `name` on the fixtures' configuration and batch,
+ * made with TD_CPU_FOLD=fold (NULL: unset) and TD_CPU_BN8=all. */
+static td_backend *fold_backend(const td_model *m, td_shape in, int n,
+                                const char *fold, const td_batch *b)
+{
+    char err[256] = "";
+    td_backend *be = NULL;
+    td_backend_config cfg = fx_config(in, n, TD_OPT_SGD);
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+    setenv("TD_CPU_BN8", "all", 1);
+    if (fold)
+        setenv("TD_CPU_FOLD", fold, 1);
+    else
+        unsetenv("TD_CPU_FOLD");
+    ck_assert_msg(td_backend_create("cpu", m, &cfg, &be, err, sizeof err) ==
+                      0,
+                  "create: %s", err);
+    ck_assert_int_eq(td_backend_upload(be, b), 0);
+    return be;
+}
+
+/* Folding a batch norm and relu into their readers changes no bit: three
+ * training steps and an evaluation of fmnist-cnn (folds read by Winograd
+ * convolutions and max poolings) and resnet20 give the parameters, the
+ * loss, the counts and every layer's value (a fold's written out when
+ * read) of the same plan with every batch norm on cpu_bn8.c unfolded. */
+START_TEST(test_fold_changes_no_bit)
+{
+    static const char *model[2] = {"fmnist-cnn", "resnet20"};
+    static const td_shape shp[2] = {{1, 28, 28}, {3, 16, 16}};
+    fixture f;
+    setup_fx(&f, model[_i], shp[_i], 10, 3, TD_OPT_SGD);
+    td_backend *be[2] = {fold_backend(f.m, shp[_i], 3, "0", &f.b),
+                         fold_backend(f.m, shp[_i], 3, NULL, &f.b)};
+    td_step_stats st[2];
+    for (int k = 0; k < 2; k++) {
+        for (int t = 1; t <= 3; t++)
+            ck_assert_int_eq(td_backend_train_step(be[k], 0.05f, t), 0);
+        ck_assert_int_eq(td_backend_eval_step(be[k]), 0);
+        ck_assert_int_eq(td_backend_read_stats(be[k], &st[k]), 0);
+    }
+    ck_assert(memcmp(&st[0].loss_sum, &st[1].loss_sum, sizeof(double)) ==
+              0);
+    ck_assert_int_eq(st[0].correct, st[1].correct);
+    for (int p = 0; p < f.m->nparams; p++) {
+        size_t n = f.m->params[p].count;
+        float *v[2] = {malloc(n * 4), malloc(n * 4)};
+        for (int k = 0; k < 2; k++)
+            ck_assert_int_eq(be[k]->ops->read_tensor(be[k], TD_T_PARAM, p,
+                                                     v[k], n),
+                             0);
+        ck_assert_msg(memcmp(v[0], v[1], n * 4) == 0, "%s: %s differs",
+                      model[_i], f.m->params[p].name);
+        free(v[0]), free(v[1]);
+    }
+    for (int L = 1; L < f.m->nlayers; L++) {
+        size_t n = td_ref_size(&f.r, L);
+        float *v[2] = {malloc(n * 4), malloc(n * 4)};
+        int rc[2];
+        for (int k = 0; k < 2; k++)
+            rc[k] = be[k]->ops->read_tensor(be[k], TD_T_VALUE, L, v[k], n);
+        ck_assert_int_eq(rc[0], rc[1]);
+        ck_assert_msg(rc[0] != 0 || memcmp(v[0], v[1], n * 4) == 0,
+                      "%s: the value of %s differs", model[_i],
+                      f.m->layers[L].name);
+        free(v[0]), free(v[1]);
+    }
+    td_backend_destroy(be[0]);
+    td_backend_destroy(be[1]);
     teardown_fx(&f);
 }
 END_TEST
@@ -738,7 +818,9 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_resnet20_matches_reference);
     tcase_add_test(tc, test_fmnist_cnn_avx2_has_no_reference_kernel);
     tcase_add_test(tc, test_fmnist_cnn_avx2_stem_bwd_weights);
-    tcase_add_test(tc, test_resnet20_avx2_fuses_adds);
+    tcase_add_loop_test(tc, test_resnet20_avx2_fuses_adds, 0, 2);
+    if (td_bn8_ok(16))
+        tcase_add_loop_test(tc, test_fold_changes_no_bit, 0, 2);
     tcase_add_test(tc, test_fmnist_cnn_avx2_bn8_all);
     tcase_add_test(tc, test_tiny_res8_avx2_batch_norm_edges);
     tcase_add_test(tc, test_running_stats_and_inference);

@@ -9,7 +9,9 @@
  * of whole images or of part of one larger image), with and without the
  * fused add and relu, the gradient as one tensor or two summands;
  * training forward and backward, the relu's bit mask, inference, NaN,
- * and bitwise determinism across thread counts.  On a CPU without AVX2
+ * bitwise determinism across thread counts, and the fold's statistics,
+ * output and backward (the relu's signs from x) bit for bit those of the
+ * batch norm with its relu.  On a CPU without AVX2
  * (where the backend keeps oneDNN's batch norm) only the scalar math
  * runs.
  */
@@ -412,6 +414,49 @@ START_TEST(test_deterministic)
 }
 END_TEST
 
+/* A fold (cpu_fold.h): td_bn8_stats's mean, var and scale, the output
+ * td_bn8_apply writes from them and td_bn8_bwd_fold's gradients (the
+ * relu's signs from x) are those of td_bn8_fwd and td_bn8_bwd with the
+ * relu and its mask, bit for bit; the gradient as one tensor or two. */
+START_TEST(test_fold_is_the_relu)
+{
+    for (size_t ci = 0; ci < 5; ci += step_c(_i))
+        for (int two = 0; two < 2; two++) {
+            bn_case b;
+            int C = chans[ci];
+            fill(&b, 1311, C, 1 | (two << 2), layout_hw(_i, 1311));
+            size_t n = b.rows * (size_t)C;
+            run_fwd(&b);
+            run_bwd(&b);
+            float *x = laid(&b, b.x), *dy = laid(&b, b.dy);
+            float *dy2 = laid(&b, b.dy2), *y = malloc(n * 4);
+            float *dx = malloc(n * 4), *got = malloc(n * 4);
+            float *mean = malloc((size_t)C * 4), *var = malloc((size_t)C * 4);
+            float *sc = malloc((size_t)C * 4), *dg = malloc((size_t)C * 4);
+            float *dbt = malloc((size_t)C * 4);
+            td_bn8_stats(x, b.rows, C, b.hw, b.gamma, EPS, mean, var, sc,
+                         b.part);
+            ck_assert(memcmp(mean, b.mean, (size_t)C * 4) == 0);
+            ck_assert(memcmp(var, b.var, (size_t)C * 4) == 0);
+            td_bn8_apply(x, y, b.rows, C, b.hw, mean, sc, b.beta);
+            unlaid(&b, y, got);
+            ck_assert_msg(memcmp(got, b.y, n * 4) == 0, "C %d: the fold's "
+                          "output differs", C);
+            td_bn8_bwd_fold(x, sc, b.beta, dy, two ? dy2 : NULL, dx, b.rows,
+                            C, b.hw, b.gamma, mean, var, EPS, dg, dbt,
+                            b.part);
+            unlaid(&b, dx, got);
+            ck_assert_msg(memcmp(got, b.dx, n * 4) == 0, "C %d: the fold's "
+                          "dx differs", C);
+            ck_assert(memcmp(dg, b.dgamma, (size_t)C * 4) == 0);
+            ck_assert(memcmp(dbt, b.dbeta, (size_t)C * 4) == 0);
+            free(x), free(dy), free(dy2), free(got); /* unlaid freed y, dx */
+            free(mean), free(var), free(sc), free(dg), free(dbt);
+            unfill(&b);
+        }
+}
+END_TEST
+
 /* kernels/bn_nhwc.h's fp32 output: no rounding between the batch norm
  * and the add (the bf16 form's td_bn_nhwc_y rounds there). */
 START_TEST(test_scalar_math)
@@ -445,6 +490,7 @@ int main(void)
         tcase_add_loop_test(tc, test_two_summands_are_their_sum, 0, 2);
         tcase_add_loop_test(tc, test_infer_vs_fp64, 0, 2);
         tcase_add_loop_test(tc, test_deterministic, 0, 2);
+        tcase_add_loop_test(tc, test_fold_is_the_relu, 0, 2);
     }
     suite_add_tcase(s, tc);
     return td_test_run(s);

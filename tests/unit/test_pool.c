@@ -3,12 +3,15 @@
  * nChw16c: the maxima; the gradient at each window's first maximum in
  * window order and 0 elsewhere, on data drawn from 5 values so that most
  * windows have ties (as after a ReLU); fmnist-cnn's sizes (28x28, 14x14)
- * and small odd-shaped ones; the refusals.  Skipped without AVX2.
+ * and small odd-shaped ones; with a batch norm and relu folded into it
+ * (cpu_fold.h), bit for bit the pooling of their output written out; the
+ * refusals.  Skipped without AVX2 + FMA.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_fold.h"
 #include "backend/cpu/cpu_pool.h"
 #include "philox.h"
 #include "tdtest.h"
@@ -36,7 +39,7 @@ START_TEST(test_matches_loop)
     for (size_t i = 0; i < ny; i++)
         dy[i] = (float)(1 + i % 97);
     memset(dx, 0xff, nx * sizeof *dx); /* NaN: every element is written */
-    td_maxpool2_fwd(x, y, m, planes, s->h, s->w, s->blk);
+    td_maxpool2_fwd(x, y, m, planes, s->h, s->w, s->blk, NULL);
     td_maxpool2_bwd(dy, m, dx, planes, s->h, s->w, s->blk);
     for (size_t p = 0; p < planes; p++)
         for (int i = 0; i < oh; i++)
@@ -64,6 +67,41 @@ START_TEST(test_matches_loop)
 }
 END_TEST
 
+START_TEST(test_fold_is_the_written_output)
+{
+    /* nChw8c, 3 images of 24 channels: the fold's pooling, masks and
+     * gradient equal those of relu((x - mean) * a + b) written out (the
+     * same operations as cpu_bn8.c's output pass), negative scales and
+     * a NaN included */
+    enum { N = 3, C = 24, H = 6, W = 10 };
+    size_t planes = N * C / 8, nx = planes * H * W * 8, ny = nx / 4;
+    size_t mb = td_maxpool2_mask_bytes(planes, H / 2, W / 2, 8);
+    float *x = malloc(nx * sizeof *x), *z = malloc(nx * sizeof *z);
+    float *y0 = malloc(ny * sizeof *y0), *y1 = malloc(ny * sizeof *y1);
+    uint8_t *m0 = malloc(mb), *m1 = malloc(mb);
+    float mean[C], a[C], b[C];
+    for (int c = 0; c < C; c++) {
+        mean[c] = (float)(td_rng_uniform(24, 1, (uint64_t)c) - 0.5);
+        a[c] = (float)(2 * td_rng_uniform(24, 2, (uint64_t)c) - 1);
+        b[c] = (float)(td_rng_uniform(24, 3, (uint64_t)c) - 0.5);
+    }
+    for (size_t i = 0; i < nx; i++)
+        x[i] = (float)(2 * td_rng_uniform(24, 4, i) - 1);
+    x[17] = __builtin_nanf("");
+    for (size_t i = 0; i < nx; i++) {
+        size_t c = (i / (H * W * 8)) % (C / 8) * 8 + i % 8;
+        float t = __builtin_fmaf(x[i] - mean[c], a[c], b[c]);
+        z[i] = t > 0 ? t : 0.0f; /* max(t, 0): NaN to 0 */
+    }
+    td_fold f = {mean, a, b, C};
+    td_maxpool2_fwd(z, y0, m0, planes, H, W, 8, NULL);
+    td_maxpool2_fwd(x, y1, m1, planes, H, W, 8, &f);
+    ck_assert_int_eq(memcmp(y0, y1, ny * sizeof *y0), 0);
+    ck_assert_int_eq(memcmp(m0, m1, mb), 0);
+    free(x), free(z), free(y0), free(y1), free(m0), free(m1);
+}
+END_TEST
+
 START_TEST(test_refuses_unsupported)
 {
     ck_assert(!td_maxpool2_ok(3, 2, 0, 28, 28, 8)); /* 3x3 */
@@ -73,7 +111,8 @@ START_TEST(test_refuses_unsupported)
     ck_assert(!td_maxpool2_ok(2, 2, 0, 8, 7, 16));  /* odd width */
     ck_assert(!td_maxpool2_ok(2, 2, 0, 8, 8, 4));   /* 4-channel blocks */
     ck_assert_int_eq(td_maxpool2_ok(2, 2, 0, 28, 28, 8),
-                     !!__builtin_cpu_supports("avx2"));
+                     __builtin_cpu_supports("avx2") &&
+                         __builtin_cpu_supports("fma"));
 }
 END_TEST
 
@@ -82,11 +121,13 @@ static Suite *pool_suite(void)
     Suite *s = suite_create("pool");
     TCase *tc = tcase_create("avx2");
     tcase_add_test(tc, test_refuses_unsupported);
-    if (__builtin_cpu_supports("avx2"))
+    if (td_maxpool2_ok(2, 2, 0, 2, 2, 8)) {
         tcase_add_loop_test(tc, test_matches_loop, 0,
                             (int)(sizeof shapes / sizeof shapes[0]));
-    else
-        printf("pool: this CPU has no AVX2: only the refusals run\n");
+        tcase_add_test(tc, test_fold_is_the_written_output);
+    } else {
+        printf("pool: this CPU has no AVX2 + FMA: only the refusals run\n");
+    }
     suite_add_tcase(s, tc);
     return s;
 }

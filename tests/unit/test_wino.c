@@ -10,6 +10,8 @@
  * 14x14, unequal channel counts (16 -> 48, 48 -> 16), odd and tiny image
  * sizes (7x5, 9x11, 1x1, 2x3, 6x10: every class mix) and a batch whose
  * tiles end mid-block; bitwise equal results on 1, 2 and 12 threads; a
+ * batch norm and relu folded into the input, bitwise equal to their
+ * output written out (forward and weight gradient); a
  * forward-only plan; the plan's tiles per side, their products and
  * TD_CPU_WINO_TILE.  The comparisons are skipped where the CPU has no
  * AVX2 + FMA.
@@ -31,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_fold.h"
 #include "backend/cpu/cpu_wino.h"
 #include "philox.h"
 #include "tdtest.h"
@@ -130,7 +133,7 @@ START_TEST(test_forward_matches_direct)
     td_wino *p = td_wino_create_tile(s->n, s->h, s->w, s->ic, s->oc, 2, m);
     ck_assert_ptr_nonnull(p);
     td_wino_weights(p, w);
-    td_wino_fwd(p, x, y, s->bias ? bias : NULL);
+    td_wino_fwd(p, x, y, s->bias ? bias : NULL, NULL);
     check_conv(s, x, w, s->bias ? bias : NULL, y, s->ic, s->oc, 0, m,
                NAME(m));
     td_wino_destroy(p);
@@ -152,7 +155,7 @@ START_TEST(test_backward_data_matches_direct)
     td_wino *p = td_wino_create_tile(s->n, s->h, s->w, s->oc, s->ic, 1, m);
     ck_assert_ptr_nonnull(p);
     td_wino_weights_flip(p, w);
-    td_wino_fwd(p, dy, dx, NULL);
+    td_wino_fwd(p, dy, dx, NULL, NULL);
     check_conv(s, dy, w, NULL, dx, s->oc, s->ic, 1, m, NAME(m));
     td_wino_destroy(p);
     free(dy), free(w), free(dx);
@@ -170,7 +173,7 @@ START_TEST(test_backward_weights_matches_direct)
     float *dw = malloc(nw * sizeof *dw), *db = malloc(s->oc * sizeof *db);
     td_wino *p = td_wino_create_tile(s->n, s->h, s->w, s->ic, s->oc, 2, m);
     ck_assert_ptr_nonnull(p);
-    td_wino_bwdw(p, x, dy, dw, s->bias ? db : NULL);
+    td_wino_bwdw(p, x, dy, dw, s->bias ? db : NULL, NULL);
     for (int o = 0; o < s->oc; o++) {
         for (int c = 0; c < s->ic; c++) {
             /* per tap the sum and its terms' magnitudes; the bound is on
@@ -243,8 +246,8 @@ START_TEST(test_thread_count_independent)
         dw[t] = malloc(nw * sizeof(float));
         db[t] = malloc(48 * sizeof(float));
         omp_set_num_threads(nts[t]);
-        td_wino_fwd(p, x, y[t], bias);
-        td_wino_bwdw(p, x, dy, dw[t], db[t]);
+        td_wino_fwd(p, x, y[t], bias, NULL);
+        td_wino_bwdw(p, x, dy, dw[t], db[t], NULL);
     }
     omp_set_num_threads(2);
     for (int t = 1; t < 3; t++) {
@@ -259,6 +262,54 @@ START_TEST(test_thread_count_independent)
     for (int t = 0; t < 3; t++)
         free(y[t]), free(dw[t]), free(db[t]);
     free(x), free(w), free(dy), free(bias);
+}
+END_TEST
+
+START_TEST(test_fold_is_the_written_input)
+{
+    /* the forward and the weight gradient of x folded (cpu_fold.h) equal
+     * those of relu((x - mean) * a + b) written out, bit for bit: the
+     * plan's tiles on 14x14 (all four shapes), 7x5 and 2x3 (borders), 2x2
+     * tiles on 6x10; negative scales and a NaN included */
+    static const shape fs[] = {{3, 14, 14, 32, 16, 1},
+                               {2, 7, 5, 16, 32, 0},
+                               {4, 2, 3, 16, 16, 1},
+                               {2, 6, 10, 16, 16, 0}};
+    const shape s = fs[_i];
+    int m = _i == 3 ? 2 : 0;
+    size_t nx = (size_t)s.n * s.ic * s.h * s.w;
+    size_t ny = (size_t)s.n * s.oc * s.h * s.w, nw = (size_t)s.oc * s.ic * 9;
+    float *x = rnd(nx, 500), *w = rnd(nw, 501), *dy = rnd(ny, 502);
+    float *mean = rnd((size_t)s.ic, 503), *a = rnd((size_t)s.ic, 504);
+    float *b = rnd((size_t)s.ic, 505), *z = malloc(nx * sizeof *z);
+    float *y[2], *dw[2], *db[2];
+    x[5] = __builtin_nanf("");
+    for (size_t i = 0; i < nx; i++) {
+        int c = (int)(i / ((size_t)s.h * s.w * 8) % (size_t)(s.ic / 8)) * 8 +
+                (int)(i % 8);
+        float t = __builtin_fmaf(x[i] - mean[c], a[c], b[c]);
+        z[i] = t > 0 ? t : 0.0f;
+    }
+    td_fold f = {mean, a, b, s.ic};
+    td_wino *p = td_wino_create_tile(s.n, s.h, s.w, s.ic, s.oc, 2, m);
+    ck_assert_ptr_nonnull(p);
+    td_wino_weights(p, w);
+    for (int k = 0; k < 2; k++) {
+        y[k] = malloc(ny * sizeof(float));
+        dw[k] = malloc(nw * sizeof(float));
+        db[k] = malloc((size_t)s.oc * sizeof(float));
+        td_wino_fwd(p, k ? x : z, y[k], s.bias ? b : NULL, k ? &f : NULL);
+        td_wino_bwdw(p, k ? x : z, dy, dw[k], db[k], k ? &f : NULL);
+    }
+    ck_assert_msg(memcmp(y[0], y[1], ny * sizeof(float)) == 0,
+                  "%dx%d: the folded forward differs", s.h, s.w);
+    ck_assert_msg(memcmp(dw[0], dw[1], nw * sizeof(float)) == 0,
+                  "%dx%d: the folded weight gradient differs", s.h, s.w);
+    ck_assert_int_eq(memcmp(db[0], db[1], (size_t)s.oc * sizeof(float)), 0);
+    td_wino_destroy(p);
+    for (int k = 0; k < 2; k++)
+        free(y[k]), free(dw[k]), free(db[k]);
+    free(x), free(w), free(dy), free(mean), free(a), free(b), free(z);
 }
 END_TEST
 
@@ -295,12 +346,12 @@ START_TEST(test_forward_only_plan)
     ck_assert_int_eq(td_wino_tile(fwd), td_wino_tile(full));
     td_wino_weights(full, w);
     td_wino_weights(fwd, w);
-    td_wino_fwd(full, x, y0, bias);
-    td_wino_fwd(fwd, x, y1, bias);
+    td_wino_fwd(full, x, y0, bias, NULL);
+    td_wino_fwd(fwd, x, y1, bias, NULL);
     ck_assert_int_eq(memcmp(y0, y1, ny * sizeof(float)), 0);
     for (size_t i = 0; i < nw; i++)
         dw[i] = 7.0f;
-    td_wino_bwdw(fwd, x, y0, dw, NULL);
+    td_wino_bwdw(fwd, x, y0, dw, NULL, NULL);
     for (size_t i = 0; i < nw; i++)
         ck_assert_float_eq(dw[i], 7.0f);
     td_wino_destroy(full);
@@ -390,6 +441,7 @@ static Suite *wino_suite(void)
         tcase_add_loop_test(tc, test_backward_weights_matches_direct, 0,
                             3 * n);
         tcase_add_loop_test(tc, test_thread_count_independent, 0, 3);
+        tcase_add_loop_test(tc, test_fold_is_the_written_input, 0, 4);
         tcase_add_test(tc, test_forward_only_plan);
     } else {
         printf("wino: this CPU has no AVX2 + FMA: only the refusals run\n");

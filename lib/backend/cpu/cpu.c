@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_bn8.h"
 #include "backend/cpu/cpu_int.h"
 #include "base/clock.h"
 #include "base/error.h"
@@ -170,6 +171,14 @@ static int td__read_act(td__cpu *be, int L, int grad, float *host,
                  "has %zu floats, not %zu", m->layers[L].name,
                  dnnl_memory_desc_get_size(&plain) / sizeof(float), nfloats);
         return -EINVAL;
+    }
+    if (!grad && c->fold && c->fd.mean) { /* written out when read */
+        int r = be->cl[L].root, C = c->fd.C;
+        const td_layer *bn = &m->layers[r];
+        omp_set_num_threads(be->threads);
+        td_bn8_apply(td__mem_ptr(be->cl[be->cl[bn->in[0]].root].y),
+                     td__mem_ptr(c->y), c->nelem / (size_t)C, C,
+                     td__bn_hw(be, r), c->fd.mean, c->fd.a, c->fd.b);
     }
     dnnl_status_t st = td__reorder_now(be, &c->md,
                                        td__mem_ptr(grad ? c->dy : c->y),

@@ -11,13 +11,16 @@
  * 8-channel blocks split evenly over the threads, each thread runs both
  * passes over its own channels with no barrier (td__split; the same sums in
  * the same order, so the same bits).  The structure is cpu_bn.c's (bf16,
- * AVX-512) with fp32 elements, so no rounding.
+ * AVX-512) with fp32 elements, so no rounding.  A batch norm folded into
+ * its consumers (cpu_fold.h) runs the forward's statistics alone and a
+ * backward that takes the relu's signs from x.
  * Never does: allocate, decide whether it is used (cpu_plan.c), running
  * statistics (cpu_step.c), anything with oneDNN.
  */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_bn8.h"
 #include "backend/cpu/cpu_bn_geo.h"
@@ -118,12 +121,25 @@ TD__IN __m256 td__g(const float *dy, const float *dy2, const uint8_t *mask,
         _mm256_castsi256_ps(_mm256_cmpeq_epi32(on, bit)), g);
 }
 
+/* g where the folded output (cpu_fold.h) of x is > 0, d = x - mean of
+ * channels c .. c + 7 (fa, fb: the forward's scale, shift): the same
+ * operations as the forward's, so the same signs as its mask's. */
+TD__IN __m256 td__gfold(__m256 g, __m256 d, const float *fa, const float *fb,
+                        int c)
+{
+    __m256 t = _mm256_fmadd_ps(d, _mm256_loadu_ps(fa + c),
+                               _mm256_loadu_ps(fb + c));
+    return _mm256_and_ps(g, _mm256_cmp_ps(t, _mm256_setzero_ps(),
+                                          _CMP_GT_OQ));
+}
+
 /* Backward sums of a chunk's channel group: o1 = sum g, o2 = sum
- * g*(x - mean); g into ds when not NULL. */
+ * g*(x - mean); g into ds when not NULL; with fa, the relu's signs from
+ * x (td__gfold) instead of a mask. */
 TD__IN void td__bsum_blk(const float *x, const uint8_t *mask,
-                         const float *dy, const float *dy2, float *ds,
-                         td__ck k, int c0, int nv, const float *mean,
-                         float *o1, float *o2)
+                         const float *fa, const float *fb, const float *dy,
+                         const float *dy2, float *ds, td__ck k, int c0,
+                         int nv, const float *mean, float *o1, float *o2)
 {
     __m256 M[4], s1[4], s2[4];
     TD__VOFF(k, c0, nv, vo);
@@ -137,11 +153,13 @@ TD__IN void td__bsum_blk(const float *x, const uint8_t *mask,
         for (int v = 0; v < nv; v++) {
             size_t o = vo[v] + ro;
             __m256 g = td__g(dy, dy2, mask, o);
+            __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + o), M[v]);
+            if (fa)
+                g = td__gfold(g, d, fa, fb, c0 + 8 * v);
             if (ds)
                 _mm256_storeu_ps(ds + o, g);
             s1[v] = _mm256_add_ps(s1[v], g);
-            s2[v] = _mm256_fmadd_ps(
-                g, _mm256_sub_ps(_mm256_loadu_ps(x + o), M[v]), s2[v]);
+            s2[v] = _mm256_fmadd_ps(g, d, s2[v]);
         }
     }
 #pragma GCC unroll 4
@@ -154,10 +172,11 @@ TD__IN void td__bsum_blk(const float *x, const uint8_t *mask,
 /* dx = g*a - (x - mean)*k + d (td_bn_nhwc_dx) on a chunk's channel
  * group; g from ds when given.  The coefficients stay in memory (four
  * per vector would take all 16 registers); their loads hit L1. */
-TD__IN void td__dx_blk(const float *x, const uint8_t *mask, const float *dy,
-                       const float *dy2, const float *ds, float *dx,
-                       td__ck ck, int c0, int nv, const float *mean,
-                       const float *a, const float *k, const float *d)
+TD__IN void td__dx_blk(const float *x, const uint8_t *mask, const float *fa,
+                       const float *fb, const float *dy, const float *dy2,
+                       const float *ds, float *dx, td__ck ck, int c0, int nv,
+                       const float *mean, const float *a, const float *k,
+                       const float *d)
 {
     TD__VOFF(ck, c0, nv, vo);
     TD__ROWS(ck, ro) {
@@ -166,6 +185,11 @@ TD__IN void td__dx_blk(const float *x, const uint8_t *mask, const float *dy,
             size_t o = vo[v] + ro, c = (size_t)(c0 + 8 * v);
             __m256 g = ds ? _mm256_loadu_ps(ds + o)
                           : td__g(dy, dy2, mask, o);
+            if (fa)
+                g = td__gfold(g,
+                              _mm256_sub_ps(_mm256_loadu_ps(x + o),
+                                            _mm256_loadu_ps(mean + c)),
+                              fa, fb, (int)c);
             __m256 t = _mm256_fmadd_ps(
                 _mm256_sub_ps(_mm256_loadu_ps(mean + c),
                               _mm256_loadu_ps(x + o)),
@@ -211,25 +235,27 @@ TD__AVX void td__apply_chunk(const float *x, const float *s, float *y,
 }
 
 TD__AVX void td__bsum_chunk(const float *x, const uint8_t *mask,
+                            const float *fa, const float *fb,
                             const float *dy, const float *dy2, float *ds,
                             td__geo g, long ch, int lo, int hi,
                             const float *mean, float *part)
 {
     td__ck k = td__chunk(g, ch);
     float *o = part + (size_t)ch * 2 * (size_t)g.C;
-    TD__GROUPS(lo, hi, td__bsum_blk(x, mask, dy, dy2, ds, k, c0, nv, mean,
-                                    o, o + g.C));
+    TD__GROUPS(lo, hi, td__bsum_blk(x, mask, fa, fb, dy, dy2, ds, k, c0, nv,
+                                    mean, o, o + g.C));
 }
 
 TD__AVX void td__dx_chunk(const float *x, const uint8_t *mask,
-                          const float *dy, const float *dy2, const float *ds,
-                          float *dx, td__geo g, long ch, int lo, int hi,
+                          const float *fa, const float *fb, const float *dy,
+                          const float *dy2, const float *ds, float *dx,
+                          td__geo g, long ch, int lo, int hi,
                           const float *mean, const float *a, const float *k,
                           const float *d)
 {
     td__ck ck = td__chunk(g, ch);
-    TD__GROUPS(lo, hi, td__dx_blk(x, mask, dy, dy2, ds, dx, ck, c0, nv,
-                                  mean, a, k, d));
+    TD__GROUPS(lo, hi, td__dx_blk(x, mask, fa, fb, dy, dy2, ds, dx, ck, c0,
+                                  nv, mean, a, k, d));
 }
 
 /* Thread me of nt's share of a training call: the chunks [c0, c1) and
@@ -263,10 +289,12 @@ size_t td_bn8_mask_bytes(size_t rows, int C)
     return rows * (size_t)C / 8;
 }
 
-void td_bn8_fwd(const float *x, const float *s, float *y, uint8_t *mask,
-                size_t rows, int C, size_t hw, const float *gamma,
-                const float *beta, float eps, int relu, float *mean,
-                float *var, float *part)
+/* The training forward; without y only the statistics, with scale the
+ * per-channel scale a copied out. */
+static void td__fwd(const float *x, const float *s, float *y, uint8_t *mask,
+                    size_t rows, int C, size_t hw, const float *gamma,
+                    const float *beta, float eps, int relu, float *mean,
+                    float *var, float *part, float *scale)
 {
     td__geo g = {rows, hw, C, 8};
     size_t nch = td__nchunks(g);
@@ -289,13 +317,42 @@ void td_bn8_fwd(const float *x, const float *s, float *y, uint8_t *mask,
         for (int c = t.k0; c < t.k1; c++)
             td__fwd_coefs(part, nch, C, c, rows, sh, gamma, eps, mean, var,
                           a);
-        if (!t.own) {
+        if (!t.own && y) {
 #pragma omp barrier
         }
-        for (long ch = t.c0; ch < t.c1; ch++)
+        for (long ch = t.c0; y && ch < t.c1; ch++)
             td__apply_chunk(x, s, y, mk, g, ch, t.lo, t.hi, mean, a, beta,
                             relu);
     }
+    if (scale)
+        memcpy(scale, a, (size_t)C * sizeof *scale);
+}
+
+void td_bn8_fwd(const float *x, const float *s, float *y, uint8_t *mask,
+                size_t rows, int C, size_t hw, const float *gamma,
+                const float *beta, float eps, int relu, float *mean,
+                float *var, float *part)
+{
+    td__fwd(x, s, y, mask, rows, C, hw, gamma, beta, eps, relu, mean, var,
+            part, NULL);
+}
+
+void td_bn8_stats(const float *x, size_t rows, int C, size_t hw,
+                  const float *gamma, float eps, float *mean, float *var,
+                  float *scale, float *part)
+{
+    td__fwd(x, NULL, NULL, NULL, rows, C, hw, gamma, NULL, eps, 0, mean, var,
+            part, scale);
+}
+
+void td_bn8_apply(const float *x, float *y, size_t rows, int C, size_t hw,
+                  const float *mean, const float *a, const float *b)
+{
+    td__geo g = {rows, hw, C, 8};
+    long n = (long)td__nchunks(g);
+#pragma omp parallel for schedule(static)
+    for (long ch = 0; ch < n; ch++)
+        td__apply_chunk(x, NULL, y, NULL, g, ch, 0, C, mean, a, b, 1);
 }
 
 void td_bn8_infer(const float *x, const float *s, float *y, size_t rows,
@@ -313,11 +370,12 @@ void td_bn8_infer(const float *x, const float *s, float *y, size_t rows,
         td__apply_chunk(x, s, y, NULL, g, ch, 0, C, mean, a, beta, relu);
 }
 
-void td_bn8_bwd(const float *x, const uint8_t *mask, const float *dy,
-                const float *dy2, float *dx, float *ds, size_t rows, int C,
-                size_t hw, const float *gamma, const float *mean,
-                const float *var, float eps, float *dgamma, float *dbeta,
-                float *part)
+/* The training backward; with fa the relu's signs from x (a fold). */
+static void td__bwd(const float *x, const uint8_t *mask, const float *fa,
+                    const float *fb, const float *dy, const float *dy2,
+                    float *dx, float *ds, size_t rows, int C, size_t hw,
+                    const float *gamma, const float *mean, const float *var,
+                    float eps, float *dgamma, float *dbeta, float *part)
 {
     td__geo g = {rows, hw, C, 8};
     size_t nch = td__nchunks(g);
@@ -330,8 +388,8 @@ void td_bn8_bwd(const float *x, const uint8_t *mask, const float *dy,
         td__share t = td__split(C, n, omp_get_thread_num(),
                                 omp_get_num_threads());
         for (long ch = t.c0; ch < t.c1; ch++)
-            td__bsum_chunk(x, mask, dy, dy2, ds, g, ch, t.lo, t.hi, mean,
-                           part);
+            td__bsum_chunk(x, mask, fa, fb, dy, dy2, ds, g, ch, t.lo, t.hi,
+                           mean, part);
         if (!t.own) {
 #pragma omp barrier
         }
@@ -342,7 +400,27 @@ void td_bn8_bwd(const float *x, const uint8_t *mask, const float *dy,
 #pragma omp barrier
         }
         for (long ch = t.c0; ch < t.c1; ch++)
-            td__dx_chunk(x, mask, dy, dy2, ds, dx, g, ch, t.lo, t.hi, mean,
-                         a, k, d);
+            td__dx_chunk(x, mask, fa, fb, dy, dy2, ds, dx, g, ch, t.lo, t.hi,
+                         mean, a, k, d);
     }
+}
+
+void td_bn8_bwd(const float *x, const uint8_t *mask, const float *dy,
+                const float *dy2, float *dx, float *ds, size_t rows, int C,
+                size_t hw, const float *gamma, const float *mean,
+                const float *var, float eps, float *dgamma, float *dbeta,
+                float *part)
+{
+    td__bwd(x, mask, NULL, NULL, dy, dy2, dx, ds, rows, C, hw, gamma, mean,
+            var, eps, dgamma, dbeta, part);
+}
+
+void td_bn8_bwd_fold(const float *x, const float *scale, const float *beta,
+                     const float *dy, const float *dy2, float *dx,
+                     size_t rows, int C, size_t hw, const float *gamma,
+                     const float *mean, const float *var, float eps,
+                     float *dgamma, float *dbeta, float *part)
+{
+    td__bwd(x, NULL, scale, beta, dy, dy2, dx, NULL, rows, C, hw, gamma,
+            mean, var, eps, dgamma, dbeta, part);
 }

@@ -37,6 +37,17 @@ void td_bn8_fwd(const float *x, const float *s, float *y, uint8_t *mask,
                 const float *beta, float eps, int relu, float *mean,
                 float *var, float *part);
 
+/* A fold's training forward (cpu_fold.h): mean, var and the scale
+ * gamma*rstd of every channel into scale[C], no output. */
+void td_bn8_stats(const float *x, size_t rows, int C, size_t hw,
+                  const float *gamma, float eps, float *mean, float *var,
+                  float *scale, float *part);
+
+/* y = relu((x - mean) * a + b), the fold's output written out (reads of
+ * it). */
+void td_bn8_apply(const float *x, float *y, size_t rows, int C, size_t hw,
+                  const float *mean, const float *a, const float *b);
+
 /* Inference forward: the same with the given (running) mean and var, no
  * mask. */
 void td_bn8_infer(const float *x, const float *s, float *y, size_t rows,
@@ -55,5 +66,13 @@ void td_bn8_bwd(const float *x, const uint8_t *mask, const float *dy,
                 size_t hw, const float *gamma, const float *mean,
                 const float *var, float eps, float *dgamma, float *dbeta,
                 float *part);
+
+/* The same for a fold: the relu's signs from x, (x - mean) * scale + beta
+ * > 0 as the consumers computed it, no mask, no add. */
+void td_bn8_bwd_fold(const float *x, const float *scale, const float *beta,
+                     const float *dy, const float *dy2, float *dx,
+                     size_t rows, int C, size_t hw, const float *gamma,
+                     const float *mean, const float *var, float eps,
+                     float *dgamma, float *dbeta, float *part);
 
 #endif

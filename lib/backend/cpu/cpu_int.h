@@ -41,6 +41,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_fold.h"
 
 typedef struct td__cl {
     int root;      /* layer whose memories hold this layer's output */
@@ -54,6 +55,11 @@ typedef struct td__cl {
     float *part;   /* fast batch norm: its kernels' scratch */
     uint8_t *rmask; /* fast fp32 batch norm with a relu: the output's
                        signs, one bit per element (cpu_bn8.h) */
+    int fold;      /* fast fp32 batch norm + relu folded into every layer
+                      that reads it (cpu_fold.h): its output is not
+                      written; fd is what those layers apply */
+    float *fscale; /* fold: the scale gamma*rstd of the latest forward */
+    td_fold fd;    /* fold: {mean or running mean, fscale, beta, C} */
     dnnl_memory_desc_t md;      /* output descriptor (roots only) */
     dnnl_memory_t y, dy;        /* output value and gradient (roots) */
     dnnl_memory_t acc;          /* scratch for a second gradient summand */
@@ -183,6 +189,14 @@ int td__choice(const td__cpu *be, int L, int bit, int dflt);
 int td__choice_taken(const td__cpu *be, int L);
 /* Batch norm L could run cpu_bn.c's kernels (the choice aside). */
 int td__bn_can_fast(const td__cpu *be, int L);
+/* Batch norm L and its relu may fold into every layer that reads them
+ * (cpu_fold.h): an fp32 nChw8c plan, cpu_bn8.c's kernel, training
+ * statistics, and every reader a 3x3 convolution that cpu_wino.c runs or
+ * a 2x2 max pooling that cpu_pool.c runs, unless TD_CPU_FOLD=0.  The
+ * prediction at wiring; td__fold_plan keeps the folds whose readers were
+ * planned so, after every layer. */
+int td__bn_folds(const td__cpu *be, int L);
+int td__fold_plan(td__cpu *be);
 /* TD_CPU_NHWC in the environment when it forces the bf16 layout ("1":
  * channels-last, "0": not), else NULL. */
 const char *td__layout_forced(void);

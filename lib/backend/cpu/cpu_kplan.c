@@ -19,6 +19,7 @@
 #include "backend/cpu/cpu_bwdw.h"
 #include "backend/cpu/cpu_cfwd.h"
 #include "backend/cpu/cpu_int.h"
+#include "backend/cpu/cpu_pool.h"
 #include "backend/cpu/cpu_sbw.h"
 #include "backend/cpu/cpu_wino.h"
 #include "base/log.h"
@@ -90,6 +91,28 @@ size_t td__bn_hw(const td__cpu *be, int L)
                : 0;
 }
 
+/* cpu_wino.c for an fp32 3x3 stride-1 convolution in nChw8c (oneDNN's
+ * AVX2 layout) with at least TD__WINO_MIN input and output channels:
+ * its forward and backward weights, and its backward data where it has
+ * one.  TD_CPU_WINO=0 in the environment turns it off, TD_CPU_WINO=<c>
+ * sets the channel minimum, anything else keeps the default
+ * (docs/compute.md has the measurements). */
+#define TD__WINO_MIN 16
+
+/* Convolution L of ic input channels is one cpu_wino.c computes and the
+ * rule (TD_CPU_WINO) gives it, its layouts aside. */
+static int td__wino_rule(const td__cpu *be, int L, int ic)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const char *e = getenv("TD_CPU_WINO");
+    char *end = NULL;
+    long min = e ? strtol(e, &end, 10) : TD__WINO_MIN;
+    if (!e || end == e || *end) /* unset or not a number ("default") */
+        min = TD__WINO_MIN;
+    return min > 0 && ic >= min && l->channels >= min && !td__is_bf16(be) &&
+           td_wino_ok(l->kernel, l->stride, l->pad, ic, l->channels);
+}
+
 /* Batch norm L's only consumer is an add taking it as first input (a
  * residual block's end). */
 static int td__bn_feeds_add(const td_model *m, int L)
@@ -124,7 +147,93 @@ int td__bn_can_fast(const td__cpu *be, int L)
     const char *e = getenv("TD_CPU_BN8");
     return be->atag == dnnl_nChw8c && td_bn8_ok(l->out.c) &&
            ((e && strcmp(e, "all") == 0) ||
-            td__bn_feeds_add(be->base.model, L));
+            td__bn_feeds_add(be->base.model, L) || td__bn_folds(be, L));
+}
+
+/* The relu reading batch norm L alone, or -1. */
+static int td__bn_relu(const td_model *m, int L)
+{
+    if (m->layers[L].consumers != 1)
+        return -1;
+    for (int R = L + 1; R < m->nlayers; R++)
+        if (m->layers[R].in[0] == L || m->layers[R].in[1] == L)
+            return m->layers[R].kind == TD_L_RELU && m->layers[R].in[0] == L
+                       ? R
+                       : -1;
+    return -1;
+}
+
+/* Layer A reads relu R as a fold's reader: planned (planned: a
+ * cpu_wino.c convolution, a cpu_pool.c pooling in nChw8c) or, before
+ * planning, by the rules that give those. */
+static int td__fold_reader(const td__cpu *be, int A, int R, int planned)
+{
+    const td_model *m = be->base.model;
+    const td_layer *a = &m->layers[A];
+    if (a->in[0] != R || a->in[1] == R)
+        return 0;
+    if (a->kind == TD_L_CONV)
+        return planned ? be->cl[A].wf != NULL
+                       : td__wino_rule(be, A, m->layers[R].out.c);
+    if (a->kind != TD_L_MAXPOOL)
+        return 0;
+    if (planned)
+        return be->cl[A].pmask != NULL && be->cl[A].pblk == 8;
+    const char *e = getenv("TD_CPU_POOL");
+    return !(e && strcmp(e, "0") == 0) &&
+           td_maxpool2_ok(a->kernel, a->stride, a->pad, m->layers[R].out.h,
+                          m->layers[R].out.w, 8);
+}
+
+/* Every reader of batch norm L's relu is a fold's reader. */
+static int td__fold_readers(const td__cpu *be, int L, int planned)
+{
+    const td_model *m = be->base.model;
+    int R = td__bn_relu(m, L), n = 0;
+    if (R < 0)
+        return 0;
+    for (int A = R + 1; A < m->nlayers; A++) {
+        if (m->layers[A].in[0] != R && m->layers[A].in[1] != R)
+            continue;
+        if (!td__fold_reader(be, A, R, planned))
+            return 0;
+        n++;
+    }
+    return n > 0;
+}
+
+int td__bn_folds(const td__cpu *be, int L)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    const char *e = getenv("TD_CPU_FOLD");
+    if ((e && strcmp(e, "0") == 0) || l->kind != TD_L_BN ||
+        td__is_bf16(be) || be->atag != dnnl_nChw8c || td__bn_eval(be, L) ||
+        l->in[0] == 0 || !td_bn8_ok(l->out.c))
+        return 0;
+    return td__fold_readers(be, L, 0);
+}
+
+int td__fold_plan(td__cpu *be)
+{
+    const td_model *m = be->base.model;
+    for (int L = 1; L < m->nlayers; L++) {
+        td__cl *c = &be->cl[L];
+        const td_layer *l = &m->layers[L];
+        if (!c->fast || !c->fused || c->add || td__is_bf16(be) ||
+            !td__bn_folds(be, L) || !td__fold_readers(be, L, 1))
+            continue;
+        if (!(c->fscale = calloc((size_t)l->out.c, sizeof(float)))) {
+            snprintf(be->base.err, sizeof be->base.err, "%s: out of memory",
+                     l->name);
+            return -ENOMEM;
+        }
+        c->fold = 1;
+        td_debug("cpu backend: %s batch norm + relu folded into the layers "
+                 "reading it (their input transforms apply it; its output "
+                 "is not written)",
+                 l->name);
+    }
+    return 0;
 }
 
 const char *td__choice_forced(const td__cpu *be, int L, int bit)
@@ -253,25 +362,12 @@ int td__plan_cbd(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
     return 0;
 }
 
-/* cpu_wino.c for an fp32 3x3 stride-1 convolution in nChw8c (oneDNN's
- * AVX2 layout) with at least TD__WINO_MIN input and output channels:
- * its forward and backward weights, and its backward data where it has
- * one.  TD_CPU_WINO=0 in the environment turns it off, TD_CPU_WINO=<c>
- * sets the channel minimum, anything else keeps the default
- * (docs/compute.md has the measurements). */
-#define TD__WINO_MIN 16
 int td__plan_wino(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
 {
     const td_layer *l = &be->base.model->layers[L];
     td__cl *c = &be->cl[L];
-    const char *e = getenv("TD_CPU_WINO");
-    char *end = NULL;
-    long min = e ? strtol(e, &end, 10) : TD__WINO_MIN;
-    if (!e || end == e || *end) /* unset or not a number ("default") */
-        min = TD__WINO_MIN;
-    if (min <= 0 || ic < min || l->channels < min || td__is_bf16(be) ||
-        !td_wino_ok(l->kernel, l->stride, l->pad, ic, l->channels) ||
-        td__blocked_f32_dense(src) != 8 || td__blocked_f32_dense(&c->md) != 8)
+    if (!td__wino_rule(be, L, ic) || td__blocked_f32_dense(src) != 8 ||
+        td__blocked_f32_dense(&c->md) != 8)
         return 0;
     c->wf = td_wino_create(be->batch, l->out.h, l->out.w, ic, l->channels,
                            be->threads);
@@ -348,4 +444,7 @@ void td__kplan_free(td__cl *c)
     c->bw = NULL;
     c->cf = c->cbd = NULL;
     c->wf = c->wbd = NULL;
+    free(c->fscale);
+    c->fscale = NULL;
+    c->fold = 0;
 }

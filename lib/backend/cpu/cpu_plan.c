@@ -918,6 +918,8 @@ int td__cpu_plan(td__cpu *be)
     }
     if (rc == 0)
         rc = td__check_fused_adds(be);
+    if (rc == 0)
+        rc = td__fold_plan(be);
     if (rc == 0 && be->cl[0].sources > 1)
         rc = td__mem(be, &be->cl[0].md, NULL, &be->cl[0].acc, "input");
     if (rc == 0)

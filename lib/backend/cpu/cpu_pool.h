@@ -20,15 +20,20 @@
 #include <stdint.h>
 
 /* The kernel computes this pooling: kernel 2, stride 2, no padding, an
- * even input size, channels in blocks of blk = 8 or 16, AVX2 present. */
+ * even input size, channels in blocks of blk = 8 or 16, AVX2 and FMA
+ * present. */
 int td_maxpool2_ok(int kernel, int stride, int pad, int h, int w, int blk);
 
 /* Mask bytes for an output of `planes` = n * c / blk blocks of oh x ow. */
 size_t td_maxpool2_mask_bytes(size_t planes, int oh, int ow, int blk);
 
-/* x [planes][h][w][blk] -> y [planes][h/2][w/2][blk], mask. */
+/* x [planes][h][w][blk] -> y [planes][h/2][w/2][blk], mask; with fold
+ * (blk 8 only; plane p holds channels (p mod C/8) * 8 ..), the pooling of
+ * x's folded values (cpu_fold.h), bit for bit the pooling of the
+ * unfolded batch norm's output. */
+typedef struct td_fold td_fold;
 void td_maxpool2_fwd(const float *x, float *y, uint8_t *mask, size_t planes,
-                     int h, int w, int blk);
+                     int h, int w, int blk, const td_fold *fold);
 
 /* dy [planes][h/2][w/2][blk], mask -> dx [planes][h][w][blk]. */
 void td_maxpool2_bwd(const float *dy, const uint8_t *mask, float *dx,

@@ -27,6 +27,7 @@
 #include "base/error.h"
 #include "backend/cpu/caps.h"
 #include "bf16.h"
+#include "bn_nhwc.h"
 #include "loss_scale.h"
 #include "normalize.h"
 #include "optim_update.h"
@@ -131,6 +132,20 @@ static void td__bn_fast_fwd(td__cpu *be, int L, int train)
     const td_bf16 *x = td__h(xm), *s = sm ? td__h(sm) : NULL;
     int C = l->out.c;
     size_t rows = c->nelem / (size_t)C, hw = td__bn_hw(be, L);
+    if (c->fold) { /* statistics and scale; the readers apply them */
+        if (train) {
+            td_bn8_stats(td__f(xm), rows, C, hw, td__f(c->w), l->eps,
+                         td__f(c->mean), td__f(c->var), c->fscale, c->part);
+            td__bn_running(be, L);
+        } else {
+            const float *g = td__f(c->w), *rv = td__f(c->rvar);
+            for (int i = 0; i < C; i++)
+                c->fscale[i] = td_bn_nhwc_fwd_coef(g[i], rv[i], l->eps);
+        }
+        c->fd = (td_fold){td__f(train ? c->mean : c->rmean), c->fscale,
+                          td__f(c->b), C};
+        return;
+    }
     if (!td__is_bf16(be)) {
         const float *xf = td__f(xm), *sf = sm ? td__f(sm) : NULL;
         if (!train) {
@@ -208,6 +223,20 @@ static size_t td__planes(const td__cpu *be, int L)
            (size_t)(be->base.model->layers[L].out.c / be->cl[L].pblk);
 }
 
+/* What layer L reads as its input: its input's root's output, or, when
+ * that root is a fold, the batch norm's input, with the fold to apply
+ * (*fold; NULL otherwise). */
+static dnnl_memory_t td__input(const td__cpu *be, int L, const td_fold **fold)
+{
+    const td_layer *l = &be->base.model->layers[L];
+    int r = be->cl[l->in[0]].root;
+    *fold = NULL;
+    if (!be->cl[r].fold)
+        return be->cl[r].y;
+    *fold = &be->cl[r].fd;
+    return be->cl[be->cl[be->base.model->layers[r].in[0]].root].y;
+}
+
 static int td__forward_layer(td__cpu *be, int L, int train)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -222,8 +251,10 @@ static int td__forward_layer(td__cpu *be, int L, int train)
             break;
         }
         if (c->wf) {
-            td_wino_fwd(c->wf, td__f(x), td__f(c->y),
-                        c->b ? td__f(c->b) : NULL);
+            const td_fold *f;
+            dnnl_memory_t in = td__input(be, L, &f);
+            td_wino_fwd(c->wf, td__f(in), td__f(c->y),
+                        c->b ? td__f(c->b) : NULL, f);
             break;
         }
         TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
@@ -266,9 +297,11 @@ static int td__forward_layer(td__cpu *be, int L, int train)
     case TD_L_AVGPOOL:
     case TD_L_GAP:
         if (c->pmask) {
-            td_maxpool2_fwd(td__f(x), td__f(c->y), c->pmask,
+            const td_fold *f;
+            dnnl_memory_t in = td__input(be, L, &f);
+            td_maxpool2_fwd(td__f(in), td__f(c->y), c->pmask,
                             td__planes(be, L), l->out.h * 2, l->out.w * 2,
-                            c->pblk);
+                            c->pblk, f);
             break;
         }
         TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
@@ -450,7 +483,14 @@ static void td__bn_fast_bwd(td__cpu *be, int L)
         rs = be->cl[be->base.model->layers[c->add].in[1]].root;
         ds = td__f(td__target(be, rs));
     }
-    if (!td__is_bf16(be))
+    if (c->fold)
+        td_bn8_bwd_fold(td__f(be->cl[r].y), c->fscale, td__f(c->b),
+                        td__f(c->dy), c->deferred ? td__f(c->acc) : NULL,
+                        td__f(td__target(be, r)), c->nelem / (size_t)C, C,
+                        td__bn_hw(be, L), td__f(c->w), td__f(c->mean),
+                        td__f(c->var), l->eps, td__f(c->dw), td__f(c->db),
+                        c->part);
+    else if (!td__is_bf16(be))
         td_bn8_bwd(td__f(be->cl[r].y), c->fused ? c->rmask : NULL,
                    td__f(c->dy), c->deferred ? td__f(c->acc) : NULL,
                    td__f(td__target(be, r)), ds, c->nelem / (size_t)C, C,
@@ -482,10 +522,12 @@ int td__conv_bwd_weights(td__cpu *be, int L)
         x = c->bw_x;
         dy = c->bw_dy;
     }
-    if (c->wf)
-        td_wino_bwdw(c->wf, td__f(x), td__f(dy), td__f(c->dw),
-                     c->db ? td__f(c->db) : NULL);
-    else if (c->bw)
+    if (c->wf) {
+        const td_fold *f;
+        dnnl_memory_t in = td__input(be, L, &f);
+        td_wino_bwdw(c->wf, td__f(in), td__f(dy), td__f(c->dw),
+                     c->db ? td__f(c->db) : NULL, f);
+    } else if (c->bw)
         td_bwdw_run(c->bw, td__h(x), td__h(dy), td__f(c->dw),
                     c->db ? td__f(c->db) : NULL);
     else if (c->sbw)
@@ -510,7 +552,7 @@ int td__conv_bwd_data(td__cpu *be, int L, dnnl_memory_t t)
         return 0;
     }
     if (c->wbd) { /* cpu_wino.c: dy -> dx, flipped weights */
-        td_wino_fwd(c->wbd, td__f(c->dy), td__f(t), NULL);
+        td_wino_fwd(c->wbd, td__f(c->dy), td__f(t), NULL, NULL);
         return 0;
     }
     if (c->bd2) /* cpu_bwdd2.c: four stride-1 phases dy -> dx */

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_fold.h"
 #include "backend/cpu/cpu_wino_int.h"
 
 enum {
@@ -319,14 +320,14 @@ TD__IN void td__gemm(const float *V, const float *U, float *M, int rows,
 }
 
 
-TD__AVX void td__fwd_block(const td__wc *p, const float *x, float *y,
-                           const float *bias, long g0, int cnt, float *V,
-                           float *M)
+TD__AVX void td__fwd_block(const td__wc *p, const float *x,
+                           const td_fold *f, float *y, const float *bias,
+                           long g0, int cnt, float *V, float *M)
 {
     int C = p->ic, K = p->oc, tb = p->tb, rows = (cnt + 5) / 6 * 6;
     td__tiles t;
     td__coords(p, g0, cnt, tb, &t);
-    td__t_input(p, &t, x, C, 0, cnt, V);
+    td__t_input(p, &t, x, C, 0, cnt, V, f);
     td__pad6(V, (size_t)tb * C, p->np, cnt, C);
     for (int k = 0; k < p->np; k++)
         td__gemm(V + (size_t)k * tb * C, p->u + (size_t)k * C * K,
@@ -346,7 +347,8 @@ static int td__nthreads(const td__wc *p, int cap)
  * them holding its share of the work (a block's positions x tiles; a
  * block goes to the thread whose share holds its middle): the classes'
  * outputs are disjoint, so no barrier between them. */
-void td_wino_fwd(td_wino *P, const float *x, float *y, const float *bias)
+void td_wino_fwd(td_wino *P, const float *x, float *y, const float *bias,
+                 const td_fold *f)
 {
     long work = 0, nb = 0;
     for (int c = 0; c < P->ncls; c++) {
@@ -369,7 +371,7 @@ void td_wino_fwd(td_wino *P, const float *x, float *y, const float *bias)
                 long mid = done + p->np * cnt / 2;
                 done += p->np * cnt;
                 if (mid * all / work == me)
-                    td__fwd_block(p, x, y, bias, g0, (int)cnt, V, M);
+                    td__fwd_block(p, x, f, y, bias, g0, (int)cnt, V, M);
             }
         }
     }
@@ -422,8 +424,8 @@ TD__AVX void td__gw(const float *D, const float *V, float *P, int rows,
 }
 
 /* Group g's sums: its part [np][K][C] and db [K] over its tiles. */
-static void td__group(td__wc *p, const float *x, const float *dy, int g,
-                      float *V, float *D)
+static void td__group(td__wc *p, const float *x, const td_fold *f,
+                      const float *dy, int g, float *V, float *D)
 {
     int C = p->ic, K = p->oc, tb = p->tbw, np = p->np;
     size_t ps = (size_t)K * C;
@@ -437,7 +439,7 @@ static void td__group(td__wc *p, const float *x, const float *dy, int g,
         int cnt = (int)(t1 - g0 < tb ? t1 - g0 : tb);
         td__tiles t;
         td__coords(p, g0, cnt, tb, &t);
-        td__t_input(p, &t, x, C, 0, cnt, V);
+        td__t_input(p, &t, x, C, 0, cnt, V, f);
         td__t_dy(p, &t, dy, 0, cnt, D, db, 0);
         td__pad6(V, (size_t)tb * C, np, cnt, C);
         td__pad6(D, (size_t)tb * K, np, cnt, K);
@@ -463,8 +465,8 @@ static int td__gblock(const td__wc *p, int g, long b, long *g0)
  * sum runs over the same tiles in the same order as td__group's, and
  * each bias gradient adds the same per-tile sums in the same order: the
  * same bits. */
-static void td__wide(td__wc *p, const float *x, const float *dy,
-                     td__tiles *tl)
+static void td__wide(td__wc *p, const float *x, const td_fold *f,
+                     const float *dy, td__tiles *tl)
 {
     int C = p->ic, K = p->oc, tb = p->tbw, np = p->np, G = TD__GROUPS;
     size_t ps = (size_t)K * C;
@@ -501,7 +503,7 @@ static void td__wide(td__wc *p, const float *x, const float *dy,
             float *V = p->scr + (size_t)g * p->scr_per;
             float *D = V + (size_t)np * tb * C;
             float *ts = p->tsum + (size_t)g * tb * K;
-            td__t_input(p, &tl[g], x, C, i, i + 1, V);
+            td__t_input(p, &tl[g], x, C, i, i + 1, V, f);
             td__t_dy(p, &tl[g], dy, i, i + 1, D, ts, 1);
         }
 #pragma omp for schedule(static)
@@ -528,8 +530,8 @@ static void td__wide(td__wc *p, const float *x, const float *dy,
 }
 
 /* Class p's dw [K][C][9] and db [K] (NULL: not), overwritten. */
-static void td__cls_bwdw(td__wc *p, const float *x, const float *dy,
-                         float *dw, float *db)
+static void td__cls_bwdw(td__wc *p, const float *x, const td_fold *f,
+                         const float *dy, float *dw, float *db)
 {
     int C = p->ic, K = p->oc;
     size_t ps = (size_t)K * C;
@@ -541,10 +543,10 @@ static void td__cls_bwdw(td__wc *p, const float *x, const float *dy,
         float *V = p->scr + (size_t)me * p->scr_per;
         float *D = V + (size_t)p->np * p->tbw * C;
         if (all > TD__GROUPS) /* the groups alone would leave threads idle */
-            td__wide(p, x, dy, tl);
+            td__wide(p, x, f, dy, tl);
         else
             for (int g = me; g < TD__GROUPS; g += all)
-                td__group(p, x, dy, g, V, D);
+                td__group(p, x, f, dy, g, V, D);
 #pragma omp barrier
 #pragma omp for schedule(static)
         for (long kc = 0; kc < (long)ps; kc += 8)
@@ -562,9 +564,9 @@ static void td__cls_bwdw(td__wc *p, const float *x, const float *dy,
 }
 
 void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
-                  float *db)
+                  float *db, const td_fold *f)
 {
     if (!p->part) /* a forward-only plan (td_wino_create_fwd) */
         return;
-    td__cls_bwdw(&p->wcls, x, dy, dw, db);
+    td__cls_bwdw(&p->wcls, x, f, dy, dw, db);
 }

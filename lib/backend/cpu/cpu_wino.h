@@ -80,12 +80,19 @@ long td_wino_products(const td_wino *p);
 void td_wino_weights(td_wino *p, const float *w);
 void td_wino_weights_flip(td_wino *p, const float *w);
 
+/* A batch norm and relu folded into the convolution's input (cpu_fold.h):
+ * with fold, x is the batch norm's input and the convolution's the
+ * folded values, bit for bit as if written out; NULL: x as it is. */
+typedef struct td_fold td_fold;
+
 /* y = conv(x, weights) + bias (bias may be NULL).  Parallel (OpenMP). */
-void td_wino_fwd(td_wino *p, const float *x, float *y, const float *bias);
+void td_wino_fwd(td_wino *p, const float *x, float *y, const float *bias,
+                 const td_fold *fold);
 
 /* dw[oc][ic][3][3] = dL/dW and db[oc] = dL/dbias (db may be NULL) from x
- * and dy [n][oc/8][h][w][8], both overwritten.  Parallel (OpenMP). */
+ * and dy [n][oc/8][h][w][8], both overwritten; with fold, of x folded
+ * as td_wino_fwd reads it.  Parallel (OpenMP). */
 void td_wino_bwdw(td_wino *p, const float *x, const float *dy, float *dw,
-                  float *db);
+                  float *db, const td_fold *fold);
 
 #endif

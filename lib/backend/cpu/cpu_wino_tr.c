@@ -33,6 +33,7 @@
  *   A^T = [1 1 1 0; 0 1 -1 -1].
  * Never does: pick the classes (cpu_wino.c), the products, threads.
  */
+#include "backend/cpu/cpu_fold.h"
 #include "backend/cpu/cpu_wino_int.h"
 
 #define TD__S(x) _mm256_set1_ps(x)
@@ -279,29 +280,38 @@ TD__IN void td__ahead(const float *pl, int H, int W, int y, int x0, int n,
 }
 
 /* The patch's row at image row y, columns x0 .. x0 + n - 1: d[n], zero
- * outside the image (inside: the whole patch is in it). */
+ * outside the image (inside: the whole patch is in it); with fl each
+ * value inside folded (fm, fa, fb: the 8 channels' mean, scale, shift). */
 TD__IN void td__row(const float *pl, int H, int W, int y, int x0,
-                    int inside, __m256 *d, const int n)
+                    int inside, __m256 *d, const int n, const int fl,
+                    __m256 fm, __m256 fa, __m256 fb)
 {
     if (inside) {
         const float *s = pl + ((size_t)y * W + x0) * 8;
 #pragma GCC unroll 6
-        for (int c = 0; c < n; c++)
+        for (int c = 0; c < n; c++) {
             d[c] = _mm256_loadu_ps(s + c * 8);
+            if (fl)
+                d[c] = td_fold8(d[c], fm, fa, fb);
+        }
         return;
     }
 #pragma GCC unroll 6
     for (int c = 0; c < n; c++) {
         int x = x0 + c;
-        d[c] = y >= 0 && y < H && x >= 0 && x < W
-                   ? _mm256_loadu_ps(pl + ((size_t)y * W + x) * 8)
-                   : _mm256_setzero_ps();
+        if (y >= 0 && y < H && x >= 0 && x < W) {
+            d[c] = _mm256_loadu_ps(pl + ((size_t)y * W + x) * 8);
+            if (fl)
+                d[c] = td_fold8(d[c], fm, fa, fb);
+        } else {
+            d[c] = _mm256_setzero_ps();
+        }
     }
 }
 
 TD__IN void td__input_b(const td__wc *p, const td__tiles *t, const float *x,
-                        int C, int i0, int i1, float *V, const int mh,
-                        const int mw)
+                        int C, int i0, int i1, float *V, const td_fold *f,
+                        const int fl, const int mh, const int mw)
 {
     const int ph = mh + 2, pw = mw + 2;
     int H = p->h, W = p->w;
@@ -311,11 +321,17 @@ TD__IN void td__input_b(const td__wc *p, const td__tiles *t, const float *x,
         int inside = y0 >= 0 && y0 + ph <= H && x0 >= 0 && x0 + pw <= W;
         for (int cb = 0; cb < C / 8; cb++) {
             const float *pl = x + ((size_t)t->n[i] * (C / 8) + cb) * plane;
-            __m256 r[6][6], d[6], v[6];
+            __m256 r[6][6], d[6], v[6], fm, fa, fb;
+            fm = fa = fb = _mm256_setzero_ps();
+            if (fl) {
+                fm = _mm256_loadu_ps(f->mean + cb * 8);
+                fa = _mm256_loadu_ps(f->a + cb * 8);
+                fb = _mm256_loadu_ps(f->b + cb * 8);
+            }
             td__ahead(pl, H, W, y0 + ph, x0 + 1, mh, 1);
 #pragma GCC unroll 6
             for (int a = 0; a < ph; a++) { /* d B_w: each row */
-                td__row(pl, H, W, y0 + a, x0, inside, d, pw);
+                td__row(pl, H, W, y0 + a, x0, inside, d, pw, fl, fm, fa, fb);
                 td__bt_n(pw, d, r[a]);
             }
             float *o = V + (size_t)i * C + (size_t)cb * 8;
@@ -334,9 +350,13 @@ TD__IN void td__input_b(const td__wc *p, const td__tiles *t, const float *x,
 }
 
 void TD__AVXG td__t_input(const td__wc *p, const td__tiles *t,
-                          const float *x, int C, int i0, int i1, float *V)
+                          const float *x, int C, int i0, int i1, float *V,
+                          const td_fold *f)
 {
-    TD__SHAPES(p, td__input_b, p, t, x, C, i0, i1, V);
+    if (f)
+        TD__SHAPES(p, td__input_b, p, t, x, C, i0, i1, V, f, 1);
+    else
+        TD__SHAPES(p, td__input_b, p, t, x, C, i0, i1, V, f, 0);
 }
 
 /* ---- output --------------------------------------------------------- */
