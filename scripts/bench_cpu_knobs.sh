@@ -43,9 +43,18 @@
 #                                  default does not)
 #   TD_CPU_BN    onednn  default   oneDNN's batch norms, adds and relus
 #                                  against cpu_bn8.c fused into residual
-#                                  adds (resnet20; AVX2 nChw8c plans only)
-#   TD_CPU_BN8   add     all       cpu_bn8.c where an add fuses (the rule)
-#                                  against every batch norm on it
+#                                  adds and folded into their readers
+#                                  (AVX2 nChw8c plans only)
+#   TD_CPU_BN8   add     all       cpu_bn8.c where an add fuses or a fold
+#                                  applies (the rule) against every batch
+#                                  norm on it
+#   TD_CPU_FOLD  0       default   batch norm + relu written out (oneDNN's)
+#                                  against folded into the Winograd
+#                                  convolutions and max poolings reading
+#                                  them (cpu_fold.h)
+#   TD_CPU_NTSTORE 0     default   the Winograd outputs by plain stores
+#                                  against non-temporal ones where they
+#                                  exceed the threads' L2
 #   TD_CPU_SBW   0       1         the channels-last retry of a reference
 #                                  backward weights against cpu_sbw.c
 #                                  (fmnist-cnn's conv1 on AVX2)
@@ -71,6 +80,7 @@ case $prec in
   fp32) rows=("TD_CPU_WINO 0 default" "TD_CPU_WINO_TILE 4 default"
               "TD_CPU_POOL 0 1"
               "TD_CPU_BN onednn default" "TD_CPU_BN8 add all"
+              "TD_CPU_FOLD 0 default" "TD_CPU_NTSTORE 0 default"
               "TD_CPU_SBW 0 1") ;;
   *) echo "bench_cpu_knobs.sh: PRECISION must be bf16 or fp32" >&2; exit 1 ;;
 esac

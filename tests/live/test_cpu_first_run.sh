@@ -50,7 +50,9 @@ grep -qE '^(knobs +(PASS|FAIL)|ab-)' "$s" && fail "AVX2: a bf16 step ran"
 grep -qE '^knobs-fp32 +PASS' "$s" || fail "AVX2: step knobs-fp32 did not pass"
 for k in "TD_CPU_WINO +0 +default" "TD_CPU_WINO_TILE +4 +default" \
   "TD_CPU_POOL +0 +1" \
-  "TD_CPU_BN +onednn +default" "TD_CPU_BN8 +add +all" "TD_CPU_SBW +0 +1"; do
+  "TD_CPU_BN +onednn +default" "TD_CPU_BN8 +add +all" \
+  "TD_CPU_FOLD +0 +default" "TD_CPU_NTSTORE +0 +default" \
+  "TD_CPU_SBW +0 +1"; do
   grep -qE "^    fmnist-cnn +$k +[0-9]+\.[0-9]+$" "$s" ||
     fail "AVX2: no fp32 row $k"
 done

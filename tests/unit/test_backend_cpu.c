@@ -319,15 +319,18 @@ START_TEST(test_resnet20_avx2_fuses_adds)
 END_TEST
 
 /* A backend of model `name` on the fixtures' configuration and batch,
- * made with TD_CPU_FOLD=fold (NULL: unset) and TD_CPU_BN8=all. */
+ * made with TD_CPU_FOLD=fold (NULL: unset), TD_CPU_NTSTORE=nt and
+ * TD_CPU_BN8=all. */
 static td_backend *fold_backend(const td_model *m, td_shape in, int n,
-                                const char *fold, const td_batch *b)
+                                const char *fold, const char *nt,
+                                const td_batch *b)
 {
     char err[256] = "";
     td_backend *be = NULL;
     td_backend_config cfg = fx_config(in, n, TD_OPT_SGD);
     setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
     setenv("TD_CPU_BN8", "all", 1);
+    setenv("TD_CPU_NTSTORE", nt, 1);
     if (fold)
         setenv("TD_CPU_FOLD", fold, 1);
     else
@@ -339,19 +342,23 @@ static td_backend *fold_backend(const td_model *m, td_shape in, int n,
     return be;
 }
 
-/* Folding a batch norm and relu into their readers changes no bit: three
- * training steps and an evaluation of fmnist-cnn (folds read by Winograd
- * convolutions and max poolings) and resnet20 give the parameters, the
- * loss, the counts and every layer's value (a fold's written out when
- * read) of the same plan with every batch norm on cpu_bn8.c unfolded. */
+/* Folding a batch norm and relu into their readers, and non-temporal
+ * stores, change no bit: three training steps and an evaluation of
+ * fmnist-cnn (folds read by Winograd convolutions and max poolings) and
+ * resnet20, folded and with non-temporal stores, give the parameters,
+ * the loss, the counts and every layer's value (a fold's written out
+ * when read) of the same plan with every batch norm on cpu_bn8.c
+ * unfolded and plain stores. */
 START_TEST(test_fold_changes_no_bit)
 {
     static const char *model[2] = {"fmnist-cnn", "resnet20"};
     static const td_shape shp[2] = {{1, 28, 28}, {3, 16, 16}};
     fixture f;
     setup_fx(&f, model[_i], shp[_i], 10, 3, TD_OPT_SGD);
-    td_backend *be[2] = {fold_backend(f.m, shp[_i], 3, "0", &f.b),
-                         fold_backend(f.m, shp[_i], 3, NULL, &f.b)};
+    /* the unfolded plan with plain stores, the folded one with
+     * non-temporal Winograd outputs (TD_CPU_NTSTORE) */
+    td_backend *be[2] = {fold_backend(f.m, shp[_i], 3, "0", "0", &f.b),
+                         fold_backend(f.m, shp[_i], 3, NULL, "1", &f.b)};
     td_step_stats st[2];
     for (int k = 0; k < 2; k++) {
         for (int t = 1; t <= 3; t++)

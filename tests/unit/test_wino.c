@@ -11,7 +11,8 @@
  * sizes (7x5, 9x11, 1x1, 2x3, 6x10: every class mix) and a batch whose
  * tiles end mid-block; bitwise equal results on 1, 2 and 12 threads; a
  * batch norm and relu folded into the input, bitwise equal to their
- * output written out (forward and weight gradient); a
+ * output written out (forward and weight gradient); non-temporal output
+ * stores, the same bits; a
  * forward-only plan; the plan's tiles per side, their products and
  * TD_CPU_WINO_TILE.  The comparisons are skipped where the CPU has no
  * AVX2 + FMA.
@@ -313,6 +314,35 @@ START_TEST(test_fold_is_the_written_input)
 }
 END_TEST
 
+START_TEST(test_ntstore_same_bits)
+{
+    /* outputs by non-temporal stores (TD_CPU_NTSTORE=1, an aligned y)
+     * and by plain ones: the same bits, the mixed tiles' partial lines
+     * included (14x14); a y that is not 32-byte aligned takes plain
+     * stores */
+    const shape s = {3, 14, 14, 16, 32, 1};
+    size_t nx = (size_t)s.n * s.ic * s.h * s.w;
+    size_t ny = (size_t)s.n * s.oc * s.h * s.w, nw = (size_t)s.oc * s.ic * 9;
+    float *x = rnd(nx, 600), *w = rnd(nw, 601), *bias = rnd(32, 602);
+    float *y[3];
+    for (int k = 0; k < 3; k++) {
+        y[k] = aligned_alloc(64, (ny + 16) * sizeof(float));
+        setenv("TD_CPU_NTSTORE", k ? "1" : "0", 1);
+        td_wino *p = td_wino_create(s.n, s.h, s.w, s.ic, s.oc, 2);
+        ck_assert_ptr_nonnull(p);
+        td_wino_weights(p, w);
+        td_wino_fwd(p, x, y[k] + (k == 2 ? 4 : 0), bias, NULL);
+        td_wino_destroy(p);
+    }
+    unsetenv("TD_CPU_NTSTORE");
+    ck_assert_int_eq(memcmp(y[0], y[1], ny * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(y[0], y[2] + 4, ny * sizeof(float)), 0);
+    for (int k = 0; k < 3; k++)
+        free(y[k]);
+    free(x), free(w), free(bias);
+}
+END_TEST
+
 START_TEST(test_refuses_unsupported)
 {
     ck_assert(!td_wino_ok(3, 2, 1, 16, 16)); /* stride 2 */
@@ -442,6 +472,7 @@ static Suite *wino_suite(void)
                             3 * n);
         tcase_add_loop_test(tc, test_thread_count_independent, 0, 3);
         tcase_add_loop_test(tc, test_fold_is_the_written_input, 0, 4);
+        tcase_add_test(tc, test_ntstore_same_bits);
         tcase_add_test(tc, test_forward_only_plan);
     } else {
         printf("wino: this CPU has no AVX2 + FMA: only the refusals run\n");

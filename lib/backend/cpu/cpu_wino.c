@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cpu/cpu_fold.h"
 #include "backend/cpu/cpu_wino_int.h"
@@ -45,6 +46,7 @@ enum {
  * class, their shared buffers. */
 struct td_wino {
     int ic, oc, ncls;
+    int nt;         /* outputs by non-temporal stores (td__ntstore) */
     td__wc cls[TD__CLASSES];
     td__wc wcls;    /* the weight gradient's (no u) */
     float *scr, *part, *tsum;
@@ -117,6 +119,23 @@ void td_wino_destroy(td_wino *p)
     free(p);
 }
 
+/* The outputs of an n x h x w x oc convolution go by non-temporal
+ * stores: TD_CPU_NTSTORE=1 or 0 in the environment, else when they are
+ * larger than the L2 caches of the threads that write them.  They are
+ * read back from memory anyway, and a store that misses reads the line
+ * first: the output transforms waited on those reads (resnet20's step
+ * took 1.05-1.09x as long without them; the same stores in cpu_bn8.c's
+ * outputs made it slower, docs/compute.md). */
+static int td__ntstore(int n, int h, int w, int oc, int threads)
+{
+    const char *e = getenv("TD_CPU_NTSTORE");
+    if (e && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0))
+        return *e == '1';
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    double bytes = (double)n * h * w * oc * sizeof(float);
+    return bytes > (double)(l2 > 0 ? l2 : 1L << 20) * threads;
+}
+
 /* Class p: tiles mh x mw from (ry0, rx0), th x tw per image; its blocks
  * and its scratch per thread; with grad the weight gradient's blocks. */
 static void td__class(td__wc *p, int n, int h, int w, int ic, int oc,
@@ -164,6 +183,7 @@ static td_wino *td__create(int n, int h, int w, int ic, int oc, int threads,
         return NULL;
     P->ic = ic;
     P->oc = oc;
+    P->nt = td__ntstore(n, h, w, oc, threads);
     int nh[2], nw[2]; /* tiles of 4, of 2 per side */
     td__split(h, m, &nh[0], &nh[1]);
     td__split(w, m, &nw[0], &nw[1]);
@@ -322,7 +342,7 @@ TD__IN void td__gemm(const float *V, const float *U, float *M, int rows,
 
 TD__AVX void td__fwd_block(const td__wc *p, const float *x,
                            const td_fold *f, float *y, const float *bias,
-                           long g0, int cnt, float *V, float *M)
+                           long g0, int cnt, float *V, float *M, int nt)
 {
     int C = p->ic, K = p->oc, tb = p->tb, rows = (cnt + 5) / 6 * 6;
     td__tiles t;
@@ -332,7 +352,7 @@ TD__AVX void td__fwd_block(const td__wc *p, const float *x,
     for (int k = 0; k < p->np; k++)
         td__gemm(V + (size_t)k * tb * C, p->u + (size_t)k * C * K,
                  M + (size_t)k * tb * K, rows, C, K);
-    td__t_output(p, &t, M, y, bias, cnt);
+    td__t_output(p, &t, M, y, bias, cnt, nt);
 }
 
 static int td__nthreads(const td__wc *p, int cap)
@@ -355,10 +375,11 @@ void td_wino_fwd(td_wino *P, const float *x, float *y, const float *bias,
         work += (long)P->cls[c].np * P->cls[c].tiles;
         nb += (P->cls[c].tiles + P->cls[c].tb - 1) / P->cls[c].tb;
     }
-    int nt = td__nthreads(&P->cls[0], nb < P->cls[0].threads
-                                          ? (int)nb
-                                          : P->cls[0].threads);
-#pragma omp parallel num_threads(nt)
+    int nth = td__nthreads(&P->cls[0], nb < P->cls[0].threads
+                                           ? (int)nb
+                                           : P->cls[0].threads);
+    int nt = P->nt && ((uintptr_t)y & 31) == 0; /* aligned: they need 32 */
+#pragma omp parallel num_threads(nth)
     {
         int me = omp_get_thread_num(), all = omp_get_num_threads();
         long done = 0; /* the work of the blocks before this one */
@@ -371,9 +392,12 @@ void td_wino_fwd(td_wino *P, const float *x, float *y, const float *bias,
                 long mid = done + p->np * cnt / 2;
                 done += p->np * cnt;
                 if (mid * all / work == me)
-                    td__fwd_block(p, x, f, y, bias, g0, (int)cnt, V, M);
+                    td__fwd_block(p, x, f, y, bias, g0, (int)cnt, V, M,
+                                  nt);
             }
         }
+        if (nt) /* the stores visible before the region ends */
+            _mm_sfence();
     }
 }
 

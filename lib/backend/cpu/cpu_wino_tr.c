@@ -361,9 +361,19 @@ void TD__AVXG td__t_input(const td__wc *p, const td__tiles *t,
 
 /* ---- output --------------------------------------------------------- */
 
+/* An output vector at o: a non-temporal store with nt (o 32-byte
+ * aligned), which does not read the line first. */
+TD__IN void td__put(float *o, __m256 v, const int nt)
+{
+    if (nt)
+        _mm256_stream_ps(o, v);
+    else
+        _mm256_storeu_ps(o, v);
+}
+
 TD__IN void td__output_b(const td__wc *p, const td__tiles *t, const float *M,
-                         float *y, const float *bias, int cnt, const int mh,
-                         const int mw)
+                         float *y, const float *bias, int cnt, const int nt,
+                         const int mh, const int mw)
 {
     const int ph = mh + 2, pw = mw + 2;
     int K = p->oc, H = p->h, W = p->w;
@@ -394,8 +404,8 @@ TD__IN void td__output_b(const td__wc *p, const td__tiles *t, const float *M,
                 for (int q = 0; q < mh; q++) {
                     int yy = y0 + q, xx = x0 + j;
                     if (inside || (yy < H && xx < W))
-                        _mm256_storeu_ps(pl + ((size_t)yy * W + xx) * 8,
-                                         _mm256_add_ps(o[q], b));
+                        td__put(pl + ((size_t)yy * W + xx) * 8,
+                                _mm256_add_ps(o[q], b), nt);
                 }
             }
         }
@@ -404,9 +414,12 @@ TD__IN void td__output_b(const td__wc *p, const td__tiles *t, const float *M,
 
 void TD__AVXG td__t_output(const td__wc *p, const td__tiles *t,
                            const float *M, float *y, const float *bias,
-                           int cnt)
+                           int cnt, int nt)
 {
-    TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt);
+    if (nt)
+        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 1);
+    else
+        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 0);
 }
 
 /* ---- backward weights ----------------------------------------------- */
