@@ -84,7 +84,7 @@ grep -q '^    cpu: .*oneDNN ISA' "$s" || fail "no CPU line"
 grep -q 'fp32 FMA (vfmadd231ps zmm) .*1.00x fp32 FMA' "$s" ||
   fail "no fp32 FMA ceiling"
 n=$(grep -cE '^    fmnist-cnn +(TD_CPU_[A-Z0-9_]+|plan) .* [0-9]+\.[0-9]+$' "$s")
-[[ $n -eq 13 ]] || fail "$n plan-choice rows, want 13 (7 bf16, 6 fp32)"
+[[ $n -eq 15 ]] || fail "$n plan-choice rows, want 15 (7 bf16, 8 fp32)"
 grep -qE '^    +fmnist-cnn: cpu backend: plan measured in .* layout ' "$s" ||
   fail "no line saying what the measured plan chose"
 grep -qE 'fp32 [0-9.]+ ms/step, bf16 [0-9.]+ ms/step' "$s" ||
