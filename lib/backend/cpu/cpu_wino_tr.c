@@ -184,37 +184,20 @@ TD__IN void td__g_n(const int n, __m256 g0, __m256 g1, __m256 g2,
         td__g4(g0, g1, g2, u);
 }
 
-TD__IN void td__bt_n(const int n, const __m256 *d, __m256 *v)
-{
-    if (n == 6)
-        td__bt6(d, v);
-    else
-        td__bt4(d, v);
-}
+/* name(n, in, out): the 6-value transform T6 or the 4-value one T4. */
+#define TD__BY_SIZE(name, T6, T4)                                            \
+    TD__IN void name(const int n, const __m256 *in, __m256 *out)             \
+    {                                                                        \
+        if (n == 6)                                                          \
+            T6(in, out);                                                     \
+        else                                                                 \
+            T4(in, out);                                                     \
+    }
 
-TD__IN void td__at_n(const int n, const __m256 *m, __m256 *o)
-{
-    if (n == 6)
-        td__at6(m, o);
-    else
-        td__at4(m, o);
-}
-
-TD__IN void td__a_n(const int n, const __m256 *e, __m256 *m)
-{
-    if (n == 6)
-        td__a6(e, m);
-    else
-        td__a4(e, m);
-}
-
-TD__IN void td__gt_n(const int n, const __m256 *u, __m256 *g)
-{
-    if (n == 6)
-        td__gt6(u, g);
-    else
-        td__gt4(u, g);
-}
+TD__BY_SIZE(td__bt_n, td__bt6, td__bt4)
+TD__BY_SIZE(td__at_n, td__at6, td__at4)
+TD__BY_SIZE(td__a_n, td__a6, td__a4)
+TD__BY_SIZE(td__gt_n, td__gt6, td__gt4)
 
 /* The entry point F's body B for the class's shape: B(args, mh, mw) with
  * mh and mw constants. */
