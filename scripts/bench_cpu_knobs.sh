@@ -55,6 +55,9 @@
 #   TD_CPU_NTSTORE 0     default   the Winograd outputs by plain stores
 #                                  against non-temporal ones where they
 #                                  exceed the threads' L2
+#   TD_CPU_WSTATS 0      default   a fold's statistics by its own pass
+#                                  against the moments the Winograd
+#                                  forward writing its input keeps
 #   TD_CPU_SBW   0       1         the channels-last retry of a reference
 #                                  backward weights against cpu_sbw.c
 #                                  (fmnist-cnn's conv1 on AVX2)
@@ -81,7 +84,7 @@ case $prec in
               "TD_CPU_POOL 0 1"
               "TD_CPU_BN onednn default" "TD_CPU_BN8 add all"
               "TD_CPU_FOLD 0 default" "TD_CPU_NTSTORE 0 default"
-              "TD_CPU_SBW 0 1") ;;
+              "TD_CPU_WSTATS 0 default" "TD_CPU_SBW 0 1") ;;
   *) echo "bench_cpu_knobs.sh: PRECISION must be bf16 or fp32" >&2; exit 1 ;;
 esac
 grep -m1 'model name' /proc/cpuinfo || true

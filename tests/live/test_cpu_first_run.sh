@@ -52,7 +52,7 @@ for k in "TD_CPU_WINO +0 +default" "TD_CPU_WINO_TILE +4 +default" \
   "TD_CPU_POOL +0 +1" \
   "TD_CPU_BN +onednn +default" "TD_CPU_BN8 +add +all" \
   "TD_CPU_FOLD +0 +default" "TD_CPU_NTSTORE +0 +default" \
-  "TD_CPU_SBW +0 +1"; do
+  "TD_CPU_WSTATS +0 +default" "TD_CPU_SBW +0 +1"; do
   grep -qE "^    fmnist-cnn +$k +[0-9]+\.[0-9]+$" "$s" ||
     fail "AVX2: no fp32 row $k"
 done
@@ -84,7 +84,7 @@ grep -q '^    cpu: .*oneDNN ISA' "$s" || fail "no CPU line"
 grep -q 'fp32 FMA (vfmadd231ps zmm) .*1.00x fp32 FMA' "$s" ||
   fail "no fp32 FMA ceiling"
 n=$(grep -cE '^    fmnist-cnn +(TD_CPU_[A-Z0-9_]+|plan) .* [0-9]+\.[0-9]+$' "$s")
-[[ $n -eq 15 ]] || fail "$n plan-choice rows, want 15 (7 bf16, 8 fp32)"
+[[ $n -eq 16 ]] || fail "$n plan-choice rows, want 16 (7 bf16, 9 fp32)"
 grep -qE '^    +fmnist-cnn: cpu backend: plan measured in .* layout ' "$s" ||
   fail "no line saying what the measured plan chose"
 grep -qE 'fp32 [0-9.]+ ms/step, bf16 [0-9.]+ ms/step' "$s" ||

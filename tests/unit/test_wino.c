@@ -12,7 +12,7 @@
  * tiles end mid-block; bitwise equal results on 1, 2 and 12 threads; a
  * batch norm and relu folded into the input, bitwise equal to their
  * output written out (forward and weight gradient); non-temporal output
- * stores, the same bits; a
+ * stores, the same bits; the outputs' moments against fp64; a
  * forward-only plan; the plan's tiles per side, their products and
  * TD_CPU_WINO_TILE.  The comparisons are skipped where the CPU has no
  * AVX2 + FMA.
@@ -343,6 +343,58 @@ START_TEST(test_ntstore_same_bits)
 }
 END_TEST
 
+START_TEST(test_moments)
+{
+    /* td_wino_moments after a forward: each channel's mean and biased
+     * variance of the outputs written, against fp64 over them (the mixed
+     * tiles with borders and a bias far from 0: the blocks' shifts keep
+     * the variance from cancelling), and the same bits on 1 and 2
+     * threads */
+    static const shape ms[] = {{5, 14, 14, 16, 32, 1}, {3, 7, 5, 16, 16, 1}};
+    const shape s = ms[_i];
+    size_t nx = (size_t)s.n * s.ic * s.h * s.w;
+    size_t ny = (size_t)s.n * s.oc * s.h * s.w, nw = (size_t)s.oc * s.ic * 9;
+    float *x = rnd(nx, 700), *w = rnd(nw, 701), *bias = rnd(32, 702);
+    float *y = malloc(ny * sizeof *y), mean[2][32], var[2][32];
+    for (int o = 0; o < s.oc; o++)
+        bias[o] = 50.0f + 10.0f * bias[o];
+    td_wino *p = td_wino_create(s.n, s.h, s.w, s.ic, s.oc, 2);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(td_wino_want_moments(p), 0);
+    td_wino_weights(p, w);
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t + 1);
+        td_wino_fwd(p, x, y, bias, NULL);
+        td_wino_moments(p, mean[t], var[t]);
+    }
+    omp_set_num_threads(2);
+    ck_assert_int_eq(memcmp(mean[0], mean[1], (size_t)s.oc * 4), 0);
+    ck_assert_int_eq(memcmp(var[0], var[1], (size_t)s.oc * 4), 0);
+    for (int o = 0; o < s.oc; o++) {
+        double m = 0, v = 0, cnt = (double)s.n * s.h * s.w;
+        for (int n = 0; n < s.n; n++)
+            for (int i = 0; i < s.h; i++)
+                for (int j = 0; j < s.w; j++)
+                    m += y[at(s.oc, s.h, s.w, n, o, i, j)];
+        m /= cnt;
+        for (int n = 0; n < s.n; n++)
+            for (int i = 0; i < s.h; i++)
+                for (int j = 0; j < s.w; j++) {
+                    double d = y[at(s.oc, s.h, s.w, n, o, i, j)] - m;
+                    v += d * d;
+                }
+        v /= cnt;
+        ck_assert_msg(fabs(mean[1][o] - m) <= 1e-6 * (fabs(m) + sqrt(v)),
+                      "%dx%d mean[%d] %.9g, want %.9g", s.h, s.w, o,
+                      mean[1][o], m);
+        ck_assert_msg(fabs(var[1][o] - v) <= 1e-5 * v, "%dx%d var[%d] %.9g, "
+                      "want %.9g", s.h, s.w, o, var[1][o], v);
+    }
+    td_wino_destroy(p);
+    free(x), free(w), free(bias), free(y);
+}
+END_TEST
+
 START_TEST(test_refuses_unsupported)
 {
     ck_assert(!td_wino_ok(3, 2, 1, 16, 16)); /* stride 2 */
@@ -473,6 +525,7 @@ static Suite *wino_suite(void)
         tcase_add_loop_test(tc, test_thread_count_independent, 0, 3);
         tcase_add_loop_test(tc, test_fold_is_the_written_input, 0, 4);
         tcase_add_test(tc, test_ntstore_same_bits);
+        tcase_add_loop_test(tc, test_moments, 0, 2);
         tcase_add_test(tc, test_forward_only_plan);
     } else {
         printf("wino: this CPU has no AVX2 + FMA: only the refusals run\n");

@@ -59,6 +59,9 @@ typedef struct td__cl {
                       that reads it (cpu_fold.h): its output is not
                       written; fd is what those layers apply */
     float *fscale; /* fold: the scale gamma*rstd of the latest forward */
+    int wsrc;      /* fold: the convolution (layer index) whose Winograd
+                      forward keeps its input's moments (its statistics
+                      pass saved), else 0 */
     td_fold fd;    /* fold: {mean or running mean, fscale, beta, C} */
     dnnl_memory_desc_t md;      /* output descriptor (roots only) */
     dnnl_memory_t y, dy;        /* output value and gradient (roots) */

@@ -228,10 +228,24 @@ int td__fold_plan(td__cpu *be)
             return -ENOMEM;
         }
         c->fold = 1;
+        /* its statistics from the Winograd forward writing its input,
+         * where nothing else reads that (TD_CPU_WSTATS=0: its own pass) */
+        int P = l->in[0];
+        const char *ws = getenv("TD_CPU_WSTATS");
+        if (be->cl[P].root == P && be->cl[P].wf && m->layers[P].consumers == 1 &&
+            !(ws && strcmp(ws, "0") == 0)) {
+            if (td_wino_want_moments(be->cl[P].wf)) {
+                snprintf(be->base.err, sizeof be->base.err, "%s: out of "
+                         "memory", m->layers[P].name);
+                return -ENOMEM;
+            }
+            c->wsrc = P;
+        }
         td_debug("cpu backend: %s batch norm + relu folded into the layers "
                  "reading it (their input transforms apply it; its output "
-                 "is not written)",
-                 l->name);
+                 "is not written)%s",
+                 l->name, c->wsrc ? "; its statistics from the Winograd "
+                 "outputs" : "");
     }
     return 0;
 }
@@ -446,5 +460,5 @@ void td__kplan_free(td__cl *c)
     c->wf = c->wbd = NULL;
     free(c->fscale);
     c->fscale = NULL;
-    c->fold = 0;
+    c->fold = c->wsrc = 0;
 }

@@ -50,6 +50,9 @@ struct td_wino {
     td__wc cls[TD__CLASSES];
     td__wc wcls;    /* the weight gradient's (no u) */
     float *scr, *part, *tsum;
+    float *mom;     /* per forward block: [3][oc] (td__t_output) and the
+                     * count of its outputs (td_wino_want_moments) */
+    long nblk;      /* forward blocks, every class's */
     char desc[64];  /* the forward's classes, for logs */
 };
 
@@ -116,6 +119,7 @@ void td_wino_destroy(td_wino *p)
     free(p->scr);
     free(p->part);
     free(p->tsum);
+    free(p->mom);
     free(p);
 }
 
@@ -201,6 +205,7 @@ static td_wino *td__create(int n, int h, int w, int ic, int oc, int threads,
                 td_wino_destroy(P);
                 return NULL;
             }
+            P->nblk += (p->tiles + p->tb - 1) / p->tb;
             len += snprintf(P->desc + len, sizeof P->desc - (size_t)len,
                             "%sF(%dx%d, 3x3)", P->ncls > 1 ? " + " : "",
                             p->mh, p->mw);
@@ -342,7 +347,8 @@ TD__IN void td__gemm(const float *V, const float *U, float *M, int rows,
 
 TD__AVX void td__fwd_block(const td__wc *p, const float *x,
                            const td_fold *f, float *y, const float *bias,
-                           long g0, int cnt, float *V, float *M, int nt)
+                           long g0, int cnt, float *V, float *M, int nt,
+                           float *mom)
 {
     int C = p->ic, K = p->oc, tb = p->tb, rows = (cnt + 5) / 6 * 6;
     td__tiles t;
@@ -352,7 +358,14 @@ TD__AVX void td__fwd_block(const td__wc *p, const float *x,
     for (int k = 0; k < p->np; k++)
         td__gemm(V + (size_t)k * tb * C, p->u + (size_t)k * C * K,
                  M + (size_t)k * tb * K, rows, C, K);
-    td__t_output(p, &t, M, y, bias, cnt, nt);
+    td__t_output(p, &t, M, y, bias, cnt, nt, mom);
+    if (mom) { /* the block's outputs inside the image */
+        long n = 0;
+        for (int i = 0; i < cnt; i++)
+            n += (long)(p->h - t.y[i] < p->mh ? p->h - t.y[i] : p->mh) *
+                 (p->w - t.x[i] < p->mw ? p->w - t.x[i] : p->mw);
+        mom[3 * K] = (float)n;
+    }
 }
 
 static int td__nthreads(const td__wc *p, int cap)
@@ -382,22 +395,56 @@ void td_wino_fwd(td_wino *P, const float *x, float *y, const float *bias,
 #pragma omp parallel num_threads(nth)
     {
         int me = omp_get_thread_num(), all = omp_get_num_threads();
-        long done = 0; /* the work of the blocks before this one */
+        long done = 0, b = 0; /* the work and blocks before this one */
+        size_t ms = 3 * (size_t)P->oc + 1; /* floats per block's moments */
         for (int c = 0; c < P->ncls; c++) {
             const td__wc *p = &P->cls[c];
             float *V = p->scr + (size_t)me * p->scr_per;
             float *M = V + (size_t)p->np * p->tb * p->ic;
-            for (long g0 = 0; g0 < p->tiles; g0 += p->tb) {
+            for (long g0 = 0; g0 < p->tiles; g0 += p->tb, b++) {
                 long cnt = p->tiles - g0 < p->tb ? p->tiles - g0 : p->tb;
                 long mid = done + p->np * cnt / 2;
                 done += p->np * cnt;
                 if (mid * all / work == me)
                     td__fwd_block(p, x, f, y, bias, g0, (int)cnt, V, M,
-                                  nt);
+                                  nt, P->mom ? P->mom + (size_t)b * ms
+                                             : NULL);
             }
         }
         if (nt) /* the stores visible before the region ends */
             _mm_sfence();
+    }
+}
+
+int td_wino_want_moments(td_wino *p)
+{
+    if (!p->mom)
+        p->mom = td__alloc((size_t)p->nblk * (3 * (size_t)p->oc + 1));
+    return p->mom ? 0 : -1;
+}
+
+void td_wino_moments(const td_wino *p, float *mean, float *var)
+{
+    int K = p->oc;
+    size_t ms = 3 * (size_t)K + 1;
+    for (int c = 0; c < K; c++) {
+        /* the blocks' shifted sums merged in block order (Chan et al.):
+         * the total, then the squares about the total's mean */
+        double n = 0, s = 0, m2 = 0;
+        for (long b = 0; b < p->nblk; b++) {
+            const float *q = p->mom + (size_t)b * ms;
+            n += q[3 * K];
+            s += (double)q[3 * K] * q[c] + q[K + c];
+        }
+        double mu = s / n;
+        for (long b = 0; b < p->nblk; b++) {
+            const float *q = p->mom + (size_t)b * ms;
+            double nb = q[3 * K], d = q[K + c] / nb;
+            double e = (double)q[c] + d - mu;
+            m2 += (double)q[2 * K + c] - nb * d * d + nb * e * e;
+        }
+        mean[c] = (float)mu;
+        var[c] = (float)(m2 / n > 0 ? m2 / n : 0);
     }
 }
 

@@ -89,6 +89,16 @@ typedef struct td_fold td_fold;
 void td_wino_fwd(td_wino *p, const float *x, float *y, const float *bias,
                  const td_fold *fold);
 
+/* Moments of the forward's outputs for a batch norm that reads them (its
+ * statistics pass saved): from the next td_wino_fwd on, each block of
+ * tiles keeps per output channel the sums of (y - shift) and (y -
+ * shift)^2 about a shift of its own (its first output), as it stores y;
+ * td_wino_moments merges them in block order into the mean and the
+ * biased variance of every channel over the batch (fixed blocks: the
+ * same bits on any thread count).  want: -1 out of memory. */
+int td_wino_want_moments(td_wino *p);
+void td_wino_moments(const td_wino *p, float *mean, float *var);
+
 /* dw[oc][ic][3][3] = dL/dW and db[oc] = dL/dbias (db may be NULL) from x
  * and dy [n][oc/8][h][w][8], both overwritten; with fold, of x folded
  * as td_wino_fwd reads it.  Parallel (OpenMP). */

@@ -356,7 +356,8 @@ TD__IN void td__put(float *o, __m256 v, const int nt)
 
 TD__IN void td__output_b(const td__wc *p, const td__tiles *t, const float *M,
                          float *y, const float *bias, int cnt, const int nt,
-                         const int mh, const int mw)
+                         float *mom, const int st, const int mh,
+                         const int mw)
 {
     const int ph = mh + 2, pw = mw + 2;
     int K = p->oc, H = p->h, W = p->w;
@@ -377,6 +378,7 @@ TD__IN void td__output_b(const td__wc *p, const td__tiles *t, const float *M,
             __m256 b = bias ? _mm256_loadu_ps(bias + kb * 8)
                             : _mm256_setzero_ps();
             float *pl = y + ((size_t)t->n[i] * (K / 8) + kb) * plane;
+            __m256 sh = _mm256_setzero_ps(), s1 = sh, s2 = sh;
 #pragma GCC unroll 4
             for (int j = 0; j < mw; j++) { /* A_h^T (M A_w): each column */
 #pragma GCC unroll 6
@@ -386,9 +388,31 @@ TD__IN void td__output_b(const td__wc *p, const td__tiles *t, const float *M,
 #pragma GCC unroll 4
                 for (int q = 0; q < mh; q++) {
                     int yy = y0 + q, xx = x0 + j;
-                    if (inside || (yy < H && xx < W))
-                        td__put(pl + ((size_t)yy * W + xx) * 8,
-                                _mm256_add_ps(o[q], b), nt);
+                    __m256 v = _mm256_add_ps(o[q], b);
+                    if (!(inside || (yy < H && xx < W)))
+                        continue;
+                    td__put(pl + ((size_t)yy * W + xx) * 8, v, nt);
+                    if (st) { /* the shift: tile 0's first output */
+                        if (j == 0 && q == 0)
+                            sh = i == 0 ? v
+                                        : _mm256_loadu_ps(mom + kb * 8);
+                        __m256 d = _mm256_sub_ps(v, sh);
+                        s1 = _mm256_add_ps(s1, d);
+                        s2 = _mm256_fmadd_ps(d, d, s2);
+                    }
+                }
+            }
+            if (st) {
+                float *m1 = mom + K + kb * 8, *m2 = mom + 2 * K + kb * 8;
+                if (i == 0) {
+                    _mm256_storeu_ps(mom + kb * 8, sh);
+                    _mm256_storeu_ps(m1, s1);
+                    _mm256_storeu_ps(m2, s2);
+                } else {
+                    _mm256_storeu_ps(m1, _mm256_add_ps(_mm256_loadu_ps(m1),
+                                                       s1));
+                    _mm256_storeu_ps(m2, _mm256_add_ps(_mm256_loadu_ps(m2),
+                                                       s2));
                 }
             }
         }
@@ -397,12 +421,16 @@ TD__IN void td__output_b(const td__wc *p, const td__tiles *t, const float *M,
 
 void TD__AVXG td__t_output(const td__wc *p, const td__tiles *t,
                            const float *M, float *y, const float *bias,
-                           int cnt, int nt)
+                           int cnt, int nt, float *mom)
 {
-    if (nt)
-        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 1);
+    if (nt && mom)
+        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 1, mom, 1);
+    else if (nt)
+        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 1, mom, 0);
+    else if (mom)
+        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 0, mom, 1);
     else
-        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 0);
+        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 0, mom, 0);
 }
 
 /* ---- backward weights ----------------------------------------------- */
