@@ -345,14 +345,21 @@ void td_bn8_stats(const float *x, size_t rows, int C, size_t hw,
             part, scale);
 }
 
-void td_bn8_apply(const float *x, float *y, size_t rows, int C, size_t hw,
-                  const float *mean, const float *a, const float *b)
+/* The output pass alone, every chunk in one parallel loop, no mask. */
+static void td__apply(const float *x, const float *s, float *y, td__geo g,
+                      const float *mean, const float *a, const float *b,
+                      int relu)
 {
-    td__geo g = {rows, hw, C, 8};
     long n = (long)td__nchunks(g);
 #pragma omp parallel for schedule(static)
     for (long ch = 0; ch < n; ch++)
-        td__apply_chunk(x, NULL, y, NULL, g, ch, 0, C, mean, a, b, 1);
+        td__apply_chunk(x, s, y, NULL, g, ch, 0, g.C, mean, a, b, relu);
+}
+
+void td_bn8_apply(const float *x, float *y, size_t rows, int C, size_t hw,
+                  const float *mean, const float *a, const float *b)
+{
+    td__apply(x, NULL, y, (td__geo){rows, hw, C, 8}, mean, a, b, 1);
 }
 
 void td_bn8_infer(const float *x, const float *s, float *y, size_t rows,
@@ -361,13 +368,10 @@ void td_bn8_infer(const float *x, const float *s, float *y, size_t rows,
                   float *part)
 {
     td__geo g = {rows, hw, C, 8};
-    long n = (long)td__nchunks(g);
-    float *a = part + 2 * (size_t)n * (size_t)C;
+    float *a = part + 2 * td__nchunks(g) * (size_t)C;
     for (int c = 0; c < C; c++)
         a[c] = td_bn_nhwc_fwd_coef(gamma[c], var[c], eps);
-#pragma omp parallel for schedule(static)
-    for (long ch = 0; ch < n; ch++)
-        td__apply_chunk(x, s, y, NULL, g, ch, 0, C, mean, a, beta, relu);
+    td__apply(x, s, y, g, mean, a, beta, relu);
 }
 
 /* The training backward; with fa the relu's signs from x (a fold). */

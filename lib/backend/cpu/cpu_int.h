@@ -200,6 +200,10 @@ int td__bn_can_fast(const td__cpu *be, int L);
  * planned so, after every layer. */
 int td__bn_folds(const td__cpu *be, int L);
 int td__fold_plan(td__cpu *be);
+/* cpu_plan.c: the largest channel block a 2x2 max pooling runs
+ * cpu_pool.c in: 8 by default, 16 with TD_CPU_POOL=1, 0 with
+ * TD_CPU_POOL=0 (oneDNN's). */
+int td__pool_blk(void);
 /* TD_CPU_NHWC in the environment when it forces the bf16 layout ("1":
  * channels-last, "0": not), else NULL. */
 const char *td__layout_forced(void);

@@ -179,8 +179,7 @@ static int td__fold_reader(const td__cpu *be, int A, int R, int planned)
         return 0;
     if (planned)
         return be->cl[A].pmask != NULL && be->cl[A].pblk == 8;
-    const char *e = getenv("TD_CPU_POOL");
-    return !(e && strcmp(e, "0") == 0) &&
+    return td__pool_blk() >= 8 &&
            td_maxpool2_ok(a->kernel, a->stride, a->pad, m->layers[R].out.h,
                           m->layers[R].out.w, 8);
 }

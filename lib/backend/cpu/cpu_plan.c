@@ -479,6 +479,14 @@ static int td__plan_relu(td__cpu *be, int L)
                   l->name);
 }
 
+int td__pool_blk(void)
+{
+    /* "0": oneDNN's pooling; "1": cpu_pool.c in nChw16c too (AVX-512
+     * plans: not measured there, so not the default) */
+    const char *e = getenv("TD_CPU_POOL");
+    return e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 16 : 8;
+}
+
 static int td__plan_pool(td__cpu *be, int L)
 {
     const td_layer *l = &be->base.model->layers[L];
@@ -504,11 +512,7 @@ static int td__plan_pool(td__cpu *be, int L)
     if ((rc = td__pd(be, &d, NULL, &c->pd[0], &c->fwd, "pool fwd", l->name)) ||
         (rc = td__output(be, L, td__q(c->pd[0], dnnl_query_dst_md, 0))))
         return rc;
-    /* "0": oneDNN's pooling; "1": cpu_pool.c in nChw16c too (AVX-512
-     * plans: not measured there, so not the default) */
-    const char *e = getenv("TD_CPU_POOL");
-    int pool = e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 16
-                                                                       : 8;
+    int pool = td__pool_blk();
     if (l->kind == TD_L_MAXPOOL && !td__is_bf16(be) && pool &&
         (c->pblk = td__blocked_f32_dense(src)) && c->pblk <= pool &&
         td__blocked_f32_dense(&c->md) == c->pblk &&

@@ -133,23 +133,22 @@ static void td__bn_fast_fwd(td__cpu *be, int L, int train)
     int C = l->out.c;
     size_t rows = c->nelem / (size_t)C, hw = td__bn_hw(be, L);
     if (c->fold) { /* statistics and scale; the readers apply them */
-        if (train && c->wsrc) { /* the moments the forward kept */
-            const float *g = td__f(c->w), *v = td__f(c->var);
-            td_wino_moments(be->cl[c->wsrc].wf, td__f(c->mean), td__f(c->var));
-            for (int i = 0; i < C; i++)
-                c->fscale[i] = td_bn_nhwc_fwd_coef(g[i], v[i], l->eps);
-            td__bn_running(be, L);
-        } else if (train) {
+        const float *mean = td__f(train ? c->mean : c->rmean);
+        if (train && !c->wsrc) {
             td_bn8_stats(td__f(xm), rows, C, hw, td__f(c->w), l->eps,
                          td__f(c->mean), td__f(c->var), c->fscale, c->part);
-            td__bn_running(be, L);
         } else {
-            const float *g = td__f(c->w), *rv = td__f(c->rvar);
+            const float *g = td__f(c->w), *v = td__f(train ? c->var
+                                                            : c->rvar);
+            if (train) /* the moments the Winograd forward kept */
+                td_wino_moments(be->cl[c->wsrc].wf, td__f(c->mean),
+                                td__f(c->var));
             for (int i = 0; i < C; i++)
-                c->fscale[i] = td_bn_nhwc_fwd_coef(g[i], rv[i], l->eps);
+                c->fscale[i] = td_bn_nhwc_fwd_coef(g[i], v[i], l->eps);
         }
-        c->fd = (td_fold){td__f(train ? c->mean : c->rmean), c->fscale,
-                          td__f(c->b), C};
+        if (train)
+            td__bn_running(be, L);
+        c->fd = (td_fold){mean, c->fscale, td__f(c->b), C};
         return;
     }
     if (!td__is_bf16(be)) {

@@ -383,13 +383,11 @@ static int td__nthreads(const td__wc *p, int cap)
 void td_wino_fwd(td_wino *P, const float *x, float *y, const float *bias,
                  const td_fold *f)
 {
-    long work = 0, nb = 0;
-    for (int c = 0; c < P->ncls; c++) {
+    long work = 0; /* positions x tiles, every class's */
+    for (int c = 0; c < P->ncls; c++)
         work += (long)P->cls[c].np * P->cls[c].tiles;
-        nb += (P->cls[c].tiles + P->cls[c].tb - 1) / P->cls[c].tb;
-    }
-    int nth = td__nthreads(&P->cls[0], nb < P->cls[0].threads
-                                           ? (int)nb
+    int nth = td__nthreads(&P->cls[0], P->nblk < P->cls[0].threads
+                                           ? (int)P->nblk
                                            : P->cls[0].threads);
     int nt = P->nt && ((uintptr_t)y & 31) == 0; /* aligned: they need 32 */
 #pragma omp parallel num_threads(nth)
