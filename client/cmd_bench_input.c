@@ -54,10 +54,13 @@ static int td__bi_spec(const char *path, td_pipeline_config *c, char **data)
 {
     json_error_t je;
     char err[256];
-    json_t *s = json_load_file(path, 0, &je), *in, *v;
+    json_t *s = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *in, *v;
     if (!s) {
-        fprintf(stderr, "trainctl bench-input: %s:%d: %s\n", path, je.line,
-                je.text);
+        if (je.line < 1) /* not opened or not read: jansson names the file */
+            fprintf(stderr, "trainctl bench-input: %s\n", je.text);
+        else
+            fprintf(stderr, "trainctl bench-input: %s:%d: %s\n", path,
+                    je.line, je.text);
         return -1;
     }
     const char *train = json_string_value(

@@ -69,12 +69,16 @@ int td_cmd_submit(int argc, char **argv)
         return rc < 0 ? TD_EXIT_OK : rc;
     json_error_t je;
     const char *file = cli.pos[0];
-    json_t *spec = strcmp(file, "-") == 0 ? json_loadf(stdin, 0, &je)
-                                          : json_load_file(file, 0, &je);
+    json_t *spec = strcmp(file, "-") == 0
+                       ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &je)
+                       : json_load_file(file, JSON_REJECT_DUPLICATES, &je);
     if (!spec) {
-        fprintf(stderr, "trainctl submit: %s: %s (line %d, column %d)\n",
-                strcmp(file, "-") == 0 ? "stdin" : file, je.text, je.line,
-                je.column);
+        const char *what = strcmp(file, "-") == 0 ? "stdin" : file;
+        if (je.line < 1) /* not opened or not read: jansson names the file */
+            fprintf(stderr, "trainctl submit: %s\n", je.text);
+        else
+            fprintf(stderr, "trainctl submit: %s: %s (line %d, column %d)\n",
+                    what, je.text, je.line, je.column);
         return TD_EXIT_USAGE;
     }
     if (!json_is_object(spec)) {

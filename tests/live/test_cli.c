@@ -68,6 +68,18 @@ START_TEST(test_usage_errors_exit_2)
     free(err);
     ck_assert_int_eq(CLI(NULL, &err, "submit", "/nonexistent/job.json"), 2);
     ck_assert_ptr_nonnull(strstr(err, "/nonexistent/job.json"));
+    ck_assert_msg(!strstr(err, "line -1"), "%s", err); /* no position */
+    free(err);
+    /* A key given twice is refused with its position, not resolved. */
+    char dup[200];
+    snprintf(dup, sizeof dup, "%s/dup.json", H.dir);
+    FILE *f = fopen(dup, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"epochs\": 1,\n \"epochs\": 2}\n", f);
+    fclose(f);
+    ck_assert_int_eq(CLI(NULL, &err, "submit", dup), 2);
+    ck_assert_msg(strstr(err, "duplicate object key") && strstr(err, "line 2"),
+                  "%s", err);
     free(err);
 }
 END_TEST
