@@ -354,10 +354,11 @@ static td_backend *fold_backend(const td_model *m, td_shape in, int n,
  * loss, the counts and every layer's value (a fold's written out when
  * read) of the same plan with every batch norm on cpu_bn8.c unfolded and
  * plain stores; with the statistics from the Winograd outputs (the
- * default; they agree with the batch norm's own to ~1e-6, but a batch
- * of 3 amplifies that over three steps: resnet20's loss moved 1.4e-4),
- * the loss within 1e-3 and every parameter within 1e-3 of the largest
- * (test_wino holds the moments to fp64). */
+ * default; they agree with the batch norm's own to ~1e-6), after one
+ * step the loss within 1e-4 and every parameter within 1e-4 of the
+ * largest (test_wino holds the moments to fp64; over three steps a batch
+ * of 3 amplifies the difference chaotically: 5e-4 to 3e-3 of resnet20's
+ * largest bias as rounding elsewhere changed). */
 START_TEST(test_fold_changes_no_bit)
 {
     static const char *model[2] = {"fmnist-cnn", "resnet20"};
@@ -366,13 +367,15 @@ START_TEST(test_fold_changes_no_bit)
     setup_fx(&f, model[_i], shp[_i], 10, 3, TD_OPT_SGD);
     /* the unfolded plan with plain stores, the folded one with
      * non-temporal Winograd outputs (TD_CPU_NTSTORE) */
-    td_backend *be[3] = {
+    td_backend *be[4] = {
         fold_backend(f.m, shp[_i], 3, "0", "0", "0", &f.b),
         fold_backend(f.m, shp[_i], 3, NULL, "1", "0", &f.b),
-        fold_backend(f.m, shp[_i], 3, NULL, "1", NULL, &f.b)};
-    td_step_stats st[3];
-    for (int k = 0; k < 3; k++) {
-        for (int t = 1; t <= 3; t++)
+        fold_backend(f.m, shp[_i], 3, NULL, "1", NULL, &f.b),
+        fold_backend(f.m, shp[_i], 3, "0", "0", "0", &f.b)};
+    static const int steps[4] = {3, 3, 1, 1};
+    td_step_stats st[4];
+    for (int k = 0; k < 4; k++) {
+        for (int t = 1; t <= steps[k]; t++)
             ck_assert_int_eq(td_backend_train_step(be[k], 0.05f, t), 0);
         ck_assert_int_eq(td_backend_eval_step(be[k]), 0);
         ck_assert_int_eq(td_backend_read_stats(be[k], &st[k]), 0);
@@ -380,26 +383,27 @@ START_TEST(test_fold_changes_no_bit)
     ck_assert(memcmp(&st[0].loss_sum, &st[1].loss_sum, sizeof(double)) ==
               0);
     ck_assert_int_eq(st[0].correct, st[1].correct);
-    ck_assert_double_eq_tol(st[2].loss_sum, st[0].loss_sum,
-                            1e-3 * st[0].loss_sum);
+    ck_assert_double_eq_tol(st[2].loss_sum, st[3].loss_sum,
+                            1e-4 * st[3].loss_sum);
     for (int p = 0; p < f.m->nparams; p++) {
         size_t n = f.m->params[p].count;
-        float *v[3] = {malloc(n * 4), malloc(n * 4), malloc(n * 4)};
+        float *v[4] = {malloc(n * 4), malloc(n * 4), malloc(n * 4),
+                       malloc(n * 4)};
         double big = 1e-3, diff = 0;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             ck_assert_int_eq(be[k]->ops->read_tensor(be[k], TD_T_PARAM, p,
                                                      v[k], n),
                              0);
         ck_assert_msg(memcmp(v[0], v[1], n * 4) == 0, "%s: %s differs",
                       model[_i], f.m->params[p].name);
         for (size_t i = 0; i < n; i++) {
-            big = fmax(big, fabs(v[0][i]));
-            diff = fmax(diff, fabs(v[2][i] - v[0][i]));
+            big = fmax(big, fabs(v[3][i]));
+            diff = fmax(diff, fabs(v[2][i] - v[3][i]));
         }
-        ck_assert_msg(diff <= 1e-3 * big, "%s: %s off by %g (of %g) with "
+        ck_assert_msg(diff <= 1e-4 * big, "%s: %s off by %g (of %g) with "
                       "the Winograd outputs' statistics", model[_i],
                       f.m->params[p].name, diff, big);
-        free(v[0]), free(v[1]), free(v[2]);
+        free(v[0]), free(v[1]), free(v[2]), free(v[3]);
     }
     for (int L = 1; L < f.m->nlayers; L++) {
         size_t n = td_ref_size(&f.r, L);
@@ -413,7 +417,7 @@ START_TEST(test_fold_changes_no_bit)
                       f.m->layers[L].name);
         free(v[0]), free(v[1]);
     }
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         td_backend_destroy(be[k]);
     teardown_fx(&f);
 }
