@@ -2,7 +2,8 @@
  * alone ("4x4") and with the plan's tiles of 4 and 2 ("plan": the same
  * where 4 divides the sides, F(4x4) + F(4x2) + F(2x4) + F(2x2) on 14x14),
  * against oneDNN's direct ones on the same fp32 nChw8c data, per shape of
- * resnet20 and fmnist-cnn (batch 128): forward, backward data, backward
+ * resnet20 and fmnist-cnn (batch 128; with "resnet18", resnet18's):
+ * forward, backward data, backward
  * weights, each pass timed alternately (4x4, plan, oneDNN, 4x4, ...) in
  * one process.  Prints per pass the median ms of each, the direct
  * convolution's GFLOP/s equivalent (2 * n * h * w * ic * oc * 9 per pass)
@@ -10,7 +11,8 @@
  * 4x4 / plan and oneDNN / plan (> 1: the plan faster).
  * oneDNN's kernel is whatever it picks for nChw8c (jit:avx2 on an AVX2
  * CPU; on an AVX-512 CPU it may be slower in this layout than in its
- * own).  Usage: bench_wino [rounds] [threads] [batch]; skips (exit 0)
+ * own).  Usage: bench_wino [rounds] [threads] [batch] [resnet18]; skips
+ * (exit 0)
  * where the CPU has no AVX2 + FMA.  Exit status: 0 done, 1 a oneDNN call
  * failed or a plan could not be made.
  */
@@ -29,10 +31,16 @@ typedef struct shape {
     int h, w, ic, oc;
 } shape;
 
-static const shape shapes[] = {
+static const shape small[] = {
     {"resnet20", 32, 32, 16, 16}, {"resnet20", 16, 16, 32, 32},
     {"resnet20", 8, 8, 64, 64},   {"fmnist-cnn", 28, 28, 32, 32},
     {"fmnist-cnn", 14, 14, 32, 64}, {"fmnist-cnn", 14, 14, 64, 64},
+};
+
+/* resnet18's (and resnet50's middle) 3x3 stride-1 shapes at 224x224 */
+static const shape deep[] = {
+    {"resnet18", 56, 56, 64, 64},   {"resnet18", 28, 28, 128, 128},
+    {"resnet18", 14, 14, 256, 256}, {"resnet18", 7, 7, 512, 512},
 };
 
 #define CK(x)                                                              \
@@ -79,7 +87,7 @@ static void run(dnn *d, dnnl_primitive_t p, int n, const dnnl_exec_arg_t *a)
     CK(dnnl_stream_wait(d->strm));
 }
 
-static void dnn_make(dnn *d, int n, const shape *s, float *x, float *w,
+static void dnn_make(dnn *d, int n, const shape *s, int first, float *x, float *w,
                      float *y, float *dx, float *dy, float *dw)
 {
     dnnl_dims_t xd = {n, s->ic, s->h, s->w}, yd = {n, s->oc, s->h, s->w};
@@ -132,7 +140,7 @@ static void dnn_make(dnn *d, int n, const shape *s, float *x, float *w,
     for (int i = 0; i < 3; i++) {
         const char *impl = NULL;
         dnnl_primitive_desc_query(pd[i], dnnl_query_impl_info_str, 0, &impl);
-        if (s == &shapes[0] && i == 0)
+        if (first && i == 0)
             printf("oneDNN's kernel for nChw8c: %s\n", impl ? impl : "?");
         dnnl_primitive_desc_destroy(pd[i]);
     }
@@ -190,10 +198,16 @@ int main(int argc, char **argv)
     int rounds = argc > 1 ? atoi(argv[1]) : 15;
     int threads = argc > 2 ? atoi(argv[2]) : 2;
     int n = argc > 3 ? atoi(argv[3]) : 128;
-    if (rounds < 1 || threads < 1 || n < 1) {
-        fprintf(stderr, "usage: bench_wino [rounds] [threads] [batch]\n");
+    int r18 = argc > 4 && strcmp(argv[4], "resnet18") == 0;
+    if (rounds < 1 || threads < 1 || n < 1 ||
+        (argc > 4 && !r18)) {
+        fprintf(stderr,
+                "usage: bench_wino [rounds] [threads] [batch] [resnet18]\n");
         return 2;
     }
+    const shape *shapes = r18 ? deep : small;
+    size_t nshapes = r18 ? sizeof deep / sizeof deep[0]
+                         : sizeof small / sizeof small[0];
     if (!td_wino_cpu()) {
         printf("bench_wino: skipped: this CPU has no AVX2 + FMA\n");
         return 0;
@@ -207,7 +221,7 @@ int main(int argc, char **argv)
     dnn d = {0};
     CK(dnnl_engine_create(&d.eng, dnnl_cpu, 0));
     CK(dnnl_stream_create(&d.strm, d.eng, dnnl_stream_default_flags));
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    for (size_t si = 0; si < nshapes; si++) {
         const shape *s = &shapes[si];
         size_t nx = (size_t)n * s->ic * s->h * s->w;
         size_t ny = (size_t)n * s->oc * s->h * s->w;
@@ -226,7 +240,7 @@ int main(int argc, char **argv)
                     s->w, s->ic, s->oc);
             return 1;
         }
-        dnn_make(&d, n, s, x, w, y, dx, dy, dw);
+        dnn_make(&d, n, s, si == 0, x, w, y, dx, dy, dw);
         double gf = 2.0 * n * s->h * s->w * s->ic * s->oc * 9 / 1e9;
         for (int pass = 0; pass < 3; pass++) {
             double *t2 = calloc((size_t)rounds, sizeof(double));

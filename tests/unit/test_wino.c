@@ -48,6 +48,10 @@ static const shape shapes[] = {
     {2, 28, 28, 32, 32, 1}, {2, 14, 14, 32, 64, 0}, {3, 7, 5, 16, 48, 1},
     {2, 9, 11, 48, 16, 0},  {4, 1, 1, 16, 32, 1},   {3, 2, 3, 32, 16, 0},
     {37, 4, 4, 16, 16, 1},  {2, 6, 10, 16, 32, 1},
+    /* large sums (over 1 MiB with tiles of 4): the weight gradient in 2
+     * groups; large U (over 4 MiB): blocks shared by the threads, two
+     * tile classes, one group */
+    {24, 8, 8, 96, 96, 1},  {2, 7, 5, 176, 176, 1},
 };
 
 /* The tiles of loop index i: 2x2, 4x4, mixed (0); the bound per tiles
@@ -228,24 +232,30 @@ END_TEST
 
 START_TEST(test_thread_count_independent)
 {
-    /* 1, 2 and 12 threads (more than the weight gradient's eight groups:
-     * its other split) give the same bits */
-    const shape s = {9, 10, 6, 32, 48, 1};
+    /* 1, 2 and 12 threads (more than the weight gradient's groups: its
+     * other split) give the same bits; also where the forward's blocks are
+     * shared by the threads and the weight gradient has 2 groups */
+    static const shape ts[2] = {{9, 10, 6, 32, 48, 1},
+                                {48, 8, 8, 176, 176, 1}};
+    const shape s = ts[_i / 3];
     int m = TILES(_i);
     size_t nx = (size_t)s.n * s.ic * s.h * s.w;
     size_t ny = (size_t)s.n * s.oc * s.h * s.w, nw = (size_t)s.oc * s.ic * 9;
     float *x = rnd(nx, 300), *w = rnd(nw, 301), *dy = rnd(ny, 302);
-    float *bias = rnd(48, 303);
+    float *bias = rnd((size_t)s.oc, 303);
     static const int nts[3] = {1, 2, 12};
     float *y[3], *dw[3], *db[3];
     td_wino *p = td_wino_create_tile(s.n, s.h, s.w, s.ic, s.oc, 12, m);
     ck_assert_ptr_nonnull(p);
     ck_assert_int_eq(td_wino_tile(p), m ? m : 4);
+    /* 176 x 176 channels: 36 positions' U over 4 MiB, 16's (F(2x2)) not */
+    ck_assert_int_eq(td_wino_shared(p), s.ic == 176 && m != 2);
+    ck_assert_int_eq(td_wino_groups(p), s.ic == 176 && m != 2 ? 2 : 8);
     td_wino_weights(p, w);
     for (int t = 0; t < 3; t++) {
         y[t] = malloc(ny * sizeof(float));
         dw[t] = malloc(nw * sizeof(float));
-        db[t] = malloc(48 * sizeof(float));
+        db[t] = malloc((size_t)s.oc * sizeof(float));
         omp_set_num_threads(nts[t]);
         td_wino_fwd(p, x, y[t], bias, NULL);
         td_wino_bwdw(p, x, dy, dw[t], db[t], NULL);
@@ -256,7 +266,8 @@ START_TEST(test_thread_count_independent)
                       "forward on %d threads differs", nts[t]);
         ck_assert_msg(memcmp(dw[0], dw[t], nw * sizeof(float)) == 0,
                       "weight gradient on %d threads differs", nts[t]);
-        ck_assert_msg(memcmp(db[0], db[t], 48 * sizeof(float)) == 0,
+        ck_assert_msg(memcmp(db[0], db[t], (size_t)s.oc * sizeof(float)) ==
+                          0,
                       "bias gradient on %d threads differs", nts[t]);
     }
     td_wino_destroy(p);
@@ -350,12 +361,13 @@ START_TEST(test_moments)
      * tiles with borders and a bias far from 0: the blocks' shifts keep
      * the variance from cancelling), and the same bits on 1 and 2
      * threads */
-    static const shape ms[] = {{5, 14, 14, 16, 32, 1}, {3, 7, 5, 16, 16, 1}};
+    static const shape ms[] = {{5, 14, 14, 16, 32, 1}, {3, 7, 5, 16, 16, 1},
+                               {3, 7, 5, 176, 176, 1}}; /* shared */
     const shape s = ms[_i];
     size_t nx = (size_t)s.n * s.ic * s.h * s.w;
     size_t ny = (size_t)s.n * s.oc * s.h * s.w, nw = (size_t)s.oc * s.ic * 9;
-    float *x = rnd(nx, 700), *w = rnd(nw, 701), *bias = rnd(32, 702);
-    float *y = malloc(ny * sizeof *y), mean[2][32], var[2][32];
+    float *x = rnd(nx, 700), *w = rnd(nw, 701), *bias = rnd(176, 702);
+    float *y = malloc(ny * sizeof *y), mean[2][176], var[2][176];
     for (int o = 0; o < s.oc; o++)
         bias[o] = 50.0f + 10.0f * bias[o];
     td_wino *p = td_wino_create(s.n, s.h, s.w, s.ic, s.oc, 2);
@@ -442,6 +454,45 @@ START_TEST(test_forward_only_plan)
 }
 END_TEST
 
+START_TEST(test_big_weights_plan)
+{
+    /* Where U outgrows the caches (np x ic x oc floats over 4 MiB), the
+     * forward's blocks are shared; where a group's sums do (over 1 MiB),
+     * the weight gradient takes fewer groups (as many as hold ic oc / (ic
+     * + oc) tiles, up to 120, each):
+     * resnet18's 7x7 512->512 at batch 16 (64 tiles) holds U, one group's
+     * sums and one shared block (not eight groups' 38 MB sums: 341 MB);
+     * its 56x56 64->64 (U 590 KB) keeps the per-thread blocks and eight
+     * groups; the groups never depend on the thread count. */
+    unsetenv("TD_CPU_WINO_TILE");
+    if (!td_wino_cpu())
+        return;
+    static const struct {
+        int n, h, w, c, shared, groups;
+    } want[] = {
+        {16, 7, 7, 512, 1, 1},   {16, 14, 14, 256, 1, 2},
+        {16, 28, 28, 128, 0, 8}, {16, 56, 56, 64, 0, 8},
+        {128, 8, 8, 64, 0, 8},   {128, 7, 7, 512, 1, 4},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        for (int th = 1; th <= 16; th *= 4) {
+            int c = want[i].c;
+            td_wino *p = td_wino_create(want[i].n, want[i].h, want[i].w, c,
+                                        c, th);
+            ck_assert_ptr_nonnull(p);
+            ck_assert_int_eq(td_wino_shared(p), want[i].shared);
+            ck_assert_int_eq(td_wino_groups(p), want[i].groups);
+            td_wino_destroy(p);
+        }
+    td_wino *p = td_wino_create(16, 7, 7, 512, 512, 2);
+    size_t u = 36UL * 512 * 512 * sizeof(float);
+    ck_assert_msg(td_wino_bytes(p) >= 2 * u &&
+                      td_wino_bytes(p) <= 2 * u + u / 2,
+                  "7x7 512->512, batch 16: %zu bytes", td_wino_bytes(p));
+    td_wino_destroy(p);
+}
+END_TEST
+
 /* Products per image and channel pair: 6 per side's tile of 4, 4 per
  * tile of 2, the two sides' sums multiplied. */
 static long products(int n4h, int n2h, int n4w, int n2w)
@@ -516,16 +567,17 @@ static Suite *wino_suite(void)
     int n = (int)(sizeof shapes / sizeof shapes[0]);
     tcase_add_test(tc, test_refuses_unsupported);
     tcase_add_test(tc, test_tile_rule);
+    tcase_add_test(tc, test_big_weights_plan);
     if (td_wino_cpu()) {
         /* each shape with each tiles (TILES) */
         tcase_add_loop_test(tc, test_forward_matches_direct, 0, 3 * n);
         tcase_add_loop_test(tc, test_backward_data_matches_direct, 0, 3 * n);
         tcase_add_loop_test(tc, test_backward_weights_matches_direct, 0,
                             3 * n);
-        tcase_add_loop_test(tc, test_thread_count_independent, 0, 3);
+        tcase_add_loop_test(tc, test_thread_count_independent, 0, 6);
         tcase_add_loop_test(tc, test_fold_is_the_written_input, 0, 4);
         tcase_add_test(tc, test_ntstore_same_bits);
-        tcase_add_loop_test(tc, test_moments, 0, 2);
+        tcase_add_loop_test(tc, test_moments, 0, 3);
         tcase_add_test(tc, test_forward_only_plan);
     } else {
         printf("wino: this CPU has no AVX2 + FMA: only the refusals run\n");

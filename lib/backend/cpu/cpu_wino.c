@@ -36,9 +36,13 @@
 #include "backend/cpu/cpu_wino_int.h"
 
 enum {
-    TD__GROUPS = 8,             /* fixed groups of the weight gradient */
+    TD__GROUPS = 8,             /* the weight gradient's groups, at most */
     TD__BLOCK_BYTES = 160 << 10, /* V and M of a forward block */
     TD__WBLOCK_BYTES = 640 << 10, /* V and D of a weight gradient's */
+    TD__BIG = 1 << 20,          /* a group's sums above: fewer groups,
+                                 * larger blocks (td__big) */
+    TD__UBIG = 4 << 20,         /* a class's U above: shared blocks */
+    TD__RUN = 6,                /* tiles per run of a shared block */
     TD__CLASSES = 4
 };
 
@@ -47,12 +51,15 @@ enum {
 struct td_wino {
     int ic, oc, ncls;
     int nt;         /* outputs by non-temporal stores (td__ntstore) */
+    int shared;     /* forward blocks run by all the threads (td__big) */
     td__wc cls[TD__CLASSES];
     td__wc wcls;    /* the weight gradient's (no u) */
     float *scr, *part, *tsum;
-    float *mom;     /* per forward block: [3][oc] (td__t_output) and the
-                     * count of its outputs (td_wino_want_moments) */
-    long nblk;      /* forward blocks, every class's */
+    float *mom;     /* per forward block (shared: per run of a block):
+                     * [3][oc] (td__t_output) and the count of its
+                     * outputs (td_wino_want_moments) */
+    long nblk;      /* forward blocks (shared: runs), every class's */
+    size_t bytes;   /* held: U, scratch, sums (td_wino_bytes) */
     char desc[64];  /* the forward's classes, for logs */
 };
 
@@ -83,6 +90,46 @@ static int td__block(const td__wc *p, long bytes, long tiles)
     tb = tb / 6 * 6;
     tb = tb < 6 ? 6 : tb > TD__TB_MAX ? TD__TB_MAX : tb;
     return (int)(tb < need ? tb : need);
+}
+
+/* Is an np x ic x oc matrix of floats (a class's U, a group's sums)
+ * larger than `above` bytes (TD__UBIG, TD__BIG)?  Then a block of 6
+ * tiles reads (or writes) more of it than of its own data: resnet18's
+ * 7x7 512->512 forward streamed its 38 MB of U once per 6 tiles and ran
+ * at 0.7x oneDNN's speed, its weight gradient (eight groups' 38 MB sums,
+ * read and written per block of 6) at 0.37x (bench_wino 3 2 16
+ * resnet18).  U of 128 x 128 channels (2.4 MB) still came fast enough
+ * from the L3 cache: shared blocks took 1.12x the time there. */
+static int td__big(int np, int ic, int oc, size_t above)
+{
+    return (size_t)np * ic * oc * sizeof(float) > above;
+}
+
+/* Tiles per block where the matrix is big: ic oc / (ic + oc), where the
+ * matrix's traffic per block (ic x oc per position) equals the block's
+ * own (ic + oc per position and tile); a multiple of 6 up to
+ * TD__TB_MAX, at most `tiles` rounded up to 6. */
+static int td__block_big(int ic, int oc, long tiles)
+{
+    long t = ((long)ic * oc / (ic + oc) + 5) / 6 * 6;
+    long need = (tiles + 5) / 6 * 6;
+    t = t < 6 ? 6 : t > TD__TB_MAX ? TD__TB_MAX : t;
+    return (int)(t < need ? t : need);
+}
+
+/* The weight gradient's groups: eight, halved while a group would hold
+ * fewer tiles than td__block_big wants where its sums are big (its sums
+ * are read and written once per block, and every group's are read at
+ * the end).  The shape's alone, never the thread count's: the same
+ * groups, the same bits on any number of threads. */
+static int td__groups(long tiles, int np, int ic, int oc)
+{
+    int g = TD__GROUPS;
+    if (!td__big(np, ic, oc, TD__BIG))
+        return g;
+    while (g > 1 && tiles / g < td__block_big(ic, oc, TD__TB_MAX))
+        g /= 2;
+    return g;
 }
 
 /* One side of n outputs: *n4 tiles of 4 then *n2 of 2.  m 4 or 2: that
@@ -141,23 +188,37 @@ static int td__ntstore(int n, int h, int w, int oc, int threads)
 }
 
 /* Class p: tiles mh x mw from (ry0, rx0), th x tw per image; its blocks
- * and its scratch per thread; with grad the weight gradient's blocks. */
+ * (shared: a forward block for all the threads, up to TD__TB_MAX tiles)
+ * and the floats of a block's scratch; with grad the weight gradient's
+ * groups and blocks instead. */
 static void td__class(td__wc *p, int n, int h, int w, int ic, int oc,
                       int threads, int mh, int mw, int ry0, int rx0, int th,
-                      int tw, int grad)
+                      int tw, int grad, int shared)
 {
     *p = (td__wc){.h = h, .w = w, .ic = ic, .oc = oc, .threads = threads,
                   .mh = mh, .mw = mw, .np = (mh + 2) * (mw + 2), .ry0 = ry0,
                   .rx0 = rx0, .th = th, .tw = tw};
     p->tiles = (long)n * th * tw;
-    p->tb = td__block(p, TD__BLOCK_BYTES, p->tiles);
-    /* a group of the weight gradient: a larger block (the products add
-     * into the group's [np][oc][ic] sums once per block) */
-    p->tbw = grad ? td__block(p, TD__WBLOCK_BYTES,
-                              (p->tiles + TD__GROUPS - 1) / TD__GROUPS)
-                  : 0;
-    p->scr_per = (size_t)p->np * (p->tb > p->tbw ? p->tb : p->tbw) *
-                 (size_t)(ic + oc);
+    if (grad) { /* a group's block: larger than the forward's (the
+                 * products add into its [np][oc][ic] sums once per block) */
+        p->groups = td__groups(p->tiles, p->np, ic, oc);
+        long per = (p->tiles + p->groups - 1) / p->groups;
+        p->tbw = td__block(p, TD__WBLOCK_BYTES, per);
+        if (td__big(p->np, ic, oc, TD__BIG) &&
+            p->tbw < td__block_big(ic, oc, per))
+            p->tbw = td__block_big(ic, oc, per);
+    } else {
+        p->tb = td__block(p, shared ? TD__TB_MAX * TD__BLOCK_BYTES
+                                    : TD__BLOCK_BYTES,
+                          p->tiles);
+    }
+    p->scr_per = (size_t)p->np * (grad ? p->tbw : p->tb) * (size_t)(ic + oc);
+}
+
+/* The tiles of class p's block from tile g0. */
+static int td__cnt(const td__wc *p, long g0)
+{
+    return (int)(p->tiles - g0 < p->tb ? p->tiles - g0 : p->tb);
 }
 
 /* The weight gradient's square tile side: m when forced, else the one
@@ -191,7 +252,9 @@ static td_wino *td__create(int n, int h, int w, int ic, int oc, int threads,
     int nh[2], nw[2]; /* tiles of 4, of 2 per side */
     td__split(h, m, &nh[0], &nh[1]);
     td__split(w, m, &nw[0], &nw[1]);
-    size_t scr_per = 0;
+    P->shared = td__big(nh[0] && nw[0] ? 36 : nh[0] || nw[0] ? 24 : 16, ic,
+                        oc, TD__UBIG);
+    size_t scr_per = 0, wscr_per = 0;
     int len = 0;
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++) {
@@ -199,28 +262,41 @@ static td_wino *td__create(int n, int h, int w, int ic, int oc, int threads,
                 continue;
             td__wc *p = &P->cls[P->ncls++];
             td__class(p, n, h, w, ic, oc, threads, 4 - 2 * a, 4 - 2 * b,
-                      a ? 4 * nh[0] : 0, b ? 4 * nw[0] : 0, nh[a], nw[b], 0);
+                      a ? 4 * nh[0] : 0, b ? 4 * nw[0] : 0, nh[a], nw[b], 0,
+                      P->shared);
             scr_per = p->scr_per > scr_per ? p->scr_per : scr_per;
             if (!(p->u = td__alloc((size_t)p->np * ic * oc))) {
                 td_wino_destroy(P);
                 return NULL;
             }
-            P->nblk += (p->tiles + p->tb - 1) / p->tb;
+            P->bytes += (size_t)p->np * ic * oc * sizeof(float);
+            for (long g0 = 0; g0 < p->tiles; g0 += p->tb) /* moments' */
+                P->nblk += P->shared ? (td__cnt(p, g0) + TD__RUN - 1) /
+                                           TD__RUN
+                                     : 1;
             len += snprintf(P->desc + len, sizeof P->desc - (size_t)len,
                             "%sF(%dx%d, 3x3)", P->ncls > 1 ? " + " : "",
                             p->mh, p->mw);
         }
+    /* scratch: a block per thread, or one shared; the weight gradient's
+     * per thread up to its groups (td__group), per group (td__wide) */
+    size_t floats = scr_per * (P->shared ? 1 : (size_t)threads);
     if (grad) {
         td__wc *q = &P->wcls;
         int t = td__wtile(h, w, m);
         td__class(q, n, h, w, ic, oc, threads, t, t, 0, 0, (h + t - 1) / t,
-                  (w + t - 1) / t, 1);
-        scr_per = q->scr_per > scr_per ? q->scr_per : scr_per;
-        P->part = td__alloc((size_t)TD__GROUPS * (q->np * (size_t)ic + 1) *
-                            oc);
-        P->tsum = td__alloc((size_t)TD__GROUPS * q->tbw * oc);
+                  (w + t - 1) / t, 1, 0);
+        wscr_per = q->scr_per;
+        size_t wf = wscr_per * (size_t)(threads < q->groups ? threads
+                                                             : q->groups);
+        floats = wf > floats ? wf : floats;
+        size_t sums = (size_t)q->groups * (q->np * (size_t)ic + 1) * oc;
+        P->part = td__alloc(sums);
+        P->tsum = td__alloc((size_t)q->groups * q->tbw * oc);
+        P->bytes += (sums + (size_t)q->groups * q->tbw * oc) * sizeof(float);
     }
-    P->scr = td__alloc(scr_per * (size_t)threads);
+    P->scr = td__alloc(floats);
+    P->bytes += floats * sizeof(float);
     if (!P->scr || (grad && (!P->part || !P->tsum))) {
         td_wino_destroy(P);
         return NULL;
@@ -228,7 +304,7 @@ static td_wino *td__create(int n, int h, int w, int ic, int oc, int threads,
     for (int c = 0; c <= P->ncls; c++) {
         td__wc *p = c < P->ncls ? &P->cls[c] : &P->wcls;
         p->scr = P->scr;
-        p->scr_per = scr_per;
+        p->scr_per = c < P->ncls ? scr_per : wscr_per;
         p->part = P->part;
         p->tsum = P->tsum;
     }
@@ -263,6 +339,12 @@ int td_wino_tile(const td_wino *p)
 }
 
 const char *td_wino_tiles(const td_wino *p) { return p->desc; }
+
+int td_wino_groups(const td_wino *p) { return p->part ? p->wcls.groups : 0; }
+
+int td_wino_shared(const td_wino *p) { return p->shared; }
+
+size_t td_wino_bytes(const td_wino *p) { return p->bytes; }
 
 long td_wino_products(const td_wino *p)
 {
@@ -345,6 +427,25 @@ TD__IN void td__gemm(const float *V, const float *U, float *M, int rows,
 }
 
 
+/* Position k's product of a block (V, M: its [np][tb][...] buffers). */
+TD__AVX void td__gemm_at(const td__wc *p, const float *V, float *M,
+                         int rows, int k)
+{
+    int C = p->ic, K = p->oc, tb = p->tb;
+    td__gemm(V + (size_t)k * tb * C, p->u + (size_t)k * C * K,
+             M + (size_t)k * tb * K, rows, C, K);
+}
+
+/* The outputs of tiles 0 .. cnt - 1 of t inside the image. */
+static long td__inside(const td__wc *p, const td__tiles *t, int cnt)
+{
+    long n = 0;
+    for (int i = 0; i < cnt; i++)
+        n += (long)(p->h - t->y[i] < p->mh ? p->h - t->y[i] : p->mh) *
+             (p->w - t->x[i] < p->mw ? p->w - t->x[i] : p->mw);
+    return n;
+}
+
 TD__AVX void td__fwd_block(const td__wc *p, const float *x,
                            const td_fold *f, float *y, const float *bias,
                            long g0, int cnt, float *V, float *M, int nt,
@@ -359,13 +460,8 @@ TD__AVX void td__fwd_block(const td__wc *p, const float *x,
         td__gemm(V + (size_t)k * tb * C, p->u + (size_t)k * C * K,
                  M + (size_t)k * tb * K, rows, C, K);
     td__t_output(p, &t, M, y, bias, cnt, nt, mom);
-    if (mom) { /* the block's outputs inside the image */
-        long n = 0;
-        for (int i = 0; i < cnt; i++)
-            n += (long)(p->h - t.y[i] < p->mh ? p->h - t.y[i] : p->mh) *
-                 (p->w - t.x[i] < p->mw ? p->w - t.x[i] : p->mw);
-        mom[3 * K] = (float)n;
-    }
+    if (mom)
+        mom[3 * K] = (float)td__inside(p, &t, cnt);
 }
 
 static int td__nthreads(const td__wc *p, int cap)
@@ -376,6 +472,60 @@ static int td__nthreads(const td__wc *p, int cap)
     return nt > cap ? cap : nt < 1 ? 1 : nt;
 }
 
+/* Shared blocks (big U): every thread on each block, the input and
+ * output transforms split by runs of TD__RUN tiles, the products by
+ * position: each position's U is read once per block of up to
+ * TD__TB_MAX tiles.  The moments per run, in run order. */
+static void td__fwd_shared(td_wino *P, const float *x, float *y,
+                           const float *bias, const td_fold *f, int nt)
+{
+    size_t ms = 3 * (size_t)P->oc + 1; /* floats per run's moments */
+#pragma omp parallel num_threads(td__nthreads(&P->cls[0], 1 << 30))
+    {
+        long run = 0; /* the runs before this block */
+        for (int c = 0; c < P->ncls; c++) {
+            const td__wc *p = &P->cls[c];
+            int C = p->ic, K = p->oc, tb = p->tb, np = p->np;
+            float *V = p->scr, *M = V + (size_t)np * tb * C;
+            for (long g0 = 0; g0 < p->tiles; g0 += tb) {
+                int cnt = td__cnt(p, g0), rows = (cnt + 5) / 6 * 6;
+                int nr = (cnt + TD__RUN - 1) / TD__RUN;
+                td__tiles t;
+                td__coords(p, g0, cnt, tb, &t);
+#pragma omp single nowait
+                td__pad6(V, (size_t)tb * C, np, cnt, C);
+#pragma omp for schedule(static)
+                for (int r = 0; r < nr; r++) {
+                    int i1 = (r + 1) * TD__RUN;
+                    td__t_input(p, &t, x, C, r * TD__RUN,
+                                i1 < cnt ? i1 : cnt, V, f);
+                }
+#pragma omp for schedule(static)
+                for (int k = 0; k < np; k++)
+                    td__gemm_at(p, V, M, rows, k);
+#pragma omp for schedule(static)
+                for (int r = 0; r < nr; r++) {
+                    int i0 = r * TD__RUN, n = cnt - i0 < TD__RUN ? cnt - i0
+                                                                 : TD__RUN;
+                    td__tiles s = {.tb = tb};
+                    memcpy(s.n, t.n + i0, (size_t)n * sizeof(int));
+                    memcpy(s.y, t.y + i0, (size_t)n * sizeof(int));
+                    memcpy(s.x, t.x + i0, (size_t)n * sizeof(int));
+                    float *mom = P->mom ? P->mom + (size_t)(run + r) * ms
+                                        : NULL;
+                    td__t_output(p, &s, M + (size_t)i0 * K, y, bias, n, nt,
+                                 mom);
+                    if (mom)
+                        mom[3 * K] = (float)td__inside(p, &s, n);
+                }
+                run += nr;
+            }
+        }
+        if (nt) /* the stores visible before the region ends */
+            _mm_sfence();
+    }
+}
+
 /* Every class's blocks in one parallel region, each thread a run of
  * them holding its share of the work (a block's positions x tiles; a
  * block goes to the thread whose share holds its middle): the classes'
@@ -383,6 +533,11 @@ static int td__nthreads(const td__wc *p, int cap)
 void td_wino_fwd(td_wino *P, const float *x, float *y, const float *bias,
                  const td_fold *f)
 {
+    if (P->shared) {
+        td__fwd_shared(P, x, y, bias, f,
+                       P->nt && ((uintptr_t)y & 31) == 0);
+        return;
+    }
     long work = 0; /* positions x tiles, every class's */
     for (int c = 0; c < P->ncls; c++)
         work += (long)P->cls[c].np * P->cls[c].tiles;
@@ -416,8 +571,11 @@ void td_wino_fwd(td_wino *P, const float *x, float *y, const float *bias,
 
 int td_wino_want_moments(td_wino *p)
 {
-    if (!p->mom)
-        p->mom = td__alloc((size_t)p->nblk * (3 * (size_t)p->oc + 1));
+    if (!p->mom) {
+        size_t n = (size_t)p->nblk * (3 * (size_t)p->oc + 1);
+        if ((p->mom = td__alloc(n)))
+            p->bytes += n * sizeof(float);
+    }
     return p->mom ? 0 : -1;
 }
 
@@ -499,9 +657,9 @@ static void td__group(td__wc *p, const float *x, const td_fold *f,
     int C = p->ic, K = p->oc, tb = p->tbw, np = p->np;
     size_t ps = (size_t)K * C;
     float *P = p->part + (size_t)g * np * ps;
-    float *db = p->part + (size_t)TD__GROUPS * np * ps + (size_t)g * K;
+    float *db = p->part + (size_t)p->groups * np * ps + (size_t)g * K;
     memset(db, 0, (size_t)K * sizeof(float));
-    long t0 = p->tiles * g / TD__GROUPS, t1 = p->tiles * (g + 1) / TD__GROUPS;
+    long t0 = p->tiles * g / p->groups, t1 = p->tiles * (g + 1) / p->groups;
     if (t0 == t1) /* no tiles (fewer than groups): its first block zeroes */
         memset(P, 0, np * ps * sizeof(float));
     for (long g0 = t0; g0 < t1; g0 += tb) {
@@ -522,7 +680,7 @@ static void td__group(td__wc *p, const float *x, const td_fold *f,
  * first tile in *g0. */
 static int td__gblock(const td__wc *p, int g, long b, long *g0)
 {
-    long t0 = p->tiles * g / TD__GROUPS, t1 = p->tiles * (g + 1) / TD__GROUPS;
+    long t0 = p->tiles * g / p->groups, t1 = p->tiles * (g + 1) / p->groups;
     *g0 = t0 + b * p->tbw;
     return *g0 < t1 ? (int)(t1 - *g0 < p->tbw ? t1 - *g0 : p->tbw) : 0;
 }
@@ -537,7 +695,7 @@ static int td__gblock(const td__wc *p, int g, long b, long *g0)
 static void td__wide(td__wc *p, const float *x, const td_fold *f,
                      const float *dy, td__tiles *tl)
 {
-    int C = p->ic, K = p->oc, tb = p->tbw, np = p->np, G = TD__GROUPS;
+    int C = p->ic, K = p->oc, tb = p->tbw, np = p->np, G = p->groups;
     size_t ps = (size_t)K * C;
     float *dbs = p->part + (size_t)G * np * ps;
     long nblk = 0, g0; /* the most blocks of a group */
@@ -611,21 +769,21 @@ static void td__cls_bwdw(td__wc *p, const float *x, const td_fold *f,
         int me = omp_get_thread_num(), all = omp_get_num_threads();
         float *V = p->scr + (size_t)me * p->scr_per;
         float *D = V + (size_t)p->np * p->tbw * C;
-        if (all > TD__GROUPS) /* the groups alone would leave threads idle */
+        if (all > p->groups) /* the groups alone would leave threads idle */
             td__wide(p, x, f, dy, tl);
         else
-            for (int g = me; g < TD__GROUPS; g += all)
+            for (int g = me; g < p->groups; g += all)
                 td__group(p, x, f, dy, g, V, D);
 #pragma omp barrier
 #pragma omp for schedule(static)
         for (long kc = 0; kc < (long)ps; kc += 8)
-            td__t_reduce8(p, (size_t)kc, dw, TD__GROUPS);
+            td__t_reduce8(p, (size_t)kc, dw, p->groups);
     }
     if (db) {
-        const float *b = p->part + (size_t)TD__GROUPS * p->np * ps;
+        const float *b = p->part + (size_t)p->groups * p->np * ps;
         for (int k = 0; k < K; k++) {
             float s = 0;
-            for (int g = 0; g < TD__GROUPS; g++)
+            for (int g = 0; g < p->groups; g++)
                 s += b[(size_t)g * K + k];
             db[k] = s;
         }

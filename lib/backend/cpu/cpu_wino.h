@@ -25,8 +25,13 @@
  * that of a few more additions per value, about 10x more with F(4)
  * (test_wino.c states the bounds).
  * Threads split the tiles; a tile's outputs come from one thread, and the
- * weight gradient is summed in eight fixed groups of tiles, the groups in
- * group order: results do not depend on the thread count (exact resumes).
+ * weight gradient is summed in up to eight fixed groups of tiles (fewer
+ * where the groups' sums would outweigh their tiles: a rule of the shape
+ * alone), the groups in group order: results do not depend on the thread
+ * count (exact resumes).  Where a tile shape's transformed weights
+ * outgrow the caches (over 1 MiB: 128 x 128 channels and up), the
+ * forward's blocks are shared by all the threads, split by position for
+ * the products, so that each block of up to 120 tiles reads them once.
  * Never does: other kernels, strides or paddings, channel counts that are
  * not multiples of 16, anything with oneDNN, allocate per call.
  */
@@ -51,8 +56,9 @@ td_wino *td_wino_create(int n, int h, int w, int ic, int oc, int threads);
 void td_wino_destroy(td_wino *p);
 
 /* The same for a plan that only runs td_wino_fwd (a convolution's
- * backward data): without the weight gradient's buffers (eight groups of
- * (m+2)^2 x ic x oc sums: 75 MB for F(4x4) on 256 channels).
+ * backward data): without the weight gradient's buffers (up to eight
+ * groups of (m+2)^2 x ic x oc sums: 9.4 MB each for F(4x4) on 256
+ * channels).
  * td_wino_bwdw on it leaves dw and db as they are. */
 td_wino *td_wino_create_fwd(int n, int h, int w, int ic, int oc,
                             int threads);
@@ -72,6 +78,13 @@ int td_wino_tile_for(int h, int w);
 int td_wino_tile(const td_wino *p);
 const char *td_wino_tiles(const td_wino *p);
 long td_wino_products(const td_wino *p);
+
+/* The weight gradient's groups (0 for a forward-only plan); whether the
+ * forward's blocks are shared by the threads; the bytes the plan holds
+ * (transformed weights, scratch, sums). */
+int td_wino_groups(const td_wino *p);
+int td_wino_shared(const td_wino *p);
+size_t td_wino_bytes(const td_wino *p);
 
 /* The plan's transformed weights from fp32 w[oc][ic][3][3]; or, for the
  * plan of a convolution's backward data (created with ic and oc swapped),

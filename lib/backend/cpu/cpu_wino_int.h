@@ -33,12 +33,13 @@ typedef struct td__wc {
     long tiles;     /* n * th * tw */
     int tb;         /* tiles per block of the forward */
     int tbw;        /* tiles per block of the weight gradient */
+    int groups;     /* the weight gradient's groups of tiles (td__groups) */
     float *u;       /* [np][ic][oc] transformed weights (the class's own) */
     float *scr;     /* per thread: V [np][tb][ic], M [np][tb][oc] (or
                      * tbw and D [np][tbw][oc]) */
-    size_t scr_per; /* floats per thread */
-    float *part;    /* [TD__GROUPS][np][oc][ic] then [TD__GROUPS][oc] */
-    float *tsum;    /* [TD__GROUPS][tbw][oc]: the tiles' gradient sums
+    size_t scr_per; /* floats per thread (per group in td__wide) */
+    float *part;    /* [groups][np][oc][ic] then [groups][oc] */
+    float *tsum;    /* [groups][tbw][oc]: the tiles' gradient sums
                      * (more threads than groups) */
 } td__wc;
 
