@@ -87,8 +87,8 @@ static void run(dnn *d, dnnl_primitive_t p, int n, const dnnl_exec_arg_t *a)
     CK(dnnl_stream_wait(d->strm));
 }
 
-static void dnn_make(dnn *d, int n, const shape *s, int first, float *x, float *w,
-                     float *y, float *dx, float *dy, float *dw)
+static void dnn_make(dnn *d, int n, const shape *s, int first, float *x,
+                     float *w, float *y, float *dx, float *dy, float *dw)
 {
     dnnl_dims_t xd = {n, s->ic, s->h, s->w}, yd = {n, s->oc, s->h, s->w};
     dnnl_dims_t wd = {s->oc, s->ic, 3, 3}, st = {1, 1}, pad = {1, 1};
@@ -266,7 +266,7 @@ int main(int argc, char **argv)
             }
             double m2 = td_median(t2, rounds), m4 = td_median(t4, rounds);
             double md = td_median(td, rounds);
-            printf("%-10s %2dx%-2d %2d->%-2d %-11s 4x4 %6.2f  plan %6.2f ms "
+            printf("%-10s %2dx%-2d %3d->%-3d %-11s 4x4 %6.2f  plan %6.2f ms "
                    "(%4.0f GFLOP/s)  oneDNN %6.2f (%4.0f)  4x4/plan %.2f  "
                    "oneDNN/plan %.2f\n",
                    s->model, s->h, s->w, s->ic, s->oc, pn[pass], m2, m4,
