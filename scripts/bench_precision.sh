@@ -14,7 +14,8 @@
 # CPU without bf16 instructions (AVX2 only, e.g. AMD EPYC Zen 3).
 #
 #   scripts/bench_precision.sh [ROUNDS=5] [STEPS=100]
-#   env: MODELS="fmnist-cnn resnet20" BATCH=128 THREADS=2 WARMUP=10
+#   env: MODELS="fmnist-cnn resnet20" (or resnet18: 224x224, torchvision's
+#        in PyTorch) BATCH=128 THREADS=2 WARMUP=10
 #        PIN="taskset -c 1" (prefix for every run) BENCH_TRAIN=path
 #        TORCH_FP32=1 BF16=1
 # Needs bench_train (build/tests/bench/bench_train) and python3-torch.

@@ -8,8 +8,10 @@ and matmuls in bf16, master weights, optimizer and loss in fp32).
     /usr/bin/python3 scripts/bench_torch_models.py [--model fmnist-cnn]
         [--precision fp32|bf16] [--batch 128] [--threads 2] [--steps 200]
         [--warmup 20]
-Models: fmnist-cnn (1x28x28, as config/models/fmnist-cnn.json) and resnet20
-(3x32x32, as config/models/resnet20.json: 1x1 conv + batch norm shortcuts).
+Models: fmnist-cnn (1x28x28, as config/models/fmnist-cnn.json), resnet20
+(3x32x32, as config/models/resnet20.json: 1x1 conv + batch norm shortcuts)
+and resnet18 (3x224x224, 1000 classes: torchvision's, which
+config/models/resnet18.json matches layer for layer).
 Prints one JSON line with samples_per_s, measured after the warm-up steps.
 Uses Debian's python3-torch (run it with /usr/bin/python3).
 """
@@ -22,7 +24,7 @@ import torch.nn as nn
 
 p = argparse.ArgumentParser()
 p.add_argument("--model", default="fmnist-cnn",
-               choices=["fmnist-cnn", "resnet20"])
+               choices=["fmnist-cnn", "resnet20", "resnet18"])
 p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
 p.add_argument("--batch", type=int, default=128)
 p.add_argument("--threads", type=int, default=2)
@@ -71,6 +73,10 @@ if a.model == "fmnist-cnn":
                           *cbr(32, 64), *cbr(64, 64), nn.MaxPool2d(2),
                           nn.Flatten(), nn.Linear(64 * 7 * 7, 10))
     shape, mean, std = (1, 28, 28), 0.5, 0.25
+elif a.model == "resnet18":
+    import torchvision
+    model = torchvision.models.resnet18(num_classes=1000)
+    shape, mean, std = (3, 224, 224), 0.5, 0.25
 else:
     model = resnet20()
     shape, mean, std = (3, 32, 32), 0.5, 0.25
