@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_bn8.h"
+#include "backend/cpu/cpu_pool.h"
 #include "backend/cpu/cpu_sbw.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -262,6 +263,43 @@ START_TEST(test_fmnist_cnn_avx2_stem_bwd_weights)
         printf("no AVX2 here: cpu_sbw.c is not planned\n");
     }
     compare_step(&f, 0);
+    teardown_fx(&f);
+}
+END_TEST
+
+/* A ResNet stem's 3x3 stride-2 max pooling with padding 1 (tiny-stem:
+ * convolution, batch norm, relu, pooling, on 15x15 so that the windows
+ * overlap at every edge) on AVX2: the pooling on cpu_pool.c with the
+ * batch norm and relu folded into it (its backward sums the overlapping
+ * windows' gradients); the step, layer gradients included, matches the
+ * reference layers.  (resnet18 itself at 64x64 and batch 2 does not make
+ * a test: its last stage's batch norms see 8 values per channel, and any
+ * change of rounding upstream, oneDNN's batch norm or the pooling's,
+ * flips relus there.) */
+typedef struct pool_seen {
+    int pool3, stem_fold;
+} pool_seen;
+
+static void on_pool_line(void *user, int level, long job, const char *line)
+{
+    pool_seen *k = user;
+    (void)level;
+    (void)job;
+    k->pool3 += strstr(line, "max pool: cpu_pool (3x3") != NULL;
+    k->stem_fold +=
+        strstr(line, "backend: b1 batch norm + relu folded into") != NULL;
+}
+
+START_TEST(test_stem_pool3_avx2)
+{
+    pool_seen k = {0};
+    fixture f;
+    setup_avx2(&f, "tiny-stem", (td_shape){3, 15, 15}, 3, on_pool_line, &k);
+    if (td_maxpool3_ok(3, 2, 1, 15, 15, 8)) {
+        ck_assert_int_eq(k.pool3, 1);
+        ck_assert_int_eq(k.stem_fold, 1);
+    }
+    compare_step(&f, 1);
     teardown_fx(&f);
 }
 END_TEST
@@ -850,6 +888,7 @@ static Suite *backend_cpu_suite(void)
     tcase_add_test(tc, test_resnet20_matches_reference);
     tcase_add_test(tc, test_fmnist_cnn_avx2_has_no_reference_kernel);
     tcase_add_test(tc, test_fmnist_cnn_avx2_stem_bwd_weights);
+    tcase_add_test(tc, test_stem_pool3_avx2);
     tcase_add_loop_test(tc, test_resnet20_avx2_fuses_adds, 0, 2);
     if (td_bn8_ok(16))
         tcase_add_loop_test(tc, test_fold_changes_no_bit, 0, 2);

@@ -116,10 +116,12 @@ typedef struct td__cl {
     struct td_sbw *sbw;         /* fp32 stem convolution (planar input,
                                    nChw8c output): cpu_sbw.c's backward
                                    weights instead of bwd_w */
-    uint8_t *pmask;             /* 2x2 max pooling on cpu_pool.c (fp32,
-                                   blocked): its winners' masks, instead
-                                   of fwd's workspace and bwd_d */
+    uint8_t *pmask;             /* max pooling on cpu_pool.c (2x2, or
+                                   3x3 stride 2; fp32, blocked): its
+                                   winners' masks, instead of fwd's
+                                   workspace and bwd_d */
     int pblk;                   /* ... and the layout's channel block */
+    int ph, pw;                 /* ... and the input's size */
 } td__cl;
 
 typedef struct td__cpu {

@@ -516,19 +516,24 @@ static int td__plan_pool(td__cpu *be, int L)
     if (l->kind == TD_L_MAXPOOL && !td__is_bf16(be) && pool &&
         (c->pblk = td__blocked_f32_dense(src)) && c->pblk <= pool &&
         td__blocked_f32_dense(&c->md) == c->pblk &&
-        td_maxpool2_ok(l->kernel, l->stride, l->pad, (int)src->dims[2],
-                       (int)src->dims[3], c->pblk)) {
+        (td_maxpool2_ok(l->kernel, l->stride, l->pad, (int)src->dims[2],
+                        (int)src->dims[3], c->pblk) ||
+         td_maxpool3_ok(l->kernel, l->stride, l->pad, (int)src->dims[2],
+                        (int)src->dims[3], c->pblk))) {
         /* cpu_pool.c: its masks instead of the workspace, no bwd_d */
         size_t planes = (size_t)be->batch * (size_t)(l->out.c / c->pblk);
-        size_t mb = td_maxpool2_mask_bytes(planes, l->out.h, l->out.w,
-                                           c->pblk);
+        size_t mb = (l->kernel == 3 ? td_maxpool3_mask_bytes
+                                    : td_maxpool2_mask_bytes)(
+            planes, l->out.h, l->out.w, c->pblk);
+        c->ph = (int)src->dims[2];
+        c->pw = (int)src->dims[3];
         if (!(c->pmask = malloc(mb ? mb : 1))) {
             snprintf(be->base.err, sizeof be->base.err, "%s: out of memory "
                      "for the pooling's masks", l->name);
             return -ENOMEM;
         }
-        td_debug("cpu backend: %s max pool: cpu_pool (AVX2, nChw%dc)",
-                 l->name, c->pblk);
+        td_debug("cpu backend: %s max pool: cpu_pool (%dx%d, AVX2, nChw%dc)",
+                 l->name, l->kernel, l->kernel, c->pblk);
         return 0;
     }
     if (alg == dnnl_pooling_max &&

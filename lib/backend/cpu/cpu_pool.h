@@ -1,5 +1,6 @@
-/* cpu_pool.h - the CPU backend's fp32 2x2, stride-2 max pooling on AVX2 in
- * oneDNN's blocked layouts (nChw8c, nChw16c).
+/* cpu_pool.h - the CPU backend's fp32 2x2, stride-2 max pooling (and the
+ * 3x3, stride-2, pad-1 one of ResNet stems) on AVX2 in oneDNN's blocked
+ * layouts (nChw8c, nChw16c).
  *
  * Owns: y = the maximum of each 2x2 window of x, and the gradient dx = dy
  * at each window's maximum, 0 elsewhere.  The winner of a window is its
@@ -37,6 +38,21 @@ void td_maxpool2_fwd(const float *x, float *y, uint8_t *mask, size_t planes,
 
 /* dy [planes][h/2][w/2][blk], mask -> dx [planes][h][w][blk]. */
 void td_maxpool2_bwd(const float *dy, const uint8_t *mask, float *dx,
+                     size_t planes, int h, int w, int blk);
+
+/* 3x3 windows, stride 2, padding 1 (ResNet's stem: 112x112 -> 56x56),
+ * any input size: output (i, j) is the maximum over input rows 2i-1 ..
+ * 2i+1 and columns 2j-1 .. 2j+1 inside the image, its first maximum in
+ * row-major window order the winner (as oneDNN's), kept as a byte per
+ * channel; the backward gives every input the sum of dy over the windows
+ * it won (windows overlap by a row and a column), in window order, each
+ * dx written once.  The same conventions as above otherwise (h, w: the
+ * input's size; oh = (h - 1) / 2 + 1). */
+int td_maxpool3_ok(int kernel, int stride, int pad, int h, int w, int blk);
+size_t td_maxpool3_mask_bytes(size_t planes, int oh, int ow, int blk);
+void td_maxpool3_fwd(const float *x, float *y, uint8_t *mask, size_t planes,
+                     int h, int w, int blk, const td_fold *fold);
+void td_maxpool3_bwd(const float *dy, const uint8_t *mask, float *dx,
                      size_t planes, int h, int w, int blk);
 
 #endif
