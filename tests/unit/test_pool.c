@@ -27,6 +27,18 @@ static const shape shapes[] = {
     {3, 16, 2, 2, 16},  {5, 8, 6, 10, 8},   {1, 48, 4, 2, 16},
 };
 
+/* Inputs from 5 values (ties in most windows: key picks the draw), a
+ * distinct dy per output, dx all NaN (every element must be written). */
+static void fill(float *x, size_t nx, float *dy, size_t ny, float *dx,
+                 uint64_t key, uint64_t stream)
+{
+    for (size_t i = 0; i < nx; i++)
+        x[i] = (float)(int)(5 * td_rng_uniform(key, stream, i)) - 2.0f;
+    for (size_t i = 0; i < ny; i++)
+        dy[i] = (float)(1 + i % 97);
+    memset(dx, 0xff, nx * sizeof *dx);
+}
+
 START_TEST(test_matches_loop)
 {
     const shape *s = &shapes[_i];
@@ -36,11 +48,7 @@ START_TEST(test_matches_loop)
     float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y);
     float *dy = malloc(ny * sizeof *dy), *dx = malloc(nx * sizeof *dx);
     uint8_t *m = malloc(td_maxpool2_mask_bytes(planes, oh, ow, s->blk));
-    for (size_t i = 0; i < nx; i++) /* 5 values: ties in most windows */
-        x[i] = (float)(int)(5 * td_rng_uniform(23, (uint64_t)_i, i)) - 2.0f;
-    for (size_t i = 0; i < ny; i++)
-        dy[i] = (float)(1 + i % 97);
-    memset(dx, 0xff, nx * sizeof *dx); /* NaN: every element is written */
+    fill(x, nx, dy, ny, dx, 23, (uint64_t)_i);
     td_maxpool2_fwd(x, y, m, planes, s->h, s->w, s->blk, NULL);
     td_maxpool2_bwd(dy, m, dx, planes, s->h, s->w, s->blk);
     for (size_t p = 0; p < planes; p++)
@@ -85,11 +93,7 @@ START_TEST(test3_matches_loop)
     float *dy = malloc(ny * sizeof *dy), *dx = malloc(nx * sizeof *dx);
     float *want = calloc(nx, sizeof *want);
     uint8_t *m = malloc(td_maxpool3_mask_bytes(planes, oh, ow, s->blk));
-    for (size_t i = 0; i < nx; i++) /* 5 values: ties in most windows */
-        x[i] = (float)(int)(5 * td_rng_uniform(25, (uint64_t)_i, i)) - 2.0f;
-    for (size_t i = 0; i < ny; i++)
-        dy[i] = (float)(1 + i % 97);
-    memset(dx, 0xff, nx * sizeof *dx); /* NaN: every element is written */
+    fill(x, nx, dy, ny, dx, 25, (uint64_t)_i);
     td_maxpool3_fwd(x, y, m, planes, s->h, s->w, s->blk, NULL);
     td_maxpool3_bwd(dy, m, dx, planes, s->h, s->w, s->blk);
     for (size_t p = 0; p < planes; p++)

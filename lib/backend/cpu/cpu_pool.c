@@ -75,31 +75,6 @@ TD__IN void td__fwd_b(const float *x, float *y, uint8_t *m, int h, int w,
             }
 }
 
-TD__AVX void td__fwd_plane(const float *x, float *y, uint8_t *m, int h,
-                           int w, int blk, const td_fold *f, size_t cb)
-{
-    __m256 z = _mm256_setzero_ps();
-    if (f)
-        td__fwd_b(x, y, m, h, w, 8, 1, _mm256_loadu_ps(f->mean + cb * 8),
-                  _mm256_loadu_ps(f->a + cb * 8),
-                  _mm256_loadu_ps(f->b + cb * 8));
-    else
-        td__fwd_b(x, y, m, h, w, blk, 0, z, z, z);
-}
-
-void td_maxpool2_fwd(const float *x, float *y, uint8_t *mask, size_t planes,
-                     int h, int w, int blk, const td_fold *fold)
-{
-    size_t xs = (size_t)h * w * blk, ys = xs / 4;
-    size_t ms = td_maxpool2_mask_bytes(1, h / 2, w / 2, blk);
-    size_t cbs = fold ? (size_t)fold->C / 8 : 1; /* channel blocks */
-#pragma omp parallel for schedule(static)
-    for (long p = 0; p < (long)planes; p++)
-        td__fwd_plane(x + (size_t)p * xs, y + (size_t)p * ys,
-                      mask + (size_t)p * ms, h, w, blk, fold,
-                      (size_t)p % cbs);
-}
-
 /* Lane i of the result is all ones where bit i of k is set. */
 TD__AVX __m256 td__lanes(int k)
 {
@@ -129,16 +104,6 @@ TD__AVX void td__bwd_plane(const float *dy, const uint8_t *m, float *dx,
             }
 }
 
-void td_maxpool2_bwd(const float *dy, const uint8_t *mask, float *dx,
-                     size_t planes, int h, int w, int blk)
-{
-    size_t xs = (size_t)h * w * blk, ys = xs / 4;
-    size_t ms = td_maxpool2_mask_bytes(1, h / 2, w / 2, blk);
-#pragma omp parallel for schedule(static)
-    for (long p = 0; p < (long)planes; p++)
-        td__bwd_plane(dy + (size_t)p * ys, mask + (size_t)p * ms,
-                      dx + (size_t)p * xs, h, w, blk);
-}
 
 /* ---- 3x3 windows, stride 2, padding 1 --------------------------------- */
 
@@ -209,31 +174,6 @@ TD__IN void td__fwd3_b(const float *x, float *y, uint8_t *m, int h, int w,
                          ((size_t)i * ow + j) * nv + v, fold, fm, fa, fb);
 }
 
-TD__AVX void td__fwd3_plane(const float *x, float *y, uint8_t *m, int h,
-                            int w, int blk, const td_fold *f, size_t cb)
-{
-    __m256 z = _mm256_setzero_ps();
-    if (f)
-        td__fwd3_b(x, y, m, h, w, 8, 1, _mm256_loadu_ps(f->mean + cb * 8),
-                   _mm256_loadu_ps(f->a + cb * 8),
-                   _mm256_loadu_ps(f->b + cb * 8));
-    else
-        td__fwd3_b(x, y, m, h, w, blk, 0, z, z, z);
-}
-
-void td_maxpool3_fwd(const float *x, float *y, uint8_t *mask, size_t planes,
-                     int h, int w, int blk, const td_fold *fold)
-{
-    int oh = (h - 1) / 2 + 1, ow = (w - 1) / 2 + 1;
-    size_t xs = (size_t)h * w * blk, ys = (size_t)oh * ow * blk;
-    size_t ms = td_maxpool3_mask_bytes(1, oh, ow, blk);
-    size_t cbs = fold ? (size_t)fold->C / 8 : 1; /* channel blocks */
-#pragma omp parallel for schedule(static)
-    for (long p = 0; p < (long)planes; p++)
-        td__fwd3_plane(x + (size_t)p * xs, y + (size_t)p * ys,
-                       mask + (size_t)p * ms, h, w, blk, fold,
-                       (size_t)p % cbs);
-}
 
 /* The windows (up to 2) whose rows (or columns) hold input row r: from
  * *i0, *n of them; r's position in the first is r - 2 * *i0 + 1. */
@@ -280,14 +220,87 @@ TD__AVX void td__bwd3_plane(const float *dy, const uint8_t *m, float *dx,
     }
 }
 
+/* ---- both: the planes over the threads --------------------------------- */
+
+/* One plane of the k x k pooling's forward; with f (blk 8 only), folded
+ * with the channels of block cb. */
+TD__AVX void td__fwd_plane(int k, const float *x, float *y, uint8_t *m,
+                           int h, int w, int blk, const td_fold *f,
+                           size_t cb)
+{
+    __m256 z = _mm256_setzero_ps();
+    if (!f) {
+        if (k == 3)
+            td__fwd3_b(x, y, m, h, w, blk, 0, z, z, z);
+        else
+            td__fwd_b(x, y, m, h, w, blk, 0, z, z, z);
+        return;
+    }
+    __m256 fm = _mm256_loadu_ps(f->mean + cb * 8);
+    __m256 fa = _mm256_loadu_ps(f->a + cb * 8);
+    __m256 fb = _mm256_loadu_ps(f->b + cb * 8);
+    if (k == 3)
+        td__fwd3_b(x, y, m, h, w, 8, 1, fm, fa, fb);
+    else
+        td__fwd_b(x, y, m, h, w, 8, 1, fm, fa, fb);
+}
+
+/* A k x k pooling's sizes per plane: input, output floats and mask
+ * bytes. */
+static void td__sizes(int k, int h, int w, int blk, size_t *xs, size_t *ys,
+                      size_t *ms)
+{
+    int oh = k == 3 ? (h - 1) / 2 + 1 : h / 2;
+    int ow = k == 3 ? (w - 1) / 2 + 1 : w / 2;
+    *xs = (size_t)h * w * blk;
+    *ys = (size_t)oh * ow * blk;
+    *ms = k == 3 ? td_maxpool3_mask_bytes(1, oh, ow, blk)
+                 : td_maxpool2_mask_bytes(1, oh, ow, blk);
+}
+
+static void td__fwd(int k, const float *x, float *y, uint8_t *mask,
+                    size_t planes, int h, int w, int blk, const td_fold *f)
+{
+    size_t xs, ys, ms, cbs = f ? (size_t)f->C / 8 : 1; /* channel blocks */
+    td__sizes(k, h, w, blk, &xs, &ys, &ms);
+#pragma omp parallel for schedule(static)
+    for (long p = 0; p < (long)planes; p++)
+        td__fwd_plane(k, x + (size_t)p * xs, y + (size_t)p * ys,
+                      mask + (size_t)p * ms, h, w, blk, f, (size_t)p % cbs);
+}
+
+static void td__bwd(int k, const float *dy, const uint8_t *mask, float *dx,
+                    size_t planes, int h, int w, int blk)
+{
+    size_t xs, ys, ms;
+    td__sizes(k, h, w, blk, &xs, &ys, &ms);
+#pragma omp parallel for schedule(static)
+    for (long p = 0; p < (long)planes; p++)
+        (k == 3 ? td__bwd3_plane : td__bwd_plane)(
+            dy + (size_t)p * ys, mask + (size_t)p * ms, dx + (size_t)p * xs,
+            h, w, blk);
+}
+
+void td_maxpool2_fwd(const float *x, float *y, uint8_t *mask, size_t planes,
+                     int h, int w, int blk, const td_fold *fold)
+{
+    td__fwd(2, x, y, mask, planes, h, w, blk, fold);
+}
+
+void td_maxpool3_fwd(const float *x, float *y, uint8_t *mask, size_t planes,
+                     int h, int w, int blk, const td_fold *fold)
+{
+    td__fwd(3, x, y, mask, planes, h, w, blk, fold);
+}
+
+void td_maxpool2_bwd(const float *dy, const uint8_t *mask, float *dx,
+                     size_t planes, int h, int w, int blk)
+{
+    td__bwd(2, dy, mask, dx, planes, h, w, blk);
+}
+
 void td_maxpool3_bwd(const float *dy, const uint8_t *mask, float *dx,
                      size_t planes, int h, int w, int blk)
 {
-    int oh = (h - 1) / 2 + 1, ow = (w - 1) / 2 + 1;
-    size_t xs = (size_t)h * w * blk, ys = (size_t)oh * ow * blk;
-    size_t ms = td_maxpool3_mask_bytes(1, oh, ow, blk);
-#pragma omp parallel for schedule(static)
-    for (long p = 0; p < (long)planes; p++)
-        td__bwd3_plane(dy + (size_t)p * ys, mask + (size_t)p * ms,
-                       dx + (size_t)p * xs, h, w, blk);
+    td__bwd(3, dy, mask, dx, planes, h, w, blk);
 }
