@@ -15,14 +15,20 @@
  * block a thread transforms the input patches (one ymm = the 8 channels
  * of one pixel), runs the np products (6 tiles x 16 output channels in 12
  * accumulators, the input broadcast), and transforms the products back
- * into the output.  The weight gradient runs on one class of square
- * tiles (td__wtile): its products accumulate per group of tiles in the
- * group's own [np][oc][ic] sums (6 output channels x 16 input channels in
- * 12 accumulators), over blocks of tbw tiles, larger than the forward's
- * (the sums are read and written once per block), reduced in group order
- * at the end; the groups split over up to eight threads, and on more
- * every group's block b runs at once, split by tile and by position
- * (td__wide), with the same sums in the same order.
+ * into the output.  Where U is large (td__big: over 4 MiB, 128 x 256
+ * channels and up) the blocks grow to 120 tiles and all the threads
+ * share each one, split by runs of tiles for the transforms and by
+ * position for the products (td__fwd_shared), so that U is read once
+ * per 120 tiles, not per 6.
+ * The weight gradient runs on one class of square tiles (td__wtile): its
+ * products accumulate per group of tiles in the group's own [np][oc][ic]
+ * sums (6 output channels x 16 input channels in 12 accumulators), over
+ * blocks of tbw tiles, larger than the forward's (the sums are read and
+ * written once per block), reduced in group order at the end; eight
+ * groups, fewer where large sums would see few tiles per block
+ * (td__groups, the shape's rule); the groups split over as many threads,
+ * and on more every group's block b runs at once, split by tile and by
+ * position (td__wide), with the same sums in the same order.
  * Never does: decide where it is used (cpu_kplan.c), anything with oneDNN.
  */
 #include <omp.h>
