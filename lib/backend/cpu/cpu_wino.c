@@ -463,8 +463,7 @@ TD__AVX void td__fwd_block(const td__wc *p, const float *x,
     td__t_input(p, &t, x, C, 0, cnt, V, f);
     td__pad6(V, (size_t)tb * C, p->np, cnt, C);
     for (int k = 0; k < p->np; k++)
-        td__gemm(V + (size_t)k * tb * C, p->u + (size_t)k * C * K,
-                 M + (size_t)k * tb * K, rows, C, K);
+        td__gemm_at(p, V, M, rows, k);
     td__t_output(p, &t, M, y, bias, cnt, nt, mom);
     if (mom)
         mom[3 * K] = (float)td__inside(p, &t, cnt);
