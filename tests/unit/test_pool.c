@@ -47,10 +47,10 @@ START_TEST(test_matches_loop)
     size_t nx = planes * s->h * s->w * s->blk, ny = nx / 4;
     float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y);
     float *dy = malloc(ny * sizeof *dy), *dx = malloc(nx * sizeof *dx);
-    uint8_t *m = malloc(td_maxpool2_mask_bytes(planes, oh, ow, s->blk));
+    uint8_t *m = malloc(td_maxpool_mask_bytes(2, planes, oh, ow, s->blk));
     fill(x, nx, dy, ny, dx, 23, (uint64_t)_i);
-    td_maxpool2_fwd(x, y, m, planes, s->h, s->w, s->blk, NULL);
-    td_maxpool2_bwd(dy, m, dx, planes, s->h, s->w, s->blk);
+    td_maxpool_fwd(2, x, y, m, planes, s->h, s->w, s->blk, NULL);
+    td_maxpool_bwd(2, dy, m, dx, planes, s->h, s->w, s->blk);
     for (size_t p = 0; p < planes; p++)
         for (int i = 0; i < oh; i++)
             for (int j = 0; j < ow; j++)
@@ -92,10 +92,10 @@ START_TEST(test3_matches_loop)
     float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y);
     float *dy = malloc(ny * sizeof *dy), *dx = malloc(nx * sizeof *dx);
     float *want = calloc(nx, sizeof *want);
-    uint8_t *m = malloc(td_maxpool3_mask_bytes(planes, oh, ow, s->blk));
+    uint8_t *m = malloc(td_maxpool_mask_bytes(3, planes, oh, ow, s->blk));
     fill(x, nx, dy, ny, dx, 25, (uint64_t)_i);
-    td_maxpool3_fwd(x, y, m, planes, s->h, s->w, s->blk, NULL);
-    td_maxpool3_bwd(dy, m, dx, planes, s->h, s->w, s->blk);
+    td_maxpool_fwd(3, x, y, m, planes, s->h, s->w, s->blk, NULL);
+    td_maxpool_bwd(3, dy, m, dx, planes, s->h, s->w, s->blk);
     for (size_t p = 0; p < planes; p++)
         for (int i = 0; i < oh; i++)
             for (int j = 0; j < ow; j++)
@@ -132,8 +132,8 @@ START_TEST(test_fold_is_the_written_output)
     enum { N = 3, C = 24, H = 6, W = 10 };
     int k3 = _i; /* 3x3 windows, stride 2, padding 1 */
     size_t planes = N * C / 8, nx = planes * H * W * 8, ny = nx / 4;
-    size_t mb = k3 ? td_maxpool3_mask_bytes(planes, H / 2, W / 2, 8)
-                   : td_maxpool2_mask_bytes(planes, H / 2, W / 2, 8);
+    size_t mb = k3 ? td_maxpool_mask_bytes(3, planes, H / 2, W / 2, 8)
+                   : td_maxpool_mask_bytes(2, planes, H / 2, W / 2, 8);
     float *x = malloc(nx * sizeof *x), *z = malloc(nx * sizeof *z);
     float *y0 = malloc(ny * sizeof *y0), *y1 = malloc(ny * sizeof *y1);
     uint8_t *m0 = malloc(mb), *m1 = malloc(mb);
@@ -152,9 +152,8 @@ START_TEST(test_fold_is_the_written_output)
         z[i] = t > 0 ? t : 0.0f; /* max(t, 0): NaN to 0 */
     }
     td_fold f = {mean, a, b, C};
-    (k3 ? td_maxpool3_fwd : td_maxpool2_fwd)(z, y0, m0, planes, H, W, 8,
-                                             NULL);
-    (k3 ? td_maxpool3_fwd : td_maxpool2_fwd)(x, y1, m1, planes, H, W, 8, &f);
+    td_maxpool_fwd(k3 ? 3 : 2, z, y0, m0, planes, H, W, 8, NULL);
+    td_maxpool_fwd(k3 ? 3 : 2, x, y1, m1, planes, H, W, 8, &f);
     ck_assert_int_eq(memcmp(y0, y1, ny * sizeof *y0), 0);
     ck_assert_int_eq(memcmp(m0, m1, mb), 0);
     free(x), free(z), free(y0), free(y1), free(m0), free(m1);
@@ -163,20 +162,20 @@ END_TEST
 
 START_TEST(test_refuses_unsupported)
 {
-    ck_assert(!td_maxpool2_ok(3, 2, 0, 28, 28, 8)); /* 3x3 */
-    ck_assert(!td_maxpool2_ok(2, 1, 0, 28, 28, 8)); /* stride 1 */
-    ck_assert(!td_maxpool2_ok(2, 2, 1, 28, 28, 8)); /* padding */
-    ck_assert(!td_maxpool2_ok(2, 2, 0, 7, 8, 8));   /* odd height */
-    ck_assert(!td_maxpool2_ok(2, 2, 0, 8, 7, 16));  /* odd width */
-    ck_assert(!td_maxpool2_ok(2, 2, 0, 8, 8, 4));   /* 4-channel blocks */
-    ck_assert(!td_maxpool3_ok(3, 2, 0, 28, 28, 8)); /* no padding */
-    ck_assert(!td_maxpool3_ok(3, 1, 1, 28, 28, 8)); /* stride 1 */
-    ck_assert(!td_maxpool3_ok(2, 2, 1, 28, 28, 8)); /* 2x2 */
-    ck_assert(!td_maxpool3_ok(3, 2, 1, 28, 28, 4)); /* 4-channel blocks */
-    ck_assert_int_eq(td_maxpool3_ok(3, 2, 1, 7, 5, 16),
+    ck_assert(!td_maxpool_ok(3, 2, 0, 28, 28, 8)); /* 3x3, no pad */
+    ck_assert(!td_maxpool_ok(2, 1, 0, 28, 28, 8)); /* stride 1 */
+    ck_assert(!td_maxpool_ok(2, 2, 1, 28, 28, 8)); /* padding */
+    ck_assert(!td_maxpool_ok(2, 2, 0, 7, 8, 8));   /* odd height */
+    ck_assert(!td_maxpool_ok(2, 2, 0, 8, 7, 16));  /* odd width */
+    ck_assert(!td_maxpool_ok(2, 2, 0, 8, 8, 4));   /* 4-channel blocks */
+    ck_assert(!td_maxpool_ok(3, 2, 0, 28, 28, 8)); /* no padding */
+    ck_assert(!td_maxpool_ok(3, 1, 1, 28, 28, 8)); /* stride 1 */
+    ck_assert(!td_maxpool_ok(2, 2, 1, 28, 28, 8)); /* 2x2 */
+    ck_assert(!td_maxpool_ok(3, 2, 1, 28, 28, 4)); /* 4-channel blocks */
+    ck_assert_int_eq(td_maxpool_ok(3, 2, 1, 7, 5, 16),
                      __builtin_cpu_supports("avx2") &&
                          __builtin_cpu_supports("fma"));
-    ck_assert_int_eq(td_maxpool2_ok(2, 2, 0, 28, 28, 8),
+    ck_assert_int_eq(td_maxpool_ok(2, 2, 0, 28, 28, 8),
                      __builtin_cpu_supports("avx2") &&
                          __builtin_cpu_supports("fma"));
 }
@@ -187,7 +186,7 @@ static Suite *pool_suite(void)
     Suite *s = suite_create("pool");
     TCase *tc = tcase_create("avx2");
     tcase_add_test(tc, test_refuses_unsupported);
-    if (td_maxpool2_ok(2, 2, 0, 2, 2, 8)) {
+    if (td_maxpool_ok(2, 2, 0, 2, 2, 8)) {
         tcase_add_loop_test(tc, test_matches_loop, 0,
                             (int)(sizeof shapes / sizeof shapes[0]));
         tcase_add_loop_test(tc, test3_matches_loop, 0,

@@ -181,8 +181,7 @@ static int td__fold_reader(const td__cpu *be, int A, int R, int planned)
         return be->cl[A].pmask != NULL && be->cl[A].pblk == 8;
     const td_shape *in = &m->layers[R].out;
     return td__pool_blk() >= 8 &&
-           (td_maxpool2_ok(a->kernel, a->stride, a->pad, in->h, in->w, 8) ||
-            td_maxpool3_ok(a->kernel, a->stride, a->pad, in->h, in->w, 8));
+           td_maxpool_ok(a->kernel, a->stride, a->pad, in->h, in->w, 8);
 }
 
 /* Every reader of batch norm L's relu is a fold's reader. */

@@ -516,15 +516,12 @@ static int td__plan_pool(td__cpu *be, int L)
     if (l->kind == TD_L_MAXPOOL && !td__is_bf16(be) && pool &&
         (c->pblk = td__blocked_f32_dense(src)) && c->pblk <= pool &&
         td__blocked_f32_dense(&c->md) == c->pblk &&
-        (td_maxpool2_ok(l->kernel, l->stride, l->pad, (int)src->dims[2],
-                        (int)src->dims[3], c->pblk) ||
-         td_maxpool3_ok(l->kernel, l->stride, l->pad, (int)src->dims[2],
-                        (int)src->dims[3], c->pblk))) {
+        td_maxpool_ok(l->kernel, l->stride, l->pad, (int)src->dims[2],
+                      (int)src->dims[3], c->pblk)) {
         /* cpu_pool.c: its masks instead of the workspace, no bwd_d */
         size_t planes = (size_t)be->batch * (size_t)(l->out.c / c->pblk);
-        size_t mb = (l->kernel == 3 ? td_maxpool3_mask_bytes
-                                    : td_maxpool2_mask_bytes)(
-            planes, l->out.h, l->out.w, c->pblk);
+        size_t mb = td_maxpool_mask_bytes(l->kernel, planes, l->out.h,
+                                          l->out.w, c->pblk);
         c->ph = (int)src->dims[2];
         c->pw = (int)src->dims[3];
         if (!(c->pmask = malloc(mb ? mb : 1))) {

@@ -19,17 +19,22 @@
 #define TD__AVX static __attribute__((target("avx2,fma")))
 #define TD__IN static inline __attribute__((always_inline, target("avx2,fma")))
 
-int td_maxpool2_ok(int kernel, int stride, int pad, int h, int w, int blk)
+int td_maxpool_ok(int kernel, int stride, int pad, int h, int w, int blk)
 {
     __builtin_cpu_init();
-    return kernel == 2 && stride == 2 && pad == 0 && h > 0 && w > 0 &&
-           h % 2 == 0 && w % 2 == 0 && (blk == 8 || blk == 16) &&
+    int ok2 = kernel == 2 && stride == 2 && pad == 0 && h % 2 == 0 &&
+              w % 2 == 0;
+    int ok3 = kernel == 3 && stride == 2 && pad == 1;
+    return (ok2 || ok3) && h > 0 && w > 0 && (blk == 8 || blk == 16) &&
            __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-size_t td_maxpool2_mask_bytes(size_t planes, int oh, int ow, int blk)
+size_t td_maxpool_mask_bytes(int kernel, size_t planes, int oh, int ow,
+                             int blk)
 {
-    return planes * (size_t)oh * (size_t)ow * (size_t)(blk / 8) * 4;
+    /* 2x2: four bit masks per 8 channels; 3x3: a byte per channel */
+    return planes * (size_t)oh * (size_t)ow *
+           (kernel == 3 ? (size_t)blk : (size_t)(blk / 8) * 4);
 }
 
 /* The input at p, folded when fold (channels' m, a, b). */
@@ -106,19 +111,6 @@ TD__AVX void td__bwd_plane(const float *dy, const uint8_t *m, float *dx,
 
 
 /* ---- 3x3 windows, stride 2, padding 1 --------------------------------- */
-
-int td_maxpool3_ok(int kernel, int stride, int pad, int h, int w, int blk)
-{
-    __builtin_cpu_init();
-    return kernel == 3 && stride == 2 && pad == 1 && h > 0 && w > 0 &&
-           (blk == 8 || blk == 16) && __builtin_cpu_supports("avx2") &&
-           __builtin_cpu_supports("fma");
-}
-
-size_t td_maxpool3_mask_bytes(size_t planes, int oh, int ow, int blk)
-{
-    return planes * (size_t)oh * (size_t)ow * (size_t)blk;
-}
 
 /* Output row i, column j, channels v*8 ..: the maximum of the window's
  * positions inside the image in window order (strict greater-than: the
@@ -254,11 +246,10 @@ static void td__sizes(int k, int h, int w, int blk, size_t *xs, size_t *ys,
     int ow = k == 3 ? (w - 1) / 2 + 1 : w / 2;
     *xs = (size_t)h * w * blk;
     *ys = (size_t)oh * ow * blk;
-    *ms = k == 3 ? td_maxpool3_mask_bytes(1, oh, ow, blk)
-                 : td_maxpool2_mask_bytes(1, oh, ow, blk);
+    *ms = td_maxpool_mask_bytes(k, 1, oh, ow, blk);
 }
 
-static void td__fwd(int k, const float *x, float *y, uint8_t *mask,
+void td_maxpool_fwd(int k, const float *x, float *y, uint8_t *mask,
                     size_t planes, int h, int w, int blk, const td_fold *f)
 {
     size_t xs, ys, ms, cbs = f ? (size_t)f->C / 8 : 1; /* channel blocks */
@@ -269,7 +260,7 @@ static void td__fwd(int k, const float *x, float *y, uint8_t *mask,
                       mask + (size_t)p * ms, h, w, blk, f, (size_t)p % cbs);
 }
 
-static void td__bwd(int k, const float *dy, const uint8_t *mask, float *dx,
+void td_maxpool_bwd(int k, const float *dy, const uint8_t *mask, float *dx,
                     size_t planes, int h, int w, int blk)
 {
     size_t xs, ys, ms;
@@ -279,28 +270,4 @@ static void td__bwd(int k, const float *dy, const uint8_t *mask, float *dx,
         (k == 3 ? td__bwd3_plane : td__bwd_plane)(
             dy + (size_t)p * ys, mask + (size_t)p * ms, dx + (size_t)p * xs,
             h, w, blk);
-}
-
-void td_maxpool2_fwd(const float *x, float *y, uint8_t *mask, size_t planes,
-                     int h, int w, int blk, const td_fold *fold)
-{
-    td__fwd(2, x, y, mask, planes, h, w, blk, fold);
-}
-
-void td_maxpool3_fwd(const float *x, float *y, uint8_t *mask, size_t planes,
-                     int h, int w, int blk, const td_fold *fold)
-{
-    td__fwd(3, x, y, mask, planes, h, w, blk, fold);
-}
-
-void td_maxpool2_bwd(const float *dy, const uint8_t *mask, float *dx,
-                     size_t planes, int h, int w, int blk)
-{
-    td__bwd(2, dy, mask, dx, planes, h, w, blk);
-}
-
-void td_maxpool3_bwd(const float *dy, const uint8_t *mask, float *dx,
-                     size_t planes, int h, int w, int blk)
-{
-    td__bwd(3, dy, mask, dx, planes, h, w, blk);
 }

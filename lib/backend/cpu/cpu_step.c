@@ -304,9 +304,8 @@ static int td__forward_layer(td__cpu *be, int L, int train)
         if (c->pmask) {
             const td_fold *f;
             dnnl_memory_t in = td__input(be, L, &f);
-            (l->kernel == 3 ? td_maxpool3_fwd : td_maxpool2_fwd)(
-                td__f(in), td__f(c->y), c->pmask, td__planes(be, L), c->ph,
-                c->pw, c->pblk, f);
+            td_maxpool_fwd(l->kernel, td__f(in), td__f(c->y), c->pmask,
+                           td__planes(be, L), c->ph, c->pw, c->pblk, f);
             break;
         }
         TD__RUN(be, c->fwd, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[0]},
@@ -625,9 +624,8 @@ static int td__backward_layer(td__cpu *be, int L)
     case TD_L_AVGPOOL:
     case TD_L_GAP:
         if (c->pmask) {
-            (l->kernel == 3 ? td_maxpool3_bwd : td_maxpool2_bwd)(
-                td__f(c->dy), c->pmask, td__f(t), td__planes(be, L), c->ph,
-                c->pw, c->pblk);
+            td_maxpool_bwd(l->kernel, td__f(c->dy), c->pmask, td__f(t),
+                           td__planes(be, L), c->ph, c->pw, c->pblk);
             break;
         }
         TD__RUN(be, c->bwd_d, l->name, {DNNL_ARG_SCRATCHPAD, c->sp[2]},
