@@ -442,11 +442,11 @@ TD__AVX void td__gemm_at(const td__wc *p, const float *V, float *M,
              M + (size_t)k * tb * K, rows, C, K);
 }
 
-/* The outputs of tiles 0 .. cnt - 1 of t inside the image. */
-static long td__inside(const td__wc *p, const td__tiles *t, int cnt)
+/* The outputs of tiles i0 .. i1 - 1 of t inside the image. */
+static long td__inside(const td__wc *p, const td__tiles *t, int i0, int i1)
 {
     long n = 0;
-    for (int i = 0; i < cnt; i++)
+    for (int i = i0; i < i1; i++)
         n += (long)(p->h - t->y[i] < p->mh ? p->h - t->y[i] : p->mh) *
              (p->w - t->x[i] < p->mw ? p->w - t->x[i] : p->mw);
     return n;
@@ -464,9 +464,9 @@ TD__AVX void td__fwd_block(const td__wc *p, const float *x,
     td__pad6(V, (size_t)tb * C, p->np, cnt, C);
     for (int k = 0; k < p->np; k++)
         td__gemm_at(p, V, M, rows, k);
-    td__t_output(p, &t, M, y, bias, cnt, nt, mom);
+    td__t_output(p, &t, M, y, bias, 0, cnt, nt, mom);
     if (mom)
-        mom[3 * K] = (float)td__inside(p, &t, cnt);
+        mom[3 * K] = (float)td__inside(p, &t, 0, cnt);
 }
 
 static int td__nthreads(const td__wc *p, int cap)
@@ -510,18 +510,13 @@ static void td__fwd_shared(td_wino *P, const float *x, float *y,
                     td__gemm_at(p, V, M, rows, k);
 #pragma omp for schedule(static)
                 for (int r = 0; r < nr; r++) {
-                    int i0 = r * TD__RUN, n = cnt - i0 < TD__RUN ? cnt - i0
-                                                                 : TD__RUN;
-                    td__tiles s = {.tb = tb};
-                    memcpy(s.n, t.n + i0, (size_t)n * sizeof(int));
-                    memcpy(s.y, t.y + i0, (size_t)n * sizeof(int));
-                    memcpy(s.x, t.x + i0, (size_t)n * sizeof(int));
+                    int i0 = r * TD__RUN, i1 = i0 + TD__RUN;
+                    i1 = i1 < cnt ? i1 : cnt;
                     float *mom = P->mom ? P->mom + (size_t)(run + r) * ms
                                         : NULL;
-                    td__t_output(p, &s, M + (size_t)i0 * K, y, bias, n, nt,
-                                 mom);
+                    td__t_output(p, &t, M, y, bias, i0, i1, nt, mom);
                     if (mom)
-                        mom[3 * K] = (float)td__inside(p, &s, n);
+                        mom[3 * K] = (float)td__inside(p, &t, i0, i1);
                 }
                 run += nr;
             }

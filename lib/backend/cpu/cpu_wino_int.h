@@ -89,9 +89,10 @@ TD__IN void td__dbsum(float *db, int per_tile, int i, int K, int kb,
 /* The transforms (cpu_wino_tr.c), each for the class's tile shape: U of
  * output channels k0 .. k0 + 7; rows i0 .. i1 - 1 of V [np][tb][C], the
  * block's input patches (with f, of x's folded values: cpu_fold.h); the
- * outputs (nt: by non-temporal stores, y 32-byte aligned; with mom, the
- * block's per-channel moments [3][K]: the shift, the first tile's first
- * output, then the sums of (y - shift) and of its square) from M [np][tb][K]; rows i0 .. i1 -
+ * outputs of rows i0 .. i1 - 1 (nt: by non-temporal stores, y 32-byte
+ * aligned; with mom, their per-channel moments [3][K]: the shift, tile
+ * i0's first output, then the sums of (y - shift) and of its square)
+ * from M [np][tb][K]; rows i0 .. i1 -
  * 1 of D [np][tb][K], the output gradient's, with db += each tile's sum
  * (per_tile: tile i's sum into db + i * K); dw of the (output, input)
  * channel pairs kc .. kc + 7 from the groups' sums.  The callers zero the
@@ -100,7 +101,8 @@ void td__t_weights8(td__wc *p, const float *w, int flip, int k0);
 void td__t_input(const td__wc *p, const td__tiles *t, const float *x, int C,
                  int i0, int i1, float *V, const td_fold *f);
 void td__t_output(const td__wc *p, const td__tiles *t, const float *M,
-                  float *y, const float *bias, int cnt, int nt, float *mom);
+                  float *y, const float *bias, int i0, int i1, int nt,
+                  float *mom);
 void td__t_dy(const td__wc *p, const td__tiles *t, const float *dy, int i0,
               int i1, float *D, float *db, int per_tile);
 void td__t_reduce8(const td__wc *p, size_t kc, float *dw, int groups);

@@ -369,14 +369,14 @@ TD__IN void td__put(float *o, __m256 v, const int nt)
 }
 
 TD__IN void td__output_b(const td__wc *p, const td__tiles *t, const float *M,
-                         float *y, const float *bias, int cnt, const int nt,
-                         float *mom, const int st, const int mh,
-                         const int mw)
+                         float *y, const float *bias, int i0, int i1,
+                         const int nt, float *mom, const int st,
+                         const int mh, const int mw)
 {
     const int ph = mh + 2, pw = mw + 2;
     int K = p->oc, H = p->h, W = p->w;
     size_t plane = (size_t)H * W * 8, ms = (size_t)t->tb * K;
-    for (int i = 0; i < cnt; i++) {
+    for (int i = i0; i < i1; i++) {
         int y0 = t->y[i], x0 = t->x[i];
         int inside = y0 + mh <= H && x0 + mw <= W;
         for (int kb = 0; kb < K / 8; kb++) {
@@ -409,9 +409,9 @@ TD__IN void td__output_b(const td__wc *p, const td__tiles *t, const float *M,
                     if (!(inside || (yy < H && xx < W)))
                         continue;
                     td__put(pl + ((size_t)yy * W + xx) * 8, v, nt);
-                    if (st) { /* the shift: tile 0's first output */
+                    if (st) { /* the shift: tile i0's first output */
                         if (j == 0 && q == 0)
-                            sh = i == 0 ? v
+                            sh = i == i0 ? v
                                         : _mm256_loadu_ps(mom + kb * 8);
                         __m256 d = _mm256_sub_ps(v, sh);
                         s1 = _mm256_add_ps(s1, d);
@@ -421,7 +421,7 @@ TD__IN void td__output_b(const td__wc *p, const td__tiles *t, const float *M,
             }
             if (st) {
                 float *m1 = mom + K + kb * 8, *m2 = mom + 2 * K + kb * 8;
-                if (i == 0) {
+                if (i == i0) {
                     _mm256_storeu_ps(mom + kb * 8, sh);
                     _mm256_storeu_ps(m1, s1);
                     _mm256_storeu_ps(m2, s2);
@@ -438,16 +438,16 @@ TD__IN void td__output_b(const td__wc *p, const td__tiles *t, const float *M,
 
 void TD__AVXG td__t_output(const td__wc *p, const td__tiles *t,
                            const float *M, float *y, const float *bias,
-                           int cnt, int nt, float *mom)
+                           int i0, int i1, int nt, float *mom)
 {
     if (nt && mom)
-        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 1, mom, 1);
+        TD__SHAPES(p, td__output_b, p, t, M, y, bias, i0, i1, 1, mom, 1);
     else if (nt)
-        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 1, mom, 0);
+        TD__SHAPES(p, td__output_b, p, t, M, y, bias, i0, i1, 1, mom, 0);
     else if (mom)
-        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 0, mom, 1);
+        TD__SHAPES(p, td__output_b, p, t, M, y, bias, i0, i1, 0, mom, 1);
     else
-        TD__SHAPES(p, td__output_b, p, t, M, y, bias, cnt, 0, mom, 0);
+        TD__SHAPES(p, td__output_b, p, t, M, y, bias, i0, i1, 0, mom, 0);
 }
 
 /* ---- backward weights ----------------------------------------------- */
