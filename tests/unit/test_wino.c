@@ -493,6 +493,107 @@ START_TEST(test_big_weights_plan)
 }
 END_TEST
 
+START_TEST(test_shared_work)
+{
+    /* Plans sharing one working buffer (td_wino_share_work) compute the
+     * same bits as with their own, run in any order, with the buffer
+     * overwritten (all bits set: NaN) between any two calls: nothing in
+     * it outlives a call; the moments stay the plan's own. */
+    static const shape ts[3] = {{9, 8, 8, 16, 464, 1},
+                                {2, 14, 14, 32, 64, 0},
+                                {2, 7, 5, 176, 176, 1}};
+    td_wino *own[3], *sh[3];
+    float *x[3], *w[3], *dy[3], *b[3], *y0[3], *y1[3], *dw0[3], *dw1[3];
+    float *db0[3], *db1[3], *mom0[3][2], *mom1[3][2];
+    size_t ny[3], nw[3], work = 0;
+    for (int i = 0; i < 3; i++) {
+        const shape *s = &ts[i];
+        size_t nx = (size_t)s->n * s->ic * s->h * s->w;
+        ny[i] = (size_t)s->n * s->oc * s->h * s->w;
+        nw[i] = (size_t)s->oc * s->ic * 9;
+        x[i] = rnd(nx, 700 + (uint64_t)i);
+        w[i] = rnd(nw[i], 710 + (uint64_t)i);
+        dy[i] = rnd(ny[i], 720 + (uint64_t)i);
+        b[i] = s->bias ? rnd((size_t)s->oc, 730 + (uint64_t)i) : NULL;
+        /* the second a forward-only plan */
+        own[i] = i == 1 ? td_wino_create_fwd(s->n, s->h, s->w, s->ic, s->oc, 2)
+                        : td_wino_create(s->n, s->h, s->w, s->ic, s->oc, 2);
+        sh[i] = i == 1 ? td_wino_create_fwd(s->n, s->h, s->w, s->ic, s->oc, 2)
+                       : td_wino_create(s->n, s->h, s->w, s->ic, s->oc, 2);
+        ck_assert_ptr_nonnull(own[i]);
+        ck_assert_ptr_nonnull(sh[i]);
+        ck_assert_int_eq(td_wino_want_moments(own[i]), 0);
+        ck_assert_int_eq(td_wino_want_moments(sh[i]), 0);
+        size_t wb = td_wino_work_bytes(sh[i]);
+        ck_assert_uint_gt(wb, 0);
+        work = wb > work ? wb : work;
+        y0[i] = malloc(ny[i] * sizeof(float));
+        y1[i] = malloc(ny[i] * sizeof(float));
+        dw0[i] = malloc(nw[i] * sizeof(float));
+        dw1[i] = malloc(nw[i] * sizeof(float));
+        db0[i] = malloc((size_t)s->oc * sizeof(float));
+        db1[i] = malloc((size_t)s->oc * sizeof(float));
+        for (int k = 0; k < 2; k++) {
+            mom0[i][k] = malloc((size_t)s->oc * sizeof(float));
+            mom1[i][k] = malloc((size_t)s->oc * sizeof(float));
+        }
+    }
+    work = (work + 63) / 64 * 64;
+    unsigned char *buf = aligned_alloc(64, work);
+    ck_assert_ptr_nonnull(buf);
+    for (int i = 0; i < 3; i++) {
+        size_t before = td_wino_bytes(sh[i]);
+        td_wino_share_work(sh[i], buf);
+        ck_assert_uint_eq(td_wino_bytes(sh[i]),
+                          before - td_wino_work_bytes(sh[i]));
+        td_wino_weights(own[i], w[i]);
+        td_wino_weights(sh[i], w[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        td_wino_fwd(own[i], x[i], y0[i], b[i], NULL);
+        td_wino_moments(own[i], mom0[i][0], mom0[i][1]);
+        if (i != 1)
+            td_wino_bwdw(own[i], x[i], dy[i], dw0[i], db0[i], NULL);
+    }
+    /* the shared plans' forwards first, then their moments and weight
+     * gradients, in the other order */
+    for (int i = 0; i < 3; i++) {
+        memset(buf, 0xff, work);
+        td_wino_fwd(sh[i], x[i], y1[i], b[i], NULL);
+    }
+    for (int i = 2; i >= 0; i--) {
+        memset(buf, 0xff, work);
+        td_wino_moments(sh[i], mom1[i][0], mom1[i][1]);
+        if (i != 1)
+            td_wino_bwdw(sh[i], x[i], dy[i], dw1[i], db1[i], NULL);
+    }
+    for (int i = 0; i < 3; i++) {
+        int oc = ts[i].oc;
+        ck_assert_msg(memcmp(y0[i], y1[i], ny[i] * sizeof(float)) == 0,
+                      "shape %d: forward differs", i);
+        for (int k = 0; k < 2; k++)
+            ck_assert_msg(memcmp(mom0[i][k], mom1[i][k],
+                                 (size_t)oc * sizeof(float)) == 0,
+                          "shape %d: moments differ", i);
+        if (i != 1) {
+            ck_assert_msg(memcmp(dw0[i], dw1[i], nw[i] * sizeof(float)) == 0,
+                          "shape %d: weight gradient differs", i);
+            ck_assert_msg(memcmp(db0[i], db1[i], (size_t)oc * sizeof(float))
+                              == 0,
+                          "shape %d: bias gradient differs", i);
+        }
+        td_wino_destroy(own[i]);
+        td_wino_destroy(sh[i]);
+        free(x[i]), free(w[i]), free(dy[i]), free(b[i]);
+        free(y0[i]), free(y1[i]), free(dw0[i]), free(dw1[i]);
+        free(db0[i]), free(db1[i]);
+        for (int k = 0; k < 2; k++)
+            free(mom0[i][k]), free(mom1[i][k]);
+    }
+    free(buf);
+}
+END_TEST
+
 /* Products per image and channel pair: 6 per side's tile of 4, 4 per
  * tile of 2, the two sides' sums multiplied. */
 static long products(int n4h, int n2h, int n4w, int n2w)
@@ -579,6 +680,7 @@ static Suite *wino_suite(void)
         tcase_add_test(tc, test_ntstore_same_bits);
         tcase_add_loop_test(tc, test_moments, 0, 3);
         tcase_add_test(tc, test_forward_only_plan);
+        tcase_add_test(tc, test_shared_work);
     } else {
         printf("wino: this CPU has no AVX2 + FMA: only the refusals run\n");
     }

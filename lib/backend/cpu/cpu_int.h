@@ -129,7 +129,8 @@ typedef struct td__cpu {
     dnnl_engine_t eng;
     dnnl_stream_t strm;
     dnnl_primitive_attr_t attr; /* user-managed scratchpad */
-    void *scratch;              /* one scratchpad shared by all primitives */
+    void *scratch;              /* one scratchpad shared by all primitives
+                                 * and cpu_wino.c's working buffers */
     size_t scratch_bytes;
     int threads;
     int batch;

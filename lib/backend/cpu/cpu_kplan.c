@@ -395,6 +395,12 @@ int td__plan_wino(td__cpu *be, int L, const dnnl_memory_desc_t *src, int ic)
     td_wino_weights(c->wf, td__mem_ptr(c->w));
     if (c->wbd)
         td_wino_weights_flip(c->wbd, td__mem_ptr(c->w));
+    /* their working buffers: in the shared scratchpad (td__plan_scratch) */
+    for (int i = 0; i < 2; i++) {
+        td_wino *p = i ? c->wbd : c->wf;
+        size_t b = p ? td_wino_work_bytes(p) : 0;
+        be->scratch_bytes = b > be->scratch_bytes ? b : be->scratch_bytes;
+    }
     td_debug("cpu backend: %s conv fwd, bwd weights%s: cpu_wino (%s, AVX2)",
              l->name, c->wbd ? ", bwd data" : "", td_wino_tiles(c->wf));
     return 0;

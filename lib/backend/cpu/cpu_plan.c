@@ -23,6 +23,7 @@
 #include "backend/cpu/cpu_bn8.h"
 #include "backend/cpu/cpu_int.h"
 #include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_wino.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -742,6 +743,10 @@ static int td__plan_scratch(td__cpu *be)
             rc = td__scratch_view(be, c->pd[i], &c->sp[i], name);
         if (rc || (rc = td__bd2_scratch(be, c, name)))
             return rc;
+        if (c->wf) /* cpu_wino.c's working buffers: between calls, nothing */
+            td_wino_share_work(c->wf, be->scratch);
+        if (c->wbd)
+            td_wino_share_work(c->wbd, be->scratch);
     }
     return 0;
 }

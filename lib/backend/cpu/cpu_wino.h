@@ -86,6 +86,17 @@ int td_wino_groups(const td_wino *p);
 int td_wino_shared(const td_wino *p);
 size_t td_wino_bytes(const td_wino *p);
 
+/* The bytes of the plan's working buffers: the blocks' scratch and the
+ * weight gradient's sums.  They hold nothing from one call to the next,
+ * so the plans of a model (which run one at a time) can share one
+ * buffer: td_wino_share_work frees the plan's own and runs it in w
+ * from then on (64-byte aligned, td_wino_work_bytes at least, owned by
+ * the caller and kept until the plan is destroyed; the plan's
+ * td_wino_bytes no longer counts it).  The transformed weights and the
+ * moments stay the plan's own. */
+size_t td_wino_work_bytes(const td_wino *p);
+void td_wino_share_work(td_wino *p, void *w);
+
 /* The plan's transformed weights from fp32 w[oc][ic][3][3]; or, for the
  * plan of a convolution's backward data (created with ic and oc swapped),
  * from that convolution's weights w[i][o][3][3] (dx = conv(dy, the
