@@ -823,10 +823,62 @@ static int td__parse_augment(struct td__ctx *c, const json_t *v,
     return 0;
 }
 
+/* The augment ops' geometry: one geometric op (a resize right before a
+ * center_crop is part of it: torchvision's Resize(s) + CenterCrop), and
+ * every size the model's input size, which is what the pipeline writes
+ * (a size it could not honour would be trained past silently). */
+static int td__aug_geometry(struct td__ctx *c)
+{
+    const td_job_spec *s = c->spec;
+    const int *in = s->input.size;
+    char p[64];
+    int geo = -1;
+    for (int i = 0; i < s->input.n_augment; i++) {
+        const td_aug_spec *a = &s->input.augment[i];
+        int before = a->op == TD_SPEC_AUG_RESIZE &&
+                     i + 1 < s->input.n_augment &&
+                     s->input.augment[i + 1].op == TD_SPEC_AUG_CENTER_CROP;
+        snprintf(p, sizeof p, "input.augment[%d]", i);
+        if (a->op == TD_SPEC_AUG_FLIP || a->op == TD_SPEC_AUG_COLOR_JITTER)
+            continue;
+        if (geo >= 0 && !(a->op == TD_SPEC_AUG_CENTER_CROP && geo == i - 1 &&
+                          s->input.augment[geo].op == TD_SPEC_AUG_RESIZE))
+            return td__fail(c, p, "a second geometric op after "
+                            "input.augment[%d] (%s): one of "
+                            "random_resized_crop, pad_crop, center_crop, "
+                            "resize (a resize right before a center_crop "
+                            "counts as one)", geo,
+                            td_spec_aug_op_name(s->input.augment[geo].op));
+        geo = i;
+        strcat(p, ".size");
+        if (before) { /* the image's shorter side, then the crop */
+            if (a->size[0] != a->size[1])
+                return td__fail(c, p, "before a center_crop, resize takes "
+                                "one side (the image's shorter side, e.g. "
+                                "256), not [%d, %d]", a->size[0], a->size[1]);
+            if (a->size[0] < in[0] || a->size[0] < in[1])
+                return td__fail(c, p, "%d is smaller than the crop after it "
+                                "(input.size [%d, %d])", a->size[0], in[0],
+                                in[1]);
+            continue;
+        }
+        if (a->op != TD_SPEC_AUG_PAD_CROP &&
+            (a->size[0] != in[0] || a->size[1] != in[1]))
+            return td__fail(c, p, "[%d, %d] differs from input.size [%d, "
+                            "%d]: the ops' output is the model's input "
+                            "(leave size out, or change input.size)",
+                            a->size[0], a->size[1], in[0], in[1]);
+    }
+    return 0;
+}
+
 /* Rules that involve more than one field. */
 static int td__cross_checks(struct td__ctx *c)
 {
     td_job_spec *s = c->spec;
+    int r;
+    if ((r = td__aug_geometry(c)))
+        return r;
     if (s->input.source == TD_SOURCE_FILES && s->data.train.n == 0)
         return td__fail(c, "data.train",
                         "missing (required unless input.source is "

@@ -105,8 +105,7 @@ START_TEST(test_defaults)
     json_t *j = load("{\"model\": \"resnet18\", \"data\": {\"train\": \"t\"},"
                      " \"optimizer\": {\"lr\": 0.1},"
                      " \"input\": {\"augment\": [{\"op\": \"random_resized_crop\"},"
-                     "  {\"op\": \"flip\"}, {\"op\": \"pad_crop\"},"
-                     "  {\"op\": \"center_crop\"}, {\"op\": \"color_jitter\"}]}}");
+                     "  {\"op\": \"flip\"}, {\"op\": \"color_jitter\"}]}}");
     ck_assert_int_eq(td_spec_parse(j, NULL, &s, err, sizeof err), 0);
     ck_assert_str_eq(s.name, "job");
     ck_assert_str_eq(s.data.train.v[0], "t"); /* no base: kept relative */
@@ -130,10 +129,8 @@ START_TEST(test_defaults)
     ck_assert_double_eq(a[0].ratio[0], 0.75);
     ck_assert_double_eq_tol(a[0].ratio[1], 4.0 / 3.0, 1e-15);
     ck_assert_double_eq(a[1].p, 0.5);
-    ck_assert_int_eq(a[2].pad, 4);
-    ck_assert_int_eq(a[3].size[1], 224);
-    ck_assert_double_eq(a[4].brightness, 0.0);
-    ck_assert_double_eq(a[4].saturation, 0.0);
+    ck_assert_double_eq(a[2].brightness, 0.0);
+    ck_assert_double_eq(a[2].saturation, 0.0);
     ck_assert_int_eq(s.optimizer.type, TD_OPT_SGD);
     ck_assert_double_eq(s.optimizer.momentum, 0.0);
     ck_assert_int_eq(s.optimizer.nesterov, 0);
@@ -158,6 +155,22 @@ START_TEST(test_defaults)
     ck_assert_int_eq(s.threads, TD_SPEC_AUTO);
     ck_assert_int_eq(s.metrics.warmup_steps, 20);
     ck_assert_int_eq(s.metrics.window_steps, 100);
+    td_spec_free(&s);
+    json_decref(j);
+    /* the other geometric ops' defaults (one per job) */
+    j = load("{\"model\": \"m\", \"data\": {\"train\": \"t\"},"
+             " \"optimizer\": {\"lr\": 0.1},"
+             " \"input\": {\"augment\": [{\"op\": \"pad_crop\"}]}}");
+    ck_assert_int_eq(td_spec_parse(j, NULL, &s, err, sizeof err), 0);
+    ck_assert_int_eq(s.input.augment[0].pad, 4);
+    td_spec_free(&s);
+    json_decref(j);
+    j = load("{\"model\": \"m\", \"data\": {\"train\": \"t\"},"
+             " \"optimizer\": {\"lr\": 0.1},"
+             " \"input\": {\"augment\": [{\"op\": \"center_crop\"}]}}");
+    ck_assert_int_eq(td_spec_parse(j, NULL, &s, err, sizeof err), 0);
+    ck_assert_int_eq(s.input.augment[0].size[0], 224);
+    ck_assert_int_eq(s.input.augment[0].size[1], 224);
     td_spec_free(&s);
     json_decref(j);
 }
@@ -274,6 +287,63 @@ START_TEST(test_cross_field_rules)
     json_decref(j);
     EXPECT_ERR("optimizer.schedule.min_lr=0.1",
                "optimizer.schedule.min_lr: must be <= optimizer.lr");
+}
+END_TEST
+
+START_TEST(test_augment_geometry)
+{
+    /* One geometric op, decided at submit (the pipeline refused a second
+     * only when the job started); every size the model's input size (the
+     * pipeline writes input.size whatever an op said). */
+    char err[256];
+    EXPECT_ERR("input.augment[1]={\"op\":\"random_resized_crop\"}",
+               "input.augment[1]: a second geometric op after "
+               "input.augment[0] (pad_crop): one of random_resized_crop, "
+               "pad_crop, center_crop, resize (a resize right before a "
+               "center_crop counts as one)");
+    EXPECT_ERR("input.augment[0]={\"op\":\"random_resized_crop\","
+               "\"size\":20}",
+               "input.augment[0].size: [20, 20] differs from input.size "
+               "[28, 28]: the ops' output is the model's input (leave size "
+               "out, or change input.size)");
+    EXPECT_ERR("input.augment[0]={\"op\":\"resize\",\"size\":[40,30]}",
+               "input.augment[0].size: [40, 30] differs from input.size "
+               "[28, 28]: the ops' output is the model's input (leave size "
+               "out, or change input.size)");
+    EXPECT_ERR("input.augment[0]={\"op\":\"center_crop\",\"size\":24}",
+               "input.augment[0].size: [24, 24] differs from input.size "
+               "[28, 28]: the ops' output is the model's input (leave size "
+               "out, or change input.size)");
+    EXPECT_ERR("input.augment=[{\"op\":\"resize\",\"size\":[32,40]},"
+               "{\"op\":\"center_crop\"}]",
+               "input.augment[0].size: before a center_crop, resize takes "
+               "one side (the image's shorter side, e.g. 256), not [32, 40]");
+    EXPECT_ERR("input.augment=[{\"op\":\"resize\",\"size\":20},"
+               "{\"op\":\"center_crop\"}]",
+               "input.augment[0].size: 20 is smaller than the crop after it "
+               "(input.size [28, 28])");
+    EXPECT_ERR("input.augment=[{\"op\":\"resize\",\"size\":32},"
+               "{\"op\":\"flip\"},{\"op\":\"center_crop\"}]",
+               "input.augment[0].size: [32, 32] differs from input.size "
+               "[28, 28]: the ops' output is the model's input (leave size "
+               "out, or change input.size)");
+    /* accepted: torchvision's Resize(32) + CenterCrop(28), the sizes
+     * written out, the flip and jitter anywhere */
+    ck_assert_int_eq(parse_with("input.augment=[{\"op\":\"flip\"},"
+                                "{\"op\":\"resize\",\"size\":32},"
+                                "{\"op\":\"center_crop\",\"size\":28},"
+                                "{\"op\":\"color_jitter\"}]",
+                                err, sizeof err),
+                     0);
+    ck_assert_int_eq(parse_with("input.augment=[{\"op\":"
+                                "\"random_resized_crop\",\"size\":[28,28]},"
+                                "{\"op\":\"flip\"}]",
+                                err, sizeof err),
+                     0);
+    ck_assert_int_eq(parse_with("input.augment=[{\"op\":\"resize\","
+                                "\"size\":28}]",
+                                err, sizeof err),
+                     0);
 }
 END_TEST
 
@@ -589,6 +659,7 @@ static Suite *spec_suite(void)
     tcase_add_test(tc, test_range_errors);
     tcase_add_test(tc, test_missing_and_cross_field);
     tcase_add_test(tc, test_cross_field_rules);
+    tcase_add_test(tc, test_augment_geometry);
     tcase_add_test(tc, test_not_an_object);
     tcase_add_test(tc, test_roundtrip_hash);
     tcase_add_test(tc, test_finetune_fields);
