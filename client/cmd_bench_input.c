@@ -20,6 +20,8 @@
 #include "base/error.h"
 #include "commands.h"
 #include "input/pipeline.h"
+#include "job/runner.h"
+#include "job/spec.h"
 
 static void td__bi_usage(FILE *f)
 {
@@ -49,64 +51,72 @@ static int td__int_arg(const char *v, int lo, int hi, int *out)
     return 0;
 }
 
-/* --spec: the fields of a job spec the pipeline uses. */
-static int td__bi_spec(const char *path, td_pipeline_config *c, char **data)
+struct td__bi {
+    td_pipeline_config c;
+    char *data;
+    int json, epochs, prefetch_set;
+};
+
+/* --spec: the fields of a job spec the pipeline uses, parsed as a job's
+ * (the same checks and defaults, the augment ops as the job trains with
+ * them; relative paths against the file's folder). */
+static int td__bi_spec(const char *path, struct td__bi *o)
 {
-    json_error_t je;
-    char err[256];
-    json_t *s = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *in, *v;
-    if (!s) {
-        if (je.line < 1) /* not opened or not read: jansson names the file */
-            fprintf(stderr, "trainctl bench-input: %s\n", je.text);
-        else
-            fprintf(stderr, "trainctl bench-input: %s:%d: %s\n", path,
-                    je.line, je.text);
+    td_pipeline_config *c = &o->c;
+    char err[512];
+    td_job_spec s;
+    int rc = td_spec_load_file(path, NULL, 0, &s, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "trainctl bench-input: %s: %s\n", path,
+                err[0] ? err : td_strerror(rc));
         return -1;
     }
-    const char *train = json_string_value(
-        json_object_get(json_object_get(s, "data"), "train"));
-    if (train) {
-        free(*data);
-        *data = strdup(train);
+    if (s.data.train.n > 0) {
+        if (s.data.train.n > 1)
+            fprintf(stderr, "trainctl bench-input: %s: data.train has %d "
+                    "entries; reading the first, %s\n", path,
+                    s.data.train.n, s.data.train.v[0]);
+        free(o->data);
+        o->data = strdup(s.data.train.v[0]);
     }
-    in = json_object_get(s, "input");
-    if ((v = json_object_get(in, "size")) && json_array_size(v) == 2) {
-        c->size[0] = (int)json_integer_value(json_array_get(v, 0));
-        c->size[1] = (int)json_integer_value(json_array_get(v, 1));
+    c->size[0] = s.input.size[0];
+    c->size[1] = s.input.size[1];
+    c->channels = s.input.channels;
+    if (s.input.workers != TD_SPEC_AUTO)
+        c->workers = s.input.workers;
+    if (s.input.prefetch != TD_SPEC_AUTO) {
+        c->prefetch = s.input.prefetch;
+        o->prefetch_set = 1;
     }
-    if ((v = json_object_get(in, "channels")))
-        c->channels = (int)json_integer_value(v);
-    if ((v = json_object_get(in, "workers")) && json_is_integer(v))
-        c->workers = (int)json_integer_value(v);
-    if ((v = json_object_get(in, "prefetch")) && json_is_integer(v))
-        c->prefetch = (int)json_integer_value(v);
-    if ((v = json_object_get(s, "batch_size")))
-        c->batch_size = (int)json_integer_value(v);
-    if ((v = json_object_get(s, "seed")))
-        c->seed = (uint64_t)json_integer_value(v);
-    int n = 0;
-    if ((v = json_object_get(in, "augment")) &&
-        (n = td_augment_from_json(v, c->augment, TD_AUG_MAX, err,
-                                  sizeof err)) < 0)
-        fprintf(stderr, "trainctl bench-input: %s: input.%s\n", path, err);
-    c->n_augment = n < 0 ? 0 : n;
-    json_decref(s);
-    return n < 0 ? -1 : 0;
+    c->batch_size = s.batch_size;
+    c->seed = s.seed;
+    rc = td_runner_augments(&s, c->augment, &c->n_augment, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "trainctl bench-input: %s: %s\n", path, err);
+    td_spec_free(&s);
+    return rc ? -1 : 0;
 }
 
 static void td__bi_print(const td_pipeline_stats *st, int64_t images,
-                         double secs, int epochs, int batch, int json)
+                         double secs, int epochs,
+                         const td_pipeline_config *c, int json)
 {
+    int batch = c->batch_size;
+    char aug[256] = "none";
+    for (int i = 0, n = 0; i < c->n_augment; i++)
+        n += snprintf(aug + n, sizeof aug - (size_t)n, "%s%s", i ? "," : "",
+                      td_augment_name(c->augment[i].op));
     /* ns summed over workers -> us per image */
     double per = st->samples > 0 ? 1e-3 / (double)st->samples : 0;
     if (json) {
         json_t *o = json_pack(
-            "{s:f, s:I, s:f, s:I, s:i, s:i, s:i, s:i, s:{s:f, s:f, s:f, s:f,"
-            " s:f}, s:{s:f, s:f, s:f}}",
+            "{s:f, s:I, s:f, s:I, s:i, s:i, s:i, s:i, s:[i, i], s:s,"
+            " s:{s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f, s:f}}",
             "images_per_s", secs > 0 ? (double)images / secs : 0.0, "images",
             (json_int_t)images, "seconds", secs, "bad_samples",
             (json_int_t)st->bad_samples, "workers", st->workers, "batch",
-            batch, "epochs", epochs, "prefetch", st->prefetch, "stages",
+            batch, "epochs", epochs, "prefetch", st->prefetch, "size",
+            c->size[0], c->size[1], "augment", aug, "stages",
             "read_s", td_ns_to_s(st->read_ns), "decode_s",
             td_ns_to_s(st->decode_ns), "augment_s",
             td_ns_to_s(st->augment_ns), "slot_wait_s",
@@ -125,6 +135,7 @@ static void td__bi_print(const td_pipeline_stats *st, int64_t images,
            epochs, epochs == 1 ? "" : "s", batch, st->workers,
            st->workers == 1 ? "" : "s", st->prefetch,
            secs > 0 ? (double)images / secs : 0.0);
+    printf("  %dx%d, augment %s\n", c->size[0], c->size[1], aug);
     printf("  per image, summed over workers: read %.1f us, decode %.1f us, "
            "augment %.1f us\n", (double)st->read_ns * per,
            (double)st->decode_ns * per, (double)st->augment_ns * per);
@@ -133,11 +144,6 @@ static void td__bi_print(const td_pipeline_stats *st, int64_t images,
            td_ns_to_s(st->consumer_wait_ns), (long long)st->bad_samples);
 }
 
-struct td__bi {
-    td_pipeline_config c;
-    char *data;
-    int json, epochs, prefetch_set;
-};
 
 /* One option that takes a value.  0 ok, 1 bad value or unknown option,
  * 2 a --spec that failed (already reported). */
@@ -152,7 +158,7 @@ static int td__bi_value(struct td__bi *o, const char *a, const char *v,
         return 0;
     }
     if (strcmp(a, "--spec") == 0)
-        return td__bi_spec(v, c, &o->data) ? 2 : 0;
+        return td__bi_spec(v, o) ? 2 : 0;
     if (strcmp(a, "--size") == 0) {
         if (sscanf(v, "%dx%d", &h, &w) == 2) {
             c->size[0] = h;
@@ -254,6 +260,6 @@ int td_cmd_bench_input(int argc, char **argv)
                 td_strerror(rc));
         return TD_EXIT_REFUSED;
     }
-    td__bi_print(&st, images, secs, o.epochs, o.c.batch_size, o.json);
+    td__bi_print(&st, images, secs, o.epochs, &o.c, o.json);
     return TD_EXIT_OK;
 }

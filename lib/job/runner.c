@@ -63,8 +63,8 @@ static int td__ncpu(void)
 /* Maps the spec's augmentation list onto the pipeline's.  A "resize"
  * followed by "center_crop" is torchvision's Resize(s)+CenterCrop(size):
  * the pipeline's center_crop with resize = s. */
-int td__runner_augments(const td_job_spec *s, td_augment *out, int *n,
-                        char *err, size_t errcap)
+int td_runner_augments(const td_job_spec *s, td_augment *out, int *n,
+                       char *err, size_t errcap)
 {
     int k = 0, resize_side = 0;
     for (int i = 0; i < s->input.n_augment; i++) {
@@ -126,7 +126,7 @@ static int td__pipeline(td_runner *r, td_dataset *ds, int train,
     pc.size[0] = s->input.size[0];
     pc.size[1] = s->input.size[1];
     pc.channels = s->input.channels;
-    if ((rc = td__runner_augments(s, pc.augment, &pc.n_augment, e,
+    if ((rc = td_runner_augments(s, pc.augment, &pc.n_augment, e,
                                   sizeof e))) {
         snprintf(err, errcap, "input.augment: %s", e);
         td_dataset_close(ds);
@@ -460,11 +460,11 @@ static json_t *td__with_progress(td_runner *r, json_t *o, int64_t epoch)
 }
 
 /* The input autotuner, once per metrics window: when the trainer waited
- * for input (input_wait_ratio >= 5%), add a decode worker, or once all
- * are busy a batch of prefetch; when it never waited for three windows in
- * a row and the workers spent time blocked on a full ring, take a worker
- * away (they were idle: cores are better left to compute).  Only for the
- * settings the job left "auto". */
+ * for a batch not yet made (5% of the window or more), add a decode
+ * worker, or once all are busy a batch of prefetch; when it never waited
+ * for three windows in a row and the workers spent time blocked on a
+ * full ring, take a worker away (they were idle: cores are better left
+ * to compute).  Only for the settings the job left "auto". */
 static void td__autotune(td_runner *r, const td_metrics_counters *mc,
                          json_t *window)
 {

@@ -83,6 +83,14 @@ typedef struct td_runner_result {
 
 typedef struct td_runner td_runner;
 
+/* The spec's augment ops as the input pipeline takes them (a resize
+ * right before a center_crop becomes that center_crop's resize): what a
+ * job trains with, and what `trainctl bench-input --spec` measures.  0,
+ * or TD_E_SPEC with the reason in err. */
+struct td_augment;
+int td_runner_augments(const td_job_spec *s, struct td_augment *out, int *n,
+                       char *err, size_t errcap);
+
 /* Builds everything (model, pipelines, backend, writer).  Errors name what
  * is wrong: "data.train: ...", "model: ...". */
 int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,

@@ -117,7 +117,7 @@ int td__runner_meta(td_runner *r, char *err, size_t errcap)
         mean[c] = (float)s->input.mean[c];
         std[c] = (float)s->input.std[c];
     }
-    if ((rc = td__runner_augments(s, aug, &naug, e, sizeof e))) {
+    if ((rc = td_runner_augments(s, aug, &naug, e, sizeof e))) {
         snprintf(err, errcap, "input.augment: %s", e);
     } else if ((rc = td_model_meta_init(&meta, r->graph, m->layers[0].out,
                                         m->classes, names, mean, std, aug,

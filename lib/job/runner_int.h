@@ -111,9 +111,6 @@ struct td_runner {
 
 /* runner.c */
 void td__runner_emit(td_runner *r, const char *kind, json_t *data);
-/* The spec's augment ops as the pipeline takes them. */
-int td__runner_augments(const td_job_spec *s, td_augment *out, int *n,
-                        char *err, size_t errcap);
 void td__runner_optim(const td_job_spec *s, td_optim_config *o);
 
 /* runner_trace.c: timeline recording, on the trainer thread: arms a

@@ -116,6 +116,72 @@ START_TEST(test_pack_idx_dir_json_then_bench_input)
 }
 END_TEST
 
+/* bench-input --spec reads a job spec as submit does: the same checks,
+ * the augment ops as the job trains with them (resize + center_crop is
+ * one op), data.train relative to the spec's folder, an int input.size;
+ * a spec submit refuses is refused, exit 2, with the same message. */
+START_TEST(test_bench_input_spec_is_the_job)
+{
+    char args[8192], path[4200];
+    int rc;
+    make_idx(96);
+    snprintf(args, sizeof args, "pack --idx-dir %s -o %s/fs", tmp, tmp);
+    free(trainctl(args, &rc, NULL));
+    ck_assert_int_eq(rc, 0);
+    snprintf(path, sizeof path, "%s/job.json", tmp);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"data\": {\"train\": \"fs/train\"}, \"model\": \"fmnist-cnn\",\n"
+          " \"optimizer\": {\"lr\": 0.1}, \"batch_size\": 8, \"seed\": 3,\n"
+          " \"input\": {\"size\": 24, \"channels\": 1, \"workers\": 1,\n"
+          "  \"prefetch\": 3, \"augment\": [{\"op\": \"resize\", \"size\": 30},\n"
+          "  {\"op\": \"center_crop\"}, {\"op\": \"flip\"},\n"
+          "  {\"op\": \"color_jitter\"}]}}\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "bench-input --spec %s --json", path);
+    char *err = NULL, *out = trainctl(args, &rc, &err);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "images")), 96);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "batch")), 8);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "workers")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "prefetch")), 3);
+    json_t *sz = json_object_get(j, "size");
+    ck_assert_int_eq(json_integer_value(json_array_get(sz, 0)), 24);
+    ck_assert_int_eq(json_integer_value(json_array_get(sz, 1)), 24);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "augment")),
+                     "center_crop,flip,color_jitter");
+    json_decref(j);
+    free(out);
+    free(err);
+    /* later options override the spec */
+    snprintf(args, sizeof args, "bench-input --spec %s --batch 4 --json",
+             path);
+    out = trainctl(args, &rc, NULL);
+    ck_assert_int_eq(rc, 0);
+    j = json_loads(out, 0, NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "batch")), 4);
+    json_decref(j);
+    free(out);
+    /* what submit refuses: two geometric ops */
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"data\": {\"train\": \"fs/train\"}, \"model\": \"fmnist-cnn\",\n"
+          " \"optimizer\": {\"lr\": 0.1}, \"input\": {\"size\": 24,\n"
+          "  \"augment\": [{\"op\": \"pad_crop\"},\n"
+          "  {\"op\": \"random_resized_crop\"}]}}\n", f);
+    fclose(f);
+    free(trainctl(args, &rc, &err));
+    ck_assert_int_eq(rc, 2);
+    ck_assert_msg(strstr(err, "input.augment[1]: a second geometric op") !=
+                      NULL,
+                  "%s", err);
+    free(err);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_pack_index_and_restart_conflict)
 {
     char args[8192], root[4200];
@@ -363,6 +429,7 @@ static Suite *cli_suite(void)
     TCase *tc = tcase_create("cli");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_pack_idx_dir_json_then_bench_input);
+    tcase_add_test(tc, test_bench_input_spec_is_the_job);
     tcase_add_test(tc, test_pack_imagefolder_restarts_by_default);
     tcase_add_test(tc, test_pack_index_and_restart_conflict);
     tcase_add_test(tc, test_pack_summaries);
