@@ -4,10 +4,10 @@
  *   trainctl pack --idx-dir D -o DIR      (D/train-* -> DIR/train,
  *                                           D/t10k-*  -> DIR/test)
  *   trainctl pack --imagefolder ROOT -o DIR
- * Options: --quality Q (IDX only, default 95), --shard-size MiB (default
- * 256), --prefix NAME, --index N (ImageFolder only, default 2), --restart N
- * (ImageFolder only, instead of --index), --threads N (ImageFolder only,
- * default one per CPU), --json.
+ * Options: --quality Q (IDX only: JPEG at Q; default 0, lossless PNG),
+ * --shard-size MiB (default 256), --prefix NAME, --index N (ImageFolder
+ * only, default 2), --restart N (ImageFolder only, instead of --index),
+ * --threads N (ImageFolder only, default one per CPU), --json.
  * Progress goes to stderr when it is a tty.
  */
 #include <jansson.h>

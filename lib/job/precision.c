@@ -6,10 +6,12 @@
  *               CPU has no such unit and computes it as fp32.
  *         bf16  needs oneDNN's avx512_core_bf16 or avx512_core_amx ISA
  *               (AVX512_BF16 or AMX-BF16 in cpuid); refused elsewhere.
- *         fp16  refused: oneDNN trains fp16 only on AVX512_FP16 CPUs;
- *               bf16 is the CPU's fast type.
- *         auto  bf16 where the CPU has it (measured: docs/compute.md),
- *               else fp32.
+ *         fp16  refused: the oneDNN this backend uses (Debian's 2.6)
+ *               has no fp16 training on the CPU (measured:
+ *               docs/compute.md); bf16 is the CPU's fast type.
+ *         auto  bf16 where the CPU has it and it is also faster: AMX, or
+ *               a probe at start finding bf16 dot products at least
+ *               0.75x as fast as fp32 FMAs (caps.c); else fp32.
  *   cuda  fp32  strict fp32: cuDNN FMA math, cuBLAS default math (no TF32).
  *         tf32  TF32 tensor cores for convolutions and GEMMs; needs compute
  *               capability 8.0 (Ampere) or newer, refused below naming
