@@ -186,6 +186,7 @@ void td__runner_optim(const td_job_spec *s, td_optim_config *o)
     o->schedule.warmup_steps = s->optimizer.schedule.warmup_steps;
     o->schedule.step_size = s->optimizer.schedule.step_size;
     o->schedule.gamma = s->optimizer.schedule.gamma;
+    o->schedule.min_lr = s->optimizer.schedule.min_lr;
 }
 
 static int td__model(td_runner *r, char *err, size_t errcap)

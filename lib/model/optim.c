@@ -59,6 +59,8 @@ int td_optim_validate(const td_optim_config *c, char *err, size_t errcap)
         TD__BAD("optimizer.schedule.step_size: must be >= 1");
     if (s->type == TD_SCHED_STEP && !(s->gamma > 0 && s->gamma <= 1))
         TD__BAD("optimizer.schedule.gamma: must be in (0, 1]");
+    if (!(s->min_lr >= 0 && s->min_lr <= c->lr))
+        TD__BAD("optimizer.schedule.min_lr: must be in [0, lr]");
     return 0;
 }
 
@@ -86,7 +88,7 @@ double td_schedule_lr(const td_optim_config *c, int64_t step,
         double p = span > 0 ? (double)k / (double)span : 1.0;
         if (p > 1.0)
             p = 1.0;
-        return c->lr * 0.5 * (1.0 + cos(M_PI * p));
+        return s->min_lr + (c->lr - s->min_lr) * 0.5 * (1.0 + cos(M_PI * p));
     }
     default:
         return c->lr;

@@ -17,7 +17,8 @@ enum td_optim_type { TD_OPT_SGD = 0, TD_OPT_ADAMW = 1 };
 enum td_sched_type {
     TD_SCHED_CONSTANT = 0,
     TD_SCHED_STEP = 1,   /* lr * gamma^(floor((s - warmup) / step_size)) */
-    TD_SCHED_COSINE = 2, /* lr * (1 + cos(pi * p)) / 2, p from 0 to 1 */
+    TD_SCHED_COSINE = 2, /* min_lr + (lr - min_lr) (1 + cos(pi p)) / 2,
+                          * p from 0 to 1 */
 };
 
 typedef struct td_schedule_config {
@@ -25,6 +26,7 @@ typedef struct td_schedule_config {
     int64_t warmup_steps; /* linear from lr/warmup to lr over these steps */
     int64_t step_size;    /* TD_SCHED_STEP: steps between decays */
     double gamma;         /* TD_SCHED_STEP: decay factor */
+    double min_lr;        /* TD_SCHED_COSINE: where it ends, 0..lr */
 } td_schedule_config;
 
 typedef struct td_optim_config {

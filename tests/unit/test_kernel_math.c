@@ -177,6 +177,14 @@ START_TEST(test_schedules)
     ck_assert_double_eq_tol(td_schedule_lr(&c, 600, 1100), 0.025, 1e-12);
     ck_assert_double_eq_tol(td_schedule_lr(&c, 1100, 1100), 0.0, 1e-12);
     ck_assert_double_eq_tol(td_schedule_lr(&c, 5000, 1100), 0.0, 1e-12);
+    /* ending at min_lr: the warm-up as before, the cosine between */
+    c.schedule.min_lr = 0.01;
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 49, 1100), 0.025, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 100, 1100), 0.05, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 600, 1100), 0.03, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 1100, 1100), 0.01, 1e-12);
+    ck_assert_double_eq_tol(td_schedule_lr(&c, 5000, 1100), 0.01, 1e-12);
+    c.schedule.min_lr = 0;
     c.schedule.type = TD_SCHED_STEP;
     c.schedule.step_size = 30;
     c.schedule.gamma = 0.1;
@@ -217,6 +225,10 @@ START_TEST(test_optim_validation)
     c.schedule.gamma = 0;
     ck_assert_int_eq(td_optim_validate(&c, err, sizeof err), TD_E_SPEC);
     ck_assert_str_eq(err, "optimizer.schedule.gamma: must be in (0, 1]");
+    td_optim_defaults(&c, TD_OPT_SGD);
+    c.schedule.min_lr = 2 * c.lr;
+    ck_assert_int_eq(td_optim_validate(&c, err, sizeof err), TD_E_SPEC);
+    ck_assert_str_eq(err, "optimizer.schedule.min_lr: must be in [0, lr]");
 }
 END_TEST
 

@@ -78,6 +78,7 @@ typedef struct seen {
     int steps, windows, epochs, ckpts, bad_order;
     int64_t last_step;
     double loss[EPOCHS * PER_EPOCH + 1]; /* by step number, 1-based */
+    double lr[EPOCHS * PER_EPOCH + 1];   /* the same */
     int64_t epoch_step[EPOCHS];
     double epoch_loss[EPOCHS], epoch_acc[EPOCHS];
     int hist_events, hist_len;       /* "history" events (a resume) */
@@ -98,8 +99,10 @@ static void on_event(void *user, const char *kind, json_t *data)
     if (strcmp(kind, "step") == 0) {
         s->bad_order |= step != s->last_step + 1;
         s->last_step = step;
-        if (step >= 1 && step <= EPOCHS * PER_EPOCH)
+        if (step >= 1 && step <= EPOCHS * PER_EPOCH) {
             s->loss[step] = json_number_value(json_object_get(data, "loss"));
+            s->lr[step] = json_number_value(json_object_get(data, "lr"));
+        }
         s->steps++;
         if (s->stop_at && step == s->stop_at)
             td_runner_stop(s->r, s->stop_why);
@@ -252,6 +255,35 @@ START_TEST(test_job_does_what_the_spec_says)
     ck_assert_double_eq_tol(res.model_mflop, 6656e-6, 1e-12);
     ck_assert(res.samples_per_s > 0);
     ck_assert_str_ne(res.verdict, "");
+    td_spec_free(&spec);
+}
+END_TEST
+
+/* The cosine schedule ends at optimizer.schedule.min_lr: every step's lr
+ * between min_lr and lr, falling, the last within 1% of (lr - min_lr)
+ * above min_lr (it ended at 0 whatever min_lr said). */
+START_TEST(test_cosine_ends_at_min_lr)
+{
+    td_job_spec spec;
+    parse_spec(&spec, 1000, 0);
+    spec.optimizer.schedule.type = TD_SCHED_COSINE;
+    spec.optimizer.schedule.warmup_steps = 0;
+    spec.optimizer.schedule.min_lr = 0.02;
+    seen s;
+    seen_init(&s);
+    td_runner_result res;
+    char err[512] = "";
+    ck_assert_msg(run_job(&spec, "cos", 0, &s, &res, err, sizeof err) == 0,
+                  "%s", err);
+    int n = EPOCHS * PER_EPOCH;
+    ck_assert_int_eq(res.steps, n);
+    ck_assert_double_eq_tol(s.lr[1], 0.05, 1e-9);
+    for (int k = 2; k <= n; k++) {
+        ck_assert_msg(s.lr[k] <= s.lr[k - 1] && s.lr[k] >= 0.02,
+                      "step %d: lr %.9g after %.9g", k, s.lr[k],
+                      s.lr[k - 1]);
+    }
+    ck_assert_msg(s.lr[n] < 0.02 + 0.01 * 0.03, "last lr %.9g", s.lr[n]);
     td_spec_free(&spec);
 }
 END_TEST
@@ -462,6 +494,7 @@ static Suite *runner_suite(void)
     TCase *tc = tcase_create("runner");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_job_does_what_the_spec_says);
+    tcase_add_test(tc, test_cosine_ends_at_min_lr);
     tcase_add_test(tc, test_pause_then_resume_matches_uninterrupted);
     tcase_add_test(tc, test_checkpoint_carries_history);
     tcase_add_test(tc, test_cancel_takes_no_final_checkpoint);
