@@ -879,6 +879,11 @@ static int td__cross_checks(struct td__ctx *c)
     int r;
     if ((r = td__aug_geometry(c)))
         return r;
+    if (s->input.layout == TD_SPEC_LAYOUT_NCHW)
+        return td__fail(c, "input.layout", "nchw is not available: the "
+                        "batch reaches the device as uint8 NHWC, and each "
+                        "backend picks its activations' layout (use auto "
+                        "or nhwc)");
     if (s->input.source == TD_SOURCE_FILES && s->data.train.n == 0)
         return td__fail(c, "data.train",
                         "missing (required unless input.source is "

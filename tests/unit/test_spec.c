@@ -287,6 +287,11 @@ START_TEST(test_cross_field_rules)
     json_decref(j);
     EXPECT_ERR("optimizer.schedule.min_lr=0.1",
                "optimizer.schedule.min_lr: must be <= optimizer.lr");
+    EXPECT_ERR("input.layout=nchw",
+               "input.layout: nchw is not available: the batch reaches the "
+               "device as uint8 NHWC, and each backend picks its "
+               "activations' layout (use auto or nhwc)");
+    ck_assert_int_eq(parse_with("input.layout=nhwc", err, sizeof err), 0);
 }
 END_TEST
 
