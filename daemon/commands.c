@@ -213,6 +213,34 @@ static void td__submit_infer(td_client *c, td_request *req, json_t *spec)
     td__enqueue(c, req, norm, name, td_task_name(t));
 }
 
+/* spec with the daemon's settings for what it leaves out (a copy):
+ * checkpoint.every_steps and checkpoint.keep (settings
+ * checkpoint_every_steps and checkpoint_keep), input.prefetch (setting
+ * prefetch, unless auto).  Where those parts are not objects, the copy
+ * keeps them as they are and the parser names the problem. */
+static json_t *td__spec_defaults(const json_t *spec, const json_t *settings)
+{
+    static const struct {
+        const char *obj, *key, *setting;
+    } d[] = {{"checkpoint", "every_steps", "checkpoint_every_steps"},
+             {"checkpoint", "keep", "checkpoint_keep"},
+             {"input", "prefetch", "prefetch"}};
+    json_t *s = json_deep_copy(spec);
+    if (!json_is_object(s))
+        return s;
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
+        long long v = td_settings_int(settings, d[i].setting);
+        json_t *o = json_object_get(s, d[i].obj);
+        if (v < 0 || (o && !json_is_object(o)))
+            continue; /* auto, or the parser's to refuse */
+        if (!o)
+            json_object_set_new(s, d[i].obj, o = json_object());
+        if (o && !json_object_get(o, d[i].key))
+            json_object_set_new(o, d[i].key, json_integer(v));
+    }
+    return s;
+}
+
 static void cmd_submit(td_client *c, td_request *req)
 {
     json_t *spec = json_object_get(req->args, "spec");
@@ -227,7 +255,10 @@ static void cmd_submit(td_client *c, td_request *req)
         td__submit_infer(c, req, spec);
         return;
     }
-    if (td_spec_parse(spec, NULL, &parsed, err, sizeof err)) {
+    json_t *full = td__spec_defaults(spec, c->d->settings);
+    int prc = td_spec_parse(full, NULL, &parsed, err, sizeof err);
+    json_decref(full); /* parsed holds its own normalised copy */
+    if (prc) {
         ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
         return;
     }

@@ -15,16 +15,15 @@
 const td_setting_def td_setting_defs[] = {
     {"workers", TD_SET_AUTO_INT, "\"auto\"", 1, 256, 1,
      "decode workers per job; auto follows the autotuner"},
-    {"prefetch", TD_SET_AUTO_INT, "\"auto\"", 1, 1024, 1,
-     "batches decoded ahead (ring depth); not applied yet: the job's "
-     "input.prefetch decides"},
-    {"checkpoint_every_steps", TD_SET_INT, "500", 0, 1000000000, 1,
-     "default checkpoint interval (0: only at epoch ends and on "
-     "request); not applied yet: the job's checkpoint.every_steps "
-     "decides"},
+    {"prefetch", TD_SET_AUTO_INT, "\"auto\"", 1, 256, 1,
+     "batches decoded ahead (ring depth) for jobs submitted without "
+     "input.prefetch; auto: the autotuner's"},
+    {"checkpoint_every_steps", TD_SET_INT, "1000", 0, 1000000000, 1,
+     "checkpoint interval for jobs submitted without "
+     "checkpoint.every_steps (0: only at epoch ends and on request)"},
     {"checkpoint_keep", TD_SET_INT, "3", 1, 1000, 1,
-     "checkpoints kept per job; not applied yet: the job's "
-     "checkpoint.keep decides"},
+     "checkpoints kept per job, for jobs submitted without "
+     "checkpoint.keep"},
     {"subscriber_soft_bytes", TD_SET_INT, "262144", 4096, 1LL << 30, 1,
      "queued bytes past which a subscriber gets coalesced windows and no "
      "step events"},

@@ -417,6 +417,60 @@ START_TEST(test_config_and_version)
     ck_assert_int_eq(CLI(&out, NULL, "config", "get", "checkpoint_keep"), 0);
     ck_assert_ptr_nonnull(strstr(out, "= 5"));
     free(out);
+    /* the settings are the defaults of jobs submitted after: a spec
+     * without checkpoint.keep, checkpoint.every_steps or input.prefetch
+     * gets them, one that names them keeps its own */
+    ck_assert_int_eq(CLI(&out, NULL, "config", "set", "prefetch", "6"), 0);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "config", "set",
+                         "checkpoint_every_steps", "70"), 0);
+    free(out);
+    char bare[160];
+    snprintf(bare, sizeof bare, "%s/bare.json", H.dir);
+    json_t *js = th_tiny_spec(1, 0);
+    json_object_del(js, "checkpoint");
+    json_object_set_new(json_object_get(js, "data"), "train",
+                        json_string("d/t"));
+    ck_assert_int_eq(json_dump_file(js, bare, 0), 0);
+    json_decref(js);
+    ck_assert_int_eq(CLI(&out, NULL, "submit", bare, "--json"), 0);
+    r = json_loads(out, 0, NULL);
+    json_int_t id = json_integer_value(json_object_get(
+        json_object_get(r, "ok"), "job"));
+    json_decref(r);
+    free(out);
+    char ids[32];
+    snprintf(ids, sizeof ids, "%lld", (long long)id);
+    ck_assert_int_eq(CLI(&out, NULL, "show", ids, "--json"), 0);
+    r = json_loads(out, 0, NULL);
+    json_t *sp = json_object_get(json_object_get(r, "job"), "spec");
+    json_t *ck = json_object_get(sp, "checkpoint");
+    ck_assert_int_eq(json_integer_value(json_object_get(ck, "keep")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(ck, "every_steps")),
+                     70);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_object_get(sp, "input"), "prefetch")), 6);
+    json_decref(r);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "submit", job_file(), "--set",
+                         "input.prefetch=\"auto\"", "--json"), 0);
+    r = json_loads(out, 0, NULL);
+    id = json_integer_value(json_object_get(json_object_get(r, "ok"), "job"));
+    json_decref(r);
+    free(out);
+    snprintf(ids, sizeof ids, "%lld", (long long)id);
+    ck_assert_int_eq(CLI(&out, NULL, "show", ids, "--json"), 0);
+    r = json_loads(out, 0, NULL);
+    sp = json_object_get(json_object_get(r, "job"), "spec");
+    ck = json_object_get(sp, "checkpoint");
+    ck_assert_int_eq(json_integer_value(json_object_get(ck, "keep")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(ck, "every_steps")),
+                     0);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(sp, "input"), "prefetch")), "auto");
+    json_decref(r);
+    free(out);
+    ck_assert_int_eq(CLI(NULL, NULL, "cancel", ids), 0);
     ck_assert_int_eq(CLI(NULL, &err, "config", "set", "workers", "-1"), 1);
     ck_assert_ptr_nonnull(strstr(err, "workers: must be in"));
     free(err);
