@@ -284,6 +284,16 @@ static void cmd_submit(td_client *c, td_request *req)
         td_spec_free(&parsed);
         return;
     }
+    /* the device now, not when the job starts: a cuda job on a daemon
+     * without a usable GPU would wait in the queue to fail */
+    td_device_choice dch;
+    char derr[512];
+    if (td_device_select(parsed.device, &c->d->devices, &dch, derr,
+                         sizeof derr)) {
+        ERRF(c, req, TD_ERR_INVALID_SPEC, "device: %s", derr);
+        td_spec_free(&parsed);
+        return;
+    }
     if (td_precision_check_job(&parsed, &c->d->devices, err, sizeof err)) {
         ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
         td_spec_free(&parsed);

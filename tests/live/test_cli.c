@@ -185,6 +185,13 @@ START_TEST(test_submit_queue_show_json)
                          "input.colour=1"), 1);
     ck_assert_msg(strstr(err, "input.colour: unknown key"), "%s", err);
     free(err);
+    /* a GPU it does not have: at submit, not when the job starts */
+    ck_assert_int_eq(CLI(NULL, &err, "submit", job_file(), "--set",
+                         "device=cuda:7"), 1);
+    ck_assert_msg(strstr(err, "device: device \"cuda:7\" is not "
+                              "available: "),
+                  "%s", err);
+    free(err);
     ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);
 }
 END_TEST

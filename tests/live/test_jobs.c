@@ -112,9 +112,10 @@ START_TEST(test_plain_sgd_job_checkpoints)
 }
 END_TEST
 
-/* A job for a GPU this machine does not have fails with the reason; the
- * daemon goes on serving (and a CPU job after it completes). */
-START_TEST(test_absent_gpu_fails_the_job_only)
+/* A job for a GPU this machine does not have is refused at submit with
+ * the reason (not queued to fail when it starts); the daemon goes on
+ * serving, and a CPU job after it completes. */
+START_TEST(test_absent_gpu_refused_at_submit)
 {
     int fd = th_connect(&H, NULL);
     td_device_info info;
@@ -126,13 +127,17 @@ START_TEST(test_absent_gpu_fails_the_job_only)
     }
     json_t *spec = th_tiny_spec(1, 0);
     json_object_set_new(spec, "device", json_string("cuda:0"));
-    int64_t gpu = th_submit(fd, spec);
-    ck_assert(th_wait_state(fd, gpu, "failed", 20000));
-    json_t *r = th_job_request(fd, "show", gpu);
-    const char *reason = json_string_value(json_object_get(
-        json_object_get(th_ok(r), "job"), "reason"));
-    ck_assert_msg(reason && strstr(reason, "cuda:0") &&
-                  strstr(reason, "not available"), "reason: %s", reason);
+    json_t *r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec));
+    ck_assert_ptr_null(th_ok(r));
+    ck_assert_str_eq(th_err_class(r), "invalid_spec");
+    const char *desc = json_string_value(json_object_get(
+        json_object_get(r, "error"), "desc"));
+    ck_assert_msg(desc && strstr(desc, "device: ") && strstr(desc, "cuda:0") &&
+                      strstr(desc, "not available"),
+                  "%s", desc);
+    json_decref(r);
+    r = th_request(fd, "list", json_object());
+    ck_assert_int_eq(json_array_size(json_object_get(th_ok(r), "jobs")), 0);
     json_decref(r);
     int64_t cpu = th_submit(fd, th_tiny_spec(1, 0));
     ck_assert(th_wait_state(fd, cpu, "completed", 60000));
@@ -276,7 +281,7 @@ static Suite *jobs_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_job_completes_with_events_and_checkpoints);
     tcase_add_test(tc, test_plain_sgd_job_checkpoints);
-    tcase_add_test(tc, test_absent_gpu_fails_the_job_only);
+    tcase_add_test(tc, test_absent_gpu_refused_at_submit);
     tcase_add_test(tc, test_sigterm_mid_run_resumes_exactly);
     tcase_add_test(tc, test_pause_resume_continues_exactly);
     tcase_add_test(tc, test_kill9_mid_run_resumes_from_last_checkpoint);
