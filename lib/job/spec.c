@@ -566,7 +566,7 @@ static int td__leaf_int(struct td__ctx *c, const struct td__field *f,
                         const json_t *v, const char *path, void *dst,
                         json_t **norm)
 {
-    long long i;
+    long long i = 0;
     int r = td__get_int(c, path, f, v, &i);
     if (r < 0)
         return r;

@@ -87,17 +87,18 @@ TD__IN void td__dbsum(float *db, int per_tile, int i, int K, int kb,
 }
 
 /* The transforms (cpu_wino_tr.c), each for the class's tile shape: U of
- * output channels k0 .. k0 + 7; rows i0 .. i1 - 1 of V [np][tb][C], the
- * block's input patches (with f, of x's folded values: cpu_fold.h); the
- * outputs of rows i0 .. i1 - 1 (nt: by non-temporal stores, y 32-byte
- * aligned; with mom, their per-channel moments [3][K]: the shift, tile
- * i0's first output, then the sums of (y - shift) and of its square)
- * from M [np][tb][K]; rows i0 .. i1 -
- * 1 of D [np][tb][K], the output gradient's, with db += each tile's sum
+ * output channels k0 .. k0 + 15 (nt: by non-temporal stores); rows i0 ..
+ * i1 - 1 of V [np][tb][C], the block's input patches (with f, of x's
+ * folded values: cpu_fold.h); the outputs of rows i0 .. i1 - 1 (nt: by
+ * non-temporal stores, y 32-byte aligned; with mom, their per-channel
+ * moments [3][K]: the shift, tile i0's first output, then the sums of (y
+ * - shift) and of its square) from M [np][tb][K]; rows i0 .. i1 - 1 of D
+ * [np][tb][K], the output gradient's, with db += each tile's sum
  * (per_tile: tile i's sum into db + i * K); dw of the (output, input)
  * channel pairs kc .. kc + 7 from the groups' sums.  The callers zero the
  * rows past a block's last tile (td__pad6). */
-void td__t_weights8(td__wc *p, const float *w, int flip, int k0);
+void td__t_weights16(td__wc *p, const float *w, int flip, int k0,
+                     int nt);
 void td__t_input(const td__wc *p, const td__tiles *t, const float *x, int C,
                  int i0, int i1, float *V, const td_fold *f);
 void td__t_output(const td__wc *p, const td__tiles *t, const float *M,

@@ -225,33 +225,55 @@ TD__BY_SIZE(td__gt_n, td__gt6, td__gt4)
 
 /* ---- weights -------------------------------------------------------- */
 
+/* U of output channels k0 .. k0 + 15 (k0 a multiple of 16), per input
+ * channel and half; with nt both halves' np vectors first, then each
+ * position's 64 bytes (a whole cache line) at once by non-temporal
+ * stores (a half line so stored costs a memory transaction of its own);
+ * without, each vector as it comes. */
 TD__IN void td__weights_b(td__wc *p, const float *w, int flip, int k0,
-                          const int mh, const int mw)
+                          const int nt, const int mh, const int mw)
 {
-    const int ph = mh + 2, pw = mw + 2;
+    const int ph = mh + 2, pw = mw + 2, np = ph * pw;
     int C = p->ic, K = p->oc;
     size_t plane = (size_t)C * K;
     for (int c = 0; c < C; c++) {
-        __m256 g[9], r[3][6], u[6];
-        td__taps8(w, flip, C, K, k0, c, g);
+        __m256 t[2][36];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 g[9], r[3][6], u[6];
+            td__taps8(w, flip, C, K, k0 + 8 * h, c, g);
 #pragma GCC unroll 3
-        for (int a = 0; a < 3; a++) /* g G_w^T: each kernel row */
-            td__g_n(pw, g[a * 3], g[a * 3 + 1], g[a * 3 + 2], r[a]);
+            for (int a = 0; a < 3; a++) /* g G_w^T: each kernel row */
+                td__g_n(pw, g[a * 3], g[a * 3 + 1], g[a * 3 + 2], r[a]);
 #pragma GCC unroll 6
-        for (int j = 0; j < pw; j++) { /* G_h (g G_w^T): each column */
-            td__g_n(ph, r[0][j], r[1][j], r[2][j], u);
+            for (int j = 0; j < pw; j++) { /* G_h (g G_w^T): each column */
+                td__g_n(ph, r[0][j], r[1][j], r[2][j], u);
 #pragma GCC unroll 6
-            for (int i = 0; i < ph; i++)
-                _mm256_store_ps(p->u + (size_t)(i * pw + j) * plane +
-                                    (size_t)c * K + k0,
-                                u[i]);
+                for (int i = 0; i < ph; i++) {
+                    if (nt)
+                        t[h][i * pw + j] = u[i];
+                    else
+                        _mm256_store_ps(p->u + (size_t)(i * pw + j) * plane +
+                                            (size_t)c * K + k0 + 8 * h,
+                                        u[i]);
+                }
+            }
+        }
+        float *o = p->u + (size_t)c * K + k0;
+        for (int k = 0; nt && k < np; k++, o += plane) {
+            _mm256_stream_ps(o, t[0][k]);
+            _mm256_stream_ps(o + 8, t[1][k]);
         }
     }
 }
 
-void TD__AVXG td__t_weights8(td__wc *p, const float *w, int flip, int k0)
+void TD__AVXG td__t_weights16(td__wc *p, const float *w, int flip, int k0,
+                              int nt)
 {
-    TD__SHAPES(p, td__weights_b, p, w, flip, k0);
+    if (nt)
+        TD__SHAPES(p, td__weights_b, p, w, flip, k0, 1);
+    else
+        TD__SHAPES(p, td__weights_b, p, w, flip, k0, 0);
 }
 
 /* ---- input ---------------------------------------------------------- */
