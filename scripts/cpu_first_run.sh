@@ -23,7 +23,11 @@
 #      PyTorch), when python3-torch is installed (TORCH=0 skips);
 #   6. the reference job in bf16 (config/jobs/fmnist-cnn.json, 3 epochs,
 #      target >= 0.907), Fashion-MNIST packed once under $DATA from
-#      Debian's fashion-mnist (ACC=0 skips).
+#      Debian's fashion-mnist (ACC=0 skips);
+#   7. where a step's oneDNN time goes, per model in bf16 (fp32 without
+#      bf16): ONEDNN_VERBOSE=1 bench_train into scripts/onednn_profile.py
+#      (the largest primitives' ms per step, and oneDNN's share of the
+#      step: the first places to look when a target is missed).
 # A CPU without bf16 instructions oneDNN uses (AVX2 only, e.g. AMD EPYC
 # Zen 3; traind --version says "bf16 no") skips step 4 and step 3's bf16
 # rows, runs step 5 as traind fp32 against PyTorch fp32 (BF16=0) and step 6
@@ -156,6 +160,16 @@ if [ "$ACC" = 1 ]; then
         --set data.val="$DATA/test"
     note accuracy '^done|precision:'
 fi
+
+# ---- 7: where oneDNN's share of a step goes ---------------------------------
+for m in $MODELS; do
+    # shellcheck disable=SC2016 # the inner shell expands them
+    step "profile-$m" bash -c 'ONEDNN_VERBOSE=1 "$1" --model "$2" \
+        --precision "$3" --batch "$4" --threads "$5" --steps "$6" \
+        --warmup 2 | scripts/onednn_profile.py' _ "$BIN/bench_train" "$m" \
+        "$PREC" "$BATCH" "$THREADS" "$STEPS"
+    note "profile-$m" '^oneDNN primitives:'
+done
 
 echo
 echo "cpu_first_run: summary ($SUMMARY):"

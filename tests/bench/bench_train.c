@@ -7,8 +7,12 @@
  * --plan: a bf16 plan's choices (layout, batch norms, kernels) timed at
  * create as a job's are
  * (measure, the default) or the fixed rules (docs/compute.md "Plan
- * choices by measurement").  Training FLOPs are counted as 3x the forward FLOPs (forward, backward
- * data, backward weights).  Prints figures; never fails on speed.
+ * choices by measurement").  Training FLOPs are counted as 3x the
+ * forward FLOPs (forward, backward data, backward weights).  Prints
+ * figures; never fails on speed.  With ONEDNN_VERBOSE set, a line
+ * "bench_train: steps start" on stdout separates oneDNN's lines of the
+ * plan (creation, timed choices) from the steps' (what
+ * scripts/onednn_profile.py reads).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -100,6 +104,10 @@ int main(int argc, char **argv)
     cfg.backend.optim.weight_decay = 5e-4;
     td_train_result res;
     int rc = td_trainer_create(&cfg, &t, err, sizeof err);
+    if (rc == 0 && getenv("ONEDNN_VERBOSE")) {
+        printf("bench_train: steps start\n");
+        fflush(stdout);
+    }
     if (rc == 0)
         rc = td_trainer_run(t, NULL, NULL, NULL, &res, err, sizeof err);
     if (rc) {

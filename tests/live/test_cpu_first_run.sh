@@ -4,8 +4,8 @@
 # per arm, no accuracy job).  First as on a CPU without bf16 (oneDNN held
 # to AVX2, ONEDNN_MAX_CPU_ISA, on any machine): exit status 0, version and
 # peak PASS with an fp32 FMA ceiling, the bf16 steps skipped with the
-# reason, and with python3-torch traind fp32 against torch fp32 (one
-# round).  Then without PyTorch.  Then, where oneDNN runs bf16: every step PASS
+# reason, the fp32 profile of oneDNN's share of a step, and with
+# python3-torch traind fp32 against torch fp32 (one round).  Then without PyTorch.  Then, where oneDNN runs bf16: every step PASS
 # in the summary with the figures it copies (the CPU line, the three
 # ceilings or the ones this CPU has, scripts/bench_cpu_knobs.sh's seven
 # plan-choice rows each with a ratio, the fp32/bf16 A/B).  --help exits 0,
@@ -48,6 +48,13 @@ grep -q '^knobs, ab     SKIP  (no bf16 instructions' "$s" ||
   fail "AVX2: the bf16 steps did not skip"
 grep -qE '^(knobs +(PASS|FAIL)|ab-)' "$s" && fail "AVX2: a bf16 step ran"
 grep -qE '^knobs-fp32 +PASS' "$s" || fail "AVX2: step knobs-fp32 did not pass"
+grep -qE '^profile-fmnist-cnn +PASS' "$s" ||
+  fail "AVX2: step profile-fmnist-cnn did not pass"
+grep -qE '^    oneDNN primitives: [0-9.]+ ms of a [0-9.]+ ms step' "$s" ||
+  fail "AVX2: no oneDNN share of the step"
+grep -qE '^ +[0-9.]+ +[0-9.]+ +[0-9.]+  convolution ' \
+  "$out/avx2/profile-fmnist-cnn.log" ||
+  fail "AVX2: no convolution row in the profile"
 for k in "TD_CPU_WINO +0 +default" "TD_CPU_WINO_TILE +4 +default" \
   "TD_CPU_POOL +0 +1" \
   "TD_CPU_BN +onednn +default" "TD_CPU_BN8 +add +all" \
@@ -76,7 +83,7 @@ rc=$?
 cat "$out/run/summary.txt" 2>/dev/null || tail -30 "$out/log"
 [[ $rc -eq 0 ]] || fail "exit status $rc"
 s=$out/run/summary.txt
-for st in version peak knobs knobs-fp32 ab-fmnist-cnn; do
+for st in version peak knobs knobs-fp32 ab-fmnist-cnn profile-fmnist-cnn; do
   grep -qE "^$st +PASS" "$s" || fail "step $st did not pass"
 done
 grep -q 'precision      SKIP' "$s" || fail "TORCH=0 did not skip"
