@@ -66,9 +66,10 @@ static int td__bi_spec(const char *path, struct td__bi *o)
     char err[512];
     td_job_spec s;
     int rc = td_spec_load_file(path, NULL, 0, &s, err, sizeof err);
-    if (rc) {
-        fprintf(stderr, "trainctl bench-input: %s: %s\n", path,
-                err[0] ? err : td_strerror(rc));
+    if (rc) { /* a file's problems name it, a field's do not */
+        int named = strncmp(err, path, strlen(path)) == 0;
+        fprintf(stderr, "trainctl bench-input: %s%s%s\n", named ? "" : path,
+                named ? "" : ": ", err[0] ? err : td_strerror(rc));
         return -1;
     }
     if (s.data.train.n > 0) {
