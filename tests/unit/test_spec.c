@@ -247,6 +247,20 @@ START_TEST(test_range_errors)
 }
 END_TEST
 
+/* Values the trainer refuses when the job starts are refused at submit:
+ * the optimizer's ranges (optim.c) are the spec's. */
+START_TEST(test_refused_at_submit_not_start)
+{
+    char err[256];
+    EXPECT_ERR("optimizer.weight_decay=1",
+               "optimizer.weight_decay: must be in [0, 1)");
+    EXPECT_ERR("optimizer.eps=1", "optimizer.eps: must be in (0, 1)");
+    ck_assert_int_eq(parse_with("optimizer.weight_decay=0.9", err,
+                                sizeof err), 0);
+    ck_assert_int_eq(parse_with("optimizer.eps=0.5", err, sizeof err), 0);
+}
+END_TEST
+
 START_TEST(test_missing_and_cross_field)
 {
     char err[256];
@@ -662,6 +676,7 @@ static Suite *spec_suite(void)
     tcase_add_test(tc, test_unknown_keys);
     tcase_add_test(tc, test_type_errors);
     tcase_add_test(tc, test_range_errors);
+    tcase_add_test(tc, test_refused_at_submit_not_start);
     tcase_add_test(tc, test_missing_and_cross_field);
     tcase_add_test(tc, test_cross_field_rules);
     tcase_add_test(tc, test_augment_geometry);
