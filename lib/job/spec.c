@@ -15,6 +15,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -873,12 +874,43 @@ static int td__aug_geometry(struct td__ctx *c)
     return 0;
 }
 
+/* Values the backends hold in single precision: a label_smoothing that
+ * rounds to 1 or a std that rounds to 0 there passed the table (in double)
+ * and failed the job when it started; a denormal std or an overflowing
+ * mean gave infinite normalised pixels. */
+static int td__single_precision(struct td__ctx *c)
+{
+    const td_job_spec *s = c->spec;
+    char p[64];
+    if ((float)s->label_smoothing >= 1.0f)
+        return td__fail(c, "label_smoothing", "%.12g rounds to 1 in single "
+                        "precision, where the loss is computed: must be at "
+                        "most %.9g", s->label_smoothing,
+                        (double)nextafterf(1.0f, 0.0f));
+    for (int i = 0; i < s->input.channels; i++) {
+        if (!isfinite((float)s->input.mean[i])) {
+            snprintf(p, sizeof p, "input.normalize.mean[%d]", i);
+            return td__fail(c, p, "%g overflows single precision, where "
+                            "the input is normalised: must be within "
+                            "+-%.9g", s->input.mean[i], (double)FLT_MAX);
+        }
+        if ((float)s->input.std[i] < FLT_MIN) {
+            snprintf(p, sizeof p, "input.normalize.std[%d]", i);
+            return td__fail(c, p, "%g rounds to 0 or a denormal in single "
+                            "precision, where the input is normalised: must "
+                            "be at least %.9g", s->input.std[i],
+                            (double)FLT_MIN);
+        }
+    }
+    return 0;
+}
+
 /* Rules that involve more than one field. */
 static int td__cross_checks(struct td__ctx *c)
 {
     td_job_spec *s = c->spec;
     int r;
-    if ((r = td__aug_geometry(c)))
+    if ((r = td__aug_geometry(c)) || (r = td__single_precision(c)))
         return r;
     if (s->input.layout == TD_SPEC_LAYOUT_NCHW)
         return td__fail(c, "input.layout", "nchw is not available: the "

@@ -258,6 +258,21 @@ START_TEST(test_refused_at_submit_not_start)
     ck_assert_int_eq(parse_with("optimizer.weight_decay=0.9", err,
                                 sizeof err), 0);
     ck_assert_int_eq(parse_with("optimizer.eps=0.5", err, sizeof err), 0);
+    /* the backends' single precision: 1 there is refused, 0 divides */
+    EXPECT_ERR("label_smoothing=0.99999999999",
+               "label_smoothing: 0.99999999999 rounds to 1 in single "
+               "precision, where the loss is computed: must be at most "
+               "0.99999994");
+    ck_assert_int_eq(parse_with("label_smoothing=0.99999994", err,
+                                sizeof err), 0);
+    EXPECT_ERR("input.normalize.std=[1e-50]",
+               "input.normalize.std[0]: 1e-50 rounds to 0 "
+               "or a denormal in single precision, where the input is "
+               "normalised: must be at least 1.17549435e-38");
+    EXPECT_ERR("input.normalize.mean=1e300",
+               "input.normalize.mean[0]: 1e+300 overflows "
+               "single precision, where the input is normalised: must be "
+               "within +-3.40282347e+38");
 }
 END_TEST
 
