@@ -925,6 +925,24 @@ static int td__cross_checks(struct td__ctx *c)
         return td__fail(c, "data.val_fraction",
                         "cannot be used with data.val (hold out part of "
                         "data.train, or name a validation set)");
+    /* Both act on the validation metric after an epoch; without one they
+     * were accepted and did nothing. */
+    int val = s->input.source == TD_SOURCE_FILES &&
+              (s->data.val.n || s->data.val_fraction > 0);
+    if (s->early_stopping.patience > 0 && !val)
+        return td__fail(c, "early_stopping.patience",
+                        "needs a validation set (data.val or "
+                        "data.val_fraction, with input.source \"files\"): "
+                        "it watches the validation metric");
+    if (s->checkpoint.keep_best && !val)
+        return td__fail(c, "checkpoint.keep_best",
+                        "needs a validation set (data.val or "
+                        "data.val_fraction, with input.source \"files\"): "
+                        "best is by the validation metric");
+    if (s->checkpoint.keep_best && !s->checkpoint.at_epoch_end)
+        return td__fail(c, "checkpoint.keep_best",
+                        "needs checkpoint.at_epoch_end: best.safetensors is "
+                        "an epoch-end checkpoint");
     if (s->optimizer.nesterov && s->optimizer.momentum <= 0)
         return td__fail(c, "optimizer.nesterov",
                         "needs optimizer.momentum > 0");

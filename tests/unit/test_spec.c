@@ -36,13 +36,21 @@ static json_t *load(const char *text)
     return j;
 }
 
-/* Parses the design example with one override applied; returns the code
- * and leaves the message in err. */
+/* Parses the design example with overrides applied (one, or several
+ * separated by newlines); returns the code and leaves the message in
+ * err. */
 static int parse_with(const char *set, char *err, size_t cap)
 {
     json_t *j = load(design_example);
     td_job_spec s;
-    int r = td_spec_apply_set(j, set, err, cap);
+    char one[512];
+    int r = 0;
+    for (const char *p = set; r == 0 && *p;) {
+        size_t n = strcspn(p, "\n");
+        snprintf(one, sizeof one, "%.*s", (int)n, p);
+        r = td_spec_apply_set(j, one, err, cap);
+        p += n + (p[n] == '\n');
+    }
     if (r == 0)
         r = td_spec_parse(j, NULL, &s, err, cap);
     if (r == 0)
@@ -321,6 +329,29 @@ START_TEST(test_cross_field_rules)
                "device as uint8 NHWC, and each backend picks its "
                "activations' layout (use auto or nhwc)");
     ck_assert_int_eq(parse_with("input.layout=nhwc", err, sizeof err), 0);
+    /* early stopping and keep_best without a validation set did nothing */
+    EXPECT_ERR("data.val=null\nearly_stopping.patience=2",
+               "early_stopping.patience: needs a validation set (data.val "
+               "or data.val_fraction, with input.source \"files\"): it "
+               "watches the validation metric");
+    EXPECT_ERR("input.source=synthetic\nearly_stopping.patience=2",
+               "early_stopping.patience: needs a validation set (data.val "
+               "or data.val_fraction, with input.source \"files\"): it "
+               "watches the validation metric");
+    EXPECT_ERR("data.val=null\ncheckpoint.keep_best=true",
+               "checkpoint.keep_best: needs a validation set (data.val or "
+               "data.val_fraction, with input.source \"files\"): best is by "
+               "the validation metric");
+    EXPECT_ERR("checkpoint.at_epoch_end=false\ncheckpoint.keep_best=true",
+               "checkpoint.keep_best: needs checkpoint.at_epoch_end: "
+               "best.safetensors is an epoch-end checkpoint");
+    ck_assert_int_eq(parse_with("data.val=null\ndata.val_fraction=0.1\n"
+                                "early_stopping.patience=2\n"
+                                "checkpoint.keep_best=true", err, sizeof err),
+                     0);
+    ck_assert_int_eq(parse_with("early_stopping.patience=2\n"
+                                "checkpoint.keep_best=true", err, sizeof err),
+                     0);
 }
 END_TEST
 
