@@ -478,8 +478,9 @@ int td_pipeline_create(const td_pipeline_config *cfg, td_pipeline **out,
     p->bpe = (int64_t)(cfg->drop_last ? p->n / B : (p->n + B - 1) / B);
     if (p->bpe == 0) {
         rc = -EINVAL;
-        snprintf(err, errcap, "%s: %zu samples, fewer than one batch of %d "
-                 "(drop_last)", cfg->data, p->n, cfg->batch_size);
+        snprintf(err, errcap, "%s%s%zu samples, fewer than one batch of %d "
+                 "(drop_last)", cfg->data ? cfg->data : "",
+                 cfg->data ? ": " : "", p->n, cfg->batch_size);
         goto fail;
     }
     p->sample_bytes = (size_t)cfg->size[0] * (size_t)cfg->size[1] *

@@ -130,10 +130,14 @@ int td_job_precheck(const td_job_spec *s, const char *models_dir,
 {
     td_job_data d = {0};
     int rc, classes = s->data.classes > 0 ? s->data.classes : 10;
-    if (s->input.source != TD_SOURCE_SYNTHETIC) {
+    int files = s->input.source != TD_SOURCE_SYNTHETIC;
+    size_t ntrain = 0, held = 0;
+    if (files) {
         if ((rc = td_job_data_open(s, cred, &d, err, errcap)))
             return rc;
         classes = d.classes;
+        ntrain = td_dataset_count(d.train);
+        held = s->data.val_fraction > 0 ? td_dataset_count(d.val) : 0;
         td_job_data_close(&d);
     }
     td_shape in = {s->input.channels, s->input.size[0], s->input.size[1]};
@@ -153,5 +157,18 @@ int td_job_precheck(const td_job_spec *s, const char *models_dir,
     if (rc)
         snprintf(err, errcap, "%s", e);
     td_model_free(m);
+    /* A training epoch drops its last partial batch (the pipeline's
+     * drop_last): with fewer samples than a batch no step runs, and the
+     * job failed when it started. */
+    if (rc == 0 && files && ntrain < (size_t)s->batch_size) {
+        char why[160] = "";
+        if (held)
+            snprintf(why, sizeof why, " (after data.val_fraction %g holds "
+                     "out %zu)", s->data.val_fraction, held);
+        snprintf(err, errcap, "batch_size: %d is more than the %zu samples "
+                 "of data.train%s: a training epoch drops its last partial "
+                 "batch, so no step would run", s->batch_size, ntrain, why);
+        rc = TD_E_SPEC;
+    }
     return rc;
 }

@@ -182,6 +182,31 @@ START_TEST(test_job_data_and_precheck)
              "{\"type\": \"dense\", \"name\": \"fc\", \"units\": 7}]}}", tree);
     ck_assert_int_ne(job(spec, NULL, err, sizeof err), 0);
     ck_assert_msg(strstr(err, "fc") && strstr(err, "10"), "%s", err);
+    /* More than the training samples in one batch: no step would run
+     * (an epoch drops its partial batch), so refused before the job
+     * starts; with a held-out share, counted after it. */
+    const char *flat = "\"model\": {\"layers\": [{\"type\": \"flatten\", "
+                       "\"name\": \"f\"}, {\"type\": \"dense\", \"name\": "
+                       "\"fc\", \"units\": \"classes\"}]}";
+    snprintf(spec, sizeof spec, "{\"optimizer\": {\"lr\": 0.1}, \"input\": "
+             "{\"size\": [8, 8]}, \"data\": {\"train\": \"%s\"}, %s, "
+             "\"batch_size\": 31}", tree, flat);
+    ck_assert_int_eq(job(spec, NULL, err, sizeof err), TD_E_SPEC);
+    ck_assert_str_eq(err, "batch_size: 31 is more than the 30 samples of "
+                     "data.train: a training epoch drops its last partial "
+                     "batch, so no step would run");
+    snprintf(spec, sizeof spec, "{\"optimizer\": {\"lr\": 0.1}, \"input\": "
+             "{\"size\": [8, 8]}, \"data\": {\"train\": \"%s\", "
+             "\"val_fraction\": 0.34}, %s, \"batch_size\": 21}", tree, flat);
+    ck_assert_int_eq(job(spec, NULL, err, sizeof err), TD_E_SPEC);
+    ck_assert_str_eq(err, "batch_size: 21 is more than the 20 samples of "
+                     "data.train (after data.val_fraction 0.34 holds out 10): "
+                     "a training epoch drops its last partial batch, so no "
+                     "step would run");
+    snprintf(spec, sizeof spec, "{\"optimizer\": {\"lr\": 0.1}, \"input\": "
+             "{\"size\": [8, 8]}, \"data\": {\"train\": \"%s\", "
+             "\"val_fraction\": 0.34}, %s, \"batch_size\": 20}", tree, flat);
+    ck_assert_msg(job(spec, NULL, err, sizeof err) == 0, "%s", err);
 }
 END_TEST
 
