@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "backend/memplan.h"
+#include "input/pipeline.h"
 #include "settings.h"
 
 int td_limits_cpus(void)
@@ -86,6 +87,8 @@ void td_limits_estimate(const td_job_spec *s, const td_model *model,
         e->slots = td__slots(s) * (s->data.val.n ? 2 : 1);
         int workers = s->input.workers > 0 ? s->input.workers
                                            : td_limits_cpus();
+        if (workers > TD_PIPELINE_MAX_WORKERS) /* auto, as runner.c */
+            workers = TD_PIPELINE_MAX_WORKERS;
         /* A worker's decoded source image and resampler rows: at least
          * the output image in floats, and 8 MiB for the source. */
         e->scratch = (uint64_t)workers * (px * 4 + ((uint64_t)8 << 20));

@@ -133,7 +133,12 @@ static int td__pipeline(td_runner *r, td_dataset *ds, int train,
         return rc;
     }
     pc.batch_size = s->batch_size;
-    pc.workers = s->input.workers > 0 ? s->input.workers : td__ncpu();
+    /* auto: one per CPU, at most the pipeline's limit (a 128-CPU
+     * machine would otherwise fail every auto job when it starts) */
+    pc.workers = s->input.workers > 0 ? s->input.workers
+                 : td__ncpu() < TD_PIPELINE_MAX_WORKERS
+                     ? td__ncpu()
+                     : TD_PIPELINE_MAX_WORKERS;
     pc.prefetch = s->input.prefetch > 0 ? s->input.prefetch : 4;
     /* Room for the autotuner to grow the ring.  The slots are allocated up
      * front, so at most 16 of them and at most 512 MiB in all. */

@@ -101,7 +101,8 @@ static const struct td__field td__spec_fields[] = {
     {"input", K_OBJ, "{}", 0, 0, 0, NULL, 0},
     {"input.size", K_SIZE2, "[224, 224]", 1, 8192, 0, NULL, S(input.size)},
     {"input.channels", K_CHANNELS, "3", 1, 3, 0, NULL, S(input.channels)},
-    {"input.workers", K_AUTO, "\"auto\"", 1, 256, 0, NULL,
+    /* the pipeline's TD_PIPELINE_MAX_WORKERS */
+    {"input.workers", K_AUTO, "\"auto\"", 1, 64, 0, NULL,
      S(input.workers)},
     {"input.prefetch", K_AUTO, "\"auto\"", 1, 256, 0, NULL,
      S(input.prefetch)},

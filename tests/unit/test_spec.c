@@ -226,7 +226,7 @@ START_TEST(test_range_errors)
     EXPECT_ERR("label_smoothing=1", "label_smoothing: must be in [0, 1)");
     EXPECT_ERR("label_smoothing=-0.1", "label_smoothing: must be in [0, 1)");
     EXPECT_ERR("batch_size=0", "batch_size: must be an integer in 1..65536");
-    EXPECT_ERR("input.workers=0", "input.workers: must be an integer in 1..256");
+    EXPECT_ERR("input.workers=0", "input.workers: must be an integer in 1..64");
     EXPECT_ERR("input.channels=2", "input.channels: must be 1 or 3");
     EXPECT_ERR("input.normalize.std=[0]",
                "input.normalize.std[0]: must be > 0");
@@ -266,6 +266,10 @@ START_TEST(test_refused_at_submit_not_start)
     ck_assert_int_eq(parse_with("optimizer.weight_decay=0.9", err,
                                 sizeof err), 0);
     ck_assert_int_eq(parse_with("optimizer.eps=0.5", err, sizeof err), 0);
+    /* the pipeline starts at most 64 decode workers */
+    EXPECT_ERR("input.workers=65", "input.workers: must be an integer in "
+               "1..64");
+    ck_assert_int_eq(parse_with("input.workers=64", err, sizeof err), 0);
     /* the backends' single precision: 1 there is refused, 0 divides */
     EXPECT_ERR("label_smoothing=0.99999999999",
                "label_smoothing: 0.99999999999 rounds to 1 in single "
