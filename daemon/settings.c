@@ -13,7 +13,7 @@
 #include "base/log.h"
 
 const td_setting_def td_setting_defs[] = {
-    {"workers", TD_SET_AUTO_INT, "\"auto\"", 1, 256, 1,
+    {"workers", TD_SET_AUTO_INT, "\"auto\"", 1, 64, 1,
      "decode workers per job; auto follows the autotuner"},
     {"prefetch", TD_SET_AUTO_INT, "\"auto\"", 1, 256, 1,
      "batches decoded ahead (ring depth) for jobs submitted without "
