@@ -185,7 +185,7 @@ START_TEST(test_config_errors_name_the_key)
                   err);
     ck_assert_int_eq(run_traind_with_config("workers = 0\n", err, sizeof err),
                      1);
-    ck_assert_msg(strstr(err, "traind.conf:1: workers: must be in 1..256"),
+    ck_assert_msg(strstr(err, "traind.conf:1: workers: must be in 1..64"),
                   "%s", err);
     ck_assert_int_eq(run_traind_with_config("allowed_data_roots = data\n", err,
                                             sizeof err), 1);
