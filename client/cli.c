@@ -41,9 +41,10 @@ int td_cli_parse(td_cli *cli, int argc, char **argv, const td_cli_flag *flags,
     cli->npos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        /* "-" (stdin) and negative numbers are positionals too. */
+        /* "-" (stdin) and negative numbers are positionals too, unless
+         * the command has a flag of that name (top's -1). */
         if (only_pos || a[0] != '-' || strcmp(a, "-") == 0 ||
-            (a[1] >= '0' && a[1] <= '9')) {
+            (a[1] >= '0' && a[1] <= '9' && !td__find(flags, a, strlen(a)))) {
             if (cli->npos >= max_pos || cli->npos >= TD_CLI_MAX_POS)
                 return td_cli_usage_error(cli, "unexpected argument '%s'", a);
             cli->pos[cli->npos++] = a;

@@ -84,6 +84,22 @@ START_TEST(test_usage_errors_exit_2)
 }
 END_TEST
 
+/* Short options that look like negative numbers: top's -1 (--once) was
+ * taken for a stray argument. */
+START_TEST(test_short_option_like_a_number)
+{
+    char *out, *err;
+    ck_assert_int_eq(CLI(&out, &err, "top", "-1"), 0);
+    ck_assert_msg(strstr(out, "JOB"), "%s / %s", out, err);
+    free(out);
+    free(err);
+    /* A negative number is still an argument where no flag has its name. */
+    ck_assert_int_eq(CLI(NULL, &err, "show", "-1"), 2);
+    ck_assert_msg(strstr(err, "'-1' is not a job id"), "%s", err);
+    free(err);
+}
+END_TEST
+
 START_TEST(test_unreachable_exit_3)
 {
     char *err, path[160];
@@ -589,6 +605,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_every_command_has_help);
     tcase_add_test(tc, test_usage_errors_exit_2);
     tcase_add_test(tc, test_unreachable_exit_3);
+    tcase_add_test(tc, test_short_option_like_a_number);
     tcase_add_test(tc, test_socket_permission_error);
     tcase_add_test(tc, test_submit_queue_show_json);
     tcase_add_test(tc, test_job_actions_and_refusals);
