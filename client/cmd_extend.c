@@ -5,6 +5,7 @@
  * are.  Decided here, from what `show` gives the job's owner and root:
  * the spec and the checkpoints.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,19 +62,25 @@ int td_cmd_extend(int argc, char **argv)
         {"--follow", "-f", 0, NULL, &follow, NULL},
         {NULL, NULL, 0, NULL, NULL, NULL},
     };
-    int64_t id;
     td_conn c;
-    int rc = td_cli_job_command(&cli, argc, argv, flags, &id, &c);
+    /* The command line first: a usage error is one with or without a
+     * daemon (exit 2, not 3). */
+    int rc = td_cli_parse(&cli, argc, argv, flags, 1, 1);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
+    int64_t id = td_cli_job_id(&cli, cli.pos[0]);
+    if (id < 0)
+        return TD_EXIT_USAGE;
+    if (!epochs_s)
+        return td_cli_usage_error(&cli, "--epochs N is required");
     char *end = NULL;
-    long epochs = epochs_s ? strtol(epochs_s, &end, 10) : 0;
-    if (!epochs_s || *end || end == epochs_s || epochs < 1 ||
-        epochs > 100000) {
-        td_conn_close(&c);
+    errno = 0;
+    long epochs = strtol(epochs_s, &end, 10);
+    if (*end || end == epochs_s || errno || epochs < 1 || epochs > 100000)
         return td_cli_usage_error(&cli, "--epochs: expected 1..100000, not "
-                                  "'%s'", epochs_s ? epochs_s : "(missing)");
-    }
+                                  "'%s'", epochs_s);
+    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
+        return rc;
     json_t *job = td__show(&c, id, &rc);
     if (!job) {
         td_conn_close(&c);

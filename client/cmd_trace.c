@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -54,31 +56,50 @@ int td_cmd_trace(int argc, char **argv)
                            {"--output", "-o", 1, &out, NULL, NULL},
                            {NULL, NULL, 0, NULL, NULL, NULL}};
     td_cli cli = {.usage = td__usage};
-    int64_t id;
     td_conn c;
     long steps = 20;
-    int rc = td_cli_job_command(&cli, argc, argv, flags, &id, &c);
+    /* The command line first: a usage error is one with or without a
+     * daemon (exit 2, not 3). */
+    int rc = td_cli_parse(&cli, argc, argv, flags, 1, 1);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
+    int64_t id = td_cli_job_id(&cli, cli.pos[0]);
+    if (id < 0)
+        return TD_EXIT_USAGE;
     if (steps_s) {
         char *end;
+        errno = 0;
         steps = strtol(steps_s, &end, 10);
-        if (*end || end == steps_s || steps < 1 || steps > 10000) {
-            td_conn_close(&c);
+        if (*end || end == steps_s || errno || steps < 1 || steps > 10000)
             return td_cli_usage_error(&cli, "--steps: expected 1..10000, "
                                       "not '%s'", steps_s);
-        }
     }
-    if (!out) {
-        td_conn_close(&c);
+    if (!out)
         return td_cli_usage_error(&cli, "-o FILE is required");
-    }
-    td__parts p = {.f = fopen(out, "w")};
+    /* The trace goes into a temporary file beside FILE, renamed to FILE
+     * once complete: a refused or broken trace leaves an existing FILE
+     * as it was. */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", out) >= (int)sizeof tmp)
+        return td_cli_usage_error(&cli, "-o: path too long");
+    int fd = mkstemp(tmp);
+    td__parts p = {.f = fd < 0 ? NULL : fdopen(fd, "w")};
     if (!p.f) {
         fprintf(stderr, "trainctl trace: cannot write %s: %s\n", out,
                 strerror(errno));
-        td_conn_close(&c);
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
         return TD_EXIT_REFUSED;
+    }
+    mode_t um = umask(0);
+    umask(um);
+    fchmod(fd, 0666 & ~um); /* as fopen would have created it */
+    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK) {
+        fclose(p.f);
+        unlink(tmp);
+        return rc;
     }
     json_t *r = td_conn_request(&c, "trace",
                                 json_pack("{s:I, s:i}", "job", (json_int_t)id,
@@ -87,7 +108,7 @@ int td_cmd_trace(int argc, char **argv)
     td_conn_close(&c);
     int closed = fclose(p.f);
     if (!r) {
-        remove(out);
+        unlink(tmp);
         return TD_EXIT_UNREACHABLE;
     }
     rc = td_conn_check(argv[0], r, cli.json);
@@ -100,8 +121,13 @@ int td_cmd_trace(int argc, char **argv)
                     : strerror(p.bad ? p.bad : errno));
         rc = TD_EXIT_REFUSED;
     }
+    if (rc == TD_EXIT_OK && rename(tmp, out) != 0) {
+        fprintf(stderr, "trainctl trace: cannot write %s: %s\n", out,
+                strerror(errno));
+        rc = TD_EXIT_REFUSED;
+    }
     if (rc != TD_EXIT_OK) {
-        remove(out);
+        unlink(tmp);
     } else if (cli.json) {
         json_object_set_new(ok, "file", json_string(out));
         td_print_json(ok);

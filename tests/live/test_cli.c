@@ -84,6 +84,51 @@ START_TEST(test_usage_errors_exit_2)
 }
 END_TEST
 
+/* A usage error is exit 2 whether or not a daemon answers: the command
+ * line is checked before connecting (trace and extend connected first
+ * and gave 3 without a daemon). */
+START_TEST(test_usage_checked_before_connecting)
+{
+    char *err, path[160];
+    snprintf(path, sizeof path, "%s/none.sock", H.dir);
+    ck_assert_int_eq(CLI(NULL, &err, "trace", "1", "--socket", path), 2);
+    ck_assert_msg(strstr(err, "-o FILE is required"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "trace", "1", "-o", "x.json", "--steps",
+                         "abc", "--socket", path), 2);
+    ck_assert_msg(strstr(err, "--steps: expected 1..10000"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "extend", "1", "--socket", path), 2);
+    ck_assert_msg(strstr(err, "--epochs N is required"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "extend", "1", "--epochs", "2x",
+                         "--socket", path), 2);
+    ck_assert_msg(strstr(err, "--epochs: expected 1..100000"), "%s", err);
+    free(err);
+}
+END_TEST
+
+/* A refused trace leaves an existing FILE alone (it was truncated and
+ * then removed). */
+START_TEST(test_refused_trace_keeps_file)
+{
+    char path[200], *err, buf[32] = "";
+    snprintf(path, sizeof path, "%s/keep.json", H.dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("precious\n", f);
+    fclose(f);
+    ck_assert_int_eq(CLI(NULL, &err, "trace", "999", "-o", path), 1);
+    ck_assert_msg(strstr(err, "no job 999"), "%s", err);
+    free(err);
+    f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
+    fclose(f);
+    ck_assert_str_eq(buf, "precious\n");
+}
+END_TEST
+
 /* Short options that look like negative numbers: top's -1 (--once) was
  * taken for a stray argument. */
 START_TEST(test_short_option_like_a_number)
@@ -605,6 +650,8 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_every_command_has_help);
     tcase_add_test(tc, test_usage_errors_exit_2);
     tcase_add_test(tc, test_unreachable_exit_3);
+    tcase_add_test(tc, test_usage_checked_before_connecting);
+    tcase_add_test(tc, test_refused_trace_keeps_file);
     tcase_add_test(tc, test_short_option_like_a_number);
     tcase_add_test(tc, test_socket_permission_error);
     tcase_add_test(tc, test_submit_queue_show_json);
