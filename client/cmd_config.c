@@ -1,5 +1,7 @@
 /* cmd_config.c - trainctl config get/set, logs, and version (client and
  * daemon). */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,9 +136,15 @@ int td_cmd_logs(int argc, char **argv)
     int64_t id = td_cli_job_id(&cli, cli.pos[0]);
     if (id < 0)
         return TD_EXIT_USAGE;
-    long n = lines ? strtol(lines, NULL, 10) : 100;
-    if (n < 1)
-        return td_cli_usage_error(&cli, "--lines must be a positive number");
+    long n = 100;
+    if (lines) { /* the whole word: "10abc" and 1e12 are not line counts */
+        char *end;
+        errno = 0;
+        n = strtol(lines, &end, 10);
+        if (end == lines || *end || errno || n < 1 || n > INT_MAX)
+            return td_cli_usage_error(&cli, "--lines: expected 1..%d, not "
+                                      "'%s'", INT_MAX, lines);
+    }
     td_conn c;
     if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
         return rc;

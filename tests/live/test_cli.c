@@ -66,6 +66,21 @@ START_TEST(test_usage_errors_exit_2)
     free(err);
     ck_assert_int_eq(CLI(NULL, &err, "cancel"), 2);
     free(err);
+    /* A count is the whole word, within range ("10abc" was 10, a huge
+     * one wrapped into an int). */
+    ck_assert_int_eq(CLI(NULL, &err, "logs", "1", "--lines", "10abc"), 2);
+    ck_assert_msg(strstr(err, "--lines: expected 1..") &&
+                  strstr(err, "'10abc'"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "logs", "1", "--lines", "4294967295"),
+                     2);
+    ck_assert_msg(strstr(err, "--lines: expected 1.."), "%s", err);
+    free(err);
+    /* export, eval and predict of a job name themselves in the daemon's
+     * refusal (they said 'trainctl show:'). */
+    ck_assert_int_eq(CLI(NULL, &err, "export", "999", "-o", "x.st"), 1);
+    ck_assert_msg(strstr(err, "trainctl export: no job 999"), "%s", err);
+    free(err);
     ck_assert_int_eq(CLI(NULL, &err, "submit", "/nonexistent/job.json"), 2);
     ck_assert_ptr_nonnull(strstr(err, "/nonexistent/job.json"));
     ck_assert_msg(!strstr(err, "line -1"), "%s", err); /* no position */
