@@ -90,8 +90,10 @@ int td_cmd_config(int argc, char **argv)
 static const char logs_usage[] =
     "usage: trainctl logs JOB [-f] [--lines N] [--json] [--socket PATH]\n"
     "\n"
-    "Print a job's log (the last N lines, default 100).  -f keeps following\n"
-    "new lines until the job ends.\n";
+    "Print a job's log (the last N lines, default 100).\n"
+    "\n"
+    "  -f, --follow     keep following new lines until the job ends\n"
+    "  -n, --lines N    how many lines (1..2147483647, default 100)\n";
 
 static void td__print_log_event(json_t *ev, void *user)
 {

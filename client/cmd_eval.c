@@ -28,11 +28,11 @@ static const char td__usage[] =
     "of the job's validation pass: top-1 and top-5 accuracy, per-class\n"
     "accuracy and the confusion matrix (rows: true class, columns:\n"
     "predicted; printed up to 20 classes, always in --json).\n"
-    "  --batch N    images per forward pass (default 32)\n"
-    "  --workers N  decode threads (default 2)\n"
-    "  --daemon     run it as a job of traind, on its device, queued with\n"
-    "               the other jobs; prints the same (paths made absolute)\n"
-    "  --device D   with --daemon: auto (default), cpu, cuda or cuda:N\n";
+    "  -b, --batch N    images per forward pass (default 32)\n"
+    "  --workers N      decode threads (default 2)\n"
+    "  --daemon         run it as a job of traind, on its device, queued with\n"
+    "                   the other jobs; prints the same (paths made absolute)\n"
+    "  --device D       with --daemon: auto (default), cpu, cuda or cuda:N\n";
 
 static int td__int_flag(td_cli *cli, const char *name, const char *s,
                         int lo, int hi, int *out)

@@ -29,6 +29,7 @@ static const char td__usage[] =
     "\n"
     "Writes the model of a checkpoint (or of a job's newest checkpoint,\n"
     "asked of the daemon) without its optimizer state:\n"
+    "  -o, --output OUT      the file to write, required\n"
     "  --format safetensors  (default) weights under PyTorch's names (the\n"
     "                        zoo's resnet18/50: torchvision's state_dict,\n"
     "                        loads with strict=True) and the model's\n"

@@ -31,7 +31,7 @@ static const char td__usage[] =
     "                     --set optimizer.lr=0.01)\n"
     "  --name NAME        the new job's name (default: the old name with\n"
     "                     \"-ext\" appended)\n"
-    "  --follow           then watch the new job and exit with its outcome\n"
+    "  -f, --follow       then watch the new job and exit with its outcome\n"
     "  --json             print the daemon's reply as JSON\n"
     "\n"
     "Exit codes: 0 submitted (or, with --follow, completed), 1 refused (the\n"

@@ -29,7 +29,7 @@ static const char submit_usage[] =
     "  --set KEY=VALUE    override a spec field by its dotted path, e.g.\n"
     "                     --set epochs=3 --set optimizer.lr=0.1 (VALUE is\n"
     "                     JSON if it parses as JSON, else a string)\n"
-    "  --follow           then watch the job live and exit with its outcome\n"
+    "  -f, --follow       then watch the job live and exit with its outcome\n"
     "                     (0 completed, 1 failed or cancelled)\n"
     "  --json             print the daemon's reply as JSON\n";
 

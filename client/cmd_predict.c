@@ -35,11 +35,11 @@ static const char td__usage[] =
     "per image.  A file that is unreadable or neither JPEG nor PNG is named\n"
     "on stderr ({\"file\", \"error\"} with --json) and the rest go on; the\n"
     "exit code is then 1.\n"
-    "  --top K      classes per image, 1..1000 (default 5)\n"
-    "  --daemon     run it as a job of traind, on its device, queued with\n"
-    "               the other jobs; prints the same (at most 10000 images,\n"
-    "               each of which must exist)\n"
-    "  --device D   with --daemon: auto (default), cpu, cuda or cuda:N\n";
+    "  -k, --top K      classes per image, 1..1000 (default 5)\n"
+    "  --daemon         run it as a job of traind, on its device, queued with\n"
+    "                   the other jobs; prints the same (at most 10000 images,\n"
+    "                   each of which must exist)\n"
+    "  --device D       with --daemon: auto (default), cpu, cuda or cuda:N\n";
 
 static void td__item(void *user, const json_t *item)
 {

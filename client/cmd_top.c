@@ -24,7 +24,10 @@ static const char td__usage[] =
     "device idle ratio, input wait ratio and the bottleneck verdict of its\n"
     "last window.  Refreshes every S seconds (default 2) on a terminal;\n"
     "press q to quit.  With --once, --json or output that is not a\n"
-    "terminal it prints one snapshot.\n";
+    "terminal it prints one snapshot.\n"
+    "\n"
+    "  -d, --interval S  seconds between refreshes, 0.1..3600 (default 2)\n"
+    "  -1, --once        print one snapshot and exit\n";
 
 static const char *td__str(json_t *o, const char *key, const char *dflt)
 {

@@ -23,7 +23,11 @@ static const char td__usage[] =
     "https://ui.perfetto.dev or chrome://tracing): the trainer's phases per\n"
     "step, each decode worker's read/decode/augment, the device's copies\n"
     "and compute, checkpoints, ready batches, samples/s and idle ratio.\n"
-    "Waits until the steps are recorded (or the job ends).\n";
+    "Waits until the steps are recorded (or the job ends).\n"
+    "\n"
+    "  -n, --steps N      steps to record, 1..10000 (default 20)\n"
+    "  -o, --output FILE  the trace file, required (written only when the\n"
+    "                     trace is complete)\n";
 
 typedef struct td__parts {
     FILE *f;

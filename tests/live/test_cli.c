@@ -49,6 +49,30 @@ START_TEST(test_every_command_has_help)
     ck_assert_int_eq(CLI(&out, NULL, "--help"), 0);
     ck_assert_ptr_nonnull(strstr(out, "Exit codes"));
     free(out);
+    /* Every option a command parses (client/cmd_*.c flag tables, with
+     * its short or long twin) is named in its --help: -n, -d, -1, -b,
+     * -k, -f and some --output forms were parsed but not listed. */
+    static const char *opts[][2] = {
+        {"submit", "-f"},       {"submit", "--follow"}, {"extend", "-f"},
+        {"logs", "-f"},         {"logs", "--follow"},   {"logs", "-n"},
+        {"logs", "--lines"},    {"top", "-d"},          {"top", "--interval"},
+        {"top", "-1"},          {"top", "--once"},      {"trace", "-n"},
+        {"trace", "--steps"},   {"trace", "-o"},        {"trace", "--output"},
+        {"plot", "--output"},   {"eval", "-b"},         {"eval", "--batch"},
+        {"predict", "-k"},      {"predict", "--top"},   {"export", "-o"},
+        {"export", "--output"}, {"pack", "--output"},
+        {"pack", "--shard-size"}, {"pack", "--prefix"},
+    };
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        ck_assert_int_eq(CLI(&out, NULL, opts[i][0], "--help"), 0);
+        /* as an option: at a line's start or after ", " */
+        char a[64], b[64];
+        snprintf(a, sizeof a, "\n  %s", opts[i][1]);
+        snprintf(b, sizeof b, ", %s", opts[i][1]);
+        ck_assert_msg(strstr(out, a) || strstr(out, b), "%s --help lacks %s",
+                      opts[i][0], opts[i][1]);
+        free(out);
+    }
 }
 END_TEST
 
