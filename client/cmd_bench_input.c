@@ -11,6 +11,7 @@
  * Runs locally (no daemon).
  */
 #include <jansson.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,13 +162,15 @@ static int td__bi_value(struct td__bi *o, const char *a, const char *v,
     if (strcmp(a, "--spec") == 0)
         return td__bi_spec(v, o) ? 2 : 0;
     if (strcmp(a, "--size") == 0) {
-        if (sscanf(v, "%dx%d", &h, &w) == 2) {
-            c->size[0] = h;
-            c->size[1] = w;
-            return 0;
-        }
-        c->size[1] = c->size[0] = atoi(v);
-        return c->size[0] < 1 || c->size[0] > 8192;
+        /* N or HxW, each 1..8192, the whole word ("224abc" was 224) */
+        char hs[32], *x = strchr(v, 'x');
+        snprintf(hs, sizeof hs, "%.*s", x ? (int)(x - v) : 31, v);
+        if (td__int_arg(hs, 1, 8192, &h) ||
+            td__int_arg(x ? x + 1 : hs, 1, 8192, &w))
+            return 1;
+        c->size[0] = h;
+        c->size[1] = w;
+        return 0;
     }
     if (strcmp(a, "--augment") == 0) {
         n = td_augment_parse_list(v, c->augment, TD_AUG_MAX, err, ecap);
@@ -179,8 +182,10 @@ static int td__bi_value(struct td__bi *o, const char *a, const char *v,
         return strcmp(v, "nhwc") != 0 && strcmp(v, "nchw") != 0;
     }
     if (strcmp(a, "--seed") == 0) {
-        c->seed = strtoull(v, NULL, 10);
-        return 0;
+        char *end;
+        errno = 0;
+        c->seed = strtoull(v, &end, 10);
+        return !*v || *end || errno || v[0] == '-';
     }
     o->prefetch_set |= strcmp(a, "--prefetch") == 0;
     return strcmp(a, "--channels") == 0 ? td__int_arg(v, 1, 3, &c->channels)

@@ -175,8 +175,10 @@ static int td__pack_value(struct td__pack_args *o, const char *a,
         return 0;
     }
     if (strcmp(a, "--quality") == 0) {
-        o->opt.quality = atoi(v);
-        if (o->opt.quality >= 1 && o->opt.quality <= 100)
+        char *end;
+        long q = strtol(v, &end, 10);
+        o->opt.quality = (int)q;
+        if (*v && !*end && q >= 1 && q <= 100)
             return 0;
         fprintf(stderr, "trainctl pack: --quality must be 1..100\n");
         return -1;
@@ -219,11 +221,14 @@ static int td__pack_value(struct td__pack_args *o, const char *a,
         return -1;
     }
     if (strcmp(a, "--shard-size") == 0) {
-        double mib = atof(v);
-        o->opt.shard_bytes = (uint64_t)(mib * 1048576.0);
-        if (mib > 0)
+        char *end;
+        double mib = strtod(v, &end); /* 1 TiB: no wrap into uint64 */
+        if (*v && !*end && mib > 0 && mib <= 1048576) {
+            o->opt.shard_bytes = (uint64_t)(mib * 1048576.0);
             return 0;
-        fprintf(stderr, "trainctl pack: --shard-size must be > 0 (MiB)\n");
+        }
+        fprintf(stderr, "trainctl pack: --shard-size must be a number of "
+                        "MiB in (0, 1048576], not '%s'\n", v);
         return -1;
     }
     fprintf(stderr, "trainctl pack: unknown argument '%s'\n", a);

@@ -420,6 +420,23 @@ START_TEST(test_cli_errors)
     ck_assert_int_eq(rc, 2);
     ck_assert_ptr_nonnull(strstr(err, "unknown augmentation 'rotate'"));
     free(err);
+    /* Numbers are whole words in range: these were taken as 224, 0x0,
+     * seed 0, quality 50 and a 1 MiB shard size (and 1e30 MiB wrapped
+     * in a uint64). */
+    static const char *bad[][2] = {
+        {"bench-input --data", "--size 224abc"},
+        {"bench-input --data", "--size 0x0"},
+        {"bench-input --data", "--seed abc"},
+        {"pack --idx-dir", "-o o --quality 50abc"},
+        {"pack --idx-dir", "-o o --shard-size 1x"},
+        {"pack --idx-dir", "-o o --shard-size 1e30"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "%s %s %s", bad[i][0], tmp, bad[i][1]);
+        free(trainctl(args, &rc, &err));
+        ck_assert_msg(rc == 2, "%s: exit %d: %s", args, rc, err);
+        free(err);
+    }
 }
 END_TEST
 
