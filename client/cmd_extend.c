@@ -39,9 +39,9 @@ static const char td__usage[] =
     "daemon refused the new spec), 2 usage, 3 cannot reach the daemon.\n";
 
 /* The job as `show` gives it, or NULL with the exit code in *rc. */
-static json_t *td__show(td_conn *c, int64_t id, int *rc)
+static json_t *td__show(td_conn *c, int64_t id, int json, int *rc)
 {
-    json_t *r = td_conn_show(c, "extend", id, 0, rc);
+    json_t *r = td_conn_show(c, "extend", id, json, rc);
     if (!r)
         return NULL;
     json_t *j = json_incref(json_object_get(json_object_get(r, "ok"), "job"));
@@ -81,7 +81,7 @@ int td_cmd_extend(int argc, char **argv)
                                   "'%s'", epochs_s);
     if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
         return rc;
-    json_t *job = td__show(&c, id, &rc);
+    json_t *job = td__show(&c, id, cli.json, &rc);
     if (!job) {
         td_conn_close(&c);
         return rc;

@@ -33,7 +33,7 @@ static int td__job_ckpt(const td_cli *cli, const char *src, char *path,
     td_conn_close(&c);
     if (!r)
         return TD_EXIT_UNREACHABLE;
-    if ((rc = td_conn_check(cli->cmd, r, 0)) != TD_EXIT_OK) {
+    if ((rc = td_conn_check(cli->cmd, r, cli->json)) != TD_EXIT_OK) {
         json_decref(r);
         return rc;
     }

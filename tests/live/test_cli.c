@@ -330,6 +330,28 @@ START_TEST(test_job_actions_and_refusals)
     ck_assert_int_eq(CLI(NULL, &err, "show", "42"), 1);
     ck_assert_ptr_nonnull(strstr(err, "no job 42"));
     free(err);
+    /* With --json, the commands that look a job up first (extend, export,
+     * eval, predict) print the daemon's refusal as JSON on stdout, as the
+     * job commands do (they printed it on stderr only) */
+    char xo[160];
+    snprintf(xo, sizeof xo, "%s/x.safetensors", H.dir);
+    const char *const lookups[][8] = {
+        {"extend", "42", "--epochs", "2", "--json", NULL},
+        {"export", "42", "-o", xo, "--json", NULL},
+        {"eval", "42", H.dir, "--json", NULL},
+        {"predict", "42", H.dir, "--json", NULL},
+    };
+    for (size_t i = 0; i < sizeof lookups / sizeof lookups[0]; i++) {
+        ck_assert_int_eq(th_cli(&H, &out, NULL, lookups[i]), 1);
+        r = json_loads(out, 0, NULL);
+        ck_assert_msg(r != NULL, "%s --json: not JSON: %s", lookups[i][0],
+                      out);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_object_get(r, "error"), "class")),
+                         "not_found");
+        json_decref(r);
+        free(out);
+    }
     /* watch on a finished job returns at once with its outcome. */
     ck_assert_int_eq(CLI(&out, NULL, "watch", "2"), 1);
     ck_assert_ptr_nonnull(strstr(out, "cancelled"));
