@@ -141,6 +141,11 @@ typedef struct td_job_spec {
 int td_spec_parse(const json_t *root, const char *base_dir, td_job_spec *out,
                   char *err, size_t errcap);
 
+/* The rules that involve several fields (spec_rules.c), on a spec whose
+ * fields each passed their own checks; td_spec_parse runs them.  0, or
+ * TD_E_SPEC with "path: rule" in err (may be NULL). */
+int td_spec_rules(const td_job_spec *s, char *err, size_t errcap);
+
 /* Reads a job file, applies `key.path=value` overrides in order, and
  * parses with the file's directory as base.  -errno when the file cannot
  * be read, TD_E_SPEC for bad JSON (with line:column) or a bad spec. */
