@@ -69,18 +69,23 @@ run() { # name, dir, ninja target ("": all), "test options", meson options...
     topts+=" --no-rebuild"
   fi
   # shellcheck disable=SC2086
+  local bad=0
   if ! meson test -C "$dir" --print-errorlogs $topts; then
-    status=1
+    status=1 bad=1
     # A build that failed leaves no test log: count it as one failure.
     [[ -f "$dir/meson-logs/testlog.json" ]] || failed=$((failed + 1))
   fi
   count "$dir"
-  if [[ $status -ne 0 && -f "$dir/meson-logs/testlog.txt" ]]; then
-    # Check's own errors (e.g. "check_pack.c:NN: Error in call to fwrite:",
-    # its exit 2 that the test log calls an early exit) name the cause.
-    failures+=$(grep -E '^[^ ]+\.c:[0-9]+:[EF]:|^check[_a-z]*\.c:[0-9]+: ' \
+  if [[ $bad -ne 0 && -f "$dir/meson-logs/testlog.txt" ]]; then
+    # Check's own errors (e.g. "../../src/check_pack.c:NN: Error in call
+    # to fwrite: No space left on device", its exit 2 that the test log
+    # calls an early exit) name the cause; so may the disk's free space.
+    failures+=$(grep -E '^[^ ]+\.c:[0-9]+:[EF]:|^[^ ]*check[_a-z]*\.c:[0-9]+: ' \
       "$dir/meson-logs/testlog.txt" |
       sed "s|^|  [$name] |" | head -20 || true)
+    failures+=$'\n'"  [$name] free space: "
+    failures+=$(df -h --output=avail,target "$dir" /tmp 2>/dev/null |
+      tail -n +2 | tr -s ' \n' ' ' || true)
     failures+=$'\n'
   fi
   echo "== $name: $((SECONDS - t0)) s"
