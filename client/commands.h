@@ -29,6 +29,7 @@ int td_cmd_show(int argc, char **argv);
 int td_cmd_watch(int argc, char **argv);
 int td_cmd_logs(int argc, char **argv);
 int td_cmd_cancel(int argc, char **argv);
+int td_cmd_remove(int argc, char **argv);
 int td_cmd_pause(int argc, char **argv);
 int td_cmd_resume(int argc, char **argv);
 int td_cmd_checkpoint(int argc, char **argv);

@@ -23,6 +23,8 @@ static const struct td_command td__commands[] = {
     {"resume", "resume a paused job", td_cmd_resume},
     {"checkpoint", "write a checkpoint of a running job now",
      td_cmd_checkpoint},
+    {"rm", "remove ended jobs: their records, logs and checkpoints",
+     td_cmd_remove},
     {"extend", "continue a completed job for more epochs from its weights",
      td_cmd_extend},
     {"history", "a job's learning curves: every epoch's loss, accuracy, lr",

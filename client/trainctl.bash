@@ -33,7 +33,7 @@ _trainctl()
         cur=${COMP_WORDS[COMP_CWORD]}
         prev=${COMP_WORDS[COMP_CWORD - 1]}
     fi
-    local cmds="submit queue ls show watch logs cancel pause resume checkpoint extend history plot trace top config version pack plan bench-input export eval predict"
+    local cmds="submit queue ls show watch logs cancel pause resume checkpoint rm extend history plot trace top config version pack plan bench-input export eval predict"
     # Global options may come before the command (trainctl --socket X ls).
     local i=1 cmd="" _trainctl_socket=""
     while ((i < cword)); do
@@ -99,7 +99,7 @@ _trainctl()
             else
                 _trainctl_files
             fi ;;
-        show | watch | cancel | pause | resume | checkpoint)
+        show | watch | cancel | pause | resume | checkpoint | rm)
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--json --socket --help" -- "$cur"))
             else

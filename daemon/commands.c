@@ -27,6 +27,7 @@
 #include "job/precision.h"
 #include "job/spec.h"
 #include "obs.h"
+#include "remove.h"
 #include "run.h"
 #include "settings.h"
 #include "td_config.h"
@@ -754,6 +755,35 @@ static void cmd_trace(td_client *c, td_request *req)
         ERRF(c, req, TD_ERR_INTERNAL, "trace: %s", td_strerror(rc));
 }
 
+/* An ended job's record, log and checkpoints off the disk (remove.h); the
+ * reply comes once they are gone. */
+static void cmd_remove(td_client *c, td_request *req)
+{
+    td_job *j = td__job_arg(c, req, 1);
+    if (!j)
+        return;
+    if (j->removing) {
+        ERRF(c, req, TD_ERR_CONFLICT, "job %lld is being removed",
+             (long long)j->id);
+        return;
+    }
+    if (!td_job_state_final(j->state)) {
+        ERRF(c, req, TD_ERR_CONFLICT, "job %lld is %s; only an ended job "
+             "(completed, failed or cancelled) can be removed: cancel it "
+             "first", (long long)j->id, td_job_state_name(j->state));
+        return;
+    }
+    const td_job *k = td_remove_needed_by(c->d, j);
+    if (k) {
+        ERRF(c, req, TD_ERR_CONFLICT, "job %lld is %s and reads a checkpoint "
+             "of job %lld; remove job %lld once job %lld has ended",
+             (long long)k->id, td_job_state_name(k->state), (long long)j->id,
+             (long long)j->id, (long long)k->id);
+        return;
+    }
+    td_remove_job(c->d, j, c->id, req->id);
+}
+
 static const struct {
     const char *cmd;
     void (*fn)(td_client *, td_request *);
@@ -765,6 +795,7 @@ static const struct {
     {"subscribe", cmd_subscribe},   {"unsubscribe", cmd_unsubscribe},
     {"logs", cmd_logs},             {"config_get", cmd_config_get},
     {"config_set", cmd_config_set}, {"trace", cmd_trace},
+    {"remove", cmd_remove},
 };
 
 void td_commands_dispatch(td_client *c, td_request *req)

@@ -32,6 +32,7 @@
 #include "job/spec.h"
 #include "starts.h"
 #include "infer_jobs.h"
+#include "remove.h"
 
 enum { TD_INBOX_MAX = 4096 }; /* step events beyond this are dropped */
 
@@ -149,6 +150,10 @@ void td_daemon_persist_job(td_daemon *d, td_job *j)
     j->persist_gen++;
     if (j->persist_busy) {
         j->persist_dirty = 1;
+        return;
+    }
+    if (j->removing) { /* its files go instead (remove.h) */
+        td_remove_start(d, j);
         return;
     }
     json_t *rec = td_job_record(j);
@@ -866,6 +871,7 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     d->wake.data = d;
     td_log_set_sink(td__job_log_sink, d);
     td__load_jobs(d); /* after the sink: a recovered job logs so */
+    td_remove_recover(d);
     uv_signal_init(loop, &d->sig_term);
     uv_signal_init(loop, &d->sig_int);
     uv_signal_init(loop, &d->sig_hup);

@@ -42,7 +42,7 @@ void td_jobs_init(td_jobs *t)
     t->next_id = 1;
 }
 
-static void td__job_free(td_job *j)
+void td_job_free(td_job *j)
 {
     json_decref(j->spec);
     json_decref(j->last_window);
@@ -51,6 +51,7 @@ static void td__job_free(td_job *j)
     json_decref(j->checkpoints);
     json_decref(j->result);
     json_decref(j->persist_waiters);
+    json_decref(j->remove_req);
     free(j);
 }
 
@@ -59,7 +60,7 @@ void td_jobs_free(td_jobs *t)
     td_job *j = t->head;
     while (j) {
         td_job *n = j->next;
-        td__job_free(j);
+        td_job_free(j);
         j = n;
     }
     memset(t, 0, sizeof *t);
@@ -85,7 +86,7 @@ td_job *td_jobs_add(td_jobs *t, const char *name, uid_t uid, json_t *spec)
         return NULL;
     j->checkpoints = json_array();
     if (!j->checkpoints || td_curves_init(&j->curves)) {
-        td__job_free(j);
+        td_job_free(j);
         return NULL;
     }
     j->id = t->next_id++;
@@ -112,6 +113,38 @@ td_job *td_jobs_find(td_jobs *t, int64_t id)
         if (j->id == id)
             return j;
     return NULL;
+}
+
+void td_jobs_unlink(td_jobs *t, td_job *j)
+{
+    td_job *prev = NULL;
+    for (td_job *k = t->head; k; prev = k, k = k->next) {
+        if (k != j)
+            continue;
+        if (prev)
+            prev->next = j->next;
+        else
+            t->head = j->next;
+        if (t->tail == j)
+            t->tail = prev;
+        j->next = NULL;
+        t->count--;
+        return;
+    }
+}
+
+void td_jobs_insert_sorted(td_jobs *t, td_job *j)
+{
+    td_job **pp = &t->head;
+    while (*pp && (*pp)->id < j->id)
+        pp = &(*pp)->next;
+    j->next = *pp;
+    *pp = j;
+    if (!j->next)
+        t->tail = j;
+    t->count++;
+    if (j->id >= t->next_id)
+        t->next_id = j->id + 1;
 }
 
 td_job *td_jobs_next_pending(td_jobs *t)
@@ -284,7 +317,7 @@ td_job *td_job_from_record(json_t *rec, char *err, size_t errcap)
     if ((v = json_object_get(rec, "last_epoch")))
         j->last_epoch = json_deep_copy(v);
     if (td_curves_from_record(&j->curves, rec)) {
-        td__job_free(j);
+        td_job_free(j);
         snprintf(err, errcap, "out of memory");
         return NULL;
     }

@@ -57,6 +57,9 @@ typedef struct td_job {
     int persist_busy;        /* a write of the record is under way */
     int persist_dirty;       /* ... and the record changed since */
     int persist_failures;    /* failed writes in a row (retried) */
+    int removing;            /* `remove` asked (remove.h) */
+    uint64_t remove_client;  /* ... by this client */
+    json_t *remove_req;      /* ... in the request with this id (owned) */
     struct td_job *next;
 } td_job;
 
@@ -76,6 +79,12 @@ void td_jobs_free(td_jobs *t);
 /* Adds a pending job (takes a reference to spec); NULL on ENOMEM. */
 td_job *td_jobs_add(td_jobs *t, const char *name, uid_t uid, json_t *spec);
 td_job *td_jobs_find(td_jobs *t, int64_t id);
+/* Takes j out of the table (it stays allocated); back with
+ * td_jobs_insert_sorted, in id order. */
+void td_jobs_unlink(td_jobs *t, td_job *j);
+void td_jobs_insert_sorted(td_jobs *t, td_job *j);
+/* Frees a job that is not in a table. */
+void td_job_free(td_job *j);
 /* The oldest pending job, or NULL. */
 td_job *td_jobs_next_pending(td_jobs *t);
 

@@ -140,6 +140,7 @@ const td_command_rule td_proto_commands[] = {
     {"config_get", td__config_get_args},
     {"config_set", td__config_set_args},
     {"trace", td__trace_args},
+    {"remove", td__job_arg},
     {NULL, NULL},
 };
 

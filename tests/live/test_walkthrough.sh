@@ -32,6 +32,10 @@ grep -q '^done  4 epochs, 40 steps' walk.out
 # On a daemon: every epoch in the history, the curves drawn as a PNG of
 # the default 1200x900.
 test "$(wc -l < walk/curves.csv)" -eq 5
+# The model exported, then the job's files off the daemon's disk.
+test -s walk/daemon-model.safetensors
+grep -q '^job 1: removed ([0-9.]* [kMG]B freed)$' walk.out
+test ! -e walk/state/checkpoints/1 && test ! -e walk/state/jobs/1.json
 python3 - <<'PY'
 import struct
 with open("walk/curves.png", "rb") as f:

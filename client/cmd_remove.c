@@ -1,0 +1,102 @@
+/* cmd_remove.c - trainctl rm: ended jobs' records, logs and checkpoints
+ * off the daemon's disk (the `remove` command, daemon/remove.h). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "conn.h"
+
+static const char td__rm_usage[] =
+    "usage: trainctl rm JOB [JOB...] [--json] [--socket PATH]\n"
+    "\n"
+    "Remove ended jobs (completed, failed or cancelled): the daemon deletes\n"
+    "each job's record, log and checkpoints, and the job leaves 'trainctl\n"
+    "queue'; its id is not given again.  The checkpoints are the trained\n"
+    "model: 'trainctl export JOB' first to keep it.  A job not yet ended\n"
+    "(cancel it first), another user's job (root may) and a job whose\n"
+    "checkpoint a job not yet ended reads (an extend, an eval) are refused.\n"
+    "\n"
+    "  --json   one JSON object: \"removed\" [{job, freed_bytes}], \"refused\"\n"
+    "           [{job, error: {class, desc}}], \"freed_bytes\" (the sum)\n"
+    "\n"
+    "Exit codes: 0 every job removed, 1 one or more refused, 2 usage,\n"
+    "3 cannot reach the daemon.\n";
+
+/* "1.5 MB" */
+static void td__bytes(double b, char *out, size_t cap)
+{
+    static const char *const unit[] = {"bytes", "kB", "MB", "GB", "TB"};
+    int u = 0;
+    while (b >= 1000 && u < 4) {
+        b /= 1000;
+        u++;
+    }
+    snprintf(out, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+}
+
+int td_cmd_remove(int argc, char **argv)
+{
+    td_cli cli = {.usage = td__rm_usage};
+    int rc = td_cli_parse(&cli, argc, argv, NULL, 1, TD_CLI_MAX_POS);
+    if (rc)
+        return rc < 0 ? TD_EXIT_OK : rc;
+    int64_t ids[TD_CLI_MAX_POS];
+    for (int i = 0; i < cli.npos; i++)
+        if ((ids[i] = td_cli_job_id(&cli, cli.pos[i])) < 0)
+            return TD_EXIT_USAGE;
+    td_conn c;
+    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))))
+        return rc;
+    json_t *removed = json_array(), *refused = json_array();
+    json_int_t total = 0;
+    rc = TD_EXIT_OK;
+    for (int i = 0; i < cli.npos; i++) {
+        json_t *r = td_conn_request(
+            &c, "remove", json_pack("{s:I}", "job", (json_int_t)ids[i]),
+            NULL, NULL);
+        if (!r) {
+            rc = TD_EXIT_UNREACHABLE;
+            break;
+        }
+        json_t *ok = json_object_get(r, "ok");
+        if (ok) {
+            json_int_t b = json_integer_value(
+                json_object_get(ok, "freed_bytes"));
+            total += b;
+            json_array_append_new(removed,
+                                  json_pack("{s:I, s:I}", "job",
+                                            (json_int_t)ids[i],
+                                            "freed_bytes", b));
+            if (!cli.json) {
+                char sz[32];
+                td__bytes((double)b, sz, sizeof sz);
+                printf("job %lld: removed (%s freed)\n", (long long)ids[i],
+                       sz);
+            }
+        } else {
+            json_array_append_new(refused,
+                                  json_pack("{s:I, s:O}", "job",
+                                            (json_int_t)ids[i], "error",
+                                            json_object_get(r, "error")));
+            if (!cli.json)
+                td_conn_check("rm", r, 0);
+            rc = TD_EXIT_REFUSED;
+        }
+        json_decref(r);
+    }
+    td_conn_close(&c);
+    size_t nref = json_array_size(refused);
+    json_t *out = json_pack("{s:o, s:o, s:I}", "removed", removed, "refused",
+                            refused, "freed_bytes", total);
+    if (cli.json && rc != TD_EXIT_UNREACHABLE)
+        td_print_json(out);
+    json_decref(out);
+    if (!cli.json && cli.npos > 1 && rc != TD_EXIT_UNREACHABLE) {
+        char sz[32];
+        td__bytes((double)total, sz, sizeof sz);
+        printf("%zu of %d jobs removed, %s freed\n",
+               (size_t)cli.npos - nref, cli.npos, sz);
+    }
+    return rc;
+}
