@@ -342,7 +342,10 @@ START_TEST(test_job_actions_and_refusals)
         {"predict", "42", H.dir, "--json", NULL},
     };
     for (size_t i = 0; i < sizeof lookups / sizeof lookups[0]; i++) {
-        ck_assert_int_eq(th_cli(&H, &out, NULL, lookups[i]), 1);
+        int rc = th_cli(&H, &out, &err, lookups[i]);
+        ck_assert_msg(rc == 1, "%s: exit %d, stdout: %s, stderr: %s",
+                      lookups[i][0], rc, out, err);
+        free(err);
         r = json_loads(out, 0, NULL);
         ck_assert_msg(r != NULL, "%s --json: not JSON: %s", lookups[i][0],
                       out);
