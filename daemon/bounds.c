@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "backend/memplan.h"
@@ -118,14 +119,21 @@ void td_limits_estimate(const td_job_spec *s, const td_model *model,
 #define TD__BLAS_WORKSPACE ((size_t)32 << 20)
 #define TD__HEADROOM_MIN ((size_t)512 << 20)
 
+/* Values the optimizer keeps per parameter: a momentum, AdamW's two
+ * moments, or none (plain SGD). */
+static int td__optim_slots(const td_job_spec *s)
+{
+    return s->optimizer.type == TD_OPT_ADAMW ? 2
+           : s->optimizer.momentum > 0    ? 1
+                                          : 0;
+}
+
 uint64_t td_limits_device_estimate(const td_job_spec *s,
                                    const td_model *model)
 {
     if (!model)
         return 0;
-    int slots = s->optimizer.type == TD_OPT_ADAMW ? 2
-                : s->optimizer.momentum > 0    ? 1
-                                               : 0;
+    int slots = td__optim_slots(s);
     /* auto is tf32 on a GPU (docs/compute.md): 4-byte activations */
     int low = s->precision == TD_PREC_BF16 || s->precision == TD_PREC_FP16;
     td_memplan_config c = {
@@ -232,4 +240,47 @@ int td_limits_check_spec(const json_t *settings, const td_job_spec *s,
              s->data.classes > 1000 ? " (data.classes is large)" : "",
              td__gib(e.activations));
     return -E2BIG;
+}
+
+uint64_t td_limits_checkpoint_bytes(const td_job_spec *s,
+                                    const td_model *model)
+{
+    if (!model)
+        return 0;
+    uint64_t slots = (uint64_t)td__optim_slots(s);
+    uint64_t values = (uint64_t)model->param_count * (1 + slots) +
+                      td_model_state_count(model);
+    /* the header: a few KiB of metadata (the model, the preprocessing),
+     * each layer's tensors' names, shapes and offsets (about 100 bytes
+     * each, up to 4 tensors a layer), an epoch's line of history (about
+     * 350 bytes) */
+    uint64_t header = 4096 + (uint64_t)model->nlayers * 512 +
+                      (uint64_t)s->epochs * 512;
+    return values * 4 + header;
+}
+
+static double td__mb(uint64_t b) { return (double)b / 1e6; }
+
+int td_limits_check_disk(const char *dir, const td_job_spec *s,
+                         const td_model *model, char *err, size_t errcap)
+{
+    uint64_t one = td_limits_checkpoint_bytes(s, model);
+    struct statvfs v;
+    if (!one || statvfs(dir, &v) != 0)
+        return 0;
+    uint64_t files = (uint64_t)s->checkpoint.keep +
+                     (s->checkpoint.keep_best ? 1 : 0) + 1;
+    uint64_t need = one * files;
+    uint64_t have = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+    if (need <= have)
+        return 0;
+    snprintf(err, errcap, "checkpoint.keep: the job's checkpoints take up to "
+             "%.1f MB (%llu of about %.2f MB: checkpoint.keep %d%s and the one "
+             "being written), but %s has %.1f MB free; free some space "
+             "(trainctl rm removes an ended job's checkpoints) or lower "
+             "checkpoint.keep", td__mb(need), (unsigned long long)files,
+             td__mb(one), s->checkpoint.keep,
+             s->checkpoint.keep_best ? ", the best one" : "", dir,
+             td__mb(have));
+    return -ENOSPC;
 }

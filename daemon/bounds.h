@@ -51,4 +51,19 @@ int td_limits_check_spec(const json_t *settings, const td_job_spec *s,
                          const td_model *model, const td_device_info *devices,
                          char *err, size_t errcap);
 
+/* The bytes one checkpoint of the job takes at most: its fp32 parameters,
+ * the optimizer's state (a momentum, or AdamW's two moments), the model's
+ * state (batch-norm statistics) and room for the header (tensor names and
+ * shapes, the model, the learning curves of every epoch).  0 without a
+ * model. */
+uint64_t td_limits_checkpoint_bytes(const td_job_spec *s,
+                                    const td_model *model);
+/* 0, or -ENOSPC with "checkpoint.keep: ..." in err when the file system
+ * of folder dir has less room for unprivileged users (statvfs f_bavail)
+ * than the job's checkpoints take at most: checkpoint.keep of them, the
+ * best one (checkpoint.keep_best) and the one being written.  Folders
+ * statvfs cannot read are not checked (0). */
+int td_limits_check_disk(const char *dir, const td_job_spec *s,
+                         const td_model *model, char *err, size_t errcap);
+
 #endif

@@ -306,6 +306,11 @@ static void cmd_submit(td_client *c, td_request *req)
     td_access_build_model(c->uid, &parsed, models, &model);
     int lrc = td_limits_check_spec(c->d->settings, &parsed, model,
                                    &c->d->devices, err, sizeof err);
+    if (lrc == 0) { /* room for its checkpoints now, not at its first */
+        char ckdir[3200];
+        snprintf(ckdir, sizeof ckdir, "%s/checkpoints", c->d->state_dir);
+        lrc = td_limits_check_disk(ckdir, &parsed, model, err, sizeof err);
+    }
     td_model_free(model);
     if (lrc || (lrc = td__check_init(c->uid, &parsed, models, err,
                                      sizeof err))) {

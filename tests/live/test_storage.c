@@ -201,18 +201,27 @@ static int wait_final(int fd, int64_t id, int timeout_ms)
     return 0;
 }
 
-/* The final model cannot be written (the checkpoint file system is
- * full): the job is failed, not completed, and `trainctl watch` (as
+/* The final model cannot be written (the checkpoint file system fills
+ * while the job runs: at submit there was room, test_disk_checked_at_
+ * submit): the job is failed, not completed, and `trainctl watch` (as
  * `submit --follow`) exits 1. */
 START_TEST(test_final_model_not_saved_fails)
 {
     char ck[200], filler[300];
     snprintf(ck, sizeof ck, "%s/checkpoints", H.state);
-    if (mount_small(ck, 64))
+    if (mount_small(ck, 256))
         return;
-    fill(ck, filler, sizeof filler);
     int fd = th_connect(&H, NULL);
-    int64_t id = th_submit(fd, th_tiny_spec(1, 0));
+    json_t *spec = th_tiny_spec(50, 0);
+    json_object_set_new(json_object_get(spec, "checkpoint"), "at_epoch_end",
+                        json_false());
+    int64_t id = th_submit(fd, spec);
+    /* paused (its checkpoint written), the disk filled, resumed */
+    wait_stepping(fd, id);
+    json_decref(th_job_request(fd, "pause", id));
+    ck_assert(th_wait_state(fd, id, "suspended", 30000));
+    fill(ck, filler, sizeof filler);
+    json_decref(th_job_request(fd, "resume", id));
     ck_assert(wait_final(fd, id, 60000));
     json_t *j = show_job(fd, id);
     const char *why = json_string_value(json_object_get(j, "reason"));
@@ -229,6 +238,56 @@ START_TEST(test_final_model_not_saved_fails)
                   out ? out : "", err ? err : "");
     free(out);
     free(err);
+    close(fd);
+}
+END_TEST
+
+/* A job whose checkpoints the checkpoint file system cannot hold is
+ * refused at submit, naming checkpoint.keep, the sizes and the folder;
+ * with room it runs, and no checkpoint it writes is larger than the
+ * estimate the refusal gave (nor much smaller: it is a bill, not a
+ * guess). */
+START_TEST(test_disk_checked_at_submit)
+{
+    char ck[200], filler[300];
+    snprintf(ck, sizeof ck, "%s/checkpoints", H.state);
+    if (mount_small(ck, 1024))
+        return;
+    fill(ck, filler, sizeof filler);
+    int fd = th_connect(&H, NULL);
+    json_t *spec = th_spec(2, 0, 16, 16);
+    json_t *r = th_request(fd, "submit", json_pack("{s:O}", "spec", spec));
+    const char *cls = th_err_class(r);
+    const char *desc = json_string_value(
+        json_object_get(json_object_get(r, "error"), "desc"));
+    ck_assert_msg(cls && strcmp(cls, "invalid_spec") == 0 && desc &&
+                      strstr(desc, "checkpoint.keep: the job's checkpoints "
+                                   "take up to") && strstr(desc, ck) &&
+                      strstr(desc, "trainctl rm"),
+                  "%s", json_dumps(r, 0));
+    unsigned files = 0;
+    double one_mb = 0;
+    const char *of = strstr(desc, "MB (");
+    ck_assert_ptr_nonnull(of);
+    ck_assert_int_eq(sscanf(of, "MB (%u of about %lf MB", &files, &one_mb), 2);
+    ck_assert_uint_eq(files, 4); /* keep 3 and the one being written */
+    json_decref(r);
+    ck_assert_int_eq(unlink(filler), 0);
+    int64_t id = th_submit(fd, spec);
+    ck_assert(wait_final(fd, id, 60000));
+    json_t *j = show_job(fd, id);
+    ck_assert_str_eq(job_state(j), "completed");
+    json_t *cks = json_object_get(j, "checkpoints"), *c;
+    size_t i;
+    ck_assert_int_gt(json_array_size(cks), 0);
+    json_array_foreach(cks, i, c) {
+        double mb = (double)json_integer_value(json_object_get(c, "bytes")) /
+                    1e6;
+        ck_assert_msg(mb <= one_mb + 0.005 && mb >= one_mb * 0.8,
+                      "a checkpoint of %.3f MB, estimated %.1f MB", mb,
+                      one_mb);
+    }
+    json_decref(j);
     close(fd);
 }
 END_TEST
@@ -384,7 +443,7 @@ static Suite *storage_suite(void)
         {"crash", setup, teardown, NULL,
          {test_crash_loop_job_failed, test_one_crash_resumes}},
         {"disk", setup, teardown_mount, unmount_listed,
-         {test_final_model_not_saved_fails,
+         {test_final_model_not_saved_fails, test_disk_checked_at_submit,
           test_record_saved_when_disk_recovers}},
         {"records", setup, teardown, NULL,
          {test_cancel_survives_kill9, test_record_revalidated_on_load}},
