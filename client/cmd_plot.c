@@ -1,8 +1,10 @@
 /* cmd_plot.c - `trainctl plot JOB -o curves.png [--size WxH]`: a job's
  * learning curves (issue 18) as one PNG of four panels against the step:
- * loss, accuracy, throughput, idle.  Asks the daemon for the job record
- * (`show`, its "history" and "curve" arrays) and draws it here with
- * client/plot.c; the client writes the file, never the daemon.
+ * loss, accuracy, throughput, idle; `trainctl plot JOB JOB... -o cmp.png`
+ * compares jobs, a colour each, against the epoch.  Asks the daemon for
+ * the job records (`show`, their "history" and "curve" arrays) and draws
+ * them here with client/plot.c and plot_compare.c; the client writes the
+ * file, never the daemon.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,7 +17,7 @@
 #include "plot.h"
 
 static const char td__usage[] =
-    "usage: trainctl plot JOB -o FILE.png [--size WxH] [--json]\n"
+    "usage: trainctl plot JOB [JOB...] -o FILE.png [--size WxH] [--json]\n"
     "                     [--socket PATH]\n"
     "\n"
     "Draw a job's learning curves into one PNG, four panels against the\n"
@@ -27,14 +29,22 @@ static const char td__usage[] =
     "the device) are left out, not drawn as 0.  Works on a running job too:\n"
     "it draws what there is so far.\n"
     "\n"
+    "With several jobs (up to 10), compare them: a colour per job, named in\n"
+    "the title, four panels against the epoch (so that jobs with other\n"
+    "batch sizes line up): train loss (metrics windows), val loss and val\n"
+    "accuracy (each finished epoch) and samples/s.\n"
+    "\n"
     "  -o, --output FILE  the PNG to write, required\n"
     "  --size WxH         its size in pixels (default 1200x900, from 400x300\n"
     "                     to 8000x8000)\n"
     "  --json             print {\"path\", \"width\", \"height\",\n"
-    "                     \"points\"}: the values drawn per series\n"
+    "                     \"points\"}: the values drawn per series (several\n"
+    "                     jobs: \"jobs\": [{\"job\", \"epochs\", \"windows\",\n"
+    "                     \"points\"}] instead of \"points\")\n"
     "\n"
-    "Exit codes: 0 written, 1 the daemon refused (no such job), the job has\n"
-    "no finished epoch or metrics window yet, or FILE cannot be written;\n"
+    "Exit codes: 0 written, 1 the daemon refused (no such job), the job\n"
+    "(every job) has no finished epoch or metrics window yet, or FILE\n"
+    "cannot be written;\n"
     "2 usage, 3 cannot reach the daemon.\n";
 
 /* "1200x900" into *w, *h; 0, or -1 when it is not WxH within the limits. */
@@ -55,6 +65,65 @@ static int td__size(const char *s, int *w, int *h)
     return 0;
 }
 
+/* Several jobs into one PNG (td_plot_compare). */
+static int td__compare(const td_cli *cli, const int64_t *ids, int n,
+                       const char *out, int w, int h)
+{
+    td_conn c;
+    json_t *r[TD_PLOT_MAX_JOBS] = {0};
+    const json_t *jobs[TD_PLOT_MAX_JOBS];
+    int rc;
+    if ((rc = td_conn_open(&c, td_cli_socket(cli->socket))))
+        return rc;
+    for (int j = 0; j < n && rc == 0; j++)
+        if ((r[j] = td_conn_show(&c, "plot", ids[j], cli->json, &rc)))
+            jobs[j] = json_object_get(json_object_get(r[j], "ok"), "job");
+    td_conn_close(&c);
+    td_plot_cmp_stats st;
+    char err[600];
+    if (rc == 0 && td_plot_compare(jobs, n, out, w, h, &st, err,
+                                   sizeof err)) {
+        fprintf(stderr, "trainctl plot: %s\n", err);
+        rc = TD_EXIT_REFUSED;
+    }
+    if (rc == 0 && cli->json) {
+        json_t *arr = json_array();
+        for (int j = 0; j < n; j++) {
+            json_t *pts = json_object();
+            for (int p = 0; p < TD_PLOT_C_NPANELS; p++)
+                json_object_set_new(pts, td_plot_compare_key(p),
+                                    json_integer(st.points[j][p]));
+            json_array_append_new(arr, json_pack(
+                "{s:I, s:i, s:i, s:o}", "job", (json_int_t)ids[j], "epochs",
+                st.epochs[j], "windows", st.windows[j], "points", pts));
+        }
+        json_t *o = json_pack("{s:s, s:i, s:i, s:o}", "path", out, "width",
+                              w, "height", h, "jobs", arr);
+        td_print_json(o);
+        json_decref(o);
+    } else if (rc == 0) {
+        printf("%d jobs compared -> %s (%dx%d)\n", n, out, w, h);
+        for (int j = 0; j < n; j++) {
+            if (st.epochs[j] + st.windows[j] == 0) {
+                printf("  job %lld: no finished epoch or metrics window "
+                       "yet: left out\n", (long long)ids[j]);
+                continue;
+            }
+            printf("  job %lld: %d epoch%s, %d metrics window%s\n",
+                   (long long)ids[j], st.epochs[j],
+                   st.epochs[j] == 1 ? "" : "s", st.windows[j],
+                   st.windows[j] == 1 ? "" : "s");
+            for (int p = 0; p < TD_PLOT_C_NPANELS; p++)
+                if (st.points[j][p] == 0)
+                    printf("    no %s values: left out\n",
+                           td_plot_compare_key(p));
+        }
+    }
+    for (int j = 0; j < n; j++)
+        json_decref(r[j]);
+    return rc;
+}
+
 int td_cmd_plot(int argc, char **argv)
 {
     td_cli cli = {.usage = td__usage};
@@ -65,12 +134,17 @@ int td_cmd_plot(int argc, char **argv)
         {NULL, NULL, 0, NULL, NULL, NULL},
     };
     int w, h;
-    int rc = td_cli_parse(&cli, argc, argv, flags, 1, 1);
+    int rc = td_cli_parse(&cli, argc, argv, flags, 1, TD_CLI_MAX_POS);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
-    int64_t id = td_cli_job_id(&cli, cli.pos[0]);
-    if (id < 0)
-        return TD_EXIT_USAGE;
+    if (cli.npos > TD_PLOT_MAX_JOBS)
+        return td_cli_usage_error(&cli, "%d jobs: at most %d in one plot",
+                                  cli.npos, TD_PLOT_MAX_JOBS);
+    int64_t ids[TD_PLOT_MAX_JOBS];
+    for (int j = 0; j < cli.npos; j++)
+        if ((ids[j] = td_cli_job_id(&cli, cli.pos[j])) < 0)
+            return TD_EXIT_USAGE;
+    int64_t id = ids[0];
     if (!out)
         return td_cli_usage_error(&cli, "-o FILE.png is required");
     if (td__size(size, &w, &h))
@@ -78,6 +152,8 @@ int td_cmd_plot(int argc, char **argv)
                                   "%dx%d, not '%s'", TD_PLOT_MIN_W,
                                   TD_PLOT_MIN_H, TD_PLOT_MAX_SIDE,
                                   TD_PLOT_MAX_SIDE, size);
+    if (cli.npos > 1)
+        return td__compare(&cli, ids, cli.npos, out, w, h);
     td_conn c;
     if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))))
         return rc;

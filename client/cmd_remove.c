@@ -17,8 +17,9 @@ static const char td__rm_usage[] =
     "(cancel it first), another user's job (root may) and a job whose\n"
     "checkpoint a job not yet ended reads (an extend, an eval) are refused.\n"
     "\n"
-    "  --json   one JSON object: \"removed\" [{job, freed_bytes}], \"refused\"\n"
-    "           [{job, error: {class, desc}}], \"freed_bytes\" (the sum)\n"
+    "  --json   one JSON object: \"removed\" [{job, freed_bytes}],\n"
+    "           \"refused\" [{job, error: {class, desc}}], \"freed_bytes\"\n"
+    "           (the sum)\n"
     "\n"
     "Exit codes: 0 every job removed, 1 one or more refused, 2 usage,\n"
     "3 cannot reach the daemon.\n";

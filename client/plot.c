@@ -2,6 +2,7 @@
  * a series is read straight from the record's arrays each time it is
  * needed (range, line, markers), so nothing is copied. */
 #include "plot.h"
+#include "plot_int.h"
 
 #include <cairo.h>
 #include <errno.h>
@@ -36,20 +37,6 @@ const td_plot_series_info td_plot_series[TD_PLOT_NSERIES] = {
 static const char *const td__panel_title[TD_PLOT_NPANELS] = {
     "loss", "accuracy (%)", "throughput (samples/s)", "idle (% of time)"};
 
-#define TD__TITLE_H 36 /* the job's title band */
-#define TD__HEAD_H 28  /* a panel's title and legend, above its area */
-#define TD__HEAD2_H 46 /* the same on two lines, in a narrow panel */
-#define TD__NARROW 560 /* panels narrower than this: legend on line two */
-#define TD__LEFT 64    /* room for the y tick labels */
-#define TD__RIGHT 16
-#define TD__BOTTOM 38  /* x tick labels and "step" */
-#define TD__INSET 6    /* data keep this far from the area's edges */
-
-#define TD__GRID 0xececec
-#define TD__EPOCH 0xcfcfcf
-#define TD__FRAME 0x505050
-#define TD__TEXT 0x202020
-#define TD__FAINT 0x8a8a8a
 
 void td_plot_layout(int width, int height, int panel, td_plot_rect *whole,
                     td_plot_rect *area)
@@ -67,7 +54,7 @@ void td_plot_layout(int width, int height, int panel, td_plot_rect *whole,
 }
 
 /* A finite number at key, else NAN (missing, null, not a number). */
-static double td__num(const json_t *o, const char *key)
+double td_plot_num(const json_t *o, const char *key)
 {
     json_t *v = json_object_get(o, key);
     if (!json_is_number(v))
@@ -88,24 +75,20 @@ typedef struct td__series {
 static int td__point(const td__series *s, size_t i, double *x, double *y)
 {
     const json_t *e = json_array_get(s->src, i);
-    *x = td__num(e, "step");
-    *y = td__num(e, s->info->key) * s->info->scale;
+    *x = td_plot_num(e, "step");
+    *y = td_plot_num(e, s->info->key) * s->info->scale;
     return !isnan(*x) && !isnan(*y);
 }
 
-typedef struct td__axis {
-    double lo, hi, step;
-} td__axis;
-
 /* 1, 2 or 5 times a power of ten, near x > 0. */
-static double td__nice(double x)
+static double td_plot__nice(double x)
 {
     double e = pow(10, floor(log10(x))), f = x / e;
     return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * e;
 }
 
 /* Round bounds and a tick step for about `ticks` intervals over lo..hi. */
-static td__axis td__axis_of(double lo, double hi, int ticks)
+td_plot_axis td_plot_axis_of(double lo, double hi, int ticks)
 {
     if (!(hi > lo)) {
         double pad = fabs(lo) * 0.1;
@@ -114,8 +97,8 @@ static td__axis td__axis_of(double lo, double hi, int ticks)
         lo -= pad;
         hi += pad;
     }
-    td__axis a;
-    a.step = td__nice((hi - lo) / ticks);
+    td_plot_axis a;
+    a.step = td_plot__nice((hi - lo) / ticks);
     a.lo = floor(lo / a.step + 1e-9) * a.step;
     a.hi = ceil(hi / a.step - 1e-9) * a.step;
     /* Values too close together for doubles to step between (1e9 and
@@ -130,7 +113,7 @@ static td__axis td__axis_of(double lo, double hi, int ticks)
 }
 
 /* The number of tick intervals of a (a small count, or 0). */
-static int td__ticks(const td__axis *a)
+int td_plot_ticks(const td_plot_axis *a)
 {
     double n = round((a->hi - a->lo) / a->step);
     return n >= 0 && n <= 100 ? (int)n : 0;
@@ -138,7 +121,7 @@ static int td__ticks(const td__axis *a)
 
 /* A tick's label, with as many decimals as the step needs; "12k" for
  * thousands once they are long. */
-static void td__tick_label(double v, double step, char *buf, size_t cap)
+void td_plot_tick_label(double v, double step, char *buf, size_t cap)
 {
     if (fabs(v) < step * 1e-6)
         v = 0;
@@ -150,14 +133,14 @@ static void td__tick_label(double v, double step, char *buf, size_t cap)
     snprintf(buf, cap, "%.*f", dec, v);
 }
 
-static void td__rgb(cairo_t *cr, uint32_t c)
+void td_plot_rgb(cairo_t *cr, uint32_t c)
 {
     cairo_set_source_rgb(cr, ((c >> 16) & 255) / 255.0,
                          ((c >> 8) & 255) / 255.0, (c & 255) / 255.0);
 }
 
 /* Text with its left end (align 0), centre (1) or right end (2) at x. */
-static void td__text(cairo_t *cr, double x, double y, int align,
+void td_plot_text(cairo_t *cr, double x, double y, int align,
                      const char *s)
 {
     cairo_text_extents_t te;
@@ -178,18 +161,13 @@ static void td__marker(cairo_t *cr, const td_plot_series_info *info,
     cairo_fill(cr);
 }
 
-typedef struct td__map {
-    td_plot_rect area;
-    td__axis x, y;
-} td__map;
-
-static double td__px(const td__map *m, double x)
+double td_plot_px(const td_plot_map *m, double x)
 {
     return m->area.x + TD__INSET +
            (x - m->x.lo) / (m->x.hi - m->x.lo) * (m->area.w - 2 * TD__INSET);
 }
 
-static double td__py(const td__map *m, double y)
+double td_plot_py(const td_plot_map *m, double y)
 {
     return m->area.y + m->area.h - TD__INSET -
            (y - m->y.lo) / (m->y.hi - m->y.lo) * (m->area.h - 2 * TD__INSET);
@@ -198,12 +176,12 @@ static double td__py(const td__map *m, double y)
 /* Draws s inside the area (the caller clipped to it); returns the number
  * of values drawn.  A line is broken at a missing value; a point with no
  * neighbour on either side gets a dot so that it shows. */
-static int td__draw_series(cairo_t *cr, const td__map *m,
+static int td__draw_series(cairo_t *cr, const td_plot_map *m,
                            const td__series *s)
 {
     int drawn = 0, run = 0;
     double x, y;
-    td__rgb(cr, s->info->rgb);
+    td_plot_rgb(cr, s->info->rgb);
     cairo_set_line_width(cr, 2);
     cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
     cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
@@ -213,16 +191,16 @@ static int td__draw_series(cairo_t *cr, const td__map *m,
             continue;
         }
         if (run++ == 0)
-            cairo_move_to(cr, td__px(m, x), td__py(m, y));
+            cairo_move_to(cr, td_plot_px(m, x), td_plot_py(m, y));
         else
-            cairo_line_to(cr, td__px(m, x), td__py(m, y));
+            cairo_line_to(cr, td_plot_px(m, x), td_plot_py(m, y));
         drawn++;
     }
     cairo_stroke(cr);
     for (size_t i = 0; i < s->n; i++) {
         if (!td__point(s, i, &x, &y))
             continue;
-        double px = td__px(m, x), py = td__py(m, y), ox, oy;
+        double px = td_plot_px(m, x), py = td_plot_py(m, y), ox, oy;
         if (s->per_epoch) {
             td__marker(cr, s->info, px, py);
         } else if ((i == 0 || !td__point(s, i - 1, &ox, &oy)) &&
@@ -272,7 +250,7 @@ static void td__legend(cairo_t *cr, const td_plot_rect *whole, double x_min,
         double w = te.x_advance + (none ? 0 : sw);
         double x = xr - w;
         if (!none) {
-            td__rgb(cr, s->info->rgb);
+            td_plot_rgb(cr, s->info->rgb);
             cairo_set_line_width(cr, 2);
             cairo_move_to(cr, x, y - 4);
             cairo_line_to(cr, x + sw - 6, y - 4);
@@ -280,17 +258,70 @@ static void td__legend(cairo_t *cr, const td_plot_rect *whole, double x_min,
             if (s->per_epoch)
                 td__marker(cr, s->info, x + (sw - 6) / 2, y - 4);
         }
-        td__rgb(cr, none ? TD__FAINT : TD__TEXT);
-        td__text(cr, x + (none ? 0 : sw), y, 0, label);
+        td_plot_rgb(cr, none ? TD__FAINT : TD__TEXT);
+        td_plot_text(cr, x + (none ? 0 : sw), y, 0, label);
         xr = x - gap;
     }
+}
+
+void td_plot_axes(cairo_t *cr, const td_plot_map *m, const char *xlabel)
+{
+    char buf[32];
+    cairo_set_font_size(cr, 11);
+    cairo_set_line_width(cr, 1);
+    for (int k = 0, nt = td_plot_ticks(&m->y); k <= nt; k++) {
+        double v = fmin(m->y.lo + k * m->y.step, m->y.hi);
+        double py = floor(td_plot_py(m, v)) + 0.5;
+        td_plot_rgb(cr, TD__GRID);
+        cairo_move_to(cr, m->area.x, py);
+        cairo_line_to(cr, m->area.x + m->area.w, py);
+        cairo_stroke(cr);
+        td_plot_tick_label(v, m->y.step, buf, sizeof buf);
+        td_plot_rgb(cr, TD__TEXT);
+        td_plot_text(cr, m->area.x - 6, py + 4, 2, buf);
+    }
+    for (int k = 0, nt = td_plot_ticks(&m->x); k <= nt; k++) {
+        double v = fmin(m->x.lo + k * m->x.step, m->x.hi);
+        /* a tick mark only: the vertical lines are the epochs' */
+        double px = floor(td_plot_px(m, v)) + 0.5;
+        td_plot_rgb(cr, TD__FRAME);
+        cairo_move_to(cr, px, m->area.y + m->area.h);
+        cairo_line_to(cr, px, m->area.y + m->area.h + 4);
+        cairo_stroke(cr);
+        td_plot_tick_label(v, m->x.step, buf, sizeof buf);
+        td_plot_rgb(cr, TD__TEXT);
+        td_plot_text(cr, px, m->area.y + m->area.h + 15, 1, buf);
+    }
+    td_plot_text(cr, m->area.x + m->area.w / 2.0, m->area.y + m->area.h + 31,
+                 1, xlabel);
+}
+
+double td_plot_frame(cairo_t *cr, const td_plot_rect *whole,
+                     const td_plot_rect *area, const char *title)
+{
+    td_plot_rgb(cr, TD__FRAME);
+    cairo_set_line_width(cr, 1);
+    cairo_rectangle(cr, area->x + 0.5, area->y + 0.5, area->w - 1,
+                    area->h - 1);
+    cairo_stroke(cr);
+    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL,
+                           CAIRO_FONT_WEIGHT_BOLD);
+    cairo_set_font_size(cr, 13);
+    td_plot_rgb(cr, TD__TEXT);
+    double tx = whole->w < TD__NARROW ? whole->x + 12 : area->x;
+    cairo_text_extents_t te;
+    cairo_text_extents(cr, title, &te);
+    td_plot_text(cr, tx, whole->y + 18, 0, title);
+    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL,
+                           CAIRO_FONT_WEIGHT_NORMAL);
+    return tx + te.x_advance + 16;
 }
 
 /* One panel: grid lines and ticks, epoch boundaries, its series, frame, title
  * and legend. */
 static void td__panel(cairo_t *cr, int width, int height, int panel,
                       const td__series *ss, const json_t *history,
-                      const td__axis *xa, td_plot_stats *st)
+                      const td_plot_axis *xa, td_plot_stats *st)
 {
     td_plot_rect whole, area;
     td_plot_layout(width, height, panel, &whole, &area);
@@ -317,51 +348,24 @@ static void td__panel(cairo_t *cr, int width, int height, int panel,
         lo = 0; /* rates read against zero */
     if (panel == TD_PLOT_IDLE && hi < 1)
         hi = 1;
-    td__map m = {area, *xa, td__axis_of(lo, hi, 5)};
+    td_plot_map m = {area, *xa, td_plot_axis_of(lo, hi, 5)};
     if (panel == TD_PLOT_ACC || panel == TD_PLOT_IDLE) {
         m.y.lo = fmax(m.y.lo, 0);
         m.y.hi = fmin(m.y.hi, 100);
     }
 
-    /* grid and tick labels */
-    char buf[32];
-    cairo_set_font_size(cr, 11);
-    cairo_set_line_width(cr, 1);
-    for (int k = 0, nt = td__ticks(&m.y); k <= nt; k++) {
-        double v = fmin(m.y.lo + k * m.y.step, m.y.hi);
-        double py = floor(td__py(&m, v)) + 0.5;
-        td__rgb(cr, TD__GRID);
-        cairo_move_to(cr, area.x, py);
-        cairo_line_to(cr, area.x + area.w, py);
-        cairo_stroke(cr);
-        td__tick_label(v, m.y.step, buf, sizeof buf);
-        td__rgb(cr, TD__TEXT);
-        td__text(cr, area.x - 6, py + 4, 2, buf);
-    }
-    for (int k = 0, nt = td__ticks(&m.x); k <= nt; k++) {
-        double v = fmin(m.x.lo + k * m.x.step, m.x.hi);
-        /* a tick mark only: the vertical lines are the epochs' */
-        double px = floor(td__px(&m, v)) + 0.5;
-        td__rgb(cr, TD__FRAME);
-        cairo_move_to(cr, px, area.y + area.h);
-        cairo_line_to(cr, px, area.y + area.h + 4);
-        cairo_stroke(cr);
-        td__tick_label(v, m.x.step, buf, sizeof buf);
-        td__rgb(cr, TD__TEXT);
-        td__text(cr, px, area.y + area.h + 15, 1, buf);
-    }
-    td__text(cr, area.x + area.w / 2.0, area.y + area.h + 31, 1, "step");
+    td_plot_axes(cr, &m, "step");
 
     /* epoch boundaries, then the series, inside the area only */
     cairo_save(cr);
     cairo_rectangle(cr, area.x, area.y, area.w, area.h);
     cairo_clip(cr);
-    td__rgb(cr, TD__EPOCH);
+    td_plot_rgb(cr, TD__EPOCH);
     for (size_t i = 0; i < json_array_size(history); i++) {
-        double s = td__num(json_array_get(history, i), "step");
+        double s = td_plot_num(json_array_get(history, i), "step");
         if (isnan(s))
             continue;
-        double px = floor(td__px(&m, s)) + 0.5;
+        double px = floor(td_plot_px(&m, s)) + 0.5;
         cairo_move_to(cr, px, area.y);
         cairo_line_to(cr, px, area.y + area.h);
     }
@@ -374,32 +378,18 @@ static void td__panel(cairo_t *cr, int width, int height, int panel,
         for (int k = 0; k < ns; k++)
             st->points[series[k]] = drawn[series[k]];
     if (!any) {
-        td__rgb(cr, TD__FAINT);
+        td_plot_rgb(cr, TD__FAINT);
         cairo_set_font_size(cr, 12);
-        td__text(cr, area.x + area.w / 2.0, area.y + area.h / 2.0, 1,
+        td_plot_text(cr, area.x + area.w / 2.0, area.y + area.h / 2.0, 1,
                  "no values recorded");
     }
 
-    td__rgb(cr, TD__FRAME);
-    cairo_set_line_width(cr, 1);
-    cairo_rectangle(cr, area.x + 0.5, area.y + 0.5, area.w - 1, area.h - 1);
-    cairo_stroke(cr);
-    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL,
-                           CAIRO_FONT_WEIGHT_BOLD);
-    cairo_set_font_size(cr, 13);
-    td__rgb(cr, TD__TEXT);
-    double tx = whole.w < TD__NARROW ? whole.x + 12 : area.x;
-    cairo_text_extents_t te;
-    cairo_text_extents(cr, td__panel_title[panel], &te);
-    td__text(cr, tx, whole.y + 18, 0, td__panel_title[panel]);
-    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL,
-                           CAIRO_FONT_WEIGHT_NORMAL);
+    double tx = td_plot_frame(cr, &whole, &area, td__panel_title[panel]);
     if (whole.w < TD__NARROW) /* on a line of its own */
         td__legend(cr, &whole, whole.x + 12, whole.y + 36, ss, series, ns,
                    drawn);
     else
-        td__legend(cr, &whole, tx + te.x_advance + 16, whole.y + 18, ss,
-                   series, ns, drawn);
+        td__legend(cr, &whole, tx, whole.y + 18, ss, series, ns, drawn);
     cairo_restore(cr);
 }
 
@@ -452,41 +442,57 @@ int td_plot_curves(const json_t *job, const char *path, int width,
                              per_epoch ? nh : nc, per_epoch};
     }
     for (size_t i = 0; i < nh; i++)
-        if (!isnan(x = td__num(json_array_get(history, i), "step")))
+        if (!isnan(x = td_plot_num(json_array_get(history, i), "step")))
             xmax = fmax(xmax, x);
     for (size_t i = 0; i < nc; i++)
-        if (!isnan(x = td__num(json_array_get(curve, i), "step")))
+        if (!isnan(x = td_plot_num(json_array_get(curve, i), "step")))
             xmax = fmax(xmax, x);
-    td__axis xa = td__axis_of(0, xmax > 0 ? xmax : 1, 6);
+    td_plot_axis xa = td_plot_axis_of(0, xmax > 0 ? xmax : 1, 6);
     xa.lo = 0;
 
-    cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24,
-                                                     width, height);
-    if (cairo_surface_status(sf) != CAIRO_STATUS_SUCCESS) {
-        cairo_surface_destroy(sf);
-        return td_set_error(err, errcap, -ENOMEM, "cannot make a %dx%d "
-                            "image", width, height);
-    }
-    cairo_t *cr = cairo_create(sf);
-    cairo_font_options_t *fo = cairo_font_options_create();
-    cairo_font_options_set_antialias(fo, CAIRO_ANTIALIAS_GRAY);
-    cairo_set_font_options(cr, fo);
-    cairo_font_options_destroy(fo);
-    td__rgb(cr, 0xffffff);
-    cairo_paint(cr);
+    cairo_t *cr = td_plot_begin(width, height, err, errcap);
+    if (!cr)
+        return -ENOMEM;
 
     char title[256];
     td__title(job, nh, xmax, title, sizeof title);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL,
                            CAIRO_FONT_WEIGHT_BOLD);
     cairo_set_font_size(cr, 16);
-    td__rgb(cr, TD__TEXT);
-    td__text(cr, 14, 24, 0, title);
+    td_plot_rgb(cr, TD__TEXT);
+    td_plot_text(cr, 14, 24, 0, title);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL,
                            CAIRO_FONT_WEIGHT_NORMAL);
     for (int p = 0; p < TD_PLOT_NPANELS; p++)
         td__panel(cr, width, height, p, ss, history, &xa, stats);
 
+    return td_plot_finish(cr, path, err, errcap);
+}
+
+cairo_t *td_plot_begin(int width, int height, char *err, size_t errcap)
+{
+    cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24,
+                                                     width, height);
+    if (cairo_surface_status(sf) != CAIRO_STATUS_SUCCESS) {
+        cairo_surface_destroy(sf);
+        td_set_error(err, errcap, -ENOMEM, "cannot make a %dx%d "
+                     "image", width, height);
+        return NULL;
+    }
+    cairo_t *cr = cairo_create(sf);
+    cairo_surface_destroy(sf); /* cr holds it */
+    cairo_font_options_t *fo = cairo_font_options_create();
+    cairo_font_options_set_antialias(fo, CAIRO_ANTIALIAS_GRAY);
+    cairo_set_font_options(cr, fo);
+    cairo_font_options_destroy(fo);
+    td_plot_rgb(cr, 0xffffff);
+    cairo_paint(cr);
+    return cr;
+}
+
+int td_plot_finish(cairo_t *cr, const char *path, char *err, size_t errcap)
+{
+    cairo_surface_t *sf = cairo_surface_reference(cairo_get_target(cr));
     int rc = 0;
     cairo_status_t cs = cairo_status(cr);
     cairo_destroy(cr);

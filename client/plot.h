@@ -81,4 +81,39 @@ int td_plot_curves(const json_t *job, const char *path, int width,
                    int height, td_plot_stats *stats, char *err,
                    size_t errcap);
 
+/* ---- several jobs (trainctl plot JOB JOB...) ----------------------------
+ * One colour per job (td_plot_job_rgb, in the order given), drawn by
+ * nothing else; four panels against the epoch (a window at step s of a
+ * job with E steps per epoch sits at s / E, a finished epoch k at k + 1):
+ * train loss of the metrics windows, val loss and val accuracy of each
+ * finished epoch (a dot each), samples/s of the windows.  A record
+ * without a curve gives its history's per-epoch values instead.  The
+ * title band names each job by its swatch. */
+
+#define TD_PLOT_MAX_JOBS 10
+
+enum td_plot_cmp_panel {
+    TD_PLOT_C_TRAIN_LOSS, /* curve[].train_loss */
+    TD_PLOT_C_VAL_LOSS,   /* history[].val_loss */
+    TD_PLOT_C_VAL_ACC,    /* history[].val_acc, percent */
+    TD_PLOT_C_SPEED,      /* curve[].samples_per_s */
+    TD_PLOT_C_NPANELS
+};
+
+extern const uint32_t td_plot_job_rgb[TD_PLOT_MAX_JOBS];
+/* The record field panel p draws ("train_loss", ...). */
+const char *td_plot_compare_key(int panel);
+
+typedef struct td_plot_cmp_stats {
+    int epochs[TD_PLOT_MAX_JOBS], windows[TD_PLOT_MAX_JOBS];
+    int points[TD_PLOT_MAX_JOBS][TD_PLOT_C_NPANELS]; /* values drawn */
+} td_plot_cmp_stats;
+
+/* Draws the n (1..TD_PLOT_MAX_JOBS) job records into a width x height PNG
+ * at path.  0, or -EINVAL (n or size out of range), -ENODATA (no job has
+ * anything to draw), -ENOMEM, -EIO; err says why. */
+int td_plot_compare(const json_t *const *jobs, int n, const char *path,
+                    int width, int height, td_plot_cmp_stats *st, char *err,
+                    size_t errcap);
+
 #endif

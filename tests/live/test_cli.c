@@ -530,6 +530,34 @@ START_TEST(test_plot)
     }
     free(out);
     free(err);
+    /* Two jobs compared in one PNG: a "jobs" entry each. */
+    ck_assert_int_eq(CLI(NULL, NULL, "submit", job_file_epochs(1),
+                         "--follow"), 0);
+    rc = CLI(&out, &err, "plot", "1", "2", "-o", png, "--json");
+    if (!has) {
+        ck_assert_int_eq(rc, 1);
+        ck_assert_msg(strstr(err, "no job has a finished epoch"), "%s", err);
+    } else {
+        ck_assert_msg(rc == 0, "%s", err);
+        r = json_loads(out, 0, NULL);
+        ck_assert_msg(r, "%s", out);
+        json_t *jobs = json_object_get(r, "jobs");
+        ck_assert_int_eq(json_array_size(jobs), 2);
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_array_get(jobs, 1), "job")), 2);
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_array_get(jobs, 1), "epochs")), 1);
+        json_decref(r);
+    }
+    free(out);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "plot", "1", "2", "3", "4", "5", "6",
+                         "7", "8", "9", "10", "11", "-o", png), 2);
+    ck_assert_msg(strstr(err, "11 jobs: at most 10"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "plot", "1", "42", "-o", png), 1);
+    ck_assert_msg(strstr(err, "no job 42"), "%s", err);
+    free(err);
 }
 END_TEST
 

@@ -207,8 +207,8 @@ START_TEST(test_trainctl_rm)
     ck_assert_int_eq(CLI(&out, &err, "rm", ida, idr, "--json"), 1);
     json_t *o = json_loads(out, 0, NULL);
     ck_assert_msg(o, "%s", out);
-    json_t *rm = json_object_get(o, "removed"), *ref = json_object_get(o,
-                                                                      "refused");
+    json_t *rm = json_object_get(o, "removed");
+    json_t *ref = json_object_get(o, "refused");
     ck_assert_int_eq(json_array_size(rm), 1);
     ck_assert_int_eq(json_integer_value(json_object_get(
                          json_array_get(rm, 0), "job")), a);

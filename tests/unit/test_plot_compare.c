@@ -1,0 +1,211 @@
+/* test_plot_compare.c - trainctl plot with several jobs (client/
+ * plot_compare.c): job records built by hand are drawn, the PNG is read
+ * back with lib/input/png.c and each job is found by its exact colour in
+ * the panels where it has values and in no panel where it has none; jobs
+ * with other steps per epoch line up on the epoch axis; a job with
+ * nothing yet is left out, all jobs with nothing is an error. */
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "input/png.h"
+#include "plot.h"
+#include "tdtest.h"
+
+enum { EPOCHS = 4, WINDOW = 10 };
+
+/* Job id: EPOCHS finished epochs of spe steps, a window every WINDOW
+ * steps; no validation set with no_val; history only with no_curve. */
+static json_t *record(int id, int spe, int no_val, int no_curve)
+{
+    json_t *h = json_array(), *c = json_array();
+    for (int e = 0; e < EPOCHS; e++)
+        json_array_append_new(h, json_pack(
+            "{s:i, s:i, s:f, s:f, s:o, s:o, s:f}", "epoch", e, "step",
+            (e + 1) * spe, "train_loss", 1.0 / (e + 1) + id * 0.01,
+            "train_acc", 0.6 + 0.08 * e,
+            "val_loss",
+            no_val ? json_null() : json_real(1.1 / (e + 1) + id * 0.05),
+            "val_acc",
+            no_val ? json_null() : json_real(0.5 + 0.08 * e - id * 0.02),
+            "samples_per_s", 2500.0 + 100 * id));
+    for (int s = WINDOW; s <= EPOCHS * spe; s += WINDOW)
+        json_array_append_new(c, json_pack(
+            "{s:i, s:i, s:f, s:f}", "step", s, "epoch", (s - 1) / spe,
+            "train_loss", 1.5 - s / (4.0 * spe) + id * 0.01,
+            "samples_per_s", 2400.0 + 100 * id + (s % 50)));
+    json_t *j = json_pack("{s:i, s:s, s:s, s:i, s:i}", "id", id, "name",
+                          "run", "state", "completed", "steps_total",
+                          EPOCHS * spe, "epochs_total", EPOCHS);
+    json_object_set_new(j, "history", h);
+    if (no_curve)
+        json_decref(c);
+    else
+        json_object_set_new(j, "curve", c);
+    return j;
+}
+
+typedef struct image {
+    td_png png;
+    td_region r;
+    uint8_t *file;
+    int w, h;
+} image;
+
+static char tmp[64], out[128];
+
+static void setup(void)
+{
+    snprintf(tmp, sizeof tmp, "/tmp/td_plotc_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    snprintf(out, sizeof out, "%s/cmp.png", tmp);
+}
+
+static void teardown(void)
+{
+    unlink(out);
+    rmdir(tmp);
+}
+
+static void draw(json_t **recs, int n, td_plot_cmp_stats *st, image *im)
+{
+    char err[256] = "";
+    int rc = td_plot_compare((const json_t *const *)recs, n, out, 1200, 900,
+                             st, err, sizeof err);
+    ck_assert_msg(rc == 0, "td_plot_compare: %d %s", rc, err);
+    size_t len;
+    memset(im, 0, sizeof *im);
+    im->file = td_test_slurp(tmp, "cmp.png", &len);
+    ck_assert(td_png_is(im->file, len));
+    ck_assert_int_eq(td_png_header(&im->png, im->file, len, &im->w, &im->h),
+                     0);
+    ck_assert_int_eq(td_png_decode(&im->png, im->file, len, 3, &im->r), 0);
+}
+
+static void image_free(image *im)
+{
+    td_png_free(&im->png);
+    free(im->file);
+}
+
+/* Pixels of exactly rgb inside r; the rightmost column with one in *xr. */
+static long count(const image *im, td_plot_rect r, uint32_t rgb, int *xr)
+{
+    long n = 0;
+    if (xr)
+        *xr = -1;
+    for (int y = r.y; y < r.y + r.h && y < im->h; y++) {
+        const uint8_t *row = im->r.px + (size_t)y * im->r.stride;
+        for (int x = r.x; x < r.x + r.w && x < im->w; x++) {
+            const uint8_t *p = row + 3 * x;
+            if (p[0] == (rgb >> 16 & 255) && p[1] == (rgb >> 8 & 255) &&
+                p[2] == (rgb & 255)) {
+                n++;
+                if (xr && x > *xr)
+                    *xr = x;
+            }
+        }
+    }
+    return n;
+}
+
+START_TEST(test_each_job_in_its_colour)
+{
+    /* job 3: 100 steps an epoch; job 4: 50, no validation set; job 5:
+     * history only */
+    json_t *recs[3] = {record(3, 100, 0, 0), record(4, 50, 1, 0),
+                       record(5, 100, 0, 1)};
+    td_plot_cmp_stats st;
+    image im;
+    draw(recs, 3, &st, &im);
+    for (int j = 0; j < 3; j++)
+        ck_assert_int_eq(st.epochs[j], EPOCHS);
+    ck_assert_int_eq(st.windows[0], EPOCHS * 100 / WINDOW);
+    ck_assert_int_eq(st.windows[1], EPOCHS * 50 / WINDOW);
+    ck_assert_int_eq(st.windows[2], 0);
+    /* what each job has is drawn, what it lacks is not */
+    int want[3][TD_PLOT_C_NPANELS] = {
+        {40, EPOCHS, EPOCHS, 40}, {20, 0, 0, 20},
+        {EPOCHS, EPOCHS, EPOCHS, EPOCHS}}; /* job 5: per epoch */
+    for (int j = 0; j < 3; j++)
+        for (int p = 0; p < TD_PLOT_C_NPANELS; p++) {
+            ck_assert_int_eq(st.points[j][p], want[j][p]);
+            td_plot_rect whole, area;
+            td_plot_layout(im.w, im.h, p, &whole, &area);
+            long n = count(&im, area, td_plot_job_rgb[j], NULL);
+            ck_assert_msg(want[j][p] ? n > 0 : n == 0,
+                          "job %d panel %d: %ld pixels", j, p, n);
+        }
+    /* jobs 3 and 4 end at epoch 4 alike, though at steps 400 and 200 */
+    td_plot_rect whole, area;
+    td_plot_layout(im.w, im.h, TD_PLOT_C_TRAIN_LOSS, &whole, &area);
+    int x3, x4;
+    count(&im, area, td_plot_job_rgb[0], &x3);
+    count(&im, area, td_plot_job_rgb[1], &x4);
+    ck_assert_msg(abs(x3 - x4) <= 3, "ends at x %d and %d", x3, x4);
+    /* each job's swatch in the title band */
+    for (int j = 0; j < 3; j++)
+        ck_assert_int_gt(count(&im, (td_plot_rect){0, 0, im.w, 36},
+                               td_plot_job_rgb[j], NULL), 0);
+    image_free(&im);
+    for (int j = 0; j < 3; j++)
+        json_decref(recs[j]);
+}
+END_TEST
+
+START_TEST(test_job_colours_distinct)
+{
+    for (int a = 0; a < TD_PLOT_MAX_JOBS; a++)
+        for (int b = a + 1; b < TD_PLOT_MAX_JOBS; b++)
+            ck_assert_uint_ne(td_plot_job_rgb[a], td_plot_job_rgb[b]);
+}
+END_TEST
+
+START_TEST(test_nothing_to_draw)
+{
+    json_t *empty = json_pack("{s:i, s:[], s:[]}", "id", 7, "history",
+                              "curve");
+    json_t *full = record(3, 100, 0, 0);
+    /* one empty job beside one with values: drawn, the empty one left out */
+    json_t *two[2] = {full, empty};
+    td_plot_cmp_stats st;
+    image im;
+    draw(two, 2, &st, &im);
+    for (int p = 0; p < TD_PLOT_C_NPANELS; p++)
+        ck_assert_int_eq(st.points[1][p], 0);
+    image_free(&im);
+    unlink(out);
+    char err[256] = "";
+    json_t *none[2] = {empty, empty};
+    ck_assert_int_eq(td_plot_compare((const json_t *const *)none, 2, out,
+                                     1200, 900, NULL, err, sizeof err),
+                     -ENODATA);
+    ck_assert_str_eq(err, "no job has a finished epoch or metrics window "
+                          "yet");
+    struct stat sb;
+    ck_assert_int_ne(stat(out, &sb), 0);
+    json_t *many[TD_PLOT_MAX_JOBS + 1];
+    for (int j = 0; j <= TD_PLOT_MAX_JOBS; j++)
+        many[j] = full;
+    ck_assert_int_eq(td_plot_compare((const json_t *const *)many,
+                                     TD_PLOT_MAX_JOBS + 1, out, 1200, 900,
+                                     NULL, err, sizeof err), -EINVAL);
+    json_decref(empty);
+    json_decref(full);
+}
+END_TEST
+
+static Suite *plot_compare_suite(void)
+{
+    Suite *s = suite_create("plot_compare");
+    TCase *tc = tcase_create("plot_compare");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_each_job_in_its_colour);
+    tcase_add_test(tc, test_job_colours_distinct);
+    tcase_add_test(tc, test_nothing_to_draw);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TD_TEST_MAIN(plot_compare_suite)
