@@ -100,13 +100,32 @@ void td_daemon_persist_job_reply(td_daemon *d, td_job *j, uint64_t client,
     free(line);
 }
 
-/* Writes again every record whose last write failed. */
+/* Writes again every record whose last write failed, and every record
+ * with progress held back (td_daemon_persist_progress). */
 static void td__persist_retry(uv_timer_t *t)
 {
     td_daemon *d = t->data;
     for (td_job *j = d->jobs.head; j; j = j->next)
-        if (j->persist_failures)
+        if (j->persist_failures || j->persist_lazy)
             td_daemon_persist_job(d, j);
+}
+
+#define TD__PERSIST_EVERY_NS TD_NS_PER_S
+
+void td_daemon_persist_progress(td_daemon *d, td_job *j)
+{
+    int64_t wait = j->persist_at_ns + TD__PERSIST_EVERY_NS - td_now_ns();
+    if (!j->persist_busy && wait <= 0) {
+        td_daemon_persist_job(d, j);
+        return;
+    }
+    j->persist_lazy = 1;
+    if (d->shutting_down || uv_is_active((uv_handle_t *)&d->persist_retry))
+        return; /* shutdown writes every job that changes state */
+    if (wait < 0)
+        wait = 0;
+    uv_timer_start(&d->persist_retry, td__persist_retry,
+                   (uint64_t)(wait / TD_NS_PER_MS) + 1, 0);
 }
 
 static void td__persist_done(uv_work_t *w, int status)
@@ -156,6 +175,8 @@ void td_daemon_persist_job(td_daemon *d, td_job *j)
         td_remove_start(d, j);
         return;
     }
+    j->persist_lazy = 0; /* this write covers it */
+    j->persist_at_ns = td_now_ns();
     json_t *rec = td_job_record(j);
     td_persist_req *r = calloc(1, sizeof *r);
     if (!rec || !r)
@@ -483,7 +504,7 @@ static void td__progress(td_daemon *d, td_job *j, int kind, json_t *data)
                           j->curves.history, j->curves.curve);
     if (kind == TD_EV_WINDOW || kind == TD_EV_EPOCH ||
         kind == TD_EV_CHECKPOINT)
-        td_daemon_persist_job(d, j);
+        td_daemon_persist_progress(d, j);
 }
 
 /* After a job ended: when a sticky CUDA error left a GPU unusable (the

@@ -133,6 +133,12 @@ void td_daemon_free(td_daemon *d);
 void td_daemon_post(td_daemon *d, int kind, int64_t job, json_t *data);
 /* Loop thread: persist a job's record in the state dir (off the loop). */
 void td_daemon_persist_job(td_daemon *d, td_job *j);
+/* Loop thread: the same for progress (an epoch, a window, a checkpoint):
+ * written at once when the job's last write was queued a second ago or
+ * more, else at most a second later, so that a fast job (tens of epochs a
+ * second, its history growing with each) is not serialised on the loop
+ * for every event.  Any write covers what is pending. */
+void td_daemon_persist_progress(td_daemon *d, td_job *j);
 /* The same; `line` (owned, may be NULL) is sent to client `client` once a
  * write that includes the job's current state has finished. */
 void td_daemon_persist_job_reply(td_daemon *d, td_job *j, uint64_t client,

@@ -57,6 +57,9 @@ typedef struct td_job {
     int persist_busy;        /* a write of the record is under way */
     int persist_dirty;       /* ... and the record changed since */
     int persist_failures;    /* failed writes in a row (retried) */
+    int persist_lazy;        /* progress not yet written (at most a
+                                second late: td_daemon_persist_progress) */
+    int64_t persist_at_ns;   /* when the last write was queued */
     int removing;            /* `remove` asked (remove.h) */
     uint64_t remove_client;  /* ... by this client */
     json_t *remove_req;      /* ... in the request with this id (owned) */
