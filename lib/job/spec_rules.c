@@ -116,11 +116,64 @@ static int td__single_precision(struct td__rctx *c)
     return 0;
 }
 
+/* pad_crop crops input.size out of the image padded by `pad` on every
+ * side, shifted by up to `pad` pixels from where the image is: with a pad
+ * as large as a side of the crop, some crops miss the image entirely and
+ * train on padding alone (whatever the image's own size). */
+static int td__pad_crop(struct td__rctx *c)
+{
+    const td_job_spec *s = c->spec;
+    const int *in = s->input.size;
+    int side = in[0] < in[1] ? in[0] : in[1];
+    char p[64];
+    for (int i = 0; i < s->input.n_augment; i++) {
+        const td_aug_spec *a = &s->input.augment[i];
+        if (a->op != TD_SPEC_AUG_PAD_CROP || a->pad < side)
+            continue;
+        snprintf(p, sizeof p, "input.augment[%d].pad", i);
+        return td__fail(c, p, "%d is not less than the crop's side "
+                        "(input.size [%d, %d]): a crop shifted by up to %d "
+                        "pixels can miss the image and be all padding; "
+                        "must be at most %d", a->pad, in[0], in[1], a->pad,
+                        side - 1);
+    }
+    return 0;
+}
+
+/* A normalised pixel is (x - mean) / std with x scaled to [0, 1]
+ * (kernels/normalize.h), so its extremes are at x = 0 and x = 1.  Beyond
+ * fp16's largest finite value (a tiny std: the table takes any std > 0)
+ * it is inf in an fp16 job, and a run in any precision diverges on it. */
+static int td__normalize_range(struct td__rctx *c)
+{
+    const td_job_spec *s = c->spec;
+    const double bound = 65504.0; /* TD_F16_MAX, kernels/fp16.h */
+    char p[64];
+    for (int i = 0; i < s->input.channels; i++) {
+        double m = s->input.mean[i], sd = s->input.std[i];
+        double lo = (0.0 - m) / sd, hi = (1.0 - m) / sd;
+        int at0 = fabs(lo) >= fabs(hi);
+        double worst = at0 ? lo : hi;
+        if (fabs(worst) <= bound)
+            continue;
+        snprintf(p, sizeof p, "input.normalize.std[%d]", i);
+        return td__fail(c, p, "%g lets a normalised pixel reach %.6g ((%d - "
+                        "mean %g) / std, pixels scaled to [0, 1]): beyond "
+                        "+-%g, the largest finite fp16 value; with this "
+                        "mean, std must be at least %.6g", sd, worst,
+                        at0 ? 0 : 1, m, bound,
+                        /* up a little, so the 6 digits are enough */
+                        fmax(fabs(m), fabs(1.0 - m)) / bound * (1 + 1e-5));
+    }
+    return 0;
+}
+
 int td_spec_rules(const td_job_spec *s, char *err, size_t errcap)
 {
     struct td__rctx rc = {s, err, errcap}, *c = &rc;
     int r;
-    if ((r = td__aug_geometry(c)) || (r = td__single_precision(c)))
+    if ((r = td__aug_geometry(c)) || (r = td__single_precision(c)) ||
+        (r = td__pad_crop(c)) || (r = td__normalize_range(c)))
         return r;
     if (s->input.layout == TD_SPEC_LAYOUT_NCHW)
         return td__fail(c, "input.layout", "nchw is not available: the "

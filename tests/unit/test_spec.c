@@ -285,6 +285,26 @@ START_TEST(test_refused_at_submit_not_start)
                "input.normalize.mean[0]: 1e+300 overflows "
                "single precision, where the input is normalised: must be "
                "within +-3.40282347e+38");
+    /* x / 255 in [0, 1], less the mean, over the std: a tiny std passed
+     * and the run diverged (inf in fp16) */
+    char e[512];
+    ck_assert_int_eq(parse_with("input.normalize.std=[1e-30]", e, sizeof e),
+                     TD_E_SPEC);
+    ck_assert_str_eq(e, "input.normalize.std[0]: 1e-30 lets a normalised "
+                     "pixel reach 7.14e+29 ((1 - mean 0.286) / std, pixels "
+                     "scaled to [0, 1]): beyond +-65504, the largest finite "
+                     "fp16 value; with this mean, std must be at least "
+                     "1.09002e-05");
+    ck_assert_int_eq(parse_with("input.normalize.mean=[-3]\n"
+                                "input.normalize.std=[5e-5]", e, sizeof e),
+                     TD_E_SPEC);
+    ck_assert_str_eq(e, "input.normalize.std[0]: 5e-05 lets a normalised "
+                     "pixel reach 80000 ((1 - mean -3) / std, pixels scaled "
+                     "to [0, 1]): beyond +-65504, the largest finite fp16 "
+                     "value; with this mean, std must be at least "
+                     "6.10656e-05");
+    ck_assert_int_eq(parse_with("input.normalize.std=[1.1e-5]", e, sizeof e),
+                     0);
 }
 END_TEST
 
@@ -412,6 +432,17 @@ START_TEST(test_augment_geometry)
     ck_assert_int_eq(parse_with("input.augment=[{\"op\":\"resize\","
                                 "\"size\":28}]",
                                 err, sizeof err),
+                     0);
+    /* a pad as large as the crop's side: some crops are all padding */
+    char e[512];
+    ck_assert_int_eq(parse_with("input.size=[28,32]\n"
+                                "input.augment[0].pad=28", e, sizeof e),
+                     TD_E_SPEC);
+    ck_assert_str_eq(e, "input.augment[0].pad: 28 is not less than the "
+                     "crop's side (input.size [28, 32]): a crop shifted by "
+                     "up to 28 pixels can miss the image and be all "
+                     "padding; must be at most 27");
+    ck_assert_int_eq(parse_with("input.augment[0].pad=27", err, sizeof err),
                      0);
 }
 END_TEST
