@@ -325,7 +325,8 @@ static void cmd_submit(td_client *c, td_request *req)
     td_fscred ucred = {0};
     if (c->uid != 0 && c->uid != geteuid() && td_fscred_can_switch())
         td_fscred_for_uid(c->uid, &ucred, NULL, 0);
-    if ((lrc = td_job_precheck(&parsed, models, &ucred, err, sizeof err))) {
+    if ((lrc = td_job_precheck(&parsed, models, &ucred, 0, NULL, err,
+                               sizeof err))) {
         ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
         td_spec_free(&parsed);
         return;

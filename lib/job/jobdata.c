@@ -126,7 +126,8 @@ void td_job_data_close(td_job_data *d)
 }
 
 int td_job_precheck(const td_job_spec *s, const char *models_dir,
-                    const td_fscred *cred, char *err, size_t errcap)
+                    const td_fscred *cred, int synthetic_steps,
+                    td_job_size *size, char *err, size_t errcap)
 {
     td_job_data d = {0};
     int rc, classes = s->data.classes > 0 ? s->data.classes : 10;
@@ -169,6 +170,13 @@ int td_job_precheck(const td_job_spec *s, const char *models_dir,
                  "of data.train%s: a training epoch drops its last partial "
                  "batch, so no step would run", s->batch_size, ntrain, why);
         rc = TD_E_SPEC;
+    }
+    if (rc == 0) { /* the schedule against the run's length */
+        td_job_size z;
+        td_job_size_set(&z, s, ntrain, held, synthetic_steps);
+        rc = td_job_size_rules(s, &z, err, errcap);
+        if (rc == 0 && size)
+            *size = z;
     }
     return rc;
 }

@@ -31,10 +31,38 @@ int td_job_data_open(const td_job_spec *s, const struct td_fscred *cred,
                      td_job_data *out, char *err, size_t errcap);
 void td_job_data_close(td_job_data *d);
 
+/* Steps per epoch on synthetic input unless told otherwise (traind --run
+ * --steps N; the daemon always runs this many). */
+#define TD_JOB_SYNTHETIC_STEPS 100
+
+/* How long a job's run is, counted as the runner counts it: a training
+ * epoch is data.train's samples (after data.val_fraction) in whole
+ * batches, its last partial batch dropped (the pipeline's drop_last), or
+ * the synthetic epoch's steps. */
+typedef struct td_job_size {
+    size_t train;            /* samples of data.train (0: synthetic) */
+    size_t held;             /* of them held out by data.val_fraction */
+    int64_t steps_per_epoch;
+    int64_t steps;           /* epochs x steps_per_epoch */
+} td_job_size;
+
+/* Fills z for spec s; synthetic_steps 0: TD_JOB_SYNTHETIC_STEPS
+ * (runsize.c). */
+void td_job_size_set(td_job_size *z, const td_job_spec *s, size_t train,
+                     size_t held, int synthetic_steps);
+/* The rules that need the run's length (runsize.c): a warm-up as long as
+ * the run, a step schedule whose first decay comes after its end.  0, or
+ * TD_E_SPEC with "path: rule" in err. */
+int td_job_size_rules(const td_job_spec *s, const td_job_size *z, char *err,
+                      size_t errcap);
+
 /* Everything about a spec that can be known before it runs: its data (as
- * above) and its model, built for its input and classes.  models_dir:
- * where zoo names are looked up. */
+ * above), its model, built for its input and classes, and the length of
+ * its run (td_job_size_rules).  models_dir: where zoo names are looked
+ * up; synthetic_steps: as for td_job_size_set; size (may be NULL)
+ * receives the run's length when the checks pass. */
 int td_job_precheck(const td_job_spec *s, const char *models_dir,
-                    const struct td_fscred *cred, char *err, size_t errcap);
+                    const struct td_fscred *cred, int synthetic_steps,
+                    td_job_size *size, char *err, size_t errcap);
 
 #endif

@@ -339,7 +339,8 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     tc.epochs = s->epochs;
     tc.synthetic = synthetic;
     tc.steps_per_epoch = synthetic ? (opts->synthetic_steps > 0
-                                          ? opts->synthetic_steps : 100)
+                                          ? opts->synthetic_steps
+                                          : TD_JOB_SYNTHETIC_STEPS)
                                    : td_pipeline_batches_per_epoch(r->train);
     /* A job shorter than warm-up + one window would end without a
      * window, so without samples/s or a verdict: shrink both to fit

@@ -190,6 +190,39 @@ START_TEST(test_submit_refuses_unsupported_precision)
 }
 END_TEST
 
+/* A warm-up as long as the run is refused at submit, naming how the
+ * run's steps were counted (synthetic input: 100 an epoch); one step
+ * shorter is accepted, and the job runs exactly that many steps. */
+START_TEST(test_submit_refuses_warmup_past_the_run)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *spec = th_tiny_spec(1, 0);
+    json_object_set_new(json_object_get(spec, "optimizer"), "schedule",
+                        json_pack("{s:i}", "warmup_steps", 100));
+    json_t *r = th_request(fd, "submit", json_pack("{s:O}", "spec", spec));
+    ck_assert_str_eq(th_err_class(r), "invalid_spec");
+    const char *desc = json_string_value(
+        json_object_get(json_object_get(r, "error"), "desc"));
+    ck_assert_str_eq(desc, "optimizer.schedule.warmup_steps: 100, but the "
+                     "run has 100 steps (1 epoch x 100 steps of synthetic "
+                     "input): the learning rate would never leave the "
+                     "warm-up");
+    json_decref(r);
+    json_object_set_new(json_object_get(json_object_get(spec, "optimizer"),
+                                        "schedule"),
+                        "warmup_steps", json_integer(99));
+    int64_t id = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, id, "completed", 30000));
+    r = th_job_request(fd, "show", id);
+    json_t *job = json_object_get(th_ok(r), "job");
+    ck_assert_int_eq(json_integer_value(json_object_get(job, "step")), 100);
+    ck_assert_int_eq(json_integer_value(json_object_get(job, "steps_total")),
+                     100);
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
 START_TEST(test_pause_resume_pending)
 {
     int fd = th_connect(&H, NULL);
@@ -438,6 +471,7 @@ static Suite *daemon_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_submit_list_show_cancel);
     tcase_add_test(tc, test_submit_refuses_unsupported_precision);
+    tcase_add_test(tc, test_submit_refuses_warmup_past_the_run);
     tcase_add_test(tc, test_pause_resume_pending);
     tcase_add_test(tc, test_state_events_reach_subscriber);
     tcase_add_test(tc, test_other_uid_may_not_control);

@@ -142,7 +142,7 @@ static int job(const char *json, td_job_data *d, char *err, size_t cap)
     ck_assert_msg(td_spec_parse(root, NULL, &s, err, cap) == 0, "%s", err);
     json_decref(root);
     int rc = d ? td_job_data_open(&s, NULL, d, err, cap)
-               : td_job_precheck(&s, ".", NULL, err, cap);
+               : td_job_precheck(&s, ".", NULL, 0, NULL, err, cap);
     td_spec_free(&s);
     return rc;
 }
@@ -210,6 +210,86 @@ START_TEST(test_job_data_and_precheck)
 }
 END_TEST
 
+/* The schedule against the run's length, known once the data is counted:
+ * a warm-up as long as the run and a step schedule whose first decay
+ * comes after its end are refused, naming how the steps were counted. */
+static int sized(const char *json, int synthetic_steps, td_job_size *z,
+                 char *err, size_t cap)
+{
+    td_job_spec s;
+    json_t *root = json_loads(json, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    ck_assert_msg(td_spec_parse(root, NULL, &s, err, cap) == 0, "%s", err);
+    json_decref(root);
+    memset(z, 0, sizeof *z);
+    int rc = td_job_precheck(&s, ".", NULL, synthetic_steps, z, err, cap);
+    td_spec_free(&s);
+    return rc;
+}
+
+/* 30 samples, 0.34 held out: 20 left, 3 batches of 6 (2 dropped) */
+static void sched(char *out, size_t cap, const char *type, int warm,
+                  int size, const char *tree, const char *model)
+{
+    snprintf(out, cap, "{\"optimizer\": {\"lr\": 0.1, \"schedule\": "
+             "{\"type\": \"%s\", \"warmup_steps\": %d, \"step_size\": "
+             "%d}}, \"input\": {\"size\": [8, 8]}, \"data\": {\"train\": "
+             "\"%s\", \"val_fraction\": 0.34}, %s, \"batch_size\": 6, "
+             "\"epochs\": 2}", type, warm, size, tree, model);
+}
+
+START_TEST(test_schedule_against_run_length)
+{
+    char tree[128], spec[2048], err[1024];
+    td_job_size z;
+    const char *flat = "\"model\": {\"layers\": [{\"type\": \"flatten\", "
+                       "\"name\": \"f\"}, {\"type\": \"dense\", \"name\": "
+                       "\"fc\", \"units\": \"classes\"}]}";
+    snprintf(tree, sizeof tree, "%s/tree", tmp);
+    td_test_make_folder(tree, 10, 3, 8, 8);
+    sched(spec, sizeof spec, "cosine", 6, 1000, tree, flat);
+    ck_assert_int_eq(sized(spec, 0, &z, err, sizeof err), TD_E_SPEC);
+    ck_assert_str_eq(err, "optimizer.schedule.warmup_steps: 6, but the run "
+                     "has 6 steps (2 epochs x 3 steps of batch_size 6 from "
+                     "the 20 samples of data.train left after "
+                     "data.val_fraction 0.34): the learning rate would "
+                     "never leave the warm-up");
+    sched(spec, sizeof spec, "cosine", 5, 1000, tree, flat);
+    ck_assert_msg(sized(spec, 0, &z, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(z.train, 20);
+    ck_assert_int_eq(z.held, 10);
+    ck_assert_int_eq(z.steps_per_epoch, 3);
+    ck_assert_int_eq(z.steps, 6);
+    /* step: the first decay after warmup_steps + step_size steps */
+    sched(spec, sizeof spec, "step", 2, 4, tree, flat);
+    ck_assert_int_eq(sized(spec, 0, &z, err, sizeof err), TD_E_SPEC);
+    ck_assert_str_eq(err, "optimizer.schedule.step_size: 4, but the run has "
+                     "6 steps (2 epochs x 3 steps of batch_size 6 from the "
+                     "20 samples of data.train left after data.val_fraction "
+                     "0.34): its first decay would come after 6 steps "
+                     "(warmup_steps 2 + step_size 4), so the learning rate "
+                     "would never decay");
+    sched(spec, sizeof spec, "step", 2, 3, tree, flat);
+    ck_assert_msg(sized(spec, 0, &z, err, sizeof err) == 0, "%s", err);
+    /* cosine and constant ignore step_size */
+    sched(spec, sizeof spec, "constant", 0, 1000, tree, flat);
+    ck_assert_msg(sized(spec, 0, &z, err, sizeof err) == 0, "%s", err);
+    /* synthetic input: 100 steps an epoch, or as many as asked */
+    snprintf(spec, sizeof spec, "{\"optimizer\": {\"lr\": 0.1, "
+             "\"schedule\": {\"warmup_steps\": 100}}, \"input\": "
+             "{\"size\": [8, 8], \"source\": \"synthetic\"}, %s, "
+             "\"epochs\": 1}", flat);
+    ck_assert_int_eq(sized(spec, 0, &z, err, sizeof err), TD_E_SPEC);
+    ck_assert_str_eq(err, "optimizer.schedule.warmup_steps: 100, but the "
+                     "run has 100 steps (1 epoch x 100 steps of synthetic "
+                     "input): the learning rate would never leave the "
+                     "warm-up");
+    ck_assert_msg(sized(spec, 101, &z, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(z.steps, 101);
+    ck_assert_int_eq(z.train, 0);
+}
+END_TEST
+
 static Suite *classes_suite(void)
 {
     Suite *s = suite_create("classes");
@@ -219,6 +299,7 @@ static Suite *classes_suite(void)
     tcase_add_test(tc, test_classes_txt);
     tcase_add_test(tc, test_split_is_stratified_and_deterministic);
     tcase_add_test(tc, test_job_data_and_precheck);
+    tcase_add_test(tc, test_schedule_against_run_length);
     suite_add_tcase(s, tc);
     return s;
 }
