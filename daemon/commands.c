@@ -20,11 +20,9 @@
 #include "base/error.h"
 #include "base/fscred.h"
 #include "base/log.h"
-#include "job/jobdata.h"
+#include "job/jobcheck.h"
 #include "daemon.h"
-#include "job/finetune.h"
 #include "backend/cpu/caps.h"
-#include "job/precision.h"
 #include "job/spec.h"
 #include "obs.h"
 #include "remove.h"
@@ -101,42 +99,28 @@ static void cmd_version(td_client *c, td_request *req)
                              c->d->device_desc, "devices", dev));
 }
 
-/* init: an absolute path the submitter may read, whose tensors fit the
- * model (finetune.h), refused now rather than when the job starts.  Read
- * with the submitter's identity when the daemon can take it on; else
- * only a file its owner bits (or the other bits) let uid read. */
-static int td__check_init(uid_t uid, const td_job_spec *s, const char *models,
-                          char *err, size_t cap)
+/* init: an absolute path the submitter may read; whether its tensors fit
+ * the model is td_job_check's (read as the submitter there, when the
+ * daemon can take on their identity).  A daemon that cannot takes only a
+ * file its owner bits (or the other bits) let uid read. */
+static int td__init_access(uid_t uid, const td_job_spec *s, char *err,
+                           size_t cap)
 {
-    td_fscred cred;
-    td_fscred_saved saved;
     struct stat st;
-    int rc;
     if (s->init.n == 0)
-        return td_job_check_init(s, models, err, cap);
+        return 0;
     if (s->init.v[0][0] != '/') {
         snprintf(err, cap, "init: '%s' must be an absolute path (trainctl "
                  "submit resolves relative ones)", s->init.v[0]);
         return TD_E_SPEC;
     }
-    if (!td_fscred_can_switch()) {
-        if (stat(s->init.v[0], &st) == 0 &&
-            !(st.st_uid == uid ? st.st_mode & S_IRUSR : st.st_mode & S_IROTH)) {
-            snprintf(err, cap, "init: %s is not readable by uid %u",
-                     s->init.v[0], (unsigned)uid);
-            return -EACCES;
-        }
-        return td_job_check_init(s, models, err, cap);
-    }
-    if ((rc = td_fscred_for_uid(uid, &cred, err, cap)))
-        return -EACCES;
-    if ((rc = td_fscred_enter(&cred, &saved))) {
-        snprintf(err, cap, "init: cannot read as uid %u", (unsigned)uid);
+    if (!td_fscred_can_switch() && stat(s->init.v[0], &st) == 0 &&
+        !(st.st_uid == uid ? st.st_mode & S_IRUSR : st.st_mode & S_IROTH)) {
+        snprintf(err, cap, "init: %s is not readable by uid %u",
+                 s->init.v[0], (unsigned)uid);
         return -EACCES;
     }
-    rc = td_job_check_init(s, models, err, cap);
-    td_fscred_leave(&saved);
-    return rc;
+    return 0;
 }
 
 /* The name check, the per-user bound and the queueing, the same for
@@ -285,21 +269,6 @@ static void cmd_submit(td_client *c, td_request *req)
         td_spec_free(&parsed);
         return;
     }
-    /* the device now, not when the job starts: a cuda job on a daemon
-     * without a usable GPU would wait in the queue to fail */
-    td_device_choice dch;
-    char derr[512];
-    if (td_device_select(parsed.device, &c->d->devices, &dch, derr,
-                         sizeof derr)) {
-        ERRF(c, req, TD_ERR_INVALID_SPEC, "device: %s", derr);
-        td_spec_free(&parsed);
-        return;
-    }
-    if (td_precision_check_job(&parsed, &c->d->devices, err, sizeof err)) {
-        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
-        td_spec_free(&parsed);
-        return;
-    }
     char models[4096];
     td_model *model = NULL;
     td_models_dir(NULL, models, sizeof models);
@@ -312,22 +281,28 @@ static void cmd_submit(td_client *c, td_request *req)
         lrc = td_limits_check_disk(ckdir, &parsed, model, err, sizeof err);
     }
     td_model_free(model);
-    if (lrc || (lrc = td__check_init(c->uid, &parsed, models, err,
-                                     sizeof err))) {
+    /* Files are read as the submitter (jobdata.h): the datasets opened
+     * as the trainer will, init's tensors, a model file. */
+    td_fscred ucred = {0};
+    if (lrc == 0)
+        lrc = td__init_access(c->uid, &parsed, err, sizeof err);
+    if (lrc == 0 && c->uid != 0 && c->uid != geteuid() &&
+        td_fscred_can_switch() &&
+        td_fscred_for_uid(c->uid, &ucred, err, sizeof err) &&
+        parsed.init.n) /* no identity to read init as (the data's rights
+                          were checked above, by td_access_check_spec) */
+        lrc = -EACCES;
+    /* The checks traind --run makes too (jobcheck.h): the device, the
+     * precision, init, the data, the model and the run's length, now and
+     * not when the job starts hours later. */
+    td_job_check_opts co = {.devices = &c->d->devices, .models_dir = models,
+                            .cred = &ucred};
+    td_job_checked chk;
+    if (lrc == 0)
+        lrc = td_job_check(&parsed, &co, &chk, err, sizeof err);
+    if (lrc) {
         ERRF(c, req, lrc == -EACCES ? TD_ERR_PERMISSION : TD_ERR_INVALID_SPEC,
              "%s", err);
-        td_spec_free(&parsed);
-        return;
-    }
-    /* Classes, labels and the model now, not when the job starts hours
-     * later (jobdata.h): the datasets opened as the trainer will, as the
-     * submitting user. */
-    td_fscred ucred = {0};
-    if (c->uid != 0 && c->uid != geteuid() && td_fscred_can_switch())
-        td_fscred_for_uid(c->uid, &ucred, NULL, 0);
-    if ((lrc = td_job_precheck(&parsed, models, &ucred, 0, NULL, err,
-                               sizeof err))) {
-        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
         td_spec_free(&parsed);
         return;
     }

@@ -1,10 +1,12 @@
 /* run.c - `traind --run JOB.json`: one job in the foreground.
  *
- * Owns: loading the job file (lib/spec, with --set overrides), running it
- * through lib/runner, and printing one line per window and per epoch as
- * text or JSON lines, then a `done` line.  SIGINT/SIGTERM stop at a step
- * boundary (with a final checkpoint when --checkpoint-dir is given).
- * Never does: anything the daemon does (sockets, job records).
+ * Owns: loading the job file (lib/spec, with --set overrides), the checks
+ * the daemon makes at submit (lib/job/jobcheck.h: the same function),
+ * running it through lib/runner on the device they chose, and printing
+ * one line per window and per epoch as text or JSON lines, then a `done`
+ * line.  SIGINT/SIGTERM stop at a step boundary (with a final checkpoint
+ * when --checkpoint-dir is given).  Never does: anything only the daemon
+ * does (sockets, job records, its settings' limits, who may read what).
  */
 #include "run.h"
 
@@ -23,6 +25,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "job/jobcheck.h"
 #include "job/runner.h"
 #include "model/zoo.h"
 #include "job/spec.h"
@@ -98,15 +101,27 @@ int td_run_job(const char *path, const td_run_options *opt)
     td_job_spec spec;
     td_runner *r = NULL;
     td_runner_result res;
-    char err[1024] = "", models[4096];
-    int rc;
+    char err[1024] = "", models[4096], device[32];
+    int rc, refused = 1; /* until the job passed what submit checks */
     memset(&spec, 0, sizeof spec);
     rc = td_spec_load_file(path, opt->sets, opt->nsets, &spec, err,
                            sizeof err);
     if (rc)
         goto out;
     td_models_dir(path, models, sizeof models);
+    /* What the daemon checks at submit, with the same function and so
+     * the same messages, before anything is built (jobcheck.h). */
+    td_device_info devices;
+    td_device_probe(&devices);
+    td_job_check_opts co = {.devices = &devices, .models_dir = models,
+                            .synthetic_steps = opt->synthetic_steps};
+    td_job_checked chk;
+    if ((rc = td_job_check(&spec, &co, &chk, err, sizeof err)))
+        goto out;
+    refused = 0;
+    td_job_device_name(&chk.device, device, sizeof device);
     td_runner_opts ro = {.spec = &spec, .models_dir = models,
+                         .device = device,
                          .ckpt_dir = opt->checkpoint_dir,
                          .resume = opt->resume,
                          .synthetic_steps = opt->synthetic_steps,
@@ -167,5 +182,5 @@ out:
                                                           : td_strerror(rc));
     td_runner_free(r);
     td_spec_free(&spec);
-    return rc ? 1 : 0;
+    return !rc ? 0 : refused ? TD_RUN_REFUSED : 1;
 }

@@ -13,8 +13,14 @@ typedef struct td_run_options {
     int resume;                /* continue from the newest checkpoint there */
 } td_run_options;
 
-/* Returns the process exit status: 0 on success, 1 on any error (after
- * printing a message naming the job file and the problem to stderr). */
+/* The exit status of a job refused before it started: its file does not
+ * parse, or the checks `trainctl submit` gets refuse it (the same
+ * messages; nothing was built or run). */
+#define TD_RUN_REFUSED 3
+
+/* Returns the process exit status: 0 on success, TD_RUN_REFUSED, or 1 when
+ * the job failed once started (after printing a message naming the job
+ * file and the problem to stderr). */
 int td_run_job(const char *path, const td_run_options *opt);
 
 #endif

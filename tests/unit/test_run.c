@@ -1,6 +1,7 @@
 /* test_run.c - `traind --run JOB.json` as a user runs it: JSON lines per
- * window and epoch and a final done line, exit 0; a bad job file or
- * missing data exit 1 with a message naming the problem.  Runs the built
+ * window and epoch and a final done line, exit 0; a bad job file, missing
+ * data, or anything else `trainctl submit` refuses exit 3 before it
+ * starts, with the daemon's message naming the problem.  Runs the built
  * traind binary on a small generated dataset (12x12, 10 classes), written
  * as IDX files and packed into shards by the built trainctl. */
 #include <stdio.h>
@@ -82,32 +83,48 @@ static void teardown(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-/* Writes a job file with `extra` spliced into the top level; runs traind
- * on it; returns the exit status and the output (stdout + stderr). */
-static int run(const char *extra, const char *train, char *out, size_t cap)
+/* Writes a job file with `extra` spliced into the top level (it names
+ * epochs and optimizer) and `data` as its data section (NULL: train from
+ * `train`, val from val); runs traind on it with `args` added (may be
+ * ""); returns the exit status and the output (stdout + stderr). */
+static int run_data(const char *extra, const char *data, const char *train,
+                    const char *args, char *out, size_t cap)
 {
     const char *src = getenv("TD_SOURCE_ROOT"), *bld = getenv("TD_BUILD_ROOT");
-    char job[128], cmd[1024];
+    char job[128], cmd[1024], d[512];
+    if (data)
+        snprintf(d, sizeof d, "%s", data);
+    else
+        snprintf(d, sizeof d, "{\"train\": \"%s/%s\", \"val\": "
+                 "\"%s/val\", \"classes\": 10}", dir, train, dir);
     snprintf(job, sizeof job, "%s/job.json", dir);
     FILE *f = fopen(job, "w");
-    fprintf(f, "{\"name\": \"t\", %s \"data\": {\"train\": \"%s/%s\", "
-            "\"val\": \"%s/val\", \"classes\": 10}, \"model\": "
+    fprintf(f, "{\"name\": \"t\", %s \"data\": %s, \"model\": "
             "\"%s/config/models/fmnist-cnn.json\", \"input\": {\"size\": "
             "[12, 12], \"channels\": 1, \"workers\": 2, \"normalize\":"
-            " {\"mean\": [0.1], \"std\": [0.3]}}, \"optimizer\": {\"lr\": "
-            "0.05, \"schedule\": {\"type\": \"cosine\", \"warmup_steps\": 4}},"
+            " {\"mean\": [0.1], \"std\": [0.3]}},"
             " \"metrics\": {\"warmup_steps\": 0, \"window_steps\": 4},"
-            " \"batch_size\": 32, \"epochs\": 2, \"threads\": 1}\n", extra,
-            dir, train, dir, src ? src : ".");
+            " \"batch_size\": 32, \"threads\": 1}\n", extra, d,
+            src ? src : ".");
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s/daemon/traind --run %s --json 2>&1",
-             bld ? bld : ".", job);
+    snprintf(cmd, sizeof cmd, "%s/daemon/traind --run %s --json %s 2>&1",
+             bld ? bld : ".", job, args);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
     size_t n = fread(out, 1, cap - 1, p);
     out[n] = 0;
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The usual job: 2 epochs, cosine after 4 warm-up steps, then `extra`. */
+static int run(const char *extra, const char *train, char *out, size_t cap)
+{
+    char x[512];
+    snprintf(x, sizeof x, "%s \"epochs\": 2, \"optimizer\": {\"lr\": "
+             "0.05, \"schedule\": {\"type\": \"cosine\", \"warmup_steps\":"
+             " 4}},", extra);
+    return run_data(x, NULL, train, "", out, cap);
 }
 
 static int count(const char *s, const char *what)
@@ -138,7 +155,7 @@ START_TEST(test_run_rejects_unknown_key)
 {
     static char out[65536];
     int rc = run("\"optimiser\": {},", "train", out, sizeof out);
-    ck_assert_int_eq(rc, 1);
+    ck_assert_int_eq(rc, 3); /* refused before it started */
     ck_assert_msg(strstr(out, "optimiser: unknown key") != NULL, "%s", out);
     ck_assert_int_eq(count(out, "\"event\""), 0);
 }
@@ -148,9 +165,92 @@ START_TEST(test_run_names_missing_data)
 {
     static char out[65536];
     int rc = run("", "nothere", out, sizeof out);
-    ck_assert_int_eq(rc, 1);
+    ck_assert_int_eq(rc, 3);
     ck_assert_msg(strstr(out, "data.train: ") && strstr(out, "/nothere") &&
                   strstr(out, "No such file or directory"), "%s", out);
+}
+END_TEST
+
+/* What `trainctl submit` refuses, traind --run refuses before it starts,
+ * with the same message and exit status 3 (TD_RUN_REFUSED): nothing
+ * runs. */
+START_TEST(test_run_refuses_what_submit_refuses)
+{
+    static char out[65536];
+    char want[1024];
+    /* 256 samples in batches of 32, 2 epochs: the run is 16 steps */
+    const char *sched = "\"epochs\": 2, \"optimizer\": {\"lr\": 0.05, "
+                        "\"schedule\": {\"warmup_steps\": 16}},";
+    int rc = run_data(sched, NULL, "train", "", out, sizeof out);
+    snprintf(want, sizeof want, "traind: %s/job.json: optimizer.schedule."
+             "warmup_steps: 16, but the run has 16 steps (2 epochs x 8 steps "
+             "of batch_size 32 from the 256 samples of data.train): the "
+             "learning rate would never leave the warm-up\n", dir);
+    ck_assert_int_eq(rc, 3);
+    ck_assert_str_eq(out, want);
+    /* synthetic input, 100 steps an epoch: the daemon's words
+     * (test_daemon); --steps makes the epoch longer */
+    const char *synth = "\"epochs\": 1, \"optimizer\": {\"lr\": 0.05, "
+                        "\"schedule\": {\"warmup_steps\": 100}},";
+    rc = run_data(synth, NULL, "train", "--set input.source=synthetic", out,
+                  sizeof out);
+    snprintf(want, sizeof want, "traind: %s/job.json: optimizer.schedule."
+             "warmup_steps: 100, but the run has 100 steps (1 epoch x 100 "
+             "steps of synthetic input): the learning rate would never leave "
+             "the warm-up\n", dir);
+    ck_assert_int_eq(rc, 3);
+    ck_assert_str_eq(out, want);
+    rc = run_data(synth, NULL, "train", "--set input.source=synthetic "
+                  "--steps 101 --set device=cuda:15", out, sizeof out);
+    ck_assert_int_eq(rc, 3); /* past the warm-up, to the device */
+    ck_assert_msg(strstr(out, "device: ") && strstr(out, "cuda:15") &&
+                  strstr(out, "not available"), "%s", out);
+    /* a batch larger than the data: failed at start, now refused before */
+    rc = run_data(sched, NULL, "train", "--set batch_size=257", out,
+                  sizeof out);
+    ck_assert_int_eq(rc, 3);
+    ck_assert_msg(strstr(out, "batch_size: 257 is more than the 256 samples "
+                         "of data.train: a training epoch drops its last "
+                         "partial batch, so no step would run"), "%s", out);
+    ck_assert_int_eq(count(out, "\"event\""), 0);
+}
+END_TEST
+
+/* The run's length as the check counts it is the one the run has: a
+ * held-out share (stratified by class, so not simply a fraction) leaves
+ * some samples, in whole batches; the refusal names the count, and one
+ * warm-up step fewer runs exactly that many steps. */
+START_TEST(test_run_length_is_the_runs)
+{
+    static char out[65536];
+    char data[256], extra[256];
+    snprintf(data, sizeof data, "{\"train\": \"%s/train\", "
+             "\"val_fraction\": 0.3, \"classes\": 10}", dir);
+    int rc = run_data("\"epochs\": 3, \"optimizer\": {\"lr\": 0.05, "
+                      "\"schedule\": {\"warmup_steps\": 1000}},", data,
+                      NULL, "", out, sizeof out);
+    ck_assert_int_eq(rc, 3);
+    long long steps = 0, per = 0;
+    size_t left = 0;
+    const char *p = strstr(out, "but the run has ");
+    ck_assert_msg(p && sscanf(p, "but the run has %lld steps (3 epochs x "
+                              "%lld steps of batch_size 32 from the %zu "
+                              "samples of data.train left after "
+                              "data.val_fraction 0.3)", &steps, &per,
+                              &left) == 3, "%s", out);
+    ck_assert_int_eq(per, (long long)(left / 32));
+    ck_assert_int_eq(steps, 3 * per);
+    ck_assert(left < 256 && left > 128);
+    snprintf(extra, sizeof extra, "\"epochs\": 3, \"optimizer\": "
+             "{\"lr\": 0.05, \"schedule\": {\"warmup_steps\": %lld}},",
+             steps - 1);
+    rc = run_data(extra, data, NULL, "", out, sizeof out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    const char *done = strstr(out, "{\"event\":\"done\"");
+    ck_assert_msg(done != NULL, "%s", out);
+    char want[64];
+    snprintf(want, sizeof want, "\"steps\":%lld,", steps);
+    ck_assert_msg(strstr(done, want), "%s in %s", want, done);
 }
 END_TEST
 
@@ -163,6 +263,8 @@ static Suite *run_suite(void)
     tcase_add_test(tc, test_run_prints_windows_epochs_done);
     tcase_add_test(tc, test_run_rejects_unknown_key);
     tcase_add_test(tc, test_run_names_missing_data);
+    tcase_add_test(tc, test_run_refuses_what_submit_refuses);
+    tcase_add_test(tc, test_run_length_is_the_runs);
     suite_add_tcase(s, tc);
     return s;
 }
