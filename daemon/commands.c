@@ -124,9 +124,11 @@ static int td__init_access(uid_t uid, const td_job_spec *s, char *err,
 }
 
 /* The name check, the per-user bound and the queueing, the same for
- * every kind of job.  Takes norm. */
+ * every kind of job.  Takes norm.  steps: the run's training steps for
+ * the reply (< 0: none, an eval or predict job). */
 static void td__enqueue(td_client *c, td_request *req, json_t *norm,
-                        const char *dflt_name, const char *task)
+                        const char *dflt_name, const char *task,
+                        int64_t steps)
 {
     json_t *name = json_object_get(req->args, "name");
     const char *n = json_string_value(name);
@@ -167,8 +169,11 @@ static void td__enqueue(td_client *c, td_request *req, json_t *norm,
         td_logf(TD_LOG_INFO, j->id, "%s job: checkpoint %s", task,
                 json_string_value(json_object_get(j->spec, "checkpoint")));
     td_daemon_persist_job(c->d, j);
-    td__ok(c, req, json_pack("{s:I, s:s}", "job", (json_int_t)j->id,
-                             "state", td_job_state_name(j->state)));
+    json_t *ok = json_pack("{s:I, s:s}", "job", (json_int_t)j->id, "state",
+                           td_job_state_name(j->state));
+    if (ok && steps >= 0) /* the size of what was asked for */
+        json_object_set_new(ok, "steps", json_integer(steps));
+    td__ok(c, req, ok);
     td_daemon_schedule(c->d);
 }
 
@@ -195,7 +200,7 @@ static void td__submit_infer(td_client *c, td_request *req, json_t *spec)
     json_t *norm = td_infer_spec_to_json(&is);
     enum td_task t = is.task;
     td_infer_spec_free(&is);
-    td__enqueue(c, req, norm, name, td_task_name(t));
+    td__enqueue(c, req, norm, name, td_task_name(t), -1);
 }
 
 /* spec with the daemon's settings for what it leaves out (a copy):
@@ -310,7 +315,7 @@ static void cmd_submit(td_client *c, td_request *req)
     char dflt[80];
     snprintf(dflt, sizeof dflt, "%s", parsed.name ? parsed.name : "");
     td_spec_free(&parsed);
-    td__enqueue(c, req, norm, dflt, NULL);
+    td__enqueue(c, req, norm, dflt, NULL, chk.size.steps);
 }
 
 static void cmd_list(td_client *c, td_request *req)

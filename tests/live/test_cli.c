@@ -416,6 +416,7 @@ START_TEST(test_extend_completed_job)
     json_t *ok = json_object_get(r, "ok");
     ck_assert_int_eq(json_integer_value(json_object_get(ok, "job")), 2);
     ck_assert_int_eq(json_integer_value(json_object_get(ok, "extends")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(ok, "steps")), 200);
     char init[512];
     snprintf(init, sizeof init, "%s",
              json_string_value(json_object_get(ok, "init")));
@@ -465,6 +466,15 @@ START_TEST(test_extend_completed_job)
 
     ck_assert_int_eq(CLI(NULL, &err, "extend", "1"), 2);
     ck_assert_msg(strstr(err, "--epochs"), "%s", err);
+    free(err);
+    /* the extended run is a new job with its own schedule: the rules on
+     * the run's length apply to its epochs */
+    ck_assert_int_eq(CLI(NULL, &err, "extend", "1", "--epochs", "1", "--set",
+                         "optimizer.schedule.warmup_steps=100"), 1);
+    ck_assert_msg(strstr(err, "optimizer.schedule.warmup_steps: 100, but the "
+                         "run has 100 steps (1 epoch x 100 steps of "
+                         "synthetic input): the learning rate would never "
+                         "leave the warm-up"), "%s", err);
     free(err);
     ck_assert_int_eq(CLI(NULL, &err, "extend", "42", "--epochs", "1"), 1);
     ck_assert_msg(strstr(err, "no job 42"), "%s", err);

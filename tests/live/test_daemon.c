@@ -192,7 +192,8 @@ END_TEST
 
 /* A warm-up as long as the run is refused at submit, naming how the
  * run's steps were counted (synthetic input: 100 an epoch); one step
- * shorter is accepted, and the job runs exactly that many steps. */
+ * shorter is accepted, the reply gives the run's steps, and the job runs
+ * exactly that many. */
 START_TEST(test_submit_refuses_warmup_past_the_run)
 {
     int fd = th_connect(&H, NULL);
@@ -211,7 +212,13 @@ START_TEST(test_submit_refuses_warmup_past_the_run)
     json_object_set_new(json_object_get(json_object_get(spec, "optimizer"),
                                         "schedule"),
                         "warmup_steps", json_integer(99));
-    int64_t id = th_submit(fd, spec);
+    /* the reply says how many steps were asked for */
+    r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec));
+    ck_assert_ptr_nonnull(th_ok(r));
+    int64_t id = json_integer_value(json_object_get(th_ok(r), "job"));
+    ck_assert_int_eq(json_integer_value(json_object_get(th_ok(r), "steps")),
+                     100);
+    json_decref(r);
     ck_assert(th_wait_state(fd, id, "completed", 30000));
     r = th_job_request(fd, "show", id);
     json_t *job = json_object_get(th_ok(r), "job");
