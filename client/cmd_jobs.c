@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "conn.h"
 #include "job/spec.h"
+#include "proto/protocol.h"
 #include "watch.h"
 
 /* ---- submit ----------------------------------------------------------- */
@@ -144,13 +145,17 @@ int td_cmd_submit(int argc, char **argv)
 
 /* ---- queue ------------------------------------------------------------ */
 
+/* Followed by the states, from lib/proto (the daemon's list). */
 static const char queue_usage[] =
     "usage: trainctl queue [--state STATE] [--json] [--socket PATH]\n"
     "       trainctl ls ...\n"
     "\n"
     "List jobs, oldest first: id, name, user, state, reason, progress,\n"
-    "samples/s, verdict, age.  --state keeps one state (pending, running,\n"
-    "suspended, completed, cancelled, failed).\n";
+    "samples/s, verdict, age.\n"
+    "\n"
+    "  --state STATE  only the jobs in STATE, one of the job states\n"
+    "\n"
+    "States: ";
 
 void td_fmt_age(double seconds, char *buf, size_t cap)
 {
@@ -202,13 +207,20 @@ static void td__progress(json_t *j, char *buf, size_t cap)
 
 int td_cmd_queue(int argc, char **argv)
 {
-    td_cli cli = {.usage = queue_usage};
+    char states[128], usage[sizeof queue_usage + sizeof states];
+    td_proto_job_states_list(states, sizeof states);
+    snprintf(usage, sizeof usage, "%s%s\n", queue_usage, states);
+    td_cli cli = {.usage = usage};
     const char *state = NULL;
     td_cli_flag flags[] = {{"--state", NULL, 1, &state, NULL, NULL},
                            {NULL, NULL, 0, NULL, NULL, NULL}};
     int rc = td_cli_parse(&cli, argc, argv, flags, 0, 0);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
+    /* A usage error, with or without a daemon (the daemon's list too). */
+    if (state && td_proto_job_state(state) < 0)
+        return td_cli_usage_error(&cli, "--state: expected one of %s, not "
+                                  "'%s'", states, state);
     td_conn c;
     if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
         return rc;

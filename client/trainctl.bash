@@ -69,7 +69,9 @@ _trainctl()
             COMPREPLY=($(compgen -W "auto cpu cuda cuda:0" -- "$cur"))
             return ;;
         --state)
-            COMPREPLY=($(compgen -W "pending running suspended completed cancelled failed" -- "$cur"))
+            # the job states as trainctl names them (its one list)
+            COMPREPLY=($(compgen -W "$(trainctl queue --help 2>/dev/null |
+                sed -n 's/^States: //p' | tr -d ,)" -- "$cur"))
             return ;;
         --index)
             COMPREPLY=($(compgen -W "0 1 2 4 8" -- "$cur"))

@@ -323,9 +323,9 @@ static void cmd_list(td_client *c, td_request *req)
     enum td_job_state want = TD_JOB_NSTATES;
     json_t *st = json_object_get(req->args, "state");
     if (st && td_job_state_parse(json_string_value(st), &want)) {
-        ERRF(c, req, TD_ERR_INVALID_ARGS,
-             "list: state must be one of pending, running, suspended, "
-             "completed, cancelled, failed");
+        char names[128];
+        ERRF(c, req, TD_ERR_INVALID_ARGS, "list: state must be one of %s",
+             td_proto_job_states_list(names, sizeof names));
         return;
     }
     json_t *arr = json_array();

@@ -9,25 +9,24 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "proto/protocol.h"
 
-static const char *const td__state_names[TD_JOB_NSTATES] = {
-    "pending", "running", "suspended", "completed", "cancelled", "failed",
-};
+/* The names are the protocol's (lib/proto), in the enum's order. */
+_Static_assert(TD_JOB_NSTATES == TD_PROTO_NJOB_STATES,
+               "enum td_job_state and td_proto_job_states differ");
 
 const char *td_job_state_name(enum td_job_state s)
 {
-    return (unsigned)s < TD_JOB_NSTATES ? td__state_names[s] : "unknown";
+    return (unsigned)s < TD_JOB_NSTATES ? td_proto_job_states[s] : "unknown";
 }
 
 int td_job_state_parse(const char *name, enum td_job_state *s)
 {
-    for (int i = 0; i < TD_JOB_NSTATES; i++) {
-        if (strcmp(name, td__state_names[i]) == 0) {
-            *s = (enum td_job_state)i;
-            return 0;
-        }
-    }
-    return -EINVAL;
+    int i = td_proto_job_state(name);
+    if (i < 0)
+        return -EINVAL;
+    *s = (enum td_job_state)i;
+    return 0;
 }
 
 int td_job_state_final(enum td_job_state s)

@@ -30,6 +30,7 @@
 #include "daemon.h"
 #include "dashboard.h"
 #include "http_guard.h"
+#include "proto/protocol.h"
 #include "settings.h"
 
 enum { TD__RECENT = 8, TD__PART = 256 * 1024 };
@@ -69,9 +70,6 @@ typedef struct td_obs {
     } curves[TD__RECENT];
     int ncurves;
 } td_obs;
-
-static const char *const td__state_names[TD_JOB_NSTATES] = {
-    "pending", "running", "suspended", "completed", "cancelled", "failed"};
 
 /* ---- trace waiters ---------------------------------------------------- */
 
@@ -308,8 +306,8 @@ static char *td__render(td_obs *o, size_t *len)
     p.scrapes = ++o->proc.scrapes;
     pthread_mutex_unlock(&o->mu);
     p.uptime_s = td_daemon_ts(o->d);
-    p.state_names = td__state_names;
-    p.nstates = TD_JOB_NSTATES;
+    p.state_names = td_proto_job_states;
+    p.nstates = TD_PROTO_NJOB_STATES;
     for (size_t cap = 16384; cap <= (64u << 20); cap *= 2) {
         char *buf = malloc(cap);
         if (!buf)

@@ -12,6 +12,35 @@
 #include "base/error.h"
 #include "base/json.h"
 
+/* ---- job states ------------------------------------------------------ */
+
+const char *const td_proto_job_states[TD_PROTO_NJOB_STATES] = {
+    "pending", "running", "suspended", "completed", "cancelled", "failed",
+};
+
+int td_proto_job_state(const char *name)
+{
+    for (int i = 0; name && i < TD_PROTO_NJOB_STATES; i++)
+        if (strcmp(name, td_proto_job_states[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *td_proto_job_states_list(char *buf, size_t cap)
+{
+    size_t n = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (int i = 0; i < TD_PROTO_NJOB_STATES && n < cap; i++) {
+        int w = snprintf(buf + n, cap - n, "%s%s", i ? ", " : "",
+                         td_proto_job_states[i]);
+        if (w < 0)
+            break;
+        n += (size_t)w;
+    }
+    return buf;
+}
+
 /* ---- framing ---------------------------------------------------------- */
 
 int td_linebuf_init(td_linebuf *lb, size_t max_line)

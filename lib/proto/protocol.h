@@ -38,6 +38,19 @@
 #define TD_ERR_CONFLICT "conflict"           /* not possible in this state */
 #define TD_ERR_INTERNAL "internal"
 
+/* ---- job states ------------------------------------------------------ */
+
+/* The states a job can be in, as the protocol names them (`list`'s
+ * `state`, `show`, `state` events), in the order of the daemon's enum
+ * td_job_state (daemon/jobs.h).  The one list: the daemon and trainctl
+ * (queue --state, its --help) both use it. */
+#define TD_PROTO_NJOB_STATES 6
+extern const char *const td_proto_job_states[TD_PROTO_NJOB_STATES];
+/* The index of a state's name in td_proto_job_states, or -1. */
+int td_proto_job_state(const char *name);
+/* "pending, running, ..., failed" into buf (truncated to cap); buf. */
+const char *td_proto_job_states_list(char *buf, size_t cap);
+
 /* ---- framing --------------------------------------------------------- */
 
 /* Accumulates bytes from a stream and cuts them into lines.  A line longer

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/caps.h"
 #include "daemon_harness.h"
+#include "proto/protocol.h"
 #include "tdtest.h"
 
 TH_FIXTURE(H)
@@ -144,6 +145,29 @@ START_TEST(test_usage_checked_before_connecting)
                          "--socket", path), 2);
     ck_assert_msg(strstr(err, "--epochs: expected 1..100000"), "%s", err);
     free(err);
+    /* An unknown state is a usage error naming the states (the daemon
+     * refused it, exit 1; none here: exit 3); the daemon's list. */
+    char *out;
+    ck_assert_int_eq(CLI(&out, &err, "queue", "--state", "bogus", "--json",
+                         "--socket", path), 2);
+    ck_assert_str_eq(out, "");
+    ck_assert_msg(strstr(err, "--state: expected one of ") &&
+                  strstr(err, "'bogus'"), "%s", err);
+    for (int i = 0; i < TD_PROTO_NJOB_STATES; i++)
+        ck_assert_msg(strstr(err, td_proto_job_states[i]), "%s", err);
+    free(out);
+    free(err);
+    ck_assert_int_eq(CLI(&out, &err, "ls", "--state", "done"), 2);
+    ck_assert_msg(strstr(err, "pending, running, suspended, completed, "
+                          "cancelled, failed, not 'done'"), "%s", err);
+    free(out);
+    free(err);
+    ck_assert_int_eq(CLI(&out, NULL, "queue", "--help"), 0);
+    ck_assert_msg(strstr(out, "States: pending, running"), "%s", out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "queue", "--state", "failed"), 0);
+    ck_assert_msg(strstr(out, "(no jobs)"), "%s", out);
+    free(out);
 }
 END_TEST
 

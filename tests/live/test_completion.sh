@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_completion.sh - drives client/trainctl.bash's completion function
 # in bash, as a shell would on <TAB>: commands, options of pack,
-# bench-input and plot, --augment op names, job ids, options before the command.
+# bench-input and plot, --augment op names, job ids, options before the command,
+# queue --state's job states (taken from trainctl queue --help).
 # Runs twice: with plain bash and with the bash-completion package's
 # helpers loaded (when installed).
 set -u
@@ -21,6 +22,8 @@ trainctl() {
     [[ $1 == --socket ]] && { echo "$2" >"$TMPDIR_/socket"; shift 2; }
     [[ $1 == queue && $2 == --json ]] &&
         echo '{"jobs":[{"id":3,"name":"a","state":"running"},{"id":12,"name":"b"}]}'
+    [[ $1 == queue && $2 == --help ]] && # the real one's list of states
+        "${TD_BUILD_ROOT:-build}/client/trainctl" queue --help
 }
 TMPDIR_=$(mktemp -d)
 complete_line() { # the words of a line, the last one being completed
@@ -62,6 +65,7 @@ expect 3 12 -- trainctl --socket /tmp/x.sock cancel ""
     echo "FAIL [$mode] job ids not asked on --socket's daemon"
 expect queue -- trainctl --socket /tmp/x.sock qu
 expect get set -- trainctl --json config ""
+expect suspended failed -- trainctl queue --state ""
 rm -rf "$TMPDIR_"
 INNER
 }
@@ -77,6 +81,6 @@ for m in "${modes[@]}"; do
     echo "$out"
     n=$(grep -c '^ok$' <<<"$out")
     grep -q FAIL <<<"$out" && fail=1
-    ((n == 16)) || { echo "[$m] only $n of 16 checks ran"; fail=1; }
+    ((n == 17)) || { echo "[$m] only $n of 17 checks ran"; fail=1; }
 done
 exit $fail

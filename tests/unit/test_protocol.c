@@ -301,6 +301,22 @@ START_TEST(test_replies)
 }
 END_TEST
 
+/* The job states: names to indices and back, and the list people read. */
+START_TEST(test_job_states)
+{
+    char buf[128];
+    for (int i = 0; i < TD_PROTO_NJOB_STATES; i++)
+        ck_assert_int_eq(td_proto_job_state(td_proto_job_states[i]), i);
+    ck_assert_int_eq(td_proto_job_state("bogus"), -1);
+    ck_assert_int_eq(td_proto_job_state("Running"), -1);
+    ck_assert_int_eq(td_proto_job_state(NULL), -1);
+    ck_assert_str_eq(td_proto_job_states_list(buf, sizeof buf),
+                     "pending, running, suspended, completed, cancelled, "
+                     "failed");
+    ck_assert_str_eq(td_proto_job_states_list(buf, 10), "pending, ");
+}
+END_TEST
+
 static Suite *protocol_suite(void)
 {
     Suite *s = suite_create("protocol");
@@ -321,6 +337,7 @@ static Suite *protocol_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("replies");
     tcase_add_test(tc, test_replies);
+    tcase_add_test(tc, test_job_states);
     suite_add_tcase(s, tc);
     return s;
 }
