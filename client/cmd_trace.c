@@ -3,6 +3,9 @@
  * JSON it sends back (in trace_part events, then the reply) into FILE.
  * The client writes the file, so the daemon never writes into a user's
  * directory.  Opens in https://ui.perfetto.dev or chrome://tracing.
+ * While it waits, a progress line on stderr when that is a terminal
+ * ("recording 50 steps of job 3: 12/50", from the daemon's trace_progress
+ * events); stdout has only the summary (or the --json reply).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,7 +26,8 @@ static const char td__usage[] =
     "https://ui.perfetto.dev or chrome://tracing): the trainer's phases per\n"
     "step, each decode worker's read/decode/augment, the device's copies\n"
     "and compute, checkpoints, ready batches, samples/s and idle ratio.\n"
-    "Waits until the steps are recorded (or the job ends).\n"
+    "Waits until the steps are recorded (or the job ends), showing how\n"
+    "many are on stderr when it is a terminal.\n"
     "\n"
     "  -n, --steps N      steps to record, 1..10000 (default 20)\n"
     "  -o, --output FILE  the trace file, required (written only when the\n"
@@ -33,15 +37,40 @@ typedef struct td__parts {
     FILE *f;
     long next;
     int bad;
+    int tty;        /* stderr is a terminal: show progress there */
+    int shown;      /* a progress line is on it */
+    long long job;
+    long steps;     /* requested */
 } td__parts;
+
+/* The progress line, redrawn in place: "recording N steps of job J: "
+ * and what. */
+static void td__show(td__parts *p, const char *what)
+{
+    if (!p->tty)
+        return;
+    fprintf(stderr, "\r\033[Krecording %ld step%s of job %lld: %s",
+            p->steps, p->steps == 1 ? "" : "s", p->job, what);
+    fflush(stderr);
+    p->shown = 1;
+}
 
 static void td__on_part(json_t *ev, void *user)
 {
     td__parts *p = user;
     const char *name = json_string_value(json_object_get(ev, "event"));
     json_t *data = json_object_get(ev, "data");
+    char what[64];
+    if (name && strcmp(name, "trace_progress") == 0) {
+        snprintf(what, sizeof what, "%lld/%ld", (long long)json_integer_value(
+                     json_object_get(data, "steps")), p->steps);
+        td__show(p, what);
+        return;
+    }
     if (!name || strcmp(name, "trace_part") != 0 || p->bad)
         return;
+    if (p->next == 0)
+        td__show(p, "receiving the trace");
     const char *text = json_string_value(json_object_get(data, "text"));
     long part = (long)json_integer_value(json_object_get(data, "part"));
     if (!text || part != p->next) {
@@ -87,7 +116,8 @@ int td_cmd_trace(int argc, char **argv)
     if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", out) >= (int)sizeof tmp)
         return td_cli_usage_error(&cli, "-o: path too long");
     int fd = mkstemp(tmp);
-    td__parts p = {.f = fd < 0 ? NULL : fdopen(fd, "w")};
+    td__parts p = {.f = fd < 0 ? NULL : fdopen(fd, "w"), .job = id,
+                   .steps = steps, .tty = isatty(2)};
     if (!p.f) {
         fprintf(stderr, "trainctl trace: cannot write %s: %s\n", out,
                 strerror(errno));
@@ -105,11 +135,14 @@ int td_cmd_trace(int argc, char **argv)
         unlink(tmp);
         return rc;
     }
+    td__show(&p, "waiting for the next step"); /* the daemon says 0/N */
     json_t *r = td_conn_request(&c, "trace",
                                 json_pack("{s:I, s:i}", "job", (json_int_t)id,
                                           "steps", (int)steps),
                                 td__on_part, &p);
     td_conn_close(&c);
+    if (p.shown) /* the summary or an error follows */
+        fputs("\r\033[K", stderr);
     int closed = fclose(p.f);
     if (!r) {
         unlink(tmp);

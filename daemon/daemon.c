@@ -615,6 +615,8 @@ static void td__on_wake(uv_async_t *a)
             td__job_done(d, m);
         } else if (m->kind == TD_MSG_TRACE) {
             td_obs_trace_done(d, m->job, m->data);
+        } else if (m->kind == TD_MSG_TRACE_PROGRESS) {
+            td_obs_trace_progress(d, m->job, m->data);
         } else if (m->kind == TD_MSG_HISTORY) {
             /* epochs whose record had not reached the disk before the
              * daemon stopped, from the checkpoint the job resumed from */

@@ -39,6 +39,8 @@ enum {
     TD_MSG_TRACE = 1 << 10,  /* a recorded timeline (obs.c) */
     TD_MSG_HISTORY = 1 << 11, /* a resumed job's epochs from its
                                  checkpoint (curves.h) */
+    TD_MSG_TRACE_PROGRESS = 1 << 12, /* a trace's steps recorded so far,
+                                        for its waiters (obs.c) */
 };
 
 struct td_daemon;

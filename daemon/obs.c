@@ -141,6 +141,18 @@ void td_obs_trace_done(td_daemon *d, int64_t job, json_t *data)
     td__answer(d, job, data);
 }
 
+void td_obs_trace_progress(td_daemon *d, int64_t job, const json_t *data)
+{
+    for (td__waiter *w = d->obs ? d->obs->waiters : NULL; w; w = w->next) {
+        td_client *c = w->job == job ? td_server_client(d, w->client) : NULL;
+        char *line = c ? td_proto_event("trace_progress", td_daemon_ts(d),
+                                        job, json_deep_copy(data))
+                       : NULL;
+        if (line)
+            td_client_send(c, line);
+    }
+}
+
 void td_obs_job_done(td_daemon *d, int64_t job) { td__answer(d, job, NULL); }
 
 void td_obs_client_gone(td_daemon *d, uint64_t client)

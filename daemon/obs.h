@@ -33,6 +33,11 @@ int td_obs_trace_wait(struct td_daemon *d, struct td_client *c,
 /* Loop thread: a timeline arrived (data: the runner's "trace" payload
  * with "text" in place of "trace"); answers every waiter of the job. */
 void td_obs_trace_done(struct td_daemon *d, int64_t job, json_t *data);
+/* Loop thread: how far a recording is (data: {"steps", "requested"},
+ * borrowed); sent to every waiter of the job as a "trace_progress"
+ * event. */
+void td_obs_trace_progress(struct td_daemon *d, int64_t job,
+                           const json_t *data);
 /* Loop thread: the job ended; waiters still there get an error. */
 void td_obs_job_done(struct td_daemon *d, int64_t job);
 /* Loop thread: client `client` has gone; its trace waits are dropped and

@@ -69,6 +69,8 @@ static int td__event_kind(const char *kind)
         return TD_EV_CHECKPOINT;
     if (strcmp(kind, "trace") == 0)
         return TD_MSG_TRACE;
+    if (strcmp(kind, "trace_progress") == 0)
+        return TD_MSG_TRACE_PROGRESS;
     if (strcmp(kind, "history") == 0)
         return TD_MSG_HISTORY;
     return 0;

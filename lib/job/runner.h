@@ -34,8 +34,9 @@
 #include "job/spec.h"
 #include "obs/prom.h"
 
-/* kind is "step", "window", "epoch", "checkpoint" or "trace"; data is
- * stolen. */
+/* kind is "step", "window", "epoch", "checkpoint", "history",
+ * "early_stop", "trace" or "trace_progress" (a requested trace's steps
+ * recorded so far, see td_runner_trace); data is stolen. */
 typedef void (*td_runner_event_fn)(void *user, const char *kind,
                                    json_t *data);
 
@@ -110,7 +111,9 @@ int td_runner_set_workers(td_runner *r, int n);
  * next step boundary).  The Chrome trace arrives as a "trace" event on the
  * trainer thread once they are recorded, or with what there is when the
  * job ends first: {"steps": recorded, "requested", "complete", "events",
- * "dropped", "trace": {"traceEvents": [...]}}.  -EINVAL for steps < 1,
+ * "dropped", "trace": {"traceEvents": [...]}}.  Before it, "trace_progress"
+ * events {"steps": recorded, "requested"}: when the recording starts, at
+ * each tenth of it and at most every 100 ms between.  -EINVAL for steps < 1,
  * -EBUSY while another recording is requested or under way. */
 /* Any thread: a requested recording is no longer wanted; it ends after
  * at most one more step, freeing the slot. */

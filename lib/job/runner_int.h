@@ -101,6 +101,7 @@ struct td_runner {
     int tracing;                     /* armed by the trainer */
     int64_t trace_from, trace_done;  /* first step recorded, steps done */
     int64_t trace_origin_ns;
+    int64_t trace_progress_ns;       /* last "trace_progress" event */
     int64_t trace_copy_end, trace_compute_end; /* device track ends */
     enum td_verdict trace_verdict;
     int64_t snap_last_ns;            /* last opts.snapshot call */

@@ -6,7 +6,7 @@
  *
  * Owns: the recording's state in td_runner (tracing, trace_from,
  * trace_done, trace_origin_ns, trace_verdict; trace_want is the request,
- * set from any thread).
+ * set from any thread), its "trace_progress" events.
  * Never does: record anything itself (obs/trace.c does), block the
  * trainer.
  */
@@ -21,6 +21,23 @@
 #include "job/runner_int.h"
 #include "obs/metrics.h"
 #include "obs/trace.h"
+
+/* Trainer thread: how far the recording is, as a "trace_progress" event
+ * {"steps": recorded, "requested"} for whoever waits for the trace (the
+ * daemon passes it on): when it is armed, at each tenth of the request
+ * (every step of a short one) and at most every 100 ms between, never
+ * more than the steps' own rate. */
+static void td__trace_progress(td_runner *r, int want, int armed)
+{
+    int64_t now = td_now_ns(), done = r->trace_done;
+    int tenth = want > 0 && done * 10 / want != (done - 1) * 10 / want;
+    if (!armed && !tenth && now - r->trace_progress_ns < 100000000)
+        return;
+    r->trace_progress_ns = now;
+    td__runner_emit(r, "trace_progress",
+                    json_pack("{s:I, s:i}", "steps", (json_int_t)done,
+                              "requested", want));
+}
 
 /* Trainer thread, at a step boundary: arms a requested recording, so it
  * starts with a whole step. */
@@ -38,6 +55,7 @@ void td__runner_trace_boundary(td_runner *r, const td_train_position *pos)
     td_metrics_counters mc;
     td_metrics_get_counters(r->metrics, &mc);
     r->trace_verdict = mc.verdict;
+    td__trace_progress(r, atomic_load(&r->trace_want), 1);
 }
 
 /* Trainer thread: ends the recording and hands the timeline on. */
@@ -97,8 +115,11 @@ void td__runner_trace_step(td_runner *r, const td_step_info *s,
                              end, td_verdict_name(mc.verdict), s->step);
         r->trace_verdict = mc.verdict;
     }
-    if (++r->trace_done >= atomic_load(&r->trace_want))
+    int want = atomic_load(&r->trace_want);
+    if (++r->trace_done >= want)
         td__runner_trace_finish(r);
+    else
+        td__trace_progress(r, want, 0);
 }
 
 int td_runner_trace(td_runner *r, int steps)

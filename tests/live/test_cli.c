@@ -718,6 +718,62 @@ START_TEST(test_watch_on_a_terminal)
 }
 END_TEST
 
+/* trace on a terminal says what it waits for and how far the recording
+ * is (the daemon's trace_progress events), in place; without one, and
+ * with --json, stdout has the summary alone and stderr nothing. */
+START_TEST(test_trace_shows_progress)
+{
+    if (access("/usr/bin/script", X_OK) != 0) {
+        printf("skipped: util-linux script not installed\n");
+        return;
+    }
+    char cmd[1024], path[160], *out, *err;
+    ck_assert_int_eq(CLI(NULL, NULL, "submit", job_file()), 0);
+    int fd = th_connect(&H, NULL);
+    ck_assert(th_wait_state(fd, 1, "running", 20000));
+    close(fd);
+    snprintf(path, sizeof path, "%s/t.json", H.dir);
+    snprintf(cmd, sizeof cmd,
+             "TRAIND_SOCKET=%s script -qec '%s/client/trainctl trace 1 -n 5 "
+             "-o %s' /dev/null", H.sock, getenv("TD_BUILD_ROOT"), path);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    static char tty[1 << 16];
+    size_t n = fread(tty, 1, sizeof tty - 1, p);
+    tty[n] = '\0';
+    ck_assert_int_eq(pclose(p), 0);
+    /* armed, then every step of a short trace, each redrawn in place */
+    static const char *const want[] = {
+        "\r\033[Krecording 5 steps of job 1: 0/5",
+        "\r\033[Krecording 5 steps of job 1: 1/5",
+        "\r\033[Krecording 5 steps of job 1: 4/5",
+        "\r\033[Kjob 1: 5 step(s) traced"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(tty, want[i]), "no '%s' in: %s", want[i] + 4,
+                      tty);
+    json_t *tr = json_load_file(path, 0, NULL);
+    ck_assert_ptr_nonnull(json_object_get(tr, "traceEvents"));
+    json_decref(tr);
+    ck_assert_int_eq(CLI(&out, &err, "trace", "1", "-n", "5", "-o", path,
+                         "--json"), 0);
+    ck_assert_str_eq(err, "");
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je); /* one JSON line, nothing else */
+    ck_assert_msg(r, "%s: %s", je.text, out);
+    ck_assert_int_eq(json_integer_value(json_object_get(r, "steps")), 5);
+    json_decref(r);
+    free(out);
+    free(err);
+    ck_assert_int_eq(CLI(&out, &err, "trace", "1", "-n", "3", "-o", path), 0);
+    ck_assert_str_eq(err, "");
+    ck_assert_msg(strncmp(out, "job 1: 3 step(s) traced", 23) == 0, "%s",
+                  out);
+    free(out);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);
+}
+END_TEST
+
 /* A bf16 job's start is timing its plan (cpu_tune.c): its progress lines
  * are the job's (its log, its watchers), and plain `watch` prints them
  * before the first step.  Job 2 waits behind job 1 until watch has
@@ -787,6 +843,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_extend_completed_job);
     tcase_add_test(tc, test_plot);
     tcase_add_test(tc, test_watch_on_a_terminal);
+    tcase_add_test(tc, test_trace_shows_progress);
     tcase_add_test(tc, test_watch_shows_the_start);
     suite_add_tcase(s, tc);
     return s;

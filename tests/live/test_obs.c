@@ -103,10 +103,18 @@ static int64_t submit_folder_job(int fd)
     return id;
 }
 
+/* The trace_progress events of the last trace_request: their steps, in
+ * order, and whether one came after a trace_part or named another
+ * request size. */
+static long long progress[64];
+static int nprogress, progress_bad;
+
 /* Sends a trace request and reads until its reply, concatenating the
  * trace_part events.  *text is malloc'd. */
 static json_t *trace_request(int fd, json_t *args, char **text)
 {
+    json_int_t want = json_integer_value(json_object_get(args, "steps"));
+    nprogress = progress_bad = 0;
     char *line;
     json_t *req = json_pack("{s:i, s:s, s:o}", "id", 77, "cmd", "trace",
                             "args", args);
@@ -125,6 +133,14 @@ static json_t *trace_request(int fd, json_t *args, char **text)
         if (json_integer_value(json_object_get(o, "id")) == 77)
             return o;
         const char *ev = json_string_value(json_object_get(o, "event"));
+        json_t *pd = json_object_get(o, "data");
+        if (ev && strcmp(ev, "trace_progress") == 0) {
+            if (nprogress < 64)
+                progress[nprogress++] =
+                    json_integer_value(json_object_get(pd, "steps"));
+            progress_bad |= next > 0 || json_integer_value(json_object_get(
+                                            pd, "requested")) != want;
+        }
         if (ev && strcmp(ev, "trace_part") == 0) {
             json_t *d = json_object_get(o, "data");
             const char *t = json_string_value(json_object_get(d, "text"));
@@ -180,6 +196,14 @@ START_TEST(test_trace_of_a_running_job)
     ck_assert(json_is_true(json_object_get(ok, "complete")));
     ck_assert_int_eq(json_integer_value(json_object_get(ok, "bytes")),
                      (json_int_t)strlen(text));
+    /* how far it was while the reply waited: 0 when armed, then at each
+     * tenth, rising, before the trace's parts */
+    ck_assert_int_ge(nprogress, 10);
+    ck_assert_int_eq(progress[0], 0);
+    for (int i = 1; i < nprogress; i++)
+        ck_assert_int_gt(progress[i], progress[i - 1]);
+    ck_assert_int_eq(progress[nprogress - 1], 11);
+    ck_assert_int_eq(progress_bad, 0);
     json_error_t je;
     json_t *tr = json_loads(text, 0, &je);
     ck_assert_msg(tr != NULL, "trace is not JSON: %s", je.text);

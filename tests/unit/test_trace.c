@@ -322,11 +322,21 @@ END_TEST
 typedef struct {
     json_t *trace; /* the "trace" event's payload */
     int traces;
+    /* the first trace's "trace_progress" events: steps recorded */
+    long long progress[64];
+    int nprogress, bad_requested;
 } seen_t;
 
 static void on_event(void *user, const char *kind, json_t *data)
 {
     seen_t *s = user;
+    if (strcmp(kind, "trace_progress") == 0 && s->traces == 0) {
+        if (s->nprogress < 64)
+            s->progress[s->nprogress++] =
+                json_integer_value(json_object_get(data, "steps"));
+        s->bad_requested |= json_integer_value(json_object_get(
+                                data, "requested")) != 12;
+    }
     if (strcmp(kind, "trace") == 0) {
         s->traces++;
         json_decref(s->trace);
@@ -350,7 +360,7 @@ static int has(json_t *tr, const char *ph, const char *name, long tid)
 
 /* A synthetic job of 40 steps with checkpoints every 4 steps: a trace of
  * 12 steps comes once, whole, with the trainer's phases and the device
- * tracks; a trace the job outlives comes at its end, with the checkpoint
+ * tracks, after its progress events; a trace the job outlives comes at its end, with the checkpoint
  * writer's slices. */
 START_TEST(test_runner_trace_with_checkpoints)
 {
@@ -375,7 +385,7 @@ START_TEST(test_runner_trace_with_checkpoints)
     ck_assert_msg(td_spec_parse(js, NULL, &spec, err, sizeof err) == 0, "%s",
                   err);
     json_decref(js);
-    seen_t seen = {NULL, 0};
+    seen_t seen = {0};
     td_runner_opts o = {.spec = &spec, .ckpt_dir = dir, .synthetic_steps = 40,
                         .event = on_event, .user = &seen};
     td_runner *r;
@@ -387,6 +397,14 @@ START_TEST(test_runner_trace_with_checkpoints)
     ck_assert_int_eq(td_runner_run(r, &res, err, sizeof err), 0);
     td_runner_free(r);
     ck_assert_int_eq(seen.traces, 1);
+    /* its progress: 0 when armed, then at each tenth (and every 100 ms),
+     * rising, below the 12 requested (the trace itself says 12) */
+    ck_assert_int_ge(seen.nprogress, 10);
+    ck_assert_int_eq(seen.progress[0], 0);
+    for (int i = 1; i < seen.nprogress; i++)
+        ck_assert_int_gt(seen.progress[i], seen.progress[i - 1]);
+    ck_assert_int_eq(seen.progress[seen.nprogress - 1], 11);
+    ck_assert_int_eq(seen.bad_requested, 0);
     json_t *first = json_incref(seen.trace);
     o.resume = 0;
     ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
