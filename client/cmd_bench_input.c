@@ -8,7 +8,8 @@
  *       [--eval] [--spec job.json] [--json]
  * --spec reads data.train, input.size/channels/workers/prefetch/augment,
  * batch_size and seed from a job spec; later options override it.
- * Runs locally (no daemon).
+ * Runs locally (no daemon).  On a terminal, stderr shows the images taken
+ * so far and the rate (progress.h) until the summary.
  */
 #include <jansson.h>
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include "input/pipeline.h"
 #include "job/runner.h"
 #include "job/spec.h"
+#include "progress.h"
 
 static void td__bi_usage(FILE *f)
 {
@@ -231,6 +233,11 @@ static int td__bi_args(int argc, char **argv, struct td__bi *o)
     return -1;
 }
 
+static void td__bi_progress(void *user, int64_t done, int64_t total)
+{
+    td_progress_count(user, "bench-input", done, total, "images");
+}
+
 int td_cmd_bench_input(int argc, char **argv)
 {
     struct td__bi o = {.epochs = 1};
@@ -256,7 +263,11 @@ int td_cmd_bench_input(int argc, char **argv)
     }
     int64_t images = 0;
     double secs = 0;
-    rc = td_pipeline_drain(p, 0, o.epochs, &images, &secs);
+    td_progress pr; /* on a terminal: the images taken so far (stderr) */
+    td_progress_init(&pr);
+    rc = td_pipeline_drain_progress(p, 0, o.epochs, &images, &secs,
+                                    td__bi_progress, &pr);
+    td_progress_clear(&pr); /* the summary follows */
     td_pipeline_stats st;
     td_pipeline_stats_get(p, &st);
     td_pipeline_destroy(p);

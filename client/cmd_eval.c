@@ -4,6 +4,8 @@
  * pipeline in evaluation mode with the checkpoint's preprocessing, exactly
  * as the job's validation pass does.  With --daemon the same runs as an
  * eval job of traind on its device (infer_daemon.c) and prints the same.
+ * On a terminal, stderr shows the model loading and the images done, then
+ * their count, time and rate (progress.h).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include "infer_daemon.h"
 #include "job/infer_run.h"
 #include "modelfile.h"
+#include "progress.h"
 
 static const char td__usage[] =
     "usage: trainctl eval (CHECKPOINT | JOB) DATA [--batch N] [--workers N]\n"
@@ -44,6 +47,11 @@ static int td__int_flag(td_cli *cli, const char *name, const char *s,
                                   lo, hi, s);
     *out = (int)v;
     return 0;
+}
+
+static void td__progress(void *user, int64_t done, int64_t total)
+{
+    td_progress_count(user, "eval", done, total, "images");
 }
 
 int td_cmd_eval(int argc, char **argv)
@@ -89,12 +97,20 @@ int td_cmd_eval(int argc, char **argv)
         json_decref(res);
         return TD_EXIT_OK;
     }
+    /* on a terminal: the model loading, then images done (stderr) */
+    td_progress pr;
+    td_progress_init(&pr);
+    td_progress_show(&pr, 1, "eval: loading %s", path);
     td_infer_run_opts o = {.checkpoint = path, .device = "cpu",
-                           .batch = batch, .workers = workers};
+                           .batch = batch, .workers = workers,
+                           .progress = td__progress, .user = &pr};
     if (td_infer_eval(&o, cli.pos[1], &res, err, sizeof err)) {
+        td_progress_clear(&pr);
         fprintf(stderr, "trainctl eval: %s\n", err);
         return TD_EXIT_REFUSED;
     }
+    td_progress_done(&pr, "eval", json_integer_value(json_object_get(
+                                      res, "samples")), "images");
     td_infer_eval_print(res, cli.json, stdout);
     json_decref(res);
     return TD_EXIT_OK;

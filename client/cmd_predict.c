@@ -7,7 +7,9 @@
  * is the validation pass's.  A file that cannot be read or is neither a
  * JPEG nor a PNG is named on stderr and the others go on; the exit code is
  * then 1.  With --daemon the same runs as a predict job of traind on its
- * device (infer_daemon.c) and prints the same.
+ * device (infer_daemon.c) and prints the same.  On a terminal, stderr
+ * shows the model loading and the images done between the lines, then
+ * their count, time and rate (progress.h).
  */
 #include <errno.h>
 #include <math.h>
@@ -22,6 +24,7 @@
 #include "infer_daemon.h"
 #include "job/infer_run.h"
 #include "modelfile.h"
+#include "progress.h"
 
 static const char td__usage[] =
     "usage: trainctl predict (CHECKPOINT | JOB) IMAGE... [--top K] [--json]\n"
@@ -41,10 +44,24 @@ static const char td__usage[] =
     "                   each of which must exist)\n"
     "  --device D       with --daemon: auto (default), cpu, cuda or cuda:N\n";
 
+typedef struct td__local {
+    const td_cli *cli;
+    td_progress pr; /* stderr on a terminal: images done */
+} td__local;
+
 static void td__item(void *user, const json_t *item)
 {
-    const td_cli *cli = user;
-    td_infer_predict_print_item(item, cli->json, stdout, stderr);
+    td__local *l = user;
+    td_progress_clear(&l->pr); /* stdout may be the same terminal */
+    td_infer_predict_print_item(item, l->cli->json, stdout, stderr);
+    fflush(stdout);
+}
+
+static void td__progress(void *user, int64_t done, int64_t total)
+{
+    td__local *l = user;
+    if (done < total) /* the last one gives way to the summary */
+        td_progress_count(&l->pr, "predict", done, total, "images");
 }
 
 /* --daemon: a predict job; each entry printed with the file named as it
@@ -115,13 +132,19 @@ int td_cmd_predict(int argc, char **argv)
         return rc;
     if (daemon)
         return td__via_daemon(&cli, path, top, device);
+    td__local l = {.cli = &cli};
+    td_progress_init(&l.pr);
+    td_progress_show(&l.pr, 1, "predict: loading %s", path);
     td_infer_run_opts o = {.checkpoint = path, .device = "cpu",
-                           .top_k = top, .item = td__item, .user = &cli};
+                           .top_k = top, .item = td__item,
+                           .progress = td__progress, .user = &l};
     if (td_infer_predict(&o, cli.pos + 1, cli.npos - 1, &res, err,
                          sizeof err)) {
+        td_progress_clear(&l.pr);
         fprintf(stderr, "trainctl predict: %s\n", err);
         return TD_EXIT_REFUSED;
     }
+    td_progress_done(&l.pr, "predict", cli.npos - 1, "images");
     rc = json_integer_value(json_object_get(res, "failed")) ? TD_EXIT_REFUSED
                                                            : TD_EXIT_OK;
     json_decref(res);

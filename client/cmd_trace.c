@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
+#include "progress.h"
 
 static const char td__usage[] =
     "usage: trainctl trace JOB [--steps N] -o FILE [--json] [--socket PATH]\n"
@@ -37,8 +38,7 @@ typedef struct td__parts {
     FILE *f;
     long next;
     int bad;
-    int tty;        /* stderr is a terminal: show progress there */
-    int shown;      /* a progress line is on it */
+    td_progress pr; /* on stderr when it is a terminal */
     long long job;
     long steps;     /* requested */
 } td__parts;
@@ -47,12 +47,8 @@ typedef struct td__parts {
  * and what. */
 static void td__show(td__parts *p, const char *what)
 {
-    if (!p->tty)
-        return;
-    fprintf(stderr, "\r\033[Krecording %ld step%s of job %lld: %s",
-            p->steps, p->steps == 1 ? "" : "s", p->job, what);
-    fflush(stderr);
-    p->shown = 1;
+    td_progress_show(&p->pr, 1, "recording %ld step%s of job %lld: %s",
+                     p->steps, p->steps == 1 ? "" : "s", p->job, what);
 }
 
 static void td__on_part(json_t *ev, void *user)
@@ -117,7 +113,8 @@ int td_cmd_trace(int argc, char **argv)
         return td_cli_usage_error(&cli, "-o: path too long");
     int fd = mkstemp(tmp);
     td__parts p = {.f = fd < 0 ? NULL : fdopen(fd, "w"), .job = id,
-                   .steps = steps, .tty = isatty(2)};
+                   .steps = steps};
+    td_progress_init(&p.pr);
     if (!p.f) {
         fprintf(stderr, "trainctl trace: cannot write %s: %s\n", out,
                 strerror(errno));
@@ -141,8 +138,7 @@ int td_cmd_trace(int argc, char **argv)
                                           "steps", (int)steps),
                                 td__on_part, &p);
     td_conn_close(&c);
-    if (p.shown) /* the summary or an error follows */
-        fputs("\r\033[K", stderr);
+    td_progress_clear(&p.pr); /* the summary or an error follows */
     int closed = fclose(p.f);
     if (!r) {
         unlink(tmp);

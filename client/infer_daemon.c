@@ -3,8 +3,9 @@
  * followed to its end, its result printed as the local command prints it.
  *
  * Owns: making the job's paths absolute, submitting, following the job
- * (a progress line on stderr when it is a terminal; stdout carries only
- * what the local command prints), fetching the result.  Never: computes
+ * (a progress line on stderr when it is a terminal, then the local
+ * command's summary; stdout carries only what the local command prints),
+ * fetching the result.  Never: computes
  * anything itself, or cancels the job when trainctl is interrupted (the
  * job is the daemon's: `trainctl cancel JOB`).
  */
@@ -18,6 +19,7 @@
 
 #include "commands.h"
 #include "conn.h"
+#include "progress.h"
 
 #define JSTR(o, k) json_string_value(json_object_get((o), (k)))
 
@@ -36,9 +38,9 @@ int td_infer_absolute(const char *p, char *out, size_t cap)
 
 typedef struct td__follow {
     int64_t job;
-    int tty;
+    td_progress pr; /* stderr, when it is a terminal */
     char state[32], reason[300];
-    int shown;
+    long long done; /* images, from the eval events */
 } td__follow;
 
 static void td__on_event(json_t *ev, void *user)
@@ -53,21 +55,18 @@ static void td__on_event(json_t *ev, void *user)
                  JSTR(d, "state") ? JSTR(d, "state") : "?");
         snprintf(f->reason, sizeof f->reason, "%s",
                  JSTR(d, "reason") ? JSTR(d, "reason") : "");
-        if (f->tty) {
-            fprintf(stderr, "\r\033[Kjob %lld %s: %s", (long long)f->job,
-                    f->state, f->reason);
-            f->shown = 1;
-        }
-    } else if (strcmp(kind, "eval") == 0 && f->tty) {
-        long long done = json_integer_value(json_object_get(d, "done"));
+        td_progress_show(&f->pr, 1, "job %lld %s: %s", (long long)f->job,
+                         f->state, f->reason);
+    } else if (strcmp(kind, "eval") == 0) {
         long long total = json_integer_value(json_object_get(d, "total"));
-        fprintf(stderr, "\r\033[Kjob %lld %s: %lld/%lld images (%.0f%%)",
-                (long long)f->job, JSTR(d, "task") ? JSTR(d, "task") : "",
-                done, total, total ? 100.0 * (double)done / (double)total
-                                   : 0.0);
-        f->shown = 1;
+        f->done = json_integer_value(json_object_get(d, "done"));
+        td_progress_show(&f->pr, 1, "job %lld %s: %lld/%lld images (%.0f%%)",
+                         (long long)f->job,
+                         JSTR(d, "task") ? JSTR(d, "task") : "", f->done,
+                         total, total ? 100.0 * (double)f->done /
+                                            (double)total
+                                      : 0.0);
     }
-    fflush(stderr);
 }
 
 static int td__final(const char *s)
@@ -80,7 +79,8 @@ int td_infer_via_daemon(const td_cli *cli, const char *cmd, json_t *spec,
                         json_t **result)
 {
     td_conn c;
-    td__follow f = {.tty = isatty(2)};
+    td__follow f = {0};
+    td_progress_init(&f.pr);
     json_t *r = NULL;
     int rc;
     *result = NULL;
@@ -113,6 +113,7 @@ int td_infer_via_daemon(const td_cli *cli, const char *cmd, json_t *spec,
         r = td_conn_request(&c, "show",
                             json_pack("{s:I}", "job", (json_int_t)f.job),
                             td__on_event, &f);
+        td_progress_clear(&f.pr); /* a refusal may follow */
         if (!r) {
             rc = TD_EXIT_UNREACHABLE;
             goto out;
@@ -127,6 +128,7 @@ int td_infer_via_daemon(const td_cli *cli, const char *cmd, json_t *spec,
         while (!td__final(f.state)) {
             json_t *ev = td_conn_read(&c, -1, NULL);
             if (!ev) {
+                td_progress_clear(&f.pr);
                 fprintf(stderr, "trainctl %s: lost the connection to traind "
                         "(job %lld goes on)\n", cmd, (long long)f.job);
                 rc = TD_EXIT_UNREACHABLE;
@@ -137,19 +139,24 @@ int td_infer_via_daemon(const td_cli *cli, const char *cmd, json_t *spec,
             json_decref(ev);
         }
     }
-    if (f.shown)
-        fprintf(stderr, "\r\033[K");
     json_t *j = json_object_get(json_object_get(r, "ok"), "job");
     if (strcmp(f.state, "completed") != 0 ||
         !json_is_object(json_object_get(j, "result"))) {
+        td_progress_clear(&f.pr);
         fprintf(stderr, "trainctl %s: job %lld %s: %s\n", cmd,
                 (long long)f.job, f.state, f.reason);
         rc = TD_EXIT_REFUSED;
         goto out;
     }
     *result = json_incref(json_object_get(j, "result"));
+    /* the local command's summary: images, time since the submit */
+    json_t *n = json_object_get(*result, strcmp(cmd, "eval") == 0
+                                             ? "samples" : "images");
+    td_progress_done(&f.pr, cmd, json_is_integer(n) ? json_integer_value(n)
+                                                    : f.done, "images");
     rc = TD_EXIT_OK;
 out:
+    td_progress_clear(&f.pr);
     json_decref(r);
     td_conn_close(&c);
     return rc;

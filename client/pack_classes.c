@@ -9,7 +9,8 @@
  * out is simply absent from val.
  * td_pack_survey names, before packing, every file pack leaves out and
  * every image whose headers cannot be read (a bad sample when training),
- * and says when their share would fail a job.
+ * and says when their share would fail a job; it reads every file, so
+ * on a terminal it shows how far it is (progress.h).
  * Never: copies or changes an image (the links point at the originals).
  */
 #define _GNU_SOURCE
@@ -30,6 +31,7 @@
 #include "input/dataset.h"
 #include "input/decode.h"
 #include "input/png.h"
+#include "progress.h"
 
 int td_pack_classes_file(const char *out, const char *folder, int classes,
                          char *err, size_t errcap)
@@ -218,9 +220,12 @@ int td_pack_survey(const char *root, double max_bad, size_t *skipped,
         return 0; /* pack itself will say what is wrong */
     }
     size_t n = td_dataset_count(ds);
+    td_progress pr; /* it reads every file: on a terminal, how far */
+    td_progress_init(&pr);
     for (size_t i = 0; i < n; i++) {
         const uint8_t *data;
         size_t len;
+        td_progress_count(&pr, "checking", (int64_t)i, (int64_t)n, "images");
         int w, h, rc = td_dataset_read(ds, i, &buf, &data, &len);
         const char *why = rc ? strerror(-rc) : NULL;
         if (!rc && td_png_is(data, len)) {
@@ -230,12 +235,14 @@ int td_pack_survey(const char *root, double max_bad, size_t *skipped,
             why = td_decoder_message(dec);
         }
         if (why) {
+            td_progress_clear(&pr);
             fprintf(stderr, "trainctl pack: %s: unreadable (%s): packed as "
                     "it is, a bad sample for training\n",
                     td_dataset_sample_name(ds, i, name, sizeof name), why);
             (*bad)++;
         }
     }
+    td_progress_clear(&pr); /* pack's own progress follows */
     if (*bad && (double)*bad > max_bad * (double)n)
         fprintf(stderr, "trainctl pack: %zu of %zu images (%.1f%%) are "
                 "unreadable: more than a job's max_bad_ratio (default %g), so "

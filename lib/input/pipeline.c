@@ -743,14 +743,32 @@ void td_pipeline_stats_get(td_pipeline *p, td_pipeline_stats *s)
 int td_pipeline_drain(td_pipeline *p, int64_t first_epoch, int epochs,
                       int64_t *images, double *seconds)
 {
+    return td_pipeline_drain_progress(p, first_epoch, epochs, images,
+                                      seconds, NULL, NULL);
+}
+
+int td_pipeline_drain_progress(td_pipeline *p, int64_t first_epoch,
+                               int epochs, int64_t *images, double *seconds,
+                               void (*progress)(void *user, int64_t images,
+                                                int64_t total),
+                               void *user)
+{
     int64_t n = 0, t0 = td_now_ns();
+    /* an epoch's batches hold every sample but the dropped tail */
+    int64_t per = p->cfg.drop_last
+                      ? p->bpe * (int64_t)p->cfg.batch_size
+                      : (int64_t)p->n;
     int rc = td_pipeline_start(p, first_epoch, 0);
+    if (rc == 0 && progress)
+        progress(user, 0, per * epochs);
     for (int64_t i = 0; rc == 0 && i < epochs * p->bpe; i++) {
         td_batch b;
         rc = td_pipeline_next(p, &b, NULL);
         if (rc == 0) {
             n += b.n;
             td_pipeline_release(p, &b);
+            if (progress)
+                progress(user, n, per * epochs);
         }
     }
     if (images)

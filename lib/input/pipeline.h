@@ -131,6 +131,13 @@ void td_pipeline_stats_get(td_pipeline *p, td_pipeline_stats *s);
  * may be NULL.  0 or the error next() returned. */
 int td_pipeline_drain(td_pipeline *p, int64_t first_epoch, int epochs,
                       int64_t *images, double *seconds);
+/* The same, calling progress (when not NULL) with the images taken so far
+ * and the run's total after each batch, on the calling thread. */
+int td_pipeline_drain_progress(td_pipeline *p, int64_t first_epoch,
+                               int epochs, int64_t *images, double *seconds,
+                               void (*progress)(void *user, int64_t images,
+                                                int64_t total),
+                               void *user);
 
 size_t td_pipeline_dataset_size(const td_pipeline *p);
 int64_t td_pipeline_batches_per_epoch(const td_pipeline *p);

@@ -116,6 +116,24 @@ START_TEST(test_same_as_local)
     ck_assert_int_eq(json_integer_value(json_object_get(j, "step")), 24);
     json_decref(r);
     close(fd);
+
+    /* On a terminal: the job's progress on stderr, redrawn in place, then
+     * the local command's summary; the JSON stays a line of its own. */
+    if (access("/usr/bin/script", X_OK) != 0)
+        return;
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "TRAIND_SOCKET=%s script -qec '%s/client/"
+             "trainctl eval %s %s --daemon --json' /dev/null", H.sock,
+             getenv("TD_BUILD_ROOT"), ckpt, data_dir);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    static char tty[1 << 16];
+    size_t n = fread(tty, 1, sizeof tty - 1, p);
+    tty[n] = '\0';
+    ck_assert_int_eq(pclose(p), 0);
+    ck_assert_msg(strstr(tty, " eval: 0/24 images (0%)\r\033[Kjob ") &&
+                  strstr(tty, "\r\033[Keval: 24 images in ") &&
+                  strstr(tty, "images/s)\r\n{\"checkpoint\":"), "%s", tty);
 }
 END_TEST
 

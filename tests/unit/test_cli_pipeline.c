@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "input/png.h"
 #include "support/jpeggen.h"
@@ -399,6 +400,74 @@ START_TEST(test_pack_lists_skipped_and_bad)
 }
 END_TEST
 
+/* Runs `trainctl ARGS` on a pseudo-terminal (util-linux script): stdout
+ * and stderr as the terminal got them; *rc the exit status. */
+static char *on_a_terminal(const char *args, int *rc)
+{
+    const char *b = getenv("TD_BUILD_ROOT");
+    char *cmd;
+    ck_assert_int_gt(asprintf(&cmd, "script -qec '%s/client/trainctl %s' "
+                              "/dev/null", b ? b : "build", args), 0);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char *out = NULL;
+    size_t cap = 0;
+    FILE *m = open_memstream(&out, &cap);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0)
+        fwrite(buf, 1, n, m);
+    fclose(m);
+    int st = pclose(p);
+    *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    free(cmd);
+    return out;
+}
+
+/* The long local operations show progress on stderr on a terminal,
+ * erased before their summary, which stays one whole line (the JSON one
+ * too): pack's check of every file of an ImageFolder (silent before) and
+ * bench-input's images (silent before). Off a terminal stderr is empty. */
+START_TEST(test_progress_on_a_terminal)
+{
+    if (access("/usr/bin/script", X_OK) != 0) {
+        printf("skipped: util-linux script not installed\n");
+        return;
+    }
+    char args[8192], root[4200], *err;
+    int rc;
+    snprintf(root, sizeof root, "%s/tree", tmp);
+    td_test_make_folder(root, 3, 4, 120, 90);
+    snprintf(args, sizeof args, "pack --imagefolder %s -o %s/p --json", root,
+             tmp);
+    char *out = on_a_terminal(args, &rc);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(out, "\r\033[Kchecking: 0/12 images (0%)"), "%s",
+                  out);
+    ck_assert_msg(strstr(out, "\r\033[K\r"), "not erased: %s", out);
+    ck_assert_msg(strstr(out, "\n{\"sets\":[{\"set\":\"imagefolder\""),
+                  "the JSON summary is not a line of its own: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "bench-input --data %s/p --size 32 --batch 4 "
+             "--workers 1 --epochs 2 --json", tmp);
+    out = on_a_terminal(args, &rc);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(out, "\r\033[Kbench-input: 0/24 images (0%)") &&
+                  strstr(out, "\r\033[Kbench-input: 24/24 images (100%)"),
+                  "%s", out);
+    ck_assert_msg(strstr(out, "\r\033[K{\"images_per_s\":"), "%s", out);
+    free(out);
+    out = trainctl(args, &rc, &err);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_str_eq(err, "");
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "images")), 24);
+    json_decref(j);
+    free(out);
+    free(err);
+}
+END_TEST
+
 START_TEST(test_cli_errors)
 {
     char args[8192], *err;
@@ -453,6 +522,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_pack_val_fraction);
     tcase_add_test(tc, test_pack_lists_skipped_and_bad);
     tcase_add_test(tc, test_cli_errors);
+    tcase_add_test(tc, test_progress_on_a_terminal);
     suite_add_tcase(s, tc);
     return s;
 }

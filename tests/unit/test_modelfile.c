@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "input/decode.h"
@@ -258,6 +259,40 @@ static char *run_cmd(const char *cmd, int *status)
     return out;
 }
 
+/* Output of a command run on a terminal: checks that each line, as the
+ * terminal shows it (the text after its last erase-line), is a JSON
+ * object or starts with one of the prefixes (progress, summary, errors),
+ * and that a progress line before a JSON one was erased whole (from the
+ * line's start).  Returns the number of JSON lines. */
+static int tty_lines(char *out, const char *const *prefixes)
+{
+    int njson = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char *shown = line, *k;
+        while ((k = strstr(shown, "\033[K")))
+            shown = k + 3;
+        size_t n = strlen(shown);
+        while (n && shown[n - 1] == '\r')
+            shown[--n] = '\0';
+        if (shown[0] == '{') {
+            /* what came before it on the line was erased whole */
+            ck_assert_msg(shown == line || (shown - line >= 4 &&
+                                            shown[-4] == '\r'),
+                          "progress before JSON: %s", line);
+            json_t *o = json_loads(shown, 0, NULL);
+            ck_assert_msg(json_is_object(o), "not JSON: %s", shown);
+            json_decref(o);
+            njson++;
+            continue;
+        }
+        int ok = 0;
+        for (int i = 0; prefixes[i]; i++)
+            ok |= strncmp(shown, prefixes[i], strlen(prefixes[i])) == 0;
+        ck_assert_msg(ok, "unexpected line: %s", shown);
+    }
+    return njson;
+}
+
 /* The job's validation accuracy, `trainctl eval` and `trainctl predict`
  * over the same images agree: eval's top-1 count is the validation
  * pass's, and predict's arg-max for every image rebuilds eval's confusion
@@ -384,6 +419,39 @@ START_TEST(test_eval_predict_match_validation)
     json_decref(a);
     json_decref(b);
     free(out);
+
+    /* On a terminal (util-linux script) stderr shows the model loading,
+     * the images done and a summary, each erased before anything else is
+     * printed: the JSON lines stay whole (eval had no progress at all). */
+    if (access("/usr/bin/script", X_OK) == 0) {
+        static const char *const pre[] = {"eval: ", "predict: ",
+                                          "trainctl predict: ", NULL};
+        snprintf(cmd, sizeof cmd, "script -qec '%s/client/trainctl eval %s "
+                 "%s/val --json' /dev/null", bld ? bld : ".", path, tmp);
+        out = run_cmd(cmd, &st);
+        ck_assert_msg(st == 0, "%s", out);
+        ck_assert_msg(strstr(out, "\r\033[Keval: loading ") &&
+                      strstr(out, "\r\033[Keval: 0/30 images (0%)") &&
+                      strstr(out, "\r\033[Keval: 30 images in "), "%s", out);
+        ck_assert_int_eq(tty_lines(out, pre), 1);
+        free(out);
+        at = (size_t)snprintf(cmd, sizeof cmd, "script -qec '%s/client/"
+                              "trainctl predict %s --top 1 --json",
+                              bld ? bld : ".", path);
+        for (int i = 0; i < 20; i++)
+            at += (size_t)snprintf(cmd + at, sizeof cmd - at,
+                                   " %s/val/class%d/img%03d.jpg", tmp, i % 5,
+                                   i / 5);
+        snprintf(cmd + at, sizeof cmd - at, " %s/val' /dev/null", tmp);
+        out = run_cmd(cmd, &st);
+        ck_assert_msg(st == 1, "%s", out); /* the folder is no image */
+        ck_assert_msg(strstr(out, "\r\033[Kpredict: loading ") &&
+                      strstr(out, "\r\033[Kpredict: 0/21 images (0%)") &&
+                      strstr(out, "trainctl predict: ") &&
+                      strstr(out, "predict: 21 images in "), "%s", out);
+        ck_assert_int_eq(tty_lines(out, pre), 21);
+        free(out);
+    }
     free(px);
     free(pb);
     free(jb);
