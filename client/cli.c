@@ -22,6 +22,25 @@ int td_cli_usage_error(const td_cli *cli, const char *fmt, ...)
     return TD_EXIT_USAGE;
 }
 
+int td_cli_refuse(const td_cli *cli, const char *err_class,
+                  const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (cli->json) {
+        json_t *o = json_pack("{s:{s:s, s:s}}", "error", "class", err_class,
+                              "desc", msg);
+        td_print_json(o);
+        json_decref(o);
+    } else {
+        fprintf(stderr, "trainctl %s: %s\n", cli->cmd, msg);
+    }
+    return TD_EXIT_REFUSED;
+}
+
 static const td_cli_flag *td__find(const td_cli_flag *flags, const char *a,
                                    size_t n)
 {

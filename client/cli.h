@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "proto/protocol.h" /* the TD_ERR_* classes */
+
 #define TD_CLI_MAX_POS 1024 /* predict takes many images */
 #define TD_CLI_MAX_MULTI 32
 
@@ -44,6 +46,17 @@ struct td_conn;
 int td_cli_job_command(td_cli *cli, int argc, char **argv,
                        const td_cli_flag *flags, int64_t *id,
                        struct td_conn *c);
+/* The class of a local operation's failure (a file that cannot be read
+ * or written, a model that cannot be built), beside the protocol's
+ * TD_ERR_* classes of the daemon's refusals. */
+#define TD_CLI_ERR_FAILED "failed"
+/* trainctl's own refusal or failure of the operation (exit 1), printed
+ * as the daemon's refusals are (td_conn_check): "trainctl CMD: msg" on
+ * stderr, or with --json {"error":{"class":CLASS,"desc":msg}} on stdout,
+ * so that stdout is JSON on every path that gets that far.  Returns
+ * TD_EXIT_REFUSED. */
+int td_cli_refuse(const td_cli *cli, const char *err_class,
+                  const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prints "trainctl CMD: msg" and the usage hint; returns TD_EXIT_USAGE. */
 int td_cli_usage_error(const td_cli *cli, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

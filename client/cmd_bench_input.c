@@ -20,6 +20,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "cli.h"
 #include "commands.h"
 #include "input/pipeline.h"
 #include "job/runner.h"
@@ -254,12 +255,12 @@ int td_cmd_bench_input(int argc, char **argv)
         o.c.prefetch = 2 * o.c.workers;
     o.c.data = o.data;
     td_pipeline *p;
+    td_cli cli = {.cmd = "bench-input", .json = o.json}; /* for refusals */
     rc = td_pipeline_create(&o.c, &p, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "trainctl bench-input: %s\n",
-                err[0] ? err : td_strerror(rc));
         free(o.data);
-        return TD_EXIT_REFUSED;
+        return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "%s",
+                             err[0] ? err : td_strerror(rc));
     }
     int64_t images = 0;
     double secs = 0;
@@ -272,11 +273,9 @@ int td_cmd_bench_input(int argc, char **argv)
     td_pipeline_stats_get(p, &st);
     td_pipeline_destroy(p);
     free(o.data);
-    if (rc) {
-        fprintf(stderr, "trainctl bench-input: the pipeline failed: %s\n",
-                td_strerror(rc));
-        return TD_EXIT_REFUSED;
-    }
+    if (rc)
+        return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "the pipeline failed: "
+                             "%s", td_strerror(rc));
     td__bi_print(&st, images, secs, o.epochs, &o.c, o.json);
     return TD_EXIT_OK;
 }

@@ -106,8 +106,7 @@ int td_cmd_eval(int argc, char **argv)
                            .progress = td__progress, .user = &pr};
     if (td_infer_eval(&o, cli.pos[1], &res, err, sizeof err)) {
         td_progress_clear(&pr);
-        fprintf(stderr, "trainctl eval: %s\n", err);
-        return TD_EXIT_REFUSED;
+        return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "%s", err);
     }
     td_progress_done(&pr, "eval", json_integer_value(json_object_get(
                                       res, "samples")), "images");

@@ -71,10 +71,9 @@ int td_cmd_export(int argc, char **argv)
                              err, sizeof err);
     json_decref(meta);
     if (rc) {
-        fprintf(stderr, "trainctl export: %s\n",
-                rc == -ENOMEM ? "out of memory" : err);
         td_cli_model_close(&mf);
-        return TD_EXIT_REFUSED;
+        return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "%s",
+                             rc == -ENOMEM ? "out of memory" : err);
     }
     struct stat st;
     long long bytes = stat(out, &st) == 0 ? (long long)st.st_size : -1;

@@ -79,6 +79,14 @@ int td_cmd_extend(int argc, char **argv)
     if (*end || end == epochs_s || errno || epochs < 1 || epochs > 100000)
         return td_cli_usage_error(&cli, "--epochs: expected 1..100000, not "
                                   "'%s'", epochs_s);
+    for (int i = 0; sets[i]; i++) { /* KEY=VALUE, before connecting */
+        char err[600];
+        json_t *scratch = json_object();
+        int bad = td_spec_apply_set(scratch, sets[i], err, sizeof err);
+        json_decref(scratch);
+        if (bad)
+            return td_cli_usage_error(&cli, "--set %s", err);
+    }
     if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
         return rc;
     json_t *job = td__show(&c, id, cli.json, &rc);
@@ -92,18 +100,19 @@ int td_cmd_extend(int argc, char **argv)
     const char *ck = json_string_value(json_object_get(
         json_array_get(cks, json_array_size(cks) - 1), "path"));
     char why[200] = "";
-    if (json_is_true(json_object_get(job, "restricted")) || !spec)
+    const char *cls = TD_ERR_CONFLICT;
+    if (json_is_true(json_object_get(job, "restricted")) || !spec) {
         snprintf(why, sizeof why, "is another user's; only its owner and "
                  "root see its spec and checkpoints");
-    else if (!state || strcmp(state, "completed") != 0)
+        cls = TD_ERR_PERMISSION;
+    } else if (!state || strcmp(state, "completed") != 0) {
         snprintf(why, sizeof why, "is %s; extend continues a completed job "
                  "(resume continues a suspended one)", state ? state : "?");
-    else if (!ck)
+    } else if (!ck) {
         snprintf(why, sizeof why, "has no checkpoint to start from");
-    if (why[0]) {
-        fprintf(stderr, "trainctl extend: job %lld %s\n", (long long)id, why);
-        rc = TD_EXIT_REFUSED;
     }
+    if (why[0])
+        rc = td_cli_refuse(&cli, cls, "job %lld %s", (long long)id, why);
     if (rc) {
         json_decref(job);
         td_conn_close(&c);

@@ -125,23 +125,27 @@ int td_cmd_history(int argc, char **argv)
     };
     int64_t id;
     td_conn c;
-    int rc = td_cli_job_command(&cli, argc, argv, flags, &id, &c);
+    /* The command line first: a usage error is one with or without a
+     * daemon (exit 2, not 3). */
+    int rc = td_cli_parse(&cli, argc, argv, flags, 1, 1);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
-    if (csv && cli.json) {
-        td_conn_close(&c);
+    if ((id = td_cli_job_id(&cli, cli.pos[0])) < 0)
+        return TD_EXIT_USAGE;
+    if (csv && cli.json)
         return td_cli_usage_error(&cli, "--csv and --json: choose one");
-    }
+    if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
+        return rc;
     json_t *r = td_conn_show(&c, "history", id, cli.json, &rc);
     td_conn_close(&c);
     if (!r)
         return rc;
     json_t *job = json_object_get(json_object_get(r, "ok"), "job");
     if (json_is_true(json_object_get(job, "restricted"))) {
-        fprintf(stderr, "trainctl history: job %lld is another user's; only "
-                "its owner and root see its curves\n", (long long)id);
         json_decref(r);
-        return TD_EXIT_REFUSED;
+        return td_cli_refuse(&cli, TD_ERR_PERMISSION, "job %lld is another "
+                             "user's; only its owner and root see its curves",
+                             (long long)id);
     }
     json_t *hist = json_object_get(job, "history");
     json_t *curve = json_object_get(job, "curve");

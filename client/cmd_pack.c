@@ -19,6 +19,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "cli.h"
 #include "commands.h"
 #include "pack_classes.h"
 #include "input/pack.h"
@@ -130,8 +131,9 @@ static int td__pack_one(const char *set, const char *images,
     if (!rc && !folder) /* names identify classes (a folder's: pack.c) */
         rc = td_pack_classes_file(out, NULL, r.classes, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "trainctl pack: %s\n", err[0] ? err : td_strerror(rc));
-        return TD_EXIT_REFUSED;
+        td_cli cli = {.cmd = "pack", .json = json};
+        return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "%s",
+                             err[0] ? err : td_strerror(rc));
     }
     char how[96] = ""; /* an IDX set has nothing rewritten to report */
     if (folder)
@@ -291,6 +293,7 @@ int td_cmd_pack(int argc, char **argv)
     const char *images = o.images, *labels = o.labels, *idxdir = o.idxdir;
     const char *folder = o.folder, *out = o.out;
     int json = o.json;
+    td_cli cli = {.cmd = "pack", .json = json}; /* for refusals */
     td_pack_options opt = o.opt;
     json_t *sets = json_array();
     int64_t t0 = td_now_ns();
@@ -303,10 +306,10 @@ int td_cmd_pack(int argc, char **argv)
             td__find_idx(idxdir, "train-labels-idx1-ubyte", tl, sizeof tl) ||
             td__find_idx(idxdir, "t10k-images-idx3-ubyte", vi, sizeof vi) ||
             td__find_idx(idxdir, "t10k-labels-idx1-ubyte", vl, sizeof vl)) {
-            fprintf(stderr, "trainctl pack: %s lacks the MNIST file set "
-                            "(train-images-idx3-ubyte[.gz], ...)\n", idxdir);
             json_decref(sets);
-            return TD_EXIT_REFUSED;
+            return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "%s lacks the "
+                                 "MNIST file set (train-images-idx3-ubyte"
+                                 "[.gz], ...)", idxdir);
         }
         snprintf(o1, sizeof o1, "%s/train", out);
         snprintf(o2, sizeof o2, "%s/test", out);
@@ -318,9 +321,8 @@ int td_cmd_pack(int argc, char **argv)
         size_t nval;
         if (td_pack_split_trees(folder, out, o.val_fraction, o.seed, tmp,
                                 sizeof tmp, &nval, err, sizeof err)) {
-            fprintf(stderr, "trainctl pack: %s\n", err);
             json_decref(sets);
-            return TD_EXIT_REFUSED;
+            return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "%s", err);
         }
         snprintf(tt, sizeof tt, "%s/train", tmp);
         snprintf(tv, sizeof tv, "%s/val", tmp);

@@ -131,10 +131,8 @@ int td_cmd_plan(int argc, char **argv)
     td_models_dir(NULL, dir, sizeof dir);
     td_shape in = {c, h, w};
     if ((rc = td_model_load(dir, cli.pos[0], in, (int)classes, &m, err,
-                            sizeof err)) != 0) {
-        fprintf(stderr, "trainctl plan: %s\n", err);
-        return TD_EXIT_REFUSED;
-    }
+                            sizeof err)) != 0)
+        return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "%s", err);
     td_memplan_config pc = {
         .batch = (int)batch, .act_bytes = act, .optim_slots = slots,
         .reuse = 1, .nbuf = 2, .workspace = (size_t)ws << 20,
@@ -153,9 +151,8 @@ int td_cmd_plan(int argc, char **argv)
         (rc = td_memplan_build(m, &today, &base, err, sizeof err)) != 0)
         td_memplan_free(&plan);
     if (rc) {
-        fprintf(stderr, "trainctl plan: %s\n", err);
         td_model_free(m);
-        return TD_EXIT_REFUSED;
+        return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "%s", err);
     }
     double ratio = (double)plan.total / (double)base.total;
     if (cli.json) {

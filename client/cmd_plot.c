@@ -164,10 +164,11 @@ int td_cmd_plot(int argc, char **argv)
     const json_t *job = json_object_get(json_object_get(r, "ok"), "job");
     td_plot_stats st;
     char err[600];
-    if (td_plot_curves(job, out, w, h, &st, err, sizeof err)) {
-        fprintf(stderr, "trainctl plot: %s\n", err);
-        json_decref(r);
-        return TD_EXIT_REFUSED;
+    if ((rc = td_plot_curves(job, out, w, h, &st, err, sizeof err))) {
+        json_decref(r); /* nothing to draw yet: as the daemon would say it */
+        return td_cli_refuse(&cli, rc == -ENODATA ? TD_ERR_CONFLICT
+                                                  : TD_CLI_ERR_FAILED,
+                             "%s", err);
     }
     if (cli.json) {
         json_t *pts = json_pack("{s:i, s:i}", "epochs", st.epochs, "windows",

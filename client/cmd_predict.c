@@ -141,8 +141,7 @@ int td_cmd_predict(int argc, char **argv)
     if (td_infer_predict(&o, cli.pos + 1, cli.npos - 1, &res, err,
                          sizeof err)) {
         td_progress_clear(&l.pr);
-        fprintf(stderr, "trainctl predict: %s\n", err);
-        return TD_EXIT_REFUSED;
+        return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "%s", err);
     }
     td_progress_done(&l.pr, "predict", cli.npos - 1, "images");
     rc = json_integer_value(json_object_get(res, "failed")) ? TD_EXIT_REFUSED

@@ -114,16 +114,16 @@ int td_cmd_trace(int argc, char **argv)
     int fd = mkstemp(tmp);
     td__parts p = {.f = fd < 0 ? NULL : fdopen(fd, "w"), .job = id,
                    .steps = steps};
-    td_progress_init(&p.pr);
     if (!p.f) {
-        fprintf(stderr, "trainctl trace: cannot write %s: %s\n", out,
-                strerror(errno));
+        int e = errno;
         if (fd >= 0) {
             close(fd);
             unlink(tmp);
         }
-        return TD_EXIT_REFUSED;
+        return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "cannot write %s: %s",
+                             out, strerror(e));
     }
+    td_progress_init(&p.pr); /* after errno was used (isatty sets it) */
     mode_t um = umask(0);
     umask(um);
     fchmod(fd, 0666 & ~um); /* as fopen would have created it */
@@ -147,18 +147,14 @@ int td_cmd_trace(int argc, char **argv)
     rc = td_conn_check(argv[0], r, cli.json);
     json_t *ok = json_object_get(r, "ok");
     long parts = (long)json_integer_value(json_object_get(ok, "parts"));
-    if (rc == TD_EXIT_OK && (p.bad || closed || p.next != parts)) {
-        fprintf(stderr, "trainctl trace: %s: %s\n", out,
-                p.bad == EPROTO || p.next != parts
-                    ? "the daemon's trace arrived incomplete"
-                    : strerror(p.bad ? p.bad : errno));
-        rc = TD_EXIT_REFUSED;
-    }
-    if (rc == TD_EXIT_OK && rename(tmp, out) != 0) {
-        fprintf(stderr, "trainctl trace: cannot write %s: %s\n", out,
-                strerror(errno));
-        rc = TD_EXIT_REFUSED;
-    }
+    if (rc == TD_EXIT_OK && (p.bad || closed || p.next != parts))
+        rc = td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "%s: %s", out,
+                           p.bad == EPROTO || p.next != parts
+                               ? "the daemon's trace arrived incomplete"
+                               : strerror(p.bad ? p.bad : errno));
+    if (rc == TD_EXIT_OK && rename(tmp, out) != 0)
+        rc = td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "cannot write %s: %s",
+                           out, strerror(errno));
     if (rc != TD_EXIT_OK) {
         unlink(tmp);
     } else if (cli.json) {

@@ -342,6 +342,15 @@ int td_watch_job(td_conn *c, int64_t job, int json, int quiet_header)
     if (v.tty && !td__final(v.state))
         td__draw(&v); /* the first frame, before any event */
     snprintf(v.reason, sizeof v.reason, "%s", JSTR(j, "reason", ""));
+    if (json && td__final(v.state)) {
+        /* ended before: its outcome as the state event it was (--json
+         * printed nothing, exit 1 for a failed one) */
+        json_t *ev = json_pack("{s:s, s:I, s:{s:s, s:s}}", "event", "state",
+                               "job", (json_int_t)job, "data", "state",
+                               v.state, "reason", v.reason);
+        td_print_json(ev);
+        json_decref(ev);
+    }
     if (!json && !quiet_header && !v.tty) {
         printf("job %lld %s: %s\n", (long long)job, v.state, v.reason);
         fflush(stdout); /* a pipe sees it now, not at the first event */

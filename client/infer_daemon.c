@@ -143,9 +143,8 @@ int td_infer_via_daemon(const td_cli *cli, const char *cmd, json_t *spec,
     if (strcmp(f.state, "completed") != 0 ||
         !json_is_object(json_object_get(j, "result"))) {
         td_progress_clear(&f.pr);
-        fprintf(stderr, "trainctl %s: job %lld %s: %s\n", cmd,
-                (long long)f.job, f.state, f.reason);
-        rc = TD_EXIT_REFUSED;
+        rc = td_cli_refuse(cli, TD_CLI_ERR_FAILED, "job %lld %s: %s",
+                           (long long)f.job, f.state, f.reason);
         goto out;
     }
     *result = json_incref(json_object_get(j, "result"));

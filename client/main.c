@@ -1,7 +1,8 @@
 /* main.c - trainctl, the command-line client: dispatches subcommands.
  *
- * Exit codes: 0 ok, 1 the daemon said no, 2 usage, 3 cannot reach the
- * daemon.  Every subcommand has --help and --json.
+ * Exit codes: 0 ok, 1 refused or failed (the daemon, trainctl or the
+ * job), 2 usage, 3 cannot reach the daemon.  Every subcommand has --help
+ * and --json.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,8 +61,9 @@ static void usage(FILE *f)
         fprintf(f, "  %-12s %s\n", td__commands[i].name,
                 td__commands[i].summary);
     fprintf(f, "\nRun 'trainctl COMMAND --help' for a command's options.\n"
-               "Exit codes: 0 ok, 1 the daemon said no (or the job failed), "
-               "2 usage,\n3 cannot reach the daemon.\n");
+               "Exit codes: 0 ok, 1 refused or failed (by the daemon, "
+               "trainctl or the job;\n--json: a JSON error on stdout), "
+               "2 usage, 3 cannot reach the daemon.\n");
 }
 
 /* Global options may come before the command, as with docker or

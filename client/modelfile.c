@@ -42,11 +42,11 @@ static int td__job_ckpt(const td_cli *cli, const char *src, char *path,
         json_object_get(job, "result"), "last_checkpoint"));
     if (!p || !p[0]) {
         const char *state = json_string_value(json_object_get(job, "state"));
-        fprintf(stderr, "trainctl %s: job %lld has no checkpoint yet (it "
-                "is %s); give a checkpoint file\n", cli->cmd, (long long)id,
-                state ? state : "?");
+        rc = td_cli_refuse(cli, TD_ERR_CONFLICT, "job %lld has no checkpoint "
+                           "yet (it is %s); give a checkpoint file",
+                           (long long)id, state ? state : "?");
         json_decref(r);
-        return TD_EXIT_REFUSED;
+        return rc;
     }
     snprintf(path, cap, "%s", p);
     json_decref(r);
@@ -65,11 +65,9 @@ static int td__looks_like_job(const char *s)
     return 1;
 }
 
-static int td__fail(const td_cli *cli, const char *path, const char *why,
-                    int code)
+static int td__fail(const td_cli *cli, const char *path, const char *why)
 {
-    fprintf(stderr, "trainctl %s: %s: %s\n", cli->cmd, path, why);
-    return code;
+    return td_cli_refuse(cli, TD_CLI_ERR_FAILED, "%s: %s", path, why);
 }
 
 int td_cli_model_path(const td_cli *cli, const char *src, char *path,
@@ -90,28 +88,26 @@ int td_cli_model_open(const td_cli *cli, const char *src, td_cli_model *out)
     memset(out, 0, sizeof *out);
     if ((rc = td_cli_model_path(cli, src, out->path, sizeof out->path)))
         return rc;
-    if (td_st_open(out->path, &f, err, sizeof err)) {
-        fprintf(stderr, "trainctl %s: %s\n", cli->cmd, err);
-        return TD_EXIT_REFUSED;
-    }
+    if (td_st_open(out->path, &f, err, sizeof err))
+        return td_cli_refuse(cli, TD_CLI_ERR_FAILED, "%s", err);
     if (td_model_meta_read(f, &out->meta, err, sizeof err)) {
-        rc = td__fail(cli, out->path, err, TD_EXIT_REFUSED);
+        rc = td__fail(cli, out->path, err);
         goto fail;
     }
     if (td_model_build(out->meta.graph, out->meta.in, out->meta.classes,
                        &out->m, err, sizeof err)) {
-        rc = td__fail(cli, out->path, err, TD_EXIT_REFUSED);
+        rc = td__fail(cli, out->path, err);
         goto fail;
     }
     out->params = malloc((out->m->param_count + 1) * sizeof(float));
     out->state = malloc((td_model_state_count(out->m) + 1) * sizeof(float));
     if (!out->params || !out->state) {
-        rc = td__fail(cli, out->path, "out of memory", TD_EXIT_REFUSED);
+        rc = td__fail(cli, out->path, "out of memory");
         goto fail;
     }
     if (td_weights_load(out->m, f, 1, out->params, out->state, NULL, err,
                         sizeof err)) {
-        rc = td__fail(cli, out->path, err, TD_EXIT_REFUSED);
+        rc = td__fail(cli, out->path, err);
         goto fail;
     }
     for (int L = 1; L < out->m->nlayers; L++)

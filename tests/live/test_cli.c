@@ -145,6 +145,17 @@ START_TEST(test_usage_checked_before_connecting)
                          "--socket", path), 2);
     ck_assert_msg(strstr(err, "--epochs: expected 1..100000"), "%s", err);
     free(err);
+    /* history's --csv with --json and extend's --set without '=' are
+     * usage errors too (exit 3 here: they were found after connecting) */
+    ck_assert_int_eq(CLI(NULL, &err, "history", "1", "--csv", "--json",
+                         "--socket", path), 2);
+    ck_assert_msg(strstr(err, "--csv and --json"), "%s", err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "extend", "1", "--epochs", "2", "--set",
+                         "lr", "--socket", path), 2);
+    ck_assert_msg(strstr(err, "--set lr: expected key.path=value"), "%s",
+                  err);
+    free(err);
     /* An unknown state is a usage error naming the states (the daemon
      * refused it, exit 1; none here: exit 3); the daemon's list. */
     char *out;
@@ -507,7 +518,47 @@ START_TEST(test_extend_completed_job)
     ck_assert_int_eq(CLI(NULL, &err, "extend", "3", "--epochs", "1"), 1);
     ck_assert_msg(strstr(err, "extend continues a completed job"), "%s", err);
     free(err);
+    /* With --json, trainctl's own refusals (and failures) are JSON on
+     * stdout, as the daemon's are: stdout was empty, the message on
+     * stderr.  A job that ended before watch --json came is its state
+     * event (watch --json printed nothing). */
+    char bad[256];
+    snprintf(bad, sizeof bad, "%s/no/such/dir/c.png", H.dir);
+    static const char *const cls[] = {"conflict", "conflict", "failed",
+                                       "failed"};
+    const char *const refusals[][8] = {
+        {"extend", "3", "--epochs", "1", "--json", NULL},
+        {"export", "3", "-o", exp, "--json", NULL},
+        {"plot", "1", "-o", bad, "--json", NULL},
+        {"trace", "3", "-o", bad, "--json", NULL},
+    };
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+        ck_assert_int_eq(th_cli(&H, &out, &err, refusals[i]), 1);
+        r = json_loads(out, 0, NULL);
+        ck_assert_msg(r, "%s --json: not JSON: '%s' (%s)", refusals[i][0],
+                      out, err);
+        json_t *e = json_object_get(r, "error");
+        ck_assert_str_eq(json_string_value(json_object_get(e, "class")),
+                         cls[i]);
+        ck_assert_msg(strstr(json_string_value(json_object_get(e, "desc")),
+                             i < 2 ? "job 3 " : "no/such/dir"),
+                      "%s", out);
+        json_decref(r);
+        free(out);
+        free(err);
+    }
+    ck_assert_int_eq(CLI(&out, NULL, "watch", "1", "--json"), 0);
+    r = json_loads(out, 0, NULL);
+    ck_assert_msg(r, "watch --json: not JSON: '%s'", out);
+    ck_assert_str_eq(json_string_value(json_object_get(r, "event")), "state");
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(r, "data"), "state")), "completed");
+    json_decref(r);
+    free(out);
     ck_assert_int_eq(CLI(NULL, NULL, "cancel", "3"), 0);
+    ck_assert_int_eq(CLI(&out, NULL, "watch", "3", "--json"), 1);
+    ck_assert_msg(strstr(out, "\"state\":\"cancelled\""), "%s", out);
+    free(out);
 }
 END_TEST
 

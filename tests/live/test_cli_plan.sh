@@ -23,4 +23,12 @@ set +e
 [ $rc -eq 2 ] || { echo "FAIL: bad --precision gave exit $rc, not 2"; exit 1; }
 "$tc" plan no-such-model 2>/dev/null; rc=$?
 [ $rc -eq 1 ] || { echo "FAIL: unknown model gave exit $rc, not 1"; exit 1; }
+# --json: the failure is JSON on stdout too (it was on stderr alone)
+out=$("$tc" plan no-such-model --json 2>/dev/null); rc=$?
+[ $rc -eq 1 ] || { echo "FAIL: unknown model --json gave exit $rc"; exit 1; }
+printf '%s' "$out" | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["error"]
+assert e["class"] == "failed" and "no-such-model" in e["desc"], e
+' || { echo "FAIL: plan --json error is not JSON: $out"; exit 1; }
 echo OK

@@ -479,6 +479,27 @@ START_TEST(test_cli_errors)
     ck_assert_int_eq(rc, 1);
     ck_assert_ptr_nonnull(strstr(err, "lacks the MNIST file set"));
     free(err);
+    /* with --json the failure is JSON on stdout (it was stderr alone) */
+    static const char *const fails[][3] = {
+        {"pack --idx-dir", "/none -o /tmp/none --json", "lacks the MNIST"},
+        {"bench-input --data", "/missing --json", "missing"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "%s %s%s", fails[i][0], tmp, fails[i][1]);
+        char *out = trainctl(args, &rc, &err);
+        ck_assert_int_eq(rc, 1);
+        ck_assert_str_eq(err, "");
+        json_t *j = json_loads(out, 0, NULL);
+        json_t *e = json_object_get(j, "error");
+        ck_assert_msg(e, "%s: not a JSON error: '%s'", args, out);
+        ck_assert_str_eq(json_string_value(json_object_get(e, "class")),
+                         "failed");
+        ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(
+                                         e, "desc")), fails[i][2]));
+        json_decref(j);
+        free(out);
+        free(err);
+    }
     snprintf(args, sizeof args, "bench-input --data %s/missing", tmp);
     free(trainctl(args, &rc, &err));
     ck_assert_int_eq(rc, 1);
