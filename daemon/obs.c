@@ -35,8 +35,8 @@
 
 enum { TD__RECENT = 8, TD__PART = 256 * 1024 };
 
-/* A window event re-serialises a job's curves at most this often (an
- * epoch, a state change or a new job always does). */
+/* A job's curves are serialised at most this often (a state change or a
+ * new job always is); changes in between wait for the refresh. */
 #define TD__CURVES_EVERY_NS (250 * TD_NS_PER_MS)
 
 typedef struct td__waiter {
@@ -67,6 +67,7 @@ typedef struct td_obs {
         int64_t at_ns;
         size_t nhistory;
         char state[16];
+        int pending;          /* changed since: the refresh serialises it */
     } curves[TD__RECENT];
     int ncurves;
 } td_obs;
@@ -209,16 +210,20 @@ void td_obs_job_curves(td_daemon *d, int64_t job, const char *name,
 {
     td_obs *o = d->obs;
     int i;
-    if (!o)
-        return;
+    if (!o || !o->http)
+        return; /* no dashboard to serve them */
     int64_t now = td_now_ns();
     size_t nh = json_array_size(history);
     for (i = 0; i < o->ncurves && o->curves[i].job != job; i++)
         ;
     if (i < o->ncurves && strcmp(o->curves[i].state, state) == 0 &&
-        o->curves[i].nhistory == nh &&
-        now - o->curves[i].at_ns < TD__CURVES_EVERY_NS)
-        return; /* a window soon after the last one: the next will do */
+        now - o->curves[i].at_ns < TD__CURVES_EVERY_NS) {
+        /* soon after the last one: the next refresh (a second at most)
+         * takes it, so that a fast job's growing history is not
+         * serialised for every epoch */
+        o->curves[i].pending = 1;
+        return;
+    }
     if (i == o->ncurves && o->ncurves == TD__RECENT &&
         job < o->curves[TD__RECENT - 1].job)
         return; /* older than every job shown */
@@ -258,6 +263,7 @@ void td_obs_job_curves(td_daemon *d, int64_t job, const char *name,
     o->curves[i].len = strlen(text);
     o->curves[i].at_ns = now;
     o->curves[i].nhistory = nh;
+    o->curves[i].pending = 0;
     snprintf(o->curves[i].state, sizeof o->curves[i].state, "%s", state);
     pthread_mutex_unlock(&o->mu);
     free(old);
@@ -295,6 +301,18 @@ static void td__on_refresh(uv_timer_t *t)
     td_obs *o = t->data;
     td_prom_process p;
     memset(&p, 0, sizeof p);
+    for (int i = 0; i < o->ncurves; i++) {
+        td_job *j = o->curves[i].pending
+                        ? td_jobs_find(&o->d->jobs, o->curves[i].job)
+                        : NULL;
+        o->curves[i].pending = 0;
+        if (j) {
+            o->curves[i].at_ns = 0; /* due */
+            td_obs_job_curves(o->d, j->id, j->name,
+                              td_job_state_name(j->state), j->curves.history,
+                              j->curves.curve);
+        }
+    }
     for (td_job *j = o->d->jobs.head; j; j = j->next)
         if ((int)j->state >= 0 && j->state < TD_JOB_NSTATES)
             p.jobs[j->state]++;
@@ -479,13 +497,14 @@ int td_obs_init(td_daemon *d)
     o->timer_on = 1;
     td__on_refresh(&o->refresh);
     uv_timer_start(&o->refresh, td__on_refresh, 1000, 1000);
+    const char *listen = td_settings_str(d->settings, "metrics_listen");
+    int rc = listen && *listen ? td__http_start(o, listen) : 0;
     for (td_job *j = d->jobs.head; j; j = j->next) /* restored jobs */
         if (json_array_size(j->curves.history) ||
             json_array_size(j->curves.curve))
             td_obs_job_curves(d, j->id, j->name, td_job_state_name(j->state),
                               j->curves.history, j->curves.curve);
-    const char *listen = td_settings_str(d->settings, "metrics_listen");
-    return listen && *listen ? td__http_start(o, listen) : 0;
+    return rc;
 }
 
 void td_obs_close(td_daemon *d)
