@@ -117,9 +117,7 @@ static int td__job_ended(td_conn *c, int64_t id, int *json)
                                 td__print_log_event, json);
     const char *st = json_string_value(json_object_get(
         json_object_get(json_object_get(r, "ok"), "job"), "state"));
-    int done = st && (strcmp(st, "completed") == 0 ||
-                      strcmp(st, "failed") == 0 ||
-                      strcmp(st, "cancelled") == 0);
+    int done = td_proto_job_state_final(st);
     json_decref(r);
     return done;
 }
@@ -192,9 +190,8 @@ int td_cmd_logs(int argc, char **argv)
             td__print_log_event(ev, &cli.json);
         const char *st = json_string_value(json_object_get(
             json_object_get(ev, "data"), "state"));
-        int done = kind && strcmp(kind, "state") == 0 && st &&
-                   (strcmp(st, "completed") == 0 ||
-                    strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0);
+        int done = kind && strcmp(kind, "state") == 0 &&
+                   td_proto_job_state_final(st);
         json_decref(ev);
         if (done)
             break;

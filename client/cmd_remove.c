@@ -2,13 +2,21 @@
  * off the daemon's disk (the `remove` command, daemon/remove.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
+#include "progress.h"
+#include "proto/protocol.h"
+
+/* How long --force waits for a cancelled job to reach its step boundary
+ * and end. */
+#define TD__FORCE_WAIT_S 300
 
 static const char td__rm_usage[] =
-    "usage: trainctl rm JOB [JOB...] [--json] [--socket PATH]\n"
+    "usage: trainctl rm JOB [JOB...] [-f|--force] [--json] [--socket PATH]\n"
     "\n"
     "Remove ended jobs (completed, failed or cancelled): the daemon deletes\n"
     "each job's record, log and checkpoints, and the job leaves 'trainctl\n"
@@ -17,6 +25,9 @@ static const char td__rm_usage[] =
     "(cancel it first), another user's job (root may) and a job whose\n"
     "checkpoint a job not yet ended reads (an extend, an eval) are refused.\n"
     "\n"
+    "  -f, --force  cancel a job not yet ended first, wait for it to end\n"
+    "               (a running job stops at its next step boundary; up to\n"
+    "               5 minutes, shown on a terminal), then remove it\n"
     "  --json   one JSON object: \"removed\" [{job, freed_bytes}],\n"
     "           \"refused\" [{job, error: {class, desc}}], \"freed_bytes\"\n"
     "           (the sum)\n"
@@ -36,10 +47,74 @@ static void td__bytes(double b, char *out, size_t cap)
     snprintf(out, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
 }
 
+/* The job's state as `show` gives it (static), or NULL after a refusal
+ * (*reply keeps it) or a broken connection (*reply NULL). */
+static const char *td__state(td_conn *c, int64_t id, json_t **reply)
+{
+    static char st[32];
+    json_decref(*reply);
+    *reply = td_conn_request(c, "show",
+                             json_pack("{s:I}", "job", (json_int_t)id), NULL,
+                             NULL);
+    const char *s = json_string_value(json_object_get(
+        json_object_get(json_object_get(*reply, "ok"), "job"), "state"));
+    if (!s)
+        return NULL;
+    snprintf(st, sizeof st, "%s", s);
+    return st;
+}
+
+/* --force: cancels job id unless it has ended and waits until it has.
+ * NULL when it has ended (or the daemon's refusal is for `remove` to
+ * give: no such job), else the reply to give as the refusal (a failed
+ * cancel), or an error of our own (it did not end in time). */
+static json_t *td__cancel_and_wait(td_conn *c, int64_t id)
+{
+    json_t *r = NULL;
+    const char *st = td__state(c, id, &r);
+    if (!st || td_proto_job_state_final(st)) {
+        json_decref(r);
+        return NULL;
+    }
+    json_decref(r);
+    r = td_conn_request(c, "cancel", json_pack("{s:I}", "job", (json_int_t)id),
+                        NULL, NULL);
+    if (!r || json_object_get(r, "error"))
+        return r;
+    json_decref(r);
+    r = NULL;
+    td_progress p;
+    td_progress_init(&p);
+    while ((st = td__state(c, id, &r)) && !td_proto_job_state_final(st) &&
+           td_progress_elapsed(&p) < TD__FORCE_WAIT_S) {
+        td_progress_show(&p, 0, "rm: job %lld cancelled, waiting for it to "
+                         "stop (%s, %.0f s)", (long long)id, st,
+                         td_progress_elapsed(&p));
+        usleep(100000);
+    }
+    td_progress_clear(&p);
+    if (!st || td_proto_job_state_final(st)) {
+        json_decref(r);
+        return NULL;
+    }
+    json_decref(r);
+    char m[160];
+    snprintf(m, sizeof m, "job %lld was cancelled but is still %s after "
+             "%d s; try again once it has ended", (long long)id, st,
+             TD__FORCE_WAIT_S);
+    return json_pack("{s:{s:s, s:s}}", "error", "class", "conflict", "desc",
+                     m);
+}
+
 int td_cmd_remove(int argc, char **argv)
 {
     td_cli cli = {.usage = td__rm_usage};
-    int rc = td_cli_parse(&cli, argc, argv, NULL, 1, TD_CLI_MAX_POS);
+    int force = 0;
+    td_cli_flag flags[] = {
+        {"--force", "-f", 0, NULL, &force, NULL},
+        {NULL, NULL, 0, NULL, NULL, NULL},
+    };
+    int rc = td_cli_parse(&cli, argc, argv, flags, 1, TD_CLI_MAX_POS);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
     int64_t ids[TD_CLI_MAX_POS];
@@ -53,9 +128,11 @@ int td_cmd_remove(int argc, char **argv)
     json_int_t total = 0;
     rc = TD_EXIT_OK;
     for (int i = 0; i < cli.npos; i++) {
-        json_t *r = td_conn_request(
-            &c, "remove", json_pack("{s:I}", "job", (json_int_t)ids[i]),
-            NULL, NULL);
+        json_t *r = force ? td__cancel_and_wait(&c, ids[i]) : NULL;
+        if (!r)
+            r = td_conn_request(&c, "remove",
+                                json_pack("{s:I}", "job", (json_int_t)ids[i]),
+                                NULL, NULL);
         if (!r) {
             rc = TD_EXIT_UNREACHABLE;
             break;

@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
+#include "proto/protocol.h"
 #include "watch.h"
 
 #define JNUM(o, k) json_number_value(json_object_get((o), (k)))
@@ -263,12 +264,6 @@ void td_fmt_val(const json_t *epoch, char *buf, size_t cap)
         snprintf(buf, cap, "no validation set");
 }
 
-static int td__final(const char *state)
-{
-    return strcmp(state, "completed") == 0 || strcmp(state, "failed") == 0 ||
-           strcmp(state, "cancelled") == 0;
-}
-
 static void td__on_event(json_t *ev, td_view *v)
 {
     const char *kind = JSTR(ev, "event", "");
@@ -339,10 +334,10 @@ int td_watch_job(td_conn *c, int64_t job, int json, int quiet_header)
     json_t *j = json_object_get(json_object_get(r, "ok"), "job");
     v.record = json_incref(j);
     snprintf(v.state, sizeof v.state, "%s", JSTR(j, "state", "?"));
-    if (v.tty && !td__final(v.state))
+    if (v.tty && !td_proto_job_state_final(v.state))
         td__draw(&v); /* the first frame, before any event */
     snprintf(v.reason, sizeof v.reason, "%s", JSTR(j, "reason", ""));
-    if (json && td__final(v.state)) {
+    if (json && td_proto_job_state_final(v.state)) {
         /* ended before: its outcome as the state event it was (--json
          * printed nothing, exit 1 for a failed one) */
         json_t *ev = json_pack("{s:s, s:I, s:{s:s, s:s}}", "event", "state",
@@ -355,7 +350,7 @@ int td_watch_job(td_conn *c, int64_t job, int json, int quiet_header)
         printf("job %lld %s: %s\n", (long long)job, v.state, v.reason);
         fflush(stdout); /* a pipe sees it now, not at the first event */
     }
-    while (!td__final(v.state)) {
+    while (!td_proto_job_state_final(v.state)) {
         json_t *ev = td_conn_read(c, -1, NULL);
         if (!ev) {
             fprintf(stderr, "trainctl: lost the connection to traind\n");

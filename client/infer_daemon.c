@@ -19,6 +19,7 @@
 
 #include "commands.h"
 #include "conn.h"
+#include "proto/protocol.h"
 #include "progress.h"
 
 #define JSTR(o, k) json_string_value(json_object_get((o), (k)))
@@ -69,12 +70,6 @@ static void td__on_event(json_t *ev, void *user)
     }
 }
 
-static int td__final(const char *s)
-{
-    return strcmp(s, "completed") == 0 || strcmp(s, "failed") == 0 ||
-           strcmp(s, "cancelled") == 0;
-}
-
 int td_infer_via_daemon(const td_cli *cli, const char *cmd, json_t *spec,
                         json_t **result)
 {
@@ -123,9 +118,9 @@ int td_infer_via_daemon(const td_cli *cli, const char *cmd, json_t *spec,
         json_t *j = json_object_get(json_object_get(r, "ok"), "job");
         snprintf(f.state, sizeof f.state, "%s", JSTR(j, "state"));
         snprintf(f.reason, sizeof f.reason, "%s", JSTR(j, "reason"));
-        if (td__final(f.state))
+        if (td_proto_job_state_final(f.state))
             break;
-        while (!td__final(f.state)) {
+        while (!td_proto_job_state_final(f.state)) {
             json_t *ev = td_conn_read(&c, -1, NULL);
             if (!ev) {
                 td_progress_clear(&f.pr);

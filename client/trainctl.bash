@@ -101,9 +101,15 @@ _trainctl()
             else
                 _trainctl_files
             fi ;;
-        show | watch | cancel | pause | resume | checkpoint | rm)
+        show | watch | cancel | pause | resume | checkpoint)
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "--json --socket --help" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W "$(_trainctl_jobs)" -- "$cur"))
+            fi ;;
+        rm)
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "--force -f --json --socket --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -W "$(_trainctl_jobs)" -- "$cur"))
             fi ;;

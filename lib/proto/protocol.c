@@ -26,6 +26,13 @@ int td_proto_job_state(const char *name)
     return -1;
 }
 
+int td_proto_job_state_final(const char *name)
+{
+    return name && (strcmp(name, "completed") == 0 ||
+                    strcmp(name, "cancelled") == 0 ||
+                    strcmp(name, "failed") == 0);
+}
+
 const char *td_proto_job_states_list(char *buf, size_t cap)
 {
     size_t n = 0;

@@ -48,6 +48,9 @@
 extern const char *const td_proto_job_states[TD_PROTO_NJOB_STATES];
 /* The index of a state's name in td_proto_job_states, or -1. */
 int td_proto_job_state(const char *name);
+/* 1 for the states a job ends in (completed, cancelled, failed), 0 for
+ * the others and for a name that is not a state (NULL included). */
+int td_proto_job_state_final(const char *name);
 /* "pending, running, ..., failed" into buf (truncated to cap); buf. */
 const char *td_proto_job_states_list(char *buf, size_t cap);
 

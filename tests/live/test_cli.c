@@ -39,7 +39,7 @@ START_TEST(test_every_command_has_help)
     static const char *cmds[] = {"submit", "queue", "ls", "show", "watch",
                                  "logs", "cancel", "pause", "resume",
                                  "checkpoint", "extend", "plot", "config",
-                                 "version"};
+                                 "version", "rm"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char *out;
         ck_assert_int_eq(CLI(&out, NULL, cmds[i], "--help"), 0);
@@ -63,6 +63,7 @@ START_TEST(test_every_command_has_help)
         {"predict", "-k"},      {"predict", "--top"},   {"export", "-o"},
         {"export", "--output"}, {"pack", "--output"},
         {"pack", "--shard-size"}, {"pack", "--prefix"},
+        {"rm", "-f"},           {"rm", "--force"},
     };
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
         ck_assert_int_eq(CLI(&out, NULL, opts[i][0], "--help"), 0);

@@ -233,11 +233,17 @@ START_TEST(test_trainctl_rm)
     ck_assert_int_eq(CLI(NULL, NULL, "rm", idb), 1); /* gone: no job */
     ck_assert_int_eq(CLI(NULL, NULL, "rm"), 2);
     ck_assert_int_eq(CLI(NULL, NULL, "rm", "x"), 2);
-    json_decref(th_job_request(fd, "cancel", run));
-    ck_assert(th_wait_state(fd, run, "cancelled", 30000));
-    ck_assert_int_eq(CLI(&out, NULL, "rm", idr), 0);
-    ck_assert_msg(strstr(out, "removed"), "%s", out);
+    /* --force: the running job and one waiting behind it are cancelled,
+     * waited for and removed */
+    int64_t wait = th_submit(fd, th_tiny_spec(1, 0));
+    char idw[24];
+    snprintf(idw, sizeof idw, "%lld", (long long)wait);
+    ck_assert_int_eq(CLI(&out, &err, "rm", "-f", idr, idw), 0);
+    ck_assert_msg(strstr(out, "2 of 2 jobs removed"), "%s / %s", out, err);
     free(out);
+    free(err);
+    assert_error(th_job_request(fd, "show", run), "not_found", "no job");
+    assert_error(th_job_request(fd, "show", wait), "not_found", "no job");
     close(fd);
 }
 END_TEST

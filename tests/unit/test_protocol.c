@@ -314,6 +314,15 @@ START_TEST(test_job_states)
                      "pending, running, suspended, completed, cancelled, "
                      "failed");
     ck_assert_str_eq(td_proto_job_states_list(buf, 10), "pending, ");
+    /* the ended ones: completed, cancelled, failed */
+    int ended = 0;
+    for (int i = 0; i < TD_PROTO_NJOB_STATES; i++)
+        ended += td_proto_job_state_final(td_proto_job_states[i]);
+    ck_assert_int_eq(ended, 3);
+    ck_assert(td_proto_job_state_final("cancelled"));
+    ck_assert(!td_proto_job_state_final("suspended"));
+    ck_assert(!td_proto_job_state_final(NULL));
+    ck_assert(!td_proto_job_state_final("completedx"));
 }
 END_TEST
 
