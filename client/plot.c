@@ -173,20 +173,17 @@ double td_plot_py(const td_plot_map *m, double y)
            (y - m->y.lo) / (m->y.hi - m->y.lo) * (m->area.h - 2 * TD__INSET);
 }
 
-/* Draws s inside the area (the caller clipped to it); returns the number
- * of values drawn.  A line is broken at a missing value; a point with no
- * neighbour on either side gets a dot so that it shows. */
-static int td__draw_series(cairo_t *cr, const td_plot_map *m,
-                           const td__series *s)
+int td_plot_line(cairo_t *cr, const td_plot_map *m, uint32_t rgb, size_t n,
+                 td_plot_point_fn pt, const void *ctx, int lone_dots)
 {
     int drawn = 0, run = 0;
-    double x, y;
-    td_plot_rgb(cr, s->info->rgb);
+    double x, y, ox, oy;
+    td_plot_rgb(cr, rgb);
     cairo_set_line_width(cr, 2);
     cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
     cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
-    for (size_t i = 0; i < s->n; i++) {
-        if (!td__point(s, i, &x, &y)) {
+    for (size_t i = 0; i < n; i++) {
+        if (!pt(ctx, i, &x, &y)) {
             run = 0;
             continue;
         }
@@ -197,18 +194,33 @@ static int td__draw_series(cairo_t *cr, const td_plot_map *m,
         drawn++;
     }
     cairo_stroke(cr);
-    for (size_t i = 0; i < s->n; i++) {
-        if (!td__point(s, i, &x, &y))
-            continue;
-        double px = td_plot_px(m, x), py = td_plot_py(m, y), ox, oy;
-        if (s->per_epoch) {
-            td__marker(cr, s->info, px, py);
-        } else if ((i == 0 || !td__point(s, i - 1, &ox, &oy)) &&
-                   (i + 1 == s->n || !td__point(s, i + 1, &ox, &oy))) {
-            cairo_arc(cr, px, py, 2.5, 0, 2 * M_PI);
+    for (size_t i = 0; lone_dots && i < n; i++)
+        if (pt(ctx, i, &x, &y) && (i == 0 || !pt(ctx, i - 1, &ox, &oy)) &&
+            (i + 1 == n || !pt(ctx, i + 1, &ox, &oy))) {
+            cairo_arc(cr, td_plot_px(m, x), td_plot_py(m, y), 2.5, 0,
+                      2 * M_PI);
             cairo_fill(cr);
         }
-    }
+    return drawn;
+}
+
+static int td__series_pt(const void *s, size_t i, double *x, double *y)
+{
+    return td__point(s, i, x, y);
+}
+
+/* Draws s inside the area (the caller clipped to it); returns the number
+ * of values drawn: a line broken at a missing value, and a marker per
+ * epoch for a per-epoch series. */
+static int td__draw_series(cairo_t *cr, const td_plot_map *m,
+                           const td__series *s)
+{
+    int drawn = td_plot_line(cr, m, s->info->rgb, s->n, td__series_pt, s,
+                             !s->per_epoch);
+    double x, y;
+    for (size_t i = 0; s->per_epoch && i < s->n; i++)
+        if (td__point(s, i, &x, &y))
+            td__marker(cr, s->info, td_plot_px(m, x), td_plot_py(m, y));
     return drawn;
 }
 

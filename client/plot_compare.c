@@ -79,34 +79,24 @@ static int td__pt(const td__line *l, size_t i, double *x, double *y)
     return !isnan(*x) && !isnan(*y);
 }
 
+static int td__line_pt(const void *l, size_t i, double *x, double *y)
+{
+    return td__pt(l, i, x, y);
+}
+
+/* l's line in rgb, a dot per epoch for a per-epoch series. */
 static int td__draw(cairo_t *cr, const td_plot_map *m, const td__line *l,
                     uint32_t rgb)
 {
-    int drawn = 0, run = 0;
+    int drawn = td_plot_line(cr, m, rgb, l->n, td__line_pt, l,
+                             !l->per_epoch);
     double x, y;
-    td_plot_rgb(cr, rgb);
-    cairo_set_line_width(cr, 2);
-    cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
-    cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
-    for (size_t i = 0; i < l->n; i++) {
-        if (!td__pt(l, i, &x, &y)) {
-            run = 0;
-            continue;
+    for (size_t i = 0; l->per_epoch && i < l->n; i++)
+        if (td__pt(l, i, &x, &y)) {
+            cairo_arc(cr, td_plot_px(m, x), td_plot_py(m, y), 3.5, 0,
+                      2 * M_PI);
+            cairo_fill(cr);
         }
-        if (run++ == 0)
-            cairo_move_to(cr, td_plot_px(m, x), td_plot_py(m, y));
-        else
-            cairo_line_to(cr, td_plot_px(m, x), td_plot_py(m, y));
-        drawn++;
-    }
-    cairo_stroke(cr);
-    if (l->per_epoch) /* a dot per epoch */
-        for (size_t i = 0; i < l->n; i++)
-            if (td__pt(l, i, &x, &y)) {
-                cairo_arc(cr, td_plot_px(m, x), td_plot_py(m, y), 3.5, 0,
-                          2 * M_PI);
-                cairo_fill(cr);
-            }
     return drawn;
 }
 

@@ -51,6 +51,15 @@ void td_plot_text(cairo_t *cr, double x, double y, int align,
 /* A value's pixel column and row in m's area. */
 double td_plot_px(const td_plot_map *m, double x);
 double td_plot_py(const td_plot_map *m, double y);
+/* Point i of a series (ctx): 1 with its value's x and y, 0 when it has
+ * none (the line breaks there). */
+typedef int (*td_plot_point_fn)(const void *ctx, size_t i, double *x,
+                                double *y);
+/* A series' line in rgb, 2 px, broken where a point has no value; with
+ * lone_dots, a point without a neighbour on either side gets a dot so
+ * that it shows.  Returns the number of values drawn. */
+int td_plot_line(cairo_t *cr, const td_plot_map *m, uint32_t rgb, size_t n,
+                 td_plot_point_fn pt, const void *ctx, int lone_dots);
 /* The grid, the tick labels of both axes and the x axis' name under m's
  * area (the vertical lines are the caller's: epoch boundaries). */
 void td_plot_axes(cairo_t *cr, const td_plot_map *m, const char *xlabel);

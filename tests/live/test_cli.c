@@ -788,12 +788,9 @@ START_TEST(test_trace_shows_progress)
     snprintf(cmd, sizeof cmd,
              "TRAIND_SOCKET=%s script -qec '%s/client/trainctl trace 1 -n 5 "
              "-o %s' /dev/null", H.sock, getenv("TD_BUILD_ROOT"), path);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    static char tty[1 << 16];
-    size_t n = fread(tty, 1, sizeof tty - 1, p);
-    tty[n] = '\0';
-    ck_assert_int_eq(pclose(p), 0);
+    int st;
+    char *tty = td_test_capture(cmd, &st);
+    ck_assert_int_eq(st, 0);
     /* armed, then every step of a short trace, each redrawn in place */
     static const char *const want[] = {
         "\r\033[Krecording 5 steps of job 1: 0/5",
@@ -803,6 +800,7 @@ START_TEST(test_trace_shows_progress)
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr(tty, want[i]), "no '%s' in: %s", want[i] + 4,
                       tty);
+    free(tty);
     json_t *tr = json_load_file(path, 0, NULL);
     ck_assert_ptr_nonnull(json_object_get(tr, "traceEvents"));
     json_decref(tr);

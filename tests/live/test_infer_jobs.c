@@ -126,16 +126,14 @@ START_TEST(test_same_as_local)
     snprintf(cmd, sizeof cmd, "TRAIND_SOCKET=%s script -qec '%s/client/"
              "trainctl eval %s %s --daemon --json' /dev/null", H.sock,
              getenv("TD_BUILD_ROOT"), ckpt, data_dir);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    static char tty[1 << 16];
-    size_t n = fread(tty, 1, sizeof tty - 1, p);
-    tty[n] = '\0';
-    ck_assert_int_eq(pclose(p), 0);
+    int st;
+    char *tty = td_test_capture(cmd, &st);
+    ck_assert_int_eq(st, 0);
     /* (the job's lines come as its events do: it may be done before
      * trainctl subscribed) */
     ck_assert_msg(strstr(tty, "\r\033[Keval: 24 images in ") &&
                   strstr(tty, "images/s)\r\n{\"checkpoint\":"), "%s", tty);
+    free(tty);
 }
 END_TEST
 

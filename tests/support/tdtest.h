@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 /* Runs a shell command in folder dir; it must succeed. */
 static inline void td_test_sh(const char *dir, const char *fmt, ...)
@@ -53,6 +54,26 @@ static inline uint8_t *td_test_slurp(const char *dir, const char *rel,
     fclose(f);
     *len = (size_t)n;
     return b;
+}
+
+/* Runs cmd through the shell; its whole stdout, NUL-terminated
+ * (malloc'd), and its exit status in *status (-1 when it did not exit). */
+static inline char *td_test_capture(const char *cmd, int *status)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_msg(p != NULL, "popen %s: %s", cmd, strerror(errno));
+    char *out = NULL;
+    size_t cap = 0;
+    FILE *m = open_memstream(&out, &cap);
+    ck_assert_ptr_nonnull(m);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0)
+        fwrite(buf, 1, n, m);
+    fclose(m);
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
 }
 
 /* Exit status that tells meson a test was skipped. */

@@ -30,18 +30,7 @@ static char *trainctl(const char *args, int *rc, char **err_out)
     ck_assert_int_gt(asprintf(&errf, "%s/stderr.txt", tmp), 0);
     ck_assert_int_gt(asprintf(&cmd, "%s/client/trainctl %s 2>%s",
                               b ? b : "build", args, errf), 0);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    char *out = NULL;
-    size_t cap = 0;
-    FILE *m = open_memstream(&out, &cap);
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-        fwrite(buf, 1, n, m);
-    fclose(m);
-    int st = pclose(p);
-    *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *out = td_test_capture(cmd, rc);
     if (err_out) {
         FILE *f = fopen(errf, "r");
         *err_out = calloc(1, 8192);
@@ -408,18 +397,7 @@ static char *on_a_terminal(const char *args, int *rc)
     char *cmd;
     ck_assert_int_gt(asprintf(&cmd, "script -qec '%s/client/trainctl %s' "
                               "/dev/null", b ? b : "build", args), 0);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    char *out = NULL;
-    size_t cap = 0;
-    FILE *m = open_memstream(&out, &cap);
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-        fwrite(buf, 1, n, m);
-    fclose(m);
-    int st = pclose(p);
-    *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *out = td_test_capture(cmd, rc);
     free(cmd);
     return out;
 }

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "input/png.h"
 #include "plot.h"
+#include "plot_image.h"
 #include "tdtest.h"
 
 enum { EPOCHS = 4, STEPS_PER_EPOCH = 100, WINDOW = 10 };
@@ -66,13 +66,6 @@ static json_t *record(int flags)
     return j;
 }
 
-typedef struct image {
-    td_png png;
-    td_region r;
-    uint8_t *file;
-    int w, h;
-} image;
-
 static char tmp[64];
 static char out[128];
 
@@ -90,49 +83,27 @@ static void teardown(void)
 }
 
 /* Draws rec at w x h into `out` and reads it back as RGB. */
-static void draw(json_t *rec, int w, int h, td_plot_stats *st, image *im)
+static void draw(json_t *rec, int w, int h, td_plot_stats *st,
+                 plot_image *im)
 {
     char err[256] = "";
     int rc = td_plot_curves(rec, out, w, h, st, err, sizeof err);
     ck_assert_msg(rc == 0, "td_plot_curves: %d %s", rc, err);
-    size_t len;
-    memset(im, 0, sizeof *im);
-    im->file = td_test_slurp(tmp, "curves.png", &len);
-    ck_assert(td_png_is(im->file, len));
-    ck_assert_int_eq(td_png_header(&im->png, im->file, len, &im->w, &im->h),
-                     0);
-    ck_assert_int_eq(td_png_decode(&im->png, im->file, len, 3, &im->r), 0);
+    plot_image_read(tmp, "curves.png", im);
 }
 
-static void image_free(image *im)
+static long count(const plot_image *im, td_plot_rect r, uint32_t rgb)
 {
-    td_png_free(&im->png);
-    free(im->file);
+    return plot_image_count(im, r, rgb, NULL);
 }
 
-/* Pixels of exactly rgb inside rect. */
-static long count(const image *im, td_plot_rect r, uint32_t rgb)
-{
-    long n = 0;
-    for (int y = r.y; y < r.y + r.h && y < im->h; y++) {
-        const uint8_t *row = im->r.px + (size_t)y * im->r.stride;
-        for (int x = r.x; x < r.x + r.w && x < im->w; x++) {
-            const uint8_t *p = row + 3 * x;
-            if (p[0] == (rgb >> 16 & 255) && p[1] == (rgb >> 8 & 255) &&
-                p[2] == (rgb & 255))
-                n++;
-        }
-    }
-    return n;
-}
-
-static long count_all(const image *im, uint32_t rgb)
+static long count_all(const plot_image *im, uint32_t rgb)
 {
     return count(im, (td_plot_rect){0, 0, im->w, im->h}, rgb);
 }
 
 /* Series s is in its panel's data area, and in no other panel. */
-static void assert_in_own_panel(const image *im, int s)
+static void assert_in_own_panel(const plot_image *im, int s)
 {
     const td_plot_series_info *in = &td_plot_series[s];
     for (int p = 0; p < TD_PLOT_NPANELS; p++) {
@@ -155,7 +126,7 @@ START_TEST(test_every_series_in_its_panel)
     json_t *rec = record(0);
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         td_plot_stats st;
-        image im;
+        plot_image im;
         draw(rec, sizes[k][0], sizes[k][1], &st, &im);
         ck_assert_int_eq(im.w, sizes[k][0]);
         ck_assert_int_eq(im.h, sizes[k][1]);
@@ -166,7 +137,7 @@ START_TEST(test_every_series_in_its_panel)
             ck_assert_int_eq(st.points[s], td_plot_series[s].per_epoch
                                                ? st.epochs : st.windows);
         }
-        image_free(&im);
+        plot_image_free(&im);
     }
     json_decref(rec);
 }
@@ -196,7 +167,7 @@ START_TEST(test_null_val_draws_no_val)
 {
     json_t *rec = record(NULL_VAL);
     td_plot_stats st;
-    image im;
+    plot_image im;
     draw(rec, 1200, 900, &st, &im);
     /* Not in the plot and not in the legend either. */
     ck_assert_int_eq(count_all(&im, td_plot_series[TD_PLOT_S_LOSS_VAL].rgb),
@@ -208,7 +179,7 @@ START_TEST(test_null_val_draws_no_val)
     assert_in_own_panel(&im, TD_PLOT_S_LOSS_TRAIN);
     assert_in_own_panel(&im, TD_PLOT_S_LOSS_WINDOW);
     assert_in_own_panel(&im, TD_PLOT_S_ACC_TRAIN);
-    image_free(&im);
+    plot_image_free(&im);
     json_decref(rec);
 }
 END_TEST
@@ -218,13 +189,13 @@ START_TEST(test_null_idle_is_skipped_not_zero)
     /* All null: nothing drawn. */
     json_t *rec = record(NULL_IDLE);
     td_plot_stats st;
-    image im;
+    plot_image im;
     uint32_t idle = td_plot_series[TD_PLOT_S_DEVICE_IDLE].rgb;
     draw(rec, 1200, 900, &st, &im);
     ck_assert_int_eq(count_all(&im, idle), 0);
     ck_assert_int_eq(st.points[TD_PLOT_S_DEVICE_IDLE], 0);
     assert_in_own_panel(&im, TD_PLOT_S_INPUT_WAIT);
-    image_free(&im);
+    plot_image_free(&im);
     json_decref(rec);
 
     /* Some null: the others drawn, the gaps not as 0 %.  The values are
@@ -239,7 +210,7 @@ START_TEST(test_null_idle_is_skipped_not_zero)
     ck_assert_int_eq(count(&im, bottom, idle), 0);
     ck_assert_int_eq(st.points[TD_PLOT_S_DEVICE_IDLE],
                      st.windows - st.windows / 3);
-    image_free(&im);
+    plot_image_free(&im);
     json_decref(rec);
 }
 END_TEST
@@ -249,7 +220,7 @@ START_TEST(test_history_only_record)
     /* An old record without a curve: throughput and idle per epoch. */
     json_t *rec = record(NO_CURVE);
     td_plot_stats st;
-    image im;
+    plot_image im;
     draw(rec, 1200, 900, &st, &im);
     ck_assert_int_eq(st.windows, 0);
     ck_assert_int_eq(st.points[TD_PLOT_S_LOSS_WINDOW], 0);
@@ -260,7 +231,7 @@ START_TEST(test_history_only_record)
     assert_in_own_panel(&im, TD_PLOT_S_DEVICE_IDLE);
     assert_in_own_panel(&im, TD_PLOT_S_INPUT_WAIT);
     assert_in_own_panel(&im, TD_PLOT_S_LOSS_VAL);
-    image_free(&im);
+    plot_image_free(&im);
     json_decref(rec);
 }
 END_TEST
@@ -277,7 +248,7 @@ START_TEST(test_degenerate_values)
         "step", 7, "train_loss", 0.5, "samples_per_s", 1e9 + 1e-7,
         "input_wait_ratio", 0.0, "device_idle_ratio");
     td_plot_stats st;
-    image im;
+    plot_image im;
     draw(rec, 400, 300, &st, &im);
     ck_assert_int_eq(st.points[TD_PLOT_S_LOSS_WINDOW], 2);
     ck_assert_int_eq(st.points[TD_PLOT_S_DEVICE_IDLE], 1);
@@ -285,7 +256,7 @@ START_TEST(test_degenerate_values)
     assert_in_own_panel(&im, TD_PLOT_S_SPEED);
     assert_in_own_panel(&im, TD_PLOT_S_DEVICE_IDLE);
     assert_in_own_panel(&im, TD_PLOT_S_INPUT_WAIT);
-    image_free(&im);
+    plot_image_free(&im);
     json_decref(rec);
 }
 END_TEST

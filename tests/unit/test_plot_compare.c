@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "input/png.h"
 #include "plot.h"
+#include "plot_image.h"
 #include "tdtest.h"
 
 enum { EPOCHS = 4, WINDOW = 10 };
@@ -46,13 +46,6 @@ static json_t *record(int id, int spe, int no_val, int no_curve)
     return j;
 }
 
-typedef struct image {
-    td_png png;
-    td_region r;
-    uint8_t *file;
-    int w, h;
-} image;
-
 static char tmp[64], out[128];
 
 static void setup(void)
@@ -68,46 +61,14 @@ static void teardown(void)
     rmdir(tmp);
 }
 
-static void draw(json_t **recs, int n, td_plot_cmp_stats *st, image *im)
+static void draw(json_t **recs, int n, td_plot_cmp_stats *st,
+                 plot_image *im)
 {
     char err[256] = "";
     int rc = td_plot_compare((const json_t *const *)recs, n, out, 1200, 900,
                              st, err, sizeof err);
     ck_assert_msg(rc == 0, "td_plot_compare: %d %s", rc, err);
-    size_t len;
-    memset(im, 0, sizeof *im);
-    im->file = td_test_slurp(tmp, "cmp.png", &len);
-    ck_assert(td_png_is(im->file, len));
-    ck_assert_int_eq(td_png_header(&im->png, im->file, len, &im->w, &im->h),
-                     0);
-    ck_assert_int_eq(td_png_decode(&im->png, im->file, len, 3, &im->r), 0);
-}
-
-static void image_free(image *im)
-{
-    td_png_free(&im->png);
-    free(im->file);
-}
-
-/* Pixels of exactly rgb inside r; the rightmost column with one in *xr. */
-static long count(const image *im, td_plot_rect r, uint32_t rgb, int *xr)
-{
-    long n = 0;
-    if (xr)
-        *xr = -1;
-    for (int y = r.y; y < r.y + r.h && y < im->h; y++) {
-        const uint8_t *row = im->r.px + (size_t)y * im->r.stride;
-        for (int x = r.x; x < r.x + r.w && x < im->w; x++) {
-            const uint8_t *p = row + 3 * x;
-            if (p[0] == (rgb >> 16 & 255) && p[1] == (rgb >> 8 & 255) &&
-                p[2] == (rgb & 255)) {
-                n++;
-                if (xr && x > *xr)
-                    *xr = x;
-            }
-        }
-    }
-    return n;
+    plot_image_read(tmp, "cmp.png", im);
 }
 
 START_TEST(test_each_job_in_its_colour)
@@ -117,7 +78,7 @@ START_TEST(test_each_job_in_its_colour)
     json_t *recs[3] = {record(3, 100, 0, 0), record(4, 50, 1, 0),
                        record(5, 100, 0, 1)};
     td_plot_cmp_stats st;
-    image im;
+    plot_image im;
     draw(recs, 3, &st, &im);
     for (int j = 0; j < 3; j++)
         ck_assert_int_eq(st.epochs[j], EPOCHS);
@@ -133,7 +94,7 @@ START_TEST(test_each_job_in_its_colour)
             ck_assert_int_eq(st.points[j][p], want[j][p]);
             td_plot_rect whole, area;
             td_plot_layout(im.w, im.h, p, &whole, &area);
-            long n = count(&im, area, td_plot_job_rgb[j], NULL);
+            long n = plot_image_count(&im, area, td_plot_job_rgb[j], NULL);
             ck_assert_msg(want[j][p] ? n > 0 : n == 0,
                           "job %d panel %d: %ld pixels", j, p, n);
         }
@@ -141,14 +102,14 @@ START_TEST(test_each_job_in_its_colour)
     td_plot_rect whole, area;
     td_plot_layout(im.w, im.h, TD_PLOT_C_TRAIN_LOSS, &whole, &area);
     int x3, x4;
-    count(&im, area, td_plot_job_rgb[0], &x3);
-    count(&im, area, td_plot_job_rgb[1], &x4);
+    plot_image_count(&im, area, td_plot_job_rgb[0], &x3);
+    plot_image_count(&im, area, td_plot_job_rgb[1], &x4);
     ck_assert_msg(abs(x3 - x4) <= 3, "ends at x %d and %d", x3, x4);
     /* each job's swatch in the title band */
     for (int j = 0; j < 3; j++)
-        ck_assert_int_gt(count(&im, (td_plot_rect){0, 0, im.w, 36},
+        ck_assert_int_gt(plot_image_count(&im, (td_plot_rect){0, 0, im.w, 36},
                                td_plot_job_rgb[j], NULL), 0);
-    image_free(&im);
+    plot_image_free(&im);
     for (int j = 0; j < 3; j++)
         json_decref(recs[j]);
 }
@@ -170,11 +131,11 @@ START_TEST(test_nothing_to_draw)
     /* one empty job beside one with values: drawn, the empty one left out */
     json_t *two[2] = {full, empty};
     td_plot_cmp_stats st;
-    image im;
+    plot_image im;
     draw(two, 2, &st, &im);
     for (int p = 0; p < TD_PLOT_C_NPANELS; p++)
         ck_assert_int_eq(st.points[1][p], 0);
-    image_free(&im);
+    plot_image_free(&im);
     unlink(out);
     char err[256] = "";
     json_t *none[2] = {empty, empty};
