@@ -130,8 +130,13 @@ int td_cmd_submit(int argc, char **argv)
     if (rc == TD_EXIT_OK) {
         json_int_t id = json_integer_value(json_object_get(
             json_object_get(r, "ok"), "job"));
+        json_int_t steps = json_integer_value(json_object_get(
+            json_object_get(r, "ok"), "steps"));
         if (cli.json)
             td_print_json(r);
+        else if (steps > 0) /* a training job: the size of what was asked */
+            printf("submitted job %lld: %lld steps\n", (long long)id,
+                   (long long)steps);
         else
             printf("submitted job %lld\n", (long long)id);
         fflush(stdout);

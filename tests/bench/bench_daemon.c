@@ -22,6 +22,14 @@
  * "shared" pins nothing: the load generator's threads and the loop then
  * take CPU time from the trainer too, which on 2 cores is most of the drop
  * seen.
+ *
+ * Last, "long run": a tiny job of 40-odd epochs a second (its record's
+ * history grows by one entry each) for 4 x seconds_per_run, a new
+ * connection every half second as trainctl makes one: the greeting and a
+ * `list` round trip, at the start and at the end.  A daemon that wrote
+ * the record (or serialised the dashboard's curves) for every epoch took
+ * 7 s to greet after 20 s of such a job; the loop must stay as quick at
+ * the end as at the start.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -296,6 +304,52 @@ static void scenario(td_harness *h, int fd, const char *name, json_t *spec,
     json_decref(spec);
 }
 
+/* The greeting and a `list` round trip on a new connection, in ms. */
+static double connect_ms(const td_harness *h)
+{
+    int64_t t0 = td_now_ns();
+    int fd = th_connect(h, NULL);
+    if (fd < 0)
+        return -1;
+    json_decref(th_request(fd, "list", NULL));
+    close(fd);
+    return (double)(td_now_ns() - t0) / 1e6;
+}
+
+static void long_run(const td_harness *h, int fd, int seconds)
+{
+    json_t *spec = th_spec(100000, 0, 8, 4);
+    json_t *r = th_request(fd, "submit", json_pack("{s:o}", "spec", spec));
+    int64_t job = json_integer_value(json_object_get(th_ok(r), "job"));
+    json_decref(r);
+    if (!job || !th_wait_state(fd, job, "running", 20000)) {
+        printf("long run: the job did not start\n");
+        return;
+    }
+    int n = seconds * 2, quarter = n / 4 > 0 ? n / 4 : 1;
+    double first = 0, last = 0;
+    for (int i = 0; i < n; i++) {
+        double ms = connect_ms(h);
+        if (i < quarter)
+            first = fmax(first, ms);
+        if (i >= n - quarter)
+            last = fmax(last, ms);
+        usleep(500000);
+    }
+    r = th_job_request(fd, "show", job);
+    json_t *j = json_object_get(th_ok(r), "job");
+    char *text = json_dumps(j, JSON_COMPACT);
+    printf("long run: %lld epochs in %d s, record %.2f MB; new connection "
+           "(greeting + list) max %.1f ms in the first quarter, %.1f ms in "
+           "the last\n",
+           (long long)json_array_size(json_object_get(j, "history")),
+           seconds, text ? (double)strlen(text) / 1e6 : 0, first, last);
+    free(text);
+    json_decref(r);
+    json_decref(th_job_request(fd, "cancel", job));
+    th_wait_state(fd, job, "cancelled", 20000);
+}
+
 int main(int argc, char **argv)
 {
     int seconds = argc > 1 ? atoi(argv[1]) : 5;
@@ -320,6 +374,7 @@ int main(int argc, char **argv)
     json_object_set_new(json_object_get(tiny, "metrics"), "window_steps",
                         json_integer(50));
     scenario(&h, fd, "stress", tiny, seconds, pairs);
+    long_run(&h, fd, 4 * seconds);
     close(fd);
     th_stop(&h);
     th_cleanup(&h);

@@ -412,7 +412,8 @@ START_TEST(test_submit_follow_to_completion)
     /* Not a tty: plain lines, one per window and epoch, then the end. */
     ck_assert_int_eq(CLI(&out, NULL, "submit", job_file_epochs(2),
                          "--follow"), 0);
-    ck_assert_ptr_nonnull(strstr(out, "submitted job 1"));
+    /* the run's length: 2 epochs of the tiny job's 100 steps */
+    ck_assert_msg(strstr(out, "submitted job 1: 200 steps\n"), "%s", out);
     ck_assert_ptr_nonnull(strstr(out, "samples/s"));
     ck_assert_ptr_nonnull(strstr(out, "job 1 epoch 2 done"));
     ck_assert_ptr_nonnull(strstr(out, "job 1 completed"));
