@@ -176,6 +176,17 @@ void td_fmt_age(double seconds, char *buf, size_t cap)
         snprintf(buf, cap, "%.0fd", seconds / 86400);
 }
 
+void td_fmt_bytes(double b, char *buf, size_t cap)
+{
+    static const char *const unit[] = {"bytes", "kB", "MB", "GB", "TB"};
+    int u = 0;
+    while (b >= 1000 && u < 4) {
+        b /= 1000;
+        u++;
+    }
+    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+}
+
 static double td__now(void)
 {
     struct timespec ts;
@@ -324,12 +335,20 @@ int td_cmd_show(int argc, char **argv)
             return TD_EXIT_OK;
         }
         size_t n = json_array_size(json_object_get(j, "checkpoints"));
-        printf("  checkpoints: %zu\n", n);
         size_t i;
         json_t *ck;
+        double total = 0;
+        char sz[32];
         json_array_foreach(json_object_get(j, "checkpoints"), i, ck)
-            printf("    %s (step %lld)\n", JSTR(ck, "path", "?"),
-                   JINT(ck, "step"));
+            total += (double)JINT(ck, "bytes");
+        td_fmt_bytes(total, sz, sizeof sz);
+        printf("  checkpoints: %zu%s%s%s\n", n, n ? " (" : "", n ? sz : "",
+               n ? " on disk)" : "");
+        json_array_foreach(json_object_get(j, "checkpoints"), i, ck) {
+            td_fmt_bytes((double)JINT(ck, "bytes"), sz, sizeof sz);
+            printf("    %s (step %lld, %s)\n", JSTR(ck, "path", "?"),
+                   JINT(ck, "step"), sz);
+        }
         char *spec = td_json_dumps(json_object_get(j, "spec"),
                                    JSON_INDENT(2) | JSON_SORT_KEYS);
         if (spec) {

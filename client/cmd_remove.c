@@ -10,6 +10,7 @@
 #include "conn.h"
 #include "progress.h"
 #include "proto/protocol.h"
+#include "watch.h"
 
 /* How long --force waits for a cancelled job to reach its step boundary
  * and end. */
@@ -34,18 +35,6 @@ static const char td__rm_usage[] =
     "\n"
     "Exit codes: 0 every job removed, 1 one or more refused, 2 usage,\n"
     "3 cannot reach the daemon.\n";
-
-/* "1.5 MB" */
-static void td__bytes(double b, char *out, size_t cap)
-{
-    static const char *const unit[] = {"bytes", "kB", "MB", "GB", "TB"};
-    int u = 0;
-    while (b >= 1000 && u < 4) {
-        b /= 1000;
-        u++;
-    }
-    snprintf(out, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
-}
 
 /* The job's state as `show` gives it (static), or NULL after a refusal
  * (*reply keeps it) or a broken connection (*reply NULL). */
@@ -148,7 +137,7 @@ int td_cmd_remove(int argc, char **argv)
                                             "freed_bytes", b));
             if (!cli.json) {
                 char sz[32];
-                td__bytes((double)b, sz, sizeof sz);
+                td_fmt_bytes((double)b, sz, sizeof sz);
                 printf("job %lld: removed (%s freed)\n", (long long)ids[i],
                        sz);
             }
@@ -172,7 +161,7 @@ int td_cmd_remove(int argc, char **argv)
     json_decref(out);
     if (!cli.json && cli.npos > 1 && rc != TD_EXIT_UNREACHABLE) {
         char sz[32];
-        td__bytes((double)total, sz, sizeof sz);
+        td_fmt_bytes((double)total, sz, sizeof sz);
         printf("%zu of %d jobs removed, %s freed\n",
                (size_t)cli.npos - nref, cli.npos, sz);
     }

@@ -203,6 +203,11 @@ START_TEST(test_trainctl_rm)
     snprintf(idb, sizeof idb, "%lld", (long long)b);
     snprintf(idr, sizeof idr, "%lld", (long long)run);
     char *out, *err;
+    /* show says what a job's checkpoints take, which rm frees */
+    ck_assert_int_eq(CLI(&out, NULL, "show", ida), 0);
+    ck_assert_msg(strstr(out, " on disk)\n") && strstr(out, "(step 40, ") &&
+                      strstr(out, " kB)\n"), "%s", out);
+    free(out);
     /* one removed, one refused: exit 1, one JSON object */
     ck_assert_int_eq(CLI(&out, &err, "rm", ida, idr, "--json"), 1);
     json_t *o = json_loads(out, 0, NULL);
