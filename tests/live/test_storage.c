@@ -8,11 +8,14 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "chaos.h"
 #include "daemon_harness.h"
 #include "tdsuite.h"
@@ -351,6 +354,66 @@ END_TEST
 
 /* ---- records -------------------------------------------------------------- */
 
+/* A fast job (100-step epochs of a tiny model: tens a second) has its
+ * record written at most about once a second, not per epoch (the loop
+ * serialised a growing record per epoch and stopped greeting clients);
+ * nothing is lost: once it ends the record on disk has every epoch. */
+START_TEST(test_fast_job_record_writes_bounded)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/jobs", H.state);
+    int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    ck_assert_int_ge(in, 0);
+    ck_assert_int_ge(inotify_add_watch(in, dir, IN_MOVED_TO), 0);
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, id, "running", 30000));
+    /* 3 s of renames of 1.json into place */
+    char name[32];
+    snprintf(name, sizeof name, "%lld.json", (long long)id);
+    int writes = 0;
+    for (int64_t end = td_now_ns() + 3 * TD_NS_PER_S; td_now_ns() < end;) {
+        struct pollfd p = {.fd = in, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        char buf[4096] __attribute__((aligned(8)));
+        ssize_t n = read(in, buf, sizeof buf);
+        for (ssize_t o = 0; o < n;) {
+            const struct inotify_event *e = (const void *)(buf + o);
+            writes += e->len && strcmp(e->name, name) == 0;
+            o += (ssize_t)(sizeof *e + e->len);
+        }
+    }
+    close(in);
+    json_t *j = show_job(fd, id);
+    long long epochs = (long long)json_array_size(
+        json_object_get(j, "history"));
+    json_decref(j);
+    ck_assert_msg(epochs >= 6, "only %lld epochs in 3 s", epochs);
+    ck_assert_msg(writes <= 8, "%d record writes in 3 s of %lld epochs",
+                  writes, epochs);
+    json_decref(th_job_request(fd, "cancel", id));
+    ck_assert(th_wait_state(fd, id, "cancelled", 30000));
+    j = show_job(fd, id);
+    size_t want = json_array_size(json_object_get(j, "history"));
+    json_decref(j);
+    close(fd);
+    char path[340];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    json_t *rec = NULL;
+    for (int i = 0; i < 100; i++) { /* the final write: up to 5 s */
+        json_decref(rec);
+        rec = json_load_file(path, 0, NULL);
+        const char *st = json_string_value(json_object_get(rec, "state"));
+        if (st && strcmp(st, "cancelled") == 0)
+            break;
+        usleep(50000);
+    }
+    ck_assert_uint_eq(json_array_size(json_object_get(rec, "history")), want);
+    json_decref(rec);
+}
+END_TEST
+
 /* A cancel acknowledged while the job is between step boundaries holds
  * even if the daemon is killed before the job gets there. */
 START_TEST(test_cancel_survives_kill9)
@@ -446,7 +509,8 @@ static Suite *storage_suite(void)
          {test_final_model_not_saved_fails, test_disk_checked_at_submit,
           test_record_saved_when_disk_recovers}},
         {"records", setup, teardown, NULL,
-         {test_cancel_survives_kill9, test_record_revalidated_on_load}},
+         {test_cancel_survives_kill9, test_record_revalidated_on_load,
+          test_fast_job_record_writes_bounded}},
         {"chaos", NULL, NULL, NULL, {test_chaos_short}},
         {"startup", NULL, NULL, NULL, {test_readonly_state_dir_refused}},
     };
