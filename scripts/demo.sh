@@ -56,7 +56,9 @@ for _ in $(seq 100); do
 done
 "$trainctl" version
 
-echo "demo: training the reference job (fmnist-cnn, $epochs epochs) on the CPU"
+plural=s
+[[ $epochs == 1 ]] && plural=
+echo "demo: training the reference job (fmnist-cnn, $epochs epoch$plural) on the CPU"
 "$trainctl" submit "$root/config/jobs/fmnist-cnn.json" \
   --set "data.train=$data/train" --set "data.val=$data/test" \
   --set "epochs=$epochs" --follow
@@ -65,9 +67,10 @@ import json, sys
 job = json.load(sys.stdin)["job"]
 r = job.get("result", {})
 w = job.get("last_window") or {}
-print("demo: result: val_acc %.4f after %d epochs, %.0f samples/s, verdict %s"
-      % (r.get("val_acc") or 0, r.get("epochs", 0), r.get("samples_per_s") or 0,
-         r.get("verdict")))
+n = r.get("epochs", 0)
+print("demo: result: val_acc %.4f after %d epoch%s, %.0f samples/s, verdict %s"
+      % (r.get("val_acc") or 0, n, "" if n == 1 else "s",
+         r.get("samples_per_s") or 0, r.get("verdict")))
 if w.get("advice"):
     print("demo: advice:", w["advice"])
 '
