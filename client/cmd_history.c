@@ -1,5 +1,5 @@
-/* cmd_history.c - `trainctl history JOB [--csv] [--windows] [--json]`:
- * a job's learning curves as the daemon keeps them in its record
+/* cmd_history.c - `trainctl history JOB... [--csv] [--windows] [--json]`:
+ * a job's (or several jobs') learning curves as the daemon keeps them in its record
  * (daemon/curves.h): every finished epoch's train and validation loss and
  * accuracy, learning rate, samples/s, input wait, device idle and verdict;
  * with --windows the metrics-window points instead.  A table for people,
@@ -14,14 +14,15 @@
 #include "conn.h"
 
 static const char td__usage[] =
-    "usage: trainctl history JOB [--csv] [--windows] [--json] "
-    "[--socket PATH]\n"
+    "usage: trainctl history JOB [JOB...] [--csv] [--windows] [--json]\n"
+    "                        [--socket PATH]\n"
     "\n"
     "A job's learning curves, kept in its record while it runs: one row\n"
     "per finished epoch (epoch counted from 1, the step at its end, train\n"
     "and validation loss and accuracy, the learning rate of its last step,\n"
     "samples/s, input wait, device idle and the verdict).  A resumed\n"
-    "epoch's train loss covers the whole epoch.\n"
+    "epoch's train loss covers the whole epoch.  With several jobs, a\n"
+    "table per job under its id and name; one CSV with a job column first.\n"
     "\n"
     "  --csv       comma-separated values with a header row (ratios as\n"
     "              fractions, empty where a value is unknown, e.g. no\n"
@@ -30,10 +31,14 @@ static const char td__usage[] =
     "              the window's mean train loss, lr, samples/s, input\n"
     "              wait, idle, verdict; at most 1024, thinned evenly)\n"
     "  --json      {\"job\": ID, \"history\": [...], \"curve\": [...]} as the\n"
-    "              daemon keeps them (epochs 0-based there, as in events)\n"
+    "              daemon keeps them (epochs 0-based there, as in events);\n"
+    "              several jobs: {\"jobs\": [such objects]}\n"
     "\n"
-    "Exit codes: 0 printed (also when no epoch has finished yet), 1 the job\n"
-    "is unknown or another user's, 2 usage, 3 cannot reach the daemon.\n";
+    "Exit codes: 0 printed (also when no epoch has finished yet), 1 a job\n"
+    "is unknown or another user's (then nothing is printed for any), 2\n"
+    "usage, 3 cannot reach the daemon.\n";
+
+#define TD__MAX_JOBS 100
 
 typedef struct td__col {
     const char *key;    /* in the entry */
@@ -89,18 +94,29 @@ static void td__cell(const json_t *e, const td__col *c, int csv, char *buf,
     }
 }
 
-static void td__print(const json_t *rows, const td__col *cols, int csv)
+/* The header row (csv: with a leading "job" column when job > 0). */
+static void td__head(const td__col *cols, int csv, int64_t job)
 {
-    size_t i;
-    json_t *e;
-    char cell[96];
+    if (csv && job > 0)
+        printf("job,");
     for (int k = 0; cols[k].key; k++) {
         int w = (int)(strlen(cols[k].head) > 10 ? strlen(cols[k].head) : 10);
         printf("%s%-*s", k ? (csv ? "," : " ") : "", csv ? 0 : w,
                cols[k].head);
     }
     putchar('\n');
+}
+
+/* The rows (csv: each led by the job's id when job > 0). */
+static void td__rows(const json_t *rows, const td__col *cols, int csv,
+                     int64_t job)
+{
+    size_t i;
+    json_t *e;
+    char cell[96];
     json_array_foreach(rows, i, e) {
+        if (csv && job > 0)
+            printf("%lld,", (long long)job);
         for (int k = 0; cols[k].key; k++) {
             td__cell(e, &cols[k], csv, cell, sizeof cell);
             int w = (int)(strlen(cols[k].head) > 10 ? strlen(cols[k].head)
@@ -114,6 +130,15 @@ static void td__print(const json_t *rows, const td__col *cols, int csv)
     }
 }
 
+static json_t *td__job_json(int64_t id, const json_t *job)
+{
+    json_t *hist = json_object_get(job, "history");
+    json_t *curve = json_object_get(job, "curve");
+    return json_pack("{s:I, s:o, s:o}", "job", (json_int_t)id, "history",
+                     hist ? json_incref(hist) : json_array(), "curve",
+                     curve ? json_incref(curve) : json_array());
+}
+
 int td_cmd_history(int argc, char **argv)
 {
     td_cli cli = {.usage = td__usage};
@@ -123,49 +148,82 @@ int td_cmd_history(int argc, char **argv)
         {"--windows", NULL, 0, NULL, &windows, NULL},
         {NULL, NULL, 0, NULL, NULL, NULL},
     };
-    int64_t id;
+    int64_t ids[TD__MAX_JOBS];
     td_conn c;
     /* The command line first: a usage error is one with or without a
      * daemon (exit 2, not 3). */
-    int rc = td_cli_parse(&cli, argc, argv, flags, 1, 1);
+    int rc = td_cli_parse(&cli, argc, argv, flags, 1, TD_CLI_MAX_POS);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
-    if ((id = td_cli_job_id(&cli, cli.pos[0])) < 0)
-        return TD_EXIT_USAGE;
+    int n = cli.npos;
+    if (n > TD__MAX_JOBS)
+        return td_cli_usage_error(&cli, "%d jobs: at most %d at once", n,
+                                  TD__MAX_JOBS);
+    for (int k = 0; k < n; k++)
+        if ((ids[k] = td_cli_job_id(&cli, cli.pos[k])) < 0)
+            return TD_EXIT_USAGE;
     if (csv && cli.json)
         return td_cli_usage_error(&cli, "--csv and --json: choose one");
     if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
         return rc;
-    json_t *r = td_conn_show(&c, "history", id, cli.json, &rc);
-    td_conn_close(&c);
-    if (!r)
-        return rc;
-    json_t *job = json_object_get(json_object_get(r, "ok"), "job");
-    if (json_is_true(json_object_get(job, "restricted"))) {
-        json_decref(r);
-        return td_cli_refuse(&cli, TD_ERR_PERMISSION, "job %lld is another "
-                             "user's; only its owner and root see its curves",
-                             (long long)id);
+    /* every record first: a refusal prints nothing of the others */
+    json_t *r[TD__MAX_JOBS] = {0};
+    for (int k = 0; k < n && rc == TD_EXIT_OK; k++) {
+        r[k] = td_conn_show(&c, "history", ids[k], cli.json, &rc);
+        json_t *job = json_object_get(json_object_get(r[k], "ok"), "job");
+        if (r[k] && json_is_true(json_object_get(job, "restricted")))
+            rc = td_cli_refuse(&cli, TD_ERR_PERMISSION, "job %lld is another "
+                               "user's; only its owner and root see its "
+                               "curves", (long long)ids[k]);
     }
-    json_t *hist = json_object_get(job, "history");
-    json_t *curve = json_object_get(job, "curve");
-    if (cli.json) {
-        json_t *o = json_pack("{s:I, s:o, s:o}", "job", (json_int_t)id,
-                              "history",
-                              hist ? json_incref(hist) : json_array(),
-                              "curve",
-                              curve ? json_incref(curve) : json_array());
+    td_conn_close(&c);
+    const td__col *cols = windows ? td__window_cols : td__epoch_cols;
+    if (rc == TD_EXIT_OK && cli.json) {
+        json_t *o = NULL;
+        if (n == 1) {
+            o = td__job_json(ids[0], json_object_get(
+                                         json_object_get(r[0], "ok"), "job"));
+        } else {
+            json_t *arr = json_array();
+            for (int k = 0; k < n; k++)
+                json_array_append_new(
+                    arr, td__job_json(ids[k], json_object_get(
+                                                  json_object_get(r[k], "ok"),
+                                                  "job")));
+            o = json_pack("{s:o}", "jobs", arr);
+        }
         td_print_json(o);
         json_decref(o);
-    } else {
-        json_t *rows = windows ? curve : hist;
-        if (!csv && json_array_size(rows) == 0)
-            printf("job %lld: %s\n", (long long)id,
-                   windows ? "no metrics window has closed yet"
-                           : "no epoch has finished yet");
-        else
-            td__print(rows, windows ? td__window_cols : td__epoch_cols, csv);
+    } else if (rc == TD_EXIT_OK) {
+        if (csv)
+            td__head(cols, 1, n > 1 ? 1 : 0);
+        for (int k = 0; k < n; k++) {
+            const json_t *job = json_object_get(json_object_get(r[k], "ok"),
+                                                "job");
+            const json_t *rows = json_object_get(job, windows ? "curve"
+                                                              : "history");
+            if (csv) {
+                td__rows(rows, cols, 1, n > 1 ? ids[k] : 0);
+                continue;
+            }
+            if (n > 1) {
+                const char *name = json_string_value(
+                    json_object_get(job, "name"));
+                printf("%sjob %lld%s%s%s:\n", k ? "\n" : "",
+                       (long long)ids[k], name ? " (" : "",
+                       name ? name : "", name ? ")" : "");
+            }
+            if (json_array_size(rows) == 0) {
+                printf("job %lld: %s\n", (long long)ids[k],
+                       windows ? "no metrics window has closed yet"
+                               : "no epoch has finished yet");
+                continue;
+            }
+            td__head(cols, 0, 0);
+            td__rows(rows, cols, 0, 0);
+        }
     }
-    json_decref(r);
-    return TD_EXIT_OK;
+    for (int k = 0; k < n; k++)
+        json_decref(r[k]);
+    return rc;
 }

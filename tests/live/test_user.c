@@ -361,6 +361,38 @@ START_TEST(test_history_of_every_epoch)
     json_decref(js);
     free(out);
     ck_assert_int_eq(CLI(NULL, NULL, "history", "99"), 1);
+    /* two jobs: one CSV led by a job column, a table each, one JSON */
+    int64_t id2 = th_submit(fd, th_tiny_spec(2, 0));
+    ck_assert(th_wait_state(fd, id2, "completed", 60000));
+    char ids2[24];
+    snprintf(ids2, sizeof ids2, "%lld", (long long)id2);
+    ck_assert_int_eq(CLI(&out, NULL, "history", ids, ids2, "--csv"), 0);
+    ck_assert_int_eq(lines(out), 1 + 3 + 2);
+    ck_assert_msg(strncmp(out, "job,epoch,step,", 15) == 0, "%s", out);
+    char want[48];
+    snprintf(want, sizeof want, "\n%s,3,300,", ids);
+    ck_assert_msg(strstr(out, want), "%s", out);
+    snprintf(want, sizeof want, "\n%s,2,200,", ids2);
+    ck_assert_msg(strstr(out, want), "%s", out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "history", ids, ids2), 0);
+    snprintf(want, sizeof want, "\njob %s (tiny):\n", ids2);
+    ck_assert_msg(strncmp(out, "job ", 4) == 0 && strstr(out, want), "%s",
+                  out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "history", ids, ids2, "--json"), 0);
+    js = json_loads(out, 0, NULL);
+    ck_assert_msg(js, "%s", out);
+    json_t *jobs = json_object_get(js, "jobs");
+    ck_assert_int_eq(json_array_size(jobs), 2);
+    ck_assert_int_eq(json_array_size(json_object_get(json_array_get(jobs, 1),
+                                                     "history")), 2);
+    json_decref(js);
+    free(out);
+    /* one unknown: nothing printed for the others */
+    ck_assert_int_eq(CLI(&out, NULL, "history", ids, "99"), 1);
+    ck_assert_str_eq(out, "");
+    free(out);
     /* durable: a restarted daemon has the same history */
     close(fd);
     ck_assert_int_eq(th_restart(&H), 0);
