@@ -169,6 +169,8 @@ static void td__remove_done(uv_work_t *w, int status)
         snprintf(m, sizeof m, "job %lld was not removed: %s",
                  (long long)j->id, r->err);
         line = td_proto_error(j->remove_req, TD_ERR_INTERNAL, m);
+        json_decref(j->remove_req); /* a later remove sets its own */
+        j->remove_req = NULL;
     } else if (r->rc) {
         td_error("job %lld: removed, but %s; traind tries again at its next "
                  "start", (long long)j->id, r->err);

@@ -295,6 +295,41 @@ START_TEST(test_disk_checked_at_submit)
 }
 END_TEST
 
+/* trainctl rm on a read-only jobs folder: nothing is removed, the reply
+ * says why, the job stays; once writable the removal goes through. */
+START_TEST(test_remove_on_readonly_disk)
+{
+    char jobs[200];
+    snprintf(jobs, sizeof jobs, "%s/jobs", H.state);
+    if (mount_small(jobs, 1024))
+        return;
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(1, 0));
+    ck_assert(wait_final(fd, id, 60000));
+    ck_assert_int_eq(mount(NULL, jobs, NULL, MS_REMOUNT | MS_RDONLY, NULL),
+                     0);
+    json_t *r = th_job_request(fd, "remove", id);
+    const char *desc = json_string_value(
+        json_object_get(json_object_get(r, "error"), "desc"));
+    ck_assert_msg(desc && strstr(desc, "was not removed") &&
+                      strstr(desc, "Read-only file system"),
+                  "%s", json_dumps(r, 0));
+    json_decref(r);
+    json_t *j = show_job(fd, id); /* still there */
+    ck_assert_str_eq(job_state(j), "completed");
+    json_decref(j);
+    ck_assert_int_eq(mount(NULL, jobs, NULL, MS_REMOUNT, NULL), 0);
+    r = th_job_request(fd, "remove", id);
+    ck_assert_msg(th_ok(r), "%s", json_dumps(r, 0));
+    json_decref(r);
+    char rec[300];
+    snprintf(rec, sizeof rec, "%s/%lld.json", jobs, (long long)id);
+    struct stat st;
+    ck_assert_int_ne(stat(rec, &st), 0);
+    close(fd);
+}
+END_TEST
+
 /* A job record that cannot be saved (the jobs folder is full) is written
  * again once there is room, without another change to the job. */
 START_TEST(test_record_saved_when_disk_recovers)
@@ -508,7 +543,8 @@ static Suite *storage_suite(void)
          {test_crash_loop_job_failed, test_one_crash_resumes}},
         {"disk", setup, teardown_mount, unmount_listed,
          {test_final_model_not_saved_fails, test_disk_checked_at_submit,
-          test_record_saved_when_disk_recovers}},
+          test_record_saved_when_disk_recovers,
+          test_remove_on_readonly_disk}},
         {"records", setup, teardown, NULL,
          {test_cancel_survives_kill9, test_record_revalidated_on_load,
           test_fast_job_record_writes_bounded}},
