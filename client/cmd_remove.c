@@ -68,6 +68,16 @@ static json_t *td__cancel_and_wait(td_conn *c, int64_t id)
     json_decref(r);
     r = td_conn_request(c, "cancel", json_pack("{s:I}", "job", (json_int_t)id),
                         NULL, NULL);
+    if (r && json_object_get(r, "error")) {
+        /* it may have ended between show and cancel: then remove it */
+        json_t *again = NULL;
+        st = td__state(c, id, &again);
+        json_decref(again);
+        if (st && td_proto_job_state_final(st)) {
+            json_decref(r);
+            return NULL;
+        }
+    }
     if (!r || json_object_get(r, "error"))
         return r;
     json_decref(r);
