@@ -332,26 +332,12 @@ static void td__load_jobs(td_daemon *d)
                         (long long)j->step);
             }
         }
-        td_jobs_insert(&d->jobs, j);
+        td_jobs_insert(&d->jobs, j); /* in id order: submission order,
+                                        whatever the directory's */
         if (crashed) /* written once the loop runs */
             td_daemon_persist_job(d, j);
     }
     closedir(dp);
-    /* Keep submission order: the directory order is arbitrary. */
-    td_job *sorted = NULL;
-    while (d->jobs.head) {
-        td_job *j = d->jobs.head;
-        d->jobs.head = j->next;
-        td_job **pp = &sorted;
-        while (*pp && (*pp)->id < j->id)
-            pp = &(*pp)->next;
-        j->next = *pp;
-        *pp = j;
-    }
-    d->jobs.head = sorted;
-    d->jobs.tail = NULL;
-    for (td_job *j = sorted; j; j = j->next)
-        d->jobs.tail = j;
     if (d->jobs.count)
         td_info("restored %zu job record(s) from %s", d->jobs.count, dir);
 }

@@ -99,13 +99,6 @@ td_job *td_jobs_add(td_jobs *t, const char *name, uid_t uid, json_t *spec)
     return j;
 }
 
-void td_jobs_insert(td_jobs *t, td_job *j)
-{
-    td__append(t, j);
-    if (j->id >= t->next_id)
-        t->next_id = j->id + 1;
-}
-
 td_job *td_jobs_find(td_jobs *t, int64_t id)
 {
     for (td_job *j = t->head; j; j = j->next)
@@ -132,7 +125,7 @@ void td_jobs_unlink(td_jobs *t, td_job *j)
     }
 }
 
-void td_jobs_insert_sorted(td_jobs *t, td_job *j)
+void td_jobs_insert(td_jobs *t, td_job *j)
 {
     td_job **pp = &t->head;
     while (*pp && (*pp)->id < j->id)

@@ -82,10 +82,9 @@ void td_jobs_free(td_jobs *t);
 /* Adds a pending job (takes a reference to spec); NULL on ENOMEM. */
 td_job *td_jobs_add(td_jobs *t, const char *name, uid_t uid, json_t *spec);
 td_job *td_jobs_find(td_jobs *t, int64_t id);
-/* Takes j out of the table (it stays allocated); back with
- * td_jobs_insert_sorted, in id order. */
+/* Takes j out of the table (it stays allocated; td_jobs_insert puts it
+ * back). */
 void td_jobs_unlink(td_jobs *t, td_job *j);
-void td_jobs_insert_sorted(td_jobs *t, td_job *j);
 /* Frees a job that is not in a table. */
 void td_job_free(td_job *j);
 /* The oldest pending job, or NULL. */
@@ -110,7 +109,8 @@ json_t *td_job_summary(const td_job *j);
 json_t *td_job_record(const td_job *j);
 /* Rebuilds a job from td_job_record()'s output (for restart). */
 td_job *td_job_from_record(json_t *rec, char *err, size_t errcap);
-/* Inserts a restored job keeping ids unique and increasing. */
+/* Inserts a job (restored, or back after td_jobs_unlink) in id order,
+ * which is submission order; next_id stays above it. */
 void td_jobs_insert(td_jobs *t, td_job *j);
 
 #endif

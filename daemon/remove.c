@@ -163,7 +163,7 @@ static void td__remove_done(uv_work_t *w, int status)
         /* Nothing is gone: the job is back as it was. */
         j->removing = 0;
         j->persist_busy = 0;
-        td_jobs_insert_sorted(&d->jobs, j);
+        td_jobs_insert(&d->jobs, j);
         td_error("job %lld: cannot remove it: %s", (long long)j->id, r->err);
         char m[9200];
         snprintf(m, sizeof m, "job %lld was not removed: %s",
