@@ -100,20 +100,27 @@ static int td__remove_rest(const char *state_dir, int64_t id,
     return 0;
 }
 
+/* The id in state_dir/jobs/last-id (its path in path): 0 when there is
+ * none, -1 when it holds something else. */
+static long long td__last_id(const char *state_dir, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/jobs/last-id", state_dir);
+    FILE *f = fopen(path, "re");
+    long long id = 0;
+    if (f) {
+        if (fscanf(f, "%lld", &id) != 1 || id < 0)
+            id = -1;
+        fclose(f);
+    }
+    return id;
+}
+
 /* state_dir/jobs/last-id: the highest id given, raised to at least id. */
 static int td__raise_last_id(const char *state_dir, int64_t id, char *err,
                              size_t errcap)
 {
     char path[3300], text[32];
-    snprintf(path, sizeof path, "%s/jobs/last-id", state_dir);
-    FILE *f = fopen(path, "re");
-    long long have = 0;
-    if (f) {
-        if (fscanf(f, "%lld", &have) != 1)
-            have = 0;
-        fclose(f);
-    }
-    if (have >= id)
+    if (td__last_id(state_dir, path, sizeof path) >= id)
         return 0;
     int n = snprintf(text, sizeof text, "%" PRId64 "\n", id);
     return td_write_atomic(path, 0640, text, (size_t)n, NULL, err, errcap);
@@ -190,11 +197,8 @@ static void td__remove_done(uv_work_t *w, int status)
         td_client_send(c, line);
     else
         free(line);
-    if (r->committed) {
-        json_decref(j->remove_req);
-        j->remove_req = NULL;
-        td_job_free(j);
-    }
+    if (r->committed)
+        td_job_free(j); /* its remove_req too */
     free(r);
 }
 
@@ -267,16 +271,9 @@ void td_remove_recover(td_daemon *d)
 {
     char dir[3200], path[3300], err[9000];
     snprintf(dir, sizeof dir, "%s/jobs", d->state_dir);
-    snprintf(path, sizeof path, "%s/last-id", dir);
-    FILE *f = fopen(path, "re");
-    long long last = 0;
-    if (f) {
-        if (fscanf(f, "%lld", &last) != 1 || last < 0) {
-            td_warn("%s: not a job id; ignored", path);
-            last = 0;
-        }
-        fclose(f);
-    }
+    long long last = td__last_id(d->state_dir, path, sizeof path);
+    if (last < 0)
+        td_warn("%s: not a job id; ignored", path);
     if (last >= d->jobs.next_id)
         d->jobs.next_id = last + 1;
     DIR *dp = opendir(dir);
