@@ -65,7 +65,6 @@ typedef struct td_obs {
         size_t len;
         /* the loop's alone (written under mu, read without it) */
         int64_t at_ns;
-        size_t nhistory;
         char state[16];
         int pending;          /* changed since: the refresh serialises it */
     } curves[TD__RECENT];
@@ -213,7 +212,6 @@ void td_obs_job_curves(td_daemon *d, int64_t job, const char *name,
     if (!o || !o->http)
         return; /* no dashboard to serve them */
     int64_t now = td_now_ns();
-    size_t nh = json_array_size(history);
     for (i = 0; i < o->ncurves && o->curves[i].job != job; i++)
         ;
     if (i < o->ncurves && strcmp(o->curves[i].state, state) == 0 &&
@@ -262,7 +260,6 @@ void td_obs_job_curves(td_daemon *d, int64_t job, const char *name,
     o->curves[i].json = text;
     o->curves[i].len = strlen(text);
     o->curves[i].at_ns = now;
-    o->curves[i].nhistory = nh;
     o->curves[i].pending = 0;
     snprintf(o->curves[i].state, sizeof o->curves[i].state, "%s", state);
     pthread_mutex_unlock(&o->mu);
