@@ -36,21 +36,19 @@ static const char td__rm_usage[] =
     "Exit codes: 0 every job removed, 1 one or more refused, 2 usage,\n"
     "3 cannot reach the daemon.\n";
 
-/* The job's state as `show` gives it (static), or NULL after a refusal
- * (*reply keeps it) or a broken connection (*reply NULL). */
-static const char *td__state(td_conn *c, int64_t id, json_t **reply)
+/* The job's state as `show` gives it, in buf; NULL after a refusal (no
+ * such job) or a broken connection. */
+static const char *td__state(td_conn *c, int64_t id, char *buf, size_t cap)
 {
-    static char st[32];
-    json_decref(*reply);
-    *reply = td_conn_request(c, "show",
-                             json_pack("{s:I}", "job", (json_int_t)id), NULL,
-                             NULL);
+    json_t *r = td_conn_request(c, "show",
+                                json_pack("{s:I}", "job", (json_int_t)id),
+                                NULL, NULL);
     const char *s = json_string_value(json_object_get(
-        json_object_get(json_object_get(*reply, "ok"), "job"), "state"));
-    if (!s)
-        return NULL;
-    snprintf(st, sizeof st, "%s", s);
-    return st;
+        json_object_get(json_object_get(r, "ok"), "job"), "state"));
+    if (s)
+        snprintf(buf, cap, "%s", s);
+    json_decref(r);
+    return s ? buf : NULL;
 }
 
 /* --force: cancels job id unless it has ended and waits until it has.
@@ -59,47 +57,39 @@ static const char *td__state(td_conn *c, int64_t id, json_t **reply)
  * cancel), or an error of our own (it did not end in time). */
 static json_t *td__cancel_and_wait(td_conn *c, int64_t id)
 {
-    json_t *r = NULL;
-    const char *st = td__state(c, id, &r);
-    if (!st || td_proto_job_state_final(st)) {
-        json_decref(r);
+    char st[32];
+    if (!td__state(c, id, st, sizeof st) || td_proto_job_state_final(st))
         return NULL;
-    }
-    json_decref(r);
-    r = td_conn_request(c, "cancel", json_pack("{s:I}", "job", (json_int_t)id),
-                        NULL, NULL);
-    if (r && json_object_get(r, "error")) {
+    json_t *r = td_conn_request(
+        c, "cancel", json_pack("{s:I}", "job", (json_int_t)id), NULL, NULL);
+    if (!r)
+        return NULL; /* remove then finds the connection broken */
+    if (json_object_get(r, "error")) {
         /* it may have ended between show and cancel: then remove it */
-        json_t *again = NULL;
-        st = td__state(c, id, &again);
-        json_decref(again);
-        if (st && td_proto_job_state_final(st)) {
+        if (td__state(c, id, st, sizeof st) && td_proto_job_state_final(st)) {
             json_decref(r);
             return NULL;
         }
-    }
-    if (!r || json_object_get(r, "error"))
         return r;
+    }
     json_decref(r);
-    r = NULL;
     td_progress p;
     td_progress_init(&p);
-    while ((st = td__state(c, id, &r)) && !td_proto_job_state_final(st) &&
+    const char *now;
+    while ((now = td__state(c, id, st, sizeof st)) &&
+           !td_proto_job_state_final(now) &&
            td_progress_elapsed(&p) < TD__FORCE_WAIT_S) {
         td_progress_show(&p, 0, "rm: job %lld cancelled, waiting for it to "
-                         "stop (%s, %.0f s)", (long long)id, st,
+                         "stop (%s, %.0f s)", (long long)id, now,
                          td_progress_elapsed(&p));
         usleep(100000);
     }
     td_progress_clear(&p);
-    if (!st || td_proto_job_state_final(st)) {
-        json_decref(r);
+    if (!now || td_proto_job_state_final(now))
         return NULL;
-    }
-    json_decref(r);
     char m[160];
     snprintf(m, sizeof m, "job %lld was cancelled but is still %s after "
-             "%d s; try again once it has ended", (long long)id, st,
+             "%d s; try again once it has ended", (long long)id, now,
              TD__FORCE_WAIT_S);
     return json_pack("{s:{s:s, s:s}}", "error", "class", "conflict", "desc",
                      m);
