@@ -1,5 +1,6 @@
 /* cmd_history.c - `trainctl history JOB... [--csv] [--windows] [--json]`:
- * a job's (or several jobs') learning curves as the daemon keeps them in its record
+ * a job's (or several jobs') learning curves as the daemon keeps them in
+ * its record
  * (daemon/curves.h): every finished epoch's train and validation loss and
  * accuracy, learning rate, samples/s, input wait, device idle and verdict;
  * with --windows the metrics-window points instead.  A table for people,
@@ -168,10 +169,11 @@ int td_cmd_history(int argc, char **argv)
         return rc;
     /* every record first: a refusal prints nothing of the others */
     json_t *r[TD__MAX_JOBS] = {0};
+    const json_t *jobs[TD__MAX_JOBS] = {0}; /* the records, in r */
     for (int k = 0; k < n && rc == TD_EXIT_OK; k++) {
         r[k] = td_conn_show(&c, "history", ids[k], cli.json, &rc);
-        json_t *job = json_object_get(json_object_get(r[k], "ok"), "job");
-        if (r[k] && json_is_true(json_object_get(job, "restricted")))
+        jobs[k] = json_object_get(json_object_get(r[k], "ok"), "job");
+        if (r[k] && json_is_true(json_object_get(jobs[k], "restricted")))
             rc = td_cli_refuse(&cli, TD_ERR_PERMISSION, "job %lld is another "
                                "user's; only its owner and root see its "
                                "curves", (long long)ids[k]);
@@ -181,15 +183,11 @@ int td_cmd_history(int argc, char **argv)
     if (rc == TD_EXIT_OK && cli.json) {
         json_t *o = NULL;
         if (n == 1) {
-            o = td__job_json(ids[0], json_object_get(
-                                         json_object_get(r[0], "ok"), "job"));
+            o = td__job_json(ids[0], jobs[0]);
         } else {
             json_t *arr = json_array();
             for (int k = 0; k < n; k++)
-                json_array_append_new(
-                    arr, td__job_json(ids[k], json_object_get(
-                                                  json_object_get(r[k], "ok"),
-                                                  "job")));
+                json_array_append_new(arr, td__job_json(ids[k], jobs[k]));
             o = json_pack("{s:o}", "jobs", arr);
         }
         td_print_json(o);
@@ -198,8 +196,7 @@ int td_cmd_history(int argc, char **argv)
         if (csv)
             td__head(cols, 1, n > 1 ? 1 : 0);
         for (int k = 0; k < n; k++) {
-            const json_t *job = json_object_get(json_object_get(r[k], "ok"),
-                                                "job");
+            const json_t *job = jobs[k];
             const json_t *rows = json_object_get(job, windows ? "curve"
                                                               : "history");
             if (csv) {
