@@ -81,11 +81,12 @@ static int td__compare(const td_cli *cli, const int64_t *ids, int n,
     td_conn_close(&c);
     td_plot_cmp_stats st;
     char err[600];
-    if (rc == 0 && td_plot_compare(jobs, n, out, w, h, &st, err,
-                                   sizeof err)) {
-        fprintf(stderr, "trainctl plot: %s\n", err);
-        rc = TD_EXIT_REFUSED;
-    }
+    int prc;
+    if (rc == 0 &&
+        (prc = td_plot_compare(jobs, n, out, w, h, &st, err, sizeof err)))
+        rc = td_cli_refuse(cli, prc == -ENODATA ? TD_ERR_CONFLICT
+                                                : TD_CLI_ERR_FAILED,
+                           "%s", err); /* as for one job */
     if (rc == 0 && cli->json) {
         json_t *arr = json_array();
         for (int j = 0; j < n; j++) {

@@ -635,6 +635,15 @@ START_TEST(test_plot)
         ck_assert_int_eq(json_integer_value(json_object_get(
                              json_array_get(jobs, 1), "epochs")), 1);
         json_decref(r);
+        free(out);
+        free(err);
+        /* a local failure is JSON on stdout, as for one job */
+        rc = CLI(&out, &err, "plot", "1", "2", "-o", "/nonexistent/x.png",
+                 "--json");
+        ck_assert_int_eq(rc, 1);
+        r = json_loads(out, 0, NULL);
+        ck_assert_msg(r && json_object_get(r, "error"), "%s", out);
+        json_decref(r);
     }
     free(out);
     free(err);
