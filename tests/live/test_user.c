@@ -441,12 +441,14 @@ START_TEST(test_checkpoint_request_and_recovery_logged)
                                                       (json_int_t)id, "events",
                                                       "checkpoint")));
     ck_assert_int_eq(CLI(NULL, NULL, "checkpoint", "1"), 0);
+    /* The job writes three log lines an epoch at over a hundred epochs a
+     * second: the whole log is read, not the default last 100 lines. */
     json_t *ev = th_wait_event(fd, "checkpoint", id, NULL, 30000, NULL);
     ck_assert_ptr_nonnull(ev);
     json_decref(ev);
     close(fd);
     char *out;
-    ck_assert_int_eq(CLI(&out, NULL, "logs", "1"), 0);
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "1", "-n", "1000000"), 0);
     ck_assert_msg(strstr(out, "checkpoint requested by uid"), "%s", out);
     free(out);
     /* kill -9: the restarted daemon says in the job's log what happened. */
@@ -458,7 +460,7 @@ START_TEST(test_checkpoint_request_and_recovery_logged)
     fd = th_connect(&H, NULL);
     ck_assert(th_wait_state(fd, id, "running", 30000));
     close(fd);
-    ck_assert_int_eq(CLI(&out, NULL, "logs", "1"), 0);
+    ck_assert_int_eq(CLI(&out, NULL, "logs", "1", "-n", "1000000"), 0);
     ck_assert_msg(strstr(out, "recovered after traind stopped without a "
                               "shutdown (killed or crashed) at step "), "%s",
                   out);

@@ -82,6 +82,10 @@ static inline char *td_test_capture(const char *cmd, int *status)
 /* Runs suite s; the process's exit status. */
 static inline int td_test_run(Suite *s)
 {
+    /* A failure message quoting a command's whole output must reach the
+     * log: past Check's default 4 KiB the forked test exits with status 2
+     * and only "Message string too long" on stderr. */
+    check_set_max_msg_size(1 << 20);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
