@@ -262,7 +262,8 @@ uint64_t td_limits_checkpoint_bytes(const td_job_spec *s,
 static double td__mb(uint64_t b) { return (double)b / 1e6; }
 
 int td_limits_check_disk(const char *dir, const td_job_spec *s,
-                         const td_model *model, char *err, size_t errcap)
+                         const td_model *model, const char *hint, char *err,
+                         size_t errcap)
 {
     uint64_t one = td_limits_checkpoint_bytes(s, model);
     struct statvfs v;
@@ -276,11 +277,10 @@ int td_limits_check_disk(const char *dir, const td_job_spec *s,
         return 0;
     snprintf(err, errcap, "checkpoint.keep: the job's checkpoints take up to "
              "%.1f MB (%llu of about %.2f MB: checkpoint.keep %d%s and the one "
-             "being written), but %s has %.1f MB free; free some space "
-             "(trainctl rm removes an ended job's checkpoints) or lower "
-             "checkpoint.keep", td__mb(need), (unsigned long long)files,
+             "being written), but %s has %.1f MB free; free some space%s or "
+             "lower checkpoint.keep", td__mb(need), (unsigned long long)files,
              td__mb(one), s->checkpoint.keep,
              s->checkpoint.keep_best ? ", the best one" : "", dir,
-             td__mb(have));
+             td__mb(have), hint ? hint : "");
     return -ENOSPC;
 }

@@ -62,8 +62,10 @@ uint64_t td_limits_checkpoint_bytes(const td_job_spec *s,
  * of folder dir has less room for unprivileged users (statvfs f_bavail)
  * than the job's checkpoints take at most: checkpoint.keep of them, the
  * best one (checkpoint.keep_best) and the one being written.  Folders
- * statvfs cannot read are not checked (0). */
+ * statvfs cannot read are not checked (0).  hint (or NULL) follows "free
+ * some space" in the message, e.g. " (trainctl rm ...)". */
 int td_limits_check_disk(const char *dir, const td_job_spec *s,
-                         const td_model *model, char *err, size_t errcap);
+                         const td_model *model, const char *hint, char *err,
+                         size_t errcap);
 
 #endif

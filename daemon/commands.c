@@ -283,7 +283,9 @@ static void cmd_submit(td_client *c, td_request *req)
     if (lrc == 0) { /* room for its checkpoints now, not at its first */
         char ckdir[3200];
         snprintf(ckdir, sizeof ckdir, "%s/checkpoints", c->d->state_dir);
-        lrc = td_limits_check_disk(ckdir, &parsed, model, err, sizeof err);
+        lrc = td_limits_check_disk(ckdir, &parsed, model,
+                                   " (trainctl rm removes an ended job's "
+                                   "checkpoints)", err, sizeof err);
     }
     td_model_free(model);
     /* Files are read as the submitter (jobdata.h): the datasets opened

@@ -23,8 +23,10 @@
 
 #include <jansson.h>
 
+#include "access.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "bounds.h"
 #include "job/jobcheck.h"
 #include "job/runner.h"
 #include "model/zoo.h"
@@ -96,6 +98,31 @@ static void td__event(void *user, const char *kind, json_t *d)
     json_decref(d);
 }
 
+/* Room for the run's checkpoints in --checkpoint-dir (or, before the
+ * runner creates it, in its parent), as the daemon checks its own
+ * checkpoint folder at submit. */
+static int td__check_disk(const td_job_spec *spec, const char *models,
+                          const char *ckdir, char *err, size_t errcap)
+{
+    char where[4096];
+    struct stat st;
+    snprintf(where, sizeof where, "%s", ckdir);
+    if (stat(where, &st) != 0) {
+        char *slash = strrchr(where, '/');
+        if (!slash)
+            snprintf(where, sizeof where, ".");
+        else if (slash == where)
+            where[1] = '\0';
+        else
+            *slash = '\0';
+    }
+    td_model *model = NULL;
+    td_access_build_model(geteuid(), spec, models, &model);
+    int rc = td_limits_check_disk(where, spec, model, NULL, err, errcap);
+    td_model_free(model);
+    return rc;
+}
+
 int td_run_job(const char *path, const td_run_options *opt)
 {
     td_job_spec spec;
@@ -117,6 +144,10 @@ int td_run_job(const char *path, const td_run_options *opt)
                             .synthetic_steps = opt->synthetic_steps};
     td_job_checked chk;
     if ((rc = td_job_check(&spec, &co, &chk, err, sizeof err)))
+        goto out;
+    if (opt->checkpoint_dir &&
+        (rc = td__check_disk(&spec, models, opt->checkpoint_dir, err,
+                             sizeof err)))
         goto out;
     refused = 0;
     td_job_device_name(&chk.device, device, sizeof device);

@@ -295,6 +295,41 @@ START_TEST(test_disk_checked_at_submit)
 }
 END_TEST
 
+/* traind --run --checkpoint-dir makes the same check against its own
+ * folder (here not made yet: its parent's file system is checked), exit
+ * status 3 before anything runs; with room it runs and writes there. */
+START_TEST(test_disk_checked_by_run)
+{
+    char disk[200], ck[256], filler[300], job[256], cmd[1200];
+    snprintf(disk, sizeof disk, "%s/rundisk", H.dir);
+    ck_assert_int_eq(mkdir(disk, 0700), 0);
+    if (mount_small(disk, 1024))
+        return;
+    fill(disk, filler, sizeof filler);
+    snprintf(ck, sizeof ck, "%s/ck", disk);
+    snprintf(job, sizeof job, "%s/run.json", H.dir);
+    json_t *spec = th_spec(1, 0, 16, 16);
+    ck_assert_int_eq(json_dump_file(spec, job, 0), 0);
+    json_decref(spec);
+    snprintf(cmd, sizeof cmd, "%s/daemon/traind --run %s --checkpoint-dir %s 2>&1",
+             getenv("TD_BUILD_ROOT"), job, ck);
+    int st;
+    char *out = td_test_capture(cmd, &st);
+    ck_assert_msg(st == 3 && strstr(out, "checkpoint.keep: the job's "
+                                         "checkpoints take up to") &&
+                      strstr(out, disk) && !strstr(out, "trainctl rm"),
+                  "exit %d: %s", st, out);
+    free(out);
+    struct stat sb;
+    ck_assert_int_ne(stat(ck, &sb), 0); /* refused before it made anything */
+    ck_assert_int_eq(unlink(filler), 0);
+    out = td_test_capture(cmd, &st);
+    ck_assert_msg(st == 0, "exit %d: %s", st, out);
+    free(out);
+    ck_assert_int_eq(stat(ck, &sb), 0);
+}
+END_TEST
+
 /* trainctl rm on a read-only jobs folder: nothing is removed, the reply
  * says why, the job stays; once writable the removal goes through. */
 START_TEST(test_remove_on_readonly_disk)
@@ -543,7 +578,7 @@ static Suite *storage_suite(void)
          {test_crash_loop_job_failed, test_one_crash_resumes}},
         {"disk", setup, teardown_mount, unmount_listed,
          {test_final_model_not_saved_fails, test_disk_checked_at_submit,
-          test_record_saved_when_disk_recovers,
+          test_disk_checked_by_run, test_record_saved_when_disk_recovers,
           test_remove_on_readonly_disk}},
         {"records", setup, teardown, NULL,
          {test_cancel_survives_kill9, test_record_revalidated_on_load,
