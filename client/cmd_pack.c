@@ -22,26 +22,19 @@
 #include "cli.h"
 #include "commands.h"
 #include "pack_classes.h"
+#include "progress.h"
 #include "input/pack.h"
 
 struct td__pack_ui {
-    int tty;
+    td_progress pr; /* on a terminal: "SET: DONE/TOTAL images (P%), R/s" */
     const char *what;
-    int64_t t0;
 };
 
 static void td__pack_progress(void *user, size_t done, size_t total)
 {
     struct td__pack_ui *ui = user;
-    if (!ui->tty)
-        return;
-    int width = 30, fill = total ? (int)(done * (size_t)width / total) : width;
-    double s = td_elapsed_s(ui->t0);
-    fprintf(stderr, "\r%-6s [%.*s%*s] %zu/%zu  %.0f img/s ", ui->what, fill,
-            "##############################", width - fill, "", done, total,
-            s > 0 ? (double)done / s : 0.0);
-    if (done == total)
-        fputc('\n', stderr);
+    td_progress_count(&ui->pr, ui->what, (int64_t)done, (int64_t)total,
+                      "images");
 }
 
 static void td__pack_usage(FILE *f)
@@ -121,13 +114,15 @@ static int td__pack_one(const char *set, const char *images,
 {
     char err[512] = "";
     td_pack_result r;
-    struct td__pack_ui ui = {isatty(2), set, td_now_ns()};
+    struct td__pack_ui ui = {.what = set};
+    td_progress_init(&ui.pr);
     opt->progress = td__pack_progress;
     opt->user = &ui;
     int rc = folder ? td_pack_folder(folder, out, opt, &r, err, sizeof err)
                     : td_pack_idx(images, labels, out, opt, &r, err,
                                   sizeof err);
-    double s = td_elapsed_s(ui.t0);
+    double s = td_progress_elapsed(&ui.pr);
+    td_progress_clear(&ui.pr); /* the summary line says it all */
     if (!rc && !folder) /* names identify classes (a folder's: pack.c) */
         rc = td_pack_classes_file(out, NULL, r.classes, err, sizeof err);
     if (rc) {

@@ -1,5 +1,5 @@
 /* progress.h - trainctl's progress line for its long local operations
- * (eval, predict, bench-input, pack's survey, trace's wait).
+ * (eval, predict, bench-input, pack and its survey, trace's wait).
  *
  * The line goes to stderr and only when stderr is a terminal: one line,
  * redrawn in place (\r and erase-line), at most 10 times a second, and
