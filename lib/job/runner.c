@@ -4,8 +4,8 @@
  * accumulator, the checkpoint writer and two snapshot buffers (one being
  * written, one being filled), and the translation of the job spec into
  * each of their configurations.
- * Checkpoint writing and resume live in runner_ckpt.c, loss scaling in
- * runner_lscale.c, timeline recording in runner_trace.c, the shared
+ * Checkpoint writing and resume live in runner_ckpt.c, keep_best and
+ * early stopping in runner_best.c, loss scaling in runner_lscale.c, timeline recording in runner_trace.c, the shared
  * state in runner_int.h.
  * Never: blocks the trainer on the disk (a checkpoint that finds both
  * buffers busy is skipped and counted), talks to sockets, exits.
@@ -588,58 +588,6 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
     return 0;
 }
 
-/* checkpoint.keep_best: an epoch that beats the best validation metric so
- * far marks its epoch-end checkpoint (taken at the next boundary) to be
- * linked as best.safetensors once it is on disk (runner_ckpt.c). */
-static void td__keep_best(td_runner *r, const td_epoch_info *e)
-{
-    const int acc = r->spec->checkpoint.best_metric == 1;
-    double v = acc ? e->val_acc : e->val_loss;
-    if (!r->spec->checkpoint.keep_best || isnan(v))
-        return;
-    if (r->have_best && !(acc ? v > r->best_val : v < r->best_val))
-        return;
-    r->have_best = 1;
-    r->best_val = v;
-    pthread_mutex_lock(&r->res_mu);
-    r->best_at_step = v;
-    pthread_mutex_unlock(&r->res_mu);
-    atomic_store(&r->best_step, e->steps);
-}
-
-/* early_stopping: 1 (stop) once the validation metric has not improved
- * by more than min_delta on the best for `patience` epochs in a row. */
-static int td__early_stop(td_runner *r, const td_epoch_info *e)
-{
-    const int patience = r->spec->early_stopping.patience;
-    const int acc = r->spec->early_stopping.metric == 1;
-    double v = acc ? e->val_acc : e->val_loss;
-    if (patience <= 0 || isnan(v))
-        return 0;
-    double gain = r->es_best_epoch < 0 ? INFINITY
-                  : acc ? v - r->es_best : r->es_best - v;
-    if (gain > r->spec->early_stopping.min_delta) {
-        r->es_best = v;
-        r->es_best_epoch = e->epoch;
-        r->es_bad = 0;
-        return 0;
-    }
-    if (++r->es_bad < patience || e->epoch + 1 >= r->spec->epochs)
-        return 0;
-    const char *name = acc ? "val_acc" : "val_loss";
-    td_logf(TD_LOG_INFO, r->o.job, "early stopping after epoch %" PRId64
-            ": %s has not improved by more than %g for %d epoch(s) (best "
-            "%.4f after epoch %" PRId64 ")", e->epoch + 1, name,
-            r->spec->early_stopping.min_delta, patience, r->es_best,
-            r->es_best_epoch + 1);
-    td__runner_emit(r, "early_stop", json_pack(
-        "{s:I, s:s, s:f, s:I}", "epoch", (json_int_t)e->epoch, "metric",
-        name, "best", r->es_best, "best_epoch",
-        (json_int_t)r->es_best_epoch));
-    r->early_stopped = 1;
-    return 1;
-}
-
 const char *const td_runner_curve_keys[] = {
     "epoch", "step", "train_loss", "train_acc", "val_loss", "val_acc", "lr",
     "samples_per_s", "input_wait_ratio", "device_idle_ratio", "verdict",
@@ -716,8 +664,8 @@ static int td__on_epoch(void *user, td_trainer *t, const td_epoch_info *e)
     td__runner_emit(r, "epoch", o);
     if (r->o.snapshot) /* the epoch's figures at once, not a window later */
         td__snapshot(r, e->epoch + 1);
-    td__keep_best(r, e);
-    return td__early_stop(r, e);
+    td__runner_keep_best(r, e);
+    return td__runner_early_stop(r, e);
 }
 
 static int td__on_boundary(void *user, td_trainer *t,
@@ -767,6 +715,26 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
     if (r->o.ckpt_dir && r->o.resume &&
         (rc = td__runner_resume(r, err, errcap)))
         return rc;
+    if (r->resumed_final) { /* completed in an earlier life */
+        json_t *last = json_array_get(r->hist, json_array_size(r->hist) - 1);
+        json_t *vl = json_object_get(last, "val_loss");
+        json_t *va = json_object_get(last, "val_acc");
+        res->steps = r->last_written_step;
+        res->epochs = r->resumed_epochs;
+        json_t *sps = json_object_get(last, "samples_per_s");
+        const char *verdict = json_string_value(json_object_get(last,
+                                                                "verdict"));
+        res->samples_per_s = json_is_number(sps) ? json_number_value(sps)
+                                                 : NAN;
+        if (verdict)
+            snprintf(res->verdict, sizeof res->verdict, "%s", verdict);
+        res->val_loss = json_is_number(vl) ? json_number_value(vl) : NAN;
+        res->val_acc = json_is_number(va) ? json_number_value(va) : NAN;
+        res->early_stopped = r->early_stopped;
+        snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s",
+                 r->last_ckpt);
+        return 0;
+    }
     td_logf(TD_LOG_INFO, r->o.job, "model %s: %.1f MFLOP/sample forward, "
             "%zu parameters; batch %d, %d epoch%s of %" PRId64 " steps",
             r->model->name, r->model->fwd_flops / 1e6, r->model->param_count,

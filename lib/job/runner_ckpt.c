@@ -576,20 +576,23 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
         td_logf(TD_LOG_WARN, r->o.job, "checkpoint %s: traind.history is not "
                 "a JSON array; the epochs before it are not restored", path);
     td_ckpt_close(f);
-    if (rc == 0 && epoch < r->spec->epochs)
+    /* At the end of the job: its final checkpoint, written before the
+     * daemon stopped (a kill -9 before the record said completed).  The
+     * job is done; td_runner_run trains nothing. */
+    int end = rc == 0 && epoch >= r->spec->epochs;
+    if (rc == 0 && !end)
         td__plan_resume(r, plan_txt, path);
     if (rc) {
         snprintf(err, errcap, "checkpoint %s: %s", path, e);
-    } else if (epoch >= r->spec->epochs) {
-        snprintf(err, errcap, "checkpoint %s is at the end of the job", path);
-        rc = -EINVAL;
+    } else if (end) {
+        r->resumed_final = 1;
     } else if ((rc = td_trainer_restore(r->trainer, r->flat, r->snap_floats,
                                         &pos))) {
         snprintf(err, errcap, "checkpoint %s: position epoch %" PRId64
                  " step %" PRId64 " does not fit this job", path, epoch,
                  in_epoch);
     }
-    if (rc == 0)
+    if (rc == 0 && !end)
         td__runner_ls_resume(r, ls_txt, path);
     free(ls_txt);
     free(plan_txt);
@@ -609,6 +612,18 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
     }
     r->last_ckpt_step = steps;
     r->last_written_step = steps; /* it is on disk */
+    snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
+    if (td__runner_replay_best(r))
+        r->resumed_final = 1; /* early stopping had ended it there */
+    if (r->resumed_final) {
+        r->resumed_epochs = epoch;
+        td_logf(TD_LOG_INFO, r->o.job, "%s is the job's final checkpoint "
+                "(step %" PRId64 ", after epoch %" PRId64 "%s), written "
+                "before the daemon stopped: nothing is left to train",
+                path, steps, epoch, r->early_stopped ? ", early stopping"
+                                                     : "");
+        return 0;
+    }
     td_logf(TD_LOG_INFO, r->o.job, "resumed from %s: step %" PRId64
             ", epoch %" PRId64 ", batch %" PRId64, path, steps, epoch + 1,
             in_epoch);

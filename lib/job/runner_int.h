@@ -38,6 +38,10 @@ struct td_runner {
     int64_t es_best_epoch;           /* its epoch (0-based), -1: none yet */
     int es_bad;                      /* epochs since it improved */
     int early_stopped;
+    int resumed_final;               /* the resumed checkpoint is the job's
+                                        final one (runner_ckpt.c), after
+                                        resumed_epochs epochs */
+    int64_t resumed_epochs;
     double best_val;                 /* keep_best: the best metric so far */
     int have_best;                   /* trainer thread */
     _Atomic int64_t best_step;       /* the checkpoint to keep as best */
@@ -136,6 +140,21 @@ void td__runner_ls_meta(td_runner *r, json_t *meta);
  * text, or NULL without one), or a fresh one (another precision or
  * loss_scale), logged. */
 void td__runner_ls_resume(td_runner *r, const char *txt, const char *path);
+
+/* runner_best.c */
+/* checkpoint.keep_best: an epoch that beats the best validation metric so
+ * far marks its epoch-end checkpoint (taken at the next boundary) to be
+ * linked as best.safetensors once it is on disk (runner_ckpt.c). */
+void td__runner_keep_best(td_runner *r, const td_epoch_info *e);
+/* early_stopping: 1 (stop, logged, an "early_stop" event) once the
+ * validation metric has not improved by more than min_delta on the best
+ * for `patience` epochs in a row. */
+int td__runner_early_stop(td_runner *r, const td_epoch_info *e);
+/* After a resume: both rules' best so far from r->hist (the epochs before
+ * the checkpoint), as the run that wrote it had them, logged; 1 when
+ * early stopping had ended the job at the last of them (the checkpoint is
+ * then the job's final one: nothing is left to train). */
+int td__runner_replay_best(td_runner *r);
 
 /* runner_ckpt.c */
 /* Snapshots the trainer at pos and hands it to the writer thread; never

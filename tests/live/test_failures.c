@@ -1,0 +1,246 @@
+/* test_failures.c - traind live when things fail while a job runs (the
+ * failure-injection audit): a daemon stopped at awkward moments, damaged
+ * checkpoints at resume, files lost under a running job.  Each test names
+ * the defect it guards against. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "daemon_harness.h"
+#include "jpeggen.h"
+#include "store/checkpoint.h"
+#include "tdsuite.h"
+#include "tdtest.h"
+
+TH_FIXTURE(H)
+
+static json_t *show_job(int fd, int64_t id)
+{
+    json_t *r = th_job_request(fd, "show", id);
+    json_t *j = json_incref(json_object_get(th_ok(r), "job"));
+    json_decref(r);
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
+static const char *job_state(json_t *j)
+{
+    return json_string_value(json_object_get(j, "state"));
+}
+
+/* Rewrites jobs/<id>.json (the daemon stopped) as it is on disk when a
+ * kill -9 comes after the job's last checkpoint landed and before its
+ * record said so: state running, no result. */
+static void record_as_running(const td_harness *h, int64_t id)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/jobs/%" PRId64 ".json", h->state, id);
+    json_error_t je;
+    json_t *rec = json_load_file(path, 0, &je);
+    ck_assert_msg(rec != NULL, "%s: %s", path, je.text);
+    json_object_set_new(rec, "state", json_string("running"));
+    json_object_set_new(rec, "reason", json_string("running"));
+    json_object_del(rec, "result");
+    json_object_del(rec, "ended");
+    ck_assert_int_eq(json_dump_file(rec, path, 0), 0);
+    json_decref(rec);
+}
+
+/* The step of a checkpoint file (its metadata), or -1. */
+static int64_t ckpt_step(const char *path)
+{
+    td_ckpt_file *f;
+    char err[512];
+    if (td_ckpt_open(path, &f, err, sizeof err))
+        return -1;
+    int64_t s = td_ckpt_file_meta(f)->step;
+    td_ckpt_close(f);
+    return s;
+}
+
+/* ---- stopped after the last checkpoint ----------------------------------- */
+
+/* A kill -9 after a job's final checkpoint was written but before its
+ * record said completed: the restarted daemon resumed it, found the
+ * checkpoint at the end of the job and failed it ("checkpoint ... is at
+ * the end of the job"), though the trained model was on disk.  Now it is
+ * completed, with the epochs and the checkpoint it had, and its log says
+ * why nothing was trained. */
+START_TEST(test_kill9_after_final_checkpoint_completes)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(2, 0));
+    ck_assert(th_wait_state(fd, id, "completed", 60000));
+    json_t *j = show_job(fd, id);
+    json_t *cks = json_object_get(j, "checkpoints");
+    char last[4096];
+    snprintf(last, sizeof last, "%s", json_string_value(json_object_get(
+        json_array_get(cks, json_array_size(cks) - 1), "path")));
+    json_decref(j);
+    close(fd);
+    ck_assert_int_eq(th_stop(&H), 0);
+    record_as_running(&H, id);
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    int done = 0;
+    for (int i = 0; i < 600 && !done; i++) {
+        j = show_job(fd, id);
+        const char *st = job_state(j);
+        done = strcmp(st, "completed") == 0 || strcmp(st, "failed") == 0;
+        if (!done) {
+            json_decref(j);
+            usleep(50000);
+        }
+    }
+    ck_assert_msg(done, "the job never ended after the restart");
+    ck_assert_msg(strcmp(job_state(j), "completed") == 0, "%s: %s",
+                  job_state(j),
+                  json_string_value(json_object_get(j, "reason")));
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "step")), 200);
+    json_t *res = json_object_get(j, "result");
+    ck_assert_int_eq(json_integer_value(json_object_get(res, "epochs")), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(res,
+                                                       "last_checkpoint")),
+                     last);
+    json_decref(j);
+    ck_assert(th_log_has(fd, id, "is the job's final checkpoint"));
+    close(fd);
+}
+END_TEST
+
+/* ---- keep_best and early stopping across a stop ---------------------------- */
+
+static char *data_dir;
+
+static void setup_data(void)
+{
+    setup();
+    data_dir = td_test_tmpdir("traind-failures-data");
+    /* photos with arbitrary labels: the net memorises the training
+     * images and the validation loss soon rises (an early best) */
+    td_test_make_folder(data_dir, 2, 24, 24, 24);
+}
+
+static void teardown_data(void)
+{
+    td_test_rmtree(data_dir);
+    free(data_dir);
+    teardown();
+}
+
+static json_t *best_spec(void)
+{
+    json_t *s = th_files_spec(data_dir, 60);
+    json_t *in = json_object_get(s, "input");
+    json_object_set_new(in, "size", json_pack("[i,i]", 16, 16));
+    json_object_set_new(in, "workers", json_integer(1));
+    json_object_set_new(json_object_get(s, "data"), "val_fraction",
+                        json_real(0.25));
+    json_object_set_new(s, "batch_size", json_integer(4));
+    json_object_set_new(s, "deterministic", json_true());
+    json_object_set_new(json_object_get(s, "optimizer"), "lr",
+                        json_real(0.05));
+    json_object_set_new(json_object_get(s, "checkpoint"), "keep_best",
+                        json_true());
+    json_object_set_new(s, "early_stopping", json_pack("{s:i}", "patience",
+                                                       6));
+    return s;
+}
+
+/* The step of the epoch with the lowest val_loss in a record's history
+ * (the first of equals), and how many epochs it has. */
+static int64_t best_epoch_step(json_t *j, size_t *epochs)
+{
+    json_t *h = json_object_get(j, "history"), *e;
+    size_t i;
+    double best = INFINITY;
+    int64_t step = -1;
+    json_array_foreach(h, i, e) {
+        double v = json_number_value(json_object_get(e, "val_loss"));
+        if (v < best) {
+            best = v;
+            step = json_integer_value(json_object_get(e, "step"));
+        }
+    }
+    *epochs = json_array_size(h);
+    return step;
+}
+
+/* Job A runs a keep_best, early_stopping job uninterrupted; job B, the
+ * same spec, is paused once the validation loss has stopped improving,
+ * and resumed (a new runner, from the pause's checkpoint, as after a
+ * restart).  Before: the resumed runner forgot the best so far, so B's
+ * first epoch after the resume, worse than the best, replaced
+ * best.safetensors, and early stopping counted its patience again from
+ * zero (B trained more epochs than A).  Now B ends after A's epochs with
+ * A's best. */
+START_TEST(test_best_and_early_stop_survive_a_resume)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t a = th_submit(fd, best_spec());
+    ck_assert(th_wait_state(fd, a, "completed", 300000));
+    json_t *ja = show_job(fd, a);
+    size_t ea;
+    int64_t best_a = best_epoch_step(ja, &ea);
+    json_decref(ja);
+    ck_assert_msg(ea < 60, "A did not stop early (%zu epochs)", ea);
+    int64_t b = th_submit(fd, best_spec());
+    json_decref(th_request(fd, "subscribe", json_pack(
+        "{s:I, s:[s]}", "job", (json_int_t)b, "events", "epoch")));
+    /* an epoch that does not improve on the best: pause now */
+    double best = INFINITY;
+    for (;;) {
+        json_t *ev = th_wait_event(fd, "epoch", b, NULL, 120000, NULL);
+        ck_assert_msg(ev != NULL, "no epoch event from B");
+        double v = json_number_value(json_object_get(
+            json_object_get(ev, "data"), "val_loss"));
+        json_decref(ev);
+        if (v >= best)
+            break;
+        best = v;
+    }
+    json_t *r = th_job_request(fd, "pause", b);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    ck_assert(th_wait_state(fd, b, "suspended", 60000));
+    r = th_job_request(fd, "resume", b);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    ck_assert(th_wait_state(fd, b, "completed", 300000));
+    json_t *jb = show_job(fd, b);
+    size_t eb;
+    int64_t best_b = best_epoch_step(jb, &eb);
+    json_decref(jb);
+    ck_assert_msg(eb == ea, "B trained %zu epochs, A %zu", eb, ea);
+    ck_assert_int_eq(best_b, best_a);
+    char path[300];
+    snprintf(path, sizeof path, "%s/checkpoints/%" PRId64
+             "/best.safetensors", H.state, b);
+    ck_assert_int_eq(ckpt_step(path), best_b);
+    ck_assert(th_log_has(fd, b, "keep_best: the best val_loss so far"));
+    close(fd);
+}
+END_TEST
+
+static Suite *failures_suite(void)
+{
+    const td_tcase tcs[] = {
+        {"stopped", setup, teardown, NULL,
+         {test_kill9_after_final_checkpoint_completes}},
+        {"best", setup_data, teardown_data, NULL,
+         {test_best_and_early_stop_survive_a_resume}},
+    };
+    return td_suite_from("failures", tcs, sizeof tcs / sizeof tcs[0]);
+}
+
+TD_TEST_MAIN(failures_suite)
