@@ -523,10 +523,16 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
     r->resume_f = NULL; /* closed below */
     snprintf(e, sizeof e, "%s", r->resume_err);
     if (rc == -ENOENT) {
-        if (strstr(e, "corrupt") || strstr(e, "CRC"))
-            td_logf(TD_LOG_WARN, r->o.job, "no usable checkpoint: %s", e);
+        /* the job's own log says so (not only the daemon's): its earlier
+         * lives' steps are trained again */
+        if (e[0] && !strstr(e, "(0 unusable)"))
+            td_logf(TD_LOG_WARN, r->o.job, "no usable checkpoint: %s; the "
+                    "job starts again from step 0", e);
         return 0; /* nothing to resume from: start fresh */
     }
+    if (rc == 0 && e[0])
+        td_logf(TD_LOG_WARN, r->o.job, "checkpoint: %s; resuming from the "
+                "older %s", e, path);
     if (rc) {
         snprintf(err, errcap, "checkpoint: %s", e);
         return rc;

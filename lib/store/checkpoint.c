@@ -837,8 +837,10 @@ int td_ckpt_load_latest(const char *dir, td_ckpt_file **out, char *path,
 {
     int64_t *steps;
     int n, bad = 0;
-    char name[64], p[4200], why[600];
+    char name[64], p[4200], why[600], first[600] = "";
     *out = NULL;
+    if (errcap)
+        err[0] = '\0';
     int r = td__list(dir, &steps, &n);
     if (r < 0) {
         td_set_error(err, errcap, 0, "%s: %s", dir, td_strerror(r));
@@ -848,19 +850,23 @@ int td_ckpt_load_latest(const char *dir, td_ckpt_file **out, char *path,
         td_ckpt_filename(steps[i], name, sizeof name);
         snprintf(p, sizeof p, "%s/%s", dir, name);
         if (td_ckpt_open(p, out, why, sizeof why) == 0) {
-            if (bad)
+            if (bad) {
                 td_warn("checkpoint: using %s after %d newer unusable "
                         "one(s)", p, bad);
+                td_set_error(err, errcap, 0, "%d newer checkpoint(s) "
+                             "unusable: %s", bad, first);
+            }
             if (path)
                 snprintf(path, pathcap, "%s", p);
             free(steps);
             return 0;
         }
         td_warn("checkpoint: skipping %s", why);
-        bad++;
+        if (!bad++)
+            snprintf(first, sizeof first, "%s", why);
     }
     free(steps);
-    td_set_error(err, errcap, 0, "%s: no valid checkpoint (%d unusable)", dir,
-                 bad);
+    td_set_error(err, errcap, 0, "%s: no valid checkpoint (%d unusable)%s%s",
+                 dir, bad, bad ? "; the newest: " : "", first);
     return -ENOENT;
 }

@@ -168,8 +168,10 @@ int td_ckpt_file_read(const td_ckpt_file *f, const char *name,
                       size_t errcap);
 
 /* Opens the newest checkpoint in dir that validates, logging each newer
- * one that does not and falling back.  path receives its path.  -ENOENT
- * when there is none (err says whether some were corrupt). */
+ * one that does not and falling back.  path receives its path; err is ""
+ * or, after a fall-back, "N newer checkpoint(s) unusable: <why the newest
+ * is>".  -ENOENT when there is none (err says how many were unusable and
+ * why the newest is). */
 int td_ckpt_load_latest(const char *dir, td_ckpt_file **out, char *path,
                         size_t pathcap, char *err, size_t errcap);
 

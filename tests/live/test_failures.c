@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -232,11 +233,96 @@ START_TEST(test_best_and_early_stop_survive_a_resume)
 }
 END_TEST
 
+/* ---- damaged checkpoints at resume ---------------------------------------- */
+
+static void pause_job(int fd, int64_t id)
+{
+    json_t *r = th_job_request(fd, "pause", id);
+    ck_assert_msg(th_ok(r) != NULL, "%s", json_dumps(r, 0));
+    json_decref(r);
+    ck_assert(th_wait_state(fd, id, "suspended", 60000));
+}
+
+static void resume_job(int fd, int64_t id)
+{
+    json_t *r = th_job_request(fd, "resume", id);
+    ck_assert_msg(th_ok(r) != NULL, "%s", json_dumps(r, 0));
+    json_decref(r);
+}
+
+/* Truncates job id's checkpoint files: the newest only, or all; returns
+ * how many. */
+static int truncate_checkpoints(const td_harness *h, int64_t id, int all)
+{
+    char pat[300];
+    glob_t g;
+    snprintf(pat, sizeof pat, "%s/checkpoints/%" PRId64
+             "/ckpt-*.safetensors", h->state, id);
+    if (glob(pat, 0, NULL, &g) != 0)
+        return 0;
+    int n = 0; /* sorted: the newest is last */
+    for (size_t i = all ? 0 : g.gl_pathc - 1; i < g.gl_pathc; i++, n++)
+        ck_assert_int_eq(truncate(g.gl_pathv[i], 3000), 0);
+    globfree(&g);
+    return n;
+}
+
+static int64_t job_step(int fd, int64_t id)
+{
+    json_t *j = show_job(fd, id);
+    int64_t s = json_integer_value(json_object_get(j, "step"));
+    json_decref(j);
+    return s;
+}
+
+/* Waits (up to 60 s) until the job's log has a line with text. */
+static int wait_log(int fd, int64_t id, const char *text)
+{
+    for (int i = 0; i < 1200; i++) {
+        if (th_log_has(fd, id, text))
+            return 1;
+        usleep(50000);
+    }
+    return 0;
+}
+
+/* A truncated newest checkpoint at resume: the job resumes from the one
+ * before, and its own log (trainctl logs, not only the daemon's) says
+ * which was unusable and why; with none usable it says that it starts
+ * again from step 0.  Before, the job log said only "resumed from" the
+ * older one, and nothing at all when it started again from scratch. */
+START_TEST(test_corrupt_checkpoint_at_resume_said)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_spec(100000, 50, 32, 16));
+    ck_assert(th_wait_state(fd, id, "running", 60000));
+    while (job_step(fd, id) < 120)
+        usleep(20000);
+    pause_job(fd, id);
+    ck_assert_int_eq(truncate_checkpoints(&H, id, 0), 1);
+    resume_job(fd, id);
+    ck_assert_msg(wait_log(fd, id, "1 newer checkpoint(s) unusable: "),
+                  "the job's log does not say the newest was unusable");
+    ck_assert(th_log_has(fd, id, "; resuming from the older "));
+    ck_assert(th_wait_state(fd, id, "running", 60000));
+    pause_job(fd, id);
+    ck_assert_int_ge(truncate_checkpoints(&H, id, 1), 2);
+    resume_job(fd, id);
+    ck_assert_msg(wait_log(fd, id, "the job starts again from step 0"),
+                  "the job's log does not say it starts again");
+    ck_assert(th_log_has(fd, id, "no usable checkpoint: "));
+    json_decref(th_job_request(fd, "cancel", id));
+    ck_assert(th_wait_state(fd, id, "cancelled", 60000));
+    close(fd);
+}
+END_TEST
+
 static Suite *failures_suite(void)
 {
     const td_tcase tcs[] = {
         {"stopped", setup, teardown, NULL,
-         {test_kill9_after_final_checkpoint_completes}},
+         {test_kill9_after_final_checkpoint_completes,
+          test_corrupt_checkpoint_at_resume_said}},
         {"best", setup_data, teardown_data, NULL,
          {test_best_and_early_stop_survive_a_resume}},
     };
