@@ -82,6 +82,7 @@ struct td_pipeline {
     struct td__worker *workers;
     _Atomic uint8_t *bad;
     _Atomic int64_t bad_count, consumer_wait_ns, starved_ns, batches;
+    char last_bad[640];   /* the latest bad sample and why (mu) */
 };
 
 void td_pipeline_config_default(td_pipeline_config *c)
@@ -195,10 +196,14 @@ static int td__bad(td_pipeline *p, size_t idx, int rc, const char *msg)
         return 0;
     int64_t n = atomic_fetch_add_explicit(&p->bad_count, 1,
                                           memory_order_relaxed) + 1;
+    const char *why = msg && *msg ? msg : td_strerror(rc);
+    td_dataset_sample_name(p->ds, idx, name, sizeof name);
     td_logf(TD_LOG_WARN, p->cfg.job, "bad sample %s: %s (%s); skipped, the "
-            "next sample in order takes its place",
-            td_dataset_sample_name(p->ds, idx, name, sizeof name),
-            msg && *msg ? msg : td_strerror(rc), td_errname(rc));
+            "next sample in order takes its place", name, why,
+            td_errname(rc));
+    pthread_mutex_lock(&p->mu);
+    snprintf(p->last_bad, sizeof p->last_bad, "%.400s: %.200s", name, why);
+    pthread_mutex_unlock(&p->mu);
     if ((double)n > p->cfg.max_bad_ratio * (double)p->n) {
         td_logf(TD_LOG_ERROR, p->cfg.job, "%lld bad samples out of %zu: past "
                 "the limit of %.4g of the dataset", (long long)n, p->n,
@@ -710,6 +715,17 @@ static void td__src_release(void *self, td_batch *b)
 td_batch_source td_pipeline_source(td_pipeline *p)
 {
     return (td_batch_source){td__src_start, td__src_next, td__src_release, p};
+}
+
+void td_pipeline_bad_summary(td_pipeline *p, char *buf, size_t cap)
+{
+    pthread_mutex_lock(&p->mu);
+    snprintf(buf, cap, "%lld bad sample(s) out of %zu, past max_bad_ratio "
+             "%.4g; the latest: %s",
+             (long long)atomic_load_explicit(&p->bad_count,
+                                             memory_order_relaxed),
+             p->n, p->cfg.max_bad_ratio, p->last_bad[0] ? p->last_bad : "?");
+    pthread_mutex_unlock(&p->mu);
 }
 
 void td_pipeline_stats_get(td_pipeline *p, td_pipeline_stats *s)

@@ -124,6 +124,9 @@ typedef struct td_pipeline_stats {
 } td_pipeline_stats;
 
 void td_pipeline_stats_get(td_pipeline *p, td_pipeline_stats *s);
+/* After TD_E_BADDATA: "N bad sample(s) out of M, past max_bad_ratio R;
+ * the latest: <sample>: <why>". */
+void td_pipeline_bad_summary(td_pipeline *p, char *buf, size_t cap);
 
 /* Runs the pipeline alone: starts at (first_epoch, 0) and takes and
  * releases every batch of `epochs` epochs as fast as they come; for

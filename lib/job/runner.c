@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -703,6 +704,41 @@ static int td__on_boundary(void *user, td_trainer *t,
 
 /* ---- running ---------------------------------------------------------- */
 
+/* TD_E_BADDATA's reason: which data set, how many bad samples, the latest
+ * and why, and whether a data folder itself has gone (deleted, moved, its
+ * file system unmounted while the job ran), rather than "too many bad
+ * samples". */
+static void td__runner_bad_data(td_runner *r, char *err, size_t errcap)
+{
+    td_pipeline_stats st = {0};
+    int val = 0;
+    if (r->train)
+        td_pipeline_stats_get(r->train, &st);
+    if (st.bad_samples == 0 && r->val) {
+        td_pipeline_stats_get(r->val, &st);
+        val = st.bad_samples > 0;
+    }
+    td_pipeline *p = val ? r->val : r->train;
+    const td_spec_paths *paths = val && r->spec->data.val.n
+                                     ? &r->spec->data.val
+                                     : &r->spec->data.train;
+    char sum[1024];
+    if (!p)
+        return;
+    td_pipeline_bad_summary(p, sum, sizeof sum);
+    int n = snprintf(err, errcap, "%s: %s", val && r->spec->data.val.n
+                                                ? "data.val" : "data.train",
+                     sum);
+    for (int i = 0; i < paths->n && n > 0 && (size_t)n < errcap; i++) {
+        struct stat st_;
+        if (strpbrk(paths->v[i], "*?[") || stat(paths->v[i], &st_) == 0)
+            continue;
+        n += snprintf(err + n, errcap - (size_t)n, "; %s itself: %s (deleted, "
+                      "moved or its file system unmounted while the job ran)",
+                      paths->v[i], strerror(errno));
+    }
+}
+
 int td_runner_run(td_runner *r, td_runner_result *res, char *err,
                   size_t errcap)
 {
@@ -750,6 +786,8 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
     rc = td_trainer_run(r->trainer, r->train ? &tsrc : NULL,
                         r->val ? &vsrc : NULL, &cb, &tr, err, errcap);
     enum td_stop_reason why = atomic_load(&r->stop_reason);
+    if (rc == TD_E_BADDATA)
+        td__runner_bad_data(r, err, errcap);
     if (rc == TD_E_CLOSED && why == TD_STOP_CANCEL) {
         /* cancelled while waiting for data: the pipeline was closed on
          * purpose, that is a stop, not a failure */

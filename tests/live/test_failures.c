@@ -317,6 +317,49 @@ START_TEST(test_corrupt_checkpoint_at_resume_said)
 }
 END_TEST
 
+/* ---- data lost under a running job ----------------------------------------- */
+
+/* The training folder deleted (here: moved away) while the job runs: the
+ * job fails naming data.train, the count against max_bad_ratio, the
+ * latest sample and why, and that the folder itself is gone.  Before, the
+ * reason was "training source: too many bad samples". */
+START_TEST(test_data_folder_gone_mid_run_named)
+{
+    char set[300], gone[300];
+    snprintf(set, sizeof set, "%s/set", data_dir);
+    snprintf(gone, sizeof gone, "%s/gone", data_dir);
+    td_test_make_folder(set, 2, 100, 24, 24);
+    int fd = th_connect(&H, NULL);
+    json_t *spec = th_files_spec(set, 100000);
+    json_object_set_new(json_object_get(spec, "input"), "size",
+                        json_pack("[i,i]", 16, 16));
+    int64_t id = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, id, "running", 60000));
+    while (job_step(fd, id) < 50)
+        usleep(20000);
+    ck_assert_int_eq(rename(set, gone), 0);
+    int ended = 0;
+    json_t *j = NULL;
+    for (int i = 0; i < 1200 && !ended; i++) {
+        json_decref(j);
+        j = show_job(fd, id);
+        ended = strcmp(job_state(j), "running") != 0;
+        if (!ended)
+            usleep(50000);
+    }
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    ck_assert_msg(strcmp(job_state(j), "failed") == 0, "%s: %s",
+                  job_state(j), why);
+    ck_assert_msg(strstr(why, "data.train: ") &&
+                      strstr(why, "past max_bad_ratio 0.01; the latest: ") &&
+                      strstr(why, "No such file or directory") &&
+                      strstr(why, "/set itself: No such file or directory"),
+                  "%s", why);
+    json_decref(j);
+    close(fd);
+}
+END_TEST
+
 static Suite *failures_suite(void)
 {
     const td_tcase tcs[] = {
@@ -324,7 +367,8 @@ static Suite *failures_suite(void)
          {test_kill9_after_final_checkpoint_completes,
           test_corrupt_checkpoint_at_resume_said}},
         {"best", setup_data, teardown_data, NULL,
-         {test_best_and_early_stop_survive_a_resume}},
+         {test_best_and_early_stop_survive_a_resume,
+          test_data_folder_gone_mid_run_named}},
     };
     return td_suite_from("failures", tcs, sizeof tcs / sizeof tcs[0]);
 }
