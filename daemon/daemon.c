@@ -272,7 +272,7 @@ static void td__load_jobs(td_daemon *d)
             snprintf(err, sizeof err, "%s", je.text);
         json_decref(rec);
         if (!j) {
-            td_warn("ignoring %s: %s", path, err);
+            td_remove_set_aside(d, path, e->d_name, err);
             continue;
         }
         if (td_jobs_find(&d->jobs, j->id)) {

@@ -297,3 +297,28 @@ void td_remove_recover(td_daemon *d)
     }
     closedir(dp);
 }
+
+void td_remove_set_aside(td_daemon *d, const char *path, const char *name,
+                         const char *why)
+{
+    char *end;
+    long long id = strtoll(name, &end, 10);
+    if (id <= 0 || strcmp(end, ".json") != 0) {
+        td_warn("ignoring %s: %s", path, why);
+        return;
+    }
+    char aside[4200];
+    snprintf(aside, sizeof aside, "%s.corrupt", path);
+    if (rename(path, aside) != 0) {
+        td_error("job %lld: its record %s cannot be read (%s) nor set aside "
+                 "(%s); id %lld is not given again", id, path, why,
+                 strerror(errno), id);
+        snprintf(aside, sizeof aside, "%s", path);
+    } else {
+        td_error("job %lld: its record %s cannot be read (%s); kept as %s, "
+                 "with its log and checkpoints where they are; id %lld is "
+                 "not given again", id, path, why, aside, id);
+    }
+    if (id >= d->jobs.next_id)
+        d->jobs.next_id = id + 1;
+}

@@ -35,5 +35,11 @@ const td_job *td_remove_needed_by(const td_daemon *d, const td_job *j);
  * finishes removals that a stop interrupted and gives new jobs ids above
  * every id given before. */
 void td_remove_recover(td_daemon *d);
+/* Start-up: a record jobs/<id>.json (at path, named name) that cannot be
+ * read (why) is renamed <id>.json.corrupt, logged, and its id is never
+ * given again (a new job under it would write into the old job's log and
+ * checkpoint folder, and resume from its checkpoints). */
+void td_remove_set_aside(td_daemon *d, const char *path, const char *name,
+                         const char *why);
 
 #endif

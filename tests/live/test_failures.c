@@ -119,6 +119,37 @@ START_TEST(test_kill9_after_final_checkpoint_completes)
 }
 END_TEST
 
+/* A job record that cannot be read at start (here: truncated) was
+ * skipped with a warning, and its id given to the next job, which
+ * overwrote the record, appended to the old job's log and resumed from
+ * the old job's checkpoints (failed "belongs to another job spec", or
+ * with the same spec took over its weights).  Now the record is kept as
+ * <id>.json.corrupt and the next job gets a new id. */
+START_TEST(test_corrupt_record_id_not_reused)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(2, 0));
+    ck_assert(th_wait_state(fd, id, "completed", 60000));
+    close(fd);
+    ck_assert_int_eq(th_stop(&H), 0);
+    char path[300], aside[320];
+    snprintf(path, sizeof path, "%s/jobs/%" PRId64 ".json", H.state, id);
+    ck_assert_int_eq(truncate(path, 40), 0);
+    ck_assert_int_eq(th_restart(&H), 0);
+    snprintf(aside, sizeof aside, "%s.corrupt", path);
+    struct stat st;
+    ck_assert_msg(stat(aside, &st) == 0, "%s not kept", aside);
+    ck_assert_int_eq(st.st_size, 40);
+    fd = th_connect(&H, NULL);
+    int64_t next = th_submit(fd, th_tiny_spec(2, 0));
+    ck_assert_int_gt(next, id);
+    ck_assert(th_wait_state(fd, next, "completed", 60000));
+    ck_assert(!th_log_has(fd, next, "resumed from"));
+    ck_assert(!th_log_has(fd, next, "final checkpoint"));
+    close(fd);
+}
+END_TEST
+
 /* ---- keep_best and early stopping across a stop ---------------------------- */
 
 static char *data_dir;
@@ -365,7 +396,8 @@ static Suite *failures_suite(void)
     const td_tcase tcs[] = {
         {"stopped", setup, teardown, NULL,
          {test_kill9_after_final_checkpoint_completes,
-          test_corrupt_checkpoint_at_resume_said}},
+          test_corrupt_checkpoint_at_resume_said,
+          test_corrupt_record_id_not_reused}},
         {"best", setup_data, teardown_data, NULL,
          {test_best_and_early_stop_survive_a_resume,
           test_data_folder_gone_mid_run_named}},
