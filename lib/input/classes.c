@@ -1,13 +1,17 @@
 /* classes.c - see classes.h. */
+#define _GNU_SOURCE /* qsort_r */
 #include "input/classes.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "base/error.h"
 #include "base/rng.h"
@@ -60,30 +64,130 @@ static void td__dir_of(const char *path, char *dir, size_t cap)
     snprintf(dir, cap, "%s", dirname(tmp));
 }
 
+/* Why one line of classes.txt cannot name a class (NULL if it can).
+ * Names identify classes by equality and travel in JSON (protocol
+ * replies, a checkpoint's traind.classes), so each must be non-empty
+ * UTF-8 without control characters; a line is read whole, however long
+ * (a fixed buffer split long ones into two names). */
+static const char *td__bad_name(const char *s, size_t len, char *why,
+                                size_t cap)
+{
+    if (len == 0)
+        return "an empty name";
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) {
+            snprintf(why, cap, "control character 0x%02x at byte %zu",
+                     (unsigned)(unsigned char)s[i], i + 1);
+            return why;
+        }
+    json_t *j = json_stringn(s, len);
+    if (!j)
+        return "not UTF-8";
+    json_decref(j);
+    return NULL;
+}
+
+static int td__cmp_line(const void *a, const void *b, void *names)
+{
+    const char *const *v = names;
+    int x = *(const int *)a, y = *(const int *)b;
+    int c = strcmp(v[x], v[y]);
+    return c ? c : (x > y) - (x < y);
+}
+
+/* Of the lines naming a class an earlier line names, the first (*b) and
+ * that earlier line (*a): 1, or 0 when all names differ, -ENOMEM. */
+static int td__duplicate(char **names, int n, int *a, int *b)
+{
+    int *ix = malloc((size_t)(n > 0 ? n : 1) * sizeof *ix), found = 0;
+    if (!ix)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++)
+        ix[i] = i;
+    qsort_r(ix, (size_t)n, sizeof *ix, td__cmp_line, names);
+    for (int i = 1; i < n; i++)
+        if (strcmp(names[ix[i - 1]], names[ix[i]]) == 0 &&
+            (!found || ix[i] < *b)) {
+            *a = ix[i - 1];
+            *b = ix[i];
+            found = 1;
+        }
+    free(ix);
+    return found;
+}
+
+/* The names of classes.txt at file (one per line, a final "\r" dropped)
+ * into *names, *n; TD_E_CORRUPT with err naming the line. */
+static int td__read_names(FILE *f, const char *file, char ***names, int *n,
+                          char *err, size_t errcap)
+{
+    char *line = NULL, why[64];
+    size_t cap = 0;
+    ssize_t got;
+    int rc = 0, a = 0, b = 0;
+    *names = NULL;
+    *n = 0;
+    while (rc == 0 && (got = getline(&line, &cap, f)) >= 0) {
+        size_t len = (size_t)got;
+        if (len && line[len - 1] == '\n')
+            len--;
+        if (len && line[len - 1] == '\r')
+            len--;
+        const char *bad = td__bad_name(line, len, why, sizeof why);
+        if (bad) {
+            snprintf(err, errcap, "%s: line %d: %s", file, *n + 1, bad);
+            rc = TD_E_CORRUPT;
+            break;
+        }
+        if (*n == INT_MAX - 1) {
+            snprintf(err, errcap, "%s: too many lines", file);
+            rc = TD_E_CORRUPT;
+            break;
+        }
+        char **g = realloc(*names, (size_t)(*n + 1) * sizeof **names);
+        if (!g)
+            rc = -ENOMEM;
+        else if (!(g[*n] = strndup(line, len)))
+            rc = -ENOMEM;
+        else
+            (*n)++;
+        if (g)
+            *names = g;
+    }
+    free(line);
+    if (rc == 0 && ferror(f)) {
+        rc = -EIO;
+        snprintf(err, errcap, "%s: %s", file, strerror(EIO));
+    }
+    if (rc == 0 && (rc = td__duplicate(*names, *n, &a, &b)) == 1) {
+        snprintf(err, errcap, "%s: lines %d and %d both name class '%.200s'",
+                 file, a + 1, b + 1, (*names)[b]);
+        rc = TD_E_CORRUPT;
+    }
+    if (rc == -ENOMEM)
+        snprintf(err, errcap, "%s: out of memory", file);
+    return rc;
+}
+
 int td_classes_attach(td_dataset *ds, const char *path, char *err,
                       size_t errcap)
 {
     if (td_dataset_kind(ds) != TD_DATASET_SHARDS)
         return 0;
-    char dir[4096], file[4200], line[1024];
+    char dir[4096], file[4200];
     td__dir_of(path, dir, sizeof dir);
     snprintf(file, sizeof file, "%s/%s", dir, TD_CLASSES_FILE);
     FILE *f = fopen(file, "r");
-    if (!f)
-        return 0; /* older shards: labels only */
-    char **names = NULL;
-    int n = 0, rc = 0;
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\r\n")] = '\0';
-        char **g = realloc(names, (size_t)(n + 1) * sizeof *names);
-        if (!g || !(g[n] = strdup(line))) {
-            names = g ? g : names;
-            rc = -ENOMEM;
-            break;
-        }
-        names = g;
-        n++;
+    if (!f) {
+        if (errno == ENOENT)
+            return 0; /* older shards: labels only */
+        int rc = -errno;
+        snprintf(err, errcap, "%s: %s", file, strerror(errno));
+        return rc;
     }
+    char **names = NULL;
+    int n = 0;
+    int rc = td__read_names(f, file, &names, &n, err, errcap);
     fclose(f);
     if (!rc) {
         char e[256];

@@ -25,9 +25,12 @@ int td_classes_write(const char *dir, const char *const *names, int n,
                      char *err, size_t errcap);
 /* For a shard dataset opened from `path` (a directory, a .tar file or a
  * glob): reads classes.txt from that directory, when there is one, and
- * names the dataset's classes with it.  Nothing for an ImageFolder (its
+ * names the dataset's classes with it: line i (a final "\r" dropped, the
+ * last "\n" optional) names label i.  Nothing for an ImageFolder (its
  * folders are the names) or without the file.  0, or an error naming the
- * file (a label beyond its lines). */
+ * file: TD_E_CORRUPT naming the line for an empty name, a control
+ * character, bytes that are not UTF-8 or a name two lines give, or a
+ * label beyond its lines; -errno when it cannot be read. */
 int td_classes_attach(td_dataset *ds, const char *path, char *err,
                       size_t errcap);
 /* Maps val's labels onto train's classes by name.  A val class that train

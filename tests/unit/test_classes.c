@@ -111,6 +111,76 @@ START_TEST(test_classes_txt)
 }
 END_TEST
 
+/* Writes classes.txt into dir with the given bytes, then attaches it. */
+static int attach_text(td_dataset *ds, const char *dir, const char *text,
+                       char *err, size_t errcap)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/classes.txt", dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fwrite(text, 1, strlen(text), f), strlen(text));
+    ck_assert_int_eq(fclose(f), 0);
+    err[0] = '\0';
+    return td_classes_attach(ds, dir, err, errcap);
+}
+
+/* Line i names label i, or the file is refused naming the line: a blank
+ * line (a trailing one silently added a class), bytes that are not UTF-8
+ * (found by fuzz_classes: the name broke the checkpoint's traind.classes
+ * JSON), a control character, a name two lines give (val would map onto
+ * the first), and a line past 1023 bytes (read in pieces, it became two
+ * names).  CRLF files and a last line without "\n" read as they are. */
+START_TEST(test_classes_txt_refused_lines)
+{
+    char tree[128], out[128], err[512];
+    snprintf(tree, sizeof tree, "%s/tree", tmp);
+    snprintf(out, sizeof out, "%s/shards", tmp);
+    td_test_make_folder(tree, 3, 1, 16, 16);
+    td_pack_options o;
+    td_pack_options_default(&o);
+    td_pack_result r;
+    ck_assert_int_eq(td_pack_folder(tree, out, &o, &r, err, sizeof err), 0);
+    static const struct {
+        const char *text, *why;
+    } bad[] = {
+        {"cat\ndog\neel\n\n", "classes.txt: line 4: an empty name"},
+        {"cat\n\ndog\neel\n", "classes.txt: line 2: an empty name"},
+        {"cat\ndog\nbi\xe9re\n", "classes.txt: line 3: not UTF-8"},
+        {"cat\ndog\ne\tl\n", "classes.txt: line 3: control character 0x09 "
+                             "at byte 2"},
+        {"cat\ndog\ncat\neel\n", "classes.txt: lines 1 and 3 both name "
+                                 "class 'cat'"},
+        {"cat\ndog\neel\r\nyak\ndog\n", "classes.txt: lines 2 and 5 both "
+                                        "name class 'dog'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        td_dataset *ds = open_ds(out);
+        ck_assert_int_eq(attach_text(ds, out, bad[i].text, err, sizeof err),
+                         TD_E_CORRUPT);
+        ck_assert_msg(strstr(err, bad[i].why), "%zu: %s", i, err);
+        ck_assert_int_eq(td_dataset_named_classes(ds), 0);
+        td_dataset_close(ds);
+    }
+    td_dataset *ds = open_ds(out);
+    ck_assert_int_eq(attach_text(ds, out, "n1\r\nn2\r\ncaf\xc3\xa9", err,
+                                 sizeof err), 0);
+    ck_assert_int_eq(td_dataset_classes(ds), 3);
+    ck_assert_str_eq(td_dataset_class_name(ds, 1), "n2");
+    ck_assert_str_eq(td_dataset_class_name(ds, 2), "caf\xc3\xa9");
+    /* One long name is one class, whole. */
+    char *text = malloc(5000);
+    memset(text, 'x', 3000);
+    strcpy(text + 3000, "\ndog\neel\n");
+    ck_assert_int_eq(attach_text(ds, out, text, err, sizeof err), 0);
+    ck_assert_int_eq(td_dataset_classes(ds), 3);
+    ck_assert_uint_eq(strlen(td_dataset_class_name(ds, 0)), 3000);
+    ck_assert_str_eq(td_dataset_class_name(ds, 1), "dog");
+    free(text);
+    td_dataset_close(ds);
+}
+END_TEST
+
 START_TEST(test_split_is_stratified_and_deterministic)
 {
     char tree[128];
@@ -297,6 +367,7 @@ static Suite *classes_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_val_mapped_by_name);
     tcase_add_test(tc, test_classes_txt);
+    tcase_add_test(tc, test_classes_txt_refused_lines);
     tcase_add_test(tc, test_split_is_stratified_and_deterministic);
     tcase_add_test(tc, test_job_data_and_precheck);
     tcase_add_test(tc, test_schedule_against_run_length);
