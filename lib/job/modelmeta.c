@@ -8,6 +8,8 @@
 #include "job/modelmeta.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +174,34 @@ static int td__read_floats(const json_t *a, int n, float *out)
     return 0;
 }
 
+/* mean and std are kept as floats and written back as JSON numbers: a
+ * value past FLT_MAX became infinity, which JSON cannot hold (the file
+ * traind then wrote lacked it and did not read back), and a std under
+ * FLT_MIN made the scale 1 / (255 std) infinite. */
+static int td__check_norm(const json_t *in, const td_model_meta *m, char *err,
+                          size_t errcap)
+{
+    for (int k = 0; k < 2; k++) {
+        const char *key = k ? "std" : "mean";
+        const float *v = k ? m->std : m->mean;
+        for (int c = 0; c < m->in.c; c++) {
+            double d = json_number_value(
+                json_array_get(json_object_get(in, key), (size_t)c));
+            if (!(fabs(d) <= FLT_MAX)) {
+                snprintf(err, errcap, "traind.input: %s[%d] = %g is beyond "
+                         "a 32-bit float", key, c, d);
+                return TD_E_SPEC;
+            }
+            if (k && !(v[c] >= FLT_MIN)) {
+                snprintf(err, errcap, "traind.input: std[%d] = %g must be at "
+                         "least %g", c, d, (double)FLT_MIN);
+                return TD_E_SPEC;
+            }
+        }
+    }
+    return 0;
+}
+
 static int td__read_input(const json_t *in, td_model_meta *m, char *err,
                           size_t errcap)
 {
@@ -200,7 +230,7 @@ static int td__read_input(const json_t *in, td_model_meta *m, char *err,
             snprintf(err, errcap, "traind.input: std[%d] must be > 0", c);
             return TD_E_SPEC;
         }
-    return 0;
+    return td__check_norm(in, m, err, errcap);
 }
 
 static int td__read_classes(const json_t *names, td_model_meta *m, char *err,

@@ -117,6 +117,21 @@ static const struct {
                      " \"std\": [1]}", "a mean and std of 2 numbers each"},
     {"traind.input", "{\"size\": [8, 8], \"channels\": 2, \"mean\": [0, 0],"
                      " \"std\": [1, 0]}", "traind.input: std[1] must be > 0"},
+    /* Past a float: infinity, which the file traind writes back cannot
+     * hold (found by fuzz_weights' round trip). */
+    {"traind.input", "{\"size\": [8, 8], \"channels\": 2, \"mean\": [1e39,"
+                     " 0], \"std\": [1, 1]}",
+     "traind.input: mean[0] = 1e+39 is beyond a 32-bit float"},
+    {"traind.input", "{\"size\": [8, 8], \"channels\": 2, \"mean\": [0, 0],"
+                     " \"std\": [1, -1e300]}",
+     "traind.input: std[1] must be > 0"},
+    {"traind.input", "{\"size\": [8, 8], \"channels\": 1, \"mean\": [0],"
+                     " \"std\": [1e39]}",
+     "traind.input: std[0] = 1e+39 is beyond a 32-bit float"},
+    /* A scale 1 / (255 std) past a float. */
+    {"traind.input", "{\"size\": [8, 8], \"channels\": 1, \"mean\": [0],"
+                     " \"std\": [1e-40]}",
+     "traind.input: std[0] = 1e-40 must be at least 1.17549e-38"},
     {"traind.preprocess", "{\"augment\": [{\"op\": \"sharpen\"}]}",
      "traind.preprocess: "},
     {"traind.preprocess", NULL, "traind.preprocess: missing"},
