@@ -67,6 +67,13 @@ static int td__rewrite(const uint8_t *in, size_t len, int max_mcus,
         jpeg_save_markers(&d, JPEG_APP0 + k, 0xffff);
     jpeg_save_markers(&d, JPEG_COM, 0xffff);
     jpeg_read_header(&d, TRUE);
+    /* libjpeg allocates every coefficient of the image before it reads
+     * the first: a few hundred bytes claiming 50000 x 20000 pixels took
+     * 2 GB (found by fuzz_pack).  Larger files are copied as they are. */
+    if ((uint64_t)d.image_width * d.image_height > TD_PACK_MAX_PIXELS) {
+        rc = TD_E_NOTSUP;
+        goto out;
+    }
     jvirt_barray_ptr *coef = jpeg_read_coefficients(&d);
     if (ed.warned)
         goto out;

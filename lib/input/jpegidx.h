@@ -110,9 +110,15 @@ static inline void td_jpegidx_put32(uint8_t *p, uint32_t v)
 /* The largest divisor of mcus_per_row that is <= max_mcus (at least 1). */
 int td_pack_restart_interval(int mcus_per_row, int max_mcus);
 
+/* The most pixels the rewrites below take: they hold every DCT
+ * coefficient of the image at once (2 bytes a sample, about 400 MB for
+ * 64 Mpx at 4:4:4, per pack thread). */
+#define TD_PACK_MAX_PIXELS (UINT64_C(1) << 26)
+
 /* Lossless rewrite of one JPEG with restart markers every R MCUs (R =
  * td_pack_restart_interval(MCUs per row, max_mcus)) into *out (malloc'd).
- * 0, or TD_E_CORRUPT (not a JPEG, damaged or truncated: libjpeg warned). */
+ * 0, TD_E_CORRUPT (not a JPEG, damaged or truncated: libjpeg warned) or
+ * TD_E_NOTSUP (over TD_PACK_MAX_PIXELS). */
 int td_pack_add_restarts(const uint8_t *in, size_t len, int max_mcus,
                          uint8_t **out, size_t *out_len);
 
@@ -122,7 +128,8 @@ int td_pack_add_restarts(const uint8_t *in, size_t len, int max_mcus,
  * td_pack_restart_interval(MCUs per row, max_mcus), into *out (malloc'd).
  * td_decoder_region then decodes crops from just the MCUs they cover, on
  * libjpeg-turbo's fast Huffman path.  0, TD_E_CORRUPT (not a JPEG,
- * damaged or truncated), TD_E_NOTSUP (too large to index), -ENOMEM. */
+ * damaged or truncated), TD_E_NOTSUP (over TD_PACK_MAX_PIXELS, or too
+ * large to index), -ENOMEM. */
 int td_pack_add_index(const uint8_t *in, size_t len, int max_mcus,
                       uint8_t **out, size_t *out_len);
 

@@ -275,6 +275,34 @@ START_TEST(test_index_fuzz)
 }
 END_TEST
 
+/* A small file whose SOF claims more than TD_PACK_MAX_PIXELS is not
+ * rewritten (pack copies it as it is): libjpeg would allocate every
+ * coefficient first, 2 GB for the 500 bytes fuzz_pack found claiming
+ * 51782 x 18758.  Just under the limit the header alone does not refuse
+ * it: the missing data does. */
+START_TEST(test_rewrite_refuses_huge_header)
+{
+    uint8_t *j, *t;
+    size_t n, tn;
+    td_test_jpeg(16, 16, TD_TEST_GRAY, 444, 80, 0, 9, &j, &n);
+    size_t sof = 2;
+    while (!(j[sof] == 0xff && j[sof + 1] == 0xc0))
+        sof += 2 + ((size_t)j[sof + 2] << 8 | j[sof + 3]);
+    /* height, width: 50000 x 20000, then 8192 x 8192 */
+    static const uint8_t dims[2][4] = {{0xc3, 0x50, 0x4e, 0x20},
+                                       {0x20, 0x00, 0x20, 0x00}};
+    for (int k = 0; k < 2; k++) {
+        memcpy(j + sof + 5, dims[k], 4);
+        int want = k ? TD_E_CORRUPT : TD_E_NOTSUP;
+        ck_assert_int_eq(td_pack_add_index(j, n, 1, &t, &tn), want);
+        ck_assert_ptr_null(t);
+        ck_assert_int_eq(td_pack_add_restarts(j, n, 1, &t, &tn), want);
+        ck_assert_ptr_null(t);
+    }
+    free(j);
+}
+END_TEST
+
 /* An index over several APP15 chunks (a large 4:4:4 image, a checkpoint
  * per MCU) is put back together: boxes anywhere equal the plain decode. */
 START_TEST(test_index_in_several_chunks)
@@ -358,6 +386,7 @@ static Suite *jpegidx_suite(void)
     TCase *tc = tcase_create("jpegidx");
     tcase_add_test(tc, test_index_codes_dc_categories_the_file_lacks);
     tcase_add_test(tc, test_index_damaged);
+    tcase_add_test(tc, test_rewrite_refuses_huge_header);
     tcase_add_test(tc, test_index_in_several_chunks);
     tcase_add_test(tc, test_index_fuzz);
     tcase_add_test(tc, test_index_repack_drops_the_old_index);
