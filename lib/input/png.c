@@ -35,7 +35,25 @@ static int td__begin(td_png *p, png_image *im, const uint8_t *data,
         png_image_free(im);
         return TD_E_CORRUPT;
     }
-    return 0;
+    /* The image is decoded whole into a buffer that stays, sized from the
+     * header before a byte of data is read: a 200-byte file claiming
+     * 30000 x 30000 took 2.7 GB (found by fuzz_png).  Its data must be
+     * able to hold the rows (at least a filter byte and 1 bit a pixel
+     * each, deflated at most 1032:1), and the image must fit the limit. */
+    uint64_t px = (uint64_t)im->width * im->height;
+    uint64_t raw = (uint64_t)im->height * (1 + ((uint64_t)im->width + 7) / 8);
+    if (px > TD_PNG_MAX_PIXELS)
+        snprintf(p->msg, sizeof p->msg, "PNG: %u x %u pixels: more than the "
+                 "%llu a sample may have", (unsigned)im->width,
+                 (unsigned)im->height, (unsigned long long)TD_PNG_MAX_PIXELS);
+    else if (raw > (uint64_t)len * 1032)
+        snprintf(p->msg, sizeof p->msg, "PNG: %u x %u pixels cannot be in "
+                 "%zu bytes (truncated?)", (unsigned)im->width,
+                 (unsigned)im->height, len);
+    else
+        return 0;
+    png_image_free(im);
+    return TD_E_CORRUPT;
 }
 
 int td_png_header(td_png *p, const uint8_t *data, size_t len, int *w, int *h)

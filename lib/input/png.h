@@ -18,6 +18,9 @@
 #include "input/batch.h"
 #include "input/decode.h"
 
+/* The most pixels a PNG sample may have (decoded whole: 192 MB in RGB). */
+#define TD_PNG_MAX_PIXELS (UINT64_C(1) << 26)
+
 typedef struct td_png {
     uint8_t *px;
     size_t cap;
@@ -26,7 +29,9 @@ typedef struct td_png {
 
 /* 1 if data starts with the PNG signature. */
 int td_png_is(const uint8_t *data, size_t len);
-/* Width and height from the header; TD_E_CORRUPT (msg says why). */
+/* Width and height from the header; TD_E_CORRUPT (msg says why: also
+ * for an image over TD_PNG_MAX_PIXELS, or larger than the file's size
+ * can hold). */
 int td_png_header(td_png *p, const uint8_t *data, size_t len, int *w,
                   int *h);
 /* Decodes the whole image with c channels into out (valid until the next

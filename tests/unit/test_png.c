@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "base/error.h"
 #include "input/dataset.h"
@@ -84,6 +85,51 @@ END_TEST
 
 /* IDX -> pack (default: lossless) -> pipeline in eval mode at the images'
  * own size: the batches hold exactly the IDX pixels. */
+/* Sets the IHDR's width and height (and its CRC) of the PNG in buf. */
+static void set_size(uint8_t *buf, uint32_t w, uint32_t h)
+{
+    uint8_t *ihdr = buf + 8; /* length, "IHDR", 13 bytes, CRC */
+    for (int i = 0; i < 4; i++) {
+        ihdr[8 + i] = (uint8_t)(w >> (24 - 8 * i));
+        ihdr[12 + i] = (uint8_t)(h >> (24 - 8 * i));
+    }
+    uint32_t crc = (uint32_t)crc32(0, ihdr + 4, 17);
+    for (int i = 0; i < 4; i++)
+        ihdr[21 + i] = (uint8_t)(crc >> (24 - 8 * i));
+}
+
+/* A header is checked against the file before the image is allocated
+ * (fuzz_png: 200 bytes claiming 2560 x 393216 took 3 GB): a size the
+ * file's data cannot hold, or over TD_PNG_MAX_PIXELS, is refused with
+ * the header's numbers; a size that fits goes on to libpng's own
+ * error on the missing data. */
+START_TEST(test_header_larger_than_file)
+{
+    uint8_t grey[8 * 8], *buf = NULL;
+    size_t cap = 0, len;
+    td_png p = {0};
+    td_region r;
+    int w, h;
+    pixels(grey, sizeof grey, 3);
+    ck_assert_int_eq(td_png_encode(grey, 8, 8, 1, &buf, &cap, &len), 0);
+    set_size(buf, 2560, 393216);
+    ck_assert_int_eq(td_png_header(&p, buf, len, &w, &h), TD_E_CORRUPT);
+    ck_assert_str_eq(p.msg, "PNG: 2560 x 393216 pixels: more than the "
+                            "67108864 a sample may have");
+    set_size(buf, 4000, 4000);
+    ck_assert_int_eq(td_png_decode(&p, buf, len, 3, &r), TD_E_CORRUPT);
+    ck_assert_msg(strstr(p.msg, "PNG: 4000 x 4000 pixels cannot be in "),
+                  "%s", p.msg);
+    ck_assert_uint_eq(p.cap, 0); /* nothing allocated */
+    set_size(buf, 40, 40);
+    ck_assert_int_eq(td_png_header(&p, buf, len, &w, &h), 0);
+    ck_assert_int_eq(td_png_decode(&p, buf, len, 3, &r), TD_E_CORRUPT);
+    ck_assert_msg(strncmp(p.msg, "PNG: ", 5) == 0, "%s", p.msg);
+    free(buf);
+    td_png_free(&p);
+}
+END_TEST
+
 START_TEST(test_idx_pack_is_lossless)
 {
     char dir[64] = "/tmp/td-png-XXXXXX", path[200], out[200], err[512];
@@ -142,6 +188,7 @@ static Suite *png_suite(void)
     TCase *tc = tcase_create("png");
     tcase_add_test(tc, test_grey_and_rgb_exact);
     tcase_add_test(tc, test_alpha_over_white);
+    tcase_add_test(tc, test_header_larger_than_file);
     tcase_add_test(tc, test_idx_pack_is_lossless);
     suite_add_tcase(s, tc);
     return s;
