@@ -5,14 +5,14 @@
 #
 # SECONDS per target (default 600; with TD_FUZZ_RUNS=N a target also stops
 # after N executions, whichever comes first); TARGETs default to all of them
-# (protocol spec settings safetensors tar tdidx jpeg idx dispatch).  Builds the
-# clang ASan+UBSan fuzz tree under $TD_BUILD_BASE/fuzz (default
-# build-test/fuzz, shared with scripts/test.sh), then runs the targets one
-# after the other ($TD_FUZZ_JOBS at a time, default 1).  Each target's
-# growing corpus lives in $TD_FUZZ_WORK/<target> (default
-# $TD_BUILD_BASE/fuzz-work), never in the source tree; the committed seeds
-# (tests/fuzz/corpus) and regression inputs (tests/fuzz/regress) are read,
-# not written.  Prints one line per target with the executions and exec/s
+# (protocol spec settings safetensors tar tdidx jpeg idx classes png weights
+# pack dispatch).  Builds the clang ASan+UBSan fuzz tree under
+# $TD_BUILD_BASE/fuzz (default build-test/fuzz, shared with scripts/test.sh),
+# then runs the targets one after the other ($TD_FUZZ_JOBS at a time,
+# default 1).  Each target's growing corpus lives in $TD_FUZZ_WORK/<target>
+# (default $TD_BUILD_BASE/fuzz-work), never in the source tree; the
+# committed seeds (tests/fuzz/corpus) and regression inputs
+# (tests/fuzz/regress) are read, not written.  Prints one line per target with the executions and exec/s
 # libFuzzer reports, and copies any crashing, leaking or hanging input to
 # tests/fuzz/regress/<target>/ (the smoke run in `meson test --suite fuzz`
 # then replays it).  Exits non-zero if any target found something.
@@ -25,7 +25,8 @@ work=${TD_FUZZ_WORK:-$base/fuzz-work}
 jobs=${TD_FUZZ_JOBS:-1}
 secs=${1:-600}
 shift || true
-all=(protocol spec settings safetensors tar tdidx jpeg idx dispatch)
+all=(protocol spec settings safetensors tar tdidx jpeg idx classes png weights
+     pack dispatch)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 [[ $secs =~ ^[0-9]+$ ]] || { echo "fuzz: SECONDS must be a number" >&2; exit 2; }

@@ -43,4 +43,19 @@ const char *td_fuzz_tmpdir(void);
  * here, where the stack names the reader; returns a checksum. */
 unsigned td_fuzz_touch(const uint8_t *p, size_t n);
 
+/* The model fuzz_weights loads a job's init into, and make_seeds writes
+ * its weights seeds for: every kind with a parameter or running
+ * statistic, on 2 x 9 x 9 inputs with 3 classes. */
+#define TD_FUZZ_GRAPH                                                        \
+    "{\"name\":\"fz\",\"layers\":["                                         \
+    "{\"type\":\"conv2d\",\"name\":\"c1\",\"channels\":4,\"kernel\":3,"     \
+    "\"pad\":1,\"bias\":true},{\"type\":\"batchnorm\",\"name\":\"b1\"},"     \
+    "{\"type\":\"relu\",\"name\":\"r1\"},{\"type\":\"maxpool\",\"name\":"   \
+    "\"mp\",\"kernel\":3,\"stride\":2,\"pad\":1},"                           \
+    "{\"type\":\"global_avgpool\",\"name\":\"gp\"},"                         \
+    "{\"type\":\"dense\",\"name\":\"d1\",\"units\":5},"                      \
+    "{\"type\":\"dense\",\"name\":\"d2\",\"units\":\"classes\"}]}"
+#define TD_FUZZ_GRAPH_IN {2, 9, 9}
+#define TD_FUZZ_GRAPH_CLASSES 3
+
 #endif

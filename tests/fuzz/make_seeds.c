@@ -16,11 +16,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/checkpoint.h"
+#include <png.h>
+
+#include "fuzz/fuzz.h"
 #include "input/dataset.h"
 #include "input/pack.h"
-#include "support/jpeggen.h"
+#include "input/png.h"
 #include "input/tar.h"
+#include "job/modelmeta.h"
+#include "store/checkpoint.h"
+#include "store/weights.h"
+#include "support/jpeggen.h"
 
 static const char *out_dir, *src_root;
 
@@ -344,6 +350,140 @@ static void idx(void)
     free(dir);
 }
 
+/* ---- classes: classes.txt as `trainctl pack` writes it, and by hand ---- */
+
+static void classes(void)
+{
+    seed_str("classes", "three", "cat\ndog\nbird\n");
+    seed_str("classes", "crlf-no-final-newline", "n01\r\nn02\r\nn03\r\nn04");
+    seed_str("classes", "utf8", "caf\xc3\xa9\nna\xc3\xafve\nstra\xc3\x9f" "e\n"
+             "\xe7\x8c\xab\n");
+}
+
+/* ---- png: 1 option byte, then a small PNG of each kind ----------------- */
+
+static void png_seed(const char *name, uint8_t opt, int w, int h,
+                     png_uint_32 format)
+{
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    im.width = (png_uint_32)w;
+    im.height = (png_uint_32)h;
+    im.format = format;
+    size_t n = PNG_IMAGE_SIZE(im);
+    uint8_t *px = malloc(n), *colormap = NULL;
+    for (size_t i = 0; i < n; i++)
+        px[i] = (uint8_t)(i * 29 + i / 7);
+    if (format & PNG_FORMAT_FLAG_COLORMAP) {
+        im.colormap_entries = 16;
+        colormap = malloc(PNG_IMAGE_COLORMAP_SIZE(im));
+        for (size_t i = 0; i < PNG_IMAGE_COLORMAP_SIZE(im); i++)
+            colormap[i] = (uint8_t)(i * 37);
+        for (size_t i = 0; i < n; i++)
+            px[i] %= 16;
+    }
+    png_alloc_size_t len = PNG_IMAGE_PNG_SIZE_MAX(im);
+    uint8_t *buf = malloc(len + 1);
+    if (!png_image_write_to_memory(&im, buf + 1, &len, 0, px, 0, colormap))
+        die("png %s: %s", name, im.message);
+    buf[0] = opt;
+    seed("png", name, buf, len + 1);
+    free(buf);
+    free(px);
+    free(colormap);
+}
+
+static void png(void)
+{
+    png_seed("rgb", 0, 7, 5, PNG_FORMAT_RGB);
+    png_seed("grey-train", 3 | 8, 16, 3, PNG_FORMAT_GRAY);
+    png_seed("rgba-planar", 2 | 4, 5, 9, PNG_FORMAT_RGBA);
+    png_seed("grey-alpha", 1, 3, 3, PNG_FORMAT_GA);
+    png_seed("palette", 2 | 16, 10, 6, PNG_FORMAT_RGB_COLORMAP);
+}
+
+/* ---- weights: files td_weights_save writes, with and without metadata -- */
+
+static void weights(void)
+{
+    char *dir = td_test_tmpdir("fuzz-seeds"), err[512], path[4096];
+    json_t *g = json_loads(TD_FUZZ_GRAPH, 0, NULL);
+    td_shape in = TD_FUZZ_GRAPH_IN;
+    td_model *m = NULL;
+    if (!g || td_model_build(g, in, TD_FUZZ_GRAPH_CLASSES, &m, err,
+                             sizeof err))
+        die("model: %s", err);
+    size_t np = m->param_count, ns = td_model_state_count(m);
+    float *p = malloc(np * sizeof *p), *st = malloc(ns * sizeof *st);
+    for (size_t i = 0; i < np; i++)
+        p[i] = (float)((int)(i % 13) - 6) * 0.125f;
+    for (size_t i = 0; i < ns; i++)
+        st[i] = 1.0f + (float)(i % 3);
+    static const char *const names[] = {"cat", "dog", "bird"};
+    float mean[2] = {0.5f, 0.25f}, std[2] = {0.25f, 0.5f};
+    td_augment aug;
+    td_augment_default(&aug, TD_AUG_CENTER_CROP);
+    td_model_meta meta;
+    if (td_model_meta_init(&meta, g, in, TD_FUZZ_GRAPH_CLASSES, names, mean,
+                           std, &aug, 1))
+        die("meta");
+    json_t *mj = td_model_meta_to_json(&meta);
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    for (int self = 0; self < 2; self++) {
+        if (td_weights_save(m, p, st, 7, self ? mj : NULL, path, err,
+                            sizeof err))
+            die("td_weights_save: %s", err);
+        size_t len;
+        uint8_t *b = slurp(path, &len);
+        seed("weights", self ? "self-describing" : "plain", b, len);
+        free(b);
+    }
+    json_decref(mj);
+    td_model_meta_free(&meta);
+    td_model_free(m);
+    json_decref(g);
+    free(p);
+    free(st);
+    td_test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- pack: 5 option bytes, then a JPEG of each kind ---------------------- */
+
+static void pack_seed(const char *name, uint8_t opt, const uint8_t *j,
+                      size_t n)
+{
+    uint8_t *in = malloc(n + 5);
+    memcpy(in, (uint8_t[5]){opt, 64, 96, 128, 96}, 5);
+    memcpy(in + 5, j, n);
+    seed("pack", name, in, n + 5);
+    free(in);
+}
+
+static void pack(void)
+{
+    uint8_t *j, *x;
+    size_t n, xn;
+    td_test_jpeg(48, 32, TD_TEST_RGB, 420, 75, 0, 5, &j, &n);
+    pack_seed("rgb-420-index", 1, j, n);
+    pack_seed("rgb-420-restart", 8 | 2, j, n);
+    if (td_pack_add_index(j, n, 2, &x, &xn))
+        die("index");
+    pack_seed("repack-indexed", 3, x, xn);
+    free(x);
+    free(j);
+    td_test_jpeg(24, 40, TD_TEST_GRAY, 444, 70, 0, 6, &j, &n);
+    pack_seed("gray-index", 0, j, n);
+    free(j);
+    td_test_jpeg(40, 24, TD_TEST_RGB, 422, 80, 1, 7, &j, &n);
+    pack_seed("progressive-422", 8, j, n);
+    free(j);
+    td_test_jpeg(16, 16, TD_TEST_CMYK, 444, 60, 0, 8, &j, &n);
+    pack_seed("cmyk", 1, j, n);
+    free(j);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3)
@@ -360,5 +500,9 @@ int main(int argc, char **argv)
     tdidx();
     jpeg();
     idx();
+    classes();
+    png();
+    weights();
+    pack();
     return 0;
 }
