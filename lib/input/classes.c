@@ -16,6 +16,28 @@
 #include "base/error.h"
 #include "base/rng.h"
 
+/* Why one line of classes.txt cannot name a class (NULL if it can).
+ * Names identify classes by equality and travel in JSON (protocol
+ * replies, a checkpoint's traind.classes), so each must be non-empty
+ * UTF-8 without control characters. */
+static const char *td__bad_name(const char *s, size_t len, char *why,
+                                size_t cap)
+{
+    if (len == 0)
+        return "an empty name";
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) {
+            snprintf(why, cap, "control character 0x%02x at byte %zu",
+                     (unsigned)(unsigned char)s[i], i + 1);
+            return why;
+        }
+    json_t *j = json_stringn(s, len);
+    if (!j)
+        return "not UTF-8";
+    json_decref(j);
+    return NULL;
+}
+
 int td_classes_write(const char *dir, const char *const *names, int n,
                      char *err, size_t errcap)
 {
@@ -29,11 +51,16 @@ int td_classes_write(const char *dir, const char *const *names, int n,
         snprintf(err, errcap, "%s: %s", tmp, strerror(-rc));
         return rc;
     }
+    char why[64];
     for (int i = 0; i < n; i++) {
-        if (strchr(names[i], '\n')) {
+        /* only names that read back (an ImageFolder's may be anything) */
+        const char *bad = td__bad_name(names[i], strlen(names[i]), why,
+                                       sizeof why);
+        if (bad) {
             fclose(f);
             unlink(tmp);
-            snprintf(err, errcap, "class %d: a name with a newline", i);
+            snprintf(err, errcap, "class %d ('%.200s'): %s", i, names[i],
+                     bad);
             return -EINVAL;
         }
         fprintf(f, "%s\n", names[i]);
@@ -62,29 +89,6 @@ static void td__dir_of(const char *path, char *dir, size_t cap)
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s", path);
     snprintf(dir, cap, "%s", dirname(tmp));
-}
-
-/* Why one line of classes.txt cannot name a class (NULL if it can).
- * Names identify classes by equality and travel in JSON (protocol
- * replies, a checkpoint's traind.classes), so each must be non-empty
- * UTF-8 without control characters; a line is read whole, however long
- * (a fixed buffer split long ones into two names). */
-static const char *td__bad_name(const char *s, size_t len, char *why,
-                                size_t cap)
-{
-    if (len == 0)
-        return "an empty name";
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) {
-            snprintf(why, cap, "control character 0x%02x at byte %zu",
-                     (unsigned)(unsigned char)s[i], i + 1);
-            return why;
-        }
-    json_t *j = json_stringn(s, len);
-    if (!j)
-        return "not UTF-8";
-    json_decref(j);
-    return NULL;
 }
 
 static int td__cmp_line(const void *a, const void *b, void *names)
@@ -117,7 +121,8 @@ static int td__duplicate(char **names, int n, int *a, int *b)
 }
 
 /* The names of classes.txt at file (one per line, a final "\r" dropped)
- * into *names, *n; TD_E_CORRUPT with err naming the line. */
+ * into *names, *n; TD_E_CORRUPT with err naming the line.  A line is read
+ * whole, however long (a fixed buffer split long ones into two names). */
 static int td__read_names(FILE *f, const char *file, char ***names, int *n,
                           char *err, size_t errcap)
 {

@@ -19,8 +19,10 @@
 
 #define TD_CLASSES_FILE "classes.txt"
 
-/* Writes dir/classes.txt, one name per line (tmp + rename).  A name may
- * not contain a newline.  0 or -errno with err filled in. */
+/* Writes dir/classes.txt, one name per line (tmp + rename).  Each name
+ * must be one td_classes_attach takes (non-empty UTF-8 without control
+ * characters): -EINVAL naming the class otherwise.  0 or -errno with err
+ * filled in. */
 int td_classes_write(const char *dir, const char *const *names, int n,
                      char *err, size_t errcap);
 /* For a shard dataset opened from `path` (a directory, a .tar file or a

@@ -178,6 +178,17 @@ START_TEST(test_classes_txt_refused_lines)
     ck_assert_str_eq(td_dataset_class_name(ds, 1), "dog");
     free(text);
     td_dataset_close(ds);
+    /* The writer (trainctl pack, from folder names) refuses what the
+     * reader would, naming the class. */
+    const char *names[] = {"cat", "do\rg", "eel"};
+    ck_assert_int_eq(td_classes_write(out, names, 3, err, sizeof err),
+                     -EINVAL);
+    ck_assert_str_eq(err, "class 1 ('do\rg'): control character 0x0d at "
+                          "byte 3");
+    names[1] = "\xff";
+    ck_assert_int_eq(td_classes_write(out, names, 3, err, sizeof err),
+                     -EINVAL);
+    ck_assert_msg(strstr(err, "): not UTF-8"), "%s", err);
 }
 END_TEST
 
