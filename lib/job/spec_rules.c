@@ -88,7 +88,7 @@ static int td__aug_geometry(struct td__rctx *c)
 /* Values the backends hold in single precision: a label_smoothing that
  * rounds to 1 or a std that rounds to 0 there passed the table (in double)
  * and failed the job when it started; a denormal std or an overflowing
- * mean gave infinite normalised pixels. */
+ * mean gave infinite normalised pixels, an overflowing std zero ones. */
 static int td__single_precision(struct td__rctx *c)
 {
     const td_job_spec *s = c->spec;
@@ -104,6 +104,12 @@ static int td__single_precision(struct td__rctx *c)
             return td__fail(c, p, "%g overflows single precision, where "
                             "the input is normalised: must be within "
                             "+-%.9g", s->input.mean[i], (double)FLT_MAX);
+        }
+        if (!isfinite((float)s->input.std[i])) {
+            snprintf(p, sizeof p, "input.normalize.std[%d]", i);
+            return td__fail(c, p, "%g overflows single precision, where "
+                            "the input is normalised: must be at most "
+                            "%.9g", s->input.std[i], (double)FLT_MAX);
         }
         if ((float)s->input.std[i] < FLT_MIN) {
             snprintf(p, sizeof p, "input.normalize.std[%d]", i);

@@ -281,6 +281,14 @@ START_TEST(test_refused_at_submit_not_start)
                "input.normalize.std[0]: 1e-50 rounds to 0 "
                "or a denormal in single precision, where the input is "
                "normalised: must be at least 1.17549435e-38");
+    /* a std past FLT_MAX was infinite: every pixel normalised to 0, and
+     * the model file's traind.input could not be read back */
+    EXPECT_ERR("input.normalize.std=[1e39]",
+               "input.normalize.std[0]: 1e+39 overflows single precision, "
+               "where the input is normalised: must be at most "
+               "3.40282347e+38");
+    ck_assert_int_eq(parse_with("input.normalize.std=[3e38]", err,
+                                sizeof err), 0);
     EXPECT_ERR("input.normalize.mean=1e300",
                "input.normalize.mean[0]: 1e+300 overflows "
                "single precision, where the input is normalised: must be "
