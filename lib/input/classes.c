@@ -16,11 +16,10 @@
 #include "base/error.h"
 #include "base/rng.h"
 
-/* Why one line of classes.txt cannot name a class (NULL if it can).
- * Names identify classes by equality and travel in JSON (protocol
+/* Names identify classes by equality and travel in JSON (protocol
  * replies, a checkpoint's traind.classes), so each must be non-empty
  * UTF-8 without control characters. */
-static const char *td__bad_name(const char *s, size_t len, char *why,
+const char *td_classes_bad_name(const char *s, size_t len, char *why,
                                 size_t cap)
 {
     if (len == 0)
@@ -36,6 +35,21 @@ static const char *td__bad_name(const char *s, size_t len, char *why,
         return "not UTF-8";
     json_decref(j);
     return NULL;
+}
+
+void td_classes_quote(const char *s, char *out, size_t cap)
+{
+    size_t k = 0;
+    if (!cap)
+        return;
+    for (; *s && k + 5 < cap; s++) {
+        unsigned char b = (unsigned char)*s;
+        if (b >= 0x20 && b < 0x7f && b != '\\')
+            out[k++] = (char)b;
+        else
+            k += (size_t)snprintf(out + k, cap - k, "\\x%02x", b);
+    }
+    out[k] = '\0';
 }
 
 int td_classes_write(const char *dir, const char *const *names, int n,
@@ -54,13 +68,14 @@ int td_classes_write(const char *dir, const char *const *names, int n,
     char why[64];
     for (int i = 0; i < n; i++) {
         /* only names that read back (an ImageFolder's may be anything) */
-        const char *bad = td__bad_name(names[i], strlen(names[i]), why,
+        const char *bad = td_classes_bad_name(names[i], strlen(names[i]), why,
                                        sizeof why);
         if (bad) {
             fclose(f);
             unlink(tmp);
-            snprintf(err, errcap, "class %d ('%.200s'): %s", i, names[i],
-                     bad);
+            char quoted[256]; /* the name itself may not fit in JSON */
+            td_classes_quote(names[i], quoted, sizeof quoted);
+            snprintf(err, errcap, "class %d ('%s'): %s", i, quoted, bad);
             return -EINVAL;
         }
         fprintf(f, "%s\n", names[i]);
@@ -138,7 +153,7 @@ static int td__read_names(FILE *f, const char *file, char ***names, int *n,
             len--;
         if (len && line[len - 1] == '\r')
             len--;
-        const char *bad = td__bad_name(line, len, why, sizeof why);
+        const char *bad = td_classes_bad_name(line, len, why, sizeof why);
         if (bad) {
             snprintf(err, errcap, "%s: line %d: %s", file, *n + 1, bad);
             rc = TD_E_CORRUPT;

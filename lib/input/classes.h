@@ -19,6 +19,16 @@
 
 #define TD_CLASSES_FILE "classes.txt"
 
+/* Why the len bytes at name cannot name a class, or NULL if they can: a
+ * class name is non-empty UTF-8 without control characters, since names
+ * travel in JSON (replies, a checkpoint's traind.classes).  The reason
+ * may be written into why (cap bytes). */
+const char *td_classes_bad_name(const char *name, size_t len, char *why,
+                                size_t cap);
+/* name for a message: printable ASCII as it is, every other byte (and
+ * the backslash) as \xNN, so that any name fits in JSON; cut to cap. */
+void td_classes_quote(const char *name, char *out, size_t cap);
+
 /* Writes dir/classes.txt, one name per line (tmp + rename).  Each name
  * must be one td_classes_attach takes (non-empty UTF-8 without control
  * characters): -EINVAL naming the class otherwise.  0 or -errno with err

@@ -23,6 +23,7 @@
 #include "base/error.h"
 #include "base/fsio.h"
 #include "base/log.h"
+#include "input/classes.h"
 #include "input/tar.h"
 
 /* ---- growable arrays -------------------------------------------------- */
@@ -279,6 +280,23 @@ static int td__open_folder(td_dataset *ds, const char *root, char *err,
     if (ds->nclass_names == 0)
         return td_set_error(err, ecap, -ENODATA,
                             "%s: no class folders and no .tar shards", root);
+    for (int c = 0; c < ds->nclass_names; c++) {
+        /* a folder's name is its class's name, as a classes.txt line is:
+         * one that JSON cannot carry dropped out of the checkpoint's
+         * traind.classes and shifted the names after it */
+        char why[64], quoted[1024];
+        const char *bad = td_classes_bad_name(ds->class_names[c],
+                                              strlen(ds->class_names[c]),
+                                              why, sizeof why);
+        if (!bad)
+            continue;
+        td_classes_quote(ds->class_names[c], quoted, sizeof quoted);
+        return td_set_error(err, ecap, TD_E_CORRUPT,
+                            "%s: class folder \"%s\" cannot name a class: "
+                            "%s (class names are UTF-8 without control "
+                            "characters): rename the folder", root, quoted,
+                            bad);
+    }
     if (!(ds->root = strdup(root)))
         return -ENOMEM;
     for (int c = 0; c < ds->nclass_names; c++) {

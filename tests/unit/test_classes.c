@@ -183,12 +183,46 @@ START_TEST(test_classes_txt_refused_lines)
     const char *names[] = {"cat", "do\rg", "eel"};
     ck_assert_int_eq(td_classes_write(out, names, 3, err, sizeof err),
                      -EINVAL);
-    ck_assert_str_eq(err, "class 1 ('do\rg'): control character 0x0d at "
+    ck_assert_str_eq(err, "class 1 ('do\\x0dg'): control character 0x0d at "
                           "byte 3");
     names[1] = "\xff";
     ck_assert_int_eq(td_classes_write(out, names, 3, err, sizeof err),
                      -EINVAL);
-    ck_assert_msg(strstr(err, "): not UTF-8"), "%s", err);
+    ck_assert_str_eq(err, "class 1 ('\\xff'): not UTF-8");
+}
+END_TEST
+
+/* An ImageFolder's folder names are its class names: one that JSON cannot
+ * carry dropped out of the checkpoint's traind.classes and shifted the
+ * names after it onto the wrong labels.  Refused, the name quoted so that
+ * the message itself is JSON-safe. */
+START_TEST(test_folder_names_checked)
+{
+    char tree[128], from[256], to[256], err[512];
+    snprintf(tree, sizeof tree, "%s/tree", tmp);
+    td_test_make_folder(tree, 3, 1, 16, 16);
+    snprintf(from, sizeof from, "%s/class0", tree);
+    snprintf(to, sizeof to, "%s/caf\xe9", tree); /* Latin-1 */
+    ck_assert_int_eq(rename(from, to), 0);
+    td_dataset *ds = NULL;
+    ck_assert_int_eq(td_dataset_open(tree, &ds, err, sizeof err),
+                     TD_E_CORRUPT);
+    char want[600];
+    snprintf(want, sizeof want, "%s: class folder \"caf\\xe9\" cannot name "
+             "a class: not UTF-8 (class names are UTF-8 without control "
+             "characters): rename the folder", tree);
+    ck_assert_str_eq(err, want);
+    snprintf(from, sizeof from, "%s/tab\there", tree);
+    ck_assert_int_eq(rename(to, from), 0);
+    ck_assert_int_eq(td_dataset_open(tree, &ds, err, sizeof err),
+                     TD_E_CORRUPT);
+    ck_assert_msg(strstr(err, "\"tab\\x09here\" cannot name a class: "
+                              "control character 0x09 at byte 4"), "%s", err);
+    snprintf(to, sizeof to, "%s/caf\xc3\xa9", tree); /* UTF-8: fine */
+    ck_assert_int_eq(rename(from, to), 0);
+    ds = open_ds(tree);
+    ck_assert_str_eq(td_dataset_class_name(ds, 0), "caf\xc3\xa9");
+    td_dataset_close(ds);
 }
 END_TEST
 
@@ -379,6 +413,7 @@ static Suite *classes_suite(void)
     tcase_add_test(tc, test_val_mapped_by_name);
     tcase_add_test(tc, test_classes_txt);
     tcase_add_test(tc, test_classes_txt_refused_lines);
+    tcase_add_test(tc, test_folder_names_checked);
     tcase_add_test(tc, test_split_is_stratified_and_deterministic);
     tcase_add_test(tc, test_job_data_and_precheck);
     tcase_add_test(tc, test_schedule_against_run_length);
