@@ -24,6 +24,7 @@
 #include "daemon.h"
 #include "backend/cpu/caps.h"
 #include "job/spec.h"
+#include "joblog.h"
 #include "obs.h"
 #include "remove.h"
 #include "run.h"
@@ -569,11 +570,23 @@ typedef struct td_logs_req {
     td_daemon *d;
     uint64_t client;
     json_t *id;
+    int64_t job;
     char path[3200];
     long lines;
     json_t *result; /* array of strings, or NULL with err set */
     int err;
 } td_logs_req;
+
+/* After the file's lines: those its file could not take yet (joblog.h),
+ * so that they are seen while the disk is full. */
+static void td__logs_unwritten(td_logs_req *r)
+{
+    json_t *more = td_joblog_unwritten(r->d->joblog, r->job);
+    json_array_extend(r->result, more);
+    json_decref(more);
+    while ((long)json_array_size(r->result) > r->lines)
+        json_array_remove(r->result, 0);
+}
 
 static void td__logs_work(uv_work_t *w)
 {
@@ -582,6 +595,8 @@ static void td__logs_work(uv_work_t *w)
     r->result = json_array();
     if (!f) {
         r->err = errno == ENOENT ? 0 : -errno; /* no file: no lines yet */
+        if (!r->err)
+            td__logs_unwritten(r);
         return;
     }
     char line[4096];
@@ -592,6 +607,7 @@ static void td__logs_work(uv_work_t *w)
             json_array_remove(r->result, 0);
     }
     fclose(f);
+    td__logs_unwritten(r);
 }
 
 static void td__logs_done(uv_work_t *w, int status)
@@ -637,6 +653,7 @@ static void cmd_logs(td_client *c, td_request *req)
     r->client = c->id;
     r->id = req->id ? json_incref(req->id) : NULL;
     r->lines = n ? (long)json_integer_value(n) : 100;
+    r->job = j->id;
     td_daemon_job_log_path(c->d, j->id, r->path, sizeof r->path);
     r->work.data = r;
     if (uv_queue_work(c->d->loop, &r->work, td__logs_work, td__logs_done)) {

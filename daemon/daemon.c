@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -32,6 +31,7 @@
 #include "job/spec.h"
 #include "starts.h"
 #include "infer_jobs.h"
+#include "joblog.h"
 #include "remove.h"
 
 enum { TD_INBOX_MAX = 4096 }; /* step events beyond this are dropped */
@@ -348,6 +348,8 @@ int td_daemon_set_job_state(td_daemon *d, td_job *j, enum td_job_state s,
     int rc = td_job_set_state(j, s, reason);
     if (rc)
         return rc;
+    if (s != TD_JOB_RUNNING) /* held-back lines said before the state */
+        td_joblog_settle(d->joblog, j->id);
     td_logf(TD_LOG_INFO, j->id, "%s: %s", td_job_state_name(s), j->reason);
     td_daemon_persist_job(d, j);
     /* the dashboard shows the state */
@@ -635,31 +637,6 @@ void td_daemon_job_log_path(const td_daemon *d, int64_t job, char *buf,
     snprintf(buf, cap, "%s/jobs/%lld.log", d->state_dir, (long long)job);
 }
 
-/* Every log line about a job is appended to its log file and sent to
- * subscribers as a `log` event.  Runs on whichever thread logged.  Job
- * lines are rare (state changes, epochs, checkpoints, bad samples), and an
- * O_APPEND write lands in the page cache, so this does not stall the
- * thread that logs. */
-static void td__job_log_sink(void *user, int level, long job,
-                             const char *line)
-{
-    td_daemon *d = user;
-    char path[3200];
-    if (job <= 0)
-        return;
-    td_daemon_job_log_path(d, job, path, sizeof path);
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-    if (fd >= 0) {
-        struct iovec iov[2] = {{(void *)line, strlen(line)}, {"\n", 1}};
-        ssize_t w = writev(fd, iov, 2);
-        (void)w; /* a lost job-log line must not fail anything */
-        close(fd);
-    }
-    td_daemon_post(d, TD_EV_LOG, job,
-                   json_pack("{s:s, s:s}", "level", td_log_level_name(level),
-                             "line", line));
-}
-
 /* ---- signals and life cycle ------------------------------------------- */
 
 /* Defaults, then the config file, then the command line.  On failure
@@ -765,7 +742,12 @@ static void td__update_status(td_daemon *d)
     (void)running;
 }
 
-static void td__on_status_timer(uv_timer_t *t) { td__update_status(t->data); }
+static void td__on_status_timer(uv_timer_t *t)
+{
+    td_daemon *d = t->data;
+    td__update_status(d);
+    td_joblog_tick(d->joblog);
+}
 
 /* The loop is alive if this runs; the trainer is alive if it stepped
  * recently.  A stale trainer means no ping, so systemd restarts us. */
@@ -878,7 +860,9 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
 
     uv_async_init(loop, &d->wake, td__on_wake);
     d->wake.data = d;
-    td_log_set_sink(td__job_log_sink, d);
+    if (!(d->joblog = td_joblog_new(d)))
+        return -ENOMEM;
+    td_log_set_sink(td_joblog_sink, d);
     td__load_jobs(d); /* after the sink: a recovered job logs so */
     td_remove_recover(d);
     uv_signal_init(loop, &d->sig_term);
@@ -952,6 +936,8 @@ int td_daemon_run(td_daemon *d)
 void td_daemon_free(td_daemon *d)
 {
     td_log_set_sink(NULL, NULL);
+    td_joblog_free(d->joblog);
+    d->joblog = NULL;
     td_inbox_msg *m = d->inbox_head;
     while (m) {
         td_inbox_msg *n = m->next;

@@ -111,6 +111,7 @@ typedef struct td_daemon {
     int64_t started_ns;
     td_trainer_slot *trainer;  /* the running job's thread, or NULL */
     struct td_obs *obs;        /* trace waiters, Prometheus (obs.c) */
+    struct td_joblog *joblog;  /* the jobs' log files (joblog.c) */
     /* inbox from other threads */
     pthread_mutex_t inbox_mu;
     td_inbox_msg *inbox_head, *inbox_tail;

@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "base/fsio.h"
 #include "base/log.h"
+#include "joblog.h"
 #include "td_config.h"
 
 typedef struct td_remove_req {
@@ -212,6 +213,7 @@ void td_remove_start(td_daemon *d, td_job *j)
     r->d = d;
     r->job = j;
     r->last_id = d->jobs.next_id - 1;
+    td_joblog_forget(d->joblog, j->id); /* its kept lines go with its log */
     r->work.data = r;
     td_jobs_unlink(&d->jobs, j); /* no command or event finds it now */
     j->persist_busy = 1;          /* and no record write starts */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -391,6 +392,234 @@ START_TEST(test_data_folder_gone_mid_run_named)
 }
 END_TEST
 
+/* ---- the job log: a full disk, repetition ---------------------------------- */
+
+/* The log request's lines of a job (all of them) as one text. */
+static char *all_logs(int fd, int64_t id)
+{
+    json_t *r = th_request(fd, "logs", json_pack("{s:I, s:i}", "job",
+                                                 (json_int_t)id, "lines",
+                                                 1000000));
+    json_t *lines = json_object_get(th_ok(r), "lines"), *l;
+    ck_assert_ptr_nonnull(lines);
+    size_t i, n = 1;
+    json_array_foreach(lines, i, l)
+        n += strlen(json_string_value(l)) + 1;
+    char *text = calloc(1, n);
+    ck_assert_ptr_nonnull(text);
+    json_array_foreach(lines, i, l) {
+        strcat(text, json_string_value(l));
+        strcat(text, "\n");
+    }
+    json_decref(r);
+    return text;
+}
+
+/* A file's text (malloc'd; "" when it cannot be read). */
+static char *file_text(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *text = calloc(1, 1);
+    size_t n = 0;
+    char buf[65536];
+    size_t got;
+    while (f && (got = fread(buf, 1, sizeof buf, f)) > 0) {
+        text = realloc(text, n + got + 1);
+        ck_assert_ptr_nonnull(text);
+        memcpy(text + n, buf, got);
+        text[n += got] = '\0';
+    }
+    if (f)
+        fclose(f);
+    return text;
+}
+
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* Mounts a tmpfs of kb KiB at dir; 0, or says why not and returns -1 (the
+ * test then skips: not root, no CAP_SYS_ADMIN).  teardown_mount unmounts
+ * it, pass or fail. */
+static char mounted[300];
+
+static int mount_small(const char *dir, int kb)
+{
+    char opts[64];
+    snprintf(opts, sizeof opts, "size=%dk", kb);
+    if (mkdir(dir, 0750) != 0 || getuid() != 0 ||
+        mount("tmpfs", dir, "tmpfs", 0, opts) != 0) {
+        printf("skipped: cannot mount a tmpfs at %s: %s\n", dir,
+               strerror(errno));
+        return -1;
+    }
+    snprintf(mounted, sizeof mounted, "%s", dir);
+    return 0;
+}
+
+static void teardown_mount(void)
+{
+    int st = th_stop(&H); /* the daemon first: it has files there */
+    if (mounted[0])
+        umount2(mounted, MNT_DETACH);
+    mounted[0] = '\0';
+    th_cleanup(&H);
+    ck_assert_msg(st == 0, "traind exited with status %d", st);
+}
+
+/* Fills the file system holding dir until a write fails (ENOSPC). */
+static void fill(const char *dir, char *filler, size_t cap)
+{
+    static char block[4096];
+    snprintf(filler, cap, "%s/filler", dir);
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    while (write(fd, block, sizeof block) > 0)
+        ;
+    while (write(fd, block, 1) > 0)
+        ;
+    close(fd);
+}
+
+/* The state dir on a small tmpfs, filled while a job writes checkpoints:
+ * its "checkpoint at step N failed, training goes on: No space left on
+ * device" lines could not be appended to its log, and were dropped (the
+ * log said nothing of the failures).  Now they are kept, shown by `logs`
+ * meanwhile, and written once the disk has room again. */
+START_TEST(test_job_log_kept_while_disk_full)
+{
+    static char root[300];
+    static const char *args[] = {"--state-dir", root, NULL};
+    snprintf(root, sizeof root, "%s/small", H.dir);
+    if (mount_small(root, 8192))
+        return;
+    ck_assert_int_eq(th_stop(&H), 0);
+    H.extra = args;
+    ck_assert_int_eq(th_restart(&H), 0);
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(1000, 20)); /* room for 4 */
+    json_decref(th_request(fd, "subscribe", json_pack(
+        "{s:I, s:[s]}", "job", (json_int_t)id, "events", "log")));
+    char logpath[400], filler[400], *lost = NULL;
+    snprintf(logpath, sizeof logpath, "%s/jobs/%" PRId64 ".log", root, id);
+    int written = 0;
+    for (int64_t end = td_now_ns() + 60 * TD_NS_PER_S;
+         !written && td_now_ns() < end;) {
+        json_t *ev = th_wait_event(fd, "log", id, NULL, 1000, NULL);
+        const char *line = json_string_value(json_object_get(
+            json_object_get(ev, "data"), "line"));
+        written = line && strstr(line, " written: ");
+        json_decref(ev);
+    }
+    ck_assert_msg(written, "no checkpoint written");
+    fill(root, filler, sizeof filler);
+    /* and the room left in the log's last page (tmpfs counts pages): a
+     * line after this cannot land, whatever its length */
+    int lfd = open(logpath, O_WRONLY | O_APPEND);
+    ck_assert_int_ge(lfd, 0);
+    while (write(lfd, "\n", 1) > 0)
+        ;
+    close(lfd);
+    /* a failure logged after the disk filled, which its file lacks */
+    for (int64_t end = td_now_ns() + 60 * TD_NS_PER_S;
+         !lost && td_now_ns() < end;) {
+        json_t *ev = th_wait_event(fd, "log", id, NULL, 1000, NULL);
+        const char *line = json_string_value(json_object_get(
+            json_object_get(ev, "data"), "line"));
+        if (line && strstr(line, "failed, training goes on: ") &&
+            strstr(line, "No space left on device")) {
+            char *text = file_text(logpath);
+            if (!strstr(text, line))
+                lost = strdup(line);
+            free(text);
+        }
+        json_decref(ev);
+    }
+    ck_assert_msg(lost != NULL, "no checkpoint failure logged while the "
+                  "disk was full");
+    char *text = all_logs(fd, id);
+    ck_assert_msg(strstr(text, lost), "logs does not show '%s'", lost);
+    free(text);
+    ck_assert_int_eq(unlink(filler), 0);
+    int landed = 0;
+    for (int i = 0; i < 1200 && !landed; i++) {
+        text = file_text(logpath);
+        landed = count_of(text, lost);
+        free(text);
+        if (!landed)
+            usleep(50000);
+    }
+    ck_assert_msg(landed == 1, "'%s' is %d times in %s", lost, landed,
+                  logpath);
+    free(lost);
+    json_decref(th_job_request(fd, "cancel", id)); /* unless it ended */
+    int ended = 0;
+    for (int i = 0; i < 1200 && !ended; i++) {
+        json_t *j = show_job(fd, id);
+        ended = strcmp(job_state(j), "running") != 0;
+        json_decref(j);
+        if (!ended)
+            usleep(50000);
+    }
+    ck_assert(ended);
+    close(fd);
+}
+END_TEST
+
+/* A fast job checkpointing every 20 steps wrote three lines an epoch, ~200
+ * a second ("checkpoint at step N skipped", "... written", "epoch N/M").
+ * Now each kind is written 10 times a minute and then summed up in one
+ * line that gives the latest; the epochs written and summed up are all
+ * the job's epochs. */
+START_TEST(test_repeated_log_lines_summed_up)
+{
+    int64_t t0 = td_now_ns();
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(100000, 20));
+    ck_assert(th_wait_state(fd, id, "running", 60000));
+    while (job_step(fd, id) < 5000)
+        usleep(20000);
+    json_decref(th_job_request(fd, "cancel", id));
+    ck_assert(th_wait_state(fd, id, "cancelled", 60000));
+    json_t *j = show_job(fd, id);
+    int epochs = (int)json_array_size(json_object_get(j, "history"));
+    json_decref(j);
+    ck_assert_int_ge(epochs, 50);
+    char *text = all_logs(fd, id);
+    double minutes = (double)(td_now_ns() - t0) / 60e9;
+    int lines = count_of(text, "\n");
+    int limit = 40 + (int)(35 * minutes);
+    ck_assert_msg(lines <= limit, "%d lines in %.1f min (at most %d): %s",
+                  lines, minutes, limit, text);
+    ck_assert_msg(strstr(text, "epoch 1/100000: train loss"), "%s", text);
+    ck_assert_msg(strstr(text, "checkpoint at step 20 written"), "%s", text);
+    ck_assert_msg(strstr(text, "cancelled: cancelled by"), "%s", text);
+    /* the epoch lines written and summed up ("job N: K more like this
+     * in the last ...: epoch E/T: train loss ..."): every epoch, once */
+    int said = 0;
+    char *copy = strdup(text), *save = NULL;
+    for (char *l = strtok_r(copy, "\n", &save); l;
+         l = strtok_r(NULL, "\n", &save)) {
+        if (!strstr(l, ": train loss "))
+            continue;
+        const char *more = strstr(l, " more like this in the last ");
+        const char *k = more ? strstr(l, " job ") : NULL;
+        k = k ? strstr(k, ": ") : NULL;
+        said += k ? (int)strtol(k + 2, NULL, 10) : 1;
+    }
+    free(copy);
+    ck_assert_msg(said == epochs, "%d epochs said, %d run: %s", said, epochs,
+                  text);
+    ck_assert_msg(strstr(text, " more like this in the last "), "%s", text);
+    free(text);
+    close(fd);
+}
+END_TEST
+
 static Suite *failures_suite(void)
 {
     const td_tcase tcs[] = {
@@ -401,6 +630,10 @@ static Suite *failures_suite(void)
         {"best", setup_data, teardown_data, NULL,
          {test_best_and_early_stop_survive_a_resume,
           test_data_folder_gone_mid_run_named}},
+        {"joblog", setup, teardown, NULL,
+         {test_repeated_log_lines_summed_up}},
+        {"full", setup, teardown_mount, NULL,
+         {test_job_log_kept_while_disk_full}},
     };
     return td_suite_from("failures", tcs, sizeof tcs / sizeof tcs[0]);
 }
