@@ -326,10 +326,15 @@ static void td__load_jobs(td_daemon *d)
                                "from the start"
                              : "interrupted by a daemon restart; resumes "
                                "from its last checkpoint");
-                td_logf(TD_LOG_WARN, j->id, "recovered after traind stopped "
-                        "without a shutdown (killed or crashed) at step "
-                        "%lld; resumes from its last checkpoint",
-                        (long long)j->step);
+                if (td_job_task(j) != TD_TASK_TRAIN) /* no checkpoint */
+                    td_logf(TD_LOG_WARN, j->id, "recovered after traind "
+                            "stopped without a shutdown (killed or "
+                            "crashed); runs again from the start");
+                else
+                    td_logf(TD_LOG_WARN, j->id, "recovered after traind "
+                            "stopped without a shutdown (killed or crashed) "
+                            "at step %lld; resumes from its last checkpoint",
+                            (long long)j->step);
             }
         }
         td_jobs_insert(&d->jobs, j); /* in id order: submission order,

@@ -1,0 +1,235 @@
+/* test_restarts.c - traind live, the failure-injection audit continued
+ * (test_failures.c has the first part): a daemon killed while an eval job
+ * runs, and started on a state dir whose disk is full.  Each test names
+ * what it guards against. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "daemon_harness.h"
+#include "jpeggen.h"
+#include "tdsuite.h"
+#include "tdtest.h"
+
+TH_FIXTURE(H)
+
+static json_t *show_job(int fd, int64_t id)
+{
+    json_t *r = th_job_request(fd, "show", id);
+    json_t *j = json_incref(json_object_get(th_ok(r), "job"));
+    json_decref(r);
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
+static const char *job_state(json_t *j)
+{
+    return json_string_value(json_object_get(j, "state"));
+}
+
+static void kill9_and_restart(td_harness *h)
+{
+    int st;
+    ck_assert_int_eq(kill(h->pid, SIGKILL), 0);
+    waitpid(h->pid, &st, 0);
+    h->pid = 0;
+    ck_assert_int_eq(th_restart(h), 0);
+}
+
+/* ---- kill -9 during an eval job ------------------------------------------- */
+
+/* A 2-class ImageFolder at H.dir/data and a job trained on it for one
+ * epoch; its final checkpoint in ckpt. */
+static void trained_checkpoint(int fd, char *ckpt, size_t cap)
+{
+    char data[300];
+    snprintf(data, sizeof data, "%s/data", H.dir);
+    td_test_make_folder(data, 2, 12, 24, 24);
+    int64_t id = th_submit(fd, th_files_spec(data, 1));
+    ck_assert(th_wait_state(fd, id, "completed", 120000));
+    json_t *j = show_job(fd, id);
+    const char *p = json_string_value(json_object_get(
+        json_object_get(j, "result"), "last_checkpoint"));
+    ck_assert_ptr_nonnull(p);
+    snprintf(ckpt, cap, "%s", p);
+    json_decref(j);
+}
+
+/* An eval job killed (kill -9) while it ran: the restarted daemon runs it
+ * again from the start, and it completes with its result.  Its log said
+ * "recovered ... at step 0; resumes from its last checkpoint", which an
+ * eval job does not have; now it says that it runs again from the start,
+ * as its record's reason does. */
+START_TEST(test_kill9_during_eval_job_runs_again)
+{
+    char ckpt[4096], data[300];
+    int fd = th_connect(&H, NULL);
+    trained_checkpoint(fd, ckpt, sizeof ckpt);
+    snprintf(data, sizeof data, "%s/eval", H.dir);
+    td_test_make_folder(data, 2, 400, 64, 64);
+    int64_t id = -1;
+    /* killed while it runs: an eval event before the last; a job that
+     * ends first is tried again */
+    for (int attempt = 0; attempt < 5 && id < 0; attempt++) {
+        int64_t e = th_submit(fd, json_pack(
+            "{s:s, s:s, s:s, s:i, s:i}", "task", "eval", "checkpoint", ckpt,
+            "data", data, "workers", 1, "batch_size", 4));
+        json_decref(th_request(fd, "subscribe", json_pack(
+            "{s:I, s:[s,s]}", "job", (json_int_t)e, "events", "eval",
+            "state")));
+        for (int64_t end = td_now_ns() + 120 * TD_NS_PER_S;
+             td_now_ns() < end;) {
+            json_t *ev = th_read_json(fd, 1000);
+            const char *k = json_string_value(json_object_get(ev, "event"));
+            json_t *d = json_object_get(ev, "data");
+            int ended = k && strcmp(k, "state") == 0 &&
+                        strcmp(json_string_value(json_object_get(
+                                   d, "state")), "running") != 0;
+            int midway = k && strcmp(k, "eval") == 0 &&
+                         json_integer_value(json_object_get(d, "done")) > 0 &&
+                         json_integer_value(json_object_get(d, "done")) <
+                             json_integer_value(json_object_get(d, "total"));
+            json_decref(ev);
+            if (midway) {
+                close(fd);
+                kill9_and_restart(&H);
+                fd = th_connect(&H, NULL);
+                id = e;
+                break;
+            }
+            if (ended)
+                break;
+        }
+        if (id < 0) { /* it ended before a kill: unsubscribe */
+            json_decref(th_request(fd, "unsubscribe", NULL));
+        }
+    }
+    ck_assert_msg(id > 0, "no eval job was caught running");
+    json_t *j = NULL;
+    for (int i = 0; i < 2400; i++) {
+        json_decref(j);
+        j = show_job(fd, id);
+        if (strcmp(job_state(j), "completed") == 0 ||
+            strcmp(job_state(j), "failed") == 0)
+            break;
+        usleep(50000);
+    }
+    ck_assert_msg(strcmp(job_state(j), "completed") == 0, "%s: %s",
+                  job_state(j),
+                  json_string_value(json_object_get(j, "reason")));
+    ck_assert_ptr_nonnull(json_object_get(j, "result"));
+    json_decref(j);
+    ck_assert(th_log_has(fd, id, "recovered after traind stopped without a "
+                                 "shutdown"));
+    ck_assert(th_log_has(fd, id, "runs again from the start"));
+    ck_assert(!th_log_has(fd, id, "resumes from its last checkpoint"));
+    close(fd);
+}
+END_TEST
+
+/* ---- a full state dir at start -------------------------------------------- */
+
+static char mounted[300];
+
+static void teardown_mount(void)
+{
+    int st = th_stop(&H);
+    if (mounted[0])
+        umount2(mounted, MNT_DETACH);
+    mounted[0] = '\0';
+    th_cleanup(&H);
+    ck_assert_msg(st == 0 || st == -1, "traind exited with status %d", st);
+}
+
+/* The state dir's disk full at start (only a read-only one was tested):
+ * the daemon refuses to start, with exit status 1, saying which folder it
+ * cannot write and why (No space left on device), after reading the
+ * records it has; nothing it had is lost. */
+START_TEST(test_full_state_dir_at_start_refused)
+{
+    static char root[300];
+    static const char *args[] = {"--state-dir", root, NULL};
+    snprintf(root, sizeof root, "%s/small", H.dir);
+    if (mkdir(root, 0750) != 0 || getuid() != 0 ||
+        mount("tmpfs", root, "tmpfs", 0, "size=8192k") != 0) {
+        printf("skipped: cannot mount a tmpfs at %s: %s\n", root,
+               strerror(errno));
+        return;
+    }
+    snprintf(mounted, sizeof mounted, "%s", root);
+    ck_assert_int_eq(th_stop(&H), 0);
+    H.extra = args;
+    ck_assert_int_eq(th_restart(&H), 0);
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(2, 0));
+    ck_assert(th_wait_state(fd, id, "completed", 60000));
+    close(fd);
+    ck_assert_int_eq(th_stop(&H), 0);
+    char filler[400], rec[400], out[400];
+    snprintf(filler, sizeof filler, "%s/filler", root);
+    snprintf(rec, sizeof rec, "%s/jobs/%lld.json", root, (long long)id);
+    struct stat before, after;
+    ck_assert_int_eq(stat(rec, &before), 0);
+    static char block[4096];
+    int ffd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(ffd, 0);
+    while (write(ffd, block, sizeof block) > 0)
+        ;
+    while (write(ffd, block, 1) > 0)
+        ;
+    close(ffd);
+    /* the daemon's stderr into a file (not on the full disk) */
+    snprintf(out, sizeof out, "%s/daemon.err", H.dir);
+    int efd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int saved = dup(2);
+    ck_assert(efd >= 0 && saved >= 0);
+    dup2(efd, 2);
+    int rc = th_restart(&H);
+    dup2(saved, 2);
+    close(saved);
+    close(efd);
+    ck_assert_msg(rc != 0 && H.pid <= 0, "traind started on a full disk");
+    FILE *f = fopen(out, "r");
+    char text[16384] = "";
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(text, "/jobs is not writable: No space left on "
+                               "device") &&
+                      strstr(text, "could not start: No space left on "
+                                   "device"),
+                  "%s", text);
+    ck_assert_int_eq(stat(rec, &after), 0);
+    ck_assert_int_eq(after.st_size, before.st_size);
+    /* room again: it starts, with the job */
+    ck_assert_int_eq(unlink(filler), 0);
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    json_t *j = show_job(fd, id);
+    ck_assert_str_eq(job_state(j), "completed");
+    json_decref(j);
+    close(fd);
+}
+END_TEST
+
+static Suite *restarts_suite(void)
+{
+    const td_tcase tcs[] = {
+        {"eval", setup, teardown, NULL,
+         {test_kill9_during_eval_job_runs_again}},
+        {"full", setup, teardown_mount, NULL,
+         {test_full_state_dir_at_start_refused}},
+    };
+    return td_suite_from("restarts", tcs, sizeof tcs / sizeof tcs[0]);
+}
+
+TD_TEST_MAIN(restarts_suite)
