@@ -20,6 +20,8 @@ static const struct {
     {TD_E_TIMEDOUT, "TD_E_TIMEDOUT", "timed out"},
     {TD_E_BADDATA, "TD_E_BADDATA", "too many bad samples"},
     {TD_E_NOTSUP, "TD_E_NOTSUP", "not supported by this build or device"},
+    {TD_E_SHRUNK, "TD_E_SHRUNK", "the file was cut short while in use "
+                                 "(truncated or overwritten in place)"},
 };
 
 /* errno names worth printing symbolically; the message comes from libc. */

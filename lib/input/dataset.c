@@ -23,6 +23,7 @@
 #include "base/error.h"
 #include "base/fsio.h"
 #include "base/log.h"
+#include "base/mapcopy.h"
 #include "input/classes.h"
 #include "input/tar.h"
 
@@ -722,8 +723,20 @@ int td_dataset_read(const td_dataset *ds, size_t i, td_buf *scratch,
     if (i >= ds->n)
         return -ERANGE;
     if (ds->kind == TD_DATASET_SHARDS) {
-        *data = ds->shards[ds->shard_of[i]].map + ds->off[i];
-        *len = ds->len[i];
+        /* Copied out of the map: a shard cut short in place while it is
+         * mapped faults on every read past its new end (SIGBUS), and a
+         * fault in the copy is a bad sample, not a dead daemon.  The copy
+         * also reads every page, as the decode's timing wants. */
+        size_t n = ds->len[i];
+        int rc = td_buf_reserve(scratch, n ? n : 1);
+        if (rc)
+            return rc;
+        if ((rc = td_map_copy(scratch->p, ds->shards[ds->shard_of[i]].map +
+                                              ds->off[i], n)))
+            return rc;
+        scratch->len = n;
+        *data = scratch->p;
+        *len = n;
         return 0;
     }
     char path[4096];
@@ -744,10 +757,15 @@ const char *td_dataset_sample_name(const td_dataset *ds, size_t i, char *buf,
     } else if (ds->kind == TD_DATASET_FOLDER) {
         snprintf(buf, cap, "%s/%s", ds->root, ds->names + ds->path_off[i]);
     } else {
-        /* The member's ustar name field, just before its data. */
+        /* The member's ustar name field, just before its data (copied
+         * out: the shard may have been cut short, see td_dataset_read). */
         const struct td__shard *sh = &ds->shards[ds->shard_of[i]];
-        const char *h = (const char *)sh->map + ds->off[i] - TD_TAR_BLOCK;
-        snprintf(buf, cap, "%s:%.100s", sh->path, h);
+        char name[101] = "";
+        if (td_map_copy(name, sh->map + ds->off[i] - TD_TAR_BLOCK, 100))
+            snprintf(name, sizeof name, "member at byte %llu",
+                     (unsigned long long)(ds->off[i] - TD_TAR_BLOCK));
+        name[100] = '\0';
+        snprintf(buf, cap, "%s:%s", sh->path, name);
     }
     return buf;
 }

@@ -65,9 +65,10 @@ int td_dataset_relabel(td_dataset *ds, const int32_t *map, int nmap,
 /* Keeps the samples i with keep[i] != 0, in order (a held-out split). */
 void td_dataset_keep(td_dataset *ds, const uint8_t *keep);
 
-/* The bytes of sample i: *data points into the shard map, or into
- * scratch (grown as needed) for a folder sample.  Returns 0, -ERANGE, or
- * -errno from reading the file. */
+/* The bytes of sample i, in scratch (grown as needed): copied from the
+ * shard's map, or read from a folder's file.  Returns 0, -ERANGE,
+ * TD_E_SHRUNK when the shard was cut short after it was opened, or -errno
+ * from reading the file. */
 int td_dataset_read(const td_dataset *ds, size_t i, td_buf *scratch,
                     const uint8_t **data, size_t *len);
 
