@@ -568,22 +568,27 @@ json_t *td_metrics_end_epoch(td_metrics *m)
     const struct td__epoch *e = &m->ep;
     double wall = (double)e->wall / 1e9;
     int known = e->wall_dev > 0;
+    /* An epoch spent wholly in the warm-up (a short epoch, or the rest of
+     * one after a resume, whose warm-up starts again) measured nothing:
+     * null, not 0 samples/s. */
+    int measured = e->steps > 0 && e->wall > 0;
     double idle = known ? 1.0 - (double)e->busy / (double)e->wall_dev : 0;
     const char *sev = td_severity_name(m->c.severity);
     json_t *o = json_pack(
-        "{s:I, s:I, s:I, s:f, s:f, s:{s:f, s:f}, s:o, s:o, s:f, s:o,"
+        "{s:I, s:I, s:I, s:f, s:o, s:{s:f, s:f}, s:o, s:o, s:o, s:o,"
         " s:s, s:o}",
         "epoch", (json_int_t)(e->started ? e->epoch : m->last.epoch),
         "steps", (json_int_t)e->steps, "samples", (json_int_t)e->samples,
         "wall_s", wall, "samples_per_s",
-        wall > 0 ? (double)e->samples / wall : 0.0, "step_time_s", "mean",
+        td__ratio_or_null(measured, (double)e->samples / wall),
+        "step_time_s", "mean",
         e->steps ? wall / (double)e->steps : 0.0, "max",
         (double)e->max / 1e9, "phases_s", td__phases_json(e->phase, 0, 0),
         "phase_shares", td__phases_json(e->phase, (double)e->wall, 1),
         "input_wait_ratio",
-        e->wall > 0 ? (double)(e->phase[TD_PHASE_DATA_WAIT] +
-                               e->phase[TD_PHASE_H2D]) / (double)e->wall
-                    : 0.0,
+        td__ratio_or_null(measured,
+                          (double)(e->phase[TD_PHASE_DATA_WAIT] +
+                                   e->phase[TD_PHASE_H2D]) / (double)e->wall),
         "device_idle_ratio", td__ratio_or_null(known, idle < 0 ? 0 : idle),
         "verdict", td_verdict_name(m->c.verdict), "severity",
         sev ? json_string(sev) : json_null());

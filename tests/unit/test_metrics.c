@@ -456,6 +456,37 @@ START_TEST(test_epochs)
 }
 END_TEST
 
+/* An epoch wholly inside the warm-up (16 steps of batch 64 with 20
+ * warm-up steps; or the rest of an epoch after a resume) measured no
+ * step: its throughput and input wait are unknown, null as the idle
+ * ratio, not 0 (trainctl history printed 0.0 samples/s and 0.0% wait). */
+START_TEST(test_epoch_in_warmup)
+{
+    td_metrics *m = mk(20, 100, 0);
+    for (int i = 0; i < 16; i++) {
+        td_step_times t = st(i, 20, 5, 0, 0, 0, 10);
+        td_metrics_step(m, &t);
+    }
+    json_t *e = td_metrics_end_epoch(m);
+    ck_assert_int_eq((int)jnum(e, "steps"), 0);
+    ck_assert(json_is_null(json_object_get(e, "samples_per_s")));
+    ck_assert(json_is_null(json_object_get(e, "input_wait_ratio")));
+    ck_assert(json_is_null(json_object_get(e, "device_idle_ratio")));
+    json_decref(e);
+    for (int i = 16; i < 32; i++) { /* 4 of warm-up, 12 measured */
+        td_step_times t = st(i, 20, 5, 0, 0, 0, 10);
+        t.epoch = 1;
+        td_metrics_step(m, &t);
+    }
+    e = td_metrics_end_epoch(m);
+    ck_assert_int_eq((int)jnum(e, "steps"), 12);
+    ck_assert_double_eq_tol(jnum(e, "samples_per_s"), 1600, 1e-6);
+    ck_assert_double_eq_tol(jnum(e, "input_wait_ratio"), 0.25, 1e-9);
+    json_decref(e);
+    td_metrics_destroy(m);
+}
+END_TEST
+
 START_TEST(test_step_json)
 {
     td_metrics *m = mk(0, 10, 0);
@@ -556,6 +587,7 @@ static Suite *metrics_suite(void)
     tcase_add_test(tc, test_overdue_device_times);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_epochs);
+    tcase_add_test(tc, test_epoch_in_warmup);
     tcase_add_test(tc, test_step_json);
     tcase_add_test(tc, test_prometheus);
     tcase_add_test(tc, test_names_and_thresholds);
