@@ -21,6 +21,10 @@
 #include "proto/protocol.h"
 #include "watch.h"
 
+/* How long watch waits for a traind that went away mid-job to come back
+ * (a restart: the job resumes from its checkpoint). */
+#define TD_WATCH_RECONNECT_S 120
+
 #define JNUM(o, k) json_number_value(json_object_get((o), (k)))
 #define JINT(o, k) ((long long)json_integer_value(json_object_get((o), (k))))
 #define JSTR(o, k, d)                                                        \
@@ -46,6 +50,7 @@ typedef struct td_view {
     char note[200];     /* the job's latest info line before its first
                            step: what its start is doing (say, timing
                            the bf16 plan's choices) */
+    char away[160];     /* traind went away: what watch does (tty) */
 } td_view;
 
 static void td__bar(double frac, char *buf, int width)
@@ -85,15 +90,59 @@ __attribute__((format(printf, 2, 3))) static void td__line(td_view *v,
     if (n < 0)
         return;
     int cols = v->cols > 1 ? v->cols - 1 : 79;
-    if (v->tty && n > cols) { /* cut at a character boundary (UTF-8) */
-        int k = cols;
-        while (k > 0 && ((unsigned char)buf[k] & 0xC0) == 0x80)
-            k--;
+    if (v->tty && n > cols) { /* cut after cols characters (UTF-8) */
+        int k = 0, c = 0;
+        for (; buf[k]; k++) {
+            if (((unsigned char)buf[k] & 0xC0) != 0x80 && c++ == cols)
+                break;
+        }
         buf[k] = '\0';
     }
     fputs(buf, stdout);
     fputs(v->tty ? "\033[K\n" : "\n", stdout);
     v->lines++;
+}
+
+/* Columns of UTF-8 text (characters, not bytes). */
+static int td__columns(const char *s, size_t len)
+{
+    int n = 0;
+    for (size_t i = 0; i < len && s[i]; i++)
+        n += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return n;
+}
+
+/* head then text as lines of the live block, the text word-wrapped to the
+ * terminal's width with continuation lines indented by 4. */
+static void td__wrapped(td_view *v, const char *head, const char *text)
+{
+    int cols = v->cols > 1 ? v->cols - 1 : 79;
+    char buf[1024];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "%s", head);
+    int width = td__columns(head, n), words = 0;
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, " ");
+        int w = td__columns(p, len);
+        if (words > 0 && width + 1 + w > cols) {
+            td__line(v, "%s", buf);
+            n = (size_t)snprintf(buf, sizeof buf, "    ");
+            width = 4;
+            words = 0;
+        }
+        if (n + len + 2 < sizeof buf) {
+            if (words > 0) {
+                buf[n++] = ' ';
+                width++;
+            }
+            memcpy(buf + n, p, len);
+            buf[n += len] = '\0';
+            width += w;
+        }
+        words++;
+        p += len;
+        p += strspn(p, " ");
+    }
+    td__line(v, "%s", buf);
 }
 
 static void td__draw(td_view *v)
@@ -154,12 +203,17 @@ static void td__draw(td_view *v)
     else
         LINE("job %lld %s %.0f%% %s ETA %s", (long long)v->job, v->state,
              100 * frac, where, eta);
+    if (v->away[0])
+        LINE("  %s", v->away);
     if (total <= 0 && strcmp(v->state, "running") == 0 && v->note[0])
         LINE("  %s", v->note); /* what the start is doing */
     if (w) {
-        /* The verdict first: a narrow terminal cuts the advice, not it. */
-        LINE("  verdict: %s — %s", JSTR(w, "verdict", "-"),
-             JSTR(w, "advice", ""));
+        /* The verdict first, then its advice, wrapped: what to do is the
+         * point of it (cut at the terminal's width, it lost its end). */
+        char head[96];
+        snprintf(head, sizeof head, "  verdict: %s — ",
+                 JSTR(w, "verdict", "-"));
+        td__wrapped(v, head, JSTR(w, "advice", ""));
         LINE("  %.0f samples/s  idle %.0f%% (lower bound)  input wait %.0f%%  "
              "loss %.4f", sps, 100 * JNUM(w, "device_idle_ratio"),
              100 * JNUM(w, "input_wait_ratio"), JNUM(s ? s : w, "loss"));
@@ -198,6 +252,8 @@ static void td__draw(td_view *v)
         td_fmt_val(e, val, sizeof val);
         LINE("  epoch %lld: %s", JINT(e, "epoch") + 1, val);
     }
+    while (v->lines < v->drawn) /* a shorter frame: blank the rest */
+        LINE("%s", "");
 #undef LINE
     v->drawn = v->lines;
     fflush(stdout);
@@ -308,6 +364,70 @@ static void td__on_event_cb(json_t *ev, void *user)
     td__on_event(ev, user);
 }
 
+/* Subscribes to the job's events and reads its state now (the events
+ * from there on keep it current).  TD_EXIT_OK with the show reply in *r,
+ * else the exit code (*r holds a refusal, or NULL: connection lost). */
+static int td__attach(td_conn *c, td_view *v, json_t **r)
+{
+    json_int_t job = (json_int_t)v->job;
+    int rc;
+    *r = td_conn_request(c, "subscribe",
+                         json_pack("{s:I, s:i}", "job", job, "every_ms", 500),
+                         td__on_event_cb, v);
+    if (!*r)
+        return TD_EXIT_UNREACHABLE;
+    if ((rc = td_conn_check("watch", *r, v->json)) != TD_EXIT_OK)
+        return rc;
+    json_decref(*r);
+    *r = td_conn_request(c, "show", json_pack("{s:I}", "job", job),
+                         td__on_event_cb, v);
+    if (!*r)
+        return TD_EXIT_UNREACHABLE;
+    if ((rc = td_conn_check("watch", *r, v->json)) != TD_EXIT_OK)
+        return rc;
+    json_t *j = json_object_get(json_object_get(*r, "ok"), "job");
+    json_decref(v->record);
+    v->record = json_incref(j);
+    snprintf(v->state, sizeof v->state, "%s", JSTR(j, "state", "?"));
+    return TD_EXIT_OK;
+}
+
+/* traind went away before the job ended: a restart (the job resumes from
+ * its checkpoint once traind is back) or a stop.  Waits up to
+ * TD_WATCH_RECONNECT_S for a daemon on the same socket and attaches
+ * again; 0 then, -1 when none came back. */
+static int td__reconnect(td_conn *c, td_view *v, json_t **r)
+{
+    char path[sizeof c->path];
+    snprintf(path, sizeof path, "%s", c->path);
+    td_conn_close(c);
+    json_decref(*r);
+    *r = NULL;
+    if (v->tty) { /* in the block, so that the redraw stays in place */
+        snprintf(v->away, sizeof v->away, "lost the connection to traind; "
+                 "waiting up to %d s for it to come back",
+                 TD_WATCH_RECONNECT_S);
+        td__draw(v);
+        v->away[0] = '\0';
+    } else {
+        fprintf(stderr, "trainctl: lost the connection to traind while job "
+                "%lld was %s; waiting up to %d s for it to come back\n",
+                (long long)v->job, v->state, TD_WATCH_RECONNECT_S);
+    }
+    for (int i = 0; i < TD_WATCH_RECONNECT_S * 4; i++) {
+        usleep(250000);
+        if (td_conn_try_open(c, path) != TD_EXIT_OK)
+            continue;
+        int rc = td__attach(c, v, r);
+        if (rc == TD_EXIT_OK)
+            return 0;
+        td_conn_close(c); /* gone again, or refused: try again */
+        json_decref(*r);
+        *r = NULL;
+    }
+    return -1;
+}
+
 int td_watch_job(td_conn *c, int64_t job, int json, int quiet_header)
 {
     td_view v = {.job = job, .json = json, .tty = !json && isatty(1),
@@ -315,25 +435,12 @@ int td_watch_job(td_conn *c, int64_t job, int json, int quiet_header)
     const char *dev = json_string_value(json_object_get(
         json_object_get(c->hello, "hello"), "device"));
     v.cpu = dev && strncmp(dev, "cpu", 3) == 0;
-    int rc = TD_EXIT_UNREACHABLE;
+    json_t *r = NULL;
     v.epochs = json_array();
-    json_t *r = td_conn_request(
-        c, "subscribe",
-        json_pack("{s:I, s:i}", "job", (json_int_t)job, "every_ms", 500),
-        td__on_event_cb, &v);
-    if (!r)
+    int rc = td__attach(c, &v, &r);
+    if (rc != TD_EXIT_OK)
         goto out;
-    if ((rc = td_conn_check("watch", r, json)) != TD_EXIT_OK)
-        goto out;
-    json_decref(r);
-    /* The job's state now; events from here on keep it current. */
-    r = td_conn_request(c, "show", json_pack("{s:I}", "job", (json_int_t)job),
-                        td__on_event_cb, &v);
-    if (!r || (rc = td_conn_check("watch", r, json)) != TD_EXIT_OK)
-        goto out;
-    json_t *j = json_object_get(json_object_get(r, "ok"), "job");
-    v.record = json_incref(j);
-    snprintf(v.state, sizeof v.state, "%s", JSTR(j, "state", "?"));
+    json_t *j = v.record;
     if (v.tty && !td_proto_job_state_final(v.state))
         td__draw(&v); /* the first frame, before any event */
     snprintf(v.reason, sizeof v.reason, "%s", JSTR(j, "reason", ""));
@@ -352,8 +459,22 @@ int td_watch_job(td_conn *c, int64_t job, int json, int quiet_header)
     }
     while (!td_proto_job_state_final(v.state)) {
         json_t *ev = td_conn_read(c, -1, NULL);
+        if (!ev && td__reconnect(c, &v, &r) == 0) {
+            snprintf(v.reason, sizeof v.reason, "%s",
+                     JSTR(v.record, "reason", ""));
+            if (v.tty)
+                td__draw(&v);
+            else if (!json)
+                printf("job %lld %s: %s\n", (long long)job, v.state,
+                       v.reason);
+            fflush(stdout);
+            continue;
+        }
         if (!ev) {
-            fprintf(stderr, "trainctl: lost the connection to traind\n");
+            fprintf(stderr, "trainctl: lost the connection to traind (no "
+                    "traind on %s for %d s); job %lld was %s\n", c->path[0]
+                    ? c->path : "its socket", TD_WATCH_RECONNECT_S,
+                    (long long)job, v.state);
             rc = TD_EXIT_UNREACHABLE;
             goto out;
         }

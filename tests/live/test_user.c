@@ -563,6 +563,106 @@ START_TEST(test_watch_at_80_columns)
     ck_assert_msg(!strstr(o2, " 0.0 samples/s") && !strstr(o2, "verdict none"),
                   "%s", o2);
     free(o2);
+    /* The verdict's advice is there whole, wrapped over lines of at most
+     * 79 columns (checked above), not cut at the terminal's edge: the
+     * drawn lines joined (escapes, line ends and the indent of the
+     * continuation lines dropped) hold it. */
+    ck_assert_int_eq(CLI(&o2, NULL, "show", "1", "--json"), 0);
+    json_t *r = json_loads(o2, 0, NULL);
+    free(o2);
+    const char *advice = json_string_value(json_object_get(json_object_get(
+        json_object_get(r, "job"), "last_window"), "advice"));
+    ck_assert_msg(advice && strlen(advice) > 60, "%s", advice);
+    static char joined[1 << 20];
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(out + i, "\033[K", 3) == 0) {
+            i += 2;
+        } else if (out[i] == '\r') {
+        } else if (out[i] == '\n') {
+            joined[j++] = ' ';
+            while (out[i + 1] == ' ')
+                i++;
+        } else {
+            joined[j++] = out[i];
+        }
+    }
+    joined[j] = '\0';
+    ck_assert_msg(strstr(joined, advice), "advice '%s' not whole in: %s",
+                  advice, out);
+    json_decref(r);
+}
+END_TEST
+
+/* A daemon restarted while `trainctl watch` follows a job (the job resumes
+ * from its checkpoint): watch waits for traind to come back and follows
+ * the job to its end; it exited 3 with 'lost the connection'. */
+START_TEST(test_watch_follows_across_a_restart)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, id, "running", 30000));
+    close(fd);
+    char of[128], ef[128], exe[512], jid[24];
+    snprintf(of, sizeof of, "%s/watch.out", H.dir);
+    snprintf(ef, sizeof ef, "%s/watch.err", H.dir);
+    snprintf(exe, sizeof exe, "%s/client/trainctl", getenv("TD_BUILD_ROOT"));
+    snprintf(jid, sizeof jid, "%lld", (long long)id);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(of, "w", stdout) || !freopen(ef, "w", stderr))
+            _exit(10);
+        execl(exe, exe, "watch", jid, "--socket", H.sock, NULL);
+        _exit(127);
+    }
+    ck_assert_int_gt(pid, 0);
+    /* watch has attached once it printed the job's state */
+    int attached = 0;
+    for (int i = 0; i < 300 && !attached; i++) {
+        FILE *f = fopen(of, "r");
+        char line[256] = "";
+        if (f) {
+            attached = fgets(line, sizeof line, f) && strstr(line, "running");
+            fclose(f);
+        }
+        if (!attached)
+            usleep(100000);
+    }
+    ck_assert(attached);
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    ck_assert(th_wait_state(fd, id, "running", 30000));
+    json_t *r = th_job_request(fd, "cancel", id);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(fd);
+    int st = -1;
+    for (int i = 0; i < 600; i++) { /* up to 60 s */
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            break;
+        st = -1;
+        usleep(100000);
+    }
+    if (st == -1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    char out[1 << 14] = "", err[1 << 14] = "";
+    FILE *f = fopen(of, "r");
+    if (f) {
+        out[fread(out, 1, sizeof out - 1, f)] = '\0';
+        fclose(f);
+    }
+    f = fopen(ef, "r");
+    if (f) {
+        err[fread(err, 1, sizeof err - 1, f)] = '\0';
+        fclose(f);
+    }
+    /* exit 1: the job was cancelled (3 would be "cannot reach traind") */
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+                  "status %d\nstdout: %s\nstderr: %s", st, out, err);
+    ck_assert_msg(strstr(err, "waiting up to"), "%s", err);
+    ck_assert_msg(strstr(out, "cancelled"), "%s", out);
 }
 END_TEST
 
@@ -660,6 +760,7 @@ static Suite *user_suite(void)
     tcase_add_test(tc, test_checkpoint_said_once);
     tcase_add_test(tc, test_checkpoint_request_and_recovery_logged);
     tcase_add_test(tc, test_watch_at_80_columns);
+    tcase_add_test(tc, test_watch_follows_across_a_restart);
     tcase_add_test(tc, test_classes_by_name_and_checks_at_submit);
     suite_add_tcase(s, tc);
     return s;
