@@ -7,6 +7,7 @@
  */
 #include "model/model.h"
 
+#include <dirent.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -505,6 +506,42 @@ fail:
     return rc;
 }
 
+static int td__cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* "; the zoo there has a, b, c" (sorted names of dir's *.json), or "; DIR
+ * has no model" / "; there is no folder DIR", into buf. */
+static void td__zoo_names(const char *dir, char *buf, size_t cap)
+{
+    char *names[64];
+    int n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(buf, cap, "; there is no folder %s", dir);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 64) {
+        size_t len = strlen(e->d_name);
+        if (len > 5 && e->d_name[0] != '.' &&
+            strcmp(e->d_name + len - 5, ".json") == 0 &&
+            (names[n] = strndup(e->d_name, len - 5)))
+            n++;
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, td__cmp_str);
+    size_t k = (size_t)snprintf(buf, cap, n ? "; the zoo there has"
+                                            : "; %s has no model", dir);
+    for (int i = 0; i < n; i++) {
+        if (k < cap)
+            k += (size_t)snprintf(buf + k, cap - k, "%s %s", i ? "," : "",
+                                  names[i]);
+        free(names[i]);
+    }
+}
+
 int td_model_load_def(const char *dir, const char *name_or_path,
                       json_t **def, char *err, size_t errcap)
 {
@@ -523,10 +560,14 @@ int td_model_load_def(const char *dir, const char *name_or_path,
     else
         zoo = snprintf(path, sizeof path, "%s/%s.json", dir, name_or_path);
     *def = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!*def && je.line < 1 && zoo && access(path, F_OK) != 0)
+    if (!*def && je.line < 1 && zoo && access(path, F_OK) != 0) {
+        char names[512];
+        td__zoo_names(dir, names, sizeof names);
         return td_set_error(err, errcap, TD_E_SPEC, "model: no zoo model "
-                            "\"%s\" (%s does not exist; TD_MODELS_DIR names "
-                            "the zoo folder)", name_or_path, path);
+                            "\"%s\" (%s does not exist%s; TD_MODELS_DIR "
+                            "names the zoo folder)", name_or_path, path,
+                            names);
+    }
     if (!*def && je.line < 1) /* not opened or not read: no line to name */
         return td_set_error(err, errcap, TD_E_SPEC, "model: %s: %s", path,
                             je.text);

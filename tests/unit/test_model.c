@@ -269,11 +269,20 @@ END_TEST
 START_TEST(test_load_errors)
 {
     td_model *m = NULL;
-    char err[256] = "";
+    char err[1024] = "";
     int rc = td_model_load(zoo, "no-such-model", (td_shape){1, 28, 28}, 10,
                            &m, err, sizeof err);
     ck_assert_int_eq(rc, TD_E_SPEC);
     ck_assert_ptr_nonnull(strstr(err, "no-such-model.json"));
+    /* and names the models there are (a typo's fix is among them) */
+    ck_assert_msg(strstr(err, "the zoo there has fmnist-cnn, resnet18, "
+                              "resnet20, resnet50"), "%s", err);
+    char big[1024];
+    rc = td_model_load("/nonexistent/zoo", "resnet-20", (td_shape){3, 32, 32},
+                       4, &m, big, sizeof big);
+    ck_assert_int_eq(rc, TD_E_SPEC);
+    ck_assert_msg(strstr(big, "there is no folder /nonexistent/zoo"), "%s",
+                  big);
     rc = td_model_load(zoo, "fmnist-cnn", (td_shape){1, 28, 28}, 1, &m, err,
                        sizeof err);
     ck_assert_int_eq(rc, TD_E_SPEC);
