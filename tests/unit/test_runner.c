@@ -259,6 +259,33 @@ START_TEST(test_job_does_what_the_spec_says)
 }
 END_TEST
 
+/* A run with room for one window of metrics.window_steps after its
+ * warm-up gets smaller ones, at least TD_RUN_MIN_WINDOWS (5): 20 steps,
+ * warm-up 2, windows of 10 closed one window (a 198-step job with the
+ * defaults closed one, at step 120, and plotted one point); and a run
+ * shorter than warm-up + window, 5 windows too, not 2. */
+START_TEST(test_short_run_gets_several_windows)
+{
+    static const int warm_win[][2] = {{2, 10}, {20, 100}};
+    for (int k = 0; k < 2; k++) {
+        td_job_spec spec;
+        parse_spec(&spec, 0, 0);
+        spec.metrics.warmup_steps = warm_win[k][0];
+        spec.metrics.window_steps = warm_win[k][1];
+        seen s;
+        seen_init(&s);
+        td_runner_result res;
+        char err[512] = "", sub[8];
+        snprintf(sub, sizeof sub, "w%d", k);
+        ck_assert_msg(run_job(&spec, sub, 0, &s, &res, err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_msg(s.windows >= 5, "warm-up %d, window %d: %d windows",
+                      warm_win[k][0], warm_win[k][1], s.windows);
+        td_spec_free(&spec);
+    }
+}
+END_TEST
+
 /* The cosine schedule ends at optimizer.schedule.min_lr: every step's lr
  * between min_lr and lr, falling, the last within 1% of (lr - min_lr)
  * above min_lr (it ended at 0 whatever min_lr said). */
@@ -494,6 +521,7 @@ static Suite *runner_suite(void)
     TCase *tc = tcase_create("runner");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_job_does_what_the_spec_says);
+    tcase_add_test(tc, test_short_run_gets_several_windows);
     tcase_add_test(tc, test_cosine_ends_at_min_lr);
     tcase_add_test(tc, test_pause_then_resume_matches_uninterrupted);
     tcase_add_test(tc, test_checkpoint_carries_history);
