@@ -228,8 +228,27 @@ void td_infer_eval_print(const json_t *r, int json, FILE *out)
     size_t k = json_array_size(per);
     fprintf(out, "%s: %lld samples\n",
             json_string_value(json_object_get(r, "checkpoint")), n);
-    fprintf(out, "  top-1 %.4f (%lld)   top-5 %.4f (%lld)\n", t1 / dn, t1,
-            t5 / dn, t5);
+    if (k > 5)
+        fprintf(out, "  top-1 %.4f (%lld)   top-5 %.4f (%lld)\n", t1 / dn,
+                t1, t5 / dn, t5);
+    else /* top-5 of 5 classes or fewer is always 1 */
+        fprintf(out, "  top-1 %.4f (%lld)\n", t1 / dn, t1);
+    /* What always answering the largest class scores: a model near it
+     * has learnt nothing (a bad learning rate, too few steps). */
+    long long most = 0;
+    size_t big = 0;
+    for (size_t c = 0; c < k; c++) {
+        long long pn = json_integer_value(json_object_get(
+            json_array_get(per, c), "samples"));
+        if (pn > most) {
+            most = pn;
+            big = c;
+        }
+    }
+    if (most > 0)
+        fprintf(out, "  chance %.4f (always answering %s, the largest "
+                "class)\n", (double)most / dn, json_string_value(
+                    json_object_get(json_array_get(per, big), "class")));
     fprintf(out, "  per class:\n");
     for (size_t c = 0; c < k; c++) {
         const json_t *pc = json_array_get(per, c);

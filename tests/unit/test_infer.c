@@ -9,6 +9,7 @@
 
 #include "base/rng.h"
 #include "job/infer.h"
+#include "job/infer_run.h"
 #include "job/modelmeta.h"
 #include "jpeggen.h"
 #include "ref_layers.h"
@@ -171,6 +172,37 @@ START_TEST(test_bad_calls_and_files_refused)
 }
 END_TEST
 
+/* eval's text: top-5 only where it can be below 1 (more than 5
+ * classes), and the chance level, so that a model that learnt nothing
+ * shows as one (top-1 0.2750 beside chance 0.2500, 4 classes). */
+START_TEST(test_eval_text_says_chance)
+{
+    json_t *r = json_pack(
+        "{s:s, s:I, s:I, s:I, s:[{s:s, s:I}, {s:s, s:I}, {s:s, s:I}],"
+        " s:[[I,I,I], [I,I,I], [I,I,I]]}",
+        "checkpoint", "m.safetensors", "samples", (json_int_t)10,
+        "top1_correct", (json_int_t)4, "top5_correct", (json_int_t)10,
+        "per_class", "class", "a", "samples", (json_int_t)2, "class", "b",
+        "samples", (json_int_t)5, "class", "c", "samples", (json_int_t)3,
+        "confusion", (json_int_t)1, (json_int_t)1, (json_int_t)0,
+        (json_int_t)3, (json_int_t)2, (json_int_t)0, (json_int_t)2,
+        (json_int_t)0, (json_int_t)1);
+    ck_assert_ptr_nonnull(r);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    td_infer_eval_print(r, 0, f);
+    fclose(f);
+    ck_assert_msg(strstr(text, "  top-1 0.4000 (4)\n"), "%s", text);
+    ck_assert_msg(!strstr(text, "top-5"), "%s", text);
+    ck_assert_msg(strstr(text, "  chance 0.5000 (always answering b, the "
+                               "largest class)\n"), "%s", text);
+    free(text);
+    json_decref(r);
+}
+END_TEST
+
 static Suite *infer_suite(void)
 {
     Suite *s = suite_create("infer");
@@ -179,6 +211,7 @@ static Suite *infer_suite(void)
     tcase_add_test(tc, test_logits_are_the_reference_networks);
     tcase_add_test(tc, test_each_image_alone_gives_the_same_logits);
     tcase_add_test(tc, test_bad_calls_and_files_refused);
+    tcase_add_test(tc, test_eval_text_says_chance);
     suite_add_tcase(s, tc);
     return s;
 }
