@@ -48,9 +48,9 @@ static void td__absolute_paths(json_t *spec, const char *dir)
         const char *s = json_string_value(v);
         if (!s || s[0] == '/')
             continue;
-        char buf[PATH_MAX * 2];
-        snprintf(buf, sizeof buf, "%s/%s", dir, s);
-        json_object_set_new(obj, keys[i], json_string(buf));
+        json_t *abs = td_spec_path_join(dir, s);
+        if (abs)
+            json_object_set_new(obj, keys[i], abs);
     }
 }
 

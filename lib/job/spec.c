@@ -438,11 +438,7 @@ static json_t *td__resolve(const struct td__ctx *c, const char *s)
 {
     if (s[0] == '/' || !c->base || !c->base[0])
         return json_string(s);
-    size_t bl = strlen(c->base);
-    while (bl > 1 && c->base[bl - 1] == '/')
-        bl--;
-    const char *rel = strncmp(s, "./", 2) == 0 ? s + 2 : s;
-    return json_sprintf("%.*s/%s", (int)bl, c->base, rel);
+    return td_spec_path_join(c->base, s);
 }
 
 static int td__paths(struct td__ctx *c, const char *path, const json_t *v,

@@ -180,6 +180,11 @@ int td_spec_apply_set(json_t *root, const char *assignment, char *err,
  * --set overrides, then call this with NULL: what a person typed is
  * relative to where they are.  0 or -errno. */
 int td_spec_absolute_paths(json_t *root, const char *base);
+/* rel made absolute against base (an absolute path without symbolic
+ * links, as realpath and getcwd give), its leading ./ and ../ resolved
+ * ("/a/jobs" + "../data" is "/a/data"); a new string, NULL without
+ * memory. */
+json_t *td_spec_path_join(const char *base, const char *rel);
 
 /* The spec's checks of a name (1-64 of A-Z a-z 0-9 . _ -) and of a device
  * string's syntax (cpu, auto, cuda:N; not whether the device exists), for

@@ -18,14 +18,31 @@
 #include <string.h>
 #include <unistd.h>
 
-static json_t *td__abs(const char *base, const char *rel)
+json_t *td_spec_path_join(const char *base, const char *rel)
 {
     size_t bl = strlen(base);
     while (bl > 1 && base[bl - 1] == '/')
         bl--;
-    while (rel[0] == '.' && rel[1] == '/')
-        rel += 2;
-    return json_sprintf("%.*s/%s", (int)bl, base, rel);
+    for (;;) { /* leading ./ and ../ (base has no symbolic link) */
+        if (rel[0] == '.' && (rel[1] == '/' || !rel[1])) {
+            rel += rel[1] ? 2 : 1;
+        } else if (base[0] == '/' && rel[0] == '.' && rel[1] == '.' &&
+                   (rel[2] == '/' || !rel[2])) {
+            rel += rel[2] ? 3 : 2;
+            while (bl > 1 && base[bl - 1] != '/')
+                bl--;
+            while (bl > 1 && base[bl - 1] == '/')
+                bl--;
+        } else {
+            break;
+        }
+        while (rel[0] == '/')
+            rel++;
+    }
+    if (!rel[0])
+        return json_sprintf("%.*s", (int)bl, base);
+    return json_sprintf("%.*s%s%s", (int)bl, base,
+                        bl == 1 && base[0] == '/' ? "" : "/", rel);
 }
 
 int td_spec_absolute_paths(json_t *root, const char *base)
@@ -42,7 +59,7 @@ int td_spec_absolute_paths(json_t *root, const char *base)
         json_t *v = json_object_get(data, keys[i]);
         const char *s = json_string_value(v);
         if (s && s[0] && s[0] != '/') {
-            json_t *a = td__abs(base, s);
+            json_t *a = td_spec_path_join(base, s);
             if (!a || json_object_set_new(data, keys[i], a))
                 return -ENOMEM;
             continue; /* v was a string, and set_new has freed it */
@@ -53,7 +70,7 @@ int td_spec_absolute_paths(json_t *root, const char *base)
             s = json_string_value(e);
             if (!s || !s[0] || s[0] == '/')
                 continue;
-            json_t *a = td__abs(base, s);
+            json_t *a = td_spec_path_join(base, s);
             if (!a || json_array_set_new(v, k, a))
                 return -ENOMEM;
         }

@@ -2,8 +2,10 @@
  * options before the command, following a finished job's log, the model
  * zoo found from a build tree, messages without nan or "1 epochs".
  * (issue 18; test_cli.c covers each command's basics.) */
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -225,7 +227,7 @@ START_TEST(test_set_paths_relative_to_cwd)
     ck_assert_int_eq(mkdir(jobs, 0755), 0);
     json_t *spec = th_tiny_spec(100000, 0);
     json_object_set_new(json_object_get(spec, "data"), "train",
-                        json_string("d/t"));
+                        json_string("../d/t"));
     const char *file = write_job(spec, "jobs/job.json");
     ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
     ck_assert_int_eq(chdir(H.dir), 0);
@@ -245,6 +247,17 @@ START_TEST(test_set_paths_relative_to_cwd)
     const char *val = json_string_value(json_is_array(data)
                                             ? json_array_get(data, 0) : data);
     ck_assert_msg(val && strcmp(val, want) == 0, "%s", out);
+    /* the file's "../d/t" from its folder jobs/: DIR/d/t, not
+     * DIR/jobs/../d/t */
+    char real[PATH_MAX], want2[PATH_MAX + 8];
+    ck_assert_ptr_nonnull(realpath(H.dir, real));
+    snprintf(want2, sizeof want2, "%s/d/t", real);
+    data = json_object_get(json_object_get(json_object_get(
+        json_object_get(r, "job"), "spec"), "data"), "train");
+    const char *train = json_string_value(json_is_array(data)
+                                              ? json_array_get(data, 0)
+                                              : data);
+    ck_assert_msg(train && strcmp(train, want2) == 0, "%s", out);
     json_decref(r);
     free(out);
     ck_assert_int_eq(CLI(NULL, NULL, "cancel", "1"), 0);

@@ -756,6 +756,31 @@ START_TEST(test_reference_job)
 }
 END_TEST
 
+/* Relative paths joined to a physical base lose their leading ./ and
+ * ../: trainctl show printed /tmp/day/jobs/../data/train for a job
+ * file's "../data/train". */
+START_TEST(test_path_join)
+{
+    static const char *const cases[][3] = {
+        {"/a/jobs", "../data/train", "/a/data/train"},
+        {"/a/jobs/", "./../../x", "/x"},
+        {"/a/jobs", "train", "/a/jobs/train"},
+        {"/a/jobs", "./t/../u", "/a/jobs/t/../u"}, /* only leading ones */
+        {"/a", "..", "/"},
+        {"/", "../x", "/x"},
+        {"/a/b", ".", "/a/b"},
+        {".", "../x", "./../x"}, /* a relative base: left alone */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *j = td_spec_path_join(cases[i][0], cases[i][1]);
+        ck_assert_msg(j && strcmp(json_string_value(j), cases[i][2]) == 0,
+                      "%s + %s: %s, not %s", cases[i][0], cases[i][1],
+                      j ? json_string_value(j) : "NULL", cases[i][2]);
+        json_decref(j);
+    }
+}
+END_TEST
+
 static Suite *spec_suite(void)
 {
     Suite *s = suite_create("spec");
@@ -777,6 +802,7 @@ static Suite *spec_suite(void)
     tcase_add_test(tc, test_load_file);
     tcase_add_test(tc, test_load_file_errors);
     tcase_add_test(tc, test_reference_job);
+    tcase_add_test(tc, test_path_join);
     suite_add_tcase(s, tc);
     return s;
 }
