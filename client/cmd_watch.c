@@ -162,6 +162,8 @@ static void td__draw(td_view *v)
         step = total; /* the last step event may be older than the end */
         epoch = epochs - 1;
         v->eta_s = 0;
+    } else if (td_proto_job_state_final(v->state)) {
+        v->eta_s = -1; /* cancelled or failed: it will not end, --:-- */
     }
     double sps = w ? JNUM(w, "samples_per_s") : 0;
     double frac = total > 0 ? (double)step / (double)total : 0;
@@ -395,7 +397,8 @@ static int td__attach(td_conn *c, td_view *v, json_t **r)
 /* traind went away before the job ended: a restart (the job resumes from
  * its checkpoint once traind is back) or a stop.  Waits up to
  * TD_WATCH_RECONNECT_S for a daemon on the same socket and attaches
- * again; 0 then, -1 when none came back. */
+ * again: TD_EXIT_OK then, TD_EXIT_REFUSED when the daemon back refuses
+ * (the job is gone: printed), TD_EXIT_UNREACHABLE when none came back. */
 static int td__reconnect(td_conn *c, td_view *v, json_t **r)
 {
     char path[sizeof c->path];
@@ -419,13 +422,13 @@ static int td__reconnect(td_conn *c, td_view *v, json_t **r)
         if (td_conn_try_open(c, path) != TD_EXIT_OK)
             continue;
         int rc = td__attach(c, v, r);
-        if (rc == TD_EXIT_OK)
-            return 0;
-        td_conn_close(c); /* gone again, or refused: try again */
+        if (rc != TD_EXIT_UNREACHABLE)
+            return rc;
+        td_conn_close(c); /* gone again: try again */
         json_decref(*r);
         *r = NULL;
     }
-    return -1;
+    return TD_EXIT_UNREACHABLE;
 }
 
 int td_watch_job(td_conn *c, int64_t job, int json, int quiet_header)
@@ -459,17 +462,28 @@ int td_watch_job(td_conn *c, int64_t job, int json, int quiet_header)
     }
     while (!td_proto_job_state_final(v.state)) {
         json_t *ev = td_conn_read(c, -1, NULL);
-        if (!ev && td__reconnect(c, &v, &r) == 0) {
+        if (!ev && (rc = td__reconnect(c, &v, &r)) == TD_EXIT_OK) {
             snprintf(v.reason, sizeof v.reason, "%s",
                      JSTR(v.record, "reason", ""));
-            if (v.tty)
+            if (v.tty) {
                 td__draw(&v);
-            else if (!json)
+            } else if (!json) {
                 printf("job %lld %s: %s\n", (long long)job, v.state,
                        v.reason);
+            } else if (td_proto_job_state_final(v.state)) {
+                /* ended while traind was away: its state event */
+                json_t *st = json_pack(
+                    "{s:s, s:I, s:{s:s, s:s}}", "event", "state", "job",
+                    (json_int_t)job, "data", "state", v.state, "reason",
+                    v.reason);
+                td_print_json(st);
+                json_decref(st);
+            }
             fflush(stdout);
             continue;
         }
+        if (!ev && rc == TD_EXIT_REFUSED)
+            goto out;
         if (!ev) {
             fprintf(stderr, "trainctl: lost the connection to traind (no "
                     "traind on %s for %d s); job %lld was %s\n", c->path[0]

@@ -607,6 +607,45 @@ START_TEST(test_watch_at_80_columns)
 }
 END_TEST
 
+/* A job cancelled while watch draws it on a terminal: the last frame has
+ * no ETA (--:--); it kept the running job's last estimate, 'ETA 04:07'
+ * beside 'cancelled'. */
+START_TEST(test_watch_cancelled_has_no_eta)
+{
+    if (access("/usr/bin/script", X_OK) != 0) {
+        printf("skipped: util-linux script not installed\n");
+        return;
+    }
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, id, "running", 30000));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "TRAIND_SOCKET=%s script -qec 'stty cols 100 rows 24; "
+             "%s/client/trainctl watch %lld' /dev/null", H.sock,
+             getenv("TD_BUILD_ROOT"), (long long)id);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    static char line[4096];
+    int eta = 0; /* a frame with an estimate drawn: cancel then */
+    while (!eta && fgets(line, sizeof line, p))
+        eta = strstr(line, "ETA ") && !strstr(line, "ETA --:--");
+    ck_assert(eta);
+    json_t *r = th_job_request(fd, "cancel", id);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(fd);
+    static char last[4096];
+    last[0] = '\0';
+    while (fgets(line, sizeof line, p))
+        if (strstr(line, "ETA "))
+            snprintf(last, sizeof last, "%s", line);
+    ck_assert_int_eq(pclose(p) >> 8, 1); /* cancelled */
+    ck_assert_msg(strstr(last, "cancelled") && strstr(last, "ETA --:--"),
+                  "%s", last);
+}
+END_TEST
+
 /* A daemon restarted while `trainctl watch` follows a job (the job resumes
  * from its checkpoint): watch waits for traind to come back and follows
  * the job to its end; it exited 3 with 'lost the connection'. */
@@ -774,6 +813,7 @@ static Suite *user_suite(void)
     tcase_add_test(tc, test_checkpoint_request_and_recovery_logged);
     tcase_add_test(tc, test_watch_at_80_columns);
     tcase_add_test(tc, test_watch_follows_across_a_restart);
+    tcase_add_test(tc, test_watch_cancelled_has_no_eta);
     tcase_add_test(tc, test_classes_by_name_and_checks_at_submit);
     suite_add_tcase(s, tc);
     return s;
