@@ -127,10 +127,15 @@ void td_infer_job_summary(const json_t *r, enum td_task t, char *buf,
     long long n;
     if (t == TD_TASK_EVAL) {
         n = json_integer_value(json_object_get(r, "samples"));
-        snprintf(buf, cap, "top-1 %.4f, top-5 %.4f on %lld image%s",
-                 json_number_value(json_object_get(r, "top1")),
-                 json_number_value(json_object_get(r, "top5")), n,
-                 n == 1 ? "" : "s");
+        if (json_array_size(json_object_get(r, "per_class")) > 5)
+            snprintf(buf, cap, "top-1 %.4f, top-5 %.4f on %lld image%s",
+                     json_number_value(json_object_get(r, "top1")),
+                     json_number_value(json_object_get(r, "top5")), n,
+                     n == 1 ? "" : "s");
+        else /* top-5 of 5 classes or fewer is always 1, as in eval's text */
+            snprintf(buf, cap, "top-1 %.4f on %lld image%s",
+                     json_number_value(json_object_get(r, "top1")), n,
+                     n == 1 ? "" : "s");
         return;
     }
     n = json_integer_value(json_object_get(r, "images"));

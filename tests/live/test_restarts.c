@@ -75,7 +75,8 @@ START_TEST(test_kill9_during_eval_job_runs_again)
     int fd = th_connect(&H, NULL);
     trained_checkpoint(fd, ckpt, sizeof ckpt);
     snprintf(data, sizeof data, "%s/eval", H.dir);
-    td_test_make_folder(data, 2, 400, 64, 64);
+    /* big enough that the run takes seconds (events come 5 a second) */
+    td_test_make_folder(data, 2, 700, 320, 320);
     int64_t id = -1;
     /* killed while it runs: an eval event before the last; a job that
      * ends first is tried again */

@@ -714,7 +714,8 @@ START_TEST(test_watch_follows_across_a_restart)
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1,
                   "status %d\nstdout: %s\nstderr: %s", st, out, err);
     ck_assert_msg(strstr(err, "waiting up to"), "%s", err);
-    ck_assert_msg(strstr(out, "cancelled"), "%s", out);
+    ck_assert_msg(strstr(out, "cancelled"), "stdout: %s\nstderr: %s", out,
+                  err);
 }
 END_TEST
 
