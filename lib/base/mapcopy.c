@@ -35,9 +35,7 @@ static void td__install(void)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = td__on_sigbus;
-    /* SA_NODEFER: SIGBUS is not blocked in the handler, so leaving it by
-     * siglongjmp needs no saved signal mask (and no syscall per copy). */
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGBUS, &sa, &td__prev);
 }
@@ -46,7 +44,10 @@ int td_map_copy(void *dst, const void *src, size_t n)
 {
     sigjmp_buf jb;
     pthread_once(&td__once, td__install);
-    if (sigsetjmp(jb, 0))
+    /* The mask saved and restored: SIGBUS is blocked in the handler, and
+     * left blocked after its siglongjmp a second fault would kill (one
+     * sigprocmask per copy, well under a microsecond). */
+    if (sigsetjmp(jb, 1))
         return TD_E_SHRUNK;
     td__active = &jb;
     memcpy(dst, src, n);
