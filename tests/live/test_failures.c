@@ -882,6 +882,46 @@ START_TEST(test_corrupt_shard_member_in_a_live_job)
 }
 END_TEST
 
+/* A shard cut short in place while the job reads it (cp over it): reads
+ * past its new end fault (SIGBUS), which killed the daemon and every job.
+ * Now those samples are bad: the job fails past max_bad_ratio naming the
+ * cut, and the daemon goes on. */
+START_TEST(test_shard_cut_short_in_a_live_job)
+{
+    char set[300], out[300], shard[400], err[256];
+    snprintf(set, sizeof set, "%s/tree", data_dir);
+    snprintf(out, sizeof out, "%s/shards", data_dir);
+    td_test_make_folder(set, 2, 100, 24, 24);
+    td_pack_options o;
+    td_pack_options_default(&o);
+    td_pack_result res;
+    ck_assert_int_eq(td_pack_folder(set, out, &o, &res, err, sizeof err), 0);
+    snprintf(shard, sizeof shard, "%s/shard-000000.tar", out);
+    json_t *spec = th_files_spec(out, 100000);
+    json_object_set_new(json_object_get(spec, "input"), "size",
+                        json_pack("[i,i]", 16, 16));
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, id, "running", 60000));
+    while (job_step(fd, id) < 30)
+        usleep(20000);
+    struct stat st;
+    ck_assert_int_eq(stat(shard, &st), 0);
+    ck_assert_int_eq(truncate(shard, st.st_size / 3), 0);
+    json_t *j = wait_ended(fd, id);
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    ck_assert_msg(strcmp(job_state(j), "failed") == 0 && why &&
+                      strstr(why, "data.train") && strstr(why, "cut short"),
+                  "%s: %s", job_state(j), why);
+    json_decref(j);
+    close(fd);
+    ck_assert_int_eq(kill(H.pid, 0), 0); /* the daemon lives */
+    fd = th_connect(&H, NULL);
+    json_decref(show_job(fd, id));
+    close(fd);
+}
+END_TEST
+
 static Suite *failures_suite(void)
 {
     const td_tcase tcs[] = {
@@ -894,7 +934,8 @@ static Suite *failures_suite(void)
           test_data_folder_gone_mid_run_named}},
         {"badimages", setup_data, teardown_data, NULL,
          {test_bad_images_in_a_live_job,
-          test_corrupt_shard_member_in_a_live_job}},
+          test_corrupt_shard_member_in_a_live_job,
+          test_shard_cut_short_in_a_live_job}},
         {"joblog", setup, teardown, NULL,
          {test_repeated_log_lines_summed_up}},
         {"full", setup, teardown_mount, unmount_listed,
