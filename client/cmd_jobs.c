@@ -326,7 +326,12 @@ int td_cmd_show(int argc, char **argv)
         if (e) {
             char val[64];
             td_fmt_val(e, val, sizeof val);
-            printf("  last epoch:  %lld, %s\n", JINT(e, "epoch") + 1, val);
+            long long bad = JINT(e, "bad_samples"); /* the run's so far */
+            printf("  last epoch:  %lld, %s", JINT(e, "epoch") + 1, val);
+            if (bad > 0)
+                printf("; %lld bad sample%s skipped (trainctl logs %lld)",
+                       bad, bad == 1 ? "" : "s", (long long)id);
+            printf("\n");
         }
         if (json_is_true(json_object_get(j, "restricted"))) {
             printf("  (another user's job: its spec, checkpoints and log are "

@@ -775,6 +775,15 @@ START_TEST(test_bad_images_in_a_live_job)
         spoil(set, bad[i], "ctd"[i % 3]);
     wait_bad_counted(fd, id, 6);
     named_once(fd, id, bad, 6);
+    char cmd[512], want[96];
+    snprintf(cmd, sizeof cmd, "%s/client/trainctl show %lld --socket %s",
+             getenv("TD_BUILD_ROOT"), (long long)id, H.sock);
+    int rc;
+    char *text = td_test_capture(cmd, &rc);
+    snprintf(want, sizeof want, "; 6 bad samples skipped (trainctl logs "
+             "%lld)\n", (long long)id);
+    ck_assert_msg(rc == 0 && strstr(text, want), "%s", text);
+    free(text);
     for (int i = 50; i < 60; i++) { /* 16 of 220: past 0.05 */
         snprintf(name, sizeof name, "class0/img%03d.jpg", i);
         spoil(set, name, 'd');
