@@ -88,6 +88,41 @@ static double td_plot__nice(double x)
 }
 
 /* Round bounds and a tick step for about `ticks` intervals over lo..hi. */
+static int td__cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double td_plot_loss_top(double *v, size_t n, double hi)
+{
+    if (n < 5)
+        return hi;
+    qsort(v, n, sizeof *v, td__cmp_double);
+    double q = v[(size_t)floor(0.9 * (double)(n - 1))];
+    return q > 0 && v[n - 1] > 3 * q ? 1.5 * q : hi;
+}
+
+int td_plot_above(const double *v, size_t n, double top)
+{
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += v[i] > top;
+    return k;
+}
+
+void td_plot_cut_note(cairo_t *cr, const td_plot_rect *area, int cut)
+{
+    char s[64];
+    if (cut <= 0)
+        return;
+    snprintf(s, sizeof s, "%d value%s above the axis", cut,
+             cut == 1 ? "" : "s");
+    cairo_set_font_size(cr, 11);
+    td_plot_rgb(cr, TD__FAINT);
+    td_plot_text(cr, area->x + area->w - 6, area->y + 14, 2, s);
+}
+
 td_plot_axis td_plot_axis_of(double lo, double hi, int ticks)
 {
     if (!(hi > lo)) {
@@ -341,8 +376,14 @@ static void td__panel(cairo_t *cr, int width, int height, int panel,
     cairo_save(cr);
     cairo_rectangle(cr, whole.x, whole.y, whole.w, whole.h);
     cairo_clip(cr);
-    int series[TD_PLOT_NSERIES], ns = 0;
+    int series[TD_PLOT_NSERIES], ns = 0, cut = 0;
     double lo = INFINITY, hi = -INFINITY, x, y;
+    size_t nv = 0, cap = 0;
+    for (int s = 0; s < TD_PLOT_NSERIES; s++)
+        if (td_plot_series[s].panel == panel)
+            cap += ss[s].n;
+    double *v = panel == TD_PLOT_LOSS ? malloc((cap ? cap : 1) * sizeof *v)
+                                      : NULL;
     for (int s = 0; s < TD_PLOT_NSERIES; s++) {
         if (td_plot_series[s].panel != panel)
             continue;
@@ -351,8 +392,12 @@ static void td__panel(cairo_t *cr, int width, int height, int panel,
             if (td__point(&ss[s], i, &x, &y)) {
                 lo = fmin(lo, y);
                 hi = fmax(hi, y);
+                if (v)
+                    v[nv++] = y;
             }
     }
+    if (v) /* one diverging epoch must not flatten the rest */
+        hi = td_plot_loss_top(v, nv, hi);
     int any = lo <= hi;
     if (!any)
         lo = 0, hi = 1;
@@ -365,6 +410,11 @@ static void td__panel(cairo_t *cr, int width, int height, int panel,
         m.y.lo = fmax(m.y.lo, 0);
         m.y.hi = fmin(m.y.hi, 100);
     }
+    if (v)
+        cut = td_plot_above(v, nv, m.y.hi);
+    free(v);
+    if (st)
+        st->cut[panel] = cut;
 
     td_plot_axes(cr, &m, "step");
 
@@ -396,6 +446,7 @@ static void td__panel(cairo_t *cr, int width, int height, int panel,
                  "no values recorded");
     }
 
+    td_plot_cut_note(cr, &area, cut);
     double tx = td_plot_frame(cr, &whole, &area, td__panel_title[panel]);
     if (whole.w < TD__NARROW) /* on a line of its own */
         td__legend(cr, &whole, whole.x + 12, whole.y + 36, ss, series, ns,

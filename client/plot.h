@@ -68,6 +68,8 @@ typedef struct td_plot_stats {
     int epochs;  /* history entries */
     int windows; /* curve entries */
     int points[TD_PLOT_NSERIES]; /* values drawn (nulls left out) */
+    int cut[TD_PLOT_NPANELS];    /* values above the axis (a loss spike:
+                                    td_plot_loss_top in plot_int.h) */
 } td_plot_stats;
 
 /* Draws job (a record as `show` returns it) into a width x height PNG at
@@ -107,6 +109,7 @@ const char *td_plot_compare_key(int panel);
 typedef struct td_plot_cmp_stats {
     int epochs[TD_PLOT_MAX_JOBS], windows[TD_PLOT_MAX_JOBS];
     int points[TD_PLOT_MAX_JOBS][TD_PLOT_C_NPANELS]; /* values drawn */
+    int cut[TD_PLOT_C_NPANELS]; /* values above the axis (a loss spike) */
 } td_plot_cmp_stats;
 
 /* Draws the n (1..TD_PLOT_MAX_JOBS) job records into a width x height PNG

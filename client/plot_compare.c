@@ -110,14 +110,23 @@ static void td__panel(cairo_t *cr, int width, int height, int p,
     cairo_rectangle(cr, whole.x, whole.y, whole.w, whole.h);
     cairo_clip(cr);
     double lo = INFINITY, hi = -INFINITY, x, y;
+    int loss = p == TD_PLOT_C_TRAIN_LOSS || p == TD_PLOT_C_VAL_LOSS, cut = 0;
+    size_t nv = 0, cap = 0;
+    for (int j = 0; j < n; j++)
+        cap += td__line_of(jobs[j], p).n;
+    double *v = loss ? malloc((cap ? cap : 1) * sizeof *v) : NULL;
     for (int j = 0; j < n; j++) {
         td__line l = td__line_of(jobs[j], p);
         for (size_t i = 0; i < l.n; i++)
             if (td__pt(&l, i, &x, &y)) {
                 lo = fmin(lo, y);
                 hi = fmax(hi, y);
+                if (v)
+                    v[nv++] = y;
             }
     }
+    if (v) /* one diverging run must not flatten the others */
+        hi = td_plot_loss_top(v, nv, hi);
     int any = lo <= hi;
     if (!any)
         lo = 0, hi = 1;
@@ -130,6 +139,11 @@ static void td__panel(cairo_t *cr, int width, int height, int p,
         m.y.lo = fmax(m.y.lo, 0);
         m.y.hi = fmin(m.y.hi, 100);
     }
+    if (v)
+        cut = td_plot_above(v, nv, m.y.hi);
+    free(v);
+    if (st)
+        st->cut[p] = cut;
     td_plot_axes(cr, &m, "epoch");
     cairo_save(cr);
     cairo_rectangle(cr, area.x, area.y, area.w, area.h);
@@ -154,6 +168,7 @@ static void td__panel(cairo_t *cr, int width, int height, int p,
         td_plot_text(cr, area.x + area.w / 2.0, area.y + area.h / 2.0, 1,
                      "no values recorded");
     }
+    td_plot_cut_note(cr, &area, cut);
     td_plot_frame(cr, &whole, &area, td__cmp[p].title);
     cairo_restore(cr);
 }

@@ -40,6 +40,16 @@ typedef struct td_plot_map {
 double td_plot_num(const json_t *o, const char *key);
 /* Round bounds and a tick step for about `ticks` intervals over lo..hi. */
 td_plot_axis td_plot_axis_of(double lo, double hi, int ticks);
+/* The top of a loss axis.  A value that dwarfs the rest (one spike of a
+ * diverging epoch) would flatten every other curve: when the largest of
+ * the n values v (reordered) is over 3x their 90th percentile q (n >= 5,
+ * q > 0), 1.5 q (the values above run off the top); else hi. */
+double td_plot_loss_top(double *v, size_t n, double hi);
+/* How many of the n values v are above top. */
+int td_plot_above(const double *v, size_t n, double top);
+/* "N value(s) above the axis" in faint text at the top right inside the
+ * area, when cut > 0. */
+void td_plot_cut_note(cairo_t *cr, const td_plot_rect *area, int cut);
 /* The number of tick intervals of a (a small count, or 0). */
 int td_plot_ticks(const td_plot_axis *a);
 /* A tick's label, with as many decimals as the step needs. */

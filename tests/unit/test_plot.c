@@ -143,6 +143,57 @@ START_TEST(test_every_series_in_its_panel)
 }
 END_TEST
 
+/* Rows of the series' colour in the loss panel's area: the line's
+ * vertical extent in pixels (0: none). */
+static int loss_rows(const plot_image *im, uint32_t rgb)
+{
+    td_plot_rect whole, area;
+    td_plot_layout(im->w, im->h, TD_PLOT_LOSS, &whole, &area);
+    int top = -1, bottom = -1;
+    for (int y = area.y; y < area.y + area.h; y++)
+        if (count(im, (td_plot_rect){area.x, y, area.w, 1}, rgb) > 0) {
+            if (top < 0)
+                top = y;
+            bottom = y;
+        }
+    return top < 0 ? 0 : bottom - top + 1;
+}
+
+/* One diverging epoch (val loss 25.9 where the rest is 0.3-1.5) flattened
+ * the loss panel's every other curve into a few pixels: its axis ends
+ * near the other values now, the spike runs off the top, and the panel
+ * says a value is above it. */
+START_TEST(test_loss_spike_does_not_flatten_the_rest)
+{
+    json_t *rec = record(0);
+    td_plot_stats st;
+    plot_image im;
+    draw(rec, 1200, 900, &st, &im);
+    ck_assert_int_eq(st.cut[TD_PLOT_LOSS], 0);
+    int normal = loss_rows(&im, td_plot_series[TD_PLOT_S_LOSS_WINDOW].rgb);
+    plot_image_free(&im);
+    json_object_set_new(json_array_get(json_object_get(rec, "history"), 0),
+                        "val_loss", json_real(25.9));
+    draw(rec, 1200, 900, &st, &im);
+    ck_assert_int_eq(st.cut[TD_PLOT_LOSS], 1);
+    for (int p = TD_PLOT_ACC; p < TD_PLOT_NPANELS; p++)
+        ck_assert_int_eq(st.cut[p], 0);
+    int spiked = loss_rows(&im, td_plot_series[TD_PLOT_S_LOSS_WINDOW].rgb);
+    td_plot_rect whole, area;
+    td_plot_layout(im.w, im.h, TD_PLOT_LOSS, &whole, &area);
+    /* the window losses (1.5 -> 0.5) keep most of the panel's height:
+     * with the axis to 25.9 they took 4 % of it */
+    ck_assert_msg(spiked > area.h / 3 && spiked * 2 > normal,
+                  "window loss over %d of %d rows (%d without the spike)",
+                  spiked, area.h, normal);
+    /* the val loss line reaches the top edge, where the spike is */
+    ck_assert_int_gt(count(&im, (td_plot_rect){area.x, area.y, area.w, 3},
+                           td_plot_series[TD_PLOT_S_LOSS_VAL].rgb), 0);
+    plot_image_free(&im);
+    json_decref(rec);
+}
+END_TEST
+
 START_TEST(test_colours_are_distinct_and_panels_apart)
 {
     for (int a = 0; a < TD_PLOT_NSERIES; a++)
@@ -306,6 +357,7 @@ static Suite *plot_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_every_series_in_its_panel);
     tcase_add_test(tc, test_colours_are_distinct_and_panels_apart);
+    tcase_add_test(tc, test_loss_spike_does_not_flatten_the_rest);
     tcase_add_test(tc, test_null_val_draws_no_val);
     tcase_add_test(tc, test_null_idle_is_skipped_not_zero);
     tcase_add_test(tc, test_history_only_record);

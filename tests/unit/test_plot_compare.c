@@ -115,6 +115,38 @@ START_TEST(test_each_job_in_its_colour)
 }
 END_TEST
 
+/* One run that diverged (val loss 40 at its first epoch) no longer
+ * flattens the others' val loss: the axis ends near their values and the
+ * panel counts the one above it. */
+START_TEST(test_one_diverged_run_does_not_flatten_the_others)
+{
+    json_t *recs[2] = {record(3, 100, 0, 0), record(4, 100, 0, 0)};
+    json_object_set_new(json_array_get(json_object_get(recs[1], "history"),
+                                       0), "val_loss", json_real(40));
+    td_plot_cmp_stats st;
+    plot_image im;
+    draw(recs, 2, &st, &im);
+    ck_assert_int_eq(st.cut[TD_PLOT_C_VAL_LOSS], 1);
+    ck_assert_int_eq(st.cut[TD_PLOT_C_TRAIN_LOSS], 0);
+    td_plot_rect whole, area;
+    td_plot_layout(im.w, im.h, TD_PLOT_C_VAL_LOSS, &whole, &area);
+    int top = -1, bottom = -1; /* job 3's val loss: 1.1 down to 0.275 */
+    for (int y = area.y; y < area.y + area.h; y++)
+        if (plot_image_count(&im, (td_plot_rect){area.x, y, area.w, 1},
+                             td_plot_job_rgb[0], NULL) > 0) {
+            if (top < 0)
+                top = y;
+            bottom = y;
+        }
+    ck_assert_msg(top >= 0 && bottom - top > area.h / 3,
+                  "job 3's val loss over rows %d..%d of %d", top, bottom,
+                  area.h);
+    plot_image_free(&im);
+    json_decref(recs[0]);
+    json_decref(recs[1]);
+}
+END_TEST
+
 START_TEST(test_job_colours_distinct)
 {
     for (int a = 0; a < TD_PLOT_MAX_JOBS; a++)
@@ -164,6 +196,7 @@ static Suite *plot_compare_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_each_job_in_its_colour);
     tcase_add_test(tc, test_job_colours_distinct);
+    tcase_add_test(tc, test_one_diverged_run_does_not_flatten_the_others);
     tcase_add_test(tc, test_nothing_to_draw);
     suite_add_tcase(s, tc);
     return s;
