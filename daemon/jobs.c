@@ -232,6 +232,15 @@ json_t *td_job_summary(const td_job *j)
         if (v)
             json_object_set(o, from_window[k], v);
     }
+    /* A finished run's figures are the whole run's, as its reason says
+     * ("completed: 10 epochs, 2700.3 samples/s"), not its last window's. */
+    static const char *const from_result[] = {"samples_per_s", "verdict"};
+    for (size_t k = 0; j->result &&
+                       k < sizeof from_result / sizeof *from_result; k++) {
+        json_t *v = json_object_get(j->result, from_result[k]);
+        if (v)
+            json_object_set(o, from_result[k], v);
+    }
     return o;
 }
 

@@ -141,6 +141,19 @@ START_TEST(test_absent_gpu_refused_at_submit)
     json_decref(r);
     int64_t cpu = th_submit(fd, th_tiny_spec(1, 0));
     ck_assert(th_wait_state(fd, cpu, "completed", 60000));
+    /* an ended run's list entry gives the whole run's samples/s, as its
+     * reason does, not its last window's (two figures on one queue row) */
+    r = th_job_request(fd, "show", cpu);
+    json_t *res = json_object_get(json_object_get(th_ok(r), "job"),
+                                  "result");
+    double whole = json_number_value(json_object_get(res, "samples_per_s"));
+    ck_assert(whole > 0);
+    json_decref(r);
+    r = th_request(fd, "list", json_object());
+    json_t *row = json_array_get(json_object_get(th_ok(r), "jobs"), 0);
+    ck_assert_double_eq(json_number_value(json_object_get(
+                            row, "samples_per_s")), whole);
+    json_decref(r);
     close(fd);
 }
 END_TEST
