@@ -130,12 +130,18 @@ static int td__pack_one(const char *set, const char *images,
         return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "%s",
                              err[0] ? err : td_strerror(rc));
     }
-    char how[96] = ""; /* an IDX set has nothing rewritten to report */
-    if (folder)
-        snprintf(how, sizeof how, "; %zu%s", r.rewritten,
-                 opt->index > 0     ? " rewritten with a crop index"
-                 : opt->restart > 0 ? " rewritten with restart markers"
-                                    : " rewritten");
+    char how[192] = ""; /* an IDX set has nothing rewritten to report */
+    if (folder && (opt->index > 0 || opt->restart > 0)) {
+        size_t kept = r.samples - r.rewritten;
+        int k = snprintf(how, sizeof how, "; %zu%s", r.rewritten,
+                         opt->index > 0 ? " rewritten with a crop index"
+                                        : " rewritten with restart markers");
+        if (kept) /* what became of the others */
+            snprintf(how + k, sizeof how - (size_t)k, ", %zu copied as they "
+                     "are (PNGs, unreadable files, JPEGs over 64 Mpx)", kept);
+    } else if (folder) {
+        snprintf(how, sizeof how, "; copied as they are (--index 0)");
+    }
     if (json)
         json_array_append_new(sets, td__pack_json(set, out, &r, s));
     else

@@ -373,6 +373,16 @@ START_TEST(test_pack_lists_skipped_and_bad)
     json_decref(j);
     free(out);
     free(err);
+    /* the text says what became of the files not rewritten: the PNG and
+     * the fake JPEG */
+    snprintf(args, sizeof args, "pack --imagefolder %s -o %s/skt", root, tmp);
+    out = trainctl(args, &rc, &err);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(out, "; 60 rewritten with a crop index, 2 copied as "
+                              "they are (PNGs, unreadable files, JPEGs over "
+                              "64 Mpx)\n"), "%s", out);
+    free(out);
+    free(err);
     /* As pack said: the input pipeline fails on these shards, on the fake
      * JPEG alone (the PNG decodes). */
     snprintf(args, sizeof args, "bench-input --data %s/sko --size 24 "
