@@ -309,9 +309,12 @@ static void td__load_jobs(td_daemon *d)
                 j->state = TD_JOB_FAILED;
                 snprintf(j->reason, sizeof j->reason,
                          "the daemon stopped %d time(s) in a row while this "
-                         "job ran, without a new checkpoint in between "
-                         "(max_crash_restarts %lld); not started again",
-                         starts, max);
+                         "job ran%s (max_crash_restarts %lld); not started "
+                         "again", starts,
+                         td_job_task(j) == TD_TASK_TRAIN
+                             ? ", without a new checkpoint in between"
+                             : "", /* eval, predict: none to write */
+                         max);
                 td_starts_clear(d->state_dir, j->id);
                 td_warn("job %lld: %s", (long long)j->id, j->reason);
                 j->ended = (double)td_wall_ns() / 1e9;
