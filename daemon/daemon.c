@@ -541,7 +541,11 @@ static void td__job_done(td_daemon *d, td_inbox_msg *m)
         j->result = task == TD_TASK_TRAIN ? json_incref(r)
                                           : json_incref(json_object_get(
                                                 r, "result"));
-        if (rc) {
+        if (!r) { /* no report (out of memory): never "completed" */
+            td_daemon_set_job_state(d, j, TD_JOB_FAILED, "the trainer's "
+                                    "report of the end was lost; see the "
+                                    "job's log");
+        } else if (rc) {
             td_daemon_set_job_state(d, j, TD_JOB_FAILED,
                                     json_string_value(json_object_get(
                                         r, "error")));

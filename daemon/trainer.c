@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "base/fscred.h"
+#include "base/json.h"
 #include "base/log.h"
 #include "daemon.h"
 #include "base/clock.h"
@@ -152,9 +153,11 @@ static void *td__thread(void *arg)
                                  (json_int_t)td_runner_steps_total(r)));
         rc = td_runner_run(r, &res, err, sizeof err);
     }
+    /* the error may name a file whose name is not UTF-8: td_json_text */
     json_t *done = json_pack(
-        "{s:i, s:s, s:i, s:I, s:I, s:o, s:o, s:o, s:s, s:I, s:I, s:s}",
-        "rc", rc, "error", err[0] ? err : td_strerror(rc), "stopped",
+        "{s:i, s:o, s:i, s:I, s:I, s:o, s:o, s:o, s:s, s:I, s:I, s:s}",
+        "rc", rc, "error", td_json_text(err[0] ? err : td_strerror(rc)),
+        "stopped",
         (int)res.stopped, "steps", (json_int_t)res.steps, "epochs",
         (json_int_t)res.epochs, "samples_per_s",
         isfinite(res.samples_per_s) ? json_real(res.samples_per_s)
@@ -225,8 +228,9 @@ static void *td__infer_thread(void *arg)
     int stopped = rc == -ECANCELED ? atomic_load(&s->infer_stop) : 0;
     if (stopped)
         rc = 0;
-    json_t *done = json_pack("{s:i, s:s, s:i, s:I, s:s}", "rc", rc, "error",
-                             err[0] ? err : td_strerror(rc), "stopped",
+    json_t *done = json_pack("{s:i, s:o, s:i, s:I, s:s}", "rc", rc, "error",
+                             td_json_text(err[0] ? err : td_strerror(rc)),
+                             "stopped",
                              stopped, "steps", (json_int_t)0, "task",
                              td_task_name(s->task));
     if (done && result)

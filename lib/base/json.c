@@ -1,6 +1,10 @@
 /* json.c - JSON helpers (see json.h). */
 #include "base/json.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 const char *td_json_type_name(json_type t)
 {
     switch (t) {
@@ -14,4 +18,56 @@ const char *td_json_type_name(json_type t)
     case JSON_NULL: return "null";
     }
     return "an unknown JSON type";
+}
+
+int td_utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0], min;
+    size_t len;
+    if (c < 0x80)
+        return 1;
+    if ((c & 0xe0) == 0xc0)
+        len = 2, min = 0x80, c &= 0x1f;
+    else if ((c & 0xf0) == 0xe0)
+        len = 3, min = 0x800, c &= 0x0f;
+    else if ((c & 0xf8) == 0xf0)
+        len = 4, min = 0x10000, c &= 0x07;
+    else
+        return 0;
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        c = c << 6 | (s[i] & 0x3f);
+    }
+    return c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)
+               ? 0
+               : (int)len;
+}
+
+json_t *td_json_text(const char *s)
+{
+    json_t *j = json_string(s ? s : "");
+    if (j)
+        return j;
+    size_t n = strlen(s), o = 0;
+    char *out = malloc(4 * n + 1);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        int k = td_utf8_seq((const unsigned char *)s + i, n - i);
+        if (k) {
+            memcpy(out + o, s + i, (size_t)k);
+            o += (size_t)k;
+            i += (size_t)k;
+        } else {
+            snprintf(out + o, 5, "\\x%02x", (unsigned char)s[i++]);
+            o += 4;
+        }
+    }
+    out[o] = '\0';
+    j = json_string(out); /* NUL bytes cannot be in s: valid now */
+    free(out);
+    return j;
 }

@@ -10,4 +10,15 @@
  * "true or false" (JSON_TRUE and JSON_FALSE), "null". */
 const char *td_json_type_name(json_type t);
 
+/* The length of the valid UTF-8 sequence at s (n bytes left: 1 to 4), or
+ * 0 when it is not one (a stray or missing continuation byte, an overlong
+ * form, a surrogate, past U+10FFFF). */
+int td_utf8_seq(const unsigned char *s, size_t n);
+
+/* A JSON string of text that may hold bytes that are not UTF-8 (a Latin-1
+ * file name in an error message: jansson refuses the text whole, and
+ * json_pack then returns NULL): as it is when it is UTF-8, else with each
+ * such byte as \xNN.  NULL only when out of memory. */
+json_t *td_json_text(const char *s);
+
 #endif

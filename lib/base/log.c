@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/json.h"
+
 static atomic_int td__level = TD_LOG_INFO;
 static atomic_int td__style = TD_LOG_STYLE_HUMAN;
 static _Atomic(td_log_sink_fn) td__sink;
@@ -88,6 +90,45 @@ const char *td_log_thread_name(void)
     return td__thread_name[0] ? td__thread_name : "main";
 }
 
+/* A line travels in JSON (log events, `trainctl logs`), which cannot
+ * carry bytes that are not UTF-8: a Latin-1 file name in "bad sample
+ * caf\xe9.jpg" made the line vanish from both.  Each such byte becomes
+ * \xNN (a line too long for that is cut, "..." at its end). */
+static int td__utf8_clean(char *buf, int n, int cap)
+{
+    int i = 0, k;
+    while (i < n &&
+           (k = td_utf8_seq((unsigned char *)buf + i, (size_t)(n - i))) > 0)
+        i += k;
+    if (i == n)
+        return n;
+    char out[TD_LOG_LINE_MAX + 1];
+    int lim = cap < (int)sizeof out ? cap : (int)sizeof out, o = i;
+    memcpy(out, buf, (size_t)i);
+    while (i < n) {
+        k = td_utf8_seq((unsigned char *)buf + i, (size_t)(n - i));
+        int need = k ? k : 4;
+        if (o + need > lim - 1) {
+            while (o > 0 && o > lim - 4) /* room for "..." */
+                o--;
+            while (o > 0 && ((unsigned char)out[o] & 0xc0) == 0x80)
+                o--; /* not inside a sequence */
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (k)
+            memcpy(out + o, buf + i, (size_t)k);
+        else
+            snprintf(out + o, 5, "\\x%02x", (unsigned char)buf[i]);
+        o += need;
+        i += k ? k : 1;
+    }
+    memcpy(buf, out, (size_t)o);
+    buf[o] = '\0';
+    return o;
+}
+
 int td_log_format(char *buf, int cap, int level, long job, const char *fmt,
                   va_list ap)
 {
@@ -129,7 +170,7 @@ int td_log_format(char *buf, int cap, int level, long job, const char *fmt,
     for (int i = 0; i < n; i++)
         if (buf[i] == '\n' || buf[i] == '\r')
             buf[i] = ' ';
-    return n;
+    return td__utf8_clean(buf, n, cap);
 }
 
 void td_vlogf(int level, long job, const char *fmt, va_list ap)

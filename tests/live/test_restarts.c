@@ -253,11 +253,58 @@ START_TEST(test_full_state_dir_at_start_refused)
 }
 END_TEST
 
+/* A bad image whose file name is not UTF-8 (Latin-1 "cafe" with an
+ * accent): the failure's message, which names it, could not be put in
+ * JSON, the trainer's report was lost and the failed job was recorded as
+ * completed ("0 epochs, 0.0 samples/s, verdict (null)"); its "bad
+ * sample" log line was missing from trainctl logs.  The name is written
+ * with \xNN now, in both. */
+START_TEST(test_bad_file_name_not_utf8)
+{
+    char data[300], bad[400];
+    snprintf(data, sizeof data, "%s/latin", H.dir);
+    td_test_make_folder(data, 2, 20, 24, 24);
+    snprintf(bad, sizeof bad, "%s/class1/caf\xe9.jpg", data);
+    td_test_write_file(bad, "\xff\xd8 not a JPEG", 12);
+    json_t *spec = th_files_spec(data, 2);
+    json_object_set_new(spec, "max_bad_ratio", json_real(0.01));
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, spec);
+    json_t *j = NULL;
+    for (int i = 0; i < 1200; i++) {
+        json_decref(j);
+        j = show_job(fd, id);
+        if (strcmp(job_state(j), "pending") != 0 &&
+            strcmp(job_state(j), "running") != 0)
+            break;
+        usleep(50000);
+    }
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    ck_assert_msg(strcmp(job_state(j), "failed") == 0 && why &&
+                      strstr(why, "class1/caf\\xe9.jpg"),
+                  "%s: %s", job_state(j), why);
+    json_decref(j);
+    json_t *r = th_request(fd, "logs", json_pack("{s:I, s:i}", "job",
+                                                 (json_int_t)id, "lines",
+                                                 100000));
+    json_t *lines = json_object_get(th_ok(r), "lines"), *l;
+    size_t i;
+    int named = 0;
+    json_array_foreach(lines, i, l)
+        named += strstr(json_string_value(l), "bad sample ") &&
+                 strstr(json_string_value(l), "caf\\xe9.jpg");
+    ck_assert_int_eq(named, 1);
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
 static Suite *restarts_suite(void)
 {
     const td_tcase tcs[] = {
         {"eval", setup, teardown, NULL,
          {test_kill9_during_eval_job_runs_again}},
+        {"names", setup, teardown, NULL, {test_bad_file_name_not_utf8}},
         {"full", setup, teardown_mount, unmount_listed,
          {test_full_state_dir_at_start_refused}},
     };

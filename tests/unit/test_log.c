@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "base/log.h"
 #include "tdtest.h"
 
@@ -67,6 +69,49 @@ START_TEST(test_truncation_and_newlines)
     fmt(buf, sizeof buf, TD_LOG_INFO, 0, "two\nlines\r");
     ck_assert_ptr_null(strchr(buf, '\n'));
     ck_assert_ptr_null(strchr(buf, '\r'));
+}
+END_TEST
+
+/* A line goes into JSON (log events, trainctl logs): bytes that are not
+ * UTF-8 (a Latin-1 file name) made it vanish from both; now each is
+ * \xNN, valid UTF-8 stays as it is, and a cut never splits a sequence. */
+START_TEST(test_lines_are_utf8)
+{
+    char buf[256];
+    td_log_set_style(TD_LOG_STYLE_JOURNAL);
+    fmt(buf, sizeof buf, TD_LOG_WARN, 3, "bad sample %s: %s",
+        "train/caf\xe9.jpg", "caf\xc3\xa9 \xe2\x82\xac ok");
+    ck_assert_msg(strstr(buf, "job 3: bad sample train/caf\\xe9.jpg: "
+                              "caf\xc3\xa9 \xe2\x82\xac ok"), "%s", buf);
+    json_t *j = json_string(buf);
+    ck_assert_ptr_nonnull(j);
+    json_decref(j);
+    /* a lone continuation byte, a truncated sequence, an overlong '/', a
+     * surrogate */
+    fmt(buf, sizeof buf, TD_LOG_INFO, 0, "%s", "a\x80" "b\xe2\x82 c\xc0\xaf "
+        "\xed\xa0\x80");
+    ck_assert_msg(strstr(buf, "a\\x80b\\xe2\\x82 c\\xc0\\xaf "
+                              "\\xed\\xa0\\x80"), "%s", buf);
+    /* cut where escaping no longer fits: valid, ending in "..." */
+    char small[40], bad[64];
+    memset(bad, 0xe9, sizeof bad - 1);
+    bad[sizeof bad - 1] = '\0';
+    int n = fmt(small, sizeof small, TD_LOG_INFO, 0, "%s", bad);
+    ck_assert_int_le(n, (int)sizeof small - 1);
+    ck_assert_int_eq((int)strlen(small), n);
+    ck_assert_str_eq(small + n - 3, "...");
+    j = json_string(small);
+    ck_assert_ptr_nonnull(j);
+    json_decref(j);
+    /* a multi-byte sequence cut by the line's own limit */
+    char euro[200] = "";
+    for (int i = 0; i < 60; i++)
+        strcat(euro, "\xe2\x82\xac");
+    n = fmt(small, sizeof small, TD_LOG_INFO, 0, "%s", euro);
+    j = json_string(small);
+    ck_assert_msg(j != NULL, "not UTF-8: %s", small);
+    json_decref(j);
+    td_log_set_style(TD_LOG_STYLE_HUMAN);
 }
 END_TEST
 
@@ -166,6 +211,7 @@ static Suite *log_suite(void)
     tcase_add_test(tc, test_human_format);
     tcase_add_test(tc, test_journal_format);
     tcase_add_test(tc, test_truncation_and_newlines);
+    tcase_add_test(tc, test_lines_are_utf8);
     tcase_add_test(tc, test_parse_level);
     suite_add_tcase(s, tc);
     tc = tcase_create("output");
