@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/fscred.h"
+#include "base/json.h"
 #include "base/jsontext.h"
 #include "input/pipeline.h"
 #include "input/png.h"
@@ -110,8 +111,8 @@ static json_t *td__eval_json(const td__acc *a, const td_model_meta *meta,
                                                    (double)a->per_n[c])
                                        : json_null()));
     }
-    return json_pack("{s:s, s:I, s:f, s:f, s:I, s:I, s:o, s:o}", "checkpoint",
-                     path, "samples", (json_int_t)a->n, "top1", a->top1 / n,
+    return json_pack("{s:o, s:I, s:f, s:f, s:I, s:I, s:o, s:o}", "checkpoint",
+                     td_json_text(path), "samples", (json_int_t)a->n, "top1", a->top1 / n,
                      "top5", a->top5 / n, "top1_correct", (json_int_t)a->top1,
                      "top5_correct", (json_int_t)a->top5, "per_class", per,
                      "confusion", conf);
@@ -326,7 +327,8 @@ static json_t *td__top(td__pred *p, const char *file, const float *z)
                                              pr[idx[t]] / sum));
     free(pr);
     free(idx);
-    return json_pack("{s:s, s:o}", "file", file, "top", arr);
+    /* a file name need not be UTF-8: td_json_text */
+    return json_pack("{s:o, s:o}", "file", td_json_text(file), "top", arr);
 }
 
 static int td__add(td__pred *p, json_t *item)
@@ -461,8 +463,9 @@ int td_infer_predict(const td_infer_run_opts *o, const char *const *files,
                      r == TD_E_CORRUPT ? "not a readable JPEG or PNG"
                                        : "cannot read",
                      msg && msg[0] ? ": " : "", msg ? msg : "");
-            if ((rc = td__add(&p, json_pack("{s:s, s:s}", "file", file,
-                                            "error", why)))) {
+            if ((rc = td__add(&p, json_pack("{s:o, s:o}", "file",
+                                            td_json_text(file), "error",
+                                            td_json_text(why))))) {
                 snprintf(err, errcap, "out of memory");
                 goto out;
             }
@@ -476,8 +479,8 @@ int td_infer_predict(const td_infer_run_opts *o, const char *const *files,
     }
     if ((rc = td__flush(&p, files, err, errcap)))
         goto out;
-    *result = json_pack("{s:s, s:i, s:i, s:i, s:O}", "checkpoint",
-                        o->checkpoint, "top_k", p.top, "images", n, "failed",
+    *result = json_pack("{s:o, s:i, s:i, s:i, s:O}", "checkpoint",
+                        td_json_text(o->checkpoint), "top_k", p.top, "images", n, "failed",
                         bad, "predictions", p.list);
     if (!*result) {
         rc = -ENOMEM;
