@@ -7,6 +7,7 @@
 #include <check.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <sys/stat.h>
 #include <poll.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -495,4 +497,91 @@ int64_t th_submit(int fd, json_t *spec)
     int64_t id = json_integer_value(json_object_get(th_ok(r), "job"));
     json_decref(r);
     return id;
+}
+
+void th_kill9_restart(td_harness *h)
+{
+    int st;
+    ck_assert_int_eq(kill(h->pid, SIGKILL), 0);
+    waitpid(h->pid, &st, 0);
+    h->pid = 0;
+    ck_assert_int_eq(th_restart(h), 0);
+}
+
+json_t *th_show_job(int fd, int64_t id)
+{
+    json_t *r = th_job_request(fd, "show", id);
+    json_t *j = json_incref(json_object_get(th_ok(r), "job"));
+    json_decref(r);
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
+const char *th_job_state(const json_t *job)
+{
+    return json_string_value(json_object_get(job, "state"));
+}
+
+/* ---- a small tmpfs ---------------------------------------------------- */
+
+static char th__mounted[512];
+
+/* The runner process's list: the test runs in its child. */
+static void th__mount_list(char *path, size_t cap, pid_t runner)
+{
+    snprintf(path, cap, "/tmp/traind-tmpfs-mounts.%d", (int)runner);
+}
+
+int th_tmpfs_mount(const char *dir, int kb)
+{
+    char opts[64], list[64];
+    snprintf(opts, sizeof opts, "size=%dk", kb);
+    if ((mkdir(dir, 0750) != 0 && errno != EEXIST) || getuid() != 0 ||
+        mount("tmpfs", dir, "tmpfs", 0, opts) != 0) {
+        printf("skipped: cannot mount a tmpfs at %s: %s\n", dir,
+               strerror(errno));
+        return -1;
+    }
+    snprintf(th__mounted, sizeof th__mounted, "%s", dir);
+    th__mount_list(list, sizeof list, getppid());
+    FILE *f = fopen(list, "a");
+    if (f) {
+        fprintf(f, "%s\n", dir);
+        fclose(f);
+    }
+    return 0;
+}
+
+void th_tmpfs_unmount(void)
+{
+    if (th__mounted[0])
+        umount2(th__mounted, MNT_DETACH);
+    th__mounted[0] = '\0';
+}
+
+void th_tmpfs_unmount_listed(void)
+{
+    char list[64], line[600];
+    th__mount_list(list, sizeof list, getpid());
+    FILE *f = fopen(list, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        umount2(line, MNT_DETACH);
+    }
+    if (f)
+        fclose(f);
+    unlink(list);
+}
+
+void th_tmpfs_fill(const char *dir, char *filler, size_t cap)
+{
+    static char block[4096];
+    snprintf(filler, cap, "%s/filler", dir);
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    while (write(fd, block, sizeof block) > 0)
+        ;
+    while (write(fd, block, 1) > 0)
+        ;
+    close(fd);
 }

@@ -37,12 +37,32 @@ int th_stop(td_harness *h);
 /* Restarts on the same dirs, with the same extra args. */
 int th_restart(td_harness *h);
 void th_cleanup(td_harness *h); /* removes the temporary dir */
+/* kill -9, then th_restart (a crash, as the daemon sees it at start). */
+void th_kill9_restart(td_harness *h);
+
+/* ---- a small tmpfs: a full or read-only disk (root only) ----------------
+ * A failed check ends a test's process before its teardown: the Check
+ * runner process unmounts what its tests mounted in th_tmpfs_unmount_
+ * listed (give it as the unchecked teardown). */
+/* Mounts a tmpfs of kb KiB at dir (made if missing); 0, or prints
+ * "skipped: ..." and returns -1 (not root, no CAP_SYS_ADMIN). */
+int th_tmpfs_mount(const char *dir, int kb);
+/* Unmounts the last th_tmpfs_mount, if any. */
+void th_tmpfs_unmount(void);
+void th_tmpfs_unmount_listed(void);
+/* Fills the file system holding dir until writes fail (ENOSPC), with the
+ * file dir/filler (its path in filler). */
+void th_tmpfs_fill(const char *dir, char *filler, size_t cap);
 
 /* A connected client.  Reads the hello line, into *hello if non-NULL. */
 /* A TCP port on 127.0.0.1 that nothing listens on now (for the metrics
  * endpoint). */
 int th_free_port(void);
 int th_connect(const td_harness *h, json_t **hello);
+/* The job record `show` gives (a new reference; the check fails without
+ * one), and its state. */
+json_t *th_show_job(int fd, int64_t id);
+const char *th_job_state(const json_t *job);
 /* A client whose peer credentials are uid/gid (the daemon sees that user):
  * a forked child drops to them, connects and hands the socket back.  Opens
  * the harness dir and socket to everyone first.  Needs root; -1 on

@@ -29,20 +29,6 @@
 
 TH_FIXTURE(H)
 
-static json_t *show_job(int fd, int64_t id)
-{
-    json_t *r = th_job_request(fd, "show", id);
-    json_t *j = json_incref(json_object_get(th_ok(r), "job"));
-    json_decref(r);
-    ck_assert_ptr_nonnull(j);
-    return j;
-}
-
-static const char *job_state(json_t *j)
-{
-    return json_string_value(json_object_get(j, "state"));
-}
-
 /* Rewrites jobs/<id>.json (the daemon stopped) as it is on disk when a
  * kill -9 comes after the job's last checkpoint landed and before its
  * record said so: state running, no result. */
@@ -86,7 +72,7 @@ START_TEST(test_kill9_after_final_checkpoint_completes)
     int fd = th_connect(&H, NULL);
     int64_t id = th_submit(fd, th_tiny_spec(2, 0));
     ck_assert(th_wait_state(fd, id, "completed", 60000));
-    json_t *j = show_job(fd, id);
+    json_t *j = th_show_job(fd, id);
     json_t *cks = json_object_get(j, "checkpoints");
     char last[4096];
     snprintf(last, sizeof last, "%s", json_string_value(json_object_get(
@@ -99,8 +85,8 @@ START_TEST(test_kill9_after_final_checkpoint_completes)
     fd = th_connect(&H, NULL);
     int done = 0;
     for (int i = 0; i < 600 && !done; i++) {
-        j = show_job(fd, id);
-        const char *st = job_state(j);
+        j = th_show_job(fd, id);
+        const char *st = th_job_state(j);
         done = strcmp(st, "completed") == 0 || strcmp(st, "failed") == 0;
         if (!done) {
             json_decref(j);
@@ -108,8 +94,8 @@ START_TEST(test_kill9_after_final_checkpoint_completes)
         }
     }
     ck_assert_msg(done, "the job never ended after the restart");
-    ck_assert_msg(strcmp(job_state(j), "completed") == 0, "%s: %s",
-                  job_state(j),
+    ck_assert_msg(strcmp(th_job_state(j), "completed") == 0, "%s: %s",
+                  th_job_state(j),
                   json_string_value(json_object_get(j, "reason")));
     ck_assert_int_eq(json_integer_value(json_object_get(j, "step")), 200);
     json_t *res = json_object_get(j, "result");
@@ -225,7 +211,7 @@ START_TEST(test_best_and_early_stop_survive_a_resume)
     int fd = th_connect(&H, NULL);
     int64_t a = th_submit(fd, best_spec());
     ck_assert(th_wait_state(fd, a, "completed", 300000));
-    json_t *ja = show_job(fd, a);
+    json_t *ja = th_show_job(fd, a);
     size_t ea;
     int64_t best_a = best_epoch_step(ja, &ea);
     json_decref(ja);
@@ -253,7 +239,7 @@ START_TEST(test_best_and_early_stop_survive_a_resume)
     ck_assert_ptr_nonnull(th_ok(r));
     json_decref(r);
     ck_assert(th_wait_state(fd, b, "completed", 300000));
-    json_t *jb = show_job(fd, b);
+    json_t *jb = th_show_job(fd, b);
     size_t eb;
     int64_t best_b = best_epoch_step(jb, &eb);
     json_decref(jb);
@@ -304,7 +290,7 @@ static int truncate_checkpoints(const td_harness *h, int64_t id, int all)
 
 static int64_t job_step(int fd, int64_t id)
 {
-    json_t *j = show_job(fd, id);
+    json_t *j = th_show_job(fd, id);
     int64_t s = json_integer_value(json_object_get(j, "step"));
     json_decref(j);
     return s;
@@ -377,14 +363,14 @@ START_TEST(test_data_folder_gone_mid_run_named)
     json_t *j = NULL;
     for (int i = 0; i < 1200 && !ended; i++) {
         json_decref(j);
-        j = show_job(fd, id);
-        ended = strcmp(job_state(j), "running") != 0;
+        j = th_show_job(fd, id);
+        ended = strcmp(th_job_state(j), "running") != 0;
         if (!ended)
             usleep(50000);
     }
     const char *why = json_string_value(json_object_get(j, "reason"));
-    ck_assert_msg(strcmp(job_state(j), "failed") == 0, "%s: %s",
-                  job_state(j), why);
+    ck_assert_msg(strcmp(th_job_state(j), "failed") == 0, "%s: %s",
+                  th_job_state(j), why);
     ck_assert_msg(strstr(why, "data.train: ") &&
                       strstr(why, "past max_bad_ratio 0.01; the latest: ") &&
                       strstr(why, "No such file or directory") &&
@@ -445,79 +431,14 @@ static int count_of(const char *text, const char *what)
     return n;
 }
 
-/* Mounts a tmpfs of kb KiB at dir; 0, or says why not and returns -1 (the
- * test then skips: not root, no CAP_SYS_ADMIN).  teardown_mount unmounts
- * it, pass or fail. */
-static char mounted[300];
-#define SUITE_NAME "failures"
-
-/* A failed check ends the test's process before its teardown: the runner
- * process (an unchecked teardown) unmounts the mounts listed here. */
-static void list_mount(const char *dir)
-{
-    char list[64];
-    snprintf(list, sizeof list, "/tmp/traind-%s-mounts.%d", SUITE_NAME,
-             (int)getppid());
-    FILE *f = fopen(list, "a");
-    if (f) {
-        fprintf(f, "%s\n", dir);
-        fclose(f);
-    }
-}
-
-static void unmount_listed(void)
-{
-    char list[64], line[300];
-    snprintf(list, sizeof list, "/tmp/traind-%s-mounts.%d", SUITE_NAME,
-             (int)getpid());
-    FILE *f = fopen(list, "r");
-    while (f && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        umount2(line, MNT_DETACH);
-    }
-    if (f)
-        fclose(f);
-    unlink(list);
-}
-
-static int mount_small(const char *dir, int kb)
-{
-    char opts[64];
-    snprintf(opts, sizeof opts, "size=%dk", kb);
-    if (mkdir(dir, 0750) != 0 || getuid() != 0 ||
-        mount("tmpfs", dir, "tmpfs", 0, opts) != 0) {
-        printf("skipped: cannot mount a tmpfs at %s: %s\n", dir,
-               strerror(errno));
-        return -1;
-    }
-    snprintf(mounted, sizeof mounted, "%s", dir);
-    list_mount(dir);
-    return 0;
-}
-
 static void teardown_mount(void)
 {
     int st = th_stop(&H); /* the daemon first: it has files there */
-    if (mounted[0])
-        umount2(mounted, MNT_DETACH);
-    mounted[0] = '\0';
+    th_tmpfs_unmount();
     th_cleanup(&H);
     ck_assert_msg(st == 0, "traind exited with status %d", st);
 }
 
-/* Fills the file system holding dir until a write fails (ENOSPC). */
-static void fill(const char *dir, char *filler, size_t cap)
-{
-    static char block[4096];
-    snprintf(filler, cap, "%s/filler", dir);
-    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ck_assert_int_ge(fd, 0);
-    while (write(fd, block, sizeof block) > 0)
-        ;
-    while (write(fd, block, 1) > 0)
-        ;
-    close(fd);
-}
 
 /* The state dir on a small tmpfs, filled while a job writes checkpoints:
  * its "checkpoint at step N failed, training goes on: No space left on
@@ -529,7 +450,7 @@ START_TEST(test_job_log_kept_while_disk_full)
     static char root[300];
     static const char *args[] = {"--state-dir", root, NULL};
     snprintf(root, sizeof root, "%s/small", H.dir);
-    if (mount_small(root, 8192))
+    if (th_tmpfs_mount(root, 8192))
         return;
     ck_assert_int_eq(th_stop(&H), 0);
     H.extra = args;
@@ -550,7 +471,7 @@ START_TEST(test_job_log_kept_while_disk_full)
         json_decref(ev);
     }
     ck_assert_msg(written, "no checkpoint written");
-    fill(root, filler, sizeof filler);
+    th_tmpfs_fill(root, filler, sizeof filler);
     /* and the room left in the log's last page (tmpfs counts pages): a
      * line after this cannot land, whatever its length */
     int lfd = open(logpath, O_WRONLY | O_APPEND);
@@ -593,8 +514,8 @@ START_TEST(test_job_log_kept_while_disk_full)
     json_decref(th_job_request(fd, "cancel", id)); /* unless it ended */
     int ended = 0;
     for (int i = 0; i < 1200 && !ended; i++) {
-        json_t *j = show_job(fd, id);
-        ended = strcmp(job_state(j), "running") != 0;
+        json_t *j = th_show_job(fd, id);
+        ended = strcmp(th_job_state(j), "running") != 0;
         json_decref(j);
         if (!ended)
             usleep(50000);
@@ -619,7 +540,7 @@ START_TEST(test_repeated_log_lines_summed_up)
         usleep(20000);
     json_decref(th_job_request(fd, "cancel", id));
     ck_assert(th_wait_state(fd, id, "cancelled", 60000));
-    json_t *j = show_job(fd, id);
+    json_t *j = th_show_job(fd, id);
     int epochs = (int)json_array_size(json_object_get(j, "history"));
     json_decref(j);
     ck_assert_int_ge(epochs, 50);
@@ -687,12 +608,12 @@ static void spoil(const char *dir, const char *name, char how)
 
 static int64_t last_epoch_bad(int fd, int64_t id, int64_t *epoch)
 {
-    json_t *j = show_job(fd, id);
+    json_t *j = th_show_job(fd, id);
     json_t *e = json_object_get(j, "last_epoch");
     int64_t n = json_integer_value(json_object_get(e, "bad_samples"));
     *epoch = e ? json_integer_value(json_object_get(e, "epoch")) : -1;
-    ck_assert_msg(strcmp(job_state(j), "running") == 0, "%s: %s",
-                  job_state(j),
+    ck_assert_msg(strcmp(th_job_state(j), "running") == 0, "%s: %s",
+                  th_job_state(j),
                   json_string_value(json_object_get(j, "reason")));
     json_decref(j);
     return n;
@@ -732,9 +653,9 @@ static json_t *wait_ended(int fd, int64_t id)
     json_t *j = NULL;
     for (int i = 0; i < 2400; i++) {
         json_decref(j);
-        j = show_job(fd, id);
-        if (strcmp(job_state(j), "running") != 0 &&
-            strcmp(job_state(j), "pending") != 0)
+        j = th_show_job(fd, id);
+        if (strcmp(th_job_state(j), "running") != 0 &&
+            strcmp(th_job_state(j), "pending") != 0)
             return j;
         usleep(50000);
     }
@@ -790,11 +711,11 @@ START_TEST(test_bad_images_in_a_live_job)
     }
     json_t *j = wait_ended(fd, id);
     const char *why = json_string_value(json_object_get(j, "reason"));
-    ck_assert_msg(strcmp(job_state(j), "failed") == 0 &&
+    ck_assert_msg(strcmp(th_job_state(j), "failed") == 0 &&
                       strstr(why, "data.train: 12 bad sample(s) out of 220, "
                                   "past max_bad_ratio 0.05; the latest: ") &&
                       strstr(why, "class0/img05"),
-                  "%s: %s", job_state(j), why);
+                  "%s: %s", th_job_state(j), why);
     json_decref(j);
     close(fd);
 }
@@ -919,14 +840,14 @@ START_TEST(test_shard_cut_short_in_a_live_job)
     ck_assert_int_eq(truncate(shard, st.st_size / 3), 0);
     json_t *j = wait_ended(fd, id);
     const char *why = json_string_value(json_object_get(j, "reason"));
-    ck_assert_msg(strcmp(job_state(j), "failed") == 0 && why &&
+    ck_assert_msg(strcmp(th_job_state(j), "failed") == 0 && why &&
                       strstr(why, "data.train") && strstr(why, "cut short"),
-                  "%s: %s", job_state(j), why);
+                  "%s: %s", th_job_state(j), why);
     json_decref(j);
     close(fd);
     ck_assert_int_eq(kill(H.pid, 0), 0); /* the daemon lives */
     fd = th_connect(&H, NULL);
-    json_decref(show_job(fd, id));
+    json_decref(th_show_job(fd, id));
     close(fd);
 }
 END_TEST
@@ -947,7 +868,7 @@ static Suite *failures_suite(void)
           test_shard_cut_short_in_a_live_job}},
         {"joblog", setup, teardown, NULL,
          {test_repeated_log_lines_summed_up}},
-        {"full", setup, teardown_mount, unmount_listed,
+        {"full", setup, teardown_mount, th_tmpfs_unmount_listed,
          {test_job_log_kept_while_disk_full}},
     };
     return td_suite_from("failures", tcs, sizeof tcs / sizeof tcs[0]);

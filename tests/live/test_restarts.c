@@ -22,29 +22,6 @@
 
 TH_FIXTURE(H)
 
-static json_t *show_job(int fd, int64_t id)
-{
-    json_t *r = th_job_request(fd, "show", id);
-    json_t *j = json_incref(json_object_get(th_ok(r), "job"));
-    json_decref(r);
-    ck_assert_ptr_nonnull(j);
-    return j;
-}
-
-static const char *job_state(json_t *j)
-{
-    return json_string_value(json_object_get(j, "state"));
-}
-
-static void kill9_and_restart(td_harness *h)
-{
-    int st;
-    ck_assert_int_eq(kill(h->pid, SIGKILL), 0);
-    waitpid(h->pid, &st, 0);
-    h->pid = 0;
-    ck_assert_int_eq(th_restart(h), 0);
-}
-
 /* ---- kill -9 during an eval job ------------------------------------------- */
 
 /* A 2-class ImageFolder at H.dir/data and a job trained on it for one
@@ -56,7 +33,7 @@ static void trained_checkpoint(int fd, char *ckpt, size_t cap)
     td_test_make_folder(data, 2, 12, 24, 24);
     int64_t id = th_submit(fd, th_files_spec(data, 1));
     ck_assert(th_wait_state(fd, id, "completed", 120000));
-    json_t *j = show_job(fd, id);
+    json_t *j = th_show_job(fd, id);
     const char *p = json_string_value(json_object_get(
         json_object_get(j, "result"), "last_checkpoint"));
     ck_assert_ptr_nonnull(p);
@@ -102,7 +79,7 @@ START_TEST(test_kill9_during_eval_job_runs_again)
             json_decref(ev);
             if (midway) {
                 close(fd);
-                kill9_and_restart(&H);
+                th_kill9_restart(&H);
                 fd = th_connect(&H, NULL);
                 id = e;
                 break;
@@ -118,14 +95,14 @@ START_TEST(test_kill9_during_eval_job_runs_again)
     json_t *j = NULL;
     for (int i = 0; i < 2400; i++) {
         json_decref(j);
-        j = show_job(fd, id);
-        if (strcmp(job_state(j), "completed") == 0 ||
-            strcmp(job_state(j), "failed") == 0)
+        j = th_show_job(fd, id);
+        if (strcmp(th_job_state(j), "completed") == 0 ||
+            strcmp(th_job_state(j), "failed") == 0)
             break;
         usleep(50000);
     }
-    ck_assert_msg(strcmp(job_state(j), "completed") == 0, "%s: %s",
-                  job_state(j),
+    ck_assert_msg(strcmp(th_job_state(j), "completed") == 0, "%s: %s",
+                  th_job_state(j),
                   json_string_value(json_object_get(j, "reason")));
     ck_assert_ptr_nonnull(json_object_get(j, "result"));
     json_decref(j);
@@ -139,44 +116,10 @@ END_TEST
 
 /* ---- a full state dir at start -------------------------------------------- */
 
-static char mounted[300];
-#define SUITE_NAME "restarts"
-
-/* A failed check ends the test's process before its teardown: the runner
- * process (an unchecked teardown) unmounts the mounts listed here. */
-static void list_mount(const char *dir)
-{
-    char list[64];
-    snprintf(list, sizeof list, "/tmp/traind-%s-mounts.%d", SUITE_NAME,
-             (int)getppid());
-    FILE *f = fopen(list, "a");
-    if (f) {
-        fprintf(f, "%s\n", dir);
-        fclose(f);
-    }
-}
-
-static void unmount_listed(void)
-{
-    char list[64], line[300];
-    snprintf(list, sizeof list, "/tmp/traind-%s-mounts.%d", SUITE_NAME,
-             (int)getpid());
-    FILE *f = fopen(list, "r");
-    while (f && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        umount2(line, MNT_DETACH);
-    }
-    if (f)
-        fclose(f);
-    unlink(list);
-}
-
 static void teardown_mount(void)
 {
     int st = th_stop(&H);
-    if (mounted[0])
-        umount2(mounted, MNT_DETACH);
-    mounted[0] = '\0';
+    th_tmpfs_unmount();
     th_cleanup(&H);
     ck_assert_msg(st == 0 || st == -1, "traind exited with status %d", st);
 }
@@ -190,14 +133,8 @@ START_TEST(test_full_state_dir_at_start_refused)
     static char root[300];
     static const char *args[] = {"--state-dir", root, NULL};
     snprintf(root, sizeof root, "%s/small", H.dir);
-    if (mkdir(root, 0750) != 0 || getuid() != 0 ||
-        mount("tmpfs", root, "tmpfs", 0, "size=8192k") != 0) {
-        printf("skipped: cannot mount a tmpfs at %s: %s\n", root,
-               strerror(errno));
+    if (th_tmpfs_mount(root, 8192))
         return;
-    }
-    snprintf(mounted, sizeof mounted, "%s", root);
-    list_mount(root);
     ck_assert_int_eq(th_stop(&H), 0);
     H.extra = args;
     ck_assert_int_eq(th_restart(&H), 0);
@@ -246,8 +183,8 @@ START_TEST(test_full_state_dir_at_start_refused)
     ck_assert_int_eq(unlink(filler), 0);
     ck_assert_int_eq(th_restart(&H), 0);
     fd = th_connect(&H, NULL);
-    json_t *j = show_job(fd, id);
-    ck_assert_str_eq(job_state(j), "completed");
+    json_t *j = th_show_job(fd, id);
+    ck_assert_str_eq(th_job_state(j), "completed");
     json_decref(j);
     close(fd);
 }
@@ -273,16 +210,16 @@ START_TEST(test_bad_file_name_not_utf8)
     json_t *j = NULL;
     for (int i = 0; i < 1200; i++) {
         json_decref(j);
-        j = show_job(fd, id);
-        if (strcmp(job_state(j), "pending") != 0 &&
-            strcmp(job_state(j), "running") != 0)
+        j = th_show_job(fd, id);
+        if (strcmp(th_job_state(j), "pending") != 0 &&
+            strcmp(th_job_state(j), "running") != 0)
             break;
         usleep(50000);
     }
     const char *why = json_string_value(json_object_get(j, "reason"));
-    ck_assert_msg(strcmp(job_state(j), "failed") == 0 && why &&
+    ck_assert_msg(strcmp(th_job_state(j), "failed") == 0 && why &&
                       strstr(why, "class1/caf\\xe9.jpg"),
-                  "%s: %s", job_state(j), why);
+                  "%s: %s", th_job_state(j), why);
     json_decref(j);
     json_t *r = th_request(fd, "logs", json_pack("{s:I, s:i}", "job",
                                                  (json_int_t)id, "lines",
@@ -305,7 +242,7 @@ static Suite *restarts_suite(void)
         {"eval", setup, teardown, NULL,
          {test_kill9_during_eval_job_runs_again}},
         {"names", setup, teardown, NULL, {test_bad_file_name_not_utf8}},
-        {"full", setup, teardown_mount, unmount_listed,
+        {"full", setup, teardown_mount, th_tmpfs_unmount_listed,
          {test_full_state_dir_at_start_refused}},
     };
     return td_suite_from("restarts", tcs, sizeof tcs / sizeof tcs[0]);

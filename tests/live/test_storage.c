@@ -23,24 +23,6 @@
 
 TH_FIXTURE(H)
 
-static void kill9_and_restart(td_harness *h)
-{
-    int st;
-    kill(h->pid, SIGKILL);
-    waitpid(h->pid, &st, 0);
-    h->pid = 0;
-    ck_assert_int_eq(th_restart(h), 0);
-}
-
-static json_t *show_job(int fd, int64_t id)
-{
-    json_t *r = th_job_request(fd, "show", id);
-    json_t *j = json_incref(json_object_get(th_ok(r), "job"));
-    json_decref(r);
-    ck_assert_ptr_nonnull(j);
-    return j;
-}
-
 /* Waits until the job has taken a step in this daemon's life: a step
  * event on fd, not the record's step, which a restarted daemon shows from
  * the previous life at once (a kill -9 then came before the trainer had
@@ -75,10 +57,10 @@ START_TEST(test_crash_loop_job_failed)
     for (int life = 0; life < 3; life++) {
         wait_stepping(fd, id);
         close(fd);
-        kill9_and_restart(&H);
+        th_kill9_restart(&H);
         fd = th_connect(&H, NULL);
     }
-    json_t *j = show_job(fd, id);
+    json_t *j = th_show_job(fd, id);
     const char *st = json_string_value(json_object_get(j, "state"));
     const char *why = json_string_value(json_object_get(j, "reason"));
     ck_assert_msg(strcmp(st, "failed") == 0, "%s: %s", st, why);
@@ -88,7 +70,7 @@ START_TEST(test_crash_loop_job_failed)
     close(fd);
     ck_assert_int_eq(th_restart(&H), 0);
     fd = th_connect(&H, NULL);
-    j = show_job(fd, id);
+    j = th_show_job(fd, id);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")),
                      "failed");
     json_decref(j);
@@ -103,7 +85,7 @@ START_TEST(test_one_crash_resumes)
     int64_t id = submit_long_no_epoch_checkpoints(fd);
     wait_stepping(fd, id);
     close(fd);
-    kill9_and_restart(&H);
+    th_kill9_restart(&H);
     fd = th_connect(&H, NULL);
     ck_assert(th_wait_state(fd, id, "running", 10000));
     json_t *r = th_job_request(fd, "cancel", id);
@@ -115,85 +97,18 @@ END_TEST
 
 /* ---- failing disks: small tmpfs mounts (root only) ----------------------- */
 
-/* Mounts a tmpfs of `kb` KiB at dir; 0, or prints why and returns -1
- * (the test then skips: CI without CAP_SYS_ADMIN). */
-static char mounted[256]; /* unmounted by teardown_mount, pass or fail */
-
-static void unmount(void)
-{
-    if (mounted[0])
-        umount2(mounted, MNT_DETACH);
-    mounted[0] = '\0';
-}
-
-static int mount_small(const char *dir, int kb)
-{
-    char opts[64];
-    snprintf(opts, sizeof opts, "size=%dk", kb);
-    if (getuid() != 0 || mount("tmpfs", dir, "tmpfs", 0, opts) != 0) {
-        printf("skipped: cannot mount a tmpfs at %s: %s\n", dir,
-               strerror(errno));
-        return -1;
-    }
-    snprintf(mounted, sizeof mounted, "%s", dir);
-    /* A failed check ends the test's process before its teardown: the
-     * runner process unmounts what is listed here (unmount_listed). */
-    char list[64];
-    snprintf(list, sizeof list, "/tmp/traind-storage-mounts.%d",
-             (int)getppid());
-    FILE *f = fopen(list, "a");
-    if (f) {
-        fprintf(f, "%s\n", dir);
-        fclose(f);
-    }
-    return 0;
-}
-
-static void unmount_listed(void)
-{
-    char list[64], line[300];
-    snprintf(list, sizeof list, "/tmp/traind-storage-mounts.%d",
-             (int)getpid());
-    FILE *f = fopen(list, "r");
-    while (f && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        umount2(line, MNT_DETACH);
-    }
-    if (f)
-        fclose(f);
-    unlink(list);
-}
-
 static void teardown_mount(void)
 {
-    unmount();
+    th_tmpfs_unmount();
     teardown();
 }
 
-/* Fills the file system holding dir until writes fail with ENOSPC. */
-static void fill(const char *dir, char *filler, size_t cap)
-{
-    static char block[4096];
-    snprintf(filler, cap, "%s/filler", dir);
-    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ck_assert_int_ge(fd, 0);
-    while (write(fd, block, sizeof block) > 0)
-        ;
-    while (write(fd, block, 1) > 0)
-        ;
-    close(fd);
-}
-
-static const char *job_state(json_t *j)
-{
-    return json_string_value(json_object_get(j, "state"));
-}
 
 static int wait_final(int fd, int64_t id, int timeout_ms)
 {
     for (int i = 0; i < timeout_ms / 50; i++) {
-        json_t *j = show_job(fd, id);
-        const char *st = job_state(j);
+        json_t *j = th_show_job(fd, id);
+        const char *st = th_job_state(j);
         int done = strcmp(st, "completed") == 0 ||
                    strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0;
         json_decref(j);
@@ -212,7 +127,7 @@ START_TEST(test_final_model_not_saved_fails)
 {
     char ck[200], filler[300];
     snprintf(ck, sizeof ck, "%s/checkpoints", H.state);
-    if (mount_small(ck, 256))
+    if (th_tmpfs_mount(ck, 256))
         return;
     int fd = th_connect(&H, NULL);
     json_t *spec = th_tiny_spec(50, 0);
@@ -223,12 +138,12 @@ START_TEST(test_final_model_not_saved_fails)
     wait_stepping(fd, id);
     json_decref(th_job_request(fd, "pause", id));
     ck_assert(th_wait_state(fd, id, "suspended", 30000));
-    fill(ck, filler, sizeof filler);
+    th_tmpfs_fill(ck, filler, sizeof filler);
     json_decref(th_job_request(fd, "resume", id));
     ck_assert(wait_final(fd, id, 60000));
-    json_t *j = show_job(fd, id);
+    json_t *j = th_show_job(fd, id);
     const char *why = json_string_value(json_object_get(j, "reason"));
-    ck_assert_msg(strcmp(job_state(j), "failed") == 0, "%s: %s", job_state(j),
+    ck_assert_msg(strcmp(th_job_state(j), "failed") == 0, "%s: %s", th_job_state(j),
                   why);
     ck_assert_msg(strstr(why, "final model could not be saved"), "%s", why);
     json_decref(j);
@@ -254,9 +169,9 @@ START_TEST(test_disk_checked_at_submit)
 {
     char ck[200], filler[300];
     snprintf(ck, sizeof ck, "%s/checkpoints", H.state);
-    if (mount_small(ck, 1024))
+    if (th_tmpfs_mount(ck, 1024))
         return;
-    fill(ck, filler, sizeof filler);
+    th_tmpfs_fill(ck, filler, sizeof filler);
     int fd = th_connect(&H, NULL);
     json_t *spec = th_spec(2, 0, 16, 16);
     json_t *r = th_request(fd, "submit", json_pack("{s:O}", "spec", spec));
@@ -278,8 +193,8 @@ START_TEST(test_disk_checked_at_submit)
     ck_assert_int_eq(unlink(filler), 0);
     int64_t id = th_submit(fd, spec);
     ck_assert(wait_final(fd, id, 60000));
-    json_t *j = show_job(fd, id);
-    ck_assert_str_eq(job_state(j), "completed");
+    json_t *j = th_show_job(fd, id);
+    ck_assert_str_eq(th_job_state(j), "completed");
     json_t *cks = json_object_get(j, "checkpoints"), *c;
     size_t i;
     ck_assert_int_gt(json_array_size(cks), 0);
@@ -303,9 +218,9 @@ START_TEST(test_disk_checked_by_run)
     char disk[200], ck[256], filler[300], job[256], cmd[1200];
     snprintf(disk, sizeof disk, "%s/rundisk", H.dir);
     ck_assert_int_eq(mkdir(disk, 0700), 0);
-    if (mount_small(disk, 1024))
+    if (th_tmpfs_mount(disk, 1024))
         return;
-    fill(disk, filler, sizeof filler);
+    th_tmpfs_fill(disk, filler, sizeof filler);
     snprintf(ck, sizeof ck, "%s/ck", disk);
     snprintf(job, sizeof job, "%s/run.json", H.dir);
     json_t *spec = th_spec(1, 0, 16, 16);
@@ -336,7 +251,7 @@ START_TEST(test_remove_on_readonly_disk)
 {
     char jobs[200];
     snprintf(jobs, sizeof jobs, "%s/jobs", H.state);
-    if (mount_small(jobs, 1024))
+    if (th_tmpfs_mount(jobs, 1024))
         return;
     int fd = th_connect(&H, NULL);
     int64_t id = th_submit(fd, th_tiny_spec(1, 0));
@@ -350,8 +265,8 @@ START_TEST(test_remove_on_readonly_disk)
                       strstr(desc, "Read-only file system"),
                   "%s", json_dumps(r, 0));
     json_decref(r);
-    json_t *j = show_job(fd, id); /* still there */
-    ck_assert_str_eq(job_state(j), "completed");
+    json_t *j = th_show_job(fd, id); /* still there */
+    ck_assert_str_eq(th_job_state(j), "completed");
     json_decref(j);
     ck_assert_int_eq(mount(NULL, jobs, NULL, MS_REMOUNT, NULL), 0);
     r = th_job_request(fd, "remove", id);
@@ -371,9 +286,9 @@ START_TEST(test_record_saved_when_disk_recovers)
 {
     char jobs[200], filler[300], rec[300];
     snprintf(jobs, sizeof jobs, "%s/jobs", H.state);
-    if (mount_small(jobs, 64))
+    if (th_tmpfs_mount(jobs, 64))
         return;
-    fill(jobs, filler, sizeof filler);
+    th_tmpfs_fill(jobs, filler, sizeof filler);
     int fd = th_connect(&H, NULL);
     int64_t id = th_submit(fd, th_tiny_spec(1, 0));
     ck_assert(wait_final(fd, id, 60000));
@@ -401,7 +316,7 @@ START_TEST(test_readonly_state_dir_refused)
 {
     char root[] = "/tmp/traind-ro-XXXXXX", sub[200];
     ck_assert_ptr_nonnull(mkdtemp(root));
-    if (mount_small(root, 256)) {
+    if (th_tmpfs_mount(root, 256)) {
         rmdir(root);
         return;
     }
@@ -455,7 +370,7 @@ START_TEST(test_fast_job_record_writes_bounded)
         }
     }
     close(in);
-    json_t *j = show_job(fd, id);
+    json_t *j = th_show_job(fd, id);
     long long epochs = (long long)json_array_size(
         json_object_get(j, "history"));
     json_decref(j);
@@ -465,7 +380,7 @@ START_TEST(test_fast_job_record_writes_bounded)
                   writes, epochs);
     json_decref(th_job_request(fd, "cancel", id));
     ck_assert(th_wait_state(fd, id, "cancelled", 30000));
-    j = show_job(fd, id);
+    j = th_show_job(fd, id);
     size_t want = json_array_size(json_object_get(j, "history"));
     json_decref(j);
     close(fd);
@@ -496,11 +411,11 @@ START_TEST(test_cancel_survives_kill9)
     ck_assert_ptr_nonnull(th_ok(r));
     json_decref(r);
     close(fd);
-    kill9_and_restart(&H);
+    th_kill9_restart(&H);
     fd = th_connect(&H, NULL);
-    json_t *j = show_job(fd, id);
-    ck_assert_msg(strcmp(job_state(j), "cancelled") == 0, "%s: %s",
-                  job_state(j),
+    json_t *j = th_show_job(fd, id);
+    ck_assert_msg(strcmp(th_job_state(j), "cancelled") == 0, "%s: %s",
+                  th_job_state(j),
                   json_string_value(json_object_get(j, "reason")));
     json_decref(j);
     close(fd);
@@ -525,10 +440,10 @@ START_TEST(test_record_revalidated_on_load)
     json_decref(rec);
     ck_assert_int_eq(th_restart(&H), 0);
     int fd = th_connect(&H, NULL);
-    json_t *j = show_job(fd, 99);
+    json_t *j = th_show_job(fd, 99);
     const char *why = json_string_value(json_object_get(j, "reason"));
-    ck_assert_msg(strcmp(job_state(j), "failed") == 0, "%s: %s",
-                  job_state(j), why);
+    ck_assert_msg(strcmp(th_job_state(j), "failed") == 0, "%s: %s",
+                  th_job_state(j), why);
     ck_assert_msg(strstr(why, "threads"), "%s", why);
     ck_assert_str_eq(json_string_value(json_object_get(j, "name")), "job-99");
     json_decref(j);
@@ -576,7 +491,7 @@ static Suite *storage_suite(void)
     const td_tcase tcs[] = {
         {"crash", setup, teardown, NULL,
          {test_crash_loop_job_failed, test_one_crash_resumes}},
-        {"disk", setup, teardown_mount, unmount_listed,
+        {"disk", setup, teardown_mount, th_tmpfs_unmount_listed,
          {test_final_model_not_saved_fails, test_disk_checked_at_submit,
           test_disk_checked_by_run, test_record_saved_when_disk_recovers,
           test_remove_on_readonly_disk}},
@@ -584,7 +499,8 @@ static Suite *storage_suite(void)
          {test_cancel_survives_kill9, test_record_revalidated_on_load,
           test_fast_job_record_writes_bounded}},
         {"chaos", NULL, NULL, NULL, {test_chaos_short}},
-        {"startup", NULL, NULL, NULL, {test_readonly_state_dir_refused}},
+        {"startup", NULL, NULL, th_tmpfs_unmount_listed,
+         {test_readonly_state_dir_refused}},
     };
     return td_suite_from("storage", tcs, sizeof tcs / sizeof tcs[0]);
 }
