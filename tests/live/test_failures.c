@@ -738,12 +738,11 @@ static int find_member(void *user, const char *name, uint64_t off,
     return 1;
 }
 
-/* A member of a packed shard overwritten in place (its header intact)
- * while the job trains on the shards: named once, counted, the job goes
- * on.  Passed with the daemon before too. */
-START_TEST(test_corrupt_shard_member_in_a_live_job)
+/* 200 images packed into one shard (its path in shard) and a long job
+ * on it, past its 30th step; the job's id. */
+static int64_t job_on_a_shard(int fd, char *shard, size_t cap)
 {
-    char set[300], out[300], shard[400], err[256];
+    char set[300], out[300], err[256];
     snprintf(set, sizeof set, "%s/tree", data_dir);
     snprintf(out, sizeof out, "%s/shards", data_dir);
     td_test_make_folder(set, 2, 100, 24, 24);
@@ -752,15 +751,25 @@ START_TEST(test_corrupt_shard_member_in_a_live_job)
     td_pack_result res;
     ck_assert_int_eq(td_pack_folder(set, out, &o, &res, err, sizeof err), 0);
     ck_assert_int_eq(res.shards, 1);
-    snprintf(shard, sizeof shard, "%s/shard-000000.tar", out);
+    snprintf(shard, cap, "%s/shard-000000.tar", out);
     json_t *spec = th_files_spec(out, 100000);
     json_object_set_new(json_object_get(spec, "input"), "size",
                         json_pack("[i,i]", 16, 16));
-    int fd = th_connect(&H, NULL);
     int64_t id = th_submit(fd, spec);
     ck_assert(th_wait_state(fd, id, "running", 60000));
     while (job_step(fd, id) < 30)
         usleep(20000);
+    return id;
+}
+
+/* A member of a packed shard overwritten in place (its header intact)
+ * while the job trains on the shards: named once, counted, the job goes
+ * on.  Passed with the daemon before too. */
+START_TEST(test_corrupt_shard_member_in_a_live_job)
+{
+    char shard[400];
+    int fd = th_connect(&H, NULL);
+    int64_t id = job_on_a_shard(fd, shard, sizeof shard);
     /* the member's key: the packer names them after the tree's files */
     size_t len = 0;
     char *tar = NULL;
@@ -818,23 +827,9 @@ END_TEST
  * cut, and the daemon goes on. */
 START_TEST(test_shard_cut_short_in_a_live_job)
 {
-    char set[300], out[300], shard[400], err[256];
-    snprintf(set, sizeof set, "%s/tree", data_dir);
-    snprintf(out, sizeof out, "%s/shards", data_dir);
-    td_test_make_folder(set, 2, 100, 24, 24);
-    td_pack_options o;
-    td_pack_options_default(&o);
-    td_pack_result res;
-    ck_assert_int_eq(td_pack_folder(set, out, &o, &res, err, sizeof err), 0);
-    snprintf(shard, sizeof shard, "%s/shard-000000.tar", out);
-    json_t *spec = th_files_spec(out, 100000);
-    json_object_set_new(json_object_get(spec, "input"), "size",
-                        json_pack("[i,i]", 16, 16));
+    char shard[400];
     int fd = th_connect(&H, NULL);
-    int64_t id = th_submit(fd, spec);
-    ck_assert(th_wait_state(fd, id, "running", 60000));
-    while (job_step(fd, id) < 30)
-        usleep(20000);
+    int64_t id = job_on_a_shard(fd, shard, sizeof shard);
     struct stat st;
     ck_assert_int_eq(stat(shard, &st), 0);
     ck_assert_int_eq(truncate(shard, st.st_size / 3), 0);
