@@ -346,8 +346,8 @@ static json_t *td__desc(const char *desc)
     while (k > 0 && n - k < 3 && ((unsigned char)desc[k - 1] & 0xc0) == 0x80)
         k--;
     if (k > 0 && (unsigned char)desc[k - 1] >= 0xc0)
-        s = json_stringn(desc, k - 1);
-    return s ? s : json_string("(the error message is not valid UTF-8)");
+        s = json_stringn(desc, k - 1); /* a character cut at the end */
+    return s ? s : td_json_text(desc); /* a file name's Latin-1: \xNN */
 }
 
 char *td_proto_error(json_t *id, const char *err_class, const char *desc)
