@@ -46,27 +46,37 @@ int td_utf8_seq(const unsigned char *s, size_t n)
                : (int)len;
 }
 
+size_t td_utf8_escape(const char *s, size_t n, char *out, size_t cap,
+                      size_t *olen)
+{
+    size_t i = 0, o = 0;
+    while (i < n) {
+        int k = td_utf8_seq((const unsigned char *)s + i, n - i);
+        size_t need = k ? (size_t)k : 4;
+        if (o + need > cap - 1)
+            break;
+        if (k)
+            memcpy(out + o, s + i, need);
+        else
+            snprintf(out + o, 5, "\\x%02x", (unsigned char)s[i]);
+        o += need;
+        i += k ? (size_t)k : 1;
+    }
+    out[o] = '\0';
+    *olen = o;
+    return i;
+}
+
 json_t *td_json_text(const char *s)
 {
     json_t *j = json_string(s ? s : "");
     if (j)
         return j;
-    size_t n = strlen(s), o = 0;
+    size_t n = strlen(s), o;
     char *out = malloc(4 * n + 1);
     if (!out)
         return NULL;
-    for (size_t i = 0; i < n;) {
-        int k = td_utf8_seq((const unsigned char *)s + i, n - i);
-        if (k) {
-            memcpy(out + o, s + i, (size_t)k);
-            o += (size_t)k;
-            i += (size_t)k;
-        } else {
-            snprintf(out + o, 5, "\\x%02x", (unsigned char)s[i++]);
-            o += 4;
-        }
-    }
-    out[o] = '\0';
+    td_utf8_escape(s, n, out, 4 * n + 1, &o);
     j = json_string(out); /* NUL bytes cannot be in s: valid now */
     free(out);
     return j;

@@ -15,6 +15,13 @@ const char *td_json_type_name(json_type t);
  * form, a surrogate, past U+10FFFF). */
 int td_utf8_seq(const unsigned char *s, size_t n);
 
+/* Copies the n bytes at s into out (cap >= 1 bytes, NUL-terminated),
+ * each byte that is not part of a valid UTF-8 sequence as \xNN, and stops
+ * before a sequence or escape that would not fit.  Returns how many bytes
+ * of s it took (n: all), and in *olen the length written. */
+size_t td_utf8_escape(const char *s, size_t n, char *out, size_t cap,
+                      size_t *olen);
+
 /* A JSON string of text that may hold bytes that are not UTF-8 (a Latin-1
  * file name in an error message: jansson refuses the text whole, and
  * json_pack then returns NULL): as it is when it is UTF-8, else with each

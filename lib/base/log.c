@@ -103,30 +103,18 @@ static int td__utf8_clean(char *buf, int n, int cap)
     if (i == n)
         return n;
     char out[TD_LOG_LINE_MAX + 1];
-    int lim = cap < (int)sizeof out ? cap : (int)sizeof out, o = i;
-    memcpy(out, buf, (size_t)i);
-    while (i < n) {
-        k = td_utf8_seq((unsigned char *)buf + i, (size_t)(n - i));
-        int need = k ? k : 4;
-        if (o + need > lim - 1) {
-            while (o > 0 && o > lim - 4) /* room for "..." */
-                o--;
-            while (o > 0 && ((unsigned char)out[o] & 0xc0) == 0x80)
-                o--; /* not inside a sequence */
-            memcpy(out + o, "...", 3);
-            o += 3;
-            break;
-        }
-        if (k)
-            memcpy(out + o, buf + i, (size_t)k);
-        else
-            snprintf(out + o, 5, "\\x%02x", (unsigned char)buf[i]);
-        o += need;
-        i += k ? k : 1;
+    size_t lim = cap < (int)sizeof out ? (size_t)cap : sizeof out, o;
+    if (td_utf8_escape(buf, (size_t)n, out, lim, &o) < (size_t)n) {
+        while (o > 0 && o + 4 > lim) /* room for "..." */
+            o--;
+        while (o > 0 && ((unsigned char)out[o] & 0xc0) == 0x80)
+            o--; /* not inside a sequence */
+        memcpy(out + o, "...", 3);
+        o += 3;
     }
-    memcpy(buf, out, (size_t)o);
+    memcpy(buf, out, o);
     buf[o] = '\0';
-    return o;
+    return (int)o;
 }
 
 int td_log_format(char *buf, int cap, int level, long job, const char *fmt,
