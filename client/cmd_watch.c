@@ -4,8 +4,8 @@
  * On a terminal, watch redraws a small block in place (progress bar with
  * epoch/step and ETA, samples/s, device idle and input wait, the phase
  * split, the verdict with its advice, validation accuracy per epoch).
- * When stdout is not a terminal it prints one plain line per window,
- * epoch and state change.  --json prints the events as they come.
+ * When stdout is not a terminal it prints plain lines: the latest window
+ * (at most one a second), each epoch and state change.  --json prints the events as they come.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
@@ -51,6 +52,7 @@ typedef struct td_view {
                            step: what its start is doing (say, timing
                            the bf16 plan's choices) */
     char away[160];     /* traind went away: what watch does (tty) */
+    int64_t window_ns;  /* when the last plain window line was printed */
 } td_view;
 
 static void td__bar(double frac, char *buf, int width)
@@ -268,9 +270,17 @@ static int td__starting(const td_view *v)
            json_array_size(v->epochs) == 0;
 }
 
+/* Plain window lines come at most once a second (a fast job has dozens
+ * of windows a second, more than a log file or a reader wants). */
+#define TD__PLAIN_WINDOW_NS TD_NS_PER_S
+
 static void td__plain(td_view *v, const char *kind, json_t *d)
 {
     if (strcmp(kind, "window") == 0) {
+        int64_t now = td_now_ns();
+        if (v->window_ns && now - v->window_ns < TD__PLAIN_WINDOW_NS)
+            return;
+        v->window_ns = now;
         char eta[16];
         td__eta(v->eta_s, eta, sizeof eta);
         printf("job %lld epoch %lld step %lld/%lld: %.0f samples/s, loss "
