@@ -420,6 +420,9 @@ void td_daemon_post(td_daemon *d, int kind, int64_t job, json_t *data)
 
 static void td__close_handles(td_daemon *d)
 {
+    uv_close((uv_handle_t *)&d->sig_term, NULL);
+    uv_close((uv_handle_t *)&d->sig_int, NULL);
+    uv_close((uv_handle_t *)&d->sig_hup, NULL);
     uv_close((uv_handle_t *)&d->status, NULL);
     uv_close((uv_handle_t *)&d->persist_retry, NULL);
     uv_close((uv_handle_t *)&d->watchdog, NULL);
@@ -718,7 +721,10 @@ static void td__on_signal(uv_signal_t *s, int signum)
 {
     td_daemon *d = s->data;
     if (signum == SIGHUP) {
-        td__reload(d);
+        if (d->shutting_down)
+            td_info("SIGHUP ignored: shutting down");
+        else
+            td__reload(d);
         return;
     }
     td_daemon_shutdown(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -916,19 +922,24 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
 
 void td_daemon_shutdown(td_daemon *d, const char *why)
 {
-    if (d->shutting_down)
+    if (d->shutting_down) {
+        /* A second SIGTERM or SIGINT (an impatient user, a supervisor
+         * that asks again) does not abandon the running job's final
+         * checkpoint: the signals stay caught until traind stops. */
+        td_info("already shutting down (%s again): waiting for the running "
+                "job's checkpoint; SIGKILL stops at once and the job "
+                "resumes from its previous checkpoint", why);
         return;
+    }
     d->shutting_down = 1;
     td_info("shutting down (%s)", why);
     td_notify("STOPPING=1");
     td_server_close(d);
-    uv_close((uv_handle_t *)&d->sig_term, NULL);
-    uv_close((uv_handle_t *)&d->sig_int, NULL);
-    uv_close((uv_handle_t *)&d->sig_hup, NULL);
     if (d->trainer) {
         /* Finish the step, write a checkpoint, then close (td__job_done). */
         td_job *j = td_jobs_find(&d->jobs, td_trainer_slot_job(d->trainer));
-        if (j)
+        if (j && !j->stop_requested) /* a cancel or pause asked keeps
+                                         its own note: it still wins */
             snprintf(j->stop_note, sizeof j->stop_note, "daemon shutdown");
         td_notify("EXTEND_TIMEOUT_USEC=120000000");
         td_trainer_slot_request(d->trainer, TD_STOP_SHUTDOWN);

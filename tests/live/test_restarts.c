@@ -1,7 +1,7 @@
 /* test_restarts.c - traind live, the failure-injection audit continued
  * (test_failures.c has the first part): a daemon killed while an eval job
- * runs, and started on a state dir whose disk is full.  Each test names
- * what it guards against. */
+ * runs, started on a state dir whose disk is full, and stopped while a
+ * cancel is on its way.  Each test names what it guards against. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -236,12 +236,120 @@ START_TEST(test_bad_file_name_not_utf8)
 }
 END_TEST
 
+/* ---- SIGTERM while a cancel is on its way, SIGTERM twice --------------------- */
+
+/* Waits for the daemon to exit by itself: its exit status, 128 + the
+ * signal that killed it, or -1 after ms. */
+static int wait_exit(int ms)
+{
+    int st;
+    for (int i = 0; i < ms / 20; i++) {
+        if (waitpid(H.pid, &st, WNOHANG) == H.pid) {
+            H.pid = 0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+        usleep(20000);
+    }
+    return -1;
+}
+
+/* A job whose steps take tens of ms (a 32-channel conv on 48 x 48 at
+ * batch 128), running with a few steps done. */
+static int64_t slow_job(int fd)
+{
+    json_t *spec = th_spec(1000, 0, 48, 32);
+    json_object_set_new(spec, "batch_size", json_integer(128));
+    int64_t id = th_submit(fd, spec);
+    json_t *j = NULL;
+    for (int i = 0; i < 1200; i++) {
+        json_decref(j);
+        j = th_show_job(fd, id);
+        if (json_integer_value(json_object_get(j, "step")) >= 3)
+            break;
+        usleep(50000);
+    }
+    json_decref(j);
+    return id;
+}
+
+/* A cancel acknowledged while the step is still running, then SIGTERM
+ * before the step ends: the job ends cancelled as asked, and its reason
+ * is still the cancel's ("cancelled by uid 0").  The shutdown wrote its
+ * own note over the cancel's, so the job said "cancelled: daemon
+ * shutdown", as if the daemon had cancelled it. */
+START_TEST(test_cancel_then_sigterm_keeps_the_cancel)
+{
+    /* the SIGTERM comes while the cancelled step runs */
+    int fd = th_connect(&H, NULL);
+    int64_t id = slow_job(fd);
+    json_t *r = th_job_request(fd, "cancel", id);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    ck_assert_int_eq(kill(H.pid, SIGTERM), 0);
+    close(fd);
+    ck_assert_int_eq(wait_exit(30000), 0);
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    json_t *j = th_show_job(fd, id);
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    ck_assert_msg(strcmp(th_job_state(j), "cancelled") == 0 && why &&
+                      strstr(why, "cancelled by uid 0"),
+                  "%s: %s", th_job_state(j), why);
+    json_decref(j);
+    close(fd);
+}
+END_TEST
+
+/* SIGTERM twice in a row while a step runs: traind still finishes the
+ * step, writes the job's checkpoint and exits 0; the job resumes from
+ * there.  The first SIGTERM closed the signal handlers, so the second
+ * killed traind mid-step (exit 143) and the job lost every step since its
+ * last checkpoint. */
+START_TEST(test_second_sigterm_still_checkpoints)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = slow_job(fd);
+    close(fd);
+    ck_assert_int_eq(kill(H.pid, SIGTERM), 0);
+    usleep(2000);
+    ck_assert_int_eq(kill(H.pid, SIGTERM), 0);
+    ck_assert_int_eq(wait_exit(60000), 0);
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    json_t *r = th_request(fd, "logs", json_pack("{s:I, s:i}", "job",
+                                                 (json_int_t)id, "lines",
+                                                 100000));
+    json_t *lines = json_object_get(th_ok(r), "lines"), *l;
+    size_t i;
+    int interrupted = 0;
+    json_array_foreach(lines, i, l)
+        interrupted += strstr(json_string_value(l), "interrupted by a "
+                                                    "daemon shutdown at "
+                                                    "step ") != NULL;
+    ck_assert_msg(interrupted == 1, "%d lines say the job was interrupted",
+                  interrupted);
+    json_decref(r);
+    json_t *j = th_show_job(fd, id);
+    json_t *ck = json_object_get(j, "checkpoints");
+    ck_assert_int_ge(json_array_size(ck), 1);
+    ck_assert_int_ge(json_integer_value(json_object_get(
+                         json_array_get(ck, json_array_size(ck) - 1), "step")),
+                     3);
+    json_decref(j);
+    json_decref(th_job_request(fd, "cancel", id));
+    close(fd);
+}
+END_TEST
+
 static Suite *restarts_suite(void)
 {
     const td_tcase tcs[] = {
         {"eval", setup, teardown, NULL,
          {test_kill9_during_eval_job_runs_again}},
         {"names", setup, teardown, NULL, {test_bad_file_name_not_utf8}},
+        {"cancel", setup, teardown, NULL,
+         {test_cancel_then_sigterm_keeps_the_cancel,
+          test_second_sigterm_still_checkpoints}},
         {"full", setup, teardown_mount, th_tmpfs_unmount_listed,
          {test_full_state_dir_at_start_refused}},
     };
