@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -692,12 +691,32 @@ static int td__map(const char *path, td_ckpt_file *f, char *err, size_t cap)
         r = TD_E_CORRUPT;
         goto out;
     }
+    /* Read, not mapped: a file cut short while mapped (a user's init
+     * file overwritten in place as a job starts) would raise SIGBUS in
+     * whichever thread touched it, the daemon's loop included; a read
+     * sees the short file and says so. */
     f->size = (size_t)st.st_size;
-    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (f->map == MAP_FAILED) {
-        f->map = NULL;
-        r = -errno;
-        td_set_error(err, cap, 0, "mmap: %s", td_strerror(r));
+    if (!(f->map = malloc(f->size))) {
+        r = -ENOMEM;
+        td_set_error(err, cap, 0, "%zu bytes: %s", f->size, td_strerror(r));
+        goto out;
+    }
+    size_t got = 0;
+    while (got < f->size) {
+        ssize_t n = pread(fd, f->map + got, f->size - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            r = n < 0 ? -errno : TD_E_CORRUPT;
+            if (n < 0)
+                td_set_error(err, cap, 0, "read: %s", td_strerror(r));
+            else
+                td_set_error(err, cap, 0, "the file shrank from %zu to %zu "
+                             "bytes while it was read (overwritten in "
+                             "place?)", f->size, got);
+            break;
+        }
+        got += (size_t)n;
     }
 out:
     if (fd >= 0)
@@ -773,8 +792,7 @@ void td_ckpt_close(td_ckpt_file *f)
 {
     if (!f)
         return;
-    if (f->map)
-        munmap(f->map, f->size);
+    free(f->map);
     json_decref(f->meta);
     free(f->t);
     free(f);

@@ -95,6 +95,31 @@ START_TEST(test_roundtrip)
 }
 END_TEST
 
+/* A file cut short once open (an init file overwritten in place as its
+ * job starts): what was opened reads as it was.  It was mapped, and the
+ * first read past the new end raised SIGBUS (the daemon died with it). */
+START_TEST(test_cut_short_after_open)
+{
+    char dir[64], path[4096], err[512];
+    td_ckpt_snapshot s;
+    td_ckpt_file *f;
+    scratch_dir(dir, sizeof dir);
+    make_snapshot(&s, 500);
+    ck_assert_int_eq(td_ckpt_write(dir, &s, 0, NULL, path, sizeof path, err,
+                                   sizeof err), 0);
+    ck_assert_int_eq(td_ckpt_open(path, &f, err, sizeof err), 0);
+    ck_assert_int_eq(truncate(path, 0), 0);
+    float w[6];
+    ck_assert_int_eq(td_ckpt_file_read(f, "w", TD_DT_F32, w, sizeof w, err,
+                                       sizeof err), 0);
+    for (int i = 0; i < 6; i++)
+        ck_assert_float_eq(w[i], (float)i * 0.5f - 1.0f);
+    td_ckpt_close(f);
+    td_ckpt_snapshot_destroy(&s);
+    rm_tree(dir);
+}
+END_TEST
+
 /* td_st_write: a plain weights file with the caller's metadata, which
  * td_st_open reads and td_ckpt_open refuses (nothing to resume from);
  * td_st_open takes files without __metadata__ (PyTorch's writer) and
@@ -583,6 +608,7 @@ static Suite *checkpoint_suite(void)
     Suite *s = suite_create("checkpoint");
     TCase *tc = tcase_create("checkpoint");
     tcase_add_test(tc, test_roundtrip);
+    tcase_add_test(tc, test_cut_short_after_open);
     tcase_add_test(tc, test_file_layout);
     tcase_add_test(tc, test_plain_safetensors);
     tcase_add_test(tc, test_snapshot_add_errors);
