@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <jansson.h>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/rng.h"
 
 /* Names identify classes by equality and travel in JSON (protocol
@@ -22,18 +22,23 @@
 const char *td_classes_bad_name(const char *s, size_t len, char *why,
                                 size_t cap)
 {
+    const unsigned char *u = (const unsigned char *)s;
     if (len == 0)
         return "an empty name";
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) {
-            snprintf(why, cap, "control character 0x%02x at byte %zu",
-                     (unsigned)(unsigned char)s[i], i + 1);
+    for (size_t i = 0; i < len;) {
+        int n = td_utf8_seq(u + i, len - i);
+        if (!n) {
+            snprintf(why, cap, "not UTF-8 (byte 0x%02x at byte %zu)",
+                     (unsigned)u[i], i + 1);
             return why;
         }
-    json_t *j = json_stringn(s, len);
-    if (!j)
-        return "not UTF-8";
-    json_decref(j);
+        if (u[i] < 0x20 || u[i] == 0x7f) {
+            snprintf(why, cap, "control character 0x%02x at byte %zu",
+                     (unsigned)u[i], i + 1);
+            return why;
+        }
+        i += (size_t)n;
+    }
     return NULL;
 }
 

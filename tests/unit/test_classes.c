@@ -146,7 +146,8 @@ START_TEST(test_classes_txt_refused_lines)
     } bad[] = {
         {"cat\ndog\neel\n\n", "classes.txt: line 4: an empty name"},
         {"cat\n\ndog\neel\n", "classes.txt: line 2: an empty name"},
-        {"cat\ndog\nbi\xe9re\n", "classes.txt: line 3: not UTF-8"},
+        {"cat\ndog\nbi\xe9re\n", "classes.txt: line 3: not UTF-8 (byte 0xe9 "
+                                  "at byte 3)"},
         {"cat\ndog\ne\tl\n", "classes.txt: line 3: control character 0x09 "
                              "at byte 2"},
         {"cat\ndog\ncat\neel\n", "classes.txt: lines 1 and 3 both name "
@@ -188,7 +189,8 @@ START_TEST(test_classes_txt_refused_lines)
     names[1] = "\xff";
     ck_assert_int_eq(td_classes_write(out, names, 3, err, sizeof err),
                      -EINVAL);
-    ck_assert_str_eq(err, "class 1 ('\\xff'): not UTF-8");
+    ck_assert_str_eq(err, "class 1 ('\\xff'): not UTF-8 (byte 0xff at byte "
+                          "1)");
 }
 END_TEST
 
@@ -209,7 +211,8 @@ START_TEST(test_folder_names_checked)
                      TD_E_CORRUPT);
     char want[600];
     snprintf(want, sizeof want, "%s: class folder \"caf\\xe9\" cannot name "
-             "a class: not UTF-8 (class names are UTF-8 without control "
+             "a class: not UTF-8 (byte 0xe9 at byte 4) (class names are UTF-8 "
+             "without control "
              "characters): rename the folder", tree);
     ck_assert_str_eq(err, want);
     snprintf(from, sizeof from, "%s/tab\there", tree);
