@@ -459,6 +459,20 @@ json_t *th_job_request(int fd, const char *cmd, int64_t job)
     return th_request(fd, cmd, json_pack("{s:I}", "job", (json_int_t)job));
 }
 
+int th_log_count(int fd, int64_t job, const char *text)
+{
+    json_t *r = th_request(fd, "logs", json_pack("{s:I, s:i}", "job",
+                                                 (json_int_t)job, "lines",
+                                                 1000000));
+    size_t i;
+    json_t *l;
+    int n = 0;
+    json_array_foreach(json_object_get(th_ok(r), "lines"), i, l)
+        n += strstr(json_string_value(l), text) != NULL;
+    json_decref(r);
+    return n;
+}
+
 int th_log_has(int fd, int64_t job, const char *text)
 {
     json_t *r = th_job_request(fd, "logs", job);

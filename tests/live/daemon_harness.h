@@ -79,6 +79,8 @@ json_t *th_request(int fd, const char *cmd, json_t *args);
 json_t *th_job_request(int fd, const char *cmd, int64_t job);
 /* Whether a line of the job's log (the "logs" request) contains text. */
 int th_log_has(int fd, int64_t job, const char *text);
+/* How many lines of the job's whole log contain text. */
+int th_log_count(int fd, int64_t job, const char *text);
 /* A small valid job: synthetic 8x8 input, a tiny conv net, 100 steps per
  * epoch, one compute thread (deterministic), metrics windows of 10 steps
  * after 5 warm-up steps, checkpoints every `every` steps (0: none). */

@@ -316,19 +316,10 @@ START_TEST(test_second_sigterm_still_checkpoints)
     ck_assert_int_eq(wait_exit(60000), 0);
     ck_assert_int_eq(th_restart(&H), 0);
     fd = th_connect(&H, NULL);
-    json_t *r = th_request(fd, "logs", json_pack("{s:I, s:i}", "job",
-                                                 (json_int_t)id, "lines",
-                                                 100000));
-    json_t *lines = json_object_get(th_ok(r), "lines"), *l;
-    size_t i;
-    int interrupted = 0;
-    json_array_foreach(lines, i, l)
-        interrupted += strstr(json_string_value(l), "interrupted by a "
-                                                    "daemon shutdown at "
-                                                    "step ") != NULL;
+    int interrupted = th_log_count(fd, id, "interrupted by a daemon "
+                                           "shutdown at step ");
     ck_assert_msg(interrupted == 1, "%d lines say the job was interrupted",
                   interrupted);
-    json_decref(r);
     json_t *j = th_show_job(fd, id);
     json_t *ck = json_object_get(j, "checkpoints");
     ck_assert_int_ge(json_array_size(ck), 1);
