@@ -501,6 +501,8 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
     res->samples_per_s = t->warm_t0 && span > 0
                              ? (double)t->warm_samples / td_ns_to_s(span)
                              : NAN;
-    res->stopped = atomic_load(&t->stop);
+    /* A stop asked after the last step (during the last evaluation) finds
+     * nothing left to stop: the job is complete. */
+    res->stopped = atomic_load(&t->stop) && t->epoch < t->cfg.epochs;
     return 0;
 }

@@ -97,7 +97,8 @@ typedef struct td_train_result {
     int64_t samples;            /* trained samples after warm-up */
     double samples_per_s;       /* after warm-up, evaluation excluded */
     double val_loss, val_acc;   /* last evaluation (NAN if none) */
-    int stopped;                /* ended by a callback or request_stop */
+    int stopped;                /* ended by a callback or request_stop
+                                   before its last epoch's end */
 } td_train_result;
 
 int td_trainer_create(const td_train_config *cfg, td_trainer **out,

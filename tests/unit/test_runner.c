@@ -475,6 +475,32 @@ START_TEST(test_final_checkpoint_wait_is_not_a_skip)
 }
 END_TEST
 
+/* A pause whose boundary never comes: asked at the job's last step, after
+ * which only the last epoch's end and evaluation remain.  The job has
+ * done everything, so it is complete, with its final checkpoint; before,
+ * the result said paused (the daemon showed it `suspended` with nothing
+ * left to train, until a `resume` found its final checkpoint). */
+START_TEST(test_pause_at_the_last_step_completes)
+{
+    td_job_spec spec;
+    parse_spec(&spec, 0, 0);
+    seen s;
+    seen_init(&s);
+    s.stop_at = EPOCHS * PER_EPOCH;
+    s.stop_why = TD_STOP_PAUSE;
+    td_runner_result res;
+    char err[512] = "";
+    ck_assert_msg(run_job(&spec, "z", 0, &s, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.steps, EPOCHS * PER_EPOCH);
+    ck_assert_int_eq(res.epochs, EPOCHS);
+    ck_assert_msg(res.stopped == TD_STOP_NONE, "a job with every step "
+                  "done ended stopped (%d), not completed", res.stopped);
+    ck_assert_int_eq(s.ckpt_step[s.ckpts - 1], EPOCHS * PER_EPOCH);
+    td_spec_free(&spec);
+}
+END_TEST
+
 /* What td_runner_create refuses names the part of the spec at fault. */
 START_TEST(test_create_errors_name_the_field)
 {
@@ -528,6 +554,7 @@ static Suite *runner_suite(void)
     tcase_add_test(tc, test_cancel_takes_no_final_checkpoint);
     tcase_add_test(tc, test_final_checkpoint_wait_is_not_a_skip);
     tcase_add_test(tc, test_create_errors_name_the_field);
+    tcase_add_test(tc, test_pause_at_the_last_step_completes);
     suite_add_tcase(s, tc);
     return s;
 }
