@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -513,6 +514,13 @@ int td__runner_resume_has_plan(const td_runner *r)
            td_ckpt_file_meta_str(r->resume_f, "traind.plan") != NULL;
 }
 
+/* A number of a history entry; NAN when absent or null. */
+static double td__hist_num(const json_t *e, const char *key)
+{
+    json_t *v = json_object_get(e, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
 /* Restores the newest valid checkpoint, if there is one. */
 int td__runner_resume(td_runner *r, char *err, size_t errcap)
 {
@@ -610,6 +618,13 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
         /* the event's copy goes to another thread; r->hist stays here */
         json_decref(r->hist);
         r->hist = h;
+        /* the last finished epoch's figures (the metrics endpoint's
+         * gauges), as the run that wrote the checkpoint had them */
+        json_t *last = json_array_get(h, json_array_size(h) - 1);
+        r->ep_train_loss = td__hist_num(last, "train_loss");
+        r->ep_train_acc = td__hist_num(last, "train_acc");
+        r->ep_val_loss = td__hist_num(last, "val_loss");
+        r->ep_val_acc = td__hist_num(last, "val_acc");
         td__runner_emit(r, "history", json_pack("{s:I, s:o}", "epoch",
                                                  (json_int_t)epoch, "history",
                                                  json_deep_copy(h)));

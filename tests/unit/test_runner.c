@@ -89,7 +89,20 @@ typedef struct seen {
     enum td_stop_reason stop_why;
     int hold_writer_until; /* 0: never; else the first checkpoint event
                               (on the writer thread) waits for this step */
+    int snaps;             /* Prometheus snapshots (opts.snapshot) */
+    double snap_ep_loss, snap_ep_acc; /* the first one's last epoch */
 } seen;
+
+static void on_snapshot(void *user, const td_prom_job *p)
+{
+    seen *s = user;
+    pthread_mutex_lock(&s->mu);
+    if (s->snaps++ == 0) {
+        s->snap_ep_loss = p->epoch_train_loss;
+        s->snap_ep_acc = p->epoch_train_acc;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
 
 static void on_event(void *user, const char *kind, json_t *data)
 {
@@ -169,7 +182,7 @@ static int run_job(const td_job_spec *spec, const char *sub, int resume,
     snprintf(dir, sizeof dir, "%s/%s", tmp, sub);
     td_runner_opts o = {.spec = spec, .ckpt_dir = dir, .resume = resume,
                         .synthetic_steps = PER_EPOCH, .event = on_event,
-                        .user = s};
+                        .snapshot = on_snapshot, .user = s};
     td_runner *r;
     int rc = td_runner_create(&o, &r, err, cap);
     if (rc)
@@ -501,6 +514,40 @@ START_TEST(test_pause_at_the_last_step_completes)
 }
 END_TEST
 
+/* A resumed job's Prometheus figures of the last finished epoch (train
+ * loss and accuracy, validation when there is one) are those of the epoch
+ * before its checkpoint, from its first snapshot on.  Before, they were
+ * unknown (absent from /metrics) until the resumed job finished an epoch
+ * of its own. */
+START_TEST(test_resume_keeps_the_last_epochs_figures)
+{
+    td_job_spec spec;
+    parse_spec(&spec, 0, 0);
+    char err[512] = "";
+    td_runner_result res;
+    seen *a = malloc(sizeof *a), *c = malloc(sizeof *c);
+    seen_init(a);
+    a->stop_at = 13; /* in the second epoch */
+    a->stop_why = TD_STOP_PAUSE;
+    ck_assert_msg(run_job(&spec, "p", 0, a, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(a->epochs, 1);
+    seen_init(c);
+    c->last_step = res.steps;
+    ck_assert_msg(run_job(&spec, "p", 1, c, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_gt(c->snaps, 0);
+    ck_assert_msg(c->snap_ep_loss == a->epoch_loss[0],
+                  "the resumed job's first snapshot: last epoch's train "
+                  "loss %g, epoch 1 had %g", c->snap_ep_loss,
+                  a->epoch_loss[0]);
+    ck_assert(c->snap_ep_acc == a->epoch_acc[0]);
+    free(a);
+    free(c);
+    td_spec_free(&spec);
+}
+END_TEST
+
 /* What td_runner_create refuses names the part of the spec at fault. */
 START_TEST(test_create_errors_name_the_field)
 {
@@ -555,6 +602,7 @@ static Suite *runner_suite(void)
     tcase_add_test(tc, test_final_checkpoint_wait_is_not_a_skip);
     tcase_add_test(tc, test_create_errors_name_the_field);
     tcase_add_test(tc, test_pause_at_the_last_step_completes);
+    tcase_add_test(tc, test_resume_keeps_the_last_epochs_figures);
     suite_add_tcase(s, tc);
     return s;
 }
