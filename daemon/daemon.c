@@ -576,11 +576,15 @@ static void td__job_done(td_daemon *d, td_inbox_msg *m)
                 snprintf(accs, sizeof accs, "val_acc %.4f",
                          json_number_value(acc));
             long long ne = json_integer_value(json_object_get(r, "epochs"));
-            int n = snprintf(why, sizeof why,
-                     "%lld epoch%s, %.1f samples/s, %s, verdict %s", ne,
-                     ne == 1 ? "" : "s",
-                     json_number_value(json_object_get(r, "samples_per_s")),
-                     accs, json_string_value(json_object_get(r, "verdict")));
+            json_t *sps = json_object_get(r, "samples_per_s");
+            char spss[48] = "samples/s not measured"; /* all in warm-up */
+            if (json_is_number(sps))
+                snprintf(spss, sizeof spss, "%.1f samples/s",
+                         json_number_value(sps));
+            int n = snprintf(why, sizeof why, "%lld epoch%s, %s, %s, "
+                             "verdict %s", ne, ne == 1 ? "" : "s", spss,
+                             accs, json_string_value(json_object_get(
+                                       r, "verdict")));
             /* loss scaling on: where the scale ended (the last window's) */
             json_t *ls = j->last_window ? json_object_get(j->last_window,
                                                           "loss_scale")

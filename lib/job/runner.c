@@ -748,6 +748,30 @@ static void td__runner_bad_data(td_runner *r, char *err, size_t errcap)
     }
 }
 
+/* A resumed job with fewer steps left than the metrics warm-up measured
+ * no throughput and closed no window of its own: its result gives the
+ * newest epoch's figures that were measured (the history its checkpoint
+ * carried), not "none" (the daemon's reason read "0.0 samples/s"). */
+static void td__measured_before(td_runner *r, td_runner_result *res)
+{
+    int want_sps = !isfinite(res->samples_per_s);
+    int want_verdict = strcmp(res->verdict, "none") == 0;
+    for (size_t i = json_array_size(r->hist); i-- > 0 &&
+                                              (want_sps || want_verdict);) {
+        json_t *e = json_array_get(r->hist, i);
+        json_t *sps = json_object_get(e, "samples_per_s");
+        const char *v = json_string_value(json_object_get(e, "verdict"));
+        if (want_sps && json_is_number(sps)) {
+            res->samples_per_s = json_number_value(sps);
+            want_sps = 0;
+        }
+        if (want_verdict && v && strcmp(v, "none") != 0) {
+            snprintf(res->verdict, sizeof res->verdict, "%s", v);
+            want_verdict = 0;
+        }
+    }
+}
+
 int td_runner_run(td_runner *r, td_runner_result *res, char *err,
                   size_t errcap)
 {
@@ -837,6 +861,7 @@ int td_runner_run(td_runner *r, td_runner_result *res, char *err,
     td_metrics_get_counters(r->metrics, &mc);
     snprintf(res->verdict, sizeof res->verdict, "%s",
              td_verdict_name(mc.verdict));
+    td__measured_before(r, res);
     if (r->train) {
         td_pipeline_stats ps;
         td_pipeline_stats_get(r->train, &ps);

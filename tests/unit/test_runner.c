@@ -548,6 +548,40 @@ START_TEST(test_resume_keeps_the_last_epochs_figures)
 }
 END_TEST
 
+/* A job resumed with fewer steps left than its metrics warm-up measures
+ * no throughput of its own: its result gives the last measured epoch's
+ * samples/s and verdict, not none (the daemon's reason said "2 epochs,
+ * 0.0 samples/s, ..., verdict none"). */
+START_TEST(test_resume_near_the_end_keeps_a_throughput)
+{
+    td_job_spec spec;
+    parse_spec(&spec, 0, 0);
+    spec.metrics.warmup_steps = 5;
+    char err[512] = "";
+    td_runner_result res;
+    seen *a = malloc(sizeof *a), *c = malloc(sizeof *c);
+    seen_init(a);
+    a->stop_at = EPOCHS * PER_EPOCH - 3;
+    a->stop_why = TD_STOP_PAUSE;
+    ck_assert_msg(run_job(&spec, "n", 0, a, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.stopped, TD_STOP_PAUSE);
+    ck_assert_int_gt(res.steps, EPOCHS * PER_EPOCH - 5); /* < a warm-up */
+    seen_init(c);
+    c->last_step = res.steps;
+    ck_assert_msg(run_job(&spec, "n", 1, c, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(res.stopped, TD_STOP_NONE);
+    ck_assert_msg(isfinite(res.samples_per_s) && res.samples_per_s > 0,
+                  "samples/s %g", res.samples_per_s);
+    ck_assert_msg(strcmp(res.verdict, "none") != 0, "verdict %s",
+                  res.verdict);
+    free(a);
+    free(c);
+    td_spec_free(&spec);
+}
+END_TEST
+
 /* What td_runner_create refuses names the part of the spec at fault. */
 START_TEST(test_create_errors_name_the_field)
 {
@@ -603,6 +637,7 @@ static Suite *runner_suite(void)
     tcase_add_test(tc, test_create_errors_name_the_field);
     tcase_add_test(tc, test_pause_at_the_last_step_completes);
     tcase_add_test(tc, test_resume_keeps_the_last_epochs_figures);
+    tcase_add_test(tc, test_resume_near_the_end_keeps_a_throughput);
     suite_add_tcase(s, tc);
     return s;
 }
