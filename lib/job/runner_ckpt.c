@@ -431,6 +431,12 @@ static int td__checkpoint(td_runner *r, const td_train_position *pos,
         json_decref(h);
     }
     if (r->snap_meta[slot]) {
+        /* the epoch's training time so far: a resumed epoch's train_s
+         * covers all of it */
+        char ts[32];
+        snprintf(ts, sizeof ts, "%.17g", pos->ep_train_s);
+        json_object_set_new(r->snap_meta[slot], "traind.epoch_train_s",
+                            json_string(ts));
         td__runner_ls_meta(r, r->snap_meta[slot]);
         td__plan_meta(r, r->snap_meta[slot]);
     }
@@ -577,6 +583,9 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
         .ep_loss_sum = m->has_epoch_sums ? m->epoch_loss_sum : 0,
         .ep_correct = m->has_epoch_sums ? m->epoch_correct : 0,
         .ep_samples = m->has_epoch_sums ? m->epoch_samples : 0};
+    const char *ets = td_ckpt_file_meta_str(f, "traind.epoch_train_s");
+    double train_s = ets ? strtod(ets, NULL) : 0; /* optional (older) */
+    pos.ep_train_s = isfinite(train_s) && train_s > 0 ? train_s : 0;
     int64_t epoch = pos.epoch, steps = pos.steps, in_epoch = pos.step_in_epoch;
     /* The curves of the epochs before the checkpoint (optional: older
      * checkpoints have none). */

@@ -61,6 +61,9 @@ struct td_trainer {
     const td_train_callbacks *cb;
     double ep_loss;
     int64_t ep_correct, ep_samples;
+    double ep_prior_s;          /* the epoch's training time before this
+                                   run (a resume), seconds */
+    int64_t ep_t0;              /* when this run's part of the epoch began */
     int64_t warm_t0, warm_samples, eval_ns_after_warm;
     char *err;
     size_t errcap;
@@ -175,6 +178,8 @@ void td_trainer_position(const td_trainer *t, td_train_position *pos)
     pos->ep_loss_sum = t->ep_loss;
     pos->ep_correct = t->ep_correct;
     pos->ep_samples = t->ep_samples;
+    pos->ep_train_s = t->ep_prior_s +
+                      (t->ep_t0 ? td_ns_to_s(td_now_ns() - t->ep_t0) : 0);
 }
 
 int td_trainer_restore(td_trainer *t, const float *buf, size_t nfloats,
@@ -184,7 +189,7 @@ int td_trainer_restore(td_trainer *t, const float *buf, size_t nfloats,
         pos->step_in_epoch >= t->cfg.steps_per_epoch ||
         pos->ep_samples < 0 || pos->ep_correct < 0 ||
         pos->ep_correct > pos->ep_samples || !isfinite(pos->ep_loss_sum) ||
-        pos->ep_loss_sum < 0)
+        pos->ep_loss_sum < 0 || !(pos->ep_train_s >= 0))
         return -EINVAL;
     int rc = td_backend_restore(t->be, buf, nfloats);
     if (rc)
@@ -195,6 +200,7 @@ int td_trainer_restore(td_trainer *t, const float *buf, size_t nfloats,
     t->ep_loss = pos->ep_loss_sum;
     t->ep_correct = pos->ep_correct;
     t->ep_samples = pos->ep_samples;
+    t->ep_prior_s = pos->ep_train_s;
     return 0;
 }
 
@@ -308,12 +314,13 @@ static int td__evaluate(td_trainer *t, td_batch_source *val,
 }
 
 static int td__end_epoch(td_trainer *t, td_batch_source *val,
-                         td_train_result *res, int64_t ep_t0)
+                         td_train_result *res)
 {
     td_epoch_info ei = {.epoch = t->epoch, .val_loss = NAN, .val_acc = NAN};
     int64_t t0 = td_now_ns();
     int rc;
-    ei.train_s = td_ns_to_s(t0 - ep_t0);
+    ei.train_s = t->ep_prior_s + td_ns_to_s(t0 - t->ep_t0);
+    t->ep_prior_s = 0;
     if (val && (rc = td__evaluate(t, val, &ei)))
         return rc;
     int64_t eval_ns = td_now_ns() - t0;
@@ -437,7 +444,8 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
 {
     td_batch b;
     int rc = 0;
-    int64_t ep_t0 = td_now_ns(), start_steps = t->steps;
+    int64_t start_steps = t->steps;
+    t->ep_t0 = td_now_ns();
     memset(res, 0, sizeof *res);
     res->val_loss = res->val_acc = NAN;
     t->cb = cb;
@@ -487,9 +495,9 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
         }
         if (last) {
             if ((rc = td__finish(t, &t->pend[t->cur ^ 1], td_now_ns())) ||
-                (rc = td__end_epoch(t, val, res, ep_t0)))
+                (rc = td__end_epoch(t, val, res)))
                 return rc;
-            ep_t0 = td_now_ns();
+            t->ep_t0 = td_now_ns();
         }
     }
     if ((rc = td__finish(t, &t->pend[t->cur ^ 1], td_now_ns())))

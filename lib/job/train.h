@@ -77,6 +77,10 @@ typedef struct td_train_position {
      * step before `steps` counted) only after td_trainer_settle. */
     double ep_loss_sum;
     int64_t ep_correct, ep_samples;
+    /* The epoch's training time so far, seconds (its evaluation, and the
+     * time between a stop and the resume, excluded): a resumed epoch's
+     * train_s covers the whole epoch. */
+    double ep_train_s;
 } td_train_position;
 
 /* Return non-zero from a callback to stop at this step boundary.

@@ -80,7 +80,7 @@ typedef struct seen {
     double loss[EPOCHS * PER_EPOCH + 1]; /* by step number, 1-based */
     double lr[EPOCHS * PER_EPOCH + 1];   /* the same */
     int64_t epoch_step[EPOCHS];
-    double epoch_loss[EPOCHS], epoch_acc[EPOCHS];
+    double epoch_loss[EPOCHS], epoch_acc[EPOCHS], epoch_train_s[EPOCHS];
     int hist_events, hist_len;       /* "history" events (a resume) */
     double hist_loss0;               /* their epoch 0 train_loss */
     int64_t ckpt_step[32];
@@ -128,6 +128,8 @@ static void on_event(void *user, const char *kind, json_t *data)
                 json_object_get(data, "train_loss"));
             s->epoch_acc[s->epochs] = json_number_value(
                 json_object_get(data, "train_acc"));
+            s->epoch_train_s[s->epochs] = json_number_value(
+                json_object_get(data, "train_s"));
         }
         s->epochs++;
     } else if (strcmp(kind, "history") == 0) {
@@ -582,6 +584,46 @@ START_TEST(test_resume_near_the_end_keeps_a_throughput)
 }
 END_TEST
 
+/* An epoch that spans a pause: its train_s is its whole training time,
+ * the part before the pause (the checkpoint keeps it, in
+ * traind.epoch_train_s) and the part after the resume, without the time
+ * in between.  Before, it was the part after the resume only (a pause at
+ * 90% of an epoch gave a tenth of its time). */
+START_TEST(test_resumed_epoch_train_s_covers_the_epoch)
+{
+    td_job_spec spec;
+    parse_spec(&spec, 0, 0);
+    char err[512] = "";
+    td_runner_result res;
+    seen *a = malloc(sizeof *a), *c = malloc(sizeof *c);
+    seen_init(a);
+    a->stop_at = 7;
+    a->stop_why = TD_STOP_PAUSE;
+    ck_assert_msg(run_job(&spec, "s", 0, a, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(a->epochs, 0);
+    td_ckpt_file *f;
+    ck_assert_msg(td_ckpt_open(res.last_checkpoint, &f, err, sizeof err) == 0,
+                  "%s", err);
+    const char *txt = td_ckpt_file_meta_str(f, "traind.epoch_train_s");
+    ck_assert_msg(txt != NULL, "the checkpoint does not keep the epoch's "
+                  "training time so far");
+    double before = strtod(txt, NULL);
+    td_ckpt_close(f);
+    ck_assert(before > 0);
+    seen_init(c);
+    c->last_step = res.steps;
+    ck_assert_msg(run_job(&spec, "s", 1, c, &res, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(c->epochs, EPOCHS);
+    ck_assert_msg(c->epoch_train_s[0] > before, "epoch 1 train_s %g, %g of "
+                  "it before the pause", c->epoch_train_s[0], before);
+    free(a);
+    free(c);
+    td_spec_free(&spec);
+}
+END_TEST
+
 /* What td_runner_create refuses names the part of the spec at fault. */
 START_TEST(test_create_errors_name_the_field)
 {
@@ -638,6 +680,7 @@ static Suite *runner_suite(void)
     tcase_add_test(tc, test_pause_at_the_last_step_completes);
     tcase_add_test(tc, test_resume_keeps_the_last_epochs_figures);
     tcase_add_test(tc, test_resume_near_the_end_keeps_a_throughput);
+    tcase_add_test(tc, test_resumed_epoch_train_s_covers_the_epoch);
     suite_add_tcase(s, tc);
     return s;
 }
