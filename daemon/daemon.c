@@ -336,8 +336,9 @@ static void td__load_jobs(td_daemon *d)
                 else
                     td_logf(TD_LOG_WARN, j->id, "recovered after traind "
                             "stopped without a shutdown (killed or crashed) "
-                            "at step %lld; resumes from its last checkpoint",
-                            (long long)j->step);
+                            "at step %lld or later (its record is saved at "
+                            "most once a second); resumes from its last "
+                            "checkpoint", (long long)j->step);
             }
         }
         td_jobs_insert(&d->jobs, j); /* in id order: submission order,

@@ -258,12 +258,38 @@ START_TEST(test_resume_near_the_end_keeps_a_throughput)
 }
 END_TEST
 
+/* A kill -9 comes up to a second after the job's record was last saved,
+ * and its newest checkpoint can be newer than that.  The job's log said
+ * "recovered ... at step 15; resumes from its last checkpoint" and then
+ * "resumed from ...: step 30": a resume from a step after the one it
+ * claimed to have stopped at.  It says "at step N or later" now. */
+START_TEST(test_kill9_log_names_the_record_step_as_a_lower_bound)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, audit_spec(1000));
+    wait_running_step(fd, id, 60);
+    close(fd);
+    th_kill9_restart(&H);
+    fd = th_connect(&H, NULL);
+    ck_assert(th_wait_state(fd, id, "running", 60000));
+    ck_assert(th_log_has(fd, id, "recovered after traind stopped"));
+    ck_assert_msg(th_log_has(fd, id, " or later (its record is saved at "
+                                     "most once a second)"),
+                  "the recovery line states the record's step as where "
+                  "the job stopped");
+    job_request_ok(fd, id, "cancel");
+    ck_assert(th_wait_state(fd, id, "cancelled", 60000));
+    close(fd);
+}
+END_TEST
+
 static Suite *resume_audit_suite(void)
 {
     const td_tcase tcs[] = {
         {"exact", setup_data, teardown_data, NULL,
          {test_three_interruptions_in_a_row_exact,
-          test_resume_near_the_end_keeps_a_throughput}},
+          test_resume_near_the_end_keeps_a_throughput,
+          test_kill9_log_names_the_record_step_as_a_lower_bound}},
     };
     return td_suite_from("resume_audit", tcs, sizeof tcs / sizeof tcs[0]);
 }
