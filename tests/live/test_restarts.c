@@ -52,8 +52,20 @@ START_TEST(test_kill9_during_eval_job_runs_again)
     int fd = th_connect(&H, NULL);
     trained_checkpoint(fd, ckpt, sizeof ckpt);
     snprintf(data, sizeof data, "%s/eval", H.dir);
-    /* big enough that the run takes seconds (events come 5 a second) */
-    td_test_make_folder(data, 2, 700, 320, 320);
+    /* big enough that the run takes seconds (events come 5 a second):
+     * 1,400 files, 20 images a class each linked 35 times (making 1,400
+     * images took minutes in an ASan build on a loaded machine) */
+    td_test_make_folder(data, 2, 20, 320, 320);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 20; i++)
+            for (int c = 1; c < 35; c++) {
+                char from[400], to[400];
+                snprintf(from, sizeof from, "%s/class%d/img%03d.jpg", data,
+                         k, i);
+                snprintf(to, sizeof to, "%s/class%d/copy%02d-%03d.jpg",
+                         data, k, c, i);
+                ck_assert_int_eq(link(from, to), 0);
+            }
     int64_t id = -1;
     /* killed while it runs: an eval event before the last; a job that
      * ends first is tried again */
