@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "job/jobcheck.h"
 #include "daemon.h"
+#include "ended.h"
 #include "backend/cpu/caps.h"
 #include "job/spec.h"
 #include "joblog.h"
@@ -351,6 +352,10 @@ static void cmd_show(td_client *c, td_request *req)
     td_job *j = td__job_arg(c, req, 0);
     if (!j)
         return;
+    if (td__may_see(c, j) && j->shed) { /* read back from disk */
+        td_ended_show(c, req->id, j);
+        return;
+    }
     if (td__may_see(c, j)) {
         td__ok(c, req, json_pack("{s:o}", "job", td_job_record(j)));
         return;

@@ -31,6 +31,7 @@
 #include "job/spec.h"
 #include "starts.h"
 #include "infer_jobs.h"
+#include "ended.h"
 #include "joblog.h"
 #include "remove.h"
 
@@ -157,6 +158,8 @@ static void td__persist_done(uv_work_t *w, int status)
             j->persist_dirty = 0;
             td_daemon_persist_job(r->d, j);
         }
+        if (!failed) /* an ended job's record is on disk: out of memory */
+            td_ended_shed(r->d, j);
     }
     free(r->text);
     free(r);
@@ -175,6 +178,8 @@ void td_daemon_persist_job(td_daemon *d, td_job *j)
         td_remove_start(d, j);
         return;
     }
+    if (j->shed) /* ended, on disk, unchanged (ended.h) */
+        return;
     j->persist_lazy = 0; /* this write covers it */
     j->persist_at_ns = td_now_ns();
     json_t *rec = td_job_record(j);
@@ -258,6 +263,7 @@ static void td__load_jobs(td_daemon *d)
     DIR *dp = opendir(dir);
     if (!dp)
         return;
+    int64_t recent = td_ended_recent_floor(dir, TD_OBS_RECENT);
     struct dirent *e;
     while ((e = readdir(dp))) {
         size_t n = strlen(e->d_name);
@@ -278,12 +284,7 @@ static void td__load_jobs(td_daemon *d)
         if (td_jobs_find(&d->jobs, j->id)) {
             td_warn("ignoring %s: duplicate job id %lld", path,
                     (long long)j->id);
-            json_decref(j->spec);
-            json_decref(j->checkpoints);
-            json_decref(j->last_window);
-            json_decref(j->last_epoch);
-            json_decref(j->result);
-            free(j);
+            td_job_free(j);
             continue;
         }
         int crashed = td__revalidate(d, j);
@@ -345,6 +346,8 @@ static void td__load_jobs(td_daemon *d)
                                         whatever the directory's */
         if (crashed) /* written once the loop runs */
             td_daemon_persist_job(d, j);
+        else if (j->id < recent) /* the newest keep curves for obs.c */
+            td_ended_shed(d, j);
     }
     closedir(dp);
     if (d->jobs.count)
@@ -639,7 +642,7 @@ static void td__on_wake(uv_async_t *a)
                     j->spec, "epochs"));
             }
         } else {
-            if (j)
+            if (j && !j->shed)
                 td__progress(d, j, m->kind, m->data);
             td_server_broadcast(d, m->kind, m->job, m->ts, m->data);
         }
@@ -909,6 +912,7 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     if ((rc = td_server_listen(d)) != 0)
         return rc;
     td_obs_init(d); /* a bad metrics_listen is logged; the endpoint is off */
+    td_ended_shed_all(d); /* the dashboard has the newest jobs' curves */
     /* Listening and the device probed: ready. */
     td_notify("READY=1");
     td__update_status(d);

@@ -25,6 +25,8 @@
 enum td_task td_job_task(const td_job *j)
 {
     enum td_task t;
+    if (j->shed) /* its spec is on disk only (ended.h) */
+        return (enum td_task)j->shed_task;
     if (td_spec_task(j->spec, &t, NULL, 0))
         return TD_TASK_TRAIN;
     return t;

@@ -51,6 +51,7 @@ void td_job_free(td_job *j)
     json_decref(j->result);
     json_decref(j->persist_waiters);
     json_decref(j->remove_req);
+    json_decref(j->row);
     free(j);
 }
 
@@ -210,6 +211,8 @@ int td_job_may_see(const td_job *j, uid_t uid, int all)
 
 json_t *td_job_summary(const td_job *j)
 {
+    if (j->shed) /* a copy: callers add keys ("restricted") */
+        return json_copy(j->row);
     json_t *o = json_pack(
         "{s:I, s:s, s:I, s:s, s:s, s:f, s:I, s:I, s:I, s:I}", "id",
         (json_int_t)j->id, "name", j->name, "uid", (json_int_t)j->uid,
@@ -246,6 +249,8 @@ json_t *td_job_summary(const td_job *j)
 
 json_t *td_job_record(const td_job *j)
 {
+    if (j->shed)
+        return NULL;
     json_t *o = td_job_summary(j);
     if (!o)
         return NULL;
@@ -265,6 +270,28 @@ json_t *td_job_record(const td_job *j)
                                                              : "cancel",
                                       "note", j->stop_note));
     return o;
+}
+
+int td_job_shed(td_job *j, int task)
+{
+    if (j->shed)
+        return 0;
+    json_t *row = td_job_summary(j);
+    if (!row)
+        return -ENOMEM;
+    j->row = row;
+    j->shed = 1;
+    j->shed_task = task;
+    json_decref(j->spec);
+    json_decref(j->last_window);
+    json_decref(j->last_epoch);
+    json_decref(j->checkpoints);
+    json_decref(j->result);
+    j->spec = j->last_window = j->last_epoch = j->checkpoints = NULL;
+    j->result = NULL;
+    td_curves_free(&j->curves);
+    memset(&j->curves, 0, sizeof j->curves);
+    return 0;
 }
 
 td_job *td_job_from_record(json_t *rec, char *err, size_t errcap)

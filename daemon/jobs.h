@@ -63,6 +63,11 @@ typedef struct td_job {
     int removing;            /* `remove` asked (remove.h) */
     uint64_t remove_client;  /* ... by this client */
     json_t *remove_req;      /* ... in the request with this id (owned) */
+    /* An ended job whose record is on disk keeps only its list row in
+     * memory (td_job_shed; its record is read back for `show`). */
+    int shed;
+    int shed_task;           /* its enum td_task (infer_jobs.h) */
+    json_t *row;             /* its td_job_summary, owned, or NULL */
     struct td_job *next;
 } td_job;
 
@@ -104,9 +109,16 @@ int td_job_may_control(const td_job *j, uid_t uid);
  * root may; others only when `all` (the jobs_visible_to_all setting). */
 int td_job_may_see(const td_job *j, uid_t uid, int all);
 
-/* A summary (for list) or the full record (for show and persistence). */
+/* A summary (for list) or the full record (for show and persistence).
+ * A shed job has no record in memory: td_job_record returns NULL. */
 json_t *td_job_summary(const td_job *j);
 json_t *td_job_record(const td_job *j);
+/* Drops an ended job's record from memory (spec, curves, windows,
+ * checkpoints, result) and keeps its summary: the daemon does this once
+ * the record is on disk, so that a daemon that has run thousands of jobs
+ * does not hold them all (a job of 1,000 window points held ~0.9 MB).
+ * task is the job's enum td_task.  0, or -ENOMEM (nothing changed). */
+int td_job_shed(td_job *j, int task);
 /* Rebuilds a job from td_job_record()'s output (for restart). */
 td_job *td_job_from_record(json_t *rec, char *err, size_t errcap);
 /* Inserts a job (restored, or back after td_jobs_unlink) in id order,

@@ -33,7 +33,7 @@
 #include "proto/protocol.h"
 #include "settings.h"
 
-enum { TD__RECENT = 8, TD__PART = 256 * 1024 };
+enum { TD__RECENT = TD_OBS_RECENT, TD__PART = 256 * 1024 };
 
 /* A job's curves are serialised at most this often (a state change or a
  * new job always is); changes in between wait for the refresh. */
@@ -303,7 +303,7 @@ static void td__on_refresh(uv_timer_t *t)
                         ? td_jobs_find(&o->d->jobs, o->curves[i].job)
                         : NULL;
         o->curves[i].pending = 0;
-        if (j) {
+        if (j && !j->shed) { /* a shed job's were taken when it ended */
             o->curves[i].at_ns = 0; /* due */
             td_obs_job_curves(o->d, j->id, j->name,
                               td_job_state_name(j->state), j->curves.history,

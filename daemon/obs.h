@@ -20,6 +20,9 @@
 struct td_daemon;
 struct td_client;
 
+/* Jobs whose learning curves the dashboard keeps (the highest ids). */
+#define TD_OBS_RECENT 8
+
 /* Loop thread: after the settings are read.  A metrics_listen address that
  * cannot be used is logged and the endpoint stays off (-errno returned). */
 int td_obs_init(struct td_daemon *d);
@@ -50,7 +53,7 @@ void td_obs_client_gone(struct td_daemon *d, uint64_t client);
  * them.  history and curve (jobs.h; either may be NULL) are serialised
  * here, so the HTTP thread never sees them; window events within 250 ms
  * of the last serialisation of an unchanged state and history are
- * skipped.  The TD__RECENT highest job ids are kept. */
+ * skipped.  The TD_OBS_RECENT highest job ids are kept. */
 void td_obs_job_curves(struct td_daemon *d, int64_t job, const char *name,
                        const char *state, const json_t *history,
                        const json_t *curve);
