@@ -95,8 +95,12 @@ START_TEST(test_ended_jobs_memory_is_bounded)
     long after = rss_kb();
     printf("RSS after 8 jobs %ld KiB, after 24 %ld KiB (+%ld)\n", before,
            after, after - before);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    /* (the sanitizers' allocators hold freed memory back: RSS says
+     * nothing there; fds and threads still do) */
     ck_assert_msg(after - before < 6144, "RSS grew by %ld KiB over 16 jobs",
                   after - before);
+#endif
     ck_assert_int_eq(count_proc("fd"), fds);
     ck_assert_int_eq(count_proc("task"), threads);
     close(fd);
