@@ -10,7 +10,6 @@
 #include "daemon.h"
 #include "obs.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -27,9 +26,7 @@
 #include "job/device.h"
 #include "notify.h"
 #include "settings.h"
-#include "bounds.h"
 #include "job/spec.h"
-#include "starts.h"
 #include "infer_jobs.h"
 #include "ended.h"
 #include "joblog.h"
@@ -209,149 +206,6 @@ oom:
     json_decref(rec);
     free(r);
     td_error("job %lld: out of memory saving its record", (long long)j->id);
-}
-
-/* A record is checked again as it is read back, as if it were submitted
- * now: a name that is not one (control characters) is replaced, and a job
- * not yet finished whose spec no longer parses or fits this machine
- * (threads, workers, memory) is failed instead of started.  1 if j was
- * failed. */
-static int td__revalidate(td_daemon *d, td_job *j)
-{
-    char e[1024];
-    td_job_spec sp;
-    if (!td_job_name_ok(j->name)) {
-        td_warn("job %lld: the saved name is not a valid name; renamed",
-                (long long)j->id);
-        snprintf(j->name, sizeof j->name, "job-%lld", (long long)j->id);
-    }
-    if (td_job_state_final(j->state))
-        return 0;
-    if (td_job_task(j) != TD_TASK_TRAIN ||
-        json_object_get(j->spec, "task")) { /* eval, predict (or junk) */
-        td_infer_spec is;
-        int irc = td_infer_spec_parse(j->spec, &is, e, sizeof e);
-        td_infer_spec_free(&is);
-        if (irc == 0)
-            return 0;
-        goto failed;
-    }
-    int rc = td_spec_parse(j->spec, NULL, &sp, e, sizeof e);
-    if (rc == 0) {
-        rc = td_limits_check_spec(d->settings, &sp, NULL, NULL, e,
-                                  sizeof e);
-        td_spec_free(&sp);
-    }
-    if (rc == 0)
-        return 0;
-failed:
-    j->state = TD_JOB_FAILED;
-    snprintf(j->reason, sizeof j->reason, "the saved record is no longer a "
-             "valid job: %.200s", e);
-    j->ended = (double)td_wall_ns() / 1e9;
-    j->stop_requested = 0;
-    td_starts_clear(d->state_dir, j->id);
-    td_warn("job %lld: %s", (long long)j->id, j->reason);
-    return 1;
-}
-
-/* Reads every jobs/<id>.json (start-up only, before the loop runs). */
-static void td__load_jobs(td_daemon *d)
-{
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/jobs", d->state_dir);
-    DIR *dp = opendir(dir);
-    if (!dp)
-        return;
-    int64_t recent = td_ended_recent_floor(dir, TD_OBS_RECENT);
-    struct dirent *e;
-    while ((e = readdir(dp))) {
-        size_t n = strlen(e->d_name);
-        if (n < 6 || strcmp(e->d_name + n - 5, ".json") != 0)
-            continue;
-        char path[4500], err[256];
-        json_error_t je;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        json_t *rec = json_load_file(path, 0, &je);
-        td_job *j = rec ? td_job_from_record(rec, err, sizeof err) : NULL;
-        if (!rec)
-            snprintf(err, sizeof err, "%s", je.text);
-        json_decref(rec);
-        if (!j) {
-            td_remove_set_aside(d, path, e->d_name, err);
-            continue;
-        }
-        if (td_jobs_find(&d->jobs, j->id)) {
-            td_warn("ignoring %s: duplicate job id %lld", path,
-                    (long long)j->id);
-            td_job_free(j);
-            continue;
-        }
-        int crashed = td__revalidate(d, j);
-        if (crashed) {
-            /* failed by td__revalidate */
-        } else if (j->state == TD_JOB_RUNNING && j->stop_requested) {
-            /* A cancel or pause that was acknowledged but not yet reached
-             * when the daemon died still holds. */
-            int pause = j->stop_requested == 2; /* TD_STOP_PAUSE */
-            j->state = pause ? TD_JOB_SUSPENDED : TD_JOB_CANCELLED;
-            snprintf(j->reason, sizeof j->reason, "%s (asked before the "
-                     "daemon stopped)", j->stop_note);
-            j->stop_requested = 0;
-            if (!pause)
-                j->ended = (double)td_wall_ns() / 1e9;
-            td_starts_clear(d->state_dir, j->id);
-            crashed = 1; /* the record is written again */
-        } else if (j->state == TD_JOB_RUNNING) {
-            int starts = td_starts_count(d->state_dir, j->id);
-            long long max = td_settings_int(d->settings, "max_crash_restarts");
-            if (starts >= max) {
-                /* It may be what kills the daemon: do not start it again. */
-                j->state = TD_JOB_FAILED;
-                snprintf(j->reason, sizeof j->reason,
-                         "the daemon stopped %d time(s) in a row while this "
-                         "job ran%s (max_crash_restarts %lld); not started "
-                         "again", starts,
-                         td_job_task(j) == TD_TASK_TRAIN
-                             ? ", without a new checkpoint in between"
-                             : "", /* eval, predict: none to write */
-                         max);
-                td_starts_clear(d->state_dir, j->id);
-                td_warn("job %lld: %s", (long long)j->id, j->reason);
-                j->ended = (double)td_wall_ns() / 1e9;
-                crashed = 1;
-            } else {
-                /* A clean shutdown leaves its job pending; running means
-                 * traind died under it (kill -9, a crash, power loss). */
-                j->state = TD_JOB_PENDING;
-                snprintf(j->reason, sizeof j->reason, "%s",
-                         td_job_task(j) != TD_TASK_TRAIN
-                             ? "interrupted by a daemon restart; runs again "
-                               "from the start"
-                             : "interrupted by a daemon restart; resumes "
-                               "from its last checkpoint");
-                if (td_job_task(j) != TD_TASK_TRAIN) /* no checkpoint */
-                    td_logf(TD_LOG_WARN, j->id, "recovered after traind "
-                            "stopped without a shutdown (killed or "
-                            "crashed); runs again from the start");
-                else
-                    td_logf(TD_LOG_WARN, j->id, "recovered after traind "
-                            "stopped without a shutdown (killed or crashed) "
-                            "at step %lld or later (its record is saved at "
-                            "most once a second); resumes from its last "
-                            "checkpoint", (long long)j->step);
-            }
-        }
-        td_jobs_insert(&d->jobs, j); /* in id order: submission order,
-                                        whatever the directory's */
-        if (crashed) /* written once the loop runs */
-            td_daemon_persist_job(d, j);
-        else if (j->id < recent) /* the newest keep curves for obs.c */
-            td_ended_shed(d, j);
-    }
-    closedir(dp);
-    if (d->jobs.count)
-        td_info("restored %zu job record(s) from %s", d->jobs.count, dir);
 }
 
 int td_daemon_set_job_state(td_daemon *d, td_job *j, enum td_job_state s,
@@ -889,7 +743,7 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     if (!(d->joblog = td_joblog_new(d)))
         return -ENOMEM;
     td_log_set_sink(td_joblog_sink, d);
-    td__load_jobs(d); /* after the sink: a recovered job logs so */
+    td_daemon_load_jobs(d); /* after the sink: a recovered job logs so */
     td_remove_recover(d);
     uv_signal_init(loop, &d->sig_term);
     uv_signal_init(loop, &d->sig_int);

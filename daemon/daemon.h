@@ -151,6 +151,10 @@ int td_daemon_set_job_state(td_daemon *d, td_job *j, enum td_job_state s,
                             const char *reason);
 double td_daemon_ts(const td_daemon *d);
 /* Loop thread: starts the oldest pending job if the device is free. */
+/* Reads every state_dir/jobs/<id>.json (start-up only, before the loop
+ * runs): checks each again as if submitted now, recovers a job traind
+ * died under, sets aside what does not read (load.c). */
+void td_daemon_load_jobs(td_daemon *d);
 void td_daemon_schedule(td_daemon *d);
 /* Any thread (the trainer, each step): proof of life for the watchdog. */
 void td_daemon_heartbeat(td_daemon *d);

@@ -84,6 +84,38 @@ START_TEST(test_notify_sequence)
 }
 END_TEST
 
+/* A start with job records to read says so in the unit's status before
+ * READY=1 (a load of thousands of records also reports its progress
+ * every second and extends systemd's start timeout: load.c). */
+START_TEST(test_loading_records_in_status)
+{
+    td_harness h;
+    char path[128], env1[160], log[8192] = "";
+    mk_tmp();
+    int fd = notify_socket(path, sizeof path);
+    snprintf(env1, sizeof env1, "NOTIFY_SOCKET=%s", path);
+    const char *env[] = {env1, NULL};
+    ck_assert_int_eq(th_start_env(&h, NULL, env), 0);
+    collect(fd, log, sizeof log, 5000, "READY=1");
+    ck_assert_msg(!strstr(log, "STATUS=loading"), "messages: %s", log);
+    int c = th_connect(&h, NULL);
+    for (int i = 0; i < 2; i++)
+        ck_assert(th_wait_state(c, th_submit(c, th_tiny_spec(1, 0)),
+                                "completed", 60000));
+    close(c);
+    ck_assert_int_eq(th_restart(&h), 0);
+    log[0] = '\0';
+    collect(fd, log, sizeof log, 5000, "READY=1");
+    ck_assert_int_eq(th_stop(&h), 0);
+    th_cleanup(&h);
+    close(fd);
+    rm_tmp();
+    char *loading = strstr(log, "STATUS=loading 2 job record(s) from ");
+    char *ready = strstr(log, "READY=1");
+    ck_assert_msg(loading && ready && loading < ready, "messages: %s", log);
+}
+END_TEST
+
 START_TEST(test_watchdog_for_another_pid_is_ignored)
 {
     td_harness h;
@@ -284,6 +316,7 @@ static Suite *service_suite(void)
     TCase *tc = tcase_create("systemd");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_notify_sequence);
+    tcase_add_test(tc, test_loading_records_in_status);
     tcase_add_test(tc, test_watchdog_for_another_pid_is_ignored);
     tcase_add_test(tc, test_socket_activation);
     suite_add_tcase(s, tc);

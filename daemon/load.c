@@ -1,0 +1,204 @@
+/* load.c - the job records read back at start-up (see daemon.h).
+ *
+ * A daemon that ran for months has thousands of records, some of a
+ * megabyte (a long job's learning curves): reading them can take longer
+ * than systemd's start timeout (90 s by default).  The load says where it
+ * is, every second, in the log and the unit's status, and asks systemd
+ * for more time (EXTEND_TIMEOUT_USEC) as long as it advances.
+ */
+#include "daemon.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "ended.h"
+#include "job/spec.h"
+#include "notify.h"
+#include "obs.h"
+#include "remove.h"
+#include "settings.h"
+#include "starts.h"
+#include "bounds.h"
+#include "infer_jobs.h"
+
+/* systemd's start timeout is extended by this much at each progress
+ * report (one a second): a load that stalls still times out. */
+#define TD__LOAD_EXTEND_USEC 30000000
+
+/* The <id>.json names in dp (rewound after). */
+static size_t td__count_records(DIR *dp)
+{
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(dp));) {
+        size_t len = strlen(e->d_name);
+        n += len >= 6 && strcmp(e->d_name + len - 5, ".json") == 0;
+    }
+    rewinddir(dp);
+    return n;
+}
+
+static void td__progress(const char *dir, size_t done, size_t total,
+                         int64_t ns)
+{
+    td_info("loading job records from %s: %zu of %zu (%.0f s)", dir, done,
+            total, td_ns_to_s(ns));
+    td_notifyf("EXTEND_TIMEOUT_USEC=%d\nSTATUS=loading job records: %zu of "
+               "%zu", TD__LOAD_EXTEND_USEC, done, total);
+}
+
+/* A record is checked again as it is read back, as if it were submitted
+ * now: a name that is not one (control characters) is replaced, and a job
+ * not yet finished whose spec no longer parses or fits this machine
+ * (threads, workers, memory) is failed instead of started.  1 if j was
+ * failed. */
+static int td__revalidate(td_daemon *d, td_job *j)
+{
+    char e[1024];
+    td_job_spec sp;
+    if (!td_job_name_ok(j->name)) {
+        td_warn("job %lld: the saved name is not a valid name; renamed",
+                (long long)j->id);
+        snprintf(j->name, sizeof j->name, "job-%lld", (long long)j->id);
+    }
+    if (td_job_state_final(j->state))
+        return 0;
+    if (td_job_task(j) != TD_TASK_TRAIN ||
+        json_object_get(j->spec, "task")) { /* eval, predict (or junk) */
+        td_infer_spec is;
+        int irc = td_infer_spec_parse(j->spec, &is, e, sizeof e);
+        td_infer_spec_free(&is);
+        if (irc == 0)
+            return 0;
+        goto failed;
+    }
+    int rc = td_spec_parse(j->spec, NULL, &sp, e, sizeof e);
+    if (rc == 0) {
+        rc = td_limits_check_spec(d->settings, &sp, NULL, NULL, e,
+                                  sizeof e);
+        td_spec_free(&sp);
+    }
+    if (rc == 0)
+        return 0;
+failed:
+    j->state = TD_JOB_FAILED;
+    snprintf(j->reason, sizeof j->reason, "the saved record is no longer a "
+             "valid job: %.200s", e);
+    j->ended = (double)td_wall_ns() / 1e9;
+    j->stop_requested = 0;
+    td_starts_clear(d->state_dir, j->id);
+    td_warn("job %lld: %s", (long long)j->id, j->reason);
+    return 1;
+}
+
+/* Reads every jobs/<id>.json (start-up only, before the loop runs). */
+void td_daemon_load_jobs(td_daemon *d)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/jobs", d->state_dir);
+    DIR *dp = opendir(dir);
+    if (!dp)
+        return;
+    int64_t recent = td_ended_recent_floor(dir, TD_OBS_RECENT);
+    size_t total = td__count_records(dp), done = 0;
+    int64_t t0 = td_now_ns(), told = t0;
+    if (total)
+        td_notifyf("STATUS=loading %zu job record(s) from %s", total, dir);
+    struct dirent *e;
+    while ((e = readdir(dp))) {
+        size_t n = strlen(e->d_name);
+        if (n < 6 || strcmp(e->d_name + n - 5, ".json") != 0)
+            continue;
+        if (td_now_ns() - told >= TD_NS_PER_S) { /* a long load: progress */
+            told = td_now_ns();
+            td__progress(dir, done, total, told - t0);
+        }
+        done++;
+        char path[4500], err[256];
+        json_error_t je;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        json_t *rec = json_load_file(path, 0, &je);
+        td_job *j = rec ? td_job_from_record(rec, err, sizeof err) : NULL;
+        if (!rec)
+            snprintf(err, sizeof err, "%s", je.text);
+        json_decref(rec);
+        if (!j) {
+            td_remove_set_aside(d, path, e->d_name, err);
+            continue;
+        }
+        if (td_jobs_find(&d->jobs, j->id)) {
+            td_warn("ignoring %s: duplicate job id %lld", path,
+                    (long long)j->id);
+            td_job_free(j);
+            continue;
+        }
+        int crashed = td__revalidate(d, j);
+        if (crashed) {
+            /* failed by td__revalidate */
+        } else if (j->state == TD_JOB_RUNNING && j->stop_requested) {
+            /* A cancel or pause that was acknowledged but not yet reached
+             * when the daemon died still holds. */
+            int pause = j->stop_requested == 2; /* TD_STOP_PAUSE */
+            j->state = pause ? TD_JOB_SUSPENDED : TD_JOB_CANCELLED;
+            snprintf(j->reason, sizeof j->reason, "%s (asked before the "
+                     "daemon stopped)", j->stop_note);
+            j->stop_requested = 0;
+            if (!pause)
+                j->ended = (double)td_wall_ns() / 1e9;
+            td_starts_clear(d->state_dir, j->id);
+            crashed = 1; /* the record is written again */
+        } else if (j->state == TD_JOB_RUNNING) {
+            int starts = td_starts_count(d->state_dir, j->id);
+            long long max = td_settings_int(d->settings, "max_crash_restarts");
+            if (starts >= max) {
+                /* It may be what kills the daemon: do not start it again. */
+                j->state = TD_JOB_FAILED;
+                snprintf(j->reason, sizeof j->reason,
+                         "the daemon stopped %d time(s) in a row while this "
+                         "job ran%s (max_crash_restarts %lld); not started "
+                         "again", starts,
+                         td_job_task(j) == TD_TASK_TRAIN
+                             ? ", without a new checkpoint in between"
+                             : "", /* eval, predict: none to write */
+                         max);
+                td_starts_clear(d->state_dir, j->id);
+                td_warn("job %lld: %s", (long long)j->id, j->reason);
+                j->ended = (double)td_wall_ns() / 1e9;
+                crashed = 1;
+            } else {
+                /* A clean shutdown leaves its job pending; running means
+                 * traind died under it (kill -9, a crash, power loss). */
+                j->state = TD_JOB_PENDING;
+                snprintf(j->reason, sizeof j->reason, "%s",
+                         td_job_task(j) != TD_TASK_TRAIN
+                             ? "interrupted by a daemon restart; runs again "
+                               "from the start"
+                             : "interrupted by a daemon restart; resumes "
+                               "from its last checkpoint");
+                if (td_job_task(j) != TD_TASK_TRAIN) /* no checkpoint */
+                    td_logf(TD_LOG_WARN, j->id, "recovered after traind "
+                            "stopped without a shutdown (killed or "
+                            "crashed); runs again from the start");
+                else
+                    td_logf(TD_LOG_WARN, j->id, "recovered after traind "
+                            "stopped without a shutdown (killed or crashed) "
+                            "at step %lld or later (its record is saved at "
+                            "most once a second); resumes from its last "
+                            "checkpoint", (long long)j->step);
+            }
+        }
+        td_jobs_insert(&d->jobs, j); /* in id order: submission order,
+                                        whatever the directory's */
+        if (crashed) /* written once the loop runs */
+            td_daemon_persist_job(d, j);
+        else if (j->id < recent) /* the newest keep curves for obs.c */
+            td_ended_shed(d, j);
+    }
+    closedir(dp);
+    if (d->jobs.count)
+        td_info("restored %zu job record(s) from %s in %.1f s",
+                d->jobs.count, dir, td_ns_to_s(td_now_ns() - t0));
+}
+
