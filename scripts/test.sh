@@ -112,14 +112,18 @@ fi
 # where they are installed it must build and run.
 sim=auto
 [[ -f /usr/local/cuda/include/cudnn.h ]] && sim=enabled
-run "ASan+UBSan build" "$base/asan" "" "" \
+# The sanitizer builds run 3-10x slower, and this machine is shared: their
+# tests get twice the time (Check's per-test timeouts and meson's).
+CK_TIMEOUT_MULTIPLIER=2 run "ASan+UBSan build" "$base/asan" "" "-t 2" \
   -Dwerror=true -Dcuda=disabled -Dgpu_sim=$sim \
   -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 # libgomp is not built with ThreadSanitizer, so TSan cannot see the
 # barriers that end an OpenMP parallel region and reports the CPU backend's
 # parallel loops as races: one OpenMP thread under TSan (the threads the
 # suites are about - pipeline workers, writer, loop, trainer - are ours).
-OMP_NUM_THREADS=1 run "ThreadSanitizer build (threaded suites)" "$base/tsan" "" "--suite threaded" \
+OMP_NUM_THREADS=1 CK_TIMEOUT_MULTIPLIER=2 \
+  run "ThreadSanitizer build (threaded suites)" "$base/tsan" "" \
+  "--suite threaded -t 2" \
   -Dwerror=true -Dcuda=disabled -Dgpu_sim=$sim -Db_sanitize=thread \
   -Db_lundef=false -Dbuildtype=debugoptimized
 # clang: the libFuzzer targets and the library they instrument, nothing
