@@ -88,6 +88,10 @@ int td_cli_parse(td_cli *cli, int argc, char **argv, const td_cli_flag *flags,
             if (!val && i + 1 >= argc)
                 return td_cli_usage_error(cli, "--socket needs a path");
             cli->socket = val ? val : argv[++i];
+            /* "" is no path: not $TRAIND_SOCKET's or the default daemon */
+            if (!cli->socket[0])
+                return td_cli_usage_error(cli, "--socket needs a path, not "
+                                          "an empty string");
             continue;
         }
         const td_cli_flag *f = td__find(flags, a, n);

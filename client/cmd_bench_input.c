@@ -45,12 +45,13 @@ static void td__bi_usage(FILE *f)
         "center_crop, resize,\nflip, color_jitter (default parameters).\n");
 }
 
+/* 0, or 1 for a bad value (td__bi_value's code: the caller names it) */
 static int td__int_arg(const char *v, int lo, int hi, int *out)
 {
     char *end;
     long x = strtol(v, &end, 10);
-    if (*end || x < lo || x > hi)
-        return -1;
+    if (end == v || *end || x < lo || x > hi)
+        return 1;
     *out = (int)x;
     return 0;
 }
@@ -228,7 +229,9 @@ static int td__bi_args(int argc, char **argv, struct td__bi *o)
         }
     }
     if (!o->data) {
-        td__bi_usage(stderr);
+        fprintf(stderr, "trainctl bench-input: --data PATH is required (or "
+                        "--spec with data.train)\nRun 'trainctl bench-input "
+                        "--help' for usage.\n");
         return TD_EXIT_USAGE;
     }
     return -1;

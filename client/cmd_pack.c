@@ -10,7 +10,9 @@
  * --threads N (ImageFolder only, default one per CPU), --json.
  * Progress goes to stderr when it is a tty.
  */
+#include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,12 +217,14 @@ static int td__pack_value(struct td__pack_args *o, const char *a,
         fprintf(stderr, "trainctl pack: --val-fraction must be in (0, 1)\n");
         return -1;
     }
-    if (strcmp(a, "--seed") == 0) {
+    if (strcmp(a, "--seed") == 0) { /* strtoull takes "-5" and wraps */
         char *end;
+        errno = 0;
         o->seed = strtoull(v, &end, 10);
-        if (*v && !*end)
+        if (*v >= '0' && *v <= '9' && !*end && !errno)
             return 0;
-        fprintf(stderr, "trainctl pack: --seed must be a number\n");
+        fprintf(stderr, "trainctl pack: --seed must be a number 0..%llu, "
+                        "not '%s'\n", (unsigned long long)UINT64_MAX, v);
         return -1;
     }
     if (strcmp(a, "--shard-size") == 0) {
@@ -261,8 +265,18 @@ static int td__pack_args(int argc, char **argv, struct td__pack_args *o)
         i++;
     }
     int modes = (o->images || o->labels) + !!o->idxdir + !!o->folder;
-    if (modes != 1 || !o->out || (!!o->images != !!o->labels)) {
-        td__pack_usage(stderr);
+    const char *why = modes == 0 ? "no input: give --idx-images F "
+                                   "--idx-labels F, --idx-dir D or "
+                                   "--imagefolder ROOT"
+                      : modes > 1 ? "one input only: --idx-images/--idx-labels,"
+                                    " --idx-dir or --imagefolder"
+                      : !!o->images != !!o->labels
+                          ? "--idx-images and --idx-labels go together"
+                      : !o->out ? "-o DIR is required"
+                                : NULL;
+    if (why) {
+        fprintf(stderr, "trainctl pack: %s\nRun 'trainctl pack --help' for "
+                        "usage.\n", why);
         return TD_EXIT_USAGE;
     }
     if (o->val_fraction > 0 && !o->folder) {

@@ -105,8 +105,10 @@ int td_cmd_plan(int argc, char **argv)
     if (td__num(ws_s, 0, 1 << 20, &ws))
         return td_cli_usage_error(&cli, "--workspace-mib: expected 0..%d, "
                                   "not '%s'", 1 << 20, ws_s);
-    if (sscanf(input, "%dx%dx%d", &c, &h, &w) != 3 || c < 1 || c > 4 ||
-        h < 1 || h > 8192 || w < 1 || w > 8192)
+    int used = -1; /* the whole word: "3x224x224x9" is not a shape */
+    if (sscanf(input, "%4dx%5dx%5d%n", &c, &h, &w, &used) != 3 ||
+        input[used] || c < 1 || c > 4 || h < 1 || h > 8192 || w < 1 ||
+        w > 8192)
         return td_cli_usage_error(&cli, "--input: expected CxHxW such as "
                                   "3x224x224, not '%s'", input);
     if (!strcmp(prec, "fp32") || !strcmp(prec, "tf32"))

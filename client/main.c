@@ -89,6 +89,11 @@ static int td__hoist_globals(int argc, char **argv, char **out)
             break;
         }
     }
+    if (g >= argc && n > 0) { /* `trainctl --json`: options, no command */
+        fprintf(stderr, "trainctl: no command after %s\n\n", globals[0]);
+        usage(stderr);
+        return -1;
+    }
     int k = 0;
     out[k++] = argv[0];
     if (g < argc)
