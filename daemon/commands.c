@@ -65,7 +65,7 @@ static td_job *td__job_arg(td_client *c, td_request *req, int control)
 
 /* The daemon's devices, as it probed them at start: trainctl does not
  * link the CUDA runtime and learns about GPUs from here. */
-static json_t *td__devices_json(const td_device_info *info)
+json_t *td_devices_json(const td_device_info *info)
 {
     json_t *gpus = json_array();
     for (int i = 0; i < info->cuda_count; i++) {
@@ -76,26 +76,23 @@ static json_t *td__devices_json(const td_device_info *info)
                                               "cc_major", g->cc_major,
                                               "cc_minor", g->cc_minor));
     }
-    return json_pack("{s:b, s:i, s:o, s:s}", "cuda_built", info->cuda_built,
-                     "cuda_runtime", info->cuda_runtime, "gpus", gpus,
-                     "note", info->reason);
-}
-
-/* The CPU's bf16 instructions and oneDNN's ISA (backend/cpu/caps.h). */
-static json_t *td__cpu_json(void)
-{
+    /* the CPU's bf16 instructions and oneDNN's ISA (backend/cpu/caps.h) */
     const td_cpu_caps *k = td_cpu_caps_get();
-    return json_pack("{s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:o}", "model",
-                     k->model, "isa", k->isa, "avx512_bf16", k->avx512_bf16,
-                     "amx_bf16", k->amx_bf16, "avx512_fp16", k->avx512_fp16,
-                     "bf16", k->bf16, "bf16_auto", k->bf16_auto, "dot_rate",
-                     k->dot_rate > 0 ? json_real(k->dot_rate) : json_null());
+    json_t *cpu = json_pack("{s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:o}",
+                            "model", k->model, "isa", k->isa, "avx512_bf16",
+                            k->avx512_bf16, "amx_bf16", k->amx_bf16,
+                            "avx512_fp16", k->avx512_fp16, "bf16", k->bf16,
+                            "bf16_auto", k->bf16_auto, "dot_rate",
+                            k->dot_rate > 0 ? json_real(k->dot_rate)
+                                            : json_null());
+    return json_pack("{s:b, s:i, s:o, s:s, s:o}", "cuda_built",
+                     info->cuda_built, "cuda_runtime", info->cuda_runtime,
+                     "gpus", gpus, "note", info->reason, "cpu", cpu);
 }
 
 static void cmd_version(td_client *c, td_request *req)
 {
-    json_t *dev = td__devices_json(&c->d->devices);
-    json_object_set_new(dev, "cpu", td__cpu_json());
+    json_t *dev = td_devices_json(&c->d->devices);
     td__ok(c, req, json_pack("{s:s, s:i, s:s, s:o}", "version", TD_VERSION,
                              "proto", TD_PROTO_VERSION, "device",
                              c->d->device_desc, "devices", dev));

@@ -177,5 +177,8 @@ td_client *td_server_client(td_daemon *d, uint64_t id);
 
 /* commands.c */
 void td_commands_dispatch(td_client *c, td_request *req);
+/* The devices of info and the CPU's bf16 support, as the `version`
+ * request gives them (also `traind --version --json`). */
+json_t *td_devices_json(const td_device_info *info);
 
 #endif

@@ -5,6 +5,7 @@
  * Owns argument parsing and process set-up only; the loop, the socket
  * server and the job table live in daemon.c, server.c, commands.c.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,7 +50,8 @@ static void usage(FILE *f)
             "  --state-dir DIR    job records, logs and checkpoints\n"
             "                     (default %s)\n"
             "  --log-level LEVEL  error, warn, info (default) or debug\n"
-            "  --help-config      list every setting with its default\n"
+            "  --help-config      list every setting with its default (--json:\n"
+            "                     one JSON object)\n"
             "\n"
             "       traind --run JOB.json [--set KEY=VALUE]... [--json]\n"
             "              [--checkpoint-dir DIR [--resume]] [--steps N]\n"
@@ -58,11 +60,14 @@ static void usage(FILE *f)
             "                     line per window and per epoch, and exit;\n"
             "                     Ctrl-C stops at a step boundary\n"
             "  --set KEY=VALUE    override a spec field (--set epochs=1)\n"
-            "  --json             JSON lines instead of text\n"
+            "  --json             JSON lines instead of text (a refusal or\n"
+            "                     failure too: {\"event\":\"error\", ...})\n"
             "  --checkpoint-dir DIR  write checkpoints there as the spec says\n"
             "  --resume           continue from the newest checkpoint in DIR\n"
-            "  --steps N          steps per epoch on synthetic input (100)\n"
+            "  --steps N          steps per epoch on synthetic input, 1..1000000\n"
+            "                     (default 100)\n"
             "  --version          print the version and the devices found\n"
+            "                     (--json: one JSON object)\n"
             "  --help             this text\n"
             "\n"
             "Environment:\n"
@@ -75,10 +80,26 @@ static void usage(FILE *f)
             TD_MODELS_INSTALL_DIR);
 }
 
-static void print_version(void)
+static void print_json(json_t *o)
+{
+    char *t = json_dumps(o, JSON_COMPACT);
+    if (t)
+        puts(t);
+    free(t);
+    json_decref(o);
+}
+
+static void print_version(int json)
 {
     td_device_info info;
     td_device_probe(&info);
+    if (json) {
+        print_json(json_pack("{s:s, s:i, s:s, s:o}", "version", TD_VERSION,
+                             "proto", TD_PROTO_VERSION, "libuv",
+                             uv_version_string(), "devices",
+                             td_devices_json(&info)));
+        return;
+    }
     printf("traind %s (protocol %d, libuv %s)\n", TD_VERSION, TD_PROTO_VERSION,
            uv_version_string());
     printf("cuda: %s\n", info.cuda_built ? "built" : "not built");
@@ -95,12 +116,41 @@ static void print_version(void)
     printf("cpu: %s\n", caps);
 }
 
-static void print_settings(void)
+/* Every setting; --json: {"settings": [{key, default, live, help}]}. */
+static void print_settings(int json)
 {
+    if (json) {
+        json_t *arr = json_array();
+        for (const td_setting_def *s = td_setting_defs; s->key; s++) {
+            json_t *def = json_loads(s->def, JSON_DECODE_ANY, NULL);
+            json_array_append_new(arr, json_pack(
+                "{s:s, s:o, s:b, s:s}", "key", s->key, "default",
+                def ? def : json_string(s->def), "live", s->live, "help",
+                s->help));
+        }
+        print_json(json_pack("{s:o}", "settings", arr));
+        return;
+    }
     printf("traind settings (config file keys; [restart] = not live):\n\n");
     for (const td_setting_def *s = td_setting_defs; s->key; s++)
         printf("  %-24s default %-26s %s%s\n", s->key, s->def,
                s->live ? "" : "[restart] ", s->help);
+}
+
+/* --steps N: the whole word, 1..1000000 (atoi took "abc" as 0, the
+ * default, and "-5" as -5). */
+static int parse_steps(const char *v, int *out)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || errno || n < 1 || n > 1000000) {
+        fprintf(stderr, "traind: --steps: expected 1..1000000, not '%s'\n",
+                v);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -132,7 +182,8 @@ int main(int argc, char **argv)
     const char *sets[64];
     int nsets = 0;
     const char *run_job = NULL;
-    int c, level;
+    const char *run_only = NULL; /* an option of --run's, seen */
+    int c, level, action = 0;    /* 'V' or 'C': print that and exit */
     if (getenv("TRAIND_SOCKET") && *getenv("TRAIND_SOCKET"))
         json_object_set_new(overrides, "socket",
                             json_string(getenv("TRAIND_SOCKET")));
@@ -163,13 +214,10 @@ int main(int argc, char **argv)
             td_log_set_level(level);
             break;
         case 'V':
-            print_version();
-            json_decref(overrides);
-            return 0;
-        case 'C':
-            print_settings();
-            json_decref(overrides);
-            return 0;
+        case 'C': /* after the loop: --json may come later */
+            if (!action)
+                action = c;
+            break;
         case 1000:
             run_job = optarg;
             break;
@@ -183,15 +231,22 @@ int main(int argc, char **argv)
                 return 2;
             }
             sets[nsets++] = optarg;
+            run_only = "--set";
             break;
         case 1003:
             ro.checkpoint_dir = optarg;
+            run_only = "--checkpoint-dir";
             break;
         case 1004:
-            ro.synthetic_steps = atoi(optarg);
+            if (parse_steps(optarg, &ro.synthetic_steps)) {
+                json_decref(overrides);
+                return 2;
+            }
+            run_only = "--steps";
             break;
         case 1005:
             ro.resume = 1;
+            run_only = "--resume";
             break;
         case 'h':
             usage(stdout);
@@ -206,6 +261,21 @@ int main(int argc, char **argv)
     if (optind < argc) {
         fprintf(stderr, "traind: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
+        json_decref(overrides);
+        return 2;
+    }
+    if (action) {
+        if (action == 'V')
+            print_version(ro.json);
+        else
+            print_settings(ro.json);
+        json_decref(overrides);
+        return 0;
+    }
+    if (!run_job && (run_only || ro.json)) {
+        fprintf(stderr, "traind: %s is an option of --run JOB.json "
+                        "(--json also of --version and --help-config)\n",
+                run_only ? run_only : "--json");
         json_decref(overrides);
         return 2;
     }

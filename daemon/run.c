@@ -30,6 +30,7 @@
 #include "job/jobcheck.h"
 #include "job/runner.h"
 #include "model/zoo.h"
+#include "proto/protocol.h"
 #include "job/spec.h"
 #include "td_config.h"
 
@@ -208,9 +209,26 @@ int td_run_job(const char *path, const td_run_options *opt)
     }
     fflush(stdout);
 out:
+    if (rc && !err[0])
+        snprintf(err, sizeof err, "%s", td_strerror(rc));
+    /* named once: a file that cannot be read says its path itself */
+    const char *pre = strncmp(err, path, strlen(path)) == 0 ? "" : path;
     if (rc)
-        fprintf(stderr, "traind: %s: %s\n", path, err[0] ? err
-                                                          : td_strerror(rc));
+        fprintf(stderr, "traind: %s%s%s\n", pre, pre[0] ? ": " : "", err);
+    if (rc && opt->json) { /* stdout stays JSON lines: the error is one */
+        char desc[1200];
+        snprintf(desc, sizeof desc, "%s%s%s", pre, pre[0] ? ": " : "", err);
+        json_t *o = json_pack("{s:s, s:{s:s, s:s}}", "event", "error",
+                              "data", "class", refused ? TD_ERR_INVALID_SPEC
+                                                       : "failed",
+                              "desc", desc);
+        char *t = json_dumps(o, JSON_COMPACT);
+        if (t)
+            puts(t);
+        free(t);
+        json_decref(o);
+        fflush(stdout);
+    }
     td_runner_free(r);
     td_spec_free(&spec);
     return !rc ? 0 : refused ? TD_RUN_REFUSED : 1;

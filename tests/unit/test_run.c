@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include <jansson.h>
+
 #include "base/rng.h"
 #include "tdtest.h"
 
@@ -158,7 +160,10 @@ START_TEST(test_run_rejects_unknown_key)
     int rc = run("\"optimiser\": {},", "train", out, sizeof out);
     ck_assert_int_eq(rc, 3); /* refused before it started */
     ck_assert_msg(strstr(out, "optimiser: unknown key") != NULL, "%s", out);
-    ck_assert_int_eq(count(out, "\"event\""), 0);
+    /* nothing ran: the one JSON line is the refusal */
+    ck_assert_int_eq(count(out, "\"event\""), 1);
+    ck_assert_int_eq(count(out, "{\"event\":\"error\",\"data\":{\"class\":"
+                               "\"invalid_spec\""), 1);
 }
 END_TEST
 
@@ -171,6 +176,24 @@ START_TEST(test_run_names_missing_data)
                   strstr(out, "No such file or directory"), "%s", out);
 }
 END_TEST
+
+/* out (stderr, then stdout, of --json) is want on stderr, then the same
+ * message as the one JSON line, {"event":"error",...}. */
+static void refused_as(const char *out, const char *want)
+{
+    size_t n = strlen(want);
+    ck_assert_msg(strncmp(out, want, n) == 0, "%s", out);
+    json_t *e = json_loads(out + n, 0, NULL);
+    json_t *d = json_object_get(e, "data");
+    ck_assert_msg(e && strcmp(json_string_value(json_object_get(e, "event")),
+                              "error") == 0, "%s", out + n);
+    ck_assert_str_eq(json_string_value(json_object_get(d, "class")),
+                     "invalid_spec");
+    /* the same words, without "traind: " and the newline */
+    ck_assert_int_eq(strncmp(json_string_value(json_object_get(d, "desc")),
+                             want + 8, n - 9), 0);
+    json_decref(e);
+}
 
 /* What `trainctl submit` refuses, traind --run refuses before it starts,
  * with the same message and exit status 3 (TD_RUN_REFUSED): nothing
@@ -188,7 +211,7 @@ START_TEST(test_run_refuses_what_submit_refuses)
              "of batch_size 32 from the 256 samples of data.train): the "
              "learning rate would never leave the warm-up\n", dir);
     ck_assert_int_eq(rc, 3);
-    ck_assert_str_eq(out, want);
+    refused_as(out, want);
     /* synthetic input, 100 steps an epoch: the daemon's words
      * (test_daemon); --steps makes the epoch longer */
     const char *synth = "\"epochs\": 1, \"optimizer\": {\"lr\": 0.05, "
@@ -200,7 +223,7 @@ START_TEST(test_run_refuses_what_submit_refuses)
              "steps of synthetic input): the learning rate would never leave "
              "the warm-up\n", dir);
     ck_assert_int_eq(rc, 3);
-    ck_assert_str_eq(out, want);
+    refused_as(out, want);
     rc = run_data(synth, NULL, "train", "--set input.source=synthetic "
                   "--steps 101 --set device=cuda:15", out, sizeof out);
     ck_assert_int_eq(rc, 3); /* past the warm-up, to the device */
@@ -213,7 +236,9 @@ START_TEST(test_run_refuses_what_submit_refuses)
     ck_assert_msg(strstr(out, "batch_size: 257 is more than the 256 samples "
                          "of data.train: a training epoch drops its last "
                          "partial batch, so no step would run"), "%s", out);
-    ck_assert_int_eq(count(out, "\"event\""), 0);
+    /* nothing ran: no event but the refusal */
+    ck_assert_int_eq(count(out, "\"event\""), 1);
+    ck_assert_int_eq(count(out, "\"event\":\"error\""), 1);
 }
 END_TEST
 
