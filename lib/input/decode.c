@@ -137,7 +137,7 @@ static void td__from_cmyk(const uint8_t *in, uint8_t *out, int n, int c,
             out[2] = (uint8_t)b;
             out += 3;
         } else {
-            *out++ = (uint8_t)((77 * r + 150 * g + 29 * b + 128) >> 8);
+            *out++ = td_luma601(r, g, b);
         }
     }
 }

@@ -76,6 +76,16 @@ int td_decoder_header(td_decoder *d, const uint8_t *data, size_t len, int *w,
 int td_decoder_region(td_decoder *d, int x, int y, int bw, int bh, int min_w,
                       int min_h, int c, int flags, td_region *out);
 
+/* Grey from RGB as Pillow's convert('L') (ITU-R 601-2 luma, in 16-bit
+ * fixed point, rounded): L = R * 299/1000 + G * 587/1000 + B * 114/1000.
+ * What a 1-channel job gets from a CMYK or YCCK JPEG; a YCbCr JPEG
+ * gives its own luma Y (the same formula, before the encoder's rounding
+ * and chroma subsampling), as torchvision's decode_jpeg(mode=GRAY). */
+static inline uint8_t td_luma601(unsigned r, unsigned g, unsigned b)
+{
+    return (uint8_t)((r * 19595u + g * 38470u + b * 7471u + 0x8000u) >> 16);
+}
+
 /* libjpeg's message for the last failure ("" if none). */
 const char *td_decoder_message(const td_decoder *d);
 

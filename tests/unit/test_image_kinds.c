@@ -1,0 +1,222 @@
+/* test_image_kinds.c - the image files users bring (phones, scanners, the
+ * web), decoded by traind and compared with the real tools.
+ *
+ * tests/support/image_kinds.py (run with /usr/bin/python3) writes PNGs
+ * and JPEGs of every kind with Pillow, and for each image file in the
+ * folder (also the JPEGs written here with libjpeg, which Pillow cannot
+ * write: arithmetic coding, restart markers, YCCK) the pixels Pillow,
+ * OpenCV or torchvision give, 3 and 1 channels (which tool for which file,
+ * and why: the script's docstring).  Each file is then decoded whole the
+ * way a sample is (td_png_decode, or td_decoder_region at full scale) and
+ * must match within the manifest's tolerance.  Without that python the
+ * pixel tests are left out and the suite exits 77 (SKIP) with a message
+ * once the others pass.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+#include "base/error.h"
+#include "input/decode.h"
+#include "input/png.h"
+#include "jpeggen.h"
+#include "tdtest.h"
+
+#define PY "/usr/bin/python3"
+
+static int have_python(void)
+{
+    return system(PY " -c 'import numpy, PIL, cv2, torchvision' "
+                  ">/dev/null 2>&1") == 0;
+}
+
+/* ---- JPEGs Pillow cannot write ---------------------------------------- */
+
+enum { J_ARITH, J_ARITH_PROG, J_RESTART, J_YCCK };
+
+static void write_jpeg(const char *path, int kind)
+{
+    enum { W = 45, H = 29 };
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    jpeg_stdio_dest(&c, f);
+    c.image_width = W;
+    c.image_height = H;
+    int nc = kind == J_YCCK ? 4 : 3;
+    c.input_components = nc;
+    c.in_color_space = kind == J_YCCK ? JCS_CMYK : JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 90, TRUE);
+    if (kind == J_ARITH || kind == J_ARITH_PROG)
+        c.arith_code = TRUE;
+    if (kind == J_ARITH_PROG)
+        jpeg_simple_progression(&c);
+    if (kind == J_RESTART)
+        c.restart_interval = 2;
+    if (kind == J_YCCK)
+        jpeg_set_colorspace(&c, JCS_YCCK);
+    jpeg_start_compress(&c, TRUE);
+    uint8_t px[W * H * 4];
+    td_test_photo(px, W, H, nc, 7);
+    for (int y = 0; y < H; y++) {
+        JSAMPROW row = px + (size_t)y * W * (size_t)nc;
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    fclose(f);
+}
+
+/* A folder of every kind with the tools' pixels (manifest.txt). */
+static char *make_kinds(void)
+{
+    char *dir = td_test_tmpdir("kinds"), p[4200];
+    static const char *names[] = {"arith.jpg", "arith_progressive.jpg",
+                                  "restart.jpg", "ycck.jpg"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[k]);
+        write_jpeg(p, k);
+    }
+    const char *src = getenv("TD_SOURCE_ROOT");
+    ck_assert_msg(src != NULL, "TD_SOURCE_ROOT not set (meson test sets it)");
+    td_test_sh(dir, PY " '%s/tests/support/image_kinds.py' .", src);
+    return dir;
+}
+
+/* ---- decoding a whole file as a sample is decoded ------------------- */
+
+/* The whole image, c channels, w x h (tightly packed) in *px. */
+static int decode_whole(const uint8_t *data, size_t len, int c, uint8_t **px,
+                        int *w, int *h, char *why, size_t whycap)
+{
+    td_region r;
+    int rc;
+    td_png png = {0};
+    td_decoder *d = NULL;
+    if (td_png_is(data, len)) {
+        rc = td_png_header(&png, data, len, w, h);
+        if (!rc)
+            rc = td_png_decode(&png, data, len, c, &r);
+        snprintf(why, whycap, "%s", png.msg);
+    } else {
+        ck_assert_int_eq(td_decoder_create(&d), 0);
+        rc = td_decoder_header(d, data, len, w, h);
+        if (!rc)
+            rc = td_decoder_region(d, 0, 0, *w, *h, *w, *h, c,
+                                   TD_DECODE_FORCE_FULL_SCALE, &r);
+        snprintf(why, whycap, "%s", td_decoder_message(d));
+    }
+    if (rc == 0) {
+        ck_assert_int_eq(r.x0, 0);
+        ck_assert_int_eq(r.y0, 0);
+        ck_assert_int_eq(r.w, *w);
+        ck_assert_int_eq(r.h, *h);
+        *px = malloc((size_t)*w * (size_t)*h * (size_t)c);
+        for (int y = 0; y < *h; y++)
+            memcpy(*px + (size_t)y * (size_t)*w * (size_t)c,
+                   r.px + (size_t)y * r.stride, (size_t)*w * (size_t)c);
+    }
+    td_png_free(&png);
+    td_decoder_destroy(d);
+    return rc;
+}
+
+/* Every file of the manifest whose name ends in ext, both channel counts,
+ * against the tools' pixels: one line per mismatch in the message. */
+static void compare_kinds(const char *ext)
+{
+    char *dir = make_kinds(), line[512], report[8192] = "";
+    size_t mlen, used = 0;
+    char *man = (char *)td_test_slurp(dir, "manifest.txt", &mlen);
+    int files = 0;
+    for (char *s = strtok(man, "\n"); s; s = strtok(NULL, "\n")) {
+        char name[256], tool[128];
+        int w, h, tol[2];
+        ck_assert_int_eq(sscanf(s, "%255s %d %d %d %d %127s", name, &w, &h,
+                                &tol[1], &tol[0], tool), 6);
+        if (strlen(name) < strlen(ext) ||
+            strcmp(name + strlen(name) - strlen(ext), ext) != 0)
+            continue;
+        files++;
+        size_t len;
+        uint8_t *data = td_test_slurp(dir, name, &len);
+        for (int c = 1; c <= 3; c += 2) {
+            char ref_name[300], why[256];
+            snprintf(ref_name, sizeof ref_name, "%s.c%d", name, c);
+            size_t rlen;
+            uint8_t *ref = td_test_slurp(dir, ref_name, &rlen), *px = NULL;
+            int dw = 0, dh = 0, worst = 0, at = 0;
+            int rc = decode_whole(data, len, c, &px, &dw, &dh, why,
+                                  sizeof why);
+            if (rc) {
+                snprintf(line, sizeof line, "%s (%s) c=%d: %s (%d)\n", name,
+                         tool, c, why, rc);
+            } else if (dw != w || dh != h) {
+                snprintf(line, sizeof line, "%s (%s) c=%d: %d x %d, the "
+                         "tool says %d x %d\n", name, tool, c, dw, dh, w, h);
+            } else {
+                ck_assert_uint_eq(rlen, (size_t)w * (size_t)h * (size_t)c);
+                for (size_t i = 0; i < rlen; i++) {
+                    int dv = abs((int)px[i] - (int)ref[i]);
+                    if (dv > worst) {
+                        worst = dv;
+                        at = (int)i;
+                    }
+                }
+                line[0] = '\0';
+                if (worst > tol[c == 3])
+                    snprintf(line, sizeof line, "%s (%s) c=%d: off by up "
+                             "to %d (tolerance %d; at byte %d: %d, the tool "
+                             "%d)\n", name, tool, c, worst, tol[c == 3], at,
+                             px[at], ref[at]);
+            }
+            if (used + strlen(line) < sizeof report - 1) {
+                memcpy(report + used, line, strlen(line) + 1);
+                used += strlen(line);
+            }
+            free(px);
+            free(ref);
+        }
+        free(data);
+    }
+    ck_assert_msg(files >= 4, "only %d %s files in the manifest", files, ext);
+    ck_assert_msg(used == 0, "decoded unlike the tools:\n%s", report);
+    free(man);
+    td_test_rmtree(dir);
+    free(dir);
+}
+
+/* JPEG: 4:2:0, 4:4:4, progressive, grey, CMYK and YCCK (Adobe), EXIF
+ * orientation (not applied, as torchvision's loader), arithmetic coding
+ * (baseline and progressive), restart markers. */
+START_TEST(test_jpeg_kinds_decode_as_the_tools_do)
+{
+    compare_kinds(".jpg");
+}
+END_TEST
+
+int main(void)
+{
+    int py = have_python();
+    Suite *s = suite_create("image_kinds");
+    TCase *tc = tcase_create("tools");
+    if (py) {
+        tcase_add_test(tc, test_jpeg_kinds_decode_as_the_tools_do);
+    }
+    suite_add_tcase(s, tc);
+    int rc = td_test_run(s);
+    if (rc == EXIT_SUCCESS && !py) {
+        printf("SKIP: the comparisons with Pillow, OpenCV and torchvision "
+               "need " PY " with numpy, PIL, cv2 and torchvision "
+               "(apt-get install python3-pil python3-opencv "
+               "python3-torchvision)\n");
+        return TD_TEST_SKIP;
+    }
+    return rc;
+}
