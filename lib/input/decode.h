@@ -78,9 +78,10 @@ int td_decoder_region(td_decoder *d, int x, int y, int bw, int bh, int min_w,
 
 /* Grey from RGB as Pillow's convert('L') (ITU-R 601-2 luma, in 16-bit
  * fixed point, rounded): L = R * 299/1000 + G * 587/1000 + B * 114/1000.
- * What a 1-channel job gets from a CMYK or YCCK JPEG; a YCbCr JPEG
- * gives its own luma Y (the same formula, before the encoder's rounding
- * and chroma subsampling), as torchvision's decode_jpeg(mode=GRAY). */
+ * What a 1-channel job gets from an RGB PNG or a CMYK or YCCK JPEG; a
+ * YCbCr JPEG gives its own luma Y (the same formula, before the encoder's
+ * rounding and chroma subsampling), as torchvision's decode_jpeg(mode=GRAY).
+ */
 static inline uint8_t td_luma601(unsigned r, unsigned g, unsigned b)
 {
     return (uint8_t)((r * 19595u + g * 38470u + b * 7471u + 0x8000u) >> 16);

@@ -1,12 +1,16 @@
-/* png.h - PNG samples: the whole image decoded through libpng's
- * simplified API into a buffer that only grows, handed to the augment
- * stage as a td_region at full scale (PNG has no DCT scales and no crop
- * index: a crop decodes the whole image).
+/* png.h - PNG samples: the whole image decoded with libpng into a buffer
+ * that only grows, handed to the augment stage as a td_region at full
+ * scale (PNG has no DCT scales and no crop index: a crop decodes the
+ * whole image).
  *
- * Grey, grey+alpha, RGB, RGBA and palette files, 1-16 bits; output is 1
- * (grey, as libpng converts colour) or 3 (RGB) channels; an alpha channel
- * is composited over white, as image viewers show a transparent
- * background.  Owns: the buffer.  Never: keeps the file's bytes.
+ * Grey, grey+alpha, RGB, RGBA and palette files, 1-16 bits, interlaced or
+ * not, as Pillow decodes them: the stored values (gAMA, sRGB, iCCP and
+ * cHRM chunks ignored), 16 bits to their high byte; output is 1 (grey
+ * from colour by td_luma601, Pillow's convert('L')) or 3 (RGB) channels;
+ * an alpha channel (or tRNS) is composited over white in the stored
+ * values, as Pillow's alpha_composite over white and a browser on a white
+ * page show it (Pillow's convert('RGB') alone drops the alpha instead).
+ * Owns: the buffers.  Never: keeps the file's bytes.
  */
 #ifndef TD_PNG_H
 #define TD_PNG_H
@@ -24,6 +28,8 @@
 typedef struct td_png {
     uint8_t *px;
     size_t cap;
+    uint8_t *raw; /* the file's samples before conversion, when needed */
+    size_t rawcap;
     char msg[128];
 } td_png;
 

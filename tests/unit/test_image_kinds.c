@@ -192,6 +192,14 @@ static void compare_kinds(const char *ext)
     free(dir);
 }
 
+/* PNG: 8 and 16 bits, grey (1, 8, 16 bits), palette (4 and 8 bits), with
+ * tRNS, grey+alpha, RGBA, Adam7, gAMA and sRGB chunks. */
+START_TEST(test_png_kinds_decode_as_the_tools_do)
+{
+    compare_kinds(".png");
+}
+END_TEST
+
 /* JPEG: 4:2:0, 4:4:4, progressive, grey, CMYK and YCCK (Adobe), EXIF
  * orientation (not applied, as torchvision's loader), arithmetic coding
  * (baseline and progressive), restart markers. */
@@ -207,6 +215,7 @@ int main(void)
     Suite *s = suite_create("image_kinds");
     TCase *tc = tcase_create("tools");
     if (py) {
+        tcase_add_test(tc, test_png_kinds_decode_as_the_tools_do);
         tcase_add_test(tc, test_jpeg_kinds_decode_as_the_tools_do);
     }
     suite_add_tcase(s, tc);
