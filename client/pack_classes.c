@@ -163,39 +163,28 @@ out:
 
 /* ---- what pack leaves out, and what training would refuse ------------- */
 
-static int td__image_ext(const char *n)
-{
-    const char *dot = strrchr(n, '.');
-    return dot && (strcasecmp(dot, ".jpg") == 0 ||
-                   strcasecmp(dot, ".jpeg") == 0 ||
-                   strcasecmp(dot, ".png") == 0);
-}
-
-/* The class folders' files that are not images: named on stderr. */
+/* What the ImageFolder leaves out (td_dataset_folder_why_not): named on
+ * stderr, the same entries a job on the folder counts in its log. */
 static size_t td__skipped(const char *root)
 {
     size_t n = 0;
     DIR *top = opendir(root);
     struct dirent *c, *e;
     while (top && (c = readdir(top))) {
-        char d[PATH_MAX];
-        struct stat st;
-        if (c->d_name[0] == '.')
-            continue;
+        char d[PATH_MAX], f[PATH_MAX * 2];
         snprintf(d, sizeof d, "%s/%s", root, c->d_name);
-        if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "trainctl pack: skipped %s: not a class folder\n",
-                    d);
+        const char *why = td_dataset_folder_why_not(d, 1);
+        if (why) {
+            fprintf(stderr, "trainctl pack: skipped %s: %s\n", d, why);
             n++;
-            continue;
         }
-        DIR *cd = opendir(d);
+        DIR *cd = why || c->d_name[0] == '.' ? NULL : opendir(d);
         while (cd && (e = readdir(cd))) {
-            if (e->d_name[0] == '.' || td__image_ext(e->d_name))
-                continue;
-            fprintf(stderr, "trainctl pack: skipped %s/%s: not .jpg, .jpeg "
-                    "or .png\n", d, e->d_name);
-            n++;
+            snprintf(f, sizeof f, "%s/%s", d, e->d_name);
+            if ((why = td_dataset_folder_why_not(f, 0))) {
+                fprintf(stderr, "trainctl pack: skipped %s: %s\n", f, why);
+                n++;
+            }
         }
         if (cd)
             closedir(cd);

@@ -64,6 +64,8 @@ struct td_dataset {
     size_t names_len, names_cap;
     char **class_names;
     int nclass_names;
+    size_t left_out;        /* entries not taken (td_dataset_left_out) */
+    char left_first[600];   /* the first of them and why */
     /* shards */
     struct td__shard *shards;
     int nshards;
@@ -212,9 +214,63 @@ static int td__is_jpeg_name(const char *n)
                    strcasecmp(dot, ".png") == 0);
 }
 
+/* Why an entry of an ImageFolder is not taken (at_root: where class
+ * folders are; else in a class folder, where images are), or NULL when it
+ * is.  type: its DT_* after following links, DT_UNKNOWN for what is
+ * neither a folder nor a file; err: stat's errno, 0 if it worked.  Hidden
+ * entries (.DS_Store, macOS's ._x.jpg, .git) are never looked at. */
+static const char *td__why_not(const char *name, int type, int err,
+                               int at_root)
+{
+    if (err)
+        return err == ENOENT ? "a broken symbolic link" : "cannot be read";
+    if (at_root)
+        return type == DT_DIR ? NULL : "not a class folder";
+    if (type == DT_DIR)
+        return "a folder (class folders are not searched further down)";
+    if (!td__is_jpeg_name(name))
+        return "not .jpg, .jpeg or .png";
+    return type == DT_REG ? NULL : "not a regular file";
+}
+
+static int td__type(const struct stat *st)
+{
+    return S_ISDIR(st->st_mode) ? DT_DIR
+           : S_ISREG(st->st_mode) ? DT_REG : DT_UNKNOWN;
+}
+
+static const char *td__why_not_entry(DIR *d, const struct dirent *e,
+                                     int at_root)
+{
+    int type = e->d_type;
+    if (type == DT_UNKNOWN || type == DT_LNK) {
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, 0))
+            return td__why_not(e->d_name, DT_UNKNOWN, errno, at_root);
+        type = td__type(&st);
+    } else if (type != DT_DIR && type != DT_REG) {
+        type = DT_UNKNOWN;
+    }
+    return td__why_not(e->d_name, type, 0, at_root);
+}
+
+const char *td_dataset_folder_why_not(const char *path, int at_root)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (base[0] == '.')
+        return NULL;
+    struct stat st;
+    if (stat(path, &st))
+        return td__why_not(base, DT_UNKNOWN, errno, at_root);
+    return td__why_not(base, td__type(&st), 0, at_root);
+}
+
 /* Sorted names of the entries of dir that are directories (want_dir) or
- * JPEG files.  *out is an array of malloc'd strings. */
-static int td__list(const char *dir, int want_dir, char ***out, int *n)
+ * image files.  *out is an array of malloc'd strings.  The others (not
+ * hidden) are counted in ds's left_out, the first named. */
+static int td__list(td_dataset *ds, const char *dir, int want_dir,
+                    char ***out, int *n)
 {
     DIR *d = opendir(dir);
     char **v = NULL;
@@ -226,17 +282,13 @@ static int td__list(const char *dir, int want_dir, char ***out, int *n)
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        int isdir;
-        if (e->d_type != DT_UNKNOWN && e->d_type != DT_LNK) {
-            isdir = e->d_type == DT_DIR;
-        } else {
-            struct stat st;
-            if (fstatat(dirfd(d), e->d_name, &st, 0))
-                continue;
-            isdir = S_ISDIR(st.st_mode);
-        }
-        if (want_dir ? !isdir : (isdir || !td__is_jpeg_name(e->d_name)))
+        const char *why = td__why_not_entry(d, e, want_dir);
+        if (why) {
+            if (ds->left_out++ == 0)
+                snprintf(ds->left_first, sizeof ds->left_first, "%s/%s: %s",
+                         dir, e->d_name, why);
             continue;
+        }
         if (td__grow((void **)&v, &cap, (size_t)cnt + 1, sizeof *v) ||
             !(v[cnt] = strdup(e->d_name))) {
             rc = -ENOMEM;
@@ -258,6 +310,12 @@ static int td__list(const char *dir, int want_dir, char ***out, int *n)
     return 0;
 }
 
+size_t td_dataset_left_out(const td_dataset *ds, const char **first)
+{
+    *first = ds->left_first;
+    return ds->left_out;
+}
+
 static int td__add_name(td_dataset *ds, const char *cls, const char *file)
 {
     size_t need = strlen(cls) + strlen(file) + 2;
@@ -275,7 +333,7 @@ static int td__open_folder(td_dataset *ds, const char *root, char *err,
                            size_t ecap)
 {
     char path[4096];
-    int rc = td__list(root, 1, &ds->class_names, &ds->nclass_names);
+    int rc = td__list(ds, root, 1, &ds->class_names, &ds->nclass_names);
     if (rc)
         return td_set_error(err, ecap, rc, "%s: %s", root, td_strerror(rc));
     if (ds->nclass_names == 0)
@@ -304,7 +362,7 @@ static int td__open_folder(td_dataset *ds, const char *root, char *err,
         char **files = NULL;
         int nf = 0;
         snprintf(path, sizeof path, "%s/%s", root, ds->class_names[c]);
-        rc = td__list(path, 0, &files, &nf);
+        rc = td__list(ds, path, 0, &files, &nf);
         if (rc)
             return td_set_error(err, ecap, rc, "%s: %s", path, td_strerror(rc));
         if (nf == 0)

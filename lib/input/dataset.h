@@ -42,6 +42,16 @@ int td_dataset_open(const char *path, td_dataset **out, char *err,
 int td_dataset_open_shards(const char *const *paths, int n, td_dataset **out,
                            char *err, size_t errcap);
 void td_dataset_close(td_dataset *ds);
+/* An ImageFolder's entries that are not samples although they are not
+ * hidden: files at the root, subfolders of class folders, files not named
+ * .jpg, .jpeg or .png (case aside: .webp, Thumbs.db, README.txt), broken
+ * symbolic links, what is not a regular file.  Their count, and in *first
+ * the first one's path and why ("" when none).  Shards: 0. */
+size_t td_dataset_left_out(const td_dataset *ds, const char **first);
+/* Why the ImageFolder entry at path (at_root: an entry of the root, else
+ * of a class folder) is left out, as td_dataset_left_out counts it, or
+ * NULL when it is taken or hidden. */
+const char *td_dataset_folder_why_not(const char *path, int at_root);
 
 enum td_dataset_kind td_dataset_kind(const td_dataset *ds);
 size_t td_dataset_count(const td_dataset *ds);

@@ -65,6 +65,23 @@ static int td__split(const td_job_spec *s, td_job_data *d, char *err,
 static int td__data_open(const td_job_spec *s, td_job_data *d, char *err,
                          size_t errcap);
 
+/* An ImageFolder's entries that are not samples, for the job's log: a
+ * .webp or a subfolder left out without a word looked like a smaller
+ * data set, or a class with fewer photos than the user put in it. */
+static void td__note_left_out(td_job_data *d, const char *key,
+                              const td_dataset *ds)
+{
+    const char *first;
+    size_t n = td_dataset_left_out(ds, &first), used = strlen(d->left_out);
+    if (n == 0 || used >= sizeof d->left_out - 1)
+        return;
+    snprintf(d->left_out + used, sizeof d->left_out - used, "%s%s: %zu "
+             "file(s) or folder(s) left out (only .jpg, .jpeg and .png "
+             "files directly in class folders are samples), the first: %s%s",
+             used ? "; " : "", key, n, first,
+             n > 1 ? " (trainctl pack --imagefolder names them all)" : "");
+}
+
 int td_job_data_open(const td_job_spec *s, const td_fscred *cred,
                      td_job_data *d, char *err, size_t errcap)
 {
@@ -87,12 +104,14 @@ static int td__data_open(const td_job_spec *s, td_job_data *d, char *err,
     int rc;
     if ((rc = td__open(&s->data.train, "data.train", &d->train, err, errcap)))
         return rc;
+    td__note_left_out(d, "data.train", d->train);
     if (s->data.val.n) {
         char note[400];
         if ((rc = td__open(&s->data.val, "data.val", &d->val, err, errcap)) ||
             (rc = td_classes_align(d->train, d->val, note, sizeof note, err,
                                    errcap)))
             goto fail;
+        td__note_left_out(d, "data.val", d->val);
         if (note[0])
             snprintf(d->note, sizeof d->note, "data.val: %s", note);
     } else if (s->data.val_fraction > 0) {

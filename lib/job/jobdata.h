@@ -21,6 +21,8 @@ typedef struct td_job_data {
     td_dataset *train, *val; /* val NULL: no validation */
     int classes;             /* what the model's head must output */
     char note[512];          /* classes missing from val, the split; or "" */
+    char left_out[1600];     /* ImageFolder entries that are not samples
+                                (td_dataset_left_out), or "" */
 } td_job_data;
 
 /* Not for input.source "synthetic".  0, or an error in err naming the

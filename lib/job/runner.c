@@ -297,6 +297,8 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
         if (jd.note[0])
             td_logf(s->data.val.n ? TD_LOG_WARN : TD_LOG_INFO, opts->job,
                     "%s", jd.note);
+        if (jd.left_out[0])
+            td_logf(TD_LOG_WARN, opts->job, "%s", jd.left_out);
         td_dataset *val = jd.val;
         rc = td__pipeline(r, jd.train, 1, &r->train, err, errcap);
         if (rc)

@@ -11,16 +11,27 @@
  * must match within the manifest's tolerance.  Without that python the
  * pixel tests are left out and the suite exits 77 (SKIP) with a message
  * once the others pass.
+ * The folder tests need no python: what an ImageFolder takes as samples
+ * (case of the extension aside, whatever a file's name says it is), what
+ * it leaves out, and that a job's log says so.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <jansson.h>
 #include <jpeglib.h>
 
 #include "base/error.h"
+#include "base/log.h"
+#include "input/dataset.h"
 #include "input/decode.h"
+#include "input/pipeline.h"
 #include "input/png.h"
+#include "job/runner.h"
+#include "job/spec.h"
 #include "jpeggen.h"
 #include "tdtest.h"
 
@@ -209,6 +220,194 @@ START_TEST(test_jpeg_kinds_decode_as_the_tools_do)
 }
 END_TEST
 
+/* ---- ImageFolder: what is a sample ------------------------------------ */
+
+static void put(const char *dir, const char *rel, const void *data,
+                size_t len)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    td_test_write_file(p, data, len);
+}
+
+/* root/cat: a.JPG, b.JPEG, c.PNG, d.jpg (a PNG), e.png (a JPEG), and what
+ * is not a sample: .DS_Store, ._a.jpg (hidden), Thumbs.db, README.txt,
+ * w.webp, a subfolder 2019/ with an image, a broken link, a link to the
+ * folder above (a loop); root/dog: x.jpg and link.jpg, a link to an image
+ * outside the tree; root/notes.txt.  7 samples, 7 entries left out. */
+static char *make_tree(void)
+{
+    char *dir = td_test_tmpdir("tree");
+    uint8_t *jpg, *png = NULL, px[12 * 10 * 3];
+    size_t jlen, plen, pcap = 0;
+    td_test_jpeg(12, 10, TD_TEST_RGB, 420, 90, 0, 5, &jpg, &jlen);
+    td_test_photo(px, 12, 10, 3, 6);
+    ck_assert_int_eq(td_png_encode(px, 12, 10, 3, &png, &pcap, &plen), 0);
+    td_test_sh(dir, "mkdir -p root/cat/2019 root/dog outside");
+    static const char *jpegs[] = {"root/cat/a.JPG", "root/cat/b.JPEG",
+                                  "root/cat/e.png", "root/cat/2019/y.jpg",
+                                  "root/dog/x.jpg", "outside/o.jpg",
+                                  "root/cat/._a.jpg"};
+    for (int i = 0; i < 7; i++)
+        put(dir, jpegs[i], jpg, jlen);
+    put(dir, "root/cat/c.PNG", png, plen);
+    put(dir, "root/cat/d.jpg", png, plen);
+    put(dir, "root/cat/.DS_Store", "\0\0\0\1Bud1", 8);
+    put(dir, "root/cat/Thumbs.db", "\xd0\xcf\x11\xe0", 4);
+    put(dir, "root/cat/README.txt", "photos\n", 7);
+    put(dir, "root/cat/w.webp", "RIFF\0\0\0\0WEBP", 12);
+    put(dir, "root/notes.txt", "notes\n", 6);
+    td_test_sh(dir, "ln -s /nonexistent/gone.jpg root/cat/dangling.jpg && "
+               "ln -s .. root/cat/loop && "
+               "ln -s ../../outside/o.jpg root/dog/link.jpg");
+    free(jpg);
+    free(png);
+    return dir;
+}
+
+START_TEST(test_folder_samples_whatever_their_names_say)
+{
+    char *dir = make_tree(), root[4200], err[512], name[4300];
+    snprintf(root, sizeof root, "%s/root", dir);
+    td_dataset *ds;
+    ck_assert_msg(td_dataset_open(root, &ds, err, sizeof err) == 0, "%s",
+                  err);
+    static const char *want[] = {"cat/a.JPG", "cat/b.JPEG", "cat/c.PNG",
+                                 "cat/d.jpg", "cat/e.png", "dog/link.jpg",
+                                 "dog/x.jpg"};
+    ck_assert_uint_eq(td_dataset_count(ds), 7);
+    for (size_t i = 0; i < 7; i++) {
+        char exp[4300];
+        snprintf(exp, sizeof exp, "%s/%s", root, want[i]);
+        ck_assert_str_eq(td_dataset_sample_name(ds, i, name, sizeof name),
+                         exp);
+        ck_assert_int_eq(td_dataset_label(ds, i), i < 5 ? 0 : 1);
+    }
+    td_dataset_close(ds);
+    /* every one decodes, by its signature, not its name */
+    td_pipeline_config c;
+    td_pipeline_config_default(&c);
+    c.data = root;
+    c.size[0] = c.size[1] = 8;
+    c.batch_size = 7;
+    c.workers = 1;
+    c.train = 0;
+    c.drop_last = 0;
+    c.max_bad_ratio = 0;
+    td_pipeline *p;
+    ck_assert_msg(td_pipeline_create(&c, &p, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_int_eq(td_pipeline_start(p, 0, 0), 0);
+    td_batch b;
+    ck_assert_int_eq(td_pipeline_next(p, &b, NULL), 0);
+    ck_assert_int_eq(b.n, 7);
+    td_pipeline_release(p, &b);
+    td_pipeline_stats s;
+    td_pipeline_stats_get(p, &s);
+    ck_assert_int_eq(s.bad_samples, 0);
+    td_pipeline_destroy(p);
+    td_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+static char logged[16384];
+
+static void sink(void *user, int level, long job, const char *line)
+{
+    (void)user;
+    (void)level;
+    (void)job;
+    size_t n = strlen(logged);
+    snprintf(logged + n, sizeof logged - n, "%s\n", line);
+}
+
+/* A job on the folder says what it leaves out: a .webp or a subfolder of
+ * photos dropped without a word looked like a smaller data set. */
+START_TEST(test_job_log_names_what_the_folder_leaves_out)
+{
+    char *dir = make_tree(), root[4200], err[512];
+    snprintf(root, sizeof root, "%s/root", dir);
+    json_t *js = json_pack(
+        "{s:s, s:{s:s}, s:{s:[i,i], s:i},"
+        " s:{s:[{s:s, s:s}, {s:s, s:s, s:s}]},"
+        " s:{s:s, s:f}, s:i, s:i, s:i}",
+        "name", "t", "data", "train", root, "input", "size", 8, 8,
+        "channels", 3, "model", "layers", "type", "flatten", "name", "f",
+        "type", "dense", "name", "fc", "units", "classes", "optimizer",
+        "type", "sgd", "lr", 0.01, "batch_size", 2, "epochs", 1, "threads",
+        1);
+    td_job_spec spec;
+    ck_assert_msg(td_spec_parse(js, NULL, &spec, err, sizeof err) == 0, "%s",
+                  err);
+    td_log_set_sink(sink, NULL);
+    td_runner_opts o = {.spec = &spec, .job = 1};
+    td_runner *r;
+    ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
+    td_runner_free(r);
+    td_log_set_sink(NULL, NULL);
+    ck_assert_msg(strstr(logged, "data.train: 7 file(s) or folder(s) left "
+                         "out") && strstr(logged, "the first: "),
+                  "the job's log does not say what the folder leaves out:\n"
+                  "%s", logged);
+    td_spec_free(&spec);
+    json_decref(js);
+    td_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* trainctl pack names the same entries, each with why (a broken link was
+ * left out without a word, a subfolder called "not .jpg, .jpeg or .png"). */
+START_TEST(test_pack_names_what_the_folder_leaves_out)
+{
+    char *dir = make_tree();
+    const char *build = getenv("TD_BUILD_ROOT");
+    ck_assert_msg(build != NULL, "TD_BUILD_ROOT not set (meson test sets it)");
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s/client/trainctl' pack "
+             "--imagefolder root -o out --index 0 2>&1 >/dev/null", dir,
+             build);
+    int st;
+    char *out = td_test_capture(cmd, &st);
+    ck_assert_msg(st == 0, "pack failed: %s", out);
+    static const char *want[] = {
+        "skipped root/notes.txt: not a class folder",
+        "skipped root/cat/Thumbs.db: not .jpg, .jpeg or .png",
+        "skipped root/cat/README.txt: not .jpg, .jpeg or .png",
+        "skipped root/cat/w.webp: not .jpg, .jpeg or .png",
+        "skipped root/cat/2019: a folder (class folders are not searched "
+        "further down)",
+        "skipped root/cat/loop: a folder",
+        "skipped root/cat/dangling.jpg: a broken symbolic link"};
+    int lines = 0;
+    for (const char *q = out; (q = strstr(q, "skipped ")); q++)
+        lines++;
+    for (int i = 0; i < 7; i++)
+        ck_assert_msg(strstr(out, want[i]), "pack does not say '%s':\n%s",
+                      want[i], out);
+    ck_assert_msg(lines == 7, "%d entries named, not 7:\n%s", lines, out);
+    free(out);
+    td_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A link at the root to the root itself is a class folder holding only
+ * folders: an error naming it, not a loop. */
+START_TEST(test_folder_link_to_itself_is_an_empty_class)
+{
+    char *dir = make_tree(), root[4200], err[512];
+    snprintf(root, sizeof root, "%s/root", dir);
+    td_test_sh(dir, "ln -s . root/self");
+    td_dataset *ds = NULL;
+    ck_assert_int_eq(td_dataset_open(root, &ds, err, sizeof err), -ENODATA);
+    ck_assert_msg(strstr(err, "root/self: empty class folder"), "%s", err);
+    td_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     int py = have_python();
@@ -219,6 +418,12 @@ int main(void)
         tcase_add_test(tc, test_jpeg_kinds_decode_as_the_tools_do);
     }
     suite_add_tcase(s, tc);
+    TCase *tf = tcase_create("folder");
+    tcase_add_test(tf, test_folder_samples_whatever_their_names_say);
+    tcase_add_test(tf, test_job_log_names_what_the_folder_leaves_out);
+    tcase_add_test(tf, test_pack_names_what_the_folder_leaves_out);
+    tcase_add_test(tf, test_folder_link_to_itself_is_an_empty_class);
+    suite_add_tcase(s, tf);
     int rc = td_test_run(s);
     if (rc == EXIT_SUCCESS && !py) {
         printf("SKIP: the comparisons with Pillow, OpenCV and torchvision "
