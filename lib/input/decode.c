@@ -75,6 +75,30 @@ static int td__fail(td_decoder *d)
     return TD_E_CORRUPT;
 }
 
+/* The formats photos come in besides JPEG and PNG, by signature: a file
+ * saved as .jpg from a web page is often WebP, an iPhone's HEIC. */
+static const char *td__other_format(const uint8_t *p, size_t len)
+{
+    if (len >= 12 && memcmp(p, "RIFF", 4) == 0 &&
+        memcmp(p + 8, "WEBP", 4) == 0)
+        return "a WebP image";
+    if (len >= 12 && memcmp(p + 4, "ftyp", 4) == 0) {
+        if (memcmp(p + 8, "avif", 4) == 0 || memcmp(p + 8, "avis", 4) == 0)
+            return "an AVIF image";
+        if (memcmp(p + 8, "hei", 3) == 0 || memcmp(p + 8, "hev", 3) == 0 ||
+            memcmp(p + 8, "mif1", 4) == 0 || memcmp(p + 8, "msf1", 4) == 0)
+            return "a HEIF/HEIC image";
+    }
+    if (len >= 6 &&
+        (memcmp(p, "GIF87a", 6) == 0 || memcmp(p, "GIF89a", 6) == 0))
+        return "a GIF image";
+    if (len >= 14 && p[0] == 'B' && p[1] == 'M')
+        return "a BMP image";
+    if (len >= 4 && (memcmp(p, "II*\0", 4) == 0 || memcmp(p, "MM\0*", 4) == 0))
+        return "a TIFF image";
+    return NULL;
+}
+
 int td_decoder_header(td_decoder *d, const uint8_t *data, size_t len, int *w,
                       int *h)
 {
@@ -85,7 +109,12 @@ int td_decoder_header(td_decoder *d, const uint8_t *data, size_t len, int *w,
     d->have_header = 0;
     td_jpeg_err_clear(&d->jerr);
     if (len < 4 || data[0] != 0xff || data[1] != 0xd8) {
-        snprintf(d->msg, sizeof d->msg, "not a JPEG (no SOI marker)");
+        const char *kind = td__other_format(data, len);
+        if (kind)
+            snprintf(d->msg, sizeof d->msg, "%s, not a JPEG (traind reads "
+                     "JPEG and PNG files: convert it)", kind);
+        else
+            snprintf(d->msg, sizeof d->msg, "not a JPEG (no SOI marker)");
         return TD_E_CORRUPT;
     }
     if (setjmp(d->jerr.jb))

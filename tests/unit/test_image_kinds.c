@@ -408,6 +408,44 @@ START_TEST(test_folder_link_to_itself_is_an_empty_class)
 }
 END_TEST
 
+/* Files named .jpg that are another format (web downloads saved as WebP,
+ * iPhone photos in HEIC, GIFs, BMPs, TIFFs from scanners): a bad sample
+ * whose message says what the file is. */
+START_TEST(test_other_formats_are_named)
+{
+    static const struct {
+        const char *bytes;
+        size_t len;
+        const char *says;
+    } kinds[] = {
+        {"RIFF\x24\0\0\0WEBPVP8 ", 16, "a WebP image"},
+        {"\0\0\0\x18" "ftypheic\0\0\0\0", 16, "a HEIF/HEIC image"},
+        {"\0\0\0\x1c" "ftypavif\0\0\0\0", 16, "an AVIF image"},
+        {"GIF89a\x01\0\x01\0\0\0\0\0\0\0", 16, "a GIF image"},
+        {"BM\x3a\0\0\0\0\0\0\0\x36\0\0\0\x28\0", 16, "a BMP image"},
+        {"II*\0\x08\0\0\0\0\0\0\0\0\0\0\0", 16, "a TIFF image"},
+        {"MM\0*\0\0\0\x08\0\0\0\0\0\0\0\0", 16, "a TIFF image"},
+    };
+    td_decoder *d;
+    ck_assert_int_eq(td_decoder_create(&d), 0);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        int w, h;
+        ck_assert_int_eq(td_decoder_header(d, (const uint8_t *)kinds[i].bytes,
+                                           kinds[i].len, &w, &h),
+                         TD_E_CORRUPT);
+        ck_assert_msg(strstr(td_decoder_message(d), kinds[i].says) &&
+                      strstr(td_decoder_message(d), "JPEG and PNG"),
+                      "%s: the message says '%s'", kinds[i].says,
+                      td_decoder_message(d));
+    }
+    int w, h;
+    ck_assert_int_eq(td_decoder_header(d, (const uint8_t *)"hello world",
+                                       11, &w, &h), TD_E_CORRUPT);
+    ck_assert_str_eq(td_decoder_message(d), "not a JPEG (no SOI marker)");
+    td_decoder_destroy(d);
+}
+END_TEST
+
 int main(void)
 {
     int py = have_python();
@@ -423,6 +461,7 @@ int main(void)
     tcase_add_test(tf, test_job_log_names_what_the_folder_leaves_out);
     tcase_add_test(tf, test_pack_names_what_the_folder_leaves_out);
     tcase_add_test(tf, test_folder_link_to_itself_is_an_empty_class);
+    tcase_add_test(tf, test_other_formats_are_named);
     suite_add_tcase(s, tf);
     int rc = td_test_run(s);
     if (rc == EXIT_SUCCESS && !py) {
