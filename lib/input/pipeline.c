@@ -788,6 +788,10 @@ int td_pipeline_drain_progress(td_pipeline *p, int64_t first_epoch,
 }
 
 size_t td_pipeline_dataset_size(const td_pipeline *p) { return p->n; }
+size_t td_pipeline_left_out(const td_pipeline *p, const char **first)
+{
+    return td_dataset_left_out(p->ds, first);
+}
 int64_t td_pipeline_batches_per_epoch(const td_pipeline *p) { return p->bpe; }
 int td_pipeline_classes(const td_pipeline *p)
 {

@@ -143,6 +143,9 @@ int td_pipeline_drain_progress(td_pipeline *p, int64_t first_epoch,
                                void *user);
 
 size_t td_pipeline_dataset_size(const td_pipeline *p);
+/* The dataset's td_dataset_left_out (an ImageFolder's entries that are
+ * not samples). */
+size_t td_pipeline_left_out(const td_pipeline *p, const char **first);
 int64_t td_pipeline_batches_per_epoch(const td_pipeline *p);
 int td_pipeline_classes(const td_pipeline *p);
 /* The dataset's name for a label (td_dataset_class_name), or NULL. */

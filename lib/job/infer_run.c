@@ -200,7 +200,13 @@ int td_infer_eval(const td_infer_run_opts *o, const char *data,
     if (!(*result = td__eval_json(&a, meta, o->checkpoint))) {
         rc = -ENOMEM;
         snprintf(err, errcap, "out of memory");
+        goto out;
     }
+    const char *first; /* an ImageFolder's entries that are not samples */
+    size_t left = td_pipeline_left_out(pl, &first);
+    json_object_set_new(*result, "left_out", json_integer((json_int_t)left));
+    if (left)
+        json_object_set_new(*result, "left_out_first", td_json_text(first));
 out:
     td_pipeline_destroy(pl);
     td_infer_free(inf);
@@ -229,6 +235,12 @@ void td_infer_eval_print(const json_t *r, int json, FILE *out)
     size_t k = json_array_size(per);
     fprintf(out, "%s: %lld samples\n",
             json_string_value(json_object_get(r, "checkpoint")), n);
+    long long left = json_integer_value(json_object_get(r, "left_out"));
+    if (left)
+        fprintf(out, "  %lld file(s) or folder(s) left out (only .jpg, .jpeg "
+                "and .png files directly in class folders are samples), the "
+                "first: %s\n", left, json_string_value(json_object_get(
+                                          r, "left_out_first")));
     if (k > 5)
         fprintf(out, "  top-1 %.4f (%lld)   top-5 %.4f (%lld)\n", t1 / dn,
                 t1, t5 / dn, t5);

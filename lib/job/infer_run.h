@@ -54,7 +54,9 @@ typedef struct td_infer_run_opts {
  * validation pass.  *result:
  *   {"checkpoint", "samples", "top1", "top5", "top1_correct",
  *    "top5_correct", "per_class": [{"class", "samples", "top1"}],
- *    "confusion": [[...]] (rows true, columns predicted)}
+ *    "confusion": [[...]] (rows true, columns predicted), "left_out"
+ *    (an ImageFolder's entries that are not samples: td_dataset_left_out),
+ *    "left_out_first" (the first and why, when there are any)}
  * Errors (err is a sentence naming the file): the checkpoint's, the
  * dataset's ("DATA: ..."), classes that do not match the model's. */
 int td_infer_eval(const td_infer_run_opts *o, const char *data,

@@ -30,6 +30,7 @@
 #include "input/decode.h"
 #include "input/pipeline.h"
 #include "input/png.h"
+#include "job/infer_run.h"
 #include "job/runner.h"
 #include "job/spec.h"
 #include "jpeggen.h"
@@ -446,6 +447,55 @@ START_TEST(test_other_formats_are_named)
 }
 END_TEST
 
+/* trainctl eval on the folder says the same: its "N samples" looked like
+ * all there was.  A tiny job trained on the folder gives the checkpoint. */
+START_TEST(test_eval_names_what_the_folder_leaves_out)
+{
+    char *dir = make_tree(), root[4200], ck[4200], err[1024];
+    snprintf(root, sizeof root, "%s/root", dir);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    json_t *js = json_pack(
+        "{s:s, s:{s:s}, s:{s:[i,i], s:i},"
+        " s:{s:[{s:s, s:s}, {s:s, s:s, s:s}]},"
+        " s:{s:s, s:f}, s:i, s:i, s:i}",
+        "name", "t", "data", "train", root, "input", "size", 8, 8,
+        "channels", 3, "model", "layers", "type", "flatten", "name", "f",
+        "type", "dense", "name", "fc", "units", "classes", "optimizer",
+        "type", "sgd", "lr", 0.01, "batch_size", 2, "epochs", 1, "threads",
+        1);
+    td_job_spec spec;
+    ck_assert_msg(td_spec_parse(js, NULL, &spec, err, sizeof err) == 0, "%s",
+                  err);
+    td_runner_opts o = {.spec = &spec, .ckpt_dir = ck};
+    td_runner *r;
+    td_runner_result res;
+    ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(td_runner_run(r, &res, err, sizeof err) == 0, "%s", err);
+    td_runner_free(r);
+    ck_assert_msg(res.last_checkpoint[0], "no checkpoint written");
+    td_infer_run_opts io = {.checkpoint = res.last_checkpoint, .threads = 1,
+                            .workers = 1};
+    json_t *ev = NULL;
+    ck_assert_msg(td_infer_eval(&io, root, &ev, err, sizeof err) == 0, "%s",
+                  err);
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *m = open_memstream(&text, &tlen);
+    td_infer_eval_print(ev, 0, m);
+    fclose(m);
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "samples")), 7);
+    ck_assert_msg(json_integer_value(json_object_get(ev, "left_out")) == 7 &&
+                  strstr(text, "7 file(s) or folder(s) left out"),
+                  "eval does not say what the folder leaves out:\n%s", text);
+    free(text);
+    json_decref(ev);
+    td_spec_free(&spec);
+    json_decref(js);
+    td_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     int py = have_python();
@@ -462,6 +512,7 @@ int main(void)
     tcase_add_test(tf, test_pack_names_what_the_folder_leaves_out);
     tcase_add_test(tf, test_folder_link_to_itself_is_an_empty_class);
     tcase_add_test(tf, test_other_formats_are_named);
+    tcase_add_test(tf, test_eval_names_what_the_folder_leaves_out);
     suite_add_tcase(s, tf);
     int rc = td_test_run(s);
     if (rc == EXIT_SUCCESS && !py) {
