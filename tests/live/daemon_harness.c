@@ -3,6 +3,7 @@
 #include "daemon_harness.h"
 
 #include "base/clock.h"
+#include "store/checkpoint.h"
 
 #include <check.h>
 
@@ -598,4 +599,22 @@ void th_tmpfs_fill(const char *dir, char *filler, size_t cap)
     while (write(fd, block, 1) > 0)
         ;
     close(fd);
+}
+
+void th_same_tensors(td_ckpt_file *fa, td_ckpt_file *fb, const char *when)
+{
+    ck_assert_int_eq(td_ckpt_file_count(fa), td_ckpt_file_count(fb));
+    for (int i = 0; i < td_ckpt_file_count(fa); i++) {
+        const td_ckpt_tensor *t = td_ckpt_file_tensor(fa, i);
+        char err[256];
+        void *x = malloc(t->nbytes), *y = malloc(t->nbytes);
+        ck_assert_int_eq(td_ckpt_file_read(fa, t->name, t->dtype, x,
+                                           t->nbytes, err, sizeof err), 0);
+        ck_assert_msg(td_ckpt_file_read(fb, t->name, t->dtype, y, t->nbytes,
+                                        err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(memcmp(x, y, t->nbytes) == 0, "%s differs %s",
+                      t->name, when);
+        free(x);
+        free(y);
+    }
 }

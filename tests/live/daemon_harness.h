@@ -79,6 +79,11 @@ json_t *th_request(int fd, const char *cmd, json_t *args);
 json_t *th_job_request(int fd, const char *cmd, int64_t job);
 /* Whether a line of the job's log (the "logs" request) contains text. */
 int th_log_has(int fd, int64_t job, const char *text);
+struct td_ckpt_file;
+/* Every tensor of checkpoint fa bitwise equal to fb's, the same count;
+ * a failure names the tensor and `when` ("after the resume"). */
+void th_same_tensors(struct td_ckpt_file *fa, struct td_ckpt_file *fb,
+                     const char *when);
 /* How many lines of the job's whole log contain text. */
 int th_log_count(int fd, int64_t job, const char *text);
 /* A small valid job: synthetic 8x8 input, a tiny conv net, 100 steps per

@@ -255,20 +255,7 @@ static void resume_test(int signal_no)
     td_ckpt_file *fb = final_checkpoint(fd, b, &sb);
     ck_assert_int_eq(sa, EPOCHS * 100);
     ck_assert_int_eq(sb, sa);
-    ck_assert_int_eq(td_ckpt_file_count(fa), td_ckpt_file_count(fb));
-    for (int i = 0; i < td_ckpt_file_count(fa); i++) {
-        const td_ckpt_tensor *t = td_ckpt_file_tensor(fa, i);
-        char err[256];
-        void *x = malloc(t->nbytes), *y = malloc(t->nbytes);
-        ck_assert_int_eq(td_ckpt_file_read(fa, t->name, t->dtype, x,
-                                           t->nbytes, err, sizeof err), 0);
-        ck_assert_msg(td_ckpt_file_read(fb, t->name, t->dtype, y, t->nbytes,
-                                        err, sizeof err) == 0, "%s", err);
-        ck_assert_msg(memcmp(x, y, t->nbytes) == 0,
-                      "%s differs after the resume", t->name);
-        free(x);
-        free(y);
-    }
+    th_same_tensors(fa, fb, "after the resume");
     td_ckpt_close(fa);
     td_ckpt_close(fb);
     close(fd);

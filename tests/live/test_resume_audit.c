@@ -123,20 +123,7 @@ static void same_weights(const json_t *ja, const json_t *jb)
 {
     td_ckpt_file *fa = final_checkpoint(ja), *fb = final_checkpoint(jb);
     ck_assert_int_eq(td_ckpt_file_meta(fa)->step, td_ckpt_file_meta(fb)->step);
-    ck_assert_int_eq(td_ckpt_file_count(fa), td_ckpt_file_count(fb));
-    for (int i = 0; i < td_ckpt_file_count(fa); i++) {
-        const td_ckpt_tensor *t = td_ckpt_file_tensor(fa, i);
-        char err[256];
-        void *x = malloc(t->nbytes), *y = malloc(t->nbytes);
-        ck_assert_int_eq(td_ckpt_file_read(fa, t->name, t->dtype, x,
-                                           t->nbytes, err, sizeof err), 0);
-        ck_assert_msg(td_ckpt_file_read(fb, t->name, t->dtype, y, t->nbytes,
-                                        err, sizeof err) == 0, "%s", err);
-        ck_assert_msg(memcmp(x, y, t->nbytes) == 0,
-                      "%s differs after the interruptions", t->name);
-        free(x);
-        free(y);
-    }
+    th_same_tensors(fa, fb, "after the interruptions");
     td_ckpt_close(fa);
     td_ckpt_close(fb);
 }
