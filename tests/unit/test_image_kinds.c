@@ -167,11 +167,12 @@ static void compare_kinds(const char *ext)
             int rc = decode_whole(data, len, c, &px, &dw, &dh, why,
                                   sizeof why);
             if (rc) {
-                snprintf(line, sizeof line, "%s (%s) c=%d: %s (%d)\n", name,
-                         tool, c, why, rc);
+                snprintf(line, sizeof line, "%.160s (%.60s) c=%d: %.200s "
+                         "(%d)\n", name, tool, c, why, rc);
             } else if (dw != w || dh != h) {
-                snprintf(line, sizeof line, "%s (%s) c=%d: %d x %d, the "
-                         "tool says %d x %d\n", name, tool, c, dw, dh, w, h);
+                snprintf(line, sizeof line, "%.160s (%.60s) c=%d: %d x %d, "
+                         "the tool says %d x %d\n", name, tool, c, dw, dh, w,
+                         h);
             } else {
                 ck_assert_uint_eq(rlen, (size_t)w * (size_t)h * (size_t)c);
                 for (size_t i = 0; i < rlen; i++) {
@@ -183,9 +184,9 @@ static void compare_kinds(const char *ext)
                 }
                 line[0] = '\0';
                 if (worst > tol[c == 3])
-                    snprintf(line, sizeof line, "%s (%s) c=%d: off by up "
-                             "to %d (tolerance %d; at byte %d: %d, the tool "
-                             "%d)\n", name, tool, c, worst, tol[c == 3], at,
+                    snprintf(line, sizeof line, "%.160s (%.60s) c=%d: off by "
+                             "up to %d (tolerance %d; at byte %d: %d, the "
+                             "tool %d)\n", name, tool, c, worst, tol[c == 3], at,
                              px[at], ref[at]);
             }
             if (used + strlen(line) < sizeof report - 1) {
