@@ -20,6 +20,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -321,6 +322,21 @@ static void td__on_refresh(uv_timer_t *t)
     pthread_mutex_unlock(&o->mu);
 }
 
+/* What malloc holds in use (its arenas and its own mmaps): what a
+ * long-running daemon keeps, without RSS's noise (freed pages not given
+ * back, arenas touched by threads that came and went).  -1 where the
+ * allocator does not say (a sanitizer's). */
+static double td__heap_bytes(void)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    struct mallinfo2 mi = mallinfo2();
+    return (double)mi.uordblks + (double)mi.hblkhd;
+#else
+    return -1;
+#endif
+}
+
 /* HTTP thread: renders a copy of the figures. */
 static char *td__render(td_obs *o, size_t *len)
 {
@@ -333,6 +349,7 @@ static char *td__render(td_obs *o, size_t *len)
     p.scrapes = ++o->proc.scrapes;
     pthread_mutex_unlock(&o->mu);
     p.uptime_s = td_daemon_ts(o->d);
+    p.heap_bytes = td__heap_bytes();
     p.state_names = td_proto_job_states;
     p.nstates = TD_PROTO_NJOB_STATES;
     for (size_t cap = 16384; cap <= (64u << 20); cap *= 2) {

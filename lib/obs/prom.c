@@ -263,6 +263,11 @@ static void td__process(td__out *o, const td_prom_process *p)
     td__family(o, "traind_scrapes_total", "counter",
                "Requests served by this endpoint.");
     td__put(o, "traind_scrapes_total %lld\n", (long long)p->scrapes);
+    if (p->heap_bytes >= 0) {
+        td__family(o, "traind_heap_bytes", "gauge",
+                   "Bytes of the daemon's heap in use (malloc).");
+        td__put(o, "traind_heap_bytes %.17g\n", p->heap_bytes);
+    }
 }
 
 int td_prom_render(const td_prom_job *jobs, int njobs,

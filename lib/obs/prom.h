@@ -49,6 +49,7 @@ typedef struct td_prom_process {
     int nstates;
     int clients;
     int64_t scrapes;
+    double heap_bytes;             /* malloc's bytes in use; < 0: unknown */
 } td_prom_process;
 
 /* Renders every job snapshot and the process into buf (NUL-terminated).

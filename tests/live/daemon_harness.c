@@ -618,3 +618,25 @@ void th_same_tensors(td_ckpt_file *fa, td_ckpt_file *fb, const char *when)
         free(y);
     }
 }
+
+char *th_http(int port, const char *method, const char *path)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    char req[256];
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: x\r\n\r\n",
+                     method, path);
+    ck_assert_int_eq(write(fd, req, (size_t)n), n);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while ((r = read(fd, buf + len, cap - len - 1)) > 0)
+        if ((len += (size_t)r) + 1 >= cap)
+            buf = realloc(buf, cap *= 2);
+    buf[len] = '\0';
+    close(fd);
+    return buf;
+}

@@ -79,6 +79,9 @@ json_t *th_request(int fd, const char *cmd, json_t *args);
 json_t *th_job_request(int fd, const char *cmd, int64_t job);
 /* Whether a line of the job's log (the "logs" request) contains text. */
 int th_log_has(int fd, int64_t job, const char *text);
+/* A request (method, path) over HTTP/1.0 to 127.0.0.1:port (the metrics
+ * endpoint); the whole response, malloc'd. */
+char *th_http(int port, const char *method, const char *path);
 struct td_ckpt_file;
 /* Every tensor of checkpoint fa bitwise equal to fb's, the same count;
  * a failure names the tensor and `when` ("after the resume"). */
