@@ -8,13 +8,10 @@
  * itself is injected in the runner-level and backend tests: a live daemon
  * has no hook for it.) */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "daemon_harness.h"
@@ -83,25 +80,10 @@ static int64_t submit(int fd, const char *name, const char *loss_scale,
     return id;
 }
 
+/* The body of GET path on the metrics port. */
 static char *http_get(const char *path)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    char req[256];
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n",
-                     path);
-    ck_assert_int_eq(write(fd, req, (size_t)n), n);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    ssize_t r;
-    while ((r = read(fd, buf + len, cap - len - 1)) > 0)
-        if ((len += (size_t)r) + 1 >= cap)
-            buf = realloc(buf, cap *= 2);
-    buf[len] = '\0';
-    close(fd);
+    char *buf = th_http(port, "GET", path);
     const char *b = strstr(buf, "\r\n\r\n");
     ck_assert_ptr_nonnull(b);
     memmove(buf, b + 4, strlen(b + 4) + 1);

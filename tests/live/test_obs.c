@@ -2,13 +2,10 @@
  * command and `trainctl trace` against a job that decodes real JPEGs, the
  * Prometheus endpoint scraped during a job, and `trainctl top`. */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
