@@ -202,6 +202,32 @@ static void seen_init(seen *s)
     pthread_mutex_init(&s->mu, NULL);
 }
 
+/* Runs the spec in tmp/<sub> (s fresh) until a pause asked after step
+ * `at`: the paused run's result in *res. */
+static void run_paused(const td_job_spec *spec, const char *sub, int at,
+                       seen *s, td_runner_result *res)
+{
+    char err[512] = "";
+    seen_init(s);
+    s->stop_at = at;
+    s->stop_why = TD_STOP_PAUSE;
+    ck_assert_msg(run_job(spec, sub, 0, s, res, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_int_eq(res->stopped, TD_STOP_PAUSE);
+}
+
+/* Resumes the job in tmp/<sub> (c fresh) from the pause whose result is
+ * *res, which then holds the resumed run's. */
+static void run_resumed(const td_job_spec *spec, const char *sub, seen *c,
+                        td_runner_result *res)
+{
+    char err[512] = "";
+    seen_init(c);
+    c->last_step = res->steps;
+    ck_assert_msg(run_job(spec, sub, 1, c, res, err, sizeof err) == 0, "%s",
+                  err);
+}
+
 /* 2 epochs of 10 steps, windows of 4, a checkpoint every 3 steps and at
  * each epoch end, keep 2. */
 START_TEST(test_job_does_what_the_spec_says)
@@ -395,12 +421,7 @@ START_TEST(test_checkpoint_carries_history)
     char err[512] = "";
     td_runner_result res;
     seen *a = malloc(sizeof *a), *c = malloc(sizeof *c);
-    seen_init(a);
-    a->stop_at = 13; /* in the second epoch */
-    a->stop_why = TD_STOP_PAUSE;
-    ck_assert_msg(run_job(&spec, "h", 0, a, &res, err, sizeof err) == 0,
-                  "%s", err);
-    ck_assert_int_eq(res.stopped, TD_STOP_PAUSE);
+    run_paused(&spec, "h", 13, a, &res); /* in the second epoch */
     ck_assert_int_eq(a->epochs, 1);
     td_ckpt_file *f;
     ck_assert_msg(td_ckpt_open(res.last_checkpoint, &f, err, sizeof err) == 0,
@@ -418,10 +439,7 @@ START_TEST(test_checkpoint_carries_history)
     ck_assert_ptr_nonnull(json_object_get(e0, "lr"));
     json_decref(h);
     td_ckpt_close(f);
-    seen_init(c);
-    c->last_step = res.steps;
-    ck_assert_msg(run_job(&spec, "h", 1, c, &res, err, sizeof err) == 0,
-                  "%s", err);
+    run_resumed(&spec, "h", c, &res);
     ck_assert_int_eq(c->hist_events, 1);
     ck_assert_int_eq(c->hist_len, 1);
     ck_assert(c->hist_loss0 == a->epoch_loss[0]);
@@ -525,19 +543,11 @@ START_TEST(test_resume_keeps_the_last_epochs_figures)
 {
     td_job_spec spec;
     parse_spec(&spec, 0, 0);
-    char err[512] = "";
     td_runner_result res;
     seen *a = malloc(sizeof *a), *c = malloc(sizeof *c);
-    seen_init(a);
-    a->stop_at = 13; /* in the second epoch */
-    a->stop_why = TD_STOP_PAUSE;
-    ck_assert_msg(run_job(&spec, "p", 0, a, &res, err, sizeof err) == 0,
-                  "%s", err);
+    run_paused(&spec, "p", 13, a, &res); /* in the second epoch */
     ck_assert_int_eq(a->epochs, 1);
-    seen_init(c);
-    c->last_step = res.steps;
-    ck_assert_msg(run_job(&spec, "p", 1, c, &res, err, sizeof err) == 0,
-                  "%s", err);
+    run_resumed(&spec, "p", c, &res);
     ck_assert_int_gt(c->snaps, 0);
     ck_assert_msg(c->snap_ep_loss == a->epoch_loss[0],
                   "the resumed job's first snapshot: last epoch's train "
@@ -559,20 +569,11 @@ START_TEST(test_resume_near_the_end_keeps_a_throughput)
     td_job_spec spec;
     parse_spec(&spec, 0, 0);
     spec.metrics.warmup_steps = 5;
-    char err[512] = "";
     td_runner_result res;
     seen *a = malloc(sizeof *a), *c = malloc(sizeof *c);
-    seen_init(a);
-    a->stop_at = EPOCHS * PER_EPOCH - 3;
-    a->stop_why = TD_STOP_PAUSE;
-    ck_assert_msg(run_job(&spec, "n", 0, a, &res, err, sizeof err) == 0,
-                  "%s", err);
-    ck_assert_int_eq(res.stopped, TD_STOP_PAUSE);
+    run_paused(&spec, "n", EPOCHS * PER_EPOCH - 3, a, &res);
     ck_assert_int_gt(res.steps, EPOCHS * PER_EPOCH - 5); /* < a warm-up */
-    seen_init(c);
-    c->last_step = res.steps;
-    ck_assert_msg(run_job(&spec, "n", 1, c, &res, err, sizeof err) == 0,
-                  "%s", err);
+    run_resumed(&spec, "n", c, &res);
     ck_assert_int_eq(res.stopped, TD_STOP_NONE);
     ck_assert_msg(isfinite(res.samples_per_s) && res.samples_per_s > 0,
                   "samples/s %g", res.samples_per_s);
@@ -596,11 +597,7 @@ START_TEST(test_resumed_epoch_train_s_covers_the_epoch)
     char err[512] = "";
     td_runner_result res;
     seen *a = malloc(sizeof *a), *c = malloc(sizeof *c);
-    seen_init(a);
-    a->stop_at = 7;
-    a->stop_why = TD_STOP_PAUSE;
-    ck_assert_msg(run_job(&spec, "s", 0, a, &res, err, sizeof err) == 0,
-                  "%s", err);
+    run_paused(&spec, "s", 7, a, &res);
     ck_assert_int_eq(a->epochs, 0);
     td_ckpt_file *f;
     ck_assert_msg(td_ckpt_open(res.last_checkpoint, &f, err, sizeof err) == 0,
@@ -611,10 +608,7 @@ START_TEST(test_resumed_epoch_train_s_covers_the_epoch)
     double before = strtod(txt, NULL);
     td_ckpt_close(f);
     ck_assert(before > 0);
-    seen_init(c);
-    c->last_step = res.steps;
-    ck_assert_msg(run_job(&spec, "s", 1, c, &res, err, sizeof err) == 0,
-                  "%s", err);
+    run_resumed(&spec, "s", c, &res);
     ck_assert_int_eq(c->epochs, EPOCHS);
     ck_assert_msg(c->epoch_train_s[0] > before, "epoch 1 train_s %g, %g of "
                   "it before the pause", c->epoch_train_s[0], before);
