@@ -156,18 +156,10 @@ START_TEST(test_full_state_dir_at_start_refused)
     close(fd);
     ck_assert_int_eq(th_stop(&H), 0);
     char filler[400], rec[400], out[400];
-    snprintf(filler, sizeof filler, "%s/filler", root);
     snprintf(rec, sizeof rec, "%s/jobs/%lld.json", root, (long long)id);
     struct stat before, after;
     ck_assert_int_eq(stat(rec, &before), 0);
-    static char block[4096];
-    int ffd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ck_assert_int_ge(ffd, 0);
-    while (write(ffd, block, sizeof block) > 0)
-        ;
-    while (write(ffd, block, 1) > 0)
-        ;
-    close(ffd);
+    th_tmpfs_fill(root, filler, sizeof filler);
     /* the daemon's stderr into a file (not on the full disk) */
     snprintf(out, sizeof out, "%s/daemon.err", H.dir);
     int efd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
