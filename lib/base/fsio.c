@@ -31,6 +31,23 @@ int td_write_all(int fd, const void *buf, size_t n, const td_fs_io *io)
     return 0;
 }
 
+int td_read_all(int fd, void *buf, size_t n, size_t *got)
+{
+    unsigned char *p = buf;
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = pread(fd, p + *got, n - *got, (off_t)*got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            break;
+        *got += (size_t)r;
+    }
+    return 0;
+}
+
 static int td__fsync(const td_fs_io *io, int fd)
 {
     int r = io && io->fsync ? io->fsync(io->user, fd) : fsync(fd);

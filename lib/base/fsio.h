@@ -63,6 +63,11 @@ int td_write_atomic(const char *path, mode_t mode, const void *data,
  * time); 0 or -errno (-EIO for a write of 0 bytes). */
 int td_write_all(int fd, const void *buf, size_t n, const td_fs_io *io);
 
+/* pread(2) from offset 0 until n bytes are read or the file ends (EINTR
+ * retried): 0 with *got = the bytes read (< n: the file is shorter), or
+ * -errno. */
+int td_read_all(int fd, void *buf, size_t n, size_t *got);
+
 /* fsync of a folder, so that names created or renamed in it last. */
 int td_fsync_dir(const char *dir, const td_fs_io *io);
 

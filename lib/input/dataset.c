@@ -757,17 +757,12 @@ static int td__read_file(const char *path, td_buf *b)
     }
     if ((rc = td_buf_reserve(b, (size_t)st.st_size + 1)) != 0)
         goto out;
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t r = pread(fd, b->p + got, (size_t)st.st_size - got,
-                          (off_t)got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            rc = r < 0 ? -errno : -EIO;
-            goto out;
-        }
-        got += (size_t)r;
+    size_t got;
+    if ((rc = td_read_all(fd, b->p, (size_t)st.st_size, &got)) != 0)
+        goto out;
+    if (got < (size_t)st.st_size) {
+        rc = -EIO;
+        goto out;
     }
     b->len = got;
 out:

@@ -701,22 +701,14 @@ static int td__map(const char *path, td_ckpt_file *f, char *err, size_t cap)
         td_set_error(err, cap, 0, "%zu bytes: %s", f->size, td_strerror(r));
         goto out;
     }
-    size_t got = 0;
-    while (got < f->size) {
-        ssize_t n = pread(fd, f->map + got, f->size - got, (off_t)got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            r = n < 0 ? -errno : TD_E_CORRUPT;
-            if (n < 0)
-                td_set_error(err, cap, 0, "read: %s", td_strerror(r));
-            else
-                td_set_error(err, cap, 0, "the file shrank from %zu to %zu "
-                             "bytes while it was read (overwritten in "
-                             "place?)", f->size, got);
-            break;
-        }
-        got += (size_t)n;
+    size_t got;
+    if ((r = td_read_all(fd, f->map, f->size, &got)) != 0) {
+        td_set_error(err, cap, 0, "read: %s", td_strerror(r));
+    } else if (got < f->size) {
+        r = TD_E_CORRUPT;
+        td_set_error(err, cap, 0, "the file shrank from %zu to %zu bytes "
+                     "while it was read (overwritten in place?)", f->size,
+                     got);
     }
 out:
     if (fd >= 0)

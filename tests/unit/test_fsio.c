@@ -190,6 +190,30 @@ START_TEST(test_mkdirs)
 }
 END_TEST
 
+/* td_read_all: the whole file, or what there is of a shorter one. */
+START_TEST(test_read_all)
+{
+    char *d = tmpdir(), path[256], buf[16];
+    snprintf(path, sizeof path, "%s/f", d);
+    ck_assert_int_eq(td_write_atomic(path, 0644, "0123456789", 10, NULL,
+                                     NULL, 0), 0);
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    size_t got = 99;
+    ck_assert_int_eq(td_read_all(fd, buf, 4, &got), 0);
+    ck_assert_uint_eq(got, 4);
+    ck_assert(memcmp(buf, "0123", 4) == 0);
+    ck_assert_int_eq(td_read_all(fd, buf, sizeof buf, &got), 0);
+    ck_assert_uint_eq(got, 10); /* shorter than asked */
+    ck_assert(memcmp(buf, "0123456789", 10) == 0);
+    close(fd);
+    fd = open(d, O_RDONLY | O_DIRECTORY);
+    ck_assert_int_eq(td_read_all(fd, buf, sizeof buf, &got), -EISDIR);
+    close(fd);
+    free(d);
+}
+END_TEST
+
 START_TEST(test_set_error_and_type_names)
 {
     char err[32] = "untouched";
@@ -216,6 +240,7 @@ static Suite *fsio_suite(void)
     tcase_add_test(tc, test_full_disk_keeps_the_old_file);
     tcase_add_test(tc, test_pid_tmp_and_missing_folder);
     tcase_add_test(tc, test_mkdirs);
+    tcase_add_test(tc, test_read_all);
     tcase_add_test(tc, test_set_error_and_type_names);
     suite_add_tcase(s, tc);
     return s;
