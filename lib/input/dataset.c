@@ -316,6 +316,14 @@ size_t td_dataset_left_out(const td_dataset *ds, const char **first)
     return ds->left_out;
 }
 
+void td_dataset_left_out_text(size_t n, const char *first, char *buf,
+                              size_t cap)
+{
+    snprintf(buf, cap, "%zu file(s) or folder(s) left out (only .jpg, .jpeg "
+             "and .png files directly in class folders are samples), the "
+             "first: %s", n, first);
+}
+
 static int td__add_name(td_dataset *ds, const char *cls, const char *file)
 {
     size_t need = strlen(cls) + strlen(file) + 2;

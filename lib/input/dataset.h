@@ -48,6 +48,11 @@ void td_dataset_close(td_dataset *ds);
  * symbolic links, what is not a regular file.  Their count, and in *first
  * the first one's path and why ("" when none).  Shards: 0. */
 size_t td_dataset_left_out(const td_dataset *ds, const char **first);
+/* What the job's log and eval say of n such entries, the first `first`:
+ * "N file(s) or folder(s) left out (only .jpg, ... are samples), the
+ * first: FIRST", into buf. */
+void td_dataset_left_out_text(size_t n, const char *first, char *buf,
+                              size_t cap);
 /* Why the ImageFolder entry at path (at_root: an entry of the root, else
  * of a class folder) is left out, as td_dataset_left_out counts it, or
  * NULL when it is taken or hidden. */

@@ -16,6 +16,7 @@
 #include "base/fscred.h"
 #include "base/json.h"
 #include "base/jsontext.h"
+#include "input/dataset.h"
 #include "input/pipeline.h"
 #include "input/png.h"
 #include "input/preprocess.h"
@@ -236,11 +237,13 @@ void td_infer_eval_print(const json_t *r, int json, FILE *out)
     fprintf(out, "%s: %lld samples\n",
             json_string_value(json_object_get(r, "checkpoint")), n);
     long long left = json_integer_value(json_object_get(r, "left_out"));
-    if (left)
-        fprintf(out, "  %lld file(s) or folder(s) left out (only .jpg, .jpeg "
-                "and .png files directly in class folders are samples), the "
-                "first: %s\n", left, json_string_value(json_object_get(
-                                          r, "left_out_first")));
+    if (left) {
+        char text[800];
+        td_dataset_left_out_text((size_t)left, json_string_value(
+                                     json_object_get(r, "left_out_first")),
+                                 text, sizeof text);
+        fprintf(out, "  %s\n", text);
+    }
     if (k > 5)
         fprintf(out, "  top-1 %.4f (%lld)   top-5 %.4f (%lld)\n", t1 / dn,
                 t1, t5 / dn, t5);

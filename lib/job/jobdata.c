@@ -72,13 +72,13 @@ static void td__note_left_out(td_job_data *d, const char *key,
                               const td_dataset *ds)
 {
     const char *first;
+    char text[800];
     size_t n = td_dataset_left_out(ds, &first), used = strlen(d->left_out);
     if (n == 0 || used >= sizeof d->left_out - 1)
         return;
-    snprintf(d->left_out + used, sizeof d->left_out - used, "%s%s: %zu "
-             "file(s) or folder(s) left out (only .jpg, .jpeg and .png "
-             "files directly in class folders are samples), the first: %s%s",
-             used ? "; " : "", key, n, first,
+    td_dataset_left_out_text(n, first, text, sizeof text);
+    snprintf(d->left_out + used, sizeof d->left_out - used, "%s%s: %s%s",
+             used ? "; " : "", key, text,
              n > 1 ? " (trainctl pack --imagefolder names them all)" : "");
 }
 
