@@ -816,6 +816,12 @@ void td_daemon_shutdown(td_daemon *d, const char *why)
 int td_daemon_run(td_daemon *d)
 {
     uv_run(d->loop, UV_RUN_DEFAULT);
+    /* Every record write has finished (the loop ran until no work was
+     * left): the next start takes the ended jobs' rows from the cache. */
+    size_t rows = 0;
+    if (td_ended_cache_save(d, &rows) == 0)
+        td_debug("saved %zu ended job row(s) to %s/%s", rows, d->state_dir,
+                 TD_ENDED_CACHE_FILE);
     return d->exit_status;
 }
 

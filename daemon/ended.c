@@ -14,18 +14,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/error.h"
+#include "base/fsio.h"
 #include "base/log.h"
 #include "daemon.h"
 #include "infer_jobs.h"
 
+/* Ended, and its record on disk as it is in memory: nothing left to
+ * write (no write under way or held back, none failed, no removal). */
+static int td__settled(const td_job *j)
+{
+    return j->shed ||
+           (td_job_state_final(j->state) && !j->persist_busy &&
+            !j->persist_dirty && !j->persist_lazy && !j->persist_failures &&
+            !j->removing && !json_array_size(j->persist_waiters));
+}
+
 void td_ended_shed(td_daemon *d, td_job *j)
 {
     (void)d;
-    if (j->shed || !td_job_state_final(j->state) || j->persist_busy ||
-        j->persist_dirty || j->persist_lazy || j->persist_failures ||
-        j->removing || json_array_size(j->persist_waiters))
+    if (j->shed || !td__settled(j))
         return;
     if (td_job_shed(j, (int)td_job_task(j)))
         td_warn("job %lld: out of memory for its list row; its record "
@@ -72,6 +82,141 @@ int64_t td_ended_recent_floor(const char *jobs_dir, int n)
     }
     free(ids);
     return floor;
+}
+
+/* ---- the row cache ---------------------------------------------------- */
+
+/* A record's file as it was when its row was taken: any rewrite (a new
+ * file renamed over it), edit or restore changes one of these. */
+static int td__file_key(const struct stat *st, json_t *e)
+{
+    return json_integer_value(json_object_get(e, "size")) ==
+               (json_int_t)st->st_size &&
+           json_integer_value(json_object_get(e, "mtime_s")) ==
+               (json_int_t)st->st_mtim.tv_sec &&
+           json_integer_value(json_object_get(e, "mtime_ns")) ==
+               (json_int_t)st->st_mtim.tv_nsec &&
+           json_integer_value(json_object_get(e, "ino")) ==
+               (json_int_t)st->st_ino;
+}
+
+int td_ended_cache_save(td_daemon *d, size_t *rows)
+{
+    char path[3200], err[512];
+    size_t n = 0;
+    json_t *all = json_object();
+    int rc = all ? 0 : -ENOMEM;
+    for (td_job *j = d->jobs.head; j && !rc; j = j->next) {
+        if (!td__settled(j) || j->removing)
+            continue;
+        struct stat st;
+        char name[32];
+        snprintf(name, sizeof name, "%lld.json", (long long)j->id);
+        snprintf(path, sizeof path, "%s/jobs/%s", d->state_dir, name);
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            continue; /* not on disk after all: read in full next time */
+        json_t *row = j->shed ? json_incref(j->row) : td_job_summary(j);
+        json_t *e = row ? json_pack(
+            "{s:I, s:I, s:I, s:I, s:i, s:o}", "size", (json_int_t)st.st_size,
+            "mtime_s", (json_int_t)st.st_mtim.tv_sec, "mtime_ns",
+            (json_int_t)st.st_mtim.tv_nsec, "ino", (json_int_t)st.st_ino,
+            "task", (int)td_job_task(j), "row", row) : NULL;
+        if (!e || json_object_set_new(all, name, e))
+            rc = -ENOMEM;
+        n++;
+    }
+    json_t *doc = rc ? NULL : json_pack("{s:s, s:O}", "format",
+                                        TD_ENDED_CACHE_FORMAT, "rows", all);
+    char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(doc);
+    json_decref(all);
+    snprintf(path, sizeof path, "%s/%s", d->state_dir, TD_ENDED_CACHE_FILE);
+    if (!rc && !text)
+        rc = -ENOMEM;
+    if (!rc)
+        rc = td_write_atomic(path, 0640, text, strlen(text), NULL, err,
+                             sizeof err);
+    else
+        snprintf(err, sizeof err, "%s", td_strerror(rc));
+    free(text);
+    if (rc) {
+        /* Only start-up's speed depends on it: the records are read in
+         * full instead. */
+        td_warn("cannot save the ended jobs' rows to %s (the next start "
+                "reads their records in full): %s", path, err);
+        unlink(path); /* an older one would be right, but rows of removed
+                         jobs would be read back forever */
+        return rc;
+    }
+    if (rows)
+        *rows = n;
+    return 0;
+}
+
+json_t *td_ended_cache_load(const char *state_dir)
+{
+    char path[3200];
+    json_error_t je;
+    snprintf(path, sizeof path, "%s/%s", state_dir, TD_ENDED_CACHE_FILE);
+    json_t *c = json_load_file(path, 0, &je);
+    if (!c)
+        return NULL; /* none yet (or unreadable: the records are) */
+    json_t *rows = json_object_get(c, "rows");
+    if (!json_is_object(rows) ||
+        !json_is_string(json_object_get(c, "format")) ||
+        strcmp(json_string_value(json_object_get(c, "format")),
+               TD_ENDED_CACHE_FORMAT) != 0) {
+        td_warn("ignoring %s: not a row cache of this traind (its records "
+                "are read in full)", path);
+        json_decref(c);
+        return NULL;
+    }
+    json_incref(rows);
+    json_decref(c);
+    return rows;
+}
+
+td_job *td_ended_cache_take(json_t *cache, int dirfd, const char *name,
+                            int64_t id)
+{
+    json_t *e = json_object_get(cache, name);
+    json_t *row = json_object_get(e, "row");
+    struct stat st;
+    json_int_t rid, uid, epoch = 0, step = 0, steps = 0, epochs = 0;
+    json_int_t task = json_integer_value(json_object_get(e, "task"));
+    const char *jname, *state, *reason;
+    double submitted = 0, started = 0, ended = 0;
+    enum td_job_state s;
+    if (!json_is_object(row) || fstatat(dirfd, name, &st, 0) != 0 ||
+        !td__file_key(&st, e) || task < TD_TASK_TRAIN || task > TD_TASK_PREDICT ||
+        json_unpack(row, "{s:I, s:s, s:I, s:s, s:s, s?F, s?F, s?F, s?I, s?I, "
+                         "s?I, s?I}", "id", &rid, "name", &jname, "uid", &uid,
+                    "state", &state, "reason", &reason, "submitted",
+                    &submitted, "started", &started, "ended", &ended, "epoch",
+                    &epoch, "step", &step, "steps_total", &steps,
+                    "epochs_total", &epochs) ||
+        rid != id || td_job_state_parse(state, &s) || !td_job_state_final(s) ||
+        !td_job_name_ok(jname))
+        return NULL; /* stale or odd: the record is read in full */
+    td_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->id = id;
+    snprintf(j->name, sizeof j->name, "%s", jname);
+    j->uid = (uid_t)uid;
+    j->state = s;
+    snprintf(j->reason, sizeof j->reason, "%s", reason);
+    j->submitted = submitted;
+    j->started = started;
+    j->ended = ended;
+    j->epoch = epoch;
+    j->step = step;
+    j->steps_total = steps;
+    j->epochs_total = epochs;
+    j->shed = 1;
+    j->shed_task = (int)task;
+    j->row = json_incref(row);
+    return j;
 }
 
 /* ---- show ------------------------------------------------------------- */

@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -102,7 +103,8 @@ void td_daemon_load_jobs(td_daemon *d)
     if (!dp)
         return;
     int64_t recent = td_ended_recent_floor(dir, TD_OBS_RECENT);
-    size_t total = td__count_records(dp), done = 0;
+    json_t *cache = td_ended_cache_load(d->state_dir);
+    size_t total = td__count_records(dp), done = 0, hits = 0, misses = 0;
     int64_t t0 = td_now_ns(), told = t0;
     if (total)
         td_notifyf("STATUS=loading %zu job record(s) from %s", total, dir);
@@ -119,8 +121,22 @@ void td_daemon_load_jobs(td_daemon *d)
         char path[4500], err[256];
         json_error_t je;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        /* An older ended job: its row from the cache, if its record is
+         * unchanged (the newest keep curves for obs.c: read in full). */
+        long long cid = strtoll(e->d_name, NULL, 10);
+        td_job *j = cid > 0 && cid < recent && cache
+                        ? td_ended_cache_take(cache, dirfd(dp), e->d_name,
+                                              cid)
+                        : NULL;
+        if (j && !td_jobs_find(&d->jobs, j->id)) {
+            hits++;
+            td_jobs_insert(&d->jobs, j);
+            continue;
+        }
+        if (j) /* a duplicate id: warned below */
+            td_job_free(j);
         json_t *rec = json_load_file(path, 0, &je);
-        td_job *j = rec ? td_job_from_record(rec, err, sizeof err) : NULL;
+        j = rec ? td_job_from_record(rec, err, sizeof err) : NULL;
         if (!rec)
             snprintf(err, sizeof err, "%s", je.text);
         json_decref(rec);
@@ -193,12 +209,22 @@ void td_daemon_load_jobs(td_daemon *d)
                                         whatever the directory's */
         if (crashed) /* written once the loop runs */
             td_daemon_persist_job(d, j);
-        else if (j->id < recent) /* the newest keep curves for obs.c */
+        else if (j->id < recent) { /* the newest keep curves for obs.c */
             td_ended_shed(d, j);
+            misses += j->shed;
+        }
     }
     closedir(dp);
+    /* Rows read in full this time (or cached rows of records gone) are
+     * saved now, not only at shutdown: a daemon killed later starts fast
+     * too. */
+    if (misses || (cache && json_object_size(cache) != hits))
+        td_ended_cache_save(d, NULL);
+    json_decref(cache);
     if (d->jobs.count)
-        td_info("restored %zu job record(s) from %s in %.1f s",
-                d->jobs.count, dir, td_ns_to_s(td_now_ns() - t0));
+        td_info("restored %zu job record(s) from %s in %.1f s (%zu ended "
+                "job(s) from %s, %zu read in full)", d->jobs.count, dir,
+                td_ns_to_s(td_now_ns() - t0), hits, TD_ENDED_CACHE_FILE,
+                d->jobs.count - hits);
 }
 
