@@ -104,6 +104,15 @@ static int td__open(td_conn *c, const char *path, int quiet)
     }
     int timed_out = 0;
     c->hello = td_conn_read(c, 10000, &timed_out);
+    const char *refused = json_string_value(json_object_get(
+        json_object_get(c->hello, "error"), "desc"));
+    if (refused) { /* such as max_connections_per_user */
+        if (!quiet)
+            fprintf(stderr, "trainctl: traind refused the connection: %s\n",
+                    refused);
+        td_conn_close(c);
+        return TD_EXIT_UNREACHABLE;
+    }
     if (!json_is_object(json_object_get(c->hello, "hello"))) {
         if (!quiet)
             fprintf(stderr, "trainctl: %s did not greet like traind (%s)\n", path,

@@ -8,6 +8,8 @@
  * above subscriber_max_bytes it is disconnected, and so is any client
  * whose unread replies pass that bound.  A line over the 1 MiB
  * cap gets a too_large error and the connection closes after it is sent.
+ * A uid other than root holds at most max_connections_per_user
+ * connections: one more gets a conflict error instead of the hello.
  */
 #define _GNU_SOURCE /* struct ucred */
 #include <errno.h>
@@ -305,6 +307,16 @@ static void td__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 /* ---- accepting -------------------------------------------------------- */
 
+/* Open connections of uid: each holds a descriptor and up to two
+ * request-line caps of buffer, so one user may not take them all. */
+static size_t td__connections_of(const td_daemon *d, uid_t uid)
+{
+    size_t n = 0;
+    for (const td_client *o = d->clients; o; o = o->next)
+        n += !o->closing && o->uid == uid;
+    return n;
+}
+
 static void td__on_connection(uv_stream_t *server, int status)
 {
     td_daemon *d = server->data;
@@ -336,11 +348,23 @@ static void td__on_connection(uv_stream_t *server, int status)
         /* Without credentials the peer may do nothing privileged. */
         c->uid = (uid_t)-1;
     }
+    size_t held = td__connections_of(d, c->uid);
     c->next = d->clients;
     if (d->clients)
         d->clients->prev = c;
     d->clients = c;
     d->nclients++;
+    long long cap = td_settings_int(d->settings, "max_connections_per_user");
+    if (c->uid != 0 && (long long)held >= cap) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "uid %u already holds %zu connection(s) to "
+                 "traind (max_connections_per_user); close some and try "
+                 "again", (unsigned)c->uid, held);
+        td_debug("client pid %d: %s", (int)c->pid, msg);
+        td_client_send(c, td_proto_error(NULL, TD_ERR_CONFLICT, msg));
+        td__close_after_flush(c);
+        return;
+    }
     td_client_send(c, td_proto_hello(TD_VERSION, d->device_desc));
     uv_read_start((uv_stream_t *)&c->pipe, td__on_alloc, td__on_read);
 }

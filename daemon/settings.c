@@ -59,6 +59,9 @@ const td_setting_def td_setting_defs[] = {
      "limit)"},
     {"max_subscriptions_per_user", TD_SET_INT, "32", 1, 100000, 1,
      "subscribed connections one uid may hold at once (root: no limit)"},
+    {"max_connections_per_user", TD_SET_INT, "64", 1, 100000, 1,
+     "connections to the control socket one uid may hold at once (root: "
+     "no limit)"},
     {"jobs_visible_to_all", TD_SET_INT, "0", 0, 1, 1,
      "1: every user sees other users' specs and logs; 0: only the owner "
      "and root do (others see the list row)"},

@@ -188,6 +188,12 @@ int th_connect(const td_harness *h, json_t **hello)
 
 int th_connect_as(const td_harness *h, uid_t uid, gid_t gid)
 {
+    return th_connect_as_hello(h, uid, gid, NULL);
+}
+
+int th_connect_as_hello(const td_harness *h, uid_t uid, gid_t gid,
+                        json_t **hello)
+{
     int sp[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp))
         return -1;
@@ -233,10 +239,11 @@ int th_connect_as(const td_harness *h, uid_t uid, gid_t gid)
     close(sp[0]);
     int st;
     waitpid(pid, &st, 0);
-    if (fd >= 0) {
-        json_t *hl = th_read_json(fd, 5000);
+    json_t *hl = fd >= 0 ? th_read_json(fd, 5000) : NULL;
+    if (hello)
+        *hello = hl;
+    else
         json_decref(hl);
-    }
     return fd;
 }
 

@@ -68,6 +68,10 @@ const char *th_job_state(const json_t *job);
  * the harness dir and socket to everyone first.  Needs root; -1 on
  * failure.  The hello line is read. */
 int th_connect_as(const td_harness *h, uid_t uid, gid_t gid);
+/* The same, handing back the first line (the hello, or the error of a
+ * refused connection; NULL if none came; the caller decrefs). */
+int th_connect_as_hello(const td_harness *h, uid_t uid, gid_t gid,
+                        json_t **hello);
 int th_send_raw(int fd, const char *data, size_t len);
 /* Reads one line (without '\n') with a timeout; NULL on EOF/timeout. */
 char *th_read_line(int fd, int timeout_ms);
