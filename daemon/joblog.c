@@ -110,11 +110,17 @@ static int td__append(td_joblog *l, int64_t job, const char *line)
 {
     char path[3200];
     td_daemon_job_log_path(l->d, job, path, sizeof path);
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    /* The daemon's alone: its group is the one that gives users the
+     * socket, and `logs` shows a job's lines to its owner and root only.
+     * A log an older traind made group-readable is narrowed here. */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
     struct stat st;
     int rc = fstat(fd, &st) == 0 ? 0 : -errno;
+    if (!rc && (st.st_mode & 077) && fchmod(fd, st.st_mode & 0700) != 0)
+        td_logf(TD_LOG_WARN, 0, "%s: cannot narrow its mode to the "
+                "daemon's: %s", path, td_strerror(-errno));
     size_t len = strlen(line);
     struct iovec iov[2] = {{(void *)line, len}, {"\n", 1}};
     ssize_t w = rc ? 0 : writev(fd, iov, 2);

@@ -35,7 +35,7 @@ int td_starts_raise(const char *state_dir, int64_t job)
     char path[4200], dir[4200], buf[32];
     int n = td_starts_count(state_dir, job) + 1;
     td__path(state_dir, job, path, sizeof path);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
     int len = snprintf(buf, sizeof buf, "%d\n", n);
