@@ -170,6 +170,8 @@ int td_cmd_logs(int argc, char **argv)
     if ((rc = td_conn_check("logs", r, cli.json)) == TD_EXIT_OK) {
         size_t i;
         json_t *l;
+        json_int_t cut = json_integer_value(json_object_get(
+            json_object_get(r, "ok"), "older_left_out"));
         if (cli.json)
             td_print_json(json_object_get(r, "ok"));
         else
@@ -177,6 +179,9 @@ int td_cmd_logs(int argc, char **argv)
                                                "lines"), i, l)
                 printf("%s\n", json_string_value(l));
         fflush(stdout);
+        if (cut && !cli.json)
+            fprintf(stderr, "trainctl: %lld older line(s) left out: a logs "
+                    "reply holds at most 1 MiB of lines\n", (long long)cut);
     }
     json_decref(r);
     if (rc == TD_EXIT_OK && follow && td__job_ended(&c, id, &cli.json))

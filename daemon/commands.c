@@ -26,6 +26,7 @@
 #include "backend/cpu/caps.h"
 #include "job/spec.h"
 #include "joblog.h"
+#include "logtail.h"
 #include "obs.h"
 #include "remove.h"
 #include "run.h"
@@ -566,7 +567,8 @@ static void cmd_unsubscribe(td_client *c, td_request *req)
     td__ok(c, req, NULL);
 }
 
-/* logs: the last N lines of the job's log file, read off the loop. */
+/* logs: the last N lines of the job's log file, read off the loop
+ * (logtail.h: at most TD_LOGTAIL_MAX_BYTES of them). */
 typedef struct td_logs_req {
     uv_work_t work;
     td_daemon *d;
@@ -576,40 +578,23 @@ typedef struct td_logs_req {
     char path[3200];
     long lines;
     json_t *result; /* array of strings, or NULL with err set */
+    long long left_out;
     int err;
 } td_logs_req;
 
 /* After the file's lines: those its file could not take yet (joblog.h),
  * so that they are seen while the disk is full. */
-static void td__logs_unwritten(td_logs_req *r)
+static json_t *td__logs_unwritten(void *arg)
 {
-    json_t *more = td_joblog_unwritten(r->d->joblog, r->job);
-    json_array_extend(r->result, more);
-    json_decref(more);
-    while ((long)json_array_size(r->result) > r->lines)
-        json_array_remove(r->result, 0);
+    td_logs_req *r = arg;
+    return td_joblog_unwritten(r->d->joblog, r->job);
 }
 
 static void td__logs_work(uv_work_t *w)
 {
     td_logs_req *r = w->data;
-    FILE *f = fopen(r->path, "r");
-    r->result = json_array();
-    if (!f) {
-        r->err = errno == ENOENT ? 0 : -errno; /* no file: no lines yet */
-        if (!r->err)
-            td__logs_unwritten(r);
-        return;
-    }
-    char line[4096];
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        json_array_append_new(r->result, json_string(line));
-        if ((long)json_array_size(r->result) > r->lines)
-            json_array_remove(r->result, 0);
-    }
-    fclose(f);
-    td__logs_unwritten(r);
+    r->result = td_logtail(r->path, td__logs_unwritten, r, r->lines,
+                           TD_LOGTAIL_MAX_BYTES, &r->left_out, &r->err);
 }
 
 static void td__logs_done(uv_work_t *w, int status)
@@ -622,8 +607,11 @@ static void td__logs_done(uv_work_t *w, int status)
                  status < 0 ? uv_strerror(status) : td_strerror(r->err));
         td_client_send(c, td_proto_error(r->id, TD_ERR_INTERNAL, m));
     } else if (c) {
-        td_client_send(c, td_proto_ok(r->id, json_pack("{s:O}", "lines",
-                                                       r->result)));
+        json_t *ok = json_pack("{s:O}", "lines", r->result);
+        if (r->left_out)
+            json_object_set_new(ok, "older_left_out",
+                                json_integer(r->left_out));
+        td_client_send(c, td_proto_ok(r->id, ok));
     }
     json_decref(r->result);
     json_decref(r->id);

@@ -132,12 +132,65 @@ START_TEST(test_job_log_not_group_readable)
 }
 END_TEST
 
+/* ---- logs of a big log ---------------------------------------------------- */
+
+/* A job's log grows with its life (bad samples are never held back).
+ * `logs` with a large `lines` built the whole file as one reply: past
+ * subscriber_max_bytes the client was cut off instead of answered, and
+ * the daemon held the file several times over in memory meanwhile.  The
+ * reply now holds the newest lines within 1 MiB and says how many it
+ * left out. */
+START_TEST(test_logs_of_a_big_log_answered)
+{
+    int fd = th_connect(&H, NULL);
+    char p[256];
+    snprintf(p, sizeof p, "%s/jobs/1.log", H.state);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 120000; i++) /* 9 MB */
+        fprintf(f, "2026-11-28 12:00:00 INFO job 1: an old line %06d "
+                   "padded to about eighty bytes ......\n", i);
+    fclose(f);
+    int64_t id = th_submit(fd, th_tiny_spec(1, 0));
+    ck_assert_int_eq(id, 1);
+    ck_assert(th_wait_state(fd, id, "completed", 30000));
+    json_t *r = th_request(fd, "logs", json_pack("{s:I, s:i}", "job",
+                                                 (json_int_t)id, "lines",
+                                                 1000000));
+    ck_assert_msg(r && th_ok(r), "no reply to logs of a 9 MB log");
+    json_t *lines = json_object_get(th_ok(r), "lines");
+    size_t n = json_array_size(lines), bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += strlen(json_string_value(json_array_get(lines, i)));
+    ck_assert_msg(n > 1000 && bytes <= 1024 * 1024, "%zu lines, %zu bytes",
+                  n, bytes);
+    json_int_t left = json_integer_value(json_object_get(th_ok(r),
+                                                         "older_left_out"));
+    ck_assert_msg(left > 100000 && (size_t)left + n > 120000 &&
+                  (size_t)left + n < 120100, "left out %lld of %zu+",
+                  (long long)left, n);
+    /* The newest are the job's own, the oldest kept the old file's. */
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_array_get(lines,
+                                                                  n - 1)),
+                                 "job 1"));
+    json_decref(r);
+    /* A small request is as before: no field, the newest lines. */
+    r = th_request(fd, "logs", json_pack("{s:I, s:i}", "job",
+                                         (json_int_t)id, "lines", 3));
+    ck_assert_int_eq(json_array_size(json_object_get(th_ok(r), "lines")), 3);
+    ck_assert_ptr_null(json_object_get(th_ok(r), "older_left_out"));
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
     const td_tcase tcs[] = {
         {"connections", setup, teardown, NULL,
          {test_connections_per_user_limited}},
-        {"files", setup, teardown, NULL, {test_job_log_not_group_readable}},
+        {"files", setup, teardown, NULL,
+         {test_job_log_not_group_readable, test_logs_of_a_big_log_answered}},
     };
     return td_suite_from("hostile", tcs, sizeof tcs / sizeof tcs[0]);
 }
