@@ -43,41 +43,6 @@ static int td__deny(td__acc *a, const char *path, int e)
     return -EACCES;
 }
 
-/* Without switching: the owner/group/other bits of resolved path `real`
- * and of every directory above it, for the user's uid and groups. */
-static int td__bits_ok(const td__acc *a, const char *real, int isdir)
-{
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", real);
-    for (int depth = 0; dir[0]; depth++) {
-        struct stat st;
-        if (stat(dir, &st) != 0)
-            return 0;
-        mode_t need = depth == 0 ? (isdir ? 5 : 4) : 1;
-        mode_t have = st.st_mode & 7;
-        if (st.st_uid == a->uid) {
-            have = (st.st_mode >> 6) & 7;
-        } else {
-            for (int g = 0; g < a->cred->ngroups; g++)
-                if (a->cred->groups[g] == st.st_gid)
-                    have = (st.st_mode >> 3) & 7;
-        }
-        if ((have & need) != need)
-            return 0;
-        char *slash = strrchr(dir, '/');
-        if (!slash)
-            break;
-        if (slash == dir) {
-            if (dir[1] == '\0')
-                break;
-            dir[1] = '\0'; /* check "/" itself last */
-            continue;
-        }
-        *slash = '\0';
-    }
-    return 1;
-}
-
 static int td__in_roots(const json_t *roots, const char *real)
 {
     size_t i;
@@ -114,7 +79,7 @@ static int td__one(td__acc *a, const char *path, const char *shown)
         close(fd);
         if (isdir && faccessat(AT_FDCWD, real, R_OK | X_OK, AT_EACCESS))
             return td__deny(a, shown, errno);
-    } else if (a->cred && !td__bits_ok(a, real, isdir)) {
+    } else if (a->cred && !td_fscred_bits_ok(a->cred, real, isdir)) {
         return td__deny(a, shown, EACCES);
     }
     if (a->roots && !td__in_roots(a->roots, real)) {

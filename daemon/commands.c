@@ -299,6 +299,12 @@ static void cmd_submit(td_client *c, td_request *req)
         parsed.init.n) /* no identity to read init as (the data's rights
                           were checked above, by td_access_check_spec) */
         lrc = -EACCES;
+    if (lrc == 0 && c->uid != 0 && c->uid != geteuid() &&
+        !td_fscred_can_switch() &&
+        td_fscred_for_uid(c->uid, &ucred, err, sizeof err) == 0) {
+        ucred.set = 0; /* read as the daemon, every data file's bits */
+        ucred.bits = 1; /* checked for the user (jobdata.h) */
+    }
     /* The checks traind --run makes too (jobcheck.h): the device, the
      * precision, init, the data, the model and the run's length, now and
      * not when the job starts hours later. */

@@ -268,6 +268,14 @@ int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
     if (j->uid != 0 && j->uid != geteuid() && td_fscred_can_switch() &&
         (rc = td_fscred_for_uid(j->uid, &s->cred, err, errcap)))
         goto fail;
+    /* A daemon that cannot switch checks the bits of every data file
+     * for them again, as at submit (jobdata.h). */
+    if (j->uid != 0 && j->uid != geteuid() && !td_fscred_can_switch()) {
+        if ((rc = td_fscred_for_uid(j->uid, &s->cred, err, errcap)))
+            goto fail;
+        s->cred.set = 0;
+        s->cred.bits = 1;
+    }
     td_device_probe(&info);
     if ((rc = td_device_select(s->task != TD_TASK_TRAIN ? s->ispec.device
                                                         : s->spec.device,

@@ -8,10 +8,12 @@
 #include "base/fscred.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/fsuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -83,4 +85,41 @@ void td_fscred_leave(const td_fscred_saved *saved)
     setfsuid(saved->fsuid);
     setfsgid(saved->fsgid);
     td__setgroups(saved->ngroups, saved->groups);
+}
+
+int td_fscred_mode_ok(const td_fscred *c, const struct stat *st, int need)
+{
+    int have = st->st_mode & 7;
+    if (st->st_uid == c->uid) {
+        have = (st->st_mode >> 6) & 7;
+    } else {
+        for (int g = 0; g < c->ngroups; g++)
+            if (c->groups[g] == st->st_gid)
+                have = (st->st_mode >> 3) & 7;
+    }
+    return (have & need) == need;
+}
+
+int td_fscred_bits_ok(const td_fscred *c, const char *real, int isdir)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", real);
+    for (int depth = 0; dir[0]; depth++) {
+        struct stat st;
+        if (stat(dir, &st) != 0)
+            return 0;
+        if (!td_fscred_mode_ok(c, &st, depth == 0 ? (isdir ? 5 : 4) : 1))
+            return 0;
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            break;
+        if (slash == dir) {
+            if (dir[1] == '\0')
+                break;
+            dir[1] = '\0'; /* check "/" itself last */
+            continue;
+        }
+        *slash = '\0';
+    }
+    return 1;
 }

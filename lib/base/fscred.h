@@ -12,8 +12,9 @@
  * loop, the checkpoint writer and the state dir keep the daemon's own.
  *
  * A daemon that is not root cannot switch (td_fscred_can_switch() is 0);
- * it reads with its own rights and callers add a check on the resolved
- * path (see daemon/access.c).
+ * it reads with its own rights and callers add a check of the bits on the
+ * resolved path (td_fscred_bits_ok; see daemon/access.c and
+ * lib/job/jobdata.c).
  *
  * Never: changes the process's real or effective ids, or leaves a thread
  * in another identity past td_fscred_leave().
@@ -27,6 +28,9 @@
 
 typedef struct td_fscred {
     int set;                 /* 0: use the thread's own (a no-op) */
+    int bits;                /* with set 0: a daemon that cannot switch
+                                reads as itself, and the files it opens
+                                for uid are checked by td_fscred_bits_ok */
     uid_t uid;
     gid_t gid;
     int ngroups;
@@ -51,5 +55,14 @@ int td_fscred_can_switch(void);
 int td_fscred_enter(const td_fscred *c, td_fscred_saved *saved);
 /* Back to what td_fscred_enter saved. */
 void td_fscred_leave(const td_fscred_saved *saved);
+/* Without switching: 1 when the owner, group and other bits of the
+ * resolved path `real` (a file, or with isdir a folder to list) and of
+ * every folder above it let c's uid and groups read it, else 0 (also when
+ * a stat fails).  POSIX ACLs are not read. */
+int td_fscred_bits_ok(const td_fscred *c, const char *real, int isdir);
+struct stat;
+/* The same for one file's stat: 1 when its bits give c's uid and groups
+ * every bit of need (4 read, 1 search). */
+int td_fscred_mode_ok(const td_fscred *c, const struct stat *st, int need);
 
 #endif

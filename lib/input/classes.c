@@ -194,14 +194,20 @@ static int td__read_names(FILE *f, const char *file, char ***names, int *n,
     return rc;
 }
 
+void td_classes_file(const char *path, char *file, size_t cap)
+{
+    char dir[4096];
+    td__dir_of(path, dir, sizeof dir);
+    snprintf(file, cap, "%s/%s", dir, TD_CLASSES_FILE);
+}
+
 int td_classes_attach(td_dataset *ds, const char *path, char *err,
                       size_t errcap)
 {
     if (td_dataset_kind(ds) != TD_DATASET_SHARDS)
         return 0;
-    char dir[4096], file[4200];
-    td__dir_of(path, dir, sizeof dir);
-    snprintf(file, sizeof file, "%s/%s", dir, TD_CLASSES_FILE);
+    char file[4200];
+    td_classes_file(path, file, sizeof file);
     FILE *f = fopen(file, "r");
     if (!f) {
         if (errno == ENOENT)

@@ -43,6 +43,9 @@ int td_classes_write(const char *dir, const char *const *names, int n,
  * file: TD_E_CORRUPT naming the line for an empty name, a control
  * character, bytes that are not UTF-8 or a name two lines give, or a
  * label beyond its lines; -errno when it cannot be read. */
+/* The classes file td_classes_attach reads for data path `path` (a
+ * folder of shards, a shard or a glob): TD_CLASSES_FILE beside it. */
+void td_classes_file(const char *path, char *file, size_t cap);
 int td_classes_attach(td_dataset *ds, const char *path, char *err,
                       size_t errcap);
 /* Maps val's labels onto train's classes by name.  A val class that train

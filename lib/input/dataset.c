@@ -810,6 +810,18 @@ int td_dataset_read(const td_dataset *ds, size_t i, td_buf *scratch,
     return 0;
 }
 
+const char *td_dataset_file(const td_dataset *ds, size_t i, char *buf,
+                            size_t cap)
+{
+    if (i >= ds->n)
+        snprintf(buf, cap, "#%zu (out of range)", i);
+    else if (ds->kind == TD_DATASET_FOLDER)
+        snprintf(buf, cap, "%s/%s", ds->root, ds->names + ds->path_off[i]);
+    else
+        snprintf(buf, cap, "%s", ds->shards[ds->shard_of[i]].path);
+    return buf;
+}
+
 const char *td_dataset_sample_name(const td_dataset *ds, size_t i, char *buf,
                                    size_t cap)
 {

@@ -92,6 +92,11 @@ int td_dataset_read(const td_dataset *ds, size_t i, td_buf *scratch,
 const char *td_dataset_sample_name(const td_dataset *ds, size_t i, char *buf,
                                    size_t cap);
 
+/* The file sample i is read from: "dir/class/file.jpg", or its shard's
+ * path.  Writes into buf and returns it. */
+const char *td_dataset_file(const td_dataset *ds, size_t i, char *buf,
+                            size_t cap);
+
 /* Writes (or refreshes) the index cache of one shard file.  pack calls
  * it after writing a shard.  Returns 0 or a negative code. */
 int td_dataset_index_shard(const char *shard_path, char *err, size_t errcap);

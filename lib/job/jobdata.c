@@ -1,11 +1,16 @@
 /* jobdata.c - see jobdata.h.  Owns opening, aligning and splitting a
- * job's datasets; never reads a sample's bytes. */
+ * job's datasets, and the bits check of their files for a daemon that
+ * cannot take on the submitter's identity; never reads a sample's
+ * bytes. */
 #include "job/jobdata.h"
 
+#define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/error.h"
 #include "base/fscred.h"
@@ -82,6 +87,58 @@ static void td__note_left_out(td_job_data *d, const char *key,
              n > 1 ? " (trainctl pack --imagefolder names them all)" : "");
 }
 
+/* One file for the bits check: its folder (resolved and checked once for
+ * a run of files in the same folder) and then the file itself, in full
+ * when it is a symlink.  1 when c's uid may read it. */
+static int td__file_ok(const td_fscred *c, const char *f, char *dir,
+                       size_t dircap)
+{
+    char real[PATH_MAX], d[PATH_MAX];
+    const char *slash = strrchr(f, '/');
+    size_t dl = slash ? (size_t)(slash - f) : 0;
+    struct stat st;
+    if (!slash || dl >= sizeof d || lstat(f, &st) != 0 || S_ISLNK(st.st_mode))
+        return realpath(f, real) && td_fscred_bits_ok(c, real, 0);
+    memcpy(d, f, dl);
+    d[dl] = '\0';
+    if (strcmp(d, dir) != 0) {
+        if (!realpath(dl ? d : "/", real) || !td_fscred_bits_ok(c, real, 1))
+            return 0;
+        snprintf(dir, dircap, "%s", d);
+    }
+    return td_fscred_mode_ok(c, &st, 4);
+}
+
+/* A daemon that cannot take on the submitter's identity (cred->bits)
+ * opened the data with its own rights: every file it read or will read
+ * for the job (each sample's file or shard, a classes file) must be one
+ * the bits let the submitter read, not only the path the user named. */
+static int td__bits_check(const td_fscred *c, const td_dataset *ds,
+                          const char *path, const char *key, char *err,
+                          size_t errcap)
+{
+    char f[4200], dir[PATH_MAX] = "", last[4200] = "";
+    struct stat st;
+    if (td_dataset_kind(ds) == TD_DATASET_SHARDS) {
+        td_classes_file(path, f, sizeof f);
+        if (lstat(f, &st) == 0 && !td__file_ok(c, f, dir, sizeof dir))
+            goto deny;
+    }
+    for (size_t i = 0, n = td_dataset_count(ds); i < n; i++) {
+        td_dataset_file(ds, i, f, sizeof f);
+        if (strcmp(f, last) == 0)
+            continue; /* the same shard */
+        if (!td__file_ok(c, f, dir, sizeof dir))
+            goto deny;
+        snprintf(last, sizeof last, "%s", f);
+    }
+    return 0;
+deny:
+    snprintf(err, errcap, "%s: %.1000s is not readable by uid %u", key, f,
+             (unsigned)c->uid);
+    return -EACCES;
+}
+
 int td_job_data_open(const td_job_spec *s, const td_fscred *cred,
                      td_job_data *d, char *err, size_t errcap)
 {
@@ -95,6 +152,15 @@ int td_job_data_open(const td_job_spec *s, const td_fscred *cred,
     }
     rc = td__data_open(s, d, err, errcap);
     td_fscred_leave(&saved);
+    if (rc == 0 && cred && cred->bits && !cred->set) {
+        rc = td__bits_check(cred, d->train, s->data.train.v[0],
+                            "data.train", err, errcap);
+        if (rc == 0 && s->data.val.n)
+            rc = td__bits_check(cred, d->val, s->data.val.v[0], "data.val",
+                                err, errcap);
+        if (rc)
+            td_job_data_close(d);
+    }
     return rc;
 }
 

@@ -28,7 +28,10 @@ typedef struct td_job_data {
 /* Not for input.source "synthetic".  0, or an error in err naming the
  * spec path (data.train, data.val, data.classes, data.val_fraction). */
 struct td_fscred;
-/* Files are opened as cred's user (base/fscred.h; NULL: as we are). */
+/* Files are opened as cred's user (base/fscred.h; NULL: as we are); a
+ * cred with bits (a daemon that cannot switch) has every file of the
+ * data checked against the user's bits instead: -EACCES naming one the
+ * user may not read. */
 int td_job_data_open(const td_job_spec *s, const struct td_fscred *cred,
                      td_job_data *out, char *err, size_t errcap);
 void td_job_data_close(td_job_data *d);

@@ -141,6 +141,52 @@ START_TEST(test_data_the_daemon_cannot_read_refused_at_submit)
 }
 END_TEST
 
+/* A folder of uid 1's whose class folder is a symlink into priv: the
+ * folder itself passes the bits, but its samples are the daemon's to
+ * read, not uid 1's.  Every sample file is checked too. */
+START_TEST(test_symlink_inside_dataset_refused_by_bits)
+{
+    if (getuid() != 0)
+        return;
+    td_test_sh(H.dir, "mkdir mine && cp -r pub/class0 mine/ && "
+                      "ln -s %s/class1 mine/class1 && chown -hR %d:%d mine",
+               priv, OTHER, OTHER);
+    char mine[300];
+    snprintf(mine, sizeof mine, "%s/mine", H.dir);
+    json_t *r = submit_as(OTHER, th_files_spec(mine, 1));
+    ck_assert_msg(th_err_class(r) &&
+                      !strcmp(th_err_class(r), "permission_denied"),
+                  "%s", json_dumps(r, 0));
+    ck_assert_msg(strstr(desc(r), "data.train: ") &&
+                      strstr(desc(r), "/mine/class1/img000.jpg") &&
+                      strstr(desc(r), "is not readable by uid 1"),
+                  "%s", desc(r));
+    json_decref(r);
+    /* The same swap after submit, while the job waits for the device:
+     * checked again when it starts, so it fails instead of training. */
+    td_test_sh(H.dir, "rm mine/class1 && cp -r pub/class1 mine/ && "
+                      "chown -R %d:%d mine", OTHER, OTHER);
+    int fd = th_connect(&H, NULL);
+    int64_t blocker = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, blocker, "running", 10000));
+    r = submit_as(OTHER, th_files_spec(mine, 1));
+    ck_assert_msg(th_ok(r), "%s", json_dumps(r, 0));
+    int64_t id = json_integer_value(json_object_get(th_ok(r), "job"));
+    json_decref(r);
+    td_test_sh(H.dir, "rm -r mine/class1 && ln -s %s/class1 mine/class1",
+               priv);
+    json_decref(th_job_request(fd, "cancel", blocker));
+    ck_assert(th_wait_state(fd, id, "failed", 30000));
+    json_t *job = th_show_job(fd, id);
+    const char *why = json_string_value(json_object_get(job, "reason"));
+    ck_assert_msg(why && strstr(why, "/mine/class1/img000.jpg is not "
+                                     "readable by uid 1"), "%s",
+                  why ? why : "(no reason)");
+    json_decref(job);
+    close(fd);
+}
+END_TEST
+
 static Suite *nonroot_suite(void)
 {
     Suite *s = suite_create("nonroot");
@@ -150,6 +196,7 @@ static Suite *nonroot_suite(void)
     tcase_add_test(tc, test_other_users_private_data_refused_by_bits);
     tcase_add_test(tc, test_other_users_private_model_file_refused);
     tcase_add_test(tc, test_data_the_daemon_cannot_read_refused_at_submit);
+    tcase_add_test(tc, test_symlink_inside_dataset_refused_by_bits);
     suite_add_tcase(s, tc);
     return s;
 }
