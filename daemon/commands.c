@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "access.h"
@@ -102,11 +101,12 @@ static void cmd_version(td_client *c, td_request *req)
 /* init: an absolute path the submitter may read; whether its tensors fit
  * the model is td_job_check's (read as the submitter there, when the
  * daemon can take on their identity).  A daemon that cannot takes only a
- * file its owner bits (or the other bits) let uid read. */
+ * file the bits let uid read, of the file and of every folder above it,
+ * as for data (access.h).  Before, only the file's owner or other bits
+ * were looked at: a 0644 file in the daemon user's 0700 folder passed. */
 static int td__init_access(uid_t uid, const td_job_spec *s, char *err,
                            size_t cap)
 {
-    struct stat st;
     if (s->init.n == 0)
         return 0;
     if (s->init.v[0][0] != '/') {
@@ -114,12 +114,10 @@ static int td__init_access(uid_t uid, const td_job_spec *s, char *err,
                  "submit resolves relative ones)", s->init.v[0]);
         return TD_E_SPEC;
     }
-    if (!td_fscred_can_switch() && stat(s->init.v[0], &st) == 0 &&
-        !(st.st_uid == uid ? st.st_mode & S_IRUSR : st.st_mode & S_IROTH)) {
-        snprintf(err, cap, "init: %s is not readable by uid %u",
-                 s->init.v[0], (unsigned)uid);
-        return -EACCES;
-    }
+    if (!td_fscred_can_switch())
+        return td_access_check_paths(uid, "init", 0,
+                                     (const char *const *)s->init.v, 1,
+                                     NULL, err, cap);
     return 0;
 }
 

@@ -187,6 +187,30 @@ START_TEST(test_symlink_inside_dataset_refused_by_bits)
 }
 END_TEST
 
+/* init in the daemon's own private folder, the file itself 0644: only
+ * the daemon may read it.  Refused for uid 1 by the folder's bits, as
+ * data is (the file's own bits were all that was looked at). */
+START_TEST(test_init_in_private_folder_refused_by_bits)
+{
+    if (getuid() != 0)
+        return;
+    char w[300];
+    snprintf(w, sizeof w, "%s/w.safetensors", priv);
+    td_test_write_file(w, "not weights", 11);
+    ck_assert_int_eq(chmod(w, 0644), 0);
+    json_t *s = th_files_spec(pub, 1);
+    json_object_set_new(s, "init", json_string(w));
+    json_t *r = submit_as(OTHER, s);
+    ck_assert_msg(th_err_class(r) &&
+                      !strcmp(th_err_class(r), "permission_denied"),
+                  "%s", json_dumps(r, 0));
+    ck_assert_msg(strstr(desc(r), "init: ") &&
+                      strstr(desc(r), "is not readable by uid 1"),
+                  "%s", desc(r));
+    json_decref(r);
+}
+END_TEST
+
 static Suite *nonroot_suite(void)
 {
     Suite *s = suite_create("nonroot");
@@ -197,6 +221,7 @@ static Suite *nonroot_suite(void)
     tcase_add_test(tc, test_other_users_private_model_file_refused);
     tcase_add_test(tc, test_data_the_daemon_cannot_read_refused_at_submit);
     tcase_add_test(tc, test_symlink_inside_dataset_refused_by_bits);
+    tcase_add_test(tc, test_init_in_private_folder_refused_by_bits);
     suite_add_tcase(s, tc);
     return s;
 }
