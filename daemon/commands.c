@@ -324,6 +324,12 @@ static void cmd_submit(td_client *c, td_request *req)
     td__enqueue(c, req, norm, dflt, NULL, chk.size.steps);
 }
 
+static int td__may_see(td_client *c, const td_job *j)
+{
+    return td_job_may_see(j, c->uid, td_settings_int(c->d->settings,
+                                                     "jobs_visible_to_all") > 0);
+}
+
 static void cmd_list(td_client *c, td_request *req)
 {
     enum td_job_state want = TD_JOB_NSTATES;
@@ -335,16 +341,15 @@ static void cmd_list(td_client *c, td_request *req)
         return;
     }
     json_t *arr = json_array();
-    for (td_job *j = c->d->jobs.head; j; j = j->next)
-        if (want == TD_JOB_NSTATES || j->state == want)
-            json_array_append_new(arr, td_job_summary(j));
+    for (td_job *j = c->d->jobs.head; j; j = j->next) {
+        if (want != TD_JOB_NSTATES && j->state != want)
+            continue;
+        json_t *row = td_job_summary(j);
+        if (!td__may_see(c, j))
+            td_job_row_restrict(row);
+        json_array_append_new(arr, row);
+    }
     td__ok(c, req, json_pack("{s:o}", "jobs", arr));
-}
-
-static int td__may_see(td_client *c, const td_job *j)
-{
-    return td_job_may_see(j, c->uid, td_settings_int(c->d->settings,
-                                                     "jobs_visible_to_all") > 0);
 }
 
 /* Another user's job (unless jobs_visible_to_all): its list row only,
@@ -363,8 +368,10 @@ static void cmd_show(td_client *c, td_request *req)
         return;
     }
     json_t *row = td_job_summary(j);
-    if (row)
+    if (row) {
+        td_job_row_restrict(row);
         json_object_set_new(row, "restricted", json_true());
+    }
     td__ok(c, req, json_pack("{s:o}", "job", row));
 }
 

@@ -247,6 +247,23 @@ json_t *td_job_summary(const td_job *j)
     return o;
 }
 
+void td_job_row_restrict(json_t *row)
+{
+    const char *r = json_string_value(json_object_get(row, "reason"));
+    const char *p = r;
+    /* A path starts with '/' at the start or after a space, quote, '(',
+     * '=' or '[' ("8/8", "samples/s" do not). */
+    while (p && (p = strchr(p, '/')) &&
+           !(p == r || strchr(" \t'\"(=[", p[-1])))
+        p++;
+    if (!p)
+        return;
+    char buf[1200];
+    snprintf(buf, sizeof buf, "%.*s(a path only the job's owner and root "
+             "see)", (int)(p - r < 1000 ? p - r : 1000), r);
+    json_object_set_new(row, "reason", json_string(buf));
+}
+
 json_t *td_job_record(const td_job *j)
 {
     if (j->shed)

@@ -112,6 +112,10 @@ int td_job_may_see(const td_job *j, uid_t uid, int all);
 /* A summary (for list) or the full record (for show and persistence).
  * A shed job has no record in memory: td_job_record returns NULL. */
 json_t *td_job_summary(const td_job *j);
+/* A row (or a state event's data) as another user sees it: its reason
+ * up to the first absolute path ("data.train: dataset (a path only the
+ * job's owner and root see)"), since paths are the owner's.  In place. */
+void td_job_row_restrict(json_t *row);
 json_t *td_job_record(const td_job *j);
 /* Drops an ended job's record from memory (spec, curves, windows,
  * checkpoints, result) and keeps its summary: the daemon does this once

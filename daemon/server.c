@@ -169,6 +169,16 @@ static void td__close_after_flush(td_client *c)
 
 /* ---- events ----------------------------------------------------------- */
 
+/* May c see job's details (its owner, root, or jobs_visible_to_all)? */
+static int td__may_see(td_client *c, int64_t job)
+{
+    if (c->uid == 0 || job <= 0)
+        return 1;
+    td_job *j = td_jobs_find(&c->d->jobs, job);
+    return !j || td_job_may_see(j, c->uid, td_settings_int(
+                                    c->d->settings, "jobs_visible_to_all") > 0);
+}
+
 static int td__wants(td_client *c, int kind, int64_t job, int64_t now_ns,
                      json_t *data)
 {
@@ -177,13 +187,9 @@ static int td__wants(td_client *c, int kind, int64_t job, int64_t now_ns,
     if (c->sub_job && job && c->sub_job != job)
         return 0;
     /* Log lines and checkpoint paths are the owner's (docs/daemon.md). */
-    if ((kind == TD_EV_LOG || kind == TD_EV_CHECKPOINT) && c->uid != 0 &&
-        job > 0) {
-        td_job *j = td_jobs_find(&c->d->jobs, job);
-        if (j && !td_job_may_see(j, c->uid, td_settings_int(
-                                     c->d->settings, "jobs_visible_to_all") > 0))
-            return 0;
-    }
+    if ((kind == TD_EV_LOG || kind == TD_EV_CHECKPOINT) &&
+        !td__may_see(c, job))
+        return 0;
     if (kind == TD_EV_STEP) {
         int64_t step = json_integer_value(json_object_get(data, "step"));
         if (c->every_steps > 1 && c->last_step_sent &&
@@ -214,17 +220,24 @@ void td_server_broadcast(td_daemon *d, int kind, int64_t job, double ts,
     size_t soft = (size_t)td_settings_int(d->settings, "subscriber_soft_bytes");
     size_t hard = (size_t)td_settings_int(d->settings, "subscriber_max_bytes");
     int64_t now = uv_hrtime();
-    char *line = NULL;
+    char *full = NULL, *shown = NULL, *line;
     td_client *next;
     for (td_client *c = d->clients; c; c = next) {
         next = c->next;
         if (c->closing || !td__wants(c, kind, job, now, data))
             continue;
-        if (!line) {
-            line = td_proto_event(name, ts, job, json_incref(data));
-            if (!line)
-                return;
+        /* A state's reason may name the job's files: others get it up to
+         * the first path (td_job_row_restrict). */
+        int others = kind == TD_EV_STATE && !td__may_see(c, job);
+        char **lp = others ? &shown : &full;
+        if (!*lp) {
+            json_t *dd = others ? json_deep_copy(data) : json_incref(data);
+            if (others)
+                td_job_row_restrict(dd);
+            if (!(*lp = td_proto_event(name, ts, job, dd)))
+                break;
         }
+        line = *lp;
         size_t q = td__queued(c);
         if (q > hard) {
             td_warn("subscriber pid %d fell %zu bytes behind: disconnected",
@@ -247,7 +260,8 @@ void td_server_broadcast(td_daemon *d, int kind, int64_t job, double ts,
         }
         td__write_line(c, strdup(line));
     }
-    free(line);
+    free(full);
+    free(shown);
 }
 
 /* ---- reading ---------------------------------------------------------- */

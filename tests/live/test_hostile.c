@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "daemon_harness.h"
+#include "jpeggen.h"
 #include "tdsuite.h"
 #include "tdtest.h"
 
@@ -184,11 +185,74 @@ START_TEST(test_logs_of_a_big_log_answered)
 }
 END_TEST
 
+/* ---- other users' failure reasons ----------------------------------------- */
+
+/* A job's data paths are its owner's (docs/daemon.md), but the reason of
+ * a failed job often names one ("data.train: /x/ds: No such file or
+ * directory"), and the reason is in every user's list row, `show` of
+ * another's job and the state events every subscriber gets.  Others now
+ * get the reason up to its first path. */
+START_TEST(test_other_users_reason_paths_hidden)
+{
+    if (!need_root())
+        return;
+    int fd = th_connect(&H, NULL);
+    int nfd = th_connect_as(&H, NOBODY, NOBODY);
+    int sfd = th_connect_as(&H, NOBODY, NOBODY); /* events only */
+    json_t *r = th_request(sfd, "subscribe", json_pack("{s:[s]}", "events",
+                                                       "state"));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    char ds[256];
+    snprintf(ds, sizeof ds, "%s/alice-secret-project/ds", H.dir);
+    td_test_make_folder(ds, 2, 8, 8, 8);
+    int64_t blocker = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, blocker, "running", 10000));
+    int64_t id = th_submit(fd, th_files_spec(ds, 1));
+    td_test_sh(H.dir, "rm -r alice-secret-project");
+    json_decref(th_job_request(fd, "cancel", blocker));
+    ck_assert(th_wait_state(fd, id, "failed", 30000));
+    /* The owner sees the whole reason. */
+    json_t *job = th_show_job(fd, id);
+    const char *why = json_string_value(json_object_get(job, "reason"));
+    ck_assert_msg(why && strstr(why, "alice-secret-project"), "%s",
+                  why ? why : "(none)");
+    json_decref(job);
+    /* Others: the list row, show and the state event stop before it. */
+    r = th_request(nfd, "list", NULL);
+    char *txt = json_dumps(r, 0);
+    ck_assert_msg(th_ok(r) && !strstr(txt, "alice-secret-project"), "%s",
+                  txt);
+    ck_assert_msg(strstr(txt, "\"data.train: dataset (a path only the "
+                              "job's owner and root see)\""), "%s", txt);
+    free(txt);
+    json_decref(r);
+    r = th_job_request(nfd, "show", id);
+    txt = json_dumps(r, 0);
+    ck_assert_msg(th_ok(r) && !strstr(txt, "alice-secret-project"), "%s",
+                  txt);
+    free(txt);
+    json_decref(r);
+    json_t *ev = th_wait_event(sfd, "state", id, "failed", 10000, NULL);
+    ck_assert_msg(ev, "no failed state event");
+    txt = json_dumps(ev, 0);
+    ck_assert_msg(!strstr(txt, "alice-secret-project") &&
+                  strstr(txt, "data.train: "), "%s", txt);
+    free(txt);
+    json_decref(ev);
+    close(sfd);
+    close(nfd);
+    close(fd);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
     const td_tcase tcs[] = {
         {"connections", setup, teardown, NULL,
          {test_connections_per_user_limited}},
+        {"reasons", setup, teardown, NULL,
+         {test_other_users_reason_paths_hidden}},
         {"files", setup, teardown, NULL,
          {test_job_log_not_group_readable, test_logs_of_a_big_log_answered}},
     };
