@@ -22,6 +22,8 @@ static const struct {
     {TD_E_NOTSUP, "TD_E_NOTSUP", "not supported by this build or device"},
     {TD_E_SHRUNK, "TD_E_SHRUNK", "the file was cut short while in use "
                                  "(truncated or overwritten in place)"},
+    {TD_E_NOTREG, "TD_E_NOTREG", "not a regular file (a FIFO, a device or "
+                                 "a folder)"},
 };
 
 /* errno names worth printing symbolically; the message comes from libc. */

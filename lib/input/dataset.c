@@ -754,13 +754,23 @@ int td_dataset_open(const char *path, td_dataset **out, char *err,
 
 static int td__read_file(const char *path, td_buf *b)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Without blocking: the scan saw a regular file, but a FIFO put in
+     * its place would block open() until a writer came. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return -errno;
     struct stat st;
     int rc = 0;
     if (fstat(fd, &st)) {
         rc = -errno;
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = TD_E_NOTREG;
+        goto out;
+    }
+    if ((uint64_t)st.st_size > TD_DATASET_SAMPLE_MAX) {
+        rc = -EFBIG;
         goto out;
     }
     if ((rc = td_buf_reserve(b, (size_t)st.st_size + 1)) != 0)
@@ -789,6 +799,8 @@ int td_dataset_read(const td_dataset *ds, size_t i, td_buf *scratch,
          * fault in the copy is a bad sample, not a dead daemon.  The copy
          * also reads every page, as the decode's timing wants. */
         size_t n = ds->len[i];
+        if (n > TD_DATASET_SAMPLE_MAX)
+            return -EFBIG;
         int rc = td_buf_reserve(scratch, n ? n : 1);
         if (rc)
             return rc;

@@ -80,10 +80,17 @@ int td_dataset_relabel(td_dataset *ds, const int32_t *map, int nmap,
 /* Keeps the samples i with keep[i] != 0, in order (a held-out split). */
 void td_dataset_keep(td_dataset *ds, const uint8_t *keep);
 
+/* The largest sample a read takes: a file (or shard member) over it is a
+ * bad sample (-EFBIG), never read into memory.  The decoders' own limit
+ * (64 Mpx) is well under it for a JPEG or PNG of usual compression. */
+#define TD_DATASET_SAMPLE_MAX (64u * 1024 * 1024)
+
 /* The bytes of sample i, in scratch (grown as needed): copied from the
  * shard's map, or read from a folder's file.  Returns 0, -ERANGE,
- * TD_E_SHRUNK when the shard was cut short after it was opened, or -errno
- * from reading the file. */
+ * TD_E_SHRUNK when the shard was cut short after it was opened, -EFBIG
+ * over TD_DATASET_SAMPLE_MAX, TD_E_NOTREG for a file that is no longer a
+ * regular file (a FIFO, a device: opened without blocking, never read),
+ * or -errno from reading the file. */
 int td_dataset_read(const td_dataset *ds, size_t i, td_buf *scratch,
                     const uint8_t **data, size_t *len);
 

@@ -1,6 +1,7 @@
 /* test_dataset.c - IDX reading, tar headers, packing shards and reading
  * datasets back (ImageFolder and tar shards, index cache), error paths. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -694,6 +695,54 @@ START_TEST(test_shard_cut_short_while_open)
 }
 END_TEST
 
+/* A user's own data must not make the daemon hang or allocate without
+ * bound: a sample file swapped for a FIFO after the scan blocked a decode
+ * worker in open() forever (the job could not end and held the device),
+ * and a sparse "jpg" of many GB was read whole into memory.  Both are bad
+ * samples now, at once and without the allocation. */
+START_TEST(test_sample_fifo_and_huge_file_are_bad_samples)
+{
+    char err[512], p[4200];
+    td_dataset *ds = NULL;
+    const uint8_t *d;
+    size_t n;
+    snprintf(path, sizeof path, "%s/ds", tmp);
+    td_test_make_folder(path, 2, 2, 8, 8);
+    ck_assert_int_eq(td_dataset_open(path, &ds, err, sizeof err), 0);
+    alarm(10); /* a blocked open ends the test */
+    td_dataset_file(ds, 0, p, sizeof p);
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert_int_eq(mkfifo(p, 0644), 0);
+    ck_assert_int_eq(read_sample(ds, 0, &d, &n), TD_E_NOTREG);
+    td_dataset_file(ds, 1, p, sizeof p);
+    ck_assert_int_eq(truncate(p, (off_t)TD_DATASET_SAMPLE_MAX + 1), 0);
+    ck_assert_int_eq(read_sample(ds, 1, &d, &n), -EFBIG);
+    ck_assert_int_eq(read_sample(ds, 2, &d, &n), 0); /* the others read */
+    td_dataset_close(ds);
+    /* A shard member declaring as much (the shard sparse). */
+    snprintf(path, sizeof path, "%s/big.tar", tmp);
+    FILE *f = fopen(path, "wb");
+    uint8_t hdr[TD_TAR_BLOCK], pad[TD_TAR_BLOCK] = {0};
+    size_t big = (size_t)TD_DATASET_SAMPLE_MAX + 1;
+    td_tar_header(hdr, "a.jpg", big, 0);
+    fwrite(hdr, 1, sizeof hdr, f);
+    fseek(f, (long)((big + TD_TAR_BLOCK - 1) / TD_TAR_BLOCK * TD_TAR_BLOCK),
+          SEEK_CUR);
+    td_tar_header(hdr, "a.cls", 1, 0);
+    fwrite(hdr, 1, sizeof hdr, f);
+    pad[0] = '1';
+    fwrite(pad, 1, sizeof pad, f);
+    pad[0] = 0;
+    fwrite(pad, 1, sizeof pad, f);
+    fwrite(pad, 1, sizeof pad, f);
+    fclose(f);
+    ck_assert_int_eq(td_dataset_open(path, &ds, err, sizeof err), 0);
+    ck_assert_int_eq(read_sample(ds, 0, &d, &n), -EFBIG);
+    td_dataset_close(ds);
+    alarm(0);
+}
+END_TEST
+
 static Suite *dataset_suite(void)
 {
     Suite *s = suite_create("dataset");
@@ -716,6 +765,7 @@ static Suite *dataset_suite(void)
     tcase_add_test(tc, test_pack_folder_copies_bytes);
     tcase_add_test(tc, test_pack_folder_restart_markers);
     tcase_add_test(tc, test_pack_folder_threads_same_shards);
+    tcase_add_test(tc, test_sample_fifo_and_huge_file_are_bad_samples);
     suite_add_tcase(s, tc);
     /* header walks over hostile bytes: a loop that never ends fails fast */
     tc = tcase_create("tar");
