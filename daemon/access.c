@@ -72,6 +72,13 @@ static int td__one(td__acc *a, const char *path, const char *shown)
     if (stat(real, &st) != 0)
         return td__deny(a, shown, errno);
     int isdir = S_ISDIR(st.st_mode);
+    if (!isdir && !S_ISREG(st.st_mode)) {
+        /* A FIFO would block the loop thread that reads it at submit (a
+         * model .json: lib/model opens it blocking), a device never end. */
+        snprintf(a->err, a->errcap, "%s: %.1000s is not a regular file or a "
+                 "folder", a->field, shown);
+        return -EACCES;
+    }
     if (a->switched) {
         int fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
         if (fd < 0)

@@ -159,3 +159,20 @@ int td_mkdirs(const char *path, mode_t mode)
         return -errno;
     return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
+
+int td_open_regular(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    int rc = fstat(fd, &st) ? -errno : S_ISREG(st.st_mode) ? 0 : TD_E_NOTREG;
+    int fl = rc ? 0 : fcntl(fd, F_GETFL);
+    if (rc == 0 && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0))
+        rc = -errno;
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}

@@ -68,6 +68,12 @@ int td_write_all(int fd, const void *buf, size_t n, const td_fs_io *io);
  * -errno. */
 int td_read_all(int fd, void *buf, size_t n, size_t *got);
 
+/* Opens a file someone else named (a user's data, init, image) for
+ * reading: without blocking (a FIFO would block open() until a writer
+ * came, a device would be read for ever), then only a regular file is
+ * kept, in blocking mode.  The fd, or -errno, or TD_E_NOTREG. */
+int td_open_regular(const char *path);
+
 /* fsync of a folder, so that names created or renamed in it last. */
 int td_fsync_dir(const char *dir, const td_fs_io *io);
 

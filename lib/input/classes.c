@@ -13,6 +13,7 @@
 
 
 #include "base/error.h"
+#include "base/fsio.h"
 #include "base/json.h"
 #include "base/rng.h"
 
@@ -208,12 +209,15 @@ int td_classes_attach(td_dataset *ds, const char *path, char *err,
         return 0;
     char file[4200];
     td_classes_file(path, file, sizeof file);
-    FILE *f = fopen(file, "r");
+    int fd = td_open_regular(file); /* a FIFO: not opened */
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
     if (!f) {
-        if (errno == ENOENT)
+        int rc = fd >= 0 ? -errno : fd;
+        if (fd >= 0)
+            close(fd);
+        if (rc == -ENOENT)
             return 0; /* older shards: labels only */
-        int rc = -errno;
-        snprintf(err, errcap, "%s: %s", file, strerror(errno));
+        snprintf(err, errcap, "%s: %s", file, td_strerror(rc));
         return rc;
     }
     char **names = NULL;

@@ -498,9 +498,9 @@ static int td__scan_member(void *user, const char *name, uint64_t off,
 static int td__map(const char *path, const uint8_t **map, size_t *len,
                    struct stat *st)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = td_open_regular(path); /* a FIFO: not opened */
     if (fd < 0)
-        return -errno;
+        return fd == TD_E_NOTREG ? -EISDIR : fd;
     int rc = 0;
     if (fstat(fd, st)) {
         rc = -errno;
@@ -528,9 +528,13 @@ static int td__idx_load(const char *shard, const struct stat *st,
     char path[4096];
     struct td__idx_head h;
     snprintf(path, sizeof path, "%s.tdidx", shard);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    int fd = td_open_regular(path); /* a FIFO planted there: no cache */
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
         return -1;
+    }
     int rc = -1;
     if (fread(&h, sizeof h, 1, f) != 1 ||
         memcmp(h.magic, TD__IDX_MAGIC, 8) != 0 ||
@@ -754,19 +758,15 @@ int td_dataset_open(const char *path, td_dataset **out, char *err,
 
 static int td__read_file(const char *path, td_buf *b)
 {
-    /* Without blocking: the scan saw a regular file, but a FIFO put in
-     * its place would block open() until a writer came. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    /* The scan saw a regular file, but a FIFO put in its place would
+     * block open() until a writer came. */
+    int fd = td_open_regular(path);
     if (fd < 0)
-        return -errno;
+        return fd;
     struct stat st;
     int rc = 0;
     if (fstat(fd, &st)) {
         rc = -errno;
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = TD_E_NOTREG;
         goto out;
     }
     if ((uint64_t)st.st_size > TD_DATASET_SAMPLE_MAX) {

@@ -11,8 +11,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
+#include "base/fsio.h"
 #include "base/fscred.h"
 #include "base/json.h"
 #include "base/jsontext.h"
@@ -377,15 +379,26 @@ static int td__flush(td__pred *p, const char *const *files, char *err,
     return 0;
 }
 
-/* Reads a whole file into *buf (grown as needed). */
+/* Reads a whole file into *buf (grown as needed): a regular file of at
+ * most TD_DATASET_SAMPLE_MAX bytes, as a dataset's sample (a FIFO, a
+ * device or a sparse file of many GB hung or filled the daemon). */
 static int td__slurp(const char *path, uint8_t **buf, size_t *cap,
                      size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -errno;
+    int fd = td_open_regular(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        int rc = fd >= 0 ? -errno : fd;
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
     *len = 0;
     for (;;) {
+        if (*len > TD_DATASET_SAMPLE_MAX) {
+            fclose(f);
+            return -EFBIG;
+        }
         if (*len == *cap) {
             size_t nc = *cap ? 2 * *cap : 1 << 20;
             uint8_t *nb = realloc(*buf, nc);

@@ -679,9 +679,9 @@ static int td__parse_header(td_ckpt_file *f, const json_t *h, char *err,
 static int td__map(const char *path, td_ckpt_file *f, char *err, size_t cap)
 {
     struct stat st;
-    int r = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
+    int r = 0, fd = td_open_regular(path); /* a FIFO: not opened */
     if (fd < 0 || fstat(fd, &st) < 0) {
-        r = -errno;
+        r = fd < 0 ? fd : -errno;
         td_set_error(err, cap, 0, "%s", td_strerror(r));
         goto out;
     }

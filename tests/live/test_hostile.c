@@ -246,11 +246,52 @@ START_TEST(test_other_users_reason_paths_hidden)
 }
 END_TEST
 
+/* ---- files that are not files -------------------------------------------- */
+
+/* A user's FIFO named as init or as a model .json: submit read it on the
+ * loop thread, whose open() then waited for a writer for good, and the
+ * daemon answered no one again.  Refused now, and the daemon answers. */
+START_TEST(test_fifo_as_init_or_model_refused)
+{
+    if (!need_root())
+        return;
+    char pub[256], fifo[300], m[300];
+    snprintf(pub, sizeof pub, "%s/pub", H.dir);
+    ck_assert_int_eq(mkdir(pub, 0755), 0);
+    ck_assert_int_eq(chown(pub, NOBODY, NOBODY), 0);
+    chmod(H.dir, 0755);
+    snprintf(fifo, sizeof fifo, "%s/w.safetensors", pub);
+    snprintf(m, sizeof m, "%s/m.json", pub);
+    ck_assert_int_eq(mkfifo(fifo, 0666), 0);
+    ck_assert_int_eq(mkfifo(m, 0666), 0);
+    int nfd = th_connect_as(&H, NOBODY, NOBODY);
+    for (int k = 0; k < 2; k++) {
+        json_t *spec = th_tiny_spec(1, 0);
+        json_object_set_new(spec, k ? "model" : "init",
+                            json_string(k ? m : fifo));
+        json_t *r = th_request(nfd, "submit", json_pack("{s:o}", "spec",
+                                                        spec));
+        char *txt = r ? json_dumps(r, 0) : NULL;
+        ck_assert_msg(r && th_err_class(r), "%s: %s", k ? "model" : "init",
+                      txt ? txt : "no reply");
+        ck_assert_msg(strstr(txt, k ? "model: " : "init: ") &&
+                      strstr(txt, "not a regular file"), "%s", txt);
+        free(txt);
+        json_decref(r);
+        r = th_request(nfd, "list", NULL);
+        ck_assert_msg(r && th_ok(r), "the daemon stopped answering");
+        json_decref(r);
+    }
+    close(nfd);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
     const td_tcase tcs[] = {
         {"connections", setup, teardown, NULL,
          {test_connections_per_user_limited}},
+        {"fifos", setup, teardown, NULL, {test_fifo_as_init_or_model_refused}},
         {"reasons", setup, teardown, NULL,
          {test_other_users_reason_paths_hidden}},
         {"files", setup, teardown, NULL,

@@ -214,6 +214,34 @@ START_TEST(test_read_all)
 }
 END_TEST
 
+/* A FIFO, a device, a folder: refused at once, never read (a FIFO's
+ * open() would wait for a writer); a regular file: open, blocking. */
+START_TEST(test_open_regular)
+{
+    char *d = tmpdir(), path[256];
+    snprintf(path, sizeof path, "%s/p", d);
+    ck_assert_int_eq(mkfifo(path, 0644), 0);
+    alarm(10);
+    ck_assert_int_eq(td_open_regular(path), TD_E_NOTREG);
+    alarm(0);
+    ck_assert_int_eq(td_open_regular("/dev/zero"), TD_E_NOTREG);
+    ck_assert_int_eq(td_open_regular(d), TD_E_NOTREG);
+    snprintf(path, sizeof path, "%s/none", d);
+    ck_assert_int_eq(td_open_regular(path), -ENOENT);
+    snprintf(path, sizeof path, "%s/f", d);
+    ck_assert_int_eq(td_write_atomic(path, 0644, "x", 1, NULL, NULL, 0), 0);
+    int fd = td_open_regular(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+    close(fd);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/p", d);
+    unlink(path);
+    rmdir(d);
+    free(d);
+}
+END_TEST
+
 START_TEST(test_set_error_and_type_names)
 {
     char err[32] = "untouched";
@@ -235,6 +263,7 @@ static Suite *fsio_suite(void)
     Suite *s = suite_create("fsio");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_replace_syncs_file_then_folder);
+    tcase_add_test(tc, test_open_regular);
     tcase_add_test(tc, test_failed_file_fsync_keeps_the_old_file);
     tcase_add_test(tc, test_failed_folder_fsync_is_reported);
     tcase_add_test(tc, test_full_disk_keeps_the_old_file);
