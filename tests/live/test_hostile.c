@@ -143,6 +143,8 @@ END_TEST
  * left out. */
 START_TEST(test_logs_of_a_big_log_answered)
 {
+    if (!need_root())
+        return;
     int fd = th_connect(&H, NULL);
     char p[256];
     snprintf(p, sizeof p, "%s/jobs/1.log", H.state);
@@ -175,6 +177,36 @@ START_TEST(test_logs_of_a_big_log_answered)
                                                                   n - 1)),
                                  "job 1"));
     json_decref(r);
+    /* Reads under way are bounded per user: ten pipelined requests of
+     * another user (allowed to read it here) get four reads, and
+     * conflicts for the rest, in the order sent. */
+    json_t *vr = th_request(fd, "config_set", json_pack("{s:s, s:i}", "key",
+                            "jobs_visible_to_all", "value", 1));
+    ck_assert_ptr_nonnull(th_ok(vr));
+    json_decref(vr);
+    int nfd = th_connect_as(&H, NOBODY, NOBODY);
+    char req[160], all[1600] = "";
+    for (int i = 0; i < 10; i++) {
+        snprintf(req, sizeof req, "{\"id\": %d, \"cmd\": \"logs\", "
+                 "\"args\": {\"job\": 1, \"lines\": 1000000}}\n", i);
+        strcat(all, req);
+    }
+    ck_assert_int_eq(th_send_raw(nfd, all, strlen(all)), 0);
+    int ok = 0, busy = 0;
+    for (int i = 0; i < 10; i++) {
+        json_t *x = th_read_json(nfd, 30000);
+        ck_assert_ptr_nonnull(x);
+        if (th_ok(x))
+            ok++;
+        else if (th_err_class(x) && !strcmp(th_err_class(x), "conflict") &&
+                 strstr(json_string_value(json_object_get(
+                            json_object_get(x, "error"), "desc")),
+                        "log read(s) under way"))
+            busy++;
+        json_decref(x);
+    }
+    ck_assert_msg(ok == 4 && busy == 6, "%d read, %d refused", ok, busy);
+    close(nfd);
     /* A small request is as before: no field, the newest lines. */
     r = th_request(fd, "logs", json_pack("{s:I, s:i}", "job",
                                          (json_int_t)id, "lines", 3));
