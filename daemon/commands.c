@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "access.h"
@@ -104,8 +105,8 @@ static void cmd_version(td_client *c, td_request *req)
  * file the bits let uid read, of the file and of every folder above it,
  * as for data (access.h).  Before, only the file's owner or other bits
  * were looked at: a 0644 file in the daemon user's 0700 folder passed. */
-static int td__init_access(uid_t uid, const td_job_spec *s, char *err,
-                           size_t cap)
+static int td__init_access(uid_t uid, const td_job_spec *s,
+                           const json_t *settings, char *err, size_t cap)
 {
     if (s->init.n == 0)
         return 0;
@@ -114,11 +115,29 @@ static int td__init_access(uid_t uid, const td_job_spec *s, char *err,
                  "submit resolves relative ones)", s->init.v[0]);
         return TD_E_SPEC;
     }
-    if (!td_fscred_can_switch())
-        return td_access_check_paths(uid, "init", 0,
-                                     (const char *const *)s->init.v, 1,
-                                     NULL, err, cap);
-    return 0;
+    int rc = td_fscred_can_switch()
+                 ? 0
+                 : td_access_check_paths(uid, "init", 0,
+                                         (const char *const *)s->init.v, 1,
+                                         NULL, err, cap);
+    /* It is read whole, here on the loop and when the job starts: a
+     * sparse file of many GB was a one-line way to stall and fill the
+     * daemon.  Its size is looked at as the user (as the reads are). */
+    td_fscred_saved saved;
+    struct stat st;
+    uint64_t most = td_limits_memory_cap(settings);
+    if (rc == 0 && td_access_enter(uid, &saved) == 0) {
+        int seen = stat(s->init.v[0], &st) == 0;
+        td_fscred_leave(&saved);
+        if (seen && S_ISREG(st.st_mode) && (uint64_t)st.st_size > most) {
+            snprintf(err, cap, "init: %s is %.1f MB, more than a job may "
+                     "hold in memory (max_job_memory_mb: %.1f MB)",
+                     s->init.v[0], (double)st.st_size / 1e6,
+                     (double)most / 1e6);
+            rc = TD_E_SPEC;
+        }
+    }
+    return rc;
 }
 
 /* The name check, the per-user bound and the queueing, the same for
@@ -290,7 +309,8 @@ static void cmd_submit(td_client *c, td_request *req)
      * as the trainer will, init's tensors, a model file. */
     td_fscred ucred = {0};
     if (lrc == 0)
-        lrc = td__init_access(c->uid, &parsed, err, sizeof err);
+        lrc = td__init_access(c->uid, &parsed, c->d->settings, err,
+                              sizeof err);
     if (lrc == 0 && c->uid != 0 && c->uid != geteuid() &&
         td_fscred_can_switch() &&
         td_fscred_for_uid(c->uid, &ucred, err, sizeof err) &&

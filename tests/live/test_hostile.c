@@ -314,6 +314,29 @@ START_TEST(test_fifo_as_init_or_model_refused)
         ck_assert_msg(r && th_ok(r), "the daemon stopped answering");
         json_decref(r);
     }
+    /* A sparse init of more than a job may hold: refused by its size,
+     * not read whole on the loop thread. */
+    int cfd = th_connect(&H, NULL);
+    json_t *r = th_request(cfd, "config_set", json_pack("{s:s, s:i}", "key",
+                           "max_job_memory_mb", "value", 1024));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    close(cfd);
+    snprintf(fifo, sizeof fifo, "%s/big.safetensors", pub);
+    FILE *f = fopen(fifo, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    ck_assert_int_eq(truncate(fifo, 1100LL * 1000 * 1000), 0);
+    json_t *spec = th_tiny_spec(1, 0);
+    json_object_set_new(spec, "init", json_string(fifo));
+    r = th_request(nfd, "submit", json_pack("{s:o}", "spec", spec));
+    char *txt = r ? json_dumps(r, 0) : NULL;
+    ck_assert_msg(txt && strstr(txt, "init: ") &&
+                  strstr(txt, "is 1100.0 MB, more than a job may hold in "
+                              "memory (max_job_memory_mb: 1073.7 MB)"),
+                  "%s", txt ? txt : "no reply");
+    free(txt);
+    json_decref(r);
     close(nfd);
 }
 END_TEST
