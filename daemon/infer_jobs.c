@@ -12,10 +12,12 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "access.h"
 #include "base/error.h"
 #include "base/fscred.h"
+#include "bounds.h"
 #include "daemon.h"
 #include "input/dataset.h"
 #include "job/device.h"
@@ -34,8 +36,8 @@ enum td_task td_job_task(const td_job *j)
 
 /* The checkpoint's metadata and, for an eval, the dataset's classes
  * against the model's: both read as the submitter. */
-static int td__check_files(uid_t uid, const td_infer_spec *s, char *err,
-                           size_t errcap)
+static int td__check_files(uid_t uid, const td_infer_spec *s,
+                           const json_t *settings, char *err, size_t errcap)
 {
     td_fscred_saved saved;
     td_ckpt_file *f = NULL;
@@ -47,6 +49,18 @@ static int td__check_files(uid_t uid, const td_infer_spec *s, char *err,
         snprintf(err, errcap, "checkpoint: cannot read as uid %u",
                  (unsigned)uid);
         return -EACCES;
+    }
+    /* Read whole, here on the loop: a sparse file of many GB stalled and
+     * filled the daemon (as an init file did, commands.c). */
+    struct stat st;
+    uint64_t most = td_limits_memory_cap(settings);
+    if (stat(s->checkpoint, &st) == 0 && S_ISREG(st.st_mode) &&
+        (uint64_t)st.st_size > most) {
+        snprintf(err, errcap, "checkpoint: %.1000s is %.1f MB, more than a "
+                 "job may hold in memory (max_job_memory_mb: %.1f MB)",
+                 s->checkpoint, (double)st.st_size / 1e6, (double)most / 1e6);
+        rc = TD_E_SPEC;
+        goto out;
     }
     if ((rc = td_st_open(s->checkpoint, &f, e, sizeof e))) {
         snprintf(err, errcap, "checkpoint: %.1000s is not a safetensors "
@@ -120,7 +134,7 @@ int td_infer_job_check(td_daemon *d, uid_t uid, const td_infer_spec *s,
                     s->n_images, roots, err, errcap))) {
         return rc;
     }
-    return td__check_files(uid, s, err, errcap);
+    return td__check_files(uid, s, d->settings, err, errcap);
 }
 
 void td_infer_job_summary(const json_t *r, enum td_task t, char *buf,

@@ -337,6 +337,21 @@ START_TEST(test_fifo_as_init_or_model_refused)
                   "%s", txt ? txt : "no reply");
     free(txt);
     json_decref(r);
+    /* The same as a predict job's checkpoint. */
+    char img[300];
+    snprintf(img, sizeof img, "%s/x.jpg", pub);
+    f = fopen(img, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    r = th_request(nfd, "submit", json_pack("{s:{s:s, s:s, s:[s]}}", "spec",
+                                            "task", "predict", "checkpoint",
+                                            fifo, "images", img));
+    txt = r ? json_dumps(r, 0) : NULL;
+    ck_assert_msg(txt && strstr(txt, "checkpoint: ") &&
+                  strstr(txt, "is 1100.0 MB, more than a job may hold"),
+                  "%s", txt ? txt : "no reply");
+    free(txt);
+    json_decref(r);
     close(nfd);
 }
 END_TEST
