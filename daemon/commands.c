@@ -140,6 +140,25 @@ static int td__init_access(uid_t uid, const td_job_spec *s,
     return rc;
 }
 
+/* 1 (and the conflict sent) when c's uid has max_queued_per_user
+ * unfinished jobs.  Asked first, before the checks that scan the data on
+ * the loop thread, and again when the job is queued. */
+static int td__queue_full(td_client *c, td_request *req)
+{
+    if (c->uid == 0)
+        return 0;
+    long long max = td_settings_int(c->d->settings, "max_queued_per_user");
+    long long have = 0;
+    for (td_job *q = c->d->jobs.head; q; q = q->next)
+        have += q->uid == c->uid && !td_job_state_final(q->state);
+    if (have < max)
+        return 0;
+    ERRF(c, req, TD_ERR_CONFLICT, "submit: uid %u already has %lld "
+         "unfinished job(s), the limit (max_queued_per_user); wait for some "
+         "to end or cancel them", (unsigned)c->uid, have);
+    return 1;
+}
+
 /* The name check, the per-user bound and the queueing, the same for
  * every kind of job.  Takes norm.  steps: the run's training steps for
  * the reply (< 0: none, an eval or predict job). */
@@ -155,18 +174,9 @@ static void td__enqueue(td_client *c, td_request *req, json_t *norm,
         json_decref(norm);
         return;
     }
-    if (c->uid != 0) {
-        long long max = td_settings_int(c->d->settings, "max_queued_per_user");
-        long long have = 0;
-        for (td_job *q = c->d->jobs.head; q; q = q->next)
-            have += q->uid == c->uid && !td_job_state_final(q->state);
-        if (have >= max) {
-            ERRF(c, req, TD_ERR_CONFLICT, "submit: uid %u already has %lld "
-                 "unfinished job(s), the limit (max_queued_per_user); wait "
-                 "for some to end or cancel them", (unsigned)c->uid, have);
-            json_decref(norm);
-            return;
-        }
+    if (td__queue_full(c, req)) {
+        json_decref(norm);
+        return;
     }
     if (!n)
         n = dflt_name;
@@ -254,6 +264,10 @@ static void cmd_submit(td_client *c, td_request *req)
     td_job_spec parsed;
     char err[1024];
     enum td_task task;
+    /* A user at the bound made the daemon check (scan) every job it
+     * sent all the same, before being refused. */
+    if (td__queue_full(c, req))
+        return;
     if (td_spec_task(spec, &task, err, sizeof err)) {
         ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
         return;

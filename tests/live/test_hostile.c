@@ -356,12 +356,47 @@ START_TEST(test_fifo_as_init_or_model_refused)
 }
 END_TEST
 
+/* ---- the queue bound comes first -------------------------------------------- */
+
+/* A user at max_queued_per_user was refused only after the daemon had
+ * checked the job: its data opened and scanned on the loop thread, for
+ * every job sent.  The bound is asked first now (a path that does not
+ * exist shows which came first). */
+START_TEST(test_queue_bound_before_checks)
+{
+    if (!need_root())
+        return;
+    int fd = th_connect(&H, NULL);
+    json_t *r = th_request(fd, "config_set", json_pack("{s:s, s:i}", "key",
+                           "max_queued_per_user", "value", 1));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    int64_t blocker = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, blocker, "running", 10000));
+    int nfd = th_connect_as(&H, NOBODY, NOBODY);
+    r = th_request(nfd, "submit", json_pack("{s:o}", "spec",
+                                            th_tiny_spec(1, 0)));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    r = th_request(nfd, "submit", json_pack("{s:o}", "spec",
+                                            th_files_spec("/nonexistent/ds",
+                                                          1)));
+    const char *cls = th_err_class(r);
+    ck_assert_msg(cls && !strcmp(cls, "conflict"), "%s",
+                  json_dumps(r, 0));
+    json_decref(r);
+    close(nfd);
+    close(fd);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
     const td_tcase tcs[] = {
         {"connections", setup, teardown, NULL,
          {test_connections_per_user_limited}},
         {"fifos", setup, teardown, NULL, {test_fifo_as_init_or_model_refused}},
+        {"queue", setup, teardown, NULL, {test_queue_bound_before_checks}},
         {"reasons", setup, teardown, NULL,
          {test_other_users_reason_paths_hidden}},
         {"files", setup, teardown, NULL,
