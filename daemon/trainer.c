@@ -11,6 +11,7 @@
 #include "trainer.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,6 +245,32 @@ static void *td__infer_thread(void *arg)
 
 /* ---- loop side -------------------------------------------------------- */
 
+/* For a daemon that cannot switch: the model .json and init files, which
+ * it reads with its own rights, must still pass the submitter's bits when
+ * the job starts, not only at submit (a symlink swapped in since then:
+ * the job fails instead of reading the daemon's files). */
+static int td__bits_at_start(const td_fscred *c, const td_job_spec *sp,
+                             char *err, size_t errcap)
+{
+    const char *f[2] = {NULL, NULL}, *names[2] = {"model", "init"};
+    const char *m = json_string_value(sp->model);
+    size_t n = m ? strlen(m) : 0;
+    if (n > 5 && strcmp(m + n - 5, ".json") == 0)
+        f[0] = m;
+    if (sp->init.n)
+        f[1] = sp->init.v[0];
+    for (int k = 0; k < 2; k++) {
+        char real[PATH_MAX];
+        if (f[k] &&
+            (!realpath(f[k], real) || !td_fscred_bits_ok(c, real, 0))) {
+            snprintf(err, errcap, "%s: %.1000s is not readable by uid %u",
+                     names[k], f[k], (unsigned)c->uid);
+            return -EACCES;
+        }
+    }
+    return 0;
+}
+
 int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
                           char *err, size_t errcap)
 {
@@ -269,12 +296,16 @@ int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
         (rc = td_fscred_for_uid(j->uid, &s->cred, err, errcap)))
         goto fail;
     /* A daemon that cannot switch checks the bits of every data file
-     * for them again, as at submit (jobdata.h). */
+     * for them again, as at submit (jobdata.h), and of a model .json and
+     * init file here. */
     if (j->uid != 0 && j->uid != geteuid() && !td_fscred_can_switch()) {
         if ((rc = td_fscred_for_uid(j->uid, &s->cred, err, errcap)))
             goto fail;
         s->cred.set = 0;
         s->cred.bits = 1;
+        if (s->task == TD_TASK_TRAIN &&
+            (rc = td__bits_at_start(&s->cred, &s->spec, err, errcap)))
+            goto fail;
     }
     td_device_probe(&info);
     if ((rc = td_device_select(s->task != TD_TASK_TRAIN ? s->ispec.device

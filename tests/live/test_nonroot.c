@@ -211,6 +211,41 @@ START_TEST(test_init_in_private_folder_refused_by_bits)
 }
 END_TEST
 
+/* uid 1's own model .json, swapped after submit for a symlink to the
+ * daemon user's private one while the job waits: it fails when it
+ * starts instead of the daemon reading that file for uid 1. */
+START_TEST(test_model_swapped_after_submit_refused_at_start)
+{
+    if (getuid() != 0)
+        return;
+    const char *m = "{\"layers\": [{\"type\": \"global_avgpool\"}, "
+                    "{\"type\": \"dense\", \"units\": \"classes\"}]}\n";
+    char mine[300];
+    snprintf(mine, sizeof mine, "%s/mine.json", H.dir);
+    td_test_write_file(mine, m, strlen(m));
+    ck_assert_int_eq(chown(mine, OTHER, OTHER), 0);
+    int fd = th_connect(&H, NULL);
+    int64_t blocker = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, blocker, "running", 10000));
+    json_t *s = th_files_spec(pub, 1);
+    json_object_set_new(s, "model", json_string(mine));
+    json_t *r = submit_as(OTHER, s);
+    ck_assert_msg(th_ok(r), "%s", json_dumps(r, 0));
+    int64_t id = json_integer_value(json_object_get(th_ok(r), "job"));
+    json_decref(r);
+    td_test_sh(H.dir, "rm mine.json && ln -s %s/m.json mine.json", priv);
+    json_decref(th_job_request(fd, "cancel", blocker));
+    ck_assert(th_wait_state(fd, id, "failed", 30000));
+    json_t *job = th_show_job(fd, id);
+    const char *why = json_string_value(json_object_get(job, "reason"));
+    ck_assert_msg(why && strstr(why, "model: ") &&
+                      strstr(why, "mine.json is not readable by uid 1"),
+                  "%s", why ? why : "(no reason)");
+    json_decref(job);
+    close(fd);
+}
+END_TEST
+
 static Suite *nonroot_suite(void)
 {
     Suite *s = suite_create("nonroot");
@@ -222,6 +257,7 @@ static Suite *nonroot_suite(void)
     tcase_add_test(tc, test_data_the_daemon_cannot_read_refused_at_submit);
     tcase_add_test(tc, test_symlink_inside_dataset_refused_by_bits);
     tcase_add_test(tc, test_init_in_private_folder_refused_by_bits);
+    tcase_add_test(tc, test_model_swapped_after_submit_refused_at_start);
     suite_add_tcase(s, tc);
     return s;
 }
