@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "access.h"
 #include "base/error.h"
@@ -21,6 +22,7 @@
 #include "daemon.h"
 #include "input/dataset.h"
 #include "job/device.h"
+#include "job/jobdata.h"
 #include "job/modelmeta.h"
 #include "store/checkpoint.h"
 
@@ -83,6 +85,14 @@ static int td__check_files(uid_t uid, const td_infer_spec *s,
         rc = TD_E_SPEC;
         goto out;
     }
+    /* A daemon that cannot switch read it as itself: every file of it
+     * must pass uid's bits (jobdata.h), not only the path named. */
+    td_fscred bits;
+    if (uid != 0 && uid != geteuid() && !td_fscred_can_switch() &&
+        td_fscred_for_uid(uid, &bits, NULL, 0) == 0 &&
+        (rc = td_job_data_bits_check(&bits, ds, s->data, "data", err,
+                                     errcap)))
+        goto out;
     int dk = td_dataset_classes(ds);
     if (dk > meta.classes) {
         snprintf(err, errcap, "data: %.1000s has %d classes, the model %d",

@@ -113,9 +113,9 @@ static int td__file_ok(const td_fscred *c, const char *f, char *dir,
  * opened the data with its own rights: every file it read or will read
  * for the job (each sample's file or shard, a classes file) must be one
  * the bits let the submitter read, not only the path the user named. */
-static int td__bits_check(const td_fscred *c, const td_dataset *ds,
-                          const char *path, const char *key, char *err,
-                          size_t errcap)
+int td_job_data_bits_check(const td_fscred *c, const td_dataset *ds,
+                           const char *path, const char *key, char *err,
+                           size_t errcap)
 {
     char f[4200], dir[PATH_MAX] = "", last[4200] = "";
     struct stat st;
@@ -153,10 +153,10 @@ int td_job_data_open(const td_job_spec *s, const td_fscred *cred,
     rc = td__data_open(s, d, err, errcap);
     td_fscred_leave(&saved);
     if (rc == 0 && cred && cred->bits && !cred->set) {
-        rc = td__bits_check(cred, d->train, s->data.train.v[0],
+        rc = td_job_data_bits_check(cred, d->train, s->data.train.v[0],
                             "data.train", err, errcap);
         if (rc == 0 && s->data.val.n)
-            rc = td__bits_check(cred, d->val, s->data.val.v[0], "data.val",
+            rc = td_job_data_bits_check(cred, d->val, s->data.val.v[0], "data.val",
                                 err, errcap);
         if (rc)
             td_job_data_close(d);

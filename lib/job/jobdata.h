@@ -32,6 +32,12 @@ struct td_fscred;
  * cred with bits (a daemon that cannot switch) has every file of the
  * data checked against the user's bits instead: -EACCES naming one the
  * user may not read. */
+/* That check for one opened dataset (named `path` in the spec, `key` in
+ * the refusal): 0, or -EACCES naming the first file c's uid may not
+ * read. */
+int td_job_data_bits_check(const struct td_fscred *c, const td_dataset *ds,
+                           const char *path, const char *key, char *err,
+                           size_t errcap);
 int td_job_data_open(const td_job_spec *s, const struct td_fscred *cred,
                      td_job_data *out, char *err, size_t errcap);
 void td_job_data_close(td_job_data *d);

@@ -246,6 +246,41 @@ START_TEST(test_model_swapped_after_submit_refused_at_start)
 }
 END_TEST
 
+/* An eval job's data: the same check of every file as a training
+ * job's at submit. */
+START_TEST(test_symlink_inside_eval_data_refused_by_bits)
+{
+    if (getuid() != 0)
+        return;
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_files_spec(pub, 1));
+    ck_assert(th_wait_state(fd, id, "completed", 120000));
+    json_t *r = th_job_request(fd, "show", id);
+    const char *p = json_string_value(json_object_get(json_object_get(
+        json_object_get(th_ok(r), "job"), "result"), "last_checkpoint"));
+    ck_assert_ptr_nonnull(p);
+    td_test_sh(H.dir, "cp %s ck.safetensors && chmod 644 ck.safetensors && "
+                      "mkdir mine && cp -r pub/class0 mine/ && "
+                      "ln -s %s/class1 mine/class1 && chown -hR %d:%d mine",
+               p, priv, OTHER, OTHER);
+    json_decref(r);
+    close(fd);
+    char ck[300], mine[300];
+    snprintf(ck, sizeof ck, "%s/ck.safetensors", H.dir);
+    snprintf(mine, sizeof mine, "%s/mine", H.dir);
+    r = submit_as(OTHER, json_pack("{s:s, s:s, s:s}", "task", "eval",
+                                   "checkpoint", ck, "data", mine));
+    ck_assert_msg(th_err_class(r) &&
+                      !strcmp(th_err_class(r), "permission_denied"),
+                  "%s", json_dumps(r, 0));
+    ck_assert_msg(strstr(desc(r), "data: ") &&
+                      strstr(desc(r), "/mine/class1/img000.jpg is not "
+                                      "readable by uid 1"),
+                  "%s", desc(r));
+    json_decref(r);
+}
+END_TEST
+
 static Suite *nonroot_suite(void)
 {
     Suite *s = suite_create("nonroot");
@@ -258,6 +293,7 @@ static Suite *nonroot_suite(void)
     tcase_add_test(tc, test_symlink_inside_dataset_refused_by_bits);
     tcase_add_test(tc, test_init_in_private_folder_refused_by_bits);
     tcase_add_test(tc, test_model_swapped_after_submit_refused_at_start);
+    tcase_add_test(tc, test_symlink_inside_eval_data_refused_by_bits);
     suite_add_tcase(s, tc);
     return s;
 }
