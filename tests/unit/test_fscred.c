@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <pwd.h>
+#include <stdio.h>
 #include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -156,6 +157,41 @@ START_TEST(test_leave_restores_identity_and_groups)
 }
 END_TEST
 
+/* The bits check (a daemon that cannot switch): owner, group and other
+ * bits of the file and search bits of every folder above it, for an
+ * identity given by hand (no root needed: only stat is used). */
+START_TEST(test_bits_ok_file_and_folders)
+{
+    char tdir[] = "/tmp/td-fscred-XXXXXX", f[64], sub[64];
+    ck_assert_ptr_nonnull(mkdtemp(tdir));
+    chmod(tdir, 0755);
+    snprintf(sub, sizeof sub, "%s/d", tdir);
+    snprintf(f, sizeof f, "%s/d/f", tdir);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    int fd = open(f, O_WRONLY | O_CREAT, 0644);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    struct stat st;
+    ck_assert_int_eq(stat(f, &st), 0);
+    td_fscred someone = {.uid = st.st_uid + 12345, .gid = 54321, .ngroups = 1,
+                       .groups = {54321}};
+    ck_assert_int_eq(td_fscred_bits_ok(&someone, f, 0), 1);
+    chmod(sub, 0750); /* the folder shuts others out, the file does not */
+    ck_assert_int_eq(td_fscred_bits_ok(&someone, f, 0), 0);
+    someone.groups[0] = st.st_gid; /* in the folder's group */
+    ck_assert_int_eq(td_fscred_bits_ok(&someone, f, 0), 1);
+    ck_assert_int_eq(td_fscred_bits_ok(&someone, sub, 1), 1);
+    chmod(f, 0604); /* group bits give nothing, though other bits would */
+    ck_assert_int_eq(td_fscred_bits_ok(&someone, f, 0), 0);
+    someone.uid = st.st_uid; /* the owner: owner bits only */
+    chmod(f, 0044);
+    ck_assert_int_eq(td_fscred_bits_ok(&someone, f, 0), 0);
+    unlink(f);
+    rmdir(sub);
+    rmdir(tdir);
+}
+END_TEST
+
 static Suite *fscred_suite(void)
 {
     Suite *s = suite_create("fscred");
@@ -165,6 +201,7 @@ static Suite *fscred_suite(void)
     tcase_add_test(tc, test_unset_identity_is_a_no_op);
     tcase_add_test(tc, test_switch_is_per_thread_and_checked_by_the_kernel);
     tcase_add_test(tc, test_leave_restores_identity_and_groups);
+    tcase_add_test(tc, test_bits_ok_file_and_folders);
     suite_add_tcase(s, tc);
     return s;
 }
