@@ -65,6 +65,11 @@ struct td_trainer {
                                    run (a resume), seconds */
     int64_t ep_t0;              /* when this run's part of the epoch began */
     int64_t warm_t0, warm_samples, eval_ns_after_warm;
+    /* Where the next step's wall time starts when the step before it was
+     * reported early (settled for a checkpoint, or ended with its epoch):
+     * the boundary work after it (the checkpoint) is in the next step,
+     * which the runner charges it to.  0: at the next step's own start. */
+    int64_t open_ns;
     char *err;
     size_t errcap;
 };
@@ -241,7 +246,12 @@ static int td__finish(td_trainer *t, td__pending *p, int64_t step_end)
 
 int td_trainer_settle(td_trainer *t)
 {
-    return td__finish(t, &t->pend[t->cur ^ 1], td_now_ns());
+    td__pending *p = &t->pend[t->cur ^ 1];
+    if (!p->valid)
+        return 0;
+    int64_t now = td_now_ns();
+    t->open_ns = now;
+    return td__finish(t, p, now);
 }
 
 /* Enqueues validation batch k (upload, eval_step) and gives back the slot
@@ -464,6 +474,7 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
         rc = train->start(train->self, t->epoch, t->step_in_epoch);
     if (rc)
         return td__fail(t, rc, "training source");
+    t->open_ns = td_now_ns(); /* a checkpoint asked before the first step */
     while (t->epoch < t->cfg.epochs && !atomic_load(&t->stop)) {
         td__pending *p = &t->pend[t->cur];
         if (cb && cb->on_boundary) {
@@ -475,6 +486,9 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
             }
         }
         int64_t wait, t0 = td_now_ns();
+        /* the step's wall time: from the end of the one before, so that
+         * nothing between two steps (a checkpoint) is in none */
+        int64_t start = t->open_ns ? t->open_ns : t0;
         if ((rc = td__take(t, train, &b, &wait)))
             return td__fail(t, rc, "training source");
         int last = b.last_in_epoch;
@@ -483,10 +497,11 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
                 train->release(train->self, &b);
         } else {
             if (t->steps - start_steps == t->cfg.warmup_steps)
-                t->warm_t0 = t0;
+                t->warm_t0 = start;
             if (t->warm_t0)
                 t->warm_samples += b.n;
-            if ((rc = td__step(t, train, &b, p, t0, wait)) ||
+            t->open_ns = 0;
+            if ((rc = td__step(t, train, &b, p, start, wait)) ||
                 (rc = td__finish(t, &t->pend[t->cur ^ 1], t0)))
                 return rc;
             t->steps++;
@@ -498,6 +513,7 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
                 (rc = td__end_epoch(t, val, res)))
                 return rc;
             t->ep_t0 = td_now_ns();
+            t->open_ns = t->ep_t0; /* the evaluation is in no step */
         }
     }
     if ((rc = td__finish(t, &t->pend[t->cur ^ 1], td_now_ns())))

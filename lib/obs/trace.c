@@ -146,7 +146,7 @@ void td_trace_add_step(td_trace *t, const td_trace_step *s)
     enum { CK, DW, H2D, D2H, COMP, OTHER, N };
     static const char *names[N] = {"checkpoint", "data_wait", "h2d", "d2h",
                                    "compute", "other"};
-    static const int order[N] = {DW, H2D, COMP, D2H, OTHER, CK};
+    static const int order[N] = {CK, DW, H2D, COMP, D2H, OTHER};
     int64_t d[N], left = s->step_ns > 0 ? s->step_ns : 0;
     if (!td_trace_on(t))
         return;
@@ -166,14 +166,14 @@ void td_trace_add_step(td_trace *t, const td_trace_step *s)
                            s->step);
         at += d[k];
     }
-    int64_t c0 = s->start_ns + d[DW];
+    int64_t c0 = s->start_ns + d[CK] + d[DW];
     if (s->copy_ns > 0) {
         c0 = c0 > t->copy_end ? c0 : t->copy_end;
         td_trace_slice(t, TD_TRACK_DEV_COPY, "copy", c0, c0 + s->copy_ns,
                        s->step);
         t->copy_end = c0 + s->copy_ns;
     }
-    int64_t k0 = s->start_ns + d[DW] + d[H2D];
+    int64_t k0 = s->start_ns + d[CK] + d[DW] + d[H2D];
     if (s->compute_ns > 0) {
         k0 = k0 > t->compute_end ? k0 : t->compute_end;
         td_trace_slice(t, TD_TRACK_DEV_COMPUTE, "compute", k0,
