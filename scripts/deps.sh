@@ -28,6 +28,9 @@ packages=(
   bash-completion
   # the checkpoint format test reads a checkpoint with numpy
   python3-numpy
+  # tests/unit/test_prom_parser.c reads the Prometheus exposition with the
+  # reference parser (it skips without it)
+  python3-prometheus-client
   # tests/ref/check_torchvision.py: the zoo's resnets against torchvision
   # (weights both ways, logits compared)
   python3-torch python3-torchvision

@@ -224,17 +224,20 @@ static void td__pipelines(td__out *o, const td_prom_job *jobs, int n)
         if (jobs[i].has_pipeline)
             td__sample(o, "traind_bad_samples_total", &jobs[i], NULL,
                        (double)jobs[i].bad_samples);
+    /* each family's lines one group: a parser reads a sample after
+     * another family's TYPE as an untyped family of its own */
     td__family(o, "traind_input_samples_total", "counter",
                "Samples decoded into batch slots.");
+    for (int i = 0; i < n; i++)
+        if (jobs[i].has_pipeline)
+            td__sample(o, "traind_input_samples_total", &jobs[i], NULL,
+                       (double)jobs[i].decoded_samples);
     td__family(o, "traind_input_bytes_total", "counter",
                "Compressed bytes decoded.");
     for (int i = 0; i < n; i++)
-        if (jobs[i].has_pipeline) {
-            td__sample(o, "traind_input_samples_total", &jobs[i], NULL,
-                       (double)jobs[i].decoded_samples);
+        if (jobs[i].has_pipeline)
             td__sample(o, "traind_input_bytes_total", &jobs[i], NULL,
                        (double)jobs[i].decoded_bytes);
-        }
     td__family(o, "traind_input_stage_seconds_total", "counter",
                "Decode worker time by stage, all workers.");
     for (int i = 0; i < n; i++) {

@@ -167,6 +167,10 @@ int oc_prom_check(const char *text, char *err, size_t cap)
             else if (!f || !f->help || !f->type[0])
                 rc = oc__fail(err, cap, "line %d: sample %.*s without HELP "
                               "and TYPE before it", lineno, (int)n, p);
+            else if (f != &fams[nf - 1]) /* a parser makes it untyped */
+                rc = oc__fail(err, cap, "line %d: sample %.*s after "
+                              "another family's TYPE (a family's lines are "
+                              "one group)", lineno, (int)n, p);
             else if (p[n] == '{' && !(l = oc__labels_len(p + n)))
                 rc = oc__fail(err, cap, "line %d: bad labels", lineno);
             else if (p[n + l] != ' ')

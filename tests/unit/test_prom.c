@@ -176,6 +176,12 @@ START_TEST(test_checker_rejects_bad_text)
                                    sizeof err), -1);
     ck_assert_int_eq(oc_prom_check("# HELP x h\n# TYPE x gauge\nx{a=\"b\"} 1\n",
                                    err, sizeof err), 0);
+    /* two families' samples interleaved (as traind_input_samples_total
+     * and traind_input_bytes_total once were) */
+    ck_assert_int_eq(oc_prom_check("# HELP x h\n# TYPE x gauge\n# HELP y h\n"
+                                   "# TYPE y gauge\nx 1\ny 1\n", err,
+                                   sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "one group"));
 }
 END_TEST
 
