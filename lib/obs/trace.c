@@ -266,6 +266,12 @@ json_t *td_trace_json(const td_trace *t, const char *process, long pid,
     uint8_t seen[256] = {0};
     if (!root)
         return NULL;
+    /* A slice may have begun before the recording was armed (a decode in
+     * flight, a step whose wall time starts where the settled one before
+     * it ended): the time line starts at the earliest, never below 0. */
+    for (size_t i = 0; i < n; i++)
+        if (t->ev[i].ts_ns < origin_ns)
+            origin_ns = t->ev[i].ts_ns;
     json_array_append_new(evs, td__meta("process_name", pid, 0, process));
     for (size_t i = 0; i < n; i++) {
         int tr = t->ev[i].track;

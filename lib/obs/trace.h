@@ -92,7 +92,8 @@ size_t td_trace_count(const td_trace *t);
 uint64_t td_trace_dropped(const td_trace *t);
 
 /* After disarm: the Chrome trace object (new reference), timestamps in µs
- * relative to origin_ns.  `process` names the process; `pid` is its id in
+ * relative to origin_ns, or to the earliest event when one began before it
+ * (no timestamp is negative).  `process` names the process; `pid` is its id in
  * the trace.  NULL on allocation failure. */
 json_t *td_trace_json(const td_trace *t, const char *process, long pid,
                       int64_t origin_ns);

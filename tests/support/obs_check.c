@@ -258,6 +258,15 @@ static int oc__slices(json_t *trace, oc__slice **out, size_t *n, char *err,
             free(s);
             return oc__fail(err, cap, "event %zu: no ts", i);
         }
+        /* ts counts from the start of the recording: nothing before it */
+        if (strcmp(ph, "M") != 0 &&
+            json_number_value(json_object_get(e, "ts")) < 0) {
+            free(s);
+            return oc__fail(err, cap, "event %zu (%s): ts %.3f us, before "
+                            "the recording began", i,
+                            json_string_value(json_object_get(e, "name")),
+                            json_number_value(json_object_get(e, "ts")));
+        }
         if (strcmp(ph, "C") == 0) {
             json_t *a = json_object_get(e, "args"), *v;
             const char *key;
