@@ -254,6 +254,22 @@ static json_t *td__event(const td__tev *e, long pid, int64_t origin_ns)
     return o;
 }
 
+/* Event order in the file: by time, ties in the order recorded (a step's
+ * slices are recorded when it is reported, after the instants of the
+ * boundary that followed it). */
+typedef struct td__ord {
+    int64_t ts_ns;
+    size_t i;
+} td__ord;
+
+static int td__by_time(const void *a, const void *b)
+{
+    const td__ord *x = a, *y = b;
+    if (x->ts_ns != y->ts_ns)
+        return (x->ts_ns > y->ts_ns) - (x->ts_ns < y->ts_ns);
+    return (x->i > y->i) - (x->i < y->i);
+}
+
 json_t *td_trace_json(const td_trace *t, const char *process, long pid,
                       int64_t origin_ns)
 {
@@ -286,12 +302,22 @@ json_t *td_trace_json(const td_trace *t, const char *process, long pid,
                            (json_int_t)pid, "tid", (json_int_t)tr, "args",
                            "sort_index", tr));
     }
+    td__ord *ord = malloc((n ? n : 1) * sizeof *ord);
+    if (!ord) {
+        json_decref(root);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        ord[i] = (td__ord){t->ev[i].ts_ns, i};
+    qsort(ord, n, sizeof *ord, td__by_time);
     for (size_t i = 0; i < n; i++) {
-        json_t *e = td__event(&t->ev[i], pid, origin_ns);
+        json_t *e = td__event(&t->ev[ord[i].i], pid, origin_ns);
         if (!e || json_array_append_new(evs, e)) {
+            free(ord);
             json_decref(root);
             return NULL;
         }
     }
+    free(ord);
     return root;
 }

@@ -302,10 +302,43 @@ static int oc__slices(json_t *trace, oc__slice **out, size_t *n, char *err,
     return 0;
 }
 
+/* Events of one track come in time order in the file (after the M
+ * metadata). */
+static int oc__track_order(json_t *trace, char *err, size_t cap)
+{
+    json_t *evs = json_object_get(trace, "traceEvents"), *e;
+    struct { long pid, tid; double ts; } last[64];
+    size_t i, nl = 0;
+    json_array_foreach(evs, i, e) {
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        if (!ph || strcmp(ph, "M") == 0)
+            continue;
+        long pid = (long)json_integer_value(json_object_get(e, "pid"));
+        long tid = (long)json_integer_value(json_object_get(e, "tid"));
+        double ts = json_number_value(json_object_get(e, "ts"));
+        size_t k;
+        for (k = 0; k < nl && (last[k].pid != pid || last[k].tid != tid);
+             k++)
+            ;
+        if (k == nl && nl < 64)
+            last[nl++] = (typeof(last[0])){pid, tid, ts};
+        else if (k < nl && ts < last[k].ts)
+            return oc__fail(err, cap, "event %zu (%s): ts %.3f us after "
+                            "%.3f us on track %ld/%ld", i,
+                            json_string_value(json_object_get(e, "name")), ts,
+                            last[k].ts, pid, tid);
+        else if (k < nl)
+            last[k].ts = ts;
+    }
+    return 0;
+}
+
 int oc_trace_check(json_t *trace, double tol_us, char *err, size_t cap)
 {
     oc__slice *s;
     size_t n;
+    if (oc__track_order(trace, err, cap))
+        return -1;
     if (oc__slices(trace, &s, &n, err, cap))
         return -1;
     for (size_t i = 1; i < n; i++) {
