@@ -75,11 +75,12 @@ static void teardown(void)
     ck_assert_msg(st == 0, "traind exited with status %d", st);
 }
 
-/* A job that decodes the JPEG folder with 2 workers and runs until it is
- * cancelled; no checkpoints (the disk is not what these tests watch). */
-static int64_t submit_folder_job(int fd)
+/* A job that decodes the JPEG folder with 2 workers for `epochs` epochs
+ * (8 steps each); no checkpoints (the disk is not what these tests
+ * watch). */
+static json_t *folder_spec(int epochs)
 {
-    json_t *spec = json_pack(
+    return json_pack(
         "{s:s, s:{s:s, s:i}, s:{s:[i,i], s:i, s:i, s:{s:[f,f,f], s:[f,f,f]}},"
         " s:{s:[{s:s, s:s, s:i, s:i, s:i}, {s:s, s:s}, {s:s, s:s},"
         "       {s:s, s:s, s:s}]},"
@@ -91,9 +92,15 @@ static int64_t submit_folder_job(int fd)
         "conv2d", "name", "c1", "channels", 8, "kernel", 3, "pad", 1, "type",
         "relu", "name", "r1", "type", "flatten", "name", "f", "type", "dense",
         "name", "fc", "units", "classes", "optimizer", "type", "sgd", "lr",
-        0.01, "momentum", 0.9, "batch_size", 16, "epochs", 100000, "seed", 1,
+        0.01, "momentum", 0.9, "batch_size", 16, "epochs", epochs, "seed", 1,
         "threads", 1, "metrics", "warmup_steps", 2, "window_steps", 8,
         "checkpoint", "every_steps", 0, "at_epoch_end", 0);
+}
+
+/* The folder job, running until it is cancelled. */
+static int64_t submit_folder_job(int fd)
+{
+    json_t *spec = folder_spec(100000);
     ck_assert_ptr_nonnull(spec);
     int64_t id = th_submit(fd, spec);
     ck_assert(th_wait_state(fd, id, "running", 20000));
@@ -422,6 +429,96 @@ START_TEST(test_metrics_scraped_during_a_job)
 }
 END_TEST
 
+/* The value of series name{job,device="cpu"[,extra]} in text. */
+static double job_value(const char *text, const char *name, int64_t id,
+                        const char *extra)
+{
+    char series[256];
+    snprintf(series, sizeof series, "%s{job=\"%lld\",device=\"cpu\"%s%s}",
+             name, (long long)id, extra ? "," : "", extra ? extra : "");
+    return oc_prom_value(text, series);
+}
+
+/* A job run to its end: the events a watcher got (what trainctl watch
+ * --json prints), the scrape and the job's record say the same. */
+START_TEST(test_watch_metrics_and_record_agree_at_the_end)
+{
+    char err[512], extra[128];
+    int sub = th_connect(&H, NULL), fd = th_connect(&H, NULL);
+    json_t *r = th_request(sub, "subscribe", json_pack("{s:i}",
+                                                       "every_steps", 1));
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    json_t *spec = folder_spec(3);
+    ck_assert_ptr_nonnull(spec);
+    int64_t id = th_submit(fd, spec);
+    json_t *log = json_array();
+    json_t *done = th_wait_event(sub, "state", id, "completed", 90000, log);
+    ck_assert_ptr_nonnull(done);
+    json_decref(done);
+    int64_t last_step = 0, windows = 0;
+    json_t *last_window = NULL, *ev;
+    size_t i;
+    json_array_foreach(log, i, ev) {
+        const char *k = json_string_value(json_object_get(ev, "event"));
+        json_t *d = json_object_get(ev, "data");
+        if (json_integer_value(json_object_get(ev, "job")) != id)
+            continue;
+        if (strcmp(k, "step") == 0)
+            last_step = json_integer_value(json_object_get(d, "step"));
+        if (strcmp(k, "window") == 0) {
+            windows++;
+            last_window = d;
+        }
+    }
+    ck_assert_int_eq(last_step, 24);
+    /* a short job's windows: 5 of (24 - 2) / 5 steps (metrics.md) */
+    ck_assert_int_eq(windows, 5);
+    ck_assert_ptr_nonnull(last_window);
+    const char *verdict = json_string_value(json_object_get(last_window,
+                                                            "verdict"));
+    double wsps = json_number_value(json_object_get(last_window,
+                                                    "samples_per_s"));
+    json_t *rec = th_show_job(fd, id);
+    json_t *res = json_object_get(rec, "result");
+    ck_assert_int_eq(json_integer_value(json_object_get(rec, "step")), 24);
+    ck_assert_int_eq(json_integer_value(json_object_get(res, "steps")), 24);
+    ck_assert_str_eq(json_string_value(json_object_get(res, "verdict")),
+                     verdict);
+    json_t *curve = json_object_get(rec, "curve");
+    json_t *pt = json_array_get(curve, json_array_size(curve) - 1);
+    ck_assert_double_eq_tol(json_number_value(json_object_get(
+                                pt, "samples_per_s")), wsps, 1e-9 * wsps);
+    char *a = http("GET", "/metrics");
+    const char *t = body(a);
+    ck_assert_msg(oc_prom_check(t, err, sizeof err) == 0, "%s", err);
+    ck_assert_double_eq(job_value(t, "traind_steps_total", id, NULL), 24);
+    ck_assert_double_eq(job_value(t, "traind_samples_total", id, NULL),
+                        24 * 16);
+    ck_assert_double_eq(job_value(t, "traind_windows_total", id, NULL),
+                        (double)windows);
+    ck_assert_double_eq(job_value(t, "traind_job_steps_planned", id, NULL),
+                        24);
+    ck_assert_double_eq_tol(job_value(t, "traind_samples_per_second", id,
+                                      NULL), wsps, 1e-7 * wsps);
+    ck_assert_double_eq_tol(job_value(t, "traind_input_wait_ratio", id,
+                                      NULL),
+                            json_number_value(json_object_get(
+                                last_window, "input_wait_ratio")), 1e-8);
+    const char *sev = json_string_value(json_object_get(last_window,
+                                                        "severity"));
+    snprintf(extra, sizeof extra, "verdict=\"%s\",severity=\"%s\"",
+             verdict, sev ? sev : "");
+    ck_assert_msg(job_value(t, "traind_bottleneck_info", id, extra) == 1,
+                  "%s not in\n%s", extra, t);
+    free(a);
+    json_decref(rec);
+    json_decref(log);
+    close(fd);
+    close(sub);
+}
+END_TEST
+
 START_TEST(test_metrics_other_paths_and_methods)
 {
     char *r = http("GET", "/");
@@ -582,6 +679,7 @@ static Suite *obs_suite(void)
     tcase_add_test(tc, test_trainctl_trace_writes_the_file);
     tcase_add_test(tc, test_metrics_scraped_during_a_job);
     tcase_add_test(tc, test_metrics_other_paths_and_methods);
+    tcase_add_test(tc, test_watch_metrics_and_record_agree_at_the_end);
     tcase_add_test(tc, test_dashboard_page_and_data);
     tcase_add_test(tc, test_bad_metrics_listen_keeps_the_daemon_up);
     tcase_add_test(tc, test_top_snapshot);
