@@ -50,7 +50,7 @@ typedef struct seen {
     pthread_mutex_t mu;
     int steps, windows, epochs;
     double first_step_at, last_step_at, first_step_s;
-    double window_wall_s, ckpt_s, phase_gap;
+    double window_wall_s, window_samples, ckpt_s, phase_gap;
     double epoch_at[EPOCHS], epoch_wall_s[EPOCHS], epoch_eval_s[EPOCHS];
 } seen;
 
@@ -82,6 +82,7 @@ static void on_event(void *user, const char *kind, json_t *d)
     } else if (strcmp(kind, "window") == 0) {
         s->windows++;
         s->window_wall_s += num(d, "wall_s");
+        s->window_samples += num(d, "samples");
     } else if (strcmp(kind, "epoch") == 0 && s->epochs < EPOCHS) {
         s->epoch_at[s->epochs] = at;
         s->epoch_wall_s[s->epochs] = num(d, "wall_s");
@@ -161,6 +162,14 @@ START_TEST(test_step_times_cover_the_wall_clock)
                   inside_w <= 1.04 * outside_w,
                   "windows: wall_s = %.4f s, the outside clock %.4f s",
                   inside_w, outside_w);
+    /* the job's samples/s (its result, the record's) and the windows'
+     * count the same samples over the same time (warm-up 0, no
+     * evaluation) */
+    double wsps = s.window_samples / s.window_wall_s;
+    ck_assert_msg(res.samples_per_s >= 0.96 * wsps &&
+                  res.samples_per_s <= 1.04 * wsps,
+                  "the job's %.1f samples/s, its windows' %.1f",
+                  res.samples_per_s, wsps);
 }
 END_TEST
 
