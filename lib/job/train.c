@@ -334,6 +334,9 @@ static int td__end_epoch(td_trainer *t, td_batch_source *val,
     if (val && (rc = td__evaluate(t, val, &ei)))
         return rc;
     int64_t eval_ns = td_now_ns() - t0;
+    /* the next step's wall time starts here: the epoch's bookkeeping
+     * below, and the boundary after it (a checkpoint), are in it */
+    t->open_ns = t0 + eval_ns;
     if (t->warm_t0)
         t->eval_ns_after_warm += eval_ns;
     ei.eval_s = td_ns_to_s(eval_ns);
@@ -513,7 +516,6 @@ int td_trainer_run(td_trainer *t, td_batch_source *train,
                 (rc = td__end_epoch(t, val, res)))
                 return rc;
             t->ep_t0 = td_now_ns();
-            t->open_ns = t->ep_t0; /* the evaluation is in no step */
         }
     }
     if ((rc = td__finish(t, &t->pend[t->cur ^ 1], td_now_ns())))
