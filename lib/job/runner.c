@@ -542,6 +542,10 @@ static void td__autotune(td_runner *r, const td_metrics_counters *mc,
     if (window) {
         json_object_set_new(window, "workers", json_integer(workers));
         json_object_set_new(window, "prefetch", json_integer(prefetch));
+        /* more workers than CPUs decode no faster: say what will help */
+        if (mc->verdict == TD_VERDICT_INPUT_BOUND && workers >= td__ncpu())
+            json_object_set_new(window, "advice", json_string(
+                td_verdict_advice_input_cpus(mc->severity)));
     }
 }
 

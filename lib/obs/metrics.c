@@ -122,6 +122,19 @@ const char *td_verdict_advice_for(enum td_verdict v, enum td_severity s,
                  "no precision faster than fp32 for this job).";
 }
 
+const char *td_verdict_advice_input_cpus(enum td_severity s)
+{
+    return s == TD_SEV_HIGH
+               ? "The device mostly waits for input, and the decode workers "
+                 "already have every CPU the job may use, so more of them "
+                 "will not help: store smaller images (pre-resize the "
+                 "dataset so DCT-scaled decode does less work), use lighter "
+                 "augmentation, pack the data into tar shards, use a larger "
+                 "model per sample, or give the job more CPUs."
+               : "Input sometimes lags, and the decode workers already have "
+                 "every CPU the job may use: raise input.prefetch.";
+}
+
 /* ---- state -------------------------------------------------------------- */
 
 struct td__win {

@@ -63,6 +63,9 @@ const char *td_verdict_advice(enum td_verdict v, enum td_severity s);
  * mixed precision only where it would help (TD_ADVICE_MIXED). */
 const char *td_verdict_advice_for(enum td_verdict v, enum td_severity s,
                                   enum td_precision_advice p);
+/* input_bound's advice for a job whose decode workers already have every
+ * CPU it may use (more workers would not decode faster). */
+const char *td_verdict_advice_input_cpus(enum td_severity s);
 
 /* All verdict thresholds, in one place (metrics.c), ratios 0-1. */
 typedef struct td_metrics_thresholds {
