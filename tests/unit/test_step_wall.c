@@ -5,8 +5,8 @@
  * batches of 1, a checkpoint every step: the writer skips some), timed
  * from outside with this process's own CLOCK_MONOTONIC at the events it
  * reports.  Every moment of
- * training belongs to some step (docs/design.md#where-each-metric-comes-
- * from: "step time: from one step's start to the next step's start (so
+ * training belongs to some step (docs/design.md, "Where each metric comes
+ * from": "step time: from one step's start to the next step's start (so
  * boundary work counts)"), evaluation excepted, so an epoch's wall_s plus
  * its eval_s, and the windows' wall_s, must cover what the outside clock
  * saw.  The bounds are ratios that a loaded 2-core machine cannot break:
