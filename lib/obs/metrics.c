@@ -64,12 +64,12 @@ static const char *const td__advice[TD_VERDICT_COUNT][2] = {
          "with compute on a separate stream.", NULL},
     [TD_VERDICT_HOST_BOUND] =
         {"The device idles a little for reasons other than input or "
-         "checkpoints: read loss and metrics less often and avoid "
-         "per-step synchronisation.",
+         "checkpoints (each step's fixed host cost): a larger batch "
+         "(batch_size) spreads it over more samples.",
          "The device idles for reasons other than input or checkpoints "
-         "(host overhead: synchronisation, readbacks, launch cost): use a "
-         "larger batch, read loss and metrics less often, avoid per-step "
-         "synchronisation."},
+         "(host overhead: each step's launches, synchronisation and loss "
+         "readback cost the same whatever its size): use a larger batch "
+         "(batch_size), which spreads that cost over more samples."},
     [TD_VERDICT_COMPUTE_BOUND] =
         {"The device is busy, as it should be: further speed needs a larger "
          "batch, mixed precision (\"precision\": \"bf16\" in the job "
