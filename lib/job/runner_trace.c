@@ -94,7 +94,8 @@ void td__runner_trace_step(td_runner *r, const td_step_info *s,
 {
     if (!r->tracing || s->step < r->trace_from)
         return;
-    td_trace_step ts = {.step = s->step, .start_ns = s->start_ns,
+    /* numbered from 1, as the step events and checkpoints number them */
+    td_trace_step ts = {.step = s->step + 1, .start_ns = s->start_ns,
                         .step_ns = s->step_ns,
                         .data_wait_ns = s->data_wait_ns, .h2d_ns = s->h2d_ns,
                         .compute_ns = s->compute_ns, .d2h_ns = s->d2h_ns,
@@ -112,7 +113,7 @@ void td__runner_trace_step(td_runner *r, const td_step_info *s,
                              mc.device_idle_ratio);
         if (mc.verdict != r->trace_verdict)
             td_trace_instant(r->trace, TD_TRACK_TRAINER, "verdict changed",
-                             end, td_verdict_name(mc.verdict), s->step);
+                             end, td_verdict_name(mc.verdict), s->step + 1);
         r->trace_verdict = mc.verdict;
     }
     int want = atomic_load(&r->trace_want);

@@ -48,7 +48,8 @@ static double now_s(void)
 
 typedef struct seen {
     pthread_mutex_t mu;
-    int steps, windows, epochs;
+    int steps, windows, epochs, misnumbered;
+    int64_t step_no;         /* the last step event's "step" */
     double first_step_at, last_step_at, first_step_s;
     double window_wall_s, window_samples, ckpt_s, phase_gap;
     double epoch_at[EPOCHS], epoch_wall_s[EPOCHS], epoch_eval_s[EPOCHS];
@@ -79,10 +80,18 @@ static void on_event(void *user, const char *kind, json_t *d)
             s->first_step_s = num(d, "step_s");
         }
         s->last_step_at = at;
+        s->step_no = json_integer_value(json_object_get(d, "step"));
     } else if (strcmp(kind, "window") == 0) {
         s->windows++;
         s->window_wall_s += num(d, "wall_s");
         s->window_samples += num(d, "samples");
+        /* a window closes as its last step is reported: its extent is
+         * numbered as the step events are */
+        json_int_t last = json_integer_value(json_object_get(d,
+                                                             "last_step"));
+        s->misnumbered += last != s->step_no ||
+                          json_integer_value(json_object_get(
+                              d, "first_step")) != last - WINDOW + 1;
     } else if (strcmp(kind, "epoch") == 0 && s->epochs < EPOCHS) {
         s->epoch_at[s->epochs] = at;
         s->epoch_wall_s[s->epochs] = num(d, "wall_s");
@@ -136,6 +145,7 @@ START_TEST(test_step_times_cover_the_wall_clock)
     td_runner_free(r);
     ck_assert_int_eq(s.steps, EPOCHS * PER_EPOCH);
     ck_assert_int_eq(s.windows, EPOCHS * PER_EPOCH / WINDOW);
+    ck_assert_int_eq(s.misnumbered, 0);
     ck_assert_int_eq(s.epochs, EPOCHS);
     ck_assert_int_gt(res.checkpoints_written, 0);
     /* the phases sum to the step (attribution) */
