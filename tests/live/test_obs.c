@@ -403,6 +403,20 @@ START_TEST(test_metrics_scraped_during_a_job)
     ck_assert_ptr_nonnull(strstr(a, "text/plain; version=0.0.4"));
     ck_assert_msg(oc_prom_check(body(a), err, sizeof err) == 0, "%s\n%s", err,
                   body(a));
+    /* the reference parser (python3-prometheus-client) agrees, where it
+     * is installed (test_prom_parser says when it is not) */
+    char path[160], cmd[512];
+    snprintf(path, sizeof path, "%s/scrape.txt", data_dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(body(a), f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/support/"
+             "prom_families.py < %s", getenv("TD_SOURCE_ROOT"), path);
+    int st;
+    char *parsed = td_test_capture(cmd, &st);
+    ck_assert_msg(st == 0 || st == 77, "the parser says:\n%s", parsed);
+    free(parsed);
     usleep(1500000); /* more than the trainer's 1 s refresh */
     char *b = http("GET", "/metrics");
     ck_assert_msg(oc_prom_check(body(b), err, sizeof err) == 0, "%s", err);
