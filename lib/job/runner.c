@@ -553,8 +553,10 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
 {
     td_runner *r = user;
     (void)t;
+    /* steps are numbered as the events number them, from 1 (s->step is
+     * the trainer's index, from 0), window extents included */
     td_step_times st = {
-        .step = s->step, .epoch = s->epoch, .total_ns = s->step_ns,
+        .step = s->step + 1, .epoch = s->epoch, .total_ns = s->step_ns,
         .data_wait_ns = s->data_wait_ns, .h2d_ns = s->h2d_ns,
         .d2h_ns = s->d2h_ns, .checkpoint_ns = r->pending_ckpt_ns,
         .samples = s->n, .compute_ns = s->compute_ns, .copy_ns = -1,
