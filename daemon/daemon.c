@@ -57,7 +57,7 @@ static void td__persist_work(uv_work_t *w)
     td_persist_req *r = w->data;
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", r->dir, r->name);
-    r->rc = td_write_atomic(path, 0640, r->text, strlen(r->text), NULL,
+    r->rc = td_write_atomic(path, 0600, r->text, strlen(r->text), NULL,
                             NULL, 0);
 }
 
@@ -714,6 +714,14 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
         td_error("cannot create state dir %s: %s", sub, td_strerror(rc));
         return rc;
     }
+    /* Records and logs (specs, data paths, results) are the daemon's
+     * alone: the service's group is the socket's users, whom show and logs
+     * answer per job.  tmpfiles makes jobs/ 0700 for the unit; a start
+     * without it (or of an older traind's state) narrows it here. */
+    struct stat jst;
+    if (stat(sub, &jst) == 0 && (jst.st_mode & 077) &&
+        chmod(sub, jst.st_mode & 0700) != 0)
+        td_warn("cannot narrow %s to mode 0700: %s", sub, strerror(errno));
 
     td_device_info info;
     td_device_choice ch;

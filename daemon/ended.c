@@ -134,7 +134,7 @@ int td_ended_cache_save(td_daemon *d, size_t *rows)
     if (!rc && !text)
         rc = -ENOMEM;
     if (!rc)
-        rc = td_write_atomic(path, 0640, text, strlen(text), NULL, err,
+        rc = td_write_atomic(path, 0600, text, strlen(text), NULL, err,
                              sizeof err);
     else
         snprintf(err, sizeof err, "%s", td_strerror(rc));

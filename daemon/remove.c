@@ -124,7 +124,7 @@ static int td__raise_last_id(const char *state_dir, int64_t id, char *err,
     if (td__last_id(state_dir, path, sizeof path) >= id)
         return 0;
     int n = snprintf(text, sizeof text, "%" PRId64 "\n", id);
-    return td_write_atomic(path, 0640, text, (size_t)n, NULL, err, errcap);
+    return td_write_atomic(path, 0600, text, (size_t)n, NULL, err, errcap);
 }
 
 static void td__remove_work(uv_work_t *w)

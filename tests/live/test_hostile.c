@@ -129,7 +129,27 @@ START_TEST(test_job_log_not_group_readable)
     ck_assert_int_eq(stat(p, &st), 0);
     ck_assert_msg((st.st_mode & 077) == 0, "%s has mode %03o", p,
                   (unsigned)(st.st_mode & 0777));
+    /* the record (spec, data paths, result) and the folder of both, as
+     * tmpfiles makes it for the unit, also where no tmpfiles ran; a jobs/
+     * left wider is narrowed at start */
+    snprintf(p, sizeof p, "%s/jobs/%lld.json", H.state, (long long)id);
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_msg((st.st_mode & 077) == 0, "%s has mode %03o", p,
+                  (unsigned)(st.st_mode & 0777));
+    snprintf(p, sizeof p, "%s/jobs", H.state);
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_msg((st.st_mode & 077) == 0, "%s has mode %03o", p,
+                  (unsigned)(st.st_mode & 0777));
     close(fd);
+    ck_assert_int_eq(chmod(p, 0755), 0);
+    ck_assert_int_eq(th_restart(&H), 0);
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_msg((st.st_mode & 077) == 0, "%s has mode %03o after a "
+                  "restart", p, (unsigned)(st.st_mode & 0777));
+    snprintf(p, sizeof p, "%s/job-rows.cache", H.state);
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_msg((st.st_mode & 077) == 0, "%s has mode %03o", p,
+                  (unsigned)(st.st_mode & 0777));
 }
 END_TEST
 
