@@ -28,6 +28,7 @@
 #include "joblog.h"
 #include "logtail.h"
 #include "obs.h"
+#include "reads.h"
 #include "remove.h"
 #include "run.h"
 #include "settings.h"
@@ -643,37 +644,10 @@ static void td__logs_work(uv_work_t *w)
                            TD_LOGTAIL_MAX_BYTES, &r->left_out, &r->err);
 }
 
-/* Log reads under way per uid (root: not counted), on libuv's threadpool
- * that job records are written on too: each reads up to a whole log, so
- * one user's pipelined (or abandoned: the read goes on after a
- * disconnect) requests held every thread for as long as they liked. */
-#define TD__LOGS_PER_UID 4
-static struct {
-    uid_t uid;
-    int n;
-} td__logs_busy[64];
-
-static int *td__logs_slot(uid_t uid, int add)
-{
-    int *fr = NULL;
-    for (size_t i = 0; i < sizeof td__logs_busy / sizeof *td__logs_busy;
-         i++) {
-        if (td__logs_busy[i].n && td__logs_busy[i].uid == uid)
-            return &td__logs_busy[i].n;
-        if (!fr && !td__logs_busy[i].n && add) {
-            td__logs_busy[i].uid = uid;
-            fr = &td__logs_busy[i].n;
-        }
-    }
-    return fr;
-}
-
 static void td__logs_done(uv_work_t *w, int status)
 {
     td_logs_req *r = w->data;
-    int *busy = r->uid ? td__logs_slot(r->uid, 0) : NULL;
-    if (busy)
-        --*busy;
+    td_reads_end(r->uid);
     td_client *c = td_server_client(r->d, r->client);
     if (c && (status < 0 || r->err)) {
         char m[256];
@@ -708,15 +682,14 @@ static void cmd_logs(td_client *c, td_request *req)
         ERRF(c, req, TD_ERR_INVALID_ARGS, "logs: lines must be >= 1");
         return;
     }
-    int *busy = c->uid ? td__logs_slot(c->uid, 1) : NULL;
-    if (c->uid && (!busy || *busy >= TD__LOGS_PER_UID)) {
-        ERRF(c, req, TD_ERR_CONFLICT, "logs: uid %u already has %d log "
-             "read(s) under way; wait for their replies",
-             (unsigned)c->uid, TD__LOGS_PER_UID);
+    char busy[256];
+    if (td_reads_begin(c->uid, "logs", busy, sizeof busy)) {
+        ERRF(c, req, TD_ERR_CONFLICT, "%s", busy);
         return;
     }
     td_logs_req *r = calloc(1, sizeof *r);
     if (!r) {
+        td_reads_end(c->uid);
         ERRF(c, req, TD_ERR_INTERNAL, "out of memory");
         return;
     }
@@ -729,13 +702,11 @@ static void cmd_logs(td_client *c, td_request *req)
     td_daemon_job_log_path(c->d, j->id, r->path, sizeof r->path);
     r->work.data = r;
     if (uv_queue_work(c->d->loop, &r->work, td__logs_work, td__logs_done)) {
+        td_reads_end(c->uid);
         json_decref(r->id);
         free(r);
         ERRF(c, req, TD_ERR_INTERNAL, "cannot queue the log read");
-        return;
     }
-    if (busy)
-        ++*busy;
 }
 
 static void cmd_config_get(td_client *c, td_request *req)

@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "daemon.h"
 #include "infer_jobs.h"
+#include "reads.h"
 
 /* Ended, and its record on disk as it is in memory: nothing left to
  * write (no write under way or held back, none failed, no removal). */
@@ -225,6 +226,7 @@ typedef struct td__show_req {
     uv_work_t work;
     td_daemon *d;
     uint64_t client;
+    uid_t uid;               /* holds a td_reads slot */
     json_t *id;
     int64_t job;
     char name[128];
@@ -271,6 +273,7 @@ static void td__show_work(uv_work_t *w)
 static void td__show_done(uv_work_t *w, int status)
 {
     td__show_req *r = w->data;
+    td_reads_end(r->uid);
     td_client *c = td_server_client(r->d, r->client);
     json_error_t je;
     json_t *rec = NULL;
@@ -305,14 +308,21 @@ static void td__show_done(uv_work_t *w, int status)
 
 void td_ended_show(td_client *c, json_t *req_id, const td_job *j)
 {
+    char busy[256];
+    if (td_reads_begin(c->uid, "show", busy, sizeof busy)) {
+        td_client_send(c, td_proto_error(req_id, TD_ERR_CONFLICT, busy));
+        return;
+    }
     td__show_req *r = calloc(1, sizeof *r);
     if (!r) {
+        td_reads_end(c->uid);
         td_client_send(c, td_proto_error(req_id, TD_ERR_INTERNAL,
                                          "out of memory"));
         return;
     }
     r->d = c->d;
     r->client = c->id;
+    r->uid = c->uid;
     r->id = req_id ? json_incref(req_id) : NULL;
     r->job = j->id;
     snprintf(r->name, sizeof r->name, "%s", j->name);
@@ -320,6 +330,7 @@ void td_ended_show(td_client *c, json_t *req_id, const td_job *j)
              (long long)j->id);
     r->work.data = r;
     if (uv_queue_work(c->d->loop, &r->work, td__show_work, td__show_done)) {
+        td_reads_end(c->uid);
         json_decref(r->id);
         free(r);
         td_client_send(c, td_proto_error(req_id, TD_ERR_INTERNAL,
