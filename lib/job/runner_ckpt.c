@@ -552,7 +552,7 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
         return rc;
     }
     const td_ckpt_meta *m = td_ckpt_file_meta(f);
-    if (m->spec_hash != td_spec_hash(r->spec)) {
+    if (!td_spec_hash_matches(r->spec, m->spec_hash)) {
         snprintf(err, errcap, "checkpoint %s belongs to another job spec "
                  "(hash %016" PRIx64 ", this job's is %016" PRIx64 ")", path,
                  m->spec_hash, td_spec_hash(r->spec));

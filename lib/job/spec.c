@@ -869,10 +869,35 @@ static const char *const td__hash_if_set[][2] = {
     {"checkpoint.keep_best", "false"},
     {"checkpoint.best_metric", "\"val_loss\""}};
 
-uint64_t td_spec_hash(const td_job_spec *spec)
+/* How a job runs, not what it trains: left out of the hash since
+ * 2026-11-28, so a job may resume with more threads or decode workers,
+ * another checkpoint cadence or metrics window, another name.  Sample
+ * order, augmentation and initialisation derive from (seed, position),
+ * never from these.  Checkpoints written before carry the hash with them
+ * (td_spec_hash_matches). */
+static const char *const td__run_knobs[] = {
+    "name", "threads", "max_bad_ratio", "metrics", "input.workers",
+    "input.prefetch", "checkpoint.every_steps", "checkpoint.keep",
+    "checkpoint.at_epoch_end"};
+
+static uint64_t td__hash(const td_job_spec *spec, int legacy)
 {
     uint64_t h = UINT64_C(0xcbf29ce484222325);
     json_t *j = json_deep_copy(spec->json);
+    for (size_t i = 0; j && !legacy &&
+                       i < sizeof td__run_knobs / sizeof *td__run_knobs;
+         i++) {
+        const char *key = td__run_knobs[i], *dot = strchr(key, '.');
+        json_t *obj = j;
+        if (dot) { /* one level: "section.key" */
+            char sec[32];
+            snprintf(sec, sizeof sec, "%.*s", (int)(dot - key), key);
+            obj = json_object_get(j, sec);
+            key = dot + 1;
+        }
+        if (json_is_object(obj))
+            json_object_del(obj, key);
+    }
     for (size_t i = 0; j && i < sizeof td__hash_if_set /
                                     sizeof td__hash_if_set[0]; i++) {
         json_t *def = json_loads(td__hash_if_set[i][1], JSON_DECODE_ANY,
@@ -915,6 +940,16 @@ uint64_t td_spec_hash(const td_job_spec *spec)
     }
     free(s);
     return h;
+}
+
+uint64_t td_spec_hash(const td_job_spec *spec)
+{
+    return td__hash(spec, 0);
+}
+
+int td_spec_hash_matches(const td_job_spec *spec, uint64_t h)
+{
+    return h == td__hash(spec, 0) || h == td__hash(spec, 1);
 }
 
 void td_spec_hash_hex(const td_job_spec *spec, char out[17])

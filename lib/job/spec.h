@@ -157,8 +157,16 @@ void td_spec_free(td_job_spec *spec);
 /* The full normalised spec (a new reference; caller decrefs). */
 json_t *td_spec_to_json(const td_job_spec *spec);
 
-/* FNV-1a 64 of the canonical JSON (compact, sorted keys). */
+/* FNV-1a 64 of the canonical JSON (compact, sorted keys) of what the
+ * job trains: without precision, deterministic, loss_scale, cuda_graphs
+ * (ever), fields added later at their defaults, nor how it runs (name,
+ * threads, max_bad_ratio, metrics, input.workers and .prefetch,
+ * checkpoint.every_steps, .keep and .at_epoch_end). */
 uint64_t td_spec_hash(const td_job_spec *spec);
+/* Does a checkpoint's hash h belong to this spec: td_spec_hash, or the
+ * hash of checkpoints written before 2026-11-28, with the run's knobs in
+ * it? */
+int td_spec_hash_matches(const td_job_spec *spec, uint64_t h);
 /* The hash as 16 lowercase hex digits + NUL. */
 void td_spec_hash_hex(const td_job_spec *spec, char out[17]);
 

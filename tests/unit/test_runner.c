@@ -658,6 +658,66 @@ START_TEST(test_create_errors_name_the_field)
 }
 END_TEST
 
+/* spec with `set` (td_spec_apply_set) applied. */
+static void respec(const td_job_spec *a, const char *set, td_job_spec *b)
+{
+    char err[512];
+    json_t *js = td_spec_to_json(a);
+    ck_assert_msg(td_spec_apply_set(js, set, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_msg(td_spec_parse(js, NULL, b, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(js);
+}
+
+/* How a job runs is not what it trains: a paused job resumes with more
+ * threads, another metrics window, checkpoint cadence and name (before,
+ * "checkpoint ... belongs to another job spec"), and trains the same
+ * batches to the same losses; another learning rate is still refused. */
+START_TEST(test_resume_with_other_run_knobs)
+{
+    td_job_spec spec, t2, w, k, n, lr;
+    parse_spec(&spec, 0, 0);
+    respec(&spec, "threads=2", &t2);
+    respec(&t2, "metrics.window_steps=5", &w);
+    respec(&w, "checkpoint.keep=5", &k);
+    respec(&k, "name=renamed", &n);
+    respec(&spec, "optimizer.lr=0.07", &lr);
+    ck_assert_uint_eq(td_spec_hash(&n), td_spec_hash(&spec));
+    ck_assert_uint_ne(td_spec_hash(&lr), td_spec_hash(&spec));
+    char err[512] = "";
+    td_runner_result res;
+    seen *a = malloc(sizeof *a), *c = malloc(sizeof *c);
+    seen_init(a);
+    ck_assert_msg(run_job(&spec, "ka", 0, a, &res, err, sizeof err) == 0,
+                  "%s", err);
+    run_paused(&spec, "kb", 7, c, &res);
+    int at = (int)res.steps;
+    seen_init(c);
+    c->last_step = at;
+    ck_assert_int_eq(run_job(&lr, "kb", 1, c, &res, err, sizeof err),
+                     TD_E_SPEC);
+    ck_assert_msg(strstr(err, "belongs to another job spec"), "%s", err);
+    run_resumed(&n, "kb", c, &res);
+    ck_assert_int_eq(res.steps, EPOCHS * PER_EPOCH);
+    ck_assert_int_eq(c->steps, EPOCHS * PER_EPOCH - at);
+    /* 2 threads may sum in another order: the same batches, not bitwise */
+    for (int st = at + 1; st <= EPOCHS * PER_EPOCH; st++)
+        ck_assert_msg(fabs(c->loss[st] - a->loss[st]) <=
+                          1e-4 * fabs(a->loss[st]),
+                      "step %d: loss %.9g resumed, %.9g uninterrupted", st,
+                      c->loss[st], a->loss[st]);
+    free(a);
+    free(c);
+    td_spec_free(&spec);
+    td_spec_free(&t2);
+    td_spec_free(&w);
+    td_spec_free(&k);
+    td_spec_free(&n);
+    td_spec_free(&lr);
+}
+END_TEST
+
 static Suite *runner_suite(void)
 {
     Suite *s = suite_create("runner");
@@ -667,6 +727,7 @@ static Suite *runner_suite(void)
     tcase_add_test(tc, test_short_run_gets_several_windows);
     tcase_add_test(tc, test_cosine_ends_at_min_lr);
     tcase_add_test(tc, test_pause_then_resume_matches_uninterrupted);
+    tcase_add_test(tc, test_resume_with_other_run_knobs);
     tcase_add_test(tc, test_checkpoint_carries_history);
     tcase_add_test(tc, test_cancel_takes_no_final_checkpoint);
     tcase_add_test(tc, test_final_checkpoint_wait_is_not_a_skip);

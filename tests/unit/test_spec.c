@@ -510,7 +510,10 @@ START_TEST(test_finetune_fields)
         h ^= *p;
         h *= UINT64_C(0x100000001b3);
     }
-    ck_assert_uint_eq(td_spec_hash(&a), h);
+    /* (the hash of checkpoints written before 2026-11-28, which still
+     * resume; today's also leaves the run's knobs out) */
+    ck_assert(td_spec_hash_matches(&a, h));
+    ck_assert_uint_ne(td_spec_hash(&a), h);
     free(txt);
     json_decref(old);
     ck_assert_int_eq(td_spec_apply_set(j, "freeze=[\"conv1.*\"]", err,
