@@ -396,6 +396,8 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
                             tc.backend.dtype)};
     td_eta_init(&r->eta, all, tc.steps_per_epoch, s->epochs,
                 r->val ? td_pipeline_batches_per_epoch(r->val) : 0);
+    r->win_warm = warm;
+    r->win_steps = win;
     if ((rc = td_metrics_create(&r->metrics, &mc))) {
         snprintf(err, errcap, "metrics: %s", td_strerror(rc));
         goto fail;
@@ -566,11 +568,15 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
     r->last_loss = s->loss;
     r->last_lr = s->lr;
     td__runner_ls_step(r, s);
-    if (isfinite(s->loss)) {
-        r->win_loss_sum += s->loss * s->n;
-        r->win_samples += s->n;
-    }
     int closed = td_metrics_step(r->metrics, &st);
+    if (closed >= 0) { /* taken: the window it is in, if any */
+        int64_t seq = r->win_seq++;
+        if (seq >= r->win_warm && isfinite(s->loss)) {
+            int w = (int)(((seq - r->win_warm) / r->win_steps) & 1);
+            r->win_loss_sum[w] += s->loss * s->n;
+            r->win_samples[w] += s->n;
+        }
+    }
     json_t *step = td_metrics_step_json(r->metrics);
     if (step) {
         json_object_set_new(step, "step", json_integer(s->step + 1));
@@ -589,13 +595,18 @@ static int td__on_step(void *user, td_trainer *t, const td_step_info *s)
             json_object_set_new(w, "step", json_integer(s->step + 1));
             /* the learning curve's point: the window's mean, not the last
              * batch's loss */
-            if (r->win_samples > 0) {
-                r->cur_loss = r->win_loss_sum / (double)r->win_samples;
+            int last = (int)((r->win_closed + closed - 1) & 1);
+            if (r->win_samples[last] > 0) {
+                r->cur_loss = r->win_loss_sum[last] /
+                              (double)r->win_samples[last];
                 json_object_set_new(w, "train_loss", json_real(r->cur_loss));
             }
         }
-        r->win_loss_sum = 0;
-        r->win_samples = 0;
+        for (int64_t c = r->win_closed; c < r->win_closed + closed; c++) {
+            r->win_loss_sum[c & 1] = 0;
+            r->win_samples[c & 1] = 0;
+        }
+        r->win_closed += closed;
         td__autotune(r, &mc, w);
         td__runner_emit(r, "window", td__with_progress(r, w, s->epoch));
     }

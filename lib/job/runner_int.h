@@ -85,9 +85,16 @@ struct td_runner {
     double ls_scale;
     int64_t ls_skipped;
     int ls_floor_warned;             /* a skip at the floor was logged */
-    double win_loss_sum;        /* per-sample train loss since the last
-                                   window closed, and its samples */
-    int64_t win_samples;
+    /* per-sample train loss of the steps of the metrics windows still
+     * open, and their samples: [w & 1] for window w (at most two are
+     * open, lib/obs/metrics.c), so that a window's train_loss is the mean
+     * over its own steps, not over the warm-up steps before the first or
+     * the steps of the next one that came before it closed */
+    double win_loss_sum[2];
+    int64_t win_samples[2];
+    int64_t win_seq;            /* steps td_metrics_step took */
+    int64_t win_closed;         /* windows closed so far */
+    int win_warm, win_steps;    /* the metrics' warm-up and window size */
     /* the curves' latest values, for the Prometheus snapshot (NAN until
      * known): the last window's mean train loss, the last finished epoch's
      * train and validation figures */

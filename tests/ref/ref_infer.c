@@ -13,6 +13,10 @@
  *       self-describing metadata (so `trainctl export` takes it)
  *   ref_infer file-logits FILE IMAGES N OUT
  *       the same as logits, for a self-describing file (td_infer_open)
+ *   ref_infer perm SEED EPOCH N
+ *       prints the training pipeline's sample order of epoch EPOCH for a
+ *       dataset of N samples, one index a line (pipeline.h: a Philox
+ *       permutation of (seed, epoch)), for check_train_torch.py
  * Normalisation: ImageNet's mean and std, as the script uses.
  * Exits 0, or 1 with a message naming what failed.
  */
@@ -165,6 +169,21 @@ static int do_file_logits(char **a)
     return 0;
 }
 
+static int do_perm(char **a)
+{
+    uint64_t seed = strtoull(a[0], NULL, 10);
+    uint64_t epoch = strtoull(a[1], NULL, 10);
+    size_t n = strtoull(a[2], NULL, 10);
+    uint32_t *perm = malloc((n ? n : 1) * sizeof *perm);
+    if (!perm)
+        die("perm", "out of memory");
+    td_rng_permutation(seed, td_rng_stream(TD_RNG_PERMUTE, epoch), perm, n);
+    for (size_t i = 0; i < n; i++)
+        printf("%u\n", perm[i]);
+    free(perm);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && strcmp(argv[1], "file-logits") == 0)
@@ -173,8 +192,11 @@ int main(int argc, char **argv)
         return do_logits(argv + 2);
     if (argc == 9 && strcmp(argv[1], "export") == 0)
         return do_export(argv + 2);
+    if (argc == 5 && strcmp(argv[1], "perm") == 0)
+        return do_perm(argv + 2);
     fprintf(stderr, "usage: ref_infer logits MODEL C H W CLASSES WEIGHTS "
             "IMAGES N OUT\n       ref_infer export MODEL C H W CLASSES SEED "
-            "OUT\n       ref_infer file-logits FILE IMAGES N OUT\n");
+            "OUT\n       ref_infer file-logits FILE IMAGES N OUT\n"
+            "       ref_infer perm SEED EPOCH N\n");
     return 2;
 }
