@@ -143,10 +143,11 @@ int td_ended_cache_save(td_daemon *d, size_t *rows)
     if (rc) {
         /* Only start-up's speed depends on it: the records are read in
          * full instead. */
+        /* An older cache stays: its rows are taken only for record files
+         * unchanged since, and a removed job's is never looked up. */
         td_warn("cannot save the ended jobs' rows to %s (the next start "
-                "reads their records in full): %s", path, err);
-        unlink(path); /* an older one would be right, but rows of removed
-                         jobs would be read back forever */
+                "reads the records of jobs ended since in full): %s", path,
+                err);
         return rc;
     }
     if (rows)

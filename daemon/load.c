@@ -94,6 +94,20 @@ failed:
     return 1;
 }
 
+/* Rows in the cache of jobs that are gone (removed, or their records set
+ * aside): harmless, but the cache is written again without them. */
+static size_t td__stale_rows(td_daemon *d, json_t *cache)
+{
+    const char *name;
+    json_t *v;
+    size_t n = 0;
+    json_object_foreach(cache, name, v) {
+        long long id = strtoll(name, NULL, 10);
+        n += id <= 0 || !td_jobs_find(&d->jobs, id);
+    }
+    return n;
+}
+
 /* Reads every jobs/<id>.json (start-up only, before the loop runs). */
 void td_daemon_load_jobs(td_daemon *d)
 {
@@ -218,7 +232,7 @@ void td_daemon_load_jobs(td_daemon *d)
     /* Rows read in full this time (or cached rows of records gone) are
      * saved now, not only at shutdown: a daemon killed later starts fast
      * too. */
-    if (misses || (cache && json_object_size(cache) != hits))
+    if (misses || td__stale_rows(d, cache))
         td_ended_cache_save(d, NULL);
     json_decref(cache);
     if (d->jobs.count)
