@@ -8,15 +8,18 @@
 #include "model/model.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/fsio.h"
 #include "base/rng.h"
 
 static const char *const td__kind_names[] = {
@@ -547,7 +550,7 @@ int td_model_load_def(const char *dir, const char *name_or_path,
 {
     char path[4096];
     size_t len = strlen(name_or_path);
-    json_error_t je;
+    json_error_t je = {.line = -1};
     int zoo = 0; /* path is dir/NAME.json */
     *def = NULL;
     if (len > 5 && strcmp(name_or_path + len - 5, ".json") == 0)
@@ -559,7 +562,25 @@ int td_model_load_def(const char *dir, const char *name_or_path,
                             name_or_path);
     else
         zoo = snprintf(path, sizeof path, "%s/%s.json", dir, name_or_path);
-    *def = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    /* A user's file: opened without blocking and only if regular (a FIFO
+     * named as the model froze the caller, the daemon's loop at submit),
+     * and no bigger than a layer graph can be (a sparse file of GBs was
+     * read whole into memory). */
+    int fd = td_open_regular(path);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > TD_MODEL_DEF_MAX) {
+        close(fd);
+        return td_set_error(err, errcap, TD_E_SPEC, "model: %s is %lld "
+                            "bytes, more than a model definition may be "
+                            "(%d MiB)", path, (long long)st.st_size,
+                            TD_MODEL_DEF_MAX >> 20);
+    }
+    if (fd < 0 && !(fd == -ENOENT && zoo))
+        return td_set_error(err, errcap, TD_E_SPEC, "model: %s: %s", path,
+                            td_strerror(fd));
+    *def = fd >= 0 ? json_loadfd(fd, JSON_REJECT_DUPLICATES, &je) : NULL;
+    if (fd >= 0)
+        close(fd);
     if (!*def && je.line < 1 && zoo && access(path, F_OK) != 0) {
         char names[512];
         td__zoo_names(dir, names, sizeof names);

@@ -126,6 +126,9 @@ int td_model_build(const json_t *def, td_shape in, int classes,
 int td_model_load(const char *dir, const char *name_or_path, td_shape in,
                   int classes, td_model **out, char *err, size_t errcap);
 
+/* The largest model definition (.json) read: a layer graph is a few KB. */
+#define TD_MODEL_DEF_MAX (16 << 20)
+
 /* The definition td_model_load builds, as read from its file (a new
  * reference in *def): what a self-describing checkpoint carries. */
 int td_model_load_def(const char *dir, const char *name_or_path,

@@ -3,6 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "model/model.h"
@@ -295,6 +297,39 @@ START_TEST(test_load_errors)
 }
 END_TEST
 
+/* A model .json is a user's file: a FIFO named as one is refused at once
+ * (it blocked the caller in open(): the daemon's loop at submit, until a
+ * writer came), and so is a file bigger than a definition can be (a
+ * sparse file of GBs was read whole into memory); a missing one says so. */
+START_TEST(test_load_def_refuses_odd_files)
+{
+    char dir[] = "/tmp/td-model-XXXXXX", fifo[64], big[64], err[1024];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/fifo.json", dir);
+    snprintf(big, sizeof big, "%s/big.json", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    FILE *f = fopen(big, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(ftruncate(fileno(f), TD_MODEL_DEF_MAX + 1), 0);
+    fclose(f);
+    json_t *def = NULL;
+    int rc = td_model_load_def(zoo, fifo, &def, err, sizeof err);
+    ck_assert_int_eq(rc, TD_E_SPEC);
+    ck_assert_msg(strstr(err, "fifo.json: not a regular file"), "%s", err);
+    rc = td_model_load_def(zoo, big, &def, err, sizeof err);
+    ck_assert_int_eq(rc, TD_E_SPEC);
+    ck_assert_msg(strstr(err, "more than a model definition may be "
+                              "(16 MiB)"), "%s", err);
+    unlink(fifo);
+    rc = td_model_load_def(zoo, fifo, &def, err, sizeof err);
+    ck_assert_int_eq(rc, TD_E_SPEC);
+    ck_assert_msg(strstr(err, "fifo.json: No such file"), "%s", err);
+    ck_assert_ptr_null(def);
+    unlink(big);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
@@ -309,6 +344,7 @@ static Suite *model_suite(void)
                         (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, test_values_per_sample_fit_an_int);
     tcase_add_test(tc, test_load_errors);
+    tcase_add_test(tc, test_load_def_refuses_odd_files);
     suite_add_tcase(s, tc);
     return s;
 }
