@@ -435,10 +435,12 @@ def check(traind, ref, model, setting, tmp):
               % (len(ep), len(st), EPOCHS))
     worst_l = 0.0
     for w in st:  # metrics windows: train_loss is the mean over its steps
+        # (first_step and last_step count from 1, as step events do;
+        # steps[] from 0)
         lo, hi = w["first_step"], w["last_step"]
-        want = sum(h[0] for h in steps[lo:hi + 1]) / (hi + 1 - lo)
+        want = sum(h[0] for h in steps[lo - 1:hi]) / (hi + 1 - lo)
         for what, got, want in (("train_loss", w["train_loss"], want),
-                                ("loss", w["loss"], steps[hi][0])):
+                                ("loss", w["loss"], steps[hi - 1][0])):
             r = abs(got - want) / abs(want)
             worst_l = max(worst_l, r)
             if r > tol["loss"]:
