@@ -47,7 +47,8 @@ static const struct td_command td__commands[] = {
      td_cmd_export},
     {"eval", "top-1/top-5, per-class accuracy, confusion on a dataset",
      td_cmd_eval},
-    {"predict", "classify JPEG images with a checkpoint", td_cmd_predict},
+    {"predict", "classify JPEG and PNG images with a checkpoint",
+     td_cmd_predict},
 };
 
 #define TD__NCMD (sizeof td__commands / sizeof td__commands[0])

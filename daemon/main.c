@@ -131,9 +131,16 @@ static void print_settings(int json)
         print_json(json_pack("{s:o}", "settings", arr));
         return;
     }
+    /* columns as wide as the longest key and default, so that a long
+     * key (max_subscriptions_per_user) does not push its row out */
+    int kw = 0, dw = 0;
+    for (const td_setting_def *s = td_setting_defs; s->key; s++) {
+        kw = (int)strlen(s->key) > kw ? (int)strlen(s->key) : kw;
+        dw = (int)strlen(s->def) > dw ? (int)strlen(s->def) : dw;
+    }
     printf("traind settings (config file keys; [restart] = not live):\n\n");
     for (const td_setting_def *s = td_setting_defs; s->key; s++)
-        printf("  %-24s default %-26s %s%s\n", s->key, s->def,
+        printf("  %-*s default %-*s %s%s\n", kw, s->key, dw, s->def,
                s->live ? "" : "[restart] ", s->help);
 }
 

@@ -159,6 +159,14 @@ def norm(v):
         return v
 
 
+# the text listing: every setting, its default in one column
+rows = [l for l in run([traind, "--help-config"]).stdout.split("\n")
+        if re.match(r"  [a-z_]+ +default ", l)]
+cols = {l.index(" default ") for l in rows}
+if len(rows) != len(settings) or len(cols) != 1:
+    bad.append(f"traind --help-config: {len(rows)} rows for {len(settings)} "
+               f"settings, 'default' at columns {sorted(cols)}")
+
 conf_keys = set()
 for line in read("config/traind.conf").split("\n"):
     m = re.match(r"#([a-z_]+) =(.*)$", line)
