@@ -16,6 +16,8 @@ is documented); this checks the other, mechanically and in seconds:
   setting; every `key = value` in a code span, every `trainctl config
   get|set KEY` and every "`key` (default)" the docs show names a setting,
   and the default given is its default;
+- metrics: every `traind_*` name of README, daemon, metrics and
+  observability pages occurs in the source;
 - messages: every message quoted ("...") in the prose of the daemon,
   trainctl, pipeline, metrics, observability and checkpoints pages
   occurs in the source (daemon/, lib/, client/), its placeholders (N,
@@ -290,6 +292,15 @@ for rel in ("docs/daemon.md", "docs/trainctl.md", "docs/pipeline.md",
             bad.append(f'{rel}: quoted "{s[:90]}" does not occur in the '
                        f"source (no {miss[0]!r})")
 
+# ---- Prometheus names -------------------------------------------------
+for rel in ("README.md", "docs/observability.md", "docs/metrics.md",
+            "docs/daemon.md"):
+    for name in sorted(set(re.findall(r"`(traind_[a-z0-9_]+)",
+                                      read(rel)))):
+        n_msg += 1
+        if name not in src:
+            bad.append(f"{rel}: metric {name} does not occur in the source")
+
 # ---- exit codes ------------------------------------------------------
 with tempfile.TemporaryDirectory() as tmp:
     nosock = os.path.join(tmp, "none.sock")
@@ -333,5 +344,5 @@ with tempfile.TemporaryDirectory() as tmp:
 for b in bad:
     print("mismatch:", b)
 print(f"doc claims: {n_opts} options, {n_set} settings, {n_msg} quoted "
-      f"messages, {len(cases)} exit codes checked; {len(bad)} mismatch(es)")
+      f"messages and metric names, {len(cases)} exit codes checked; {len(bad)} mismatch(es)")
 sys.exit(1 if bad else 0)
