@@ -16,6 +16,8 @@ is documented); this checks the other, mechanically and in seconds:
   setting; every `key = value` in a code span, every `trainctl config
   get|set KEY` and every "`key` (default)" the docs show names a setting,
   and the default given is its default;
+- build options: README's table names every option of meson_options.txt
+  with its default;
 - metrics: every `traind_*` name of README, daemon, metrics and
   observability pages occurs in the source;
 - messages: every message quoted ("...") in the prose of the daemon,
@@ -291,6 +293,26 @@ for rel in ("docs/daemon.md", "docs/trainctl.md", "docs/pipeline.md",
         if miss:
             bad.append(f'{rel}: quoted "{s[:90]}" does not occur in the '
                        f"source (no {miss[0]!r})")
+
+# ---- build options (README's table against meson_options.txt) ---------
+opts = {}
+for m in re.finditer(r"option\('(\w+)',[^)]*?value: (\[[^\]]*\]|'[^']*')",
+                     read("meson_options.txt"), re.S):
+    v = m.group(2)
+    opts[m.group(1)] = (",".join(re.findall(r"'([^']*)'", v))
+                        if v.startswith("[") else v.strip("'"))
+opts["werror"] = "false"  # meson's own
+rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \|", read("README.md"), re.M)
+for name, default in rows:
+    n_set += 1
+    if name not in opts:
+        bad.append(f"README.md: build option {name} is not in "
+                   f"meson_options.txt")
+    elif default.startswith("`") and default.strip("` ") != opts[name]:
+        bad.append(f"README.md: build option {name} defaults to "
+                   f"{default.strip()}, meson_options.txt to {opts[name]!r}")
+for name in sorted(set(opts) - {r[0] for r in rows}):
+    bad.append(f"README.md: the options table lacks {name}")
 
 # ---- Prometheus names -------------------------------------------------
 for rel in ("README.md", "docs/observability.md", "docs/metrics.md",
