@@ -19,7 +19,8 @@ is documented); this checks the other, mechanically and in seconds:
 - build options: README's table names every option of meson_options.txt
   with its default;
 - metrics: every `traind_*` name of README, daemon, metrics and
-  observability pages occurs in the source;
+  observability pages occurs in the source, and every `td_*` name the
+  docs give is one in the source (a function renamed or removed);
 - messages: every message quoted ("...") in the prose of the daemon,
   trainctl, pipeline, metrics, observability and checkpoints pages
   occurs in the source (daemon/, lib/, client/), its placeholders (N,
@@ -322,6 +323,21 @@ for rel in ("README.md", "docs/observability.md", "docs/metrics.md",
         n_msg += 1
         if name not in src:
             bad.append(f"{rel}: metric {name} does not occur in the source")
+
+# ---- C names: every td_* function, type or variable the docs name -----
+code = []
+for d in ("lib", "daemon", "client", "kernels", "tests"):
+    for p in glob.glob(os.path.join(ROOT, d, "**", "*"), recursive=True):
+        if p.endswith((".c", ".h", ".cu", ".cuh", "meson.build")):
+            with open(p, encoding="utf-8", errors="replace") as f:
+                code.append(f.read())
+idents = set(re.findall(r"\b(td_\w+)", "\n".join(code)))
+PROFILED = {"td__region_index"}  # benchmarks.md: a perf profile's entry
+for rel in DOCS + MANS:
+    for name in sorted(set(re.findall(r"\b(td_\w*[a-z0-9])\b", read(rel)))):
+        n_msg += 1
+        if name not in idents and name not in PROFILED:
+            bad.append(f"{rel}: {name} is not a name in the source")
 
 # ---- exit codes ------------------------------------------------------
 with tempfile.TemporaryDirectory() as tmp:
