@@ -647,3 +647,21 @@ char *th_http(int port, const char *method, const char *path)
     close(fd);
     return buf;
 }
+
+int th_need_root(void)
+{
+    if (getuid() != 0) {
+        printf("skipped: needs root to connect as another uid\n");
+        return 0;
+    }
+    return 1;
+}
+
+void th_config_set_int(int fd, const char *key, long long v)
+{
+    json_t *r = th_request(fd, "config_set", json_pack("{s:s, s:I}", "key",
+                                                       key, "value",
+                                                       (json_int_t)v));
+    ck_assert_msg(th_ok(r), "config_set %s failed", key);
+    json_decref(r);
+}

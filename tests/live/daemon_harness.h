@@ -54,6 +54,12 @@ void th_tmpfs_unmount_listed(void);
  * file dir/filler (its path in filler). */
 void th_tmpfs_fill(const char *dir, char *filler, size_t cap);
 
+/* 1 when the test runs as root (it may connect as another uid), else
+ * prints "skipped: ..." and returns 0. */
+int th_need_root(void);
+/* config_set of an integer setting, asserted to succeed. */
+void th_config_set_int(int fd, const char *key, long long v);
+
 /* A connected client.  Reads the hello line, into *hello if non-NULL. */
 /* A TCP port on 127.0.0.1 that nothing listens on now (for the metrics
  * endpoint). */

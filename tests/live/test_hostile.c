@@ -20,24 +20,6 @@ TH_FIXTURE(H)
 
 #define NOBODY 65534
 
-static int need_root(void)
-{
-    if (getuid() != 0) {
-        printf("skipped: needs root to connect as another uid\n");
-        return 0;
-    }
-    return 1;
-}
-
-static void config_set_int(int fd, const char *key, long long v)
-{
-    json_t *r = th_request(fd, "config_set", json_pack("{s:s, s:I}", "key",
-                                                       key, "value",
-                                                       (json_int_t)v));
-    ck_assert_msg(th_ok(r), "config_set %s failed", key);
-    json_decref(r);
-}
-
 /* ---- connections ---------------------------------------------------------- */
 
 /* Each connection holds a descriptor and up to 2 MiB of request buffer:
@@ -47,10 +29,10 @@ static void config_set_int(int fd, const char *key, long long v)
  * naming the setting, and root is not limited. */
 START_TEST(test_connections_per_user_limited)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     int fd = th_connect(&H, NULL);
-    config_set_int(fd, "max_connections_per_user", 3);
+    th_config_set_int(fd, "max_connections_per_user", 3);
     int c[3];
     for (int i = 0; i < 3; i++) {
         json_t *hl = NULL;
@@ -163,7 +145,7 @@ END_TEST
  * left out. */
 START_TEST(test_logs_of_a_big_log_answered)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     int fd = th_connect(&H, NULL);
     char p[256];
@@ -249,7 +231,7 @@ END_TEST
  * get the reason up to its first path. */
 START_TEST(test_other_users_reason_paths_hidden)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     int fd = th_connect(&H, NULL);
     int nfd = th_connect_as(&H, NOBODY, NOBODY);
@@ -308,7 +290,7 @@ END_TEST
  * daemon answered no one again.  Refused now, and the daemon answers. */
 START_TEST(test_fifo_as_init_or_model_refused)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     char pub[256], fifo[300], m[300];
     snprintf(pub, sizeof pub, "%s/pub", H.dir);
@@ -387,7 +369,7 @@ END_TEST
  * exist shows which came first). */
 START_TEST(test_queue_bound_before_checks)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     int fd = th_connect(&H, NULL);
     json_t *r = th_request(fd, "config_set", json_pack("{s:s, s:i}", "key",

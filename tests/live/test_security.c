@@ -30,15 +30,6 @@ TH_FIXTURE(H)
 
 #define NOBODY 65534
 
-static int need_root(void)
-{
-    if (getuid() != 0) {
-        printf("skipped: needs root to connect as another uid\n");
-        return 0;
-    }
-    return 1;
-}
-
 /* H.dir/secret (root, 0700) holds a dataset folder `ds` and a model file
  * m.json with a secret key; H.dir/pub (nobody's, 0755) is the user's. */
 static void make_tree(char *secret, char *pub, size_t cap)
@@ -85,7 +76,7 @@ static void assert_refused(json_t *r, const char *field)
 
 START_TEST(test_symlink_into_private_dir_refused)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     char secret[256], pub[256], link[300], target[300];
     make_tree(secret, pub, sizeof secret);
@@ -100,7 +91,7 @@ END_TEST
 
 START_TEST(test_glob_into_private_dir_refused)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     char secret[256], pub[256], glob[300];
     make_tree(secret, pub, sizeof secret);
@@ -124,7 +115,7 @@ END_TEST
 
 START_TEST(test_dotdot_refused)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     char secret[256], pub[256], p[400];
     make_tree(secret, pub, sizeof secret);
@@ -140,7 +131,7 @@ END_TEST
  * answer (no oracle for what exists). */
 START_TEST(test_model_json_read_as_user)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     char secret[256], pub[256], m[300];
     make_tree(secret, pub, sizeof secret);
@@ -164,7 +155,7 @@ END_TEST
  * job fails instead of training on data its owner could not read. */
 START_TEST(test_swap_after_submit_read_as_user)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     char secret[256], pub[256], ds[300], target[300], old[300];
     make_tree(secret, pub, sizeof secret);
@@ -449,7 +440,7 @@ static int64_t running_blocker(int fd)
 
 START_TEST(test_trace_other_user_refused)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     int fd = th_connect(&H, NULL);
     int64_t id = running_blocker(fd);
@@ -503,21 +494,12 @@ END_TEST
 
 /* ---- per-user limits ------------------------------------------------------ */
 
-static void config_set_int(int fd, const char *key, long long v)
-{
-    json_t *r = th_request(fd, "config_set", json_pack("{s:s, s:I}", "key",
-                                                       key, "value",
-                                                       (json_int_t)v));
-    ck_assert_msg(th_ok(r), "config_set %s failed", key);
-    json_decref(r);
-}
-
 START_TEST(test_queued_jobs_per_user_limited)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     int fd = th_connect(&H, NULL);
-    config_set_int(fd, "max_queued_per_user", 3);
+    th_config_set_int(fd, "max_queued_per_user", 3);
     running_blocker(fd); /* root's: keeps nobody's jobs pending */
     int nfd = th_connect_as(&H, NOBODY, NOBODY);
     for (int i = 0; i < 3; i++) {
@@ -542,10 +524,10 @@ END_TEST
 
 START_TEST(test_subscriptions_per_user_limited)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     int fd = th_connect(&H, NULL);
-    config_set_int(fd, "max_subscriptions_per_user", 2);
+    th_config_set_int(fd, "max_subscriptions_per_user", 2);
     int c[3];
     for (int i = 0; i < 3; i++) {
         c[i] = th_connect_as(&H, NOBODY, NOBODY);
@@ -576,7 +558,7 @@ END_TEST
  * unless jobs_visible_to_all opens them. */
 START_TEST(test_other_users_job_details_hidden)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     int fd = th_connect(&H, NULL);
     json_t *spec = th_tiny_spec(1, 0);
@@ -602,7 +584,7 @@ START_TEST(test_other_users_job_details_hidden)
                                           "spec"));
     json_decref(r);
     /* The setting opens it. */
-    config_set_int(fd, "jobs_visible_to_all", 1);
+    th_config_set_int(fd, "jobs_visible_to_all", 1);
     r = th_job_request(nfd, "show", id);
     ck_assert_ptr_nonnull(json_object_get(json_object_get(th_ok(r), "job"),
                                           "spec"));
@@ -618,7 +600,7 @@ END_TEST
 /* A subscriber of every job gets no log lines of other users' jobs. */
 START_TEST(test_other_users_log_events_hidden)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     int fd = th_connect(&H, NULL);
     int nfd = th_connect_as(&H, NOBODY, NOBODY);
@@ -806,7 +788,7 @@ END_TEST
  * fails the job instead of being loaded. */
 START_TEST(test_init_swap_after_submit_read_as_user)
 {
-    if (!need_root())
+    if (!th_need_root())
         return;
     char secret[256], pub[256], w[300], old[300], target[300], cmd[2048];
     make_tree(secret, pub, sizeof secret);
