@@ -5,7 +5,7 @@ For resnet18 (224x224, 1000 classes) and resnet50 (96x96, 1000 classes):
   1. torchvision -> traind: torchvision builds the model with its own
      random initialisation (batch-norm statistics and affine parameters
      drawn away from 0/1 so that they matter), saves its state_dict as
-     safetensors (written here with struct + json: Debian has no
+     safetensors (written by st_io.py with struct + json: Debian has no
      python3-safetensors), and ref_infer loads it into traind by name and
      runs the same uint8 images in evaluation mode on the CPU backend.
   2. traind -> torchvision: ref_infer exports traind's initialisation as
@@ -18,15 +18,15 @@ python3-torchvision is not installed.
 
 Usage: check_torchvision.py REF_INFER
 """
-import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 
 try:
     import numpy as np
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from st_io import save_safetensors, load_safetensors
     import torch
     import torchvision
 except ImportError as e:
@@ -36,39 +36,6 @@ except ImportError as e:
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 TOL = 1e-4
-
-
-def save_safetensors(path, sd):
-    """A state_dict as safetensors: header JSON, then raw little-endian."""
-    hdr, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
-    for k, t in sd.items():
-        a = t.detach().cpu().contiguous().numpy()
-        dt = {np.float32: "F32", np.int64: "I64"}[a.dtype.type]
-        b = a.astype(a.dtype.newbyteorder("<")).tobytes()
-        hdr[k] = {"dtype": dt, "shape": list(a.shape),
-                  "data_offsets": [at, at + len(b)]}
-        blobs.append(b)
-        at += len(b)
-    h = json.dumps(hdr).encode()
-    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-
-
-def load_safetensors(path):
-    b = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", b[:8])
-    hdr = json.loads(b[8:8 + n])
-    data = b[8 + n:]
-    dts = {"F32": "<f4", "I64": "<i8"}
-    sd = {}
-    for k, e in hdr.items():
-        if k == "__metadata__":
-            continue
-        s, t = e["data_offsets"]
-        a = np.frombuffer(data[s:t], dtype=dts[e["dtype"]])
-        sd[k] = torch.from_numpy(a.reshape(e["shape"]).copy())
-    return sd
 
 
 def torch_logits(model, images):
@@ -132,7 +99,8 @@ def check(ref, name, size, tmp):
     subprocess.run([ref, "export", name, "3", str(size), str(size), "1000",
                     "42", w], check=True)
     back = ctor()
-    back.load_state_dict(load_safetensors(w), strict=True)
+    back.load_state_dict({k: torch.from_numpy(v) for k, v in
+                          load_safetensors(w).items()}, strict=True)
     back.eval()
     ok &= compare("%s traind -> torchvision (strict=True)" % name,
                   torch_logits(back, images),
