@@ -880,6 +880,19 @@ static const char *const td__run_knobs[] = {
     "input.prefetch", "checkpoint.every_steps", "checkpoint.keep",
     "checkpoint.at_epoch_end"};
 
+/* The object holding *key in j ("key", or one level: "section.key", when
+ * *key is moved past the dot), or NULL. */
+static json_t *td__hash_section(json_t *j, const char **key)
+{
+    const char *dot = strchr(*key, '.');
+    if (!dot)
+        return j;
+    char sec[32];
+    snprintf(sec, sizeof sec, "%.*s", (int)(dot - *key), *key);
+    *key = dot + 1;
+    return json_object_get(j, sec);
+}
+
 static uint64_t td__hash(const td_job_spec *spec, int legacy)
 {
     uint64_t h = UINT64_C(0xcbf29ce484222325);
@@ -887,14 +900,8 @@ static uint64_t td__hash(const td_job_spec *spec, int legacy)
     for (size_t i = 0; j && !legacy &&
                        i < sizeof td__run_knobs / sizeof *td__run_knobs;
          i++) {
-        const char *key = td__run_knobs[i], *dot = strchr(key, '.');
-        json_t *obj = j;
-        if (dot) { /* one level: "section.key" */
-            char sec[32];
-            snprintf(sec, sizeof sec, "%.*s", (int)(dot - key), key);
-            obj = json_object_get(j, sec);
-            key = dot + 1;
-        }
+        const char *key = td__run_knobs[i];
+        json_t *obj = td__hash_section(j, &key);
         if (json_is_object(obj))
             json_object_del(obj, key);
     }
@@ -902,14 +909,8 @@ static uint64_t td__hash(const td_job_spec *spec, int legacy)
                                     sizeof td__hash_if_set[0]; i++) {
         json_t *def = json_loads(td__hash_if_set[i][1], JSON_DECODE_ANY,
                                  NULL);
-        const char *key = td__hash_if_set[i][0], *dot = strchr(key, '.');
-        json_t *obj = j;
-        if (dot) { /* one level: "section.key" */
-            char sec[32];
-            snprintf(sec, sizeof sec, "%.*s", (int)(dot - key), key);
-            obj = json_object_get(j, sec);
-            key = dot + 1;
-        }
+        const char *key = td__hash_if_set[i][0];
+        json_t *obj = td__hash_section(j, &key);
         json_t *v = json_object_get(obj, key);
         if (v && def && json_equal(v, def))
             json_object_del(obj, key);
