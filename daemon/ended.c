@@ -141,10 +141,9 @@ int td_ended_cache_save(td_daemon *d, size_t *rows)
         snprintf(err, sizeof err, "%s", td_strerror(rc));
     free(text);
     if (rc) {
-        /* Only start-up's speed depends on it: the records are read in
-         * full instead. */
-        /* An older cache stays: its rows are taken only for record files
-         * unchanged since, and a removed job's is never looked up. */
+        /* Only start-up's speed depends on it.  An older cache stays: its
+         * rows are taken only for record files unchanged since, and a
+         * removed job's is never looked up. */
         td_warn("cannot save the ended jobs' rows to %s (the next start "
                 "reads the records of jobs ended since in full): %s", path,
                 err);
@@ -190,7 +189,8 @@ td_job *td_ended_cache_take(json_t *cache, int dirfd, const char *name,
     double submitted = 0, started = 0, ended = 0;
     enum td_job_state s;
     if (!json_is_object(row) || fstatat(dirfd, name, &st, 0) != 0 ||
-        !td__file_key(&st, e) || task < TD_TASK_TRAIN || task > TD_TASK_PREDICT ||
+        !td__file_key(&st, e) || task < TD_TASK_TRAIN ||
+        task > TD_TASK_PREDICT ||
         json_unpack(row, "{s:I, s:s, s:I, s:s, s:s, s?F, s?F, s?F, s?I, s?I, "
                          "s?I, s?I}", "id", &rid, "name", &jname, "uid", &uid,
                     "state", &state, "reason", &reason, "submitted",
