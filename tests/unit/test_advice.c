@@ -111,6 +111,7 @@ static json_t *run(int workers)
     ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(td_runner_run(r, &res, err, sizeof err) == 0, "%s", err);
     td_runner_free(r);
+    td_spec_free(&spec);
     ck_assert_ptr_nonnull(l.window);
     return l.window;
 }
@@ -184,6 +185,7 @@ static json_t *run_host(int batch)
     ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(td_runner_run(r, &res, err, sizeof err) == 0, "%s", err);
     td_runner_free(r);
+    td_spec_free(&spec);
     ck_assert_ptr_nonnull(l.window);
     return l.window;
 }

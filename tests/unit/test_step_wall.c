@@ -143,6 +143,7 @@ START_TEST(test_step_times_cover_the_wall_clock)
     ck_assert_msg(td_runner_create(&o, &r, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(td_runner_run(r, &res, err, sizeof err) == 0, "%s", err);
     td_runner_free(r);
+    td_spec_free(&spec);
     ck_assert_int_eq(s.steps, EPOCHS * PER_EPOCH);
     ck_assert_int_eq(s.windows, EPOCHS * PER_EPOCH / WINDOW);
     ck_assert_int_eq(s.misnumbered, 0);
