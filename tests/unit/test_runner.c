@@ -679,7 +679,13 @@ START_TEST(test_resume_with_other_run_knobs)
     td_job_spec spec, t2, w, k, n, lr;
     parse_spec(&spec, 0, 0);
     respec(&spec, "threads=2", &t2);
-    respec(&t2, "metrics.window_steps=5", &w);
+    ck_assert_uint_eq(td_spec_hash(&t2), td_spec_hash(&spec));
+    /* The ThreadSanitizer run keeps one OpenMP thread (scripts/test.sh:
+     * libgomp is not instrumented, its barriers look like races): it
+     * resumes with the other knobs only. */
+    const char *omp = getenv("OMP_NUM_THREADS");
+    respec(omp && atoi(omp) == 1 ? &spec : &t2, "metrics.window_steps=5",
+           &w);
     respec(&w, "checkpoint.keep=5", &k);
     respec(&k, "name=renamed", &n);
     respec(&spec, "optimizer.lr=0.07", &lr);
