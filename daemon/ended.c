@@ -182,42 +182,24 @@ td_job *td_ended_cache_take(json_t *cache, int dirfd, const char *name,
 {
     json_t *e = json_object_get(cache, name);
     json_t *row = json_object_get(e, "row");
-    struct stat st;
-    json_int_t rid, uid, epoch = 0, step = 0, steps = 0, epochs = 0;
     json_int_t task = json_integer_value(json_object_get(e, "task"));
-    const char *jname, *state, *reason;
-    double submitted = 0, started = 0, ended = 0;
-    enum td_job_state s;
+    struct stat st;
+    char err[256];
     if (!json_is_object(row) || fstatat(dirfd, name, &st, 0) != 0 ||
         !td__file_key(&st, e) || task < TD_TASK_TRAIN ||
-        task > TD_TASK_PREDICT ||
-        json_unpack(row, "{s:I, s:s, s:I, s:s, s:s, s?F, s?F, s?F, s?I, s?I, "
-                         "s?I, s?I}", "id", &rid, "name", &jname, "uid", &uid,
-                    "state", &state, "reason", &reason, "submitted",
-                    &submitted, "started", &started, "ended", &ended, "epoch",
-                    &epoch, "step", &step, "steps_total", &steps,
-                    "epochs_total", &epochs) ||
-        rid != id || td_job_state_parse(state, &s) || !td_job_state_final(s) ||
-        !td_job_name_ok(jname))
+        task > TD_TASK_PREDICT)
         return NULL; /* stale or odd: the record is read in full */
-    td_job *j = calloc(1, sizeof *j);
-    if (!j)
+    td_job *j = td_job_from_row(row, err, sizeof err);
+    if (j && (j->id != id || !td_job_state_final(j->state) ||
+              !td_job_name_ok(j->name))) {
+        td_job_free(j);
         return NULL;
-    j->id = id;
-    snprintf(j->name, sizeof j->name, "%s", jname);
-    j->uid = (uid_t)uid;
-    j->state = s;
-    snprintf(j->reason, sizeof j->reason, "%s", reason);
-    j->submitted = submitted;
-    j->started = started;
-    j->ended = ended;
-    j->epoch = epoch;
-    j->step = step;
-    j->steps_total = steps;
-    j->epochs_total = epochs;
-    j->shed = 1;
-    j->shed_task = (int)task;
-    j->row = json_incref(row);
+    }
+    if (j) {
+        j->shed = 1;
+        j->shed_task = (int)task;
+        j->row = json_incref(row);
+    }
     return j;
 }
 

@@ -311,22 +311,20 @@ int td_job_shed(td_job *j, int task)
     return 0;
 }
 
-td_job *td_job_from_record(json_t *rec, char *err, size_t errcap)
+td_job *td_job_from_row(const json_t *row, char *err, size_t errcap)
 {
     json_int_t id, uid, epoch = 0, step = 0, steps_total = 0,
                         epochs_total = 0;
     const char *name, *state, *reason;
     double submitted = 0;
-    json_t *spec = NULL;
     json_error_t je;
     enum td_job_state st;
-    if (json_unpack_ex(rec, &je, 0,
-                       "{s:I, s:s, s:I, s:s, s:s, s?F, s?I, s?I, s?I, s?I, "
-                       "s:o}",
+    if (json_unpack_ex((json_t *)row, &je, 0,
+                       "{s:I, s:s, s:I, s:s, s:s, s?F, s?I, s?I, s?I, s?I}",
                        "id", &id, "name", &name, "uid", &uid, "state", &state,
                        "reason", &reason, "submitted", &submitted, "epoch",
                        &epoch, "step", &step, "steps_total", &steps_total,
-                       "epochs_total", &epochs_total, "spec", &spec)) {
+                       "epochs_total", &epochs_total)) {
         snprintf(err, errcap, "job record: %s", je.text);
         return NULL;
     }
@@ -344,17 +342,31 @@ td_job *td_job_from_record(json_t *rec, char *err, size_t errcap)
     j->uid = (uid_t)uid;
     j->state = st;
     snprintf(j->reason, sizeof j->reason, "%s", reason);
-    j->spec = json_incref(spec);
     j->submitted = submitted;
     json_t *v;
-    if ((v = json_object_get(rec, "started")))
+    if ((v = json_object_get(row, "started")))
         j->started = json_number_value(v);
-    if ((v = json_object_get(rec, "ended")))
+    if ((v = json_object_get(row, "ended")))
         j->ended = json_number_value(v);
     j->epoch = epoch;
     j->step = step;
     j->steps_total = steps_total;
     j->epochs_total = epochs_total;
+    return j;
+}
+
+td_job *td_job_from_record(json_t *rec, char *err, size_t errcap)
+{
+    json_t *spec = NULL, *v;
+    json_error_t je;
+    if (json_unpack_ex(rec, &je, 0, "{s:o}", "spec", &spec)) {
+        snprintf(err, errcap, "job record: %s", je.text);
+        return NULL;
+    }
+    td_job *j = td_job_from_row(rec, err, errcap);
+    if (!j)
+        return NULL;
+    j->spec = json_incref(spec);
     v = json_object_get(rec, "checkpoints");
     j->checkpoints = json_is_array(v) ? json_deep_copy(v) : json_array();
     if ((v = json_object_get(rec, "last_window")))

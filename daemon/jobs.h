@@ -123,6 +123,10 @@ json_t *td_job_record(const td_job *j);
  * does not hold them all (a job of 1,000 window points held ~0.9 MB).
  * task is the job's enum td_task.  0, or -ENOMEM (nothing changed). */
 int td_job_shed(td_job *j, int task);
+/* A job of the fields a list row has (td_job_summary: id, name, uid,
+ * state, reason, times, progress), nothing else; NULL with err when one is
+ * missing or wrong. */
+td_job *td_job_from_row(const json_t *row, char *err, size_t errcap);
 /* Rebuilds a job from td_job_record()'s output (for restart). */
 td_job *td_job_from_record(json_t *rec, char *err, size_t errcap);
 /* Inserts a job (restored, or back after td_jobs_unlink) in id order,
