@@ -359,12 +359,6 @@ static void cmd_submit(td_client *c, td_request *req)
     td__enqueue(c, req, norm, dflt, NULL, chk.size.steps);
 }
 
-static int td__may_see(td_client *c, const td_job *j)
-{
-    return td_job_may_see(j, c->uid, td_settings_int(c->d->settings,
-                                                     "jobs_visible_to_all") > 0);
-}
-
 static void cmd_list(td_client *c, td_request *req)
 {
     enum td_job_state want = TD_JOB_NSTATES;
@@ -380,7 +374,7 @@ static void cmd_list(td_client *c, td_request *req)
         if (want != TD_JOB_NSTATES && j->state != want)
             continue;
         json_t *row = td_job_summary(j);
-        if (!td__may_see(c, j))
+        if (!td_client_may_see(c, j))
             td_job_row_restrict(row);
         json_array_append_new(arr, row);
     }
@@ -394,11 +388,11 @@ static void cmd_show(td_client *c, td_request *req)
     td_job *j = td__job_arg(c, req, 0);
     if (!j)
         return;
-    if (td__may_see(c, j) && j->shed) { /* read back from disk */
+    if (td_client_may_see(c, j) && j->shed) { /* read back from disk */
         td_ended_show(c, req->id, j);
         return;
     }
-    if (td__may_see(c, j)) {
+    if (td_client_may_see(c, j)) {
         td__ok(c, req, json_pack("{s:o}", "job", td_job_record(j)));
         return;
     }
@@ -671,7 +665,7 @@ static void cmd_logs(td_client *c, td_request *req)
     td_job *j = td__job_arg(c, req, 0);
     if (!j)
         return;
-    if (!td__may_see(c, j)) {
+    if (!td_client_may_see(c, j)) {
         ERRF(c, req, TD_ERR_PERMISSION, "job %lld belongs to uid %u; its log "
              "is for that user and root (setting jobs_visible_to_all)",
              (long long)j->id, (unsigned)j->uid);

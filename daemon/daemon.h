@@ -174,6 +174,9 @@ void td_client_close(td_client *c, const char *why);
 /* The client with this id, or NULL if it has gone (for replies that are
  * ready only after work off the loop). */
 td_client *td_server_client(td_daemon *d, uint64_t id);
+/* May c see j's details (spec, log, checkpoint paths, full reason): its
+ * owner, root, or anyone with the jobs_visible_to_all setting. */
+int td_client_may_see(const td_client *c, const td_job *j);
 
 /* commands.c */
 void td_commands_dispatch(td_client *c, td_request *req);

@@ -169,14 +169,20 @@ static void td__close_after_flush(td_client *c)
 
 /* ---- events ----------------------------------------------------------- */
 
-/* May c see job's details (its owner, root, or jobs_visible_to_all)? */
+int td_client_may_see(const td_client *c, const td_job *j)
+{
+    return td_job_may_see(j, c->uid, td_settings_int(
+                                         c->d->settings,
+                                         "jobs_visible_to_all") > 0);
+}
+
+/* The same for an event's job id (none, or gone: nothing to hide). */
 static int td__may_see(td_client *c, int64_t job)
 {
     if (c->uid == 0 || job <= 0)
         return 1;
     td_job *j = td_jobs_find(&c->d->jobs, job);
-    return !j || td_job_may_see(j, c->uid, td_settings_int(
-                                    c->d->settings, "jobs_visible_to_all") > 0);
+    return !j || td_client_may_see(c, j);
 }
 
 static int td__wants(td_client *c, int kind, int64_t job, int64_t now_ns,
