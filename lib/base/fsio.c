@@ -176,3 +176,15 @@ int td_open_regular(const char *path)
     }
     return fd;
 }
+
+FILE *td_fopen_regular(const char *path, const char *mode, int *rc)
+{
+    int fd = td_open_regular(path);
+    FILE *f = fd >= 0 ? fdopen(fd, mode) : NULL;
+    if (!f) {
+        *rc = fd >= 0 ? -errno : fd;
+        if (fd >= 0)
+            close(fd);
+    }
+    return f;
+}

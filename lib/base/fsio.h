@@ -19,6 +19,7 @@
 #define TD_FSIO_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* Hooks for tests that inject failures (a full disk, a failing fsync);
@@ -73,6 +74,9 @@ int td_read_all(int fd, void *buf, size_t n, size_t *got);
  * came, a device would be read for ever), then only a regular file is
  * kept, in blocking mode.  The fd, or -errno, or TD_E_NOTREG. */
 int td_open_regular(const char *path);
+/* The same as a stdio stream (mode "r" or "rb"): NULL with *rc = -errno
+ * or TD_E_NOTREG. */
+FILE *td_fopen_regular(const char *path, const char *mode, int *rc);
 
 /* fsync of a folder, so that names created or renamed in it last. */
 int td_fsync_dir(const char *dir, const td_fs_io *io);

@@ -209,12 +209,9 @@ int td_classes_attach(td_dataset *ds, const char *path, char *err,
         return 0;
     char file[4200];
     td_classes_file(path, file, sizeof file);
-    int fd = td_open_regular(file); /* a FIFO: not opened */
-    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    int rc;
+    FILE *f = td_fopen_regular(file, "r", &rc); /* a FIFO: not opened */
     if (!f) {
-        int rc = fd >= 0 ? -errno : fd;
-        if (fd >= 0)
-            close(fd);
         if (rc == -ENOENT)
             return 0; /* older shards: labels only */
         snprintf(err, errcap, "%s: %s", file, td_strerror(rc));
@@ -222,7 +219,7 @@ int td_classes_attach(td_dataset *ds, const char *path, char *err,
     }
     char **names = NULL;
     int n = 0;
-    int rc = td__read_names(f, file, &names, &n, err, errcap);
+    rc = td__read_names(f, file, &names, &n, err, errcap);
     fclose(f);
     if (!rc) {
         char e[256];

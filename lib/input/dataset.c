@@ -528,13 +528,10 @@ static int td__idx_load(const char *shard, const struct stat *st,
     char path[4096];
     struct td__idx_head h;
     snprintf(path, sizeof path, "%s.tdidx", shard);
-    int fd = td_open_regular(path); /* a FIFO planted there: no cache */
-    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
-    if (!f) {
-        if (fd >= 0)
-            close(fd);
+    int orc; /* a FIFO planted there: no cache */
+    FILE *f = td_fopen_regular(path, "rb", &orc);
+    if (!f)
         return -1;
-    }
     int rc = -1;
     if (fread(&h, sizeof h, 1, f) != 1 ||
         memcmp(h.magic, TD__IDX_MAGIC, 8) != 0 ||

@@ -385,14 +385,10 @@ static int td__flush(td__pred *p, const char *const *files, char *err,
 static int td__slurp(const char *path, uint8_t **buf, size_t *cap,
                      size_t *len)
 {
-    int fd = td_open_regular(path);
-    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
-    if (!f) {
-        int rc = fd >= 0 ? -errno : fd;
-        if (fd >= 0)
-            close(fd);
+    int rc;
+    FILE *f = td_fopen_regular(path, "rb", &rc);
+    if (!f)
         return rc;
-    }
     *len = 0;
     for (;;) {
         if (*len > TD_DATASET_SAMPLE_MAX) {
@@ -414,7 +410,7 @@ static int td__slurp(const char *path, uint8_t **buf, size_t *cap,
         if (got == 0)
             break;
     }
-    int rc = ferror(f) ? -EIO : 0;
+    rc = ferror(f) ? -EIO : 0;
     fclose(f);
     return rc;
 }
