@@ -154,10 +154,10 @@ int td_job_data_open(const td_job_spec *s, const td_fscred *cred,
     td_fscred_leave(&saved);
     if (rc == 0 && cred && cred->bits && !cred->set) {
         rc = td_job_data_bits_check(cred, d->train, s->data.train.v[0],
-                            "data.train", err, errcap);
+                                    "data.train", err, errcap);
         if (rc == 0 && s->data.val.n)
-            rc = td_job_data_bits_check(cred, d->val, s->data.val.v[0], "data.val",
-                                err, errcap);
+            rc = td_job_data_bits_check(cred, d->val, s->data.val.v[0],
+                                        "data.val", err, errcap);
         if (rc)
             td_job_data_close(d);
     }
