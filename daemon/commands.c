@@ -41,6 +41,15 @@
         td_client_send((c), td_proto_error((req)->id, (cls), m_));           \
     } while (0)
 
+/* Whether c may see j's details (server.c's events ask too; here, so
+ * that fuzz_dispatch, which replaces server.c, links). */
+int td_client_may_see(const td_client *c, const td_job *j)
+{
+    return td_job_may_see(j, c->uid, td_settings_int(
+                                         c->d->settings,
+                                         "jobs_visible_to_all") > 0);
+}
+
 static void td__ok(td_client *c, td_request *req, json_t *ok)
 {
     td_client_send(c, td_proto_ok(req->id, ok));

@@ -169,13 +169,6 @@ static void td__close_after_flush(td_client *c)
 
 /* ---- events ----------------------------------------------------------- */
 
-int td_client_may_see(const td_client *c, const td_job *j)
-{
-    return td_job_may_see(j, c->uid, td_settings_int(
-                                         c->d->settings,
-                                         "jobs_visible_to_all") > 0);
-}
-
 /* The same for an event's job id (none, or gone: nothing to hide). */
 static int td__may_see(td_client *c, int64_t job)
 {
