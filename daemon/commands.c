@@ -331,22 +331,12 @@ static void cmd_submit(td_client *c, td_request *req)
     td_model_free(model);
     /* Files are read as the submitter (jobdata.h): the datasets opened
      * as the trainer will, init's tensors, a model file. */
-    td_fscred ucred = {0};
+    td_fscred ucred;
     if (lrc == 0)
         lrc = td__init_access(c->uid, &parsed, c->d->settings, err,
                               sizeof err);
-    if (lrc == 0 && c->uid != 0 && c->uid != geteuid() &&
-        td_fscred_can_switch() &&
-        td_fscred_for_uid(c->uid, &ucred, err, sizeof err) &&
-        parsed.init.n) /* no identity to read init as (the data's rights
-                          were checked above, by td_access_check_spec) */
-        lrc = -EACCES;
-    if (lrc == 0 && c->uid != 0 && c->uid != geteuid() &&
-        !td_fscred_can_switch() &&
-        td_fscred_for_uid(c->uid, &ucred, err, sizeof err) == 0) {
-        ucred.set = 0; /* read as the daemon, every data file's bits */
-        ucred.bits = 1; /* checked for the user (jobdata.h) */
-    }
+    if (lrc == 0 && td_fscred_for_reader(c->uid, &ucred, err, sizeof err))
+        lrc = -EACCES; /* no identity to read the files as */
     /* The checks traind --run makes too (jobcheck.h): the device, the
      * precision, init, the data, the model and the run's length, now and
      * not when the job starts hours later. */

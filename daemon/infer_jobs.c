@@ -88,10 +88,12 @@ static int td__check_files(uid_t uid, const td_infer_spec *s,
     /* A daemon that cannot switch read it as itself: every file of it
      * must pass uid's bits (jobdata.h), not only the path named. */
     td_fscred bits;
-    if (uid != 0 && uid != geteuid() && !td_fscred_can_switch() &&
-        td_fscred_for_uid(uid, &bits, NULL, 0) == 0 &&
-        (rc = td_job_data_bits_check(&bits, ds, s->data, "data", err,
-                                     errcap)))
+    if (td_fscred_for_reader(uid, &bits, err, errcap)) {
+        rc = -EACCES; /* no identity to check them for */
+        goto out;
+    }
+    if (bits.bits && (rc = td_job_data_bits_check(&bits, ds, s->data,
+                                                  "data", err, errcap)))
         goto out;
     int dk = td_dataset_classes(ds);
     if (dk > meta.classes) {

@@ -291,22 +291,15 @@ int td_trainer_slot_start(td_daemon *d, td_job *j, td_trainer_slot **out,
             ? (rc = td_infer_spec_parse(j->spec, &s->ispec, err, errcap))
             : (rc = td_spec_parse(j->spec, NULL, &s->spec, err, errcap)))
         goto fail;
-    /* The job's files are read with its submitter's rights (fscred.h). */
-    if (j->uid != 0 && j->uid != geteuid() && td_fscred_can_switch() &&
-        (rc = td_fscred_for_uid(j->uid, &s->cred, err, errcap)))
-        goto fail;
-    /* A daemon that cannot switch checks the bits of every data file
+    /* The job's files are read with its submitter's rights (fscred.h).
+     * A daemon that cannot switch checks the bits of every data file
      * for them again, as at submit (jobdata.h), and of a model .json and
      * init file here. */
-    if (j->uid != 0 && j->uid != geteuid() && !td_fscred_can_switch()) {
-        if ((rc = td_fscred_for_uid(j->uid, &s->cred, err, errcap)))
-            goto fail;
-        s->cred.set = 0;
-        s->cred.bits = 1;
-        if (s->task == TD_TASK_TRAIN &&
-            (rc = td__bits_at_start(&s->cred, &s->spec, err, errcap)))
-            goto fail;
-    }
+    if ((rc = td_fscred_for_reader(j->uid, &s->cred, err, errcap)))
+        goto fail;
+    if (s->cred.bits && s->task == TD_TASK_TRAIN &&
+        (rc = td__bits_at_start(&s->cred, &s->spec, err, errcap)))
+        goto fail;
     td_device_probe(&info);
     if ((rc = td_device_select(s->task != TD_TASK_TRAIN ? s->ispec.device
                                                         : s->spec.device,

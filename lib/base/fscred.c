@@ -43,6 +43,19 @@ int td_fscred_for_uid(uid_t uid, td_fscred *c, char *err, size_t errcap)
 
 int td_fscred_can_switch(void) { return geteuid() == 0; }
 
+int td_fscred_for_reader(uid_t uid, td_fscred *c, char *err, size_t errcap)
+{
+    memset(c, 0, sizeof *c);
+    if (uid == 0 || uid == geteuid())
+        return 0;
+    int rc = td_fscred_for_uid(uid, c, err, errcap);
+    if (rc == 0 && !td_fscred_can_switch()) {
+        c->set = 0;
+        c->bits = 1;
+    }
+    return rc;
+}
+
 static int td__setgroups(int n, const gid_t *g)
 {
     return (int)syscall(SYS_setgroups, (size_t)n, g);

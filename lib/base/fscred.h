@@ -48,6 +48,13 @@ typedef struct td_fscred_saved {
 /* Fills c with uid's identity from the passwd and group databases.
  * -ENOENT (with err) when uid has no passwd entry. */
 int td_fscred_for_uid(uid_t uid, td_fscred *c, char *err, size_t errcap);
+/* How the daemon (running as geteuid()) reads the files uid names, in c:
+ * none to take on (c zeroed) for root and the daemon's own uid; uid's
+ * identity, switched to, where the daemon may (td_fscred_can_switch);
+ * else uid's identity with set 0 and bits 1: read as the daemon, every
+ * file's bits checked for uid (td_fscred_bits_ok).  -ENOENT (with err)
+ * when uid has no passwd entry: then nothing of uid's may be read. */
+int td_fscred_for_reader(uid_t uid, td_fscred *c, char *err, size_t errcap);
 /* 1 when this process may take on another user's identity (euid 0). */
 int td_fscred_can_switch(void);
 /* The calling thread takes on c (c NULL or !c->set: nothing happens).

@@ -157,6 +157,33 @@ START_TEST(test_leave_restores_identity_and_groups)
 }
 END_TEST
 
+/* How the daemon reads a user's files: as itself for root and its own
+ * uid; as the user where it may switch, else as itself with every file's
+ * bits checked; nothing for a uid with no passwd entry. */
+START_TEST(test_for_reader_by_daemon_kind)
+{
+    td_fscred c;
+    char err[128] = "";
+    ck_assert_int_eq(td_fscred_for_reader(0, &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.set + c.bits, 0);
+    ck_assert_int_eq(td_fscred_for_reader(geteuid(), &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.set + c.bits, 0);
+    struct passwd *pw = getpwnam("nobody");
+    ck_assert_ptr_nonnull(pw);
+    ck_assert_int_eq(td_fscred_for_reader(pw->pw_uid, &c, err, sizeof err),
+                     0);
+    ck_assert_uint_eq(c.uid, pw->pw_uid);
+    ck_assert_uint_eq(c.gid, pw->pw_gid);
+    ck_assert_int_eq(c.set, td_fscred_can_switch());
+    ck_assert_int_eq(c.bits, !td_fscred_can_switch());
+    c.set = c.bits = 1;
+    ck_assert_int_eq(td_fscred_for_reader(3999999999u, &c, err, sizeof err),
+                     -ENOENT);
+    ck_assert_str_eq(err, "uid 3999999999 has no passwd entry");
+    ck_assert_int_eq(c.set + c.bits, 0);
+}
+END_TEST
+
 /* The bits check (a daemon that cannot switch): owner, group and other
  * bits of the file and search bits of every folder above it, for an
  * identity given by hand (no root needed: only stat is used). */
@@ -202,6 +229,7 @@ static Suite *fscred_suite(void)
     tcase_add_test(tc, test_switch_is_per_thread_and_checked_by_the_kernel);
     tcase_add_test(tc, test_leave_restores_identity_and_groups);
     tcase_add_test(tc, test_bits_ok_file_and_folders);
+    tcase_add_test(tc, test_for_reader_by_daemon_kind);
     suite_add_tcase(s, tc);
     return s;
 }
