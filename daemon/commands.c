@@ -3,24 +3,20 @@
  *
  * Runs on the loop thread.  Handlers validate what the protocol layer
  * cannot (job ids, permissions, states), change the job table, and reply
- * with exactly one line.  Nothing here blocks.
+ * with exactly one line.  Nothing here blocks: what reads files (a
+ * submit's checks, submit.c; logs; an ended job's show) runs on libuv's
+ * threadpool and replies from there.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "access.h"
 #include "infer_jobs.h"
-#include "bounds.h"
-#include "model/zoo.h"
 #include "base/error.h"
-#include "base/fscred.h"
 #include "base/log.h"
-#include "job/jobcheck.h"
 #include "daemon.h"
 #include "ended.h"
 #include "backend/cpu/caps.h"
@@ -32,6 +28,7 @@
 #include "remove.h"
 #include "run.h"
 #include "settings.h"
+#include "submit.h"
 #include "td_config.h"
 
 #define ERRF(c, req, cls, ...)                                               \
@@ -107,255 +104,6 @@ static void cmd_version(td_client *c, td_request *req)
     td__ok(c, req, json_pack("{s:s, s:i, s:s, s:o}", "version", TD_VERSION,
                              "proto", TD_PROTO_VERSION, "device",
                              c->d->device_desc, "devices", dev));
-}
-
-/* init: an absolute path the submitter may read; whether its tensors fit
- * the model is td_job_check's (read as the submitter there, when the
- * daemon can take on their identity).  A daemon that cannot takes only a
- * file the bits let uid read, of the file and of every folder above it,
- * as for data (access.h).  Before, only the file's owner or other bits
- * were looked at: a 0644 file in the daemon user's 0700 folder passed. */
-static int td__init_access(uid_t uid, const td_job_spec *s,
-                           const json_t *settings, char *err, size_t cap)
-{
-    if (s->init.n == 0)
-        return 0;
-    if (s->init.v[0][0] != '/') {
-        snprintf(err, cap, "init: '%s' must be an absolute path (trainctl "
-                 "submit resolves relative ones)", s->init.v[0]);
-        return TD_E_SPEC;
-    }
-    int rc = td_fscred_can_switch()
-                 ? 0
-                 : td_access_check_paths(uid, "init", 0,
-                                         (const char *const *)s->init.v, 1,
-                                         NULL, err, cap);
-    /* It is read whole, here on the loop and when the job starts: a
-     * sparse file of many GB was a one-line way to stall and fill the
-     * daemon.  Its size is looked at as the user (as the reads are). */
-    td_fscred_saved saved;
-    struct stat st;
-    uint64_t most = td_limits_memory_cap(settings);
-    if (rc == 0 && td_access_enter(uid, &saved) == 0) {
-        int seen = stat(s->init.v[0], &st) == 0;
-        td_fscred_leave(&saved);
-        if (seen && S_ISREG(st.st_mode) && (uint64_t)st.st_size > most) {
-            snprintf(err, cap, "init: %s is %.1f MB, more than a job may "
-                     "hold in memory (max_job_memory_mb: %.1f MB)",
-                     s->init.v[0], (double)st.st_size / 1e6,
-                     (double)most / 1e6);
-            rc = TD_E_SPEC;
-        }
-    }
-    return rc;
-}
-
-/* 1 (and the conflict sent) when c's uid has max_queued_per_user
- * unfinished jobs.  Asked first, before the checks that scan the data on
- * the loop thread, and again when the job is queued. */
-static int td__queue_full(td_client *c, td_request *req)
-{
-    if (c->uid == 0)
-        return 0;
-    long long max = td_settings_int(c->d->settings, "max_queued_per_user");
-    long long have = 0;
-    for (td_job *q = c->d->jobs.head; q; q = q->next)
-        have += q->uid == c->uid && !td_job_state_final(q->state);
-    if (have < max)
-        return 0;
-    ERRF(c, req, TD_ERR_CONFLICT, "submit: uid %u already has %lld "
-         "unfinished job(s), the limit (max_queued_per_user); wait for some "
-         "to end or cancel them", (unsigned)c->uid, have);
-    return 1;
-}
-
-/* The name check, the per-user bound and the queueing, the same for
- * every kind of job.  Takes norm.  steps: the run's training steps for
- * the reply (< 0: none, an eval or predict job). */
-static void td__enqueue(td_client *c, td_request *req, json_t *norm,
-                        const char *dflt_name, const char *task,
-                        int64_t steps)
-{
-    json_t *name = json_object_get(req->args, "name");
-    const char *n = json_string_value(name);
-    if (name && !td_job_name_ok(n)) {
-        ERRF(c, req, TD_ERR_INVALID_ARGS, "submit: name must be 1-%d bytes "
-             "of printable text (no control characters)", TD_JOB_NAME_MAX);
-        json_decref(norm);
-        return;
-    }
-    if (td__queue_full(c, req)) {
-        json_decref(norm);
-        return;
-    }
-    if (!n)
-        n = dflt_name;
-    td_job *j = norm ? td_jobs_add(&c->d->jobs, n && *n ? n : "job", c->uid,
-                                   norm)
-                     : NULL;
-    json_decref(norm);
-    if (!j) {
-        ERRF(c, req, TD_ERR_INTERNAL, "out of memory");
-        return;
-    }
-    j->epochs_total = json_integer_value(json_object_get(j->spec, "epochs"));
-    td_logf(TD_LOG_INFO, j->id, "submitted by uid %u: %s%s%s%s",
-            (unsigned)c->uid, j->name, task ? " (" : "", task ? task : "",
-            task ? " job)" : "");
-    if (task)
-        td_logf(TD_LOG_INFO, j->id, "%s job: checkpoint %s", task,
-                json_string_value(json_object_get(j->spec, "checkpoint")));
-    td_daemon_persist_job(c->d, j);
-    json_t *ok = json_pack("{s:I, s:s}", "job", (json_int_t)j->id, "state",
-                           td_job_state_name(j->state));
-    if (ok && steps >= 0) /* the size of what was asked for */
-        json_object_set_new(ok, "steps", json_integer(steps));
-    td__ok(c, req, ok);
-    td_daemon_schedule(c->d);
-}
-
-/* An eval or predict job (infer_jobs.h): its spec, then its files as the
- * submitter. */
-static void td__submit_infer(td_client *c, td_request *req, json_t *spec)
-{
-    td_infer_spec is;
-    char err[1400];
-    int rc;
-    if ((rc = td_infer_spec_parse(spec, &is, err, sizeof err))) {
-        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
-        return;
-    }
-    if ((rc = td_infer_job_check(c->d, c->uid, &is, err, sizeof err))) {
-        ERRF(c, req, rc == -EACCES ? TD_ERR_PERMISSION : TD_ERR_INVALID_SPEC,
-             "%s", err);
-        td_infer_spec_free(&is);
-        return;
-    }
-    char name[80];
-    snprintf(name, sizeof name, "%s", is.name[0] ? is.name
-                                                 : td_task_name(is.task));
-    json_t *norm = td_infer_spec_to_json(&is);
-    enum td_task t = is.task;
-    td_infer_spec_free(&is);
-    td__enqueue(c, req, norm, name, td_task_name(t), -1);
-}
-
-/* spec with the daemon's settings for what it leaves out (a copy):
- * checkpoint.every_steps and checkpoint.keep (settings
- * checkpoint_every_steps and checkpoint_keep), input.prefetch (setting
- * prefetch, unless auto).  Where those parts are not objects, the copy
- * keeps them as they are and the parser names the problem. */
-static json_t *td__spec_defaults(const json_t *spec, const json_t *settings)
-{
-    static const struct {
-        const char *obj, *key, *setting;
-    } d[] = {{"checkpoint", "every_steps", "checkpoint_every_steps"},
-             {"checkpoint", "keep", "checkpoint_keep"},
-             {"input", "prefetch", "prefetch"}};
-    json_t *s = json_deep_copy(spec);
-    if (!json_is_object(s))
-        return s;
-    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
-        long long v = td_settings_int(settings, d[i].setting);
-        json_t *o = json_object_get(s, d[i].obj);
-        if (v < 0 || (o && !json_is_object(o)))
-            continue; /* auto, or the parser's to refuse */
-        if (!o)
-            json_object_set_new(s, d[i].obj, o = json_object());
-        if (o && !json_object_get(o, d[i].key))
-            json_object_set_new(o, d[i].key, json_integer(v));
-    }
-    return s;
-}
-
-static void cmd_submit(td_client *c, td_request *req)
-{
-    json_t *spec = json_object_get(req->args, "spec");
-    td_job_spec parsed;
-    char err[1024];
-    enum td_task task;
-    /* A user at the bound made the daemon check (scan) every job it
-     * sent all the same, before being refused. */
-    if (td__queue_full(c, req))
-        return;
-    if (td_spec_task(spec, &task, err, sizeof err)) {
-        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
-        return;
-    }
-    if (task != TD_TASK_TRAIN) {
-        td__submit_infer(c, req, spec);
-        return;
-    }
-    json_t *full = td__spec_defaults(spec, c->d->settings);
-    int prc = td_spec_parse(full, NULL, &parsed, err, sizeof err);
-    json_decref(full); /* parsed holds its own normalised copy */
-    if (prc) {
-        ERRF(c, req, TD_ERR_INVALID_SPEC, "%s", err);
-        return;
-    }
-    for (int k = 0; k < 2; k++) {
-        const td_spec_paths *ps = k ? &parsed.data.val : &parsed.data.train;
-        for (int i = 0; i < ps->n; i++) {
-            if (ps->v[i][0] != '/') {
-                ERRF(c, req, TD_ERR_INVALID_SPEC, "data.%s: '%s' must be an "
-                     "absolute path (trainctl submit resolves relative ones)",
-                     k ? "val" : "train", ps->v[i]);
-                td_spec_free(&parsed);
-                return;
-            }
-        }
-    }
-    /* Synthetic input reads no data (access.c skips its data paths), but
-     * a model .json path is read either way and is checked here too. */
-    if (td_access_check_spec(c->uid, &parsed,
-                             json_object_get(c->d->settings,
-                                             "allowed_data_roots"),
-                             err, sizeof err)) {
-        ERRF(c, req, TD_ERR_PERMISSION, "%s", err);
-        td_spec_free(&parsed);
-        return;
-    }
-    char models[4096];
-    td_model *model = NULL;
-    td_models_dir(NULL, models, sizeof models);
-    td_access_build_model(c->uid, &parsed, models, &model);
-    int lrc = td_limits_check_spec(c->d->settings, &parsed, model,
-                                   &c->d->devices, err, sizeof err);
-    if (lrc == 0) { /* room for its checkpoints now, not at its first */
-        char ckdir[3200];
-        snprintf(ckdir, sizeof ckdir, "%s/checkpoints", c->d->state_dir);
-        lrc = td_limits_check_disk(ckdir, &parsed, model,
-                                   " (trainctl rm removes an ended job's "
-                                   "checkpoints)", err, sizeof err);
-    }
-    td_model_free(model);
-    /* Files are read as the submitter (jobdata.h): the datasets opened
-     * as the trainer will, init's tensors, a model file. */
-    td_fscred ucred;
-    if (lrc == 0)
-        lrc = td__init_access(c->uid, &parsed, c->d->settings, err,
-                              sizeof err);
-    if (lrc == 0 && td_fscred_for_reader(c->uid, &ucred, err, sizeof err))
-        lrc = -EACCES; /* no identity to read the files as */
-    /* The checks traind --run makes too (jobcheck.h): the device, the
-     * precision, init, the data, the model and the run's length, now and
-     * not when the job starts hours later. */
-    td_job_check_opts co = {.devices = &c->d->devices, .models_dir = models,
-                            .cred = &ucred};
-    td_job_checked chk;
-    if (lrc == 0)
-        lrc = td_job_check(&parsed, &co, &chk, err, sizeof err);
-    if (lrc) {
-        ERRF(c, req, lrc == -EACCES ? TD_ERR_PERMISSION : TD_ERR_INVALID_SPEC,
-             "%s", err);
-        td_spec_free(&parsed);
-        return;
-    }
-    json_t *norm = td_spec_to_json(&parsed);
-    char dflt[80];
-    snprintf(dflt, sizeof dflt, "%s", parsed.name ? parsed.name : "");
-    td_spec_free(&parsed);
-    td__enqueue(c, req, norm, dflt, NULL, chk.size.steps);
 }
 
 static void cmd_list(td_client *c, td_request *req)
@@ -832,7 +580,7 @@ static const struct {
     const char *cmd;
     void (*fn)(td_client *, td_request *);
 } td__handlers[] = {
-    {"version", cmd_version},       {"submit", cmd_submit},
+    {"version", cmd_version},       {"submit", td_cmd_submit},
     {"list", cmd_list},             {"show", cmd_show},
     {"cancel", cmd_cancel},         {"pause", cmd_pause},
     {"resume", cmd_resume},         {"checkpoint", cmd_checkpoint},

@@ -53,6 +53,8 @@ typedef struct td_client {
     uid_t uid;
     pid_t pid;
     int closing;
+    int held;                  /* a request's work is under way off the
+                                  loop: later lines wait (td_client_hold) */
     /* subscription */
     unsigned sub_events;       /* 0: not subscribed */
     int64_t sub_job;           /* 0: every job */
@@ -171,6 +173,11 @@ void td_client_send(td_client *c, char *line);
 void td_server_broadcast(td_daemon *d, int kind, int64_t job, double ts,
                          json_t *data);
 void td_client_close(td_client *c, const char *why);
+/* A request whose reply comes from work off the loop holds its connection:
+ * the client's later request lines are read and answered only after
+ * td_client_release, so that replies keep the order of the requests. */
+void td_client_hold(td_client *c);
+void td_client_release(td_client *c);
 /* The client with this id, or NULL if it has gone (for replies that are
  * ready only after work off the loop). */
 td_client *td_server_client(td_daemon *d, uint64_t id);

@@ -121,14 +121,15 @@ out:
     return rc;
 }
 
-int td_infer_job_check(td_daemon *d, uid_t uid, const td_infer_spec *s,
-                       char *err, size_t errcap)
+int td_infer_job_check(const json_t *settings, const td_device_info *devices,
+                       uid_t uid, const td_infer_spec *s, char *err,
+                       size_t errcap)
 {
-    const json_t *roots = json_object_get(d->settings, "allowed_data_roots");
+    const json_t *roots = json_object_get(settings, "allowed_data_roots");
     td_device_choice ch;
     char e[512];
     int rc;
-    if (td_device_select(s->device, &d->devices, &ch, e, sizeof e)) {
+    if (td_device_select(s->device, devices, &ch, e, sizeof e)) {
         snprintf(err, errcap, "device: %s", e);
         return TD_E_SPEC;
     }
@@ -146,7 +147,7 @@ int td_infer_job_check(td_daemon *d, uid_t uid, const td_infer_spec *s,
                     s->n_images, roots, err, errcap))) {
         return rc;
     }
-    return td__check_files(uid, s, d->settings, err, errcap);
+    return td__check_files(uid, s, settings, err, errcap);
 }
 
 void td_infer_job_summary(const json_t *r, enum td_task t, char *buf,

@@ -11,19 +11,23 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "job/device.h"
 #include "jobs.h"
 #include "job/infer_spec.h"
 
 struct td_daemon;
 
-/* Loop thread, at submit: every path absolute, readable by uid (the
+/* At submit, on a threadpool thread (settings: a copy the loop does not
+ * change meanwhile; devices: the daemon's, probed at start): every path
+ * absolute, readable by uid (the
  * access.c rules: opened with uid's identity; data and images also under
  * allowed_data_roots) and there; the checkpoint a traind checkpoint or
  * export (its metadata read as uid); an eval's dataset opens and its
  * classes are the model's; the device exists.  0, -EACCES (a path:
  * permission_denied) or TD_E_SPEC (invalid_spec), err naming the field. */
-int td_infer_job_check(struct td_daemon *d, uid_t uid,
-                       const td_infer_spec *s, char *err, size_t errcap);
+int td_infer_job_check(const json_t *settings, const td_device_info *devices,
+                       uid_t uid, const td_infer_spec *s, char *err,
+                       size_t errcap);
 
 /* The job's task (TD_TASK_TRAIN for a training job). */
 enum td_task td_job_task(const td_job *j);

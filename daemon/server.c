@@ -289,19 +289,13 @@ static void td__handle_line(td_client *c, const char *line, size_t len)
     td_request_free(&req);
 }
 
-static void td__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+/* Handles c's buffered request lines until none is left or one holds the
+ * connection (td_client_hold); rc: what feeding the buffer returned. */
+static void td__drain(td_client *c, int rc)
 {
-    td_client *c = (td_client *)s;
-    if (n < 0) {
-        td_client_close(c, n == UV_EOF ? "disconnected" : uv_strerror((int)n));
-        return;
-    }
-    if (n == 0 || c->closing)
-        return;
-    int rc = td_linebuf_feed(&c->in, buf->base, (size_t)n);
     const char *line;
     size_t len;
-    while (rc == 0 && !c->closing &&
+    while (rc == 0 && !c->closing && !c->held &&
            (rc = td_linebuf_next(&c->in, &line, &len)) == 1) {
         td__handle_line(c, line, len);
         rc = 0;
@@ -315,6 +309,40 @@ static void td__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         td__close_after_flush(c);
     } else if (rc < 0 && !c->closing) {
         td_client_close(c, td_strerror(rc));
+    }
+}
+
+static void td__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    td_client *c = (td_client *)s;
+    if (n < 0) {
+        td_client_close(c, n == UV_EOF ? "disconnected" : uv_strerror((int)n));
+        return;
+    }
+    if (n == 0 || c->closing)
+        return;
+    td__drain(c, td_linebuf_feed(&c->in, buf->base, (size_t)n));
+}
+
+void td_client_hold(td_client *c)
+{
+    if (c->closing || c->held)
+        return;
+    c->held = 1;
+    uv_read_stop((uv_stream_t *)&c->pipe);
+}
+
+void td_client_release(td_client *c)
+{
+    if (c->closing || !c->held)
+        return;
+    c->held = 0;
+    td__drain(c, 0); /* lines that came with or after the held one */
+    if (!c->closing && !c->held) {
+        int rc = uv_read_start((uv_stream_t *)&c->pipe, td__on_alloc,
+                               td__on_read);
+        if (rc < 0)
+            td_client_close(c, uv_strerror(rc));
     }
 }
 

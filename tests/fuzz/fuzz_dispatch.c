@@ -86,6 +86,11 @@ td_client *td_server_client(td_daemon *d, uint64_t id)
     return NULL;
 }
 
+/* One request at a time here (td__request waits for each reply): there
+ * are no later lines to hold back. */
+void td_client_hold(td_client *c) { c->held = 1; }
+void td_client_release(td_client *c) { c->held = 0; }
+
 int td_server_listen(td_daemon *d)
 {
     (void)d;

@@ -1,5 +1,6 @@
 /* test_daemon.c - traind live: started by each test on its own socket and
  * state dir, driven over the control protocol. */
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -227,6 +228,62 @@ START_TEST(test_submit_refuses_warmup_past_the_run)
                      100);
     json_decref(r);
     close(fd);
+}
+END_TEST
+
+/* A submit's checks list and look at every file of its data, here
+ * 100,000 (a folder of a million images took seconds): they run on a
+ * threadpool thread, so another client is answered meanwhile, and the
+ * submitting connection's next request waits for the submit's reply (its
+ * list shows the job).  Before, the checks ran on the loop: the other
+ * client's reply came after the submit's. */
+START_TEST(test_submit_checks_hold_only_their_connection)
+{
+    char d[160], f[200];
+    for (int k = 0; k < 2; k++) {
+        snprintf(d, sizeof d, "%s/big/%c", H.dir, "ab"[k]);
+        td_test_sh("/", "mkdir -p '%s'", d);
+        for (int i = 0; i < 50000; i++) {
+            snprintf(f, sizeof f, "%s/%06d.jpg", d, i);
+            int fd = open(f, O_WRONLY | O_CREAT | O_EXCL, 0644);
+            ck_assert_int_ge(fd, 0);
+            close(fd);
+        }
+    }
+    snprintf(d, sizeof d, "%s/big", H.dir);
+    int fa = th_connect(&H, NULL), fb = th_connect(&H, NULL);
+    ck_assert_int_ge(fa, 0);
+    ck_assert_int_ge(fb, 0);
+    json_t *req = json_pack("{s:i, s:s, s:{s:o}}", "id", 1, "cmd", "submit",
+                            "args", "spec", th_files_spec(d, 1));
+    char *line = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    char two[8192];
+    snprintf(two, sizeof two, "%s\n{\"id\":2,\"cmd\":\"list\"}\n", line);
+    free(line);
+    ck_assert_int_eq(th_send_raw(fa, two, strlen(two)), 0);
+    json_t *v = th_request(fb, "version", NULL);
+    ck_assert_ptr_nonnull(th_ok(v));
+    json_decref(v);
+    struct pollfd p = {.fd = fa, .events = POLLIN};
+    ck_assert_msg(poll(&p, 1, 0) == 0, "the submit was answered before "
+                  "another client's version: its checks held the loop");
+    json_t *r1 = th_read_json(fa, 60000), *r2 = th_read_json(fa, 60000);
+    ck_assert_ptr_nonnull(r1);
+    ck_assert_ptr_nonnull(r2);
+    ck_assert_int_eq(json_integer_value(json_object_get(r1, "id")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(r2, "id")), 2);
+    json_t *ok = th_ok(r1);
+    ck_assert_ptr_nonnull(ok);
+    json_int_t id = json_integer_value(json_object_get(ok, "job"));
+    json_t *jobs = json_object_get(th_ok(r2), "jobs");
+    ck_assert_int_eq(json_array_size(jobs), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_array_get(jobs, 0), "id")), id);
+    json_decref(r1);
+    json_decref(r2);
+    close(fa);
+    close(fb);
 }
 END_TEST
 
@@ -479,6 +536,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(tc, test_submit_list_show_cancel);
     tcase_add_test(tc, test_submit_refuses_unsupported_precision);
     tcase_add_test(tc, test_submit_refuses_warmup_past_the_run);
+    tcase_add_test(tc, test_submit_checks_hold_only_their_connection);
     tcase_add_test(tc, test_pause_resume_pending);
     tcase_add_test(tc, test_state_events_reach_subscriber);
     tcase_add_test(tc, test_other_uid_may_not_control);
