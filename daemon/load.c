@@ -50,6 +50,94 @@ static void td__progress(const char *dir, size_t done, size_t total,
                "%zu", TD__LOAD_EXTEND_USEC, done, total);
 }
 
+/* The ids read so far (open addressing; 0 is free: ids start at 1) and
+ * the jobs in the order read, inserted by id once all are in: with
+ * thousands of records, finding each id in the table and inserting into
+ * the sorted list one by one cost time quadratic in their count. */
+typedef struct td__loaded {
+    int64_t *ids;
+    size_t cap; /* a power of two, at least twice the records */
+    td_job **jobs;
+    unsigned char *rewrite; /* 1: its record is written again */
+    size_t n, jcap;
+} td__loaded;
+
+static int td__loaded_init(td__loaded *l, size_t records)
+{
+    memset(l, 0, sizeof *l);
+    l->cap = 64;
+    while (l->cap < 2 * records + 2)
+        l->cap *= 2;
+    l->ids = calloc(l->cap, sizeof *l->ids);
+    return l->ids ? 0 : -1;
+}
+
+/* 1 if id was seen already, else it is noted (and 0). */
+static int td__loaded_seen(td__loaded *l, int64_t id)
+{
+    size_t i = ((uint64_t)id * 0x9E3779B97F4A7C15ull) & (l->cap - 1);
+    while (l->ids[i] && l->ids[i] != id)
+        i = (i + 1) & (l->cap - 1);
+    if (l->ids[i] == id)
+        return 1;
+    /* More ids than counted (a record written while loading): grow. */
+    if (l->n * 2 + 2 > l->cap) {
+        td__loaded big = {.cap = l->cap * 2};
+        big.ids = calloc(big.cap, sizeof *big.ids);
+        if (!big.ids)
+            return 0; /* unlikely; a duplicate may then go unseen */
+        for (size_t k = 0; k < l->cap; k++) {
+            if (!l->ids[k])
+                continue;
+            size_t j = ((uint64_t)l->ids[k] * 0x9E3779B97F4A7C15ull) &
+                       (big.cap - 1);
+            while (big.ids[j])
+                j = (j + 1) & (big.cap - 1);
+            big.ids[j] = l->ids[k];
+        }
+        free(l->ids);
+        l->ids = big.ids;
+        l->cap = big.cap;
+        i = ((uint64_t)id * 0x9E3779B97F4A7C15ull) & (l->cap - 1);
+        while (l->ids[i])
+            i = (i + 1) & (l->cap - 1);
+    }
+    l->ids[i] = id;
+    return 0;
+}
+
+static int td__loaded_has(const td__loaded *l, int64_t id)
+{
+    size_t i = ((uint64_t)id * 0x9E3779B97F4A7C15ull) & (l->cap - 1);
+    while (l->ids[i] && l->ids[i] != id)
+        i = (i + 1) & (l->cap - 1);
+    return id > 0 && l->ids[i] == id;
+}
+
+static int td__loaded_add(td__loaded *l, td_job *j, int rewrite)
+{
+    if (l->n == l->jcap) {
+        size_t cap = l->jcap ? 2 * l->jcap : 256;
+        td_job **nj = realloc(l->jobs, cap * sizeof *nj);
+        unsigned char *nr = nj ? realloc(l->rewrite, cap) : NULL;
+        if (nj)
+            l->jobs = nj;
+        if (!nr)
+            return -1;
+        l->rewrite = nr;
+        l->jcap = cap;
+    }
+    l->jobs[l->n] = j;
+    l->rewrite[l->n++] = (unsigned char)rewrite;
+    return 0;
+}
+
+static int td__by_id(const void *a, const void *b)
+{
+    const td_job *x = *(td_job *const *)a, *y = *(td_job *const *)b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
 /* A record is checked again as it is read back, as if it were submitted
  * now: a name that is not one (control characters) is replaced, and a job
  * not yet finished whose spec no longer parses or fits this machine
@@ -96,14 +184,14 @@ failed:
 
 /* Rows in the cache of jobs that are gone (removed, or their records set
  * aside): harmless, but the cache is written again without them. */
-static size_t td__stale_rows(td_daemon *d, json_t *cache)
+static size_t td__stale_rows(const td__loaded *l, json_t *cache)
 {
     const char *name;
     json_t *v;
     size_t n = 0;
     json_object_foreach(cache, name, v) {
         long long id = strtoll(name, NULL, 10);
-        n += id <= 0 || !td_jobs_find(&d->jobs, id);
+        n += !td__loaded_has(l, id);
     }
     return n;
 }
@@ -120,6 +208,13 @@ void td_daemon_load_jobs(td_daemon *d)
     json_t *cache = td_ended_cache_load(d->state_dir);
     size_t total = td__count_records(dp), done = 0, hits = 0, misses = 0;
     int64_t t0 = td_now_ns(), told = t0;
+    td__loaded got;
+    if (td__loaded_init(&got, total)) {
+        td_error("loading job records from %s: out of memory", dir);
+        json_decref(cache);
+        closedir(dp);
+        return;
+    }
     if (total)
         td_notifyf("STATUS=loading %zu job record(s) from %s", total, dir);
     struct dirent *e;
@@ -142,9 +237,12 @@ void td_daemon_load_jobs(td_daemon *d)
                         ? td_ended_cache_take(cache, dirfd(dp), e->d_name,
                                               cid)
                         : NULL;
-        if (j && !td_jobs_find(&d->jobs, j->id)) {
+        if (j && !td__loaded_seen(&got, j->id)) {
+            if (td__loaded_add(&got, j, 0)) {
+                td_job_free(j); /* out of memory: read again next start */
+                continue;
+            }
             hits++;
-            td_jobs_insert(&d->jobs, j);
             continue;
         }
         if (j) /* a duplicate id: warned below */
@@ -158,7 +256,7 @@ void td_daemon_load_jobs(td_daemon *d)
             td_remove_set_aside(d, path, e->d_name, err);
             continue;
         }
-        if (td_jobs_find(&d->jobs, j->id)) {
+        if (td__loaded_seen(&got, j->id)) {
             td_warn("ignoring %s: duplicate job id %lld", path,
                     (long long)j->id);
             td_job_free(j);
@@ -219,21 +317,34 @@ void td_daemon_load_jobs(td_daemon *d)
                             "checkpoint", (long long)j->step);
             }
         }
-        td_jobs_insert(&d->jobs, j); /* in id order: submission order,
-                                        whatever the directory's */
-        if (crashed) /* written once the loop runs */
-            td_daemon_persist_job(d, j);
-        else if (j->id < recent) { /* the newest keep curves for obs.c */
+        if (td__loaded_add(&got, j, crashed)) {
+            td_error("job %lld: out of memory loading its record; left "
+                     "out until the next start", (long long)j->id);
+            td_job_free(j);
+            continue;
+        }
+        if (!crashed && j->id < recent) { /* the newest keep curves for
+                                             obs.c */
             td_ended_shed(d, j);
             misses += j->shed;
         }
     }
     closedir(dp);
+    /* In id order: submission order, whatever the directory's. */
+    qsort(got.jobs, got.n, sizeof *got.jobs, td__by_id);
+    for (size_t i = 0; i < got.n; i++) {
+        td_jobs_insert(&d->jobs, got.jobs[i]);
+        if (got.rewrite[i]) /* written once the loop runs */
+            td_daemon_persist_job(d, got.jobs[i]);
+    }
     /* Rows read in full this time (or cached rows of records gone) are
      * saved now, not only at shutdown: a daemon killed later starts fast
      * too. */
-    if (misses || td__stale_rows(d, cache))
+    if (misses || td__stale_rows(&got, cache))
         td_ended_cache_save(d, NULL);
+    free(got.ids);
+    free(got.jobs);
+    free(got.rewrite);
     json_decref(cache);
     if (d->jobs.count)
         td_info("restored %zu job record(s) from %s in %.1f s (%zu ended "

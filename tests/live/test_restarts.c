@@ -336,12 +336,51 @@ START_TEST(test_second_sigterm_still_checkpoints)
 }
 END_TEST
 
+/* ---- records read back in id order, a duplicate id left out ---------------- */
+
+/* The jobs come back in id order whatever the directory's order, a second
+ * record with an id already read is left out, and the next job gets the
+ * next id.  (The load finds ids in a set and sorts once: it looked each
+ * one up in the job table and inserted it into the sorted list, time
+ * quadratic in the records.) */
+START_TEST(test_records_back_in_id_order_without_duplicates)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t ids[5];
+    for (int i = 0; i < 5; i++)
+        ids[i] = th_submit(fd, th_tiny_spec(1, 0));
+    for (int i = 0; i < 5; i++)
+        ck_assert(th_wait_state(fd, ids[i], "completed", 60000));
+    close(fd);
+    ck_assert_int_eq(th_stop(&H), 0);
+    /* Another name for job 3's record; no row cache (every record is
+     * read in full). */
+    td_test_sh(H.state, "cp jobs/%lld.json jobs/000%lld.json && "
+               "rm -f job-rows.cache", (long long)ids[2],
+               (long long)ids[2]);
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    json_t *r = th_request(fd, "list", NULL);
+    json_t *jobs = json_object_get(th_ok(r), "jobs");
+    ck_assert_int_eq(json_array_size(jobs), 5);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_array_get(jobs, (size_t)i), "id")),
+                         ids[i]);
+    json_decref(r);
+    ck_assert_int_eq(th_submit(fd, th_tiny_spec(1, 0)), ids[4] + 1);
+    close(fd);
+}
+END_TEST
+
 static Suite *restarts_suite(void)
 {
     const td_tcase tcs[] = {
         {"eval", setup, teardown, NULL,
          {test_kill9_during_eval_job_runs_again}},
         {"names", setup, teardown, NULL, {test_bad_file_name_not_utf8}},
+        {"order", setup, teardown, NULL,
+         {test_records_back_in_id_order_without_duplicates}},
         {"cancel", setup, teardown, NULL,
          {test_cancel_then_sigterm_keeps_the_cancel,
           test_second_sigterm_still_checkpoints}},
