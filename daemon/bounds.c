@@ -16,10 +16,12 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "backend/memplan.h"
+#include "base/error.h"
 #include "input/pipeline.h"
 #include "settings.h"
 
@@ -59,6 +61,20 @@ uint64_t td_limits_memory_cap(const json_t *settings)
     if (mb > 0)
         return (uint64_t)mb << 20;
     return td__mem_total() / 2;
+}
+
+int td_limits_check_file_size(const json_t *settings, const char *field,
+                              const char *path, char *err, size_t errcap)
+{
+    struct stat st;
+    uint64_t most = td_limits_memory_cap(settings);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+        (uint64_t)st.st_size <= most)
+        return 0;
+    snprintf(err, errcap, "%s: %.1000s is %.1f MB, more than a job may hold "
+             "in memory (max_job_memory_mb: %.1f MB)", field, path,
+             (double)st.st_size / 1e6, (double)most / 1e6);
+    return TD_E_SPEC;
 }
 
 /* Slots the runner allocates for one pipeline (runner.c: a fixed prefetch,

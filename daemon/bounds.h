@@ -33,6 +33,14 @@ typedef struct td_mem_estimate {
 int td_limits_cpus(void);
 /* max_job_memory_mb in bytes ("auto": half of MemTotal). */
 uint64_t td_limits_memory_cap(const json_t *settings);
+/* A file a job reads whole (an init or checkpoint file), stat'ed by the
+ * caller's thread as it is: TD_E_SPEC with err ("FIELD: PATH is 1100.0
+ * MB, more than a job may hold in memory (max_job_memory_mb: ...)") when
+ * it is a regular file larger than max_job_memory_mb; else 0 (a file
+ * that is not there or not regular is for the opening to refuse).
+ * Before, a user's sparse file of many GB was read whole at submit. */
+int td_limits_check_file_size(const json_t *settings, const char *field,
+                              const char *path, char *err, size_t errcap);
 /* The host-memory estimate for spec s; model may be NULL (not counted).
  * on_gpu: the model's training state and activations live on the device,
  * so the host holds only the snapshot copy of parameters and state. */

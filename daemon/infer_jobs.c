@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "access.h"
@@ -52,18 +51,10 @@ static int td__check_files(uid_t uid, const td_infer_spec *s,
                  (unsigned)uid);
         return -EACCES;
     }
-    /* Read whole, here on the loop: a sparse file of many GB stalled and
-     * filled the daemon (as an init file did, commands.c). */
-    struct stat st;
-    uint64_t most = td_limits_memory_cap(settings);
-    if (stat(s->checkpoint, &st) == 0 && S_ISREG(st.st_mode) &&
-        (uint64_t)st.st_size > most) {
-        snprintf(err, errcap, "checkpoint: %.1000s is %.1f MB, more than a "
-                 "job may hold in memory (max_job_memory_mb: %.1f MB)",
-                 s->checkpoint, (double)st.st_size / 1e6, (double)most / 1e6);
-        rc = TD_E_SPEC;
+    /* Read whole, here and when the job starts (bounds.h). */
+    if ((rc = td_limits_check_file_size(settings, "checkpoint",
+                                        s->checkpoint, err, errcap)))
         goto out;
-    }
     if ((rc = td_st_open(s->checkpoint, &f, e, sizeof e))) {
         snprintf(err, errcap, "checkpoint: %.1000s is not a safetensors "
                  "file traind can read: %s", s->checkpoint, e);

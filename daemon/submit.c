@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "access.h"
@@ -95,22 +94,13 @@ static int td__init_access(uid_t uid, const td_job_spec *s,
                  : td_access_check_paths(uid, "init", 0,
                                          (const char *const *)s->init.v, 1,
                                          NULL, err, cap);
-    /* It is read whole, in td_job_check and when the job starts: a
-     * sparse file of many GB was a one-line way to stall and fill the
-     * daemon.  Its size is looked at as the user (as the reads are). */
+    /* It is read whole, in td_job_check and when the job starts; its
+     * size is looked at as the user (as the reads are). */
     td_fscred_saved saved;
-    struct stat st;
-    uint64_t most = td_limits_memory_cap(settings);
     if (rc == 0 && td_access_enter(uid, &saved) == 0) {
-        int seen = stat(s->init.v[0], &st) == 0;
+        rc = td_limits_check_file_size(settings, "init", s->init.v[0], err,
+                                       cap);
         td_fscred_leave(&saved);
-        if (seen && S_ISREG(st.st_mode) && (uint64_t)st.st_size > most) {
-            snprintf(err, cap, "init: %s is %.1f MB, more than a job may "
-                     "hold in memory (max_job_memory_mb: %.1f MB)",
-                     s->init.v[0], (double)st.st_size / 1e6,
-                     (double)most / 1e6);
-            rc = TD_E_SPEC;
-        }
     }
     return rc;
 }
