@@ -196,6 +196,41 @@ static size_t td__stale_rows(const td__loaded *l, json_t *cache)
     return n;
 }
 
+/* A training job traind died under: it resumes from its newest
+ * checkpoint, at least the newest its record lists (a newer one may have
+ * been written after the record was last saved).  Its step and epoch
+ * become that checkpoint's: they were the record's last step, steps the
+ * job runs again, so its progress went back when it started. */
+static void td__recovered_at_checkpoint(td_job *j)
+{
+    int64_t at = j->step, ck = 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach(j->checkpoints, i, c) {
+        json_int_t s = json_integer_value(json_object_get(c, "step"));
+        if (s > ck && s <= at)
+            ck = s;
+    }
+    j->step = ck;
+    if (j->epochs_total > 0 && j->steps_total >= j->epochs_total)
+        j->epoch = ck / (j->steps_total / j->epochs_total);
+    if (ck > 0)
+        snprintf(j->reason, sizeof j->reason, "interrupted by a daemon "
+                 "restart at step %lld or later; resumes from its newest "
+                 "checkpoint (step %lld or later)", (long long)at,
+                 (long long)ck);
+    else
+        snprintf(j->reason, sizeof j->reason, "interrupted by a daemon "
+                 "restart at step %lld or later; resumes from its newest "
+                 "checkpoint, else from the start (none in its record)",
+                 (long long)at);
+    td_logf(TD_LOG_WARN, j->id, "recovered after traind stopped without a "
+            "shutdown (killed or crashed) at step %lld or later (its record "
+            "is saved at most once a second); resumes from its newest "
+            "checkpoint: step %lld in its record, or a newer one",
+            (long long)at, (long long)ck);
+}
+
 /* Reads every jobs/<id>.json (start-up only, before the loop runs). */
 void td_daemon_load_jobs(td_daemon *d)
 {
@@ -299,22 +334,15 @@ void td_daemon_load_jobs(td_daemon *d)
                 /* A clean shutdown leaves its job pending; running means
                  * traind died under it (kill -9, a crash, power loss). */
                 j->state = TD_JOB_PENDING;
-                snprintf(j->reason, sizeof j->reason, "%s",
-                         td_job_task(j) != TD_TASK_TRAIN
-                             ? "interrupted by a daemon restart; runs again "
-                               "from the start"
-                             : "interrupted by a daemon restart; resumes "
-                               "from its last checkpoint");
-                if (td_job_task(j) != TD_TASK_TRAIN) /* no checkpoint */
+                if (td_job_task(j) != TD_TASK_TRAIN) { /* no checkpoint */
+                    snprintf(j->reason, sizeof j->reason, "interrupted by "
+                             "a daemon restart; runs again from the start");
                     td_logf(TD_LOG_WARN, j->id, "recovered after traind "
                             "stopped without a shutdown (killed or "
                             "crashed); runs again from the start");
-                else
-                    td_logf(TD_LOG_WARN, j->id, "recovered after traind "
-                            "stopped without a shutdown (killed or crashed) "
-                            "at step %lld or later (its record is saved at "
-                            "most once a second); resumes from its last "
-                            "checkpoint", (long long)j->step);
+                } else {
+                    td__recovered_at_checkpoint(j);
+                }
             }
         }
         if (td__loaded_add(&got, j, crashed)) {

@@ -264,6 +264,29 @@ START_TEST(test_kill9_log_names_the_record_step_as_a_lower_bound)
                                      "most once a second)"),
                   "the recovery line states the record's step as where "
                   "the job stopped");
+    /* It names the newest checkpoint its record lists, a lower bound of
+     * the one it resumes from (checkpoints every 15 steps). */
+    for (int w = 0; w < 3000 && !th_log_has(fd, id, "resumed from "); w++)
+        usleep(10000);
+    json_t *r = th_request(fd, "logs", json_pack("{s:I, s:i}", "job",
+                                                 (json_int_t)id, "lines",
+                                                 100000));
+    json_t *lines = json_object_get(th_ok(r), "lines"), *l;
+    size_t i;
+    long long listed = -1, resumed = -1;
+    json_array_foreach(lines, i, l) {
+        const char *t = json_string_value(l), *p;
+        if ((p = strstr(t, "resumes from its newest checkpoint: step ")))
+            listed = atoll(p + strlen("resumes from its newest checkpoint: "
+                                      "step "));
+        if (strstr(t, "resumed from ") && (p = strstr(t, ": step ")))
+            resumed = atoll(p + strlen(": step "));
+    }
+    json_decref(r);
+    ck_assert_msg(listed >= 0 && resumed >= listed && listed % 15 == 0 &&
+                      resumed % 15 == 0,
+                  "recovery named step %lld, the job resumed from %lld",
+                  listed, resumed);
     job_request_ok(fd, id, "cancel");
     ck_assert(th_wait_state(fd, id, "cancelled", 60000));
     close(fd);
