@@ -114,6 +114,9 @@ typedef struct td_daemon {
     td_trainer_slot *trainer;  /* the running job's thread, or NULL */
     struct td_obs *obs;        /* trace waiters, Prometheus (obs.c) */
     struct td_joblog *joblog;  /* the jobs' log files (joblog.c) */
+    /* submits whose checks wait for a threadpool thread (submit.c) */
+    struct td_submit *submit_head, *submit_tail;
+    int submits_checking;
     /* inbox from other threads */
     pthread_mutex_t inbox_mu;
     td_inbox_msg *inbox_head, *inbox_tail;

@@ -34,8 +34,15 @@
 #include "model/zoo.h"
 #include "settings.h"
 
+/* Submits whose checks run at once; the others wait in d's queue, in the
+ * order they came.  libuv's threadpool has 4 threads, and job records are
+ * written there too (a cancel's reply waits for its record): a user's
+ * slow checks must not take every thread. */
+#define TD__CHECKS_AT_ONCE 2
+
 typedef struct td_submit {
     uv_work_t work;
+    struct td_submit *next; /* in d's queue */
     td_daemon *d;
     uint64_t client;
     uid_t uid;
@@ -211,9 +218,35 @@ static void td__free(td_submit *s)
     free(s);
 }
 
+static void td__done(uv_work_t *w, int status);
+
+/* Starts queued checks while fewer than TD__CHECKS_AT_ONCE run.  A submit
+ * that cannot start is answered with the error and frees its connection. */
+static void td__start_checks(td_daemon *d)
+{
+    while (d->submit_head && d->submits_checking < TD__CHECKS_AT_ONCE) {
+        td_submit *s = d->submit_head;
+        d->submit_head = s->next;
+        if (!d->submit_head)
+            d->submit_tail = NULL;
+        s->work.data = s;
+        if (uv_queue_work(d->loop, &s->work, td__work, td__done) == 0) {
+            d->submits_checking++;
+            continue;
+        }
+        td__error(d, s->client, s->id, TD_ERR_INTERNAL,
+                  "submit: cannot queue the checks");
+        td_client *c = td_server_client(d, s->client);
+        td__free(s);
+        if (c)
+            td_client_release(c);
+    }
+}
+
 static void td__done(uv_work_t *w, int status)
 {
     td_submit *s = w->data;
+    s->d->submits_checking--;
     if (status < 0)
         td__error(s->d, s->client, s->id, TD_ERR_INTERNAL,
                   "submit: the checks did not run");
@@ -223,10 +256,12 @@ static void td__done(uv_work_t *w, int status)
                   s->err);
     else
         td__enqueue(s);
-    td_client *c = td_server_client(s->d, s->client);
+    td_daemon *d = s->d;
+    td_client *c = td_server_client(d, s->client);
     td__free(s);
     if (c)
         td_client_release(c); /* its next requests, in order */
+    td__start_checks(d);
 }
 
 /* spec with the daemon's settings for what it leaves out (a copy):
@@ -328,15 +363,16 @@ void td_cmd_submit(td_client *c, td_request *req)
         snprintf(s->err, sizeof s->err, "out of memory");
     }
     snprintf(s->ckdir, sizeof s->ckdir, "%s/checkpoints", c->d->state_dir);
-    s->work.data = s;
-    if (!cls && uv_queue_work(c->d->loop, &s->work, td__work, td__done)) {
-        cls = TD_ERR_INTERNAL;
-        snprintf(s->err, sizeof s->err, "submit: cannot queue the checks");
-    }
     if (cls) {
         td_client_send(c, td_proto_error(req->id, cls, s->err));
         td__free(s);
         return;
     }
     td_client_hold(c); /* until td__done has replied */
+    if (c->d->submit_tail)
+        c->d->submit_tail->next = s;
+    else
+        c->d->submit_head = s;
+    c->d->submit_tail = s;
+    td__start_checks(c->d);
 }
