@@ -35,6 +35,9 @@ int td__cuda_sticky(cudaError_t e)
     case cudaErrorLaunchFailure:
     case cudaErrorTensorMemoryLeak:
     case cudaErrorExternalDevice:
+    /* "the MPS client has been terminated by the server.  To continue
+     * using CUDA, the process must be terminated and relaunched." */
+    case cudaErrorMpsClientTerminated:
     /* "The device cannot be used again.  All existing allocations are
      * invalid." */
     case cudaErrorAssert:

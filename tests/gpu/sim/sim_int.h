@@ -155,7 +155,9 @@ typedef struct td_sim_state {
     long oom_launch_in;           /* td_sim_oom_launch_in: launches until
                                    * one fails (out of memory); 0 off */
     long oom_at;                  /* fail the Nth cudaMalloc (1-based) */
-    long fault_kernel;            /* illegal address at the Nth launch */
+    long fault_kernel;            /* a sticky fault at the Nth launch */
+    cudaError_t fault_error;      /* TD_SIM_FAULT_ERROR: which one
+                                   * (cudaErrorIllegalAddress) */
     int race_mode;                /* 0 off, 1 report, 2 strict (abort) */
     size_t pinned_cap;            /* TD_SIM_PINNED_KB: page-locked limit */
     size_t pinned_used;           /* bytes page-locked now */

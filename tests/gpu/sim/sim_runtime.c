@@ -105,6 +105,10 @@ static void td__configure(void)
     td__sim.oom_at = td__env_long("TD_SIM_OOM_AT", 0, 0, 0x7fffffffL);
     td__sim.fault_kernel = td__env_long("TD_SIM_FAULT_KERNEL", 0, 0,
                                         0x7fffffffL);
+    /* the error code of the injected fault: any of driver_types.h's
+     * (e.g. 810, cudaErrorMpsClientTerminated), sticky like the rest */
+    td__sim.fault_error = (cudaError_t)td__env_long(
+        "TD_SIM_FAULT_ERROR", cudaErrorIllegalAddress, 1, 10000);
     const char *r = getenv("TD_SIM_RACE");
     if (!r || !*r || strcmp(r, "report") == 0)
         td__sim.race_mode = 1;
@@ -357,6 +361,7 @@ const char *cudaGetErrorString(cudaError_t e)
         return "pointer does not correspond to a registered memory region";
     case cudaErrorInvalidDevicePointer: return "invalid device pointer";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorMpsClientTerminated: return "MPS client terminated";
     default: return td__sim_cap_error(e, 0);
     }
 }
@@ -369,6 +374,7 @@ const char *cudaGetErrorName(cudaError_t e)
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMpsClientTerminated: return "cudaErrorMpsClientTerminated";
     default: return td__sim_cap_error(e, 1);
     }
 }

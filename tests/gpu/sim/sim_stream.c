@@ -88,11 +88,14 @@ static void *td__worker(void *p)
                 if (op->ev->s == s && op->ev->seq == op->seq)
                     op->ev->t_ns = td__now_ns() + td__sim.clock_skew;
             } else if (op->fault && !dv->sticky) {
-                td__sim_say("%s: %s makes a sticky cudaErrorIllegalAddress "
-                            "on device %d", op->what, op->fault == 1
+                cudaError_t f = op->fault == 1 ? td__sim.fault_error
+                                               : cudaErrorIllegalAddress;
+                td__sim_say("%s: %s makes a sticky %s on device %d",
+                            op->what, op->fault == 1
                             ? "the injected fault (TD_SIM_FAULT_KERNEL)"
-                            : "a pointer outside its memory", s->dev);
-                dv->sticky = cudaErrorIllegalAddress;
+                            : "a pointer outside its memory",
+                            cudaGetErrorName(f), s->dev);
+                dv->sticky = f;
             } else if (!dv->sticky && op->run) {
                 pthread_mutex_unlock(&td__sim.mu);
                 td__sim_in_hostfn = op->hostfn;

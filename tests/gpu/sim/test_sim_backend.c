@@ -232,6 +232,27 @@ START_TEST(test_sticky_fault_marks_the_gpu_unusable)
 }
 END_TEST
 
+/* cudaErrorMpsClientTerminated is sticky too: driver_types.h (CUDA Runtime
+ * API, "Data types"): "To continue using CUDA, the process must be
+ * terminated and relaunched."  It used to fail the job as an ordinary
+ * error, leaving the GPU marked usable for the next job. */
+START_TEST(test_mps_client_terminated_is_sticky)
+{
+    char err[512] = "";
+    job j;
+    sim_env("TD_SIM_FAULT_KERNEL", "40");
+    sim_env("TD_SIM_FAULT_ERROR", "810"); /* cudaErrorMpsClientTerminated */
+    td_cuda_register();
+    ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(job_steps(&j, 4), TD_E_DEVICE);
+    ck_assert_msg(strstr(j.be->err, "cudaErrorMpsClientTerminated, sticky") &&
+                  strstr(j.be->err, "unusable until traind restarts"), "%s",
+                  j.be->err);
+    ck_assert_int_eq(td_device_first_unusable(NULL, 0), 0);
+    job_close(&j);
+}
+END_TEST
+
 
 START_TEST(test_host_waits_do_not_spin)
 {
@@ -738,6 +759,7 @@ static Suite *sim_backend_suite(void)
     tcase_add_test(tc, test_oom_at_create_leaves_device_usable);
     tcase_add_test(tc, test_sticky_fault_fails_the_step);
     tcase_add_test(tc, test_sticky_fault_marks_the_gpu_unusable);
+    tcase_add_test(tc, test_mps_client_terminated_is_sticky);
     tcase_add_test(tc, test_host_waits_do_not_spin);
     tcase_add_test(tc, test_warmup_step_at_create_leaves_no_trace);
     tcase_add_test(tc, test_headroom_is_kept_beside_the_arena);
