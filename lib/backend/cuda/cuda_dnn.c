@@ -70,6 +70,9 @@ struct td__dnn {
     cudnnDataType_t dt;
     td__dnn_layer *l;    /* one per model layer */
     size_t ws_cap;       /* largest workspace a single algorithm may take */
+    int nperf[3];        /* results an algorithm query may return, per
+                            direction (forward, backward data, filter) */
+    void *perf;          /* room for the longest list of results */
 };
 
 #define TD__DNN(be, call)                                                    \
@@ -168,11 +171,10 @@ static int td__no_algo(td__cuda *be, int L, const char *dir)
 
 static int td__pick_fwd(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
 {
-    cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    cudnnConvolutionFwdAlgoPerf_t *pf = be->dnn->perf;
     int got = 0, pick = -1;
     TD__DNN(be, cudnnGetConvolutionForwardAlgorithm_v7(be->dnn->h, d->x,
-            d->wf, d->cf, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
-            pf));
+            d->wf, d->cf, d->y, be->dnn->nperf[0], &got, pf));
     TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
                   td__tensor_op(be), pick);
     if (pick < 0)
@@ -188,11 +190,10 @@ static int td__pick_fwd(td__cuda *be, int L, td__dnn_layer *d, size_t *ws)
 static int td__pick_bwd_data(td__cuda *be, int L, td__dnn_layer *d,
                              size_t *ws)
 {
-    cudnnConvolutionBwdDataAlgoPerf_t pf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    cudnnConvolutionBwdDataAlgoPerf_t *pf = be->dnn->perf;
     int got = 0, pick = -1;
     TD__DNN(be, cudnnGetConvolutionBackwardDataAlgorithm_v7(be->dnn->h,
-            d->wf, d->y, d->cd, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-            &got, pf));
+            d->wf, d->y, d->cd, d->x, be->dnn->nperf[1], &got, pf));
     TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
                   td__tensor_op(be), pick);
     if (pick < 0)
@@ -208,12 +209,10 @@ static int td__pick_bwd_data(td__cuda *be, int L, td__dnn_layer *d,
 static int td__pick_bwd_filter(td__cuda *be, int L, td__dnn_layer *d,
                                size_t *ws)
 {
-    cudnnConvolutionBwdFilterAlgoPerf_t
-        pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    cudnnConvolutionBwdFilterAlgoPerf_t *pf = be->dnn->perf;
     int got = 0, pick = -1;
     TD__DNN(be, cudnnGetConvolutionBackwardFilterAlgorithm_v7(be->dnn->h,
-            d->x, d->y, d->cw, d->wf,
-            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf));
+            d->x, d->y, d->cw, d->wf, be->dnn->nperf[2], &got, pf));
     TD__PICK_ALGO(pf, got, be->dnn->ws_cap, be->base.cfg.deterministic,
                   td__tensor_op(be), pick);
     if (pick < 0)
@@ -432,6 +431,39 @@ static int td__bnfuse_bwd(td__cuda *be, int L, const void *x, void *dx,
     return 0;
 }
 
+/* How long a list of results each direction's algorithm queries (v7
+ * heuristics and cudnnFind*Ex) may return, and room for the longest.  Not
+ * the CUDNN_CONVOLUTION_*_ALGO_COUNT: cuDNN lists "CUDNN_TENSOR_OP_MATH
+ * and CUDNN_DEFAULT_MATH versions of algorithms where CUDNN_TENSOR_OP_MATH
+ * may be available" (cuDNN Developer Guide,
+ * cudnnFindConvolutionForwardAlgorithm), up to
+ * cudnnGetConvolution*AlgorithmMaxCount results, so asking for the
+ * algorithm count cut the list and hid the fitting, deterministic or
+ * matching-math results past it. */
+static int td__perf_room(td__cuda *be)
+{
+    cudnnHandle_t h = be->dnn->h;
+    int *n = be->dnn->nperf, most = 0;
+    TD__DNN(be, cudnnGetConvolutionForwardAlgorithmMaxCount(h, &n[0]));
+    TD__DNN(be, cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &n[1]));
+    TD__DNN(be, cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h,
+                                                                   &n[2]));
+    static const int floor[3] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT};
+    for (int i = 0; i < 3; i++) {
+        n[i] = n[i] < floor[i] ? floor[i] : n[i];
+        most = n[i] > most ? n[i] : most;
+    }
+    size_t sz = sizeof(cudnnConvolutionFwdAlgoPerf_t);
+    if (sizeof(cudnnConvolutionBwdDataAlgoPerf_t) > sz)
+        sz = sizeof(cudnnConvolutionBwdDataAlgoPerf_t);
+    if (sizeof(cudnnConvolutionBwdFilterAlgoPerf_t) > sz)
+        sz = sizeof(cudnnConvolutionBwdFilterAlgoPerf_t);
+    be->dnn->perf = calloc((size_t)most, sz);
+    return be->dnn->perf ? 0 : -ENOMEM;
+}
+
 int td__dnn_create(td__cuda *be, size_t *ws)
 {
     const td_model *m = be->base.model;
@@ -446,6 +478,7 @@ int td__dnn_create(td__cuda *be, size_t *ws)
                   : be->dt == TD_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
     TD__DNN(be, cudnnCreate(&be->dnn->h));
     TD__DNN(be, cudnnSetStream(be->dnn->h, be->compute));
+    TD__TRY(td__perf_room(be));
     TD__CU(be, cudaMemGetInfo(&free_b, &total_b));
     /* one algorithm may use up to an eighth of free memory, at most 1 GiB */
     be->dnn->ws_cap = free_b / 8 < ((size_t)1 << 30) ? free_b / 8
@@ -522,30 +555,27 @@ static int td__search(td__cuda *be, int L, int dir, td__found *k)
     cudnnHandle_t h = be->dnn->h;
     int got = 0, pick = -1, det = be->base.cfg.deterministic;
     size_t cap = be->work_bytes;
+    int want = be->dnn->nperf[dir];
     if (dir == 0) {
-        cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        cudnnConvolutionFwdAlgoPerf_t *pf = be->dnn->perf;
         TD__DNN(be, cudnnFindConvolutionForwardAlgorithmEx(h, d->x, x, d->wf,
-                g->wl, d->cf, d->y, g->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                &got, pf, be->work, be->work_bytes));
-        TD__PICK_ALGO(pf, got, cap, det, td__tensor_op(be), pick);
-        if (pick >= 0)
-            k->algo = pf[pick].algo, k->memory = pf[pick].memory;
-    } else if (dir == 1) {
-        cudnnConvolutionBwdDataAlgoPerf_t
-            pf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        TD__DNN(be, cudnnFindConvolutionBackwardDataAlgorithmEx(h, d->wf,
-                g->wl, d->y, g->dy, d->cd, d->x, dx,
-                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, pf, be->work,
+                g->wl, d->cf, d->y, g->y, want, &got, pf, be->work,
                 be->work_bytes));
         TD__PICK_ALGO(pf, got, cap, det, td__tensor_op(be), pick);
         if (pick >= 0)
             k->algo = pf[pick].algo, k->memory = pf[pick].memory;
+    } else if (dir == 1) {
+        cudnnConvolutionBwdDataAlgoPerf_t *pf = be->dnn->perf;
+        TD__DNN(be, cudnnFindConvolutionBackwardDataAlgorithmEx(h, d->wf,
+                g->wl, d->y, g->dy, d->cd, d->x, dx, want, &got, pf,
+                be->work, be->work_bytes));
+        TD__PICK_ALGO(pf, got, cap, det, td__tensor_op(be), pick);
+        if (pick >= 0)
+            k->algo = pf[pick].algo, k->memory = pf[pick].memory;
     } else {
-        cudnnConvolutionBwdFilterAlgoPerf_t
-            pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        cudnnConvolutionBwdFilterAlgoPerf_t *pf = be->dnn->perf;
         TD__DNN(be, cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d->x, x,
-                d->y, g->dy, d->cw, d->wf, g->dwl,
-                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf, be->work,
+                d->y, g->dy, d->cw, d->wf, g->dwl, want, &got, pf, be->work,
                 be->work_bytes));
         TD__PICK_ALGO(pf, got, cap, det, td__tensor_op(be), pick);
         if (pick >= 0)
@@ -625,6 +655,7 @@ void td__dnn_destroy(td__cuda *be)
     }
     if (be->dnn->h)
         cudnnDestroy(be->dnn->h);
+    free(be->dnn->perf);
     free(be->dnn->l);
     free(be->dnn);
     be->dnn = NULL;

@@ -122,6 +122,9 @@ void td_sim_advance_clock(uint64_t ns);
 long td_sim_dnn_nondeterministic(void);
 /* cudnnFind*AlgorithmEx searches run, in the whole process. */
 long td_sim_dnn_finds(void);
+/* algorithm queries (v7 and Find) that left results out: the caller asked
+ * for fewer than cudnnGetConvolution*AlgorithmMaxCount */
+long td_sim_dnn_truncated(void);
 /* The math the libraries ran with, in the whole process, counted when a
  * call is accepted: cublasSgemm calls by the handle's math mode
  * (cublasMath_t, low 4 bits) and convolutions (forward, backward data,

@@ -471,33 +471,97 @@ typedef struct td__perf {
     cudnnMathType_t math;
 } td__perf;
 
-/* Fills up to want results in preference order, then the unsupported. */
+/* Results a query leaves out for want < what there is (the caller asked
+ * for fewer than cudnnGetConvolution*AlgorithmMaxCount). */
+long td__dnn_truncated;
+
+long td_sim_dnn_truncated(void)
+{
+    return __atomic_load_n(&td__dnn_truncated, __ATOMIC_RELAXED);
+}
+
+/* Whether the queries also list each algorithm's tensor-core version:
+ * the descriptor permits tensor ops and the device has tensor cores. */
+static int td__tc_versions(cudnnHandle_t h,
+                           const struct cudnnConvolutionStruct *c)
+{
+    return (c->math == CUDNN_TENSOR_OP_MATH ||
+            c->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) &&
+           td__sim_cc(h->dev) >= 70;
+}
+
+/* Fills up to want results in preference order, then the unsupported.
+ * As cuDNN's Developer Guide says of cudnnFindConvolutionForwardAlgorithm
+ * (and of the v7 heuristics), the list has "CUDNN_TENSOR_OP_MATH and
+ * CUDNN_DEFAULT_MATH versions of algorithms where CUDNN_TENSOR_OP_MATH may
+ * be available" (tc): the tensor-op versions first (faster), then the
+ * same algorithms in CUDNN_DEFAULT_MATH; its length is at most
+ * cudnnGetConvolution*AlgorithmMaxCount, more than the algorithm count. */
 static int td__query(int dir, const struct cudnnTensorStruct *x,
                      const struct cudnnFilterStruct *w,
                      const struct cudnnConvolutionStruct *c,
                      const struct cudnnTensorStruct *y, int want,
-                     td__perf *out)
+                     td__perf *out, int tc)
 {
-    int got = 0, used[16] = {0};
-    for (int i = 0; i < 4 && got < want; i++) {
-        int a = td__rank[dir][i];
-        long long ws = a < 0 ? -1 : td__dnn_ws(dir, a, x, w, c, y);
-        if (ws < 0)
+    int got = 0, avail = 0, used[16] = {0};
+    for (int v = 0; v < (tc ? 2 : 1); v++)
+        for (int i = 0; i < 4; i++) {
+            int a = td__rank[dir][i];
+            long long ws = a < 0 ? -1 : td__dnn_ws(dir, a, x, w, c, y);
+            if (ws < 0)
+                continue;
+            used[a] = 1;
+            avail++;
+            if (got == want)
+                continue;
+            out[got] = (td__perf){a, CUDNN_STATUS_SUCCESS,
+                                  0.1f * (float)(got + 1), (size_t)ws,
+                                  td__dnn_deterministic(dir, a)
+                                      ? CUDNN_DETERMINISTIC
+                                      : CUDNN_NON_DETERMINISTIC,
+                                  v ? CUDNN_DEFAULT_MATH : c->math};
+            got++;
+        }
+    for (int a = 0; a < td__count[dir]; a++) {
+        if (used[a])
             continue;
-        used[a] = 1;
-        out[got] = (td__perf){a, CUDNN_STATUS_SUCCESS, 0.1f * (float)(got + 1),
-                              (size_t)ws,
-                              td__dnn_deterministic(dir, a)
-                                  ? CUDNN_DETERMINISTIC
-                                  : CUDNN_NON_DETERMINISTIC,
-                              c->math};
-        got++;
-    }
-    for (int a = 0; a < td__count[dir] && got < want; a++)
-        if (!used[a])
+        avail++;
+        if (got < want)
             out[got++] = (td__perf){a, CUDNN_STATUS_NOT_SUPPORTED, -1.0f, 0,
                                     CUDNN_NON_DETERMINISTIC, c->math};
+    }
+    if (got < avail)
+        __atomic_add_fetch(&td__dnn_truncated, 1, __ATOMIC_RELAXED);
     return got;
+}
+
+static cudnnStatus_t td__max_count(cudnnHandle_t h, int dir, int *count)
+{
+    cudnnStatus_t st = td__dnn_handle(h, "algorithm max count");
+    if (st)
+        return st;
+    if (!count)
+        return CUDNN_STATUS_BAD_PARAM;
+    *count = td__count[dir] * (td__sim_cc(h->dev) >= 70 ? 2 : 1);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t h,
+                                                          int *count)
+{
+    return td__max_count(h, 0, count);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(
+    cudnnHandle_t h, int *count)
+{
+    return td__max_count(h, 1, count);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(
+    cudnnHandle_t h, int *count)
+{
+    return td__max_count(h, 2, count);
 }
 
 #define TD__V7(dir, pf, want, got, x, w, c, y)                               \
@@ -511,7 +575,8 @@ static int td__query(int dir, const struct cudnnTensorStruct *x,
         st_ = td__dnn_conv_check("algorithm query", x, w, c, y);             \
         if (st_)                                                             \
             return st_;                                                      \
-        *(got) = td__query(dir, x, w, c, y, (want) < 16 ? (want) : 16, tmp_); \
+        *(got) = td__query(dir, x, w, c, y, (want) < 16 ? (want) : 16, tmp_,  \
+                           td__tc_versions(h, c));                       \
         for (int i_ = 0; i_ < *(got); i_++) {                                \
             memset(&(pf)[i_], 0, sizeof (pf)[i_]);                           \
             (pf)[i_].algo = tmp_[i_].algo;                                   \
@@ -668,7 +733,8 @@ static cudnnStatus_t td__find(cudnnHandle_t h, int dir, const char *call,
         return e == cudaErrorInvalidValue ? CUDNN_STATUS_BAD_PARAM
                                           : CUDNN_STATUS_EXECUTION_FAILED;
     __atomic_add_fetch(&td__dnn_finds, 1, __ATOMIC_RELAXED);
-    *got = td__query(dir, x, w, c, y, want < 16 ? want : 16, res);
+    *got = td__query(dir, x, w, c, y, want < 16 ? want : 16, res,
+                     td__tc_versions(h, c));
     for (int i = 0; i < *got; i++)
         if (res[i].status == CUDNN_STATUS_SUCCESS && res[i].memory > wsb)
             res[i].status = CUDNN_STATUS_ALLOC_FAILED;

@@ -36,7 +36,7 @@ typedef struct job {
 } job;
 
 /* job_open's configuration beyond the defaults (set before calling it) */
-static int g_warmup, g_adamw, g_deterministic;
+static int g_warmup, g_adamw, g_deterministic, g_tf32;
 static const char *g_model = "tiny-all"; /* tests/data/<g_model>.json */
 
 static int job_open(job *j, const char *kind, char *err, size_t cap)
@@ -59,6 +59,7 @@ static int job_open(job *j, const char *kind, char *err, size_t cap)
     td_optim_defaults(&c.optim, g_adamw ? TD_OPT_ADAMW : TD_OPT_SGD);
     c.warmup = g_warmup;
     c.deterministic = g_deterministic;
+    c.fp32_math = g_tf32 ? TD_MATH_TF32 : TD_MATH_FP32;
     for (size_t i = 0; i < sizeof j->px; i++)
         j->px[i] = (uint8_t)td_rng_below(9, 1, i, 256);
     for (int i = 0; i < 6; i++)
@@ -429,6 +430,29 @@ START_TEST(test_convolutions_measured_once_per_shape)
 }
 END_TEST
 
+/* The algorithm queries ask for every result cuDNN has: with tensor-op
+ * math (TF32 here, cc 8.0) the list holds each algorithm twice, in
+ * CUDNN_TENSOR_OP_MATH and CUDNN_DEFAULT_MATH (cuDNN Developer Guide,
+ * cudnnFindConvolutionForwardAlgorithm: "The total number of resulting
+ * algorithms can be queried through ... MaxCount"), more than
+ * CUDNN_CONVOLUTION_*_ALGO_COUNT, which the backend used to ask for: a
+ * fitting (or deterministic) algorithm past that count was never seen. */
+START_TEST(test_algorithm_queries_see_every_result)
+{
+    char err[256] = "";
+    job j;
+    td_cuda_register();
+    g_tf32 = 1;
+    for (int det = 0; det < 2; det++) {
+        g_deterministic = det;
+        ck_assert_msg(job_open(&j, "cuda:0", err, sizeof err) == 0, "%s",
+                      err);
+        ck_assert_int_eq(td_sim_dnn_truncated(), 0);
+        job_close(&j);
+    }
+}
+END_TEST
+
 /* Batch `salt` (pixels and labels) into j's buffers. */
 static void job_fill(job *j, uint64_t salt)
 {
@@ -765,6 +789,7 @@ static Suite *sim_backend_suite(void)
     tcase_add_test(tc, test_headroom_is_kept_beside_the_arena);
     tcase_add_test(tc, test_deterministic_setting_is_honoured);
     tcase_add_test(tc, test_convolutions_measured_once_per_shape);
+    tcase_add_test(tc, test_algorithm_queries_see_every_result);
     tcase_add_test(tc, test_step_times_order_under_jitter);
     tcase_add_test(tc, test_resume_is_bitwise);
     tcase_add_test(tc, test_oom_at_any_launch_of_a_step);
