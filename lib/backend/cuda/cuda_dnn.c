@@ -584,6 +584,34 @@ static int td__search(td__cuda *be, int L, int dir, td__found *k)
     return pick >= 0;
 }
 
+/* Whether the found algorithm runs, with the layer's own descriptors, in
+ * the workspace the heuristics sized.  A result's `memory` is that of the
+ * result's own mathType, and the list mixes CUDNN_TENSOR_OP_MATH and
+ * CUDNN_DEFAULT_MATH versions of the same algorithm (see td__perf_room);
+ * the descriptor keeps the backend's math (td__math), and what a call
+ * needs is what cudnnGetConvolution*WorkspaceSize says for the
+ * descriptors it is given (cuDNN API reference, cudnnConvolutionForward:
+ * the workspace "needed to able to execute the specified algorithm").
+ * An algorithm the descriptor's math cannot run is not taken either. */
+static int td__found_fits(td__cuda *be, const td__dnn_layer *d, int dir,
+                          const td__found *k)
+{
+    cudnnHandle_t h = be->dnn->h;
+    size_t need = 0;
+    cudnnStatus_t st;
+    if (dir == 0)
+        st = cudnnGetConvolutionForwardWorkspaceSize(h, d->x, d->wf, d->cf,
+                d->y, (cudnnConvolutionFwdAlgo_t)k->algo, &need);
+    else if (dir == 1)
+        st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, d->wf, d->y,
+                d->cd, d->x, (cudnnConvolutionBwdDataAlgo_t)k->algo, &need);
+    else
+        st = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d->x, d->y,
+                d->cw, d->wf, (cudnnConvolutionBwdFilterAlgo_t)k->algo,
+                &need);
+    return st == CUDNN_STATUS_SUCCESS && need <= be->work_bytes;
+}
+
 int td__dnn_find(td__cuda *be)
 {
     const td_model *m = be->base.model;
@@ -609,7 +637,7 @@ int td__dnn_find(td__cuda *be)
                     continue; /* nothing fits: the heuristic choice stays */
                 td__found_put(&k);
             }
-            if (k.memory > be->work_bytes)
+            if (k.memory > be->work_bytes || !td__found_fits(be, d, dir, &k))
                 continue;
             if (dir == 0)
                 d->fa = (cudnnConvolutionFwdAlgo_t)k.algo;
