@@ -359,7 +359,8 @@ void td_daemon_load_jobs(td_daemon *d)
     }
     closedir(dp);
     /* In id order: submission order, whatever the directory's. */
-    qsort(got.jobs, got.n, sizeof *got.jobs, td__by_id);
+    if (got.n) /* qsort wants an array, even of none */
+        qsort(got.jobs, got.n, sizeof *got.jobs, td__by_id);
     for (size_t i = 0; i < got.n; i++) {
         td_jobs_insert(&d->jobs, got.jobs[i]);
         if (got.rewrite[i]) /* written once the loop runs */
