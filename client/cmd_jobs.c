@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
+#include "jobsel.h"
 #include "job/spec.h"
 #include "proto/protocol.h"
 #include "watch.h"
@@ -152,13 +153,27 @@ int td_cmd_submit(int argc, char **argv)
 
 /* Followed by the states, from lib/proto (the daemon's list). */
 static const char queue_usage[] =
-    "usage: trainctl queue [--state STATE] [--json] [--socket PATH]\n"
+    "usage: trainctl queue [--last N] [--mine] [--active] [--state STATE]\n"
+    "                      [--all] [--json] [--socket PATH]\n"
     "       trainctl ls ...\n"
     "\n"
-    "List jobs, oldest first: id, name, user, state, reason, progress,\n"
-    "samples/s, verdict, age.\n"
+    "List jobs, oldest first: id, name, user, state, progress, samples/s,\n"
+    "verdict, age, reason.  Every job not yet ended is listed, and of the\n"
+    "ended ones (completed, failed, cancelled) the newest 20; a line in\n"
+    "their place says how many older ended jobs are hidden.\n"
     "\n"
+    "  --last N       only the N newest jobs of those selected\n"
+    "  --mine         only your own jobs (your uid's)\n"
+    "  --active       only the jobs not yet ended: pending, running,\n"
+    "                 suspended\n"
     "  --state STATE  only the jobs in STATE, one of the job states\n"
+    "  --all          hide no ended job (as do --last and --state)\n"
+    "  --json         the daemon's reply, {\"jobs\": [row, ...]}: every job,\n"
+    "                 or those the options above select\n"
+    "\n"
+    "The options combine: a job is listed when every one selects it.\n"
+    "Exit codes: 0 listed, 1 refused by the daemon, 2 usage, 3 cannot\n"
+    "reach the daemon.\n"
     "\n"
     "States: ";
 
@@ -185,13 +200,6 @@ void td_fmt_bytes(double b, char *buf, size_t cap)
         u++;
     }
     snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
-}
-
-static double td__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 #define JINT(o, k) ((long long)json_integer_value(json_object_get((o), (k))))
@@ -221,22 +229,81 @@ static void td__progress(json_t *j, char *buf, size_t cap)
         snprintf(buf, cap, "-");
 }
 
+/* The row's line of the table; now is the wall clock. */
+static void td__queue_row(json_t *j, double now)
+{
+    char prog[32], age[16], sps[16], user[64];
+    td__progress(j, prog, sizeof prog);
+    td__user(JINT(j, "uid"), user, sizeof user);
+    td_fmt_age(now - json_number_value(json_object_get(j, "submitted")), age,
+               sizeof age);
+    json_t *v = json_object_get(j, "samples_per_s");
+    if (v)
+        snprintf(sps, sizeof sps, "%.0f", json_number_value(v));
+    else
+        snprintf(sps, sizeof sps, "-");
+    printf("%-5lld %-18.18s %-8.8s %-10s %-12s %9s %-18.18s %5s  %s\n",
+           JINT(j, "id"), JSTR(j, "name", "?"), user, JSTR(j, "state", "?"),
+           prog, sps, JSTR(j, "verdict", "-"), age, JSTR(j, "reason", ""));
+}
+
+/* The table of rows; the oldest `hide` ended rows are left out, a line
+ * in their place says so. */
+static void td__queue_table(json_t *rows, size_t hide)
+{
+    printf("%-5s %-18s %-8s %-10s %-12s %9s %-18s %5s  %s\n", "ID", "NAME",
+           "USER", "STATE", "PROGRESS", "SAMPLES/S", "VERDICT", "AGE",
+           "REASON");
+    if (hide)
+        printf("(%zu older ended job%s hidden; --all shows them)\n", hide,
+               hide == 1 ? "" : "s");
+    size_t i;
+    json_t *j;
+    double now = td_jobsel_now();
+    json_array_foreach(rows, i, j) {
+        if (hide && td_proto_job_state_final(JSTR(j, "state", ""))) {
+            hide--;
+            continue;
+        }
+        td__queue_row(j, now);
+    }
+    if (json_array_size(rows) == 0)
+        printf("(no jobs)\n");
+}
+
 int td_cmd_queue(int argc, char **argv)
 {
     char states[128], usage[sizeof queue_usage + sizeof states];
     td_proto_job_states_list(states, sizeof states);
     snprintf(usage, sizeof usage, "%s%s\n", queue_usage, states);
     td_cli cli = {.usage = usage};
-    const char *state = NULL;
+    const char *state = NULL, *last_s = NULL;
+    int all = 0;
+    td_jobsel sel = {.uid = (unsigned)geteuid()};
     td_cli_flag flags[] = {{"--state", NULL, 1, &state, NULL, NULL},
+                           {"--last", NULL, 1, &last_s, NULL, NULL},
+                           {"--mine", NULL, 0, NULL, &sel.mine, NULL},
+                           {"--active", NULL, 0, NULL, &sel.active, NULL},
+                           {"--all", NULL, 0, NULL, &all, NULL},
                            {NULL, NULL, 0, NULL, NULL, NULL}};
     int rc = td_cli_parse(&cli, argc, argv, flags, 0, 0);
     if (rc)
         return rc < 0 ? TD_EXIT_OK : rc;
-    /* A usage error, with or without a daemon (the daemon's list too). */
+    /* Usage errors, with or without a daemon (the daemon's list too). */
     if (state && td_proto_job_state(state) < 0)
         return td_cli_usage_error(&cli, "--state: expected one of %s, not "
                                   "'%s'", states, state);
+    if (state && sel.active && td_proto_job_state_final(state))
+        return td_cli_usage_error(&cli, "--active and --state %s select no "
+                                  "job: %s jobs have ended", state, state);
+    long last = 0;
+    if (last_s && (last = td_jobsel_parse_count(last_s)) < 0)
+        return td_cli_usage_error(&cli, "--last: expected a number of jobs "
+                                  "(1 or more), not '%s'", last_s);
+    if (last && all)
+        return td_cli_usage_error(&cli, "--last and --all: give one or the "
+                                  "other");
+    sel.state = state;
     td_conn c;
     if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
         return rc;
@@ -249,36 +316,35 @@ int td_cmd_queue(int argc, char **argv)
         json_decref(r);
         return rc;
     }
-    json_t *jobs = json_object_get(json_object_get(r, "ok"), "jobs");
-    if (cli.json) {
-        td_print_json(json_object_get(r, "ok"));
+    json_t *ok = json_object_get(r, "ok");
+    json_t *rows = td_jobsel_filter(&sel, json_object_get(ok, "jobs"));
+    if (!rows) {
         json_decref(r);
-        return TD_EXIT_OK;
+        return td_cli_refuse(&cli, TD_CLI_ERR_FAILED, "out of memory");
     }
-    printf("%-5s %-18s %-8s %-10s %-12s %9s %-18s %5s  %s\n", "ID", "NAME",
-           "USER", "STATE", "PROGRESS", "SAMPLES/S", "VERDICT", "AGE",
-           "REASON");
-    size_t i;
-    json_t *j;
-    double now = td__now();
-    json_array_foreach(jobs, i, j) {
-        char prog[32], age[16], sps[16], user[64];
-        td__progress(j, prog, sizeof prog);
-        td__user(JINT(j, "uid"), user, sizeof user);
-        td_fmt_age(now - json_number_value(json_object_get(j, "submitted")),
-                   age, sizeof age);
-        json_t *v = json_object_get(j, "samples_per_s");
-        if (v)
-            snprintf(sps, sizeof sps, "%.0f", json_number_value(v));
-        else
-            snprintf(sps, sizeof sps, "-");
-        printf("%-5lld %-18.18s %-8.8s %-10s %-12s %9s %-18.18s %5s  %s\n",
-               JINT(j, "id"), JSTR(j, "name", "?"), user,
-               JSTR(j, "state", "?"), prog, sps, JSTR(j, "verdict", "-"), age,
-               JSTR(j, "reason", ""));
+    size_t n = json_array_size(rows);
+    if (last && n > (size_t)last) { /* the N newest: the last N rows */
+        json_t *tail = json_array();
+        for (size_t k = n - (size_t)last; tail && k < n; k++)
+            json_array_append(tail, json_array_get(rows, k));
+        json_decref(rows);
+        rows = tail;
     }
-    if (json_array_size(jobs) == 0)
-        printf("(no jobs)\n");
+    if (cli.json) { /* the reply as it came, its rows those selected */
+        json_object_set(ok, "jobs", rows);
+        td_print_json(ok);
+    } else {
+        size_t ended = 0, i;
+        json_t *j;
+        json_array_foreach(rows, i, j)
+            ended += td_proto_job_state_final(JSTR(j, "state", "")) != 0;
+        /* hidden by default, not when the options chose the rows */
+        size_t hide = !all && !last && !state && ended > TD_QUEUE_ENDED_SHOWN
+                          ? ended - TD_QUEUE_ENDED_SHOWN
+                          : 0;
+        td__queue_table(rows, hide);
+    }
+    json_decref(rows);
     json_decref(r);
     return TD_EXIT_OK;
 }
