@@ -55,6 +55,7 @@ _trainctl()
     local argi=$((cword - i)) # position after the command (1 = first)
     case $prev in
         --steps | -n | --lines | --interval | -d | --name | --set | --size | \
+            --last | --ended-before | \
             --channels | --workers | --batch | --epochs | --prefetch | --seed | \
             --quality | --shard-size | --prefix | --threads | --val-fraction | \
             --classes | --workspace-mib | --input | --top)
@@ -69,7 +70,12 @@ _trainctl()
             COMPREPLY=($(compgen -W "auto cpu cuda cuda:0" -- "$cur"))
             return ;;
         --state)
-            # the job states as trainctl names them (its one list)
+            # the job states as trainctl names them (its one list); rm
+            # removes ended jobs only
+            if [[ $cmd == rm ]]; then
+                COMPREPLY=($(compgen -W "completed failed cancelled" -- "$cur"))
+                return
+            fi
             COMPREPLY=($(compgen -W "$(trainctl queue --help 2>/dev/null |
                 sed -n 's/^States: //p' | tr -d ,)" -- "$cur"))
             return ;;
@@ -109,7 +115,7 @@ _trainctl()
             fi ;;
         rm)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "--force -f --json --socket --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--force -f --state --ended-before --mine --dry-run --json --socket --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -W "$(_trainctl_jobs)" -- "$cur"))
             fi ;;
@@ -146,7 +152,7 @@ _trainctl()
         top)
             COMPREPLY=($(compgen -W "--interval -d --once --json --socket --help" -- "$cur")) ;;
         queue | ls)
-            COMPREPLY=($(compgen -W "--state --json --socket --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--last --mine --active --state --all --json --socket --help" -- "$cur")) ;;
         config)
             if ((argi == 1)); then
                 COMPREPLY=($(compgen -W "get set --help" -- "$cur"))

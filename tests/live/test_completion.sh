@@ -2,7 +2,8 @@
 # test_completion.sh - drives client/trainctl.bash's completion function
 # in bash, as a shell would on <TAB>: commands, options of pack,
 # bench-input and plot, --augment op names, job ids, options before the command,
-# queue --state's job states (taken from trainctl queue --help).
+# queue --state's job states (taken from trainctl queue --help), queue's
+# and rm's selectors, rm --state's ended states.
 # Runs twice: with plain bash and with the bash-completion package's
 # helpers loaded (when installed).
 set -u
@@ -66,6 +67,9 @@ expect 3 12 -- trainctl --socket /tmp/x.sock cancel ""
 expect queue -- trainctl --socket /tmp/x.sock qu
 expect get set -- trainctl --json config ""
 expect suspended failed -- trainctl queue --state ""
+expect --last --mine --active --all -- trainctl ls --
+expect --state --ended-before --mine --dry-run -- trainctl rm --
+expect completed failed cancelled -- trainctl rm --state ""
 rm -rf "$TMPDIR_"
 INNER
 }
@@ -81,6 +85,6 @@ for m in "${modes[@]}"; do
     echo "$out"
     n=$(grep -c '^ok$' <<<"$out")
     grep -q FAIL <<<"$out" && fail=1
-    ((n == 17)) || { echo "[$m] only $n of 17 checks ran"; fail=1; }
+    ((n == 20)) || { echo "[$m] only $n of 20 checks ran"; fail=1; }
 done
 exit $fail
