@@ -36,8 +36,10 @@ typedef struct row {
 /* "{d}" in an argument is the harness's temporary folder. */
 static const row rows[] = {
     {"submit", {"--name", "--set", "-f", "--follow"}, 1, 0, {NULL}},
-    {"queue", {"--state"}, 0, 0, {"queue", "--state", "running"}},
-    {"ls", {"--state"}, 0, 0, {"ls"}},
+    {"queue", {"--state", "--last", "--mine", "--active", "--all"}, 0, 0,
+     {"queue", "--state", "running"}},
+    {"ls", {"--state", "--last", "--mine", "--active", "--all"}, 0, 0,
+     {"ls"}},
     {"show", {NULL}, 1, 0, {"show", "999"}},
     {"watch", {NULL}, 1, 0, {"watch", "999"}},
     {"logs", {"-f", "--follow", "-n", "--lines"}, 1, 0, {"logs", "999"}},
@@ -45,7 +47,8 @@ static const row rows[] = {
     {"pause", {NULL}, 1, 0, {"pause", "999"}},
     {"resume", {NULL}, 1, 0, {"resume", "999"}},
     {"checkpoint", {NULL}, 1, 0, {"checkpoint", "999"}},
-    {"rm", {"-f", "--force"}, 1, 1, {"rm", "999"}},
+    {"rm", {"-f", "--force", "--state", "--ended-before", "--mine",
+            "--dry-run"}, 1, 1, {"rm", "999"}},
     {"extend", {"--epochs", "--set", "--name", "-f", "--follow"}, 1, 0,
      {"extend", "999", "--epochs", "1"}},
     {"history", {"--csv", "--windows"}, 1, 1, {"history", "999"}},
@@ -311,6 +314,10 @@ START_TEST(test_bad_numbers)
         {{"show", "99999999999999999999"}, "is not a job id"},
         {{"cancel", "0"}, "'0' is not a job id"},
         {{"rm", "1", "x"}, "'x' is not a job id"},
+        {{"queue", "--last", "0"}, "--last"},
+        {{"ls", "--last", "1e3"}, "--last"},
+        {{"rm", "--ended-before", "7x"}, "--ended-before"},
+        {{"rm", "--state", "running"}, "--state"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out, *err;
