@@ -352,6 +352,7 @@ int td_cmd_remove(int argc, char **argv)
     else if (ids)
         td__rm_jobs(&c, ids, n, force, &o);
     td_conn_close(&c);
+    int summary = ids && o.rc != TD_EXIT_UNREACHABLE; /* ids were chosen */
     if (ids != pos_ids)
         free(ids);
     rc = o.rc;
@@ -361,7 +362,6 @@ int td_cmd_remove(int argc, char **argv)
                             "refused", o.refused, "freed_bytes", o.total);
     if (dry)
         json_object_set_new(out, "dry_run", json_true());
-    int summary = ids && rc != TD_EXIT_UNREACHABLE;
     if (cli.json && summary)
         td_print_json(out);
     json_decref(out);
