@@ -151,6 +151,9 @@ int td_cmd_submit(int argc, char **argv)
 
 /* ---- queue ------------------------------------------------------------ */
 
+#define TD__STR_(x) #x
+#define TD__STR(x) TD__STR_(x)
+
 /* Followed by the states, from lib/proto (the daemon's list). */
 static const char queue_usage[] =
     "usage: trainctl queue [--last N] [--mine] [--active] [--state STATE]\n"
@@ -159,7 +162,8 @@ static const char queue_usage[] =
     "\n"
     "List jobs, oldest first: id, name, user, state, progress, samples/s,\n"
     "verdict, age, reason.  Every job not yet ended is listed, and of the\n"
-    "ended ones (completed, failed, cancelled) the newest 20; a line in\n"
+    "ended ones (completed, failed, cancelled) the newest "
+    TD__STR(TD_QUEUE_ENDED_SHOWN) "; a line in\n"
     "their place says how many older ended jobs are hidden.\n"
     "\n"
     "  --last N       only the N newest jobs of those selected\n"
