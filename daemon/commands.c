@@ -26,6 +26,7 @@
 #include "obs.h"
 #include "reads.h"
 #include "remove.h"
+#include "retention.h"
 #include "run.h"
 #include "settings.h"
 #include "submit.h"
@@ -503,6 +504,8 @@ static void cmd_config_set(td_client *c, td_request *req)
         if (td_log_parse_level(json_string_value(v), &level) == 0)
             td_log_set_level(level);
     }
+    if (strcmp(k, "ended_job_retention_days") == 0)
+        td_retention_due(c->d); /* at the next status tick */
     td_info("setting %s changed by uid %u%s", k, (unsigned)c->uid,
             live ? "" : " (takes effect after a restart)");
     td__ok(c, req, json_pack("{s:s, s:O, s:b}", "key", k, "value", v,

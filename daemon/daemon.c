@@ -31,6 +31,7 @@
 #include "ended.h"
 #include "joblog.h"
 #include "remove.h"
+#include "retention.h"
 
 enum { TD_INBOX_MAX = 4096 }; /* step events beyond this are dropped */
 
@@ -574,6 +575,7 @@ static void td__reload(td_daemon *d)
         free(txt);
     }
     td__apply_log_level(d->settings);
+    td_retention_due(d); /* ended_job_retention_days may have changed */
     json_decref(fresh);
     td_info("SIGHUP: configuration reloaded from %s (%d change(s) applied)",
             d->config_path[0] ? d->config_path : "(defaults)", changed);
@@ -627,6 +629,7 @@ static void td__on_status_timer(uv_timer_t *t)
     td_daemon *d = t->data;
     td__update_status(d);
     td_joblog_tick(d->joblog);
+    td_retention_tick(d);
 }
 
 /* The loop is alive if this runs; the trainer is alive if it stepped
@@ -787,6 +790,7 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
         td_info("systemd watchdog: pinging every %llu ms",
                 (unsigned long long)half_ms);
     }
+    td_retention_due(d); /* the first status tick looks */
     td_daemon_schedule(d);
     return 0;
 }

@@ -117,6 +117,9 @@ typedef struct td_daemon {
     /* submits whose checks wait for a threadpool thread (submit.c) */
     struct td_submit *submit_head, *submit_tail;
     int submits_checking;
+    /* ended_job_retention_days (retention.c) */
+    int64_t retention_last_ns;
+    int retention_due;
     /* inbox from other threads */
     pthread_mutex_t inbox_mu;
     td_inbox_msg *inbox_head, *inbox_tail;

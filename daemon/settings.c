@@ -62,6 +62,10 @@ const td_setting_def td_setting_defs[] = {
     {"max_connections_per_user", TD_SET_INT, "64", 1, 100000, 1,
      "connections to the control socket one uid may hold at once (root: "
      "no limit)"},
+    {"ended_job_retention_days", TD_SET_INT, "0", 0, 36500, 1,
+     "ended jobs (completed, failed, cancelled) that ended more than this "
+     "many days ago are removed with their records, logs and checkpoints, "
+     "as by trainctl rm (0: kept until removed)"},
     {"jobs_visible_to_all", TD_SET_INT, "0", 0, 1, 1,
      "1: every user sees other users' specs and logs; 0: only the owner "
      "and root do (others see the list row)"},

@@ -253,6 +253,104 @@ START_TEST(test_trainctl_rm)
 }
 END_TEST
 
+/* Sets job id's end in its record to `days` ago (the daemon stopped). */
+static void ended_days_ago(int64_t id, double days)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/jobs/%lld.json", H.state, (long long)id);
+    json_t *rec = json_load_file(path, 0, NULL);
+    ck_assert_ptr_nonnull(rec);
+    double ended = json_real_value(json_object_get(rec, "ended"));
+    ck_assert(ended > 0);
+    json_object_set_new(rec, "ended", json_real(ended - days * 86400.0));
+    ck_assert_int_eq(json_dump_file(rec, path, JSON_COMPACT), 0);
+    json_decref(rec);
+}
+
+/* Polls (up to 20 s) until job id is gone from the table. */
+static int gone(int fd, int64_t id)
+{
+    for (int i = 0; i < 400; i++) {
+        json_t *r = th_job_request(fd, "show", id);
+        int nf = th_err_class(r) && strcmp(th_err_class(r), "not_found") == 0;
+        json_decref(r);
+        if (nf)
+            return 1;
+        usleep(50000);
+    }
+    return 0;
+}
+
+/* ended_job_retention_days: an ended job older than the setting leaves
+ * the disk and the table (record, log, checkpoints) without a `remove`
+ * once the setting is set, and at start; younger ones, and one whose checkpoint a
+ * pending job reads, stay (until nothing reads it). */
+START_TEST(test_retention_removes_old_ended_jobs)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t old = completed_job(fd), mid = completed_job(fd);
+    int64_t read = completed_job(fd), fresh = completed_job(fd);
+    close(fd);
+    ck_assert_int_eq(th_stop(&H), 0);
+    ended_days_ago(old, 40);
+    ended_days_ago(mid, 10);
+    ended_days_ago(read, 40);
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    /* A pending job reads `read`'s checkpoint (behind a running one). */
+    json_t *r = th_job_request(fd, "show", read);
+    json_t *cks = json_object_get(json_object_get(th_ok(r), "job"),
+                                  "checkpoints");
+    json_t *spec = th_tiny_spec(1, 0);
+    json_object_set_new(spec, "init", json_string(json_string_value(
+        json_object_get(json_array_get(cks, json_array_size(cks) - 1),
+                        "path"))));
+    json_decref(r);
+    int64_t blocker = th_submit(fd, th_tiny_spec(100000, 0));
+    ck_assert(th_wait_state(fd, blocker, "running", 30000));
+    int64_t child = th_submit(fd, spec);
+    th_config_set_int(fd, "ended_job_retention_days", 30);
+    ck_assert_msg(gone(fd, old), "job %lld, ended 40 days ago, is still "
+                  "there", (long long)old);
+    ck_assert(!exists("jobs", old, ".json"));
+    ck_assert(!exists("jobs", old, ".log"));
+    ck_assert(!exists("checkpoints", old, ""));
+    ck_assert(exists("jobs", mid, ".json"));
+    ck_assert(exists("jobs", read, ".json")); /* the child reads it */
+    ck_assert(exists("checkpoints", read, ""));
+    ck_assert(th_log_has(fd, child, "submitted"));
+    /* The setting lower: 10 days is past 5. */
+    json_decref(th_job_request(fd, "cancel", child));
+    json_decref(th_job_request(fd, "cancel", blocker));
+    ck_assert(th_wait_state(fd, blocker, "cancelled", 30000));
+    th_config_set_int(fd, "ended_job_retention_days", 5);
+    ck_assert(gone(fd, mid));
+    ck_assert(gone(fd, read)); /* nothing reads it now */
+    r = th_job_request(fd, "show", fresh);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    ck_assert(exists("checkpoints", fresh, ""));
+    close(fd);
+    /* At start, from the config file (a later --config wins). */
+    ck_assert_int_eq(th_stop(&H), 0);
+    ended_days_ago(fresh, 6);
+    static char conf[200];
+    static const char *extra[3] = {"--config", conf, NULL};
+    snprintf(conf, sizeof conf, "%s/retention.conf", H.dir);
+    FILE *cf = fopen(conf, "w");
+    ck_assert_ptr_nonnull(cf);
+    fputs("ended_job_retention_days = 5\n", cf);
+    ck_assert_int_eq(fclose(cf), 0);
+    H.extra = extra;
+    ck_assert_int_eq(th_restart(&H), 0);
+    fd = th_connect(&H, NULL);
+    ck_assert_msg(gone(fd, fresh), "job %lld, ended 6 days ago, is still "
+                  "there after a start with 5 days", (long long)fresh);
+    close(fd);
+    H.extra = NULL;
+}
+END_TEST
+
 static Suite *remove_suite(void)
 {
     Suite *s = suite_create("remove");
@@ -265,6 +363,7 @@ static Suite *remove_suite(void)
     tcase_add_test(tc, test_other_users_job_is_refused);
     tcase_add_test(tc, test_interrupted_removal_finished_at_start);
     tcase_add_test(tc, test_trainctl_rm);
+    tcase_add_test(tc, test_retention_removes_old_ended_jobs);
     suite_add_tcase(s, tc);
     return s;
 }
