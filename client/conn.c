@@ -15,6 +15,7 @@
 
 #include "base/jsontext.h"
 #include "commands.h"
+#include "progress.h"
 #include "proto/protocol.h"
 
 const char *td_cli_socket(const char *opt)
@@ -215,8 +216,26 @@ json_t *td_conn_request(td_conn *c, const char *cmd, json_t *args,
         off += (size_t)w;
     }
     free(line);
+    /* A reply that takes a while (a submit's checks read every file of
+     * its dataset) says so on a terminal after a second; requests that
+     * stream events draw their own progress. */
+    td_progress p;
+    td_progress_init(&p);
     for (;;) {
-        json_t *r = td_conn_read(c, -1, NULL);
+        int slow = 0;
+        json_t *r = td_conn_read(c, on_event ? -1 : 250, &slow);
+        if (!r && slow) {
+            double s = td_progress_elapsed(&p);
+            if (s >= 1.0)
+                td_progress_show(&p, 0, "%s: waiting for traind's reply%s "
+                                 "(%.0f s)", cmd,
+                                 strcmp(cmd, "submit") == 0
+                                     ? " (it checks the job's files)"
+                                     : "",
+                                 s);
+            continue;
+        }
+        td_progress_clear(&p);
         if (!r) {
             fprintf(stderr, "trainctl: traind closed the connection\n");
             return NULL;

@@ -29,8 +29,9 @@ void td_conn_close(td_conn *c);
 
 /* Sends a request (args stolen, may be NULL) and waits for its reply;
  * events that arrive meanwhile are passed to on_event if non-NULL (and
- * dropped otherwise).  Returns the reply or NULL if the connection broke
- * (a message is printed). */
+ * dropped otherwise).  Without on_event, a reply not there after a second
+ * is waited for with a progress line on a terminal (progress.h).  Returns
+ * the reply or NULL if the connection broke (a message is printed). */
 json_t *td_conn_request(td_conn *c, const char *cmd, json_t *args,
                         void (*on_event)(json_t *ev, void *user), void *user);
 /* Reads the next line as JSON; timeout_ms < 0 waits forever.  NULL on

@@ -11,6 +11,8 @@
  */
 #define _GNU_SOURCE
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -599,6 +601,76 @@ START_TEST(test_traind_options)
 }
 END_TEST
 
+/* A reply that takes seconds (a submit's checks read every file of a big
+ * dataset): on a terminal trainctl says it waits, and the reply is printed
+ * as usual.  The daemon here is a stand-in on its own socket that answers
+ * the submit after 2.5 s. */
+START_TEST(test_slow_reply_shown_on_a_terminal)
+{
+    if (access("/usr/bin/script", X_OK) != 0) {
+        printf("skipped: util-linux script not installed\n");
+        return;
+    }
+    char sock[200], job[200], cmd[1400];
+    snprintf(sock, sizeof sock, "%s/slow.sock", H.dir);
+    snprintf(job, sizeof job, "%s/slow-job.json", H.dir);
+    json_t *spec = th_tiny_spec(1, 0);
+    ck_assert_int_eq(json_dump_file(spec, job, 0), 0);
+    json_decref(spec);
+    int l = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    ck_assert_uint_lt(strlen(sock), sizeof a.sun_path);
+    memcpy(a.sun_path, sock, strlen(sock) + 1);
+    ck_assert_int_eq(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(l, 1), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int c = accept(l, NULL, NULL);
+        const char *hello = "{\"hello\":{\"proto\":1,\"version\":\"0.1.0\","
+                            "\"device\":\"cpu\"}}\n";
+        char req[1 << 16];
+        size_t n = 0;
+        if (c < 0 || write(c, hello, strlen(hello)) < 0)
+            _exit(1);
+        while (n < sizeof req - 1 && !memchr(req, '\n', n)) {
+            ssize_t r = read(c, req + n, sizeof req - 1 - n);
+            if (r <= 0)
+                _exit(1);
+            n += (size_t)r;
+        }
+        json_t *rq = json_loadb(req, (size_t)((char *)memchr(req, '\n', n) -
+                                              req), 0, NULL);
+        usleep(2500000);
+        json_t *ok = json_pack("{s:O, s:{s:i, s:s, s:i}}", "id",
+                               json_object_get(rq, "id"), "ok", "job", 7,
+                               "state", "pending", "steps", 10);
+        char *line = json_dumps(ok, JSON_COMPACT);
+        ssize_t w = write(c, line, strlen(line));
+        w += write(c, "\n", 1);
+        _exit(w > 1 ? 0 : 1);
+    }
+    close(l);
+    snprintf(cmd, sizeof cmd, "TRAIND_SOCKET=%s script -qec '%s/client/"
+             "trainctl submit %s' /dev/null", sock, getenv("TD_BUILD_ROOT"),
+             job);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    static char out[1 << 16];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    ck_assert_int_eq(pclose(p), 0);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(strstr(out, "submit: waiting for traind's reply (it "
+                              "checks the job's files) (1 s)") &&
+                      strstr(out, "\033[K") &&
+                      strstr(out, "submitted job 7: 10 steps"),
+                  "%s", out);
+    unlink(sock);
+}
+END_TEST
+
 static Suite *contract_suite(void)
 {
     Suite *s = suite_create("cli_contract");
@@ -613,6 +685,7 @@ static Suite *contract_suite(void)
     tcase_add_test(tc, test_socket_and_environment_alike);
     tcase_add_test(tc, test_successes_in_json);
     tcase_add_test(tc, test_traind_options);
+    tcase_add_test(tc, test_slow_reply_shown_on_a_terminal);
     suite_add_tcase(s, tc);
     return s;
 }
