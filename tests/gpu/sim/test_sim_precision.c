@@ -18,7 +18,8 @@
  *     and in tf32.  Per-step mean loss, |gpu - cpu| / max(cpu, 1) (relative,
  *     absolute once the loss is below 1; it falls from 1.9 to 0.1-0.4):
  *       fp32  <= 1e-4 (test_backend_cuda's strict per-step tolerance);
- *             measured worst 5.2e-7;
+ *             measured worst 5.2e-7 (AVX-512), 8.0e-7 (AVX2 Zen 3, with
+ *             TD_CPU_WINO=0, below);
  *       tf32  <= 2e-2; measured worst 6.0e-3 (step 14; 3.6e-4 at step 0,
  *             the forward pass alone), TF32_VERBOSE=1 prints every step.
  *             The factor 3 of room is for real tensor cores, which may
@@ -27,6 +28,32 @@
  *     lr 0.01 the first step threw the loss from 2 to 9 and the curves
  *     became chaotic (tf32 1e-2 off within 5 steps, fp32 2e-4): that
  *     measures the model's sensitivity, not the precision.
+ *     A curve of 20 steps compares which relu and max-pool ties each
+ *     backend decided as much as its arithmetic: a relu input, or the two
+ *     largest of a max-pool window, within fp32 rounding (~2-5e-7 of the
+ *     tensor's largest value) go either way by the backend's rounding,
+ *     that step's gradients then differ by up to percents, and the curves
+ *     part from there (docs/compute.md, "Training steps against PyTorch").
+ *     Against the double reference layers from the same weights at every
+ *     step, the simulated GPU decided every tie of the 20 steps as the
+ *     reference does (its layer values within 2.2e-7 of it; the CPU's
+ *     within 1-3e-6).  On AVX2 the CPU's default plan (Winograd, folded
+ *     batch norms) decides a pool2 window at step 8 the other way (its two
+ *     largest 3.1e-7 of the tensor's largest apart; conv4's weight
+ *     gradient 4.7e-3 off), given which its gradients are the reference's
+ *     within 7e-6 at every step, yet its curve parts from the GPU's by
+ *     2.9e-4 at step 18.  So the CPU runs with TD_CPU_WINO=0 (oneDNN's
+ *     direct convolutions; bn1 and bn3 unfolded): on these batches it
+ *     decides one tie the other way (a relu1 input 1.7e-7 of its tensor's
+ *     largest from 0, step 7; bn1's bias gradient 6.9e-4 off), which
+ *     leaves its curve within 8.0e-7 of the GPU's.  An empirical choice,
+ *     not a match by construction: another CPU, oneDNN or data may flip
+ *     another tie (then the curves agree to ~1e-6 up to a step and part
+ *     after it).  TD_CPU_WINO in the environment wins (TD_CPU_WINO=default:
+ *     the default plan).  It still fails on a wrong gradient: the one tie
+ *     above gave 2.9e-4; every weight gradient of the simulator's
+ *     convolutions scaled by 1 + 1e-4 (a trial, not in the repository)
+ *     failed it at step 9 (1.1e-4), by 1 + 1e-3 at step 7 (7.2e-4).
  * Each test configures the simulator through the environment and
  * td_sim_reset, in its own process (Check's fork mode).
  */
@@ -245,7 +272,15 @@ START_TEST(test_tf32_losses_track_cpu)
     double worst32 = 0, worst_t = 0, moved = 0;
     td_cuda_register();
     td_model *m = ref_load_model("fmnist-cnn", (td_shape){1, 28, 28}, 10);
+    /* the CPU plan whose relu and max-pool ties on these batches leave
+     * its curve on the GPU's (at the top of the file); the environment's
+     * choice wins */
+    int wino_set = getenv("TD_CPU_WINO") != NULL;
+    if (!wino_set)
+        setenv("TD_CPU_WINO", "0", 1);
     run_steps("cpu", m, N, TD_MATH_FP32, STEPS, cpu);
+    if (!wino_set)
+        unsetenv("TD_CPU_WINO");
     run_steps("cuda:0", m, N, TD_MATH_FP32, STEPS, f32);
     run_steps("cuda:0", m, N, TD_MATH_TF32, STEPS, t32);
     for (int s = 0; s < STEPS; s++) {
@@ -261,7 +296,8 @@ START_TEST(test_tf32_losses_track_cpu)
             fflush(stdout);
         }
         ck_assert_msg(e32 <= 1e-4, "step %d: loss gpu fp32 %.7f cpu %.7f "
-                      "(%.2e)", s, f32[s], cpu[s], e32);
+                      "(%.2e; after steps within ~1e-6, a tie decided the "
+                      "other way? docs/compute.md)", s, f32[s], cpu[s], e32);
         ck_assert_msg(et <= 2e-2, "step %d: loss gpu tf32 %.7f cpu %.7f "
                       "(%.2e)", s, t32[s], cpu[s], et);
     }
