@@ -36,7 +36,7 @@
  *     part from there (docs/compute.md, "Training steps against PyTorch").
  *     Against the double reference layers from the same weights at every
  *     step, the simulated GPU decided every tie of the 20 steps as the
- *     reference does (its layer values within 2.2e-7 of it; the CPU's
+ *     reference does (its layer values within 2.3e-7 of it; the CPU's
  *     within 1-3e-6).  On AVX2 the CPU's default plan (Winograd, folded
  *     batch norms) decides a pool2 window at step 8 the other way (its two
  *     largest 3.1e-7 of the tensor's largest apart; conv4's weight
