@@ -819,6 +819,15 @@ int td_dataset_read(const td_dataset *ds, size_t i, td_buf *scratch,
     return 0;
 }
 
+int td_dataset_shrunk(const td_dataset *ds, size_t i)
+{
+    struct stat st;
+    if (i >= ds->n || ds->kind != TD_DATASET_SHARDS)
+        return 0;
+    return stat(ds->shards[ds->shard_of[i]].path, &st) == 0 &&
+           (uint64_t)st.st_size < ds->off[i] + ds->len[i];
+}
+
 const char *td_dataset_file(const td_dataset *ds, size_t i, char *buf,
                             size_t cap)
 {

@@ -94,6 +94,13 @@ void td_dataset_keep(td_dataset *ds, const uint8_t *keep);
 int td_dataset_read(const td_dataset *ds, size_t i, td_buf *scratch,
                     const uint8_t **data, size_t *len);
 
+/* 1 when sample i lies in a shard that is now shorter than where the
+ * sample ends (cut short in place after it was opened), else 0.  Reading
+ * such a sample faults past the page of the new end (td_dataset_read:
+ * TD_E_SHRUNK), but the rest of that page reads as zeros: a sample there
+ * decodes as "not a JPEG".  Asked when a sample fails, to name it. */
+int td_dataset_shrunk(const td_dataset *ds, size_t i);
+
 /* A name for sample i in log lines: "dir/class/file.jpg" or
  * "shard.tar:key".  Writes into buf and returns it. */
 const char *td_dataset_sample_name(const td_dataset *ds, size_t i, char *buf,

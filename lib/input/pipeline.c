@@ -165,6 +165,11 @@ static int td__sample(td_pipeline *p, struct td__worker *w, int64_t epoch,
         rc = td_preprocess_jpeg(w->dec, &w->rs, c->augment, c->n_augment,
                                 c->train, c->seed, epoch, idx, data, len, ow,
                                 oh, c->channels, c->layout, dst, &t2, msg);
+    if (rc && td_dataset_shrunk(p->ds, idx)) {
+        /* read as zeros from the page of the shard's new end */
+        *msg = td_strerror(TD_E_SHRUNK);
+        return TD_E_SHRUNK;
+    }
     if (rc)
         return rc;
     int64_t t3 = td_now_ns();

@@ -635,6 +635,37 @@ START_TEST(test_pack_folder_threads_same_shards)
 }
 END_TEST
 
+/* Cut short within a page: samples past the new end but in its page read
+ * as zeros (no fault), so the pipeline asks td_dataset_shrunk when one
+ * fails to decode, to name the cut instead of "not a JPEG".  A job's
+ * reason said "not a JPEG (no SOI marker)" or "cut short" depending on
+ * which samples it read first (test_failures' shard test, now and then). */
+START_TEST(test_shard_cut_short_within_a_page)
+{
+    char err[512];
+    const char *m[] = {"a.jpg", "\xff\xd8 first", "a.cls", "0",
+                       "b.jpg", "\xff\xd8 second", "b.cls", "1"};
+    snprintf(path, sizeof path, "%s/p.tar", tmp);
+    write_tar(path, m, 4);
+    td_dataset *ds;
+    ck_assert_int_eq(td_dataset_open(path, &ds, err, sizeof err), 0);
+    ck_assert_uint_eq(td_dataset_count(ds), 2);
+    ck_assert_int_eq(td_dataset_shrunk(ds, 0), 0);
+    ck_assert_int_eq(td_dataset_shrunk(ds, 1), 0);
+    /* a.jpg's header and data are blocks 0-1, b.jpg's 4-5 (after
+     * a.cls): cut after a.jpg's data, in the same 4 KiB page */
+    ck_assert_int_eq(truncate(path, 1024), 0);
+    const uint8_t *d;
+    size_t n;
+    ck_assert_int_eq(read_sample(ds, 1, &d, &n), 0); /* zeros, no fault */
+    ck_assert_int_eq(d[0], 0);
+    ck_assert_int_eq(td_dataset_shrunk(ds, 0), 0);
+    ck_assert_int_eq(td_dataset_shrunk(ds, 1), 1);
+    ck_assert_int_eq(td_dataset_shrunk(ds, 2), 0); /* out of range */
+    td_dataset_close(ds);
+}
+END_TEST
+
 /* A shard cut short in place while it is open (cp over it, a rewrite):
  * its map faults past the new end (SIGBUS).  Those samples are
  * TD_E_SHRUNK and named by their byte offset; a sample still inside reads
@@ -762,6 +793,7 @@ static Suite *dataset_suite(void)
     tcase_add_test(tc, test_shard_cache_entry_outside_the_data_ignored);
     tcase_add_test(tc, test_shard_cache_label_int32_max_ignored);
     tcase_add_test(tc, test_shard_cut_short_while_open);
+    tcase_add_test(tc, test_shard_cut_short_within_a_page);
     tcase_add_test(tc, test_pack_folder_copies_bytes);
     tcase_add_test(tc, test_pack_folder_restart_markers);
     tcase_add_test(tc, test_pack_folder_threads_same_shards);
