@@ -128,16 +128,8 @@ void td_jobs_unlink(td_jobs *t, td_job *j)
 
 void td_jobs_insert(td_jobs *t, td_job *j)
 {
-    if (t->tail && t->tail->id < j->id) { /* the common case: at the end */
-        j->next = NULL;
-        t->tail->next = j;
-        t->tail = j;
-        t->count++;
-        if (j->id >= t->next_id)
-            t->next_id = j->id + 1;
-        return;
-    }
-    td_job **pp = &t->head;
+    /* From the tail when j goes after it (the common case: in order) */
+    td_job **pp = t->tail && t->tail->id < j->id ? &t->tail->next : &t->head;
     while (*pp && (*pp)->id < j->id)
         pp = &(*pp)->next;
     j->next = *pp;

@@ -52,15 +52,23 @@ static void td__progress(const char *dir, size_t done, size_t total,
 
 /* The ids read so far (open addressing; 0 is free: ids start at 1) and
  * the jobs in the order read, inserted by id once all are in: with
- * thousands of records, finding each id in the table and inserting into
- * the sorted list one by one cost time quadratic in their count. */
+ * thousands of records, finding each id in the job table and inserting
+ * into the sorted list one by one cost time quadratic in their count. */
 typedef struct td__loaded {
     int64_t *ids;
-    size_t cap; /* a power of two, at least twice the records */
+    size_t cap, nids; /* cap a power of two, more than twice nids */
     td_job **jobs;
-    unsigned char *rewrite; /* 1: its record is written again */
     size_t n, jcap;
 } td__loaded;
+
+/* The slot of id in ids, or the free one where it would go. */
+static size_t td__slot(const int64_t *ids, size_t cap, int64_t id)
+{
+    size_t i = ((uint64_t)id * 0x9E3779B97F4A7C15ull) & (cap - 1);
+    while (ids[i] && ids[i] != id)
+        i = (i + 1) & (cap - 1);
+    return i;
+}
 
 static int td__loaded_init(td__loaded *l, size_t records)
 {
@@ -72,63 +80,45 @@ static int td__loaded_init(td__loaded *l, size_t records)
     return l->ids ? 0 : -1;
 }
 
+static int td__loaded_has(const td__loaded *l, int64_t id)
+{
+    return id > 0 && l->ids[td__slot(l->ids, l->cap, id)] == id;
+}
+
 /* 1 if id was seen already, else it is noted (and 0). */
 static int td__loaded_seen(td__loaded *l, int64_t id)
 {
-    size_t i = ((uint64_t)id * 0x9E3779B97F4A7C15ull) & (l->cap - 1);
-    while (l->ids[i] && l->ids[i] != id)
-        i = (i + 1) & (l->cap - 1);
-    if (l->ids[i] == id)
+    if (td__loaded_has(l, id))
         return 1;
-    /* More ids than counted (a record written while loading): grow. */
-    if (l->n * 2 + 2 > l->cap) {
-        td__loaded big = {.cap = l->cap * 2};
-        big.ids = calloc(big.cap, sizeof *big.ids);
-        if (!big.ids)
+    /* More ids than records counted (one written while loading): grow. */
+    if (2 * (l->nids + 1) >= l->cap) {
+        size_t cap = 2 * l->cap;
+        int64_t *ids = calloc(cap, sizeof *ids);
+        if (!ids)
             return 0; /* unlikely; a duplicate may then go unseen */
-        for (size_t k = 0; k < l->cap; k++) {
-            if (!l->ids[k])
-                continue;
-            size_t j = ((uint64_t)l->ids[k] * 0x9E3779B97F4A7C15ull) &
-                       (big.cap - 1);
-            while (big.ids[j])
-                j = (j + 1) & (big.cap - 1);
-            big.ids[j] = l->ids[k];
-        }
+        for (size_t k = 0; k < l->cap; k++)
+            if (l->ids[k])
+                ids[td__slot(ids, cap, l->ids[k])] = l->ids[k];
         free(l->ids);
-        l->ids = big.ids;
-        l->cap = big.cap;
-        i = ((uint64_t)id * 0x9E3779B97F4A7C15ull) & (l->cap - 1);
-        while (l->ids[i])
-            i = (i + 1) & (l->cap - 1);
+        l->ids = ids;
+        l->cap = cap;
     }
-    l->ids[i] = id;
+    l->ids[td__slot(l->ids, l->cap, id)] = id;
+    l->nids++;
     return 0;
 }
 
-static int td__loaded_has(const td__loaded *l, int64_t id)
-{
-    size_t i = ((uint64_t)id * 0x9E3779B97F4A7C15ull) & (l->cap - 1);
-    while (l->ids[i] && l->ids[i] != id)
-        i = (i + 1) & (l->cap - 1);
-    return id > 0 && l->ids[i] == id;
-}
-
-static int td__loaded_add(td__loaded *l, td_job *j, int rewrite)
+static int td__loaded_add(td__loaded *l, td_job *j)
 {
     if (l->n == l->jcap) {
         size_t cap = l->jcap ? 2 * l->jcap : 256;
         td_job **nj = realloc(l->jobs, cap * sizeof *nj);
-        unsigned char *nr = nj ? realloc(l->rewrite, cap) : NULL;
-        if (nj)
-            l->jobs = nj;
-        if (!nr)
+        if (!nj)
             return -1;
-        l->rewrite = nr;
+        l->jobs = nj;
         l->jcap = cap;
     }
-    l->jobs[l->n] = j;
-    l->rewrite[l->n++] = (unsigned char)rewrite;
+    l->jobs[l->n++] = j;
     return 0;
 }
 
@@ -273,7 +263,7 @@ void td_daemon_load_jobs(td_daemon *d)
                                               cid)
                         : NULL;
         if (j && !td__loaded_seen(&got, j->id)) {
-            if (td__loaded_add(&got, j, 0)) {
+            if (td__loaded_add(&got, j)) {
                 td_job_free(j); /* out of memory: read again next start */
                 continue;
             }
@@ -345,14 +335,15 @@ void td_daemon_load_jobs(td_daemon *d)
                 }
             }
         }
-        if (td__loaded_add(&got, j, crashed)) {
+        if (td__loaded_add(&got, j)) {
             td_error("job %lld: out of memory loading its record; left "
                      "out until the next start", (long long)j->id);
             td_job_free(j);
             continue;
         }
-        if (!crashed && j->id < recent) { /* the newest keep curves for
-                                             obs.c */
+        if (crashed) /* written once the loop runs */
+            td_daemon_persist_job(d, j);
+        else if (j->id < recent) { /* the newest keep curves for obs.c */
             td_ended_shed(d, j);
             misses += j->shed;
         }
@@ -361,11 +352,8 @@ void td_daemon_load_jobs(td_daemon *d)
     /* In id order: submission order, whatever the directory's. */
     if (got.n) /* qsort wants an array, even of none */
         qsort(got.jobs, got.n, sizeof *got.jobs, td__by_id);
-    for (size_t i = 0; i < got.n; i++) {
+    for (size_t i = 0; i < got.n; i++)
         td_jobs_insert(&d->jobs, got.jobs[i]);
-        if (got.rewrite[i]) /* written once the loop runs */
-            td_daemon_persist_job(d, got.jobs[i]);
-    }
     /* Rows read in full this time (or cached rows of records gone) are
      * saved now, not only at shutdown: a daemon killed later starts fast
      * too. */
@@ -373,7 +361,6 @@ void td_daemon_load_jobs(td_daemon *d)
         td_ended_cache_save(d, NULL);
     free(got.ids);
     free(got.jobs);
-    free(got.rewrite);
     json_decref(cache);
     if (d->jobs.count)
         td_info("restored %zu job record(s) from %s in %.1f s (%zu ended "
