@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
+#include "base/clock.h"
 #include "jobsel.h"
 #include "job/spec.h"
 #include "proto/protocol.h"
@@ -263,7 +264,7 @@ static void td__queue_table(json_t *rows, size_t hide)
                hide == 1 ? "" : "s");
     size_t i;
     json_t *j;
-    double now = td_jobsel_now();
+    double now = td_ns_to_s(td_wall_ns());
     json_array_foreach(rows, i, j) {
         if (hide && td_proto_job_state_final(JSTR(j, "state", ""))) {
             hide--;

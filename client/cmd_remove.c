@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "conn.h"
+#include "base/clock.h"
 #include "jobsel.h"
 #include "progress.h"
 #include "proto/protocol.h"
@@ -126,13 +127,19 @@ typedef struct td__rm_out {
     td_progress p;
 } td__rm_out;
 
-/* A job removed (or that would be, dry): its entry, its line. */
-static void td__rm_removed(td__rm_out *o, int64_t id, json_int_t b)
+/* A job removed (or that would be, dry): its entry and the sum. */
+static void td__rm_count(td__rm_out *o, int64_t id, json_int_t b)
 {
     o->total += b;
     json_array_append_new(o->removed, json_pack("{s:I, s:I}", "job",
                                                 (json_int_t)id, "freed_bytes",
                                                 b));
+}
+
+/* A job removed: its entry, its line. */
+static void td__rm_removed(td__rm_out *o, int64_t id, json_int_t b)
+{
+    td__rm_count(o, id, b);
     if (!o->json) {
         char sz[32];
         td_fmt_bytes((double)b, sz, sizeof sz);
@@ -187,7 +194,7 @@ static void td__rm_dry_line(json_t *job, int64_t id, json_int_t b)
     char sz[32], age[16];
     td_fmt_bytes((double)b, sz, sizeof sz);
     json_t *e = json_object_get(job, "ended");
-    td_fmt_age(e ? td_jobsel_now() - json_number_value(e) : 0, age,
+    td_fmt_age(e ? td_ns_to_s(td_wall_ns()) - json_number_value(e) : 0, age,
                sizeof age);
     const char *name = json_string_value(json_object_get(job, "name"));
     const char *st = json_string_value(json_object_get(job, "state"));
@@ -220,11 +227,7 @@ static void td__rm_dry(td_conn *c, const int64_t *ids, size_t n,
         json_array_foreach(json_object_get(job, "checkpoints"), k, ck)
             b += json_integer_value(json_object_get(ck, "bytes"));
         if (job) { /* else removed meanwhile: nothing left to remove */
-            o->total += b;
-            json_array_append_new(o->removed,
-                                  json_pack("{s:I, s:I}", "job",
-                                            (json_int_t)ids[i],
-                                            "freed_bytes", b));
+            td__rm_count(o, ids[i], b);
             td_progress_clear(&o->p);
             if (!o->json)
                 td__rm_dry_line(job, ids[i], b);
@@ -283,7 +286,7 @@ static int td__rm_selectors(const td_cli *cli, const char *state,
                                   "failed or cancelled (the ended states), "
                                   "not '%s'", state);
     if (before) {
-        if (td_jobsel_parse_before(before, td_jobsel_now(),
+        if (td_jobsel_parse_before(before, td_ns_to_s(td_wall_ns()),
                                    &sel->ended_before))
             return td_cli_usage_error(cli, "--ended-before: expected a "
                                       "DURATION (45s, 30m, 12h, 7d, 2w) or "

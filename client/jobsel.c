@@ -10,13 +10,6 @@
 
 #include "proto/protocol.h"
 
-double td_jobsel_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 int td_jobsel_match(const td_jobsel *s, json_t *row)
 {
     const char *st = json_string_value(json_object_get(row, "state"));

@@ -46,7 +46,4 @@ int td_jobsel_parse_before(const char *text, double now, double *when);
 /* Parses --last N (1..1000000000); returns N, or -1 when it is not. */
 long td_jobsel_parse_count(const char *text);
 
-/* The wall clock in seconds, as the daemon's `submitted` and `ended`. */
-double td_jobsel_now(void);
-
 #endif
