@@ -220,6 +220,15 @@ static void td__free(td_submit *s)
 
 static void td__done(uv_work_t *w, int status);
 
+/* s answered: freed, and its connection's next requests read, in order. */
+static void td__finish(td_submit *s)
+{
+    td_client *c = td_server_client(s->d, s->client);
+    td__free(s);
+    if (c)
+        td_client_release(c);
+}
+
 /* Starts queued checks while fewer than TD__CHECKS_AT_ONCE run.  A submit
  * that cannot start is answered with the error and frees its connection. */
 static void td__start_checks(td_daemon *d)
@@ -236,10 +245,7 @@ static void td__start_checks(td_daemon *d)
         }
         td__error(d, s->client, s->id, TD_ERR_INTERNAL,
                   "submit: cannot queue the checks");
-        td_client *c = td_server_client(d, s->client);
-        td__free(s);
-        if (c)
-            td_client_release(c);
+        td__finish(s);
     }
 }
 
@@ -257,10 +263,7 @@ static void td__done(uv_work_t *w, int status)
     else
         td__enqueue(s);
     td_daemon *d = s->d;
-    td_client *c = td_server_client(d, s->client);
-    td__free(s);
-    if (c)
-        td_client_release(c); /* its next requests, in order */
+    td__finish(s);
     td__start_checks(d);
 }
 
