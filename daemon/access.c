@@ -140,14 +140,14 @@ static int td__model_path(const td_job_spec *s, const char **out)
 static int td__as_uid(td__acc *a, td_fscred *cred, td_fscred_saved *saved)
 {
     int rc;
-    if (a->uid == 0 || a->uid == geteuid())
-        return 0;
-    if (td_fscred_for_uid(a->uid, cred, a->err, a->errcap))
+    if (td_fscred_for_reader(a->uid, cred, a->err, a->errcap))
         return -EACCES;
-    if (!td_fscred_can_switch()) {
+    if (cred->bits) { /* checked by hand */
         a->cred = cred;
         return 0;
     }
+    if (!cred->set) /* root, or the daemon's own uid */
+        return 0;
     if ((rc = td_fscred_enter(cred, saved))) {
         snprintf(a->err, a->errcap, "cannot check paths as uid %u: %s",
                  (unsigned)a->uid, strerror(-rc));
@@ -242,10 +242,8 @@ int td_access_enter(uid_t uid, td_fscred_saved *saved)
 {
     td_fscred cred;
     memset(saved, 0, sizeof *saved);
-    if (uid == 0 || uid == geteuid() || !td_fscred_can_switch())
-        return 0;
-    if (td_fscred_for_uid(uid, &cred, NULL, 0) ||
-        td_fscred_enter(&cred, saved))
-        return -EACCES;
-    return 0;
+    if (td_fscred_for_reader(uid, &cred, NULL, 0))
+        return td_fscred_can_switch() ? -EACCES : 0;
+    /* set only where the daemon may switch: else nothing to enter */
+    return td_fscred_enter(&cred, saved) ? -EACCES : 0;
 }
