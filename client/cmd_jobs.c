@@ -123,6 +123,8 @@ int td_cmd_submit(int argc, char **argv)
     json_t *args = json_pack("{s:o}", "spec", spec);
     if (name)
         json_object_set_new(args, "name", json_string(name));
+    if (isatty(STDERR_FILENO)) /* the checks' stage and count, shown */
+        json_object_set_new(args, "progress", json_true());
     json_t *r = td_conn_request(&c, "submit", args, NULL, NULL);
     if (!r) {
         td_conn_close(&c);

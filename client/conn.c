@@ -192,6 +192,48 @@ json_t *td_conn_read(td_conn *c, int timeout_ms, int *timed_out)
     }
 }
 
+/* 1 when r is a "progress" event for request id. */
+static int td__progress_of(const json_t *r, int id)
+{
+    const json_t *ev = json_object_get(r, "event");
+    const json_t *req = json_object_get(r, "request");
+    return json_is_string(ev) && strcmp(json_string_value(ev), "progress") == 0 &&
+           json_is_integer(req) && json_integer_value(req) == id &&
+           json_is_object(json_object_get(r, "data"));
+}
+
+/* The waiting line, after a second: the daemon's stage and count when it
+ * sent some ("submit: traind is listing data.train: 412,318 samples (3
+ * s)"), else that trainctl waits. */
+static void td__show_wait(td_progress *p, const char *cmd, const json_t *said)
+{
+    double s = td_progress_elapsed(p);
+    if (s < 1.0)
+        return;
+    const char *stage = json_string_value(json_object_get(said, "stage"));
+    if (!stage) {
+        td_progress_show(p, 0, "%s: waiting for traind's reply%s (%.0f s)",
+                         cmd,
+                         strcmp(cmd, "submit") == 0
+                             ? " (it checks the job's files)"
+                             : "",
+                         s);
+        return;
+    }
+    char done[32], total[48] = "";
+    td_fmt_count((uint64_t)json_integer_value(json_object_get(said, "done")),
+                 done, sizeof done);
+    json_int_t t = json_integer_value(json_object_get(said, "total"));
+    if (t > 0) {
+        char n[32];
+        td_fmt_count((uint64_t)t, n, sizeof n);
+        snprintf(total, sizeof total, " of %s", n);
+    }
+    const char *unit = json_string_value(json_object_get(said, "unit"));
+    td_progress_show(p, 0, "%s: traind is %s: %s%s %s (%.0f s)", cmd, stage,
+                     done, total, unit ? unit : "", s);
+}
+
 json_t *td_conn_request(td_conn *c, const char *cmd, json_t *args,
                         void (*on_event)(json_t *ev, void *user), void *user)
 {
@@ -217,35 +259,40 @@ json_t *td_conn_request(td_conn *c, const char *cmd, json_t *args,
     }
     free(line);
     /* A reply that takes a while (a submit's checks read every file of
-     * its dataset) says so on a terminal after a second; requests that
-     * stream events draw their own progress. */
+     * its dataset) says so on a terminal after a second, with the
+     * daemon's "progress" events for this request where it sends them
+     * (a submit asked with args.progress); requests that stream events
+     * draw their own progress. */
     td_progress p;
     td_progress_init(&p);
+    json_t *said = NULL; /* the newest progress event's data */
     for (;;) {
         int slow = 0;
         json_t *r = td_conn_read(c, on_event ? -1 : 250, &slow);
         if (!r && slow) {
-            double s = td_progress_elapsed(&p);
-            if (s >= 1.0)
-                td_progress_show(&p, 0, "%s: waiting for traind's reply%s "
-                                 "(%.0f s)", cmd,
-                                 strcmp(cmd, "submit") == 0
-                                     ? " (it checks the job's files)"
-                                     : "",
-                                 s);
+            td__show_wait(&p, cmd, said);
+            continue;
+        }
+        if (r && td__progress_of(r, id)) {
+            json_decref(said);
+            said = json_incref(json_object_get(r, "data"));
+            json_decref(r);
+            td__show_wait(&p, cmd, said);
             continue;
         }
         td_progress_clear(&p);
         if (!r) {
+            json_decref(said);
             fprintf(stderr, "trainctl: traind closed the connection\n");
             return NULL;
         }
         json_t *rid = json_object_get(r, "id");
-        if (json_is_integer(rid) && json_integer_value(rid) == id)
+        if ((json_is_integer(rid) && json_integer_value(rid) == id) ||
+            (rid && !json_object_get(r, "event") && json_is_null(rid))) {
+            /* the reply, or an error the daemon could not address */
+            json_decref(said);
             return r;
-        if (json_object_get(r, "id") && !json_object_get(r, "event") &&
-            json_is_null(rid)) /* an error the daemon could not address */
-            return r;
+        }
         if (on_event && json_object_get(r, "event"))
             on_event(r, user);
         json_decref(r);

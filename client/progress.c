@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -69,4 +70,18 @@ void td_progress_done(td_progress *p, const char *what, int64_t done,
     fprintf(stderr, "%s: %lld %s in %.1f s (%.0f %s/s)\n", what,
             (long long)done, unit, s, s > 0 ? (double)done / s : 0.0, unit);
     fflush(stderr);
+}
+
+void td_fmt_count(uint64_t n, char *buf, size_t cap)
+{
+    char digits[24];
+    int len = snprintf(digits, sizeof digits, "%llu", (unsigned long long)n);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 1 < cap; i++) {
+        if (i > 0 && (len - i) % 3 == 0 && o + 2 < cap)
+            buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    if (cap)
+        buf[o] = '\0';
 }

@@ -12,6 +12,7 @@
 #ifndef TD_CLIENT_PROGRESS_H
 #define TD_CLIENT_PROGRESS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct td_progress {
@@ -41,5 +42,7 @@ void td_progress_done(td_progress *p, const char *what, int64_t done,
                       const char *unit);
 /* Seconds since td_progress_init (or the last count of 0). */
 double td_progress_elapsed(const td_progress *p);
+/* n with a comma between thousands ("412,318"), into buf. */
+void td_fmt_count(uint64_t n, char *buf, size_t cap);
 
 #endif

@@ -285,6 +285,7 @@ static void td__close_handles(td_daemon *d)
     uv_close((uv_handle_t *)&d->status, NULL);
     uv_close((uv_handle_t *)&d->persist_retry, NULL);
     uv_close((uv_handle_t *)&d->watchdog, NULL);
+    uv_close((uv_handle_t *)&d->submit_progress, NULL);
     uv_close((uv_handle_t *)&d->wake, NULL);
     td_obs_close(d);
 }
@@ -766,7 +767,9 @@ int td_daemon_init(td_daemon *d, uv_loop_t *loop, const td_daemon_opts *o)
     uv_timer_init(loop, &d->status);
     uv_timer_init(loop, &d->watchdog);
     uv_timer_init(loop, &d->persist_retry);
+    uv_timer_init(loop, &d->submit_progress);
     d->status.data = d->watchdog.data = d->persist_retry.data = d;
+    d->submit_progress.data = d;
     snprintf(sub, sizeof sub, "%s/checkpoints", d->state_dir);
     if ((rc = td_mkdirs(sub, 0750)) != 0) {
         td_error("cannot create %s: %s", sub, td_strerror(rc));

@@ -117,6 +117,10 @@ typedef struct td_daemon {
     /* submits whose checks wait for a threadpool thread (submit.c) */
     struct td_submit *submit_head, *submit_tail;
     int submits_checking;
+    /* those checking now that asked for progress, and the timer that
+     * sends it (submit.c) */
+    struct td_submit *submits_shown;
+    uv_timer_t submit_progress;
     /* ended_job_retention_days (retention.c) */
     int64_t retention_last_ns;
     int retention_due;

@@ -17,6 +17,7 @@
 #include "access.h"
 #include "base/error.h"
 #include "base/fscred.h"
+#include "base/tally.h"
 #include "bounds.h"
 #include "daemon.h"
 #include "input/dataset.h"
@@ -38,7 +39,8 @@ enum td_task td_job_task(const td_job *j)
 /* The checkpoint's metadata and, for an eval, the dataset's classes
  * against the model's: both read as the submitter. */
 static int td__check_files(uid_t uid, const td_infer_spec *s,
-                           const json_t *settings, char *err, size_t errcap)
+                           const json_t *settings, td_tally *t, char *err,
+                           size_t errcap)
 {
     td_fscred_saved saved;
     td_ckpt_file *f = NULL;
@@ -71,7 +73,8 @@ static int td__check_files(uid_t uid, const td_infer_spec *s,
     have_meta = 1;
     if (s->task != TD_TASK_EVAL)
         goto out;
-    if ((rc = td_dataset_open(s->data, &ds, e, sizeof e))) {
+    td_tally_stage(t, "listing data", "samples", 0);
+    if ((rc = td_dataset_open_tally(s->data, t, &ds, e, sizeof e))) {
         snprintf(err, errcap, "data: %s", e);
         rc = TD_E_SPEC;
         goto out;
@@ -83,8 +86,11 @@ static int td__check_files(uid_t uid, const td_infer_spec *s,
         rc = -EACCES; /* no identity to check them for */
         goto out;
     }
-    if (bits.bits && (rc = td_job_data_bits_check(&bits, ds, s->data,
-                                                  "data", err, errcap)))
+    if (bits.bits)
+        td_tally_stage(t, "checking the submitter's rights to data", "files",
+                       td_dataset_count(ds));
+    if (bits.bits && (rc = td_job_data_bits_check(&bits, ds, s->data, "data",
+                                                  t, err, errcap)))
         goto out;
     int dk = td_dataset_classes(ds);
     if (dk > meta.classes) {
@@ -113,8 +119,8 @@ out:
 }
 
 int td_infer_job_check(const json_t *settings, const td_device_info *devices,
-                       uid_t uid, const td_infer_spec *s, char *err,
-                       size_t errcap)
+                       uid_t uid, const td_infer_spec *s, td_tally *t,
+                       char *err, size_t errcap)
 {
     const json_t *roots = json_object_get(settings, "allowed_data_roots");
     td_device_choice ch;
@@ -138,7 +144,7 @@ int td_infer_job_check(const json_t *settings, const td_device_info *devices,
                     s->n_images, roots, err, errcap))) {
         return rc;
     }
-    return td__check_files(uid, s, settings, err, errcap);
+    return td__check_files(uid, s, settings, t, err, errcap);
 }
 
 void td_infer_job_summary(const json_t *r, enum td_task t, char *buf,

@@ -24,10 +24,13 @@ struct td_daemon;
  * allowed_data_roots) and there; the checkpoint a traind checkpoint or
  * export (its metadata read as uid); an eval's dataset opens and its
  * classes are the model's; the device exists.  0, -EACCES (a path:
- * permission_denied) or TD_E_SPEC (invalid_spec), err naming the field. */
+ * permission_denied) or TD_E_SPEC (invalid_spec), err naming the field.
+ * t (base/tally.h; NULL: nobody watches) counts the dataset's listing and
+ * rights check. */
+struct td_tally;
 int td_infer_job_check(const json_t *settings, const td_device_info *devices,
-                       uid_t uid, const td_infer_spec *s, char *err,
-                       size_t errcap);
+                       uid_t uid, const td_infer_spec *s, struct td_tally *t,
+                       char *err, size_t errcap);
 
 /* The job's task (TD_TASK_TRAIN for a training job). */
 enum td_task td_job_task(const td_job *j);

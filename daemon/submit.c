@@ -13,6 +13,10 @@
  * answered after this one, so its jobs' ids keep the order it sent them
  * in.  A client that leaves before the reply still has its job queued,
  * as when the checks ran on the loop (the job log says who submitted it).
+ *
+ * A submit with args.progress true is told how far its checks are: the
+ * checks count into a tally (base/tally.h) and a loop timer sends it as a
+ * "progress" event every TD__PROGRESS_MS while they run.
  */
 #define _GNU_SOURCE
 #include "submit.h"
@@ -26,7 +30,9 @@
 #include "access.h"
 #include "base/error.h"
 #include "base/fscred.h"
+#include "base/clock.h"
 #include "base/log.h"
+#include "base/tally.h"
 #include "bounds.h"
 #include "infer_jobs.h"
 #include "job/jobcheck.h"
@@ -39,6 +45,11 @@
  * written there too (a cancel's reply waits for its record): a user's
  * slow checks must not take every thread. */
 #define TD__CHECKS_AT_ONCE 2
+
+/* How often a submit that asked for progress is sent it, in ms.  The
+ * environment's TD_SUBMIT_PROGRESS_MS (1-10000) changes it: the tests
+ * see a check of 100,000 files, which takes a tenth of a second, tick. */
+#define TD__PROGRESS_MS 500
 
 typedef struct td_submit {
     uv_work_t work;
@@ -53,6 +64,12 @@ typedef struct td_submit {
     int train;             /* td_job_spec spec, else td_infer_spec is */
     td_job_spec spec;
     td_infer_spec is;
+    /* args.progress: the checks count into tally, which the loop sends
+     * while s is on d's submits_shown list (from its checks' start) */
+    int progress;
+    td_tally tally;
+    int64_t started_ns;
+    struct td_submit *next_shown;
     /* the checks' outcome */
     int rc;                /* 0, -EACCES (permission) or another error */
     int64_t steps;         /* a training job's steps, for the reply */
@@ -146,7 +163,7 @@ static int td__train_checks(td_submit *s)
     if (rc == 0 && td_fscred_for_reader(s->uid, &cred, err, cap))
         rc = -EACCES; /* no identity to read the files as */
     td_job_check_opts co = {.devices = &s->d->devices, .models_dir = models,
-                            .cred = &cred};
+                            .cred = &cred, .tally = &s->tally};
     td_job_checked chk;
     if (rc == 0 && (rc = td_job_check(p, &co, &chk, err, cap)) == 0)
         s->steps = chk.size.steps;
@@ -158,7 +175,8 @@ static void td__work(uv_work_t *w)
     td_submit *s = w->data;
     s->rc = s->train ? td__train_checks(s)
                      : td_infer_job_check(s->settings, &s->d->devices, s->uid,
-                                          &s->is, s->err, sizeof s->err);
+                                          &s->is, &s->tally, s->err,
+                                          sizeof s->err);
 }
 
 /* The name check, the per-user bound and the queueing, the same for
@@ -220,6 +238,69 @@ static void td__free(td_submit *s)
 
 static void td__done(uv_work_t *w, int status);
 
+/* Loop timer: each submit on d's submits_shown list is sent its checks'
+ * stage and count, once they have named one. */
+static void td__send_progress(uv_timer_t *t)
+{
+    td_daemon *d = t->data;
+    for (td_submit *s = d->submits_shown; s; s = s->next_shown) {
+        td_tally_seen v = td_tally_read(&s->tally);
+        td_client *c = td_server_client(d, s->client);
+        if (!v.stage || !c)
+            continue;
+        json_t *data = json_pack("{s:s, s:s, s:I, s:f}", "stage", v.stage,
+                                 "unit", v.unit ? v.unit : "",
+                                 "done", (json_int_t)v.done, "elapsed",
+                                 td_elapsed_s(s->started_ns));
+        if (data && v.total)
+            json_object_set_new(data, "total", json_integer(
+                                                   (json_int_t)v.total));
+        json_t *ev = data ? json_pack("{s:s, s:f, s:O, s:o}", "event",
+                                      "progress", "ts", td_ns_to_s(td_wall_ns()),
+                                      "request", s->id ? s->id : json_null(),
+                                      "data", data)
+                          : NULL;
+        char *line = td_proto_line(ev);
+        if (line)
+            td_client_send(c, line);
+    }
+}
+
+static uint64_t td__progress_ms(void)
+{
+    const char *e = getenv("TD_SUBMIT_PROGRESS_MS");
+    long v = e ? strtol(e, NULL, 10) : 0;
+    return v >= 1 && v <= 10000 ? (uint64_t)v : TD__PROGRESS_MS;
+}
+
+/* s's checks start: on the list (and the timer running) when it asked
+ * for progress. */
+static void td__shown_add(td_daemon *d, td_submit *s)
+{
+    s->started_ns = td_now_ns();
+    if (!s->progress || d->shutting_down)
+        return;
+    s->next_shown = d->submits_shown;
+    d->submits_shown = s;
+    if (!uv_is_active((uv_handle_t *)&d->submit_progress)) {
+        uint64_t ms = td__progress_ms();
+        uv_timer_start(&d->submit_progress, td__send_progress, ms, ms);
+    }
+}
+
+/* s's checks have ended: off the list; the timer stops with the last. */
+static void td__shown_remove(td_daemon *d, td_submit *s)
+{
+    for (td_submit **p = &d->submits_shown; *p; p = &(*p)->next_shown) {
+        if (*p == s) {
+            *p = s->next_shown;
+            break;
+        }
+    }
+    if (!d->submits_shown && !uv_is_closing((uv_handle_t *)&d->submit_progress))
+        uv_timer_stop(&d->submit_progress);
+}
+
 /* s answered: freed, and its connection's next requests read, in order. */
 static void td__finish(td_submit *s)
 {
@@ -241,6 +322,7 @@ static void td__start_checks(td_daemon *d)
         s->work.data = s;
         if (uv_queue_work(d->loop, &s->work, td__work, td__done) == 0) {
             d->submits_checking++;
+            td__shown_add(d, s);
             continue;
         }
         td__error(d, s->client, s->id, TD_ERR_INTERNAL,
@@ -253,6 +335,7 @@ static void td__done(uv_work_t *w, int status)
 {
     td_submit *s = w->data;
     s->d->submits_checking--;
+    td__shown_remove(s->d, s);
     if (status < 0)
         td__error(s->d, s->client, s->id, TD_ERR_INTERNAL,
                   "submit: the checks did not run");
@@ -336,6 +419,7 @@ static const char *td__parse(td_client *c, const json_t *spec, td_submit *s)
 void td_cmd_submit(td_client *c, td_request *req)
 {
     json_t *name = json_object_get(req->args, "name");
+    json_t *progress = json_object_get(req->args, "progress");
     char err[512];
     if (name && !td_job_name_ok(json_string_value(name))) {
         snprintf(err, sizeof err, "submit: name must be 1-%d bytes of "
@@ -360,6 +444,7 @@ void td_cmd_submit(td_client *c, td_request *req)
     s->uid = c->uid;
     s->id = json_incref(req->id);
     s->name = json_incref(name);
+    s->progress = json_is_true(progress);
     const char *cls = td__parse(c, json_object_get(req->args, "spec"), s);
     if (!cls && !(s->settings = json_deep_copy(c->d->settings))) {
         cls = TD_ERR_INTERNAL;

@@ -24,6 +24,7 @@
 #include "base/fsio.h"
 #include "base/log.h"
 #include "base/mapcopy.h"
+#include "base/tally.h"
 #include "input/classes.h"
 #include "input/tar.h"
 
@@ -72,6 +73,7 @@ struct td_dataset {
     uint32_t *shard_of;
     uint64_t *off;
     uint32_t *len;
+    td_tally *tally; /* counts samples while opening, or NULL */
 };
 
 static int td__add_sample(td_dataset *ds, int32_t label)
@@ -95,6 +97,7 @@ static int td__add_sample(td_dataset *ds, int32_t label)
     if (label + 1 > ds->classes)
         ds->classes = label + 1;
     ds->n++;
+    td_tally_add(ds->tally, 1);
     return 0;
 }
 
@@ -643,8 +646,8 @@ int td_dataset_index_shard(const char *shard_path, char *err, size_t errcap)
     return rc;
 }
 
-int td_dataset_open_shards(const char *const *paths, int n, td_dataset **out,
-                           char *err, size_t errcap)
+static int td__open_shards(const char *const *paths, int n, td_tally *t,
+                           td_dataset **out, char *err, size_t errcap)
 {
     struct td__scan s = {.err = err, .ecap = errcap};
     int rc = 0;
@@ -658,6 +661,7 @@ int td_dataset_open_shards(const char *const *paths, int n, td_dataset **out,
         return -ENOMEM;
     }
     ds->kind = TD_DATASET_SHARDS;
+    ds->tally = t;
     for (int i = 0; i < n && rc == 0; i++) {
         struct td__shard *sh = &ds->shards[i];
         if (!(sh->path = strdup(paths[i]))) {
@@ -685,13 +689,20 @@ int td_dataset_open_shards(const char *const *paths, int n, td_dataset **out,
         td_dataset_close(ds);
         return rc;
     }
+    ds->tally = NULL; /* counted while opening only */
     *out = ds;
     return 0;
 }
 
+int td_dataset_open_shards(const char *const *paths, int n, td_dataset **out,
+                           char *err, size_t errcap)
+{
+    return td__open_shards(paths, n, NULL, out, err, errcap);
+}
+
 /* Opens the shard paths of a glob or a directory listing. */
-static int td__open_glob(const char *pattern, td_dataset **out, char *err,
-                         size_t ecap)
+static int td__open_glob(const char *pattern, td_tally *t, td_dataset **out,
+                         char *err, size_t ecap)
 {
     glob_t g;
     int grc = glob(pattern, 0, NULL, &g);
@@ -699,8 +710,8 @@ static int td__open_glob(const char *pattern, td_dataset **out, char *err,
         return td_set_error(err, ecap, -ENOENT, "%s: no file matches", pattern);
     if (grc)
         return td_set_error(err, ecap, -EIO, "%s: glob failed", pattern);
-    int rc = td_dataset_open_shards((const char *const *)g.gl_pathv,
-                                    (int)g.gl_pathc, out, err, ecap);
+    int rc = td__open_shards((const char *const *)g.gl_pathv,
+                             (int)g.gl_pathc, t, out, err, ecap);
     globfree(&g);
     return rc;
 }
@@ -708,19 +719,25 @@ static int td__open_glob(const char *pattern, td_dataset **out, char *err,
 int td_dataset_open(const char *path, td_dataset **out, char *err,
                     size_t errcap)
 {
+    return td_dataset_open_tally(path, NULL, out, err, errcap);
+}
+
+int td_dataset_open_tally(const char *path, td_tally *t, td_dataset **out,
+                          char *err, size_t errcap)
+{
     struct stat st;
     if (err && errcap)
         err[0] = '\0';
     if (!path || !*path || !out)
         return td_set_error(err, errcap, -EINVAL, "no dataset path given");
     if (strpbrk(path, "*?[") && stat(path, &st) != 0)
-        return td__open_glob(path, out, err, errcap);
+        return td__open_glob(path, t, out, err, errcap);
     if (stat(path, &st) != 0)
         return td_set_error(err, errcap, -errno, "dataset %s: %s", path,
                             strerror(errno));
     if (S_ISREG(st.st_mode)) {
         const char *p[1] = {path};
-        return td_dataset_open_shards(p, 1, out, err, errcap);
+        return td__open_shards(p, 1, t, out, err, errcap);
     }
     if (!S_ISDIR(st.st_mode))
         return td_set_error(err, errcap, -EINVAL,
@@ -733,8 +750,8 @@ int td_dataset_open(const char *path, td_dataset **out, char *err,
     glob_t g;
     int grc = glob(pattern, 0, NULL, &g);
     if (grc == 0) {
-        int rc = td_dataset_open_shards((const char *const *)g.gl_pathv,
-                                        (int)g.gl_pathc, out, err, errcap);
+        int rc = td__open_shards((const char *const *)g.gl_pathv,
+                                 (int)g.gl_pathc, t, out, err, errcap);
         globfree(&g);
         return rc;
     }
@@ -742,11 +759,13 @@ int td_dataset_open(const char *path, td_dataset **out, char *err,
     if (!ds)
         return -ENOMEM;
     ds->kind = TD_DATASET_FOLDER;
+    ds->tally = t;
     int rc = td__open_folder(ds, path, err, errcap);
     if (rc) {
         td_dataset_close(ds);
         return rc;
     }
+    ds->tally = NULL; /* counted while opening only */
     *out = ds;
     return 0;
 }

@@ -38,6 +38,12 @@ enum td_dataset_kind {
  * naming the path and the problem. */
 int td_dataset_open(const char *path, td_dataset **out, char *err,
                     size_t errcap);
+/* The same, counting each sample found into t (base/tally.h; NULL: as
+ * td_dataset_open) while it lists folders and reads shards' indexes, for
+ * another thread to show. */
+struct td_tally;
+int td_dataset_open_tally(const char *path, struct td_tally *t,
+                          td_dataset **out, char *err, size_t errcap);
 /* Opens a list of shard files as one dataset, in the order given. */
 int td_dataset_open_shards(const char *const *paths, int n, td_dataset **out,
                            char *err, size_t errcap);

@@ -38,7 +38,8 @@ int td_job_check(const td_job_spec *s, const td_job_check_opts *o,
         return rc;
     /* classes, labels, the model and the run's length: the datasets
      * opened as the trainer will */
-    return td_job_precheck(s, o->models_dir, o->cred, o->synthetic_steps,
+    return td_job_precheck(s, o->models_dir, o->cred, o->tally,
+                           o->synthetic_steps,
                            &out->size, err, errcap);
 }
 

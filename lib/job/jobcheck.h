@@ -25,6 +25,8 @@ typedef struct td_job_check_opts {
     const char *models_dir;        /* where zoo names are looked up */
     const struct td_fscred *cred;  /* read files as (NULL: as we are) */
     int synthetic_steps;           /* 0: TD_JOB_SYNTHETIC_STEPS */
+    struct td_tally *tally;        /* how far the data's checks are, for
+                                      another thread (NULL: nobody) */
 } td_job_check_opts;
 
 typedef struct td_job_checked {

@@ -14,11 +14,12 @@
 
 #include "base/error.h"
 #include "base/fscred.h"
+#include "base/tally.h"
 #include "input/classes.h"
 #include "model/model.h"
 
-static int td__open(const td_spec_paths *p, const char *key, td_dataset **ds,
-                    char *err, size_t errcap)
+static int td__open(const td_spec_paths *p, const char *key, td_tally *t,
+                    td_dataset **ds, char *err, size_t errcap)
 {
     char e[512];
     int rc;
@@ -27,7 +28,10 @@ static int td__open(const td_spec_paths *p, const char *key, td_dataset **ds,
                  "yet; name a directory of shards or a glob", key);
         return TD_E_SPEC;
     }
-    if ((rc = td_dataset_open(p->v[0], ds, e, sizeof e)) ||
+    td_tally_stage(t, strcmp(key, "data.val") == 0 ? "listing data.val"
+                                                   : "listing data.train",
+                   "samples", 0);
+    if ((rc = td_dataset_open_tally(p->v[0], t, ds, e, sizeof e)) ||
         (rc = td_classes_attach(*ds, p->v[0], e, sizeof e))) {
         snprintf(err, errcap, "%s: %s", key, e[0] ? e : td_strerror(rc));
         td_dataset_close(*ds);
@@ -67,8 +71,8 @@ static int td__split(const td_job_spec *s, td_job_data *d, char *err,
     return rc;
 }
 
-static int td__data_open(const td_job_spec *s, td_job_data *d, char *err,
-                         size_t errcap);
+static int td__data_open(const td_job_spec *s, td_tally *t, td_job_data *d,
+                         char *err, size_t errcap);
 
 /* An ImageFolder's entries that are not samples, for the job's log: a
  * .webp or a subfolder left out without a word looked like a smaller
@@ -114,8 +118,8 @@ static int td__file_ok(const td_fscred *c, const char *f, char *dir,
  * for the job (each sample's file or shard, a classes file) must be one
  * the bits let the submitter read, not only the path the user named. */
 int td_job_data_bits_check(const td_fscred *c, const td_dataset *ds,
-                           const char *path, const char *key, char *err,
-                           size_t errcap)
+                           const char *path, const char *key, td_tally *t,
+                           char *err, size_t errcap)
 {
     char f[4200], dir[PATH_MAX] = "", last[4200] = "";
     struct stat st;
@@ -126,6 +130,7 @@ int td_job_data_bits_check(const td_fscred *c, const td_dataset *ds,
     }
     for (size_t i = 0, n = td_dataset_count(ds); i < n; i++) {
         td_dataset_file(ds, i, f, sizeof f);
+        td_tally_add(t, 1);
         if (strcmp(f, last) == 0)
             continue; /* the same shard */
         if (!td__file_ok(c, f, dir, sizeof dir))
@@ -140,7 +145,7 @@ deny:
 }
 
 int td_job_data_open(const td_job_spec *s, const td_fscred *cred,
-                     td_job_data *d, char *err, size_t errcap)
+                     td_tally *t, td_job_data *d, char *err, size_t errcap)
 {
     td_fscred_saved saved;
     memset(d, 0, sizeof *d);
@@ -150,30 +155,38 @@ int td_job_data_open(const td_job_spec *s, const td_fscred *cred,
                  cred ? (unsigned)cred->uid : 0u, td_strerror(rc));
         return rc;
     }
-    rc = td__data_open(s, d, err, errcap);
+    rc = td__data_open(s, t, d, err, errcap);
     td_fscred_leave(&saved);
     if (rc == 0 && cred && cred->bits && !cred->set) {
+        td_tally_stage(t, "checking the submitter's rights to data.train",
+                       "files",
+                       td_dataset_count(d->train));
         rc = td_job_data_bits_check(cred, d->train, s->data.train.v[0],
-                                    "data.train", err, errcap);
-        if (rc == 0 && s->data.val.n)
+                                    "data.train", t, err, errcap);
+        if (rc == 0 && s->data.val.n) {
+            td_tally_stage(t, "checking the submitter's rights to data.val",
+                           "files",
+                           td_dataset_count(d->val));
             rc = td_job_data_bits_check(cred, d->val, s->data.val.v[0],
-                                        "data.val", err, errcap);
+                                        "data.val", t, err, errcap);
+        }
         if (rc)
             td_job_data_close(d);
     }
     return rc;
 }
 
-static int td__data_open(const td_job_spec *s, td_job_data *d, char *err,
-                         size_t errcap)
+static int td__data_open(const td_job_spec *s, td_tally *t, td_job_data *d,
+                         char *err, size_t errcap)
 {
     int rc;
-    if ((rc = td__open(&s->data.train, "data.train", &d->train, err, errcap)))
+    if ((rc = td__open(&s->data.train, "data.train", t, &d->train, err,
+                       errcap)))
         return rc;
     td__note_left_out(d, "data.train", d->train);
     if (s->data.val.n) {
         char note[400];
-        if ((rc = td__open(&s->data.val, "data.val", &d->val, err, errcap)) ||
+        if ((rc = td__open(&s->data.val, "data.val", t, &d->val, err, errcap)) ||
             (rc = td_classes_align(d->train, d->val, note, sizeof note, err,
                                    errcap)))
             goto fail;
@@ -181,7 +194,7 @@ static int td__data_open(const td_job_spec *s, td_job_data *d, char *err,
         if (note[0])
             snprintf(d->note, sizeof d->note, "data.val: %s", note);
     } else if (s->data.val_fraction > 0) {
-        if ((rc = td__open(&s->data.train, "data.train", &d->val, err,
+        if ((rc = td__open(&s->data.train, "data.train", t, &d->val, err,
                            errcap)) ||
             (rc = td__split(s, d, err, errcap)))
             goto fail;
@@ -211,7 +224,7 @@ void td_job_data_close(td_job_data *d)
 }
 
 int td_job_precheck(const td_job_spec *s, const char *models_dir,
-                    const td_fscred *cred, int synthetic_steps,
+                    const td_fscred *cred, td_tally *t, int synthetic_steps,
                     td_job_size *size, char *err, size_t errcap)
 {
     td_job_data d = {0};
@@ -219,7 +232,7 @@ int td_job_precheck(const td_job_spec *s, const char *models_dir,
     int files = s->input.source != TD_SOURCE_SYNTHETIC;
     size_t ntrain = 0, held = 0;
     if (files) {
-        if ((rc = td_job_data_open(s, cred, &d, err, errcap)))
+        if ((rc = td_job_data_open(s, cred, t, &d, err, errcap)))
             return rc;
         classes = d.classes;
         ntrain = td_dataset_count(d.train);

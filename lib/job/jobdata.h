@@ -35,11 +35,16 @@ struct td_fscred;
 /* That check for one opened dataset (named `path` in the spec, `key` in
  * the refusal): 0, or -EACCES naming the first file c's uid may not
  * read. */
+struct td_tally;
 int td_job_data_bits_check(const struct td_fscred *c, const td_dataset *ds,
-                           const char *path, const char *key, char *err,
-                           size_t errcap);
+                           const char *path, const char *key,
+                           struct td_tally *t, char *err, size_t errcap);
+/* t (base/tally.h; NULL: nobody watches) gets each stage ("listing
+ * data.train", "checking the submitter's rights to data.val") and its
+ * count, for another thread to show. */
 int td_job_data_open(const td_job_spec *s, const struct td_fscred *cred,
-                     td_job_data *out, char *err, size_t errcap);
+                     struct td_tally *t, td_job_data *out, char *err,
+                     size_t errcap);
 void td_job_data_close(td_job_data *d);
 
 /* Steps per epoch on synthetic input unless told otherwise (traind --run
@@ -70,10 +75,12 @@ int td_job_size_rules(const td_job_spec *s, const td_job_size *z, char *err,
 /* Everything about a spec that can be known before it runs: its data (as
  * above), its model, built for its input and classes, and the length of
  * its run (td_job_size_rules).  models_dir: where zoo names are looked
- * up; synthetic_steps: as for td_job_size_set; size (may be NULL)
+ * up; t: as for td_job_data_open; synthetic_steps: as for
+ * td_job_size_set; size (may be NULL)
  * receives the run's length when the checks pass. */
 int td_job_precheck(const td_job_spec *s, const char *models_dir,
-                    const struct td_fscred *cred, int synthetic_steps,
-                    td_job_size *size, char *err, size_t errcap);
+                    const struct td_fscred *cred, struct td_tally *t,
+                    int synthetic_steps, td_job_size *size, char *err,
+                    size_t errcap);
 
 #endif

@@ -135,6 +135,7 @@ static const td_arg_rule td__job_arg[] = {
 static const td_arg_rule td__submit_args[] = {
     {"spec", 1, JSON_OBJECT, 0},
     {"name", 0, JSON_STRING, 0},
+    {"progress", 0, JSON_TRUE, 0}, /* a boolean: send "progress" events */
     TD__END};
 static const td_arg_rule td__list_args[] = {
     {"state", 0, JSON_STRING, 0}, TD__END};

@@ -602,9 +602,11 @@ START_TEST(test_traind_options)
 END_TEST
 
 /* A reply that takes seconds (a submit's checks read every file of a big
- * dataset): on a terminal trainctl says it waits, and the reply is printed
- * as usual.  The daemon here is a stand-in on its own socket that answers
- * the submit after 2.5 s. */
+ * dataset): on a terminal trainctl says it waits, asks for the checks'
+ * progress and shows it, and the reply is printed as usual.  The daemon
+ * here is a stand-in on its own socket that sends a progress event after
+ * 1.5 s (and one for another request, which is not this one's) and
+ * answers the submit after 2.5 s. */
 START_TEST(test_slow_reply_shown_on_a_terminal)
 {
     if (access("/usr/bin/script", X_OK) != 0) {
@@ -641,7 +643,24 @@ START_TEST(test_slow_reply_shown_on_a_terminal)
         }
         json_t *rq = json_loadb(req, (size_t)((char *)memchr(req, '\n', n) -
                                               req), 0, NULL);
-        usleep(2500000);
+        if (!json_is_true(json_object_get(json_object_get(rq, "args"),
+                                          "progress")))
+            _exit(2); /* on a terminal trainctl asks for it */
+        usleep(1500000);
+        json_int_t rid = json_integer_value(json_object_get(rq, "id"));
+        for (int k = 0; k < 2; k++) {
+            json_t *ev = json_pack(
+                "{s:s, s:f, s:I, s:{s:s, s:s, s:I}}", "event", "progress",
+                "ts", 1.0, "request", k ? rid : rid + 1, "data", "stage",
+                "listing data.train", "unit", "samples", "done",
+                (json_int_t)(k ? 412318 : 999));
+            char *el = json_dumps(ev, JSON_COMPACT);
+            if (write(c, el, strlen(el)) < 0 || write(c, "\n", 1) < 0)
+                _exit(1);
+            free(el);
+            json_decref(ev);
+        }
+        usleep(1000000);
         json_t *ok = json_pack("{s:O, s:{s:i, s:s, s:i}}", "id",
                                json_object_get(rq, "id"), "ok", "job", 7,
                                "state", "pending", "steps", 10);
@@ -662,9 +681,14 @@ START_TEST(test_slow_reply_shown_on_a_terminal)
     ck_assert_int_eq(pclose(p), 0);
     int st;
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "the stand-in daemon: status %d (2: the submit did not "
+                  "ask for progress)", st);
     ck_assert_msg(strstr(out, "submit: waiting for traind's reply (it "
                               "checks the job's files) (1 s)") &&
-                      strstr(out, "\033[K") &&
+                      strstr(out, "submit: traind is listing data.train: "
+                                  "412,318 samples (") &&
+                      !strstr(out, "999") && strstr(out, "\033[K") &&
                       strstr(out, "submitted job 7: 10 steps"),
                   "%s", out);
     unlink(sock);

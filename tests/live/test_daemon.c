@@ -237,20 +237,28 @@ END_TEST
  * submitting connection's next request waits for the submit's reply (its
  * list shows the job).  Before, the checks ran on the loop: the other
  * client's reply came after the submit's. */
-START_TEST(test_submit_checks_hold_only_their_connection)
+/* H.dir/big: an ImageFolder of 2 classes of n empty .jpg files each
+ * (listed at submit; never decoded), its path in d. */
+static void make_big_folder(int n, char *d, size_t cap)
 {
-    char d[160], f[200];
+    char f[200];
     for (int k = 0; k < 2; k++) {
-        snprintf(d, sizeof d, "%s/big/%c", H.dir, "ab"[k]);
+        snprintf(d, cap, "%s/big/%c", H.dir, "ab"[k]);
         td_test_sh("/", "mkdir -p '%s'", d);
-        for (int i = 0; i < 50000; i++) {
+        for (int i = 0; i < n; i++) {
             snprintf(f, sizeof f, "%s/%06d.jpg", d, i);
             int fd = open(f, O_WRONLY | O_CREAT | O_EXCL, 0644);
             ck_assert_int_ge(fd, 0);
             close(fd);
         }
     }
-    snprintf(d, sizeof d, "%s/big", H.dir);
+    snprintf(d, cap, "%s/big", H.dir);
+}
+
+START_TEST(test_submit_checks_hold_only_their_connection)
+{
+    char d[160];
+    make_big_folder(50000, d, sizeof d);
     int fa = th_connect(&H, NULL), fb = th_connect(&H, NULL);
     ck_assert_int_ge(fa, 0);
     ck_assert_int_ge(fb, 0);
@@ -308,6 +316,80 @@ START_TEST(test_submit_checks_hold_only_their_connection)
     }
     close(fa);
     close(fb);
+}
+END_TEST
+
+/* A submit with args.progress gets "progress" events for its request
+ * while its checks run (here every ms), each with the stage and count,
+ * and none after its reply; one without asks for none; a progress that
+ * is not a boolean is refused. */
+START_TEST(test_submit_progress_events)
+{
+    static const char *const env[] = {"TD_SUBMIT_PROGRESS_MS=1", NULL};
+    char d[160];
+    make_big_folder(50000, d, sizeof d);
+    H.env = env;
+    ck_assert_int_eq(th_restart(&H), 0);
+    int fd = th_connect(&H, NULL);
+    ck_assert_int_ge(fd, 0);
+    json_t *req = json_pack("{s:i, s:s, s:{s:o, s:b}}", "id", 1, "cmd",
+                            "submit", "args", "spec", th_files_spec(d, 1),
+                            "progress", 1);
+    char *line = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    char two[8192];
+    snprintf(two, sizeof two, "%s\n{\"id\":2,\"cmd\":\"version\"}\n", line);
+    free(line);
+    ck_assert_int_eq(th_send_raw(fd, two, strlen(two)), 0);
+    int events = 0;
+    json_int_t last = -1;
+    json_t *m;
+    while ((m = th_read_json(fd, 60000)) && json_object_get(m, "event")) {
+        json_t *data = json_object_get(m, "data");
+        ck_assert_str_eq(json_string_value(json_object_get(m, "event")),
+                         "progress");
+        ck_assert_int_eq(json_integer_value(json_object_get(m, "request")),
+                         1);
+        /* no data.val, no val_fraction: one stage, counting up */
+        ck_assert_str_eq(json_string_value(json_object_get(data, "stage")),
+                         "listing data.train");
+        ck_assert_str_eq(json_string_value(json_object_get(data, "unit")),
+                         "samples");
+        json_int_t done = json_integer_value(json_object_get(data, "done"));
+        ck_assert_int_ge(done, last);
+        ck_assert_int_le(done, 100000);
+        ck_assert(json_number_value(json_object_get(data, "elapsed")) >= 0);
+        last = done;
+        events++;
+        json_decref(m);
+    }
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "id")), 1);
+    ck_assert_ptr_nonnull(th_ok(m));
+    ck_assert_msg(events > 0, "no progress event in the checks of 100,000 "
+                  "files, sent every ms");
+    json_decref(m);
+    m = th_read_json(fd, 10000); /* the version: nothing between */
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "id")), 2);
+    json_decref(m);
+    /* without args.progress: the reply is the first line back */
+    req = json_pack("{s:i, s:s, s:{s:o}}", "id", 3, "cmd", "submit", "args",
+                    "spec", th_files_spec(d, 1));
+    line = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    snprintf(two, sizeof two, "%s\n", line);
+    free(line);
+    ck_assert_int_eq(th_send_raw(fd, two, strlen(two)), 0);
+    m = th_read_json(fd, 60000);
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "id")), 3);
+    ck_assert_ptr_nonnull(th_ok(m));
+    json_decref(m);
+    m = th_request(fd, "submit", json_pack("{s:o, s:s}", "spec",
+                                           th_files_spec(d, 1), "progress",
+                                           "yes"));
+    ck_assert_str_eq(th_err_class(m), "invalid_args");
+    json_decref(m);
+    close(fd);
 }
 END_TEST
 
@@ -561,6 +643,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(tc, test_submit_refuses_unsupported_precision);
     tcase_add_test(tc, test_submit_refuses_warmup_past_the_run);
     tcase_add_test(tc, test_submit_checks_hold_only_their_connection);
+    tcase_add_test(tc, test_submit_progress_events);
     tcase_add_test(tc, test_pause_resume_pending);
     tcase_add_test(tc, test_state_events_reach_subscriber);
     tcase_add_test(tc, test_other_uid_may_not_control);

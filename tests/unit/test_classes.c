@@ -6,7 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <errno.h>
+#include <sys/stat.h>
+
 #include "base/error.h"
+#include "base/fscred.h"
+#include "base/tally.h"
 #include "input/classes.h"
 #include "input/pack.h"
 #include "jpeggen.h"
@@ -259,11 +264,57 @@ static int job(const char *json, td_job_data *d, char *err, size_t cap)
     ck_assert_ptr_nonnull(root);
     ck_assert_msg(td_spec_parse(root, NULL, &s, err, cap) == 0, "%s", err);
     json_decref(root);
-    int rc = d ? td_job_data_open(&s, NULL, d, err, cap)
-               : td_job_precheck(&s, ".", NULL, 0, NULL, err, cap);
+    int rc = d ? td_job_data_open(&s, NULL, NULL, d, err, cap)
+               : td_job_precheck(&s, ".", NULL, NULL, 0, NULL, err, cap);
     td_spec_free(&s);
     return rc;
 }
+
+/* A daemon that cannot take on the submitter's identity checks every
+ * file's bits for them, counting into the tally a submit shows: the
+ * listing, then the rights, each stage with its count; a file the user
+ * may not read is named. */
+START_TEST(test_rights_check_counts_its_files)
+{
+    char tree[128], spec[1024], err[512], f[256];
+    snprintf(tree, sizeof tree, "%s/tree", tmp);
+    td_test_make_folder(tree, 3, 4, 8, 8);
+    ck_assert_int_eq(chmod(tmp, 0755), 0); /* mkdtemp's 0700 */
+    snprintf(spec, sizeof spec, "{\"model\": \"m\", \"optimizer\": {\"lr\": "
+             "0.1}, \"data\": {\"train\": \"%s\"}}", tree);
+    td_job_spec s;
+    json_t *root = json_loads(spec, 0, NULL);
+    ck_assert_int_eq(td_spec_parse(root, NULL, &s, err, sizeof err), 0);
+    json_decref(root);
+    td_fscred nobody = {.bits = 1, .uid = 65534, .gid = 65534};
+    td_tally t = {0};
+    td_job_data d;
+    ck_assert_msg(td_job_data_open(&s, &nobody, &t, &d, err, sizeof err) == 0,
+                  "%s", err);
+    td_tally_seen v = td_tally_read(&t);
+    ck_assert_str_eq(v.stage, "checking the submitter's rights to "
+                              "data.train");
+    ck_assert_str_eq(v.unit, "files");
+    ck_assert_uint_eq(v.done, 12);
+    ck_assert_uint_eq(v.total, 12);
+    td_job_data_close(&d);
+    snprintf(f, sizeof f, "%s/class1/img002.jpg", tree);
+    ck_assert_int_eq(chmod(f, 0600), 0);
+    ck_assert_int_eq(td_job_data_open(&s, &nobody, &t, &d, err, sizeof err),
+                     -EACCES);
+    ck_assert_msg(strstr(err, "class1/img002.jpg is not readable by uid "
+                              "65534"), "%s", err);
+    ck_assert_uint_eq(td_tally_read(&t).done, 7); /* 4 + 3, then it */
+    /* without a rights check: the listing's count is the last stage */
+    ck_assert_int_eq(td_job_data_open(&s, NULL, &t, &d, err, sizeof err), 0);
+    v = td_tally_read(&t);
+    ck_assert_str_eq(v.stage, "listing data.train");
+    ck_assert_uint_eq(v.done, 12);
+    ck_assert_uint_eq(v.total, 0);
+    td_job_data_close(&d);
+    td_spec_free(&s);
+}
+END_TEST
 
 START_TEST(test_job_data_and_precheck)
 {
@@ -340,7 +391,8 @@ static int sized(const char *json, int synthetic_steps, td_job_size *z,
     ck_assert_msg(td_spec_parse(root, NULL, &s, err, cap) == 0, "%s", err);
     json_decref(root);
     memset(z, 0, sizeof *z);
-    int rc = td_job_precheck(&s, ".", NULL, synthetic_steps, z, err, cap);
+    int rc = td_job_precheck(&s, ".", NULL, NULL, synthetic_steps, z, err,
+                             cap);
     td_spec_free(&s);
     return rc;
 }
@@ -419,6 +471,7 @@ static Suite *classes_suite(void)
     tcase_add_test(tc, test_folder_names_checked);
     tcase_add_test(tc, test_split_is_stratified_and_deterministic);
     tcase_add_test(tc, test_job_data_and_precheck);
+    tcase_add_test(tc, test_rights_check_counts_its_files);
     tcase_add_test(tc, test_schedule_against_run_length);
     suite_add_tcase(s, tc);
     return s;

@@ -13,6 +13,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "base/tally.h"
 #include "base/error.h"
 #include "input/dataset.h"
 #include "input/idx.h"
@@ -252,9 +253,13 @@ START_TEST(test_pack_idx_shards_read_back)
     ck_assert_int_gt(r.shards, 2);
     ck_assert_int_eq(r.classes, 10);
     td_dataset *ds;
-    ck_assert_int_eq(td_dataset_open(out, &ds, err, sizeof err), 0);
+    td_tally t = {0}; /* what a submit shows while it lists */
+    td_tally_stage(&t, "listing data.train", "samples", 0);
+    ck_assert_int_eq(td_dataset_open_tally(out, &t, &ds, err, sizeof err), 0);
     ck_assert_int_eq(td_dataset_kind(ds), TD_DATASET_SHARDS);
     ck_assert_uint_eq(td_dataset_count(ds), 60);
+    ck_assert_uint_eq(td_tally_read(&t).done, 60);
+    ck_assert_str_eq(td_tally_read(&t).stage, "listing data.train");
     ck_assert_int_eq(td_dataset_classes(ds), 10);
     tjhandle tj = tjInitDecompress();
     uint8_t dec[784];
@@ -314,9 +319,11 @@ START_TEST(test_folder_classes_sorted)
     /* A file that is not a JPEG by name is ignored; a dot dir too. */
     snprintf(path2, sizeof path2, "%s/tree/class1/notes.txt", tmp);
     td_test_write_file(path2, "x", 1);
-    ck_assert_int_eq(td_dataset_open(path, &ds, err, sizeof err), 0);
+    td_tally t = {0};
+    ck_assert_int_eq(td_dataset_open_tally(path, &t, &ds, err, sizeof err), 0);
     ck_assert_int_eq(td_dataset_kind(ds), TD_DATASET_FOLDER);
     ck_assert_uint_eq(td_dataset_count(ds), 12);
+    ck_assert_uint_eq(td_tally_read(&t).done, 12); /* samples, not notes */
     ck_assert_int_eq(td_dataset_classes(ds), 3);
     ck_assert_str_eq(td_dataset_class_name(ds, 2), "class2");
     ck_assert_int_eq(td_dataset_label(ds, 5), 1);
