@@ -97,7 +97,8 @@ static int td__add_sample(td_dataset *ds, int32_t label)
     if (label + 1 > ds->classes)
         ds->classes = label + 1;
     ds->n++;
-    td_tally_add(ds->tally, 1);
+    if (ds->kind == TD_DATASET_SHARDS) /* a folder's count as it lists */
+        td_tally_add(ds->tally, 1);
     return 0;
 }
 
@@ -298,6 +299,8 @@ static int td__list(td_dataset *ds, const char *dir, int want_dir,
             break;
         }
         cnt++;
+        if (!want_dir) /* a sample, counted as found (sorted later) */
+            td_tally_add(ds->tally, 1);
     }
     closedir(d);
     if (cnt)
