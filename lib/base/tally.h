@@ -11,6 +11,12 @@
  *
  * Every function takes NULL for "nobody watches", so code that counts
  * need not ask.
+ *
+ * A counting thread that must say how far it is itself (a job's start
+ * lists its dataset on the trainer thread, and its log is what `trainctl
+ * watch` shows then) sets tick: td_tally_add calls it on the counting
+ * thread, at most once per tick_every_ns (looking at the clock once per
+ * 1024 counts).
  */
 #ifndef TD_BASE_TALLY_H
 #define TD_BASE_TALLY_H
@@ -18,11 +24,18 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "base/clock.h"
+
 typedef struct td_tally {
     const char *_Atomic stage; /* static text, or NULL before any */
     const char *_Atomic unit;  /* static text: "samples", "files" */
     _Atomic uint64_t done;
     _Atomic uint64_t total;    /* 0: not known */
+    /* optional, the counting thread's alone: */
+    void (*tick)(struct td_tally *t, void *user);
+    void *tick_user;
+    int64_t tick_every_ns;
+    int64_t tick_last_ns;      /* 0: from the stage's start */
 } td_tally;
 
 /* A new stage: done back to 0, total (0: not known) of unit. */
@@ -35,12 +48,23 @@ static inline void td_tally_stage(td_tally *t, const char *stage,
     atomic_store_explicit(&t->total, total, memory_order_relaxed);
     atomic_store_explicit(&t->unit, unit, memory_order_relaxed);
     atomic_store_explicit(&t->stage, stage, memory_order_relaxed);
+    if (t->tick)
+        t->tick_last_ns = td_now_ns();
 }
 
 static inline void td_tally_add(td_tally *t, uint64_t n)
 {
-    if (t)
-        atomic_fetch_add_explicit(&t->done, n, memory_order_relaxed);
+    if (!t)
+        return;
+    uint64_t was = atomic_fetch_add_explicit(&t->done, n,
+                                             memory_order_relaxed);
+    if (t->tick && (was >> 10) != ((was + n) >> 10)) {
+        int64_t now = td_now_ns();
+        if (now - t->tick_last_ns >= t->tick_every_ns) {
+            t->tick_last_ns = now;
+            t->tick(t, t->tick_user);
+        }
+    }
 }
 
 /* A copy for the reader (stage NULL: nothing started yet). */

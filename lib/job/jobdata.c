@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/fscred.h"
+#include "base/log.h"
 #include "base/tally.h"
 #include "input/classes.h"
 #include "model/model.h"
@@ -214,6 +215,28 @@ static int td__data_open(const td_job_spec *s, td_tally *t, td_job_data *d,
 fail:
     td_job_data_close(d);
     return rc;
+}
+
+/* A job's log line every 2 s of a long listing or rights check (at a
+ * job's start it is what `trainctl watch` shows). */
+static void td__log_tick(td_tally *t, void *user)
+{
+    td_tally_seen v = td_tally_read(t);
+    char total[32] = "";
+    if (v.total)
+        snprintf(total, sizeof total, " of %llu",
+                 (unsigned long long)v.total);
+    td_logf(TD_LOG_INFO, *(const int64_t *)user, "%s: %llu%s %s so far",
+            v.stage, (unsigned long long)v.done, total, v.unit);
+}
+
+int td_job_data_open_logged(const td_job_spec *s, const td_fscred *cred,
+                            int64_t job, td_job_data *d, char *err,
+                            size_t errcap)
+{
+    td_tally t = {.tick = td__log_tick, .tick_user = &job,
+                  .tick_every_ns = 2 * TD_NS_PER_S};
+    return td_job_data_open(s, cred, &t, d, err, errcap);
 }
 
 void td_job_data_close(td_job_data *d)

@@ -45,6 +45,12 @@ int td_job_data_bits_check(const struct td_fscred *c, const td_dataset *ds,
 int td_job_data_open(const td_job_spec *s, const struct td_fscred *cred,
                      struct td_tally *t, td_job_data *out, char *err,
                      size_t errcap);
+/* The same, saying how far it is in job's log every 2 s ("listing
+ * data.train: 534494 samples so far"), for a job's start on a big
+ * dataset. */
+int td_job_data_open_logged(const td_job_spec *s,
+                            const struct td_fscred *cred, int64_t job,
+                            td_job_data *out, char *err, size_t errcap);
 void td_job_data_close(td_job_data *d);
 
 /* Steps per epoch on synthetic input unless told otherwise (traind --run

@@ -285,7 +285,8 @@ int td_runner_create(const td_runner_opts *opts, td_runner **out, char *err,
     int synthetic = s->input.source == TD_SOURCE_SYNTHETIC;
     if (!synthetic) { /* val mapped to train's classes by name, or split */
         td_job_data jd;
-        rc = td_job_data_open(s, r->o.cred, NULL, &jd, err, errcap);
+        rc = td_job_data_open_logged(s, r->o.cred, opts->job, &jd, err,
+                                     errcap);
         if (rc && r->o.cred && r->o.cred->set &&
             strstr(err, strerror(EACCES))) { /* say whose rights */
             size_t n = strlen(err);

@@ -316,6 +316,57 @@ START_TEST(test_rights_check_counts_its_files)
 }
 END_TEST
 
+/* A tally's tick (what a job's start logs while it lists a big dataset)
+ * is called on the counting thread as the count passes each 1024, here
+ * with no time between ticks; never with nothing counted. */
+static uint64_t ticked[16];
+static int nticks;
+static void on_tick(td_tally *t, void *user)
+{
+    ck_assert_ptr_eq(user, ticked);
+    td_tally_seen v = td_tally_read(t);
+    ck_assert_str_eq(v.stage, "listing data.train");
+    if (nticks < 16)
+        ticked[nticks++] = v.done;
+}
+
+START_TEST(test_tally_ticks_while_listing)
+{
+    char tree[128], f[200], spec[1024], err[512];
+    snprintf(tree, sizeof tree, "%s/tree", tmp);
+    ck_assert_int_eq(mkdir(tree, 0755), 0);
+    for (int c = 0; c < 2; c++) {
+        snprintf(tree, sizeof tree, "%s/tree/c%d", tmp, c);
+        ck_assert_int_eq(mkdir(tree, 0755), 0);
+        for (int i = 0; i < 1500; i++) {
+            snprintf(f, sizeof f, "%s/%04d.jpg", tree, i);
+            FILE *fp = fopen(f, "w");
+            ck_assert_ptr_nonnull(fp);
+            fclose(fp);
+        }
+    }
+    snprintf(tree, sizeof tree, "%s/tree", tmp);
+    snprintf(spec, sizeof spec, "{\"model\": \"m\", \"optimizer\": {\"lr\": "
+             "0.1}, \"data\": {\"train\": \"%s\"}}", tree);
+    td_job_spec s;
+    json_t *root = json_loads(spec, 0, NULL);
+    ck_assert_int_eq(td_spec_parse(root, NULL, &s, err, sizeof err), 0);
+    json_decref(root);
+    td_tally t = {.tick = on_tick, .tick_user = ticked, .tick_every_ns = 0};
+    td_job_data d;
+    ck_assert_msg(td_job_data_open(&s, NULL, &t, &d, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_uint_eq(td_dataset_count(d.train), 3000);
+    ck_assert_int_eq(nticks, 2); /* past 1024 and 2048 */
+    ck_assert_uint_ge(ticked[0], 1024);
+    ck_assert_uint_lt(ticked[0], 2048);
+    ck_assert_uint_ge(ticked[1], 2048);
+    ck_assert_uint_le(ticked[1], 3000);
+    td_job_data_close(&d);
+    td_spec_free(&s);
+}
+END_TEST
+
 START_TEST(test_job_data_and_precheck)
 {
     char tree[128], spec[2048], err[512];
@@ -472,6 +523,7 @@ static Suite *classes_suite(void)
     tcase_add_test(tc, test_split_is_stratified_and_deterministic);
     tcase_add_test(tc, test_job_data_and_precheck);
     tcase_add_test(tc, test_rights_check_counts_its_files);
+    tcase_add_test(tc, test_tally_ticks_while_listing);
     tcase_add_test(tc, test_schedule_against_run_length);
     suite_add_tcase(s, tc);
     return s;
