@@ -257,6 +257,8 @@ static int td__write_body(const td_ckpt_io *io, int fd,
     return r;
 }
 
+static int td__prune(const char *dir, int keep, int64_t upto);
+
 /* Writes s durably to `final` (tmp, fsync, rename, fsync the folder). */
 static int td__write_file(const char *final, const td_ckpt_snapshot *s,
                           int traind, const td_ckpt_io *io, char *err,
@@ -306,7 +308,7 @@ int td_ckpt_write(const char *dir, const td_ckpt_snapshot *s, int keep,
         return r;
     if (path)
         snprintf(path, pathcap, "%s", final);
-    if (keep > 0 && (r = td_ckpt_prune(dir, keep)) < 0)
+    if (keep > 0 && (r = td__prune(dir, keep, s->meta.step)) < 0)
         td_warn("checkpoint: pruning %s failed: %s", dir, td_strerror(r));
     return 0;
 }
@@ -399,7 +401,12 @@ static void td__remove_stale_tmp(const char *dir)
     closedir(d);
 }
 
-int td_ckpt_prune(const char *dir, int keep)
+/* Deletes all but the newest `keep` checkpoints at or below step `upto`.
+ * Those above it are left: after a resume that skipped them as unusable
+ * the job writes below them, and counting them among the newest would
+ * delete the checkpoint just written (the next one at their step
+ * replaces them). */
+static int td__prune(const char *dir, int keep, int64_t upto)
 {
     int64_t *steps;
     int n, deleted = 0;
@@ -408,6 +415,8 @@ int td_ckpt_prune(const char *dir, int keep)
     if (r < 0)
         return r;
     td__remove_stale_tmp(dir);
+    while (n > 0 && steps[n - 1] > upto)
+        n--;
     for (int i = 0; i < n - keep; i++) {
         td_ckpt_filename(steps[i], name, sizeof name);
         snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -418,6 +427,11 @@ int td_ckpt_prune(const char *dir, int keep)
     }
     free(steps);
     return r < 0 ? r : deleted;
+}
+
+int td_ckpt_prune(const char *dir, int keep)
+{
+    return td__prune(dir, keep, INT64_MAX);
 }
 
 /* ---- reading ------------------------------------------------------------ */

@@ -115,7 +115,9 @@ typedef td_fs_io td_ckpt_io;
 void td_ckpt_filename(int64_t step, char *out, size_t cap);
 
 /* Writes s durably as dir/ckpt-<step>.safetensors and then keeps only the
- * newest `keep` (0 = keep all).  io may be NULL.  path (may be NULL)
+ * newest `keep` (0 = keep all) at or below its step; checkpoints above it
+ * (unusable ones a resume skipped) are left, never counted, so the new one
+ * is never pruned.  io may be NULL.  path (may be NULL)
  * receives the file's path.  Returns 0 or -errno with err filled. */
 int td_ckpt_write(const char *dir, const td_ckpt_snapshot *s, int keep,
                   const td_ckpt_io *io, char *path, size_t pathcap,

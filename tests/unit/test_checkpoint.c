@@ -418,6 +418,50 @@ START_TEST(test_keep_last_k)
 }
 END_TEST
 
+/* A resume that skipped a newer, unusable checkpoint (torn by a crash, a
+ * bad disk) goes on from an older step, so its next checkpoints have
+ * lower steps than that file.  Pruning counted the unusable file among
+ * the newest `keep` and deleted the checkpoint just written, reported as
+ * written: with keep 1 every checkpoint vanished until the job passed the
+ * bad file's step, and a crash meanwhile restarted it from step 0. */
+START_TEST(test_prune_keeps_the_new_one_below_a_bad_newer)
+{
+    char dir[64], err[512], path[4096], bad[4200];
+    td_ckpt_snapshot s;
+    td_ckpt_file *f;
+    scratch_dir(dir, sizeof dir);
+    make_snapshot(&s, 500);
+    ck_assert_int_eq(td_ckpt_write(dir, &s, 1, NULL, bad, sizeof bad, err,
+                                   sizeof err), 0);
+    ck_assert_int_eq(truncate(bad, 100), 0); /* torn */
+    for (int step = 100; step <= 300; step += 100) {
+        s.meta.step = step;
+        ck_assert_int_eq(td_ckpt_write(dir, &s, 1, NULL, path, sizeof path,
+                                       err, sizeof err), 0);
+        ck_assert_msg(access(path, F_OK) == 0, "%s was pruned as it was "
+                      "written", path);
+    }
+    /* keep 1: the newest written stays, the older written ones go; the
+     * bad file above them is left (the next checkpoint at its step
+     * replaces it) */
+    ck_assert_int_eq(count_files(dir, ".safetensors"), 2);
+    ck_assert_int_eq(access(bad, F_OK), 0);
+    ck_assert_int_eq(td_ckpt_load_latest(dir, &f, path, sizeof path, err,
+                                         sizeof err), 0);
+    ck_assert_int_eq(td_ckpt_file_meta(f)->step, 300);
+    ck_assert_ptr_nonnull(strstr(err, "ckpt-000000000500.safetensors"));
+    td_ckpt_close(f);
+    /* past the bad file's step, pruning is by step again */
+    s.meta.step = 600;
+    ck_assert_int_eq(td_ckpt_write(dir, &s, 1, NULL, path, sizeof path, err,
+                                   sizeof err), 0);
+    ck_assert_int_eq(count_files(dir, ".safetensors"), 1);
+    ck_assert_int_eq(access(path, F_OK), 0);
+    td_ckpt_snapshot_destroy(&s);
+    rm_tree(dir);
+}
+END_TEST
+
 START_TEST(test_load_latest_falls_back)
 {
     char dir[64], err[512], path[4096];
@@ -619,6 +663,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_crc_mismatch);
     tcase_add_test(tc, test_keep_last_k);
     tcase_add_test(tc, test_load_latest_falls_back);
+    tcase_add_test(tc, test_prune_keeps_the_new_one_below_a_bad_newer);
     tcase_add_test(tc, test_injected_enospc_and_eio);
     tcase_add_test(tc, test_real_enospc);
     tcase_add_test(tc, test_unwritable_dir);
