@@ -79,7 +79,14 @@ int td_atomic_open(td_atomic_file *f, const char *path, mode_t mode,
         (size_t)t >= sizeof f->tmp)
         return td_set_error(err, errcap, -ENAMETOOLONG, "%s: path too long",
                             path);
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    /* A new file of our own, never through what stands at the name: a
+     * stale tmp of ours goes, and a link someone else planted there (a
+     * folder others can write in) is removed, not followed and truncated.
+     * If something is put back in between, the exclusive create fails;
+     * an unlink that fails leaves that to the create's error, too. */
+    (void)unlink(f->tmp);
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                 mode);
     if (f->fd < 0)
         return td_set_error(err, errcap, -errno, "cannot create %s: %s",
                             f->tmp, strerror(errno));

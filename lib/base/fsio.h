@@ -41,7 +41,9 @@ typedef struct td_atomic_file {
     const td_fs_io *io;
 } td_atomic_file;
 
-/* Creates the temporary file (mode, truncated).  0 or -errno, with err
+/* Creates the temporary file (mode) as a new file: whatever stands at its
+ * name (a stale tmp, a link planted by someone who can write the folder)
+ * is unlinked first, never followed or truncated.  0 or -errno, with err
  * ("cannot create X.tmp: ...") filled when err is not NULL. */
 int td_atomic_open(td_atomic_file *f, const char *path, mode_t mode,
                    int flags, const td_fs_io *io, char *err, size_t errcap);

@@ -462,6 +462,46 @@ START_TEST(test_prune_keeps_the_new_one_below_a_bad_newer)
 }
 END_TEST
 
+/* A checkpoint folder others can write in (traind --run's
+ * --checkpoint-dir in a group's shared folder): one of them plants the
+ * next checkpoint's .tmp name as a symbolic or hard link to a file of the
+ * user who runs the job.  The write went through the link (O_TRUNC without
+ * O_NOFOLLOW), overwrote the victim with checkpoint bytes, and the rename
+ * then published the link itself as the checkpoint. */
+START_TEST(test_planted_tmp_link_is_not_followed)
+{
+    char dir[64], err[512], path[4096], victim[4200], tmp[4200];
+    td_ckpt_snapshot s;
+    td_ckpt_file *f;
+    struct stat st;
+    size_t n;
+    scratch_dir(dir, sizeof dir);
+    snprintf(victim, sizeof victim, "%s/victim.txt", dir);
+    make_snapshot(&s, 100);
+    for (int hard = 0; hard < 2; hard++) {
+        spit(victim, "precious", 8);
+        td_ckpt_filename(s.meta.step, path, sizeof path);
+        snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, path);
+        ck_assert_int_eq(hard ? link(victim, tmp) : symlink(victim, tmp), 0);
+        ck_assert_int_eq(td_ckpt_write(dir, &s, 0, NULL, path, sizeof path,
+                                       err, sizeof err), 0);
+        uint8_t *b = slurp(victim, &n);
+        ck_assert_msg(n == 8 && memcmp(b, "precious", 8) == 0,
+                      "%s link: the victim was overwritten (%zu bytes)",
+                      hard ? "hard" : "symbolic", n);
+        free(b);
+        ck_assert_int_eq(lstat(path, &st), 0);
+        ck_assert_msg(S_ISREG(st.st_mode) && st.st_nlink == 1,
+                      "%s is not a file of its own", path);
+        ck_assert_int_eq(td_ckpt_open(path, &f, err, sizeof err), 0);
+        td_ckpt_close(f);
+        s.meta.step += 100;
+    }
+    td_ckpt_snapshot_destroy(&s);
+    rm_tree(dir);
+}
+END_TEST
+
 START_TEST(test_load_latest_falls_back)
 {
     char dir[64], err[512], path[4096];
@@ -663,6 +703,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_crc_mismatch);
     tcase_add_test(tc, test_keep_last_k);
     tcase_add_test(tc, test_load_latest_falls_back);
+    tcase_add_test(tc, test_planted_tmp_link_is_not_followed);
     tcase_add_test(tc, test_prune_keeps_the_new_one_below_a_bad_newer);
     tcase_add_test(tc, test_injected_enospc_and_eio);
     tcase_add_test(tc, test_real_enospc);
