@@ -285,17 +285,25 @@ static void td__ckpt_done(void *user, const td_ckpt_result *res)
     td__runner_emit(r, "checkpoint", ev);
 }
 
-static int td__writer(td_runner *r)
+static int td__writer(td_runner *r, char *err, size_t errcap)
 {
+    int rc;
     if (r->writer || !r->o.ckpt_dir)
         return 0;
-    if (mkdir(r->o.ckpt_dir, 0750) != 0 && errno != EEXIST)
-        return -errno;
+    if (mkdir(r->o.ckpt_dir, 0750) != 0 && errno != EEXIST) {
+        rc = -errno;
+        snprintf(err, errcap, "cannot create the checkpoint folder %s: %s",
+                 r->o.ckpt_dir, td_strerror(rc));
+        return rc;
+    }
     td_ckpt_writer_config wc = {.dir = r->o.ckpt_dir,
                                 .keep = r->spec->checkpoint.keep,
                                 .done = td__ckpt_done, .user = r,
                                 .job = r->o.job};
-    return td_ckpt_writer_start(&r->writer, &wc);
+    if ((rc = td_ckpt_writer_start(&r->writer, &wc)))
+        snprintf(err, errcap, "cannot start the checkpoint writer for %s: "
+                 "%s", r->o.ckpt_dir, td_strerror(rc));
+    return rc;
 }
 
 static void td__skipped(td_runner *r, const td_train_position *pos)
@@ -371,10 +379,13 @@ static int td__checkpoint(td_runner *r, const td_train_position *pos,
     int64_t t0 = td_now_ns();
     if (!r->o.ckpt_dir)
         return 0;
-    if ((rc = td__writer(r)) != 0) {
-        td_logf(TD_LOG_ERROR, r->o.job, "checkpoint writer: %s",
-                td_strerror(rc));
-        return rc;
+    td_ckpt_result res = {.step = pos->steps};
+    if ((res.status = td__writer(r, res.err, sizeof res.err)) != 0) {
+        /* A failed checkpoint like a failed write: logged, counted, sent
+         * as a checkpoint event with ok false, and the job's final error
+         * (no model saved) says which folder and why. */
+        td__ckpt_done(r, &res);
+        return res.status;
     }
     for (int i = 0; i < TD__NSNAP && slot < 0; i++)
         if (!atomic_load(&r->snap_busy[i]))

@@ -508,6 +508,36 @@ START_TEST(test_final_checkpoint_wait_is_not_a_skip)
 }
 END_TEST
 
+/* A checkpoint folder that cannot be created (its parent is a file here;
+ * a read-only or vanished state folder in the field).  Every due
+ * checkpoint failed with only "checkpoint writer: Not a directory" in the
+ * job's log, was neither counted as failed nor sent as a failed
+ * checkpoint event, and the job ended with "the checkpoint was not
+ * written": no folder named, no reason. */
+START_TEST(test_uncreatable_checkpoint_folder_is_named)
+{
+    td_job_spec spec;
+    parse_spec(&spec, EVERY, 0);
+    char file[4200], err[1024] = "";
+    snprintf(file, sizeof file, "%s/afile", tmp);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    seen s;
+    seen_init(&s);
+    td_runner_result res;
+    ck_assert_int_eq(run_job(&spec, "afile/ck", 0, &s, &res, err,
+                             sizeof err), -EIO);
+    ck_assert_msg(strstr(err, "afile/ck") && strstr(err, "Not a directory"),
+                  "the error names neither the folder nor why: %s", err);
+    ck_assert_msg(res.checkpoints_failed > 0, "%lld failed",
+                  (long long)res.checkpoints_failed);
+    ck_assert_int_eq(res.checkpoints_written, 0);
+    ck_assert_int_eq(s.ckpts, (int)res.checkpoints_failed); /* ok: false */
+    td_spec_free(&spec);
+}
+END_TEST
+
 /* A pause whose boundary never comes: asked at the job's last step, after
  * which only the last epoch's end and evaluation remain.  The job has
  * done everything, so it is complete, with its final checkpoint; before,
@@ -737,6 +767,7 @@ static Suite *runner_suite(void)
     tcase_add_test(tc, test_checkpoint_carries_history);
     tcase_add_test(tc, test_cancel_takes_no_final_checkpoint);
     tcase_add_test(tc, test_final_checkpoint_wait_is_not_a_skip);
+    tcase_add_test(tc, test_uncreatable_checkpoint_folder_is_named);
     tcase_add_test(tc, test_create_errors_name_the_field);
     tcase_add_test(tc, test_pause_at_the_last_step_completes);
     tcase_add_test(tc, test_resume_keeps_the_last_epochs_figures);
