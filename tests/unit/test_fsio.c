@@ -150,6 +150,33 @@ START_TEST(test_full_disk_keeps_the_old_file)
 }
 END_TEST
 
+/* What stands at the tmp name is never written through: a symbolic or
+ * hard link to someone's file planted there by another user who can
+ * write in the folder (O_TRUNC followed it and overwrote the file). */
+START_TEST(test_planted_tmp_link_is_replaced)
+{
+    char *d = tmpdir(), path[256], tmp[300], victim[256], err[256] = "";
+    struct stat st;
+    snprintf(path, sizeof path, "%s/job.json", d);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(victim, sizeof victim, "%s/victim", d);
+    for (int hard = 0; hard < 2; hard++) {
+        FILE *f = fopen(victim, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("precious", f);
+        fclose(f);
+        ck_assert_int_eq(hard ? link(victim, tmp) : symlink(victim, tmp), 0);
+        ck_assert_int_eq(td_write_atomic(path, 0600, "record", 6, NULL, err,
+                                         sizeof err), 0);
+        ck_assert_str_eq(slurp(victim), "precious");
+        ck_assert_str_eq(slurp(path), "record");
+        ck_assert_int_eq(lstat(path, &st), 0);
+        ck_assert(S_ISREG(st.st_mode) && st.st_nlink == 1);
+    }
+    free(d);
+}
+END_TEST
+
 START_TEST(test_pid_tmp_and_missing_folder)
 {
     char *d = tmpdir(), path[256], err[256] = "";
@@ -268,6 +295,7 @@ static Suite *fsio_suite(void)
     tcase_add_test(tc, test_failed_folder_fsync_is_reported);
     tcase_add_test(tc, test_full_disk_keeps_the_old_file);
     tcase_add_test(tc, test_pid_tmp_and_missing_folder);
+    tcase_add_test(tc, test_planted_tmp_link_is_replaced);
     tcase_add_test(tc, test_mkdirs);
     tcase_add_test(tc, test_read_all);
     tcase_add_test(tc, test_set_error_and_type_names);
