@@ -258,6 +258,7 @@ static int td__write_body(const td_ckpt_io *io, int fd,
 }
 
 static int td__prune(const char *dir, int keep, int64_t upto);
+static void td__remove_stale_tmp(const char *dir);
 
 /* Writes s durably to `final` (tmp, fsync, rename, fsync the folder). */
 static int td__write_file(const char *final, const td_ckpt_snapshot *s,
@@ -304,6 +305,9 @@ int td_ckpt_write(const char *dir, const td_ckpt_snapshot *s, int keep,
         sizeof final)
         return td_set_error(err, errcap, -ENAMETOOLONG, "%s: path too long",
                             dir);
+    /* Before, not only after: a crash's leftover may be what would fill
+     * the disk, and after a failed write no pruning comes. */
+    td__remove_stale_tmp(dir);
     if ((r = td__write_file(final, s, 1, io, err, errcap)) != 0)
         return r;
     if (path)

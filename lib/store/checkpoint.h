@@ -14,7 +14,8 @@
  * Files are named ckpt-<step, 12 digits>.safetensors in the job's
  * checkpoint directory.  A write goes to <name>.tmp, is fsynced, renamed
  * and the directory fsynced; only then are checkpoints beyond the newest
- * `keep` deleted.  A failed write (ENOSPC, EACCES, ...) removes its .tmp
+ * `keep` deleted.  A .tmp a crash left behind is removed before each
+ * write (and by pruning).  A failed write (ENOSPC, EACCES, ...) removes its .tmp
  * and leaves the older checkpoints as they were.
  *
  * The writer thread (td_ckpt_writer) takes snapshots through a td_queue

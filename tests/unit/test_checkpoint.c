@@ -641,6 +641,51 @@ START_TEST(test_real_enospc)
 }
 END_TEST
 
+/* A kill -9 (or power loss) during a big write leaves its .tmp; the job
+ * resumes from an older step and its next checkpoints have other steps.
+ * The stale .tmp was removed only by the pruning after a successful
+ * write, so on a nearly full disk it made every later write fail with
+ * ENOSPC, and none ever succeeded to remove it. */
+START_TEST(test_stale_tmp_does_not_fill_the_disk)
+{
+    char dir[64], err[512], stale[4200];
+    td_ckpt_snapshot s, big;
+    void *p;
+    scratch_dir(dir, sizeof dir);
+    if (unshare(CLONE_NEWNS) < 0 ||
+        mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+        mount("tdtest", dir, "tmpfs", 0, "size=256k") < 0) {
+        printf("test_stale_tmp_does_not_fill_the_disk: SKIPPED, cannot "
+               "mount a tmpfs here (%s)\n", strerror(errno));
+        rmdir(dir);
+        return;
+    }
+    make_snapshot(&s, 100);
+    ck_assert_int_eq(td_ckpt_write(dir, &s, 2, NULL, NULL, 0, err,
+                                   sizeof err), 0);
+    /* the crash's leftover: 150 KiB of a step-150 checkpoint */
+    snprintf(stale, sizeof stale, "%s/ckpt-000000000150.safetensors.tmp",
+             dir);
+    uint8_t *junk = calloc(1, 150 << 10);
+    spit(stale, junk, 150 << 10);
+    free(junk);
+    /* the resumed job's next checkpoint, 120 KiB: fits only without it */
+    ck_assert_int_eq(td_ckpt_snapshot_init(&big, 120 << 10, 1), 0);
+    ck_assert_int_eq(td_ckpt_snapshot_add(&big, "x", TD_DT_U8, 1,
+                                          (int64_t[]){120 << 10}, &p), 0);
+    memset(p, 0x5a, 120 << 10);
+    big.meta.step = 130;
+    ck_assert_msg(td_ckpt_write(dir, &big, 2, NULL, NULL, 0, err,
+                                sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(access(stale, F_OK), -1);
+    ck_assert_int_eq(count_files(dir, ".safetensors"), 2);
+    td_ckpt_snapshot_destroy(&s);
+    td_ckpt_snapshot_destroy(&big);
+    umount2(dir, MNT_DETACH);
+    rm_tree(dir);
+}
+END_TEST
+
 /* Root ignores permission bits, so use paths nobody can create in: a file
  * standing where the directory should be, and /proc. */
 START_TEST(test_unwritable_dir)
@@ -707,6 +752,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_prune_keeps_the_new_one_below_a_bad_newer);
     tcase_add_test(tc, test_injected_enospc_and_eio);
     tcase_add_test(tc, test_real_enospc);
+    tcase_add_test(tc, test_stale_tmp_does_not_fill_the_disk);
     tcase_add_test(tc, test_unwritable_dir);
     tcase_add_test(tc, test_read_only_fs);
     suite_add_tcase(s, tc);
