@@ -480,7 +480,8 @@ END_TEST
  * or skipped once: the boundaries after steps 1..19 and the final one
  * after step 20 (the step loop has no boundary after its last step),
  * which is waited for if need be, and waiting is neither a skip nor
- * another count (the final one waits for a free buffer, docs/checkpoints.md). */
+ * another count (the final one waits for a free buffer,
+ * docs/checkpoints.md). */
 START_TEST(test_final_checkpoint_wait_is_not_a_skip)
 {
     td_job_spec spec;
