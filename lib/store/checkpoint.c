@@ -877,7 +877,19 @@ int td_ckpt_load_latest(const char *dir, td_ckpt_file **out, char *path,
     for (int i = n - 1; i >= 0; i--) {
         td_ckpt_filename(steps[i], name, sizeof name);
         snprintf(p, sizeof p, "%s/%s", dir, name);
-        if (td_ckpt_open(p, out, why, sizeof why) == 0) {
+        int ok = td_ckpt_open(p, out, why, sizeof why) == 0;
+        if (ok && (*out)->m.step != steps[i]) {
+            /* The CRC does not cover the header: a damaged step digit
+             * would resume the weights at another step. */
+            td_set_error(why, sizeof why, 0, "%s: its header says step "
+                         "%" PRId64 ", its name step %" PRId64
+                         " (a damaged header?)", p, (*out)->m.step,
+                         steps[i]);
+            td_ckpt_close(*out);
+            *out = NULL;
+            ok = 0;
+        }
+        if (ok) {
             if (bad) {
                 td_warn("checkpoint: using %s after %d newer unusable "
                         "one(s)", p, bad);

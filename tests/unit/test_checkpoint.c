@@ -502,6 +502,43 @@ START_TEST(test_planted_tmp_link_is_not_followed)
 }
 END_TEST
 
+/* The CRC covers the data, not the header: a flipped bit in the step's
+ * digits ("300" -> "200", one bit) left a file that validated, and resume
+ * restored step 300's weights and optimizer state at step 200 (another
+ * learning rate, the sampler 100 steps back).  The file's name carries the
+ * step too; a file whose header disagrees is refused. */
+START_TEST(test_header_step_must_match_the_name)
+{
+    char dir[64], err[512], path[4096];
+    td_ckpt_snapshot s;
+    td_ckpt_file *f;
+    size_t n;
+    scratch_dir(dir, sizeof dir);
+    make_snapshot(&s, 100);
+    ck_assert_int_eq(td_ckpt_write(dir, &s, 0, NULL, path, sizeof path, err,
+                                   sizeof err), 0);
+    s.meta.step = 300;
+    ck_assert_int_eq(td_ckpt_write(dir, &s, 0, NULL, path, sizeof path, err,
+                                   sizeof err), 0);
+    uint8_t *b = slurp(path, &n);
+    char *at = memmem(b, n, "\"step\":\"300\"", 12);
+    ck_assert_ptr_nonnull(at);
+    at[8] ^= 1; /* '3' -> '2' */
+    spit(path, b, n);
+    free(b);
+    ck_assert_int_eq(td_ckpt_load_latest(dir, &f, path, sizeof path, err,
+                                         sizeof err), 0);
+    ck_assert_msg(td_ckpt_file_meta(f)->step == 100,
+                  "resumed from %s at step %lld", path,
+                  (long long)td_ckpt_file_meta(f)->step);
+    ck_assert_msg(strstr(err, "ckpt-000000000300.safetensors") &&
+                      strstr(err, "step 200"), "%s", err);
+    td_ckpt_close(f);
+    td_ckpt_snapshot_destroy(&s);
+    rm_tree(dir);
+}
+END_TEST
+
 START_TEST(test_load_latest_falls_back)
 {
     char dir[64], err[512], path[4096];
@@ -748,6 +785,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_crc_mismatch);
     tcase_add_test(tc, test_keep_last_k);
     tcase_add_test(tc, test_load_latest_falls_back);
+    tcase_add_test(tc, test_header_step_must_match_the_name);
     tcase_add_test(tc, test_planted_tmp_link_is_not_followed);
     tcase_add_test(tc, test_prune_keeps_the_new_one_below_a_bad_newer);
     tcase_add_test(tc, test_injected_enospc_and_eio);
