@@ -9,13 +9,12 @@
 #include "store/onnx.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/error.h"
+#include "base/fsio.h"
 #include "onnx.pb-c.h"
 
 /* Every allocation of one export, freed together. */
@@ -346,37 +345,6 @@ static int td__layer(td__g *b, const td_model *m, int L, const float *params,
     return 0;
 }
 
-static int td__write(const char *path, const uint8_t *buf, size_t len,
-                     char *err, size_t cap)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = 0;
-    if (fd < 0) {
-        rc = -errno;
-        snprintf(err, cap, "cannot create %s: %s", tmp, td_strerror(rc));
-        return rc;
-    }
-    for (size_t at = 0; at < len && rc == 0;) {
-        ssize_t w = write(fd, buf + at, len - at);
-        if (w < 0 && errno != EINTR)
-            rc = -errno;
-        else if (w > 0)
-            at += (size_t)w;
-    }
-    if (rc == 0 && fsync(fd) < 0)
-        rc = -errno;
-    if (close(fd) < 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, path) < 0)
-        rc = -errno;
-    if (rc) {
-        snprintf(err, cap, "writing %s: %s", path, td_strerror(rc));
-        unlink(tmp);
-    }
-    return rc;
-}
-
 static void td__metadata(td__arena *a, Onnx__ModelProto *mp,
                          const json_t *extra)
 {
@@ -468,7 +436,9 @@ int td_onnx_save(const td_model *m, const float *params, const float *state,
     if (!(buf = malloc(len ? len : 1)))
         goto oom;
     onnx__model_proto__pack(&mp, buf);
-    rc = td__write(path, buf, len, err, errcap);
+    /* tmp, fsync, rename, fsync the folder; never through a link at
+     * the tmp name (fsio.h) */
+    rc = td_write_atomic(path, 0644, buf, len, NULL, err, errcap);
     goto out;
 oom:
     rc = -ENOMEM;

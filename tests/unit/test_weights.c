@@ -4,12 +4,15 @@
  * tensor, an extra one, another dtype and another shape, each reported by
  * name and never reinterpreted. */
 #include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "jpeggen.h"
 #include "store/checkpoint.h"
+#include "store/onnx.h"
 #include "store/weights.h"
 #include "tdtest.h"
 
@@ -306,6 +309,38 @@ START_TEST(test_save_writes_torch_style_counters)
 }
 END_TEST
 
+/* trainctl export --onnx into a folder others can write in: a symbolic
+ * link planted at "<out>.tmp" made td_onnx_save truncate and overwrite
+ * the linked file (O_TRUNC, followed), and the rename published the link
+ * as the export.  It now writes through td_write_atomic, as
+ * td_weights_save does (which also fsyncs the folder after the rename). */
+START_TEST(test_onnx_save_does_not_follow_a_planted_tmp)
+{
+    char out[4200], tmpname[4300], victim[4200], err[512];
+    float *params = calloc(m->param_count + 1, sizeof(float));
+    float *state = calloc(td_model_state_count(m) + 1, sizeof(float));
+    float mean[1] = {0}, std[1] = {1};
+    struct stat st;
+    snprintf(out, sizeof out, "%s/model.onnx", tmp);
+    snprintf(tmpname, sizeof tmpname, "%s.tmp", out);
+    snprintf(victim, sizeof victim, "%s/victim", tmp);
+    FILE *f = fopen(victim, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("precious", f);
+    fclose(f);
+    ck_assert_int_eq(symlink(victim, tmpname), 0);
+    ck_assert_msg(td_onnx_save(m, params, state, mean, std, NULL, out, err,
+                               sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(stat(victim, &st), 0);
+    ck_assert_msg(st.st_size == 8, "the victim was overwritten (%lld "
+                  "bytes)", (long long)st.st_size);
+    ck_assert_int_eq(lstat(out, &st), 0);
+    ck_assert(S_ISREG(st.st_mode) && st.st_size > 8);
+    free(params);
+    free(state);
+}
+END_TEST
+
 static Suite *weights_suite(void)
 {
     Suite *s = suite_create("weights");
@@ -317,6 +352,7 @@ static Suite *weights_suite(void)
     tcase_add_test(tc, test_other_dtype_never_reinterpreted);
     tcase_add_test(tc, test_new_head_keeps_the_backbone);
     tcase_add_test(tc, test_save_writes_torch_style_counters);
+    tcase_add_test(tc, test_onnx_save_does_not_follow_a_planted_tmp);
     suite_add_tcase(s, tc);
     return s;
 }
