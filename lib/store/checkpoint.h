@@ -15,8 +15,8 @@
  * checkpoint directory.  A write goes to <name>.tmp, is fsynced, renamed
  * and the directory fsynced; only then are checkpoints beyond the newest
  * `keep` deleted.  A .tmp a crash left behind is removed before each
- * write (and by pruning).  A failed write (ENOSPC, EACCES, ...) removes its .tmp
- * and leaves the older checkpoints as they were.
+ * write (and by pruning).  A failed write (ENOSPC, EACCES, ...) removes
+ * its .tmp and leaves the older checkpoints as they were.
  *
  * The writer thread (td_ckpt_writer) takes snapshots through a td_queue
  * of capacity 1: one write runs while at most one more waits.  A further

@@ -32,7 +32,8 @@
 /* Writes the model with params (model order) and state (running
  * statistics) to path (td_write_atomic: tmp, fsync, rename, fsync of the
  * folder).  mean/std: the input's normalisation per channel.
- * extra_meta: strings for metadata_props (may be NULL).  0, or -errno / -ENOMEM / TD_E_NOTSUP with err. */
+ * extra_meta: strings for metadata_props (may be NULL).  0, or -errno /
+ * -ENOMEM / TD_E_NOTSUP with err. */
 int td_onnx_save(const td_model *m, const float *params, const float *state,
                  const float *mean, const float *std,
                  const json_t *extra_meta, const char *path, char *err,
