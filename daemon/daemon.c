@@ -408,6 +408,14 @@ static void td__job_done(td_daemon *d, td_inbox_msg *m)
             td_daemon_set_job_state(d, j, TD_JOB_FAILED, "the trainer's "
                                     "report of the end was lost; see the "
                                     "job's log");
+        } else if (rc == TD_E_RETRY) {
+            /* its checkpoint unreadable for now (not damaged): failing
+             * or starting afresh would lose its steps */
+            snprintf(why, sizeof why, "%.400s; its checkpoints are kept: "
+                     "fix that, then trainctl resume %lld",
+                     json_string_value(json_object_get(r, "error")),
+                     (long long)j->id);
+            td_daemon_set_job_state(d, j, TD_JOB_SUSPENDED, why);
         } else if (rc) {
             td_daemon_set_job_state(d, j, TD_JOB_FAILED,
                                     json_string_value(json_object_get(

@@ -24,6 +24,7 @@ static const struct {
                                  "(truncated or overwritten in place)"},
     {TD_E_NOTREG, "TD_E_NOTREG", "not a regular file (a FIFO, a device or "
                                  "a folder)"},
+    {TD_E_RETRY, "TD_E_RETRY", "not possible for now (the cause may pass)"},
 };
 
 /* errno names worth printing symbolically; the message comes from libc. */

@@ -25,7 +25,9 @@ enum {
     TD_E_NOTSUP = TD_E_BASE - 8, /* the build or device lacks a feature       */
     TD_E_SHRUNK = TD_E_BASE - 9, /* a mapped file was cut short while in use */
     TD_E_NOTREG = TD_E_BASE - 10, /* a file to read is not a regular file    */
-    TD_E_LAST = TD_E_BASE - 10
+    TD_E_RETRY = TD_E_BASE - 11, /* failed on a condition that may pass (a
+                                    file unreadable for now): try again   */
+    TD_E_LAST = TD_E_BASE - 11
 };
 
 /* A static string for any code: 0, -errno, or TD_E_*.  Never NULL. */

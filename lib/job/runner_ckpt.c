@@ -560,7 +560,10 @@ int td__runner_resume(td_runner *r, char *err, size_t errcap)
                 "older %s", e, path);
     if (rc) {
         snprintf(err, errcap, "checkpoint: %s", e);
-        return rc;
+        /* Not damage: permission, memory, file descriptors.  The caller
+         * must not start the job afresh over it (TD_E_RETRY: the daemon
+         * suspends the job, its checkpoints kept). */
+        return rc < 0 && rc > -4096 ? TD_E_RETRY : rc;
     }
     const td_ckpt_meta *m = td_ckpt_file_meta(f);
     if (!td_spec_hash_matches(r->spec, m->spec_hash)) {

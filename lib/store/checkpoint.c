@@ -877,7 +877,17 @@ int td_ckpt_load_latest(const char *dir, td_ckpt_file **out, char *path,
     for (int i = n - 1; i >= 0; i--) {
         td_ckpt_filename(steps[i], name, sizeof name);
         snprintf(p, sizeof p, "%s/%s", dir, name);
-        int ok = td_ckpt_open(p, out, why, sizeof why) == 0;
+        int rc = td_ckpt_open(p, out, why, sizeof why), ok = rc == 0;
+        if (rc < 0 && rc > -4096 && rc != -ENOENT && rc != -EIO) {
+            /* Not a damaged file (that is TD_E_*, or EIO from the disk)
+             * nor one gone since the listing: permission, memory, file
+             * descriptors.  Skipping it would throw the steps after an
+             * older checkpoint away, or all of them, over a condition
+             * that may pass: the caller hears it instead. */
+            td_set_error(err, errcap, 0, "%s", why);
+            free(steps);
+            return rc;
+        }
         if (ok && (*out)->m.step != steps[i]) {
             /* The CRC does not cover the header: a damaged step digit
              * would resume the weights at another step. */

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "daemon_harness.h"
 #include "jpeggen.h"
 #include "tdtest.h"
@@ -246,6 +247,64 @@ START_TEST(test_model_swapped_after_submit_refused_at_start)
 }
 END_TEST
 
+/* A job whose checkpoint the daemon cannot read when it starts again (not
+ * damaged: permission here; out of memory or file descriptors alike)
+ * was started afresh from step 0 (before 2026-11-28), its steps thrown
+ * away; it is suspended instead, saying why, its checkpoints kept, and
+ * resumes from them once they can be read. */
+START_TEST(test_unreadable_checkpoint_suspends_the_job)
+{
+    if (getuid() != 0)
+        return;
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(100000, 20));
+    ck_assert(th_wait_state(fd, id, "running", 10000));
+    usleep(300000);
+    json_decref(th_job_request(fd, "pause", id)); /* writes a checkpoint */
+    ck_assert(th_wait_state(fd, id, "suspended", 30000));
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/checkpoints/%lld", H.state, (long long)id);
+    td_test_sh(dir, "ls *.safetensors >/dev/null && chmod 000 *.safetensors");
+    json_t *r = th_job_request(fd, "resume", id);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    /* pending, running, then suspended again by the failed start */
+    int64_t until = td_now_ns() + 30 * TD_NS_PER_S;
+    const char *why = NULL;
+    json_t *job = NULL;
+    while (td_now_ns() < until) {
+        json_decref(job);
+        job = th_show_job(fd, id);
+        why = json_string_value(json_object_get(job, "reason"));
+        if (strcmp(th_job_state(job), "suspended") == 0 && why &&
+            strstr(why, "checkpoints are kept"))
+            break;
+        ck_assert_str_ne(th_job_state(job), "failed");
+        usleep(50000);
+    }
+    char want[64];
+    snprintf(want, sizeof want, "trainctl resume %lld", (long long)id);
+    ck_assert_msg(why && strstr(why, "checkpoint: ") &&
+                      strstr(why, "Permission denied") && strstr(why, want),
+                  "%s: %s", th_job_state(job), why ? why : "(no reason)");
+    ck_assert_msg(!th_log_has(fd, id, "starts again from step 0"),
+                  "the job started afresh");
+    json_decref(job);
+    td_test_sh(dir, "chmod 600 *.safetensors");
+    r = th_job_request(fd, "resume", id);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    ck_assert(th_wait_state(fd, id, "running", 10000));
+    until = td_now_ns() + 30 * TD_NS_PER_S;
+    while (!th_log_has(fd, id, "resumed from") && td_now_ns() < until)
+        usleep(50000);
+    ck_assert(th_log_has(fd, id, "resumed from"));
+    json_decref(th_job_request(fd, "cancel", id));
+    ck_assert(th_wait_state(fd, id, "cancelled", 30000));
+    close(fd);
+}
+END_TEST
+
 /* An eval job's data: the same check of every file as a training
  * job's at submit. */
 START_TEST(test_symlink_inside_eval_data_refused_by_bits)
@@ -293,6 +352,7 @@ static Suite *nonroot_suite(void)
     tcase_add_test(tc, test_symlink_inside_dataset_refused_by_bits);
     tcase_add_test(tc, test_init_in_private_folder_refused_by_bits);
     tcase_add_test(tc, test_model_swapped_after_submit_refused_at_start);
+    tcase_add_test(tc, test_unreadable_checkpoint_suspends_the_job);
     tcase_add_test(tc, test_symlink_inside_eval_data_refused_by_bits);
     suite_add_tcase(s, tc);
     return s;

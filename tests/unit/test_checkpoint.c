@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "base/error.h"
 #include "ckpt_helpers.h"
@@ -539,6 +540,60 @@ START_TEST(test_header_step_must_match_the_name)
 }
 END_TEST
 
+/* A checkpoint that cannot be read for another reason than damage (here:
+ * permission; in the daemon: out of memory or file descriptors) was
+ * skipped like a corrupt one: with no other, td_ckpt_load_latest said
+ * "no valid checkpoint" (-ENOENT) and the job started again from step 0,
+ * its progress thrown away over a passing condition.  It now stops the
+ * search with that error, naming the file.  Read as another user in a
+ * child (root reads everything). */
+START_TEST(test_unreadable_checkpoint_is_an_error_not_a_fresh_start)
+{
+    char dir[64], err[512], path[4096];
+    td_ckpt_snapshot s;
+    scratch_dir(dir, sizeof dir);
+    make_snapshot(&s, 100);
+    ck_assert_int_eq(td_ckpt_write(dir, &s, 0, NULL, path, sizeof path, err,
+                                   sizeof err), 0);
+    td_ckpt_snapshot_destroy(&s);
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    ck_assert_int_eq(chmod(path, 0600), 0);
+    if (geteuid() != 0) {
+        printf("test_unreadable_checkpoint_is_an_error_not_a_fresh_start: "
+               "SKIPPED, needs root to read as another user\n");
+        rm_tree(dir);
+        return;
+    }
+    int pipefd[2];
+    ck_assert_int_eq(pipe(pipefd), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        td_ckpt_file *f;
+        close(pipefd[0]);
+        if (setgid(65534) || setuid(65534))
+            _exit(2);
+        int rc = td_ckpt_load_latest(dir, &f, NULL, 0, err, sizeof err);
+        if (write(pipefd[1], err, strlen(err) + 1) < 0)
+            _exit(3);
+        _exit(rc == -EACCES ? 0 : rc == -ENOENT ? 4 : 5);
+    }
+    close(pipefd[1]);
+    char got[512] = "";
+    ssize_t n = read(pipefd[0], got, sizeof got - 1);
+    got[n > 0 ? n : 0] = '\0';
+    close(pipefd[0]);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "status %d (4: -ENOENT, a fresh start): %s",
+                  WEXITSTATUS(st), got);
+    ck_assert_msg(strstr(got, "ckpt-000000000100.safetensors") &&
+                      strstr(got, "Permission denied"), "%s", got);
+    rm_tree(dir);
+}
+END_TEST
+
 START_TEST(test_load_latest_falls_back)
 {
     char dir[64], err[512], path[4096];
@@ -785,6 +840,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_crc_mismatch);
     tcase_add_test(tc, test_keep_last_k);
     tcase_add_test(tc, test_load_latest_falls_back);
+    tcase_add_test(tc, test_unreadable_checkpoint_is_an_error_not_a_fresh_start);
     tcase_add_test(tc, test_header_step_must_match_the_name);
     tcase_add_test(tc, test_planted_tmp_link_is_not_followed);
     tcase_add_test(tc, test_prune_keeps_the_new_one_below_a_bad_newer);
