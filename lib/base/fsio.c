@@ -167,6 +167,22 @@ int td_mkdirs(const char *path, mode_t mode)
     return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
+int td_mkdir_durable(const char *path, mode_t mode, const td_fs_io *io)
+{
+    char parent[4096];
+    if (snprintf(parent, sizeof parent, "%s", path) >= (int)sizeof parent)
+        return -ENAMETOOLONG;
+    if (mkdir(path, mode) != 0) {
+        if (errno != EEXIST)
+            return -errno;
+        struct stat st;
+        if (stat(path, &st))
+            return -errno;
+        return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+    }
+    return td_fsync_dir(dirname(parent), io);
+}
+
 int td_open_regular(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);

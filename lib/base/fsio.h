@@ -86,5 +86,11 @@ int td_fsync_dir(const char *dir, const td_fs_io *io);
 /* mkdir -p with `mode` for the folders it creates; 0, or -errno
  * (-ENOTDIR when the path exists and is not a folder). */
 int td_mkdirs(const char *path, mode_t mode);
+/* mkdir(path) that survives a power loss: when it creates the folder,
+ * its parent is fsynced (a file fsynced inside a new folder is not enough
+ * for the folder's own name).  0 when path is a folder now (made or
+ * already there), -ENOTDIR when something else stands there, or -errno
+ * (the parent's fsync included). */
+int td_mkdir_durable(const char *path, mode_t mode, const td_fs_io *io);
 
 #endif

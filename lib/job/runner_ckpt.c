@@ -290,8 +290,8 @@ static int td__writer(td_runner *r, char *err, size_t errcap)
     int rc;
     if (r->writer || !r->o.ckpt_dir)
         return 0;
-    if (mkdir(r->o.ckpt_dir, 0750) != 0 && errno != EEXIST) {
-        rc = -errno;
+    /* durable: a crash must not lose the folder with its checkpoints */
+    if ((rc = td_mkdir_durable(r->o.ckpt_dir, 0750, NULL)) != 0) {
         snprintf(err, errcap, "cannot create the checkpoint folder %s: %s",
                  r->o.ckpt_dir, td_strerror(rc));
         return rc;

@@ -217,6 +217,34 @@ START_TEST(test_mkdirs)
 }
 END_TEST
 
+/* A folder made durable: its parent (and nothing else) is fsynced once,
+ * when the folder is new; a folder already there costs no fsync; a file
+ * in its place is -ENOTDIR; a failing fsync is reported. */
+START_TEST(test_mkdir_durable_syncs_the_parent)
+{
+    char *d = tmpdir(), path[256];
+    struct stat parent, st;
+    ck_assert_int_eq(stat(d, &parent), 0);
+    struct calls c = {0};
+    td_fs_io io = {NULL, counting_fsync, &c};
+    snprintf(path, sizeof path, "%s/job-7", d);
+    ck_assert_int_eq(td_mkdir_durable(path, 0750, &io), 0);
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert(S_ISDIR(st.st_mode));
+    ck_assert_int_eq(c.fsyncs, 1);
+    ck_assert_int_eq(c.dir_fsyncs, 1);
+    ck_assert_int_eq(td_mkdir_durable(path, 0750, &io), 0);
+    ck_assert_int_eq(c.fsyncs, 1); /* there already */
+    snprintf(path, sizeof path, "%s/file", d);
+    ck_assert_int_eq(td_write_atomic(path, 0644, "", 0, NULL, NULL, 0), 0);
+    ck_assert_int_eq(td_mkdir_durable(path, 0750, &io), -ENOTDIR);
+    c = (struct calls){.fail_fsync_on = 1, .failed_with = EIO};
+    snprintf(path, sizeof path, "%s/job-8", d);
+    ck_assert_int_eq(td_mkdir_durable(path, 0750, &io), -EIO);
+    free(d);
+}
+END_TEST
+
 /* td_read_all: the whole file, or what there is of a shorter one. */
 START_TEST(test_read_all)
 {
@@ -297,6 +325,7 @@ static Suite *fsio_suite(void)
     tcase_add_test(tc, test_pid_tmp_and_missing_folder);
     tcase_add_test(tc, test_planted_tmp_link_is_replaced);
     tcase_add_test(tc, test_mkdirs);
+    tcase_add_test(tc, test_mkdir_durable_syncs_the_parent);
     tcase_add_test(tc, test_read_all);
     tcase_add_test(tc, test_set_error_and_type_names);
     suite_add_tcase(s, tc);
