@@ -237,9 +237,14 @@ json_t *td_job_summary(const td_job *j)
             json_object_set(o, from_window[k], v);
     }
     /* A finished run's figures are the whole run's, as its reason says
-     * ("completed: 10 epochs, 2700.3 samples/s"), not its last window's. */
+     * ("completed: 10 epochs, 2700.3 samples/s"), not its last window's.
+     * A paused or shut-down run leaves a result too, but a job that has
+     * not ended runs again: its figures are its windows' (the result of
+     * a pause before its first window said "none" until the end). */
     static const char *const from_result[] = {"samples_per_s", "verdict"};
-    for (size_t k = 0; j->result &&
+    int ended = j->state == TD_JOB_COMPLETED ||
+                j->state == TD_JOB_CANCELLED || j->state == TD_JOB_FAILED;
+    for (size_t k = 0; ended && j->result &&
                        k < sizeof from_result / sizeof *from_result; k++) {
         json_t *v = json_object_get(j->result, from_result[k]);
         if (v)

@@ -414,6 +414,51 @@ START_TEST(test_pause_resume_pending)
 }
 END_TEST
 
+/* The row of a job paused before its first metrics window and resumed:
+ * queue and top showed the pause's result (samples/s null, verdict
+ * "none") for the rest of the run, over the windows it went on to make. */
+START_TEST(test_resumed_job_row_shows_its_windows)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *spec = th_tiny_spec(100000, 0);
+    json_object_set_new(json_object_get(spec, "metrics"), "warmup_steps",
+                        json_integer(400)); /* no window before the pause */
+    int64_t id = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, id, "running", 10000));
+    json_t *r = th_job_request(fd, "pause", id);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    ck_assert(th_wait_state(fd, id, "suspended", 30000));
+    json_t *job = th_show_job(fd, id);
+    ck_assert_msg(json_integer_value(json_object_get(job, "step")) < 400,
+                  "paused after its first window");
+    json_decref(job);
+    r = th_job_request(fd, "resume", id);
+    ck_assert_ptr_nonnull(th_ok(r));
+    json_decref(r);
+    double sps = 0;
+    for (int t = 0; t < 300 && !(sps > 0); t++) { /* up to 30 s */
+        usleep(100000);
+        r = th_request(fd, "list", NULL);
+        size_t i;
+        json_t *row;
+        json_array_foreach(json_object_get(th_ok(r), "jobs"), i, row) {
+            if (json_integer_value(json_object_get(row, "id")) == id)
+                sps = json_number_value(json_object_get(row,
+                                                        "samples_per_s"));
+        }
+        json_decref(r);
+    }
+    job = th_show_job(fd, id);
+    ck_assert_msg(sps > 0, "the resumed job's row has no samples/s (at "
+                  "step %lld)", (long long)json_integer_value(
+                      json_object_get(job, "step")));
+    json_decref(job);
+    cancel_and_wait(fd, id);
+    close(fd);
+}
+END_TEST
+
 START_TEST(test_state_events_reach_subscriber)
 {
     int sub = th_connect(&H, NULL);
@@ -645,6 +690,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(tc, test_submit_checks_hold_only_their_connection);
     tcase_add_test(tc, test_submit_progress_events);
     tcase_add_test(tc, test_pause_resume_pending);
+    tcase_add_test(tc, test_resumed_job_row_shows_its_windows);
     tcase_add_test(tc, test_state_events_reach_subscriber);
     tcase_add_test(tc, test_other_uid_may_not_control);
     tcase_add_test(tc, test_config_get_set);
