@@ -141,7 +141,15 @@ static int td__eval_loop(const td_infer_run_opts *o, const char *data,
             break;
         }
         if ((rc = td_pipeline_next(pl, &b, NULL))) {
-            snprintf(err, errcap, "%s: %s", data, td_strerror(rc));
+            if (rc == TD_E_BADDATA) { /* which, how many, and what to do */
+                char sum[700];
+                td_pipeline_bad_summary(pl, sum, sizeof sum);
+                snprintf(err, errcap, "%s: %s; remove or replace the "
+                         "unreadable files (a warning names each) and "
+                         "evaluate again", data, sum);
+            } else {
+                snprintf(err, errcap, "%s: %s", data, td_strerror(rc));
+            }
             break;
         }
         rc = td_infer_logits(inf, b.data, b.n, z, err, errcap);

@@ -17,6 +17,7 @@
 #include "input/decode.h"
 #include "input/png.h"
 #include "job/infer.h"
+#include "job/infer_run.h"
 #include "job/modelmeta.h"
 #include "job/runner.h"
 #include "job/spec.h"
@@ -463,6 +464,30 @@ START_TEST(test_eval_predict_match_validation)
 }
 END_TEST
 
+/* An evaluation over a folder with too many unreadable images said only
+ * "DIR: too many bad samples": not how many, nor which, nor what to do. */
+START_TEST(test_eval_names_bad_samples)
+{
+    char err[1200], path[4096], val[600], bad[700];
+    td_runner_result res;
+    ck_assert_msg(run_job(0, &res, err, sizeof err) == 0, "%s", err);
+    last_ckpt(path, sizeof path);
+    snprintf(val, sizeof val, "%s/val", tmp);
+    td_test_make_folder(val, 3, 8, 40, 32);
+    snprintf(bad, sizeof bad, "%s/class1/broken.jpg", val);
+    td_test_write_file(bad, "not a jpeg", 10);
+    td_infer_run_opts o = {.checkpoint = path, .device = "cpu", .batch = 8,
+                           .workers = 1};
+    json_t *result = NULL;
+    int rc = td_infer_eval(&o, val, &result, err, sizeof err);
+    ck_assert_int_eq(rc, TD_E_BADDATA);
+    ck_assert_ptr_null(result);
+    ck_assert_msg(strstr(err, "1 bad sample(s) out of 25") &&
+                  strstr(err, "broken.jpg") &&
+                  strstr(err, "remove or replace"), "%s", err);
+}
+END_TEST
+
 static Suite *modelfile_suite(void)
 {
     Suite *su = suite_create("modelfile");
@@ -473,6 +498,7 @@ static Suite *modelfile_suite(void)
     tcase_add_test(tc, test_checkpoint_describes_model);
     tcase_add_test(tc, test_old_names_refused);
     tcase_add_test(tc, test_eval_predict_match_validation);
+    tcase_add_test(tc, test_eval_names_bad_samples);
     suite_add_tcase(su, tc);
     return su;
 }
