@@ -58,13 +58,16 @@ _trainctl()
             --last | --ended-before | \
             --channels | --workers | --batch | --epochs | --prefetch | --seed | \
             --quality | --shard-size | --prefix | --threads | --val-fraction | \
-            --classes | --workspace-mib | --input | --top)
+            --classes | --workspace-mib | --input | --top | -k | -b)
             return ;;
         --socket | -o | --output | --data | --idx-dir | --imagefolder | --checkpoint-dir)
             _trainctl_files
             return ;;
         --spec | --idx-images | --idx-labels)
             _trainctl_files
+            return ;;
+        --format)
+            COMPREPLY=($(compgen -W "safetensors onnx" -- "$cur"))
             return ;;
         --device)
             COMPREPLY=($(compgen -W "auto cpu cuda cuda:0" -- "$cur"))
@@ -103,7 +106,7 @@ _trainctl()
     case $cmd in
         submit)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "--name --set --follow --json --socket --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--name --set --follow -f --json --socket --help" -- "$cur"))
             else
                 _trainctl_files
             fi ;;
@@ -157,12 +160,13 @@ _trainctl()
             if ((argi == 1)); then
                 COMPREPLY=($(compgen -W "get set --help" -- "$cur"))
             elif ((argi == 2)); then
-                COMPREPLY=($(compgen -W "workers prefetch checkpoint_every_steps checkpoint_keep subscriber_soft_bytes subscriber_max_bytes log_level device socket state_dir allowed_data_roots metrics_listen" -- "$cur"))
+                # every key of traind --help-config (tests/live/test_completion.sh)
+                COMPREPLY=($(compgen -W "workers prefetch checkpoint_every_steps checkpoint_keep subscriber_soft_bytes subscriber_max_bytes log_level device socket state_dir allowed_data_roots metrics_listen max_job_memory_mb max_job_device_memory_mb max_crash_restarts max_queued_per_user max_subscriptions_per_user max_connections_per_user ended_job_retention_days jobs_visible_to_all" -- "$cur"))
             fi ;;
         version)
             COMPREPLY=($(compgen -W "--json --socket --help" -- "$cur")) ;;
         pack)
-            COMPREPLY=($(compgen -W "--idx-images --idx-labels --idx-dir --imagefolder -o --output --quality --shard-size --prefix --index --restart --threads --val-fraction --json --help" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--idx-images --idx-labels --idx-dir --imagefolder -o --output --quality --shard-size --prefix --index --restart --threads --val-fraction --seed --json --help" -- "$cur")) ;;
         plan)
             case $prev in
                 --precision)
@@ -180,9 +184,9 @@ _trainctl()
         export)
             COMPREPLY=($(compgen -W "-o --output --format --json --socket --help" -f -- "$cur")) ;;
         eval)
-            COMPREPLY=($(compgen -W "--batch --workers --daemon --device --json --socket --help" -f -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--batch -b --workers --daemon --device --json --socket --help" -f -- "$cur")) ;;
         predict)
-            COMPREPLY=($(compgen -W "--top --daemon --device --json --socket --help" -f -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "--top -k --daemon --device --json --socket --help" -f -- "$cur")) ;;
         bench-input)
             COMPREPLY=($(compgen -W "--data --spec --size --channels --augment --workers --batch --epochs --prefetch --seed --layout --eval --json --help" -- "$cur")) ;;
     esac

@@ -3,7 +3,8 @@
 # in bash, as a shell would on <TAB>: commands, options of pack,
 # bench-input and plot, --augment op names, job ids, options before the command,
 # queue --state's job states (taken from trainctl queue --help), queue's
-# and rm's selectors, rm --state's ended states.
+# and rm's selectors, rm --state's ended states, config's keys (every one
+# traind --help-config lists), export's formats.
 # Runs twice: with plain bash and with the bash-completion package's
 # helpers loaded (when installed).
 set -u
@@ -70,6 +71,14 @@ expect suspended failed -- trainctl queue --state ""
 expect --last --mine --active --all -- trainctl ls --
 expect --state --ended-before --mine --dry-run -- trainctl rm --
 expect completed failed cancelled -- trainctl rm --state ""
+# every setting traind has (it completed 12 of 20), pack's --seed, export's
+# formats (completion named only some of them)
+keys=$("${TD_BUILD_ROOT:-build}/daemon/traind" --help-config |
+    awk '/^  [a-z_]+ +default /{print $1}')
+[[ -n $keys ]] || echo "FAIL [$mode] traind --help-config listed no keys"
+expect $keys -- trainctl config set ""
+expect --seed -- trainctl pack --
+expect safetensors onnx -- trainctl export m.st --format ""
 rm -rf "$TMPDIR_"
 INNER
 }
@@ -85,6 +94,6 @@ for m in "${modes[@]}"; do
     echo "$out"
     n=$(grep -c '^ok$' <<<"$out")
     grep -q FAIL <<<"$out" && fail=1
-    ((n == 20)) || { echo "[$m] only $n of 20 checks ran"; fail=1; }
+    ((n == 23)) || { echo "[$m] only $n of 23 checks ran"; fail=1; }
 done
 exit $fail
