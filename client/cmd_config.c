@@ -68,9 +68,12 @@ int td_cmd_config(int argc, char **argv)
         } else if (json_object_get(ok, "settings")) {
             const char *k;
             json_t *v;
+            int w = 0; /* one column for the values, however long a key */
+            json_object_foreach(json_object_get(ok, "settings"), k, v)
+                w = (int)strlen(k) > w ? (int)strlen(k) : w;
             json_object_foreach(json_object_get(ok, "settings"), k, v) {
                 char *s = json_dumps(v, JSON_ENCODE_ANY);
-                printf("%-24s %s\n", k, s ? s : "?");
+                printf("%-*s %s\n", w, k, s ? s : "?");
                 free(s);
             }
         } else {

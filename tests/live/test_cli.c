@@ -666,6 +666,18 @@ START_TEST(test_config_and_version)
                                           "checkpoint_keep"));
     json_decref(r);
     free(out);
+    /* the values in one column: max_connections_per_user, longer than
+     * the 24 characters the keys were padded to, pushed its value out */
+    ck_assert_int_eq(CLI(&out, NULL, "config", "get"), 0);
+    int col = -1;
+    for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n")) {
+        char *v = l + strcspn(l, " ");
+        v += strspn(v, " ");
+        ck_assert_msg(col < 0 || v - l == col, "'%s': value at %d, not %d",
+                      l, (int)(v - l), col);
+        col = (int)(v - l);
+    }
+    free(out);
     ck_assert_int_eq(CLI(&out, NULL, "config", "set", "checkpoint_keep", "5"),
                      0);
     ck_assert_ptr_nonnull(strstr(out, "checkpoint_keep = 5"));
