@@ -292,6 +292,10 @@ static int td__get_int(struct td__ctx *c, const char *path,
                        const struct td__field *f, const json_t *v,
                        long long *out)
 {
+    if (json_is_real(v)) /* not "must be an integer, not a number" */
+        return td__fail(c, path, "must be an integer written without a "
+                        "decimal point or exponent, not %.17g",
+                        json_real_value(v));
     if (!json_is_integer(v))
         return td__fail(c, path, "must be an integer, not %s",
                         td_json_type_name(json_typeof(v)));

@@ -197,7 +197,11 @@ END_TEST
 START_TEST(test_type_errors)
 {
     EXPECT_ERR("epochs=\"three\"", "epochs: must be an integer, not a string");
-    EXPECT_ERR("epochs=2.5", "epochs: must be an integer, not a number");
+    /* "must be an integer, not a number" (a user's 1e3 is a number) */
+    EXPECT_ERR("epochs=2.5", "epochs: must be an integer written without a "
+               "decimal point or exponent, not 2.5");
+    EXPECT_ERR("epochs=1e12", "epochs: must be an integer written without "
+               "a decimal point or exponent, not 1000000000000");
     EXPECT_ERR("optimizer.lr=fast", "optimizer.lr: must be a number, not a string");
     EXPECT_ERR("optimizer.nesterov=1",
                "optimizer.nesterov: must be true or false, not an integer");
