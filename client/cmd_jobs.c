@@ -229,7 +229,10 @@ static void td__user(long long uid, char *buf, size_t cap)
 static void td__progress(json_t *j, char *buf, size_t cap)
 {
     long long et = JINT(j, "epochs_total"), st = JINT(j, "steps_total");
-    if (st > 0)
+    if (st > 0 && et <= 0) /* an eval or predict job: images, no epochs */
+        snprintf(buf, cap, "%3.0f%%",
+                 100.0 * (double)JINT(j, "step") / (double)st);
+    else if (st > 0)
         snprintf(buf, cap, "e%lld/%lld %3.0f%%", JINT(j, "epoch") + 1, et,
                  100.0 * (double)JINT(j, "step") / (double)st);
     else
@@ -388,8 +391,9 @@ int td_cmd_show(int argc, char **argv)
         char user[64];
         td__user(JINT(j, "uid"), user, sizeof user);
         printf("  user:      %s (uid %lld)\n", user, JINT(j, "uid"));
-        printf("  progress:  %s, step %lld of %lld\n", prog, JINT(j, "step"),
-               JINT(j, "steps_total"));
+        printf("  progress:  %s, %s %lld of %lld\n", prog,
+               JINT(j, "epochs_total") > 0 ? "step" : "image",
+               JINT(j, "step"), JINT(j, "steps_total"));
         json_t *w = json_object_get(j, "last_window");
         if (w)
             printf("  last window: %.1f samples/s, verdict %s\n",

@@ -106,6 +106,13 @@ START_TEST(test_same_as_local)
     ck_assert_int_eq(CLI(&dout, NULL, "queue"), 0);
     ck_assert_msg(strstr(dout, "eval") && strstr(dout, "predict"), "%s",
                   dout);
+    /* their progress is images: "e1/0 100%" was epoch 1 of none */
+    ck_assert_msg(!strstr(dout, "/0 ") && strstr(dout, " 100% "), "%s",
+                  dout);
+    free(dout);
+    ck_assert_int_eq(CLI(&dout, NULL, "show", "2"), 0);
+    ck_assert_msg(strstr(dout, "progress:  100%, image 24 of 24"), "%s",
+                  dout);
     free(dout);
     json_t *r = th_job_request(fd, "show", 2);
     json_t *j = json_object_get(th_ok(r), "job");
