@@ -213,7 +213,7 @@ static void *td__infer_thread(void *arg)
                 td_strerror(starts));
     td_infer_run_opts o = {.checkpoint = is->checkpoint, .device = s->device,
                            .batch = is->batch_size, .workers = is->workers,
-                           .top_k = is->top_k,
+                           .top_k = is->top_k, .job = (long)s->job,
                            .cred = s->cred.set ? &s->cred : NULL,
                            .stop = &s->infer_stop,
                            .progress = td__infer_progress, .user = s};

@@ -191,6 +191,7 @@ int td_infer_eval(const td_infer_run_opts *o, const char *data,
     pc.drop_last = 0;
     pc.layout = TD_LAYOUT_NHWC;
     pc.cred = o->cred;
+    pc.job = o->job; /* a bad sample's warning goes to the job's log */
     if ((rc = td_pipeline_create(&pc, &pl, e, sizeof e))) {
         snprintf(err, errcap, "%s: %s", data, e);
         goto out;

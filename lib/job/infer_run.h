@@ -38,6 +38,8 @@ typedef struct td_infer_run_opts {
     int workers;              /* eval: decode threads; 0: 2 */
     int threads;              /* compute threads on the CPU; 0: all */
     int top_k;                /* predict: classes per image; 0: 5 */
+    long job;                 /* the daemon's job id for the pipeline's
+                                 log lines (bad samples); 0: none */
     const struct td_fscred *cred; /* read files as this user; NULL: own */
     const atomic_int *stop;   /* non-zero: stop at the next batch
                                  (-ECANCELED); may be NULL */

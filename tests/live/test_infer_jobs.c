@@ -274,6 +274,31 @@ START_TEST(test_queued_behind_training)
 }
 END_TEST
 
+/* An eval job over a folder with an unreadable image: the warning that
+ * names it goes to the job's log (the failure says "a warning names
+ * each"), not only to the daemon's. */
+START_TEST(test_bad_image_in_job_log)
+{
+    int fd = th_connect(&H, NULL);
+    trained_checkpoint(fd);
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/class0/broken.jpg", data_dir);
+    td_test_write_file(bad, "not a jpeg", 10);
+    int64_t id = submit_spec(fd, eval_spec());
+    ck_assert(th_wait_state(fd, id, "failed", 60000));
+    json_t *j = th_show_job(fd, id);
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    ck_assert_msg(why && strstr(why, "1 bad sample(s) out of 25") &&
+                  strstr(why, "remove or replace"), "%s", why);
+    json_decref(j);
+    ck_assert_msg(th_log_has(fd, id, "broken.jpg: not a JPEG (no SOI "
+                             "marker) (TD_E_CORRUPT); skipped"),
+                  "job %lld's log has no warning naming broken.jpg",
+                  (long long)id);
+    close(fd);
+}
+END_TEST
+
 static Suite *infer_suite(void)
 {
     Suite *s = suite_create("infer");
@@ -283,6 +308,7 @@ static Suite *infer_suite(void)
     tcase_add_test(tc, test_same_as_local);
     tcase_add_test(tc, test_refused_at_submit);
     tcase_add_test(tc, test_queued_behind_training);
+    tcase_add_test(tc, test_bad_image_in_job_log);
     suite_add_tcase(s, tc);
     return s;
 }
