@@ -233,9 +233,9 @@ static void cmd_checkpoint(td_client *c, td_request *req)
     if (!j)
         return;
     if (td_job_task(j) != TD_TASK_TRAIN) {
-        ERRF(c, req, TD_ERR_CONFLICT, "job %lld is a %s job; only training "
+        ERRF(c, req, TD_ERR_CONFLICT, "job %lld is %s job; only training "
              "jobs write checkpoints", (long long)j->id,
-             td_task_name(td_job_task(j)));
+             td_job_task(j) == TD_TASK_EVAL ? "an eval" : "a predict");
         return;
     }
     if (j->state != TD_JOB_RUNNING || !c->d->trainer ||
@@ -529,9 +529,9 @@ static void cmd_trace(td_client *c, td_request *req)
         return;
     }
     if (td_job_task(j) != TD_TASK_TRAIN) {
-        ERRF(c, req, TD_ERR_CONFLICT, "job %lld is a %s job; only training "
+        ERRF(c, req, TD_ERR_CONFLICT, "job %lld is %s job; only training "
              "jobs have steps to trace", (long long)j->id,
-             td_task_name(td_job_task(j)));
+             td_job_task(j) == TD_TASK_EVAL ? "an eval" : "a predict");
         return;
     }
     if (j->state != TD_JOB_RUNNING || !c->d->trainer ||

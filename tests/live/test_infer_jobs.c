@@ -254,6 +254,10 @@ START_TEST(test_queued_behind_training)
     ck_assert(th_wait_state(fd, e1, "pending", 30000));
     r = th_job_request(fd, "checkpoint", e1);
     ck_assert_str_eq(th_err_class(r), "conflict");
+    const char *desc = json_string_value(json_object_get(
+        json_object_get(r, "error"), "desc"));
+    ck_assert_msg(desc && strstr(desc, "is an eval job; only training"),
+                  "%s", desc); /* it said "a eval job" */
     json_decref(r);
     r = th_job_request(fd, "cancel", train);
     ck_assert_ptr_nonnull(th_ok(r));
