@@ -193,7 +193,8 @@ int td_spec_rules(const td_job_spec *s, char *err, size_t errcap)
     if (s->data.val_fraction > 0 && s->data.val.n)
         return td__fail(c, "data.val_fraction",
                         "cannot be used with data.val (hold out part of "
-                        "data.train, or name a validation set)");
+                        "data.train, or name a validation set; "
+                        "--set data.val=null drops a job file's)");
     /* Both act on the validation metric after an epoch; without one they
      * were accepted and did nothing. */
     int val = s->input.source == TD_SOURCE_FILES &&

@@ -381,6 +381,10 @@ START_TEST(test_cross_field_rules)
     EXPECT_ERR("checkpoint.at_epoch_end=false\ncheckpoint.keep_best=true",
                "checkpoint.keep_best: needs checkpoint.at_epoch_end: "
                "best.safetensors is an epoch-end checkpoint");
+    /* it did not say how to drop the job file's data.val */
+    EXPECT_ERR("data.val_fraction=0.1", "data.val_fraction: cannot be used "
+               "with data.val (hold out part of data.train, or name a "
+               "validation set; --set data.val=null drops a job file's)");
     ck_assert_int_eq(parse_with("data.val=null\ndata.val_fraction=0.1\n"
                                 "early_stopping.patience=2\n"
                                 "checkpoint.keep_best=true", err, sizeof err),
