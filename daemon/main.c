@@ -280,9 +280,9 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!run_job && (run_only || ro.json)) {
-        fprintf(stderr, "traind: %s is an option of --run JOB.json "
-                        "(--json also of --version and --help-config)\n",
-                run_only ? run_only : "--json");
+        fprintf(stderr, "traind: %s is an option of --run JOB.json%s\n",
+                run_only ? run_only : "--json",
+                run_only ? "" : " (also of --version and --help-config)");
         json_decref(overrides);
         return 2;
     }

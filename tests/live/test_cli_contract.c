@@ -575,6 +575,11 @@ START_TEST(test_traind_options)
         ck_assert_int_eq(traind(&out, &err, orphans[i]), 2);
         ck_assert_msg(strstr(err, orphans[i][0]) && strstr(err, "--run"),
                       "%s: %s", orphans[i][0], err);
+        /* "--steps is an option of --run JOB.json (--json also of ...)":
+         * only --json's message speaks of --version */
+        ck_assert_msg(!strstr(err, "--version") == !!strcmp(orphans[i][0],
+                                                            "--json"),
+                      "%s: %s", orphans[i][0], err);
         free(out);
         free(err);
     }
