@@ -244,7 +244,11 @@ json_t *td_job_summary(const td_job *j)
     static const char *const from_result[] = {"samples_per_s", "verdict"};
     int ended = j->state == TD_JOB_COMPLETED ||
                 j->state == TD_JOB_CANCELLED || j->state == TD_JOB_FAILED;
-    for (size_t k = 0; ended && j->result &&
+    /* A run that ended before its first window measured nothing: its
+     * result's 0 samples/s and verdict "none" are no figures ("-"). */
+    double sps = json_number_value(json_object_get(j->result,
+                                                   "samples_per_s"));
+    for (size_t k = 0; ended && j->result && sps > 0 &&
                        k < sizeof from_result / sizeof *from_result; k++) {
         json_t *v = json_object_get(j->result, from_result[k]);
         if (v)

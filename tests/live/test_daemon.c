@@ -459,6 +459,42 @@ START_TEST(test_resumed_job_row_shows_its_windows)
 }
 END_TEST
 
+/* A job cancelled before its first metrics window: its row said 0
+ * samples/s and verdict "none" (the result of a run that measured
+ * nothing), where a job with no window yet has neither. */
+START_TEST(test_job_ended_before_a_window_has_no_figures)
+{
+    int fd = th_connect(&H, NULL);
+    json_t *spec = th_tiny_spec(100000, 0);
+    json_object_set_new(json_object_get(spec, "metrics"), "warmup_steps",
+                        json_integer(1000000));
+    int64_t id = th_submit(fd, spec);
+    ck_assert(th_wait_state(fd, id, "running", 10000));
+    for (int t = 0; t < 100; t++) { /* until it has made steps */
+        json_t *job = th_show_job(fd, id);
+        int64_t step = json_integer_value(json_object_get(job, "step"));
+        json_decref(job);
+        if (step > 0)
+            break;
+        usleep(100000);
+    }
+    cancel_and_wait(fd, id);
+    json_t *r = th_request(fd, "list", NULL);
+    size_t i;
+    json_t *row, *mine = NULL;
+    json_array_foreach(json_object_get(th_ok(r), "jobs"), i, row)
+        if (json_integer_value(json_object_get(row, "id")) == id)
+            mine = row;
+    ck_assert_ptr_nonnull(mine);
+    char *txt = json_dumps(mine, 0);
+    ck_assert_msg(!json_object_get(mine, "samples_per_s") &&
+                  !json_object_get(mine, "verdict"), "%s", txt);
+    free(txt);
+    json_decref(r);
+    close(fd);
+}
+END_TEST
+
 START_TEST(test_state_events_reach_subscriber)
 {
     int sub = th_connect(&H, NULL);
@@ -691,6 +727,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(tc, test_submit_progress_events);
     tcase_add_test(tc, test_pause_resume_pending);
     tcase_add_test(tc, test_resumed_job_row_shows_its_windows);
+    tcase_add_test(tc, test_job_ended_before_a_window_has_no_figures);
     tcase_add_test(tc, test_state_events_reach_subscriber);
     tcase_add_test(tc, test_other_uid_may_not_control);
     tcase_add_test(tc, test_config_get_set);
