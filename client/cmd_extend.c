@@ -28,7 +28,8 @@ static const char td__usage[] =
     "\n"
     "  --epochs N         epochs of the new job (1..100000), required\n"
     "  --set KEY=VALUE    change the new job's spec, as with submit (e.g.\n"
-    "                     --set optimizer.lr=0.01)\n"
+    "                     --set optimizer.lr=0.01; not epochs or init,\n"
+    "                     which extend sets)\n"
     "  --name NAME        the new job's name (default: the old name with\n"
     "                     \"-ext\" appended)\n"
     "  -f, --follow       then watch the new job and exit with its outcome\n"
@@ -86,6 +87,17 @@ int td_cmd_extend(int argc, char **argv)
         json_decref(scratch);
         if (bad)
             return td_cli_usage_error(&cli, "--set %s", err);
+        /* extend sets these two itself: a --set of them was applied
+         * after and said "continued for N epochs" of another N */
+        size_t kl = strcspn(sets[i], "=");
+        if ((kl == 6 && strncmp(sets[i], "epochs", 6) == 0) ||
+            (kl == 4 && strncmp(sets[i], "init", 4) == 0))
+            return td_cli_usage_error(&cli, "--set %s: extend sets %.*s "
+                                      "itself (%s)", sets[i], (int)kl,
+                                      sets[i], kl == 6 ? "give --epochs N"
+                                      : "the old job's newest checkpoint; "
+                                        "submit a spec with init to start "
+                                        "from another file");
     }
     if ((rc = td_conn_open(&c, td_cli_socket(cli.socket))) != TD_EXIT_OK)
         return rc;

@@ -320,6 +320,12 @@ START_TEST(test_bad_numbers)
         {{"ls", "--last", "1e3"}, "--last"},
         {{"rm", "--ended-before", "7x"}, "--ended-before"},
         {{"rm", "--state", "running"}, "--state"},
+        /* extend sets these: a --set of epochs was applied after --epochs
+         * and the summary named the wrong count */
+        {{"extend", "1", "--epochs", "1", "--set", "epochs=5"},
+         "--set epochs=5: extend sets epochs itself"},
+        {{"extend", "1", "--epochs", "1", "--set", "init=/x.st"},
+         "--set init=/x.st: extend sets init itself"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out, *err;
