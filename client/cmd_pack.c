@@ -160,6 +160,7 @@ struct td__pack_args {
     int json;
     double val_fraction;  /* --val-fraction: held out into DIR/val */
     uint64_t seed;        /* --seed: which ones */
+    int seed_given;       /* --seed without --val-fraction: usage */
     td_pack_options opt;
 };
 
@@ -221,6 +222,7 @@ static int td__pack_value(struct td__pack_args *o, const char *a,
         char *end;
         errno = 0;
         o->seed = strtoull(v, &end, 10);
+        o->seed_given = 1;
         if (*v >= '0' && *v <= '9' && !*end && !errno)
             return 0;
         fprintf(stderr, "trainctl pack: --seed must be a number 0..%llu, "
@@ -277,6 +279,12 @@ static int td__pack_args(int argc, char **argv, struct td__pack_args *o)
     if (why) {
         fprintf(stderr, "trainctl pack: %s\nRun 'trainctl pack --help' for "
                         "usage.\n", why);
+        return TD_EXIT_USAGE;
+    }
+    if (o->seed_given && !(o->val_fraction > 0)) { /* it did nothing */
+        fprintf(stderr, "trainctl pack: --seed chooses the images "
+                        "--val-fraction holds out: give --val-fraction F "
+                        "too\nRun 'trainctl pack --help' for usage.\n");
         return TD_EXIT_USAGE;
     }
     if (o->val_fraction > 0 && !o->folder) {

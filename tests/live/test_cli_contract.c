@@ -301,6 +301,9 @@ START_TEST(test_bad_numbers)
           "0.1", "--seed", "-5"}, "--seed"},
         {{"pack", "--imagefolder", "{d}", "-o", "{d}/o", "--val-fraction",
           "0.1", "--seed", "99999999999999999999999"}, "--seed"},
+        /* --seed alone chose nothing and was accepted */
+        {{"pack", "--imagefolder", "{d}", "-o", "{d}/o", "--seed", "3"},
+         "--seed chooses the images --val-fraction holds out"},
         {{"bench-input", "--data", "{d}", "--workers", "0"}, "--workers"},
         {{"bench-input", "--data", "{d}", "--batch", "abc"}, "--batch"},
         {{"bench-input", "--data", "{d}", "--size", "224abc"}, "--size"},
