@@ -40,7 +40,24 @@ static int td__job_ckpt(const td_cli *cli, const char *src, char *path,
     json_t *job = json_object_get(json_object_get(r, "ok"), "job");
     const char *p = json_string_value(json_object_get(
         json_object_get(job, "result"), "last_checkpoint"));
-    if (!p || !p[0]) {
+    /* A job not yet ended has no result: its newest checkpoint on disk
+     * (it said "no checkpoint yet" beside show's list of them). */
+    json_int_t best = -1;
+    size_t i;
+    json_t *ck;
+    json_array_foreach(json_object_get(job, "checkpoints"), i, ck) {
+        json_int_t step = json_integer_value(json_object_get(ck, "step"));
+        const char *cp = json_string_value(json_object_get(ck, "path"));
+        if (!(p && p[0]) && cp && cp[0] && step > best) {
+            best = step;
+            snprintf(path, cap, "%s", cp);
+        }
+    }
+    if (!(p && p[0]) && best >= 0) {
+        json_decref(r);
+        return 0;
+    }
+    if (!(p && p[0])) {
         const char *state = json_string_value(json_object_get(job, "state"));
         rc = td_cli_refuse(cli, TD_ERR_CONFLICT, "job %lld has no checkpoint "
                            "yet (it is %s); give a checkpoint file",

@@ -902,6 +902,43 @@ START_TEST(test_watch_shows_the_start)
 }
 END_TEST
 
+/* export of a running job: "job N has no checkpoint yet (it is running)"
+ * while show listed its checkpoints (only an ended job has a result's
+ * last_checkpoint); now its newest checkpoint on disk. */
+START_TEST(test_export_of_a_running_job)
+{
+    int fd = th_connect(&H, NULL);
+    int64_t id = th_submit(fd, th_tiny_spec(100000, 10));
+    ck_assert(th_wait_state(fd, id, "running", 10000));
+    int n = 0;
+    for (int t = 0; t < 200 && n < 2; t++) { /* two, so "newest" counts */
+        usleep(50000);
+        json_t *job = th_show_job(fd, id);
+        n = (int)json_array_size(json_object_get(job, "checkpoints"));
+        json_decref(job);
+    }
+    ck_assert_int_ge(n, 2);
+    char ids[32], o[200], *out, *err;
+    snprintf(ids, sizeof ids, "%lld", (long long)id);
+    snprintf(o, sizeof o, "%s/running.st", H.dir);
+    int rc = CLI(&out, &err, "export", ids, "-o", o, "--json");
+    ck_assert_msg(rc == 0, "exit %d: %s%s", rc, out, err);
+    json_t *r = json_loads(out, 0, NULL);
+    const char *src = json_string_value(json_object_get(r, "source"));
+    char dir[64];
+    snprintf(dir, sizeof dir, "/checkpoints/%lld/ckpt-", (long long)id);
+    ck_assert_msg(src && strstr(src, dir), "%s", out);
+    /* the newest then: at least the step of the second one */
+    ck_assert_int_ge(json_integer_value(json_object_get(r, "step")), 20);
+    json_decref(r);
+    free(out);
+    free(err);
+    json_decref(th_job_request(fd, "cancel", id));
+    ck_assert(th_wait_state(fd, id, "cancelled", 30000));
+    close(fd);
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -924,6 +961,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_watch_on_a_terminal);
     tcase_add_test(tc, test_trace_shows_progress);
     tcase_add_test(tc, test_watch_shows_the_start);
+    tcase_add_test(tc, test_export_of_a_running_job);
     suite_add_tcase(s, tc);
     return s;
 }
