@@ -487,11 +487,20 @@ int td_plot_curves(const json_t *job, const char *path, int width,
         stats->epochs = (int)nh;
         stats->windows = (int)nc;
     }
-    if (nh + nc == 0)
+    if (nh + nc == 0) {
+        /* "yet" of a job that has ended (failed at its start, cancelled
+         * early) promised curves that will never come */
+        const char *st = json_string_value(json_object_get(job, "state"));
+        int ended = st && (strcmp(st, "completed") == 0 ||
+                           strcmp(st, "failed") == 0 ||
+                           strcmp(st, "cancelled") == 0);
         return td_set_error(err, errcap, -ENODATA, "job %lld has no "
-                            "finished epoch or metrics window yet",
+                            "finished epoch or metrics window%s%s%s",
                             (long long)json_integer_value(
-                                json_object_get(job, "id")));
+                                json_object_get(job, "id")),
+                            ended ? ": it " : " yet", ended ? st : "",
+                            ended ? " before its first" : "");
+    }
 
     /* Throughput and idle come from the curve; a record without one
      * (older daemons) has them per epoch in its history. */

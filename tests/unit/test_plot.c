@@ -330,6 +330,15 @@ START_TEST(test_no_points_is_an_error)
         ck_assert_int_ne(stat(out, &sb), 0); /* nothing written */
         json_decref(recs[i]);
     }
+    /* an ended job will never have any: no "yet" (it said so of a job
+     * that failed at its start) */
+    json_t *failed = json_pack("{s:i, s:s}", "id", 4, "state", "failed");
+    char err[256] = "";
+    ck_assert_int_eq(td_plot_curves(failed, out, 1200, 900, NULL, err,
+                                    sizeof err), -ENODATA);
+    ck_assert_str_eq(err, "job 4 has no finished epoch or metrics window: "
+                          "it failed before its first");
+    json_decref(failed);
 }
 END_TEST
 
