@@ -528,9 +528,14 @@ START_TEST(test_extend_completed_job)
     snprintf(bad, sizeof bad, "%s/no/such/dir/c.png", H.dir);
     static const char *const cls[] = {"conflict", "conflict", "failed",
                                        "failed"};
+    /* job 4 waits behind job 3, with no checkpoint for sure (a running
+     * job 3 may have one by now, which export takes) */
+    ck_assert_int_eq(CLI(NULL, NULL, "submit", job_file()), 0);
+    static const char *const names[] = {"job 3 ", "job 4 ", "no/such/dir",
+                                        "no/such/dir"};
     const char *const refusals[][8] = {
         {"extend", "3", "--epochs", "1", "--json", NULL},
-        {"export", "3", "-o", exp, "--json", NULL},
+        {"export", "4", "-o", exp, "--json", NULL},
         {"plot", "1", "-o", bad, "--json", NULL},
         {"trace", "3", "-o", bad, "--json", NULL},
     };
@@ -543,7 +548,7 @@ START_TEST(test_extend_completed_job)
         ck_assert_str_eq(json_string_value(json_object_get(e, "class")),
                          cls[i]);
         ck_assert_msg(strstr(json_string_value(json_object_get(e, "desc")),
-                             i < 2 ? "job 3 " : "no/such/dir"),
+                             names[i]),
                       "%s", out);
         json_decref(r);
         free(out);
@@ -557,6 +562,7 @@ START_TEST(test_extend_completed_job)
                          json_object_get(r, "data"), "state")), "completed");
     json_decref(r);
     free(out);
+    ck_assert_int_eq(CLI(NULL, NULL, "cancel", "4"), 0);
     ck_assert_int_eq(CLI(NULL, NULL, "cancel", "3"), 0);
     ck_assert_int_eq(CLI(&out, NULL, "watch", "3", "--json"), 1);
     ck_assert_msg(strstr(out, "\"state\":\"cancelled\""), "%s", out);
