@@ -73,7 +73,9 @@ int td_job_size_rules(const td_job_spec *s, const td_job_size *z, char *err,
     if (warm >= z->steps)
         return td__refuse(s, z, "optimizer.schedule.warmup_steps",
                           (long long)warm, err, errcap, "the learning rate "
-                          "would never leave the warm-up");
+                          "would never leave the warm-up (set it below "
+                          "%lld, or train more epochs)",
+                          (long long)z->steps);
     /* step: lr x gamma^floor((step - warmup) / step_size), so the first
      * decay is at step warmup + step_size, counted from 0 */
     if (s->optimizer.schedule.type == TD_SCHED_STEP && warm + size >= z->steps)

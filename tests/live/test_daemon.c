@@ -208,7 +208,7 @@ START_TEST(test_submit_refuses_warmup_past_the_run)
     ck_assert_str_eq(desc, "optimizer.schedule.warmup_steps: 100, but the "
                      "run has 100 steps (1 epoch x 100 steps of synthetic "
                      "input): the learning rate would never leave the "
-                     "warm-up");
+                     "warm-up (set it below 100, or train more epochs)");
     json_decref(r);
     json_object_set_new(json_object_get(json_object_get(spec, "optimizer"),
                                         "schedule"),

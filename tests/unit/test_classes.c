@@ -474,7 +474,8 @@ START_TEST(test_schedule_against_run_length)
                      "has 6 steps (2 epochs x 3 steps of batch_size 6 from "
                      "the 20 samples of data.train left after "
                      "data.val_fraction 0.34): the learning rate would "
-                     "never leave the warm-up");
+                     "never leave the warm-up (set it below 6, or train "
+                     "more epochs)");
     sched(spec, sizeof spec, "cosine", 5, 1000, tree, flat);
     ck_assert_msg(sized(spec, 0, &z, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(z.train, 20);
@@ -504,7 +505,7 @@ START_TEST(test_schedule_against_run_length)
     ck_assert_str_eq(err, "optimizer.schedule.warmup_steps: 100, but the "
                      "run has 100 steps (1 epoch x 100 steps of synthetic "
                      "input): the learning rate would never leave the "
-                     "warm-up");
+                     "warm-up (set it below 100, or train more epochs)");
     ck_assert_msg(sized(spec, 101, &z, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(z.steps, 101);
     ck_assert_int_eq(z.train, 0);

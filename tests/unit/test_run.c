@@ -209,7 +209,8 @@ START_TEST(test_run_refuses_what_submit_refuses)
     snprintf(want, sizeof want, "traind: %s/job.json: optimizer.schedule."
              "warmup_steps: 16, but the run has 16 steps (2 epochs x 8 steps "
              "of batch_size 32 from the 256 samples of data.train): the "
-             "learning rate would never leave the warm-up\n", dir);
+             "learning rate would never leave the warm-up (set it below "
+             "16, or train more epochs)\n", dir);
     ck_assert_int_eq(rc, 3);
     refused_as(out, want);
     /* synthetic input, 100 steps an epoch: the daemon's words
@@ -221,7 +222,7 @@ START_TEST(test_run_refuses_what_submit_refuses)
     snprintf(want, sizeof want, "traind: %s/job.json: optimizer.schedule."
              "warmup_steps: 100, but the run has 100 steps (1 epoch x 100 "
              "steps of synthetic input): the learning rate would never leave "
-             "the warm-up\n", dir);
+             "the warm-up (set it below 100, or train more epochs)\n", dir);
     ck_assert_int_eq(rc, 3);
     refused_as(out, want);
     rc = run_data(synth, NULL, "train", "--set input.source=synthetic "
