@@ -63,11 +63,21 @@ static void td__explain(const char *path, int err)
             strerror(err));
     switch (err) {
     case ENOENT:
-        fprintf(stderr,
-                "\n  is the service running? start it with "
-                "'systemctl start traind',\n  or run your own: "
-                "traind --foreground --socket %s --state-dir DIR\n",
-                path);
+        /* The service's socket: start the service, or a daemon of one's
+         * own elsewhere (a user cannot make /run/traind).  Any other: the
+         * user's own daemon, at that path. */
+        if (strcmp(path, TD_DEFAULT_SOCKET) == 0)
+            fprintf(stderr,
+                    "\n  is the service running? start it with "
+                    "'systemctl start traind' (as root),\n  or run your "
+                    "own: traind --foreground --socket /tmp/td.sock "
+                    "--state-dir ~/traind-state &\n  and export "
+                    "TRAIND_SOCKET=/tmp/td.sock\n");
+        else
+            fprintf(stderr,
+                    "\n  no traind made that socket; start one there: "
+                    "traind --foreground --socket %s --state-dir DIR &\n",
+                    path);
         break;
     case ECONNREFUSED:
         fprintf(stderr, "\n  the socket file exists but no traind is "

@@ -5,10 +5,12 @@
 #include "modelfile.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "commands.h"
@@ -87,14 +89,34 @@ static int td__fail(const td_cli *cli, const char *path, const char *why)
     return td_cli_refuse(cli, TD_CLI_ERR_FAILED, "%s: %s", path, why);
 }
 
+/* src names a job, not a file. */
+static int td__job_src(const char *src)
+{
+    struct stat st;
+    return stat(src, &st) != 0 && td__looks_like_job(src);
+}
+
+/* A job still running prunes its checkpoints as it writes new ones: the
+ * newest its record names can be gone by the time it is opened (its
+ * record is saved at most once a second).  Asked again this many times,
+ * TD__PRUNED_WAIT_US apart. */
+#define TD__PRUNED_TRIES 5
+#define TD__PRUNED_WAIT_US 300000
+
 int td_cli_model_path(const td_cli *cli, const char *src, char *path,
                       size_t cap)
 {
-    struct stat st;
-    if (stat(src, &st) != 0 && td__looks_like_job(src))
-        return td__job_ckpt(cli, src, path, cap);
-    snprintf(path, cap, "%s", src);
-    return 0;
+    if (!td__job_src(src)) {
+        snprintf(path, cap, "%s", src);
+        return 0;
+    }
+    for (int tries = 1;; tries++) {
+        struct stat st;
+        int rc = td__job_ckpt(cli, src, path, cap);
+        if (rc || stat(path, &st) == 0 || tries == TD__PRUNED_TRIES)
+            return rc; /* a missing one is named by its opener */
+        usleep(TD__PRUNED_WAIT_US);
+    }
 }
 
 int td_cli_model_open(const td_cli *cli, const char *src, td_cli_model *out)
@@ -103,10 +125,16 @@ int td_cli_model_open(const td_cli *cli, const char *src, td_cli_model *out)
     td_ckpt_file *f = NULL;
     int rc;
     memset(out, 0, sizeof *out);
-    if ((rc = td_cli_model_path(cli, src, out->path, sizeof out->path)))
-        return rc;
-    if (td_st_open(out->path, &f, err, sizeof err))
-        return td_cli_refuse(cli, TD_CLI_ERR_FAILED, "%s", err);
+    for (int tries = 1;; tries++) { /* pruned between the two: again */
+        if ((rc = td_cli_model_path(cli, src, out->path, sizeof out->path)))
+            return rc;
+        rc = td_st_open(out->path, &f, err, sizeof err);
+        if (rc == 0)
+            break;
+        if (rc != -ENOENT || !td__job_src(src) || tries == TD__PRUNED_TRIES)
+            return td_cli_refuse(cli, TD_CLI_ERR_FAILED, "%s", err);
+        usleep(TD__PRUNED_WAIT_US);
+    }
     if (td_model_meta_read(f, &out->meta, err, sizeof err)) {
         rc = td__fail(cli, out->path, err);
         goto fail;
