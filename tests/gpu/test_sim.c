@@ -142,6 +142,11 @@ START_TEST(test_streams_are_concurrent)
     /* b finishes while a is blocked */
     CU(cudaStreamSynchronize(b));
     ck_assert_int_eq(cudaStreamQuery(a), cudaErrorNotReady);
+    /* kept as the thread's last error (the strict reading, which
+     * PyTorch's queries assume: they clear it), until it is taken */
+    ck_assert_int_eq(cudaPeekAtLastError(), cudaErrorNotReady);
+    ck_assert_int_eq(cudaGetLastError(), cudaErrorNotReady);
+    ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
     gate_open(&g);
     CU(cudaStreamSynchronize(a));
     CU(cudaStreamQuery(a));

@@ -315,14 +315,14 @@ static void td__chain(td__cuda *be)
             be->chain = be->uploads - K - 1; /* lost: the oldest kept */
             continue;
         }
-        if (cudaEventQuery(t->c0) != cudaSuccess)
+        if (!td__cuda_ready(cudaEventQuery(t->c0)))
             return; /* not yet (an error shows in the caller's calls) */
         const td__times_ev *p = be->chain >= 0
                                     ? &be->times[be->chain % K] : NULL;
         int linked = p && p->step == be->chain && p->based;
         float ms = 0;
-        if (cudaEventElapsedTime(&ms, linked ? p->c0 : be->t0, t->c0) !=
-            cudaSuccess)
+        if (!td__cuda_ready(cudaEventElapsedTime(
+                &ms, linked ? p->c0 : be->t0, t->c0)))
             return;
         t->base_ms = (linked ? p->base_ms : 0.0) + (double)ms;
         t->based = 1;
@@ -453,7 +453,7 @@ static void td__stats_deliver(td__cuda *be)
     pthread_mutex_lock(&be->stat_mu);
     while (be->stat_busy > 0) {
         td__stat_slot *s = &be->stat[be->stat_old];
-        if (cudaEventQuery(s->done) != cudaSuccess)
+        if (!td__cuda_ready(cudaEventQuery(s->done)))
             break; /* not yet; an error is reported by the caller's call */
         *s->dst = (td_step_stats){.loss_sum = s->val.loss_sum,
                                   .correct = s->val.correct,
@@ -684,7 +684,7 @@ static int td__cuda_event_record(td_backend *b, td_event *ev)
 static int td__query(td__cuda *be, cudaEvent_t e)
 {
     cudaError_t r = cudaEventQuery(e);
-    if (r == cudaSuccess)
+    if (td__cuda_ready(r))
         return 1;
     if (r == cudaErrorNotReady) /* not an error, and not sticky */
         return 0;
@@ -725,8 +725,8 @@ static int td__cuda_event_elapsed(td_backend *b, td_event *a, td_event *e,
     if (!a->recorded || !e->recorded)
         return -EINVAL;
     cudaError_t r = cudaEventElapsedTime(&ms, a->c, e->c);
-    if (r == cudaErrorNotReady) /* asked too early: not a device failure */
-        return -EAGAIN;
+    if (!td__cuda_ready(r) && r == cudaErrorNotReady) /* asked too early: */
+        return -EAGAIN;                               /* not a failure */
     TD__CU(be, r);
     *ns = (int64_t)((double)ms * 1e6);
     return 0;

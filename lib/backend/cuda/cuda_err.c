@@ -93,6 +93,13 @@ int td__cuda_fail_rt(td__cuda *be, const char *file, int line,
     return td__cuda_fail(be, file, line, call, cudaGetErrorString(e));
 }
 
+int td__cuda_ready(cudaError_t r)
+{
+    if (r == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady)
+        (void)cudaGetLastError();
+    return r == cudaSuccess;
+}
+
 const char *td__cublas_str(cublasStatus_t s)
 {
     switch (s) {

@@ -119,11 +119,9 @@ static void td__graph_probe(td__cuda *be)
         be->probe_upload = -1; /* left the ring: time another */
         return;
     }
-    if (cudaEventQuery(t->k1) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, t->k0, t->k1) != cudaSuccess) {
-        (void)cudaGetLastError(); /* not yet: a real error shows later */
-        return;
-    }
+    if (!td__cuda_ready(cudaEventQuery(t->k1)) ||
+        !td__cuda_ready(cudaEventElapsedTime(&ms, t->k0, t->k1)))
+        return; /* not yet; a real error shows in the next checked call */
     be->probe_upload = -1;
     if (be->probes++ == 0 || ms < be->eager_ms)
         be->eager_ms = ms;

@@ -228,6 +228,13 @@ int td__cuda_fail_rt(td__cuda *be, const char *file, int line,
 /* 1 for the errors after which, as the CUDA runtime documents, "any
  * further CUDA work will return the same error" until the process ends. */
 int td__cuda_sticky(cudaError_t e);
+/* 1 when a query (cudaEventQuery, cudaStreamQuery, cudaEventElapsedTime)
+ * returned cudaSuccess.  Its cudaErrorNotReady, which is no error, is
+ * taken off the thread's last error (the runtime keeps it there, as
+ * PyTorch's queries assume: the next kernel launcher's cudaGetLastError
+ * would return it as its own); any other error stays there for the
+ * caller's next checked call to report. */
+int td__cuda_ready(cudaError_t r);
 const char *td__cublas_str(cublasStatus_t s);
 
 #define TD__CU(be, call)                                                     \

@@ -369,7 +369,10 @@ cudaError_t cudaStreamQuery(cudaStream_t h)
             td__sim_join(td__sim.host, s->vc);
     }
     td__sim_unlock();
-    return e == cudaErrorNotReady ? e : td__sim_err(e);
+    /* Kept as the thread's last error like any other, as PyTorch's stream
+     * and event queries assume (they clear it): a kernel launcher's
+     * cudaGetLastError after a query left "not ready" would fail. */
+    return td__sim_err(e);
 }
 
 cudaError_t cudaDeviceSynchronize(void)
@@ -516,7 +519,10 @@ cudaError_t cudaEventQuery(cudaEvent_t h)
             td__sim_join(td__sim.host, ev->vc);
     }
     td__sim_unlock();
-    return e == cudaErrorNotReady ? e : td__sim_err(e);
+    /* Kept as the thread's last error like any other, as PyTorch's stream
+     * and event queries assume (they clear it): a kernel launcher's
+     * cudaGetLastError after a query left "not ready" would fail. */
+    return td__sim_err(e);
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t h)
@@ -553,7 +559,10 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
     if (e == cudaSuccess)
         *ms = (float)(((double)y->t_ns - (double)x->t_ns) / 1e6);
     td__sim_unlock();
-    return e == cudaErrorNotReady ? e : td__sim_err(e);
+    /* Kept as the thread's last error like any other, as PyTorch's stream
+     * and event queries assume (they clear it): a kernel launcher's
+     * cudaGetLastError after a query left "not ready" would fail. */
+    return td__sim_err(e);
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t hs, cudaEvent_t h,
