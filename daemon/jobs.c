@@ -242,8 +242,7 @@ json_t *td_job_summary(const td_job *j)
      * not ended runs again: its figures are its windows' (the result of
      * a pause before its first window said "none" until the end). */
     static const char *const from_result[] = {"samples_per_s", "verdict"};
-    int ended = j->state == TD_JOB_COMPLETED ||
-                j->state == TD_JOB_CANCELLED || j->state == TD_JOB_FAILED;
+    int ended = td_job_state_final(j->state);
     /* A run that ended before its first window measured nothing: its
      * result's 0 samples/s and verdict "none" are no figures ("-"). */
     double sps = json_number_value(json_object_get(j->result,
