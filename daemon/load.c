@@ -214,11 +214,14 @@ static void td__recovered_at_checkpoint(td_job *j)
                  "restart at step %lld or later; resumes from its newest "
                  "checkpoint, else from the start (none in its record)",
                  (long long)at);
+    char from[96] = "if it has one (none in its record yet)";
+    if (ck > 0)
+        snprintf(from, sizeof from, ": step %lld in its record, or a newer "
+                 "one", (long long)ck);
     td_logf(TD_LOG_WARN, j->id, "recovered after traind stopped without a "
             "shutdown (killed or crashed) at step %lld or later (its record "
             "is saved at most once a second); resumes from its newest "
-            "checkpoint: step %lld in its record, or a newer one",
-            (long long)at, (long long)ck);
+            "checkpoint%s%s", (long long)at, ck > 0 ? "" : " ", from);
 }
 
 /* Reads every jobs/<id>.json (start-up only, before the loop runs). */
