@@ -255,6 +255,18 @@ START_TEST(test_kill9_log_names_the_record_step_as_a_lower_bound)
     int fd = th_connect(&H, NULL);
     int64_t id = th_submit(fd, audit_spec(1000));
     wait_running_step(fd, id, 60);
+    /* a checkpoint written and in the record (saved within a second):
+     * the writer may still be on its first one at step 60 on a busy
+     * machine (the CI saw none), and then nothing resumes */
+    for (int w = 0; w < 600; w++) {
+        json_t *j = th_show_job(fd, id);
+        size_t n = json_array_size(json_object_get(j, "checkpoints"));
+        json_decref(j);
+        if (n > 0)
+            break;
+        usleep(50000);
+    }
+    usleep(1500000);
     close(fd);
     th_kill9_restart(&H);
     fd = th_connect(&H, NULL);
