@@ -274,18 +274,26 @@ static int job(const char *json, td_job_data *d, char *err, size_t cap)
  * file's bits for them, counting into the tally a submit shows: the
  * listing, then the rights, each stage with its count; a file the user
  * may not read is named. */
+/* A job spec training on the folder tree, parsed into s. */
+static void tree_spec(const char *tree, td_job_spec *s)
+{
+    char spec[1024], err[512];
+    snprintf(spec, sizeof spec, "{\"model\": \"m\", \"optimizer\": {\"lr\": "
+             "0.1}, \"data\": {\"train\": \"%s\"}}", tree);
+    json_t *root = json_loads(spec, 0, NULL);
+    ck_assert_msg(td_spec_parse(root, NULL, s, err, sizeof err) == 0, "%s",
+                  err);
+    json_decref(root);
+}
+
 START_TEST(test_rights_check_counts_its_files)
 {
-    char tree[128], spec[1024], err[512], f[256];
+    char tree[128], err[512], f[256];
     snprintf(tree, sizeof tree, "%s/tree", tmp);
     td_test_make_folder(tree, 3, 4, 8, 8);
     ck_assert_int_eq(chmod(tmp, 0755), 0); /* mkdtemp's 0700 */
-    snprintf(spec, sizeof spec, "{\"model\": \"m\", \"optimizer\": {\"lr\": "
-             "0.1}, \"data\": {\"train\": \"%s\"}}", tree);
     td_job_spec s;
-    json_t *root = json_loads(spec, 0, NULL);
-    ck_assert_int_eq(td_spec_parse(root, NULL, &s, err, sizeof err), 0);
-    json_decref(root);
+    tree_spec(tree, &s);
     td_fscred nobody = {.bits = 1, .uid = 65534, .gid = 65534};
     td_tally t = {0};
     td_job_data d;
@@ -332,7 +340,7 @@ static void on_tick(td_tally *t, void *user)
 
 START_TEST(test_tally_ticks_while_listing)
 {
-    char tree[128], f[200], spec[1024], err[512];
+    char tree[128], f[200], err[512];
     snprintf(tree, sizeof tree, "%s/tree", tmp);
     ck_assert_int_eq(mkdir(tree, 0755), 0);
     for (int c = 0; c < 2; c++) {
@@ -346,12 +354,8 @@ START_TEST(test_tally_ticks_while_listing)
         }
     }
     snprintf(tree, sizeof tree, "%s/tree", tmp);
-    snprintf(spec, sizeof spec, "{\"model\": \"m\", \"optimizer\": {\"lr\": "
-             "0.1}, \"data\": {\"train\": \"%s\"}}", tree);
     td_job_spec s;
-    json_t *root = json_loads(spec, 0, NULL);
-    ck_assert_int_eq(td_spec_parse(root, NULL, &s, err, sizeof err), 0);
-    json_decref(root);
+    tree_spec(tree, &s);
     td_tally t = {.tick = on_tick, .tick_user = ticked, .tick_every_ns = 0};
     td_job_data d;
     ck_assert_msg(td_job_data_open(&s, NULL, &t, &d, err, sizeof err) == 0,
