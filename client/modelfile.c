@@ -55,11 +55,7 @@ static int td__job_ckpt(const td_cli *cli, const char *src, char *path,
             snprintf(path, cap, "%s", cp);
         }
     }
-    if (!(p && p[0]) && best >= 0) {
-        json_decref(r);
-        return 0;
-    }
-    if (!(p && p[0])) {
+    if (!(p && p[0]) && best < 0) {
         const char *state = json_string_value(json_object_get(job, "state"));
         rc = td_cli_refuse(cli, TD_ERR_CONFLICT, "job %lld has no checkpoint "
                            "yet (it is %s); give a checkpoint file",
@@ -67,7 +63,8 @@ static int td__job_ckpt(const td_cli *cli, const char *src, char *path,
         json_decref(r);
         return rc;
     }
-    snprintf(path, cap, "%s", p);
+    if (p && p[0]) /* an ended job's last checkpoint */
+        snprintf(path, cap, "%s", p);
     json_decref(r);
     return 0;
 }
