@@ -86,9 +86,6 @@ static int td__check_files(uid_t uid, const td_infer_spec *s,
         rc = -EACCES; /* no identity to check them for */
         goto out;
     }
-    if (bits.bits)
-        td_tally_stage(t, "checking the submitter's rights to data", "files",
-                       td_dataset_count(ds));
     if (bits.bits && (rc = td_job_data_bits_check(&bits, ds, s->data, "data",
                                                   t, err, errcap)))
         goto out;

@@ -48,7 +48,7 @@
 
 /* How often a submit that asked for progress is sent it, in ms.  The
  * environment's TD_SUBMIT_PROGRESS_MS (1-10000) changes it: the tests
- * see a check of 100,000 files, which takes a tenth of a second, tick. */
+ * see a check of 40,000 files, a few hundredths of a second, tick. */
 #define TD__PROGRESS_MS 500
 
 typedef struct td_submit {

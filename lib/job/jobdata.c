@@ -124,6 +124,14 @@ int td_job_data_bits_check(const td_fscred *c, const td_dataset *ds,
 {
     char f[4200], dir[PATH_MAX] = "", last[4200] = "";
     struct stat st;
+    /* the stage a tally shows: static text, one per key */
+    static const char *const stage[][2] = {
+        {"data.train", "checking the submitter's rights to data.train"},
+        {"data.val", "checking the submitter's rights to data.val"},
+        {"data", "checking the submitter's rights to data"}};
+    for (size_t k = 0; k < sizeof stage / sizeof stage[0]; k++)
+        if (strcmp(key, stage[k][0]) == 0)
+            td_tally_stage(t, stage[k][1], "files", td_dataset_count(ds));
     if (td_dataset_kind(ds) == TD_DATASET_SHARDS) {
         td_classes_file(path, f, sizeof f);
         if (lstat(f, &st) == 0 && !td__file_ok(c, f, dir, sizeof dir))
@@ -159,18 +167,11 @@ int td_job_data_open(const td_job_spec *s, const td_fscred *cred,
     rc = td__data_open(s, t, d, err, errcap);
     td_fscred_leave(&saved);
     if (rc == 0 && cred && cred->bits && !cred->set) {
-        td_tally_stage(t, "checking the submitter's rights to data.train",
-                       "files",
-                       td_dataset_count(d->train));
         rc = td_job_data_bits_check(cred, d->train, s->data.train.v[0],
                                     "data.train", t, err, errcap);
-        if (rc == 0 && s->data.val.n) {
-            td_tally_stage(t, "checking the submitter's rights to data.val",
-                           "files",
-                           td_dataset_count(d->val));
+        if (rc == 0 && s->data.val.n)
             rc = td_job_data_bits_check(cred, d->val, s->data.val.v[0],
                                         "data.val", t, err, errcap);
-        }
         if (rc)
             td_job_data_close(d);
     }

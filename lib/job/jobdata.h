@@ -34,7 +34,8 @@ struct td_fscred;
  * user may not read. */
 /* That check for one opened dataset (named `path` in the spec, `key` in
  * the refusal): 0, or -EACCES naming the first file c's uid may not
- * read. */
+ * read.  t (may be NULL) gets the stage "checking the submitter's rights
+ * to KEY" and counts the files. */
 struct td_tally;
 int td_job_data_bits_check(const struct td_fscred *c, const td_dataset *ds,
                            const char *path, const char *key,
